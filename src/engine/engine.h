@@ -1,0 +1,161 @@
+/*
+ * engine.h — the reference executor's public interface.
+ *
+ * A bound model is an op plan derived from a container's system graph (execution
+ * surface + explicit per-layer operators) plus borrowed views of its operands in the
+ * mmap. No family names exist below this line: everything the plan knows comes from
+ * docs/lql/CONTAINER.md's execution surface. A model needing an operator or field value
+ * the plan does not implement is refused at bind, naming the operator and layer.
+ *
+ * Ownership: eng_model borrows its vx_container (which must outlive it); eng_session
+ * borrows its eng_model. Errors are returned as -1 with a vx_err, never printed.
+ */
+#ifndef LQL_ENGINE_H
+#define LQL_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "vindex.h"
+
+/* ---------------------------------------------------------------- tokenizer */
+
+typedef struct eng_tokenizer eng_tokenizer;
+
+/* Load from a tokenizer.json (and, when config_path is not NULL and exists, its
+ * tokenizer_config.json for clean_up_tokenization_spaces / add_bos overrides). */
+int eng_tok_load(const char *tokenizer_json, const char *config_path,
+                 eng_tokenizer **out, vx_err *err);
+/* Load from a directory holding tokenizer.json (a container or a checkpoint). */
+int eng_tok_load_dir(const char *dir, eng_tokenizer **out, vx_err *err);
+void eng_tok_free(eng_tokenizer *t);
+
+/* Encode UTF-8 text. add_special: apply the post-processor (BOS etc.) as
+ * add_special_tokens=True does. *ids is malloc'd; the caller frees it. */
+int eng_tok_encode(const eng_tokenizer *t, const char *text, size_t len, int add_special,
+                   int32_t **ids, size_t *n, vx_err *err);
+/* Decode ids to malloc'd NUL-terminated UTF-8; skip_special drops special tokens. */
+int eng_tok_decode(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                   char **out, vx_err *err);
+/* The vocabulary string of an id (e.g. "Ġworld", "▁Hello", "<0x0A>"), NULL if out of range. */
+const char *eng_tok_piece(const eng_tokenizer *t, int32_t id);
+/* Id of an exact vocabulary string (added tokens included), or -1. */
+int32_t eng_tok_lookup(const eng_tokenizer *t, const char *piece);
+size_t eng_tok_vocab_size(const eng_tokenizer *t);
+int eng_tok_is_special(const eng_tokenizer *t, int32_t id);
+
+/* ---------------------------------------------------------------- model */
+
+typedef struct eng_model eng_model;
+
+/* Build the op plan from c's system graph and bind operands. Loads the container's
+ * tokenizer snapshot. */
+int eng_model_bind(vx_container *c, eng_model **out, vx_err *err);
+void eng_model_free(eng_model *m);
+
+const vx_container *eng_model_container(const eng_model *m);
+const eng_tokenizer *eng_model_tokenizer(const eng_model *m);
+int eng_model_layers(const eng_model *m);
+int eng_model_hidden(const eng_model *m);
+int eng_model_vocab(const eng_model *m);
+int eng_model_context(const eng_model *m);
+/* Features per layer seen by browse and the overlay: intermediate for dense layers,
+ * experts · expert_intermediate for MoE layers. */
+int eng_model_ffn_features(const eng_model *m, int layer);
+float eng_model_embed_scale(const eng_model *m);
+int32_t eng_model_eos(const eng_model *m, int i); /* i-th eos id, -1 past the end */
+
+/* Threads for every kernel: LQL_THREADS, else the core count. */
+int eng_threads(void);
+
+/* ---------------------------------------------------------------- observers */
+
+/* Hooks a caller (TRACE, EXPLAIN INFER, INSERT) attaches to a forward pass. Any member
+ * may be NULL. Buffers are valid only during the call; rows are positions of the current
+ * chunk (pos0 = absolute position of row 0). */
+typedef struct eng_observer {
+    void *ctx;
+    /* residual after the embedding stage, [n, hidden] */
+    void (*on_embed)(void *ctx, int pos0, int n, const float *resid);
+    /* per layer: attention branch output and FFN branch output as added to the residual
+     * (after post-norms), and the residual after the layer; each [n, hidden] */
+    void (*on_layer)(void *ctx, int layer, int pos0, int n, const float *attn_delta,
+                     const float *ffn_delta, const float *resid_out);
+    /* FFN input (after ffn_norm) and feature activations act = f(gate)·up (dense) or the
+     * routed expert-major activations with unselected experts zero (moe), [n, features] */
+    void (*on_ffn)(void *ctx, int layer, int pos0, int n, const float *ffn_in,
+                   const float *act, int features);
+    /* attention probabilities of one head, [n, n_keys] (keys 0..n_keys-1 absolute) */
+    void (*on_attn)(void *ctx, int layer, int head, int pos0, int n, int n_keys,
+                    const float *probs);
+} eng_observer;
+
+/* ---------------------------------------------------------------- overlay */
+
+/* Effective-weight corrections applied on top of the base FFN (mutation layer). For a
+ * layer, the FFN output becomes
+ *     down·act  +  sum_f (down'_f − down_f)·act_f   (replaced down columns)
+ *               +  U·(Vᵀ·act)                        (low-rank delta on down_proj)
+ * with act computed from gate/up rows that may also be replaced, and tombstoned features
+ * contributing nothing. The overlay is owned by the caller and must outlive its use. */
+typedef struct eng_feature_edit {
+    int layer, feature;
+    int tombstone;            /* 1: the feature contributes nothing */
+    const float *gate;        /* [hidden] replacement gate row, or NULL */
+    const float *up;          /* [hidden] replacement up row, or NULL */
+    const float *down;        /* [hidden] replacement down column, or NULL */
+} eng_feature_edit;
+
+typedef struct eng_lowrank {
+    int layer, rank;
+    const float *u;           /* [hidden, rank] row-major */
+    const float *v;           /* [features, rank] row-major: delta = u · vᵀ */
+} eng_lowrank;
+
+typedef struct eng_overlay {
+    const eng_feature_edit *edits; size_t n_edits;
+    const eng_lowrank *lowrank;    size_t n_lowrank;
+} eng_overlay;
+
+/* Attach (or with NULL detach) an overlay; later forward passes see base + overlay. */
+void eng_model_set_overlay(eng_model *m, const eng_overlay *ov);
+
+/* ---------------------------------------------------------------- sessions */
+
+typedef struct eng_session eng_session;
+
+/* A KV cache for up to max_ctx positions (0: the model's context length). */
+int eng_session_new(const eng_model *m, int max_ctx, eng_session **out, vx_err *err);
+void eng_session_free(eng_session *s);
+void eng_session_reset(eng_session *s);
+int eng_session_pos(const eng_session *s);
+
+/* Append n tokens (prefill as a batch) and, when logits is not NULL, write the logits of
+ * the last appended position ([vocab], after the final soft-cap). obs may be NULL.
+ * Honours vx_cancel_flag (VX_ECANCEL). */
+int eng_forward(eng_session *s, const int32_t *ids, int n, float *logits,
+                const eng_observer *obs, vx_err *err);
+
+/* The logit lens: final norm → LM head → final soft-cap of one residual [hidden] into
+ * logits [vocab]. */
+void eng_lens(const eng_model *m, const float *resid, float *logits);
+
+/* ---------------------------------------------------------------- sampling */
+
+typedef struct eng_sampler {
+    float temperature;   /* 0: greedy */
+    int top_k;           /* 0: off */
+    float top_p;         /* 1: off */
+    uint64_t seed;
+} eng_sampler;
+
+/* Softmax in place over n logits (numerically stable). */
+void eng_softmax(float *x, int n);
+/* Pick the next token from logits (modified in place). rng_state carries the stream. */
+int32_t eng_sample(const eng_sampler *sp, float *logits, int n, uint64_t *rng_state);
+
+/* Generate up to max_new tokens after the prompt ids (stops after an eos id, which is
+ * included). out receives up to max_new ids; *n_out the count. */
+int eng_generate(eng_session *s, const int32_t *prompt, int n_prompt, int max_new,
+                 const eng_sampler *sp, int32_t *out, int *n_out, vx_err *err);
+
+#endif

@@ -1,0 +1,184 @@
+/*
+ * vindex.h — the storage layer's public interface: VINDEX3 containers on disk.
+ *
+ * On-disk layout of a graph-shape container (normative source: the VINDEX3 seed
+ * §5–§7, §12; lql's choices: docs/lql/CONTAINER.md):
+ *
+ *   1. <dir>/index.json         sole root authority; "version" (3–4) is the only
+ *                               generation discriminator and is checked before any
+ *                               other byte is read.
+ *   2. <dir>/system_graph.json  SystemGraph schema 6: components (with the execution
+ *                               surface and explicit per-layer operators), logical
+ *                               objects, edges.
+ *   3. <dir>/segments/<object>.bin
+ *                               [u64 LE header length][header JSON, space padded so the
+ *                               payload starts 64-byte aligned][payload]; the header is a
+ *                               tensor table {name, dtype, shape, offset, length} with
+ *                               offsets relative to the payload, 64-byte aligned.
+ *   4. tokenizer / config snapshot files, browse/down_meta.bin (DMET).
+ *
+ * Everything is read through one mmap per segment; a vx_tensor is a borrowed view into
+ * that mapping and lives exactly as long as its container.
+ *
+ * Errors: every fallible function returns 0 on success and -1 on failure, filling the
+ * caller's vx_err with a lower-case message that says what, where and why. Nothing in
+ * this layer prints.
+ */
+#ifndef LQL_VINDEX_H
+#define LQL_VINDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cJSON cJSON;
+
+/* ---------------------------------------------------------------- errors */
+
+enum {
+    VX_OK = 0,
+    VX_EIO,        /* file missing, unreadable, short read, write failed */
+    VX_EFORMAT,    /* bytes or JSON that do not follow the format */
+    VX_EVERSION,   /* unknown or refused index.json version / schema */
+    VX_EMISSING,   /* a required operand, object, file or key is absent */
+    VX_EPATH,      /* a path from a container escapes the container directory */
+    VX_EUNSUPPORTED, /* representable but not executable / not admitted */
+    VX_EARG,       /* bad argument from the caller */
+    VX_ENOMEM,
+    VX_ECANCEL,    /* the cancel flag was raised */
+    VX_EVERIFY     /* a hash does not match its record */
+};
+
+#define VX_ERR_MAX 512
+typedef struct vx_err {
+    int code;                /* one of VX_E*, 0 when clear */
+    char msg[VX_ERR_MAX];    /* lower-case, no trailing newline */
+} vx_err;
+
+/* Fill err (when not NULL) and return -1, so callers can `return vx_errf(...)`. */
+int vx_errf(vx_err *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---------------------------------------------------------------- dtypes */
+
+typedef enum vx_dtype {
+    VX_F32 = 0, VX_F16, VX_BF16,
+    VX_Q8_0, VX_Q4_0, VX_Q4_K, VX_Q6_K, VX_MXFP4,
+    VX_I32, VX_I64, VX_U8,
+    VX_DTYPE_COUNT
+} vx_dtype;
+
+/* Lower-case canonical name ("f32", "bf16", "q4_k"), or NULL for an invalid value. */
+const char *vx_dtype_name(vx_dtype t);
+/* Parse a canonical name (case-insensitive; also accepts safetensors' "F32", "BF16"...). */
+int vx_dtype_parse(const char *name, vx_dtype *out);
+/* Elements per block (1 for scalar types) and bytes per block. */
+unsigned vx_dtype_block_elems(vx_dtype t);
+unsigned vx_dtype_block_bytes(vx_dtype t);
+/* Bytes for a row-major tensor whose innermost dimension is ne0 and with nrows rows;
+ * fails (returns -1) on overflow or when ne0 is not a multiple of the block size. */
+int vx_dtype_nbytes(vx_dtype t, uint64_t ne0, uint64_t nrows, uint64_t *out);
+
+/* ---------------------------------------------------------------- tensors */
+
+#define VX_MAX_DIMS 4
+/* A borrowed view of one stored tensor. shape[] is in safetensors / PyTorch order
+ * (shape[0] outermost, shape[ndim-1] innermost and contiguous): a Linear weight
+ * [out, in] has ndim 2, shape {out, in}, and row r starts at r * row_bytes. */
+typedef struct vx_tensor {
+    const char *name;        /* operand name relative to its object, e.g. "layers.3.attn.q_proj" */
+    const char *object;      /* owning logical object id, e.g. "target.decoder_stack" */
+    const char *segment;     /* container-relative segment path holding the bytes */
+    vx_dtype dtype;
+    int ndim;
+    int64_t shape[VX_MAX_DIMS];
+    const void *data;        /* into the segment mmap; 64-byte aligned */
+    uint64_t nbytes;         /* exact payload length */
+    uint64_t offset;         /* payload-relative offset within the segment */
+} vx_tensor;
+
+/* Number of elements (product of shape). */
+uint64_t vx_tensor_nelems(const vx_tensor *t);
+
+/* ---------------------------------------------------------------- containers */
+
+typedef enum vx_shape { VX_SHAPE_GRAPH = 1, VX_SHAPE_BANK = 2 } vx_shape;
+
+typedef struct vx_container vx_container;
+
+/* Open a container directory. Reads index.json (refusing unknown versions by name
+ * before anything else), the system graph, every segment header; mmaps segments and
+ * validates each tensor-table entry (bounds, 64-byte alignment, dtype x shape = length,
+ * no overlap, 64-bit overflow); closes the operand set against the graph. O(metadata):
+ * no weight byte is read. On failure *out is NULL. */
+int vx_open(const char *dir, vx_container **out, vx_err *err);
+void vx_close(vx_container *c);
+
+const char *vx_dir(const vx_container *c);          /* as given to vx_open */
+int vx_version(const vx_container *c);              /* index.json version */
+vx_shape vx_container_shape(const vx_container *c);
+const cJSON *vx_index_json(const vx_container *c);   /* parsed index.json (owned by c) */
+const cJSON *vx_graph_json(const vx_container *c);   /* parsed system_graph.json, or NULL */
+/* The primary (decoder) component of the graph, or NULL. */
+const cJSON *vx_component(const vx_container *c);
+/* sha256 (64 hex chars) of index.json's bytes: the identity a journal is keyed to. */
+const char *vx_index_sha256(const vx_container *c);
+
+/* Look up a tensor by object id and operand name; NULL when absent. */
+const vx_tensor *vx_find(const vx_container *c, const char *object, const char *name);
+/* Same, with the name built printf-style ("layers.%d.ffn.gate_proj"). */
+const vx_tensor *vx_findf(const vx_container *c, const char *object, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* All tensors in the container, in segment and table order. */
+size_t vx_tensor_count(const vx_container *c);
+const vx_tensor *vx_tensor_at(const vx_container *c, size_t i);
+
+/* Resolve a container-relative path safely: refuses absolute paths, "..", and
+ * symlinks that leave the container directory. out receives an absolute path. */
+int vx_resolve(const vx_container *c, const char *rel, char *out, size_t outsz, vx_err *err);
+int vx_resolve_in(const char *dir, const char *rel, char *out, size_t outsz, vx_err *err);
+
+/* ---------------------------------------------------------------- hashing */
+
+/* sha256 of a byte range / a whole file, as 64 lower-case hex chars + NUL. */
+void vx_sha256_hex(const void *data, size_t n, char hex[65]);
+int vx_sha256_file(const char *path, char hex[65], vx_err *err);
+
+/* ---------------------------------------------------------------- encode */
+
+typedef struct vx_encode_opts {
+    int dtype;               /* -1: keep each tensor's source dtype; else a vx_dtype to convert to */
+    int layer_lo, layer_hi;  /* band override for browse: -1 = derive from depth */
+    const char *model_name;  /* NULL: basename of the checkpoint directory */
+    /* Progress: called with done/total bytes; NULL for none. */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
+    /* Called once everything is written into the temporary directory, with index.json
+     * already present there and `index` its parsed form. The hook may add files under
+     * tmpdir (e.g. browse/down_meta.bin) and fields to `index`; the encoder then rewrites
+     * index.json and renames tmpdir into place. Used by upper layers (down-meta) without
+     * storage depending on them. NULL for none. */
+    int (*finish)(void *ctx, const char *tmpdir, cJSON *index, vx_err *err);
+    void *finish_ctx;
+} vx_encode_opts;
+
+void vx_encode_opts_init(vx_encode_opts *o);
+
+/* Encode a Hugging Face checkpoint directory (config.json, *.safetensors possibly
+ * sharded, tokenizer files) into a new graph-shape container at out_dir. Streams one
+ * tensor at a time; writes into a temporary sibling and renames into place only when
+ * complete; refuses if out_dir exists. */
+int vx_encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opts, vx_err *err);
+
+/* Verify a container against its recorded hashes (segments, payloads, and when the
+ * recorded source checkpoint is present and readable, the source payloads). The report
+ * is a JSON object owned by the caller (cJSON_Delete). Returns 0 when everything
+ * matches, -1 with err describing the first mismatch otherwise (report still filled). */
+int vx_verify(const char *dir, const char *source_dir, cJSON **report, vx_err *err);
+
+/* ---------------------------------------------------------------- cancellation */
+
+/* Long-running work (encode, COMPILE, forward passes) polls this flag; the shell sets it
+ * on Ctrl-C. Work that sees it set stops and returns VX_ECANCEL. */
+extern volatile int vx_cancel_flag;
+
+#endif
