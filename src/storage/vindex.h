@@ -78,6 +78,15 @@ unsigned vx_dtype_block_bytes(vx_dtype t);
  * fails (returns -1) on overflow or when ne0 is not a multiple of the block size. */
 int vx_dtype_nbytes(vx_dtype t, uint64_t ne0, uint64_t nrows, uint64_t *out);
 
+/* Exact scalar conversions: f32 -> 16-bit rounds to nearest even; subnormals, infinities
+ * and NaNs are kept (a NaN stays a NaN). */
+float vx_f16_to_f32(uint16_t h);
+uint16_t vx_f32_to_f16(float f);
+float vx_bf16_to_f32(uint16_t h);
+uint16_t vx_f32_to_bf16(float f);
+/* Convert n elements of an f32/f16/bf16 row (any alignment) to f32; -1 for other dtypes. */
+int vx_row_to_f32(vx_dtype t, const void *src, float *dst, size_t n);
+
 /* ---------------------------------------------------------------- tensors */
 
 #define VX_MAX_DIMS 4

@@ -1,0 +1,95 @@
+/*
+ * sha256.c — SHA-256 through OpenSSL's EVP interface: one-shot over a byte range, streamed
+ * over a file, and an incremental context the encoder feeds while it writes.
+ */
+#include "vindex.h"
+#include "vx_int.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <string.h>
+
+static void to_hex(const unsigned char *md, char hex[65])
+{
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        hex[2 * i] = digits[md[i] >> 4];
+        hex[2 * i + 1] = digits[md[i] & 15];
+    }
+    hex[64] = '\0';
+}
+
+int vx_sha256_init(vx_sha256_ctx *ctx, vx_err *err)
+{
+    ctx->md = EVP_MD_CTX_new();
+    if (!ctx->md || EVP_DigestInit_ex(ctx->md, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(ctx->md);
+        ctx->md = NULL;
+        return vx_errf(err, VX_ENOMEM, "sha256: cannot create a digest context");
+    }
+    return 0;
+}
+
+void vx_sha256_update(vx_sha256_ctx *ctx, const void *data, size_t n)
+{
+    if (ctx->md && n)
+        EVP_DigestUpdate(ctx->md, data, n);
+}
+
+void vx_sha256_final(vx_sha256_ctx *ctx, char hex[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned len = 0;
+    if (ctx->md && EVP_DigestFinal_ex(ctx->md, md, &len) == 1 && len == 32)
+        to_hex(md, hex);
+    else
+        hex[0] = '\0';
+    vx_sha256_free(ctx);
+}
+
+void vx_sha256_free(vx_sha256_ctx *ctx)
+{
+    EVP_MD_CTX_free(ctx->md);
+    ctx->md = NULL;
+}
+
+void vx_sha256_hex(const void *data, size_t n, char hex[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned len = 0;
+    if (EVP_Digest(data, n, md, &len, EVP_sha256(), NULL) == 1 && len == 32)
+        to_hex(md, hex);
+    else
+        hex[0] = '\0';
+}
+
+int vx_sha256_file(const char *path, char hex[65], vx_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return vx_errf(err, VX_EIO, "cannot open '%s': %s", path, strerror(errno));
+    vx_sha256_ctx ctx;
+    if (vx_sha256_init(&ctx, err) < 0) {
+        fclose(f);
+        return -1;
+    }
+    static _Thread_local unsigned char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+        vx_sha256_update(&ctx, buf, n);
+        if (vx_cancel_flag) {
+            vx_sha256_free(&ctx);
+            fclose(f);
+            return vx_errf(err, VX_ECANCEL, "hashing '%s': cancelled", path);
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        vx_sha256_free(&ctx);
+        return vx_errf(err, VX_EIO, "cannot read '%s': read error", path);
+    }
+    vx_sha256_final(&ctx, hex);
+    return 0;
+}
