@@ -64,7 +64,10 @@ typedef enum vx_dtype {
     VX_F32 = 0, VX_F16, VX_BF16,
     VX_Q8_0, VX_Q4_0, VX_Q4_K, VX_Q6_K, VX_MXFP4,
     VX_I32, VX_I64, VX_U8,
-    VX_DTYPE_COUNT
+    VX_DTYPE_COUNT,
+    /* Decode-only ggml K-quants (block codecs section below): never a container dtype, so
+     * outside the dtype table (vx_dtype_name is NULL for them). */
+    VX_Q2_K = 64, VX_Q3_K, VX_Q5_K
 } vx_dtype;
 
 /* Lower-case canonical name ("f32", "bf16", "q4_k"), or NULL for an invalid value. */
@@ -86,6 +89,24 @@ float vx_bf16_to_f32(uint16_t h);
 uint16_t vx_f32_to_bf16(float f);
 /* Convert n elements of an f32/f16/bf16 row (any alignment) to f32; -1 for other dtypes. */
 int vx_row_to_f32(vx_dtype t, const void *src, float *dst, size_t n);
+
+/* ---------------------------------------------------------------- block codecs */
+
+/* Row codecs for the ggml block formats Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and for
+ * MXFP4 (OCP MX v1.0), layouts and exactness claims in docs/lql/QUANT.md. A row of n
+ * values is n / block_elems consecutive blocks. Dequantisation is bit-exact to ggml's
+ * to_float for every format; quantisation (Q8_0, Q4_0, Q4_K, Q6_K, MXFP4) reproduces the
+ * reference quantiser's bytes. Both return -1 (nothing written) when dt is not a block
+ * codec that direction supports or n is not a multiple of the block size. */
+int vx_quantize_row(vx_dtype dt, const float *x, void *dst, size_t n);
+int vx_dequantize_row(vx_dtype dt, const void *src, float *dst, size_t n);
+/* Block geometry of a block codec (the decode-only K-quants included): 0 and the elements
+ * and bytes per block, or -1 when dt is not a block codec. */
+int vx_quant_block(vx_dtype dt, unsigned *elems, unsigned *bytes);
+/* Lower-case name of any block codec ("q2_k"), NULL otherwise. */
+const char *vx_quant_name(vx_dtype dt);
+/* Dequantise one block into out[0..elems): the kernels' per-block fallback. */
+void vx_dequantize_block(vx_dtype dt, const void *block, float *out);
 
 /* ---------------------------------------------------------------- tensors */
 
