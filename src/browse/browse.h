@@ -1,0 +1,398 @@
+/*
+ * browse.h — the browse layer's public interface: reading a container as a graph of
+ * FFN features without running attention, and observing a forward pass.
+ *
+ *   - down-meta (DMET): per feature, the tokens its down column writes most strongly
+ *     (computed at encode by brw_encode_finish, read back by brw_dmet_*);
+ *   - gate KNN: per layer, the features whose gate row has the largest |gate·q|;
+ *   - walk / describe / select / show / stats: the browse statements as library calls
+ *     returning plain structs (no lql types, nothing printed);
+ *   - trace / explain: logit lens and feature attributions from engine observers.
+ *
+ * The "gate" of a feature is the row that decides whether it fires: ffn.gate_proj for a
+ * gated FFN, ffn.up_proj (GPT-2's fc row) for a plain MLP, and the experts' gate rows for
+ * MoE layers, numbered expert-major (e · expert_intermediate + f).
+ *
+ * Ownership: a brw_model borrows its vx_container (which must outlive it). Result structs
+ * are owned by the caller and released with their *_free function. Errors: -1 and a
+ * lower-case vx_err message; nothing here prints.
+ */
+#ifndef LQL_BROWSE_H
+#define LQL_BROWSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "vindex.h"
+
+/* ---------------------------------------------------------------- down-meta */
+
+#define BRW_DMET_MAGIC 0x444D4554u    /* "DMET" read as a big-endian word */
+#define BRW_DMET_MAGIC_LIT 0x54454D44u /* the literal bytes "DMET" read LE */
+#define BRW_DOWN_TOP_K 10
+
+typedef struct brw_dmet brw_dmet;
+
+#define BRW_DMET_K_MAX 64      /* larger top_k in a file is refused */
+
+/* One feature's metadata: top token id and its logit (c_score), then k (id, logit)
+ * pairs by descending logit. present is 0 for an all-zero record (no metadata). */
+typedef struct brw_meta {
+    int present;
+    int32_t top_id;
+    float c_score;
+    int k;
+    int32_t ids[BRW_DMET_K_MAX];
+    float logits[BRW_DMET_K_MAX];
+} brw_meta;
+
+/* Parse a DMET image (copied; the caller keeps buf). Accepts the magic 0x444D4554 as
+ * written LE and the literal "DMET" bytes. Hostile sizes are refused before any read. */
+int brw_dmet_parse(const void *buf, size_t n, brw_dmet **out, vx_err *err);
+/* Map and parse a DMET file. */
+int brw_dmet_load(const char *path, brw_dmet **out, vx_err *err);
+void brw_dmet_free(brw_dmet *d);
+int brw_dmet_layers(const brw_dmet *d);
+int brw_dmet_top_k(const brw_dmet *d);
+int64_t brw_dmet_count(const brw_dmet *d, int layer);     /* -1 past the end */
+/* The record of (layer, feature); 0 and *out filled, or -1 when out of range. */
+int brw_dmet_get(const brw_dmet *d, int layer, int64_t feature, brw_meta *out);
+
+/* Compute down-meta for every layer of the container in tmpdir and write
+ * browse/down_meta.bin; record index.browse {down_meta, down_top_k, layer_bands,
+ * band_rule}. ctx is NULL or a const vx_encode_opts * whose layer_lo/layer_hi (when both
+ * >= 0) override the knowledge band. Matches vx_encode_opts.finish. */
+int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err);
+
+/* The bands for a depth: syntax = first floor(L/4) layers (at least 1), output = last
+ * max(1, L/5) layers, knowledge = the middle; with lo/hi >= 0, knowledge = [lo, hi] and the
+ * others take what lies before and after it. band[b][0..1] inclusive, -1 -1 if empty. */
+void brw_bands_for_depth(int layers, int lo, int hi, int band[3][2]);
+extern const char *const brw_band_rule;
+
+/* ---------------------------------------------------------------- the browse model */
+
+enum { BRW_SYNTAX = 0, BRW_KNOWLEDGE = 1, BRW_OUTPUT = 2 };
+
+typedef struct brw_model brw_model;
+
+/* Open browse over c: embedding, per-layer gate rows, tokenizer snapshot, down-meta and
+ * bands from index.browse (derived from depth when absent), labels when present. */
+int brw_open(vx_container *c, brw_model **out, vx_err *err);
+void brw_close(brw_model *m);
+
+int brw_layers(const brw_model *m);
+int64_t brw_features(const brw_model *m, int layer);
+int brw_hidden(const brw_model *m);
+const eng_tokenizer *brw_tokenizer(const brw_model *m);
+const brw_dmet *brw_down_meta(const brw_model *m);   /* NULL when the container has none */
+/* band[b] = {lo, hi} inclusive (or -1 -1); the band of a layer (-1 if none). */
+void brw_bands(const brw_model *m, int band[3][2]);
+int brw_band_of(const brw_model *m, int layer);
+const char *brw_band_name(int band);                  /* "syntax" "knowledge" "output" */
+/* Readable text of a token id: the decoded piece (leading space kept), "" if empty. The
+ * string is owned by m. */
+const char *brw_token_text(const brw_model *m, int32_t id);
+/* A probe or cluster label for (layer, feature), NULL when none. */
+const char *brw_label(const brw_model *m, int layer, int64_t feature);
+/* Gate-row bytes of one layer (all experts of a MoE layer). */
+uint64_t brw_gate_bytes(const brw_model *m, int layer);
+
+/* ---------------------------------------------------------------- overlay */
+
+/* Metadata override for a feature (UPDATE … SET target / confidence): top_id < 0 keeps the
+ * base token, has_score 0 keeps the base c_score. */
+typedef struct brw_meta_edit {
+    int layer;
+    int64_t feature;
+    int32_t top_id;
+    int has_score;
+    float c_score;
+} brw_meta_edit;
+
+/* What browse sees of the mutation overlay: eng edits (replacement gate rows are
+ * rescored, tombstones dropped) and metadata overrides. Owned by the caller. */
+typedef struct brw_overlay {
+    const eng_overlay *eng;                 /* may be NULL */
+    const brw_meta_edit *meta; size_t n_meta;
+} brw_overlay;
+
+/* ---------------------------------------------------------------- gate KNN */
+
+typedef struct brw_hit {
+    int layer;
+    int64_t feature;
+    float score;            /* gate·q, sign kept */
+} brw_hit;
+
+/* For each of n_layers layers, the top-k features by |gate·q| (sorted by |score|
+ * descending, ties by feature ascending). hits receives n_layers × k entries, row-major;
+ * counts[i] the number found for layers[i] (< k only when the layer has fewer features).
+ * One multi-threaded pass over the gate rows in place (eng_threads()). With ov, features
+ * with a replacement gate row are rescored with it and tombstones are dropped. */
+int brw_gate_knn(const brw_model *m, const int *layers, int n_layers, const float *q, int k,
+                 const brw_overlay *ov, brw_hit *hits, int *counts, vx_err *err);
+
+/* ---------------------------------------------------------------- queries */
+
+/* WALK's query: the embedding row of the prompt's last token (tokenized with specials)
+ * times the embedding scale. q is [hidden]; *tok the token id. */
+int brw_walk_query(const brw_model *m, const char *prompt, float *q, int32_t *tok,
+                   vx_err *err);
+/* DESCRIBE / SELECT / NEAREST's query: mean of the entity's token embeddings (no
+ * specials) times the scale. Refuses an entity with no tokens. */
+int brw_entity_query(const brw_model *m, const char *entity, float *q, vx_err *err);
+
+/* ---------------------------------------------------------------- walk */
+
+typedef struct brw_walk_opts {
+    int top;                /* features per layer (default 10) */
+    int layer_lo, layer_hi; /* inclusive; -1 -1 = all layers */
+    const brw_overlay *ov;
+} brw_walk_opts;
+
+typedef struct brw_walk {
+    int32_t token;          /* the query token */
+    int n_layers, top;
+    int *layers;            /* [n_layers] */
+    int *counts;            /* [n_layers] */
+    brw_hit *hits;          /* [n_layers × top] */
+    uint64_t bytes_scanned;
+} brw_walk;
+
+int brw_walk_run(const brw_model *m, const char *prompt, const brw_walk_opts *o,
+                 brw_walk *out, vx_err *err);
+void brw_walk_free(brw_walk *w);
+
+/* The effective metadata of a feature (overlay first, then base): 0 when present. */
+int brw_feature_meta(const brw_model *m, const brw_overlay *ov, int layer, int64_t feature,
+                     brw_meta *out);
+
+/* ---------------------------------------------------------------- describe */
+
+enum { BRW_DESCRIBE_BRIEF = 0, BRW_DESCRIBE_VERBOSE = 1, BRW_DESCRIBE_RAW = 2 };
+
+typedef struct brw_describe_opts {
+    int band;               /* -1: all layers, else BRW_SYNTAX… */
+    int at_layer;           /* >= 0: one layer (overrides band) */
+    int relations_only;     /* keep labelled edges only */
+    int mode;               /* BRW_DESCRIBE_* (caps per band: 10 / 30 / 30, output 5 in brief) */
+    const brw_overlay *ov;
+} brw_describe_opts;
+
+#define BRW_ALSO_MAX 5
+typedef struct brw_edge {
+    char *target;           /* readable target token (trimmed) */
+    char *relation;         /* label or NULL */
+    float gate;             /* max gate over the merged hits */
+    int layer;              /* best hit */
+    int64_t feature;
+    int band;
+    int count;              /* merged hits */
+    int layer_min, layer_max;
+    int n_also;
+    char *also[BRW_ALSO_MAX];
+} brw_edge;
+
+typedef struct brw_describe {
+    size_t n_edges;
+    brw_edge *edges;        /* sorted by band, then gate descending */
+    size_t total_edges;     /* before the per-band caps */
+    float max_gate;
+    const char *signal;     /* "clean" (>= 20), "moderate" (>= 10), "diffuse" */
+} brw_describe;
+
+int brw_describe_run(const brw_model *m, const char *entity, const brw_describe_opts *o,
+                     brw_describe *out, vx_err *err);
+void brw_describe_free(brw_describe *d);
+
+/* ---------------------------------------------------------------- select */
+
+typedef enum brw_field {
+    BRW_F_LAYER, BRW_F_FEATURE, BRW_F_TOKEN, BRW_F_ENTITY, BRW_F_RELATION,
+    BRW_F_SCORE, BRW_F_CONFIDENCE, BRW_F_ALSO, BRW_F_COUNT, BRW_F_BAND, BRW_F_TARGET,
+    BRW_F_COUNT_
+} brw_field;
+typedef enum brw_op { BRW_EQ, BRW_NE, BRW_GT, BRW_LT, BRW_GE, BRW_LE, BRW_LIKE, BRW_IN } brw_op;
+typedef enum brw_from { BRW_EDGES, BRW_FEATURES, BRW_ENTITIES } brw_from;
+
+/* A literal: a number or a string (is_str). */
+typedef struct brw_value {
+    int is_str;
+    double num;
+    const char *str;
+} brw_value;
+
+typedef struct brw_cond {
+    brw_field field;
+    brw_op op;
+    const brw_value *vals;  /* 1 value, or n_vals for IN */
+    size_t n_vals;
+} brw_cond;
+
+/* Field name → field for a table; -1 with an error naming the field and the table's
+ * fields when unknown. */
+int brw_field_parse(brw_from from, const char *name, brw_field *out, vx_err *err);
+const char *brw_field_name(brw_field f);
+/* The default columns of a table, in order. */
+size_t brw_default_fields(brw_from from, brw_field *out, size_t max);
+
+typedef struct brw_select_opts {
+    const brw_cond *conds; size_t n_conds;   /* all ANDed */
+    const char *nearest;                     /* NEAREST TO, or NULL */
+    int nearest_layer;
+    int has_order; brw_field order; int desc;
+    int64_t limit;                           /* < 0: the table's default */
+    const brw_overlay *ov;
+} brw_select_opts;
+
+/* One row of any table; which fields are meaningful depends on the table. */
+typedef struct brw_row {
+    int layer;
+    int64_t feature;
+    char *token;            /* FEATURES/EDGES: top token (target); ENTITIES: the entity */
+    char *entity;           /* EDGES walked from an entity: that entity */
+    char *relation;
+    double score;           /* EDGES from an entity / NEAREST: gate; else c_score */
+    double confidence;      /* c_score */
+    char *also;             /* other top tokens, ", "-joined */
+    int64_t count;          /* ENTITIES: features */
+    int band;
+} brw_row;
+
+typedef struct brw_rows {
+    size_t n;
+    brw_row *rows;
+} brw_rows;
+
+int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_rows *out,
+               vx_err *err);
+void brw_rows_free(brw_rows *r);
+
+/* ---------------------------------------------------------------- show / stats */
+
+/* SHOW FEATURES layer: rows in feature order (same fields as SELECT FROM FEATURES). */
+int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
+                      brw_rows *out, vx_err *err);
+/* SHOW ENTITIES: capitalised alphabetic top tokens of >= 3 letters, counted (features)
+ * with their max c_score, sorted by features desc; layer < 0 for all layers. */
+int brw_show_entities(const brw_model *m, int layer, int64_t limit, const brw_overlay *ov,
+                      brw_rows *out, vx_err *err);
+/* SHOW RELATIONS: labels (relation, count) when the container has them; otherwise the
+ * top output tokens of the knowledge band (or one layer) with c_score >= 0.2: token,
+ * count, max score, layer range in band. */
+int brw_show_relations(const brw_model *m, int layer, const brw_overlay *ov, brw_rows *out,
+                       int *labelled, vx_err *err);
+
+typedef struct brw_layer_info {
+    int layer;
+    int64_t features, with_meta;
+    int32_t top_id;         /* most frequent top token (-1 if none) */
+    int64_t top_count;
+    int band;
+    uint64_t gate_bytes;
+    const char *gate_dtype;
+} brw_layer_info;
+
+int brw_show_layers(const brw_model *m, int lo, int hi, const brw_overlay *ov,
+                    brw_layer_info **out, size_t *n, vx_err *err);
+
+typedef struct brw_stats {
+    int layers, hidden, vocab;
+    int64_t features, with_meta;
+    int64_t band_features[3];
+    int band[3][2];
+    uint64_t gate_bytes, container_bytes;
+    const char *gate_dtype;
+    int labelled;           /* feature labels present */
+} brw_stats;
+
+int brw_stats_get(const brw_model *m, brw_stats *out, vx_err *err);
+
+/* ---------------------------------------------------------------- trace */
+
+enum { BRW_PUSH_LOGIT = 0 };
+
+typedef struct brw_trace_opts {
+    const char *for_token;  /* FOR "t", or NULL */
+    int layer_lo, layer_hi; /* rows kept: -1 -1 all (the embedding row is layer -1) */
+    int all_positions;      /* POSITIONS ALL */
+} brw_trace_opts;
+
+/* One lens row: position, layer (-1 = embedding), lens top-1, and with FOR the token's
+ * rank/probability and the change in its lens logit due to attention and the FFN. */
+typedef struct brw_trace_row {
+    int pos, layer;
+    int32_t top_id;
+    float top_prob;
+    float attn_norm, ffn_norm, resid_norm;
+    int rank;
+    float prob;
+    float attn_push, ffn_push;
+} brw_trace_row;
+
+typedef struct brw_trace {
+    int n_tokens, n_layers, hidden;
+    int32_t *ids;           /* [n_tokens] prompt ids */
+    int32_t target;         /* FOR token id or -1 */
+    /* residual after the embedding / each layer and the two deltas, for every position:
+     * [n_tokens][n_layers + 1][3][hidden] (row 0 = embedding: resid, 0, 0) */
+    float *states;
+    size_t n_rows;
+    brw_trace_row *rows;
+} brw_trace;
+
+/* Run the prompt with observers (the model's overlay applies) and build the lens rows. */
+int brw_trace_run(eng_model *em, const char *prompt, const brw_trace_opts *o,
+                  brw_trace *out, vx_err *err);
+/* Recompute the lens rows of a saved trace against em (FROM "file"). */
+int brw_trace_load(eng_model *em, const char *path, const brw_trace_opts *o,
+                   brw_trace *out, vx_err *err);
+/* Write the trace file (format in docs/lql/BROWSE.md). */
+int brw_trace_save(const brw_trace *t, const char *path, vx_err *err);
+void brw_trace_free(brw_trace *t);
+
+/* ---------------------------------------------------------------- explain infer */
+
+typedef struct brw_fired {
+    int64_t feature;
+    float act;              /* activation on the last position */
+    int32_t top_id;         /* down-meta top token, -1 when none */
+    float c_score;
+} brw_fired;
+
+typedef struct brw_explain_layer {
+    int layer;
+    int n_fired;
+    brw_fired *fired;       /* by |act| descending */
+    int32_t attended_id;    /* most-attended token (mean over heads), -1 without attention */
+    int attended_pos;
+    float attended_weight;
+    int32_t lens_id;        /* lens top-1 after the layer */
+    float lens_prob;
+} brw_explain_layer;
+
+typedef struct brw_explain {
+    int n_tokens;
+    int32_t *ids;
+    int n_top;
+    int32_t *top_ids;       /* next-token prediction */
+    float *top_probs;
+    int n_layers;
+    brw_explain_layer *layers;
+} brw_explain;
+
+typedef struct brw_explain_opts {
+    int top;                /* predictions and features per layer */
+    int attention;          /* WITH ATTENTION */
+    int layer_lo, layer_hi; /* -1 -1: all */
+    int band;               /* -1 or a band filter */
+} brw_explain_opts;
+
+/* bm supplies the down-meta (may be NULL). */
+int brw_explain_run(eng_model *em, const brw_model *bm, const char *prompt,
+                    const brw_explain_opts *o, brw_explain *out, vx_err *err);
+void brw_explain_free(brw_explain *e);
+
+#endif

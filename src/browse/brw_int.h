@@ -1,0 +1,66 @@
+/*
+ * brw_int.h — declarations shared inside the browse layer (and with its tests): the
+ * container's FFN shape as browse sees it, and the browse model's internals.
+ */
+#ifndef LQL_BRW_INT_H
+#define LQL_BRW_INT_H
+
+#include "browse.h"
+
+#include <cjson/cJSON.h>
+
+/* The per-layer FFN matrices browse reads: one "part" per dense layer, one per expert of
+ * a MoE layer. Features of a layer are the parts' rows concatenated (expert-major). */
+typedef struct brw_part {
+    const vx_tensor *gate;   /* [rows, hidden]: gate_proj, or up_proj for a plain MLP */
+    const vx_tensor *down;   /* [hidden, rows] */
+    int64_t first;           /* feature index of row 0 within the layer */
+    int64_t rows;
+} brw_part;
+
+typedef struct brw_layer {
+    int n_parts;
+    brw_part *parts;
+    int64_t features;
+    uint64_t gate_bytes;
+} brw_layer;
+
+typedef struct brw_shape {
+    int layers, hidden, vocab;
+    float embed_scale;
+    int gated;               /* ffn.kind == "gated" */
+    const vx_tensor *embed;  /* [vocab, hidden] */
+    brw_layer *layer;        /* [layers] */
+} brw_shape;
+
+/* Read the decoder component's shape and bind the FFN operands of every layer; refuses a
+ * missing operand or a shape that does not agree, naming it. */
+int brw_shape_read(const vx_container *c, brw_shape *s, vx_err *err);
+void brw_shape_free(brw_shape *s);
+
+/* One embedding row as f32 (f32/f16/bf16 storage). */
+int brw_embed_row(const brw_shape *s, int32_t id, float *out, vx_err *err);
+
+struct brw_model {
+    vx_container *c;
+    brw_shape s;
+    eng_tokenizer *tok;
+    brw_dmet *dmet;
+    int band[3][2];
+    char **text;             /* [vocab] lazily decoded token texts */
+    cJSON *labels;           /* feature_labels.json ("L{l}_F{f}" or "l:f" keys), or NULL */
+};
+
+/* Dot of a stored row (f32/f16/bf16) with q, n elements (n a multiple of 1 is fine). */
+float brw_dot_row(vx_dtype t, const void *row, const float *q, int64_t n);
+
+/* Is a layer inside [lo, hi] (-1 -1 = all)? */
+static inline int brw_in_range(int layer, int lo, int hi)
+{
+    return lo < 0 || (layer >= lo && layer <= hi);
+}
+
+/* Token text with surrounding whitespace removed, into buf. */
+void brw_trim(const char *s, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,370 @@
+/*
+ * knn.c — gate KNN: for each requested layer, the features whose gate row has the largest
+ * |gate·q| (sign kept). One pass over the gate rows read in place from the mmap; f16 and
+ * bf16 rows are widened in registers (F16C / a 16-bit shift), so the scan runs at memory
+ * bandwidth. Rows are cut into chunks that threads pull from a shared counter; each
+ * thread keeps a bounded min-heap per layer, merged at the end.
+ *
+ * With an overlay, the base scan asks for k + (edits in the layer) hits so that dropping
+ * tombstones and rescoring edited features with their replacement rows stays exact.
+ */
+#include "brw_int.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#include <immintrin.h>
+#define HAVE_AVX2 1
+#endif
+
+#define CHUNK_ROWS 128
+
+#ifdef HAVE_AVX2
+static inline float hsum(__m256 v)
+{
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+static inline __m256 ld_bf16(const uint16_t *p)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline __m256 ld_f16(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+#endif
+
+float brw_dot_row(vx_dtype t, const void *row, const float *q, int64_t n)
+{
+    int64_t i = 0;
+    float s = 0;
+#ifdef HAVE_AVX2
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    if (t == VX_F32) {
+        const float *r = row;
+        for (; i + 16 <= n; i += 16) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r + i), _mm256_loadu_ps(q + i), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r + i + 8), _mm256_loadu_ps(q + i + 8), a1);
+        }
+    } else if (t == VX_F16) {
+        const uint16_t *r = row;
+        for (; i + 16 <= n; i += 16) {
+            a0 = _mm256_fmadd_ps(ld_f16(r + i), _mm256_loadu_ps(q + i), a0);
+            a1 = _mm256_fmadd_ps(ld_f16(r + i + 8), _mm256_loadu_ps(q + i + 8), a1);
+        }
+    } else {
+        const uint16_t *r = row;
+        for (; i + 16 <= n; i += 16) {
+            a0 = _mm256_fmadd_ps(ld_bf16(r + i), _mm256_loadu_ps(q + i), a0);
+            a1 = _mm256_fmadd_ps(ld_bf16(r + i + 8), _mm256_loadu_ps(q + i + 8), a1);
+        }
+    }
+    s = hsum(_mm256_add_ps(a0, a1));
+#endif
+    for (; i < n; i++) {
+        float x;
+        if (t == VX_F32)
+            x = ((const float *)row)[i];
+        else if (t == VX_F16)
+            x = vx_f16_to_f32(((const uint16_t *)row)[i]);
+        else
+            x = vx_bf16_to_f32(((const uint16_t *)row)[i]);
+        s += x * q[i];
+    }
+    return s;
+}
+
+/* ---------------------------------------------------------------- bounded heap */
+
+/* Is a a worse hit than b? Smaller |score| is worse; on ties the larger feature is. */
+static inline int worse(const brw_hit *a, const brw_hit *b)
+{
+    float x = fabsf(a->score), y = fabsf(b->score);
+    if (x != y)
+        return x < y;
+    return a->feature > b->feature;
+}
+
+typedef struct heap {
+    brw_hit *h;
+    int n, cap;
+} heap;
+
+static void sift_down(heap *hp, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < hp->n && worse(&hp->h[l], &hp->h[m]))
+            m = l;
+        if (r < hp->n && worse(&hp->h[r], &hp->h[m]))
+            m = r;
+        if (m == i)
+            return;
+        brw_hit t = hp->h[i];
+        hp->h[i] = hp->h[m];
+        hp->h[m] = t;
+        i = m;
+    }
+}
+
+static void heap_push(heap *hp, const brw_hit *x)
+{
+    if (hp->cap == 0)
+        return;
+    if (hp->n < hp->cap) {
+        int i = hp->n++;
+        hp->h[i] = *x;
+        while (i > 0) {
+            int p = (i - 1) / 2;
+            if (!worse(&hp->h[i], &hp->h[p]))
+                break;
+            brw_hit t = hp->h[i];
+            hp->h[i] = hp->h[p];
+            hp->h[p] = t;
+            i = p;
+        }
+        return;
+    }
+    if (!worse(&hp->h[0], x))
+        return;
+    hp->h[0] = *x;
+    sift_down(hp, 0);
+}
+
+static int cmp_better(const void *pa, const void *pb)
+{
+    const brw_hit *a = pa, *b = pb;
+    if (worse(b, a))
+        return -1;
+    if (worse(a, b))
+        return 1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the scan */
+
+typedef struct item {
+    int li;                 /* index into the request's layers */
+    const brw_part *part;
+    int64_t r0, r1;
+} item;
+
+typedef struct scan {
+    const brw_model *m;
+    const int *layers;
+    int n_layers;
+    const float *q;
+    item *items;
+    size_t n_items;
+    size_t next;            /* atomic work counter */
+    int *kk;                /* heap capacity per layer */
+    int threads;
+    heap *heaps;            /* [threads][n_layers] */
+} scan;
+
+typedef struct worker {
+    scan *s;
+    int t;
+} worker;
+
+static void *run_worker(void *arg)
+{
+    worker *w = arg;
+    scan *s = w->s;
+    int hidden = s->m->s.hidden;
+    for (;;) {
+        size_t it = __atomic_fetch_add(&s->next, 1, __ATOMIC_RELAXED);
+        if (it >= s->n_items)
+            break;
+        const item *x = &s->items[it];
+        heap *hp = &s->heaps[(size_t)w->t * (size_t)s->n_layers + (size_t)x->li];
+        const vx_tensor *g = x->part->gate;
+        size_t rb = (size_t)hidden * (g->dtype == VX_F32 ? 4 : 2);
+        int layer = s->layers[x->li];
+        for (int64_t r = x->r0; r < x->r1; r++) {
+            brw_hit h = {layer, x->part->first + r,
+                         brw_dot_row(g->dtype, (const uint8_t *)g->data + (size_t)r * rb, s->q,
+                                     hidden)};
+            heap_push(hp, &h);
+        }
+    }
+    return NULL;
+}
+
+/* The last edit of (layer, feature) in ov, or NULL. */
+static const eng_feature_edit *find_edit(const eng_overlay *ov, int layer, int64_t f)
+{
+    const eng_feature_edit *e = NULL;
+    for (size_t i = 0; ov && i < ov->n_edits; i++)
+        if (ov->edits[i].layer == layer && ov->edits[i].feature == f)
+            e = &ov->edits[i];
+    return e;
+}
+
+/* Score of feature f at a layer from its base gate row. */
+static float base_score(const brw_model *m, int layer, int64_t f, const float *q)
+{
+    const brw_layer *L = &m->s.layer[layer];
+    for (int p = 0; p < L->n_parts; p++) {
+        const brw_part *pt = &L->parts[p];
+        if (f >= pt->first && f < pt->first + pt->rows) {
+            size_t rb = (size_t)m->s.hidden * (pt->gate->dtype == VX_F32 ? 4 : 2);
+            return brw_dot_row(pt->gate->dtype,
+                               (const uint8_t *)pt->gate->data + (size_t)(f - pt->first) * rb,
+                               q, m->s.hidden);
+        }
+    }
+    return 0;
+}
+
+/* Apply the overlay to one layer's base hits (n of them, sorted best first) and write the
+ * top k effective hits to out; returns how many. */
+static int apply_overlay(const brw_model *m, const eng_overlay *ov, int layer, const float *q,
+                         brw_hit *base, int n, int k, brw_hit *out)
+{
+    size_t cap = (size_t)n + (ov ? ov->n_edits : 0) + 1;
+    brw_hit *all = malloc(cap * sizeof *all);
+    if (!all)
+        return 0;
+    int na = 0;
+    for (int i = 0; i < n; i++)
+        if (!find_edit(ov, layer, base[i].feature))
+            all[na++] = base[i];
+    for (size_t i = 0; ov && i < ov->n_edits; i++) {
+        const eng_feature_edit *e = &ov->edits[i];
+        if (e->layer != layer || find_edit(ov, layer, e->feature) != e || e->tombstone)
+            continue;
+        if (e->feature < 0 || e->feature >= m->s.layer[layer].features)
+            continue;
+        float sc = e->gate ? brw_dot_row(VX_F32, e->gate, q, m->s.hidden)
+                           : base_score(m, layer, e->feature, q);
+        all[na++] = (brw_hit){layer, e->feature, sc};
+    }
+    qsort(all, (size_t)na, sizeof *all, cmp_better);
+    if (na > k)
+        na = k;
+    memcpy(out, all, (size_t)na * sizeof *out);
+    free(all);
+    return na;
+}
+
+static int edits_in_layer(const eng_overlay *ov, int layer)
+{
+    int n = 0;
+    for (size_t i = 0; ov && i < ov->n_edits; i++)
+        n += ov->edits[i].layer == layer;
+    return n;
+}
+
+int brw_gate_knn(const brw_model *m, const int *layers, int n_layers, const float *q, int k,
+                 const brw_overlay *ov, brw_hit *hits, int *counts, vx_err *err)
+{
+    if (k <= 0)
+        return vx_errf(err, VX_EARG, "gate knn: k must be positive (got %d)", k);
+    const eng_overlay *eo = ov ? ov->eng : NULL;
+    scan s = {.m = m, .layers = layers, .n_layers = n_layers, .q = q};
+    s.kk = calloc((size_t)n_layers + 1, sizeof *s.kk);
+    size_t n_items = 0;
+    for (int i = 0; i < n_layers; i++) {
+        if (layers[i] < 0 || layers[i] >= m->s.layers) {
+            free(s.kk);
+            return vx_errf(err, VX_EARG, "layer %d is out of range (the model has %d layers: "
+                           "0-%d)", layers[i], m->s.layers, m->s.layers - 1);
+        }
+        const brw_layer *L = &m->s.layer[layers[i]];
+        for (int p = 0; p < L->n_parts; p++)
+            n_items += (size_t)((L->parts[p].rows + CHUNK_ROWS - 1) / CHUNK_ROWS);
+    }
+    s.threads = eng_threads();
+    if (s.threads < 1)
+        s.threads = 1;
+    if ((size_t)s.threads > n_items)
+        s.threads = n_items ? (int)n_items : 1;
+    s.items = malloc((n_items + 1) * sizeof *s.items);
+    s.heaps = calloc((size_t)s.threads * (size_t)n_layers + 1, sizeof *s.heaps);
+    int rc = -1;
+    if (!s.kk || !s.items || !s.heaps) {
+        vx_errf(err, VX_ENOMEM, "gate knn: out of memory");
+        goto done;
+    }
+    n_items = 0;
+    for (int i = 0; i < n_layers; i++) {
+        const brw_layer *L = &m->s.layer[layers[i]];
+        int64_t want = (int64_t)k + edits_in_layer(eo, layers[i]);
+        s.kk[i] = (int)(want < L->features ? want : L->features);
+        for (int p = 0; p < L->n_parts; p++)
+            for (int64_t r = 0; r < L->parts[p].rows; r += CHUNK_ROWS) {
+                int64_t r1 = r + CHUNK_ROWS < L->parts[p].rows ? r + CHUNK_ROWS
+                                                               : L->parts[p].rows;
+                s.items[n_items++] = (item){i, &L->parts[p], r, r1};
+            }
+        for (int t = 0; t < s.threads; t++) {
+            heap *hp = &s.heaps[(size_t)t * (size_t)n_layers + (size_t)i];
+            hp->cap = s.kk[i];
+            hp->h = malloc(((size_t)hp->cap + 1) * sizeof *hp->h);
+            if (!hp->h) {
+                vx_errf(err, VX_ENOMEM, "gate knn: out of memory");
+                goto done;
+            }
+        }
+    }
+    s.n_items = n_items;
+
+    pthread_t tid[64];
+    worker w[64];
+    int nt = s.threads < 64 ? s.threads : 64, started = 1;
+    for (int t = 0; t < nt; t++)
+        w[t] = (worker){&s, t};
+    for (int t = 1; t < nt; t++) {
+        if (pthread_create(&tid[t], NULL, run_worker, &w[t]) != 0)
+            break;
+        started++;
+    }
+    run_worker(&w[0]);
+    for (int t = 1; t < started; t++)
+        pthread_join(tid[t], NULL);
+
+    for (int i = 0; i < n_layers; i++) {
+        int cap = s.kk[i], n = 0;
+        brw_hit *merged = malloc(((size_t)cap * (size_t)nt + 1) * sizeof *merged);
+        if (!merged) {
+            vx_errf(err, VX_ENOMEM, "gate knn: out of memory");
+            goto done;
+        }
+        for (int t = 0; t < nt; t++) {
+            heap *hp = &s.heaps[(size_t)t * (size_t)n_layers + (size_t)i];
+            memcpy(merged + n, hp->h, (size_t)hp->n * sizeof *merged);
+            n += hp->n;
+        }
+        qsort(merged, (size_t)n, sizeof *merged, cmp_better);
+        if (n > cap)
+            n = cap;
+        brw_hit *dst = hits + (size_t)i * (size_t)k;
+        if (eo && edits_in_layer(eo, layers[i]))
+            counts[i] = apply_overlay(m, eo, layers[i], q, merged, n, k, dst);
+        else {
+            counts[i] = n < k ? n : k;
+            memcpy(dst, merged, (size_t)counts[i] * sizeof *dst);
+        }
+        free(merged);
+    }
+    rc = 0;
+done:
+    if (s.heaps)
+        for (size_t i = 0; i < (size_t)s.threads * (size_t)n_layers; i++)
+            free(s.heaps[i].h);
+    free(s.heaps);
+    free(s.items);
+    free(s.kk);
+    return rc;
+}

@@ -1,0 +1,253 @@
+/*
+ * model.c — the browse model: a container opened for browsing (FFN shape, tokenizer
+ * snapshot, down-meta, bands, optional labels), plus the query vectors WALK, DESCRIBE and
+ * SELECT scan with, and the effective (overlay-aware) metadata of a feature.
+ */
+#include "brw_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bands from index.browse.layer_bands when recorded and valid; else from depth. */
+static void read_bands(brw_model *m)
+{
+    brw_bands_for_depth(m->s.layers, -1, -1, m->band);
+    const cJSON *br = cJSON_GetObjectItemCaseSensitive(vx_index_json(m->c), "browse");
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(br, "layer_bands");
+    if (!cJSON_IsObject(lb))
+        return;
+    int band[3][2];
+    for (int b = 0; b < 3; b++) {
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(lb, brw_band_name(b));
+        band[b][0] = band[b][1] = -1;
+        if (cJSON_IsNull(r) || !r)
+            continue;
+        if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) != 2)
+            return;
+        const cJSON *a = cJSON_GetArrayItem(r, 0), *z = cJSON_GetArrayItem(r, 1);
+        if (!cJSON_IsNumber(a) || !cJSON_IsNumber(z) || a->valuedouble < -1 ||
+            z->valuedouble < a->valuedouble || z->valuedouble >= m->s.layers)
+            return;
+        band[b][0] = (int)a->valuedouble;
+        band[b][1] = (int)z->valuedouble;
+    }
+    memcpy(m->band, band, sizeof band);
+}
+
+static cJSON *read_json_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    cJSON *j = NULL;
+    if (n > 0 && n < (1L << 30)) {
+        char *buf = malloc((size_t)n + 1);
+        if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+            buf[n] = 0;
+            j = cJSON_Parse(buf);
+        }
+        free(buf);
+    }
+    fclose(f);
+    return j;
+}
+
+int brw_open(vx_container *c, brw_model **out, vx_err *err)
+{
+    *out = NULL;
+    brw_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return vx_errf(err, VX_ENOMEM, "browse: out of memory");
+    m->c = c;
+    if (brw_shape_read(c, &m->s, err) != 0)
+        goto fail;
+    if (eng_tok_load_dir(vx_dir(c), &m->tok, err) != 0)
+        goto fail;
+    m->text = calloc((size_t)m->s.vocab + 1, sizeof *m->text);
+    if (!m->text) {
+        vx_errf(err, VX_ENOMEM, "browse: out of memory");
+        goto fail;
+    }
+    for (int32_t id = 0; id < m->s.vocab; id++) {
+        vx_err e2;
+        if (eng_tok_decode(m->tok, &id, 1, 0, &m->text[id], &e2) != 0)
+            m->text[id] = NULL;
+    }
+    read_bands(m);
+    char path[4096];
+    const cJSON *br = cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "browse");
+    const cJSON *dm = cJSON_GetObjectItemCaseSensitive(br, "down_meta");
+    if (cJSON_IsString(dm)) {
+        if (vx_resolve(c, dm->valuestring, path, sizeof path, err) != 0 ||
+            brw_dmet_load(path, &m->dmet, err) != 0)
+            goto fail;
+        if (brw_dmet_layers(m->dmet) != m->s.layers) {
+            vx_errf(err, VX_EFORMAT, "browse: down_meta has %d layers, the model %d",
+                    brw_dmet_layers(m->dmet), m->s.layers);
+            goto fail;
+        }
+    }
+    vx_err e3;
+    if (vx_resolve(c, "feature_labels.json", path, sizeof path, &e3) == 0)
+        m->labels = read_json_file(path);
+    *out = m;
+    return 0;
+fail:
+    brw_close(m);
+    return -1;
+}
+
+void brw_close(brw_model *m)
+{
+    if (!m)
+        return;
+    if (m->text)
+        for (int i = 0; i < m->s.vocab; i++)
+            free(m->text[i]);
+    free(m->text);
+    brw_dmet_free(m->dmet);
+    eng_tok_free(m->tok);
+    cJSON_Delete(m->labels);
+    brw_shape_free(&m->s);
+    free(m);
+}
+
+int brw_layers(const brw_model *m) { return m->s.layers; }
+int brw_hidden(const brw_model *m) { return m->s.hidden; }
+const eng_tokenizer *brw_tokenizer(const brw_model *m) { return m->tok; }
+const brw_dmet *brw_down_meta(const brw_model *m) { return m->dmet; }
+
+int64_t brw_features(const brw_model *m, int layer)
+{
+    return layer >= 0 && layer < m->s.layers ? m->s.layer[layer].features : 0;
+}
+
+uint64_t brw_gate_bytes(const brw_model *m, int layer)
+{
+    return layer >= 0 && layer < m->s.layers ? m->s.layer[layer].gate_bytes : 0;
+}
+
+void brw_bands(const brw_model *m, int band[3][2])
+{
+    memcpy(band, m->band, sizeof m->band);
+}
+
+int brw_band_of(const brw_model *m, int layer)
+{
+    for (int b = 0; b < 3; b++)
+        if (m->band[b][0] >= 0 && layer >= m->band[b][0] && layer <= m->band[b][1])
+            return b;
+    return -1;
+}
+
+const char *brw_token_text(const brw_model *m, int32_t id)
+{
+    if (id < 0 || id >= m->s.vocab || !m->text[id])
+        return "";
+    return m->text[id];
+}
+
+const char *brw_label(const brw_model *m, int layer, int64_t feature)
+{
+    if (!m->labels)
+        return NULL;
+    char k1[64], k2[64];
+    snprintf(k1, sizeof k1, "L%d_F%lld", layer, (long long)feature);
+    snprintf(k2, sizeof k2, "%d:%lld", layer, (long long)feature);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->labels, k1);
+    if (!cJSON_IsString(v))
+        v = cJSON_GetObjectItemCaseSensitive(m->labels, k2);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+int brw_walk_query(const brw_model *m, const char *prompt, float *q, int32_t *tok,
+                   vx_err *err)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (eng_tok_encode(m->tok, prompt, strlen(prompt), 1, &ids, &n, err) != 0)
+        return -1;
+    if (n == 0) {
+        free(ids);
+        return vx_errf(err, VX_EARG, "the prompt \"%s\" has no tokens", prompt);
+    }
+    *tok = ids[n - 1];
+    free(ids);
+    if (brw_embed_row(&m->s, *tok, q, err) != 0)
+        return -1;
+    for (int i = 0; i < m->s.hidden; i++)
+        q[i] *= m->s.embed_scale;
+    return 0;
+}
+
+int brw_entity_query(const brw_model *m, const char *entity, float *q, vx_err *err)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (eng_tok_encode(m->tok, entity, strlen(entity), 0, &ids, &n, err) != 0)
+        return -1;
+    size_t used = 0;
+    float *row = malloc((size_t)m->s.hidden * sizeof *row);
+    if (!row) {
+        free(ids);
+        return vx_errf(err, VX_ENOMEM, "browse: out of memory");
+    }
+    memset(q, 0, (size_t)m->s.hidden * sizeof *q);
+    for (size_t i = 0; i < n; i++) {
+        if (eng_tok_is_special(m->tok, ids[i]))
+            continue;
+        if (brw_embed_row(&m->s, ids[i], row, err) != 0) {
+            free(row);
+            free(ids);
+            return -1;
+        }
+        for (int j = 0; j < m->s.hidden; j++)
+            q[j] += row[j];
+        used++;
+    }
+    free(row);
+    free(ids);
+    if (used == 0)
+        return vx_errf(err, VX_EARG, "entity \"%s\" has no tokens", entity);
+    float s = m->s.embed_scale / (float)used;
+    for (int j = 0; j < m->s.hidden; j++)
+        q[j] *= s;
+    return 0;
+}
+
+int brw_feature_meta(const brw_model *m, const brw_overlay *ov, int layer, int64_t feature,
+                     brw_meta *out)
+{
+    memset(out, 0, sizeof *out);
+    if (m->dmet)
+        brw_dmet_get(m->dmet, layer, feature, out);
+    if (ov)
+        for (size_t i = 0; i < ov->n_meta; i++) {
+            const brw_meta_edit *e = &ov->meta[i];
+            if (e->layer != layer || e->feature != feature)
+                continue;
+            if (e->top_id >= 0) {
+                if (!out->present || out->top_id != e->top_id) {
+                    out->k = 0;   /* the base alternatives no longer describe the target */
+                }
+                out->top_id = e->top_id;
+                out->present = 1;
+            }
+            if (e->has_score) {
+                out->c_score = e->c_score;
+                out->present = 1;
+            }
+        }
+    if (ov && ov->eng)
+        for (size_t i = 0; i < ov->eng->n_edits; i++)
+            if (ov->eng->edits[i].layer == layer && ov->eng->edits[i].feature == feature &&
+                ov->eng->edits[i].tombstone) {
+                memset(out, 0, sizeof *out);
+                break;
+            }
+    return out->present ? 0 : -1;
+}

@@ -1,0 +1,162 @@
+/*
+ * shape.c — the container's FFN as browse sees it: for every layer the gate rows (the
+ * rows that decide whether a feature fires) and the down columns (what it writes), read
+ * from the decoder component's execution surface and bound to borrowed tensor views.
+ * Nothing is hard-coded per family: gated vs plain and dense vs MoE come from the graph.
+ */
+#include "brw_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STACK "target.decoder_stack"
+
+static int get_int(const cJSON *o, const char *key, int *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e9)
+        return -1;
+    *out = (int)v->valuedouble;
+    return 0;
+}
+
+/* Check a matrix operand: 2-D, dtype readable by browse, shape {rows, cols}. */
+static int check_mat(const vx_tensor *t, const char *name, int64_t rows, int64_t cols,
+                     vx_err *err)
+{
+    if (!t)
+        return vx_errf(err, VX_EMISSING, "browse: operand \"%s\" is missing", name);
+    if (t->dtype != VX_F32 && t->dtype != VX_F16 && t->dtype != VX_BF16)
+        return vx_errf(err, VX_EUNSUPPORTED, "browse: operand \"%s\" is stored as %s; browse "
+                       "reads f32, f16 and bf16", name, vx_dtype_name(t->dtype));
+    if (t->ndim != 2 || (rows >= 0 && t->shape[0] != rows) || t->shape[1] != cols)
+        return vx_errf(err, VX_EFORMAT, "browse: operand \"%s\" has shape [%lld, %lld], want "
+                       "[%lld, %lld]", name, (long long)t->shape[0],
+                       (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)rows,
+                       (long long)cols);
+    return 0;
+}
+
+static int bind_part(const vx_container *c, brw_part *p, const char *prefix, int gated,
+                     int hidden, int64_t rows, vx_err *err)
+{
+    char gname[256], dname[256];
+    snprintf(gname, sizeof gname, "%s.%s", prefix, gated ? "gate_proj" : "up_proj");
+    snprintf(dname, sizeof dname, "%s.down_proj", prefix);
+    p->gate = vx_find(c, STACK, gname);
+    if (check_mat(p->gate, gname, rows, hidden, err) != 0)
+        return -1;
+    p->rows = p->gate->shape[0];
+    p->down = vx_find(c, STACK, dname);
+    return check_mat(p->down, dname, hidden, p->rows, err);
+}
+
+int brw_shape_read(const vx_container *c, brw_shape *s, vx_err *err)
+{
+    memset(s, 0, sizeof *s);
+    const cJSON *comp = vx_component(c);
+    if (!comp)
+        return vx_errf(err, VX_EMISSING, "browse: the container has no decoder component");
+    const cJSON *ex = cJSON_GetObjectItemCaseSensitive(comp, "execution");
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(comp, "layers");
+    if (get_int(comp, "num_layers", &s->layers) || get_int(comp, "hidden_size", &s->hidden) ||
+        get_int(comp, "vocab_size", &s->vocab) || !cJSON_IsObject(ex) || !cJSON_IsArray(ls))
+        return vx_errf(err, VX_EFORMAT, "browse: the decoder component lacks num_layers, "
+                       "hidden_size, vocab_size, execution or layers");
+    if (cJSON_GetArraySize(ls) != s->layers)
+        return vx_errf(err, VX_EFORMAT, "browse: component lists %d layers but num_layers is %d",
+                       cJSON_GetArraySize(ls), s->layers);
+    const cJSON *emb = cJSON_GetObjectItemCaseSensitive(ex, "embedding");
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(emb, "scale");
+    s->embed_scale = cJSON_IsNumber(sc) ? (float)sc->valuedouble : 1.0f;
+    const cJSON *ffn = cJSON_GetObjectItemCaseSensitive(ex, "ffn");
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(ffn, "kind");
+    if (!cJSON_IsString(kind))
+        return vx_errf(err, VX_EFORMAT, "browse: execution.ffn.kind is missing");
+    s->gated = strcmp(kind->valuestring, "gated") == 0;
+    if (!s->gated && strcmp(kind->valuestring, "plain") != 0)
+        return vx_errf(err, VX_EUNSUPPORTED, "browse: ffn kind \"%s\" is not gated or plain",
+                       kind->valuestring);
+    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(ex, "moe");
+    int experts = 0;
+    if (cJSON_IsObject(moe) && get_int(moe, "experts", &experts))
+        return vx_errf(err, VX_EFORMAT, "browse: execution.moe.experts is missing");
+
+    s->embed = vx_find(c, "target.embedding", "weight");
+    if (check_mat(s->embed, "weight", s->vocab, s->hidden, err) != 0)
+        return -1;
+    s->layer = calloc((size_t)s->layers + 1, sizeof *s->layer);
+    if (!s->layer)
+        return vx_errf(err, VX_ENOMEM, "browse: out of memory");
+    for (int i = 0; i < s->layers; i++) {
+        brw_layer *L = &s->layer[i];
+        const cJSON *lj = cJSON_GetArrayItem(ls, i);
+        const cJSON *lf = cJSON_GetObjectItemCaseSensitive(lj, "ffn");
+        int is_moe = cJSON_IsString(lf) && strcmp(lf->valuestring, "moe") == 0;
+        if (is_moe && experts <= 0) {
+            brw_shape_free(s);
+            return vx_errf(err, VX_EFORMAT, "browse: layer %d is moe but execution.moe is null",
+                           i);
+        }
+        L->n_parts = is_moe ? experts : 1;
+        L->parts = calloc((size_t)L->n_parts, sizeof *L->parts);
+        if (!L->parts) {
+            brw_shape_free(s);
+            return vx_errf(err, VX_ENOMEM, "browse: out of memory");
+        }
+        for (int e = 0; e < L->n_parts; e++) {
+            char prefix[128];
+            if (is_moe)
+                snprintf(prefix, sizeof prefix, "layers.%d.ffn.experts.%d", i, e);
+            else
+                snprintf(prefix, sizeof prefix, "layers.%d.ffn", i);
+            int64_t want = e > 0 ? L->parts[0].rows : -1;
+            if (bind_part(c, &L->parts[e], prefix, is_moe ? 1 : s->gated, s->hidden, want,
+                          err) != 0) {
+                brw_shape_free(s);
+                return -1;
+            }
+            L->parts[e].first = L->features;
+            L->features += L->parts[e].rows;
+            L->gate_bytes += L->parts[e].gate->nbytes;
+        }
+    }
+    return 0;
+}
+
+void brw_shape_free(brw_shape *s)
+{
+    if (s->layer)
+        for (int i = 0; i < s->layers; i++)
+            free(s->layer[i].parts);
+    free(s->layer);
+    s->layer = NULL;
+}
+
+int brw_embed_row(const brw_shape *s, int32_t id, float *out, vx_err *err)
+{
+    if (id < 0 || id >= s->vocab)
+        return vx_errf(err, VX_EARG, "browse: token id %d is outside the vocabulary (%d)", id,
+                       s->vocab);
+    size_t esz = s->embed->dtype == VX_F32 ? 4 : 2;
+    const uint8_t *row = (const uint8_t *)s->embed->data + (size_t)id * (size_t)s->hidden * esz;
+    vx_row_to_f32(s->embed->dtype, row, out, (size_t)s->hidden);
+    return 0;
+}
+
+void brw_trim(const char *s, char *buf, size_t n)
+{
+    if (!n)
+        return;
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+        s++;
+    size_t len = strlen(s);
+    while (len && (s[len - 1] == ' ' || s[len - 1] == '\t' || s[len - 1] == '\n' ||
+                   s[len - 1] == '\r'))
+        len--;
+    if (len >= n)
+        len = n - 1;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+}
