@@ -1,0 +1,196 @@
+/*
+ * engine_int.h — the executor's private types: the op plan a container's system graph
+ * binds to, the weight views the kernels read in place, the thread pool, and the pure
+ * kernels (norm, rope, attention, ffn, moe, mla) with their shape contracts.
+ *
+ * Shapes: activations are row-major [n, width] f32 (one row per position of the chunk).
+ * A weight view eng_w is a borrowed [rows=out, cols=in] matrix in its stored dtype; the
+ * only matrix product is eng_matmul (y = x · Wᵀ).
+ */
+#ifndef LQL_ENGINE_INT_H
+#define LQL_ENGINE_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "engine.h"
+
+/* ---------------------------------------------------------------- weights */
+
+/* A borrowed matrix. trans == 0: rows = out features, each row `cols` elements in `dt`,
+ * row r at data + r * row_bytes. trans == 1 (f32 only): the matrix is stored [cols, rows]
+ * (in-major), element (r, c) at data[c * rows + r]; used for small computed factors. */
+typedef struct eng_w {
+    vx_dtype dt;
+    const void *data;
+    int rows, cols;
+    size_t row_bytes;
+    int trans;
+} eng_w;
+
+/* y[n, w->rows] = x[n, w->cols] · Wᵀ, every row of y overwritten. Dispatches on the
+ * dtype: small n streams weight rows once through a vector kernel (the decode GEMV); large
+ * n converts row tiles to f32 and calls sgemm. Never fails for a bound view. */
+void eng_matmul(const eng_w *w, const float *x, int n, float *y);
+/* y[t, i] += b[i] for t < n, i < w; nothing when b is NULL. */
+void eng_add_bias(float *y, const float *b, int n, int w);
+/* Dot product of weight row r with x (cols elements), f32 result. */
+float eng_w_dot_row(const eng_w *w, int r, const float *x);
+/* Element (r, c) of a view as f32. */
+float eng_w_at(const eng_w *w, int r, int c);
+/* Can eng_matmul execute this dtype? */
+int eng_dtype_executable(vx_dtype t);
+/* Make a view of a stored 2-D tensor. */
+void eng_w_of(eng_w *w, const vx_tensor *t);
+
+/* ---------------------------------------------------------------- threads */
+
+/* Run fn(ctx, i, n) for i in 0..n-1 where n = eng_threads() (clamped to the pool), the
+ * caller running part 0. Blocks until all parts are done. Calls are serialised. */
+void eng_parallel(void (*fn)(void *ctx, int i, int n), void *ctx);
+/* [lo, hi) of part i of n over count items, split in multiples of `align`. */
+void eng_split(int count, int i, int n, int align, int *lo, int *hi);
+
+/* ---------------------------------------------------------------- plan */
+
+enum { NORM_RMS = 0, NORM_LAYER = 1 };
+enum { ACT_SILU = 0, ACT_GELU_TANH = 1, ACT_GELU = 2 };
+enum { ROPE_NONE = 0, ROPE_HALF = 1, ROPE_INTERLEAVED = 2 };
+enum { SCORE_SOFTMAX = 0, SCORE_SIGMOID = 1 };
+
+/* A norm bound to its (offset-added) f32 weight and optional bias, each [width]. */
+typedef struct eng_norm {
+    int kind, width;
+    float eps;
+    float *w, *b;   /* owned; b NULL when there is no bias */
+} eng_norm;
+
+/* A gated or plain MLP block: gate (NULL view data when plain), up, down, biases. */
+typedef struct eng_mlp {
+    int inter;
+    eng_w gate, up, down;   /* gate.data NULL for a plain MLP */
+    float *up_b, *down_b;   /* owned or NULL */
+} eng_mlp;
+
+typedef struct eng_layer {
+    int mla;                 /* 0: softmax_attention, 1: mla */
+    int window;              /* 0: full causal */
+    int moe;                 /* 0: dense FFN, 1: moe */
+    eng_norm attn_norm, ffn_norm, post_attn, post_ffn;  /* post_* width 0 when absent */
+    /* softmax attention */
+    eng_w q, k, v, o;
+    float *qb, *kb, *vb, *ob;   /* owned or NULL */
+    /* mla */
+    eng_w q_a, q_b, kv_a, kv_b; /* q_a.data NULL: q holds the direct q_proj */
+    eng_norm q_a_norm, kv_a_norm;
+    /* ffn */
+    eng_mlp mlp;                /* dense */
+    eng_w router;
+    float *score_bias;          /* owned or NULL, [experts] */
+    eng_mlp *experts;           /* owned array [experts] (views borrowed) */
+    eng_mlp shared;             /* inter 0 when absent */
+    eng_w shared_gate;          /* data NULL when ungated */
+} eng_layer;
+
+typedef struct eng_rope {
+    int style, rotary_dim;
+    double *inv_freq;           /* owned, [rotary_dim / 2] */
+} eng_rope;
+
+struct eng_model {
+    vx_container *c;
+    eng_tokenizer *tok;         /* owned, NULL when the container has no tokenizer.json */
+    int n_layers, hidden, vocab, ctx;
+    /* embedding */
+    eng_w embed;
+    float embed_scale;
+    eng_w positions;            /* data NULL when absent */
+    /* attention */
+    int heads, kv_heads, head_dim, v_head_dim;
+    float attn_scale, attn_softcap;   /* softcap 0: off */
+    eng_rope rope;
+    /* mla geometry (mla_on 0 when unused) */
+    int mla_on, q_lora, kv_lora, qk_nope, qk_rope;
+    /* ffn */
+    int ffn_gated, act, ffn_bias, inter;
+    int moe_on, experts, top_k, expert_inter, scoring, n_group, topk_group, normalise;
+    int has_score_bias, shared_inter, shared_gated;
+    float routed_scaling;
+    /* output */
+    eng_norm final_norm;        /* width 0 when there is no final norm */
+    eng_w lm_head;
+    float final_softcap;        /* 0: off */
+    int32_t eos[8];
+    int n_eos;
+    eng_layer *layers;          /* owned, [n_layers] */
+    const eng_overlay *overlay; /* borrowed, may be NULL */
+};
+
+/* Bind helpers (plan.c): build the plan from the graph; on failure the partially
+ * filled model is released by the caller with eng_model_free. */
+int eng_plan_build(eng_model *m, vx_err *err);
+void eng_plan_free(eng_model *m);
+
+/* ---------------------------------------------------------------- kernels */
+
+/* out[n, width] = norm(x[n, width]) (out may equal x). */
+void eng_norm_apply(const eng_norm *nm, const float *x, float *out, int n);
+/* Rotate the first rotary_dim features of each head of x[n, heads * stride] at
+ * positions pos0.., in place. `off` is where the rotated part starts within a head. */
+void eng_rope_apply(const eng_rope *r, float *x, int n, int pos0, int heads, int stride,
+                    int off);
+/* Activation f applied to x (in place) over n elements. */
+void eng_act(int act, float *x, size_t n);
+float eng_softcap(float x, float cap);
+
+/* ---------------------------------------------------------------- session */
+
+/* Per-layer KV cache: k [max_ctx, kv_heads * kdim], v [max_ctx, kv_heads * vdim]. */
+typedef struct eng_kv {
+    float *k, *v;
+    int kdim, vdim, kv_heads;
+} eng_kv;
+
+struct eng_session {
+    const eng_model *m;
+    int max_ctx, pos;
+    eng_kv *kv;                 /* [n_layers] */
+    /* routing of the last position of the last forward, per layer: expert ids and the
+     * weights applied (selection order), for parity and EXPLAIN */
+    int *route_ids;             /* [n_layers * top_k], -1 for dense layers */
+    float *route_w;             /* [n_layers * top_k] */
+};
+
+/* Attention over the cache for n queries at pos0 (keys 0..pos0+n-1 are in kv already).
+ * q [n, heads * kdim] (roped), out [n, heads * vdim]. */
+void eng_attend(const eng_model *m, const eng_layer *L, int layer, const eng_kv *kv,
+                const float *q, int n, int pos0, float *out, const eng_observer *obs);
+
+/* FFN of one layer: h [n, hidden] → out [n, hidden] (before post-norm). The session is
+ * used for the routing record; obs may be NULL. */
+int eng_ffn_dense(const eng_model *m, int layer, const float *h, int n, int pos0,
+                  float *out, const eng_observer *obs, vx_err *err);
+int eng_ffn_moe(eng_session *s, int layer, const float *h, int n, int pos0, float *out,
+                const eng_observer *obs, vx_err *err);
+/* Apply an MLP block with the overlay edits whose features fall in [f0, f0 + inter)
+ * of the layer's feature numbering; `act` receives [n, inter] activations (after edits,
+ * scaled by rowscale[t] when rowscale is not NULL), `out` [n, hidden]. */
+int eng_mlp_run(const eng_model *m, int layer, const eng_mlp *b, int f0, const float *h,
+                int n, const float *rowscale, float *act, float *out, vx_err *err);
+
+/* out[n, hidden] += U·(Vᵀ·act) for the overlay's low-rank deltas of `layer`;
+ * act is [n, features]. */
+int eng_lowrank_apply(const eng_model *m, int layer, const float *act, int n, int features,
+                      float *out, vx_err *err);
+
+/* Attention layers: h [n, hidden] → out [n, hidden] (after o_proj, before post-norm).
+ * Fill the session's KV cache for positions pos0..pos0+n-1. */
+int eng_attn_layer(eng_session *s, int layer, const float *h, int n, int pos0, float *out,
+                   const eng_observer *obs, vx_err *err);
+int eng_mla_layer(eng_session *s, int layer, const float *h, int n, int pos0, float *out,
+                  const eng_observer *obs, vx_err *err);
+
+/* The routing record of the last forward's last position (tests, EXPLAIN): the top_k
+ * expert ids and weights at `layer`; returns the count (0 for dense layers). */
+int eng_session_routing(const eng_session *s, int layer, int *ids, float *w);
+
+#endif

@@ -1,0 +1,106 @@
+/*
+ * ffn.c — the feed-forward branch: gated (act(gate)·up) or plain (act(up + b)) MLPs, and
+ * the overlay on top of them.
+ *
+ * Overlay contract (engine.h): for the features of a layer, edits may replace gate/up
+ * rows (the activation is recomputed from the replacement rows), replace a down column
+ * (adds (down'_f − down_f)·act_f) or tombstone the feature (act_f = 0, so it contributes
+ * nothing anywhere). A low-rank pair adds U·(Vᵀ·act) over the layer's features. For MoE
+ * layers features are expert-major (e · expert_intermediate + f) and act_f already carries
+ * the routing weight, so the same formulas hold per layer.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "engine_int.h"
+
+int eng_mlp_run(const eng_model *m, int layer, const eng_mlp *b, int f0, const float *h,
+                int n, const float *rowscale, float *act, float *out, vx_err *err)
+{
+    const int H = m->hidden, I = b->inter;
+    const eng_overlay *ov = f0 >= 0 ? m->overlay : NULL;
+    float *g = NULL;
+    if (b->gate.data) {
+        g = malloc((size_t)n * I * sizeof *g);
+        if (!g) return vx_errf(err, VX_ENOMEM, "layer %d: out of memory for the ffn", layer);
+        eng_matmul(&b->gate, h, n, g);
+    }
+    eng_matmul(&b->up, h, n, act);
+    eng_add_bias(act, b->up_b, n, I);
+    for (size_t e = 0; ov && e < ov->n_edits; e++) {
+        const eng_feature_edit *ed = &ov->edits[e];
+        int f = ed->feature - f0;
+        if (ed->layer != layer || f < 0 || f >= I) continue;
+        for (int t = 0; t < n; t++) {
+            const float *ht = h + (size_t)t * H;
+            eng_w row = {VX_F32, NULL, 1, H, (size_t)H * sizeof(float), 0};
+            if (ed->gate && g) { row.data = ed->gate; g[(size_t)t * I + f] = eng_w_dot_row(&row, 0, ht); }
+            if (ed->up) {
+                row.data = ed->up;
+                act[(size_t)t * I + f] = eng_w_dot_row(&row, 0, ht) + (b->up_b ? b->up_b[f] : 0);
+            }
+        }
+    }
+    if (g) {
+        eng_act(m->act, g, (size_t)n * I);
+        for (size_t i = 0; i < (size_t)n * I; i++) act[i] *= g[i];
+        free(g);
+    } else {
+        eng_act(m->act, act, (size_t)n * I);
+    }
+    if (rowscale)
+        for (int t = 0; t < n; t++)
+            for (int i = 0; i < I; i++) act[(size_t)t * I + i] *= rowscale[t];
+    for (size_t e = 0; ov && e < ov->n_edits; e++) {
+        const eng_feature_edit *ed = &ov->edits[e];
+        int f = ed->feature - f0;
+        if (ed->layer == layer && f >= 0 && f < I && ed->tombstone)
+            for (int t = 0; t < n; t++) act[(size_t)t * I + f] = 0;
+    }
+    eng_matmul(&b->down, act, n, out);
+    eng_add_bias(out, b->down_b, n, H);
+    for (size_t e = 0; ov && e < ov->n_edits; e++) {
+        const eng_feature_edit *ed = &ov->edits[e];
+        int f = ed->feature - f0;
+        if (ed->layer != layer || f < 0 || f >= I || !ed->down || ed->tombstone) continue;
+        for (int r = 0; r < H; r++) {
+            float d = ed->down[r] - eng_w_at(&b->down, r, f);
+            for (int t = 0; t < n; t++) out[(size_t)t * H + r] += d * act[(size_t)t * I + f];
+        }
+    }
+    return 0;
+}
+
+/* out += U·(Vᵀ·act) for every low-rank delta of the layer. */
+int eng_lowrank_apply(const eng_model *m, int layer, const float *act, int n, int features,
+                      float *out, vx_err *err)
+{
+    const eng_overlay *ov = m->overlay;
+    const int H = m->hidden;
+    for (size_t i = 0; ov && i < ov->n_lowrank; i++) {
+        const eng_lowrank *lr = &ov->lowrank[i];
+        if (lr->layer != layer || lr->rank <= 0) continue;
+        float *t = malloc((size_t)n * ((size_t)lr->rank + H) * sizeof *t);
+        if (!t) return vx_errf(err, VX_ENOMEM, "layer %d: out of memory for a low-rank delta", layer);
+        float *d = t + (size_t)n * lr->rank;
+        eng_w v = {VX_F32, lr->v, lr->rank, features, 0, 1};
+        eng_w u = {VX_F32, lr->u, H, lr->rank, (size_t)lr->rank * sizeof(float), 0};
+        eng_matmul(&v, act, n, t);
+        eng_matmul(&u, t, n, d);
+        for (size_t k = 0; k < (size_t)n * H; k++) out[k] += d[k];
+        free(t);
+    }
+    return 0;
+}
+
+int eng_ffn_dense(const eng_model *m, int layer, const float *h, int n, int pos0,
+                  float *out, const eng_observer *obs, vx_err *err)
+{
+    const eng_layer *L = &m->layers[layer];
+    float *act = malloc((size_t)n * L->mlp.inter * sizeof *act);
+    if (!act) return vx_errf(err, VX_ENOMEM, "layer %d: out of memory for the ffn", layer);
+    int rc = eng_mlp_run(m, layer, &L->mlp, 0, h, n, NULL, act, out, err);
+    if (!rc) rc = eng_lowrank_apply(m, layer, act, n, L->mlp.inter, out, err);
+    if (!rc && obs && obs->on_ffn) obs->on_ffn(obs->ctx, layer, pos0, n, h, act, L->mlp.inter);
+    free(act);
+    return rc;
+}

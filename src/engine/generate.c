@@ -1,0 +1,39 @@
+/*
+ * generate.c — eng_generate: prefill the prompt as one batch, then decode one token at a
+ * time, sampling with eng_sample and stopping after an eos id (which is kept).
+ */
+#include <stdlib.h>
+#include "engine_int.h"
+
+/* splitmix64 of the seed, so nearby seeds start far-apart streams. */
+static uint64_t seed_state(uint64_t seed)
+{
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return z ? z : 1;
+}
+
+int eng_generate(eng_session *s, const int32_t *prompt, int n_prompt, int max_new,
+                 const eng_sampler *sp, int32_t *out, int *n_out, vx_err *err)
+{
+    const eng_model *m = s->m;
+    *n_out = 0;
+    if (max_new <= 0) return 0;
+    float *logits = malloc((size_t)m->vocab * sizeof *logits);
+    if (!logits) return vx_errf(err, VX_ENOMEM, "out of memory for logits");
+    uint64_t rng = seed_state(sp ? sp->seed : 0);
+    int rc = n_prompt > 0 ? eng_forward(s, prompt, n_prompt, logits, NULL, err) : 0;
+    if (!rc && n_prompt <= 0) rc = vx_errf(err, VX_EARG, "generate: empty prompt");
+    for (int i = 0; !rc && i < max_new; i++) {
+        int32_t id = eng_sample(sp, logits, m->vocab, &rng);
+        out[(*n_out)++] = id;
+        int stop = 0;
+        for (int e = 0; e < m->n_eos; e++) stop |= id == m->eos[e];
+        if (stop || i + 1 == max_new) break;
+        rc = eng_forward(s, &id, 1, logits, NULL, err);
+    }
+    free(logits);
+    return rc;
+}

@@ -1,0 +1,259 @@
+/*
+ * matmul.c — eng_matmul, the engine's one door to matrix products, and the weight-view
+ * helpers.
+ *
+ * Weights stay where the mmap put them, in their stored dtype. Two paths:
+ *  - few rows of x (decode, n <= SMALL_N): a streaming kernel reads each weight row once,
+ *    converts f16/bf16 to f32 in registers (AVX-512 when the CPU has it, else AVX2) and
+ *    dots it with every x row while the weight row is in L1. Rows are split over the
+ *    pool's threads. Decode is memory bound, so this reads each weight byte once per token.
+ *  - many rows (prefill): each thread converts a tile of weight rows to f32 (sized to stay
+ *    in L2) and calls a single-threaded sgemm against all of x. f32 weights skip the copy.
+ * Quantised block dtypes are not executable here (eng_dtype_executable says so and bind
+ * refuses them); a block kernel slots in as one more case of run_rows / tile conversion.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <immintrin.h>
+#include <cblas.h>
+#include "engine_int.h"
+
+#define SMALL_N 8
+#define TILE_BYTES (256 * 1024)
+
+void eng_w_of(eng_w *w, const vx_tensor *t)
+{
+    uint64_t rb = 0;
+    memset(w, 0, sizeof *w);
+    w->dt = t->dtype;
+    w->data = t->data;
+    w->rows = t->ndim >= 2 ? (int)t->shape[0] : 1;
+    w->cols = (int)t->shape[t->ndim - 1];
+    vx_dtype_nbytes(t->dtype, (uint64_t)w->cols, 1, &rb);
+    w->row_bytes = (size_t)rb;
+}
+
+void eng_add_bias(float *y, const float *b, int n, int w)
+{
+    if (!b) return;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < w; i++) y[(size_t)t * w + i] += b[i];
+}
+
+int eng_dtype_executable(vx_dtype t)
+{
+    return t == VX_F32 || t == VX_F16 || t == VX_BF16;
+}
+
+/* ---------------------------------------------------------------- scalar helpers */
+
+float eng_w_at(const eng_w *w, int r, int c)
+{
+    if (w->trans) return ((const float *)w->data)[(size_t)c * w->rows + r];
+    const char *row = (const char *)w->data + (size_t)r * w->row_bytes;
+    float v = 0;
+    vx_row_to_f32(w->dt, row + (size_t)c * (w->dt == VX_F32 ? 4 : 2), &v, 1);
+    return v;
+}
+
+static float hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 8 weights of row p from element k, as f32 (AVX2 + F16C). */
+static inline __m256 load8(vx_dtype dt, const void *p, int k)
+{
+    if (dt == VX_F32) return _mm256_loadu_ps((const float *)p + k);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + k));
+    if (dt == VX_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static float tail_dot(vx_dtype dt, const void *row, const float *x, int k, int cols)
+{
+    float s = 0, t;
+    for (; k < cols; k++) {
+        vx_row_to_f32(dt, (const char *)row + (size_t)k * (dt == VX_F32 ? 4 : 2), &t, 1);
+        s += t * x[k];
+    }
+    return s;
+}
+
+float eng_w_dot_row(const eng_w *w, int r, const float *x)
+{
+    if (w->trans) {
+        float s = 0;
+        for (int c = 0; c < w->cols; c++) s += eng_w_at(w, r, c) * x[c];
+        return s;
+    }
+    const void *row = (const char *)w->data + (size_t)r * w->row_bytes;
+    __m256 acc = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= w->cols; k += 8)
+        acc = _mm256_fmadd_ps(load8(w->dt, row, k), _mm256_loadu_ps(x + k), acc);
+    return hsum256(acc) + tail_dot(w->dt, row, x, k, w->cols);
+}
+
+/* ---------------------------------------------------------------- streaming rows */
+
+/* y[t, r] for r in [r0, r1), t < n: four weight rows at a time, each converted once per
+ * x row while it sits in L1. AVX2 version. */
+static void rows_avx2(const eng_w *w, int r0, int r1, const float *x, int n, float *y)
+{
+    const int cols = w->cols, c8 = cols & ~7;
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        const char *p0 = (const char *)w->data + (size_t)r * w->row_bytes;
+        const void *p[4] = {p0, p0 + w->row_bytes, p0 + 2 * w->row_bytes,
+                            p0 + 3 * w->row_bytes};
+        for (int t = 0; t < n; t++) {
+            const float *xt = x + (size_t)t * cols;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int k = 0; k < c8; k += 8) {
+                __m256 xv = _mm256_loadu_ps(xt + k);
+                a0 = _mm256_fmadd_ps(load8(w->dt, p[0], k), xv, a0);
+                a1 = _mm256_fmadd_ps(load8(w->dt, p[1], k), xv, a1);
+                a2 = _mm256_fmadd_ps(load8(w->dt, p[2], k), xv, a2);
+                a3 = _mm256_fmadd_ps(load8(w->dt, p[3], k), xv, a3);
+            }
+            float *yt = y + (size_t)t * w->rows + r;
+            yt[0] = hsum256(a0) + tail_dot(w->dt, p[0], xt, c8, cols);
+            yt[1] = hsum256(a1) + tail_dot(w->dt, p[1], xt, c8, cols);
+            yt[2] = hsum256(a2) + tail_dot(w->dt, p[2], xt, c8, cols);
+            yt[3] = hsum256(a3) + tail_dot(w->dt, p[3], xt, c8, cols);
+        }
+    }
+    for (; r < r1; r++)
+        for (int t = 0; t < n; t++)
+            y[(size_t)t * w->rows + r] = eng_w_dot_row(w, r, x + (size_t)t * cols);
+}
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+T512 static inline __m512 load16(vx_dtype dt, const void *p, int k)
+{
+    if (dt == VX_F32) return _mm512_loadu_ps((const float *)p + k);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + k));
+    if (dt == VX_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* The AVX-512 twin of rows_avx2: 16 lanes, two accumulators per row for the FMA latency. */
+T512 static void rows_avx512(const eng_w *w, int r0, int r1, const float *x, int n, float *y)
+{
+    const int cols = w->cols, c16 = cols & ~15;
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        const char *p0 = (const char *)w->data + (size_t)r * w->row_bytes;
+        const void *p[4] = {p0, p0 + w->row_bytes, p0 + 2 * w->row_bytes,
+                            p0 + 3 * w->row_bytes};
+        for (int t = 0; t < n; t++) {
+            const float *xt = x + (size_t)t * cols;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int k = 0; k < c16; k += 16) {
+                __m512 xv = _mm512_loadu_ps(xt + k);
+                a0 = _mm512_fmadd_ps(load16(w->dt, p[0], k), xv, a0);
+                a1 = _mm512_fmadd_ps(load16(w->dt, p[1], k), xv, a1);
+                a2 = _mm512_fmadd_ps(load16(w->dt, p[2], k), xv, a2);
+                a3 = _mm512_fmadd_ps(load16(w->dt, p[3], k), xv, a3);
+            }
+            float *yt = y + (size_t)t * w->rows + r;
+            yt[0] = _mm512_reduce_add_ps(a0) + tail_dot(w->dt, p[0], xt, c16, cols);
+            yt[1] = _mm512_reduce_add_ps(a1) + tail_dot(w->dt, p[1], xt, c16, cols);
+            yt[2] = _mm512_reduce_add_ps(a2) + tail_dot(w->dt, p[2], xt, c16, cols);
+            yt[3] = _mm512_reduce_add_ps(a3) + tail_dot(w->dt, p[3], xt, c16, cols);
+        }
+    }
+    for (; r < r1; r++)
+        for (int t = 0; t < n; t++)
+            y[(size_t)t * w->rows + r] = eng_w_dot_row(w, r, x + (size_t)t * cols);
+}
+
+static int have_avx512(void)
+{
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("LQL_NO_AVX512");   /* lets tests cover the AVX2 path */
+        cached = !(e && *e == '1') && __builtin_cpu_supports("avx512f") &&
+                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    }
+    return cached;
+}
+
+/* ---------------------------------------------------------------- tiled sgemm */
+
+static void tile_gemm(const eng_w *w, int r0, int r1, const float *x, int n, float *y,
+                      float *buf, int tile)
+{
+    for (int r = r0; r < r1; r += tile) {
+        int tr = r1 - r < tile ? r1 - r : tile;
+        const float *b;
+        if (w->dt == VX_F32) {
+            b = (const float *)((const char *)w->data + (size_t)r * w->row_bytes);
+        } else {
+            for (int i = 0; i < tr; i++)
+                vx_row_to_f32(w->dt, (const char *)w->data + (size_t)(r + i) * w->row_bytes,
+                              buf + (size_t)i * w->cols, (size_t)w->cols);
+            b = buf;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, tr, w->cols, 1.0f, x,
+                    w->cols, b, w->cols, 0.0f, y + r, w->rows);
+    }
+}
+
+/* ---------------------------------------------------------------- dispatch */
+
+typedef struct job {
+    const eng_w *w;
+    const float *x;
+    float *y;
+    int n, tile;
+} job;
+
+static void run_part(void *ctx, int i, int nparts)
+{
+    job *j = ctx;
+    int lo, hi;
+    if (j->n <= SMALL_N) {
+        eng_split(j->w->rows, i, nparts, 16, &lo, &hi);
+        if (lo >= hi) return;
+        if (have_avx512()) rows_avx512(j->w, lo, hi, j->x, j->n, j->y);
+        else rows_avx2(j->w, lo, hi, j->x, j->n, j->y);
+        return;
+    }
+    eng_split(j->w->rows, i, nparts, j->tile, &lo, &hi);
+    if (lo >= hi) return;
+    float *buf = NULL;
+    if (j->w->dt != VX_F32) {
+        buf = malloc((size_t)j->tile * (size_t)j->w->cols * sizeof(float));
+        if (!buf) {
+            /* without a tile buffer fall back to the streaming kernel: slower, not wrong */
+            rows_avx2(j->w, lo, hi, j->x, j->n, j->y);
+            return;
+        }
+    }
+    tile_gemm(j->w, lo, hi, j->x, j->n, j->y, buf, j->tile);
+    free(buf);
+}
+
+void eng_matmul(const eng_w *w, const float *x, int n, float *y)
+{
+    static int blas_single;
+    if (n <= 0 || w->rows <= 0) return;
+    if (!blas_single) { openblas_set_num_threads(1); blas_single = 1; }
+    if (w->trans) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, w->rows, w->cols, 1.0f, x,
+                    w->cols, (const float *)w->data, w->rows, 0.0f, y, w->rows);
+        return;
+    }
+    job j = {w, x, y, n, 16};
+    int per = (int)(TILE_BYTES / ((size_t)w->cols * sizeof(float)));
+    j.tile = per < 16 ? 16 : per & ~15;
+    /* tiny products are not worth waking the pool */
+    if ((size_t)w->rows * (size_t)w->cols * (size_t)n < 32768) run_part(&j, 0, 1);
+    else eng_parallel(run_part, &j);
+}

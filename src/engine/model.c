@@ -1,0 +1,72 @@
+/*
+ * model.c — eng_model: bind (plan + operands + tokenizer snapshot), accessors, the
+ * overlay attachment and the logit lens.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include "engine_int.h"
+
+int eng_model_bind(vx_container *c, eng_model **out, vx_err *err)
+{
+    *out = NULL;
+    if (!c) return vx_errf(err, VX_EARG, "eng_model_bind: no container");
+    eng_model *m = calloc(1, sizeof *m);
+    if (!m) return vx_errf(err, VX_ENOMEM, "out of memory binding the model");
+    m->c = c;
+    if (eng_plan_build(m, err)) { eng_model_free(m); return -1; }
+    /* the tokenizer snapshot is optional: a container without one still runs on ids */
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/tokenizer.json", vx_dir(c)) < (int)sizeof path &&
+        access(path, F_OK) == 0 && eng_tok_load_dir(vx_dir(c), &m->tok, err)) {
+        eng_model_free(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+void eng_model_free(eng_model *m)
+{
+    if (!m) return;
+    eng_plan_free(m);
+    if (m->tok) eng_tok_free(m->tok);
+    free(m);
+}
+
+const vx_container *eng_model_container(const eng_model *m) { return m->c; }
+const eng_tokenizer *eng_model_tokenizer(const eng_model *m) { return m->tok; }
+int eng_model_layers(const eng_model *m) { return m->n_layers; }
+int eng_model_hidden(const eng_model *m) { return m->hidden; }
+int eng_model_vocab(const eng_model *m) { return m->vocab; }
+int eng_model_context(const eng_model *m) { return m->ctx; }
+float eng_model_embed_scale(const eng_model *m) { return m->embed_scale; }
+
+int eng_model_ffn_features(const eng_model *m, int layer)
+{
+    if (layer < 0 || layer >= m->n_layers) return 0;
+    return m->layers[layer].moe ? m->experts * m->expert_inter : m->inter;
+}
+
+int32_t eng_model_eos(const eng_model *m, int i)
+{
+    return i >= 0 && i < m->n_eos ? m->eos[i] : -1;
+}
+
+void eng_model_set_overlay(eng_model *m, const eng_overlay *ov)
+{
+    m->overlay = ov;
+}
+
+void eng_lens(const eng_model *m, const float *resid, float *logits)
+{
+    float h[m->hidden];
+    const float *x = resid;
+    if (m->final_norm.width) {
+        eng_norm_apply(&m->final_norm, resid, h, 1);
+        x = h;
+    }
+    eng_matmul(&m->lm_head, x, 1, logits);
+    if (m->final_softcap > 0)
+        for (int i = 0; i < m->vocab; i++) logits[i] = eng_softcap(logits[i], m->final_softcap);
+}

@@ -1,0 +1,662 @@
+/*
+ * plan.c — derive the op plan from a container's system graph and bind its operands.
+ *
+ * Everything comes from the primary component's `execution` surface and its explicit
+ * `layers` list (docs/lql/CONTAINER.md). Every field the plan reads is validated; a value
+ * the plan does not implement, or an execution field it does not know that is switched
+ * on, is refused naming the field (and the layer). Every operand the plan will read is
+ * looked up with vx_find and its shape checked against the geometry, so a forward pass
+ * never meets a missing or mis-shaped tensor. Matrices stay borrowed views; only vectors
+ * (norm weights with their offset added, biases) are copied to f32.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+#include "engine_int.h"
+
+#define OBJ_EMB "target.embedding"
+#define OBJ_DEC "target.decoder_stack"
+#define OBJ_OUT "target.output_head"
+
+/* ---------------------------------------------------------------- JSON fields */
+
+typedef struct ctx {
+    eng_model *m;
+    vx_err *err;
+    const char *where;     /* "execution.attention" etc., for messages */
+} ctx;
+
+static const cJSON *field(const cJSON *o, const char *k)
+{
+    return o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+}
+
+static int is_null(const cJSON *v) { return !v || cJSON_IsNull(v); }
+
+static int num(ctx *c, const cJSON *o, const char *k, double *out)
+{
+    const cJSON *v = field(o, k);
+    *out = 0;
+    if (!cJSON_IsNumber(v))
+        return vx_errf(c->err, VX_EFORMAT, "system graph: %s.%s is missing or not a number",
+                       c->where, k);
+    *out = v->valuedouble;
+    return 0;
+}
+
+/* A positive integer that fits comfortably in an int (geometry). */
+static int posint(ctx *c, const cJSON *o, const char *k, int *out)
+{
+    double d;
+    *out = 0;
+    if (num(c, o, k, &d)) return -1;
+    if (d < 1 || d > 1e9 || d != floor(d))
+        return vx_errf(c->err, VX_EFORMAT, "system graph: %s.%s = %g is not a positive integer",
+                       c->where, k, d);
+    *out = (int)d;
+    return 0;
+}
+
+/* A number or null (null -> 0). */
+static int optnum(ctx *c, const cJSON *o, const char *k, double *out)
+{
+    const cJSON *v = field(o, k);
+    *out = 0;
+    if (is_null(v)) return 0;
+    return num(c, o, k, out);
+}
+
+static int boolean(ctx *c, const cJSON *o, const char *k, int *out)
+{
+    const cJSON *v = field(o, k);
+    *out = 0;
+    if (is_null(v)) return 0;
+    if (!cJSON_IsBool(v))
+        return vx_errf(c->err, VX_EFORMAT, "system graph: %s.%s is not a boolean", c->where, k);
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+/* Pick the index of a string value among choices; -1 with an error naming it. */
+static int choice(ctx *c, const cJSON *o, const char *k, const char *const *names, int *out)
+{
+    const cJSON *v = field(o, k);
+    if (!cJSON_IsString(v))
+        return vx_errf(c->err, VX_EFORMAT, "system graph: %s.%s is missing or not a string",
+                       c->where, k);
+    for (int i = 0; names[i]; i++)
+        if (strcmp(names[i], v->valuestring) == 0) { *out = i; return 0; }
+    return vx_errf(c->err, VX_EUNSUPPORTED, "system graph: %s.%s '%s' is not implemented",
+                   c->where, k, v->valuestring);
+}
+
+/* Refuse keys of o that the plan does not know when they carry a value (not null/false). */
+static int known(ctx *c, const cJSON *o, const char *const *keys)
+{
+    for (const cJSON *v = o ? o->child : NULL; v; v = v->next) {
+        int ok = 0;
+        for (int i = 0; keys[i] && !ok; i++) ok = strcmp(keys[i], v->string) == 0;
+        if (!ok && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
+            return vx_errf(c->err, VX_EUNSUPPORTED,
+                           "system graph: %s field '%s' is not implemented", c->where,
+                           v->string);
+    }
+    return 0;
+}
+
+static const cJSON *sub(ctx *c, const cJSON *o, const char *k, int required)
+{
+    const cJSON *v = field(o, k);
+    if (is_null(v)) {
+        if (required)
+            vx_errf(c->err, VX_EFORMAT, "system graph: %s.%s is missing", c->where, k);
+        return NULL;
+    }
+    if (!cJSON_IsObject(v)) {
+        vx_errf(c->err, VX_EFORMAT, "system graph: %s.%s is not an object", c->where, k);
+        return NULL;
+    }
+    return v;
+}
+
+/* ---------------------------------------------------------------- operands */
+
+static const char *obj_of(const char *name)
+{
+    if (strcmp(name, "weight") == 0 || strcmp(name, "positions") == 0) return OBJ_EMB;
+    if (strncmp(name, "layers.", 7) == 0) return OBJ_DEC;
+    return OBJ_OUT;
+}
+
+/* Find operand `name` with the given shape (d1 < 0: 1-D [d0]). layer < 0: not a layer. */
+static const vx_tensor *operand(ctx *c, int layer, const char *name, int64_t d0, int64_t d1)
+{
+    const char *obj = obj_of(name);
+    const vx_tensor *t = vx_find(c->m->c, obj, name);
+    char lp[32] = "";
+    if (layer >= 0) snprintf(lp, sizeof lp, "layer %d: ", layer);
+    if (!t) {
+        vx_errf(c->err, VX_EMISSING, "%soperand '%s' of %s is missing", lp, name, obj);
+        return NULL;
+    }
+    int nd = d1 < 0 ? 1 : 2;
+    if (t->ndim != nd || t->shape[0] != d0 || (nd == 2 && t->shape[1] != d1)) {
+        char got[96] = "[", want[64];
+        for (int i = 0; i < t->ndim; i++) {
+            size_t l = strlen(got);
+            snprintf(got + l, sizeof got - l, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        }
+        strcat(got, "]");
+        if (nd == 1) snprintf(want, sizeof want, "[%lld]", (long long)d0);
+        else snprintf(want, sizeof want, "[%lld, %lld]", (long long)d0, (long long)d1);
+        vx_errf(c->err, VX_EFORMAT, "%soperand '%s' of %s has shape %s, expected %s", lp, name,
+                obj, got, want);
+        return NULL;
+    }
+    if (!eng_dtype_executable(t->dtype)) {
+        vx_errf(c->err, VX_EUNSUPPORTED,
+                "%soperand '%s' of %s has dtype %s, which the engine cannot execute", lp, name,
+                obj, vx_dtype_name(t->dtype) ? vx_dtype_name(t->dtype) : "?");
+        return NULL;
+    }
+    return t;
+}
+
+static int matrix(ctx *c, int layer, eng_w *w, int64_t rows, int64_t cols, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static int matrix(ctx *c, int layer, eng_w *w, int64_t rows, int64_t cols, const char *fmt, ...)
+{
+    char name[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    const vx_tensor *t = operand(c, layer, name, rows, cols);
+    if (!t) return -1;
+    eng_w_of(w, t);
+    return 0;
+}
+
+/* A [n] vector as owned f32, plus `offset` per element. */
+static int vector(ctx *c, int layer, float **out, int64_t n, float offset, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static int vector(ctx *c, int layer, float **out, int64_t n, float offset, const char *fmt, ...)
+{
+    char name[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    const vx_tensor *t = operand(c, layer, name, n, -1);
+    if (!t) return -1;
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!v) return vx_errf(c->err, VX_ENOMEM, "out of memory binding '%s'", name);
+    vx_row_to_f32(t->dtype, t->data, v, (size_t)n);
+    for (int64_t i = 0; i < n; i++) v[i] += offset;
+    *out = v;
+    return 0;
+}
+
+typedef struct normspec { int kind, bias; float eps, offset; } normspec;
+
+static int norm(ctx *c, int layer, eng_norm *nm, const normspec *ns, int width, float eps,
+                const char *name)
+{
+    nm->kind = ns->kind;
+    nm->width = width;
+    nm->eps = eps;
+    if (vector(c, layer, &nm->w, width, ns->offset, "%s", name)) return -1;
+    if (ns->bias && vector(c, layer, &nm->b, width, 0, "%s.bias", name)) return -1;
+    return 0;
+}
+
+static void norm_free(eng_norm *nm)
+{
+    free(nm->w);
+    free(nm->b);
+}
+
+/* ---------------------------------------------------------------- sections */
+
+static int rope_plan(ctx *c, const cJSON *att, int head_dim)
+{
+    eng_model *m = c->m;
+    const cJSON *r = sub(c, att, "rope", 0);
+    if (!r) {
+        if (field(att, "rope") && !cJSON_IsNull(field(att, "rope"))) return -1;
+        m->rope.style = ROPE_NONE;
+        return 0;
+    }
+    static const char *const styles[] = {"rotate_half", "interleaved", NULL};
+    static const char *const keys[] = {"style", "theta", "rotary_dim", "scaling", NULL};
+    int st;
+    double theta;
+    c->where = "execution.attention.rope";
+    if (known(c, r, keys) || choice(c, r, "style", styles, &st) || num(c, r, "theta", &theta) ||
+        posint(c, r, "rotary_dim", &m->rope.rotary_dim))
+        return -1;
+    m->rope.style = st == 0 ? ROPE_HALF : ROPE_INTERLEAVED;
+    if (m->rope.rotary_dim > head_dim || m->rope.rotary_dim % 2)
+        return vx_errf(c->err, VX_EFORMAT,
+                       "system graph: rope rotary_dim %d does not fit head dim %d",
+                       m->rope.rotary_dim, head_dim);
+    if (!(theta > 0))
+        return vx_errf(c->err, VX_EFORMAT, "system graph: rope theta %g is not positive", theta);
+    int half = m->rope.rotary_dim / 2;
+    m->rope.inv_freq = malloc((size_t)half * sizeof(double));
+    if (!m->rope.inv_freq) return vx_errf(c->err, VX_ENOMEM, "out of memory binding rope");
+    for (int i = 0; i < half; i++)
+        m->rope.inv_freq[i] = 1.0 / pow(theta, (2.0 * i) / m->rope.rotary_dim);
+    const cJSON *s = sub(c, r, "scaling", 0);
+    if (!s) return field(r, "scaling") && !cJSON_IsNull(field(r, "scaling")) ? -1 : 0;
+    static const char *const types[] = {"llama3", NULL};
+    static const char *const skeys[] = {"type", "factor", "low_freq_factor", "high_freq_factor",
+                                        "original_max_position_embeddings", NULL};
+    int ty;
+    double f, lo, hi, orig;
+    c->where = "execution.attention.rope.scaling";
+    if (choice(c, s, "type", types, &ty) || known(c, s, skeys) || num(c, s, "factor", &f) ||
+        num(c, s, "low_freq_factor", &lo) || num(c, s, "high_freq_factor", &hi) ||
+        num(c, s, "original_max_position_embeddings", &orig))
+        return -1;
+    if (!(f > 0) || !(hi > lo) || !(lo > 0) || !(orig > 0))
+        return vx_errf(c->err, VX_EFORMAT, "system graph: llama3 rope scaling parameters "
+                       "(factor %g, low %g, high %g, original %g) are out of range", f, lo, hi, orig);
+    double lo_wl = orig / lo, hi_wl = orig / hi;
+    for (int i = 0; i < half; i++) {
+        double inv = m->rope.inv_freq[i], wl = 2 * M_PI / inv;
+        if (wl > lo_wl) inv = inv / f;
+        else if (wl >= hi_wl) {
+            double sm = (orig / wl - lo) / (hi - lo);
+            inv = (1 - sm) * inv / f + sm * inv;
+        }
+        m->rope.inv_freq[i] = inv;
+    }
+    return 0;
+}
+
+static int moe_plan(ctx *c, const cJSON *mo)
+{
+    eng_model *m = c->m;
+    static const char *const keys[] = {"experts", "top_k", "expert_intermediate", "scoring",
+                                       "score_correction_bias", "n_group", "topk_group",
+                                       "normalise", "routed_scaling", "shared", NULL};
+    static const char *const scorings[] = {"softmax", "sigmoid", NULL};
+    double rs;
+    c->where = "execution.moe";
+    if (known(c, mo, keys) || posint(c, mo, "experts", &m->experts) ||
+        posint(c, mo, "top_k", &m->top_k) ||
+        posint(c, mo, "expert_intermediate", &m->expert_inter) ||
+        choice(c, mo, "scoring", scorings, &m->scoring) ||
+        boolean(c, mo, "score_correction_bias", &m->has_score_bias) ||
+        boolean(c, mo, "normalise", &m->normalise) || num(c, mo, "routed_scaling", &rs))
+        return -1;
+    m->routed_scaling = (float)rs;
+    m->n_group = m->topk_group = 1;
+    if (!is_null(field(mo, "n_group")) && posint(c, mo, "n_group", &m->n_group)) return -1;
+    if (!is_null(field(mo, "topk_group")) && posint(c, mo, "topk_group", &m->topk_group))
+        return -1;
+    if (m->top_k > m->experts || m->experts % m->n_group || m->topk_group > m->n_group ||
+        (m->n_group > 1 && m->experts / m->n_group < 2) ||
+        m->top_k > m->topk_group * (m->experts / m->n_group))
+        return vx_errf(c->err, VX_EFORMAT,
+                       "system graph: moe routing (experts %d, top_k %d, n_group %d, "
+                       "topk_group %d) is inconsistent", m->experts, m->top_k, m->n_group,
+                       m->topk_group);
+    const cJSON *sh = sub(c, mo, "shared", 0);
+    if (!sh) return is_null(field(mo, "shared")) ? 0 : -1;
+    static const char *const skeys[] = {"intermediate", "gate", NULL};
+    c->where = "execution.moe.shared";
+    if (known(c, sh, skeys) || posint(c, sh, "intermediate", &m->shared_inter)) return -1;
+    if (!is_null(field(sh, "gate"))) {
+        static const char *const gates[] = {"sigmoid", NULL};
+        int g;
+        if (choice(c, sh, "gate", gates, &g)) return -1;
+        m->shared_gated = 1;
+    }
+    return 0;
+}
+
+static int mla_plan(ctx *c, const cJSON *ml, float *qa_eps, float *kva_eps)
+{
+    eng_model *m = c->m;
+    static const char *const keys[] = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                       "qk_rope_head_dim", "v_head_dim", "q_a_norm_eps",
+                                       "kv_a_norm_eps", NULL};
+    double e1, e2;
+    c->where = "execution.mla";
+    if (known(c, ml, keys) || posint(c, ml, "kv_lora_rank", &m->kv_lora) ||
+        posint(c, ml, "qk_nope_head_dim", &m->qk_nope) ||
+        posint(c, ml, "qk_rope_head_dim", &m->qk_rope) ||
+        posint(c, ml, "v_head_dim", &m->v_head_dim) || num(c, ml, "kv_a_norm_eps", &e2))
+        return -1;
+    m->q_lora = 0;
+    e1 = 0;
+    if (!is_null(field(ml, "q_lora_rank")) &&
+        (posint(c, ml, "q_lora_rank", &m->q_lora) || num(c, ml, "q_a_norm_eps", &e1)))
+        return -1;
+    *qa_eps = (float)e1;
+    *kva_eps = (float)e2;
+    m->mla_on = 1;
+    return 0;
+}
+
+static int mlp_bind(ctx *c, int layer, eng_mlp *b, int inter, int gated, int bias,
+                    const char *prefix)
+{
+    const int H = c->m->hidden;
+    b->inter = inter;
+    if (gated && matrix(c, layer, &b->gate, inter, H, "%s.gate_proj", prefix)) return -1;
+    if (matrix(c, layer, &b->up, inter, H, "%s.up_proj", prefix) ||
+        matrix(c, layer, &b->down, H, inter, "%s.down_proj", prefix))
+        return -1;
+    if (bias && (vector(c, layer, &b->up_b, inter, 0, "%s.up_proj.bias", prefix) ||
+                 vector(c, layer, &b->down_b, H, 0, "%s.down_proj.bias", prefix)))
+        return -1;
+    return 0;
+}
+
+static void mlp_free(eng_mlp *b)
+{
+    free(b->up_b);
+    free(b->down_b);
+}
+
+/* ---------------------------------------------------------------- layers */
+
+typedef struct gspec {
+    normspec ns;
+    float eps, qa_eps, kva_eps;
+    int qkv_bias, out_bias, post_attn, post_ffn;
+} gspec;
+
+static int layer_bind(ctx *c, const gspec *g, const cJSON *lj, int i)
+{
+    eng_model *m = c->m;
+    eng_layer *L = &m->layers[i];
+    const int H = m->hidden;
+    char pre[24];
+    snprintf(pre, sizeof pre, "layers.%d", i);
+    if (!cJSON_IsObject(lj))
+        return vx_errf(c->err, VX_EFORMAT, "system graph: layers[%d] is not an object", i);
+    static const char *const keys[] = {"operator", "window", "ffn", NULL};
+    for (const cJSON *v = lj->child; v; v = v->next) {
+        int ok = 0;
+        for (int k = 0; keys[k] && !ok; k++) ok = strcmp(keys[k], v->string) == 0;
+        if (!ok && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
+            return vx_errf(c->err, VX_EUNSUPPORTED, "layer %d: field '%s' is not implemented",
+                           i, v->string);
+    }
+    const cJSON *op = field(lj, "operator"), *ffn = field(lj, "ffn"), *win = field(lj, "window");
+    if (!cJSON_IsString(op))
+        return vx_errf(c->err, VX_EFORMAT, "layer %d: attention operator is missing", i);
+    if (strcmp(op->valuestring, "softmax_attention") == 0) L->mla = 0;
+    else if (strcmp(op->valuestring, "mla") == 0) L->mla = 1;
+    else
+        return vx_errf(c->err, VX_EUNSUPPORTED,
+                       "layer %d: attention operator '%s' is not implemented", i, op->valuestring);
+    if (!cJSON_IsString(ffn))
+        return vx_errf(c->err, VX_EFORMAT, "layer %d: ffn operator is missing", i);
+    if (strcmp(ffn->valuestring, "dense") == 0) L->moe = 0;
+    else if (strcmp(ffn->valuestring, "moe") == 0) L->moe = 1;
+    else
+        return vx_errf(c->err, VX_EUNSUPPORTED, "layer %d: ffn operator '%s' is not implemented",
+                       i, ffn->valuestring);
+    if (!is_null(win)) {
+        if (!cJSON_IsNumber(win) || win->valuedouble < 1 || win->valuedouble > 1e9 ||
+            win->valuedouble != floor(win->valuedouble))
+            return vx_errf(c->err, VX_EFORMAT, "layer %d: window is not a positive integer", i);
+        L->window = (int)win->valuedouble;
+    }
+    if (L->mla && !m->mla_on)
+        return vx_errf(c->err, VX_EFORMAT, "layer %d: operator 'mla' but execution.mla is null", i);
+    if (L->moe && !m->experts)
+        return vx_errf(c->err, VX_EFORMAT, "layer %d: ffn 'moe' but execution.moe is null", i);
+
+    char nm[160];
+    snprintf(nm, sizeof nm, "%s.attn_norm", pre);
+    if (norm(c, i, &L->attn_norm, &g->ns, H, g->eps, nm)) return -1;
+    snprintf(nm, sizeof nm, "%s.ffn_norm", pre);
+    if (norm(c, i, &L->ffn_norm, &g->ns, H, g->eps, nm)) return -1;
+    normspec post = g->ns;
+    post.bias = 0;
+    snprintf(nm, sizeof nm, "%s.post_attn_norm", pre);
+    if (g->post_attn && norm(c, i, &L->post_attn, &post, H, g->eps, nm)) return -1;
+    snprintf(nm, sizeof nm, "%s.post_ffn_norm", pre);
+    if (g->post_ffn && norm(c, i, &L->post_ffn, &post, H, g->eps, nm)) return -1;
+
+    if (!L->mla) {
+        const int qd = m->heads * m->head_dim, kd = m->kv_heads * m->head_dim;
+        if (matrix(c, i, &L->q, qd, H, "%s.attn.q_proj", pre) ||
+            matrix(c, i, &L->k, kd, H, "%s.attn.k_proj", pre) ||
+            matrix(c, i, &L->v, kd, H, "%s.attn.v_proj", pre) ||
+            matrix(c, i, &L->o, H, qd, "%s.attn.o_proj", pre))
+            return -1;
+        if (g->qkv_bias && (vector(c, i, &L->qb, qd, 0, "%s.attn.q_proj.bias", pre) ||
+                            vector(c, i, &L->kb, kd, 0, "%s.attn.k_proj.bias", pre) ||
+                            vector(c, i, &L->vb, kd, 0, "%s.attn.v_proj.bias", pre)))
+            return -1;
+        if (g->out_bias && vector(c, i, &L->ob, H, 0, "%s.attn.o_proj.bias", pre)) return -1;
+    } else {
+        const int qk = m->qk_nope + m->qk_rope;
+        normspec lr = g->ns;
+        lr.kind = NORM_RMS;
+        lr.bias = 0;
+        if (m->q_lora) {
+            snprintf(nm, sizeof nm, "%s.attn.q_a_norm", pre);
+            if (matrix(c, i, &L->q_a, m->q_lora, H, "%s.attn.q_a_proj", pre) ||
+                norm(c, i, &L->q_a_norm, &lr, m->q_lora, g->qa_eps, nm) ||
+                matrix(c, i, &L->q_b, m->heads * qk, m->q_lora, "%s.attn.q_b_proj", pre))
+                return -1;
+        } else if (matrix(c, i, &L->q, m->heads * qk, H, "%s.attn.q_proj", pre)) {
+            return -1;
+        }
+        snprintf(nm, sizeof nm, "%s.attn.kv_a_norm", pre);
+        if (matrix(c, i, &L->kv_a, m->kv_lora + m->qk_rope, H, "%s.attn.kv_a_proj", pre) ||
+            norm(c, i, &L->kv_a_norm, &lr, m->kv_lora, g->kva_eps, nm) ||
+            matrix(c, i, &L->kv_b, m->heads * (m->qk_nope + m->v_head_dim), m->kv_lora,
+                   "%s.attn.kv_b_proj", pre) ||
+            matrix(c, i, &L->o, H, m->heads * m->v_head_dim, "%s.attn.o_proj", pre))
+            return -1;
+        if (g->out_bias && vector(c, i, &L->ob, H, 0, "%s.attn.o_proj.bias", pre)) return -1;
+    }
+
+    char fp[96];
+    if (!L->moe) {
+        snprintf(fp, sizeof fp, "%s.ffn", pre);
+        return mlp_bind(c, i, &L->mlp, m->inter, m->ffn_gated, m->ffn_bias, fp);
+    }
+    if (matrix(c, i, &L->router, m->experts, H, "%s.ffn.router", pre)) return -1;
+    if (m->has_score_bias &&
+        vector(c, i, &L->score_bias, m->experts, 0, "%s.ffn.router.score_bias", pre))
+        return -1;
+    L->experts = calloc((size_t)m->experts, sizeof *L->experts);
+    if (!L->experts) return vx_errf(c->err, VX_ENOMEM, "out of memory binding layer %d", i);
+    for (int e = 0; e < m->experts; e++) {
+        snprintf(fp, sizeof fp, "%s.ffn.experts.%d", pre, e);
+        if (mlp_bind(c, i, &L->experts[e], m->expert_inter, 1, 0, fp)) return -1;
+    }
+    if (m->shared_inter) {
+        snprintf(fp, sizeof fp, "%s.ffn.shared", pre);
+        if (mlp_bind(c, i, &L->shared, m->shared_inter, 1, 0, fp)) return -1;
+        if (m->shared_gated && matrix(c, i, &L->shared_gate, 1, H, "%s.ffn.shared_gate", pre))
+            return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- plan */
+
+int eng_plan_build(eng_model *m, vx_err *err)
+{
+    ctx c = {m, err, "component"};
+    const cJSON *comp = vx_component(m->c);
+    if (!comp) return vx_errf(err, VX_EMISSING, "system graph: no decoder component");
+    const cJSON *ex = sub(&c, comp, "execution", 1), *layers = field(comp, "layers");
+    if (!ex) return -1;
+    if (posint(&c, comp, "num_layers", &m->n_layers) || posint(&c, comp, "hidden_size", &m->hidden) ||
+        posint(&c, comp, "vocab_size", &m->vocab))
+        return -1;
+    if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) != m->n_layers)
+        return vx_errf(err, VX_EFORMAT, "system graph: component.layers must list %d layers",
+                       m->n_layers);
+    c.where = "execution";
+    static const char *const keys[] = {"embedding", "norm", "attention", "mla", "ffn", "moe",
+                                       "post_norms", "final_norm", "lm_head", "context_length",
+                                       "special_tokens", NULL};
+    if (known(&c, ex, keys)) return -1;
+    if (!is_null(field(ex, "context_length"))) {
+        if (posint(&c, ex, "context_length", &m->ctx)) return -1;
+    } else {
+        c.where = "component";
+        if (posint(&c, comp, "context_length", &m->ctx)) return -1;
+    }
+    const int H = m->hidden;
+
+    /* embedding */
+    const cJSON *emb = sub(&c, ex, "embedding", 1);
+    if (!emb) return -1;
+    c.where = "execution.embedding";
+    static const char *const ekeys[] = {"scale", "positions", NULL};
+    double scale;
+    if (known(&c, emb, ekeys) || num(&c, emb, "scale", &scale)) return -1;
+    m->embed_scale = (float)scale;
+    int learned = 0;
+    if (!is_null(field(emb, "positions"))) {
+        static const char *const pos[] = {"learned", NULL};
+        if (choice(&c, emb, "positions", pos, &learned)) return -1;
+        learned = 1;
+    }
+
+    /* norm */
+    gspec g;
+    memset(&g, 0, sizeof g);
+    const cJSON *nj = sub(&c, ex, "norm", 1);
+    if (!nj) return -1;
+    c.where = "execution.norm";
+    static const char *const nkeys[] = {"kind", "eps", "weight_offset", "bias", NULL};
+    static const char *const kinds[] = {"rms", "layer", NULL};
+    double eps, off;
+    if (known(&c, nj, nkeys) || choice(&c, nj, "kind", kinds, &g.ns.kind) ||
+        num(&c, nj, "eps", &eps) || optnum(&c, nj, "weight_offset", &off) ||
+        boolean(&c, nj, "bias", &g.ns.bias))
+        return -1;
+    g.eps = (float)eps;
+    g.ns.offset = (float)off;
+
+    /* attention */
+    const cJSON *at = sub(&c, ex, "attention", 1);
+    if (!at) return -1;
+    c.where = "execution.attention";
+    static const char *const akeys[] = {"heads", "kv_heads", "head_dim", "scale", "qkv_bias",
+                                        "out_bias", "softcap", "rope", NULL};
+    double ascale, cap;
+    if (known(&c, at, akeys) || posint(&c, at, "heads", &m->heads) ||
+        posint(&c, at, "kv_heads", &m->kv_heads) || posint(&c, at, "head_dim", &m->head_dim) ||
+        num(&c, at, "scale", &ascale) || boolean(&c, at, "qkv_bias", &g.qkv_bias) ||
+        boolean(&c, at, "out_bias", &g.out_bias) || optnum(&c, at, "softcap", &cap))
+        return -1;
+    if (m->heads % m->kv_heads)
+        return vx_errf(err, VX_EFORMAT, "system graph: %d heads is not a multiple of %d kv heads",
+                       m->heads, m->kv_heads);
+    m->attn_scale = (float)ascale;
+    m->attn_softcap = (float)cap;
+    m->v_head_dim = m->head_dim;
+    const cJSON *ml = sub(&c, ex, "mla", 0);
+    if (!ml && !is_null(field(ex, "mla"))) return -1;
+    if (ml && mla_plan(&c, ml, &g.qa_eps, &g.kva_eps)) return -1;
+    c.where = "execution.attention";
+    if (rope_plan(&c, at, m->mla_on ? m->qk_rope : m->head_dim)) return -1;
+
+    /* ffn */
+    const cJSON *fj = sub(&c, ex, "ffn", 1);
+    if (!fj) return -1;
+    c.where = "execution.ffn";
+    static const char *const fkeys[] = {"kind", "activation", "intermediate", "bias", NULL};
+    static const char *const fk[] = {"gated", "plain", NULL};
+    static const char *const acts[] = {"silu", "gelu_tanh", "gelu", NULL};
+    int fkind;
+    if (known(&c, fj, fkeys) || choice(&c, fj, "kind", fk, &fkind) ||
+        choice(&c, fj, "activation", acts, &m->act) || posint(&c, fj, "intermediate", &m->inter) ||
+        boolean(&c, fj, "bias", &m->ffn_bias))
+        return -1;
+    m->ffn_gated = fkind == 0;
+    const cJSON *mo = sub(&c, ex, "moe", 0);
+    if (!mo && !is_null(field(ex, "moe"))) return -1;
+    if (mo && moe_plan(&c, mo)) return -1;
+    m->moe_on = mo != NULL;
+
+    /* post norms, head */
+    const cJSON *pn = field(ex, "post_norms");
+    if (!is_null(pn)) {
+        static const char *const pkeys[] = {"attn", "ffn", NULL};
+        if (!cJSON_IsObject(pn))
+            return vx_errf(err, VX_EFORMAT, "system graph: execution.post_norms is not an object");
+        c.where = "execution.post_norms";
+        if (known(&c, pn, pkeys) || boolean(&c, pn, "attn", &g.post_attn) ||
+            boolean(&c, pn, "ffn", &g.post_ffn))
+            return -1;
+    }
+    c.where = "execution";
+    int fn, tied;
+    if (boolean(&c, ex, "final_norm", &fn)) return -1;
+    const cJSON *lm = sub(&c, ex, "lm_head", 1);
+    if (!lm) return -1;
+    c.where = "execution.lm_head";
+    static const char *const lkeys[] = {"tied", "softcap", NULL};
+    double fcap;
+    if (known(&c, lm, lkeys) || boolean(&c, lm, "tied", &tied) || optnum(&c, lm, "softcap", &fcap))
+        return -1;
+    m->final_softcap = (float)fcap;
+
+    const cJSON *sp = field(ex, "special_tokens");
+    const cJSON *eos = sp ? field(sp, "eos") : NULL;
+    if (cJSON_IsNumber(eos)) m->eos[m->n_eos++] = (int32_t)eos->valuedouble;
+    for (const cJSON *e = cJSON_IsArray(eos) ? eos->child : NULL; e && m->n_eos < 8; e = e->next)
+        if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble < m->vocab)
+            m->eos[m->n_eos++] = (int32_t)e->valuedouble;
+
+    /* operands outside the stack */
+    if (matrix(&c, -1, &m->embed, m->vocab, H, "weight")) return -1;
+    if (learned && matrix(&c, -1, &m->positions, m->ctx, H, "positions")) return -1;
+    if (fn && norm(&c, -1, &m->final_norm, &g.ns, H, g.eps, "final_norm")) return -1;
+    if (tied) m->lm_head = m->embed;
+    else if (matrix(&c, -1, &m->lm_head, m->vocab, H, "lm_head")) return -1;
+
+    m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
+    if (!m->layers) return vx_errf(err, VX_ENOMEM, "out of memory binding %d layers", m->n_layers);
+    int i = 0;
+    for (const cJSON *lj = layers->child; lj; lj = lj->next, i++)
+        if (layer_bind(&c, &g, lj, i)) return -1;
+    if (m->mla_on) {
+        int any = 0;
+        for (i = 0; i < m->n_layers; i++) any |= m->layers[i].mla;
+        if (!any) m->mla_on = 0;
+    }
+    return 0;
+}
+
+void eng_plan_free(eng_model *m)
+{
+    free(m->rope.inv_freq);
+    norm_free(&m->final_norm);
+    for (int i = 0; m->layers && i < m->n_layers; i++) {
+        eng_layer *L = &m->layers[i];
+        norm_free(&L->attn_norm);
+        norm_free(&L->ffn_norm);
+        norm_free(&L->post_attn);
+        norm_free(&L->post_ffn);
+        norm_free(&L->q_a_norm);
+        norm_free(&L->kv_a_norm);
+        free(L->qb); free(L->kb); free(L->vb); free(L->ob);
+        mlp_free(&L->mlp);
+        free(L->score_bias);
+        for (int e = 0; L->experts && e < m->experts; e++) mlp_free(&L->experts[e]);
+        free(L->experts);
+        mlp_free(&L->shared);
+    }
+    free(m->layers);
+}

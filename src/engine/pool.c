@@ -1,0 +1,112 @@
+/*
+ * pool.c — the kernels' thread pool: eng_threads() - 1 persistent workers plus the
+ * caller. Decode calls a parallel kernel a few hundred times per token, so workers spin
+ * briefly on a generation counter before sleeping on a condition variable; spawning
+ * threads per call would cost more than a small GEMV itself.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <immintrin.h>
+#include "engine_int.h"
+
+#define MAX_THREADS 64
+#define SPIN 20000
+
+static struct {
+    pthread_once_t once;
+    pthread_mutex_t run;          /* serialises eng_parallel callers */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int nthreads;                 /* caller + workers */
+    void (*fn)(void *ctx, int i, int n);
+    void *ctx;
+    atomic_uint gen;
+    atomic_int pending;
+} P = { .once = PTHREAD_ONCE_INIT, .run = PTHREAD_MUTEX_INITIALIZER,
+        .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+int eng_threads(void)
+{
+    const char *e = getenv("LQL_THREADS");
+    long n = 0;
+    if (e && *e) {
+        char *end;
+        n = strtol(e, &end, 10);
+        if (*end) n = 0;
+    }
+    if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    if (n > MAX_THREADS) n = MAX_THREADS;
+    return (int)n;
+}
+
+static void *worker(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&P.gen, memory_order_acquire)) == seen) {
+            if (++spins < SPIN) { _mm_pause(); continue; }
+            pthread_mutex_lock(&P.mu);
+            while ((g = atomic_load_explicit(&P.gen, memory_order_acquire)) == seen)
+                pthread_cond_wait(&P.cv, &P.mu);
+            pthread_mutex_unlock(&P.mu);
+            break;
+        }
+        seen = g;
+        P.fn(P.ctx, id, P.nthreads);
+        atomic_fetch_sub_explicit(&P.pending, 1, memory_order_acq_rel);
+    }
+    return NULL;
+}
+
+static void start(void)
+{
+    int n = eng_threads();
+    P.nthreads = 1;
+    for (int i = 1; i < n; i++) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        /* a worker that cannot start just leaves the pool smaller */
+        if (pthread_create(&t, &a, worker, (void *)(intptr_t)i) == 0) P.nthreads++;
+        pthread_attr_destroy(&a);
+        if (P.nthreads != i + 1) break;
+    }
+}
+
+void eng_parallel(void (*fn)(void *ctx, int i, int n), void *ctx)
+{
+    pthread_once(&P.once, start);
+    if (P.nthreads == 1) { fn(ctx, 0, 1); return; }
+    pthread_mutex_lock(&P.run);
+    P.fn = fn;
+    P.ctx = ctx;
+    atomic_store(&P.pending, P.nthreads - 1);
+    pthread_mutex_lock(&P.mu);
+    atomic_fetch_add_explicit(&P.gen, 1, memory_order_release);
+    pthread_cond_broadcast(&P.cv);
+    pthread_mutex_unlock(&P.mu);
+    fn(ctx, 0, P.nthreads);
+    /* yield after a while: on a loaded machine the worker may not be running yet */
+    for (int spins = 0; atomic_load_explicit(&P.pending, memory_order_acquire) > 0; spins++) {
+        if (spins < SPIN) _mm_pause();
+        else sched_yield();
+    }
+    pthread_mutex_unlock(&P.run);
+}
+
+void eng_split(int count, int i, int n, int align, int *lo, int *hi)
+{
+    if (align < 1) align = 1;
+    int blocks = (count + align - 1) / align;
+    int b0 = (int)((long)blocks * i / n), b1 = (int)((long)blocks * (i + 1) / n);
+    *lo = b0 * align < count ? b0 * align : count;
+    *hi = b1 * align < count ? b1 * align : count;
+}

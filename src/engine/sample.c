@@ -1,0 +1,80 @@
+/*
+ * sample.c — softmax and token sampling: greedy (temperature 0; ties go to the lower id),
+ * or temperature → top-k → softmax → top-p (the smallest set of most likely tokens whose
+ * mass reaches p) → a draw from a splitmix64-seeded xorshift64* stream. The same seed and
+ * logits always give the same token.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include "engine_int.h"
+
+void eng_softmax(float *x, int n)
+{
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) if (x[i] > mx) mx = x[i];
+    double sum = 0;
+    for (int i = 0; i < n; i++) { x[i] = expf(x[i] - mx); sum += x[i]; }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+static int argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* xorshift64*; a zero state (from an unseeded stream) is first mixed by splitmix64. */
+static uint64_t next(uint64_t *s)
+{
+    if (*s == 0) {
+        uint64_t z = 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        *s = (z ^ (z >> 31)) | 1;
+    }
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1Dull;
+}
+
+typedef struct cand { float p; int id; } cand;
+
+static int by_prob(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->p != y->p) return x->p < y->p ? 1 : -1;
+    return x->id - y->id;
+}
+
+int32_t eng_sample(const eng_sampler *sp, float *logits, int n, uint64_t *rng_state)
+{
+    if (!sp || sp->temperature <= 0 || sp->top_k == 1) return argmax(logits, n);
+    cand *c = malloc((size_t)n * sizeof *c);
+    if (!c) return argmax(logits, n);   /* no memory for the candidate list: greedy */
+    for (int i = 0; i < n; i++) { c[i].p = logits[i] / sp->temperature; c[i].id = i; }
+    qsort(c, (size_t)n, sizeof *c, by_prob);
+    int k = sp->top_k > 0 && sp->top_k < n ? sp->top_k : n;
+    float mx = c[0].p;
+    double sum = 0;
+    for (int i = 0; i < k; i++) { c[i].p = expf(c[i].p - mx); sum += c[i].p; }
+    double mass = 0;
+    int keep = k;
+    for (int i = 0; i < k; i++) {
+        c[i].p = (float)(c[i].p / sum);
+        mass += c[i].p;
+        if (sp->top_p > 0 && sp->top_p < 1 && mass >= sp->top_p) { keep = i + 1; break; }
+    }
+    double total = 0;
+    for (int i = 0; i < keep; i++) total += c[i].p;
+    double u = (double)(next(rng_state) >> 11) * (1.0 / 9007199254740992.0) * total, acc = 0;
+    int32_t pick = c[keep - 1].id;
+    for (int i = 0; i < keep; i++) {
+        acc += c[i].p;
+        if (u < acc) { pick = c[i].id; break; }
+    }
+    free(c);
+    return pick;
+}

@@ -1,0 +1,140 @@
+/*
+ * session.c — eng_session: the KV cache and the forward pass over the plan.
+ *
+ * The residual stream is pre-norm: h += post(attn(norm(h))); h += post(ffn(norm(h))).
+ * A chunk of n tokens runs as a batch (prefill: GEMM), one token as GEMV (decode). The
+ * cache holds f32 keys (after rope) and values for every layer; MLA layers cache their
+ * expanded per-head keys and values, so attention is one kernel for both operators.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "engine_int.h"
+
+int eng_session_new(const eng_model *m, int max_ctx, eng_session **out, vx_err *err)
+{
+    *out = NULL;
+    if (max_ctx <= 0) max_ctx = m->ctx;
+    if (max_ctx > m->ctx)
+        return vx_errf(err, VX_EARG, "session context %d exceeds the model's context length %d",
+                       max_ctx, m->ctx);
+    eng_session *s = calloc(1, sizeof *s);
+    if (!s) return vx_errf(err, VX_ENOMEM, "out of memory creating a session");
+    s->m = m;
+    s->max_ctx = max_ctx;
+    s->kv = calloc((size_t)m->n_layers, sizeof *s->kv);
+    int k = m->top_k > 0 ? m->top_k : 1;
+    s->route_ids = malloc((size_t)m->n_layers * k * sizeof *s->route_ids);
+    s->route_w = calloc((size_t)m->n_layers * k, sizeof *s->route_w);
+    if (!s->kv || !s->route_ids || !s->route_w) goto oom;
+    for (int i = 0; i < m->n_layers * k; i++) s->route_ids[i] = -1;
+    for (int l = 0; l < m->n_layers; l++) {
+        eng_kv *kv = &s->kv[l];
+        if (m->layers[l].mla) {
+            kv->kv_heads = m->heads;
+            kv->kdim = m->qk_nope + m->qk_rope;
+            kv->vdim = m->v_head_dim;
+        } else {
+            kv->kv_heads = m->kv_heads;
+            kv->kdim = kv->vdim = m->head_dim;
+        }
+        kv->k = malloc((size_t)max_ctx * kv->kv_heads * kv->kdim * sizeof(float));
+        kv->v = malloc((size_t)max_ctx * kv->kv_heads * kv->vdim * sizeof(float));
+        if (!kv->k || !kv->v) goto oom;
+    }
+    *out = s;
+    return 0;
+oom:
+    eng_session_free(s);
+    return vx_errf(err, VX_ENOMEM, "out of memory for a %d-position kv cache", max_ctx);
+}
+
+void eng_session_free(eng_session *s)
+{
+    if (!s) return;
+    for (int l = 0; s->kv && l < s->m->n_layers; l++) {
+        free(s->kv[l].k);
+        free(s->kv[l].v);
+    }
+    free(s->kv);
+    free(s->route_ids);
+    free(s->route_w);
+    free(s);
+}
+
+void eng_session_reset(eng_session *s) { s->pos = 0; }
+int eng_session_pos(const eng_session *s) { return s->pos; }
+
+int eng_session_routing(const eng_session *s, int layer, int *ids, float *w)
+{
+    const eng_model *m = s->m;
+    if (layer < 0 || layer >= m->n_layers || !m->layers[layer].moe) return 0;
+    for (int k = 0; k < m->top_k; k++) {
+        ids[k] = s->route_ids[layer * m->top_k + k];
+        w[k] = s->route_w[layer * m->top_k + k];
+    }
+    return m->top_k;
+}
+
+static void embed(const eng_model *m, const int32_t *ids, int n, int pos0, float *x)
+{
+    const int H = m->hidden;
+    for (int t = 0; t < n; t++) {
+        float *r = x + (size_t)t * H;
+        vx_row_to_f32(m->embed.dt, (const char *)m->embed.data + (size_t)ids[t] * m->embed.row_bytes,
+                      r, (size_t)H);
+        if (m->embed_scale != 1.0f)
+            for (int i = 0; i < H; i++) r[i] *= m->embed_scale;
+        if (m->positions.data) {
+            float p[H];
+            vx_row_to_f32(m->positions.dt,
+                          (const char *)m->positions.data + (size_t)(pos0 + t) * m->positions.row_bytes,
+                          p, (size_t)H);
+            for (int i = 0; i < H; i++) r[i] += p[i];
+        }
+    }
+}
+
+int eng_forward(eng_session *s, const int32_t *ids, int n, float *logits,
+                const eng_observer *obs, vx_err *err)
+{
+    const eng_model *m = s->m;
+    const int H = m->hidden;
+    if (n <= 0) return vx_errf(err, VX_EARG, "eng_forward: no tokens");
+    if ((int64_t)s->pos + n > s->max_ctx)
+        return vx_errf(err, VX_EARG, "context full: %d positions + %d tokens exceeds the "
+                       "session's %d", s->pos, n, s->max_ctx);
+    for (int t = 0; t < n; t++)
+        if (ids[t] < 0 || ids[t] >= m->vocab)
+            return vx_errf(err, VX_EARG, "token id %d is out of range (vocab %d)", ids[t],
+                           m->vocab);
+    const int pos0 = s->pos;
+    float *x = malloc((size_t)n * H * 4 * sizeof(float));
+    if (!x) return vx_errf(err, VX_ENOMEM, "out of memory for %d positions", n);
+    float *h = x + (size_t)n * H, *a = h + (size_t)n * H, *f = a + (size_t)n * H;
+    int rc = 0;
+    embed(m, ids, n, pos0, x);
+    if (obs && obs->on_embed) obs->on_embed(obs->ctx, pos0, n, x);
+    for (int l = 0; l < m->n_layers && !rc; l++) {
+        const eng_layer *L = &m->layers[l];
+        if (vx_cancel_flag) { rc = vx_errf(err, VX_ECANCEL, "forward pass cancelled"); break; }
+        eng_norm_apply(&L->attn_norm, x, h, n);
+        rc = L->mla ? eng_mla_layer(s, l, h, n, pos0, a, obs, err)
+                    : eng_attn_layer(s, l, h, n, pos0, a, obs, err);
+        if (rc) break;
+        if (L->post_attn.width) eng_norm_apply(&L->post_attn, a, a, n);
+        for (size_t i = 0; i < (size_t)n * H; i++) x[i] += a[i];
+        eng_norm_apply(&L->ffn_norm, x, h, n);
+        rc = L->moe ? eng_ffn_moe(s, l, h, n, pos0, f, obs, err)
+                    : eng_ffn_dense(m, l, h, n, pos0, f, obs, err);
+        if (rc) break;
+        if (L->post_ffn.width) eng_norm_apply(&L->post_ffn, f, f, n);
+        for (size_t i = 0; i < (size_t)n * H; i++) x[i] += f[i];
+        if (obs && obs->on_layer) obs->on_layer(obs->ctx, l, pos0, n, a, f, x);
+    }
+    if (!rc) {
+        s->pos += n;
+        if (logits) eng_lens(m, x + (size_t)(n - 1) * H, logits);
+    }
+    free(x);
+    return rc;
+}
