@@ -23,4 +23,64 @@ void vx_sha256_final(vx_sha256_ctx *ctx, char hex[65]);
 /* Releases a context without finishing it (error paths); safe to call twice. */
 void vx_sha256_free(vx_sha256_ctx *ctx);
 
+/* ---- JSON files (index.c) ---- */
+#define VX_VERSION_MIN 3          /* index.json versions this reader accepts (VINDEX3) */
+#define VX_VERSION_MAX 4
+#define VX_GRAPH_SCHEMA 6         /* system_graph.json schema */
+
+/* Read a whole regular file of at most 64 MiB into a NUL-terminated malloc'd buffer
+ * (*out, caller frees). `label` names it in errors ("index.json"). */
+int vx_read_small_file(const char *path, const char *label, char **out, size_t *n, vx_err *err);
+/* Parse n bytes as one JSON object (trailing whitespace allowed). Malformed input fails
+ * with "<label>: malformed json at line L:C". *out is owned by the caller. */
+int vx_json_parse(const char *label, const char *text, size_t n, cJSON **out, vx_err *err);
+/* A non-negative integer that a double holds exactly (<= 2^53); -1 otherwise. */
+int vx_json_u64(const cJSON *item, uint64_t *out);
+/* obj[key] when it is a string, else NULL. */
+const char *vx_json_str(const cJSON *obj, const char *key);
+/* Judge index.json's "version" (the only generation discriminator): 3-4 accepted, 1-2
+ * refused as VINDEX2, anything else refused naming the value and the supported span. */
+int vx_index_version(const cJSON *index, int *version, vx_err *err);
+
+/* ---- segment framing (segment_read.c) ---- */
+/* One validated tensor-table entry; name and sha256 point into the header JSON. */
+typedef struct vx_seg_tensor {
+    const char *name;
+    vx_dtype dtype;
+    int ndim;
+    int64_t shape[VX_MAX_DIMS];
+    uint64_t offset, length;  /* payload-relative; offset 64-aligned, offset+length <= payload */
+    const char *sha256;       /* per-tensor hash when the encoder recorded one, else NULL */
+} vx_seg_tensor;
+
+typedef struct vx_segment_hdr {
+    cJSON *json;              /* the parsed header (owns every string below) */
+    uint64_t header_len;      /* the u64 prefix */
+    uint64_t payload_off;     /* 8 + header_len, a multiple of 64 */
+    uint64_t payload_bytes;   /* size - payload_off */
+    const char *object, *representation;  /* header fields, NULL when absent */
+    vx_seg_tensor *t;         /* table order */
+    size_t n;
+} vx_segment_hdr;
+
+/* Parse and validate a whole segment held in memory (size bytes at data; `seg` names it
+ * in errors). On success *h owns its JSON and table (vx_segment_hdr_free); on failure *h
+ * is empty. Reads nothing past data + size. */
+int vx_segment_parse(const char *seg, const void *data, uint64_t size, vx_segment_hdr *h,
+                     vx_err *err);
+void vx_segment_hdr_free(vx_segment_hdr *h);
+
+/* ---- an open container's segments (container.c), for verify and the CLI ---- */
+typedef struct vx_segment_view {
+    const char *rel;             /* container-relative path */
+    const char *object;          /* owning object id */
+    const void *data;            /* the whole file, mapped read-only */
+    uint64_t size;
+    const vx_segment_hdr *hdr;   /* validated framing and table */
+} vx_segment_view;
+
+size_t vx_segment_count(const vx_container *c);
+/* Fills *out for segment i (graph object order, then representation order); -1 past the end. */
+int vx_segment_at(const vx_container *c, size_t i, vx_segment_view *out);
+
 #endif

@@ -1,0 +1,450 @@
+/*
+ * container.c — opening a graph-shape VINDEX3 container: index.json (version first), the
+ * system graph, one read-only mmap per segment with its tensor table validated, the
+ * operand closure of every object, and O(1) tensor lookup by (object, operand name).
+ * Opening reads metadata only; no weight byte is touched.
+ */
+#include "vindex.h"
+#include "vx_int.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct seg {
+    char *rel;               /* container-relative path, as index.json spells it */
+    void *map;               /* whole file, read-only */
+    uint64_t size;
+    vx_segment_hdr h;
+    const char *object;      /* owning object id (points into the graph JSON) */
+} seg;
+
+struct vx_container {
+    char *dir;
+    int version;
+    vx_shape shape;
+    cJSON *index, *graph;
+    const cJSON *component;
+    char sha[65];
+    seg *segs;
+    size_t nseg, capseg;
+    vx_tensor *t;
+    size_t nt;
+    size_t *slot;            /* open addressing: tensor index + 1, 0 = empty */
+    size_t nslot;            /* power of two, >= 2 * nt */
+};
+
+static uint64_t hash_key(const char *object, const char *name)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)object; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return h;
+}
+
+/* Returns the slot holding (object, name), or the empty slot where it would go. */
+static size_t probe(const vx_container *c, const char *object, const char *name)
+{
+    size_t mask = c->nslot - 1, i = (size_t)hash_key(object, name) & mask;
+    while (c->slot[i]) {
+        const vx_tensor *t = &c->t[c->slot[i] - 1];
+        if (strcmp(t->name, name) == 0 && strcmp(t->object, object) == 0)
+            break;
+        i = (i + 1) & mask;
+    }
+    return i;
+}
+
+static int map_segment(vx_container *c, const char *rel, const char *object, vx_err *err)
+{
+    for (size_t i = 0; i < c->nseg; i++) {
+        if (strcmp(c->segs[i].rel, rel) == 0)
+            return vx_errf(err, VX_EFORMAT, "segment '%s' is listed twice in index.json representations",
+                           rel);
+    }
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(c->index, "segments"), rel);
+    uint64_t recorded = 0;
+    if (!cJSON_IsObject(rec))
+        return vx_errf(err, VX_EFORMAT, "segment '%s' has no record in index.json segments", rel);
+    if (vx_json_u64(cJSON_GetObjectItemCaseSensitive(rec, "bytes"), &recorded) < 0)
+        return vx_errf(err, VX_EFORMAT, "segment '%s': index.json records no byte count", rel);
+    char path[PATH_MAX];
+    if (vx_resolve_in(c->dir, rel, path, sizeof path, err) < 0)
+        return -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return vx_errf(err, errno == ENOENT ? VX_EMISSING : VX_EIO, "segment '%s' cannot be opened: %s",
+                       rel, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return vx_errf(err, VX_EIO, "segment '%s' is not a regular file", rel);
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size != recorded) {
+        close(fd);
+        return vx_errf(err, VX_EFORMAT, "segment '%s' is %s: %llu bytes on disk, index.json records %llu",
+                       rel, size < recorded ? "truncated" : "longer than recorded",
+                       (unsigned long long)size, (unsigned long long)recorded);
+    }
+    if (size > SIZE_MAX) {
+        close(fd);
+        return vx_errf(err, VX_EFORMAT, "segment '%s' is too large to map", rel);
+    }
+    void *map = size ? mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (map == MAP_FAILED)
+        return vx_errf(err, VX_EIO, "segment '%s' cannot be mapped: %s", rel, strerror(errno));
+    if (c->nseg == c->capseg) {
+        size_t cap = c->capseg ? 2 * c->capseg : 8;
+        seg *s = realloc(c->segs, cap * sizeof *s);
+        if (!s) {
+            if (map)
+                munmap(map, (size_t)size);
+            return vx_errf(err, VX_ENOMEM, "out of memory mapping segment '%s'", rel);
+        }
+        c->segs = s;
+        c->capseg = cap;
+    }
+    seg *s = &c->segs[c->nseg];
+    memset(s, 0, sizeof *s);
+    s->map = map;
+    s->size = size;
+    s->object = object;
+    s->rel = strdup(rel);
+    c->nseg++;                       /* owned from here on: vx_close releases it */
+    if (!s->rel)
+        return vx_errf(err, VX_ENOMEM, "out of memory mapping segment '%s'", rel);
+    if (vx_segment_parse(rel, map, size, &s->h, err) < 0)
+        return -1;
+    if (s->h.object && strcmp(s->h.object, object) != 0)
+        return vx_errf(err, VX_EFORMAT, "segment '%s' holds object '%s', but its representation belongs to '%s'",
+                       rel, s->h.object, object);
+    return 0;
+}
+
+/* Maps every segment of every representation an object lists, in graph order. */
+static int map_objects(vx_container *c, vx_err *err)
+{
+    const cJSON *reps = cJSON_GetObjectItemCaseSensitive(c->index, "representations");
+    if (!cJSON_IsObject(reps))
+        return vx_errf(err, VX_EFORMAT, "index.json has no 'representations' object");
+    const cJSON *objects = cJSON_GetObjectItemCaseSensitive(c->graph, "objects");
+    if (!cJSON_IsArray(objects))
+        return vx_errf(err, VX_EFORMAT, "system_graph.json has no 'objects' array");
+    const cJSON *o;
+    cJSON_ArrayForEach(o, objects) {
+        const char *id = vx_json_str(o, "id");
+        if (!id)
+            return vx_errf(err, VX_EFORMAT, "system_graph.json: an object has no id");
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, "representations"), *r;
+        cJSON_ArrayForEach(r, list) {
+            const char *rid = cJSON_GetStringValue(r);
+            const cJSON *rep = rid ? cJSON_GetObjectItemCaseSensitive(reps, rid) : NULL;
+            if (!rep)
+                return vx_errf(err, VX_EMISSING, "object '%s' names representation '%s', which index.json does not list",
+                               id, rid ? rid : "(not a string)");
+            const char *robj = vx_json_str(rep, "object");
+            if (robj && strcmp(robj, id) != 0)
+                return vx_errf(err, VX_EFORMAT, "representation '%s' belongs to object '%s', not '%s'",
+                               rid, robj, id);
+            const cJSON *segs = cJSON_GetObjectItemCaseSensitive(rep, "segments"), *sp;
+            if (!cJSON_IsArray(segs) || cJSON_GetArraySize(segs) == 0)
+                return vx_errf(err, VX_EFORMAT, "representation '%s' lists no segments", rid);
+            cJSON_ArrayForEach(sp, segs) {
+                const char *rel = cJSON_GetStringValue(sp);
+                if (!rel)
+                    return vx_errf(err, VX_EFORMAT, "representation '%s': a segment path is not a string",
+                                   rid);
+                if (map_segment(c, rel, id, err) < 0)
+                    return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static int build_table(vx_container *c, vx_err *err)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->nseg; i++)
+        n += c->segs[i].h.n;
+    c->nslot = 16;
+    while (c->nslot < 2 * n)
+        c->nslot *= 2;
+    c->t = calloc(n ? n : 1, sizeof *c->t);
+    c->slot = calloc(c->nslot, sizeof *c->slot);
+    if (!c->t || !c->slot)
+        return vx_errf(err, VX_ENOMEM, "out of memory for %zu tensors", n);
+    for (size_t i = 0; i < c->nseg; i++) {
+        seg *s = &c->segs[i];
+        const unsigned char *payload = (const unsigned char *)s->map + s->h.payload_off;
+        for (size_t j = 0; j < s->h.n; j++) {
+            const vx_seg_tensor *st = &s->h.t[j];
+            size_t at = probe(c, s->object, st->name);
+            if (c->slot[at])
+                return vx_errf(err, VX_EFORMAT, "object '%s': tensor '%s' appears in both '%s' and '%s'",
+                               s->object, st->name, c->t[c->slot[at] - 1].segment, s->rel);
+            vx_tensor *t = &c->t[c->nt];
+            t->name = st->name;
+            t->object = s->object;
+            t->segment = s->rel;
+            t->dtype = st->dtype;
+            t->ndim = st->ndim;
+            memcpy(t->shape, st->shape, sizeof t->shape);
+            t->data = payload + st->offset;
+            t->nbytes = st->length;
+            t->offset = st->offset;
+            c->slot[at] = ++c->nt;
+        }
+    }
+    return 0;
+}
+
+static const cJSON *component_of(const vx_container *c, const cJSON *obj)
+{
+    const char *id = vx_json_str(obj, "component");
+    const cJSON *comp;
+    cJSON_ArrayForEach(comp, cJSON_GetObjectItemCaseSensitive(c->graph, "components")) {
+        const char *cid = vx_json_str(comp, "id");
+        if (id && cid && strcmp(id, cid) == 0)
+            return comp;
+    }
+    return c->component;
+}
+
+/* Names the segments of an object for a closure error: "'a'" or "'a', 'b'". */
+static void object_segments(const vx_container *c, const char *object, char *buf, size_t n)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < c->nseg && at < n; i++) {
+        if (strcmp(c->segs[i].object, object) == 0)
+            at += (size_t)snprintf(buf + at, n - at, "%s'%s'", at ? ", " : "", c->segs[i].rel);
+    }
+    if (!at)
+        snprintf(buf, n, "(none)");
+}
+
+static int need_operand(const vx_container *c, const char *object, const char *name, vx_err *err)
+{
+    if (vx_find(c, object, name))
+        return 0;
+    char segs[512], layer[48] = "";
+    int li;
+    if (sscanf(name, "layers.%d.", &li) == 1)
+        snprintf(layer, sizeof layer, ", layer %d", li);
+    object_segments(c, object, segs, sizeof segs);
+    return vx_errf(err, VX_EMISSING, "missing operand '%s' (object '%s'%s): not in segment%s %s",
+                   name, object, layer, strchr(segs, ',') ? "s" : "", segs);
+}
+
+/* Every source_bindings key (with "{i}" expanded over the component's layers) must be a
+ * stored tensor of its object. */
+static int close_operands(const vx_container *c, vx_err *err)
+{
+    const cJSON *o;
+    cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(c->graph, "objects")) {
+        const char *id = vx_json_str(o, "id");
+        const cJSON *b;
+        cJSON_ArrayForEach(b, cJSON_GetObjectItemCaseSensitive(o, "source_bindings")) {
+            const char *key = b->string, *tpl = key ? strstr(key, "{i}") : NULL;
+            if (!key)
+                continue;
+            if (!tpl) {
+                if (need_operand(c, id, key, err) < 0)
+                    return -1;
+                continue;
+            }
+            uint64_t layers = 0;
+            const cJSON *comp = component_of(c, o);
+            if (vx_json_u64(cJSON_GetObjectItemCaseSensitive(comp, "num_layers"), &layers) < 0 ||
+                layers > 1000000)
+                return vx_errf(err, VX_EFORMAT, "object '%s': binding '%s' is per layer, but its component has no num_layers",
+                               id, key);
+            for (uint64_t i = 0; i < layers; i++) {
+                char name[512];
+                snprintf(name, sizeof name, "%.*s%llu%s", (int)(tpl - key), key,
+                         (unsigned long long)i, tpl + 3);
+                if (need_operand(c, id, name, err) < 0)
+                    return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static int read_graph(vx_container *c, vx_err *err)
+{
+    const char *rel = vx_json_str(c->index, "system_graph");
+    char path[PATH_MAX], *text = NULL;
+    size_t n = 0;
+    if (vx_resolve_in(c->dir, rel, path, sizeof path, err) < 0)
+        return -1;
+    if (vx_read_small_file(path, rel, &text, &n, err) < 0) {
+        if (err && err->code == VX_EMISSING)
+            vx_errf(err, VX_EMISSING, "%s is missing from '%s' (index.json names it)", rel, c->dir);
+        return -1;
+    }
+    int rc = vx_json_parse(rel, text, n, &c->graph, err);
+    free(text);
+    if (rc < 0)
+        return -1;
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(c->graph, "schema");
+    uint64_t s = 0;
+    if (vx_json_u64(schema, &s) < 0 || s != VX_GRAPH_SCHEMA) {
+        char got[64];
+        if (cJSON_IsNumber(schema))
+            snprintf(got, sizeof got, "%.17g", schema->valuedouble);
+        else
+            snprintf(got, sizeof got, "%s", schema ? "(not a number)" : "(none)");
+        return vx_errf(err, VX_EVERSION, "%s schema %s is not supported; this lql reads schema %d",
+                       rel, got, VX_GRAPH_SCHEMA);
+    }
+    /* The primary component is the first decoder, else the first component. */
+    const cJSON *comps = cJSON_GetObjectItemCaseSensitive(c->graph, "components"), *comp;
+    cJSON_ArrayForEach(comp, comps) {
+        const char *role = vx_json_str(comp, "role");
+        if (role && strcmp(role, "decoder") == 0) {
+            c->component = comp;
+            break;
+        }
+        if (!c->component)
+            c->component = comp;
+    }
+    if (!c->component)
+        return vx_errf(err, VX_EFORMAT, "%s has no components", rel);
+    return 0;
+}
+
+static int read_index(vx_container *c, vx_err *err)
+{
+    char path[PATH_MAX], *text = NULL;
+    size_t n = 0;
+    if (vx_resolve_in(c->dir, "index.json", path, sizeof path, err) < 0)
+        return -1;
+    if (vx_read_small_file(path, "index.json", &text, &n, err) < 0) {
+        if (err && err->code == VX_EMISSING)
+            vx_errf(err, VX_EMISSING, "'%s' is not a container: it has no index.json", c->dir);
+        return -1;
+    }
+    vx_sha256_hex(text, n, c->sha);
+    int rc = vx_json_parse("index.json", text, n, &c->index, err);
+    free(text);
+    if (rc < 0 || vx_index_version(c->index, &c->version, err) < 0)
+        return -1;
+    const cJSON *graph = cJSON_GetObjectItemCaseSensitive(c->index, "system_graph");
+    const cJSON *bank = cJSON_GetObjectItemCaseSensitive(c->index, "moe_manifest");
+    int has_graph = cJSON_IsString(graph), has_bank = bank && !cJSON_IsNull(bank);
+    if (!has_graph && has_bank)
+        return vx_errf(err, VX_EUNSUPPORTED,
+                       "bank-shape containers (LYRW v2) are not readable yet (index.json sets moe_manifest, no system_graph)");
+    if (!has_graph)
+        return vx_errf(err, VX_EFORMAT, "index.json names neither a system_graph nor a moe_manifest");
+    c->shape = VX_SHAPE_GRAPH;
+    return 0;
+}
+
+int vx_open(const char *dir, vx_container **out, vx_err *err)
+{
+    *out = NULL;
+    if (!dir || !*dir)
+        return vx_errf(err, VX_EARG, "no container directory given");
+    vx_container *c = calloc(1, sizeof *c);
+    if (!c || !(c->dir = strdup(dir))) {
+        free(c);
+        return vx_errf(err, VX_ENOMEM, "out of memory opening '%s'", dir);
+    }
+    if (read_index(c, err) < 0 || read_graph(c, err) < 0 || map_objects(c, err) < 0 ||
+        build_table(c, err) < 0 || close_operands(c, err) < 0) {
+        vx_close(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+void vx_close(vx_container *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->nseg; i++) {
+        vx_segment_hdr_free(&c->segs[i].h);
+        if (c->segs[i].map)
+            munmap(c->segs[i].map, (size_t)c->segs[i].size);
+        free(c->segs[i].rel);
+    }
+    free(c->segs);
+    free(c->t);
+    free(c->slot);
+    cJSON_Delete(c->index);
+    cJSON_Delete(c->graph);
+    free(c->dir);
+    free(c);
+}
+
+const char *vx_dir(const vx_container *c) { return c->dir; }
+int vx_version(const vx_container *c) { return c->version; }
+vx_shape vx_container_shape(const vx_container *c) { return c->shape; }
+const cJSON *vx_index_json(const vx_container *c) { return c->index; }
+const cJSON *vx_graph_json(const vx_container *c) { return c->graph; }
+const cJSON *vx_component(const vx_container *c) { return c->component; }
+const char *vx_index_sha256(const vx_container *c) { return c->sha; }
+size_t vx_tensor_count(const vx_container *c) { return c->nt; }
+
+const vx_tensor *vx_tensor_at(const vx_container *c, size_t i)
+{
+    return i < c->nt ? &c->t[i] : NULL;
+}
+
+const vx_tensor *vx_find(const vx_container *c, const char *object, const char *name)
+{
+    if (!c || !object || !name || !c->nslot)
+        return NULL;
+    size_t at = probe(c, object, name);
+    return c->slot[at] ? &c->t[c->slot[at] - 1] : NULL;
+}
+
+const vx_tensor *vx_findf(const vx_container *c, const char *object, const char *fmt, ...)
+{
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof name)
+        return NULL;               /* no stored operand name is this long */
+    return vx_find(c, object, name);
+}
+
+int vx_resolve(const vx_container *c, const char *rel, char *out, size_t outsz, vx_err *err)
+{
+    return vx_resolve_in(c->dir, rel, out, outsz, err);
+}
+
+size_t vx_segment_count(const vx_container *c) { return c->nseg; }
+
+int vx_segment_at(const vx_container *c, size_t i, vx_segment_view *out)
+{
+    if (i >= c->nseg)
+        return -1;
+    const seg *s = &c->segs[i];
+    out->rel = s->rel;
+    out->object = s->object;
+    out->data = s->map;
+    out->size = s->size;
+    out->hdr = &s->h;
+    return 0;
+}

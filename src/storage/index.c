@@ -1,0 +1,147 @@
+/*
+ * index.c — reading the container's JSON files: whole-file reads with a size cap, parsing
+ * with a line:col position on malformed input, typed field getters, and index.json's
+ * version check (the sole generation discriminator, judged before anything else is read).
+ */
+#include "vindex.h"
+#include "vx_int.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define JSON_FILE_MAX (64ull << 20)   /* index / graph files are metadata, never this big */
+
+int vx_read_small_file(const char *path, const char *label, char **out, size_t *n, vx_err *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return vx_errf(err, errno == ENOENT ? VX_EMISSING : VX_EIO, "cannot open %s ('%s'): %s",
+                       label, path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return vx_errf(err, VX_EIO, "%s ('%s') is not a regular file", label, path);
+    }
+    if ((uint64_t)st.st_size > JSON_FILE_MAX) {
+        fclose(f);
+        return vx_errf(err, VX_EFORMAT, "%s is too large (%lld bytes; limit %llu)", label,
+                       (long long)st.st_size, JSON_FILE_MAX);
+    }
+    size_t size = (size_t)st.st_size;
+    char *buf = malloc(size + 1);
+    if (!buf) {
+        fclose(f);
+        return vx_errf(err, VX_ENOMEM, "out of memory reading %s", label);
+    }
+    size_t got = fread(buf, 1, size, f);
+    fclose(f);
+    if (got != size) {
+        free(buf);
+        return vx_errf(err, VX_EIO, "short read on %s ('%s'): %zu of %zu bytes", label, path,
+                       got, size);
+    }
+    buf[size] = '\0';
+    *out = buf;
+    *n = size;
+    return 0;
+}
+
+int vx_json_parse(const char *label, const char *text, size_t n, cJSON **out, vx_err *err)
+{
+    const char *end = NULL;
+    *out = cJSON_ParseWithLengthOpts(text, n, &end, 0);
+    if (!*out) {
+        size_t pos = end && end >= text && end <= text + n ? (size_t)(end - text) : n;
+        unsigned line = 1, col = 1;
+        for (size_t i = 0; i < pos; i++) {
+            if (text[i] == '\n') {
+                line++;
+                col = 1;
+            } else {
+                col++;
+            }
+        }
+        return vx_errf(err, VX_EFORMAT, "%s: malformed json at line %u:%u", label, line, col);
+    }
+    /* Anything after the value other than whitespace is not JSON either. */
+    for (const char *p = end; p && p < text + n; p++) {
+        if (*p != ' ' && *p != '\n' && *p != '\r' && *p != '\t' && *p != '\0') {
+            cJSON_Delete(*out);
+            *out = NULL;
+            return vx_errf(err, VX_EFORMAT, "%s: trailing bytes after the json value (at byte %zu)",
+                           label, (size_t)(p - text));
+        }
+    }
+    if (!cJSON_IsObject(*out)) {
+        cJSON_Delete(*out);
+        *out = NULL;
+        return vx_errf(err, VX_EFORMAT, "%s: top level is not a json object", label);
+    }
+    return 0;
+}
+
+int vx_json_u64(const cJSON *item, uint64_t *out)
+{
+    if (!cJSON_IsNumber(item))
+        return -1;
+    double d = item->valuedouble;
+    /* Doubles are exact integers only up to 2^53; refuse anything cJSON could not hold. */
+    if (!(d >= 0 && d <= 9007199254740992.0) || floor(d) != d)
+        return -1;
+    *out = (uint64_t)d;
+    return 0;
+}
+
+const char *vx_json_str(const cJSON *obj, const char *key)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsString(it) ? it->valuestring : NULL;
+}
+
+/* Spell a JSON value briefly for an error message ("7", "\"4\"", "null"). */
+static void spell(const cJSON *v, char *buf, size_t n)
+{
+    if (cJSON_IsNumber(v))
+        snprintf(buf, n, "%.17g", v->valuedouble);
+    else if (cJSON_IsString(v))
+        snprintf(buf, n, "\"%.64s\"", v->valuestring);
+    else if (cJSON_IsNull(v))
+        snprintf(buf, n, "null");
+    else if (cJSON_IsBool(v))
+        snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
+    else
+        snprintf(buf, n, "%s", cJSON_IsArray(v) ? "an array" : "an object");
+}
+
+int vx_index_version(const cJSON *index, int *version, vx_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(index, "version");
+    uint64_t n;
+    char got[96];
+    if (!v)
+        return vx_errf(err, VX_EVERSION,
+                       "index.json has no version; this lql reads VINDEX3 (versions %d-%d)",
+                       VX_VERSION_MIN, VX_VERSION_MAX);
+    if (vx_json_u64(v, &n) < 0) {
+        spell(v, got, sizeof got);
+        return vx_errf(err, VX_EVERSION,
+                       "index.json version %s is not an integer; this lql reads VINDEX3 (versions %d-%d)",
+                       got, VX_VERSION_MIN, VX_VERSION_MAX);
+    }
+    if (n == 1 || n == 2)
+        return vx_errf(err, VX_EVERSION,
+                       "index.json version %llu is VINDEX2; this lql reads VINDEX3 (versions %d-%d)",
+                       (unsigned long long)n, VX_VERSION_MIN, VX_VERSION_MAX);
+    if (n < VX_VERSION_MIN || n > VX_VERSION_MAX)
+        return vx_errf(err, VX_EVERSION,
+                       "index.json version %llu is not supported; this lql reads VINDEX3 (versions %d-%d)",
+                       (unsigned long long)n, VX_VERSION_MIN, VX_VERSION_MAX);
+    *version = (int)n;
+    return 0;
+}

@@ -1,0 +1,288 @@
+/*
+ * verify.c — re-hashing a container against its records: every segment file (index.json
+ * `segments[*].sha256`), every representation's payload (`payload_sha256`: the stored
+ * tensor bytes in table order across its segments) and, when the source checkpoint is at
+ * hand, the source tensors (`source_payload_sha256`, hashed by st_hash_sources). A
+ * mismatch names the segment and, when the encoder recorded per-tensor hashes, the first
+ * tensor whose bytes differ.
+ */
+#include "vindex.h"
+#include "vx_int.h"
+#include "st.h"
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CHUNK (16u << 20)   /* hash in slices so Ctrl-C is seen within one slice */
+
+static int hash_range(vx_sha256_ctx *ctx, const unsigned char *p, uint64_t n, vx_err *err)
+{
+    for (uint64_t at = 0; at < n; at += CHUNK) {
+        if (vx_cancel_flag)
+            return vx_errf(err, VX_ECANCEL, "verify: cancelled");
+        uint64_t len = n - at < CHUNK ? n - at : CHUNK;
+        vx_sha256_update(ctx, p + at, (size_t)len);
+    }
+    return 0;
+}
+
+/* Keep the first failure in *err and the report; later ones only go to the report. */
+static void fail(cJSON *report, vx_err *err, int *bad, int code, const char *msg)
+{
+    if (!*bad) {
+        vx_errf(err, code, "%s", msg);
+        cJSON_AddStringToObject(report, "error", msg);
+    }
+    *bad = 1;
+}
+
+static const char *first_bad_tensor(const vx_segment_view *v)
+{
+    const unsigned char *payload = (const unsigned char *)v->data + v->hdr->payload_off;
+    for (size_t i = 0; i < v->hdr->n; i++) {
+        const vx_seg_tensor *t = &v->hdr->t[i];
+        if (!t->sha256)
+            continue;
+        char hex[65];
+        vx_sha256_hex(payload + t->offset, (size_t)t->length, hex);
+        if (strcmp(hex, t->sha256) != 0)
+            return t->name;
+    }
+    return NULL;
+}
+
+static int check_segments(const vx_container *c, cJSON *report, vx_err *err, int *bad)
+{
+    const cJSON *recs = cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "segments"), *rec;
+    cJSON *arr = cJSON_AddArrayToObject(report, "segments");
+    char msg[2 * VX_ERR_MAX];
+    cJSON_ArrayForEach(rec, recs) {
+        const char *rel = rec->string, *want = vx_json_str(rec, "sha256");
+        vx_segment_view v = {0};
+        for (size_t i = 0; i < vx_segment_count(c); i++) {
+            vx_segment_at(c, i, &v);
+            if (strcmp(v.rel, rel) == 0)
+                break;
+            v.rel = NULL;
+        }
+        char hex[65] = "";
+        cJSON *row = cJSON_CreateObject();
+        cJSON_AddItemToArray(arr, row);
+        cJSON_AddStringToObject(row, "segment", rel);
+        if (v.rel) {
+            vx_sha256_ctx ctx;
+            if (vx_sha256_init(&ctx, err) < 0)
+                return -1;
+            if (hash_range(&ctx, v.data, v.size, err) < 0) {
+                vx_sha256_free(&ctx);
+                return -1;
+            }
+            vx_sha256_final(&ctx, hex);
+            cJSON_AddNumberToObject(row, "bytes", (double)v.size);
+        } else {
+            /* Recorded but not used by any representation: hash the file itself. */
+            char path[PATH_MAX];
+            vx_err e2 = {0};
+            if (vx_resolve(c, rel, path, sizeof path, &e2) < 0 ||
+                vx_sha256_file(path, hex, &e2) < 0) {
+                cJSON_AddStringToObject(row, "status", e2.msg);
+                snprintf(msg, sizeof msg, "segment '%s': %s", rel, e2.msg);
+                fail(report, err, bad, e2.code == VX_ECANCEL ? VX_ECANCEL : VX_EVERIFY, msg);
+                if (e2.code == VX_ECANCEL)
+                    return -1;
+                continue;
+            }
+        }
+        cJSON_AddStringToObject(row, "sha256", hex);
+        cJSON_AddStringToObject(row, "recorded", want ? want : "");
+        if (!want) {
+            cJSON_AddStringToObject(row, "status", "unrecorded");
+            snprintf(msg, sizeof msg, "segment '%s': index.json records no sha256", rel);
+            fail(report, err, bad, VX_EVERIFY, msg);
+        } else if (strcmp(hex, want) != 0) {
+            const char *t = v.rel ? first_bad_tensor(&v) : NULL;
+            cJSON_AddStringToObject(row, "status", "encoded != recorded");
+            if (t) {
+                cJSON_AddStringToObject(row, "tensor", t);
+                snprintf(msg, sizeof msg, "segment '%s': encoded != recorded (first differing tensor '%s')",
+                         rel, t);
+            } else {
+                snprintf(msg, sizeof msg, "segment '%s': encoded != recorded (sha256 %.12s, recorded %.12s)",
+                         rel, hex, want);
+            }
+            fail(report, err, bad, VX_EVERIFY, msg);
+        } else {
+            cJSON_AddStringToObject(row, "status", "ok");
+        }
+    }
+    return 0;
+}
+
+/* The source tensor a binding names: a string, or {"tensor": name, ...} when sliced. */
+static const char *binding_tensor(const cJSON *b)
+{
+    if (cJSON_IsString(b))
+        return b->valuestring;
+    return vx_json_str(b, "tensor");
+}
+
+static int check_representation(const vx_container *c, const cJSON *obj, const char *rid,
+                                const st_model *src, cJSON *row, cJSON *report, vx_err *err,
+                                int *bad)
+{
+    const char *oid = vx_json_str(obj, "id");
+    const cJSON *rep = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "representations"), rid);
+    const cJSON *bindings = cJSON_GetObjectItemCaseSensitive(obj, "source_bindings");
+    const char *want = vx_json_str(rep, "payload_sha256");
+    const char *want_src = vx_json_str(rep, "source_payload_sha256");
+    const cJSON *segs = cJSON_GetObjectItemCaseSensitive(rep, "segments"), *sp;
+    char msg[2 * VX_ERR_MAX], hex[65];
+    size_t nnames = 0, cap = 0;
+    const char **names = NULL;
+    vx_sha256_ctx ctx;
+    if (vx_sha256_init(&ctx, err) < 0)
+        return -1;
+    int rc = 0;
+    cJSON_ArrayForEach(sp, segs) {
+        vx_segment_view v = {0};
+        for (size_t i = 0; i < vx_segment_count(c) && !v.rel; i++) {
+            vx_segment_at(c, i, &v);
+            if (strcmp(v.rel, sp->valuestring) != 0)
+                v.rel = NULL;
+        }
+        if (!v.rel)
+            continue;
+        const unsigned char *payload = (const unsigned char *)v.data + v.hdr->payload_off;
+        for (size_t i = 0; i < v.hdr->n && rc == 0; i++) {
+            const vx_seg_tensor *t = &v.hdr->t[i];
+            rc = hash_range(&ctx, payload + t->offset, t->length, err);
+            const char *sname = binding_tensor(cJSON_GetObjectItemCaseSensitive(bindings, t->name));
+            if (rc == 0 && sname) {
+                if (nnames == cap) {
+                    cap = cap ? 2 * cap : 64;
+                    const char **nn = realloc(names, cap * sizeof *nn);
+                    if (!nn) {
+                        rc = vx_errf(err, VX_ENOMEM, "verify: out of memory");
+                        break;
+                    }
+                    names = nn;
+                }
+                names[nnames++] = sname;
+            }
+        }
+        if (rc)
+            break;
+    }
+    if (rc) {
+        vx_sha256_free(&ctx);
+        free(names);
+        return -1;
+    }
+    vx_sha256_final(&ctx, hex);
+    cJSON_AddStringToObject(row, "payload_sha256", hex);
+    if (!want) {
+        cJSON_AddStringToObject(row, "payload", "unrecorded");
+    } else if (strcmp(hex, want) != 0) {
+        cJSON_AddStringToObject(row, "payload", "encoded != recorded");
+        snprintf(msg, sizeof msg, "representation '%s': payload encoded != recorded (object '%s')",
+                 rid, oid);
+        fail(report, err, bad, VX_EVERIFY, msg);
+    } else {
+        cJSON_AddStringToObject(row, "payload", "ok");
+    }
+    if (!src) {
+        cJSON_AddStringToObject(row, "source", "not checked");
+    } else if (!want_src) {
+        cJSON_AddStringToObject(row, "source", "unrecorded");
+    } else {
+        vx_err e2 = {0};
+        if (st_hash_sources(src, names, nnames, hex, &e2) < 0) {
+            cJSON_AddStringToObject(row, "source", e2.msg);
+            snprintf(msg, sizeof msg, "representation '%s': source != recorded (%s)", rid, e2.msg);
+            fail(report, err, bad, VX_EVERIFY, msg);
+        } else if (strcmp(hex, want_src) != 0) {
+            cJSON_AddStringToObject(row, "source", "source != recorded");
+            snprintf(msg, sizeof msg, "representation '%s': source != recorded (object '%s')", rid,
+                     oid);
+            fail(report, err, bad, VX_EVERIFY, msg);
+        } else {
+            cJSON_AddStringToObject(row, "source", "ok");
+        }
+    }
+    free(names);
+    return 0;
+}
+
+/* Chooses the source checkpoint: the caller's, else encoder.source when it still exists. */
+static int open_source(const vx_container *c, const char *source_dir, st_model **src,
+                       cJSON *report, vx_err *err)
+{
+    *src = NULL;
+    const char *dir = source_dir;
+    cJSON *s = cJSON_AddObjectToObject(report, "source");
+    if (!dir) {
+        dir = vx_json_str(cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "encoder"), "source");
+        struct stat st;
+        if (!dir || stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+            cJSON_AddItemToObject(s, "dir", dir ? cJSON_CreateString(dir) : cJSON_CreateNull());
+            cJSON_AddStringToObject(s, "status", dir ? "absent" : "not recorded");
+            return 0;
+        }
+    }
+    cJSON_AddStringToObject(s, "dir", dir);
+    if (st_open_dir(dir, src, err) < 0) {
+        cJSON_AddStringToObject(s, "status", "unreadable");
+        return -1;
+    }
+    cJSON_AddStringToObject(s, "status", "checked");
+    return 0;
+}
+
+int vx_verify(const char *dir, const char *source_dir, cJSON **report, vx_err *err)
+{
+    cJSON *r = cJSON_CreateObject();
+    *report = r;
+    if (!r)
+        return vx_errf(err, VX_ENOMEM, "verify: out of memory");
+    cJSON_AddStringToObject(r, "container", dir ? dir : "");
+    vx_container *c = NULL;
+    if (vx_open(dir, &c, err) < 0) {
+        cJSON_AddBoolToObject(r, "ok", 0);
+        cJSON_AddStringToObject(r, "error", err ? err->msg : "cannot open");
+        return -1;
+    }
+    cJSON_AddStringToObject(r, "index_sha256", vx_index_sha256(c));
+    int bad = 0, rc = 0;
+    st_model *src = NULL;
+    if (check_segments(c, r, err, &bad) < 0 || open_source(c, source_dir, &src, r, err) < 0) {
+        rc = -1;
+    } else {
+        cJSON *reps = cJSON_AddArrayToObject(r, "representations");
+        const cJSON *o, *rid;
+        cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(vx_graph_json(c), "objects")) {
+            cJSON_ArrayForEach(rid, cJSON_GetObjectItemCaseSensitive(o, "representations")) {
+                cJSON *row = cJSON_CreateObject();
+                cJSON_AddItemToArray(reps, row);
+                cJSON_AddStringToObject(row, "representation", rid->valuestring);
+                cJSON_AddStringToObject(row, "object", vx_json_str(o, "id"));
+                if (check_representation(c, o, rid->valuestring, src, row, r, err, &bad) < 0) {
+                    rc = -1;
+                    break;
+                }
+            }
+            if (rc)
+                break;
+        }
+    }
+    if (rc && !cJSON_GetObjectItemCaseSensitive(r, "error"))
+        cJSON_AddStringToObject(r, "error", err ? err->msg : "verify failed");
+    cJSON_AddBoolToObject(r, "ok", !bad && !rc);
+    st_close(src);
+    vx_close(c);
+    return bad || rc ? -1 : 0;
+}
