@@ -1,0 +1,1154 @@
+/*
+ * journal.c — the SQLite overlay journal: one database per bound base container, keyed
+ * to it by the sha256 of its index.json. Every statement that changes the effective model
+ * is exactly one IMMEDIATE transaction (WAL, synchronous=FULL), so a crash at any point
+ * leaves either the state before the statement or the state after it. UNDO and ROLLBACK
+ * only flag history rows; nothing recorded is ever deleted. The schema and its
+ * migrations live in journal_schema.c.
+ */
+#include "journal.h"
+#include "journal_int.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct vx_journal {
+    sqlite3 *db;
+    char *path;
+    int64_t recording;        /* patch id recording this session's edits, 0 when none */
+    char *recording_name;
+    uint64_t generation;
+};
+
+/* ---------------------------------------------------------------- errors */
+
+/* Fill err from the database's last error, phrased for the user: what failed, where,
+ * and the likely cause. Always -1. */
+int vx_journal_dberr(sqlite3 *db, const char *path, const char *doing, vx_err *err)
+{
+    int rc = db ? sqlite3_extended_errcode(db) : SQLITE_NOMEM;
+    int sys = db ? sqlite3_system_errno(db) : 0;
+    const char *m = db ? sqlite3_errmsg(db) : "out of memory";
+    switch (rc & 0xff) {
+    case SQLITE_FULL:
+        return vx_errf(err, VX_EIO, "journal '%s': disk full while %s (%s)", path, doing, m);
+    case SQLITE_IOERR:
+        if (sys == EFBIG || sys == ENOSPC || sys == EDQUOT)
+            return vx_errf(err, VX_EIO,
+                           "journal '%s': disk full or file size limit reached while %s (%s)",
+                           path, doing, strerror(sys));
+        return vx_errf(err, VX_EIO, "journal '%s': i/o error while %s (%s%s%s)", path, doing, m,
+                       sys ? ": " : "", sys ? strerror(sys) : "");
+    case SQLITE_NOTADB:
+        return vx_errf(err, VX_EFORMAT, "journal '%s' is not an lql journal: %s", path, m);
+    case SQLITE_CORRUPT:
+        return vx_errf(err, VX_EFORMAT, "journal '%s' is corrupt (%s)", path, m);
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+        return vx_errf(err, VX_EIO, "journal '%s' cannot be written (%s%s%s)", path, m,
+                       sys ? ": " : "", sys ? strerror(sys) : "");
+    case SQLITE_CANTOPEN:
+        return vx_errf(err, VX_EIO, "cannot open journal '%s' (%s%s%s)", path, m,
+                       sys ? ": " : "", sys ? strerror(sys) : "");
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return vx_errf(err, VX_EIO, "journal '%s' is locked by another process while %s (%s)",
+                       path, doing, m);
+    case SQLITE_NOMEM:
+        return vx_errf(err, VX_ENOMEM, "out of memory while %s (journal '%s')", doing, path);
+    default:
+        return vx_errf(err, VX_EIO, "journal '%s': %s failed (%s)", path, doing, m);
+    }
+}
+
+static int dberr(vx_journal *j, const char *doing, vx_err *err)
+{
+    return vx_journal_dberr(j->db, j->path, doing, err);
+}
+
+/* ---------------------------------------------------------------- transactions */
+
+static int begin(vx_journal *j, vx_err *err)
+{
+    if (sqlite3_exec(j->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+        return dberr(j, "starting a transaction", err);
+    return 0;
+}
+
+/* Report the current error, then roll back whatever is open. Always -1. */
+static int fail(vx_journal *j, const char *doing, vx_err *err)
+{
+    dberr(j, doing, err);
+    if (!sqlite3_get_autocommit(j->db))
+        sqlite3_exec(j->db, "ROLLBACK", NULL, NULL, NULL);
+    return -1;
+}
+
+/* Roll back after an error already reported in err. Always -1. */
+static int abandon(vx_journal *j)
+{
+    if (!sqlite3_get_autocommit(j->db))
+        sqlite3_exec(j->db, "ROLLBACK", NULL, NULL, NULL);
+    return -1;
+}
+
+static int commit(vx_journal *j, vx_err *err)
+{
+    if (sqlite3_exec(j->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+        return fail(j, "committing", err);
+    j->generation++;
+    return 0;
+}
+
+static sqlite3_stmt *prep(vx_journal *j, const char *sql, vx_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(j->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        dberr(j, "preparing a query", err);
+        return NULL;
+    }
+    return st;
+}
+
+/* Run a statement that returns no rows (or whose rows are ignored); finalizes it. */
+static int run(vx_journal *j, sqlite3_stmt *st, const char *doing, vx_err *err)
+{
+    int rc;
+    if (!st)
+        return -1;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        ;
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return dberr(j, doing, err);
+    return 0;
+}
+
+/* One integer from a query (def when no row); -1 on error. */
+static int scalar(vx_journal *j, sqlite3_stmt *st, int64_t def, int64_t *out, vx_err *err)
+{
+    if (!st)
+        return -1;
+    int rc = sqlite3_step(st);
+    *out = def;
+    if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+        *out = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return dberr(j, "reading the journal", err);
+    return 0;
+}
+
+/* scalar() of a query whose ?1 is bound to a. */
+static int scalar1(vx_journal *j, const char *sql, int64_t a, int64_t def, int64_t *out,
+                   vx_err *err)
+{
+    sqlite3_stmt *st = prep(j, sql, err);
+    if (st)
+        sqlite3_bind_int64(st, 1, a);
+    return scalar(j, st, def, out, err);
+}
+
+static void bind_text(sqlite3_stmt *st, int i, const char *s)
+{
+    if (s)
+        sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+static void bind_real(sqlite3_stmt *st, int i, double v)
+{
+    if (isnan(v))
+        sqlite3_bind_null(st, i);
+    else
+        sqlite3_bind_double(st, i, v);
+}
+
+static void bind_int(sqlite3_stmt *st, int i, int64_t v)
+{
+    if (v < 0)
+        sqlite3_bind_null(st, i);
+    else
+        sqlite3_bind_int64(st, i, v);
+}
+
+static char *col_text(sqlite3_stmt *st, int i)
+{
+    const unsigned char *s = sqlite3_column_text(st, i);
+    return s ? strdup((const char *)s) : NULL;
+}
+
+/* ---------------------------------------------------------------- location */
+
+int vx_journal_locate(const char *container_dir, const char *index_sha256, char *out,
+                      size_t outsz, vx_err *err)
+{
+    if (!container_dir || !*container_dir || !index_sha256 || strlen(index_sha256) < 16)
+        return vx_errf(err, VX_EARG, "journal location needs a container directory and its "
+                                     "index sha256");
+    char dir[4096];
+    size_t len = strlen(container_dir);
+    if (len >= sizeof dir)
+        return vx_errf(err, VX_EARG, "container path too long: '%s'", container_dir);
+    memcpy(dir, container_dir, len + 1);
+    while (len > 1 && dir[len - 1] == '/')
+        dir[--len] = '\0';
+    char *slash = strrchr(dir, '/');
+    const char *name = slash ? slash + 1 : dir;
+    char parent[4096];
+    if (!slash)
+        snprintf(parent, sizeof parent, ".");
+    else if (slash == dir)
+        snprintf(parent, sizeof parent, "/");
+    else
+        snprintf(parent, sizeof parent, "%.*s", (int)(slash - dir), dir);
+    if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return vx_errf(err, VX_EARG,
+                       "cannot name a journal for container '%s': give its directory by name",
+                       container_dir);
+    if (access(parent, W_OK) == 0) {
+        if ((size_t)snprintf(out, outsz, "%s/%s.lqljournal", parent, name) >= outsz)
+            return vx_errf(err, VX_EARG, "journal path too long for '%s'", container_dir);
+        return 0;
+    }
+    char base[4096];
+    const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg == '/')
+        snprintf(base, sizeof base, "%s/lql", xdg);
+    else if (home && *home)
+        snprintf(base, sizeof base, "%s/.local/share/lql", home);
+    else
+        return vx_errf(err, VX_EIO,
+                       "no place for the journal of '%s': its directory '%s' is not writable "
+                       "and neither XDG_DATA_HOME nor HOME is set (use USE ... JOURNAL \"path\")",
+                       container_dir, parent);
+    /* mkdir -p: each component in turn, tolerating existing ones */
+    for (char *p = base + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(base, 0755) != 0 && errno != EEXIST) {
+            int e = errno;
+            *p = '/';
+            return vx_errf(err, VX_EIO, "cannot create journal directory '%s': %s", base,
+                           strerror(e));
+        }
+        *p = '/';
+    }
+    if (mkdir(base, 0755) != 0 && errno != EEXIST)
+        return vx_errf(err, VX_EIO, "cannot create journal directory '%s': %s", base,
+                       strerror(errno));
+    if ((size_t)snprintf(out, outsz, "%s/%s-%.16s.lqljournal", base, name, index_sha256) >= outsz)
+        return vx_errf(err, VX_EARG, "journal path too long for '%s'", container_dir);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- open / close */
+
+static int meta_get(vx_journal *j, const char *key, char **out, vx_err *err)
+{
+    sqlite3_stmt *st = prep(j, "SELECT value FROM meta WHERE key = ?1", err);
+    if (!st)
+        return -1;
+    bind_text(st, 1, key);
+    int rc = sqlite3_step(st);
+    *out = rc == SQLITE_ROW ? col_text(st, 0) : NULL;
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return dberr(j, "reading the journal's base", err);
+    return 0;
+}
+
+static int meta_set(vx_journal *j, const char *key, const char *value, vx_err *err)
+{
+    sqlite3_stmt *st = prep(j, "INSERT INTO meta(key, value) VALUES (?1, ?2)", err);
+    if (st) {
+        bind_text(st, 1, key);
+        bind_text(st, 2, value);
+    }
+    return run(j, st, "recording the journal's base", err);
+}
+
+/* Create or migrate the schema, then check (or, when new, record) the base. */
+static int prepare_schema(vx_journal *j, const char *sha, const char *model, vx_err *err)
+{
+    if (begin(j, err))
+        return -1;
+    int64_t version, tables;
+    if (scalar(j, prep(j, "PRAGMA user_version", err), 0, &version, err) ||
+        scalar(j, prep(j, "SELECT count(*) FROM sqlite_master", err), 0, &tables, err))
+        return abandon(j);
+    if (version > VX_JOURNAL_SCHEMA) {
+        vx_errf(err, VX_EVERSION,
+                "journal '%s' has schema version %lld, newer than this lql supports (%d): "
+                "use a newer lql or another journal",
+                j->path, (long long)version, VX_JOURNAL_SCHEMA);
+        return abandon(j);
+    }
+    if (version == 0 && tables > 0) {
+        vx_errf(err, VX_EFORMAT,
+                "journal '%s' is not an lql journal (a database with %lld other objects)",
+                j->path, (long long)tables);
+        return abandon(j);
+    }
+    if (vx_journal_migrate(j->db, j->path, (int)version, err))
+        return abandon(j);
+    char *have_sha = NULL, *have_model = NULL;
+    if (meta_get(j, "base_sha256", &have_sha, err) || meta_get(j, "base_model", &have_model, err)) {
+        free(have_sha);
+        return abandon(j);
+    }
+    int rc = 0;
+    if (!have_sha) {
+        char now[32];
+        vx_utc_now(now);
+        rc = meta_set(j, "base_sha256", sha, err) || meta_set(j, "base_model", model, err) ||
+             meta_set(j, "created", now, err) ? -1 : 0;
+    } else if (strcmp(have_sha, sha) != 0) {
+        vx_errf(err, VX_EVERIFY,
+                "journal '%s' belongs to another base: it was recorded for model '%s' (index "
+                "sha256 %.16s...) but the bound container is model '%s' (index sha256 %.16s...)",
+                j->path, have_model ? have_model : "?", have_sha, model, sha);
+        rc = -1;
+    }
+    free(have_sha);
+    free(have_model);
+    if (rc)
+        return abandon(j);
+    return commit(j, err);
+}
+
+int vx_journal_open(const char *path, const char *base_sha256, const char *base_model,
+                    vx_journal **out, vx_err *err)
+{
+    *out = NULL;
+    if (!path || !*path || !base_sha256 || !base_model)
+        return vx_errf(err, VX_EARG, "opening a journal needs a path, a base sha256 and a model");
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return vx_errf(err, VX_EIO, "cannot open journal '%s': not a regular file", path);
+    vx_journal *j = calloc(1, sizeof *j);
+    if (!j || !(j->path = strdup(path))) {
+        free(j);
+        return vx_errf(err, VX_ENOMEM, "out of memory opening journal '%s'", path);
+    }
+    int rc = sqlite3_open_v2(path, &j->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    if (rc != SQLITE_OK) {
+        vx_journal_dberr(j->db, path, "opening", err);
+        goto fail;
+    }
+    sqlite3_extended_result_codes(j->db, 1);
+    sqlite3_busy_timeout(j->db, 5000);
+    /* WAL + synchronous=FULL: a commit is durable once COMMIT returns, and a reader never
+     * sees a half-written transaction. */
+    sqlite3_stmt *st = prep(j, "PRAGMA journal_mode=WAL", err);
+    if (!st)
+        goto fail;
+    rc = sqlite3_step(st);
+    char mode[16] = "";
+    if (rc == SQLITE_ROW)
+        snprintf(mode, sizeof mode, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW) {
+        dberr(j, "enabling write-ahead logging", err);
+        goto fail;
+    }
+    if (strcmp(mode, "wal") != 0) {
+        vx_errf(err, VX_EIO, "journal '%s': cannot enable write-ahead logging (mode '%s')",
+                path, mode);
+        goto fail;
+    }
+    if (sqlite3_exec(j->db, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON", NULL, NULL,
+                     NULL) != SQLITE_OK) {
+        dberr(j, "configuring", err);
+        goto fail;
+    }
+    st = prep(j, "PRAGMA quick_check", err);
+    if (!st)
+        goto fail;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), "ok") != 0) {
+        vx_errf(err, VX_EFORMAT, "journal '%s' is corrupt (%s)", path,
+                (const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+        goto fail;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW) {
+        dberr(j, "checking integrity", err);
+        goto fail;
+    }
+    if (prepare_schema(j, base_sha256, base_model, err))
+        goto fail;
+    *out = j;
+    return 0;
+fail:
+    sqlite3_close(j->db);
+    free(j->path);
+    free(j);
+    return -1;
+}
+
+void vx_journal_close(vx_journal *j)
+{
+    if (!j)
+        return;
+    sqlite3_close(j->db);
+    free(j->path);
+    free(j->recording_name);
+    free(j);
+}
+
+const char *vx_journal_path(const vx_journal *j)
+{
+    return j->path;
+}
+
+uint64_t vx_journal_generation(const vx_journal *j)
+{
+    return j->generation;
+}
+
+int64_t vx_journal_recording(const vx_journal *j)
+{
+    return j->recording;
+}
+
+const char *vx_journal_recording_name(const vx_journal *j)
+{
+    return j->recording ? j->recording_name : NULL;
+}
+
+void vx_journal_stop_recording(vx_journal *j)
+{
+    j->recording = 0;
+    free(j->recording_name);
+    j->recording_name = NULL;
+}
+
+static int set_recording(vx_journal *j, int64_t id, const char *name, vx_err *err)
+{
+    char *copy = strdup(name);
+    if (!copy)
+        return vx_errf(err, VX_ENOMEM, "out of memory");
+    free(j->recording_name);
+    j->recording_name = copy;
+    j->recording = id;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- writing ops */
+
+/* The op's scalar extras as a JSON object text (malloc'd), or NULL when it has none. */
+static char *op_metadata(const vx_op *op, int *oom)
+{
+    *oom = 0;
+    if (!op->has_meta && !op->reason && op->target_id < 0)
+        return NULL;
+    cJSON *o = cJSON_CreateObject();
+    char *text = NULL;
+    if (!o)
+        goto done;
+    if (op->has_meta) {
+        cJSON *m = cJSON_AddObjectToObject(o, "down_meta");
+        if (!m || !cJSON_AddStringToObject(m, "t", op->meta_token ? op->meta_token : "") ||
+            !cJSON_AddNumberToObject(m, "i", (double)op->meta_id) ||
+            !cJSON_AddNumberToObject(m, "c", isnan(op->meta_c) ? 0.0 : op->meta_c))
+            goto done;
+    }
+    if (op->reason && !cJSON_AddStringToObject(o, "reason", op->reason))
+        goto done;
+    if (op->target_id >= 0 && !cJSON_AddNumberToObject(o, "target_id", (double)op->target_id))
+        goto done;
+    text = cJSON_PrintUnformatted(o);
+done:
+    cJSON_Delete(o);
+    *oom = !text;
+    return text;
+}
+
+static int parse_metadata(const char *text, vx_op *op)
+{
+    cJSON *o = cJSON_Parse(text);
+    if (!o)
+        return -1;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "down_meta");
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "reason");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "target_id");
+    int rc = 0;
+    if (cJSON_IsObject(m)) {
+        const cJSON *mt = cJSON_GetObjectItemCaseSensitive(m, "t");
+        const cJSON *mi = cJSON_GetObjectItemCaseSensitive(m, "i");
+        const cJSON *mc = cJSON_GetObjectItemCaseSensitive(m, "c");
+        op->has_meta = 1;
+        if (cJSON_IsString(mt) && !(op->meta_token = strdup(mt->valuestring)))
+            rc = -1;
+        op->meta_id = cJSON_IsNumber(mi) ? (int64_t)mi->valuedouble : -1;
+        op->meta_c = cJSON_IsNumber(mc) ? mc->valuedouble : NAN;
+    }
+    if (cJSON_IsString(r) && !(op->reason = strdup(r->valuestring)))
+        rc = -1;
+    if (cJSON_IsNumber(t))
+        op->target_id = (int64_t)t->valuedouble;
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* Insert n ops (and their vectors) under a history entry and a patch; inside a
+ * transaction the caller owns. */
+static int insert_ops(vx_journal *j, int64_t hist, int64_t patch, const vx_op *ops, size_t n,
+                      vx_err *err)
+{
+    char now[32];
+    vx_utc_now(now);
+    sqlite3_stmt *ins = prep(j,
+        "INSERT INTO ops(history_n, patch_id, kind, layer, feature, entity, relation, target,"
+        " confidence, alpha, mode, metadata, created)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)", err);
+    sqlite3_stmt *vec = prep(j,
+        "INSERT INTO vectors(op_seq, role, rows, cols, data) VALUES (?1, ?2, ?3, ?4, ?5)", err);
+    int rc = -1;
+    uint8_t *buf = NULL;
+    size_t bufcap = 0;
+    if (!ins || !vec)
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        const vx_op *op = &ops[i];
+        if (!vx_op_kind_name(op->kind)) {
+            vx_errf(err, VX_EARG, "operation %zu has an invalid kind %d", i + 1, (int)op->kind);
+            goto done;
+        }
+        int oom;
+        char *meta = op_metadata(op, &oom);
+        if (oom) {
+            vx_errf(err, VX_ENOMEM, "out of memory");
+            goto done;
+        }
+        sqlite3_reset(ins);
+        sqlite3_bind_int64(ins, 1, hist);
+        sqlite3_bind_int64(ins, 2, patch);
+        bind_text(ins, 3, vx_op_kind_name(op->kind));
+        bind_int(ins, 4, op->layer);
+        bind_int(ins, 5, op->feature);
+        bind_text(ins, 6, op->entity);
+        bind_text(ins, 7, op->relation);
+        bind_text(ins, 8, op->target);
+        bind_real(ins, 9, op->confidence);
+        bind_real(ins, 10, op->alpha);
+        bind_text(ins, 11, op->mode);
+        bind_text(ins, 12, meta);
+        bind_text(ins, 13, now);
+        int st = sqlite3_step(ins);
+        free(meta);
+        if (st != SQLITE_DONE) {
+            dberr(j, "recording an operation", err);
+            goto done;
+        }
+        int64_t seq = sqlite3_last_insert_rowid(j->db);
+        for (int v = 0; v < op->nvec; v++) {
+            const vx_opvec *ov = &op->vec[v];
+            size_t nf = (size_t)(ov->rows * ov->cols);
+            if (nf * 4 > bufcap) {
+                uint8_t *nb = realloc(buf, nf * 4);
+                if (!nb) {
+                    vx_errf(err, VX_ENOMEM, "out of memory recording vector '%s'", ov->role);
+                    goto done;
+                }
+                buf = nb;
+                bufcap = nf * 4;
+            }
+            vx_f32_store_le(buf, ov->data, nf);
+            sqlite3_reset(vec);
+            sqlite3_bind_int64(vec, 1, seq);
+            bind_text(vec, 2, ov->role);
+            sqlite3_bind_int64(vec, 3, ov->rows);
+            sqlite3_bind_int64(vec, 4, ov->cols);
+            sqlite3_bind_blob64(vec, 5, buf, nf * 4, SQLITE_STATIC);
+            if (sqlite3_step(vec) != SQLITE_DONE) {
+                dberr(j, "recording a vector", err);
+                goto done;
+            }
+        }
+    }
+    rc = 0;
+done:
+    sqlite3_finalize(ins);
+    sqlite3_finalize(vec);
+    free(buf);
+    return rc;
+}
+
+static int add_history(vx_journal *j, const char *text, const char *action, int64_t patch,
+                       int64_t *n, vx_err *err)
+{
+    char now[32];
+    vx_utc_now(now);
+    sqlite3_stmt *st = prep(j,
+        "INSERT INTO history(text, action, patch_id, created) VALUES (?1, ?2, ?3, ?4)", err);
+    if (st) {
+        bind_text(st, 1, text ? text : "");
+        bind_text(st, 2, action);
+        sqlite3_bind_int64(st, 3, patch);
+        bind_text(st, 4, now);
+    }
+    if (run(j, st, "recording the statement", err))
+        return -1;
+    *n = sqlite3_last_insert_rowid(j->db);
+    return 0;
+}
+
+static int new_patch(vx_journal *j, const char *name, const vx_patch_meta *meta, int anonymous,
+                     int64_t *id, vx_err *err)
+{
+    char now[32];
+    vx_utc_now(now);
+    sqlite3_stmt *st = prep(j,
+        "INSERT INTO patches(name, created, description, author, tags, source, anonymous)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", err);
+    if (st) {
+        bind_text(st, 1, name ? name : "");
+        bind_text(st, 2, now);
+        bind_text(st, 3, meta ? meta->description : NULL);
+        bind_text(st, 4, meta ? meta->author : NULL);
+        bind_text(st, 5, meta ? meta->tags_json : NULL);
+        bind_text(st, 6, meta ? meta->source : NULL);
+        sqlite3_bind_int(st, 7, anonymous);
+    }
+    if (run(j, st, "creating a patch", err))
+        return -1;
+    *id = sqlite3_last_insert_rowid(j->db);
+    if (anonymous) {
+        st = prep(j, "UPDATE patches SET name = 'auto-' || id WHERE id = ?1", err);
+        if (st)
+            sqlite3_bind_int64(st, 1, *id);
+        if (run(j, st, "naming a patch", err))
+            return -1;
+    }
+    return 0;
+}
+
+int vx_journal_record(vx_journal *j, const char *text, const vx_op *ops, size_t n,
+                      vx_record_info *info, vx_err *err)
+{
+    vx_record_info local;
+    if (!info)
+        info = &local;
+    memset(info, 0, sizeof *info);
+    if (begin(j, err))
+        return -1;
+    int64_t patch = j->recording;
+    if (patch) {
+        int64_t live;
+        if (scalar1(j, "SELECT count(*) FROM patches WHERE id = ?1 AND applied = 1", patch, 0,
+                    &live, err))
+            return abandon(j);
+        if (!live)
+            patch = 0;
+    }
+    if (!patch) {
+        if (new_patch(j, NULL, NULL, 1, &patch, err))
+            return abandon(j);
+        info->auto_started = 1;
+    }
+    if (add_history(j, text, "edit", patch, &info->history_n, err) ||
+        insert_ops(j, info->history_n, patch, ops, n, err))
+        return abandon(j);
+    if (commit(j, err))
+        return -1;
+    info->patch_id = patch;
+    if (info->auto_started) {
+        snprintf(info->patch_name, sizeof info->patch_name, "auto-%lld", (long long)patch);
+        if (set_recording(j, patch, info->patch_name, err))
+            return -1;
+    } else {
+        snprintf(info->patch_name, sizeof info->patch_name, "%s", j->recording_name);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- patches */
+
+/* A patch is listed while it records or holds a statement that is not undone. */
+#define VISIBLE_PATCH \
+    "(p.id = ?1 OR EXISTS (SELECT 1 FROM history h WHERE h.patch_id = p.id" \
+    " AND h.undone = 0 AND h.action IN ('edit', 'apply')))"
+
+static int name_taken(vx_journal *j, const char *name, int64_t *id, vx_err *err)
+{
+    sqlite3_stmt *st = prep(j, "SELECT p.id FROM patches p WHERE p.name = ?2 AND p.applied = 1"
+                               " AND " VISIBLE_PATCH " ORDER BY p.id DESC LIMIT 1", err);
+    if (st) {
+        sqlite3_bind_int64(st, 1, j->recording);
+        bind_text(st, 2, name);
+    }
+    return scalar(j, st, 0, id, err);
+}
+
+int vx_journal_begin_patch(vx_journal *j, const char *name, int64_t *taken_over, vx_err *err)
+{
+    int64_t dummy, existing;
+    if (!taken_over)
+        taken_over = &dummy;
+    *taken_over = 0;
+    if (!name || !*name)
+        return vx_errf(err, VX_EARG, "BEGIN PATCH needs a non-empty name");
+    if (begin(j, err))
+        return -1;
+    if (name_taken(j, name, &existing, err))
+        return abandon(j);
+    if (existing) {
+        vx_errf(err, VX_EARG, "a patch named '%s' already exists (REMOVE PATCH it first or "
+                              "choose another name)", name);
+        return abandon(j);
+    }
+    int64_t anon = 0, id;
+    if (j->recording &&
+        scalar1(j, "SELECT anonymous FROM patches WHERE id = ?1", j->recording, 0, &anon, err))
+        return abandon(j);
+    if (j->recording && anon) {
+        id = j->recording;
+        sqlite3_stmt *st = prep(j, "UPDATE patches SET name = ?2, anonymous = 0 WHERE id = ?1",
+                                err);
+        if (st) {
+            sqlite3_bind_int64(st, 1, id);
+            bind_text(st, 2, name);
+        }
+        if (run(j, st, "renaming the patch", err))
+            return abandon(j);
+        if (scalar1(j, "SELECT count(*) FROM ops o JOIN history h ON h.n = o.history_n"
+                       " WHERE o.patch_id = ?1 AND h.undone = 0", id, 0, taken_over, err))
+            return abandon(j);
+    } else if (new_patch(j, name, NULL, 0, &id, err)) {
+        return abandon(j);
+    }
+    if (commit(j, err))
+        return -1;
+    return set_recording(j, id, name, err);
+}
+
+void vx_patch_infos_free(vx_patch_info *p, size_t n)
+{
+    for (size_t i = 0; p && i < n; i++) {
+        free(p[i].name);
+        free(p[i].description);
+        free(p[i].author);
+        free(p[i].tags_json);
+        free(p[i].created);
+        free(p[i].source);
+    }
+    free(p);
+}
+
+int vx_journal_patches(vx_journal *j, vx_patch_info **out, size_t *n, vx_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = prep(j,
+        "SELECT p.id, p.name, p.description, p.author, p.tags, p.created, p.source,"
+        " p.anonymous, p.applied,"
+        " (SELECT count(*) FROM ops o JOIN history h ON h.n = o.history_n"
+        "   WHERE o.patch_id = p.id AND h.undone = 0 AND o.kind = ?2),"
+        " (SELECT count(*) FROM ops o JOIN history h ON h.n = o.history_n"
+        "   WHERE o.patch_id = p.id AND h.undone = 0 AND o.kind = ?3),"
+        " (SELECT count(*) FROM ops o JOIN history h ON h.n = o.history_n"
+        "   WHERE o.patch_id = p.id AND h.undone = 0 AND o.kind = ?4),"
+        " (SELECT count(*) FROM ops o JOIN history h ON h.n = o.history_n"
+        "   WHERE o.patch_id = p.id AND h.undone = 0 AND o.kind IN (?5, ?6))"
+        " FROM patches p WHERE " VISIBLE_PATCH " ORDER BY p.id", err);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, j->recording);
+    for (int k = 0; k < VX_OP_KIND_COUNT; k++)
+        bind_text(st, k + 2, vx_op_kind_name((vx_op_kind)k));
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 8;
+            vx_patch_info *np = realloc(*out, cap * sizeof *np);
+            if (!np) {
+                sqlite3_finalize(st);
+                vx_patch_infos_free(*out, *n);
+                *out = NULL;
+                *n = 0;
+                return vx_errf(err, VX_ENOMEM, "out of memory listing patches");
+            }
+            *out = np;
+        }
+        vx_patch_info *p = &(*out)[(*n)++];
+        memset(p, 0, sizeof *p);
+        p->id = sqlite3_column_int64(st, 0);
+        p->name = col_text(st, 1);
+        p->description = col_text(st, 2);
+        p->author = col_text(st, 3);
+        p->tags_json = col_text(st, 4);
+        p->created = col_text(st, 5);
+        p->source = col_text(st, 6);
+        p->anonymous = sqlite3_column_int(st, 7);
+        p->applied = sqlite3_column_int(st, 8);
+        p->recording = p->id == j->recording;
+        p->n_insert = sqlite3_column_int64(st, 9);
+        p->n_update = sqlite3_column_int64(st, 10);
+        p->n_delete = sqlite3_column_int64(st, 11);
+        p->n_knn = sqlite3_column_int64(st, 12);
+        p->n_ops = p->n_insert + p->n_update + p->n_delete + p->n_knn;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        vx_patch_infos_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+        return dberr(j, "listing patches", err);
+    }
+    return 0;
+}
+
+int vx_journal_find_patch(vx_journal *j, const char *name, int64_t *id, vx_err *err)
+{
+    if (name_taken(j, name ? name : "", id, err))
+        return -1;
+    if (!*id)
+        return vx_errf(err, VX_EMISSING, "no such patch: '%s' (SHOW PATCHES lists them)",
+                       name ? name : "");
+    return 0;
+}
+
+int vx_journal_import(vx_journal *j, const char *text, const vx_patch_meta *meta,
+                      const vx_op *ops, size_t n, int64_t *patch_id, int64_t *history_n,
+                      vx_err *err)
+{
+    int64_t pid, hist;
+    if (begin(j, err))
+        return -1;
+    if (new_patch(j, meta && meta->name ? meta->name : "patch", meta, 0, &pid, err) ||
+        add_history(j, text, "apply", pid, &hist, err) || insert_ops(j, hist, pid, ops, n, err))
+        return abandon(j);
+    if (commit(j, err))
+        return -1;
+    if (patch_id)
+        *patch_id = pid;
+    if (history_n)
+        *history_n = hist;
+    return 0;
+}
+
+int vx_journal_remove_patch(vx_journal *j, const char *text, const char *name,
+                            int64_t *patch_id, vx_err *err)
+{
+    int64_t pid, hist;
+    if (begin(j, err))
+        return -1;
+    if (vx_journal_find_patch(j, name, &pid, err))
+        return abandon(j);
+    sqlite3_stmt *st = prep(j, "UPDATE patches SET applied = 0 WHERE id = ?1", err);
+    if (st)
+        sqlite3_bind_int64(st, 1, pid);
+    if (run(j, st, "removing the patch", err) ||
+        add_history(j, text, "remove", pid, &hist, err))
+        return abandon(j);
+    if (commit(j, err))
+        return -1;
+    if (j->recording == pid)
+        vx_journal_stop_recording(j);
+    if (patch_id)
+        *patch_id = pid;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- undo / rollback */
+
+/* Flip one history entry (inside a transaction): undone = 1 undoes it, 0 redoes it. A
+ * "remove" entry also flips its patch's applied flag back. */
+static int flip(vx_journal *j, int64_t n, int undone, vx_err *err)
+{
+    sqlite3_stmt *st = prep(j,
+        "UPDATE patches SET applied = ?2 WHERE id ="
+        " (SELECT patch_id FROM history WHERE n = ?1 AND action = 'remove')", err);
+    if (st) {
+        sqlite3_bind_int64(st, 1, n);
+        sqlite3_bind_int(st, 2, undone);
+    }
+    if (run(j, st, "restoring a patch", err))
+        return -1;
+    st = prep(j, "UPDATE history SET undone = ?2 WHERE n = ?1", err);
+    if (st) {
+        sqlite3_bind_int64(st, 1, n);
+        sqlite3_bind_int(st, 2, undone);
+    }
+    return run(j, st, "marking history", err);
+}
+
+int vx_journal_undo(vx_journal *j, int64_t *undone, vx_err *err)
+{
+    *undone = 0;
+    if (begin(j, err))
+        return -1;
+    if (scalar(j, prep(j, "SELECT max(n) FROM history WHERE undone = 0", err), 0, undone, err))
+        return abandon(j);
+    if (*undone && flip(j, *undone, 1, err)) {
+        *undone = 0;
+        return abandon(j);
+    }
+    return commit(j, err);
+}
+
+int vx_journal_redo(vx_journal *j, int64_t *redone, vx_err *err)
+{
+    *redone = 0;
+    if (begin(j, err))
+        return -1;
+    if (scalar(j, prep(j, "SELECT min(n) FROM history WHERE undone = 1 AND n >"
+                          " (SELECT coalesce(max(n), 0) FROM history WHERE undone = 0)", err),
+               0, redone, err))
+        return abandon(j);
+    if (*redone && flip(j, *redone, 0, err)) {
+        *redone = 0;
+        return abandon(j);
+    }
+    return commit(j, err);
+}
+
+int vx_journal_rollback(vx_journal *j, int64_t n, int64_t *count, vx_err *err)
+{
+    *count = 0;
+    int64_t last;
+    if (begin(j, err))
+        return -1;
+    if (scalar(j, prep(j, "SELECT max(n) FROM history", err), 0, &last, err))
+        return abandon(j);
+    if (n < 0 || n > last) {
+        if (last)
+            vx_errf(err, VX_EARG, "no such history entry: %lld (history has 1-%lld; 0 is the base)",
+                    (long long)n, (long long)last);
+        else
+            vx_errf(err, VX_EARG, "no such history entry: %lld (the history is empty)",
+                    (long long)n);
+        return abandon(j);
+    }
+    sqlite3_stmt *st = prep(j, "SELECT n FROM history WHERE n > ?1 AND undone = 0 ORDER BY n DESC",
+                            err);
+    if (!st)
+        return abandon(j);
+    sqlite3_bind_int64(st, 1, n);
+    int64_t *todo = NULL;
+    size_t nt = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (nt == cap) {
+            cap = cap ? cap * 2 : 16;
+            int64_t *nb = realloc(todo, cap * sizeof *nb);
+            if (!nb) {
+                sqlite3_finalize(st);
+                free(todo);
+                vx_errf(err, VX_ENOMEM, "out of memory");
+                return abandon(j);
+            }
+            todo = nb;
+        }
+        todo[nt++] = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        free(todo);
+        return fail(j, "reading history", err);
+    }
+    for (size_t i = 0; i < nt; i++)
+        if (flip(j, todo[i], 1, err)) {
+            free(todo);
+            return abandon(j);
+        }
+    free(todo);
+    if (commit(j, err))
+        return -1;
+    *count = (int64_t)nt;
+    return 0;
+}
+
+void vx_history_free(vx_history_entry *h, size_t n)
+{
+    for (size_t i = 0; h && i < n; i++) {
+        free(h[i].text);
+        free(h[i].action);
+        free(h[i].created);
+        free(h[i].patch_name);
+    }
+    free(h);
+}
+
+int vx_journal_history(vx_journal *j, vx_history_entry **out, size_t *n, vx_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = prep(j,
+        "SELECT h.n, h.text, h.action, h.created, h.patch_id, p.name, h.undone,"
+        " (SELECT count(*) FROM ops o WHERE o.history_n = h.n),"
+        " (SELECT min(seq) FROM ops o WHERE o.history_n = h.n),"
+        " (SELECT max(seq) FROM ops o WHERE o.history_n = h.n)"
+        " FROM history h LEFT JOIN patches p ON p.id = h.patch_id ORDER BY h.n", err);
+    if (!st)
+        return -1;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            vx_history_entry *nh = realloc(*out, cap * sizeof *nh);
+            if (!nh) {
+                sqlite3_finalize(st);
+                vx_history_free(*out, *n);
+                *out = NULL;
+                *n = 0;
+                return vx_errf(err, VX_ENOMEM, "out of memory reading history");
+            }
+            *out = nh;
+        }
+        vx_history_entry *h = &(*out)[(*n)++];
+        memset(h, 0, sizeof *h);
+        h->n = sqlite3_column_int64(st, 0);
+        h->text = col_text(st, 1);
+        h->action = col_text(st, 2);
+        h->created = col_text(st, 3);
+        h->patch_id = sqlite3_column_int64(st, 4);
+        h->patch_name = col_text(st, 5);
+        h->undone = sqlite3_column_int(st, 6);
+        h->n_ops = sqlite3_column_int64(st, 7);
+        h->first_seq = sqlite3_column_int64(st, 8);
+        h->last_seq = sqlite3_column_int64(st, 9);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        vx_history_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+        return dberr(j, "reading history", err);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- reading ops */
+
+/* Active ops, optionally of one patch (patch_id > 0), with their vectors. */
+static int read_ops(vx_journal *j, int64_t patch_id, vx_op **out, size_t *n, vx_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = prep(j,
+        "SELECT o.seq, o.history_n, o.patch_id, o.kind, o.layer, o.feature, o.entity,"
+        " o.relation, o.target, o.confidence, o.alpha, o.mode, o.metadata"
+        " FROM ops o JOIN history h ON h.n = o.history_n JOIN patches p ON p.id = o.patch_id"
+        " WHERE h.undone = 0 AND (?1 = 0 AND p.applied = 1 OR o.patch_id = ?1)"
+        " ORDER BY o.seq", err);
+    sqlite3_stmt *vs = prep(j, "SELECT role, rows, cols, data FROM vectors WHERE op_seq = ?1"
+                               " ORDER BY rowid", err);
+    vx_op *ops = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc = SQLITE_DONE, ok = 0;
+    if (!st || !vs)
+        goto done;
+    sqlite3_bind_int64(st, 1, patch_id);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            cap = cap ? cap * 2 : 64;
+            vx_op *no = realloc(ops, cap * sizeof *no);
+            if (!no) {
+                vx_errf(err, VX_ENOMEM, "out of memory reading the journal");
+                goto done;
+            }
+            ops = no;
+        }
+        vx_op *op = &ops[cnt++];
+        vx_op_kind kind = VX_OP_INSERT;
+        const char *kname = (const char *)sqlite3_column_text(st, 3);
+        if (vx_op_kind_parse(kname, &kind)) {
+            vx_op_init(op, kind);
+            vx_errf(err, VX_EFORMAT, "journal '%s': operation %lld has unknown kind '%s'",
+                    j->path, (long long)sqlite3_column_int64(st, 0), kname ? kname : "");
+            goto done;
+        }
+        vx_op_init(op, kind);
+        op->seq = sqlite3_column_int64(st, 0);
+        op->history_n = sqlite3_column_int64(st, 1);
+        op->patch_id = sqlite3_column_int64(st, 2);
+        op->layer = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 4);
+        op->feature = sqlite3_column_type(st, 5) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 5);
+        op->entity = col_text(st, 6);
+        op->relation = col_text(st, 7);
+        op->target = col_text(st, 8);
+        if (sqlite3_column_type(st, 9) != SQLITE_NULL)
+            op->confidence = sqlite3_column_double(st, 9);
+        if (sqlite3_column_type(st, 10) != SQLITE_NULL)
+            op->alpha = sqlite3_column_double(st, 10);
+        op->mode = col_text(st, 11);
+        const char *meta = (const char *)sqlite3_column_text(st, 12);
+        if (meta && parse_metadata(meta, op)) {
+            vx_errf(err, VX_EFORMAT, "journal '%s': operation %lld has unreadable metadata",
+                    j->path, (long long)op->seq);
+            goto done;
+        }
+        sqlite3_reset(vs);
+        sqlite3_bind_int64(vs, 1, op->seq);
+        int vr;
+        while ((vr = sqlite3_step(vs)) == SQLITE_ROW) {
+            const char *role = (const char *)sqlite3_column_text(vs, 0);
+            int64_t rows = sqlite3_column_int64(vs, 1), cols = sqlite3_column_int64(vs, 2);
+            const void *blob = sqlite3_column_blob(vs, 3);
+            int64_t bytes = sqlite3_column_bytes(vs, 3);
+            if (rows < 1 || cols < 1 || rows > (1 << 28) || cols > (1 << 28) ||
+                rows * cols > (1 << 28) || bytes != rows * cols * 4 || !blob) {
+                vx_errf(err, VX_EFORMAT, "journal '%s': vector '%s' of operation %lld has "
+                        "%lld bytes for shape [%lld, %lld]", j->path, role ? role : "?",
+                        (long long)op->seq, (long long)bytes, (long long)rows, (long long)cols);
+                goto done;
+            }
+            float *f = malloc((size_t)bytes);
+            if (!f) {
+                vx_errf(err, VX_ENOMEM, "out of memory reading the journal");
+                goto done;
+            }
+            vx_f32_load_le(f, blob, (size_t)(rows * cols));
+            int sr = vx_op_set_vec(op, role ? role : "", rows, cols, f, err);
+            free(f);
+            if (sr)
+                goto done;
+        }
+        if (vr != SQLITE_DONE) {
+            dberr(j, "reading vectors", err);
+            goto done;
+        }
+    }
+    if (rc != SQLITE_DONE) {
+        dberr(j, "reading operations", err);
+        goto done;
+    }
+    ok = 1;
+done:
+    sqlite3_finalize(st);
+    sqlite3_finalize(vs);
+    if (!ok) {
+        vx_ops_free(ops, cnt);
+        return -1;
+    }
+    *out = ops;
+    *n = cnt;
+    return 0;
+}
+
+int vx_journal_patch_ops(vx_journal *j, int64_t patch_id, vx_op **ops, size_t *n, vx_err *err)
+{
+    if (patch_id <= 0)
+        return vx_errf(err, VX_EARG, "no such patch id: %lld", (long long)patch_id);
+    return read_ops(j, patch_id, ops, n, err);
+}
+
+int vx_journal_active_ops(vx_journal *j, vx_op **ops, size_t *n, vx_err *err)
+{
+    return read_ops(j, 0, ops, n, err);
+}

@@ -1,0 +1,344 @@
+/*
+ * test_journal.c — the overlay journal: location rules, schema and WAL settings, one
+ * transaction per statement, auto-patch, BEGIN/REMOVE/APPLY bookkeeping, UNDO / REDO /
+ * ROLLBACK TO, and the refusals (other base, newer schema, not a database, not lql's,
+ * unwritable place) with their exact texts.
+ */
+#include "journal.h"
+#include "t.h"
+
+#include <sqlite3.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SHA_A "aaaaaaaaaaaaaaaa1111111111111111aaaaaaaaaaaaaaaa1111111111111111"
+#define SHA_B "bbbbbbbbbbbbbbbb2222222222222222bbbbbbbbbbbbbbbb2222222222222222"
+#define HID 8
+
+static char dir[256];
+
+static void path_in(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", dir, name);
+}
+
+static void make_vec(float *v, int n, float base)
+{
+    for (int i = 0; i < n; i++)
+        v[i] = base + 0.125f * (float)i - (i % 3 ? 0.0f : 1e-7f);
+}
+
+/* A DELETE-like op and an UPDATE-like op with a gate row and metadata. */
+static void make_ops(vx_op ops[2], int layer, int feature, float base)
+{
+    float g[HID];
+    make_vec(g, HID, base);
+    vx_op_init(&ops[0], VX_OP_DELETE);
+    ops[0].layer = layer;
+    ops[0].feature = feature;
+    vx_op_set_str(&ops[0].reason, "test", NULL);
+    vx_op_init(&ops[1], VX_OP_UPDATE);
+    ops[1].layer = layer;
+    ops[1].feature = feature + 1;
+    ops[1].has_meta = 1;
+    vx_op_set_str(&ops[1].meta_token, " Paris", NULL);
+    ops[1].meta_id = 42;
+    ops[1].meta_c = 0.75;
+    vx_op_set_vec(&ops[1], "gate", 1, HID, g, NULL);
+}
+
+static int64_t active_count(vx_journal *j)
+{
+    vx_op *ops;
+    size_t n;
+    vx_err e = {0};
+    if (vx_journal_active_ops(j, &ops, &n, &e))
+        return -1;
+    vx_ops_free(ops, n);
+    return (int64_t)n;
+}
+
+static void sql_exec(const char *path, const char *sql)
+{
+    sqlite3 *db;
+    sqlite3_open(path, &db);
+    sqlite3_exec(db, sql, NULL, NULL, NULL);
+    sqlite3_close(db);
+}
+
+static void sql_text(const char *path, const char *sql, char *out, size_t n)
+{
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    out[0] = '\0';
+    sqlite3_open(path, &db);
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+            snprintf(out, n, "%s", (const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+}
+
+static void test_locate(void)
+{
+    char out[512], want[512];
+    vx_err e = {0};
+    char cont[300];
+    path_in(cont, sizeof cont, "tiny.vindex3/");
+    CHECK(vx_journal_locate(cont, SHA_A, out, sizeof out, &e) == 0);
+    path_in(want, sizeof want, "tiny.vindex3.lqljournal");
+    CHECK_STR(out, want);
+    /* never inside the container */
+    path_in(cont, sizeof cont, "tiny.vindex3/");
+    CHECK(strncmp(out, cont, strlen(cont)) != 0);
+
+    /* an unwritable parent falls back to $XDG_DATA_HOME/lql/ */
+    char xdg[300];
+    path_in(xdg, sizeof xdg, "xdg");
+    setenv("XDG_DATA_HOME", xdg, 1);
+    CHECK(vx_journal_locate("/proc/self/tiny.vindex3", SHA_A, out, sizeof out, &e) == 0);
+    snprintf(want, sizeof want, "%s/lql/tiny.vindex3-aaaaaaaaaaaaaaaa.lqljournal", xdg);
+    CHECK_STR(out, want);
+    struct stat sb;
+    snprintf(want, sizeof want, "%s/lql", xdg);
+    CHECK(stat(want, &sb) == 0 && S_ISDIR(sb.st_mode));
+    unsetenv("XDG_DATA_HOME");
+    setenv("HOME", xdg, 1);
+    CHECK(vx_journal_locate("/proc/self/m", SHA_B, out, sizeof out, &e) == 0);
+    snprintf(want, sizeof want, "%s/.local/share/lql/m-bbbbbbbbbbbbbbbb.lqljournal", xdg);
+    CHECK_STR(out, want);
+
+    CHECK(vx_journal_locate("..", SHA_A, out, sizeof out, &e) == -1);
+    CHECK_STR(e.msg, "cannot name a journal for container '..': give its directory by name");
+}
+
+static void test_open_and_record(void)
+{
+    char p[300], buf[128];
+    vx_err e = {0};
+    vx_journal *j;
+    path_in(p, sizeof p, "a.lqljournal");
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == 0);
+    if (!j)
+        return;
+    sql_text(p, "PRAGMA journal_mode", buf, sizeof buf);
+    CHECK_STR(buf, "wal");
+    sql_text(p, "PRAGMA user_version", buf, sizeof buf);
+    CHECK_STR(buf, "1");
+    sql_text(p, "SELECT value FROM meta WHERE key = 'base_sha256'", buf, sizeof buf);
+    CHECK_STR(buf, SHA_A);
+    CHECK(vx_journal_recording(j) == 0);
+
+    vx_op ops[2];
+    make_ops(ops, 2, 10, 1.0f);
+    vx_record_info info;
+    CHECK(vx_journal_record(j, "DELETE ...", ops, 2, &info, &e) == 0);
+    CHECK(info.auto_started == 1);
+    CHECK(info.history_n == 1);
+    CHECK_STR(info.patch_name, "auto-1");
+    CHECK_STR(vx_journal_recording_name(j), "auto-1");
+    uint64_t gen = vx_journal_generation(j);
+    CHECK(vx_journal_record(j, "UPDATE ...", ops, 2, &info, &e) == 0);
+    CHECK(info.auto_started == 0);
+    CHECK(info.history_n == 2);
+    CHECK(vx_journal_generation(j) > gen);
+
+    /* read back: order, fields and bit-exact vectors */
+    vx_op *got;
+    size_t n;
+    CHECK(vx_journal_active_ops(j, &got, &n, &e) == 0);
+    CHECK(n == 4);
+    if (n == 4) {
+        CHECK(got[0].kind == VX_OP_DELETE && got[0].layer == 2 && got[0].feature == 10);
+        CHECK_STR(got[0].reason, "test");
+        CHECK(got[1].kind == VX_OP_UPDATE && got[1].feature == 11 && got[1].has_meta);
+        CHECK_STR(got[1].meta_token, " Paris");
+        CHECK(got[1].meta_id == 42);
+        CHECK_NEAR(got[1].meta_c, 0.75, 0);
+        CHECK(isnan(got[1].confidence));
+        const vx_opvec *v = vx_op_vec(&got[1], "gate");
+        CHECK(v && v->rows == 1 && v->cols == HID);
+        if (v)
+            CHECK(memcmp(v->data, ops[1].vec[0].data, HID * sizeof(float)) == 0);
+        CHECK(got[0].seq < got[1].seq && got[1].seq < got[2].seq);
+        CHECK(got[2].history_n == 2);
+    }
+    vx_ops_free(got, n);
+
+    /* history and undo / redo / rollback */
+    vx_history_entry *h;
+    CHECK(vx_journal_history(j, &h, &n, &e) == 0);
+    CHECK(n == 2);
+    if (n == 2) {
+        CHECK_STR(h[0].text, "DELETE ...");
+        CHECK_STR(h[0].action, "edit");
+        CHECK_STR(h[0].patch_name, "auto-1");
+        CHECK(h[0].n_ops == 2 && h[1].first_seq == 3 && h[1].last_seq == 4);
+        CHECK(h[0].undone == 0);
+    }
+    vx_history_free(h, n);
+    int64_t u;
+    CHECK(vx_journal_undo(j, &u, &e) == 0 && u == 2);
+    CHECK(active_count(j) == 2);
+    CHECK(vx_journal_redo(j, &u, &e) == 0 && u == 2);
+    CHECK(active_count(j) == 4);
+    CHECK(vx_journal_redo(j, &u, &e) == 0 && u == 0);
+    int64_t cnt;
+    CHECK(vx_journal_rollback(j, 0, &cnt, &e) == 0 && cnt == 2);
+    CHECK(active_count(j) == 0);
+    CHECK(vx_journal_undo(j, &u, &e) == 0 && u == 0);
+    CHECK(vx_journal_rollback(j, 9, &cnt, &e) == -1);
+    CHECK_STR(e.msg, "no such history entry: 9 (history has 1-2; 0 is the base)");
+    /* a patch whose statements are all undone is no longer listed, unless recording */
+    vx_patch_info *pi;
+    CHECK(vx_journal_patches(j, &pi, &n, &e) == 0 && n == 1 && pi[0].recording == 1 &&
+          pi[0].n_ops == 0);
+    vx_patch_infos_free(pi, n);
+    CHECK(vx_journal_redo(j, &u, &e) == 0 && u == 1);
+    CHECK(active_count(j) == 2);
+
+    /* BEGIN PATCH takes over the anonymous one */
+    int64_t taken;
+    CHECK(vx_journal_begin_patch(j, "geo", &taken, &e) == 0);
+    CHECK(taken == 2);
+    CHECK_STR(vx_journal_recording_name(j), "geo");
+    CHECK(vx_journal_begin_patch(j, "geo", &taken, &e) == -1);
+    CHECK_STR(e.msg, "a patch named 'geo' already exists (REMOVE PATCH it first or choose "
+                     "another name)");
+    CHECK(vx_journal_record(j, "INSERT ...", ops, 1, &info, &e) == 0);
+    CHECK(info.auto_started == 0 && strcmp(info.patch_name, "geo") == 0);
+
+    /* APPLY (import) and REMOVE */
+    vx_patch_meta meta = {"imported", "a description", "me", "[\"t\"]", "x.vlp"};
+    int64_t pid, hn;
+    CHECK(vx_journal_import(j, "APPLY PATCH \"x.vlp\"", &meta, ops, 2, &pid, &hn, &e) == 0);
+    CHECK(hn == 4);
+    CHECK(active_count(j) == 5);
+    CHECK(vx_journal_patches(j, &pi, &n, &e) == 0);
+    CHECK(n == 2);
+    if (n == 2) {
+        CHECK_STR(pi[0].name, "geo");
+        CHECK(pi[0].anonymous == 0 && pi[0].recording == 1 && pi[0].n_delete == 2 &&
+              pi[0].n_update == 1 && pi[0].n_ops == 3);
+        CHECK_STR(pi[1].name, "imported");
+        CHECK_STR(pi[1].description, "a description");
+        CHECK(pi[1].applied == 1 && pi[1].recording == 0 && pi[1].n_ops == 2);
+    }
+    vx_patch_infos_free(pi, n);
+    CHECK(vx_journal_remove_patch(j, "REMOVE PATCH \"imported\"", "imported", &pid, &e) == 0);
+    CHECK(active_count(j) == 3);
+    CHECK(vx_journal_remove_patch(j, "REMOVE PATCH \"nope\"", "nope", &pid, &e) == -1);
+    CHECK_STR(e.msg, "no such patch: 'nope' (SHOW PATCHES lists them)");
+    CHECK(vx_journal_undo(j, &u, &e) == 0 && u == 5);     /* undo the remove */
+    CHECK(active_count(j) == 5);
+    CHECK(vx_journal_rollback(j, 3, &cnt, &e) == 0 && cnt == 1);   /* drops the apply */
+    CHECK(active_count(j) == 3);
+    /* the patch's own ops, for SAVE PATCH */
+    vx_op *po;
+    CHECK(vx_journal_patch_ops(j, vx_journal_recording(j), &po, &n, &e) == 0 && n == 3);
+    vx_ops_free(po, n);
+    vx_journal_close(j);
+
+    /* reopen: everything persists; recording is per session */
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == 0);
+    if (j) {
+        CHECK(active_count(j) == 3);
+        CHECK(vx_journal_recording(j) == 0);
+        CHECK(vx_journal_record(j, "DELETE again", ops, 1, &info, &e) == 0);
+        CHECK(info.auto_started == 1 && info.history_n == 6);
+        CHECK_STR(info.patch_name, "auto-3");
+        vx_journal_close(j);
+    }
+    vx_op_clear(&ops[0]);
+    vx_op_clear(&ops[1]);
+
+    /* the same journal refuses another base, naming both */
+    CHECK(vx_journal_open(p, SHA_B, "other", &j, &e) == -1 && !j);
+    char want[600];
+    snprintf(want, sizeof want,
+             "journal '%s' belongs to another base: it was recorded for model 'tiny' (index "
+             "sha256 aaaaaaaaaaaaaaaa...) but the bound container is model 'other' (index "
+             "sha256 bbbbbbbbbbbbbbbb...)", p);
+    CHECK_STR(e.msg, want);
+    CHECK(e.code == VX_EVERIFY);
+
+    /* a newer schema refuses by version */
+    sql_exec(p, "PRAGMA user_version = 7");
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == -1);
+    snprintf(want, sizeof want, "journal '%s' has schema version 7, newer than this lql "
+             "supports (1): use a newer lql or another journal", p);
+    CHECK_STR(e.msg, want);
+}
+
+static void test_refusals(void)
+{
+    char p[300], want[600];
+    vx_err e = {0};
+    vx_journal *j;
+
+    path_in(p, sizeof p, "garbage.lqljournal");
+    FILE *f = fopen(p, "wb");
+    for (int i = 0; i < 4096; i++)
+        fputc("not a database "[i % 15], f);
+    fclose(f);
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == -1 && !j);
+    snprintf(want, sizeof want, "journal '%s' is not an lql journal: file is not a database", p);
+    CHECK_STR(e.msg, want);
+
+    path_in(p, sizeof p, "other.db");
+    sql_exec(p, "CREATE TABLE t(x); CREATE TABLE u(y)");
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == -1);
+    snprintf(want, sizeof want, "journal '%s' is not an lql journal (a database with 2 other "
+             "objects)", p);
+    CHECK_STR(e.msg, want);
+
+    CHECK(vx_journal_open("/proc/self/x.lqljournal", SHA_A, "tiny", &j, &e) == -1);
+    CHECK_HAS(e.msg, "cannot open journal '/proc/self/x.lqljournal'");
+
+    CHECK(vx_journal_open(dir, SHA_A, "tiny", &j, &e) == -1);
+    snprintf(want, sizeof want, "cannot open journal '%s': not a regular file", dir);
+    CHECK_STR(e.msg, want);
+
+    /* a statement that fails mid-way leaves nothing behind */
+    path_in(p, sizeof p, "atomic.lqljournal");
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == 0);
+    if (j) {
+        vx_op ops[2];
+        make_ops(ops, 1, 1, 0.5f);
+        ops[1].kind = (vx_op_kind)99;
+        vx_record_info info;
+        CHECK(vx_journal_record(j, "bad", ops, 2, &info, &e) == -1);
+        CHECK_STR(e.msg, "operation 2 has an invalid kind 99");
+        CHECK(active_count(j) == 0);
+        CHECK(vx_journal_recording(j) == 0);
+        vx_history_entry *h;
+        size_t n;
+        CHECK(vx_journal_history(j, &h, &n, &e) == 0 && n == 0);
+        vx_history_free(h, n);
+        ops[1].kind = VX_OP_UPDATE;
+        CHECK(vx_journal_record(j, "good", ops, 2, &info, &e) == 0 && info.history_n == 1);
+        vx_op_clear(&ops[0]);
+        vx_op_clear(&ops[1]);
+        vx_journal_close(j);
+    }
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "%s/test_journal.XXXXXX", LQL_BINARY_DIR);
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_locate();
+    test_open_and_record();
+    test_refusals();
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (t_fail == 0 && system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return T_DONE();
+}
