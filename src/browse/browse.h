@@ -257,8 +257,9 @@ typedef struct brw_row {
     double score;           /* EDGES from an entity / NEAREST: gate; else c_score */
     double confidence;      /* c_score */
     char *also;             /* other top tokens, ", "-joined */
-    int64_t count;          /* ENTITIES: features */
+    int64_t count;          /* ENTITIES / SHOW RELATIONS: features */
     int band;
+    int layer_max;          /* SHOW RELATIONS: last layer seen (layer = first) */
 } brw_row;
 
 typedef struct brw_rows {

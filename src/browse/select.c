@@ -1,0 +1,783 @@
+/*
+ * select.c — SELECT over the three browse tables and the SHOW statements built on them.
+ *
+ *   FEATURES  one row per feature with metadata: layer, feature, token (down-meta top
+ *             token), relation (label), score = confidence = c_score, also, band.
+ *   EDGES     without an entity condition, the same rows read as edges (token = target);
+ *             with `entity = "X"` (or IN), X's query is walked (500 features per layer,
+ *             or the whole layer when smaller) and the rows are the hits: score = gate.
+ *   ENTITIES  capitalised alphabetic top tokens of >= 3 letters, aggregated over the
+ *             features passing the layer/feature conditions: entity, count, score (max
+ *             c_score).
+ *
+ * Every condition is honoured (= != > < >= <= LIKE IN on numbers and text; text = is
+ * case-insensitive and compares the trimmed token), all ANDed; ORDER BY any field; LIMIT
+ * defaults to 20. NEAREST TO "x" AT LAYER n ranks the whole layer by gate·q of x's query.
+ */
+#include "brw_int.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define EDGE_K 500
+#define DEFAULT_LIMIT 20
+
+static const char *const field_names[BRW_F_COUNT_] = {
+    "layer", "feature", "token", "entity", "relation", "score", "confidence", "also",
+    "count", "band", "target"};
+
+const char *brw_field_name(brw_field f)
+{
+    return f < BRW_F_COUNT_ ? field_names[f] : "?";
+}
+
+static const brw_field edges_f[] = {BRW_F_LAYER, BRW_F_FEATURE, BRW_F_ENTITY,
+                                    BRW_F_RELATION, BRW_F_TARGET, BRW_F_SCORE,
+                                    BRW_F_CONFIDENCE, BRW_F_ALSO, BRW_F_BAND};
+static const brw_field feats_f[] = {BRW_F_LAYER, BRW_F_FEATURE, BRW_F_TOKEN,
+                                    BRW_F_RELATION, BRW_F_SCORE, BRW_F_ALSO, BRW_F_BAND};
+static const brw_field ents_f[] = {BRW_F_ENTITY, BRW_F_COUNT, BRW_F_SCORE};
+
+static const brw_field *table_fields(brw_from from, size_t *n)
+{
+    if (from == BRW_EDGES) {
+        *n = sizeof edges_f / sizeof *edges_f;
+        return edges_f;
+    }
+    if (from == BRW_FEATURES) {
+        *n = sizeof feats_f / sizeof *feats_f;
+        return feats_f;
+    }
+    *n = sizeof ents_f / sizeof *ents_f;
+    return ents_f;
+}
+
+static const char *table_name(brw_from from)
+{
+    return from == BRW_EDGES ? "EDGES" : from == BRW_FEATURES ? "FEATURES" : "ENTITIES";
+}
+
+size_t brw_default_fields(brw_from from, brw_field *out, size_t max)
+{
+    size_t n;
+    const brw_field *f = table_fields(from, &n);
+    if (from == BRW_EDGES)   /* band is selectable but not a default column */
+        n--;
+    for (size_t i = 0; i < n && i < max; i++)
+        out[i] = f[i];
+    return n < max ? n : max;
+}
+
+int brw_field_parse(brw_from from, const char *name, brw_field *out, vx_err *err)
+{
+    size_t n;
+    const brw_field *f = table_fields(from, &n);
+    brw_field want = BRW_F_COUNT_;
+    for (int i = 0; i < BRW_F_COUNT_; i++)
+        if (strcasecmp(name, field_names[i]) == 0)
+            want = (brw_field)i;
+    /* synonyms the reference accepts */
+    if (strcasecmp(name, "c_score") == 0)
+        want = BRW_F_CONFIDENCE;
+    if (from == BRW_EDGES && want == BRW_F_TOKEN)
+        want = BRW_F_TARGET;
+    if (from == BRW_FEATURES && want == BRW_F_TARGET)
+        want = BRW_F_TOKEN;
+    if (from == BRW_FEATURES && want == BRW_F_CONFIDENCE)
+        want = BRW_F_SCORE;
+    if (from == BRW_ENTITIES && want == BRW_F_TOKEN)
+        want = BRW_F_ENTITY;
+    if (from == BRW_ENTITIES && (want == BRW_F_LAYER || want == BRW_F_FEATURE)) {
+        *out = want;   /* filters the features counted */
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (f[i] == want) {
+            *out = want;
+            return 0;
+        }
+    char list[256] = "";
+    for (size_t i = 0; i < n; i++) {
+        strcat(list, i ? ", " : "");
+        strcat(list, field_names[f[i]]);
+    }
+    return vx_errf(err, VX_EARG, "unknown field \"%s\" for %s (fields: %s)", name,
+                   table_name(from), list);
+}
+
+static int numeric(brw_field f)
+{
+    return f == BRW_F_LAYER || f == BRW_F_FEATURE || f == BRW_F_SCORE ||
+           f == BRW_F_CONFIDENCE || f == BRW_F_COUNT;
+}
+
+static double num_of(const brw_row *r, brw_field f)
+{
+    switch (f) {
+    case BRW_F_LAYER: return r->layer;
+    case BRW_F_FEATURE: return (double)r->feature;
+    case BRW_F_SCORE: return r->score;
+    case BRW_F_CONFIDENCE: return r->confidence;
+    case BRW_F_COUNT: return (double)r->count;
+    default: return 0;
+    }
+}
+
+static const char *text_of(const brw_row *r, brw_field f)
+{
+    switch (f) {
+    case BRW_F_TOKEN: case BRW_F_TARGET: return r->token;
+    case BRW_F_ENTITY: return r->entity ? r->entity : r->token;
+    case BRW_F_RELATION: return r->relation;
+    case BRW_F_ALSO: return r->also;
+    case BRW_F_BAND: return brw_band_name(r->band);
+    default: return NULL;
+    }
+}
+
+/* SQL LIKE, case-insensitive: % any run, _ one byte. */
+static int like(const char *s, const char *p)
+{
+    for (; *p; p++, s++) {
+        if (*p == '%') {
+            while (p[1] == '%')
+                p++;
+            if (!p[1])
+                return 1;
+            for (; *s; s++)
+                if (like(s, p + 1))
+                    return 1;
+            return like(s, p + 1);
+        }
+        if (!*s || (*p != '_' && tolower((unsigned char)*p) != tolower((unsigned char)*s)))
+            return 0;
+    }
+    return *s == 0;
+}
+
+static int cmp_num(double a, brw_op op, double b)
+{
+    switch (op) {
+    case BRW_EQ: return a == b;
+    case BRW_NE: return a != b;
+    case BRW_GT: return a > b;
+    case BRW_LT: return a < b;
+    case BRW_GE: return a >= b;
+    case BRW_LE: return a <= b;
+    default: return 0;
+    }
+}
+
+static int match_one(const brw_row *r, brw_field f, brw_op op, const brw_value *v)
+{
+    if (numeric(f))
+        return cmp_num(num_of(r, f), op == BRW_IN ? BRW_EQ : op, v->num);
+    const char *t = text_of(r, f);
+    char buf[256];
+    brw_trim(t ? t : "", buf, sizeof buf);
+    if (op == BRW_LIKE)
+        return t && like(buf, v->str);
+    if (!t)
+        return op == BRW_NE;
+    int c = strcasecmp(buf, v->str);
+    switch (op) {
+    case BRW_EQ: case BRW_IN: return c == 0;
+    case BRW_NE: return c != 0;
+    case BRW_GT: return c > 0;
+    case BRW_LT: return c < 0;
+    case BRW_GE: return c >= 0;
+    case BRW_LE: return c <= 0;
+    default: return 0;
+    }
+}
+
+static int match(const brw_row *r, const brw_cond *c)
+{
+    if (c->op == BRW_IN) {
+        for (size_t i = 0; i < c->n_vals; i++)
+            if (match_one(r, c->field, BRW_IN, &c->vals[i]))
+                return 1;
+        return 0;
+    }
+    return c->n_vals ? match_one(r, c->field, c->op, &c->vals[0]) : 0;
+}
+
+/* Refuse conditions whose values do not fit their field. */
+static int check_conds(brw_from from, const brw_select_opts *o, vx_err *err)
+{
+    static const char *const ops[] = {"=", "!=", ">", "<", ">=", "<=", "LIKE", "IN"};
+    for (size_t i = 0; i < o->n_conds; i++) {
+        const brw_cond *c = &o->conds[i];
+        brw_field f;
+        if (brw_field_parse(from, brw_field_name(c->field), &f, err) != 0)
+            return -1;
+        if (c->n_vals == 0 || (c->op != BRW_IN && c->n_vals != 1))
+            return vx_errf(err, VX_EARG, "condition on %s needs %s", brw_field_name(c->field),
+                           c->op == BRW_IN ? "at least one value" : "one value");
+        for (size_t j = 0; j < c->n_vals; j++) {
+            if (numeric(c->field) && c->vals[j].is_str)
+                return vx_errf(err, VX_EARG, "%s %s compares numbers, got \"%s\"",
+                               brw_field_name(c->field), ops[c->op], c->vals[j].str);
+            if (!numeric(c->field) && !c->vals[j].is_str)
+                return vx_errf(err, VX_EARG, "%s %s compares text, got %g",
+                               brw_field_name(c->field), ops[c->op], c->vals[j].num);
+        }
+        if (numeric(c->field) && c->op == BRW_LIKE)
+            return vx_errf(err, VX_EARG, "LIKE needs a text field, %s is a number",
+                           brw_field_name(c->field));
+    }
+    if (o->has_order) {
+        brw_field f;
+        if (brw_field_parse(from, brw_field_name(o->order), &f, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- row building */
+
+static char *dup(const char *s)
+{
+    if (!s)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+typedef struct rowvec {
+    brw_row *v;
+    size_t n, cap;
+} rowvec;
+
+static brw_row *push(rowvec *rv)
+{
+    if (rv->n == rv->cap) {
+        size_t cap = rv->cap ? rv->cap * 2 : 256;
+        brw_row *v = realloc(rv->v, cap * sizeof *v);
+        if (!v)
+            return NULL;
+        rv->v = v;
+        rv->cap = cap;
+    }
+    brw_row *r = &rv->v[rv->n++];
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
+static void row_clear(brw_row *r)
+{
+    free(r->token);
+    free(r->entity);
+    free(r->relation);
+    free(r->also);
+}
+
+void brw_rows_free(brw_rows *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        row_clear(&r->rows[i]);
+    free(r->rows);
+    r->rows = NULL;
+    r->n = 0;
+}
+
+/* Fill a row's metadata fields from a feature; 0 when it has metadata. */
+static int fill_meta(const brw_model *m, const brw_overlay *ov, brw_row *r, int layer,
+                     int64_t f)
+{
+    brw_meta md;
+    r->layer = layer;
+    r->feature = f;
+    r->band = brw_band_of(m, layer);
+    if (brw_feature_meta(m, ov, layer, f, &md) != 0)
+        return -1;
+    char t[256], also[512] = "";
+    brw_trim(brw_token_text(m, md.top_id), t, sizeof t);
+    r->token = dup(t);
+    r->confidence = md.c_score;
+    r->score = md.c_score;
+    int na = 0;
+    for (int j = 0; j < md.k && na < 4; j++) {
+        if (md.ids[j] == md.top_id)
+            continue;
+        char a[128];
+        brw_trim(brw_token_text(m, md.ids[j]), a, sizeof a);
+        if (!a[0])
+            continue;
+        if (strlen(also) + strlen(a) + 3 >= sizeof also)
+            break;
+        strcat(also, na ? ", " : "");
+        strcat(also, a);
+        na++;
+    }
+    r->also = dup(also);
+    r->relation = dup(brw_label(m, layer, f));
+    return 0;
+}
+
+/* Conditions on layer/feature alone, to skip whole layers or features early. */
+static int pre_match(const brw_select_opts *o, int layer, int64_t f, int only_layer)
+{
+    brw_row r = {.layer = layer, .feature = f};
+    for (size_t i = 0; i < o->n_conds; i++) {
+        const brw_cond *c = &o->conds[i];
+        if (c->field == BRW_F_LAYER || (!only_layer && c->field == BRW_F_FEATURE))
+            if (!match(&r, c))
+                return 0;
+    }
+    return 1;
+}
+
+static int all_match(const brw_select_opts *o, const brw_row *r, int skip_entity)
+{
+    for (size_t i = 0; i < o->n_conds; i++) {
+        if (skip_entity && o->conds[i].field == BRW_F_ENTITY)
+            continue;
+        if (!match(r, &o->conds[i]))
+            return 0;
+    }
+    return 1;
+}
+
+static int feature_rows(const brw_model *m, const brw_select_opts *o, int only_layer,
+                        rowvec *rv, vx_err *err)
+{
+    for (int l = 0; l < m->s.layers; l++) {
+        if ((only_layer >= 0 && l != only_layer) || !pre_match(o, l, 0, 1))
+            continue;
+        for (int64_t f = 0; f < m->s.layer[l].features; f++) {
+            if (!pre_match(o, l, f, 0))
+                continue;
+            brw_row *r = push(rv);
+            if (!r)
+                return vx_errf(err, VX_ENOMEM, "select: out of memory");
+            if (fill_meta(m, o->ov, r, l, f) != 0 || !all_match(o, r, 0)) {
+                row_clear(r);
+                rv->n--;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Hits of one query over the layers passing the layer conditions (or one layer). */
+static int walk_rows(const brw_model *m, const brw_select_opts *o, const char *entity,
+                     int one_layer, rowvec *rv, vx_err *err)
+{
+    int L = m->s.layers, *layers = malloc((size_t)L * sizeof *layers), n = 0, k = 0;
+    float *q = malloc((size_t)m->s.hidden * sizeof *q);
+    if (!layers || !q) {
+        free(layers);
+        free(q);
+        return vx_errf(err, VX_ENOMEM, "select: out of memory");
+    }
+    for (int l = 0; l < L; l++)
+        if (one_layer >= 0 ? l == one_layer : pre_match(o, l, 0, 1)) {
+            layers[n++] = l;
+            int64_t want = one_layer >= 0 ? m->s.layer[l].features
+                                          : (m->s.layer[l].features < EDGE_K
+                                                 ? m->s.layer[l].features : EDGE_K);
+            if (want > k)
+                k = (int)want;
+        }
+    int rc = 0;
+    brw_hit *hits = NULL;
+    int *counts = NULL;
+    if (n == 0)
+        goto done;
+    hits = malloc((size_t)n * (size_t)k * sizeof *hits);
+    counts = calloc((size_t)n, sizeof *counts);
+    if (!hits || !counts) {
+        rc = vx_errf(err, VX_ENOMEM, "select: out of memory");
+        goto done;
+    }
+    char ent[256];
+    brw_trim(entity, ent, sizeof ent);
+    if (!ent[0]) {
+        rc = vx_errf(err, VX_EARG, "entity must not be empty");
+        goto done;
+    }
+    if (brw_entity_query(m, ent, q, err) != 0 ||
+        brw_gate_knn(m, layers, n, q, k, o->ov, hits, counts, err) != 0) {
+        rc = -1;
+        goto done;
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < counts[i]; j++) {
+            const brw_hit *h = &hits[(size_t)i * (size_t)k + j];
+            brw_row *r = push(rv);
+            if (!r) {
+                rc = vx_errf(err, VX_ENOMEM, "select: out of memory");
+                goto done;
+            }
+            fill_meta(m, o->ov, r, h->layer, h->feature);
+            r->score = h->score;
+            r->entity = dup(ent);
+            if (!all_match(o, r, 1)) {
+                row_clear(r);
+                rv->n--;
+            }
+        }
+done:
+    free(layers);
+    free(q);
+    free(hits);
+    free(counts);
+    return rc;
+}
+
+static int is_entity(const char *t)
+{
+    size_t n = 0;
+    if (!isupper((unsigned char)t[0]))
+        return 0;
+    for (; t[n]; n++)
+        if (!isalpha((unsigned char)t[n]))
+            return 0;
+    return n >= 3;
+}
+
+static int entity_rows(const brw_model *m, const brw_select_opts *o, int only_layer,
+                       rowvec *rv, vx_err *err)
+{
+    for (int l = 0; l < m->s.layers; l++) {
+        if ((only_layer >= 0 && l != only_layer) || !pre_match(o, l, 0, 1))
+            continue;
+        for (int64_t f = 0; f < m->s.layer[l].features; f++) {
+            brw_meta md;
+            if (!pre_match(o, l, f, 0) || brw_feature_meta(m, o->ov, l, f, &md) != 0)
+                continue;
+            char t[256];
+            brw_trim(brw_token_text(m, md.top_id), t, sizeof t);
+            if (!is_entity(t))
+                continue;
+            size_t i;
+            for (i = 0; i < rv->n; i++)
+                if (strcmp(rv->v[i].token, t) == 0)
+                    break;
+            if (i == rv->n) {
+                brw_row *r = push(rv);
+                if (!r || !(r->token = dup(t)))
+                    return vx_errf(err, VX_ENOMEM, "select: out of memory");
+                r->score = md.c_score;
+                r->layer = l;
+                r->band = -1;
+            }
+            brw_row *r = &rv->v[i];
+            r->count++;
+            if (md.c_score > r->score)
+                r->score = md.c_score;
+        }
+    }
+    /* entity-level conditions (layer/feature were applied per feature) */
+    size_t w = 0;
+    for (size_t i = 0; i < rv->n; i++) {
+        int ok = 1;
+        for (size_t c = 0; c < o->n_conds && ok; c++)
+            if (o->conds[c].field != BRW_F_LAYER && o->conds[c].field != BRW_F_FEATURE)
+                ok = match(&rv->v[i], &o->conds[c]);
+        if (ok)
+            rv->v[w++] = rv->v[i];
+        else
+            row_clear(&rv->v[i]);
+    }
+    rv->n = w;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- ordering */
+
+static brw_field sort_field;
+static int sort_desc, sort_kind;   /* kind 0: by field; 1: by |score| desc; 2: entities */
+
+static int cmp_rows(const void *pa, const void *pb)
+{
+    const brw_row *a = pa, *b = pb;
+    int c = 0;
+    if (sort_kind == 1) {
+        double x = fabs(a->score), y = fabs(b->score);
+        c = x > y ? -1 : x < y;
+    } else if (sort_kind == 2) {
+        c = a->count > b->count ? -1 : a->count < b->count;
+        if (!c)
+            c = strcmp(a->token, b->token);
+        return c;
+    } else if (numeric(sort_field)) {
+        double x = num_of(a, sort_field), y = num_of(b, sort_field);
+        c = x < y ? -1 : x > y;
+        if (sort_desc)
+            c = -c;
+    } else {
+        const char *x = text_of(a, sort_field), *y = text_of(b, sort_field);
+        c = strcasecmp(x ? x : "", y ? y : "");
+        if (sort_desc)
+            c = -c;
+    }
+    if (!c)
+        c = a->layer != b->layer ? (a->layer < b->layer ? -1 : 1)
+                                 : (a->feature < b->feature ? -1 : a->feature > b->feature);
+    return c;
+}
+
+static void finish_rows(rowvec *rv, const brw_select_opts *o, int kind, brw_rows *out)
+{
+    sort_kind = o->has_order ? 0 : kind;
+    sort_field = o->order;
+    sort_desc = o->desc;
+    if (o->has_order || kind != 0)
+        qsort(rv->v, rv->n, sizeof *rv->v, cmp_rows);
+    size_t lim = o->limit < 0 ? DEFAULT_LIMIT : (size_t)o->limit;
+    for (size_t i = lim; i < rv->n; i++)
+        row_clear(&rv->v[i]);
+    if (rv->n > lim)
+        rv->n = lim;
+    out->rows = rv->v;
+    out->n = rv->n;
+}
+
+int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_rows *out,
+               vx_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (check_conds(from, o, err) != 0)
+        return -1;
+    if (!m->dmet && !o->nearest)
+        return vx_errf(err, VX_EMISSING, "the container has no down-meta (browse/down_meta.bin);"
+                       " re-extract WITH BROWSE");
+    rowvec rv = {0};
+    int rc, kind = 0;
+    if (o->nearest) {
+        if (o->nearest_layer < 0 || o->nearest_layer >= m->s.layers)
+            return vx_errf(err, VX_EARG, "layer %d is out of range (the model has %d layers: "
+                           "0-%d)", o->nearest_layer, m->s.layers, m->s.layers - 1);
+        if (from == BRW_ENTITIES)
+            return vx_errf(err, VX_EARG, "NEAREST TO applies to EDGES and FEATURES, not "
+                           "ENTITIES");
+        rc = walk_rows(m, o, o->nearest, o->nearest_layer, &rv, err);
+        kind = 1;
+    } else if (from == BRW_ENTITIES) {
+        rc = entity_rows(m, o, -1, &rv, err);
+        kind = 2;
+    } else {
+        const brw_cond *ec = NULL;
+        for (size_t i = 0; i < o->n_conds; i++)
+            if (o->conds[i].field == BRW_F_ENTITY)
+                ec = &o->conds[i];
+        if (ec && ec->op != BRW_EQ && ec->op != BRW_IN)
+            return vx_errf(err, VX_EARG, "entity conditions need = or IN: the entity's query is "
+                           "walked");
+        if (ec) {
+            rc = 0;
+            for (size_t i = 0; i < ec->n_vals && rc == 0; i++)
+                rc = walk_rows(m, o, ec->vals[i].str, -1, &rv, err);
+            kind = 1;
+        } else {
+            rc = feature_rows(m, o, -1, &rv, err);
+        }
+    }
+    if (rc != 0) {
+        brw_rows r = {rv.n, rv.v};
+        brw_rows_free(&r);
+        return -1;
+    }
+    finish_rows(&rv, o, kind, out);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- show */
+
+static int check_layer(const brw_model *m, int layer, vx_err *err)
+{
+    if (layer < 0 || layer >= m->s.layers)
+        return vx_errf(err, VX_EARG, "layer %d is out of range (the model has %d layers: 0-%d)",
+                       layer, m->s.layers, m->s.layers - 1);
+    return 0;
+}
+
+int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
+                      brw_rows *out, vx_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (check_layer(m, layer, err) != 0 || check_conds(BRW_FEATURES, o, err) != 0)
+        return -1;
+    if (!m->dmet)
+        return vx_errf(err, VX_EMISSING, "the container has no down-meta (browse/down_meta.bin);"
+                       " re-extract WITH BROWSE");
+    rowvec rv = {0};
+    if (feature_rows(m, o, layer, &rv, err) != 0) {
+        brw_rows r = {rv.n, rv.v};
+        brw_rows_free(&r);
+        return -1;
+    }
+    finish_rows(&rv, o, 0, out);
+    return 0;
+}
+
+int brw_show_entities(const brw_model *m, int layer, int64_t limit, const brw_overlay *ov,
+                      brw_rows *out, vx_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (layer >= 0 && check_layer(m, layer, err) != 0)
+        return -1;
+    if (!m->dmet)
+        return vx_errf(err, VX_EMISSING, "the container has no down-meta (browse/down_meta.bin);"
+                       " re-extract WITH BROWSE");
+    brw_select_opts o = {.limit = limit < 0 ? 50 : limit, .ov = ov};
+    rowvec rv = {0};
+    if (entity_rows(m, &o, layer, &rv, err) != 0) {
+        brw_rows r = {rv.n, rv.v};
+        brw_rows_free(&r);
+        return -1;
+    }
+    finish_rows(&rv, &o, 2, out);
+    return 0;
+}
+
+int brw_show_relations(const brw_model *m, int layer, const brw_overlay *ov, brw_rows *out,
+                       int *labelled, vx_err *err)
+{
+    memset(out, 0, sizeof *out);
+    *labelled = 0;
+    if (layer >= 0 && check_layer(m, layer, err) != 0)
+        return -1;
+    if (!m->dmet)
+        return vx_errf(err, VX_EMISSING, "the container has no down-meta (browse/down_meta.bin);"
+                       " re-extract WITH BROWSE");
+    int lo = layer, hi = layer;
+    if (layer < 0) {
+        lo = m->band[BRW_KNOWLEDGE][0];
+        hi = m->band[BRW_KNOWLEDGE][1];
+        if (lo < 0) {
+            lo = 0;
+            hi = m->s.layers - 1;
+        }
+    }
+    rowvec rv = {0};
+    *labelled = m->labels != NULL;
+    for (int l = lo; l <= hi; l++)
+        for (int64_t f = 0; f < m->s.layer[l].features; f++) {
+            brw_meta md;
+            char t[256];
+            const char *lab = brw_label(m, l, f);
+            if (*labelled) {
+                if (!lab)
+                    continue;
+                snprintf(t, sizeof t, "%s", lab);
+                md.c_score = 0;
+                if (brw_feature_meta(m, ov, l, f, &md) != 0)
+                    md.c_score = 0;
+            } else {
+                if (brw_feature_meta(m, ov, l, f, &md) != 0 || md.c_score < 0.2f)
+                    continue;
+                brw_trim(brw_token_text(m, md.top_id), t, sizeof t);
+                if (!t[0])
+                    continue;
+            }
+            size_t i;
+            for (i = 0; i < rv.n; i++)
+                if (strcmp(rv.v[i].token, t) == 0)
+                    break;
+            if (i == rv.n) {
+                brw_row *r = push(&rv);
+                if (!r || !(r->token = dup(t))) {
+                    brw_rows x = {rv.n, rv.v};
+                    brw_rows_free(&x);
+                    return vx_errf(err, VX_ENOMEM, "show relations: out of memory");
+                }
+                r->score = md.c_score;
+                r->layer = l;
+                r->band = brw_band_of(m, l);
+            }
+            brw_row *r = &rv.v[i];
+            r->count++;
+            if (md.c_score > r->score)
+                r->score = md.c_score;
+            r->layer_max = l;
+        }
+    brw_select_opts o = {.limit = 50};
+    finish_rows(&rv, &o, 2, out);
+    return 0;
+}
+
+int brw_show_layers(const brw_model *m, int lo, int hi, const brw_overlay *ov,
+                    brw_layer_info **out, size_t *n, vx_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (lo < 0) {
+        lo = 0;
+        hi = m->s.layers - 1;
+    }
+    if (lo > hi || hi >= m->s.layers)
+        return vx_errf(err, VX_EARG, "layer range %d-%d is out of range (the model has %d "
+                       "layers: 0-%d)", lo, hi, m->s.layers, m->s.layers - 1);
+    brw_layer_info *li = calloc((size_t)(hi - lo + 1), sizeof *li);
+    int32_t *cnt = calloc((size_t)m->s.vocab, sizeof *cnt);
+    if (!li || !cnt) {
+        free(li);
+        free(cnt);
+        return vx_errf(err, VX_ENOMEM, "show layers: out of memory");
+    }
+    for (int l = lo; l <= hi; l++) {
+        brw_layer_info *x = &li[l - lo];
+        x->layer = l;
+        x->features = m->s.layer[l].features;
+        x->band = brw_band_of(m, l);
+        x->gate_bytes = m->s.layer[l].gate_bytes;
+        x->gate_dtype = vx_dtype_name(m->s.layer[l].parts[0].gate->dtype);
+        x->top_id = -1;
+        memset(cnt, 0, (size_t)m->s.vocab * sizeof *cnt);
+        for (int64_t f = 0; f < x->features; f++) {
+            brw_meta md;
+            if (brw_feature_meta(m, ov, l, f, &md) != 0)
+                continue;
+            x->with_meta++;
+            if (md.top_id < 0 || md.top_id >= m->s.vocab)
+                continue;
+            int32_t c = ++cnt[md.top_id];
+            if (c > x->top_count || (c == x->top_count && md.top_id < x->top_id)) {
+                x->top_count = c;
+                x->top_id = md.top_id;
+            }
+        }
+    }
+    free(cnt);
+    *out = li;
+    *n = (size_t)(hi - lo + 1);
+    return 0;
+}
+
+int brw_stats_get(const brw_model *m, brw_stats *out, vx_err *err)
+{
+    (void)err;
+    memset(out, 0, sizeof *out);
+    out->layers = m->s.layers;
+    out->hidden = m->s.hidden;
+    out->vocab = m->s.vocab;
+    memcpy(out->band, m->band, sizeof m->band);
+    out->labelled = m->labels != NULL;
+    out->gate_dtype = m->s.layers ? vx_dtype_name(m->s.layer[0].parts[0].gate->dtype) : "";
+    for (int l = 0; l < m->s.layers; l++) {
+        out->features += m->s.layer[l].features;
+        out->gate_bytes += m->s.layer[l].gate_bytes;
+        int b = brw_band_of(m, l);
+        if (b >= 0)
+            out->band_features[b] += m->s.layer[l].features;
+        if (m->dmet)
+            for (int64_t f = 0; f < m->s.layer[l].features; f++) {
+                brw_meta md;
+                brw_dmet_get(m->dmet, l, f, &md);
+                out->with_meta += md.present;
+            }
+    }
+    for (size_t i = 0; i < vx_tensor_count(m->c); i++)
+        out->container_bytes += vx_tensor_at(m->c, i)->nbytes;
+    return 0;
+}

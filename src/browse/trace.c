@@ -1,0 +1,529 @@
+/*
+ * trace.c — TRACE: the logit lens over a forward pass. Observers record, for every
+ * position, the residual after the embedding and after each layer together with the
+ * attention and FFN deltas that layer added; each recorded residual is then read through
+ * eng_lens (final norm → LM head → soft-cap) and a softmax.
+ *
+ * FOR "t": the answer id is the last id of encode(" t") without special tokens. Its rank
+ * (1 + tokens with a strictly higher probability) and probability are reported per
+ * layer, and the pushes are changes in its lens logit, which telescope exactly:
+ *   attn_push = lens(r_prev + attn)[t] − lens(r_prev)[t]
+ *   ffn_push  = lens(r_prev + attn + ffn)[t] − lens(r_prev + attn)[t]
+ * (the reference instead lenses each delta alone, which is not additive).
+ *
+ * Trace files (SAVE / FROM): little-endian, a 32-byte header "LQLTRACE", u32 version 1,
+ * u32 n_tokens, u32 n_layers, u32 hidden, i32 target (-1 for none), u32 0; then i32
+ * ids[n_tokens]; then f32 states[n_tokens][n_layers + 1][3][hidden] where slot 0 is the
+ * residual, 1 the attention delta and 2 the FFN delta (row 0 is the embedding: deltas 0).
+ */
+#include "brw_int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct rec_ctx {
+    int n_tokens, n_layers, hidden;
+    float *states;
+} rec_ctx;
+
+static float *slot(const rec_ctx *r, int pos, int row, int k)
+{
+    return r->states + (((size_t)pos * (size_t)(r->n_layers + 1) + (size_t)row) * 3 + (size_t)k) *
+                           (size_t)r->hidden;
+}
+
+static void on_embed(void *ctx, int pos0, int n, const float *resid)
+{
+    rec_ctx *r = ctx;
+    for (int i = 0; i < n && pos0 + i < r->n_tokens; i++)
+        memcpy(slot(r, pos0 + i, 0, 0), resid + (size_t)i * (size_t)r->hidden,
+               (size_t)r->hidden * sizeof(float));
+}
+
+static void on_layer(void *ctx, int layer, int pos0, int n, const float *attn,
+                     const float *ffn, const float *resid)
+{
+    rec_ctx *r = ctx;
+    if (layer < 0 || layer >= r->n_layers)
+        return;
+    size_t hb = (size_t)r->hidden * sizeof(float);
+    for (int i = 0; i < n && pos0 + i < r->n_tokens; i++) {
+        memcpy(slot(r, pos0 + i, layer + 1, 0), resid + (size_t)i * (size_t)r->hidden, hb);
+        memcpy(slot(r, pos0 + i, layer + 1, 1), attn + (size_t)i * (size_t)r->hidden, hb);
+        memcpy(slot(r, pos0 + i, layer + 1, 2), ffn + (size_t)i * (size_t)r->hidden, hb);
+    }
+}
+
+static float norm2(const float *x, int n)
+{
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    return (float)sqrt(s);
+}
+
+/* Resolve FOR "t" to its id: last id of encode(" t") without specials. */
+static int answer_id(const eng_model *em, const char *t, int32_t *out, vx_err *err)
+{
+    size_t len = strlen(t);
+    char *s = malloc(len + 2);
+    if (!s)
+        return vx_errf(err, VX_ENOMEM, "trace: out of memory");
+    s[0] = ' ';
+    memcpy(s + 1, t, len + 1);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = eng_tok_encode(eng_model_tokenizer(em), s, len + 1, 0, &ids, &n, err);
+    free(s);
+    if (rc != 0)
+        return -1;
+    if (n == 0) {
+        free(ids);
+        return vx_errf(err, VX_EARG, "FOR \"%s\" has no tokens", t);
+    }
+    *out = ids[n - 1];
+    free(ids);
+    return 0;
+}
+
+/* Build the lens rows of a recorded trace. */
+static int build_rows(const eng_model *em, brw_trace *t, const brw_trace_opts *o,
+                      vx_err *err)
+{
+    int V = eng_model_vocab(em), H = t->hidden, L = t->n_layers;
+    int lo = o ? o->layer_lo : -1, hi = o ? o->layer_hi : -1;
+    if (lo >= 0 && (lo > hi || hi >= L))
+        return vx_errf(err, VX_EARG, "layer range %d-%d is out of range (the model has %d "
+                       "layers: 0-%d)", lo, hi, L, L - 1);
+    int p0 = o && o->all_positions ? 0 : t->n_tokens - 1;
+    size_t cap = (size_t)(t->n_tokens - p0) * (size_t)(L + 1);
+    t->rows = calloc(cap + 1, sizeof *t->rows);
+    float *lg = malloc((size_t)V * sizeof *lg), *pr = malloc((size_t)V * sizeof *pr);
+    float *mid = malloc((size_t)H * sizeof *mid), *lm = malloc((size_t)V * sizeof *lm);
+    float *lp = malloc((size_t)V * sizeof *lp);
+    int rc = -1;
+    if (!t->rows || !lg || !pr || !mid || !lm || !lp) {
+        vx_errf(err, VX_ENOMEM, "trace: out of memory");
+        goto done;
+    }
+    rec_ctx r = {t->n_tokens, L, H, t->states};
+    for (int pos = p0; pos < t->n_tokens; pos++) {
+        for (int row = 0; row <= L; row++) {
+            int layer = row - 1;
+            /* the embedding row is kept with the full range or a range starting at 0 */
+            if (lo >= 0 && !(layer >= lo && layer <= hi) && !(layer == -1 && lo == 0))
+                continue;
+            brw_trace_row *x = &t->rows[t->n_rows++];
+            const float *res = slot(&r, pos, row, 0);
+            x->pos = pos;
+            x->layer = layer;
+            x->resid_norm = norm2(res, H);
+            x->attn_norm = row ? norm2(slot(&r, pos, row, 1), H) : 0;
+            x->ffn_norm = row ? norm2(slot(&r, pos, row, 2), H) : 0;
+            eng_lens(em, res, lg);
+            memcpy(pr, lg, (size_t)V * sizeof *pr);
+            eng_softmax(pr, V);
+            int best = 0;
+            for (int v = 1; v < V; v++)
+                if (pr[v] > pr[best])
+                    best = v;
+            x->top_id = best;
+            x->top_prob = pr[best];
+            x->rank = 0;
+            if (t->target >= 0 && t->target < V) {
+                float p = pr[t->target];
+                int rank = 1;
+                for (int v = 0; v < V; v++)
+                    rank += pr[v] > p;
+                x->rank = rank;
+                x->prob = p;
+                if (row) {
+                    const float *prev = slot(&r, pos, row - 1, 0), *a = slot(&r, pos, row, 1);
+                    for (int h = 0; h < H; h++)
+                        mid[h] = prev[h] + a[h];
+                    eng_lens(em, prev, lp);
+                    eng_lens(em, mid, lm);
+                    x->attn_push = lm[t->target] - lp[t->target];
+                    x->ffn_push = lg[t->target] - lm[t->target];
+                }
+            }
+        }
+    }
+    rc = 0;
+done:
+    free(lg);
+    free(pr);
+    free(mid);
+    free(lm);
+    free(lp);
+    return rc;
+}
+
+int brw_trace_run(eng_model *em, const char *prompt, const brw_trace_opts *o,
+                  brw_trace *out, vx_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->target = -1;
+    const eng_tokenizer *tok = eng_model_tokenizer(em);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (eng_tok_encode(tok, prompt, strlen(prompt), 1, &ids, &n, err) != 0)
+        return -1;
+    if (n == 0) {
+        free(ids);
+        return vx_errf(err, VX_EARG, "the prompt \"%s\" has no tokens", prompt);
+    }
+    out->ids = ids;
+    out->n_tokens = (int)n;
+    out->n_layers = eng_model_layers(em);
+    out->hidden = eng_model_hidden(em);
+    if (o && o->for_token && answer_id(em, o->for_token, &out->target, err) != 0)
+        goto fail;
+    size_t ns = (size_t)n * (size_t)(out->n_layers + 1) * 3 * (size_t)out->hidden;
+    out->states = calloc(ns, sizeof *out->states);
+    if (!out->states) {
+        vx_errf(err, VX_ENOMEM, "trace: out of memory (%zu states)", ns);
+        goto fail;
+    }
+    rec_ctx r = {out->n_tokens, out->n_layers, out->hidden, out->states};
+    eng_observer obs = {.ctx = &r, .on_embed = on_embed, .on_layer = on_layer};
+    eng_session *s = NULL;
+    if (eng_session_new(em, (int)n, &s, err) != 0)
+        goto fail;
+    int rc = eng_forward(s, ids, (int)n, NULL, &obs, err);
+    eng_session_free(s);
+    if (rc != 0 || build_rows(em, out, o, err) != 0)
+        goto fail;
+    return 0;
+fail:
+    brw_trace_free(out);
+    return -1;
+}
+
+void brw_trace_free(brw_trace *t)
+{
+    free(t->ids);
+    free(t->states);
+    free(t->rows);
+    memset(t, 0, sizeof *t);
+    t->target = -1;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int brw_trace_save(const brw_trace *t, const char *path, vx_err *err)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return vx_errf(err, VX_EIO, "cannot write \"%s\": %s", path, strerror(errno));
+    uint8_t h[32] = "LQLTRACE";
+    put32(h + 8, 1);
+    put32(h + 12, (uint32_t)t->n_tokens);
+    put32(h + 16, (uint32_t)t->n_layers);
+    put32(h + 20, (uint32_t)t->hidden);
+    put32(h + 24, (uint32_t)t->target);
+    put32(h + 28, 0);
+    size_t ns = (size_t)t->n_tokens * (size_t)(t->n_layers + 1) * 3 * (size_t)t->hidden;
+    int ok = fwrite(h, 1, 32, f) == 32;
+    for (int i = 0; ok && i < t->n_tokens; i++) {
+        uint8_t b[4];
+        put32(b, (uint32_t)t->ids[i]);
+        ok = fwrite(b, 1, 4, f) == 4;
+    }
+    /* states are host floats; x86-64 and aarch64 hosts are little-endian */
+    if (ok)
+        ok = fwrite(t->states, sizeof(float), ns, f) == ns;
+    if (fclose(f) != 0)
+        ok = 0;
+    if (!ok)
+        return vx_errf(err, VX_EIO, "cannot write \"%s\": %s", path, strerror(errno));
+    return 0;
+}
+
+int brw_trace_load(eng_model *em, const char *path, const brw_trace_opts *o,
+                   brw_trace *out, vx_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->target = -1;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return vx_errf(err, VX_EIO, "cannot open trace \"%s\": %s", path, strerror(errno));
+    uint8_t h[32];
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (size < 32 || fread(h, 1, 32, f) != 32 || memcmp(h, "LQLTRACE", 8) != 0) {
+        fclose(f);
+        return vx_errf(err, VX_EFORMAT, "\"%s\" is not an lql trace file (bad header)", path);
+    }
+    uint32_t ver = get32(h + 8), nt = get32(h + 12), nl = get32(h + 16), hid = get32(h + 20);
+    int32_t target = (int32_t)get32(h + 24);
+    if (ver != 1) {
+        fclose(f);
+        return vx_errf(err, VX_EVERSION, "trace \"%s\": unsupported version %u", path, ver);
+    }
+    if ((int)nl != eng_model_layers(em) || (int)hid != eng_model_hidden(em) || nt == 0 ||
+        nt > (1u << 20)) {
+        fclose(f);
+        return vx_errf(err, VX_EARG, "trace \"%s\" (%u tokens, %u layers, hidden %u) does not "
+                       "match the bound model (%d layers, hidden %d)", path, nt, nl, hid,
+                       eng_model_layers(em), eng_model_hidden(em));
+    }
+    uint64_t ns = (uint64_t)nt * (nl + 1) * 3 * hid;
+    if ((uint64_t)size != 32 + 4 * (uint64_t)nt + 4 * ns) {
+        fclose(f);
+        return vx_errf(err, VX_EFORMAT, "trace \"%s\" is %ld bytes, want %llu", path, size,
+                       (unsigned long long)(32 + 4 * (uint64_t)nt + 4 * ns));
+    }
+    out->n_tokens = (int)nt;
+    out->n_layers = (int)nl;
+    out->hidden = (int)hid;
+    out->target = target;
+    out->ids = malloc(4 * (size_t)nt);
+    out->states = malloc(4 * (size_t)ns);
+    int ok = out->ids && out->states;
+    for (uint32_t i = 0; ok && i < nt; i++) {
+        uint8_t b[4];
+        ok = fread(b, 1, 4, f) == 4;
+        out->ids[i] = (int32_t)get32(b);
+    }
+    if (ok)
+        ok = fread(out->states, 4, (size_t)ns, f) == (size_t)ns;
+    fclose(f);
+    if (!ok) {
+        brw_trace_free(out);
+        return vx_errf(err, VX_EIO, "cannot read trace \"%s\"", path);
+    }
+    if (o && o->for_token && answer_id(em, o->for_token, &out->target, err) != 0) {
+        brw_trace_free(out);
+        return -1;
+    }
+    if (build_rows(em, out, o, err) != 0) {
+        brw_trace_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- explain infer */
+
+typedef struct ex_ctx {
+    int n_tokens, n_layers, hidden, top;
+    const brw_model *bm;
+    const eng_model *em;
+    brw_explain_layer *layers;
+    float *attn;             /* [n_layers][n_tokens] summed probs of the last row */
+    int *heads;              /* [n_layers] */
+    int failed;
+} ex_ctx;
+
+static void ex_ffn(void *ctx, int layer, int pos0, int n, const float *ffn_in,
+                   const float *act, int features)
+{
+    (void)ffn_in;
+    ex_ctx *x = ctx;
+    int last = x->n_tokens - 1 - pos0;
+    if (layer < 0 || layer >= x->n_layers || last < 0 || last >= n)
+        return;
+    const float *a = act + (size_t)last * (size_t)features;
+    brw_explain_layer *L = &x->layers[layer];
+    free(L->fired);
+    L->n_fired = 0;
+    L->fired = calloc((size_t)x->top + 1, sizeof *L->fired);
+    if (!L->fired) {
+        x->failed = 1;
+        return;
+    }
+    for (int f = 0; f < features; f++) {
+        float v = a[f];
+        if (v == 0)
+            continue;
+        int i = L->n_fired;
+        if (i == x->top) {
+            if (!(fabsf(v) > fabsf(L->fired[i - 1].act)))
+                continue;
+            i--;
+        } else {
+            L->n_fired++;
+        }
+        while (i > 0 && fabsf(v) > fabsf(L->fired[i - 1].act)) {
+            L->fired[i] = L->fired[i - 1];
+            i--;
+        }
+        L->fired[i] = (brw_fired){f, v, -1, 0};
+    }
+    for (int i = 0; i < L->n_fired; i++) {
+        brw_meta md;
+        if (x->bm && brw_feature_meta(x->bm, NULL, layer, L->fired[i].feature, &md) == 0) {
+            L->fired[i].top_id = md.top_id;
+            L->fired[i].c_score = md.c_score;
+        }
+    }
+}
+
+static void ex_attn(void *ctx, int layer, int head, int pos0, int n, int n_keys,
+                    const float *probs)
+{
+    (void)head;
+    ex_ctx *x = ctx;
+    int last = x->n_tokens - 1 - pos0;
+    if (layer < 0 || layer >= x->n_layers || last < 0 || last >= n)
+        return;
+    const float *p = probs + (size_t)last * (size_t)n_keys;
+    float *acc = x->attn + (size_t)layer * (size_t)x->n_tokens;
+    for (int k = 0; k < n_keys && k < x->n_tokens; k++)
+        acc[k] += p[k];
+    x->heads[layer]++;
+}
+
+static void ex_layer(void *ctx, int layer, int pos0, int n, const float *attn,
+                     const float *ffn, const float *resid)
+{
+    (void)attn;
+    (void)ffn;
+    ex_ctx *x = ctx;
+    int last = x->n_tokens - 1 - pos0;
+    if (layer < 0 || layer >= x->n_layers || last < 0 || last >= n)
+        return;
+    int V = eng_model_vocab(x->em);
+    float *lg = malloc((size_t)V * sizeof *lg);
+    if (!lg) {
+        x->failed = 1;
+        return;
+    }
+    eng_lens(x->em, resid + (size_t)last * (size_t)x->hidden, lg);
+    eng_softmax(lg, V);
+    int best = 0;
+    for (int v = 1; v < V; v++)
+        if (lg[v] > lg[best])
+            best = v;
+    x->layers[layer].lens_id = best;
+    x->layers[layer].lens_prob = lg[best];
+    free(lg);
+}
+
+int brw_explain_run(eng_model *em, const brw_model *bm, const char *prompt,
+                    const brw_explain_opts *o, brw_explain *out, vx_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int top = o && o->top > 0 ? o->top : 5;
+    int L = eng_model_layers(em), V = eng_model_vocab(em);
+    int lo = o ? o->layer_lo : -1, hi = o ? o->layer_hi : -1;
+    if (lo >= 0 && (lo > hi || hi >= L))
+        return vx_errf(err, VX_EARG, "layer range %d-%d is out of range (the model has %d "
+                       "layers: 0-%d)", lo, hi, L, L - 1);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (eng_tok_encode(eng_model_tokenizer(em), prompt, strlen(prompt), 1, &ids, &n, err) != 0)
+        return -1;
+    if (n == 0) {
+        free(ids);
+        return vx_errf(err, VX_EARG, "the prompt \"%s\" has no tokens", prompt);
+    }
+    out->ids = ids;
+    out->n_tokens = (int)n;
+    ex_ctx x = {(int)n, L, eng_model_hidden(em), top, bm, em, NULL, NULL, NULL, 0};
+    x.layers = calloc((size_t)L, sizeof *x.layers);
+    x.attn = calloc((size_t)L * n, sizeof *x.attn);
+    x.heads = calloc((size_t)L, sizeof *x.heads);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    eng_session *s = NULL;
+    int rc = -1;
+    if (!x.layers || !x.attn || !x.heads || !logits) {
+        vx_errf(err, VX_ENOMEM, "explain: out of memory");
+        goto done;
+    }
+    eng_observer obs = {.ctx = &x, .on_layer = ex_layer, .on_ffn = ex_ffn,
+                        .on_attn = o && o->attention ? ex_attn : NULL};
+    if (eng_session_new(em, (int)n, &s, err) != 0 ||
+        eng_forward(s, ids, (int)n, logits, &obs, err) != 0)
+        goto done;
+    if (x.failed) {
+        vx_errf(err, VX_ENOMEM, "explain: out of memory");
+        goto done;
+    }
+    eng_softmax(logits, V);
+    out->top_ids = malloc((size_t)top * sizeof *out->top_ids);
+    out->top_probs = malloc((size_t)top * sizeof *out->top_probs);
+    if (!out->top_ids || !out->top_probs) {
+        vx_errf(err, VX_ENOMEM, "explain: out of memory");
+        goto done;
+    }
+    for (int t = 0; t < top && t < V; t++) {
+        int best = -1;
+        for (int v = 0; v < V; v++) {
+            int used = 0;
+            for (int u = 0; u < t && !used; u++)
+                used = out->top_ids[u] == v;
+            if (!used && (best < 0 || logits[v] > logits[best]))
+                best = v;
+        }
+        out->top_ids[t] = best;
+        out->top_probs[t] = logits[best];
+        out->n_top++;
+    }
+    out->layers = calloc((size_t)L, sizeof *out->layers);
+    if (!out->layers) {
+        vx_errf(err, VX_ENOMEM, "explain: out of memory");
+        goto done;
+    }
+    for (int l = 0; l < L; l++) {
+        if (!brw_in_range(l, lo, hi))
+            continue;
+        if (o && o->band >= 0 && bm && brw_band_of(bm, l) != o->band)
+            continue;
+        brw_explain_layer *d = &out->layers[out->n_layers++];
+        *d = x.layers[l];
+        x.layers[l].fired = NULL;
+        d->layer = l;
+        d->attended_id = -1;
+        d->attended_pos = -1;
+        if (x.heads[l]) {
+            const float *acc = x.attn + (size_t)l * n;
+            int best = 0;
+            for (int k = 1; k < (int)n; k++)
+                if (acc[k] > acc[best])
+                    best = k;
+            d->attended_pos = best;
+            d->attended_id = ids[best];
+            d->attended_weight = acc[best] / (float)x.heads[l];
+        }
+    }
+    rc = 0;
+done:
+    eng_session_free(s);
+    if (x.layers)
+        for (int l = 0; l < L; l++)
+            free(x.layers[l].fired);
+    free(x.layers);
+    free(x.attn);
+    free(x.heads);
+    free(logits);
+    if (rc != 0)
+        brw_explain_free(out);
+    return rc;
+}
+
+void brw_explain_free(brw_explain *e)
+{
+    free(e->ids);
+    free(e->top_ids);
+    free(e->top_probs);
+    if (e->layers)
+        for (int l = 0; l < e->n_layers; l++)
+            free(e->layers[l].fired);
+    free(e->layers);
+    memset(e, 0, sizeof *e);
+}
