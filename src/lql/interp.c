@@ -1,0 +1,258 @@
+/*
+ * interp.c — the statement table (dispatch, `.help`, the reference docs), the session's
+ * lifecycle and the error helpers every handler shares.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "interp.h"
+
+/* ---------------------------------------------------------------- the table */
+
+static const lql_stmt_def defs[] = {
+    {LQL_S_USE, "USE", lql_h_use,
+     "USE \"container\" {JOURNAL \"file\" | PROFILE \"name\"}",
+     "Bind a VINDEX3 container for the statements that follow. JOURNAL names the overlay "
+     "journal file (default: beside the container); PROFILE selects one of the container's "
+     "declared execution profiles. Returns a note naming the model and its geometry."},
+    {LQL_S_TOKENIZE, "TOKENIZE", lql_h_tokenize,
+     "TOKENIZE \"text\"",
+     "The bound model's tokens for text, special tokens applied as the model's tokenizer "
+     "does: one row per token with position, id and vocabulary piece."},
+    {LQL_S_EXTRACT, "EXTRACT", lql_h_extract,
+     "EXTRACT MODEL \"hf_dir\" INTO \"out\" {WITH (BROWSE|INFERENCE|ALL) | LAYERS range | "
+     "DTYPE (f32|f16|bf16|q8_0|q4_k|q6_k)}",
+     "Encode a Hugging Face checkpoint directory into a new VINDEX3 container (written "
+     "beside, renamed into place when complete). WITH WEIGHTS is the legacy name of "
+     "INFERENCE. Shows progress on a terminal."},
+    {LQL_S_STATS, "STATS", lql_h_stats,
+     "STATS",
+     "Facts about the bound container: model, geometry, feature counts, layer bands, "
+     "bytes on disk, path."},
+    {LQL_S_SHOW_LAYERS, "SHOW LAYERS", lql_h_show_layers,
+     "SHOW LAYERS [range]",
+     "One row per layer: attention operator, window, FFN kind, features and the bytes of "
+     "the layer's operands."},
+    {LQL_S_SHOW_FEATURES, "SHOW FEATURES", lql_h_show_features,
+     "SHOW FEATURES layer {WHERE conds | LIMIT n}",
+     "The FFN features of one layer with their output tokens (down-meta) and score."},
+    {LQL_S_SHOW_RELATIONS, "SHOW RELATIONS", lql_h_show_relations,
+     "SHOW RELATIONS {AT LAYER n | WITH EXAMPLES}",
+     "Relation labels and the output tokens they lead to."},
+    {LQL_S_SHOW_ENTITIES, "SHOW ENTITIES", lql_h_show_entities,
+     "SHOW ENTITIES {AT LAYER n | LIMIT n}",
+     "Entity-like output tokens (capitalised words) with their feature counts and scores."},
+    {LQL_S_SHOW_MODELS, "SHOW MODELS", lql_h_show_models,
+     "SHOW MODELS",
+     "Containers (directories holding index.json) in the current directory; needs no "
+     "binding."},
+    {LQL_S_SHOW_COMPONENTS, "SHOW COMPONENTS", lql_h_show_components,
+     "SHOW COMPONENTS",
+     "The components of the bound container's system graph with their role and layers."},
+    {LQL_S_SHOW_REPRESENTATIONS, "SHOW REPRESENTATIONS", lql_h_show_representations,
+     "SHOW REPRESENTATIONS",
+     "Each logical object's representations: dtype, fidelity, segments and bytes."},
+    {LQL_S_SHOW_PATCHES, "SHOW PATCHES", lql_h_show_patches,
+     "SHOW PATCHES",
+     "The patches in the overlay with their operation counts."},
+    {LQL_S_SHOW_HISTORY, "SHOW HISTORY", lql_h_show_history,
+     "SHOW HISTORY",
+     "The journal's statements, numbered for ROLLBACK TO."},
+    {LQL_S_WALK, "WALK", lql_h_walk,
+     "WALK \"prompt\" {TOP n | LAYERS range | MODE (HYBRID|PURE|DENSE) | COMPARE}",
+     "Feature scan without attention: the prompt's last-token embedding (times the "
+     "embedding scale) against every layer's gate rows; per layer the features with the "
+     "largest |gate·q| and their output tokens."},
+    {LQL_S_EXPLAIN_WALK, "EXPLAIN WALK", lql_h_explain_walk,
+     "EXPLAIN WALK \"prompt\" {LAYERS range | TOP n | VERBOSE}",
+     "The WALK scan one hit per row, with the plan: query token, layers, bytes read."},
+    {LQL_S_DESCRIBE, "DESCRIBE", lql_h_describe,
+     "DESCRIBE \"entity\" {ALL LAYERS | SYNTAX | KNOWLEDGE | OUTPUT | AT LAYER n | "
+     "RELATIONS ONLY | BRIEF | VERBOSE | RAW}",
+     "What the model associates with an entity: edges (relation, target token, gate "
+     "strength, layers) grouped into the container's syntax / knowledge / output bands."},
+    {LQL_S_SELECT, "SELECT", lql_h_select,
+     "SELECT (*|field, …) FROM (EDGES|FEATURES|ENTITIES) {NEAREST TO \"x\" AT LAYER n | "
+     "WHERE cond AND … | ORDER BY field [ASC|DESC] | LIMIT n}",
+     "Query edges, features or entities. Conditions: = != > < >= <= LIKE IN (…) on "
+     "layer, feature, token/entity, relation, score/confidence."},
+    {LQL_S_INFER, "INFER", lql_h_infer,
+     "INFER \"prompt\" {TOP n | GENERATE n | TEMPERATURE x | TOP_P x | SEED n | COMPARE}",
+     "A full forward pass (overlay applied): the next-token distribution as rank, token, "
+     "prob (TOP, default 5). GENERATE n continues the prompt greedily, or sampled with "
+     "TEMPERATURE / TOP_P / SEED. COMPARE shows the base model beside the effective one."},
+    {LQL_S_EXPLAIN_INFER, "EXPLAIN INFER", lql_h_explain_infer,
+     "EXPLAIN INFER \"prompt\" {TOP n | WITH ATTENTION | ALL LAYERS | SYNTAX | KNOWLEDGE "
+     "| OUTPUT | LAYERS range}",
+     "The prediction plus the features that fired per layer; WITH ATTENTION adds the "
+     "most-attended token and the logit-lens top-1 per layer."},
+    {LQL_S_TRACE, "TRACE", lql_h_trace,
+     "TRACE \"prompt\" {FOR \"token\" | DECOMPOSE | LAYERS range | POSITIONS (ALL|LAST) | "
+     "SAVE \"file\" | FROM \"file\"}",
+     "Logit lens per layer: top-1 and probability, |attention delta|, |FFN delta|; with "
+     "FOR, the token's rank and probability per layer and what pushed it."},
+    {LQL_S_INSERT, "INSERT", lql_h_insert,
+     "INSERT INTO EDGES (entity, relation, target) VALUES (\"e\", \"r\", \"t\") {AT LAYER n "
+     "| CONFIDENCE x | ALPHA x | MODE (KNN|COMPOSE|MEMIT)}",
+     "Add a fact to the overlay (journaled; the base container is never written)."},
+    {LQL_S_DELETE, "DELETE", lql_h_delete,
+     "DELETE FROM EDGES WHERE cond AND …",
+     "Tombstone the matching features in the overlay."},
+    {LQL_S_UPDATE, "UPDATE", lql_h_update,
+     "UPDATE EDGES SET field = value, … WHERE cond AND …",
+     "Override the matching features' metadata or vectors in the overlay."},
+    {LQL_S_BEGIN_PATCH, "BEGIN PATCH", lql_h_begin_patch,
+     "BEGIN PATCH \"name\"", "Start recording edits into a named patch."},
+    {LQL_S_SAVE_PATCH, "SAVE PATCH", lql_h_save_patch,
+     "SAVE PATCH [\"file.vlp\"]", "Write the current patch as a .vlp JSON file."},
+    {LQL_S_APPLY_PATCH, "APPLY PATCH", lql_h_apply_patch,
+     "APPLY PATCH \"file.vlp\"", "Apply a .vlp patch on top of the overlay."},
+    {LQL_S_REMOVE_PATCH, "REMOVE PATCH", lql_h_remove_patch,
+     "REMOVE PATCH \"name\"", "Remove a patch from the overlay."},
+    {LQL_S_UNDO, "UNDO", lql_h_undo,
+     "UNDO", "Step back one edit statement in the journal."},
+    {LQL_S_ROLLBACK, "ROLLBACK", lql_h_rollback,
+     "ROLLBACK TO n", "Step back to history entry n (SHOW HISTORY numbers them)."},
+    {LQL_S_DIFF, "DIFF", lql_h_diff,
+     "DIFF (\"a\"|CURRENT) (\"b\"|CURRENT) {LAYER n | RELATION \"r\" | LIMIT n | PHYSICAL | "
+     "INTO PATCH \"file.vlp\"}",
+     "Logical difference of two effective model states: changed features and per-tensor "
+     "value deltas."},
+    {LQL_S_COMPILE, "COMPILE", lql_h_compile,
+     "COMPILE CURRENT INTO VINDEX \"out\" {ON CONFLICT (LAST_WINS|HIGHEST_CONFIDENCE|FAIL)}",
+     "Materialise base + overlay as a new container stamped authority: derived."},
+    {LQL_S_COMPACT, "COMPACT", lql_h_compact,
+     "COMPACT [\"container\"] {INTO VINDEX \"out\"}",
+     "Reorganise a container's storage with the same semantics, naming every file dropped."},
+    {LQL_S_REPRESENT, "REPRESENT", lql_h_represent,
+     "REPRESENT \"object\" AS dtype",
+     "Add a representation of a logical object in another dtype."},
+};
+#define NDEFS (sizeof defs / sizeof defs[0])
+
+const lql_stmt_def *lql_stmt_defs(size_t *n)
+{
+    *n = NDEFS;
+    return defs;
+}
+
+const lql_stmt_def *lql_stmt_def_find(const char *name)
+{
+    /* Compare ignoring case and runs of blanks ("show   layers"). */
+    for (size_t i = 0; i < NDEFS; i++) {
+        const char *a = defs[i].name, *b = name;
+        while (*b == ' ') b++;
+        while (*a && *b) {
+            if (*a == ' ' && *b == ' ') {
+                a++;
+                while (*b == ' ') b++;
+                continue;
+            }
+            if ((*a | 0x20) != (*b | 0x20)) break;
+            a++; b++;
+        }
+        while (*b == ' ' || *b == ';') b++;
+        if (!*a && !*b) return &defs[i];
+    }
+    return NULL;
+}
+
+static const lql_stmt_def *def_of(lql_kind k)
+{
+    for (size_t i = 0; i < NDEFS; i++)
+        if (defs[i].kind == k) return &defs[i];
+    return NULL;
+}
+
+int lql_exec(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
+{
+    for (; st; st = st->next) {
+        const lql_stmt_def *d = def_of(st->kind);
+        if (!d) return lql_errf(e, LQL_EEXEC, &st->at, "no handler for %s", lql_kind_name(st->kind));
+        if (d->handler(s, st, r, e) < 0) return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- session */
+
+lql_session *lql_session_new(void)
+{
+    return calloc(1, sizeof(lql_session));
+}
+
+void lql_session_unbind(lql_session *s)
+{
+    if (s->edit && s->edit_free) s->edit_free(s->edit);
+    s->edit = NULL; s->edit_free = NULL;
+    s->overlay = NULL;
+    if (s->browse && s->browse_free) s->browse_free(s->browse);
+    s->browse = NULL; s->browse_free = NULL;
+    eng_model_free(s->model);
+    s->model = NULL;
+    vx_close(s->vx);
+    s->vx = NULL;
+    free(s->path); free(s->journal); free(s->profile);
+    s->path = s->journal = s->profile = NULL;
+}
+
+void lql_session_free(lql_session *s)
+{
+    if (!s) return;
+    lql_session_unbind(s);
+    free(s);
+}
+
+int lql_session_container(lql_session *s, const lql_stmt *st, vx_container **out, lql_err *e)
+{
+    if (!s->vx)
+        return lql_errf(e, LQL_EEXEC, st ? &st->at : NULL, "no container bound: USE \"path\" first");
+    *out = s->vx;
+    return 0;
+}
+
+int lql_session_model(lql_session *s, const lql_stmt *st, eng_model **out, lql_err *e)
+{
+    vx_container *c;
+    if (lql_session_container(s, st, &c, e) < 0) return -1;
+    if (!s->model) {
+        vx_err ve = {0};
+        if (eng_model_bind(c, &s->model, &ve) < 0) {
+            s->model = NULL;
+            return lql_err_vx(e, &ve, st ? &st->at : NULL);
+        }
+        if (s->overlay) eng_model_set_overlay(s->model, s->overlay);
+    }
+    *out = s->model;
+    return 0;
+}
+
+void lql_session_set_overlay(lql_session *s, const eng_overlay *ov)
+{
+    s->overlay = ov;
+    if (s->model) eng_model_set_overlay(s->model, ov);
+}
+
+/* ---------------------------------------------------------------- errors */
+
+int lql_err_vx(lql_err *e, const vx_err *ve, const lql_span *at)
+{
+    int code = ve->code == VX_ECANCEL ? LQL_ECANCEL
+             : ve->code == VX_EUNSUPPORTED ? LQL_EREFUSED
+             : ve->code == VX_ENOMEM ? LQL_ENOMEM : LQL_EEXEC;
+    return lql_errf(e, code, at, "%s", ve->msg[0] ? ve->msg : "failed (no reason given)");
+}
+
+int lql_refuse(lql_err *e, const lql_stmt *st, const char *why)
+{
+    return lql_errf(e, LQL_EREFUSED, &st->at, "%s is not available in this build: %s",
+                    lql_kind_name(st->kind), why);
+}
+
+int lql_refuse_clause(lql_err *e, const lql_stmt *st, lql_clause_kind c, const char *why)
+{
+    return lql_errf(e, LQL_EREFUSED, &st->clause_at[c], "%s … %s is not available in this build: %s",
+                    lql_kind_name(st->kind), lql_clause_text(c), why);
+}

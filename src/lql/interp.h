@@ -1,0 +1,158 @@
+/*
+ * interp.h — the interpreter: the session a shell keeps between statements, the handler
+ * signature every statement implements, and the statement table that drives dispatch,
+ * `.help` and the reference docs.
+ *
+ * Ownership split by file (each file owns its handlers, nobody else edits them):
+ *   exec_session.c  USE, TOKENIZE, EXTRACT, STATS, SHOW LAYERS/MODELS/COMPONENTS/
+ *                   REPRESENTATIONS, REPRESENT                      (language, "h5")
+ *   exec_infer.c    INFER, EXPLAIN INFER (prediction part)         (language, "h5")
+ *   exec_browse.c   WALK, EXPLAIN WALK, DESCRIBE, SELECT, SHOW FEATURES/RELATIONS/
+ *                   ENTITIES, TRACE, EXPLAIN INFER's per-layer part (browse, "h7")
+ *   exec_edit.c     INSERT, DELETE, UPDATE, patches, UNDO, ROLLBACK, SHOW PATCHES/
+ *                   HISTORY, DIFF, COMPILE, COMPACT, the USE hook   (mutation, "h8")
+ *
+ * Handler contract: `int h(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)`
+ * returns 0 after adding zero or more tables / notes to r, or -1 with e filled (a
+ * lower-case message quoting the culprit; the position of the clause or operand at fault,
+ * taken from st's spans, or NULL for the whole statement). Handlers never print, never
+ * exit, and poll vx_cancel_flag in long loops (LQL_ECANCEL). A statement or clause whose
+ * engine is missing refuses with lql_refuse(), never a partial or fake result.
+ *
+ * Stability: this header is shared by three engineers; changes are additive only.
+ */
+#ifndef LQL_INTERP_H
+#define LQL_INTERP_H
+
+#include <stdint.h>
+
+#include "ast.h"
+#include "engine.h"
+#include "result.h"
+#include "vindex.h"
+
+/* ---------------------------------------------------------------- session */
+
+typedef struct lql_session {
+    /* The bound container (USE), or NULL. Owned by the session. */
+    vx_container *vx;
+    char *path;                 /* the path given to USE (malloc'd) */
+    char *journal;              /* USE … JOURNAL "path" (malloc'd), NULL: default location */
+    char *profile;              /* USE … PROFILE "name" (malloc'd), NULL: none */
+
+    /* The engine model over vx, bound lazily by lql_session_model(); NULL until then. */
+    eng_model *model;
+
+    /* Effective-weight corrections of the overlay (journal replay), owned by exec_edit.c's
+     * state; NULL: the base model. lql_session_model attaches it when binding; whoever
+     * changes it calls lql_session_set_overlay so a bound model sees the change. */
+    const eng_overlay *overlay;
+
+    /* Per-layer state, created lazily by exec_browse.c / exec_edit.c and freed (by the
+     * session, through the matching free function) when the binding changes. */
+    void *browse;
+    void (*browse_free)(void *browse);
+    void *edit;
+    void (*edit_free)(void *edit);
+
+    /* Long work reports progress here (the shell draws a bar on a terminal); may be NULL. */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
+} lql_session;
+
+/* A fresh session with nothing bound; free with lql_session_free. NULL on out-of-memory. */
+lql_session *lql_session_new(void);
+void lql_session_free(lql_session *s);
+/* Drop the binding: edit and browse state, model, container (in that order). */
+void lql_session_unbind(lql_session *s);
+
+/* The bound container; -1 with `no container bound: USE "path" first` (at st) if none. */
+int lql_session_container(lql_session *s, const lql_stmt *st, vx_container **out, lql_err *e);
+/* The bound model, binding it on first use (eng_model_bind + the overlay); -1 with the
+ * engine's reason otherwise. */
+int lql_session_model(lql_session *s, const lql_stmt *st, eng_model **out, lql_err *e);
+/* Set (or with NULL clear) the overlay, attaching it to the model when bound. */
+void lql_session_set_overlay(lql_session *s, const eng_overlay *ov);
+
+/* ---------------------------------------------------------------- errors */
+
+/* Copy a storage/engine error into e at span `at` (NULL: the whole statement); -1. The
+ * code maps VX_ECANCEL to LQL_ECANCEL, VX_EUNSUPPORTED to LQL_EREFUSED, others LQL_EEXEC. */
+int lql_err_vx(lql_err *e, const vx_err *ve, const lql_span *at);
+/* `<STATEMENT> is not available in this build: <why>` at the statement keyword; -1. */
+int lql_refuse(lql_err *e, const lql_stmt *st, const char *why);
+/* `<clause> is not available in this build: <why>` at the clause; -1. */
+int lql_refuse_clause(lql_err *e, const lql_stmt *st, lql_clause_kind c, const char *why);
+
+/* ---------------------------------------------------------------- handlers */
+
+typedef int (*lql_handler)(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+
+/* exec_session.c */
+int lql_h_use(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_tokenize(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_extract(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_stats(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_show_layers(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_show_models(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_show_components(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_show_representations(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_represent(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+/* exec_infer.c */
+int lql_h_infer(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_explain_infer(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+/* exec_browse.c */
+int lql_h_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_explain_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_select(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_show_features(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_show_relations(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_show_entities(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+/* EXPLAIN INFER's per-layer part, called by lql_h_explain_infer after it has added the
+ * prediction table: ids[0..n) is the tokenized prompt (special tokens applied), the model
+ * is bound (lql_session_model). Adds the features that fired per layer (and with WITH
+ * ATTENTION the most-attended token and lens top-1), honouring TOP, band and LAYERS. */
+int lql_explain_infer_layers(lql_session *s, const lql_stmt *st, const int32_t *ids, int n,
+                             lql_result *r, lql_err *e);
+/* exec_edit.c */
+int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_delete(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_begin_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_save_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_apply_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_remove_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_undo(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_rollback(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_show_patches(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_show_history(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_diff(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+int lql_h_compact(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+/* Called by USE right after the container is bound (s->vx, s->path, s->journal set):
+ * opens or prepares the journal / overlay for the new binding. -1 refuses the USE (the
+ * binding is then dropped). */
+int lql_edit_on_use(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+
+/* ---------------------------------------------------------------- the statement table */
+
+typedef struct lql_stmt_def {
+    lql_kind kind;
+    const char *name;           /* "SHOW LAYERS" */
+    lql_handler handler;
+    const char *usage;          /* the full syntax, clauses in {} may come in any order */
+    const char *help;           /* one paragraph: what it does and returns */
+} lql_stmt_def;
+
+/* The table, in the order `.help` lists it; *n receives its length. */
+const lql_stmt_def *lql_stmt_defs(size_t *n);
+/* The entry for a statement name ("walk", "SHOW LAYERS", case-insensitive), or NULL. */
+const lql_stmt_def *lql_stmt_def_find(const char *name);
+
+/* Run one statement chain (`a |> b` runs a then b into the same result). Stops at the
+ * first failure. */
+int lql_exec(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+
+#endif

@@ -1,0 +1,212 @@
+/*
+ * parse.c — the parser driver: lexes the text, feeds Lemon token by token, and words the
+ * errors. A syntax error is reported `near "X": expected …` with the tokens the grammar
+ * would have accepted there (found by replaying the accepted prefix with each candidate
+ * token — cheap for statements of a few dozen tokens, and it can never disagree with the
+ * grammar), or `incomplete input` at the end of the text. Also the statement splitter and
+ * the REPL's completeness check, which use the same lexer so strings and comments are
+ * treated exactly as the parser treats them.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parse_int.h"
+
+/* Lemon's entry points (gen/lql.c). */
+void *lqlParserAlloc(void *(*mallocProc)(size_t), lql_pctx *p);
+void lqlParserFree(void *parser, void (*freeProc)(void *));
+void lqlParser(void *parser, int major, lql_token minor);
+
+typedef struct toklist { lql_token *a; int *code; int n, cap; } toklist;
+
+static int push(lql_arena *ar, toklist *tl, int code, const lql_token *t)
+{
+    if (tl->n == tl->cap) {
+        int cap = tl->cap ? tl->cap * 2 : 64;
+        lql_token *a = lql_arena_alloc(ar, (size_t)cap * sizeof *a);
+        int *c = lql_arena_alloc(ar, (size_t)cap * sizeof *c);
+        if (!a || !c) return -1;
+        if (tl->n) {
+            memcpy(a, tl->a, (size_t)tl->n * sizeof *a);
+            memcpy(c, tl->code, (size_t)tl->n * sizeof *c);
+        }
+        tl->a = a; tl->code = c; tl->cap = cap;
+    }
+    tl->a[tl->n] = *t;
+    tl->code[tl->n] = code;
+    tl->n++;
+    return 0;
+}
+
+/* Feed toks[0..k) and then `probe`: does the grammar accept probe there? */
+static int accepts(const toklist *tl, int k, int probe)
+{
+    lql_arena *ar = lql_arena_new();
+    if (!ar) return 0;
+    lql_pctx p = {ar, NULL, 0, NULL};
+    void *ps = lqlParserAlloc(malloc, &p);
+    int ok = 0;
+    if (ps) {
+        for (int i = 0; i < k && !p.failed; i++) lqlParser(ps, tl->code[i], tl->a[i]);
+        if (!p.failed) {
+            /* a dummy value the builders can read: digits parse, quotes unquote */
+            lql_token t = {probe == LQL_TK_STRING ? "\"\"" : "0", probe == LQL_TK_STRING ? 2 : 1, 1, 1};
+            lqlParser(ps, probe, t);
+            ok = p.failed != 2;
+        }
+        lqlParserFree(ps, free);
+    }
+    lql_arena_free(ar);
+    return ok;
+}
+
+static const struct { int code; const char *text; } puncts[] = {
+    {LQL_TK_STRING, "a string"}, {LQL_TK_INT, "an integer"}, {LQL_TK_FLOAT, "a decimal"},
+    {LQL_TK_ID, "a name"}, {LQL_TK_STAR, "*"}, {LQL_TK_COMMA, ","}, {LQL_TK_LP, "("},
+    {LQL_TK_RP, ")"}, {LQL_TK_DOT, "."}, {LQL_TK_EQ, "="}, {LQL_TK_NE, "!="},
+    {LQL_TK_GT, ">"}, {LQL_TK_LT, "<"}, {LQL_TK_GE, ">="}, {LQL_TK_LE, "<="},
+    {LQL_TK_MINUS, "-"}, {LQL_TK_PIPE, "|>"}, {LQL_TK_SEMI, ";"}, {0, "end of input"},
+};
+#define NPUNCT (sizeof puncts / sizeof puncts[0])
+#define MAX_LISTED 12
+
+/* "expected A, B or C" into buf, listing what toks[0..k) may be followed by; empty when
+ * there are too many alternatives to be useful. */
+static void expected(const toklist *tl, int k, char *buf, size_t n)
+{
+    const char *items[MAX_LISTED + 1];
+    int nitems = 0, name_ok = accepts(tl, k, LQL_TK_ID);
+    int int_ok = accepts(tl, k, LQL_TK_INT), float_ok = accepts(tl, k, LQL_TK_FLOAT);
+    buf[0] = 0;
+    for (size_t i = 0; i < NPUNCT && nitems <= MAX_LISTED; i++) {
+        int c = puncts[i].code;
+        if (c == LQL_TK_INT || c == LQL_TK_FLOAT) {
+            if (c == LQL_TK_INT && int_ok) items[nitems++] = float_ok ? "a number" : "an integer";
+            if (c == LQL_TK_FLOAT && float_ok && !int_ok) items[nitems++] = "a decimal";
+            continue;
+        }
+        if (c == LQL_TK_ID ? name_ok : accepts(tl, k, c)) items[nitems++] = puncts[i].text;
+    }
+    /* With a name expected every keyword is accepted as one: list none of them. */
+    for (size_t i = 0; !name_ok && i < lql_keyword_count() && nitems <= MAX_LISTED; i++) {
+        const char *kw = lql_keyword_at(i);
+        if (accepts(tl, k, lql_keyword_code(kw, (int)strlen(kw)))) items[nitems++] = kw;
+    }
+    if (nitems == 0 || nitems > MAX_LISTED) return;
+    size_t len = (size_t)snprintf(buf, n, "expected ");
+    for (int i = 0; i < nitems && len < n; i++) {
+        const char *sep = i == 0 ? "" : i == nitems - 1 ? " or " : ", ";
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", sep, items[i]);
+    }
+}
+
+static void syntax_error(lql_pctx *p, const toklist *tl, int k, const lql_token *eof)
+{
+    char exp[200];
+    expected(tl, k, exp, sizeof exp);
+    p->failed = 0;
+    if (k >= tl->n) {
+        lql_p_error(p, eof, "incomplete input%s%s", exp[0] ? ": " : "", exp);
+        return;
+    }
+    const lql_token *t = &tl->a[k];
+    int len = t->n > 40 ? 40 : t->n;
+    lql_p_error(p, t, "near \"%.*s%s\": %s", len, t->z, t->n > 40 ? "…" : "",
+                exp[0] ? exp : "syntax error");
+}
+
+int lql_parse(const char *text, size_t n, lql_arena *arena, lql_stmt **out, lql_err *e)
+{
+    *out = NULL;
+    if (e) memset(e, 0, sizeof *e);
+    char *copy = lql_arena_strndup(arena, text, n);
+    if (!copy) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    lql_lexer lx = {copy, copy + n, 1, copy};
+    lql_pctx p = {arena, e, 0, NULL};
+    toklist tl = {0};
+    lql_token t, eof;
+    int code;
+
+    /* Lex everything first: a lexical error anywhere is reported before any syntax. */
+    while ((code = lql_lex(&lx, &t)) != 0) {
+        if (code == LQL_TK_ILLEGAL) {
+            int len = t.n > 40 ? 40 : t.n;
+            lql_p_error(&p, &t, "unrecognized token: \"%.*s\"", len, t.z);
+            return -1;
+        }
+        if (code == LQL_TK_UNTERMINATED) {
+            lql_p_error(&p, &t, "unterminated string");
+            return -1;
+        }
+        if (push(arena, &tl, code, &t) < 0) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    }
+    eof = t;
+    eof.n = 1;
+    if (tl.n == 0) return 0;
+
+    void *ps = lqlParserAlloc(malloc, &p);
+    if (!ps) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    int k;
+    for (k = 0; k < tl.n && !p.failed; k++) lqlParser(ps, tl.code[k], tl.a[k]);
+    if (!p.failed) lqlParser(ps, 0, eof);
+    else k--;                   /* the token that failed */
+    lqlParserFree(ps, free);
+    if (p.failed == 2) syntax_error(&p, &tl, k < tl.n ? k : tl.n, &eof);
+    if (p.failed) return -1;
+    if (!p.result) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+
+    /* Each statement's text runs from its keyword to the last token before the `|>`
+     * that follows it (or the end / the final `;`). */
+    lql_stmt *st = p.result;
+    for (int i = 0; i < tl.n && st; i++) {
+        int last = i + 1 >= tl.n || tl.code[i + 1] == LQL_TK_PIPE || tl.code[i + 1] == LQL_TK_SEMI;
+        if (last && tl.a[i].z >= st->src) {
+            st->nsrc = (size_t)(tl.a[i].z + tl.a[i].n - st->src);
+            st = st->next;
+        }
+    }
+    *out = p.result;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- splitting */
+
+int lql_split(const char *text, size_t n, size_t *end)
+{
+    /* The lexer needs a NUL sentinel; scan a copy. */
+    char *copy = malloc(n + 1);
+    if (!copy) { *end = n; return 0; }
+    memcpy(copy, text, n);
+    copy[n] = 0;
+    lql_lexer lx = {copy, copy + n, 1, copy};
+    lql_token t;
+    int code, found = 0;
+    *end = n;
+    while ((code = lql_lex(&lx, &t)) != 0 && code != LQL_TK_UNTERMINATED) {
+        if (code == LQL_TK_SEMI) {
+            *end = (size_t)(t.z + 1 - copy);
+            found = 1;
+            break;
+        }
+    }
+    free(copy);
+    return found;
+}
+
+int lql_complete(const char *text)
+{
+    size_t n = strlen(text);
+    char *copy = malloc(n + 1);
+    if (!copy) return 1;
+    memcpy(copy, text, n + 1);
+    lql_lexer lx = {copy, copy + n, 1, copy};
+    lql_token t;
+    int code, last = 0;
+    while ((code = lql_lex(&lx, &t)) != 0) {
+        if (code == LQL_TK_UNTERMINATED) { last = code; break; }
+        last = code;
+    }
+    free(copy);
+    return last == LQL_TK_SEMI;
+}
