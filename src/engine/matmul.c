@@ -173,6 +173,50 @@ T512 static void rows_avx512(const eng_w *w, int r0, int r1, const float *x, int
             y[(size_t)t * w->rows + r] = eng_w_dot_row(w, r, x + (size_t)t * cols);
 }
 
+/* bf16 rows with AVX-512: 32 weights are one 64-byte load; the even elements become f32
+ * by a shift, the odd ones by a mask, so no shuffle is needed when x has been permuted to
+ * match (xp: per 32-block, the 16 even elements then the 16 odd ones). */
+T512 static void rows_bf16_512(const eng_w *w, int r0, int r1, const float *x, const float *xp,
+                               int n, float *y)
+{
+    const int cols = w->cols, c32 = cols & ~31;
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        const char *p0 = (const char *)w->data + (size_t)r * w->row_bytes;
+        const __m512i *p[4] = {(const __m512i *)p0, (const __m512i *)(p0 + w->row_bytes),
+                               (const __m512i *)(p0 + 2 * w->row_bytes),
+                               (const __m512i *)(p0 + 3 * w->row_bytes)};
+        for (int t = 0; t < n; t++) {
+            const float *xt = xp + (size_t)t * cols;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            for (int k = 0; k < c32; k += 32) {
+                __m512 xe = _mm512_loadu_ps(xt + k), xo = _mm512_loadu_ps(xt + k + 16);
+                __m512i v0 = _mm512_loadu_si512(p[0] + k / 32), v1 = _mm512_loadu_si512(p[1] + k / 32);
+                __m512i v2 = _mm512_loadu_si512(p[2] + k / 32), v3 = _mm512_loadu_si512(p[3] + k / 32);
+                a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v0, 16)), xe, a0);
+                b0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v0, hi)), xo, b0);
+                a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v1, 16)), xe, a1);
+                b1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v1, hi)), xo, b1);
+                a2 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v2, 16)), xe, a2);
+                b2 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v2, hi)), xo, b2);
+                a3 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v3, 16)), xe, a3);
+                b3 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v3, hi)), xo, b3);
+            }
+            const float *xr = x + (size_t)t * cols;
+            float *yt = y + (size_t)t * w->rows + r;
+            yt[0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, b0)) + tail_dot(w->dt, p[0], xr, c32, cols);
+            yt[1] = _mm512_reduce_add_ps(_mm512_add_ps(a1, b1)) + tail_dot(w->dt, p[1], xr, c32, cols);
+            yt[2] = _mm512_reduce_add_ps(_mm512_add_ps(a2, b2)) + tail_dot(w->dt, p[2], xr, c32, cols);
+            yt[3] = _mm512_reduce_add_ps(_mm512_add_ps(a3, b3)) + tail_dot(w->dt, p[3], xr, c32, cols);
+        }
+    }
+    for (; r < r1; r++)
+        for (int t = 0; t < n; t++)
+            y[(size_t)t * w->rows + r] = eng_w_dot_row(w, r, x + (size_t)t * cols);
+}
+
 static int have_avx512(void)
 {
     static int cached = -1;
@@ -182,6 +226,29 @@ static int have_avx512(void)
                  __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
     }
     return cached;
+}
+
+/* ---------------------------------------------------------------- row conversion */
+
+T512 static void cvt_avx512(vx_dtype dt, const void *src, float *dst, int n)
+{
+    int k = 0;
+    for (; k + 16 <= n; k += 16) _mm512_storeu_ps(dst + k, load16(dt, src, k));
+    if (k < n) vx_row_to_f32(dt, (const uint16_t *)src + k, dst + k, (size_t)(n - k));
+}
+
+static void cvt_avx2(vx_dtype dt, const void *src, float *dst, int n)
+{
+    int k = 0;
+    for (; k + 8 <= n; k += 8) _mm256_storeu_ps(dst + k, load8(dt, src, k));
+    if (k < n) vx_row_to_f32(dt, (const uint16_t *)src + k, dst + k, (size_t)(n - k));
+}
+
+/* One f16/bf16 row to f32, vectorised (the tile copy of the GEMM path). */
+static void cvt_row(vx_dtype dt, const void *src, float *dst, int n)
+{
+    if (have_avx512()) cvt_avx512(dt, src, dst, n);
+    else cvt_avx2(dt, src, dst, n);
 }
 
 /* ---------------------------------------------------------------- tiled sgemm */
@@ -196,8 +263,8 @@ static void tile_gemm(const eng_w *w, int r0, int r1, const float *x, int n, flo
             b = (const float *)((const char *)w->data + (size_t)r * w->row_bytes);
         } else {
             for (int i = 0; i < tr; i++)
-                vx_row_to_f32(w->dt, (const char *)w->data + (size_t)(r + i) * w->row_bytes,
-                              buf + (size_t)i * w->cols, (size_t)w->cols);
+                cvt_row(w->dt, (const char *)w->data + (size_t)(r + i) * w->row_bytes,
+                        buf + (size_t)i * w->cols, w->cols);
             b = buf;
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, tr, w->cols, 1.0f, x,
@@ -209,7 +276,7 @@ static void tile_gemm(const eng_w *w, int r0, int r1, const float *x, int n, flo
 
 typedef struct job {
     const eng_w *w;
-    const float *x;
+    const float *x, *xp;   /* xp: x permuted for rows_bf16_512, or NULL */
     float *y;
     int n, tile;
 } job;
@@ -221,20 +288,23 @@ static void run_part(void *ctx, int i, int nparts)
     if (j->n <= SMALL_N) {
         eng_split(j->w->rows, i, nparts, 16, &lo, &hi);
         if (lo >= hi) return;
-        if (have_avx512()) rows_avx512(j->w, lo, hi, j->x, j->n, j->y);
+        if (j->xp) rows_bf16_512(j->w, lo, hi, j->x, j->xp, j->n, j->y);
+        else if (have_avx512()) rows_avx512(j->w, lo, hi, j->x, j->n, j->y);
         else rows_avx2(j->w, lo, hi, j->x, j->n, j->y);
         return;
     }
-    eng_split(j->w->rows, i, nparts, j->tile, &lo, &hi);
+    eng_split(j->w->rows, i, nparts, 16, &lo, &hi);
     if (lo >= hi) return;
-    float *buf = NULL;
-    if (j->w->dt != VX_F32) {
-        buf = malloc((size_t)j->tile * (size_t)j->w->cols * sizeof(float));
-        if (!buf) {
-            /* without a tile buffer fall back to the streaming kernel: slower, not wrong */
-            rows_avx2(j->w, lo, hi, j->x, j->n, j->y);
-            return;
-        }
+    /* f32 rows need no conversion: one sgemm per thread, packed by the BLAS itself */
+    if (j->w->dt == VX_F32) {
+        tile_gemm(j->w, lo, hi, j->x, j->n, j->y, NULL, hi - lo);
+        return;
+    }
+    float *buf = malloc((size_t)j->tile * (size_t)j->w->cols * sizeof(float));
+    if (!buf) {
+        /* without a tile buffer fall back to the streaming kernel: slower, not wrong */
+        rows_avx2(j->w, lo, hi, j->x, j->n, j->y);
+        return;
     }
     tile_gemm(j->w, lo, hi, j->x, j->n, j->y, buf, j->tile);
     free(buf);
@@ -250,10 +320,23 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
                     w->cols, (const float *)w->data, w->rows, 0.0f, y, w->rows);
         return;
     }
-    job j = {w, x, y, n, 16};
+    job j = {w, x, NULL, y, n, 16};
+    float *xp = NULL;
+    if (n <= SMALL_N && w->dt == VX_BF16 && w->cols >= 32 && have_avx512() &&
+        (xp = malloc((size_t)n * w->cols * sizeof *xp))) {
+        for (int t = 0; t < n; t++)
+            for (int k = 0; k + 32 <= w->cols; k += 32)
+                for (int i = 0; i < 16; i++) {
+                    xp[(size_t)t * w->cols + k + i] = x[(size_t)t * w->cols + k + 2 * i];
+                    xp[(size_t)t * w->cols + k + 16 + i] = x[(size_t)t * w->cols + k + 2 * i + 1];
+                }
+        j.xp = xp;
+    }
     int per = (int)(TILE_BYTES / ((size_t)w->cols * sizeof(float)));
     j.tile = per < 16 ? 16 : per & ~15;
+
     /* tiny products are not worth waking the pool */
     if ((size_t)w->rows * (size_t)w->cols * (size_t)n < 32768) run_part(&j, 0, 1);
     else eng_parallel(run_part, &j);
+    free(xp);
 }
