@@ -85,6 +85,7 @@ void brw_close(brw_model *m);
 int brw_layers(const brw_model *m);
 int64_t brw_features(const brw_model *m, int layer);
 int brw_hidden(const brw_model *m);
+float brw_embed_scale(const brw_model *m);
 const eng_tokenizer *brw_tokenizer(const brw_model *m);
 const brw_dmet *brw_down_meta(const brw_model *m);   /* NULL when the container has none */
 /* band[b] = {lo, hi} inclusive (or -1 -1); the band of a layer (-1 if none). */
@@ -94,6 +95,8 @@ const char *brw_band_name(int band);                  /* "syntax" "knowledge" "o
 /* Readable text of a token id: the decoded piece (leading space kept), "" if empty. The
  * string is owned by m. */
 const char *brw_token_text(const brw_model *m, int32_t id);
+/* s with surrounding whitespace removed, into buf (truncated to n - 1 bytes). */
+void brw_trim(const char *s, char *buf, size_t n);
 /* A probe or cluster label for (layer, feature), NULL when none. */
 const char *brw_label(const brw_model *m, int layer, int64_t feature);
 /* Gate-row bytes of one layer (all experts of a MoE layer). */
@@ -282,7 +285,7 @@ int brw_show_entities(const brw_model *m, int layer, int64_t limit, const brw_ov
                       brw_rows *out, vx_err *err);
 /* SHOW RELATIONS: labels (relation, count) when the container has them; otherwise the
  * top output tokens of the knowledge band (or one layer) with c_score >= 0.2: token,
- * count, max score, layer range in band. */
+ * count, max score, first/last layer; also = up to 3 example features ("L2 F17"). */
 int brw_show_relations(const brw_model *m, int layer, const brw_overlay *ov, brw_rows *out,
                        int *labelled, vx_err *err);
 
@@ -391,8 +394,10 @@ typedef struct brw_explain_opts {
     int band;               /* -1 or a band filter */
 } brw_explain_opts;
 
-/* bm supplies the down-meta (may be NULL). */
-int brw_explain_run(eng_model *em, const brw_model *bm, const char *prompt,
+/* Run ids[0..n) (already tokenized, specials applied) and collect per layer the
+ * features that fired on the last position; bm supplies the down-meta and bands (may be
+ * NULL). */
+int brw_explain_run(eng_model *em, const brw_model *bm, const int32_t *ids, int n,
                     const brw_explain_opts *o, brw_explain *out, vx_err *err);
 void brw_explain_free(brw_explain *e);
 

@@ -60,7 +60,5 @@ static inline int brw_in_range(int layer, int lo, int hi)
     return lo < 0 || (layer >= lo && layer <= hi);
 }
 
-/* Token text with surrounding whitespace removed, into buf. */
-void brw_trim(const char *s, char *buf, size_t n);
 
 #endif

@@ -118,6 +118,7 @@ void brw_close(brw_model *m)
 
 int brw_layers(const brw_model *m) { return m->s.layers; }
 int brw_hidden(const brw_model *m) { return m->s.hidden; }
+float brw_embed_scale(const brw_model *m) { return m->s.embed_scale; }
 const eng_tokenizer *brw_tokenizer(const brw_model *m) { return m->tok; }
 const brw_dmet *brw_down_meta(const brw_model *m) { return m->dmet; }
 

@@ -700,6 +700,17 @@ int brw_show_relations(const brw_model *m, int layer, const brw_overlay *ov, brw
             if (md.c_score > r->score)
                 r->score = md.c_score;
             r->layer_max = l;
+            if (r->count <= 3) {
+                char ex[64];
+                snprintf(ex, sizeof ex, "%sL%d F%lld", r->count > 1 ? ", " : "", l,
+                         (long long)f);
+                size_t had = r->also ? strlen(r->also) : 0;
+                char *a = realloc(r->also, had + strlen(ex) + 1);
+                if (a) {
+                    memcpy(a + had, ex, strlen(ex) + 1);
+                    r->also = a;
+                }
+            }
         }
     brw_select_opts o = {.limit = 50};
     finish_rows(&rv, &o, 2, out);

@@ -414,7 +414,7 @@ static void ex_layer(void *ctx, int layer, int pos0, int n, const float *attn,
     free(lg);
 }
 
-int brw_explain_run(eng_model *em, const brw_model *bm, const char *prompt,
+int brw_explain_run(eng_model *em, const brw_model *bm, const int32_t *ids_in, int n,
                     const brw_explain_opts *o, brw_explain *out, vx_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -424,19 +424,17 @@ int brw_explain_run(eng_model *em, const brw_model *bm, const char *prompt,
     if (lo >= 0 && (lo > hi || hi >= L))
         return vx_errf(err, VX_EARG, "layer range %d-%d is out of range (the model has %d "
                        "layers: 0-%d)", lo, hi, L, L - 1);
-    int32_t *ids = NULL;
-    size_t n = 0;
-    if (eng_tok_encode(eng_model_tokenizer(em), prompt, strlen(prompt), 1, &ids, &n, err) != 0)
-        return -1;
-    if (n == 0) {
-        free(ids);
-        return vx_errf(err, VX_EARG, "the prompt \"%s\" has no tokens", prompt);
-    }
+    if (n <= 0)
+        return vx_errf(err, VX_EARG, "the prompt has no tokens");
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    if (!ids)
+        return vx_errf(err, VX_ENOMEM, "explain: out of memory");
+    memcpy(ids, ids_in, (size_t)n * sizeof *ids);
     out->ids = ids;
-    out->n_tokens = (int)n;
-    ex_ctx x = {(int)n, L, eng_model_hidden(em), top, bm, em, NULL, NULL, NULL, 0};
+    out->n_tokens = n;
+    ex_ctx x = {n, L, eng_model_hidden(em), top, bm, em, NULL, NULL, NULL, 0};
     x.layers = calloc((size_t)L, sizeof *x.layers);
-    x.attn = calloc((size_t)L * n, sizeof *x.attn);
+    x.attn = calloc((size_t)L * (size_t)n, sizeof *x.attn);
     x.heads = calloc((size_t)L, sizeof *x.heads);
     float *logits = malloc((size_t)V * sizeof *logits);
     eng_session *s = NULL;
@@ -447,8 +445,8 @@ int brw_explain_run(eng_model *em, const brw_model *bm, const char *prompt,
     }
     eng_observer obs = {.ctx = &x, .on_layer = ex_layer, .on_ffn = ex_ffn,
                         .on_attn = o && o->attention ? ex_attn : NULL};
-    if (eng_session_new(em, (int)n, &s, err) != 0 ||
-        eng_forward(s, ids, (int)n, logits, &obs, err) != 0)
+    if (eng_session_new(em, n, &s, err) != 0 ||
+        eng_forward(s, ids, n, logits, &obs, err) != 0)
         goto done;
     if (x.failed) {
         vx_errf(err, VX_ENOMEM, "explain: out of memory");
@@ -491,9 +489,9 @@ int brw_explain_run(eng_model *em, const brw_model *bm, const char *prompt,
         d->attended_id = -1;
         d->attended_pos = -1;
         if (x.heads[l]) {
-            const float *acc = x.attn + (size_t)l * n;
+            const float *acc = x.attn + (size_t)l * (size_t)n;
             int best = 0;
-            for (int k = 1; k < (int)n; k++)
+            for (int k = 1; k < n; k++)
                 if (acc[k] > acc[best])
                     best = k;
             d->attended_pos = best;

@@ -1,64 +1,828 @@
 /*
  * exec_browse.c — the browse statements: WALK, EXPLAIN WALK, DESCRIBE, SELECT, SHOW
- * FEATURES / RELATIONS / ENTITIES, TRACE and EXPLAIN INFER's per-layer part. Owned by the
- * browse engineer; until src/browse lands every handler refuses by name, so no statement
- * ever returns a result it did not compute.
+ * FEATURES / RELATIONS / ENTITIES, TRACE and EXPLAIN INFER's per-layer part. Each handler
+ * maps the parsed clauses onto a src/browse library call and turns its structs into
+ * result tables; every clause the grammar accepts is honoured or refused by name.
+ *
+ * Browse state (the brw_model over the bound container) is created on first use and
+ * kept in the session until the binding changes. The overlay the mutation layer attaches
+ * to the session (s->overlay) is passed to every scan, so edited gate rows are rescored
+ * and tombstoned features dropped.
  */
 #include "interp.h"
 
-#define NOT_YET "browse has not landed"
+#include "browse.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void free_browse(void *p)
+{
+    brw_close(p);
+}
+
+/* The session's browse model, opened on first use. */
+static int browse_model(lql_session *s, const lql_stmt *st, brw_model **out, lql_err *e)
+{
+    vx_container *c;
+    if (lql_session_container(s, st, &c, e) != 0)
+        return -1;
+    if (!s->browse) {
+        vx_err ve = {0};
+        brw_model *m;
+        if (brw_open(c, &m, &ve) != 0)
+            return lql_err_vx(e, &ve, &st->at);
+        s->browse = m;
+        s->browse_free = free_browse;
+    }
+    *out = s->browse;
+    return 0;
+}
+
+static brw_overlay overlay_of(const lql_session *s)
+{
+    brw_overlay ov = {s->overlay, NULL, 0};
+    return ov;
+}
+
+static const lql_span *clause_at(const lql_stmt *st, lql_clause_kind c)
+{
+    return &st->clause_at[c];
+}
+
+/* Resolve LAYERS range against the model: -1 -1 for all. */
+static int layer_range(const lql_stmt *st, int layers, int *lo, int *hi, lql_err *e)
+{
+    *lo = *hi = -1;
+    if (!lql_has(st, LQL_C_LAYERS) || st->layers.all)
+        return 0;
+    if (st->layers.hi >= layers)
+        return lql_errf(e, LQL_EEXEC, clause_at(st, LQL_C_LAYERS),
+                        "layer range %d-%d is out of range (the model has %d layers: 0-%d)",
+                        st->layers.lo, st->layers.hi, layers, layers - 1);
+    *lo = st->layers.lo;
+    *hi = st->layers.hi;
+    return 0;
+}
+
+static int check_layer(const lql_stmt *st, lql_clause_kind c, int64_t layer, int layers,
+                       lql_err *e)
+{
+    if (layer < 0 || layer >= layers)
+        return lql_errf(e, LQL_EEXEC, clause_at(st, c),
+                        "layer %lld is out of range (the model has %d layers: 0-%d)",
+                        (long long)layer, layers, layers - 1);
+    return 0;
+}
+
+static int check_top(const lql_stmt *st, int64_t max, lql_err *e)
+{
+    if (lql_has(st, LQL_C_TOP) && (st->top <= 0 || st->top > max))
+        return lql_errf(e, LQL_EEXEC, clause_at(st, LQL_C_TOP),
+                        "TOP must be between 1 and %lld (got %lld)", (long long)max,
+                        (long long)st->top);
+    return 0;
+}
+
+static int oom(lql_err *e)
+{
+    return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+}
+
+/* Trimmed readable text of a token. */
+static void token_text(const brw_model *m, int32_t id, char *buf, size_t n)
+{
+    if (id < 0) {
+        buf[0] = 0;
+        return;
+    }
+    brw_trim(brw_token_text(m, id), buf, n);
+}
+
+/* The first k readable down tokens other than the top one, ", "-joined. */
+static void down_list(const brw_model *m, const brw_meta *md, int k, char *buf, size_t n)
+{
+    buf[0] = 0;
+    int taken = 0;
+    for (int j = 0; j < md->k && taken < k; j++) {
+        char t[128];
+        token_text(m, md->ids[j], t, sizeof t);
+        if (!t[0])
+            continue;
+        if (strlen(buf) + strlen(t) + 3 >= n)
+            break;
+        strcat(buf, taken ? ", " : "");
+        strcat(buf, t);
+        taken++;
+    }
+}
+
+/* ---------------------------------------------------------------- WALK */
+
+static int walk_table(const brw_model *m, const brw_overlay *ov, const brw_walk *w,
+                      const char *title, int verbose, lql_result *r)
+{
+    lql_colspec cols[] = {{"layer", LQL_INT, 0}, {"feature", LQL_INT, 0},
+                          {"gate", LQL_FLOAT, 4}, {"token", LQL_TEXT, 0},
+                          {"down", LQL_TEXT, 0}, {"c_score", LQL_FLOAT, 4},
+                          {"band", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, title, verbose ? 7 : 5, cols);
+    if (!t)
+        return -1;
+    for (int i = 0; i < w->n_layers; i++)
+        for (int j = 0; j < w->counts[i]; j++) {
+            const brw_hit *h = &w->hits[(size_t)i * (size_t)w->top + j];
+            brw_meta md;
+            int has = brw_feature_meta(m, ov, h->layer, h->feature, &md) == 0;
+            char tok[128], down[512];
+            token_text(m, has ? md.top_id : -1, tok, sizeof tok);
+            if (has)
+                down_list(m, &md, 3, down, sizeof down);
+            else
+                down[0] = 0;
+            lql_row(t);
+            lql_cell_int(t, h->layer);
+            lql_cell_int(t, h->feature);
+            lql_cell_float(t, h->score);
+            lql_cell_text(t, has ? tok : NULL);
+            lql_cell_text(t, has ? down : NULL);
+            if (verbose) {
+                if (has)
+                    lql_cell_float(t, md.c_score);
+                else
+                    lql_cell_null(t);
+                lql_cell_text(t, brw_band_name(brw_band_of(m, h->layer)));
+            }
+        }
+    return 0;
+}
+
+static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e,
+                    int explain)
+{
+    brw_model *m;
+    if (browse_model(s, st, &m, e) != 0)
+        return -1;
+    if (lql_has(st, LQL_C_MODE) && st->mode != LQL_MODE_HYBRID)
+        return lql_refuse_clause(e, st, LQL_C_MODE, st->mode == LQL_MODE_PURE
+                                 ? "MODE PURE is not implemented; HYBRID ranks by |gate·q|"
+                                 : "MODE DENSE is not implemented; HYBRID ranks by |gate·q|");
+    int verbose = explain && lql_has(st, LQL_C_VERBOSE);
+    int64_t maxf = 0;
+    for (int l = 0; l < brw_layers(m); l++)
+        if (brw_features(m, l) > maxf)
+            maxf = brw_features(m, l);
+    if (check_top(st, maxf, e) != 0)
+        return -1;
+    brw_walk_opts o = {.top = lql_has(st, LQL_C_TOP) ? (int)st->top : explain ? (verbose ? 10 : 5) : 3};
+    if (layer_range(st, brw_layers(m), &o.layer_lo, &o.layer_hi, e) != 0)
+        return -1;
+    brw_overlay ov = overlay_of(s);
+    o.ov = &ov;
+    brw_walk w;
+    vx_err ve = {0};
+    if (brw_walk_run(m, st->arg, &o, &w, &ve) != 0)
+        return lql_err_vx(e, &ve, &st->arg_at);
+    char tok[128];
+    token_text(m, w.token, tok, sizeof tok);
+    int rc = 0;
+    if (explain) {
+        lql_colspec pc[] = {{"step", LQL_TEXT, 0}, {"detail", LQL_TEXT, 0}};
+        lql_table *pt = lql_result_table(r, "plan", 2, pc);
+        char d[256];
+        if (!pt)
+            return oom(e);
+        lql_row(pt);
+        lql_cell_text(pt, "query");
+        snprintf(d, sizeof d, "embedding of \"%s\" (id %d) x %g", tok, w.token,
+                 (double)brw_embed_scale(m));
+        lql_cell_text(pt, d);
+        lql_row(pt);
+        lql_cell_text(pt, "layers");
+        snprintf(d, sizeof d, "%d-%d (%d)", w.layers[0], w.layers[w.n_layers - 1], w.n_layers);
+        lql_cell_text(pt, d);
+        lql_row(pt);
+        lql_cell_text(pt, "scan");
+        snprintf(d, sizeof d, "top %d by |gate·q| per layer, %.1f MB of gate rows read in place",
+                 w.top, (double)w.bytes_scanned / 1e6);
+        lql_cell_text(pt, d);
+    }
+    if (walk_table(m, &ov, &w, explain ? "hits" : NULL, verbose, r) != 0)
+        rc = oom(e);
+    if (rc == 0 && !explain && lql_has(st, LQL_C_COMPARE)) {
+        brw_walk b;
+        brw_walk_opts ob = o;
+        ob.ov = NULL;
+        if (brw_walk_run(m, st->arg, &ob, &b, &ve) != 0)
+            rc = lql_err_vx(e, &ve, &st->arg_at);
+        else {
+            if (walk_table(m, NULL, &b, "base (no overlay)", 0, r) != 0)
+                rc = oom(e);
+            brw_walk_free(&b);
+        }
+    }
+    if (rc == 0 && !explain)
+        lql_result_note(r, "query token \"%s\" (id %d), %d layers, %.1f MB of gate rows "
+                        "scanned; a pure gate scan (no attention): for inference use INFER",
+                        tok, w.token, w.n_layers, (double)w.bytes_scanned / 1e6);
+    brw_walk_free(&w);
+    return rc;
+}
 
 int lql_h_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    return run_walk(s, st, r, e, 0);
 }
 
 int lql_h_explain_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    return run_walk(s, st, r, e, 1);
+}
+
+/* ---------------------------------------------------------------- DESCRIBE */
+
+static int band_of_clause(lql_band b)
+{
+    switch (b) {
+    case LQL_BAND_SYNTAX: return BRW_SYNTAX;
+    case LQL_BAND_KNOWLEDGE: return BRW_KNOWLEDGE;
+    case LQL_BAND_OUTPUT: return BRW_OUTPUT;
+    default: return -1;
+    }
 }
 
 int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    brw_model *m;
+    if (browse_model(s, st, &m, e) != 0)
+        return -1;
+    if (!brw_down_meta(m))
+        return lql_errf(e, LQL_EEXEC, &st->at, "the container has no down-meta "
+                        "(browse/down_meta.bin): re-extract WITH BROWSE");
+    brw_overlay ov = overlay_of(s);
+    brw_describe_opts o = {.band = -1, .at_layer = -1, .ov = &ov};
+    if (lql_has(st, LQL_C_BAND))
+        o.band = band_of_clause(st->band);
+    if (lql_has(st, LQL_C_AT_LAYER)) {
+        if (check_layer(st, LQL_C_AT_LAYER, st->layer, brw_layers(m), e) != 0)
+            return -1;
+        o.at_layer = (int)st->layer;
+    }
+    o.relations_only = lql_has(st, LQL_C_RELATIONS_ONLY);
+    o.mode = lql_has(st, LQL_C_RAW) ? BRW_DESCRIBE_RAW
+           : lql_has(st, LQL_C_VERBOSE) ? BRW_DESCRIBE_VERBOSE : BRW_DESCRIBE_BRIEF;
+    brw_describe d;
+    vx_err ve = {0};
+    if (brw_describe_run(m, st->arg, &o, &d, &ve) != 0)
+        return lql_err_vx(e, &ve, &st->arg_at);
+    int brief = o.mode == BRW_DESCRIBE_BRIEF, raw = o.mode == BRW_DESCRIBE_RAW;
+    lql_colspec all[] = {{"band", LQL_TEXT, 0}, {"relation", LQL_TEXT, 0},
+                         {"target", LQL_TEXT, 0}, {"gate", LQL_FLOAT, 4},
+                         {"layer", LQL_INT, 0}, {"feature", LQL_INT, 0},
+                         {"layers", LQL_TEXT, 0}, {"count", LQL_INT, 0},
+                         {"also", LQL_TEXT, 0}};
+    lql_colspec cols[9];
+    int nc = 0;
+    for (int i = 0; i < 9; i++) {
+        if (raw && i == 1)
+            continue;
+        if (brief && i >= 5)
+            continue;
+        if (!brief && i == 4)
+            continue;
+        cols[nc++] = all[i];
+    }
+    lql_table *t = lql_result_table(r, NULL, nc, cols);
+    if (!t) {
+        brw_describe_free(&d);
+        return oom(e);
+    }
+    for (size_t i = 0; i < d.n_edges; i++) {
+        const brw_edge *x = &d.edges[i];
+        lql_row(t);
+        lql_cell_text(t, brw_band_name(x->band));
+        if (!raw)
+            lql_cell_text(t, x->relation);
+        lql_cell_text(t, x->target);
+        lql_cell_float(t, x->gate);
+        if (brief) {
+            lql_cell_int(t, x->layer);
+            continue;
+        }
+        char span[32], also[512] = "";
+        if (x->layer_min == x->layer_max)
+            snprintf(span, sizeof span, "L%d", x->layer_min);
+        else
+            snprintf(span, sizeof span, "L%d-%d", x->layer_min, x->layer_max);
+        for (int a = 0; a < x->n_also; a++) {
+            strcat(also, a ? ", " : "");
+            strncat(also, x->also[a], 100);
+        }
+        lql_cell_int(t, x->feature);
+        lql_cell_text(t, span);
+        lql_cell_int(t, x->count);
+        lql_cell_text(t, also);
+    }
+    char ent[256];
+    brw_trim(st->arg, ent, sizeof ent);
+    if (d.n_edges == 0)
+        lql_result_note(r, "%s: no edges found", ent);
+    else
+        lql_result_note(r, "%s: signal %s (%zu edges, %zu shown, max gate %.4f)", ent, d.signal,
+                        d.total_edges, d.n_edges, (double)d.max_gate);
+    brw_describe_free(&d);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- SELECT */
+
+static brw_op op_of(lql_cmpop op)
+{
+    switch (op) {
+    case LQL_OP_EQ: return BRW_EQ;
+    case LQL_OP_NE: return BRW_NE;
+    case LQL_OP_GT: return BRW_GT;
+    case LQL_OP_LT: return BRW_LT;
+    case LQL_OP_GE: return BRW_GE;
+    case LQL_OP_LE: return BRW_LE;
+    case LQL_OP_LIKE: return BRW_LIKE;
+    default: return BRW_IN;
+    }
+}
+
+static void value_of(const lql_value *v, brw_value *out)
+{
+    out->is_str = v->kind == LQL_V_STR;
+    out->num = v->f;
+    out->str = v->s;
+}
+
+/* Conditions of st's WHERE for table `from`; *conds and *vals malloc'd. */
+static int conds_of(const lql_stmt *st, brw_from from, brw_cond **conds, size_t *n,
+                    brw_value **vals, lql_err *e)
+{
+    size_t nc = 0, nv = 0;
+    for (const lql_cond *c = st->where; c; c = c->next) {
+        nc++;
+        nv += c->val.kind == LQL_V_LIST ? (size_t)c->val.n : 1;
+    }
+    *conds = calloc(nc + 1, sizeof **conds);
+    *vals = calloc(nv + 1, sizeof **vals);
+    *n = 0;
+    if (!*conds || !*vals) {
+        free(*conds);
+        free(*vals);
+        return oom(e);
+    }
+    size_t vi = 0;
+    for (const lql_cond *c = st->where; c; c = c->next) {
+        brw_cond *x = &(*conds)[(*n)++];
+        vx_err ve = {0};
+        if (brw_field_parse(from, c->field, &x->field, &ve) != 0) {
+            free(*conds);
+            free(*vals);
+            return lql_err_vx(e, &ve, &c->field_at);
+        }
+        x->op = op_of(c->op);
+        x->vals = &(*vals)[vi];
+        if (c->val.kind == LQL_V_LIST) {
+            for (int i = 0; i < c->val.n; i++)
+                value_of(&c->val.items[i], &(*vals)[vi++]);
+            x->n_vals = (size_t)c->val.n;
+        } else {
+            value_of(&c->val, &(*vals)[vi++]);
+            x->n_vals = 1;
+        }
+    }
+    return 0;
+}
+
+static const lql_span *cond_span(const lql_stmt *st, const vx_err *ve)
+{
+    for (const lql_cond *c = st->where; c; c = c->next)
+        if (strstr(ve->msg, c->field) == ve->msg)
+            return &c->field_at;
+    return &st->at;
+}
+
+static void rows_table(const brw_rows *rows, const brw_field *f, int nf, lql_table *t)
+{
+    for (size_t i = 0; i < rows->n; i++) {
+        const brw_row *x = &rows->rows[i];
+        lql_row(t);
+        for (int c = 0; c < nf; c++)
+            switch (f[c]) {
+            case BRW_F_LAYER: lql_cell_int(t, x->layer); break;
+            case BRW_F_FEATURE: lql_cell_int(t, x->feature); break;
+            case BRW_F_TOKEN: case BRW_F_TARGET: lql_cell_text(t, x->token); break;
+            case BRW_F_ENTITY: lql_cell_text(t, x->entity ? x->entity : x->token); break;
+            case BRW_F_RELATION: lql_cell_text(t, x->relation); break;
+            case BRW_F_SCORE: lql_cell_float(t, x->score); break;
+            case BRW_F_CONFIDENCE: lql_cell_float(t, x->confidence); break;
+            case BRW_F_ALSO: lql_cell_text(t, x->also); break;
+            case BRW_F_COUNT: lql_cell_int(t, x->count); break;
+            case BRW_F_BAND: lql_cell_text(t, brw_band_name(x->band)); break;
+            default: lql_cell_null(t); break;
+            }
+    }
+}
+
+static lql_coltype field_type(brw_field f)
+{
+    switch (f) {
+    case BRW_F_LAYER: case BRW_F_FEATURE: case BRW_F_COUNT: return LQL_INT;
+    case BRW_F_SCORE: case BRW_F_CONFIDENCE: return LQL_FLOAT;
+    default: return LQL_TEXT;
+    }
+}
+
+static int emit_rows(const brw_rows *rows, const brw_field *f, int nf, const char *title,
+                     lql_result *r, lql_err *e)
+{
+    lql_colspec cols[16];
+    for (int i = 0; i < nf && i < 16; i++)
+        cols[i] = (lql_colspec){brw_field_name(f[i]), field_type(f[i]), 4};
+    lql_table *t = lql_result_table(r, title, nf, cols);
+    if (!t)
+        return oom(e);
+    rows_table(rows, f, nf, t);
+    return 0;
+}
+
+static int limit_of(const lql_stmt *st, int64_t *out, lql_err *e)
+{
+    *out = -1;
+    if (!lql_has(st, LQL_C_LIMIT))
+        return 0;
+    if (st->limit < 0)
+        return lql_errf(e, LQL_EEXEC, clause_at(st, LQL_C_LIMIT),
+                        "LIMIT must not be negative (got %lld)", (long long)st->limit);
+    *out = st->limit;
+    return 0;
 }
 
 int lql_h_select(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    brw_model *m;
+    if (browse_model(s, st, &m, e) != 0)
+        return -1;
+    brw_from from = st->from == LQL_FROM_EDGES ? BRW_EDGES
+                  : st->from == LQL_FROM_FEATURES ? BRW_FEATURES : BRW_ENTITIES;
+    brw_field f[16];
+    int nf = 0;
+    vx_err ve = {0};
+    if (st->nfields == 0)
+        nf = (int)brw_default_fields(from, f, 16);
+    for (int i = 0; i < st->nfields && i < 16; i++) {
+        if (brw_field_parse(from, st->fields[i], &f[nf], &ve) != 0)
+            return lql_err_vx(e, &ve, &st->fields_at[i]);
+        nf++;
+    }
+    brw_overlay ov = overlay_of(s);
+    brw_select_opts o = {.ov = &ov};
+    if (limit_of(st, &o.limit, e) != 0)
+        return -1;
+    if (lql_has(st, LQL_C_ORDER)) {
+        if (brw_field_parse(from, st->order_field, &o.order, &ve) != 0)
+            return lql_err_vx(e, &ve, &st->order_at);
+        o.has_order = 1;
+        o.desc = st->order_desc;
+    }
+    if (lql_has(st, LQL_C_NEAREST)) {
+        if (check_layer(st, LQL_C_NEAREST, st->layer, brw_layers(m), e) != 0)
+            return -1;
+        o.nearest = st->nearest;
+        o.nearest_layer = (int)st->layer;
+    }
+    brw_cond *conds;
+    brw_value *vals;
+    if (conds_of(st, from, &conds, &o.n_conds, &vals, e) != 0)
+        return -1;
+    o.conds = conds;
+    brw_rows rows;
+    int rc = brw_select(m, from, &o, &rows, &ve);
+    if (rc != 0)
+        rc = lql_err_vx(e, &ve, o.nearest ? clause_at(st, LQL_C_NEAREST) : cond_span(st, &ve));
+    else {
+        rc = emit_rows(&rows, f, nf, NULL, r, e);
+        brw_rows_free(&rows);
+    }
+    free(conds);
+    free(vals);
+    return rc;
 }
+
+/* ---------------------------------------------------------------- SHOW */
 
 int lql_h_show_features(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    brw_model *m;
+    if (browse_model(s, st, &m, e) != 0)
+        return -1;
+    if (st->n < 0 || st->n >= brw_layers(m))
+        return lql_errf(e, LQL_EEXEC, &st->at, "layer %lld is out of range (the model has %d "
+                        "layers: 0-%d)", (long long)st->n, brw_layers(m), brw_layers(m) - 1);
+    brw_overlay ov = overlay_of(s);
+    brw_select_opts o = {.ov = &ov};
+    if (limit_of(st, &o.limit, e) != 0)
+        return -1;
+    brw_cond *conds;
+    brw_value *vals;
+    if (conds_of(st, BRW_FEATURES, &conds, &o.n_conds, &vals, e) != 0)
+        return -1;
+    o.conds = conds;
+    brw_rows rows;
+    vx_err ve = {0};
+    int rc = brw_show_features(m, (int)st->n, &o, &rows, &ve);
+    if (rc != 0)
+        rc = lql_err_vx(e, &ve, cond_span(st, &ve));
+    else {
+        brw_field f[] = {BRW_F_FEATURE, BRW_F_TOKEN, BRW_F_SCORE, BRW_F_ALSO, BRW_F_RELATION};
+        rc = emit_rows(&rows, f, 5, NULL, r, e);
+        brw_rows_free(&rows);
+    }
+    free(conds);
+    free(vals);
+    return rc;
 }
 
 int lql_h_show_relations(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    brw_model *m;
+    if (browse_model(s, st, &m, e) != 0)
+        return -1;
+    int layer = -1;
+    if (lql_has(st, LQL_C_AT_LAYER)) {
+        if (check_layer(st, LQL_C_AT_LAYER, st->layer, brw_layers(m), e) != 0)
+            return -1;
+        layer = (int)st->layer;
+    }
+    brw_overlay ov = overlay_of(s);
+    brw_rows rows;
+    int labelled;
+    vx_err ve = {0};
+    if (brw_show_relations(m, layer, &ov, &rows, &labelled, &ve) != 0)
+        return lql_err_vx(e, &ve, &st->at);
+    int ex = lql_has(st, LQL_C_WITH_EXAMPLES);
+    lql_colspec cols[] = {{labelled ? "relation" : "token", LQL_TEXT, 0},
+                          {"features", LQL_INT, 0}, {"max_score", LQL_FLOAT, 4},
+                          {"layers", LQL_TEXT, 0}, {"examples", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, NULL, ex ? 5 : 4, cols);
+    if (!t) {
+        brw_rows_free(&rows);
+        return oom(e);
+    }
+    for (size_t i = 0; i < rows.n; i++) {
+        const brw_row *x = &rows.rows[i];
+        char span[32];
+        if (x->layer == x->layer_max)
+            snprintf(span, sizeof span, "L%d", x->layer);
+        else
+            snprintf(span, sizeof span, "L%d-%d", x->layer, x->layer_max);
+        lql_row(t);
+        lql_cell_text(t, x->token);
+        lql_cell_int(t, x->count);
+        lql_cell_float(t, x->score);
+        lql_cell_text(t, span);
+        if (ex)
+            lql_cell_text(t, x->also);
+    }
+    if (!labelled) {
+        int band[3][2];
+        brw_bands(m, band);
+        if (layer >= 0)
+            lql_result_note(r, "no relation labels in this container: top output tokens "
+                            "(c_score >= 0.2) at layer %d", layer);
+        else
+            lql_result_note(r, "no relation labels in this container: top output tokens "
+                            "(c_score >= 0.2) of the knowledge band L%d-%d", band[1][0],
+                            band[1][1]);
+    }
+    brw_rows_free(&rows);
+    return 0;
 }
 
 int lql_h_show_entities(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    brw_model *m;
+    if (browse_model(s, st, &m, e) != 0)
+        return -1;
+    int layer = -1;
+    if (lql_has(st, LQL_C_AT_LAYER)) {
+        if (check_layer(st, LQL_C_AT_LAYER, st->layer, brw_layers(m), e) != 0)
+            return -1;
+        layer = (int)st->layer;
+    }
+    int64_t limit;
+    if (limit_of(st, &limit, e) != 0)
+        return -1;
+    brw_overlay ov = overlay_of(s);
+    brw_rows rows;
+    vx_err ve = {0};
+    if (brw_show_entities(m, layer, limit, &ov, &rows, &ve) != 0)
+        return lql_err_vx(e, &ve, &st->at);
+    brw_field f[] = {BRW_F_ENTITY, BRW_F_COUNT, BRW_F_SCORE};
+    int rc = emit_rows(&rows, f, 3, NULL, r, e);
+    brw_rows_free(&rows);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- TRACE */
+
+static void layer_label(int layer, char *buf, size_t n)
+{
+    if (layer < 0)
+        snprintf(buf, n, "emb");
+    else
+        snprintf(buf, n, "L%d", layer);
+}
+
+static const char *who(float a, float f)
+{
+    if (a > 0.5f && f > 0.5f)
+        return "both up";
+    if (a < -0.5f && f < -0.5f)
+        return "both down";
+    if (fabsf(a) >= fabsf(f))
+        return a > 0.5f ? "attn up" : a < -0.5f ? "attn down" : f > 0.5f ? "ffn up"
+             : f < -0.5f ? "ffn down" : "~";
+    return f > 0.5f ? "ffn up" : f < -0.5f ? "ffn down" : a > 0.5f ? "attn up"
+         : a < -0.5f ? "attn down" : "~";
 }
 
 int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    eng_model *em;
+    if (lql_session_model(s, st, &em, e) != 0)
+        return -1;
+    brw_trace_opts o = {.for_token = lql_has(st, LQL_C_FOR) ? st->for_token : NULL,
+                        .all_positions = st->positions == LQL_POS_ALL};
+    if (layer_range(st, eng_model_layers(em), &o.layer_lo, &o.layer_hi, e) != 0)
+        return -1;
+    brw_trace t;
+    vx_err ve = {0};
+    if (lql_has(st, LQL_C_FROM)) {
+        if (brw_trace_load(em, st->from_path, &o, &t, &ve) != 0)
+            return lql_err_vx(e, &ve, clause_at(st, LQL_C_FROM));
+    } else if (brw_trace_run(em, st->arg, &o, &t, &ve) != 0) {
+        return lql_err_vx(e, &ve, o.for_token && strstr(ve.msg, "FOR") ? clause_at(st, LQL_C_FOR)
+                                                                        : &st->arg_at);
+    }
+    const eng_tokenizer *tok = eng_model_tokenizer(em);
+    int allpos = o.all_positions, rc = 0;
+    lql_colspec cols[] = {{"pos", LQL_INT, 0}, {"token", LQL_TEXT, 0},
+                          {"layer", LQL_TEXT, 0}, {"top1", LQL_TEXT, 0},
+                          {"top1_id", LQL_INT, 0}, {"prob", LQL_FLOAT, 4},
+                          {"attn_norm", LQL_FLOAT, 4}, {"ffn_norm", LQL_FLOAT, 4}};
+    lql_table *tb = lql_result_table(r, NULL, allpos ? 8 : 6, allpos ? cols : cols + 2);
+    lql_table *tf = NULL, *td = NULL;
+    if (tb && t.target >= 0) {
+        lql_colspec fc[] = {{"pos", LQL_INT, 0}, {"layer", LQL_TEXT, 0},
+                            {"rank", LQL_INT, 0}, {"prob", LQL_FLOAT, 4},
+                            {"attn_push", LQL_FLOAT, 4}, {"ffn_push", LQL_FLOAT, 4},
+                            {"who", LQL_TEXT, 0}};
+        char title[160];
+        const char *piece = eng_tok_piece(tok, t.target);
+        snprintf(title, sizeof title, "FOR \"%s\" (id %d)", piece ? piece : "", t.target);
+        tf = lql_result_table(r, title, allpos ? 7 : 6, allpos ? fc : fc + 1);
+    }
+    if (tb && lql_has(st, LQL_C_DECOMPOSE)) {
+        lql_colspec dc[] = {{"pos", LQL_INT, 0}, {"layer", LQL_TEXT, 0},
+                            {"attn_norm", LQL_FLOAT, 4}, {"ffn_norm", LQL_FLOAT, 4},
+                            {"resid_norm", LQL_FLOAT, 4}, {"attn_pct", LQL_FLOAT, 1}};
+        td = lql_result_table(r, "decompose", allpos ? 6 : 5, allpos ? dc : dc + 1);
+    }
+    if (!tb || (t.target >= 0 && !tf) || (lql_has(st, LQL_C_DECOMPOSE) && !td)) {
+        brw_trace_free(&t);
+        return oom(e);
+    }
+    for (size_t i = 0; i < t.n_rows; i++) {
+        const brw_trace_row *x = &t.rows[i];
+        char lab[16], *top = NULL, *ptok = NULL;
+        layer_label(x->layer, lab, sizeof lab);
+        vx_err de;
+        if (eng_tok_decode(tok, &x->top_id, 1, 0, &top, &de) != 0)
+            top = NULL;
+        lql_row(tb);
+        if (allpos) {
+            lql_cell_int(tb, x->pos);
+            if (eng_tok_decode(tok, &t.ids[x->pos], 1, 0, &ptok, &de) != 0)
+                ptok = NULL;
+            lql_cell_text(tb, ptok);
+        }
+        lql_cell_text(tb, lab);
+        lql_cell_text(tb, top);
+        lql_cell_int(tb, x->top_id);
+        lql_cell_float(tb, x->top_prob);
+        lql_cell_float(tb, x->attn_norm);
+        lql_cell_float(tb, x->ffn_norm);
+        free(top);
+        free(ptok);
+        if (tf) {
+            lql_row(tf);
+            if (allpos)
+                lql_cell_int(tf, x->pos);
+            lql_cell_text(tf, lab);
+            lql_cell_int(tf, x->rank);
+            lql_cell_float(tf, x->prob);
+            lql_cell_float(tf, x->attn_push);
+            lql_cell_float(tf, x->ffn_push);
+            lql_cell_text(tf, x->layer < 0 ? "" : who(x->attn_push, x->ffn_push));
+        }
+        if (td) {
+            lql_row(td);
+            if (allpos)
+                lql_cell_int(td, x->pos);
+            lql_cell_text(td, lab);
+            lql_cell_float(td, x->attn_norm);
+            lql_cell_float(td, x->ffn_norm);
+            lql_cell_float(td, x->resid_norm);
+            float sum = x->attn_norm + x->ffn_norm;
+            lql_cell_float(td, sum > 0 ? 100.0 * x->attn_norm / sum : 0);
+        }
+    }
+    if (lql_has(st, LQL_C_SAVE)) {
+        if (brw_trace_save(&t, st->save_path, &ve) != 0)
+            rc = lql_err_vx(e, &ve, clause_at(st, LQL_C_SAVE));
+        else
+            lql_result_note(r, "saved %d positions x %d layers (+ embedding) to %s", t.n_tokens,
+                            t.n_layers, st->save_path);
+    }
+    brw_trace_free(&t);
+    return rc;
 }
+
+/* ---------------------------------------------------------------- EXPLAIN INFER */
 
 int lql_explain_infer_layers(lql_session *s, const lql_stmt *st, const int32_t *ids, int n,
                              lql_result *r, lql_err *e)
 {
-    (void)s; (void)ids; (void)n; (void)r;
-    return lql_refuse(e, st, NOT_YET " (INFER gives the prediction alone)");
+    eng_model *em;
+    if (lql_session_model(s, st, &em, e) != 0)
+        return -1;
+    brw_model *m = NULL;
+    if (browse_model(s, st, &m, e) != 0)
+        return -1;
+    brw_explain_opts o = {.top = lql_has(st, LQL_C_TOP) ? (int)st->top : 3,
+                          .attention = lql_has(st, LQL_C_WITH_ATTENTION), .band = -1};
+    if (lql_has(st, LQL_C_TOP) && (st->top <= 0 || st->top > 1000))
+        return lql_errf(e, LQL_EEXEC, clause_at(st, LQL_C_TOP),
+                        "TOP must be between 1 and 1000 (got %lld)", (long long)st->top);
+    if (lql_has(st, LQL_C_BAND))
+        o.band = band_of_clause(st->band);
+    if (layer_range(st, eng_model_layers(em), &o.layer_lo, &o.layer_hi, e) != 0)
+        return -1;
+    brw_explain x;
+    vx_err ve = {0};
+    if (brw_explain_run(em, m, ids, n, &o, &x, &ve) != 0)
+        return lql_err_vx(e, &ve, &st->arg_at);
+    lql_colspec cols[] = {{"layer", LQL_INT, 0}, {"feature", LQL_INT, 0},
+                          {"act", LQL_FLOAT, 4}, {"token", LQL_TEXT, 0},
+                          {"c_score", LQL_FLOAT, 4}};
+    lql_table *t = lql_result_table(r, "features that fired (last position)", 5, cols);
+    lql_table *ta = NULL;
+    if (t && o.attention) {
+        lql_colspec ac[] = {{"layer", LQL_INT, 0}, {"attended", LQL_TEXT, 0},
+                            {"pos", LQL_INT, 0}, {"weight", LQL_FLOAT, 4},
+                            {"lens_top1", LQL_TEXT, 0}, {"lens_prob", LQL_FLOAT, 4}};
+        ta = lql_result_table(r, "attention and logit lens (last position)", 6, ac);
+    }
+    if (!t || (o.attention && !ta)) {
+        brw_explain_free(&x);
+        return oom(e);
+    }
+    for (int i = 0; i < x.n_layers; i++) {
+        const brw_explain_layer *L = &x.layers[i];
+        for (int j = 0; j < L->n_fired; j++) {
+            char tok[128];
+            token_text(m, L->fired[j].top_id, tok, sizeof tok);
+            lql_row(t);
+            lql_cell_int(t, L->layer);
+            lql_cell_int(t, L->fired[j].feature);
+            lql_cell_float(t, L->fired[j].act);
+            if (L->fired[j].top_id >= 0) {
+                lql_cell_text(t, tok);
+                lql_cell_float(t, L->fired[j].c_score);
+            } else {
+                lql_cell_null(t);
+                lql_cell_null(t);
+            }
+        }
+        if (ta) {
+            char att[128], lens[128];
+            token_text(m, L->attended_id, att, sizeof att);
+            brw_trim(brw_token_text(m, L->lens_id), lens, sizeof lens);
+            lql_row(ta);
+            lql_cell_int(ta, L->layer);
+            lql_cell_text(ta, L->attended_id >= 0 ? att : NULL);
+            lql_cell_int(ta, L->attended_pos);
+            lql_cell_float(ta, L->attended_weight);
+            lql_cell_text(ta, lens);
+            lql_cell_float(ta, L->lens_prob);
+        }
+    }
+    brw_explain_free(&x);
+    return 0;
 }

@@ -1,0 +1,56 @@
+/*
+ * edit_overlay.h — the effective model of the mutation layer: the journal's active
+ * operations (storage/journal.h) replayed in seq order into what the executor and browse
+ * consume — an eng_overlay (tombstones, replaced gate/up/down rows, low-rank down_proj
+ * deltas) and browse's metadata overrides.
+ *
+ * Replay rules per feature slot (layer, feature), last operation wins per field:
+ *   delete  → tombstone (the feature contributes nothing; browse drops it);
+ *   insert  → tombstone cleared; the gate/up/down rows and down_meta it carries replace
+ *             the slot's; an insert carrying u/v adds a low-rank delta to its layer;
+ *   update  → the rows and down_meta it carries replace the slot's (a tombstone stays).
+ * insert_knn / delete_knn are refused: lql's executor has no residual-key store.
+ *
+ * Ownership: the overlay owns copies of every vector; the eng_overlay and brw_overlay it
+ * hands out point into it and live until brw_edit_overlay_free.
+ */
+#ifndef LQL_EDIT_OVERLAY_H
+#define LQL_EDIT_OVERLAY_H
+
+#include <stddef.h>
+
+#include "browse.h"
+#include "engine.h"
+#include "journal.h"
+
+typedef struct brw_edit_overlay brw_edit_overlay;
+
+/* Check one operation against the model's geometry (layer and feature in range, vectors
+ * of hidden floats, u [hidden, r] with v [features, r], an executable kind); where names
+ * the operation in the message ("operation 3"). */
+int brw_edit_check_op(const brw_model *m, const vx_op *op, const char *where, vx_err *err);
+
+/* Replay ops[0..n) (checked as above) into a new overlay. */
+int brw_edit_overlay_build(const brw_model *m, const vx_op *ops, size_t n,
+                           brw_edit_overlay **out, vx_err *err);
+void brw_edit_overlay_free(brw_edit_overlay *o);
+
+/* What the executor applies (never NULL for a built overlay). */
+const eng_overlay *brw_edit_overlay_eng(const brw_edit_overlay *o);
+/* What browse applies: the eng overlay plus metadata overrides. */
+const brw_overlay *brw_edit_overlay_browse(const brw_edit_overlay *o);
+
+typedef struct brw_edit_counts {
+    size_t ops;               /* operations replayed */
+    size_t features;          /* distinct feature slots touched */
+    size_t tombstones;        /* of which tombstoned */
+    size_t replaced;          /* with at least one replacement row */
+    size_t meta;              /* with a metadata override */
+    size_t lowrank;           /* low-rank deltas */
+} brw_edit_counts;
+
+void brw_edit_overlay_counts(const brw_edit_overlay *o, brw_edit_counts *out);
+/* Is (layer, feature) tombstoned in the overlay? */
+int brw_edit_is_tombstone(const brw_edit_overlay *o, int layer, int64_t feature);
+
+#endif
