@@ -1,0 +1,587 @@
+/*
+ * tok_util.c — the tokenizer's plumbing: growable buffers and lists, a string arena, the
+ * two open-addressing hash maps (string → id for vocabularies, u64 → pair for merges and
+ * trie edges), UTF-8 decoding with U+FFFD repair, Unicode character classes, the pattern
+ * finder shared by Split / Replace, and the JSON accessors used while loading.
+ */
+#include "tok_int.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+/* ---------------------------------------------------------------- buffers */
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+int tok_buf_put(tok_buf *b, const void *s, size_t n)
+{
+    if (grow((void **)&b->p, &b->cap, b->n + n + 1, 1) < 0)
+        return -1;
+    if (n)
+        memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+    return 0;
+}
+
+int tok_buf_putc(tok_buf *b, char c)
+{
+    return tok_buf_put(b, &c, 1);
+}
+
+void tok_buf_free(tok_buf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+int tok_pieces_add(tok_pieces *l, const char *s, size_t n)
+{
+    if (grow((void **)&l->end, &l->cap, l->n + 1, sizeof *l->end) < 0 ||
+        tok_buf_put(&l->text, s, n) < 0)
+        return -1;
+    l->end[l->n++] = l->text.n;
+    return 0;
+}
+
+void tok_pieces_clear(tok_pieces *l)
+{
+    l->n = 0;
+    l->text.n = 0;
+}
+
+void tok_pieces_free(tok_pieces *l)
+{
+    tok_buf_free(&l->text);
+    free(l->end);
+    memset(l, 0, sizeof *l);
+}
+
+const char *tok_piece(const tok_pieces *l, size_t i, size_t *n)
+{
+    size_t s = i ? l->end[i - 1] : 0;
+    *n = l->end[i] - s;
+    return l->text.p + s;
+}
+
+int tok_ids_add(tok_ids *l, int32_t id)
+{
+    if (grow((void **)&l->p, &l->cap, l->n + 1, sizeof *l->p) < 0)
+        return -1;
+    l->p[l->n++] = id;
+    return 0;
+}
+
+int tok_spans_add(tok_spans *l, size_t s, size_t e, int m)
+{
+    if (grow((void **)&l->p, &l->cap, l->n + 1, sizeof *l->p) < 0)
+        return -1;
+    l->p[l->n++] = (tok_span){s, e, m};
+    return 0;
+}
+
+/* ---------------------------------------------------------------- arena */
+
+struct tok_block {
+    tok_block *next;
+    size_t used, cap;
+    char data[];
+};
+
+char *tok_arena_dup(tok_arena *a, const char *s, size_t n)
+{
+    tok_block *b = a->head;
+    if (!b || b->cap - b->used < n + 1) {
+        size_t cap = n + 1 > (1u << 20) ? n + 1 : (1u << 20);
+        b = malloc(sizeof *b + cap);
+        if (!b)
+            return NULL;
+        b->next = a->head;
+        b->used = 0;
+        b->cap = cap;
+        a->head = b;
+    }
+    char *p = b->data + b->used;
+    if (n)
+        memcpy(p, s, n);
+    p[n] = '\0';
+    b->used += n + 1;
+    return p;
+}
+
+void tok_arena_free(tok_arena *a)
+{
+    while (a->head) {
+        tok_block *n = a->head->next;
+        free(a->head);
+        a->head = n;
+    }
+}
+
+/* ---------------------------------------------------------------- hash maps */
+
+static uint32_t hash_bytes(const char *s, size_t n)
+{
+    uint32_t h = 2166136261u;   /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
+
+static uint64_t hash_u64(uint64_t k)
+{
+    k ^= k >> 33;   /* murmur3 finaliser */
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ULL;
+    k ^= k >> 33;
+    return k;
+}
+
+static size_t table_size(size_t expected)
+{
+    size_t c = 64;
+    while (c < expected * 2 + 2)
+        c *= 2;
+    return c;
+}
+
+int tok_smap_init(tok_smap *m, size_t expected)
+{
+    size_t c = table_size(expected);
+    m->e = calloc(c, sizeof *m->e);
+    m->mask = c - 1;
+    m->n = 0;
+    return m->e ? 0 : -1;
+}
+
+static int smap_rehash(tok_smap *m)
+{
+    tok_smap big;
+    if (tok_smap_init(&big, (m->mask + 1)) < 0)
+        return -1;
+    for (size_t i = 0; i <= m->mask; i++) {
+        tok_smap_e *e = &m->e[i];
+        if (!e->k)
+            continue;
+        size_t j = e->h & big.mask;
+        while (big.e[j].k)
+            j = (j + 1) & big.mask;
+        big.e[j] = *e;
+        big.n++;
+    }
+    free(m->e);
+    *m = big;
+    return 0;
+}
+
+int tok_smap_put(tok_smap *m, const char *k, size_t n, int32_t v)
+{
+    if ((m->n + 1) * 2 > m->mask + 1 && smap_rehash(m) < 0)
+        return -1;
+    uint32_t h = hash_bytes(k, n);
+    size_t j = h & m->mask;
+    for (; m->e[j].k; j = (j + 1) & m->mask) {
+        tok_smap_e *e = &m->e[j];
+        if (e->h == h && e->n == n && memcmp(e->k, k, n) == 0) {
+            e->v = v;
+            return 0;
+        }
+    }
+    m->e[j] = (tok_smap_e){k, (uint32_t)n, h, v};
+    m->n++;
+    return 0;
+}
+
+int32_t tok_smap_get(const tok_smap *m, const char *k, size_t n)
+{
+    if (!m->e)
+        return -1;
+    uint32_t h = hash_bytes(k, n);
+    for (size_t j = h & m->mask; m->e[j].k; j = (j + 1) & m->mask) {
+        const tok_smap_e *e = &m->e[j];
+        if (e->h == h && e->n == n && memcmp(e->k, k, n) == 0)
+            return e->v;
+    }
+    return -1;
+}
+
+void tok_smap_free(tok_smap *m)
+{
+    free(m->e);
+    memset(m, 0, sizeof *m);
+}
+
+#define PMAP_EMPTY UINT64_MAX
+
+int tok_pmap_init(tok_pmap *m, size_t expected)
+{
+    size_t c = table_size(expected);
+    m->e = malloc(c * sizeof *m->e);
+    if (!m->e)
+        return -1;
+    for (size_t i = 0; i < c; i++)
+        m->e[i].k = PMAP_EMPTY;
+    m->mask = c - 1;
+    m->n = 0;
+    return 0;
+}
+
+int tok_pmap_put(tok_pmap *m, uint64_t k, uint32_t a, int32_t b)
+{
+    if ((m->n + 1) * 2 > m->mask + 1) {
+        tok_pmap big;
+        if (tok_pmap_init(&big, m->mask + 1) < 0)
+            return -1;
+        for (size_t i = 0; i <= m->mask; i++)
+            if (m->e[i].k != PMAP_EMPTY)
+                tok_pmap_put(&big, m->e[i].k, m->e[i].a, m->e[i].b);
+        free(m->e);
+        *m = big;
+    }
+    size_t j = hash_u64(k) & m->mask;
+    for (; m->e[j].k != PMAP_EMPTY; j = (j + 1) & m->mask)
+        if (m->e[j].k == k)
+            break;
+    if (m->e[j].k == PMAP_EMPTY)
+        m->n++;
+    m->e[j] = (tok_pmap_e){k, a, b};
+    return 0;
+}
+
+const tok_pmap_e *tok_pmap_get(const tok_pmap *m, uint64_t k)
+{
+    if (!m->e)
+        return NULL;
+    for (size_t j = hash_u64(k) & m->mask; m->e[j].k != PMAP_EMPTY; j = (j + 1) & m->mask)
+        if (m->e[j].k == k)
+            return &m->e[j];
+    return NULL;
+}
+
+void tok_pmap_free(tok_pmap *m)
+{
+    free(m->e);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---------------------------------------------------------------- UTF-8 */
+
+/* Length of the well-formed prefix of the sequence at s (1..4), and whether it is
+ * complete; follows Unicode Table 3-7 so the maximal subpart is what gets replaced. */
+static size_t utf8_scan(const uint8_t *s, size_t n, int *ok)
+{
+    uint8_t c = s[0];
+    size_t need;
+    uint8_t lo = 0x80, hi = 0xBF;
+    *ok = 0;
+    if (c < 0x80) {
+        *ok = 1;
+        return 1;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+        need = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 3;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    } else {
+        return 1;
+    }
+    size_t i = 1;
+    for (; i < need && i < n; i++) {
+        uint8_t b = s[i];
+        if (i == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF))
+            return i;
+    }
+    *ok = i == need;
+    return i;
+}
+
+int tok_utf8_lossy(const char *s, size_t n, tok_buf *out)
+{
+    size_t i = 0, run = 0;   /* run: start of the pending well-formed bytes */
+    while (i < n) {
+        int ok;
+        size_t k = utf8_scan((const uint8_t *)s + i, n - i, &ok);
+        if (!ok) {
+            if (tok_buf_put(out, s + run, i - run) < 0 || tok_buf_put(out, "\xEF\xBF\xBD", 3) < 0)
+                return -1;
+            run = i + k;
+        }
+        i += k;
+    }
+    return tok_buf_put(out, s + run, n - run);
+}
+
+size_t tok_utf8_next(const char *s, size_t n, int32_t *cp)
+{
+    utf8proc_int32_t c;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &c);
+    if (k <= 0) {   /* cannot happen on repaired text; keep the walk moving */
+        *cp = 0xFFFD;
+        return 1;
+    }
+    *cp = c;
+    return (size_t)k;
+}
+
+size_t tok_utf8_put(int32_t cp, char out[4])
+{
+    return (size_t)utf8proc_encode_char(cp, (utf8proc_uint8_t *)out);
+}
+
+int tok_is_ws(int32_t c)
+{
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+           c == 0x205F || c == 0x3000;
+}
+
+int tok_is_num(int32_t c)
+{
+    utf8proc_category_t k = utf8proc_category(c);
+    return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
+}
+
+int tok_is_alnum(int32_t c)
+{
+    utf8proc_category_t k = utf8proc_category(c);
+    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || tok_is_num(c);
+}
+
+int tok_is_punct(int32_t c)
+{
+    if (c < 0x80)
+        return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) ||
+               (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
+    utf8proc_category_t k = utf8proc_category(c);
+    return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
+}
+
+/* ---------------------------------------------------------------- patterns */
+
+pcre2_code *tok_re_compile(const char *src, const char *where, vx_err *err)
+{
+    int code;
+    PCRE2_SIZE off;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)src, PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_UCP, &code, &off, NULL);
+    if (!re) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        vx_errf(err, VX_EFORMAT, "%s: bad regex '%s' at offset %zu: %s", where, src,
+                (size_t)off, (const char *)msg);
+        return NULL;
+    }
+    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);   /* the interpreter is the fallback */
+    return re;
+}
+
+/* Next match of p in s at or after `from`: 1 with [*ms, *me), 0 when none, -1 on error. */
+static int next_match(const tok_pat *p, const char *s, size_t n, size_t from,
+                      pcre2_match_data *md, size_t *ms, size_t *me, vx_err *err)
+{
+    if (p->kind == TOK_PAT_LIT) {
+        if (p->nlit > n)
+            return 0;
+        for (size_t i = from; i + p->nlit <= n; i++)
+            if (s[i] == p->lit[0] && memcmp(s + i, p->lit, p->nlit) == 0) {
+                *ms = i;
+                *me = i + p->nlit;
+                return 1;
+            }
+        return 0;
+    }
+    if (p->kind == TOK_PAT_FN) {
+        for (size_t i = from; i < n;) {
+            int32_t cp;
+            size_t k = tok_utf8_next(s + i, n - i, &cp);
+            if (p->fn(cp)) {
+                *ms = i;
+                *me = i + k;
+                return 1;
+            }
+            i += k;
+        }
+        return 0;
+    }
+    int rc = pcre2_match(p->re, (PCRE2_SPTR)s, n, from, PCRE2_NO_UTF_CHECK, md, NULL);
+    if (rc == PCRE2_ERROR_NOMATCH)
+        return 0;
+    if (rc < 0) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(rc, msg, sizeof msg);
+        return vx_errf(err, VX_EFORMAT, "regex match failed: %s", (const char *)msg);
+    }
+    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+    *ms = ov[0];
+    *me = ov[1];
+    return 1;
+}
+
+int tok_pat_find(const tok_pat *p, const char *s, size_t n, pcre2_match_data *md,
+                 tok_spans *out, vx_err *err)
+{
+    out->n = 0;
+    size_t prev = 0, from = 0;
+    while (from <= n) {
+        size_t ms = 0, me = 0;
+        int r = next_match(p, s, n, from, md, &ms, &me, err);
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            break;
+        if (prev < ms && tok_spans_add(out, prev, ms, 0) < 0)
+            goto oom;
+        if (tok_spans_add(out, ms, me, 1) < 0)
+            goto oom;
+        prev = me;
+        if (me > ms) {
+            from = me;
+        } else {   /* an empty match: step one character so the walk ends */
+            if (me >= n)
+                break;
+            int32_t cp;
+            from = me + tok_utf8_next(s + me, n - me, &cp);
+        }
+    }
+    if (prev < n && tok_spans_add(out, prev, n, 0) < 0)
+        goto oom;
+    return 0;
+oom:
+    return vx_errf(err, VX_ENOMEM, "out of memory while splitting text");
+}
+
+int tok_pat_replace(const tok_pat *p, const char *s, size_t n, const char *r, size_t nr,
+                    pcre2_match_data *md, tok_spans *scratch, tok_buf *out, vx_err *err)
+{
+    if (tok_pat_find(p, s, n, md, scratch, err) < 0)
+        return -1;
+    for (size_t i = 0; i < scratch->n; i++) {
+        const tok_span *sp = &scratch->p[i];
+        int rc = sp->m ? tok_buf_put(out, r, nr) : tok_buf_put(out, s + sp->s, sp->e - sp->s);
+        if (rc < 0)
+            return vx_errf(err, VX_ENOMEM, "out of memory while replacing text");
+    }
+    return tok_buf_put(out, "", 0) < 0 ? vx_errf(err, VX_ENOMEM, "out of memory") : 0;
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+const char *tok_jtype(const cJSON *o)
+{
+    if (!o || cJSON_IsNull(o))
+        return "null";
+    if (cJSON_IsBool(o))
+        return "boolean";
+    if (cJSON_IsNumber(o))
+        return "number";
+    if (cJSON_IsString(o))
+        return "string";
+    if (cJSON_IsArray(o))
+        return "array";
+    return "object";
+}
+
+const cJSON *tok_jget(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+int tok_jstr(const eng_tokenizer *t, const cJSON *o, const char *key, const char *where,
+             int required, const char **out, vx_err *err)
+{
+    const cJSON *v = tok_jget(o, key);
+    *out = NULL;
+    if (!v)
+        return required ? vx_errf(err, VX_EFORMAT, "%s: %s has no '%s'", t->path, where, key)
+                        : 0;
+    if (!cJSON_IsString(v))
+        return vx_errf(err, VX_EFORMAT, "%s: %s.%s must be a string (got %s)", t->path, where,
+                       key, tok_jtype(v));
+    *out = v->valuestring;
+    return 0;
+}
+
+int tok_jbool(const eng_tokenizer *t, const cJSON *o, const char *key, const char *where,
+              int dflt, int *out, vx_err *err)
+{
+    const cJSON *v = tok_jget(o, key);
+    *out = dflt;
+    if (!v)
+        return 0;
+    if (!cJSON_IsBool(v))
+        return vx_errf(err, VX_EFORMAT, "%s: %s.%s must be a boolean (got %s)", t->path, where,
+                       key, tok_jtype(v));
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+int tok_jint(const eng_tokenizer *t, const cJSON *o, const char *key, const char *where,
+             long lo, long hi, long dflt, long *out, vx_err *err)
+{
+    const cJSON *v = tok_jget(o, key);
+    *out = dflt;
+    if (!v)
+        return 0;
+    double d = cJSON_IsNumber(v) ? v->valuedouble : 0;
+    if (!cJSON_IsNumber(v) || d != (double)(long)d || d < (double)lo || d > (double)hi)
+        return vx_errf(err, VX_EFORMAT, "%s: %s.%s must be an integer in %ld..%ld (got %s)",
+                       t->path, where, key, lo, hi,
+                       cJSON_IsNumber(v) ? "a number out of range" : tok_jtype(v));
+    *out = (long)d;
+    return 0;
+}
+
+int tok_pat_load(eng_tokenizer *t, const cJSON *o, const char *where, tok_pat *p, vx_err *err)
+{
+    const char *lit, *re;
+    if (!cJSON_IsObject(o))
+        return vx_errf(err, VX_EFORMAT, "%s: %s.pattern must be an object (got %s)", t->path,
+                       where, tok_jtype(o));
+    if (tok_jstr(t, o, "String", where, 0, &lit, err) < 0 ||
+        tok_jstr(t, o, "Regex", where, 0, &re, err) < 0)
+        return -1;
+    if (lit) {
+        if (!*lit)
+            return vx_errf(err, VX_EFORMAT, "%s: %s.pattern.String is empty", t->path, where);
+        p->kind = TOK_PAT_LIT;
+        p->nlit = strlen(lit);
+        p->lit = tok_arena_dup(&t->arena, lit, p->nlit);
+        return p->lit ? 0 : vx_errf(err, VX_ENOMEM, "out of memory");
+    }
+    if (re) {
+        char w[600];
+        snprintf(w, sizeof w, "%s: %s.pattern", t->path, where);
+        p->kind = TOK_PAT_RE;
+        p->re = tok_re_compile(re, w, err);
+        return p->re ? 0 : -1;
+    }
+    return vx_errf(err, VX_EFORMAT, "%s: %s.pattern needs a 'String' or a 'Regex'", t->path,
+                   where);
+}

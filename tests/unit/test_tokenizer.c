@@ -1,0 +1,530 @@
+/*
+ * test_tokenizer.c — the tokenizer against Hugging Face's ids. Every golden.json under
+ * LQL_SHARED_DIR (the five real tokenizers, every family fixture and tinyllama) is read and
+ * each string's ids (with and without special tokens), tokens and decodes (kept, raw,
+ * skip_special) are compared exactly; each mismatch names the fixture, the string index
+ * and got/want. Then hostile tokenizer.json files (written into the build directory) must
+ * fail with the exact message, and edge cases (invalid UTF-8, out-of-range ids, pipeline
+ * steps the fixtures do not use) are pinned. Load time and encode throughput are printed,
+ * never asserted.
+ */
+#include "engine.h"
+#include "t.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)size + 1);
+    if (b && fread(b, 1, (size_t)size, f) != (size_t)size) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) {
+        b[size] = '\0';
+        if (n)
+            *n = (size_t)size;
+    }
+    return b;
+}
+
+static void ids_str(const int32_t *ids, size_t n, char *out, size_t cap)
+{
+    size_t k = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < n && k + 16 < cap; i++)
+        k += (size_t)snprintf(out + k, cap - k, "%s%d", i ? "," : "", (int)ids[i]);
+}
+
+static void json_ids_str(const cJSON *a, char *out, size_t cap)
+{
+    size_t k = 0;
+    const cJSON *e;
+    out[0] = '\0';
+    cJSON_ArrayForEach(e, a) {
+        if (k + 16 >= cap)
+            break;
+        k += (size_t)snprintf(out + k, cap - k, "%s%d", k ? "," : "", (int)e->valuedouble);
+    }
+}
+
+static int mismatches;
+
+/* Encode text and compare with the golden id array; returns the ids (caller frees). */
+static int32_t *check_ids(const char *fx, int idx, const char *what, const eng_tokenizer *t,
+                          const char *text, int add_special, const cJSON *want, size_t *n)
+{
+    vx_err err = {0};
+    int32_t *ids = NULL;
+    int rc = eng_tok_encode(t, text, strlen(text), add_special, &ids, n, &err);
+    CHECK_MSG(rc == 0, "%s[%d] %s: encode failed: %s", fx, idx, what, err.msg);
+    if (rc < 0)
+        return NULL;
+    char got[8192], exp[8192];
+    ids_str(ids, *n, got, sizeof got);
+    json_ids_str(want, exp, sizeof exp);
+    int same = strcmp(got, exp) == 0;
+    CHECK_MSG(same, "%s[%d] %s for \"%s\"\n   got: [%s]\n  want: [%s]", fx, idx, what, text,
+              got, exp);
+    mismatches += !same;
+    return ids;
+}
+
+static void check_decode(const char *fx, int idx, const char *what, const eng_tokenizer *t,
+                         const int32_t *ids, size_t n, int skip, const cJSON *want)
+{
+    if (!cJSON_IsString(want))
+        return;
+    vx_err err = {0};
+    char *s = NULL;
+    int rc = eng_tok_decode(t, ids, n, skip, &s, &err);
+    CHECK_MSG(rc == 0, "%s[%d] %s: decode failed: %s", fx, idx, what, err.msg);
+    int same = rc == 0 && strcmp(s, want->valuestring) == 0;
+    CHECK_MSG(same, "%s[%d] %s\n   got: \"%s\"\n  want: \"%s\"", fx, idx, what, s ? s : "(null)",
+              want->valuestring);
+    mismatches += !same;
+    free(s);
+}
+
+/* Check one fixture directory against its golden.json; returns the number of strings. */
+static int check_fixture(const char *name, const char *dir, int timing)
+{
+    char path[1024], tj[1024];
+    snprintf(path, sizeof path, "%s/golden.json", dir);
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+    char *g = slurp(path, NULL);
+    CHECK_MSG(g != NULL, "cannot read %s", path);
+    if (!g)
+        return 0;
+    cJSON *gold = cJSON_Parse(g);
+    free(g);
+    vx_err err = {0};
+    eng_tokenizer *t = NULL, *raw = NULL;
+    double t0 = now_ms();
+    int rc = eng_tok_load_dir(dir, &t, &err);
+    double load_ms = now_ms() - t0;
+    CHECK_MSG(rc == 0, "%s: load failed: %s", name, err.msg);
+    /* decoded_raw is decode without clean-up: a tokenizer loaded without its config. */
+    const cJSON *cu = cJSON_GetObjectItem(gold, "clean_up_tokenization_spaces");
+    if (rc == 0 && cJSON_IsTrue(cu)) {
+        rc = eng_tok_load(tj, NULL, &raw, &err);
+        CHECK_MSG(rc == 0, "%s: raw load failed: %s", name, err.msg);
+    }
+    const cJSON *strings = cJSON_GetObjectItem(gold, "strings"), *s;
+    int idx = 0;
+    size_t bytes = 0;
+    cJSON_ArrayForEach(s, strings) {
+        if (!t)
+            break;
+        const char *text = cJSON_GetObjectItem(s, "text")->valuestring;
+        size_t n = 0, n2 = 0;
+        bytes += strlen(text);
+        int32_t *ids = check_ids(name, idx, "ids", t, text, 1, cJSON_GetObjectItem(s, "ids"), &n);
+        int32_t *ids2 = check_ids(name, idx, "ids_no_special", t, text, 0,
+                                  cJSON_GetObjectItem(s, "ids_no_special"), &n2);
+        const cJSON *toks = cJSON_GetObjectItem(s, "tokens"), *e;
+        size_t i = 0;
+        cJSON_ArrayForEach(e, toks) {
+            const char *p = ids && i < n ? eng_tok_piece(t, ids[i]) : NULL;
+            int same = p && strcmp(p, e->valuestring) == 0;
+            CHECK_MSG(same, "%s[%d] tokens[%zu]: got \"%s\", want \"%s\"", name, idx, i,
+                      p ? p : "(none)", e->valuestring);
+            mismatches += !same;
+            i++;
+        }
+        CHECK_MSG(i == n, "%s[%d] %zu tokens, want %zu", name, idx, n, i);
+        if (ids) {
+            check_decode(name, idx, "decoded", t, ids, n, 0, cJSON_GetObjectItem(s, "decoded"));
+            check_decode(name, idx, "decoded_skip_special", t, ids, n, 1,
+                         cJSON_GetObjectItem(s, "decoded_skip_special"));
+            check_decode(name, idx, "decoded_raw", raw ? raw : t, ids, n, 0,
+                         cJSON_GetObjectItem(s, "decoded_raw"));
+        }
+        free(ids);
+        free(ids2);
+        idx++;
+    }
+    if (timing && t) {
+        /* Throughput over the golden texts repeated to about 256 KiB. */
+        {
+            size_t reps = bytes ? (256 << 10) / bytes + 1 : 0, total = 0;
+            char *big = malloc(reps * (bytes + 33) + 1);
+            size_t k = 0;
+            for (size_t r = 0; big && r < reps; r++)
+                cJSON_ArrayForEach(s, strings) {
+                    const char *text = cJSON_GetObjectItem(s, "text")->valuestring;
+                    size_t l = strlen(text);
+                    memcpy(big + k, text, l);
+                    k += l;
+                    big[k++] = ' ';
+                }
+            if (big) {
+                int32_t *ids = NULL;
+                size_t n = 0;
+                double t1 = now_ms();
+                rc = eng_tok_encode(t, big, k, 0, &ids, &n, &err);
+                double ms = now_ms() - t1;
+                total = n;
+                CHECK_MSG(rc == 0, "%s: throughput encode failed: %s", name, err.msg);
+                printf("%-8s load %7.1f ms, encode %6.2f MB/s (%zu bytes -> %zu ids in %.1f ms)\n",
+                       name, load_ms, ms > 0 ? k / ms / 1e3 : 0.0, k, total, ms);
+                free(ids);
+                free(big);
+            }
+        }
+    }
+    eng_tok_free(t);
+    eng_tok_free(raw);
+    cJSON_Delete(gold);
+    return idx;
+}
+
+/* ---------------------------------------------------------------- synthetic tokenizers */
+
+static char tmpdir[1024];
+
+static const char *write_tok(const char *name, const char *json)
+{
+    static char path[1200];
+    snprintf(path, sizeof path, "%s/%s.json", tmpdir, name);
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fputs(json, f);
+        fclose(f);
+    }
+    return path;
+}
+
+/* Loading json must fail with exactly "<path>: <msg>" (or msg verbatim when it starts
+ * with '''). */
+static void check_load_error(const char *name, const char *json, const char *msg)
+{
+    const char *path = write_tok(name, json);
+    char want[2048];
+    if (msg[0] == '\'')
+        snprintf(want, sizeof want, "'%s'%s", path, msg + 1);
+    else
+        snprintf(want, sizeof want, "%s: %s", path, msg);
+    eng_tokenizer *t = NULL;
+    vx_err err = {0};
+    int rc = eng_tok_load(path, NULL, &t, &err);
+    CHECK_MSG(rc == -1 && t == NULL, "%s: load should fail", name);
+    CHECK_STR(err.msg, want);
+    eng_tok_free(t);
+}
+
+static eng_tokenizer *load_json(const char *name, const char *json)
+{
+    const char *path = write_tok(name, json);
+    eng_tokenizer *t = NULL;
+    vx_err err = {0};
+    int rc = eng_tok_load(path, NULL, &t, &err);
+    CHECK_MSG(rc == 0, "%s: %s", name, err.msg);
+    return t;
+}
+
+/* Encode text and compare the pieces joined by '|'. */
+static void check_pieces(const eng_tokenizer *t, const char *text, int add_special,
+                         const char *want)
+{
+    char got[4096] = "";
+    int32_t *ids = NULL;
+    size_t n = 0, k = 0;
+    vx_err err = {0};
+    if (!t)
+        return;
+    CHECK_MSG(eng_tok_encode(t, text, strlen(text), add_special, &ids, &n, &err) == 0, "%s",
+              err.msg);
+    for (size_t i = 0; i < n && k < sizeof got - 64; i++) {
+        const char *p = eng_tok_piece(t, ids[i]);
+        k += (size_t)snprintf(got + k, sizeof got - k, "%s%s", i ? "|" : "", p ? p : "?");
+    }
+    CHECK_STR(got, want);
+    free(ids);
+}
+
+static void check_decoded(const eng_tokenizer *t, const char *text, const char *want)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char *s = NULL;
+    vx_err err = {0};
+    if (!t)
+        return;
+    CHECK(eng_tok_encode(t, text, strlen(text), 0, &ids, &n, &err) == 0);
+    CHECK(eng_tok_decode(t, ids, n, 0, &s, &err) == 0);
+    CHECK_STR(s, want);
+    free(ids);
+    free(s);
+}
+
+#define VOCAB_AB "\"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"<unk>\": 3}"
+
+static void hostile(void)
+{
+    check_load_error("nomodel", "{\"added_tokens\": []}", "no 'model' section");
+    check_load_error("notjson", "{\"model\": ", "' is not valid JSON (error near byte 9)");
+    check_load_error("array", "[1, 2]", "' must hold a JSON object");
+    check_load_error("modeltype", "{\"model\": 7}", "model must be an object (got number)");
+    check_load_error("unigram", "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}",
+                     "model type 'Unigram' is not supported (only BPE)");
+    check_load_error("novocab", "{\"model\": {\"type\": \"BPE\"}}", "model has no 'vocab'");
+    check_load_error("vocabarray", "{\"model\": {\"type\": \"BPE\", \"vocab\": []}}",
+                     "model.vocab must be an object (got array)");
+    check_load_error("vocabstr", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": \"x\"}}}",
+                     "model.vocab['a'] must be an id in 0..16777215 (got string)");
+    check_load_error("vocabhuge", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 1e12}}}",
+                     "model.vocab['a'] must be an id in 0..16777215 (got a number out of range)");
+    check_load_error("vocabneg", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}}}",
+                     "model.vocab['a'] must be an id in 0..16777215 (got a number out of range)");
+    check_load_error("mergesobj", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB ", \"merges\": {}}}",
+                     "model.merges must be an array (got object)");
+    check_load_error("mergeout", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                     ", \"merges\": [\"a b\", \"a c\"]}}",
+                     "model.merges[1] 'a' 'c': 'c' is not in the vocab");
+    check_load_error("mergemake", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                     ", \"merges\": [\"b a\"]}}",
+                     "model.merges[0] 'b' 'a' makes 'ba', which is not in the vocab");
+    check_load_error("mergespace", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                     ", \"merges\": [\"ab\"]}}",
+                     "model.merges[0] 'ab' is not two pieces separated by one space");
+    check_load_error("mergenum", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                     ", \"merges\": [[\"a\", 1]]}}",
+                     "model.merges[0] must be a string \"a b\" or a pair [\"a\", \"b\"] (got array)");
+    check_load_error("unk", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                     ", \"merges\": [], \"unk_token\": \"<oov>\"}}",
+                     "model.unk_token '<oov>' is not in the vocab");
+    check_load_error("dropout", "{\"model\": {\"type\": \"BPE\", \"dropout\": 0.1, " VOCAB_AB "}}",
+                     "BPE dropout is not supported (model.dropout must be null)");
+    check_load_error("flagtype", "{\"model\": {\"type\": \"BPE\", \"byte_fallback\": 1, "
+                     VOCAB_AB "}}", "model.byte_fallback must be a boolean (got number)");
+    check_load_error("addedobj", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                     "}, \"added_tokens\": {}}", "added_tokens must be an array (got object)");
+    check_load_error("addedid", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                     "}, \"added_tokens\": [{\"content\": \"<s>\", \"id\": \"4\"}]}",
+                     "added_tokens[0].id must be an integer in 0..16777215 (got string)");
+    check_load_error("addedempty", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                     "}, \"added_tokens\": [{\"content\": \"\", \"id\": 4}]}",
+                     "added_tokens[0] has an empty content");
+    check_load_error("precompiled", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                     "}, \"normalizer\": {\"type\": \"Precompiled\"}}",
+                     "normalizer 'Precompiled' is not supported (supported: NFC, NFD, NFKC, NFKD, "
+                     "Prepend, Replace, Lowercase, Strip, Sequence)");
+    check_load_error("badregex", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                     "}, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a\"}}}",
+                     "pre_tokenizer(Split).pattern: bad regex '(a' at offset 2: missing closing "
+                     "parenthesis");
+    check_load_error("behavior", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                     "}, \"pre_tokenizer\": {\"type\": \"Split\", \"behavior\": \"Sideways\", "
+                     "\"pattern\": {\"String\": \" \"}}}",
+                     "pre_tokenizer(Split).behavior 'Sideways' is not one of Removed, Isolated, "
+                     "MergedWithPrevious, MergedWithNext, Contiguous");
+    check_load_error("template", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                     "}, \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": "
+                     "[{\"SpecialToken\": {\"id\": \"<s>\"}}, {\"Sequence\": {\"id\": \"A\"}}], "
+                     "\"special_tokens\": {}}}",
+                     "post_processor template names special token '<s>', which is not in its "
+                     "special_tokens");
+    check_load_error("decoder", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                     "}, \"decoder\": {\"type\": \"CTC\"}}",
+                     "decoder 'CTC' is not supported (supported: ByteLevel, Replace, "
+                     "ByteFallback, Fuse, Strip, Metaspace, BPEDecoder, Sequence)");
+    check_load_error("seqtype", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                     "}, \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": 3}}",
+                     "pre_tokenizer.pretokenizers must be an array (got number)");
+
+    eng_tokenizer *t = NULL;
+    vx_err err = {0};
+    char want[1200];
+    snprintf(want, sizeof want, "cannot open '%s/absent.json': No such file or directory",
+             tmpdir);
+    snprintf(tmpdir + strlen(tmpdir), 16, "/absent.json");
+    CHECK(eng_tok_load(tmpdir, NULL, &t, &err) == -1);
+    CHECK_STR(err.msg, want);
+    *strrchr(tmpdir, '/') = '\0';
+    CHECK(eng_tok_load_dir("/nonexistent-dir", &t, &err) == -1);
+    CHECK_STR(err.msg, "no tokenizer.json in '/nonexistent-dir'");
+}
+
+/* Steps no fixture uses, with expectations worked out from HF's semantics. */
+static void synthetic(void)
+{
+    /* Metaspace (prepend always, split) + Lowercase + Strip, char-level vocab. */
+    eng_tokenizer *t = load_json("metaspace",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\\u2581\": 0, \"a\": 1, \"b\": 2, "
+        "\"\\u2581a\": 3, \"\\u2581ab\": 4, \"<unk>\": 5}, \"merges\": [\"\\u2581 a\", "
+        "\"\\u2581a b\"], \"unk_token\": \"<unk>\", \"fuse_unk\": true},"
+        "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Strip\", "
+        "\"strip_left\": true, \"strip_right\": true}, {\"type\": \"Lowercase\"}]},"
+        "\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", "
+        "\"prepend_scheme\": \"always\", \"split\": true},"
+        "\"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", "
+        "\"prepend_scheme\": \"always\", \"split\": true}}");
+    check_pieces(t, "  AB ab  a ", 0, "\xE2\x96\x81" "ab|\xE2\x96\x81" "ab|\xE2\x96\x81|"
+                 "\xE2\x96\x81" "a");
+    check_pieces(t, "AxyB", 0, "\xE2\x96\x81" "a|<unk>|b");   /* x y fused into one unk */
+    check_decoded(t, "ab a", "ab a");
+    eng_tok_free(t);
+
+    /* Whitespace + Digits(individual) + WhitespaceSplit, Roberta post-processor, added
+     * tokens with single_word / lstrip / rstrip. */
+    t = load_json("wsdigits",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"1\": 2, \"2\": 3, "
+        "\"!\": 4, \"<s>\": 5, \"</s>\": 6, \"ab\": 7}, \"merges\": [\"a b\"]},"
+        "\"added_tokens\": [{\"id\": 5, \"content\": \"<s>\", \"special\": true},"
+        "{\"id\": 6, \"content\": \"</s>\", \"special\": true},"
+        "{\"id\": 8, \"content\": \"ba\", \"single_word\": true, \"special\": false},"
+        "{\"id\": 9, \"content\": \"[M]\", \"lstrip\": true, \"rstrip\": true, "
+        "\"special\": true}],"
+        "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+        "\"Whitespace\"}, {\"type\": \"Digits\", \"individual_digits\": true}]},"
+        "\"post_processor\": {\"type\": \"RobertaProcessing\", \"sep\": [\"</s>\", 6], "
+        "\"cls\": [\"<s>\", 5]}}");
+    check_pieces(t, "ab12!! ba", 1, "<s>|ab|1|2|!|!|ba|</s>");
+    check_pieces(t, "aba b", 0, "ab|a|b");           /* "ba" inside a word is not single */
+    check_pieces(t, "a  [M]  b", 0, "a|[M]|b");      /* lstrip and rstrip eat the spaces */
+    if (t) {
+        CHECK(eng_tok_is_special(t, 9) && !eng_tok_is_special(t, 8));
+        CHECK(eng_tok_lookup(t, "ba") == 8 && eng_tok_lookup(t, "ab") == 7);
+        CHECK(eng_tok_lookup(t, "zz") == -1);
+        CHECK(eng_tok_vocab_size(t) == 10);
+    }
+    eng_tok_free(t);
+
+    /* WordPiece-style continuing_subword_prefix and a BPEDecoder suffix. */
+    t = load_json("prefix",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"##b\": 1, \"##c\": 2, "
+        "\"ab\": 3, \"abc\": 4, \"b\": 5}, \"merges\": [\"a ##b\", \"ab ##c\"], "
+        "\"continuing_subword_prefix\": \"##\"},"
+        "\"pre_tokenizer\": {\"type\": \"WhitespaceSplit\"}}");
+    check_pieces(t, "abc ab b", 0, "abc|ab|b");
+    eng_tok_free(t);
+
+    /* Split behaviours over the same text: "a-b--c" split on "-". Every '-' is its own
+     * match, so HF merges only the first of two adjacent matches into a neighbour. */
+    static const struct { const char *behavior; int invert; const char *want; } sp[] = {
+        {"Removed", 0, "a|b|c"},
+        {"Isolated", 0, "a|-|b|-|-|c"},
+        {"MergedWithPrevious", 0, "a-|b-|-|c"},
+        {"MergedWithNext", 0, "a|-b|-|-c"},
+        {"Contiguous", 0, "a|-|b|--|c"},
+        {"Removed", 1, "-|-|-"},
+    };
+    for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) {
+        char json[1024];
+        snprintf(json, sizeof json,
+                 "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, "
+                 "\"-\": 3, \"a-\": 4, \"b-\": 5, \"b--\": 6, \"-b\": 7, \"--\": 8, \"-c\": 9, "
+                 "\"--c\": 10}, \"merges\": [\"a -\", \"b -\", \"b- -\", \"- b\", \"- -\", "
+                 "\"- c\", \"-- c\"], \"ignore_merges\": true},"
+                 "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, "
+                 "\"behavior\": \"%s\", \"invert\": %s}}", sp[i].behavior,
+                 sp[i].invert ? "true" : "false");
+        t = load_json("split", json);
+        check_pieces(t, "a-b--c", 0, sp[i].want);
+        eng_tok_free(t);
+    }
+}
+
+/* Invalid UTF-8, out-of-range ids and byte fallback, on the fixtures. */
+static void edges(const char *shared)
+{
+    char dir[1024];
+    eng_tokenizer *t = NULL;
+    vx_err err = {0};
+    snprintf(dir, sizeof dir, "%s/models/families/gpt2", shared);
+    CHECK(eng_tok_load_dir(dir, &t, &err) == 0);
+    if (t) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        char *s = NULL;
+        /* ill-formed input is repaired to U+FFFD first: one per maximal subpart */
+        CHECK(eng_tok_encode(t, "a\xE2\x82" "b\xFF", 5, 0, &ids, &n, &err) == 0);
+        CHECK(ids && eng_tok_decode(t, ids, n, 0, &s, &err) == 0);
+        CHECK_STR(s, "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
+        free(s);
+        free(ids);
+        int32_t bad[] = {72, 512};
+        CHECK(eng_tok_decode(t, bad, 2, 0, &s, &err) == -1 && s == NULL);
+        CHECK_STR(err.msg, "cannot decode token id 512: the vocab has ids 0..511");
+        bad[1] = -3;
+        CHECK(eng_tok_decode(t, bad, 2, 0, &s, &err) == -1);
+        CHECK_STR(err.msg, "cannot decode token id -3: the vocab has ids 0..511");
+        CHECK(eng_tok_piece(t, 600) == NULL && eng_tok_piece(t, -1) == NULL);
+        CHECK_STR(eng_tok_piece(t, 0), "!");
+        CHECK(eng_tok_lookup(t, "<|eos|>") == 511 && eng_tok_is_special(t, 511));
+        CHECK(eng_tok_vocab_size(t) == 512);
+        CHECK(eng_tok_encode(t, "", 0, 1, &ids, &n, &err) == 0 && n == 0 && ids != NULL);
+        free(ids);
+        eng_tok_free(t);
+    }
+    snprintf(dir, sizeof dir, "%s/models/tokenizers/llama2", shared);
+    t = NULL;
+    CHECK(eng_tok_load_dir(dir, &t, &err) == 0);
+    if (t) {
+        /* byte-fallback pieces that do not form UTF-8 become one U+FFFD per byte */
+        int32_t ids[] = {eng_tok_lookup(t, "<0xE2>"), eng_tok_lookup(t, "<0x82>"),
+                         eng_tok_lookup(t, "\xE2\x96\x81" "ok")};
+        char *s = NULL;
+        CHECK(ids[0] >= 0 && ids[1] >= 0 && ids[2] >= 0);
+        CHECK(eng_tok_decode(t, ids, 3, 0, &s, &err) == 0);
+        CHECK_STR(s, "\xEF\xBF\xBD\xEF\xBF\xBD ok");
+        free(s);
+        int32_t euro[] = {eng_tok_lookup(t, "<0xE2>"), eng_tok_lookup(t, "<0x82>"),
+                          eng_tok_lookup(t, "<0xAC>")};
+        CHECK(eng_tok_decode(t, euro, 3, 0, &s, &err) == 0);
+        CHECK_STR(s, "\xE2\x82\xAC");
+        free(s);
+        eng_tok_free(t);
+    }
+}
+
+int main(void)
+{
+    const char *shared = LQL_SHARED_DIR;
+    static const char *real[] = {"llama3", "llama2", "qwen3", "gemma3", "gpt2"};
+    static const char *fam[] = {"llama-gqa", "llama-gqa-bf16", "llama3-rope", "qwen2",
+                                "mistral-swa", "gemma2", "gpt2", "phi3", "mixtral",
+                                "qwen2-moe", "deepseek-v3-lite"};
+    char dir[1024];
+    int strings = 0;
+    for (size_t i = 0; i < sizeof real / sizeof real[0]; i++) {
+        snprintf(dir, sizeof dir, "%s/models/tokenizers/%s", shared, real[i]);
+        int k = check_fixture(real[i], dir, 1);
+        CHECK_MSG(k == 33, "%s: %d golden strings, want 33", real[i], k);
+        strings += k;
+    }
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        snprintf(dir, sizeof dir, "%s/models/families/%s", shared, fam[i]);
+        int k = check_fixture(fam[i], dir, 0);
+        CHECK_MSG(k == 15, "%s: %d golden strings, want 15", fam[i], k);
+        strings += k;
+    }
+    snprintf(dir, sizeof dir, "%s/models/tinyllama", shared);
+    strings += check_fixture("tinyllama", dir, 0);
+    printf("golden strings checked: %d, mismatches: %d\n", strings, mismatches);
+
+    snprintf(tmpdir, sizeof tmpdir, "%s/test_tokenizer.d", LQL_BINARY_DIR);
+    mkdir(tmpdir, 0755);
+    hostile();
+    synthetic();
+    edges(shared);
+    return T_DONE();
+}
