@@ -83,4 +83,30 @@ size_t vx_segment_count(const vx_container *c);
 /* Fills *out for segment i (graph object order, then representation order); -1 past the end. */
 int vx_segment_at(const vx_container *c, size_t i, vx_segment_view *out);
 
+/* ---- segment writer (segment_write.c), used by the encoder ----
+ * The table is declared up front (names, dtypes, shapes); the header is written with
+ * placeholder per-tensor hashes, payload bytes are streamed tensor by tensor (each
+ * tensor's bytes in order, exactly its length; padding is inserted automatically), and
+ * close patches the real hashes in (same length), fsyncs, and hashes the whole file. */
+typedef struct vx_segw_tensor {
+    const char *name;            /* operand name (copied) */
+    vx_dtype dtype;
+    int ndim;
+    int64_t shape[VX_MAX_DIMS];
+} vx_segw_tensor;
+
+typedef struct vx_segw vx_segw;
+
+/* Header bytes a table of n tensors with these names may need at most (for shard planning). */
+uint64_t vx_segw_header_bound(const vx_segw_tensor *t, size_t n);
+/* Create path (must not exist) holding the table t[0..n). */
+int vx_segw_open(vx_segw **out, const char *path, const char *object, const char *representation,
+                 const vx_segw_tensor *t, size_t n, vx_err *err);
+/* Append the next bytes of the current tensor. */
+int vx_segw_write(vx_segw *w, const void *data, size_t n, vx_err *err);
+/* Finish: every tensor must be complete. Fills the file's sha256 and size, frees w. */
+int vx_segw_close(vx_segw *w, char sha[65], uint64_t *bytes, vx_err *err);
+/* Abandon (error paths): closes and frees; the caller removes the file. NULL is fine. */
+void vx_segw_abort(vx_segw *w);
+
 #endif

@@ -1,0 +1,618 @@
+/*
+ * encode.c — vx_encode: a Hugging Face checkpoint in, a VINDEX3 graph container out.
+ *
+ * Admission (hf_admit.c) judges the config and binds every checkpoint tensor to a
+ * canonical operand; this file streams the operands, one at a time and in bounded chunks,
+ * from the checkpoint's mmap into segment files (converting dtype when asked, splitting
+ * fused tensors, transposing Conv1D weights), hashing as it writes. Pages of the source are
+ * released as soon as a chunk is written, so resident memory stays at a few chunk buffers
+ * however large the model is. Everything goes into `<out>.tmp-<pid>`; index.json is
+ * written last, the finish hook runs, and only then is the directory renamed into place.
+ * Any failure (or vx_cancel_flag) removes the temporary directory.
+ */
+#define _GNU_SOURCE   /* nftw, renameat2 */
+#include "hf_admit.h"
+#include "vx_int.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CHUNK_ELEMS (1u << 20)                      /* elements converted per step */
+#define DEFAULT_SHARD_CAP (4ull << 30)
+
+void vx_encode_opts_init(vx_encode_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->dtype = -1;
+    o->layer_lo = o->layer_hi = -1;
+}
+
+/* ---------------------------------------------------------------- streaming state */
+
+typedef struct enc {
+    const vx_encode_opts *o;
+    const st_model *m;
+    vx_err *err;
+    float *f32;                  /* CHUNK_ELEMS floats */
+    unsigned char *cbuf;         /* CHUNK_ELEMS * 4: converted output */
+    unsigned char *gbuf;         /* CHUNK_ELEMS * 4: gathered (transposed) source */
+    unsigned char *hashed;       /* per checkpoint tensor: in this representation's source hash */
+    vx_sha256_ctx pay, src;      /* representation payload / source payload */
+    uint64_t done, total;        /* progress, in stored bytes */
+} enc;
+
+static vx_dtype out_dtype(const enc *e, const hf_operand *op)
+{
+    if (op->keep_f32)
+        return VX_F32;
+    return e->o->dtype < 0 ? op->src->dtype : (vx_dtype)e->o->dtype;
+}
+
+static uint64_t op_bytes(const hf_operand *op, vx_dtype t)
+{
+    uint64_t n = 1;
+    for (int i = 0; i < op->ndim; i++)
+        n *= (uint64_t)op->shape[i];
+    return n * vx_dtype_block_bytes(t);
+}
+
+/* Convert n elements from one float dtype to another (f32 / f16 / bf16; RNE). */
+static void convert(enc *e, vx_dtype from, const void *src, vx_dtype to, void *dst, size_t n)
+{
+    if (from == to) {
+        memcpy(dst, src, n * vx_dtype_block_bytes(to));
+        return;
+    }
+    vx_row_to_f32(from, src, e->f32, n);
+    unsigned char *d = dst;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        switch (to) {
+        case VX_F16:
+            h = vx_f32_to_f16(e->f32[i]);
+            memcpy(d + 2 * i, &h, 2);
+            break;
+        case VX_BF16:
+            h = vx_f32_to_bf16(e->f32[i]);
+            memcpy(d + 2 * i, &h, 2);
+            break;
+        default:
+            memcpy(d + 4 * i, &e->f32[i], 4);
+            break;
+        }
+    }
+}
+
+static int emit(enc *e, vx_segw *w, const void *p, size_t n)
+{
+    if (vx_cancel_flag)
+        return vx_errf(e->err, VX_ECANCEL, "encode: cancelled");
+    vx_sha256_update(&e->pay, p, n);
+    if (vx_segw_write(w, p, n, e->err) < 0)
+        return -1;
+    e->done += n;
+    if (e->o->progress)
+        e->o->progress(e->o->progress_ctx, e->done, e->total);
+    return 0;
+}
+
+/* Source hash of a whole checkpoint tensor, once per representation (st_hash_sources'
+ * order: first use in table order). */
+static void hash_source_whole(enc *e, const st_tensor *t)
+{
+    size_t k = (size_t)(t - st_at(e->m, 0));
+    if (e->hashed[k])
+        return;
+    e->hashed[k] = 1;
+    for (uint64_t o = 0; o < t->nbytes; o += 4 * (uint64_t)CHUNK_ELEMS) {
+        uint64_t len = t->nbytes - o < 4 * (uint64_t)CHUNK_ELEMS ? t->nbytes - o : 4 * (uint64_t)CHUNK_ELEMS;
+        vx_sha256_update(&e->src, t->data + o, (size_t)len);
+        st_release(t->data + o, len);
+    }
+}
+
+/* Stream one operand into the segment. */
+static int write_operand(enc *e, vx_segw *w, const hf_operand *op)
+{
+    const st_tensor *t = op->src;
+    vx_dtype from = t->dtype, to = out_dtype(e, op);
+    size_t es = vx_dtype_block_bytes(from), eo = vx_dtype_block_bytes(to);
+    if (op->xf == HF_WHOLE || op->xf == HF_ROWS) {
+        uint64_t b0 = 0, b1 = t->nbytes;
+        if (op->xf == HF_ROWS) {
+            uint64_t row = t->shape[0] ? t->nbytes / (uint64_t)t->shape[0] : 0;
+            b0 = (uint64_t)op->lo * row;
+            b1 = (uint64_t)op->hi * row;
+        }
+        size_t k = (size_t)(t - st_at(e->m, 0));
+        int inline_hash = op->xf == HF_WHOLE && !e->hashed[k];
+        if (op->xf == HF_ROWS)
+            hash_source_whole(e, t);
+        e->hashed[k] = 1;
+        for (uint64_t at = b0; at < b1;) {
+            size_t n = (size_t)((b1 - at) / es < CHUNK_ELEMS ? (b1 - at) / es : CHUNK_ELEMS);
+            const unsigned char *p = t->data + at;
+            if (inline_hash)
+                vx_sha256_update(&e->src, p, n * es);
+            const void *outp = p;
+            if (from != to) {
+                convert(e, from, p, to, e->cbuf, n);
+                outp = e->cbuf;
+            }
+            if (emit(e, w, outp, n * eo) < 0)
+                return -1;
+            st_release(p, n * es);
+            at += n * es;
+        }
+        return 0;
+    }
+    /* Transposed: output row c is source column c, for c in [lo, hi). */
+    hash_source_whole(e, t);
+    uint64_t R = (uint64_t)t->shape[0], C = (uint64_t)t->shape[1];
+    uint64_t lo = op->xf == HF_T ? 0 : (uint64_t)op->lo, hi = op->xf == HF_T ? C : (uint64_t)op->hi;
+    uint64_t block = R ? CHUNK_ELEMS / R : 1;
+    if (block == 0)
+        block = 1;
+    for (uint64_t c0 = lo; c0 < hi; c0 += block) {
+        uint64_t nc = hi - c0 < block ? hi - c0 : block;
+        for (uint64_t r0 = 0; r0 < R; r0 += CHUNK_ELEMS) {
+            /* Rows r0.. of the output rows c0..c0+nc: gather column-major. When R alone
+             * exceeds a chunk, nc is 1 and rows are taken CHUNK_ELEMS at a time. */
+            uint64_t nr = R - r0 < CHUNK_ELEMS ? R - r0 : CHUNK_ELEMS;
+            if (nc > 1)
+                nr = R;
+            for (uint64_t r = r0; r < r0 + nr; r++) {
+                const unsigned char *srow = t->data + (r * C + c0) * es;
+                for (uint64_t c = 0; c < nc; c++)
+                    memcpy(e->gbuf + (c * nr + (r - r0)) * es, srow + c * es, es);
+            }
+            size_t n = (size_t)(nc * nr);
+            const void *outp = e->gbuf;
+            if (from != to) {
+                convert(e, from, e->gbuf, to, e->cbuf, n);
+                outp = e->cbuf;
+            }
+            if (emit(e, w, outp, n * eo) < 0)
+                return -1;
+            if (nc > 1)
+                break;
+        }
+    }
+    st_release(t->data, t->nbytes);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- files */
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void rmtree(const char *dir)
+{
+    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int sync_path(const char *path, vx_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return vx_errf(err, VX_EIO, "cannot open '%s' to sync: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    close(fd);
+    if (rc < 0 && errno != EINVAL)
+        return vx_errf(err, VX_EIO, "cannot sync '%s': %s", path, strerror(errno));
+    return 0;
+}
+
+static int write_file(const char *path, const void *data, size_t n, vx_err *err)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return vx_errf(err, VX_EIO, "cannot create '%s': %s", path, strerror(errno));
+    const char *p = data;
+    while (n) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            int e = errno;
+            close(fd);
+            return vx_errf(err, VX_EIO, "cannot write '%s': %s", path, k < 0 ? strerror(e) : "short write");
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    if (fsync(fd) < 0) {
+        int e = errno;
+        close(fd);
+        return vx_errf(err, VX_EIO, "cannot sync '%s': %s", path, strerror(e));
+    }
+    close(fd);
+    return 0;
+}
+
+static int write_json(const char *dir, const char *name, const cJSON *j, vx_err *err)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char *z = cJSON_Print(j);
+    if (!z)
+        return vx_errf(err, VX_ENOMEM, "encode: out of memory printing %s", name);
+    size_t n = strlen(z);
+    z[n] = '\n';   /* replaces the NUL; the length below includes it */
+    int rc = write_file(path, z, n + 1, err);
+    free(z);
+    return rc;
+}
+
+/* Copy a snapshot file when the checkpoint has it. */
+static int copy_snapshot(const char *from_dir, const char *to_dir, const char *name, vx_err *err)
+{
+    char src[PATH_MAX], dst[PATH_MAX];
+    snprintf(src, sizeof src, "%s/%s", from_dir, name);
+    snprintf(dst, sizeof dst, "%s/%s", to_dir, name);
+    FILE *in = fopen(src, "rb");
+    if (!in)
+        return errno == ENOENT ? 0 : vx_errf(err, VX_EIO, "cannot open '%s': %s", src, strerror(errno));
+    int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fclose(in);
+        return vx_errf(err, VX_EIO, "cannot create '%s': %s", dst, strerror(errno));
+    }
+    char buf[1 << 16];
+    size_t n;
+    int rc = 0;
+    while (rc == 0 && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (write(fd, buf, n) != (ssize_t)n)
+            rc = vx_errf(err, VX_EIO, "cannot write '%s': %s", dst, strerror(errno));
+    if (rc == 0 && ferror(in))
+        rc = vx_errf(err, VX_EIO, "cannot read '%s'", src);
+    if (rc == 0 && fsync(fd) < 0)
+        rc = vx_errf(err, VX_EIO, "cannot sync '%s': %s", dst, strerror(errno));
+    fclose(in);
+    close(fd);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- objects */
+
+static uint64_t shard_cap(void)
+{
+    const char *z = getenv("LQL_SHARD_CAP");
+    if (!z || !*z)
+        return DEFAULT_SHARD_CAP;
+    char *end;
+    unsigned long long v = strtoull(z, &end, 10);
+    return *end || v == 0 ? DEFAULT_SHARD_CAP : (uint64_t)v;
+}
+
+enum { EXACT, EQUIVALENT, APPROXIMATE };
+static const char *const fidelity_name[] = {"source-exact", "source-equivalent",
+                                            "numerically-approximate"};
+
+static int fidelity(vx_dtype from, vx_dtype to)
+{
+    if (from == to)
+        return EXACT;
+    return to == VX_F32 ? EQUIVALENT : APPROXIMATE;
+}
+
+/* Encode one object: its operands into segments/<id>[.NNN].bin, recording segments and
+ * the representation in index, the object in objects. */
+static int encode_object(enc *e, const char *tmp, const hf_object *ob, cJSON *index, cJSON *objects)
+{
+    uint64_t by[VX_DTYPE_COUNT] = {0};
+    int fid = EXACT;
+    for (size_t i = 0; i < ob->n; i++) {
+        vx_dtype t = out_dtype(e, &ob->op[i]);
+        by[t] += op_bytes(&ob->op[i], t);
+        int f = fidelity(ob->op[i].src->dtype, t);
+        fid = f > fid ? f : fid;
+    }
+    vx_dtype rd = VX_F32;
+    for (int t = 0; t < VX_DTYPE_COUNT; t++)
+        if (by[t] > by[rd])
+            rd = (vx_dtype)t;
+    char rid[128];
+    snprintf(rid, sizeof rid, "%s.%s", ob->id, vx_dtype_name(rd));
+
+    vx_segw_tensor *tt = calloc(ob->n + 1, sizeof *tt);
+    if (!tt)
+        return vx_errf(e->err, VX_ENOMEM, "encode: out of memory");
+    for (size_t i = 0; i < ob->n; i++) {
+        tt[i].name = ob->op[i].name;
+        tt[i].dtype = out_dtype(e, &ob->op[i]);
+        tt[i].ndim = ob->op[i].ndim;
+        memcpy(tt[i].shape, ob->op[i].shape, sizeof tt[i].shape);
+    }
+    cJSON *rep = cJSON_CreateObject();
+    cJSON_AddStringToObject(rep, "object", ob->id);
+    cJSON_AddStringToObject(rep, "encoding", "tensor-table");
+    cJSON_AddStringToObject(rep, "dtype", vx_dtype_name(rd));
+    cJSON_AddStringToObject(rep, "fidelity", fidelity_name[fid]);
+    cJSON *seglist = cJSON_AddArrayToObject(rep, "segments");
+    cJSON_AddItemToObject(cJSON_GetObjectItemCaseSensitive(index, "representations"), rid, rep);
+    cJSON *segs = cJSON_GetObjectItemCaseSensitive(index, "segments");
+
+    memset(e->hashed, 0, st_count(e->m) + 1);
+    int rc = vx_sha256_init(&e->pay, e->err);
+    if (rc == 0 && (rc = vx_sha256_init(&e->src, e->err)) < 0)
+        vx_sha256_free(&e->pay);
+    if (rc < 0) {
+        free(tt);
+        return -1;
+    }
+    uint64_t cap = shard_cap(), base = vx_segw_header_bound(NULL, 0);
+    int nfile = 0;
+    for (size_t i = 0; rc == 0 && i < ob->n; nfile++) {
+        /* Take operands while the file (header bound + aligned payload) stays within cap. */
+        size_t k = i;
+        uint64_t hb = base, pay = 0;
+        while (k < ob->n) {
+            uint64_t add = vx_segw_header_bound(&tt[k], 1) - base;
+            uint64_t len = op_bytes(&ob->op[k], tt[k].dtype);
+            uint64_t size = 8 + hb + add + ((pay + 63) & ~(uint64_t)63) + len;
+            if (size > cap) {
+                if (k == i)
+                    rc = vx_errf(e->err, VX_EARG, "encode: tensor '%s' of '%s' (%llu bytes) does not fit "
+                                 "the shard cap of %llu bytes (raise LQL_SHARD_CAP)", ob->op[k].name,
+                                 ob->id, (unsigned long long)len, (unsigned long long)cap);
+                break;
+            }
+            hb += add;
+            pay = ((pay + 63) & ~(uint64_t)63) + len;
+            k++;
+        }
+        if (rc)
+            break;
+        char rel[256], path[PATH_MAX];
+        if (nfile == 0)
+            snprintf(rel, sizeof rel, "segments/%s.bin", ob->id);
+        else
+            snprintf(rel, sizeof rel, "segments/%s.%03d.bin", ob->id, nfile);
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", tmp, rel) >= sizeof path) {
+            rc = vx_errf(e->err, VX_EARG, "encode: output path '%s' is too long", tmp);
+            break;
+        }
+        vx_segw *w;
+        if ((rc = vx_segw_open(&w, path, ob->id, rid, tt + i, k - i, e->err)) < 0)
+            break;
+        for (size_t j = i; rc == 0 && j < k; j++)
+            rc = write_operand(e, w, &ob->op[j]);
+        if (rc < 0) {
+            vx_segw_abort(w);
+            break;
+        }
+        char sha[65];
+        uint64_t bytes;
+        if ((rc = vx_segw_close(w, sha, &bytes, e->err)) < 0)
+            break;
+        cJSON *s = cJSON_CreateObject();
+        cJSON_AddStringToObject(s, "schema", "tensor-table");
+        cJSON_AddNumberToObject(s, "version", 1);
+        cJSON_AddNumberToObject(s, "bytes", (double)bytes);
+        cJSON_AddStringToObject(s, "sha256", sha);
+        cJSON_AddItemToObject(segs, rel, s);
+        cJSON_AddItemToArray(seglist, cJSON_CreateString(rel));
+        i = k;
+    }
+    free(tt);
+    if (rc < 0) {
+        vx_sha256_free(&e->pay);
+        vx_sha256_free(&e->src);
+        return -1;
+    }
+    char hp[65], hs[65];
+    vx_sha256_final(&e->src, hs);
+    vx_sha256_final(&e->pay, hp);
+    cJSON_AddStringToObject(rep, "source_payload_sha256", hs);
+    cJSON_AddStringToObject(rep, "payload_sha256", hp);
+
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", ob->id);
+    cJSON_AddStringToObject(o, "component", "target");
+    cJSON_AddStringToObject(o, "kind", ob->kind);
+    cJSON *b = cJSON_AddObjectToObject(o, "source_bindings");
+    for (size_t i = 0; i < ob->n; i++)
+        cJSON_AddItemToObject(b, ob->op[i].name, hf_binding(&ob->op[i]));
+    cJSON *rs = cJSON_AddArrayToObject(o, "representations");
+    cJSON_AddItemToArray(rs, cJSON_CreateString(rid));
+    cJSON_AddItemToArray(objects, o);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- entry */
+
+static int rename_noreplace(const char *from, const char *to, vx_err *err)
+{
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno == EEXIST || errno == ENOTEMPTY)
+        return vx_errf(err, VX_EARG, "encode: output '%s' appeared while encoding; not replaced", to);
+    if (errno != EINVAL && errno != ENOSYS)
+        return vx_errf(err, VX_EIO, "cannot rename '%s' to '%s': %s", from, to, strerror(errno));
+    struct stat st;
+    if (lstat(to, &st) == 0)
+        return vx_errf(err, VX_EARG, "encode: output '%s' appeared while encoding; not replaced", to);
+    if (rename(from, to) < 0)
+        return vx_errf(err, VX_EIO, "cannot rename '%s' to '%s': %s", from, to, strerror(errno));
+    return 0;
+}
+
+static cJSON *make_index(const hf_plan *p, const char *model, const char *source, const vx_encode_opts *o)
+{
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddNumberToObject(x, "version", 4);
+    cJSON_AddStringToObject(x, "model", model);
+    cJSON_AddStringToObject(x, "family", p->family);
+    cJSON_AddNumberToObject(x, "hidden_size", p->hidden);
+    cJSON_AddNumberToObject(x, "num_layers", p->num_layers);
+    cJSON_AddStringToObject(x, "system_graph", "system_graph.json");
+    cJSON_AddNullToObject(x, "moe_manifest");
+    cJSON_AddStringToObject(x, "authority", "canonical");
+    cJSON_AddNullToObject(x, "derived_from_model");
+    cJSON_AddNullToObject(x, "precision_map");
+    cJSON_AddObjectToObject(x, "representations");
+    cJSON_AddObjectToObject(x, "segments");
+    cJSON_AddArrayToObject(x, "profiles");
+    cJSON_AddObjectToObject(x, "variants");
+    cJSON *e = cJSON_AddObjectToObject(x, "encoder");
+    cJSON_AddStringToObject(e, "name", "lql");
+    cJSON_AddStringToObject(e, "version", "0.1.0");
+    cJSON_AddStringToObject(e, "source", source);
+    cJSON_AddItemToObject(e, "declaration_only", cJSON_Duplicate(p->declaration_only, 1));
+    cJSON_AddStringToObject(e, "dtype_policy", o->dtype < 0 ? "source" : vx_dtype_name((vx_dtype)o->dtype));
+    if (o->layer_lo >= 0 && o->layer_hi >= o->layer_lo) {
+        cJSON *b = cJSON_AddArrayToObject(e, "layer_band");
+        cJSON_AddItemToArray(b, cJSON_CreateNumber(o->layer_lo));
+        cJSON_AddItemToArray(b, cJSON_CreateNumber(o->layer_hi));
+    }
+    return x;
+}
+
+int vx_encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opts, vx_err *err)
+{
+    vx_encode_opts defaults;
+    if (!opts) {
+        vx_encode_opts_init(&defaults);
+        opts = &defaults;
+    }
+    if (!hf_dir || !out_dir || !*out_dir)
+        return vx_errf(err, VX_EARG, "encode: a checkpoint directory and an output path are required");
+    if (opts->dtype >= 0 && opts->dtype != VX_F32 && opts->dtype != VX_F16 && opts->dtype != VX_BF16)
+        return vx_errf(err, VX_EARG, "encode: dtype '%s' is not an encode target (f32, f16 or bf16; "
+                       "quantised representations are made from a container)",
+                       vx_dtype_name((vx_dtype)opts->dtype) ? vx_dtype_name((vx_dtype)opts->dtype) : "?");
+    if (opts->layer_lo >= 0 && opts->layer_hi < opts->layer_lo)
+        return vx_errf(err, VX_EARG, "encode: layer band [%d, %d] is empty", opts->layer_lo,
+                       opts->layer_hi);
+    struct stat st;
+    if (lstat(out_dir, &st) == 0)
+        return vx_errf(err, VX_EARG, "encode: output '%s' already exists", out_dir);
+    char src[PATH_MAX];
+    if (!realpath(hf_dir, src))
+        return vx_errf(err, VX_EIO, "encode: cannot open checkpoint directory '%s': %s", hf_dir,
+                       strerror(errno));
+    st_model *m = NULL;
+    hf_plan plan;
+    memset(&plan, 0, sizeof plan);
+    if (st_open_dir(src, &m, err) < 0)
+        return -1;
+    if (hf_admit(src, m, &plan, err) < 0) {
+        st_close(m);
+        return -1;
+    }
+    if (plan.num_layers > 0 && opts->layer_hi >= plan.num_layers) {
+        hf_plan_free(&plan);
+        st_close(m);
+        return vx_errf(err, VX_EARG, "encode: layer band [%d, %d] is outside the model (layers 0..%d)",
+                       opts->layer_lo, opts->layer_hi, plan.num_layers - 1);
+    }
+
+    char tmp[PATH_MAX], segdir[PATH_MAX];
+    int rc = 0;
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out_dir, (long)getpid()) >= sizeof tmp - 64 ||
+        (size_t)snprintf(segdir, sizeof segdir, "%s/segments", tmp) >= sizeof segdir) {
+        hf_plan_free(&plan);
+        st_close(m);
+        return vx_errf(err, VX_EARG, "encode: output path '%s' is too long", out_dir);
+    }
+    int made = 0;
+    enc e = {.o = opts, .m = m, .err = err};
+    cJSON *index = NULL, *graph = NULL;
+    if (mkdir(tmp, 0755) < 0) {
+        rc = vx_errf(err, VX_EIO, "encode: cannot create '%s': %s", tmp, strerror(errno));
+        goto out;
+    }
+    made = 1;
+    if (mkdir(segdir, 0755) < 0) {
+        rc = vx_errf(err, VX_EIO, "encode: cannot create '%s': %s", segdir, strerror(errno));
+        goto out;
+    }
+    e.f32 = malloc(CHUNK_ELEMS * sizeof(float));
+    e.cbuf = malloc(CHUNK_ELEMS * 4);
+    e.gbuf = malloc(CHUNK_ELEMS * 4);
+    e.hashed = calloc(st_count(m) + 1, 1);
+    if (!e.f32 || !e.cbuf || !e.gbuf || !e.hashed) {
+        rc = vx_errf(err, VX_ENOMEM, "encode: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < HF_NOBJ; i++)
+        for (size_t k = 0; k < plan.obj[i].n; k++)
+            e.total += op_bytes(&plan.obj[i].op[k], out_dtype(&e, &plan.obj[i].op[k]));
+
+    const char *model = opts->model_name;
+    char base[PATH_MAX];
+    if (!model) {
+        snprintf(base, sizeof base, "%s", src);
+        model = basename(base);
+    }
+    index = make_index(&plan, model, src, opts);
+    graph = cJSON_CreateObject();
+    cJSON_AddNumberToObject(graph, "schema", 6);
+    cJSON *comps = cJSON_AddArrayToObject(graph, "components");
+    cJSON_AddItemToArray(comps, plan.component);
+    plan.component = NULL;
+    cJSON *objects = cJSON_AddArrayToObject(graph, "objects");
+    cJSON_AddArrayToObject(graph, "edges");
+    for (int i = 0; i < HF_NOBJ && rc == 0; i++)
+        if (plan.obj[i].n)
+            rc = encode_object(&e, tmp, &plan.obj[i], index, objects);
+    if (rc < 0)
+        goto out;
+    static const char *const snapshots[] = {"tokenizer.json", "tokenizer_config.json",
+                                            "generation_config.json", "special_tokens_map.json",
+                                            "config.json"};
+    for (size_t i = 0; i < sizeof snapshots / sizeof *snapshots && rc == 0; i++)
+        rc = copy_snapshot(src, tmp, snapshots[i], err);
+    if (rc == 0)
+        rc = write_json(tmp, "system_graph.json", graph, err);
+    if (rc == 0)
+        rc = write_json(tmp, "index.json", index, err);
+    if (rc == 0 && opts->finish) {
+        rc = opts->finish(opts->finish_ctx, tmp, index, err);
+        if (rc == 0)
+            rc = write_json(tmp, "index.json", index, err);
+    }
+    if (rc == 0 && vx_cancel_flag)
+        rc = vx_errf(err, VX_ECANCEL, "encode: cancelled");
+    if (rc == 0)
+        rc = sync_path(segdir, err);
+    if (rc == 0)
+        rc = sync_path(tmp, err);
+    if (rc == 0)
+        rc = rename_noreplace(tmp, out_dir, err);
+    if (rc == 0) {
+        made = 0;
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof parent, "%s", out_dir);
+        rc = sync_path(dirname(parent), err);
+    }
+out:
+    if (rc < 0 && made)
+        rmtree(tmp);
+    cJSON_Delete(index);
+    cJSON_Delete(graph);
+    free(e.f32);
+    free(e.cbuf);
+    free(e.gbuf);
+    free(e.hashed);
+    hf_plan_free(&plan);
+    st_close(m);
+    return rc < 0 ? -1 : 0;
+}

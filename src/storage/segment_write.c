@@ -1,0 +1,260 @@
+/*
+ * segment_write.c — writing one tensor-table segment file as a stream.
+ *
+ * Layout (docs/lql/CONTAINER.md): [u64 LE header length][header JSON, space padded so the
+ * payload starts 64-byte aligned][payload, each tensor at a 64-aligned offset, zero
+ * padding between]. The table is known before any payload byte, so the header is written
+ * first with placeholder per-tensor sha256 fields; they have a fixed width (64 hex), so
+ * patching in the real hashes at close leaves every offset unchanged. Memory use is one
+ * 1 MiB write buffer, whatever the segment size.
+ */
+#include "vx_int.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WBUF (1u << 20)
+
+struct vx_segw {
+    int fd;
+    char *path;
+    cJSON *hdr;                  /* the table, re-printed at close with the real hashes */
+    uint64_t hlen;               /* padded header length (the u64 prefix) */
+    size_t n, cur;               /* tensors; the one being written */
+    uint64_t *off, *len;         /* payload-relative */
+    uint64_t pos;                /* payload bytes emitted so far (incl. padding) */
+    uint64_t done;               /* bytes of tensor `cur` written */
+    vx_sha256_ctx th;            /* hash of tensor `cur` */
+    char (*hex)[65];
+    unsigned char *buf;
+    size_t nbuf;
+};
+
+static const char zero_hex[] =
+    "0000000000000000000000000000000000000000000000000000000000000000";
+
+uint64_t vx_segw_header_bound(const vx_segw_tensor *t, size_t n)
+{
+    uint64_t b = 512 + 64;
+    for (size_t i = 0; i < n; i++)
+        b += strlen(t[i].name) + 320;
+    return b;
+}
+
+static int flush(vx_segw *w, vx_err *err)
+{
+    size_t at = 0;
+    while (at < w->nbuf) {
+        ssize_t k = write(w->fd, w->buf + at, w->nbuf - at);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return vx_errf(err, VX_EIO, "cannot write '%s': %s", w->path,
+                           k < 0 ? strerror(errno) : "short write");
+        at += (size_t)k;
+    }
+    w->nbuf = 0;
+    return 0;
+}
+
+static int put(vx_segw *w, const void *data, size_t n, vx_err *err)
+{
+    const unsigned char *p = data;
+    while (n) {
+        size_t k = WBUF - w->nbuf < n ? WBUF - w->nbuf : n;
+        if (p)
+            memcpy(w->buf + w->nbuf, p, k);
+        else
+            memset(w->buf + w->nbuf, 0, k);
+        w->nbuf += k;
+        if (p)
+            p += k;
+        n -= k;
+        if (w->nbuf == WBUF && flush(w, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static char *print_header(vx_segw *w)
+{
+    cJSON *ts = cJSON_GetObjectItemCaseSensitive(w->hdr, "tensors"), *t;
+    size_t i = 0;
+    cJSON_ArrayForEach(t, ts) {
+        cJSON_ReplaceItemInObjectCaseSensitive(t, "sha256", cJSON_CreateString(w->hex[i]));
+        i++;
+    }
+    return cJSON_PrintUnformatted(w->hdr);
+}
+
+void vx_segw_abort(vx_segw *w)
+{
+    if (!w)
+        return;
+    if (w->fd >= 0)
+        close(w->fd);
+    vx_sha256_free(&w->th);
+    cJSON_Delete(w->hdr);
+    free(w->path);
+    free(w->off);
+    free(w->len);
+    free(w->hex);
+    free(w->buf);
+    free(w);
+}
+
+/* Start tensor `cur`: zero padding up to its offset and a fresh hash. Zero-length
+ * tensors complete at once. */
+static int begin(vx_segw *w, vx_err *err)
+{
+    for (; w->cur < w->n; w->cur++) {
+        if (put(w, NULL, (size_t)(w->off[w->cur] - w->pos), err) < 0)
+            return -1;
+        w->pos = w->off[w->cur];
+        w->done = 0;
+        if (vx_sha256_init(&w->th, err) < 0)
+            return -1;
+        if (w->len[w->cur])
+            return 0;
+        vx_sha256_final(&w->th, w->hex[w->cur]);
+    }
+    return 0;
+}
+
+int vx_segw_open(vx_segw **out, const char *path, const char *object, const char *representation,
+                 const vx_segw_tensor *t, size_t n, vx_err *err)
+{
+    *out = NULL;
+    vx_segw *w = calloc(1, sizeof *w);
+    if (!w)
+        return vx_errf(err, VX_ENOMEM, "segment writer: out of memory");
+    w->fd = -1;
+    w->n = n;
+    w->path = strdup(path);
+    w->off = calloc(n + 1, sizeof *w->off);
+    w->len = calloc(n + 1, sizeof *w->len);
+    w->hex = calloc(n + 1, sizeof *w->hex);
+    w->buf = malloc(WBUF);
+    w->hdr = cJSON_CreateObject();
+    if (!w->path || !w->off || !w->len || !w->hex || !w->buf || !w->hdr) {
+        vx_segw_abort(w);
+        return vx_errf(err, VX_ENOMEM, "segment writer: out of memory");
+    }
+    cJSON_AddStringToObject(w->hdr, "schema", "tensor-table");
+    cJSON_AddNumberToObject(w->hdr, "version", 1);
+    cJSON_AddStringToObject(w->hdr, "object", object);
+    cJSON_AddStringToObject(w->hdr, "representation", representation);
+    cJSON *ts = cJSON_AddArrayToObject(w->hdr, "tensors");
+    uint64_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t rows = 1;
+        for (int d = 0; d + 1 < t[i].ndim; d++)
+            rows *= (uint64_t)t[i].shape[d];
+        uint64_t inner = t[i].ndim ? (uint64_t)t[i].shape[t[i].ndim - 1] : 1;
+        if (vx_dtype_nbytes(t[i].dtype, inner, rows, &w->len[i]) < 0) {
+            vx_segw_abort(w);
+            return vx_errf(err, VX_EARG, "segment '%s': tensor '%s' has no byte size", path, t[i].name);
+        }
+        w->off[i] = at;
+        at = (at + w->len[i] + 63) & ~(uint64_t)63;
+        memcpy(w->hex[i], zero_hex, 65);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", t[i].name);
+        cJSON_AddStringToObject(e, "dtype", vx_dtype_name(t[i].dtype));
+        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < t[i].ndim; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t[i].shape[d]));
+        cJSON_AddNumberToObject(e, "offset", (double)w->off[i]);
+        cJSON_AddNumberToObject(e, "length", (double)w->len[i]);
+        cJSON_AddStringToObject(e, "sha256", zero_hex);
+        cJSON_AddItemToArray(ts, e);
+    }
+    char *z = cJSON_PrintUnformatted(w->hdr);
+    if (!z) {
+        vx_segw_abort(w);
+        return vx_errf(err, VX_ENOMEM, "segment writer: out of memory");
+    }
+    uint64_t raw = strlen(z);
+    w->hlen = ((8 + raw + 63) & ~(uint64_t)63) - 8;
+    w->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        free(z);
+        int e = errno;
+        vx_segw_abort(w);
+        return vx_errf(err, VX_EIO, "cannot create segment '%s': %s", path, strerror(e));
+    }
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (unsigned char)(w->hlen >> (8 * i));
+    int rc = put(w, le, 8, err);
+    if (rc == 0)
+        rc = put(w, z, (size_t)raw, err);
+    free(z);
+    for (uint64_t i = raw; rc == 0 && i < w->hlen; i++)
+        rc = put(w, " ", 1, err);
+    if (rc == 0)
+        rc = begin(w, err);
+    if (rc < 0) {
+        vx_segw_abort(w);
+        return -1;
+    }
+    *out = w;
+    return 0;
+}
+
+int vx_segw_write(vx_segw *w, const void *data, size_t n, vx_err *err)
+{
+    const unsigned char *p = data;
+    while (n) {
+        if (w->cur >= w->n)
+            return vx_errf(err, VX_EARG, "segment '%s': %zu bytes written past the last tensor",
+                           w->path, n);
+        uint64_t room = w->len[w->cur] - w->done;
+        size_t k = room < n ? (size_t)room : n;
+        vx_sha256_update(&w->th, p, k);
+        if (put(w, p, k, err) < 0)
+            return -1;
+        w->done += k;
+        w->pos += k;
+        p += k;
+        n -= k;
+        if (w->done == w->len[w->cur]) {
+            vx_sha256_final(&w->th, w->hex[w->cur]);
+            w->cur++;
+            if (begin(w, err) < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+int vx_segw_close(vx_segw *w, char sha[65], uint64_t *bytes, vx_err *err)
+{
+    int rc = 0;
+    if (w->cur < w->n)
+        rc = vx_errf(err, VX_EARG, "segment '%s': tensor %zu of %zu is incomplete", w->path,
+                     w->cur + 1, w->n);
+    if (rc == 0)
+        rc = flush(w, err);
+    char *z = rc == 0 ? print_header(w) : NULL;
+    if (rc == 0 && (!z || strlen(z) > w->hlen))
+        rc = vx_errf(err, VX_EIO, "segment '%s': header changed size when hashes were added", w->path);
+    if (rc == 0 && pwrite(w->fd, z, strlen(z), 8) != (ssize_t)strlen(z))
+        rc = vx_errf(err, VX_EIO, "cannot write '%s': %s", w->path, strerror(errno));
+    free(z);
+    if (rc == 0 && fsync(w->fd) < 0)
+        rc = vx_errf(err, VX_EIO, "cannot sync '%s': %s", w->path, strerror(errno));
+    if (rc == 0) {
+        *bytes = 8 + w->hlen + w->pos;
+        close(w->fd);
+        w->fd = -1;
+        rc = vx_sha256_file(w->path, sha, err);
+    }
+    vx_segw_abort(w);
+    return rc;
+}
