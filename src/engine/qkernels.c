@@ -1,0 +1,396 @@
+/*
+ * qkernels.c — products on block-quantised weights without dequantising the matrix (the
+ * contract is in qkernels.h). Activations are quantised once per call to 8-bit blocks;
+ * each weight block is unpacked to int8 in registers and multiplied with AVX2 byte
+ * multiply-adds, one f32 scale product per block. Formats without an integer kernel, and
+ * builds without AVX2, dequantise one block at a time into a stack buffer and take an f32
+ * dot product. Rows are split across the engine's pool.
+ */
+#include "qkernels.h"
+#include "engine_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
+int eng_qsupported(vx_dtype dt)
+{
+    unsigned e, b;
+    return vx_quant_block(dt, &e, &b) == 0;
+}
+
+/* ---------------------------------------------------------------- the f32 block path */
+
+#ifdef __AVX2__
+static float hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+/* Σ a[i]·b[i] over n (a multiple of 32: every block size is). */
+static float dotf(const float *a, const float *b, int n)
+{
+#ifdef __AVX2__
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    return hsum(_mm256_add_ps(s0, s1));
+#else
+    float s = 0;
+    for (int i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+#endif
+}
+
+float eng_qdot(vx_dtype dt, const void *row, const float *x, int cols)
+{
+    unsigned be, bb;
+    if (vx_quant_block(dt, &be, &bb) != 0)
+        return NAN;
+    const unsigned char *w = row;
+    float buf[256], s = 0;
+    for (int b = 0; b < cols / (int)be; b++) {
+        vx_dequantize_block(dt, w + (size_t)b * bb, buf);
+        s += dotf(buf, x + (size_t)b * be, (int)be);
+    }
+    return s;
+}
+
+/* ---------------------------------------------------------------- quantised activations */
+
+/* Activations of n rows as 8-bit blocks: per block an f32 scale, the int8 values, and (for
+ * the 256-blocks) sums over each 16 values, which the K-quant kernels need for their
+ * mins and offsets. */
+typedef struct acts {
+    int blk, nb;              /* block size, blocks per row */
+    float *d;                 /* [n, nb] */
+    int8_t *q;                /* [n, cols] */
+    int16_t *bs;              /* [n, cols / 16] */
+    void *mem;
+} acts;
+
+/* Activation block size of the integer kernel for dt, 0 when dt takes the f32 path. */
+static int act_block(vx_dtype dt)
+{
+#ifdef __AVX2__
+    switch (dt) {
+    case VX_Q8_0:
+    case VX_Q4_0:
+    case VX_MXFP4:
+        return 32;
+    case VX_Q4_K:
+    case VX_Q6_K:
+        return 256;
+    default:
+        return 0;
+    }
+#else
+    (void)dt;
+    return 0;
+#endif
+}
+
+/* Scale amax/127, values rounded to nearest; 0 and all-zero for a zero block. */
+static void quantise_acts(const float *x, int cols, const acts *a, float *d, int8_t *q,
+                          int16_t *bs)
+{
+    for (int b = 0; b < a->nb; b++) {
+        const float *xb = x + (size_t)b * a->blk;
+        float amax = 0;
+        for (int i = 0; i < a->blk; i++)
+            amax = fmaxf(amax, fabsf(xb[i]));
+        float id = amax > 0 ? 127.f / amax : 0.f;
+        d[b] = amax / 127.f;
+        for (int i = 0; i < a->blk; i++)
+            q[(size_t)b * a->blk + i] = (int8_t)lrintf(xb[i] * id);
+    }
+    if (a->blk == 256)
+        for (int g = 0; g < cols / 16; g++) {
+            int s = 0;
+            for (int i = 0; i < 16; i++)
+                s += q[16 * g + i];
+            bs[g] = (int16_t)s;
+        }
+}
+
+static int acts_make(acts *a, int blk, const float *X, int n, int cols)
+{
+    a->blk = blk;
+    a->nb = cols / blk;
+    size_t nd = (size_t)n * a->nb, nq = (size_t)n * cols, ns = (size_t)n * (cols / 16);
+    a->mem = malloc(nd * sizeof(float) + nq + ns * sizeof(int16_t));
+    if (!a->mem)
+        return -1;
+    a->d = a->mem;
+    a->bs = (int16_t *)(a->d + nd);
+    a->q = (int8_t *)(a->bs + ns);
+    for (int t = 0; t < n; t++)
+        quantise_acts(X + (size_t)t * cols, cols, a, a->d + (size_t)t * a->nb,
+                      a->q + (size_t)t * cols, a->bs + (size_t)t * (cols / 16));
+    return 0;
+}
+
+/* ---------------------------------------------------------------- integer kernels */
+
+#ifdef __AVX2__
+static float h2f(const unsigned char *p)
+{
+    return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8));
+}
+
+/* Signed int8 × signed int8, pairwise summed to 8 int32 lanes, as floats. */
+static __m256 mul_i8(__m256i a, __m256i b)
+{
+    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+/* 32 nibbles in the Q4_0 order (element i low nibble of byte i, i+16 the high one). */
+static __m256i nibbles(const unsigned char *p)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0f));
+}
+
+static __m256i load32(const void *p)
+{
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+static float dot_q8_0(const unsigned char *w, const float *d, const int8_t *q, int nb)
+{
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++, w += 34)
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]),
+                              mul_i8(load32(w + 2), load32(q + 32 * b)), acc);
+    return hsum(acc);
+}
+
+static float dot_q4_0(const unsigned char *w, const float *d, const int8_t *q, int nb)
+{
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++, w += 18) {
+        __m256i v = _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]), mul_i8(v, load32(q + 32 * b)), acc);
+    }
+    return hsum(acc);
+}
+
+/* 2^(e-128): the E8M0 scale halved, because the table below holds doubled E2M1 values;
+ * e = 255 is NaN. Built from bits so e = 0 and 1 give the exact subnormals. */
+static float e8m0_half(unsigned e)
+{
+    if (e == 255)
+        return NAN;
+    uint32_t bits = e >= 2 ? (e - 1) << 23 : 0x00400000u >> (1 - e);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static float dot_mxfp4(const unsigned char *w, const float *d, const int8_t *q, int nb)
+{
+    static const int8_t doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)doubled));
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++, w += 17) {
+        __m256i v = _mm256_shuffle_epi8(tab, nibbles(w + 1));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(e8m0_half(w[0]) * d[b]),
+                              mul_i8(v, load32(q + 32 * b)), acc);
+    }
+    return hsum(acc);
+}
+
+/* Q4_K's 12 packed bytes → sm[0..7] the 6-bit scales, sm[8..15] the 6-bit mins. */
+static void q4k_unpack(const unsigned char *s, uint8_t sm[16])
+{
+    uint32_t u[4];
+    memcpy(u, s, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
+    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    u[2] = mins_lo;
+    u[0] &= 0x3f3f3f3fu;
+    memcpy(sm, u, 16);
+}
+
+static float dot_q4_k(const unsigned char *w, const float *d, const int8_t *q,
+                      const int16_t *bs, int nb)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (int b = 0; b < nb; b++, w += 144, q += 256, bs += 16) {
+        uint8_t sm[16];
+        q4k_unpack(w + 4, sm);
+        int summ = 0;
+        for (int s = 0; s < 8; s++)
+            summ += sm[8 + s] * (bs[2 * s] + bs[2 * s + 1]);
+        accm += h2f(w + 2) * d[b] * (float)summ;
+        __m256i isum = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            __m256i v = load32(w + 16 + 32 * j);
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            __m256i plo = _mm256_maddubs_epi16(lo, load32(q + 64 * j));
+            __m256i phi = _mm256_maddubs_epi16(hi, load32(q + 64 * j + 32));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(plo, _mm256_set1_epi16(sm[2 * j])));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(phi, _mm256_set1_epi16(sm[2 * j + 1])));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc) - accm;
+}
+
+/* Scale vector for 32 products: the low 16 elements use s0, the high 16 use s1. */
+static __m256i scale2(int s0, int s1)
+{
+    return _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
+}
+
+static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
+                      const int16_t *bs, int nb)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (int b = 0; b < nb; b++, w += 210, q += 256, bs += 16) {
+        const int8_t *sc = (const int8_t *)(w + 192);
+        float dd = h2f(w + 208) * d[b];
+        int off = 0;
+        for (int g = 0; g < 16; g++)
+            off += sc[g] * bs[g];
+        accm += dd * (float)(32 * off);
+        __m256i isum = _mm256_setzero_si256();
+        for (int n = 0; n < 2; n++) {
+            __m256i l0 = load32(w + 64 * n), l1 = load32(w + 64 * n + 32);
+            __m256i h = load32(w + 128 + 32 * n);
+            __m256i v[4] = {
+                _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
+                _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4)),
+            };
+            for (int k = 0; k < 4; k++) {
+                __m256i p = _mm256_maddubs_epi16(v[k], load32(q + 128 * n + 32 * k));
+                const int8_t *s = sc + 8 * n + 2 * k;
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scale2(s[0], s[1])));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc) - accm;
+}
+
+/* One weight row against activation row t. */
+static float dot_row(vx_dtype dt, const unsigned char *w, const acts *a, int t, int cols)
+{
+    const float *d = a->d + (size_t)t * a->nb;
+    const int8_t *q = a->q + (size_t)t * cols;
+    const int16_t *bs = a->bs + (size_t)t * (cols / 16);
+    switch (dt) {
+    case VX_Q8_0:
+        return dot_q8_0(w, d, q, a->nb);
+    case VX_Q4_0:
+        return dot_q4_0(w, d, q, a->nb);
+    case VX_MXFP4:
+        return dot_mxfp4(w, d, q, a->nb);
+    case VX_Q4_K:
+        return dot_q4_k(w, d, q, bs, a->nb);
+    default:
+        return dot_q6_k(w, d, q, bs, a->nb);
+    }
+}
+#endif
+
+/* ---------------------------------------------------------------- row loops, threads */
+
+typedef struct job {
+    vx_dtype dt;
+    const unsigned char *W;
+    size_t row_bytes;
+    int rows, cols, n;
+    const float *X;
+    float *Y;
+    const acts *a;            /* NULL: the f32 block path */
+} job;
+
+static void run_rows(const job *j, int r0, int r1)
+{
+    for (int r = r0; r < r1; r++) {
+        const unsigned char *w = j->W + (size_t)r * j->row_bytes;
+        for (int t = 0; t < j->n; t++) {
+            float *y = j->Y + (size_t)t * j->rows + r;
+#ifdef __AVX2__
+            if (j->a) {
+                *y = dot_row(j->dt, w, j->a, t, j->cols);
+                continue;
+            }
+#endif
+            *y = eng_qdot(j->dt, w, j->X + (size_t)t * j->cols, j->cols);
+        }
+    }
+}
+
+static void part(void *ctx, int i, int n)
+{
+    const job *j = ctx;
+    int lo, hi;
+    eng_split(j->rows, i, n, 4, &lo, &hi);
+    run_rows(j, lo, hi);
+}
+
+/* Prepares the job (quantising the activations when dt has an integer kernel). */
+static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int cols,
+                     const float *X, int n, float *Y)
+{
+    unsigned be = 1, bb = 0;
+    vx_quant_block(dt, &be, &bb);
+    *j = (job){dt, W, (size_t)(cols / (int)be) * bb, rows, cols, n, X, Y, NULL};
+    int blk = act_block(dt);
+    a->mem = NULL;
+    if (blk && acts_make(a, blk, X, n, cols) == 0)
+        j->a = a;
+}
+
+void eng_qgemm_rows(vx_dtype dt, const void *W, int r0, int r1, int rows, int cols,
+                    const float *X, int n, float *Y)
+{
+    job j;
+    acts a;
+    job_init(&j, &a, dt, W, rows, cols, X, n, Y);
+    run_rows(&j, r0, r1);
+    free(a.mem);
+}
+
+void eng_qgemm(vx_dtype dt, const void *W, int rows, int cols, const float *X, int n,
+               float *Y)
+{
+    job j;
+    acts a;
+    job_init(&j, &a, dt, W, rows, cols, X, n, Y);
+    /* Below ~64 KiB of weights the pool's wake-up costs more than it saves. */
+    if ((uint64_t)rows * j.row_bytes < 65536 || rows < 8)
+        run_rows(&j, 0, rows);
+    else
+        eng_parallel(part, &j);
+    free(a.mem);
+}
+
+void eng_qgemv(vx_dtype dt, const void *W, int rows, int cols, const float *x, float *y)
+{
+    eng_qgemm(dt, W, rows, cols, x, 1, y);
+}

@@ -1,0 +1,172 @@
+/*
+ * test_qkernels.c — the quantised GEMV/GEMM kernels against dequantise-then-dot in f64,
+ * for every block codec, within the tolerance qkernels.h documents:
+ *     |y - exact| <= Σ_i |W[r,i]| · amax_B(i)(x) / 254 + 1e-5 · Σ_i |W[r,i]·x[i]|
+ * (the first term only for the formats whose kernel quantises the activations), on the
+ * serial and the threaded path, plus the MXFP4 NaN scale and the refusals.
+ */
+#include "t.h"
+#include "qkernels.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float urand(void)            /* [-1, 1) */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static int act_block(vx_dtype dt)
+{
+    return dt == VX_Q4_K || dt == VX_Q6_K ? 256 :
+           dt == VX_Q8_0 || dt == VX_Q4_0 || dt == VX_MXFP4 ? 32 : 0;
+}
+
+/* A rows × cols matrix in dt: quantised from random values, or for the decode-only
+ * K-quants random blocks with sane f16 scales. Returns the bytes; *ref gets the exact
+ * dequantised values. */
+static unsigned char *make_w(vx_dtype dt, int rows, int cols, float **ref)
+{
+    unsigned be, bb;
+    vx_quant_block(dt, &be, &bb);
+    size_t rb = (size_t)cols / be * bb;
+    unsigned char *w = malloc(rb * (size_t)rows);
+    float *row = malloc(sizeof(float) * (size_t)cols);
+    *ref = malloc(sizeof(float) * (size_t)cols * (size_t)rows);
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++)
+            row[c] = urand() * (c % 97 == 0 ? 8.f : 1.f);
+        if (vx_quantize_row(dt, row, w + rb * (size_t)r, (size_t)cols) != 0) {
+            for (size_t i = 0; i < rb; i++) {
+                urand();
+                w[rb * (size_t)r + i] = (unsigned char)(rng >> 24);
+            }
+            for (size_t b = 0; b < rb / bb; b++) {
+                unsigned char *blk = w + rb * (size_t)r + b * bb;
+                size_t at[2] = {dt == VX_Q2_K ? 80 : dt == VX_Q3_K ? 108 : 0,
+                                dt == VX_Q2_K ? 82 : dt == VX_Q5_K ? 2 : (size_t)-1};
+                for (int k = 0; k < 2; k++)
+                    if (at[k] != (size_t)-1) {
+                        uint16_t h = vx_f32_to_f16(0.01f * (urand() + 1.5f));
+                        blk[at[k]] = (unsigned char)h;
+                        blk[at[k] + 1] = (unsigned char)(h >> 8);
+                    }
+            }
+        }
+        CHECK(vx_dequantize_row(dt, w + rb * (size_t)r, *ref + (size_t)r * cols, (size_t)cols) == 0);
+    }
+    free(row);
+    return w;
+}
+
+static double worst;   /* largest error / bound seen */
+
+/* Checks y (one output row per weight row) against ref·x. */
+static int check_rows(vx_dtype dt, const float *ref, int r0, int r1, int cols, const float *x,
+                      const float *y, int stride)
+{
+    int ok = 1, blk = act_block(dt);
+    for (int r = r0; r < r1; r++) {
+        const float *w = ref + (size_t)r * cols;
+        double exact = 0, mag = 0, qerr = 0;
+        for (int c = 0; c < cols; c++) {
+            exact += (double)w[c] * x[c];
+            mag += fabs((double)w[c] * x[c]);
+        }
+        if (blk)
+            for (int b = 0; b < cols / blk; b++) {
+                double amax = 0, wabs = 0;
+                for (int i = 0; i < blk; i++) {
+                    amax = fmax(amax, fabs(x[b * blk + i]));
+                    wabs += fabs(w[b * blk + i]);
+                }
+                qerr += wabs * amax / 254;
+            }
+        double bound = qerr + 1e-5 * mag + 1e-30;
+        double err = fabs(y[(size_t)r * stride] - exact);
+        if (err / bound > worst)
+            worst = err / bound;
+        if (!(err <= bound)) {
+            if (ok)
+                fprintf(stderr, "%s row %d: got %.9g want %.9g (bound %.3g)\n", vx_quant_name(dt),
+                        r, y[(size_t)r * stride], exact, bound);
+            ok = 0;
+        }
+        /* The bound is not vacuous: well under the result's own magnitude. */
+        if (bound > 0.05 * mag + 1e-20)
+            ok = 0;
+    }
+    return ok;
+}
+
+static void one(vx_dtype dt, int rows, int cols)
+{
+    float *ref;
+    unsigned char *w = make_w(dt, rows, cols, &ref);
+    int n = 3;
+    float *X = malloc(sizeof(float) * (size_t)n * cols), *Y = malloc(sizeof(float) * (size_t)n * rows);
+    for (int i = 0; i < n * cols; i++) {
+        int blk = (i % cols) / 32;
+        X[i] = blk % 5 == 3 ? 0.f : urand() * (blk % 3 == 0 ? 50.f : 1.f);
+    }
+    eng_qgemv(dt, w, rows, cols, X, Y);
+    CHECK_MSG(check_rows(dt, ref, 0, rows, cols, X, Y, 1), "%s gemv %dx%d", vx_quant_name(dt),
+              rows, cols);
+    eng_qgemm(dt, w, rows, cols, X, n, Y);
+    for (int t = 0; t < n; t++)
+        CHECK_MSG(check_rows(dt, ref, 0, rows, cols, X + (size_t)t * cols, Y + (size_t)t * rows, 1),
+                  "%s gemm row %d", vx_quant_name(dt), t);
+    for (int i = 0; i < n * rows; i++)
+        Y[i] = -12345.f;
+    eng_qgemm_rows(dt, w, 2, 5, rows, cols, X, n, Y);
+    CHECK(Y[0] == -12345.f && Y[1] == -12345.f && Y[5] == -12345.f);
+    CHECK(check_rows(dt, ref, 2, 5, cols, X, Y, 1));
+    CHECK(check_rows(dt, ref, 2, 5, cols, X + cols, Y + rows, 1));
+    /* eng_qdot: exact weights in f32, the tight bound. */
+    unsigned be, bb;
+    vx_quant_block(dt, &be, &bb);
+    float d = eng_qdot(dt, w + (size_t)cols / be * bb, X, cols);
+    double exact = 0, mag = 0;
+    for (int c = 0; c < cols; c++) {
+        exact += (double)ref[cols + c] * X[c];
+        mag += fabs((double)ref[cols + c] * X[c]);
+    }
+    CHECK_MSG(fabs(d - exact) <= 1e-5 * mag, "%s qdot %.9g want %.9g", vx_quant_name(dt), d, exact);
+    free(X);
+    free(Y);
+    free(w);
+    free(ref);
+}
+
+int main(void)
+{
+    static const vx_dtype all[] = {VX_Q8_0, VX_Q4_0, VX_Q2_K, VX_Q3_K, VX_Q4_K, VX_Q5_K,
+                                   VX_Q6_K, VX_MXFP4};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        CHECK(eng_qsupported(all[i]));
+        one(all[i], 37, 512);        /* serial (small) */
+        one(all[i], 300, 1024);      /* threaded */
+    }
+    printf("worst error / bound: %.3f\n", worst);
+    CHECK(!eng_qsupported(VX_F32) && !eng_qsupported(VX_BF16));
+    /* MXFP4 scale codes: 255 makes the block NaN; 0 gives subnormal products. */
+    unsigned char blk[2][17];
+    memset(blk, 0, sizeof blk);
+    blk[0][0] = 255;
+    blk[0][1] = 0x22;
+    blk[1][0] = 0;
+    blk[1][1] = 0x07;          /* element 0 = 6 · 2^-127, element 16 = 0 */
+    float x[32], y[2];
+    for (int i = 0; i < 32; i++)
+        x[i] = 1.f;
+    eng_qgemv(VX_MXFP4, blk, 2, 32, x, y);
+    CHECK(isnan(y[0]));
+    /* The scale product 2^-128 · (1/127) is subnormal, so a few bits go: 1e-3 relative. */
+    CHECK_NEAR(y[1] / ldexpf(6.f, -127), 1.0, 1e-3);
+    return T_DONE();
+}
