@@ -1,0 +1,317 @@
+/*
+ * test_browse.c — browse on the real tiny model: encode /work/shared/models/tinyllama
+ * with the down-meta hook into the build tree, then check
+ *   - index.browse (bands, top_k) and one feature's down-meta against a direct float64
+ *     E · down[:, f] over the whole vocabulary;
+ *   - WALK's query token and per-layer hits against a float64 ranking of gate·q;
+ *   - TRACE: lens top-1 per layer equals golden.json's lens_top1 and the residual norms
+ *     equal hidden_norms (1e-3 relative) for every golden prompt; FOR pushes telescope;
+ *     SAVE then FROM reproduces the rows;
+ *   - DESCRIBE / SELECT / SHOW values and their bad inputs with pinned texts.
+ */
+#include "brw_int.h"
+#include "t.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TINY LQL_SHARED_DIR "/models/tinyllama"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static cJSON *load_json(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    size_t got = fread(b, 1, (size_t)n, f);
+    b[got] = 0;
+    fclose(f);
+    cJSON *j = cJSON_Parse(b);
+    free(b);
+    return j;
+}
+
+static double elem(const vx_tensor *t, size_t i)
+{
+    if (t->dtype == VX_F32)
+        return ((const float *)t->data)[i];
+    if (t->dtype == VX_F16)
+        return vx_f16_to_f32(((const uint16_t *)t->data)[i]);
+    return vx_bf16_to_f32(((const uint16_t *)t->data)[i]);
+}
+
+static void rm_rf(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static void check_down_meta(const brw_model *m, int layer, int64_t f)
+{
+    const vx_tensor *E = m->s.embed, *D = m->s.layer[layer].parts[0].down;
+    int V = m->s.vocab, H = m->s.hidden;
+    int64_t I = D->shape[1];
+    double *lg = malloc((size_t)V * sizeof *lg);
+    for (int v = 0; v < V; v++) {
+        double s = 0;
+        for (int h = 0; h < H; h++)
+            s += elem(E, (size_t)v * H + h) * elem(D, (size_t)h * (size_t)I + (size_t)f);
+        lg[v] = s;
+    }
+    brw_meta md;
+    CHECK(brw_dmet_get(m->dmet, layer, f, &md) == 0 && md.present && md.k == 10);
+    int ok = 1;
+    for (int j = 0; j < 10; j++) {
+        int best = -1;
+        for (int v = 0; v < V; v++) {
+            int used = 0;
+            for (int u = 0; u < j && !used; u++)
+                used = md.ids[u] == v;
+            if (!used && (best < 0 || lg[v] > lg[best]))
+                best = v;
+        }
+        ok &= md.ids[j] == best;
+        CHECK_NEAR(md.logits[j], lg[md.ids[j]], 1e-4 * (1 + fabs(lg[md.ids[j]])));
+    }
+    CHECK_MSG(ok, "down-meta top-10 of L%d F%lld differs from float64", layer, (long long)f);
+    CHECK(md.top_id == md.ids[0]);
+    CHECK_NEAR(md.c_score, md.logits[0], 0);
+    free(lg);
+}
+
+int main(void)
+{
+    char out[4096], plain[4096];
+    snprintf(out, sizeof out, "%s/h7-browse-tiny.vindex3", LQL_BINARY_DIR);
+    snprintf(plain, sizeof plain, "%s/h7-browse-tiny-plain.vindex3", LQL_BINARY_DIR);
+    rm_rf(out);
+    rm_rf(plain);
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    vx_err err = {0};
+    double t0 = now();
+    CHECK(vx_encode(TINY, plain, &o, &err) == 0);
+    double t_plain = now() - t0;
+    o.finish = brw_encode_finish;
+    o.finish_ctx = &o;
+    t0 = now();
+    int enc = vx_encode(TINY, out, &o, &err);
+    double t_browse = now() - t0;
+    CHECK_MSG(enc == 0, "encode: %s", err.msg);
+    if (enc != 0)
+        return T_DONE();
+    printf("encode tinyllama: %.3f s without down-meta, %.3f s with\n", t_plain, t_browse);
+
+    vx_container *c = NULL;
+    brw_model *m = NULL;
+    CHECK(vx_open(out, &c, &err) == 0);
+    CHECK_MSG(c && brw_open(c, &m, &err) == 0, "brw_open: %s", err.msg);
+    if (!m)
+        return T_DONE();
+    const cJSON *br = cJSON_GetObjectItem(vx_index_json(c), "browse");
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(br, "down_meta")), "browse/down_meta.bin");
+    CHECK(cJSON_GetObjectItem(br, "down_top_k")->valueint == 10);
+    CHECK(cJSON_IsString(cJSON_GetObjectItem(br, "band_rule")));
+    int band[3][2];
+    brw_bands(m, band);
+    CHECK(band[0][0] == 0 && band[0][1] == 0 && band[1][0] == 1 && band[1][1] == 2 &&
+          band[2][0] == 3 && band[2][1] == 3);
+    CHECK(brw_layers(m) == 4 && brw_features(m, 0) == 768 && brw_hidden(m) == 256);
+    CHECK(m->dmet && brw_dmet_layers(m->dmet) == 4 && brw_dmet_count(m->dmet, 3) == 768);
+
+    check_down_meta(m, 2, 100);
+    check_down_meta(m, 0, 767);
+
+    /* WALK: query = embedding of the last token of "The capital of France is" (id 265) */
+    brw_walk w;
+    brw_walk_opts wo = {.top = 5, .layer_lo = -1, .layer_hi = -1};
+    CHECK(brw_walk_run(m, "The capital of France is", &wo, &w, &err) == 0);
+    CHECK(w.token == 265 && w.n_layers == 4);
+    {
+        float q[256];
+        brw_embed_row(&m->s, 265, q, &err);
+        for (int l = 0; l < 4; l++) {
+            const vx_tensor *G = m->s.layer[l].parts[0].gate;
+            double best[5] = {0};
+            int64_t bi[5] = {-1, -1, -1, -1, -1};
+            for (int64_t f = 0; f < 768; f++) {
+                double s = 0;
+                for (int h = 0; h < 256; h++)
+                    s += elem(G, (size_t)f * 256 + h) * q[h] * m->s.embed_scale;
+                for (int j = 0; j < 5; j++)
+                    if (bi[j] < 0 || fabs(s) > fabs(best[j])) {
+                        for (int k = 4; k > j; k--) {
+                            best[k] = best[k - 1];
+                            bi[k] = bi[k - 1];
+                        }
+                        best[j] = s;
+                        bi[j] = f;
+                        break;
+                    }
+            }
+            int ok = w.counts[l] == 5;
+            for (int j = 0; j < 5; j++)
+                ok &= w.hits[l * 5 + j].feature == bi[j] &&
+                      fabs(w.hits[l * 5 + j].score - best[j]) < 1e-4;
+            CHECK_MSG(ok, "walk layer %d differs from float64", l);
+        }
+    }
+    brw_walk_free(&w);
+    wo.layer_lo = 2;
+    wo.layer_hi = 7;
+    CHECK(brw_walk_run(m, "x", &wo, &w, &err) == -1);
+    CHECK_STR(err.msg, "layer range 2-7 is out of range (the model has 4 layers: 0-3)");
+
+    /* DESCRIBE / SELECT errors */
+    brw_describe d;
+    CHECK(brw_describe_run(m, "  ", NULL, &d, &err) == -1);
+    CHECK_STR(err.msg, "DESCRIBE needs a non-empty entity");
+    brw_describe_opts dop = {.band = -1, .at_layer = 9};
+    CHECK(brw_describe_run(m, "France", &dop, &d, &err) == -1);
+    CHECK_STR(err.msg, "layer 9 is out of range (the model has 4 layers: 0-3)");
+    dop.at_layer = -1;
+    CHECK(brw_describe_run(m, "France", &dop, &d, &err) == 0);
+    brw_describe_free(&d);
+    brw_field fld;
+    CHECK(brw_field_parse(BRW_FEATURES, "colour", &fld, &err) == -1);
+    CHECK_STR(err.msg, "unknown field \"colour\" for FEATURES (fields: layer, feature, token, "
+                       "relation, score, also, band)");
+
+    /* SELECT FROM FEATURES WHERE layer = 3 AND feature < 4: exactly features 0-3 of L3 */
+    brw_value v3 = {0, 3, NULL}, v4 = {0, 4, NULL};
+    brw_cond cs[2] = {{BRW_F_LAYER, BRW_EQ, &v3, 1}, {BRW_F_FEATURE, BRW_LT, &v4, 1}};
+    brw_select_opts so = {.conds = cs, .n_conds = 2, .limit = -1};
+    brw_rows rows;
+    CHECK(brw_select(m, BRW_FEATURES, &so, &rows, &err) == 0);
+    CHECK(rows.n == 4);
+    for (size_t i = 0; i < rows.n; i++) {
+        brw_meta md;
+        brw_dmet_get(m->dmet, 3, (int64_t)i, &md);
+        CHECK(rows.rows[i].layer == 3 && rows.rows[i].feature == (int64_t)i);
+        CHECK_NEAR(rows.rows[i].score, md.c_score, 0);
+    }
+    brw_rows_free(&rows);
+    brw_value sv = {1, 0, "x"};
+    brw_cond bad = {BRW_F_LAYER, BRW_EQ, &sv, 1};
+    so.conds = &bad;
+    so.n_conds = 1;
+    CHECK(brw_select(m, BRW_FEATURES, &so, &rows, &err) == -1);
+    CHECK_STR(err.msg, "layer = compares numbers, got \"x\"");
+
+    /* TRACE against golden.json */
+    eng_model *em = NULL;
+    CHECK_MSG(eng_model_bind(c, &em, &err) == 0, "bind: %s", err.msg);
+    cJSON *g = load_json(TINY "/golden.json");
+    CHECK(g != NULL);
+    const cJSON *prompts = cJSON_GetObjectItem(g, "prompts"), *p;
+    int n_prompts = 0;
+    cJSON_ArrayForEach(p, prompts)
+    {
+        if (!em)
+            break;
+        n_prompts++;
+        const char *text = cJSON_GetObjectItem(p, "text")->valuestring;
+        brw_trace t;
+        brw_trace_opts to = {.for_token = NULL, .layer_lo = -1, .layer_hi = -1};
+        CHECK_MSG(brw_trace_run(em, text, &to, &t, &err) == 0, "trace: %s", err.msg);
+        const cJSON *lt = cJSON_GetObjectItem(p, "lens_top1");
+        const cJSON *hn = cJSON_GetObjectItem(p, "hidden_norms");
+        CHECK(t.n_rows == 5);
+        for (size_t i = 0; i < t.n_rows && i < 5; i++) {
+            CHECK_MSG(t.rows[i].top_id == cJSON_GetArrayItem(lt, (int)i)->valueint,
+                      "\"%s\" lens row %zu: %d", text, i, t.rows[i].top_id);
+            double want = cJSON_GetArrayItem(hn, (int)i)->valuedouble;
+            CHECK_NEAR(t.rows[i].resid_norm, want, 1e-3 * want);
+        }
+        brw_trace_free(&t);
+    }
+    CHECK(n_prompts == 5);
+
+    if (em) {
+        /* FOR " Par": rank 1 at the last layer; pushes telescope to the logit change */
+        brw_trace t;
+        brw_trace_opts to = {.for_token = "Par", .layer_lo = -1, .layer_hi = -1};
+        CHECK(brw_trace_run(em, "The capital of France is", &to, &t, &err) == 0);
+        CHECK(t.target == 1680);
+        CHECK(t.rows[4].rank == 1);
+        CHECK_NEAR(t.rows[4].prob, 0.9604446476430529, 1e-4);
+        float *lg0 = malloc(4096 * sizeof *lg0), *lg4 = malloc(4096 * sizeof *lg4);
+        size_t H = 256, last = (size_t)t.n_tokens - 1;
+        eng_lens(em, t.states + (last * 5 + 0) * 3 * H, lg0);
+        eng_lens(em, t.states + (last * 5 + 4) * 3 * H, lg4);
+        double sum = 0;
+        for (int i = 1; i < 5; i++)
+            sum += t.rows[i].attn_push + t.rows[i].ffn_push;
+        CHECK_NEAR(sum, lg4[1680] - lg0[1680], 1e-3 * (1 + fabs(lg4[1680] - lg0[1680])));
+        free(lg0);
+        free(lg4);
+        char path[4200];
+        snprintf(path, sizeof path, "%s/h7-trace.bin", LQL_BINARY_DIR);
+        CHECK(brw_trace_save(&t, path, &err) == 0);
+        brw_trace t2;
+        CHECK(brw_trace_load(em, path, &to, &t2, &err) == 0);
+        CHECK(t2.n_rows == t.n_rows && t2.target == 1680);
+        int same = 1;
+        for (size_t i = 0; i < t.n_rows && i < t2.n_rows; i++)
+            same &= t.rows[i].top_id == t2.rows[i].top_id &&
+                    t.rows[i].prob == t2.rows[i].prob && t.rows[i].rank == t2.rows[i].rank;
+        CHECK(same);
+        brw_trace_free(&t2);
+        FILE *f = fopen(path, "r+b");
+        if (f) {
+            fseek(f, 16, SEEK_SET);
+            fputc(9, f);   /* n_layers 4 -> 9 */
+            fclose(f);
+        }
+        CHECK(brw_trace_load(em, path, &to, &t2, &err) == -1);
+        CHECK_HAS(err.msg, "does not match the bound model (4 layers, hidden 256)");
+        brw_trace_free(&t);
+        to.layer_lo = 1;
+        to.layer_hi = 2;
+        to.all_positions = 1;
+        CHECK(brw_trace_run(em, "The capital of France is", &to, &t, &err) == 0);
+        CHECK(t.n_rows == 12 && t.rows[0].pos == 0 && t.rows[0].layer == 1 &&
+              t.rows[11].pos == 5 && t.rows[11].layer == 2);
+        brw_trace_free(&t);
+        /* the answer id is the last id of encode(" t"): FOR "" is the bare space token */
+        to.for_token = "";
+        CHECK(brw_trace_run(em, "x", &to, &t, &err) == 0 && t.target == 33);
+        brw_trace_free(&t);
+
+        /* EXPLAIN INFER: the features that fired carry down-meta; attention sums to 1 */
+        int32_t ids[6] = {0, 283, 308, 269, 3993, 265};
+        brw_explain x;
+        brw_explain_opts xo = {.top = 3, .attention = 1, .layer_lo = -1, .layer_hi = -1,
+                               .band = -1};
+        CHECK(brw_explain_run(em, m, ids, 6, &xo, &x, &err) == 0);
+        CHECK(x.n_layers == 4 && x.top_ids[0] == 1680);
+        CHECK(x.layers[3].lens_id == 1680);
+        for (int l = 0; l < 4; l++) {
+            CHECK(x.layers[l].n_fired == 3 && x.layers[l].fired[0].top_id >= 0);
+            CHECK(x.layers[l].attended_pos >= 0 && x.layers[l].attended_weight > 0 &&
+                  x.layers[l].attended_weight <= 1.0001f);
+        }
+        brw_explain_free(&x);
+        eng_model_free(em);
+    }
+    cJSON_Delete(g);
+    brw_close(m);
+    vx_close(c);
+    rm_rf(plain);
+    return T_DONE();
+}
