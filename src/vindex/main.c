@@ -20,7 +20,9 @@
     X(representations, "PATH", "list representations: dtype, fidelity, segments, bytes", 1, 1, "") \
     X(precision, "PATH", "bits per weight from stored bytes, per representation and overall", 1, 1, "") \
     X(verify, "PATH [--source DIR]",                                                        \
-      "re-hash segments, payloads and (when present) the source checkpoint", 1, 1, "--source=")
+      "re-hash segments, payloads and (when present) the source checkpoint", 1, 1, "--source=") \
+    X(tokenize, "PATH TEXT [--no-special]",                                                 \
+      "token ids and pieces of TEXT (PATH: a container or a dir with tokenizer.json)", 2, 2, "--no-special")
 
 typedef struct command {
     const char *name, *usage, *help;
