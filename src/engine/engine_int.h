@@ -37,6 +37,9 @@ void eng_add_bias(float *y, const float *b, int n, int w);
 float eng_w_dot_row(const eng_w *w, int r, const float *x);
 /* Element (r, c) of a view as f32. */
 float eng_w_at(const eng_w *w, int r, int c);
+/* n elements of a row in any executable dtype to f32 (block dtypes: n a multiple of the
+ * block size). */
+void eng_row_f32(vx_dtype dt, const void *src, float *dst, size_t n);
 /* Can eng_matmul execute this dtype? */
 int eng_dtype_executable(vx_dtype t);
 /* Make a view of a stored 2-D tensor. */

@@ -9,14 +9,15 @@
  *    pool's threads. Decode is memory bound, so this reads each weight byte once per token.
  *  - many rows (prefill): each thread converts a tile of weight rows to f32 (sized to stay
  *    in L2) and calls a single-threaded sgemm against all of x. f32 weights skip the copy.
- * Quantised block dtypes are not executable here (eng_dtype_executable says so and bind
- * refuses them); a block kernel slots in as one more case of run_rows / tile conversion.
+ * Block-quantised dtypes (q8_0, q4_k, ...) go to qkernels.c (eng_qgemv / eng_qgemm), which
+ * computes on the blocks in place; a dtype neither path executes is refused at bind.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <immintrin.h>
 #include <cblas.h>
 #include "engine_int.h"
+#include "qkernels.h"
 
 #define SMALL_N 8
 #define TILE_BYTES (256 * 1024)
@@ -42,7 +43,15 @@ void eng_add_bias(float *y, const float *b, int n, int w)
 
 int eng_dtype_executable(vx_dtype t)
 {
-    return t == VX_F32 || t == VX_F16 || t == VX_BF16;
+    return t == VX_F32 || t == VX_F16 || t == VX_BF16 || eng_qsupported(t);
+}
+
+static int is_block(vx_dtype t) { return t != VX_F32 && t != VX_F16 && t != VX_BF16; }
+
+void eng_row_f32(vx_dtype dt, const void *src, float *dst, size_t n)
+{
+    if (is_block(dt)) vx_dequantize_row(dt, src, dst, n);
+    else vx_row_to_f32(dt, src, dst, n);
 }
 
 /* ---------------------------------------------------------------- scalar helpers */
@@ -52,6 +61,13 @@ float eng_w_at(const eng_w *w, int r, int c)
     if (w->trans) return ((const float *)w->data)[(size_t)c * w->rows + r];
     const char *row = (const char *)w->data + (size_t)r * w->row_bytes;
     float v = 0;
+    if (is_block(w->dt)) {
+        /* decode only the block holding column c */
+        unsigned be = vx_dtype_block_elems(w->dt);
+        float blk[be];
+        vx_dequantize_row(w->dt, row + (size_t)(c / be) * vx_dtype_block_bytes(w->dt), blk, be);
+        return blk[c % be];
+    }
     vx_row_to_f32(w->dt, row + (size_t)c * (w->dt == VX_F32 ? 4 : 2), &v, 1);
     return v;
 }
@@ -91,6 +107,7 @@ float eng_w_dot_row(const eng_w *w, int r, const float *x)
         return s;
     }
     const void *row = (const char *)w->data + (size_t)r * w->row_bytes;
+    if (is_block(w->dt)) return eng_qdot(w->dt, row, x, w->cols);
     __m256 acc = _mm256_setzero_ps();
     int k = 0;
     for (; k + 8 <= w->cols; k += 8)
@@ -318,6 +335,11 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
     if (w->trans) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, w->rows, w->cols, 1.0f, x,
                     w->cols, (const float *)w->data, w->rows, 0.0f, y, w->rows);
+        return;
+    }
+    if (is_block(w->dt)) {
+        if (n == 1) eng_qgemv(w->dt, w->data, w->rows, w->cols, x, y);
+        else eng_qgemm(w->dt, w->data, w->rows, w->cols, x, n, y);
         return;
     }
     job j = {w, x, NULL, y, n, 16};

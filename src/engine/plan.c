@@ -194,7 +194,7 @@ static int vector(ctx *c, int layer, float **out, int64_t n, float offset, const
     if (!t) return -1;
     float *v = malloc((size_t)n * sizeof *v);
     if (!v) return vx_errf(c->err, VX_ENOMEM, "out of memory binding '%s'", name);
-    vx_row_to_f32(t->dtype, t->data, v, (size_t)n);
+    eng_row_f32(t->dtype, t->data, v, (size_t)n);
     for (int64_t i = 0; i < n; i++) v[i] += offset;
     *out = v;
     return 0;

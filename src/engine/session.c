@@ -80,15 +80,15 @@ static void embed(const eng_model *m, const int32_t *ids, int n, int pos0, float
     const int H = m->hidden;
     for (int t = 0; t < n; t++) {
         float *r = x + (size_t)t * H;
-        vx_row_to_f32(m->embed.dt, (const char *)m->embed.data + (size_t)ids[t] * m->embed.row_bytes,
-                      r, (size_t)H);
+        eng_row_f32(m->embed.dt, (const char *)m->embed.data + (size_t)ids[t] * m->embed.row_bytes,
+                    r, (size_t)H);
         if (m->embed_scale != 1.0f)
             for (int i = 0; i < H; i++) r[i] *= m->embed_scale;
         if (m->positions.data) {
             float p[H];
-            vx_row_to_f32(m->positions.dt,
-                          (const char *)m->positions.data + (size_t)(pos0 + t) * m->positions.row_bytes,
-                          p, (size_t)H);
+            eng_row_f32(m->positions.dt,
+                        (const char *)m->positions.data + (size_t)(pos0 + t) * m->positions.row_bytes,
+                        p, (size_t)H);
             for (int i = 0; i < H; i++) r[i] += p[i];
         }
     }

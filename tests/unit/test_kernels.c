@@ -77,6 +77,46 @@ static void test_matmul(void)
     CHECK(eng_dtype_executable(VX_BF16) && !eng_dtype_executable(VX_I32));
 }
 
+/* Block-quantised weights go through the block kernels: compare with the dequantised
+ * matrix in float64 (the activation is rounded to 8 bits per block, hence the tolerance). */
+static void test_quant_dispatch(void)
+{
+    const int rows = 40, cols = 256;
+    float *m = malloc((size_t)rows * cols * 4), *deq = malloc((size_t)rows * cols * 4);
+    unsigned char *q = malloc((size_t)rows * cols * 2);
+    size_t rb = (size_t)cols / vx_dtype_block_elems(VX_Q8_0) * vx_dtype_block_bytes(VX_Q8_0);
+    for (int i = 0; i < rows * cols; i++) m[i] = rnd();
+    for (int r = 0; r < rows; r++) {
+        CHECK(vx_quantize_row(VX_Q8_0, m + (size_t)r * cols, q + r * rb, (size_t)cols) == 0);
+        CHECK(vx_dequantize_row(VX_Q8_0, q + r * rb, deq + (size_t)r * cols, (size_t)cols) == 0);
+    }
+    eng_w w = {VX_Q8_0, q, rows, cols, rb, 0};
+    CHECK(eng_dtype_executable(VX_Q8_0));
+    CHECK_NEAR(eng_w_at(&w, 7, 100), deq[7 * cols + 100], 0);
+    for (int n = 1; n <= 12; n += 11) {
+        float *x = malloc((size_t)n * cols * 4), *y = malloc((size_t)n * rows * 4);
+        for (int i = 0; i < n * cols; i++) x[i] = rnd();
+        eng_matmul(&w, x, n, y);
+        double worst = 0;
+        for (int t = 0; t < n; t++)
+            for (int r = 0; r < rows; r++) {
+                double s = 0, a = 0;
+                for (int c = 0; c < cols; c++) {
+                    s += (double)deq[r * cols + c] * x[t * cols + c];
+                    a += fabs((double)deq[r * cols + c] * x[t * cols + c]);
+                }
+                worst = fmax(worst, fabs(s - y[t * rows + r]) / a);
+            }
+        CHECK_MSG(worst < 1e-2, "q8_0 n %d: error %g of sum |w x|", n, worst);
+        double s = 0;
+        for (int c = 0; c < cols; c++) s += (double)deq[3 * cols + c] * x[c];
+        CHECK_NEAR(eng_w_dot_row(&w, 3, x), s, 1e-4);
+        free(x);
+        free(y);
+    }
+    free(m); free(deq); free(q);
+}
+
 static void test_norm(void)
 {
     float x[2 * 4] = {1, 2, 3, 4, -1, 0, 1, 2}, o[8];
@@ -204,6 +244,7 @@ static void test_split(void)
 int main(void)
 {
     test_matmul();
+    test_quant_dispatch();
     test_norm();
     test_rope();
     test_act();
