@@ -327,6 +327,52 @@ static int load_post(eng_tokenizer *t, const cJSON *o, int depth, vx_err *err)
 
 /* ---------------------------------------------------------------- loading */
 
+/* A config token: "<s>" or an AddedToken object {"content": "<s>", ...}; NULL if absent. */
+static const char *config_token(const cJSON *j, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (cJSON_IsObject(v))
+        v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* transformers' Llama/Gemma fast tokenizers rebuild the post-processor from the config:
+ * [bos if add_bos_token (default true)] A [eos if add_eos_token (default false)]. */
+static int llama_template(eng_tokenizer *t, const char *path, const cJSON *j, vx_err *err)
+{
+    static const char *const classes[] = {"LlamaTokenizer", "LlamaTokenizerFast",
+                                          "GemmaTokenizer", "GemmaTokenizerFast",
+                                          "CodeLlamaTokenizer", "CodeLlamaTokenizerFast"};
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(j, "tokenizer_class");
+    size_t k = 0;
+    while (k < sizeof classes / sizeof classes[0] &&
+           !(cJSON_IsString(cls) && strcmp(cls->valuestring, classes[k]) == 0))
+        k++;
+    if (k == sizeof classes / sizeof classes[0])
+        return 0;
+    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(j, "add_bos_token"),
+                *ae = cJSON_GetObjectItemCaseSensitive(j, "add_eos_token");
+    int add[2] = {ab ? cJSON_IsTrue(ab) : 1, cJSON_IsTrue(ae)};
+    const char *keys[2] = {"bos_token", "eos_token"};
+    tok_ids *lists[2] = {&t->post_pre, &t->post_post};
+    for (int i = 0; i < 2; i++) {
+        lists[i]->n = 0;
+        if (!add[i])
+            continue;
+        const char *tok = config_token(j, keys[i]);
+        int32_t id = tok ? eng_tok_lookup(t, tok) : -1;
+        if (!tok)
+            return vx_errf(err, VX_EFORMAT, "%s: add_%s is set but %s is missing", path,
+                           keys[i], keys[i]);
+        if (id < 0)
+            return vx_errf(err, VX_EFORMAT, "%s: add_%s is set but %s '%s' is not in the "
+                           "vocab", path, keys[i], keys[i], tok);
+        if (tok_ids_add(lists[i], id) < 0)
+            return vx_errf(err, VX_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
 static int load_config(eng_tokenizer *t, const char *path, vx_err *err)
 {
     cJSON *j;
@@ -339,6 +385,8 @@ static int load_config(eng_tokenizer *t, const char *path, vx_err *err)
                      "(got %s)", path, tok_jtype(v));
     else
         t->cleanup = cJSON_IsTrue(v);   /* missing → false, as the goldens treat it */
+    if (rc == 0)
+        rc = llama_template(t, path, j, err);
     cJSON_Delete(j);
     return rc;
 }

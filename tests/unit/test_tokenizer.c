@@ -443,6 +443,51 @@ static void synthetic(void)
     }
 }
 
+/* tokenizer_config.json: Llama/Gemma classes rebuild the template from add_bos_token /
+ * add_eos_token as transformers does; other classes keep tokenizer.json's. */
+static void config(void)
+{
+    static const char tok[] =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"<s>\": 1, \"</s>\": 2}, "
+        "\"merges\": []}, \"added_tokens\": [{\"id\": 1, \"content\": \"<s>\", \"special\": "
+        "true}, {\"id\": 2, \"content\": \"</s>\", \"special\": true}], \"post_processor\": "
+        "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\"}}, "
+        "{\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {\"<s>\": {\"id\": \"<s>\", "
+        "\"ids\": [1], \"tokens\": [\"<s>\"]}}}}";
+    static const struct { const char *cfg, *want, *err; } cases[] = {
+        {"{\"tokenizer_class\": \"LlamaTokenizer\", \"add_bos_token\": false, "
+         "\"add_eos_token\": true, \"bos_token\": \"<s>\", \"eos_token\": {\"content\": "
+         "\"</s>\"}}", "a|a|</s>", NULL},
+        {"{\"tokenizer_class\": \"GemmaTokenizer\", \"bos_token\": \"<s>\"}", "<s>|a|a", NULL},
+        {"{\"tokenizer_class\": \"PreTrainedTokenizerFast\", \"add_bos_token\": false, "
+         "\"add_eos_token\": true}", "<s>|a|a", NULL},
+        {"{\"tokenizer_class\": \"LlamaTokenizerFast\", \"add_eos_token\": true, "
+         "\"bos_token\": \"<s>\", \"eos_token\": \"<eos>\"}", NULL,
+         "add_eos_token is set but eos_token '<eos>' is not in the vocab"},
+        {"{\"clean_up_tokenization_spaces\": \"yes\"}", NULL,
+         "clean_up_tokenization_spaces must be a boolean (got string)"},
+    };
+    const char *tp = write_tok("cfgtok", tok);
+    char tpath[1200];
+    snprintf(tpath, sizeof tpath, "%s", tp);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *cp = write_tok("cfg", cases[i].cfg);
+        eng_tokenizer *t = NULL;
+        vx_err err = {0};
+        int rc = eng_tok_load(tpath, cp, &t, &err);
+        if (cases[i].err) {
+            char want[1400];
+            snprintf(want, sizeof want, "%s: %s", cp, cases[i].err);
+            CHECK(rc == -1 && t == NULL);
+            CHECK_STR(err.msg, want);
+        } else {
+            CHECK_MSG(rc == 0, "config case %zu: %s", i, err.msg);
+            check_pieces(t, "aa", 1, cases[i].want);
+        }
+        eng_tok_free(t);
+    }
+}
+
 /* Invalid UTF-8, out-of-range ids and byte fallback, on the fixtures. */
 static void edges(const char *shared)
 {
@@ -525,6 +570,7 @@ int main(void)
     mkdir(tmpdir, 0755);
     hostile();
     synthetic();
+    config();
     edges(shared);
     return T_DONE();
 }
