@@ -192,6 +192,8 @@ void lql_session_unbind(lql_session *s)
     s->browse = NULL; s->browse_free = NULL;
     eng_model_free(s->model);
     s->model = NULL;
+    eng_tok_free(s->tok);
+    s->tok = NULL;
     vx_close(s->vx);
     s->vx = NULL;
     free(s->path); free(s->journal); free(s->profile);
@@ -226,6 +228,23 @@ int lql_session_model(lql_session *s, const lql_stmt *st, eng_model **out, lql_e
         if (s->overlay) eng_model_set_overlay(s->model, s->overlay);
     }
     *out = s->model;
+    return 0;
+}
+
+int lql_session_tokenizer(lql_session *s, const lql_stmt *st, const eng_tokenizer **out,
+                          lql_err *e)
+{
+    vx_container *c;
+    if (lql_session_container(s, st, &c, e) < 0) return -1;
+    if (s->model) { *out = eng_model_tokenizer(s->model); return 0; }
+    if (!s->tok) {
+        vx_err ve = {0};
+        if (eng_tok_load_dir(vx_dir(c), &s->tok, &ve) < 0) {
+            s->tok = NULL;
+            return lql_err_vx(e, &ve, st ? &st->at : NULL);
+        }
+    }
+    *out = s->tok;
     return 0;
 }
 

@@ -42,6 +42,9 @@ typedef struct lql_session {
 
     /* The engine model over vx, bound lazily by lql_session_model(); NULL until then. */
     eng_model *model;
+    /* The container's tokenizer, loaded lazily by lql_session_tokenizer(); NULL until then
+     * (when the model is bound its own tokenizer is used instead). */
+    eng_tokenizer *tok;
 
     /* Effective-weight corrections of the overlay (journal replay), owned by exec_edit.c's
      * state; NULL: the base model. lql_session_model attaches it when binding; whoever
@@ -71,6 +74,10 @@ int lql_session_container(lql_session *s, const lql_stmt *st, vx_container **out
 /* The bound model, binding it on first use (eng_model_bind + the overlay); -1 with the
  * engine's reason otherwise. */
 int lql_session_model(lql_session *s, const lql_stmt *st, eng_model **out, lql_err *e);
+/* The bound container's tokenizer (the model's when bound, else loaded from the
+ * container's tokenizer.json once); -1 with the tokenizer's reason otherwise. */
+int lql_session_tokenizer(lql_session *s, const lql_stmt *st, const eng_tokenizer **out,
+                          lql_err *e);
 /* Set (or with NULL clear) the overlay, attaching it to the model when bound. */
 void lql_session_set_overlay(lql_session *s, const eng_overlay *ov);
 
@@ -135,6 +142,13 @@ int lql_h_compact(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
  * opens or prepares the journal / overlay for the new binding. -1 refuses the USE (the
  * binding is then dropped). */
 int lql_edit_on_use(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+
+/* Encode a Hugging Face checkpoint into out_dir with lql's hooks (down-meta for
+ * browse); dtype -1 keeps the source dtypes. Shared by EXTRACT and the golden runner's
+ * `require container`. */
+int lql_encode_container(const char *hf_dir, const char *out_dir, int dtype,
+                         void (*progress)(void *ctx, uint64_t done, uint64_t total),
+                         void *progress_ctx, vx_err *err);
 
 /* ---------------------------------------------------------------- the statement table */
 

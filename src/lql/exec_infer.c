@@ -1,0 +1,220 @@
+/*
+ * exec_infer.c — INFER and the prediction part of EXPLAIN INFER: a full forward pass
+ * through the engine (overlay applied when the session has one), the next-token
+ * distribution as rank / token / prob, and GENERATE's continuation (greedy, or sampled
+ * with TEMPERATURE / TOP_P / SEED; the default seed is 0 so a sampled run repeats).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interp.h"
+
+#define DEFAULT_TOP 5
+
+typedef struct scored { int32_t id; float p; } scored;
+
+static int by_prob(const void *a, const void *b)
+{
+    const scored *x = a, *y = b;
+    if (x->p != y->p) return x->p < y->p ? 1 : -1;
+    return x->id < y->id ? -1 : x->id > y->id;          /* ties: lower id first */
+}
+
+/* Tokenize the prompt (special tokens applied, as the model sees it). */
+static int prompt_ids(lql_session *s, const lql_stmt *st, eng_model **m, int32_t **ids,
+                      size_t *n, lql_err *e)
+{
+    if (lql_session_model(s, st, m, e) < 0) return -1;
+    vx_err ve = {0};
+    if (eng_tok_encode(eng_model_tokenizer(*m), st->arg, strlen(st->arg), 1, ids, n, &ve) < 0)
+        return lql_err_vx(e, &ve, &st->arg_at);
+    if (*n == 0) {
+        free(*ids);
+        *ids = NULL;
+        return lql_errf(e, LQL_EEXEC, &st->arg_at, "empty prompt: it has no tokens");
+    }
+    return 0;
+}
+
+/* Next-token probabilities after ids[0..n) with the overlay attached or not.
+ * probs [vocab] is filled. */
+static int next_probs(lql_session *s, eng_model *m, const int32_t *ids, size_t n, int base,
+                      float *probs, const lql_stmt *st, lql_err *e)
+{
+    eng_session *es = NULL;
+    vx_err ve = {0};
+    if (base && s->overlay) eng_model_set_overlay(m, NULL);
+    int rc = eng_session_new(m, (int)n, &es, &ve);
+    if (rc == 0) rc = eng_forward(es, ids, (int)n, probs, NULL, &ve);
+    eng_session_free(es);
+    if (base && s->overlay) eng_model_set_overlay(m, s->overlay);
+    if (rc < 0) return lql_err_vx(e, &ve, &st->at);
+    eng_softmax(probs, eng_model_vocab(m));
+    return 0;
+}
+
+/* The top k of probs[0..vocab) in descending order into out[0..k). */
+static void top_k(const float *probs, int vocab, int k, scored *out)
+{
+    int n = 0;
+    for (int i = 0; i < vocab; i++) {
+        scored c = {i, probs[i]};
+        if (n == k && by_prob(&c, &out[k - 1]) >= 0) continue;
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && by_prob(&c, &out[j - 1]) < 0) { out[j] = out[j - 1]; j--; }
+        out[j] = c;
+    }
+}
+
+static char *piece_text(const eng_tokenizer *tok, int32_t id)
+{
+    char *text = NULL;
+    vx_err ve = {0};
+    if (eng_tok_decode(tok, &id, 1, 0, &text, &ve) < 0) return NULL;
+    return text;
+}
+
+/* The distribution table (and with COMPARE the base model's beside it). */
+static int predictions(lql_session *s, const lql_stmt *st, eng_model *m, const int32_t *ids,
+                       size_t n, lql_result *r, lql_err *e)
+{
+    int vocab = eng_model_vocab(m);
+    int k = lql_has(st, LQL_C_TOP) ? (int)st->top : DEFAULT_TOP;
+    if (k < 1 || k > vocab)
+        return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_TOP], "TOP must be 1-%d (the vocabulary size), got %d",
+                        vocab, k);
+    int compare = lql_has(st, LQL_C_COMPARE);
+    float *probs = malloc((size_t)vocab * sizeof *probs * 2);
+    scored *top = malloc((size_t)k * sizeof *top * 2);
+    if (!probs || !top) { free(probs); free(top); return lql_errf(e, LQL_ENOMEM, NULL, "out of memory"); }
+    int rc = next_probs(s, m, ids, n, 0, probs, st, e);
+    if (rc == 0 && compare) rc = next_probs(s, m, ids, n, 1, probs + vocab, st, e);
+    if (rc == 0) {
+        top_k(probs, vocab, k, top);
+        if (compare) top_k(probs + vocab, vocab, k, top + k);
+        static const lql_colspec cols[] = {{"rank", LQL_INT, 0}, {"token", LQL_TEXT, 0},
+            {"prob", LQL_FLOAT, 4}, {"base_token", LQL_TEXT, 0}, {"base_prob", LQL_FLOAT, 4}};
+        lql_table *t = lql_result_table(r, NULL, compare ? 5 : 3, cols);
+        const eng_tokenizer *tok = eng_model_tokenizer(m);
+        for (int i = 0; i < k; i++) {
+            char *a = piece_text(tok, top[i].id);
+            lql_row(t);
+            lql_cell_int(t, i + 1);
+            lql_cell_text(t, a ? a : "");
+            lql_cell_float(t, top[i].p);
+            free(a);
+            if (compare) {
+                char *b = piece_text(tok, top[k + i].id);
+                lql_cell_text(t, b ? b : "");
+                lql_cell_float(t, top[k + i].p);
+                free(b);
+            }
+        }
+        if (compare && !s->overlay) lql_result_note(r, "no overlay: base and effective model are the same");
+    }
+    free(probs);
+    free(top);
+    return rc;
+}
+
+/* GENERATE n: the continuation as text and ids. */
+static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int32_t *ids,
+                    size_t n, lql_result *r, lql_err *e)
+{
+    (void)s;
+    int max_new = (int)st->generate;
+    if (max_new < 1) return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_GENERATE], "GENERATE needs at least 1 token");
+    if ((int64_t)n + max_new > eng_model_context(m))
+        return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_GENERATE],
+                        "prompt (%zu tokens) + GENERATE %d exceeds the model's context of %d",
+                        n, max_new, eng_model_context(m));
+    eng_sampler sp = {0.0f, 0, 1.0f, 0};
+    if (lql_has(st, LQL_C_TEMPERATURE)) {
+        if (st->temperature < 0)
+            return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_TEMPERATURE], "TEMPERATURE must be >= 0");
+        sp.temperature = (float)st->temperature;
+    }
+    if (lql_has(st, LQL_C_TOP_P)) {
+        if (!(st->top_p > 0 && st->top_p <= 1))
+            return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_TOP_P], "TOP_P must be in (0, 1], got %g", st->top_p);
+        sp.top_p = (float)st->top_p;
+    }
+    if (lql_has(st, LQL_C_SEED)) sp.seed = st->seed;
+    eng_session *es = NULL;
+    vx_err ve = {0};
+    int32_t *out = malloc((size_t)max_new * sizeof *out);
+    int n_out = 0;
+    if (!out) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    int rc = eng_session_new(m, (int)n + max_new, &es, &ve);
+    if (rc == 0) rc = eng_generate(es, ids, (int)n, max_new, &sp, out, &n_out, &ve);
+    eng_session_free(es);
+    if (rc < 0) { free(out); return lql_err_vx(e, &ve, &st->at); }
+    char *text = NULL;
+    if (eng_tok_decode(eng_model_tokenizer(m), out, (size_t)n_out, 1, &text, &ve) < 0) {
+        free(out);
+        return lql_err_vx(e, &ve, &st->at);
+    }
+    size_t cap = (size_t)n_out * 12 + 1, len = 0;
+    char *idtext = malloc(cap);
+    if (idtext) {
+        idtext[0] = 0;
+        for (int i = 0; i < n_out; i++)
+            len += (size_t)snprintf(idtext + len, cap - len, "%s%d", i ? " " : "", out[i]);
+    }
+    static const lql_colspec cols[] = {{"prompt", LQL_TEXT, 0}, {"continuation", LQL_TEXT, 0},
+        {"tokens", LQL_INT, 0}, {"ids", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, NULL, 4, cols);
+    lql_row(t);
+    lql_cell_text(t, st->arg);
+    lql_cell_text(t, text);
+    lql_cell_int(t, n_out);
+    lql_cell_text(t, idtext ? idtext : "");
+    free(idtext);
+    free(text);
+    free(out);
+    return 0;
+}
+
+int lql_h_infer(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
+{
+    /* Sampling settings without GENERATE would be parsed and then ignored: refuse. */
+    static const lql_clause_kind sampling[] = {LQL_C_TEMPERATURE, LQL_C_TOP_P, LQL_C_SEED};
+    if (!lql_has(st, LQL_C_GENERATE))
+        for (size_t i = 0; i < 3; i++)
+            if (lql_has(st, sampling[i]))
+                return lql_errf(e, LQL_EEXEC, &st->clause_at[sampling[i]],
+                                "%s applies to GENERATE: add GENERATE n", lql_clause_text(sampling[i]));
+    if (lql_has(st, LQL_C_GENERATE) && lql_has(st, LQL_C_COMPARE))
+        return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_COMPARE],
+                        "COMPARE shows next-token distributions: it does not combine with GENERATE");
+    eng_model *m;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (prompt_ids(s, st, &m, &ids, &n, e) < 0) return -1;
+    int rc = 0;
+    if (n > (size_t)eng_model_context(m))
+        rc = lql_errf(e, LQL_EEXEC, &st->arg_at, "prompt has %zu tokens, more than the model's context of %d",
+                      n, eng_model_context(m));
+    if (rc == 0 && (!lql_has(st, LQL_C_GENERATE) || lql_has(st, LQL_C_TOP)))
+        rc = predictions(s, st, m, ids, n, r, e);
+    if (rc == 0 && lql_has(st, LQL_C_GENERATE)) rc = generate(s, st, m, ids, n, r, e);
+    free(ids);
+    return rc;
+}
+
+int lql_h_explain_infer(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
+{
+    eng_model *m;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (prompt_ids(s, st, &m, &ids, &n, e) < 0) return -1;
+    int rc = 0;
+    if (n > (size_t)eng_model_context(m))
+        rc = lql_errf(e, LQL_EEXEC, &st->arg_at, "prompt has %zu tokens, more than the model's context of %d",
+                      n, eng_model_context(m));
+    if (rc == 0) rc = predictions(s, st, m, ids, n, r, e);
+    if (rc == 0) rc = lql_explain_infer_layers(s, st, ids, (int)n, r, e);
+    free(ids);
+    return rc;
+}

@@ -1,0 +1,198 @@
+/*
+ * meta.c — the shell's meta-commands (.help .mode .timer .read .output .bail .quit), one
+ * table driving dispatch, arity errors, `.help` and the reference docs; and the Markdown
+ * reference generated from the statement and meta-command tables (lql --help-markdown).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "shell.h"
+
+typedef int (*meta_fn)(lql_shell *sh, int argc, char **argv, char *err, size_t errsz);
+
+typedef struct meta_def {
+    const char *name, *usage, *help;
+    int min_args, max_args;
+    meta_fn fn;
+} meta_def;
+
+static int on_off(const char *v, int *out, char *err, size_t errsz)
+{
+    if (strcasecmp(v, "on") == 0) { *out = 1; return 0; }
+    if (strcasecmp(v, "off") == 0) { *out = 0; return 0; }
+    snprintf(err, errsz, "expected on or off, got \"%s\"", v);
+    return -1;
+}
+
+static int m_help(lql_shell *sh, int argc, char **argv, char *err, size_t errsz);
+
+static int m_mode(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
+{
+    if (argc == 1) { fprintf(sh->out, "%s\n", lql_outmode_name(sh->mode)); return 0; }
+    if (lql_outmode_parse(argv[1], &sh->mode) == 0) return 0;
+    snprintf(err, errsz, "unknown mode: \"%s\" (table, tsv, csv, json or jsonl)", argv[1]);
+    return -1;
+}
+
+static int m_timer(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
+{
+    (void)argc;
+    return on_off(argv[1], &sh->timer, err, errsz);
+}
+
+static int m_bail(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
+{
+    (void)argc;
+    return on_off(argv[1], &sh->bail, err, errsz);
+}
+
+static int m_output(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
+{
+    FILE *f = stdout;
+    if (argc == 2 && strcmp(argv[1], "stdout") != 0) {
+        f = fopen(argv[1], "w");
+        if (!f) { snprintf(err, errsz, "cannot open \"%s\" for writing", argv[1]); return -1; }
+    }
+    if (sh->out && sh->out != stdout) fclose(sh->out);
+    sh->out = f;
+    return 0;
+}
+
+static int m_quit(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
+{
+    (void)argc; (void)argv; (void)err; (void)errsz;
+    sh->stop = 1;
+    return 0;
+}
+
+static int m_read(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
+{
+    (void)argc;
+    if (sh->depth >= LQL_READ_DEPTH_MAX) {
+        snprintf(err, errsz, ".read nested more than %d deep", LQL_READ_DEPTH_MAX);
+        return -1;
+    }
+    FILE *f = fopen(argv[1], "rb");
+    if (!f) { snprintf(err, errsz, "cannot open \"%s\"", argv[1]); return -1; }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    char buf[8192];
+    size_t k;
+    while (m && (k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, m);
+    fclose(f);
+    if (!m || fclose(m) != 0) { free(text); snprintf(err, errsz, "out of memory"); return -1; }
+    sh->depth++;
+    int rc = lql_shell_run(sh, argv[1], text, 1);
+    sh->depth--;
+    free(text);
+    if (sh->stop && !sh->bail) sh->stop = 0;   /* a .quit inside the file ends the file only */
+    return rc < 0 ? -2 : 0;                    /* -2: failed, already reported */
+}
+
+static const meta_def metas[] = {
+    {".help", ".help [STATEMENT]", "List the statements and meta-commands, or show one "
+     "statement's syntax and what it does.", 0, 3, m_help},
+    {".mode", ".mode [table|tsv|csv|json|jsonl]", "Set (or show) the output mode. table is "
+     "the default on a terminal, tsv otherwise.", 0, 1, m_mode},
+    {".timer", ".timer on|off", "Print each statement's elapsed time on stderr.", 1, 1, m_timer},
+    {".read", ".read FILE", "Run the statements in FILE (nesting up to 16 deep).", 1, 1, m_read},
+    {".output", ".output FILE|stdout", "Send results to FILE (truncated), or back to stdout.",
+     1, 1, m_output},
+    {".bail", ".bail on|off", "Stop at the first failed statement (batch continues by "
+     "default; the exit status is non-zero either way).", 1, 1, m_bail},
+    {".quit", ".quit", "Leave the shell (Ctrl-D too).", 0, 0, m_quit},
+};
+#define NMETA (sizeof metas / sizeof metas[0])
+
+static int m_help(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
+{
+    size_t n;
+    const lql_stmt_def *defs = lql_stmt_defs(&n);
+    if (argc > 1) {
+        char name[128] = "";
+        for (int i = 1; i < argc; i++) {
+            strncat(name, argv[i], sizeof name - strlen(name) - 2);
+            if (i + 1 < argc) strcat(name, " ");
+        }
+        const lql_stmt_def *d = lql_stmt_def_find(name);
+        if (d) { fprintf(sh->out, "%s\n\n%s\n", d->usage, d->help); return 0; }
+        for (size_t i = 0; i < NMETA; i++)
+            if (strcasecmp(name, metas[i].name) == 0 || strcasecmp(name, metas[i].name + 1) == 0) {
+                fprintf(sh->out, "%s\n\n%s\n", metas[i].usage, metas[i].help);
+                return 0;
+            }
+        snprintf(err, errsz, "no such statement or meta-command: \"%s\"", name);
+        return -1;
+    }
+    fprintf(sh->out, "Statements (end each with ;  .help NAME for details):\n");
+    for (size_t i = 0; i < n; i++) fprintf(sh->out, "  %s\n", defs[i].usage);
+    fprintf(sh->out, "Meta-commands (at the start of a line):\n");
+    for (size_t i = 0; i < NMETA; i++) fprintf(sh->out, "  %-24s %s\n", metas[i].usage, metas[i].help);
+    return 0;
+}
+
+size_t lql_meta_count(void) { return NMETA; }
+const char *lql_meta_name(size_t i) { return i < NMETA ? metas[i].name : NULL; }
+
+int lql_meta(lql_shell *sh, const char *line, const char *label, int lineno)
+{
+    char *copy = strdup(line), *argv[8];
+    int argc = 0;
+    if (!copy) return -1;
+    /* words separated by blanks; "…" groups a word with spaces */
+    for (char *p = copy; *p && argc < 8;) {
+        while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+        if (!*p) break;
+        if (*p == '"') {
+            argv[argc++] = ++p;
+            while (*p && *p != '"') p++;
+        } else {
+            argv[argc++] = p;
+            while (*p && *p != ' ' && *p != '\t' && *p != '\r') p++;
+        }
+        if (*p) *p++ = 0;
+    }
+    char err[300] = "";
+    int rc = -1;
+    const meta_def *d = NULL;
+    for (size_t i = 0; argc && i < NMETA; i++)
+        if (strcmp(argv[0], metas[i].name) == 0) d = &metas[i];
+    if (!d) snprintf(err, sizeof err, "unknown meta-command: \"%s\" (.help lists them)", argc ? argv[0] : line);
+    else if (argc - 1 < d->min_args || argc - 1 > d->max_args)
+        snprintf(err, sizeof err, "usage: %s", d->usage);
+    else rc = d->fn(sh, argc, argv, err, sizeof err);
+    if (rc == -1) fprintf(sh->err, "error: %s:%d:1: %s\n", label, lineno, err);
+    free(copy);
+    return rc < 0 ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- reference docs */
+
+char *lql_help_markdown(void)
+{
+    char *buf = NULL;
+    size_t len = 0, n;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    const lql_stmt_def *defs = lql_stmt_defs(&n);
+    fprintf(f, "# LQL statement reference\n\n"
+               "Generated by `lql --help-markdown` from the interpreter's statement table; "
+               "`test_render` fails when this file and the table differ. Clauses in `{}` may "
+               "appear in any order, each at most once; `range` is `INT-INT` (start <= end) "
+               "or `ALL`; `conds` are `field op value` joined by `AND`, with op one of "
+               "`= != > < >= <= LIKE IN (…)`. Keywords are case-insensitive.\n\n");
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "## %s\n\n```\n%s\n```\n\n%s\n\n", defs[i].name, defs[i].usage, defs[i].help);
+    fprintf(f, "# Meta-commands\n\nOnly at the start of a line (an empty statement buffer).\n\n"
+               "| command | what it does |\n|---|---|\n");
+    for (size_t i = 0; i < NMETA; i++) fprintf(f, "| `%s` | %s |\n", metas[i].usage, metas[i].help);
+    fprintf(f, "\n# Keywords\n\n");
+    for (size_t i = 0; i < lql_keyword_count(); i++)
+        fprintf(f, "%s`%s`", i ? " " : "", lql_keyword_at(i));
+    fprintf(f, "\n");
+    if (fclose(f) != 0) { free(buf); return NULL; }
+    return buf;
+}

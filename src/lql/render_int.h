@@ -1,0 +1,37 @@
+/*
+ * render_int.h — the layout of result sets, shared by result.c (building) and render.c
+ * (printing) only.
+ */
+#ifndef LQL_RENDER_INT_H
+#define LQL_RENDER_INT_H
+
+#include <stddef.h>
+
+#include "result.h"
+
+typedef struct lql_cell {
+    char *text;             /* as printed; NULL for a null cell */
+    int null;
+    double num;             /* the value of a numeric cell */
+} lql_cell;
+
+struct lql_table {
+    char *title;
+    int ncols;
+    lql_colspec *cols;      /* names point into `names` */
+    char **names;
+    lql_cell *cells;        /* row-major, ncols per row */
+    size_t ncells, capcells, nrows;
+    int oom;                /* a cell could not be stored: the table is incomplete */
+};
+
+struct lql_result {
+    lql_table **tables;
+    size_t ntables;
+    char **notes;
+    size_t nnotes;
+};
+
+void lql_format_float(double v, int prec, char *buf, size_t n);
+
+#endif

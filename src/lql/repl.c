@@ -1,0 +1,169 @@
+/*
+ * repl.c — the interactive shell: GNU Readline behind three macros (READ_LINE,
+ * ADD_HISTORY, and the completion hook), history in ~/.lql_history, tab completion of
+ * keywords, meta-commands and file paths inside strings, `lql> ` / `  ...> ` prompts, and
+ * Ctrl-C: during a statement it raises vx_cancel_flag (the statement stops, the shell
+ * stays); at the prompt it clears the line and any unfinished statement.
+ */
+#include <ctype.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+#include <readline/history.h>
+#include <readline/readline.h>
+
+#include "shell.h"
+
+#define READ_LINE(prompt) readline(prompt)
+#define ADD_HISTORY(line) add_history(line)
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    vx_cancel_flag = 1;
+    interrupted = 1;
+}
+
+void lql_signals_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+/* Readline calls this when a signal arrives while it waits for input: a Ctrl-C at the
+ * prompt abandons the line. */
+static int on_signal_event(void)
+{
+    if (interrupted) {
+        rl_replace_line("", 0);
+        rl_done = 1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- completion */
+
+static char *keyword_gen(const char *text, int state)
+{
+    static size_t i, j, len;
+    if (!state) { i = 0; j = 0; len = strlen(text); }
+    while (i < lql_keyword_count()) {
+        const char *kw = lql_keyword_at(i++);
+        if (strncasecmp(kw, text, len) == 0) {
+            /* keep the user's case: lower-case input completes in lower case */
+            char *m = strdup(kw);
+            if (m && len && islower((unsigned char)text[0]))
+                for (char *p = m; *p; p++) *p = (char)tolower((unsigned char)*p);
+            return m;
+        }
+    }
+    while (j < lql_meta_count()) {
+        const char *name = lql_meta_name(j++);
+        if (strncmp(name, text, len) == 0) return strdup(name);
+    }
+    return NULL;
+}
+
+/* Inside an open string: complete file names; elsewhere keywords and meta-commands. */
+static char **complete(const char *text, int start, int end)
+{
+    (void)end;
+    int quote = 0;
+    for (int i = 0; i < start; i++) {
+        char c = rl_line_buffer[i];
+        if (quote) {
+            if (c == '\\') i++;
+            else if (c == quote) quote = 0;
+        } else if (c == '"' || c == '\'') quote = c;
+        else if (c == '-' && rl_line_buffer[i + 1] == '-') break;
+    }
+    rl_attempted_completion_over = 1;       /* no fallback to file names outside strings */
+    if (quote) {
+        rl_completion_append_character = '\0';
+        return rl_completion_matches(text, rl_filename_completion_function);
+    }
+    rl_completion_append_character = ' ';
+    return rl_completion_matches(text, keyword_gen);
+}
+
+/* ---------------------------------------------------------------- the loop */
+
+static char *history_path(void)
+{
+    const char *home = getenv("HOME");
+    if (!home || !*home) return NULL;
+    size_t n = strlen(home) + 20;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/.lql_history", home);
+    return p;
+}
+
+int lql_repl(lql_shell *sh)
+{
+    char *hist = history_path();
+    rl_readline_name = "lql";
+    rl_attempted_completion_function = complete;
+    rl_basic_word_break_characters = " \t\n\"'(),;=<>|";
+    rl_completer_quote_characters = "";
+    rl_signal_event_hook = on_signal_event;
+    using_history();
+    if (hist) read_history(hist);
+    lql_signals_install();
+    fprintf(sh->out, "lql %s — .help for statements, Ctrl-D to quit\n", "0.1.0");
+
+    char *buf = NULL;           /* the statement being typed, across lines */
+    size_t len = 0;
+    int line0 = 1, lineno = 0;
+    while (!sh->stop) {
+        interrupted = 0;
+        char *line = READ_LINE(len ? "  ...> " : "lql> ");
+        if (interrupted) {      /* Ctrl-C at the prompt: drop the line and the buffer */
+            free(line);
+            len = 0;
+            if (buf) buf[0] = 0;
+            fputc('\n', stdout);
+            continue;
+        }
+        if (!line) { fputc('\n', stdout); break; }    /* Ctrl-D */
+        lineno++;
+        if (len == 0 && line[strspn(line, " \t")] == '.') {
+            ADD_HISTORY(line);
+            lql_meta(sh, line + strspn(line, " \t"), "<stdin>", lineno);
+            free(line);
+            continue;
+        }
+        if (len == 0 && line[strspn(line, " \t")] == 0) { free(line); continue; }
+        size_t ll = strlen(line);
+        char *nb = realloc(buf, len + ll + 2);
+        if (!nb) { free(line); break; }
+        buf = nb;
+        if (len == 0) line0 = lineno;
+        memcpy(buf + len, line, ll);
+        len += ll;
+        buf[len++] = '\n';
+        buf[len] = 0;
+        free(line);
+        if (!lql_complete(buf)) continue;
+        buf[len - 1] = 0;       /* history keeps the statement without the last newline */
+        ADD_HISTORY(buf);
+        buf[len - 1] = '\n';
+        lql_shell_run(sh, "<stdin>", buf, line0);
+        len = 0;
+        buf[0] = 0;
+    }
+    free(buf);
+    if (hist) {
+        write_history(hist);
+        history_truncate_file(hist, 2000);
+        free(hist);
+    }
+    return 0;
+}

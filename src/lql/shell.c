@@ -1,0 +1,182 @@
+/*
+ * shell.c — running text through the interpreter: splitting a script into statements and
+ * meta-commands, evaluating each (parse → execute → render), and printing results and
+ * errors with their source line and a caret span. Shared by batch, -c, the REPL, `.read`
+ * and the golden runner.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shell.h"
+
+int lql_shell_init(lql_shell *sh)
+{
+    memset(sh, 0, sizeof *sh);
+    sh->s = lql_session_new();
+    if (!sh->s) return -1;
+    sh->out = stdout;
+    sh->err = stderr;
+    sh->mode = isatty(STDOUT_FILENO) ? LQL_OUT_TABLE : LQL_OUT_TSV;
+    return 0;
+}
+
+void lql_shell_close(lql_shell *sh)
+{
+    lql_session_free(sh->s);
+    sh->s = NULL;
+    if (sh->out && sh->out != stdout) fclose(sh->out);
+    sh->out = NULL;
+}
+
+/* ---------------------------------------------------------------- evaluation */
+
+int lql_eval(lql_session *s, const char *text, size_t n, lql_outmode mode, char **out, lql_err *e)
+{
+    *out = NULL;
+    lql_arena *ar = lql_arena_new();
+    if (!ar) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    lql_stmt *st = NULL;
+    int rc = lql_parse(text, n, ar, &st, e);
+    if (rc == 0 && st) {
+        lql_result *r = lql_result_new();
+        vx_cancel_flag = 0;
+        if (!r) rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+        else {
+            memset(e, 0, sizeof *e);
+            rc = lql_exec(s, st, r, e);
+            if (rc < 0 && e->line == 0) { e->line = st->at.line; e->col = st->at.col; e->len = st->at.len; }
+            if (rc < 0 && e->code == LQL_ECANCEL) snprintf(e->msg, sizeof e->msg, "cancelled");
+            /* A failed statement in a chain still shows what ran before it. */
+            if (rc == 0 || lql_result_ntables(r) || lql_result_nnotes(r)) {
+                *out = lql_render(r, mode);
+                if (!*out && rc == 0) rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+            }
+        }
+        lql_result_free(r);
+    } else if (rc == 0) {
+        *out = calloc(1, 1);
+    }
+    lql_arena_free(ar);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- errors */
+
+char *lql_error_text(const char *label, const char *src, int line0, const lql_err *e)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    if (label) fprintf(f, "error: %s:%d:%d: %s\n", label, e->line, e->col, e->msg);
+    else fprintf(f, "error: %d:%d: %s\n", e->line, e->col, e->msg);
+    if (src && e->line >= line0) {
+        const char *p = src;
+        for (int l = line0; l < e->line && p; l++) {
+            p = strchr(p, '\n');
+            if (p) p++;
+        }
+        if (p) {
+            size_t ll = strcspn(p, "\n");
+            fprintf(f, "  %.*s\n  ", (int)ll, p);
+            /* indent under the culprit: tabs kept, one space per character otherwise */
+            for (int c = 1; c < e->col && (size_t)(c - 1) < ll; c++) {
+                unsigned char ch = (unsigned char)p[c - 1];
+                if (ch == '\t') fputc('\t', f);
+                else if (ch < 0x80 || ch >= 0xC0) fputc(' ', f);
+            }
+            fputc('^', f);
+            int width = 0;                 /* characters of the culprit on this line */
+            for (int k = 1; k < e->len && (size_t)(e->col - 1 + k) < ll; k++) {
+                unsigned char ch = (unsigned char)p[e->col - 1 + k];
+                if (ch < 0x80 || ch >= 0xC0) width++;
+            }
+            for (int k = 0; k < width; k++) fputc('~', f);
+            fputc('\n', f);
+        }
+    }
+    if (fclose(f) != 0) { free(buf); return NULL; }
+    return buf;
+}
+
+/* ---------------------------------------------------------------- running text */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Skip blanks and `--` comments; returns the new offset and counts newlines. */
+static size_t skip_space(const char *t, size_t i, size_t n, int *line)
+{
+    while (i < n) {
+        if (t[i] == '\n') { (*line)++; i++; }
+        else if (t[i] == ' ' || t[i] == '\t' || t[i] == '\r' || t[i] == '\f' || t[i] == '\v') i++;
+        else if (t[i] == '-' && i + 1 < n && t[i + 1] == '-') { while (i < n && t[i] != '\n') i++; }
+        else break;
+    }
+    return i;
+}
+
+/* Run one statement text (which starts at line/col1 of the source). */
+static int run_stmt(lql_shell *sh, const char *label, const char *src, int line0, size_t start,
+                    size_t end, int line, int col1)
+{
+    char *out = NULL;
+    lql_err e;
+    double t0 = now_ms();
+    int rc = lql_eval(sh->s, src + start, end - start, sh->mode, &out, &e);
+    double t1 = now_ms();
+    if (out) {
+        fputs(out, sh->out);
+        fflush(sh->out);
+        free(out);
+    }
+    if (rc < 0) {
+        /* positions are relative to the statement text: make them file positions */
+        if (e.line == 1) e.col += col1 - 1;
+        e.line += line - 1;
+        char *msg = lql_error_text(label, src, line0, &e);
+        if (msg) fputs(msg, sh->err);
+        fflush(sh->err);
+        free(msg);
+        sh->failed = 1;
+        if (sh->bail || (e.code == LQL_ECANCEL && !sh->interactive)) sh->stop = 1;
+    }
+    if (sh->timer) fprintf(sh->err, "time: %.3f ms\n", t1 - t0);
+    return rc;
+}
+
+int lql_shell_run(lql_shell *sh, const char *label, const char *text, int line0)
+{
+    size_t n = strlen(text), i = 0;
+    int line = line0, rc = 0;
+    while (i < n && !sh->stop) {
+        i = skip_space(text, i, n, &line);
+        if (i >= n) break;
+        size_t bol = i;
+        while (bol > 0 && text[bol - 1] != '\n') bol--;
+        int col1 = (int)(i - bol) + 1;
+        if (text[i] == '.' && col1 == 1) {
+            /* a meta-command: the rest of the line */
+            size_t e = i;
+            while (e < n && text[e] != '\n') e++;
+            char *cmd = strndup(text + i, e - i);
+            if (!cmd || lql_meta(sh, cmd, label, line) < 0) { rc = -1; sh->failed = 1; if (sh->bail) sh->stop = 1; }
+            free(cmd);
+            i = e;
+            continue;
+        }
+        size_t len;
+        lql_split(text + i, n - i, &len);
+        if (run_stmt(sh, label, text, line0, i, i + len, line, col1) < 0) rc = -1;
+        for (size_t k = i; k < i + len; k++)
+            if (text[k] == '\n') line++;
+        i += len;
+    }
+    return rc;
+}
