@@ -1,0 +1,410 @@
+/*
+ * test_parity_engine.c — the engine's contracts beyond the goldens, on encoded fixtures:
+ *   - bind refusals with their exact messages (unknown operators and fields, missing and
+ *     mis-shaped operands), forward-pass argument errors and cancellation;
+ *   - observers: residual bookkeeping (resid_out = resid_in + attn + ffn), attention
+ *     probabilities (rows sum to 1, causal, the sliding window), FFN activations equal
+ *     to act(gate·x)·(up·x) recomputed in float64 from the stored rows, MoE activations
+ *     zero outside the routed experts;
+ *   - the overlay: identity edits change nothing, a tombstone equals a zero down column
+ *     equals the rank-1 delta that cancels the feature, detaching restores the base;
+ *   - prefill and token-by-token decode agree; seeded sampling is reproducible.
+ */
+#include <stdlib.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+#include "t.h"
+#include "engine_int.h"
+
+static char tmp[] = "/tmp/lql-engine-XXXXXX";
+
+static void encode(const char *fx, char *out, size_t n)
+{
+    char src[4096];
+    snprintf(src, sizeof src, "%s/models/families/%s", LQL_SHARED_DIR, fx);
+    snprintf(out, n, "%s/%s.vindex3", tmp, fx);
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    vx_err err = {0};
+    int rc = vx_encode(src, out, &o, &err);
+    CHECK_MSG(rc == 0, "encode %s: %s", fx, err.msg);
+}
+
+/* ---------------------------------------------------------------- bind refusals */
+
+typedef void (*graph_edit)(cJSON *comp);
+
+static void e_operator(cJSON *c)
+{
+    cJSON *l = cJSON_GetArrayItem(cJSON_GetObjectItem(c, "layers"), 1);
+    cJSON_ReplaceItemInObject(l, "operator", cJSON_CreateString("linear_attention"));
+}
+static void e_ffn(cJSON *c)
+{
+    cJSON *l = cJSON_GetArrayItem(cJSON_GetObjectItem(c, "layers"), 2);
+    cJSON_ReplaceItemInObject(l, "ffn", cJSON_CreateString("hyper"));
+}
+static void e_layer_field(cJSON *c)
+{
+    cJSON_AddTrueToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "layers"), 0), "cross_attention");
+}
+static void e_norm(cJSON *c)
+{
+    cJSON *n = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "norm");
+    cJSON_ReplaceItemInObject(n, "kind", cJSON_CreateString("scale"));
+}
+static void e_field(cJSON *c)
+{
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(c, "execution"), "alibi", 8);
+}
+static void e_yarn(cJSON *c)
+{
+    cJSON *r = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"),
+                                                       "attention"), "rope");
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "type", "yarn");
+    cJSON_ReplaceItemInObject(r, "scaling", s);
+}
+static void e_act(cJSON *c)
+{
+    cJSON *f = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "ffn");
+    cJSON_ReplaceItemInObject(f, "activation", cJSON_CreateString("relu2"));
+}
+static void e_bias(cJSON *c)
+{
+    cJSON *a = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "attention");
+    cJSON_ReplaceItemInObject(a, "qkv_bias", cJSON_CreateTrue());
+}
+static void e_heads(cJSON *c)
+{
+    cJSON *a = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "attention");
+    cJSON_ReplaceItemInObject(a, "heads", cJSON_CreateNumber(8));
+}
+static void e_moe(cJSON *c)
+{
+    cJSON *l = cJSON_GetArrayItem(cJSON_GetObjectItem(c, "layers"), 0);
+    cJSON_ReplaceItemInObject(l, "ffn", cJSON_CreateString("moe"));
+}
+static void e_geometry(cJSON *c)
+{
+    cJSON *a = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "attention");
+    cJSON_ReplaceItemInObject(a, "kv_heads", cJSON_CreateNumber(3));
+}
+
+static void refuse(const char *base, graph_edit ed, const char *want)
+{
+    static int k;
+    char dir[4200], cmd[9000], gp[4300];
+    snprintf(dir, sizeof dir, "%s/edit%d", tmp, k++);
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", base, dir);
+    CHECK(system(cmd) == 0);
+    snprintf(gp, sizeof gp, "%s/system_graph.json", dir);
+    FILE *f = fopen(gp, "rb");
+    char *b = calloc(1, 1 << 20);
+    size_t n = f ? fread(b, 1, (1 << 20) - 1, f) : 0;
+    if (f) fclose(f);
+    cJSON *g = cJSON_Parse(b);
+    free(b);
+    CHECK(n > 0 && g);
+    if (!g) return;
+    ed(cJSON_GetArrayItem(cJSON_GetObjectItem(g, "components"), 0));
+    char *txt = cJSON_Print(g);
+    f = fopen(gp, "wb");
+    fputs(txt, f);
+    fclose(f);
+    free(txt);
+    cJSON_Delete(g);
+    vx_container *c = NULL;
+    eng_model *m = NULL;
+    vx_err err = {0};
+    int rc = vx_open(dir, &c, &err);
+    CHECK_MSG(rc == 0, "open: %s", err.msg);
+    if (rc) return;
+    CHECK(eng_model_bind(c, &m, &err) == -1 && m == NULL);
+    CHECK_STR(err.msg, want);
+    vx_close(c);
+}
+
+static void test_refusals(const char *gqa)
+{
+    refuse(gqa, e_operator, "layer 1: attention operator 'linear_attention' is not implemented");
+    refuse(gqa, e_ffn, "layer 2: ffn operator 'hyper' is not implemented");
+    refuse(gqa, e_layer_field, "layer 0: field 'cross_attention' is not implemented");
+    refuse(gqa, e_norm, "system graph: execution.norm.kind 'scale' is not implemented");
+    refuse(gqa, e_field, "system graph: execution field 'alibi' is not implemented");
+    refuse(gqa, e_yarn, "system graph: execution.attention.rope.scaling.type 'yarn' is not implemented");
+    refuse(gqa, e_act, "system graph: execution.ffn.activation 'relu2' is not implemented");
+    refuse(gqa, e_bias, "layer 0: operand 'layers.0.attn.q_proj.bias' of target.decoder_stack is missing");
+    refuse(gqa, e_heads, "layer 0: operand 'layers.0.attn.q_proj' of target.decoder_stack has "
+                         "shape [64, 64], expected [128, 64]");
+    refuse(gqa, e_moe, "layer 0: ffn 'moe' but execution.moe is null");
+    refuse(gqa, e_geometry, "system graph: 4 heads is not a multiple of 3 kv heads");
+}
+
+/* ---------------------------------------------------------------- observers */
+
+typedef struct rec {
+    int H, L, F, window, bad_resid, bad_attn, attn_calls, ffn_calls, moe_bad;
+    float *prev;          /* [n, H] residual before the current layer */
+    const eng_model *m;
+    double worst_act;
+} rec;
+
+static void r_embed(void *ctx, int pos0, int n, const float *x)
+{
+    rec *r = ctx;
+    (void)pos0;
+    memcpy(r->prev, x, (size_t)n * r->H * sizeof(float));
+}
+
+static void r_layer(void *ctx, int l, int pos0, int n, const float *a, const float *f,
+                    const float *x)
+{
+    rec *r = ctx;
+    (void)l; (void)pos0;
+    for (size_t i = 0; i < (size_t)n * r->H; i++)
+        if (fabsf(r->prev[i] + a[i] + f[i] - x[i]) > 1e-5f * (1 + fabsf(x[i]))) r->bad_resid++;
+    memcpy(r->prev, x, (size_t)n * r->H * sizeof(float));
+}
+
+static void r_attn(void *ctx, int l, int h, int pos0, int n, int n_keys, const float *p)
+{
+    rec *r = ctx;
+    (void)l; (void)h;
+    r->attn_calls++;
+    for (int t = 0; t < n; t++) {
+        int i = pos0 + t;
+        double s = 0;
+        for (int j = 0; j < n_keys; j++) {
+            float v = p[(size_t)t * n_keys + j];
+            int vis = j <= i && (!r->window || j > i - r->window);
+            if (!vis && v != 0) r->bad_attn++;
+            if (vis && !(v > 0)) r->bad_attn++;
+            s += v;
+        }
+        if (fabs(s - 1) > 1e-5) r->bad_attn++;
+    }
+}
+
+/* FFN activations against float64 recomputation from the stored gate/up rows. */
+static void r_ffn(void *ctx, int l, int pos0, int n, const float *in, const float *act, int F)
+{
+    rec *r = ctx;
+    (void)pos0;
+    r->ffn_calls++;
+    const eng_layer *L = &r->m->layers[l];
+    if (L->moe) {
+        /* exactly top_k experts carry nonzero activations per position */
+        int E = r->m->experts, EI = r->m->expert_inter;
+        for (int t = 0; t < n; t++) {
+            int live = 0;
+            for (int e = 0; e < E; e++) {
+                int nz = 0;
+                for (int f = 0; f < EI; f++) nz |= act[(size_t)t * F + e * EI + f] != 0;
+                live += nz;
+            }
+            if (live != r->m->top_k) r->moe_bad++;
+        }
+        return;
+    }
+    const int H = r->H;
+    for (int t = 0; t < n; t += 3)
+        for (int f = 0; f < F; f += 7) {
+            double g = 0, u = 0;
+            for (int i = 0; i < H; i++) {
+                g += (double)eng_w_at(&L->mlp.gate, f, i) * in[(size_t)t * H + i];
+                u += (double)eng_w_at(&L->mlp.up, f, i) * in[(size_t)t * H + i];
+            }
+            double want = g / (1 + exp(-g)) * u, got = act[(size_t)t * F + f];
+            double e = fabs(want - got) / (1e-3 + fabs(want));
+            if (e > r->worst_act) r->worst_act = e;
+        }
+}
+
+static eng_model *bind(const char *dir, vx_container **c)
+{
+    eng_model *m = NULL;
+    vx_err err = {0};
+    if (vx_open(dir, c, &err) || eng_model_bind(*c, &m, &err)) {
+        CHECK_MSG(0, "bind %s: %s", dir, err.msg);
+        return NULL;
+    }
+    return m;
+}
+
+static const int32_t prompt[20] = {510, 72, 101, 108, 108, 111, 44, 32, 119, 111,
+                                   114, 108, 100, 33, 32, 84, 104, 101, 32, 99};
+
+static void test_observers(const char *dir, int window, int n)
+{
+    vx_container *c;
+    eng_model *m = bind(dir, &c);
+    if (!m) return;
+    rec r = {eng_model_hidden(m), eng_model_layers(m), 0, window, 0, 0, 0, 0, 0,
+             malloc((size_t)n * eng_model_hidden(m) * sizeof(float)), m, 0};
+    eng_observer obs = {&r, r_embed, r_layer, r_ffn, r_attn};
+    eng_session *s;
+    vx_err err = {0};
+    CHECK(eng_session_new(m, 64, &s, &err) == 0);
+    CHECK(eng_forward(s, prompt, n - 2, NULL, &obs, &err) == 0);
+    CHECK(eng_forward(s, prompt + n - 2, 2, NULL, &obs, &err) == 0);   /* pos0 > 0 */
+    CHECK(r.bad_resid == 0);
+    CHECK(r.bad_attn == 0);
+    CHECK(r.moe_bad == 0);
+    CHECK(r.attn_calls == 2 * r.L * m->heads);
+    CHECK(r.ffn_calls == 2 * r.L);
+    CHECK_MSG(r.worst_act < 1e-4, "ffn act error %g", r.worst_act);
+    eng_session_free(s);
+    free(r.prev);
+    eng_model_free(m);
+    vx_close(c);
+}
+
+/* ---------------------------------------------------------------- overlay */
+
+static void logits_of(eng_model *m, float *lg)
+{
+    eng_session *s;
+    vx_err err = {0};
+    CHECK(eng_session_new(m, 32, &s, &err) == 0);
+    CHECK(eng_forward(s, prompt, 12, lg, NULL, &err) == 0);
+    eng_session_free(s);
+}
+
+static double maxdiff(const float *a, const float *b, int n)
+{
+    double d = 0;
+    for (int i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
+    return d;
+}
+
+static void test_overlay(const char *dir)
+{
+    vx_container *c;
+    eng_model *m = bind(dir, &c);
+    if (!m) return;
+    const int V = eng_model_vocab(m), H = eng_model_hidden(m), l = 1, f = 17;
+    const int F = eng_model_ffn_features(m, l);
+    CHECK(F == 176 && eng_model_ffn_features(m, 99) == 0);
+    float *base = malloc(V * 4), *lg = malloc(V * 4), *lg2 = malloc(V * 4);
+    float *gate = malloc(H * 4), *up = malloc(H * 4), *down = malloc(H * 4), *zero = calloc(H, 4);
+    float *u = malloc(H * 4), *v = calloc(F, 4);
+    const eng_layer *L = &m->layers[l];
+    for (int i = 0; i < H; i++) {
+        gate[i] = eng_w_at(&L->mlp.gate, f, i);
+        up[i] = eng_w_at(&L->mlp.up, f, i);
+        down[i] = eng_w_at(&L->mlp.down, i, f);
+        u[i] = -down[i];
+    }
+    v[f] = 1;
+    logits_of(m, base);
+
+    eng_feature_edit same = {l, f, 0, gate, up, down};
+    eng_overlay ov = {&same, 1, NULL, 0};
+    eng_model_set_overlay(m, &ov);
+    logits_of(m, lg);
+    CHECK_NEAR(maxdiff(lg, base, V), 0, 1e-5);
+
+    eng_feature_edit tomb = {l, f, 1, NULL, NULL, NULL};
+    ov = (eng_overlay){&tomb, 1, NULL, 0};
+    logits_of(m, lg);
+    CHECK(maxdiff(lg, base, V) > 1e-4);
+    eng_feature_edit zdown = {l, f, 0, NULL, NULL, zero};
+    ov = (eng_overlay){&zdown, 1, NULL, 0};
+    logits_of(m, lg2);
+    CHECK_NEAR(maxdiff(lg, lg2, V), 0, 1e-5);
+    eng_lowrank lr = {l, 1, u, v};
+    ov = (eng_overlay){NULL, 0, &lr, 1};
+    logits_of(m, lg2);
+    CHECK_NEAR(maxdiff(lg, lg2, V), 0, 1e-5);
+
+    /* a replaced gate row changes the activation of that feature only */
+    float *g2 = malloc(H * 4);
+    for (int i = 0; i < H; i++) g2[i] = -gate[i];
+    eng_feature_edit ng = {l, f, 0, g2, NULL, NULL};
+    ov = (eng_overlay){&ng, 1, NULL, 0};
+    logits_of(m, lg2);
+    CHECK(maxdiff(lg2, base, V) > 1e-4);
+
+    eng_model_set_overlay(m, NULL);
+    logits_of(m, lg);
+    CHECK(maxdiff(lg, base, V) == 0);
+    free(base); free(lg); free(lg2); free(gate); free(up); free(down); free(zero);
+    free(u); free(v); free(g2);
+    eng_model_free(m);
+    vx_close(c);
+}
+
+/* ---------------------------------------------------------------- sessions */
+
+static void test_session(const char *dir)
+{
+    vx_container *c;
+    eng_model *m = bind(dir, &c);
+    if (!m) return;
+    const int V = eng_model_vocab(m);
+    float *a = malloc(V * 4), *b = malloc(V * 4);
+    eng_session *s;
+    vx_err err = {0};
+    CHECK(eng_session_new(m, 16, &s, &err) == 0);
+    CHECK(eng_forward(s, prompt, 12, a, NULL, &err) == 0);
+    CHECK(eng_session_pos(s) == 12);
+    eng_session_reset(s);
+    for (int i = 0; i < 12; i++) CHECK(eng_forward(s, prompt + i, 1, b, NULL, &err) == 0);
+    CHECK_NEAR(maxdiff(a, b, V), 0, 1e-4);
+
+    CHECK(eng_forward(s, prompt, 5, NULL, NULL, &err) == -1);
+    CHECK_STR(err.msg, "context full: 12 positions + 5 tokens exceeds the session's 16");
+    int32_t badid = 9999;
+    CHECK(eng_forward(s, &badid, 1, NULL, NULL, &err) == -1);
+    CHECK_STR(err.msg, "token id 9999 is out of range (vocab 512)");
+    vx_cancel_flag = 1;
+    CHECK(eng_forward(s, prompt, 1, NULL, NULL, &err) == -1 && err.code == VX_ECANCEL);
+    CHECK_STR(err.msg, "forward pass cancelled");
+    vx_cancel_flag = 0;
+    CHECK(eng_session_pos(s) == 12);
+    eng_session *big;
+    CHECK(eng_session_new(m, 100000, &big, &err) == -1);
+    CHECK_STR(err.msg, "session context 100000 exceeds the model's context length 512");
+
+    /* seeded sampling is reproducible and differs across seeds */
+    eng_sampler sp = {1.5f, 50, 0.95f, 1234};
+    int32_t o1[16], o2[16], o3[16];
+    int n1, n2, n3;
+    eng_session_reset(s);
+    CHECK(eng_generate(s, prompt, 2, 12, &sp, o1, &n1, &err) == 0);
+    eng_session_reset(s);
+    CHECK(eng_generate(s, prompt, 2, 12, &sp, o2, &n2, &err) == 0);
+    sp.seed = 99;
+    eng_session_reset(s);
+    CHECK(eng_generate(s, prompt, 2, 12, &sp, o3, &n3, &err) == 0);
+    CHECK(n1 == n2 && memcmp(o1, o2, (size_t)n1 * 4) == 0);
+    CHECK(n1 != n3 || memcmp(o1, o3, (size_t)n1 * 4) != 0);
+    CHECK(eng_model_eos(m, 0) == 511 && eng_model_eos(m, 1) == -1);
+    free(a);
+    free(b);
+    eng_session_free(s);
+    eng_model_free(m);
+    vx_close(c);
+}
+
+int main(void)
+{
+    if (!mkdtemp(tmp)) { perror("mkdtemp"); return 1; }
+    char gqa[4200], swa[4200], mix[4200], ds[4200];
+    encode("llama-gqa", gqa, sizeof gqa);
+    encode("mistral-swa", swa, sizeof swa);
+    encode("mixtral", mix, sizeof mix);
+    encode("deepseek-v3-lite", ds, sizeof ds);
+    test_refusals(gqa);
+    test_observers(gqa, 0, 12);
+    test_observers(swa, 8, 20);
+    test_observers(mix, 0, 12);
+    test_observers(ds, 0, 12);
+    test_overlay(gqa);
+    test_session(gqa);
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+    return T_DONE();
+}
