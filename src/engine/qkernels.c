@@ -167,23 +167,26 @@ static __m256i load32(const void *p)
     return _mm256_loadu_si256((const __m256i *)p);
 }
 
+/* The 32-block kernels alternate two accumulators so consecutive blocks do not wait on
+ * each other's multiply-add. */
 static float dot_q8_0(const unsigned char *w, const float *d, const int8_t *q, int nb)
 {
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int b = 0; b < nb; b++, w += 34)
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]),
-                              mul_i8(load32(w + 2), load32(q + 32 * b)), acc);
-    return hsum(acc);
+        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]),
+                                     mul_i8(load32(w + 2), load32(q + 32 * b)), acc[b & 1]);
+    return hsum(_mm256_add_ps(acc[0], acc[1]));
 }
 
 static float dot_q4_0(const unsigned char *w, const float *d, const int8_t *q, int nb)
 {
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int b = 0; b < nb; b++, w += 18) {
         __m256i v = _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]), mul_i8(v, load32(q + 32 * b)), acc);
+        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]),
+                                     mul_i8(v, load32(q + 32 * b)), acc[b & 1]);
     }
-    return hsum(acc);
+    return hsum(_mm256_add_ps(acc[0], acc[1]));
 }
 
 /* 2^(e-128): the E8M0 scale halved, because the table below holds doubled E2M1 values;
@@ -202,13 +205,13 @@ static float dot_mxfp4(const unsigned char *w, const float *d, const int8_t *q, 
 {
     static const int8_t doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
     const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)doubled));
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int b = 0; b < nb; b++, w += 17) {
         __m256i v = _mm256_shuffle_epi8(tab, nibbles(w + 1));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(e8m0_half(w[0]) * d[b]),
-                              mul_i8(v, load32(q + 32 * b)), acc);
+        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(e8m0_half(w[0]) * d[b]),
+                                     mul_i8(v, load32(q + 32 * b)), acc[b & 1]);
     }
-    return hsum(acc);
+    return hsum(_mm256_add_ps(acc[0], acc[1]));
 }
 
 /* Q4_K's 12 packed bytes → sm[0..7] the 6-bit scales, sm[8..15] the 6-bit mins. */
@@ -233,10 +236,14 @@ static float dot_q4_k(const unsigned char *w, const float *d, const int8_t *q,
     for (int b = 0; b < nb; b++, w += 144, q += 256, bs += 16) {
         uint8_t sm[16];
         q4k_unpack(w + 4, sm);
-        int summ = 0;
-        for (int s = 0; s < 8; s++)
-            summ += sm[8 + s] * (bs[2 * s] + bs[2 * s + 1]);
-        accm += h2f(w + 2) * d[b] * (float)summ;
+        /* Σ_s min_s · (sum of the 32 activations of sub-block s), 8 lanes at once */
+        __m128i pair = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(const void *)bs),
+                                      _mm_loadu_si128((const __m128i *)(const void *)(bs + 8)));
+        __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(sm + 8)));
+        __m128i p = _mm_madd_epi16(mins, pair);
+        p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
+        p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
+        accm += h2f(w + 2) * d[b] * (float)_mm_cvtsi128_si32(p);
         __m256i isum = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
             __m256i v = load32(w + 16 + 32 * j);
@@ -266,10 +273,13 @@ static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
     for (int b = 0; b < nb; b++, w += 210, q += 256, bs += 16) {
         const int8_t *sc = (const int8_t *)(w + 192);
         float dd = h2f(w + 208) * d[b];
-        int off = 0;
-        for (int g = 0; g < 16; g++)
-            off += sc[g] * bs[g];
-        accm += dd * (float)(32 * off);
+        /* Σ_g scale_g · (sum of the 16 activations of group g): the -32 offset */
+        __m256i o = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)sc)),
+                                      _mm256_loadu_si256((const __m256i *)(const void *)bs));
+        __m128i o4 = _mm_add_epi32(_mm256_castsi256_si128(o), _mm256_extracti128_si256(o, 1));
+        o4 = _mm_add_epi32(o4, _mm_shuffle_epi32(o4, 0x4e));
+        o4 = _mm_add_epi32(o4, _mm_shuffle_epi32(o4, 0xb1));
+        accm += dd * (float)(32 * _mm_cvtsi128_si32(o4));
         __m256i isum = _mm256_setzero_si256();
         for (int n = 0; n < 2; n++) {
             __m256i l0 = load32(w + 64 * n), l1 = load32(w + 64 * n + 32);
@@ -328,19 +338,26 @@ typedef struct job {
     const acts *a;            /* NULL: the f32 block path */
 } job;
 
+/* Activation rows per tile: a tile of quantised activations stays in L2 while every
+ * weight row of the range passes over it from L1. */
+#define TILE_T 64
+
 static void run_rows(const job *j, int r0, int r1)
 {
-    for (int r = r0; r < r1; r++) {
-        const unsigned char *w = j->W + (size_t)r * j->row_bytes;
-        for (int t = 0; t < j->n; t++) {
-            float *y = j->Y + (size_t)t * j->rows + r;
+    for (int t0 = 0; t0 < j->n; t0 += TILE_T) {
+        int t1 = t0 + TILE_T < j->n ? t0 + TILE_T : j->n;
+        for (int r = r0; r < r1; r++) {
+            const unsigned char *w = j->W + (size_t)r * j->row_bytes;
+            for (int t = t0; t < t1; t++) {
+                float *y = j->Y + (size_t)t * j->rows + r;
 #ifdef __AVX2__
-            if (j->a) {
-                *y = dot_row(j->dt, w, j->a, t, j->cols);
-                continue;
-            }
+                if (j->a) {
+                    *y = dot_row(j->dt, w, j->a, t, j->cols);
+                    continue;
+                }
 #endif
-            *y = eng_qdot(j->dt, w, j->X + (size_t)t * j->cols, j->cols);
+                *y = eng_qdot(j->dt, w, j->X + (size_t)t * j->cols, j->cols);
+            }
         }
     }
 }

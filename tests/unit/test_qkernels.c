@@ -104,11 +104,10 @@ static int check_rows(vx_dtype dt, const float *ref, int r0, int r1, int cols, c
     return ok;
 }
 
-static void one(vx_dtype dt, int rows, int cols)
+static void one(vx_dtype dt, int rows, int cols, int n)
 {
     float *ref;
     unsigned char *w = make_w(dt, rows, cols, &ref);
-    int n = 3;
     float *X = malloc(sizeof(float) * (size_t)n * cols), *Y = malloc(sizeof(float) * (size_t)n * rows);
     for (int i = 0; i < n * cols; i++) {
         int blk = (i % cols) / 32;
@@ -149,8 +148,9 @@ int main(void)
                                    VX_Q6_K, VX_MXFP4};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         CHECK(eng_qsupported(all[i]));
-        one(all[i], 37, 512);        /* serial (small) */
-        one(all[i], 300, 1024);      /* threaded */
+        one(all[i], 37, 512, 3);     /* serial (small) */
+        one(all[i], 300, 1024, 3);   /* threaded */
+        one(all[i], 40, 256, 70);    /* more activation rows than one tile (64) */
     }
     printf("worst error / bound: %.3f\n", worst);
     CHECK(!eng_qsupported(VX_F32) && !eng_qsupported(VX_BF16));

@@ -1,0 +1,114 @@
+/*
+ * qgemv.c — speed of eng_qgemv on every block codec, in GB/s of weight-block bytes, next
+ * to a plain streaming read of the same number of bytes on the same threads (the
+ * memory-bound ceiling a GEMV can reach). Run it once per thread count:
+ *
+ *   LQL_THREADS=1 qgemv [--rows 4096] [--cols 4096] [--reps 20]
+ *   LQL_THREADS=2 qgemv
+ *
+ * Each number is the best of --reps runs (the machine is shared); the kernel and the read
+ * alternate so both see the same cache state. Wall-clock numbers are printed, never
+ * asserted.
+ */
+#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "engine_int.h"
+#include "qkernels.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct rd {
+    const unsigned char *p;
+    size_t n;
+    long long sums[64];
+} rd;
+
+static void read_part(void *ctx, int i, int n)
+{
+    rd *r = ctx;
+    size_t lo = r->n / (size_t)n * (size_t)i & ~(size_t)63;
+    size_t hi = i == n - 1 ? r->n : r->n / (size_t)n * (size_t)(i + 1) & ~(size_t)63;
+    __m256i acc = _mm256_setzero_si256();
+    for (size_t k = lo; k + 32 <= hi; k += 32)
+        acc = _mm256_add_epi64(acc, _mm256_loadu_si256((const __m256i *)(const void *)(r->p + k)));
+    long long v[4];
+    _mm256_storeu_si256((__m256i *)(void *)v, acc);
+    r->sums[i] = v[0] + v[1] + v[2] + v[3];
+}
+
+int main(int argc, char **argv)
+{
+    int rows = 4096, cols = 4096, reps = 20;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--rows"))
+            rows = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--cols"))
+            cols = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps"))
+            reps = atoi(argv[i + 1]);
+    }
+    static const vx_dtype all[] = {VX_Q8_0, VX_Q4_0, VX_MXFP4, VX_Q4_K, VX_Q6_K, VX_Q2_K,
+                                   VX_Q3_K, VX_Q5_K};
+    float *x = malloc(sizeof(float) * (size_t)cols), *y = malloc(sizeof(float) * (size_t)rows);
+    for (int c = 0; c < cols; c++)
+        x[c] = (float)((c * 7919) % 1000) / 500.f - 1.f;
+    printf("qgemv: %d x %d, %d threads, %d repetitions\n", rows, cols, eng_threads(), reps);
+    printf("  %-6s %10s %10s %10s %8s\n", "dtype", "MB", "GB/s", "read GB/s", "ratio");
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
+        vx_dtype dt = all[k];
+        unsigned be, bb;
+        vx_quant_block(dt, &be, &bb);
+        size_t rb = (size_t)cols / be * bb, n = rb * (size_t)rows;
+        unsigned char *w = malloc(n);
+        float *row = malloc(sizeof(float) * (size_t)cols);
+        int decode_only = dt == VX_Q2_K || dt == VX_Q3_K || dt == VX_Q5_K;
+        for (int r = 0; r < rows && !decode_only; r++) {
+            for (int c = 0; c < cols; c++)
+                row[c] = (float)(((unsigned)(r + 1) * (unsigned)(c + 3) * 2654435761u) >> 16 & 0xffff)
+                         / 32768.f - 1.f;
+            vx_quantize_row(dt, row, w + rb * (size_t)r, (size_t)cols);
+        }
+        if (decode_only) {
+            /* decode-only formats: fill with bytes and keep the f16 scales finite */
+            for (size_t i = 0; i < n; i++)
+                w[i] = (unsigned char)(i * 131 >> 3);
+            size_t d = dt == VX_Q2_K ? 80 : dt == VX_Q3_K ? 108 : 0;
+            for (size_t b = 0; b < n / bb; b++) {
+                w[b * bb + d] = 0x00;
+                w[b * bb + d + 1] = 0x1c;
+                if (dt != VX_Q3_K) {
+                    w[b * bb + d + 2] = 0x00;
+                    w[b * bb + d + 3] = 0x1c;
+                }
+            }
+        }
+        free(row);
+        eng_qgemv(dt, w, rows, cols, x, y);           /* warm the pool and the pages */
+        /* Best of reps: on a shared machine the minimum is the run least disturbed. */
+        double tq = 1e30, tr = 1e30;
+        rd r = {.p = w, .n = n};
+        for (int i = 0; i < reps; i++) {
+            double t0 = now();
+            eng_qgemv(dt, w, rows, cols, x, y);
+            double t1 = now();
+            eng_parallel(read_part, &r);
+            double t2 = now();
+            tq = t1 - t0 < tq ? t1 - t0 : tq;
+            tr = t2 - t1 < tr ? t2 - t1 : tr;
+        }
+        printf("  %-6s %10.1f %10.2f %10.2f %8.2f   (y[0] %.4g)\n", vx_quant_name(dt),
+               (double)n / 1e6, (double)n / tq / 1e9, (double)n / tr / 1e9, tr / tq, y[0]);
+        free(w);
+    }
+    free(x);
+    free(y);
+    return 0;
+}
