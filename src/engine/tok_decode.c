@@ -15,18 +15,6 @@
 
 /* ---------------------------------------------------------------- loading */
 
-static int add_step(eng_tokenizer *t, tok_dec *s, vx_err *err)
-{
-    tok_dec *n = realloc(t->dec, (t->n_dec + 1) * sizeof *n);
-    if (!n) {
-        pcre2_code_free(s->pat.re);
-        return vx_errf(err, VX_ENOMEM, "out of memory loading the decoder");
-    }
-    t->dec = n;
-    t->dec[t->n_dec++] = *s;
-    return 0;
-}
-
 static int keep(eng_tokenizer *t, const char *s, tok_dec *d, vx_err *err)
 {
     d->ns = strlen(s);
@@ -46,27 +34,10 @@ static int load_metaspace(eng_tokenizer *t, const cJSON *o, tok_dec *d, vx_err *
     return keep(t, rep ? rep : "\xE2\x96\x81", d, err);
 }
 
-static int load(eng_tokenizer *t, const cJSON *o, int depth, vx_err *err)
+static int step(eng_tokenizer *t, const cJSON *o, const char *type, vx_err *err)
 {
-    const char *type;
-    if (!cJSON_IsObject(o))
-        return vx_errf(err, VX_EFORMAT, "%s: decoder must be an object (got %s)", t->path,
-                       tok_jtype(o));
-    if (depth > 16)
-        return vx_errf(err, VX_EFORMAT, "%s: decoder sequences nest deeper than 16", t->path);
-    if (tok_jstr(t, o, "type", "decoder", 1, &type, err) < 0)
-        return -1;
     tok_dec d = {0};
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *a = tok_jget(o, "decoders"), *e;
-        if (!cJSON_IsArray(a))
-            return vx_errf(err, VX_EFORMAT, "%s: decoder.decoders must be an array (got %s)",
-                           t->path, tok_jtype(a));
-        cJSON_ArrayForEach(e, a)
-            if (load(t, e, depth + 1, err) < 0)
-                return -1;
-        return 0;
-    } else if (strcmp(type, "ByteLevel") == 0) {
+    if (strcmp(type, "ByteLevel") == 0) {
         d.kind = TOK_D_BYTELEVEL;
     } else if (strcmp(type, "ByteFallback") == 0) {
         d.kind = TOK_D_BYTEFALLBACK;
@@ -112,13 +83,17 @@ static int load(eng_tokenizer *t, const cJSON *o, int depth, vx_err *err)
                        "ByteFallback, Fuse, Strip, Metaspace, BPEDecoder, Sequence)",
                        t->path, type);
     }
-    return add_step(t, &d, err);
+    if (tok_push(&t->dec, &t->n_dec, sizeof d, &d) < 0) {
+        pcre2_code_free(d.pat.re);
+        return vx_errf(err, VX_ENOMEM, "out of memory loading the decoder");
+    }
+    return 0;
 }
 
 int tok_dec_load(eng_tokenizer *t, const cJSON *o, vx_err *err)
 {
     t->has_decoder = o != NULL;
-    return o ? load(t, o, 0, err) : 0;
+    return tok_load_steps(t, o, "decoder", "decoders", step, err);
 }
 
 /* ---------------------------------------------------------------- steps */

@@ -268,6 +268,15 @@ int tok_jint(const eng_tokenizer *t, const cJSON *o, const char *key, const char
              long lo, long hi, long dflt, long *out, vx_err *err);
 /* The JSON type name of o, for messages. */
 const char *tok_jtype(const cJSON *o);
+/* Append *x (size bytes) to the malloc'd array whose address is arr (a T **), growing
+ * *n; 0, or -1 when out of memory (the array is unchanged). */
+int tok_push(void *arr, size_t *n, size_t size, const void *x);
+/* Load a pipeline section that may be a Sequence (nested at most 16 deep): `what` names
+ * it in messages ("normalizer"), list_key is the Sequence's array ("normalizers"); one()
+ * parses every other step. o NULL: nothing to load. */
+typedef int (*tok_step_fn)(eng_tokenizer *t, const cJSON *o, const char *type, vx_err *err);
+int tok_load_steps(eng_tokenizer *t, const cJSON *o, const char *what, const char *list_key,
+                   tok_step_fn one, vx_err *err);
 /* Parse {"String": s} or {"Regex": r} into p (arena copies). */
 int tok_pat_load(eng_tokenizer *t, const cJSON *o, const char *where, tok_pat *p, vx_err *err);
 

@@ -12,37 +12,10 @@
 #include <string.h>
 #include <utf8proc.h>
 
-static int add_step(eng_tokenizer *t, tok_norm *s, vx_err *err)
+static int step(eng_tokenizer *t, const cJSON *o, const char *type, vx_err *err)
 {
-    tok_norm *n = realloc(t->norm, (t->n_norm + 1) * sizeof *n);
-    if (!n)
-        return vx_errf(err, VX_ENOMEM, "out of memory loading the normalizer");
-    t->norm = n;
-    t->norm[t->n_norm++] = *s;
-    return 0;
-}
-
-static int load(eng_tokenizer *t, const cJSON *o, int depth, vx_err *err)
-{
-    const char *type;
-    if (!cJSON_IsObject(o))
-        return vx_errf(err, VX_EFORMAT, "%s: normalizer must be an object (got %s)", t->path,
-                       tok_jtype(o));
-    if (depth > 16)
-        return vx_errf(err, VX_EFORMAT, "%s: normalizer sequences nest deeper than 16", t->path);
-    if (tok_jstr(t, o, "type", "normalizer", 1, &type, err) < 0)
-        return -1;
     tok_norm s = {0};
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *a = tok_jget(o, "normalizers"), *e;
-        if (!cJSON_IsArray(a))
-            return vx_errf(err, VX_EFORMAT, "%s: normalizer.normalizers must be an array (got %s)",
-                           t->path, tok_jtype(a));
-        cJSON_ArrayForEach(e, a)
-            if (load(t, e, depth + 1, err) < 0)
-                return -1;
-        return 0;
-    } else if (strcmp(type, "NFC") == 0) {
+    if (strcmp(type, "NFC") == 0) {
         s.kind = TOK_NFC;
     } else if (strcmp(type, "NFD") == 0) {
         s.kind = TOK_NFD;
@@ -72,25 +45,22 @@ static int load(eng_tokenizer *t, const cJSON *o, int depth, vx_err *err)
             tok_pat_load(t, tok_jget(o, "pattern"), "normalizer(Replace)", &s.pat, err) < 0)
             return -1;
         s.ns = strlen(c);
-        if (!(s.s = tok_arena_dup(&t->arena, c, s.ns))) {
-            pcre2_code_free(s.pat.re);
-            return vx_errf(err, VX_ENOMEM, "out of memory");
-        }
+        s.s = tok_arena_dup(&t->arena, c, s.ns);
     } else {
         return vx_errf(err, VX_EUNSUPPORTED,
                        "%s: normalizer '%s' is not supported (supported: NFC, NFD, NFKC, NFKD, "
                        "Prepend, Replace, Lowercase, Strip, Sequence)", t->path, type);
     }
-    if (add_step(t, &s, err) < 0) {
+    if ((s.kind == TOK_REPLACE && !s.s) || tok_push(&t->norm, &t->n_norm, sizeof s, &s) < 0) {
         pcre2_code_free(s.pat.re);
-        return -1;
+        return vx_errf(err, VX_ENOMEM, "out of memory loading the normalizer");
     }
     return 0;
 }
 
 int tok_norm_load(eng_tokenizer *t, const cJSON *o, vx_err *err)
 {
-    return o ? load(t, o, 0, err) : 0;
+    return tok_load_steps(t, o, "normalizer", "normalizers", step, err);
 }
 
 static int unicode_form(int kind, const char *s, size_t n, tok_buf *out)

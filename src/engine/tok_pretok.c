@@ -73,18 +73,6 @@ static int behavior_of(const eng_tokenizer *t, const cJSON *o, const char *where
                    "MergedWithPrevious, MergedWithNext, Contiguous", t->path, where, b);
 }
 
-static int add_step(eng_tokenizer *t, tok_pre *s, vx_err *err)
-{
-    tok_pre *n = realloc(t->pre, (t->n_pre + 1) * sizeof *n);
-    if (!n) {
-        pcre2_code_free(s->pat.re);
-        return vx_errf(err, VX_ENOMEM, "out of memory loading the pre-tokenizer");
-    }
-    t->pre = n;
-    t->pre[t->n_pre++] = *s;
-    return 0;
-}
-
 static int load_metaspace(eng_tokenizer *t, const cJSON *o, tok_pre *s, vx_err *err)
 {
     const char *w = "pre_tokenizer(Metaspace)", *rep, *scheme;
@@ -117,29 +105,10 @@ static int load_metaspace(eng_tokenizer *t, const cJSON *o, tok_pre *s, vx_err *
     return 0;
 }
 
-static int load(eng_tokenizer *t, const cJSON *o, int depth, vx_err *err)
+static int step(eng_tokenizer *t, const cJSON *o, const char *type, vx_err *err)
 {
-    const char *type;
-    if (!cJSON_IsObject(o))
-        return vx_errf(err, VX_EFORMAT, "%s: pre_tokenizer must be an object (got %s)", t->path,
-                       tok_jtype(o));
-    if (depth > 16)
-        return vx_errf(err, VX_EFORMAT, "%s: pre_tokenizer sequences nest deeper than 16",
-                       t->path);
-    if (tok_jstr(t, o, "type", "pre_tokenizer", 1, &type, err) < 0)
-        return -1;
     tok_pre s = {0};
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *a = tok_jget(o, "pretokenizers"), *e;
-        if (!cJSON_IsArray(a))
-            return vx_errf(err, VX_EFORMAT,
-                           "%s: pre_tokenizer.pretokenizers must be an array (got %s)", t->path,
-                           tok_jtype(a));
-        cJSON_ArrayForEach(e, a)
-            if (load(t, e, depth + 1, err) < 0)
-                return -1;
-        return 0;
-    } else if (strcmp(type, "Split") == 0) {
+    if (strcmp(type, "Split") == 0) {
         s.kind = TOK_SPLIT;
         if (behavior_of(t, o, "pre_tokenizer(Split)", TOK_ISOLATED, &s.behavior, err) < 0 ||
             tok_jbool(t, o, "invert", "pre_tokenizer(Split)", 0, &s.invert, err) < 0 ||
@@ -187,12 +156,16 @@ static int load(eng_tokenizer *t, const cJSON *o, int depth, vx_err *err)
                        "Metaspace, Whitespace, WhitespaceSplit, Digits, Punctuation, Sequence)",
                        t->path, type);
     }
-    return add_step(t, &s, err);
+    if (tok_push(&t->pre, &t->n_pre, sizeof s, &s) < 0) {
+        pcre2_code_free(s.pat.re);
+        return vx_errf(err, VX_ENOMEM, "out of memory loading the pre-tokenizer");
+    }
+    return 0;
 }
 
 int tok_pre_load(eng_tokenizer *t, const cJSON *o, vx_err *err)
 {
-    return o ? load(t, o, 0, err) : 0;
+    return tok_load_steps(t, o, "pre_tokenizer", "pretokenizers", step, err);
 }
 
 /* ---------------------------------------------------------------- applying */

@@ -558,6 +558,48 @@ int tok_jint(const eng_tokenizer *t, const cJSON *o, const char *key, const char
     return 0;
 }
 
+int tok_push(void *arr, size_t *n, size_t size, const void *x)
+{
+    void *p;
+    memcpy(&p, arr, sizeof p);   /* arr is the address of some T * */
+    char *q = realloc(p, (*n + 1) * size);
+    if (!q)
+        return -1;
+    memcpy(q + *n * size, x, size);
+    memcpy(arr, &q, sizeof q);
+    (*n)++;
+    return 0;
+}
+
+static int load_steps(eng_tokenizer *t, const cJSON *o, const char *what, const char *list_key,
+                      tok_step_fn one, int depth, vx_err *err)
+{
+    const char *type;
+    if (!cJSON_IsObject(o))
+        return vx_errf(err, VX_EFORMAT, "%s: %s must be an object (got %s)", t->path, what,
+                       tok_jtype(o));
+    if (depth > 16)
+        return vx_errf(err, VX_EFORMAT, "%s: %s sequences nest deeper than 16", t->path, what);
+    if (tok_jstr(t, o, "type", what, 1, &type, err) < 0)
+        return -1;
+    if (strcmp(type, "Sequence") != 0)
+        return one(t, o, type, err);
+    const cJSON *a = tok_jget(o, list_key), *e;
+    if (!cJSON_IsArray(a))
+        return vx_errf(err, VX_EFORMAT, "%s: %s.%s must be an array (got %s)", t->path, what,
+                       list_key, tok_jtype(a));
+    cJSON_ArrayForEach(e, a)
+        if (load_steps(t, e, what, list_key, one, depth + 1, err) < 0)
+            return -1;
+    return 0;
+}
+
+int tok_load_steps(eng_tokenizer *t, const cJSON *o, const char *what, const char *list_key,
+                   tok_step_fn one, vx_err *err)
+{
+    return o ? load_steps(t, o, what, list_key, one, 0, err) : 0;
+}
+
 int tok_pat_load(eng_tokenizer *t, const cJSON *o, const char *where, tok_pat *p, vx_err *err)
 {
     const char *lit, *re;

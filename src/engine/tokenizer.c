@@ -11,67 +11,24 @@
  * post-processor's template ids (e.g. BOS) are put around the result.
  */
 #include "tok_int.h"
+#include "vx_int.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_FILE (1L << 30)   /* tokenizer files above 1 GiB are refused */
-
-/* Read a whole file, NUL-terminated, into *out (caller frees). */
-static int read_file(const char *path, char **out, size_t *n, vx_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return vx_errf(err, VX_EIO, "cannot open '%s': %s", path, strerror(errno));
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        size = ftell(f);
-    if (size < 0 || size > MAX_FILE || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return size > MAX_FILE ? vx_errf(err, VX_EFORMAT, "'%s' is larger than 1 GiB", path)
-                               : vx_errf(err, VX_EIO, "cannot size '%s'", path);
-    }
-    char *b = malloc((size_t)size + 1);
-    if (!b) {
-        fclose(f);
-        return vx_errf(err, VX_ENOMEM, "out of memory reading '%s' (%ld bytes)", path, size);
-    }
-    size_t got = fread(b, 1, (size_t)size, f);
-    fclose(f);
-    if (got != (size_t)size) {
-        free(b);
-        return vx_errf(err, VX_EIO, "short read of '%s' (%zu of %ld bytes)", path, got, size);
-    }
-    b[size] = '\0';
-    *out = b;
-    *n = (size_t)size;
-    return 0;
-}
-
+/* tokenizer.json or tokenizer_config.json as a JSON object; the path labels errors. */
 static int parse_json(const char *path, cJSON **out, vx_err *err)
 {
     char *text = NULL;
     size_t n = 0;
-    if (read_file(path, &text, &n, err) < 0)
+    if (vx_read_small_file(path, path, &text, &n, err) < 0)
         return -1;
-    const char *end = NULL;
-    cJSON *j = cJSON_ParseWithLengthOpts(text, n, &end, 0);
-    if (!j) {
-        size_t at = end && end >= text && end <= text + n ? (size_t)(end - text) : 0;
-        free(text);
-        return vx_errf(err, VX_EFORMAT, "'%s' is not valid JSON (error near byte %zu)", path, at);
-    }
+    int rc = vx_json_parse(path, text, n, out, err);
     free(text);
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        return vx_errf(err, VX_EFORMAT, "'%s' must hold a JSON object", path);
-    }
-    *out = j;
-    return 0;
+    return rc;
 }
 
 /* ---------------------------------------------------------------- added tokens */
@@ -285,33 +242,12 @@ static int load_template(eng_tokenizer *t, const cJSON *o, vx_err *err)
     return rc;
 }
 
-static int load_post(eng_tokenizer *t, const cJSON *o, int depth, vx_err *err)
+static int post_step(eng_tokenizer *t, const cJSON *o, const char *type, vx_err *err)
 {
-    const char *type;
-    if (!o)
-        return 0;
-    if (!cJSON_IsObject(o))
-        return vx_errf(err, VX_EFORMAT, "%s: post_processor must be an object (got %s)",
-                       t->path, tok_jtype(o));
-    if (depth > 16)
-        return vx_errf(err, VX_EFORMAT, "%s: post_processor sequences nest deeper than 16",
-                       t->path);
-    if (tok_jstr(t, o, "type", "post_processor", 1, &type, err) < 0)
-        return -1;
     if (strcmp(type, "ByteLevel") == 0)   /* offsets only; ids unchanged */
         return 0;
     if (strcmp(type, "TemplateProcessing") == 0)
         return load_template(t, o, err);
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *a = tok_jget(o, "processors"), *e;
-        if (!cJSON_IsArray(a))
-            return vx_errf(err, VX_EFORMAT, "%s: post_processor.processors must be an array "
-                           "(got %s)", t->path, tok_jtype(a));
-        cJSON_ArrayForEach(e, a)
-            if (load_post(t, e, depth + 1, err) < 0)
-                return -1;
-        return 0;
-    }
     if (strcmp(type, "RobertaProcessing") == 0 || strcmp(type, "BertProcessing") == 0) {
         int32_t cls, sep;
         if (special_pair(t, o, "cls", "post_processor", &cls, err) < 0 ||
@@ -401,7 +337,8 @@ static int load_all(eng_tokenizer *t, const cJSON *root, vx_err *err)
         tok_norm_load(t, tok_jget(root, "normalizer"), err) < 0 ||
         tok_pre_load(t, tok_jget(root, "pre_tokenizer"), err) < 0 ||
         tok_dec_load(t, tok_jget(root, "decoder"), err) < 0 ||
-        load_post(t, tok_jget(root, "post_processor"), 0, err) < 0 || build_tries(t, err) < 0)
+        tok_load_steps(t, tok_jget(root, "post_processor"), "post_processor", "processors",
+                       post_step, err) < 0 || build_tries(t, err) < 0)
         return -1;
     t->unk = -1;
     if (t->unk_name) {

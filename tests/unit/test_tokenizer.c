@@ -10,6 +10,7 @@
  */
 #include "engine.h"
 #include "t.h"
+#include "vx_int.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -21,28 +22,6 @@ static double now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)size + 1);
-    if (b && fread(b, 1, (size_t)size, f) != (size_t)size) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) {
-        b[size] = '\0';
-        if (n)
-            *n = (size_t)size;
-    }
-    return b;
 }
 
 static void ids_str(const int32_t *ids, size_t n, char *out, size_t cap)
@@ -109,13 +88,14 @@ static int check_fixture(const char *name, const char *dir, int timing)
     char path[1024], tj[1024];
     snprintf(path, sizeof path, "%s/golden.json", dir);
     snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
-    char *g = slurp(path, NULL);
-    CHECK_MSG(g != NULL, "cannot read %s", path);
+    vx_err err = {0};
+    char *g = NULL;
+    size_t gn = 0;
+    CHECK_MSG(vx_read_small_file(path, "golden.json", &g, &gn, &err) == 0, "%s", err.msg);
     if (!g)
         return 0;
     cJSON *gold = cJSON_Parse(g);
     free(g);
-    vx_err err = {0};
     eng_tokenizer *t = NULL, *raw = NULL;
     double t0 = now_ms();
     int rc = eng_tok_load_dir(dir, &t, &err);
@@ -212,16 +192,12 @@ static const char *write_tok(const char *name, const char *json)
     return path;
 }
 
-/* Loading json must fail with exactly "<path>: <msg>" (or msg verbatim when it starts
- * with '''). */
+/* Loading json must fail with exactly "<path>: <msg>". */
 static void check_load_error(const char *name, const char *json, const char *msg)
 {
     const char *path = write_tok(name, json);
     char want[2048];
-    if (msg[0] == '\'')
-        snprintf(want, sizeof want, "'%s'%s", path, msg + 1);
-    else
-        snprintf(want, sizeof want, "%s: %s", path, msg);
+    snprintf(want, sizeof want, "%s: %s", path, msg);
     eng_tokenizer *t = NULL;
     vx_err err = {0};
     int rc = eng_tok_load(path, NULL, &t, &err);
@@ -280,8 +256,8 @@ static void check_decoded(const eng_tokenizer *t, const char *text, const char *
 static void hostile(void)
 {
     check_load_error("nomodel", "{\"added_tokens\": []}", "no 'model' section");
-    check_load_error("notjson", "{\"model\": ", "' is not valid JSON (error near byte 9)");
-    check_load_error("array", "[1, 2]", "' must hold a JSON object");
+    check_load_error("notjson", "{\"model\": ", "malformed json at line 1:10");
+    check_load_error("array", "[1, 2]", "top level is not a json object");
     check_load_error("modeltype", "{\"model\": 7}", "model must be an object (got number)");
     check_load_error("unigram", "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}",
                      "model type 'Unigram' is not supported (only BPE)");
@@ -352,9 +328,9 @@ static void hostile(void)
 
     eng_tokenizer *t = NULL;
     vx_err err = {0};
-    char want[1200];
-    snprintf(want, sizeof want, "cannot open '%s/absent.json': No such file or directory",
-             tmpdir);
+    char want[2400];
+    snprintf(want, sizeof want, "cannot open %s/absent.json ('%s/absent.json'): No such file "
+             "or directory", tmpdir, tmpdir);
     snprintf(tmpdir + strlen(tmpdir), 16, "/absent.json");
     CHECK(eng_tok_load(tmpdir, NULL, &t, &err) == -1);
     CHECK_STR(err.msg, want);
