@@ -12,6 +12,14 @@
  */
 #include "parse_int.h"
 
+/* Characters (not bytes) in z[0..e): columns count what the user sees. */
+static int chars(const char *z, const char *e)
+{
+    int n = 0;
+    for (; z < e; z++) n += ((unsigned char)*z & 0xC0) != 0x80;
+    return n;
+}
+
 /* Advance line/col over text[0..n). */
 static void advance(lql_lexer *lx, const char *z, const char *e)
 {
@@ -68,7 +76,7 @@ done:
     t->z = (const char *)tok;
     t->n = (int)(cur - tok);
     t->line = lx->line;
-    t->col = (int)((const char *)tok - lx->bol) + 1;
+    t->col = chars(lx->bol, (const char *)tok) + 1;
     if (code == LQL_TK_UNTERMINATED) {
         t->n = 1;                 /* the culprit is the opening quote */
         lx->cur = lx->end;        /* nothing after it is a token */

@@ -55,7 +55,7 @@ chain(A) ::= chain(X) PIPE stmt(S).     { A = lql_b_pipe(p, X, S); }
 /* ------------------------------------------------------------------ shared pieces */
 %type range {lql_range *}
 range(A) ::= INT(L) MINUS INT(H).       { A = lql_b_range(p, &L, &H); }
-range(A) ::= ALL.                       { A = lql_b_range_all(p); }
+range(A) ::= ALL(K).                    { A = lql_b_range_all(p, &K); }
 
 %type num {lql_token}
 num(A) ::= INT(X).                      { A = X; }

@@ -31,10 +31,15 @@ int lql_errf(lql_err *e, int code, const lql_span *at, const char *fmt, ...)
     return -1;
 }
 
+/* A token's span; len counts characters, as columns do. */
 static lql_span span_of(const lql_token *t)
 {
     lql_span s = {0, 0, 0};
-    if (t) { s.line = t->line; s.col = t->col; s.len = t->n; }
+    if (!t) return s;
+    s.line = t->line;
+    s.col = t->col;
+    for (int i = 0; t->z && i < t->n; i++) s.len += ((unsigned char)t->z[i] & 0xC0) != 0x80;
+    if (!t->z) s.len = t->n;
     return s;
 }
 
@@ -331,15 +336,19 @@ lql_range *lql_b_range(lql_pctx *p, const lql_token *lo, const lql_token *hi)
         return NULL;
     }
     lql_range *r = alloc(p, sizeof *r);
-    if (r) { r->lo = (int)a; r->hi = (int)b; }
+    if (r) {
+        lql_token whole = *lo;
+        whole.n = (int)(hi->z + hi->n - lo->z);
+        r->lo = (int)a; r->hi = (int)b; r->at = span_of(&whole);
+    }
     return r;
 }
 
-lql_range *lql_b_range_all(lql_pctx *p)
+lql_range *lql_b_range_all(lql_pctx *p, const lql_token *all)
 {
     if (p->failed) return NULL;
     lql_range *r = alloc(p, sizeof *r);
-    if (r) r->all = 1;
+    if (r) { r->all = 1; r->at = span_of(all); }
     return r;
 }
 

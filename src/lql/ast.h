@@ -110,6 +110,7 @@ typedef struct lql_assign {
 typedef struct lql_range {
     int all;                 /* 1: every layer; lo/hi unused */
     int lo, hi;              /* inclusive */
+    lql_span at;             /* the range as written */
 } lql_range;
 
 /* ---------------------------------------------------------------- statements */

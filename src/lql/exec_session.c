@@ -78,11 +78,10 @@ static uint64_t tensor_bytes(const vx_container *c, const char *prefix)
 }
 
 /* "no such layer" for a range outside 0..layers-1, at the clause. */
-static int check_range(const lql_stmt *st, lql_clause_kind c, const lql_range *r, int layers,
-                       lql_err *e)
+static int check_range(const lql_range *r, int layers, lql_err *e)
 {
     if (r->all || r->hi < layers) return 0;
-    return lql_errf(e, LQL_EEXEC, &st->clause_at[c], "no such layer: %d (model has layers 0-%d)",
+    return lql_errf(e, LQL_EEXEC, &r->at, "no such layer: %d (model has layers 0-%d)",
                     r->hi, layers - 1);
 }
 
@@ -272,7 +271,7 @@ int lql_h_show_layers(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
     geometry(c, &g);
     int lo = 0, hi = g.layers - 1;
     if (lql_has(st, LQL_C_LAYERS)) {
-        if (check_range(st, LQL_C_LAYERS, &st->layers, g.layers, e) < 0) return -1;
+        if (check_range(&st->layers, g.layers, e) < 0) return -1;
         if (!st->layers.all) { lo = st->layers.lo; hi = st->layers.hi; }
     }
     static const lql_colspec cols[] = {{"layer", LQL_INT, 0}, {"operator", LQL_TEXT, 0},

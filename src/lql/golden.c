@@ -371,7 +371,7 @@ int lql_golden(const char *path, int update)
                 if (e.line == 1) {
                     size_t bol = off;
                     while (bol > 0 && text[bol - 1] != '\n') bol--;
-                    e.col += (int)(off - bol);
+                    for (size_t k = bol; k < off; k++) e.col += ((unsigned char)text[k] & 0xC0) != 0x80;
                 }
                 e.line += line - 1;
                 break;
@@ -435,7 +435,7 @@ int lql_golden(const char *path, int update)
             /* resume after the old block's last line, keeping the blank lines after it */
             size_t b = recs[i].exp_end;
             while (b > recs[i].exp_start && t[b - 1] == '\n') b--;
-            pos = b < n ? b + 1 : n;
+            pos = b == recs[i].exp_start ? b : b < n ? b + 1 : n;
         }
         if (f) { fwrite(t + pos, 1, n - pos, f); fclose(f); }
         printf("%s: expected blocks rewritten; review with git diff\n", path);

@@ -74,7 +74,7 @@ lql_clause *lql_b_dtype(lql_pctx *p, const lql_token *kw, const lql_token *name)
 
 /* Ranges, values, conditions, assignments, name lists. */
 lql_range *lql_b_range(lql_pctx *p, const lql_token *lo, const lql_token *hi);
-lql_range *lql_b_range_all(lql_pctx *p);
+lql_range *lql_b_range_all(lql_pctx *p, const lql_token *all);
 lql_value *lql_b_value(lql_pctx *p, const lql_token *minus, const lql_token *lit);
 lql_value *lql_b_list(lql_pctx *p, lql_value *list, lql_value *item, const lql_token *lp);
 lql_cond *lql_b_cond(lql_pctx *p, const lql_token *field, lql_cmpop op, lql_value *v);

@@ -79,21 +79,20 @@ char *lql_error_text(const char *label, const char *src, int line0, const lql_er
             if (p) p++;
         }
         if (p) {
-            size_t ll = strcspn(p, "\n");
+            size_t ll = strcspn(p, "\n"), i = 0;
             fprintf(f, "  %.*s\n  ", (int)ll, p);
-            /* indent under the culprit: tabs kept, one space per character otherwise */
-            for (int c = 1; c < e->col && (size_t)(c - 1) < ll; c++) {
-                unsigned char ch = (unsigned char)p[c - 1];
-                if (ch == '\t') fputc('\t', f);
-                else if (ch < 0x80 || ch >= 0xC0) fputc(' ', f);
+            /* under the culprit: columns count characters; tabs kept so they line up */
+            for (int c = 1; c < e->col && i < ll; c++) {
+                fputc(p[i] == '\t' ? '\t' : ' ', f);
+                i++;
+                while (i < ll && ((unsigned char)p[i] & 0xC0) == 0x80) i++;
             }
             fputc('^', f);
-            int width = 0;                 /* characters of the culprit on this line */
-            for (int k = 1; k < e->len && (size_t)(e->col - 1 + k) < ll; k++) {
-                unsigned char ch = (unsigned char)p[e->col - 1 + k];
-                if (ch < 0x80 || ch >= 0xC0) width++;
+            for (int k = 1; k < e->len && i < ll; k++) {
+                i++;
+                while (i < ll && ((unsigned char)p[i] & 0xC0) == 0x80) i++;
+                if (i < ll) fputc('~', f);
             }
-            for (int k = 0; k < width; k++) fputc('~', f);
             fputc('\n', f);
         }
     }
@@ -160,7 +159,8 @@ int lql_shell_run(lql_shell *sh, const char *label, const char *text, int line0)
         if (i >= n) break;
         size_t bol = i;
         while (bol > 0 && text[bol - 1] != '\n') bol--;
-        int col1 = (int)(i - bol) + 1;
+        int col1 = 1;           /* in characters, as the lexer counts */
+        for (size_t k = bol; k < i; k++) col1 += ((unsigned char)text[k] & 0xC0) != 0x80;
         if (text[i] == '.' && col1 == 1) {
             /* a meta-command: the rest of the line */
             size_t e = i;
