@@ -1,0 +1,635 @@
+/*
+ * test_encode.c — vx_encode end to end: every shared fixture and mkfixture output (all
+ * families x f32/f16/bf16, a sharded checkpoint) encodes into a container that vx_open
+ * accepts and vx_verify finds clean; the execution surface carries each family's facts;
+ * split / transposed / converted operands hold the right values; refusals name the key
+ * or tensor; failures (shard cap, cancel) leave no directory behind.
+ */
+#include "t.h"
+
+#include "st.h"
+#include "vx_int.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FAM LQL_SHARED_DIR "/models/families/"
+
+static char tmp[64];
+static vx_err err;
+
+static cJSON *jload(const char *dir, const char *file)
+{
+    char path[512], *text;
+    size_t n;
+    cJSON *j = NULL;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (vx_read_small_file(path, file, &text, &n, &err) < 0)
+        return NULL;
+    vx_json_parse(file, text, n, &j, &err);
+    free(text);
+    return j;
+}
+
+/* Dotted path lookup; numeric parts index arrays ("layers.0.window"). */
+static const cJSON *jp(const cJSON *j, const char *path)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *save = NULL, *t = strtok_r(buf, ".", &save); t && j; t = strtok_r(NULL, ".", &save))
+        j = cJSON_IsArray(j) ? cJSON_GetArrayItem(j, atoi(t)) : cJSON_GetObjectItemCaseSensitive(j, t);
+    return j;
+}
+
+static double jnum(const cJSON *j, const char *path)
+{
+    const cJSON *v = jp(j, path);
+    return cJSON_IsNumber(v) ? v->valuedouble : -12345.0;
+}
+
+static const char *js(const cJSON *j, const char *path)
+{
+    const cJSON *v = jp(j, path);
+    return cJSON_IsString(v) ? v->valuestring : "(not a string)";
+}
+
+static int jtrue(const cJSON *j, const char *path)
+{
+    return cJSON_IsTrue(jp(j, path));
+}
+
+static int jnull(const cJSON *j, const char *path)
+{
+    return cJSON_IsNull(jp(j, path));
+}
+
+static const char *out_path(const char *name)
+{
+    static char p[256];
+    snprintf(p, sizeof p, "%s/%s", tmp, name);
+    return p;
+}
+
+/* Encode src into tmp/name; on success open + verify (with the source) must be clean. */
+static int encode_ok(const char *src, const char *name, const vx_encode_opts *o)
+{
+    const char *out = out_path(name);
+    int rc = vx_encode(src, out, o, &err);
+    CHECK_MSG(rc == 0, "encode %s: %s", src, err.msg);
+    if (rc)
+        return -1;
+    vx_container *c;
+    rc = vx_open(out, &c, &err);
+    CHECK_MSG(rc == 0, "open %s: %s", out, err.msg);
+    if (rc)
+        return -1;
+    vx_close(c);
+    cJSON *rep = NULL;
+    rc = vx_verify(out, src, &rep, &err);
+    CHECK_MSG(rc == 0, "verify %s: %s", out, err.msg);
+    cJSON_Delete(rep);
+    return rc;
+}
+
+/* The execution surface of an encoded container (caller deletes the graph). */
+static cJSON *graph(const char *name, const cJSON **x, const cJSON **layers)
+{
+    cJSON *g = jload(out_path(name), "system_graph.json");
+    *x = jp(g, "components.0.execution");
+    *layers = jp(g, "components.0.layers");
+    return g;
+}
+
+/* No "<name>.tmp-*" sibling and no <name> left in tmp. */
+static int leftovers(const char *name)
+{
+    DIR *d = opendir(tmp);
+    int n = 0;
+    struct dirent *e;
+    size_t k = strlen(name);
+    while (d && (e = readdir(d)))
+        if (strncmp(e->d_name, name, k) == 0 && (e->d_name[k] == '\0' || e->d_name[k] == '.'))
+            n++;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+static float elem(const void *base, vx_dtype t, size_t i)
+{
+    float f;
+    vx_row_to_f32(t, (const unsigned char *)base + i * vx_dtype_block_bytes(t), &f, 1);
+    return f;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void tinyllama(void)
+{
+    if (encode_ok(LQL_SHARED_DIR "/models/tinyllama", "tiny.vindex3", NULL) < 0)
+        return;
+    const char *out = out_path("tiny.vindex3");
+    cJSON *ix = jload(out, "index.json");
+    CHECK(jnum(ix, "version") == 4);
+    CHECK_STR(js(ix, "model"), "tinyllama");
+    CHECK_STR(js(ix, "family"), "llama");
+    CHECK_STR(js(ix, "authority"), "canonical");
+    CHECK(jnum(ix, "hidden_size") == 256 && jnum(ix, "num_layers") == 4);
+    CHECK(jnull(ix, "moe_manifest") && jnull(ix, "derived_from_model"));
+    CHECK(cJSON_IsArray(jp(ix, "profiles")) && cJSON_GetArraySize(jp(ix, "profiles")) == 0);
+    CHECK(cJSON_IsObject(jp(ix, "variants")));
+    char real[4096];
+    CHECK(realpath(LQL_SHARED_DIR "/models/tinyllama", real) != NULL);
+    CHECK_STR(jp(ix, "encoder") ? cJSON_GetObjectItem(jp(ix, "encoder"), "source")->valuestring : NULL, real);
+    CHECK_STR(js(ix, "encoder.dtype_policy"), "source");
+    CHECK_STR(js(ix, "encoder.declaration_only.initializer_range"), "training initialisation");
+    CHECK_STR(js(ix, "encoder.declaration_only.pretraining_tp"),
+              "tensor-parallel slicing used in pre-training; computes the same function");
+    const cJSON *rep = cJSON_GetObjectItem(jp(ix, "representations"), "target.decoder_stack.f32");
+    CHECK(rep != NULL);
+    CHECK_STR(js(rep, "fidelity"), "source-exact");
+    CHECK_STR(js(rep, "encoding"), "tensor-table");
+    /* Each recorded segment hash is the file's. */
+    const cJSON *s;
+    int nseg = 0;
+    cJSON_ArrayForEach(s, jp(ix, "segments")) {
+        char path[512], hex[65];
+        snprintf(path, sizeof path, "%s/%s", out, s->string);
+        CHECK(vx_sha256_file(path, hex, &err) == 0);
+        CHECK_STR(hex, js(s, "sha256"));
+        struct stat st;
+        CHECK(stat(path, &st) == 0 && (double)st.st_size == jnum(s, "bytes"));
+        nseg++;
+    }
+    CHECK(nseg == 3);
+    cJSON_Delete(ix);
+
+    const cJSON *x, *ls;
+    cJSON *g = graph("tiny.vindex3", &x, &ls);
+    CHECK(jnum(g, "schema") == 6);
+    CHECK_STR(js(g, "components.0.id"), "target");
+    CHECK_STR(js(g, "components.0.role"), "decoder");
+    CHECK(jnum(g, "components.0.vocab_size") == 4096 && jnum(g, "components.0.context_length") == 256);
+    CHECK_STR(js(x, "norm.kind"), "rms");
+    CHECK_NEAR(jnum(x, "norm.eps"), 1e-5, 1e-12);
+    CHECK(jnum(x, "attention.heads") == 8 && jnum(x, "attention.kv_heads") == 4 && jnum(x, "attention.head_dim") == 32);
+    CHECK_NEAR(jnum(x, "attention.scale"), 0.17677669529663687, 1e-15);
+    CHECK_STR(js(x, "attention.rope.style"), "rotate_half");
+    CHECK(jnum(x, "attention.rope.theta") == 10000 && jnull(x, "attention.rope.scaling"));
+    CHECK_STR(js(x, "ffn.activation"), "silu");
+    CHECK(jnum(x, "ffn.intermediate") == 768);
+    CHECK(!jtrue(x, "lm_head.tied") && jnull(x, "lm_head.softcap") && jnull(x, "moe") && jnull(x, "mla"));
+    CHECK(jnum(x, "special_tokens.bos") == 0 && jnum(x, "special_tokens.eos.0") == 0);
+    CHECK(jtrue(x, "special_tokens.add_bos"));
+    CHECK(cJSON_GetArraySize(ls) == 4 && jnull(ls, "3.window"));
+    const cJSON *b = cJSON_GetObjectItem(jp(g, "objects.1.source_bindings"), "layers.3.ffn.down_proj");
+    CHECK_STR(cJSON_IsString(b) ? b->valuestring : NULL, "model.layers.3.mlp.down_proj.weight");
+    cJSON_Delete(g);
+
+    /* Snapshots. */
+    struct stat st;
+    char p[512];
+    snprintf(p, sizeof p, "%s/tokenizer.json", out);
+    CHECK(stat(p, &st) == 0 && st.st_size > 1000);
+    snprintf(p, sizeof p, "%s/config.json", out);
+    CHECK(stat(p, &st) == 0);
+
+    /* Existing output refused. */
+    CHECK(vx_encode(LQL_SHARED_DIR "/models/tinyllama", out, NULL, &err) == -1);
+    char want[512];
+    snprintf(want, sizeof want, "encode: output '%s' already exists", out);
+    CHECK_STR(err.msg, want);
+}
+
+static void families(void)
+{
+    static const char *const names[] = {"llama-gqa", "llama-gqa-bf16", "llama3-rope", "qwen2",
+                                        "mistral-swa", "gemma2", "gpt2", "phi3", "mixtral",
+                                        "qwen2-moe", "deepseek-v3-lite"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char src[512];
+        snprintf(src, sizeof src, FAM "%s", names[i]);
+        encode_ok(src, names[i], NULL);
+    }
+    const cJSON *x, *ls;
+    cJSON *g = graph("gemma2", &x, &ls);
+    CHECK(jnum(x, "norm.weight_offset") == 1.0);
+    CHECK(jnum(x, "attention.softcap") == 50.0 && jnum(x, "lm_head.softcap") == 30.0);
+    CHECK(jnum(x, "attention.scale") == 0.25 && jnum(x, "attention.head_dim") == 24);
+    CHECK(jnum(x, "embedding.scale") == 8.0);
+    CHECK(jnum(ls, "0.window") == 8 && jnull(ls, "1.window") && jnum(ls, "2.window") == 8);
+    CHECK(jtrue(x, "post_norms.attn") && jtrue(x, "post_norms.ffn") && jtrue(x, "lm_head.tied"));
+    CHECK_STR(js(x, "ffn.activation"), "gelu_tanh");
+    CHECK(jnum(x, "special_tokens.bos") == 2 && jnum(x, "special_tokens.eos.0") == 1);
+    cJSON_Delete(g);
+    cJSON *ix = jload(out_path("gemma2"), "index.json");
+    CHECK_STR(js(ix, "encoder.declaration_only.hidden_act"),
+              "legacy spelling; this family reads hidden_activation");
+    cJSON_Delete(ix);
+
+    g = graph("gpt2", &x, &ls);
+    CHECK_STR(js(x, "embedding.positions"), "learned");
+    CHECK_STR(js(x, "norm.kind"), "layer");
+    CHECK(jtrue(x, "norm.bias") && jtrue(x, "lm_head.tied") && jtrue(x, "attention.qkv_bias"));
+    CHECK(jtrue(x, "attention.out_bias") && jtrue(x, "ffn.bias") && jnull(x, "attention.rope"));
+    CHECK_STR(js(x, "ffn.kind"), "plain");
+    CHECK(jnum(x, "ffn.intermediate") == 256 && jnum(x, "context_length") == 128);
+    CHECK(!jtrue(x, "special_tokens.add_bos"));
+    cJSON_Delete(g);
+
+    g = graph("llama3-rope", &x, &ls);
+    CHECK_STR(js(x, "attention.rope.scaling.type"), "llama3");
+    CHECK(jnum(x, "attention.rope.scaling.factor") == 8 && jnum(x, "attention.rope.scaling.low_freq_factor") == 1);
+    CHECK(jnum(x, "attention.rope.scaling.high_freq_factor") == 4);
+    CHECK(jnum(x, "attention.rope.scaling.original_max_position_embeddings") == 64);
+    CHECK(jnum(x, "attention.rope.theta") == 500000 && jnum(x, "attention.kv_heads") == 1);
+    CHECK(jtrue(x, "lm_head.tied"));
+    cJSON_Delete(g);
+
+    g = graph("qwen2", &x, &ls);
+    CHECK(jtrue(x, "attention.qkv_bias") && !jtrue(x, "attention.out_bias"));
+    CHECK(jnull(ls, "0.window") && jnull(ls, "2.window") && !jtrue(x, "special_tokens.add_bos"));
+    CHECK_NEAR(jnum(x, "norm.eps"), 1e-6, 1e-15);
+    cJSON_Delete(g);
+
+    g = graph("mistral-swa", &x, &ls);
+    CHECK(jnum(ls, "0.window") == 8 && jnum(ls, "1.window") == 8);
+    cJSON_Delete(g);
+
+    g = graph("mixtral", &x, &ls);
+    CHECK(jnum(x, "moe.experts") == 8 && jnum(x, "moe.top_k") == 2 && jnum(x, "moe.expert_intermediate") == 64);
+    CHECK_STR(js(x, "moe.scoring"), "softmax");
+    CHECK(jtrue(x, "moe.normalise") && jnull(x, "moe.shared") && jnum(x, "moe.routed_scaling") == 1);
+    CHECK_STR(js(ls, "0.ffn"), "moe");
+    CHECK_STR(js(ls, "1.ffn"), "moe");
+    const cJSON *b = cJSON_GetObjectItem(jp(g, "objects.1.source_bindings"), "layers.1.ffn.experts.7.up_proj");
+    CHECK_STR(cJSON_IsString(b) ? b->valuestring : NULL, "model.layers.1.block_sparse_moe.experts.7.w3.weight");
+    cJSON_Delete(g);
+
+    g = graph("qwen2-moe", &x, &ls);
+    CHECK(!jtrue(x, "moe.normalise") && jnum(x, "moe.shared.intermediate") == 64);
+    CHECK_STR(js(x, "moe.shared.gate"), "sigmoid");
+    CHECK_STR(js(ls, "0.ffn"), "moe");
+    CHECK_STR(js(ls, "1.ffn"), "dense");
+    CHECK_STR(js(ls, "2.ffn"), "moe");
+    CHECK(jtrue(x, "attention.qkv_bias") && jnum(x, "ffn.intermediate") == 128);
+    cJSON_Delete(g);
+
+    g = graph("deepseek-v3-lite", &x, &ls);
+    CHECK(jnum(x, "mla.q_lora_rank") == 32 && jnum(x, "mla.kv_lora_rank") == 32);
+    CHECK(jnum(x, "mla.qk_nope_head_dim") == 16 && jnum(x, "mla.qk_rope_head_dim") == 8 && jnum(x, "mla.v_head_dim") == 16);
+    CHECK(jnum(x, "mla.q_a_norm_eps") == 1e-6 && jnum(x, "mla.kv_a_norm_eps") == 1e-6);
+    CHECK_STR(js(x, "moe.scoring"), "sigmoid");
+    CHECK(jtrue(x, "moe.score_correction_bias") && jnum(x, "moe.n_group") == 4 && jnum(x, "moe.topk_group") == 2);
+    CHECK(jtrue(x, "moe.normalise") && jnum(x, "moe.routed_scaling") == 2.5);
+    CHECK(jnum(x, "moe.shared.intermediate") == 32 && jnull(x, "moe.shared.gate"));
+    CHECK_STR(js(x, "attention.rope.style"), "interleaved");
+    CHECK(jnum(x, "attention.rope.rotary_dim") == 8);
+    CHECK_NEAR(jnum(x, "attention.scale"), 1.0 / sqrt(24.0), 1e-15);
+    CHECK_STR(js(ls, "0.operator"), "mla");
+    CHECK_STR(js(ls, "0.ffn"), "dense");
+    CHECK_STR(js(ls, "1.ffn"), "moe");
+    cJSON_Delete(g);
+
+    /* Values: split, transposed and kept operands against the checkpoint. */
+    vx_container *c;
+    st_model *m;
+    if (vx_open(out_path("gpt2"), &c, &err) == 0 && st_open_dir(FAM "gpt2", &m, &err) == 0) {
+        const st_tensor *w = st_find(m, "transformer.h.1.attn.c_attn.weight");
+        const vx_tensor *k = vx_find(c, "target.decoder_stack", "layers.1.attn.k_proj");
+        CHECK(k && k->shape[0] == 64 && k->shape[1] == 64);
+        int same = k && w;
+        for (int r = 0; same && r < 64; r++)
+            for (int col = 0; col < 64; col++)
+                same &= elem(k->data, k->dtype, (size_t)r * 64 + col) ==
+                        elem(w->data, VX_F32, (size_t)col * 192 + 64 + r);
+        CHECK_MSG(same, "gpt2 k_proj is not the transposed middle third of c_attn");
+        const vx_tensor *d = vx_find(c, "target.decoder_stack", "layers.0.ffn.down_proj");
+        CHECK(d && d->shape[0] == 64 && d->shape[1] == 256);
+        const vx_tensor *kb = vx_find(c, "target.decoder_stack", "layers.1.attn.k_proj.bias");
+        const st_tensor *bb = st_find(m, "transformer.h.1.attn.c_attn.bias");
+        CHECK(kb && bb && memcmp(kb->data, bb->data + 64 * 4, 64 * 4) == 0);
+        CHECK(vx_find(c, "target.output_head", "lm_head") == NULL);
+        CHECK(vx_find(c, "target.embedding", "positions") != NULL);
+        st_close(m);
+        vx_close(c);
+    }
+    if (vx_open(out_path("phi3"), &c, &err) == 0 && st_open_dir(FAM "phi3", &m, &err) == 0) {
+        const st_tensor *w = st_find(m, "model.layers.1.self_attn.qkv_proj.weight");
+        const vx_tensor *v = vx_find(c, "target.decoder_stack", "layers.1.attn.v_proj");
+        CHECK(v && w && v->shape[0] == 32 && memcmp(v->data, w->data + 96 * 64 * 4, 32 * 64 * 4) == 0);
+        const st_tensor *gu = st_find(m, "model.layers.0.mlp.gate_up_proj.weight");
+        const vx_tensor *up = vx_find(c, "target.decoder_stack", "layers.0.ffn.up_proj");
+        CHECK(up && gu && memcmp(up->data, gu->data + 128 * 64 * 4, 128 * 64 * 4) == 0);
+        st_close(m);
+        vx_close(c);
+    }
+    if (vx_open(out_path("deepseek-v3-lite"), &c, &err) == 0) {
+        const vx_tensor *sb = vx_find(c, "target.decoder_stack", "layers.2.ffn.router.score_bias");
+        CHECK(sb && sb->dtype == VX_F32 && sb->shape[0] == 8);
+        CHECK(vx_find(c, "target.decoder_stack", "layers.0.ffn.router") == NULL);
+        CHECK(vx_find(c, "target.decoder_stack", "layers.1.ffn.shared.down_proj") != NULL);
+        vx_close(c);
+    }
+    ix = jload(out_path("llama-gqa-bf16"), "index.json");
+    const cJSON *rep = cJSON_GetObjectItem(jp(ix, "representations"), "target.decoder_stack.bf16");
+    CHECK(rep != NULL);
+    CHECK_STR(js(rep, "fidelity"), "source-exact");
+    cJSON_Delete(ix);
+}
+
+/* bf16 conversion of an f32 checkpoint: RNE of every value, recorded as approximate. */
+static void conversion(void)
+{
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    o.dtype = VX_BF16;
+    if (encode_ok(FAM "llama-gqa", "gqa-bf16", &o) < 0)
+        return;
+    cJSON *ix = jload(out_path("gqa-bf16"), "index.json");
+    const cJSON *rep = cJSON_GetObjectItem(jp(ix, "representations"), "target.embedding.bf16");
+    CHECK(rep != NULL);
+    CHECK_STR(js(rep, "fidelity"), "numerically-approximate");
+    CHECK_STR(js(ix, "encoder.dtype_policy"), "bf16");
+    cJSON_Delete(ix);
+    vx_container *c;
+    st_model *m;
+    if (vx_open(out_path("gqa-bf16"), &c, &err) == 0 && st_open_dir(FAM "llama-gqa", &m, &err) == 0) {
+        const vx_tensor *t = vx_find(c, "target.decoder_stack", "layers.2.ffn.up_proj");
+        const st_tensor *s = st_find(m, "model.layers.2.mlp.up_proj.weight");
+        CHECK(t && t->dtype == VX_BF16 && t->nbytes == s->nbytes / 2);
+        int same = t && s;
+        for (size_t i = 0; same && i < s->nbytes / 4; i++) {
+            float f;
+            uint16_t h;
+            memcpy(&f, s->data + 4 * i, 4);
+            memcpy(&h, (const unsigned char *)t->data + 2 * i, 2);
+            same &= h == vx_f32_to_bf16(f);
+        }
+        CHECK_MSG(same, "bf16 values are not the RNE of the f32 source");
+        st_close(m);
+        vx_close(c);
+    }
+    /* bf16 -> f32 widening is exact. */
+    vx_encode_opts_init(&o);
+    o.dtype = VX_F32;
+    if (encode_ok(FAM "llama-gqa-bf16", "bf16-f32", &o) == 0) {
+        ix = jload(out_path("bf16-f32"), "index.json");
+        rep = cJSON_GetObjectItem(jp(ix, "representations"), "target.output_head.f32");
+        CHECK_STR(rep ? js(rep, "fidelity") : NULL, "source-equivalent");
+        cJSON_Delete(ix);
+    }
+    o.dtype = VX_Q4_K;
+    CHECK(vx_encode(FAM "llama-gqa", out_path("q4k"), &o, &err) == -1);
+    CHECK_STR(err.msg, "encode: dtype 'q4_k' is not an encode target (f32, f16 or bf16; quantised "
+              "representations are made from a container)");
+}
+
+static void synthetic(void)
+{
+    static const char *const fams[] = {"llama", "mistral", "qwen2", "gemma2", "gpt2", "phi3",
+                                       "mixtral", "qwen2_moe", "deepseek_v3"};
+    static const char *const dts[] = {"f32", "f16", "bf16"};
+    for (size_t f = 0; f < 9; f++) {
+        for (int d = 0; d < 3; d++) {
+            char name[64], src[256], out[80];
+            snprintf(name, sizeof name, "fx-%s-%s", fams[f], dts[d]);
+            snprintf(src, sizeof src, "%s/%s", tmp, name);
+            snprintf(out, sizeof out, "%s.vx", name);
+            int rc = sh("'%s/mkfixture' --family %s --dtype %s --layers 3 --hidden 96 --heads 4 "
+                        "--kv-heads 2 --seed %zu --tokenizer '%s' -o '%s'", LQL_BINARY_DIR, fams[f], dts[d],
+                        f * 3 + (size_t)d, FAM "llama-gqa/tokenizer.json", src);
+            CHECK_MSG(rc == 0, "mkfixture %s failed", name);
+            if (rc == 0)
+                encode_ok(src, out, NULL);
+        }
+    }
+    /* Gemma's embedding scale is sqrt(hidden) rounded to the model dtype. */
+    const cJSON *x, *ls;
+    cJSON *g = graph("fx-gemma2-bf16.vx", &x, &ls);
+    CHECK(jnum(x, "embedding.scale") == vx_bf16_to_f32(vx_f32_to_bf16(sqrtf(96.0f))));
+    CHECK(jnum(x, "embedding.scale") == 9.8125);
+    cJSON_Delete(g);
+    g = graph("fx-gemma2-f32.vx", &x, &ls);
+    CHECK(jnum(x, "embedding.scale") == (double)sqrtf(96.0f));
+    cJSON_Delete(g);
+    vx_container *c;
+    if (vx_open(out_path("fx-qwen2_moe-f16.vx"), &c, &err) == 0) {
+        const vx_tensor *t = vx_find(c, "target.decoder_stack", "layers.0.ffn.experts.3.gate_proj");
+        CHECK(t && t->dtype == VX_F16);
+        vx_close(c);
+    }
+}
+
+static uint64_t seen_done;
+static void progress(void *ctx, uint64_t done, uint64_t total)
+{
+    (void)ctx;
+    CHECK(done <= total);
+    seen_done = done;
+}
+
+static void cancel_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    (void)ctx;
+    if (done > total / 3)
+        vx_cancel_flag = 1;
+}
+
+static int finish_hook(void *ctx, const char *tmpdir, cJSON *index, vx_err *e)
+{
+    (void)e;
+    (*(int *)ctx)++;
+    char p[512];
+    snprintf(p, sizeof p, "%s/index.json", tmpdir);
+    CHECK(access(p, F_OK) == 0);
+    cJSON_AddStringToObject(index, "hooked", "yes");
+    return 0;
+}
+
+static void sharding_and_failures(void)
+{
+    char src[256];
+    snprintf(src, sizeof src, "%s/sharded-src", tmp);
+    CHECK(sh("'%s/mkfixture' --family llama --layers 4 --shards 3 -o '%s'", LQL_BINARY_DIR, src) == 0);
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    o.progress = progress;
+    int hooked = 0;
+    o.finish = finish_hook;
+    o.finish_ctx = &hooked;
+    o.model_name = "shardy";
+    if (encode_ok(src, "sharded.vx", &o) == 0) {
+        cJSON *ix = jload(out_path("sharded.vx"), "index.json");
+        CHECK_STR(js(ix, "hooked"), "yes");
+        CHECK_STR(js(ix, "model"), "shardy");
+        CHECK(hooked == 1 && seen_done > 0);
+        cJSON_Delete(ix);
+    }
+
+    /* A small shard cap splits the decoder stack; tensors never straddle files. */
+    setenv("LQL_SHARD_CAP", "4300000", 1);
+    if (encode_ok(LQL_SHARED_DIR "/models/tinyllama", "capped.vx", NULL) == 0) {
+        cJSON *ix = jload(out_path("capped.vx"), "index.json");
+        const cJSON *segs = cJSON_GetObjectItem(cJSON_GetObjectItem(jp(ix, "representations"),
+                                                       "target.decoder_stack.f32"), "segments");
+        CHECK(cJSON_GetArraySize(segs) > 2);
+        CHECK_STR(cJSON_GetArrayItem(segs, 0)->valuestring, "segments/target.decoder_stack.bin");
+        CHECK_STR(cJSON_GetArrayItem(segs, 1)->valuestring, "segments/target.decoder_stack.001.bin");
+        const cJSON *s;
+        cJSON_ArrayForEach(s, jp(ix, "segments")) CHECK(jnum(s, "bytes") <= 4300000);
+        cJSON_Delete(ix);
+    }
+    /* A tensor larger than the cap refuses, and nothing is left behind. */
+    setenv("LQL_SHARD_CAP", "100000", 1);
+    CHECK(vx_encode(LQL_SHARED_DIR "/models/tinyllama", out_path("toosmall.vx"), NULL, &err) == -1);
+    CHECK_STR(err.msg, "encode: tensor 'weight' of 'target.embedding' (4194304 bytes) does not fit the "
+              "shard cap of 100000 bytes (raise LQL_SHARD_CAP)");
+    CHECK(leftovers("toosmall.vx") == 0);
+    unsetenv("LQL_SHARD_CAP");
+
+    /* Cancel mid-stream: VX_ECANCEL, no directory. */
+    vx_encode_opts_init(&o);
+    o.progress = cancel_progress;
+    CHECK(vx_encode(LQL_SHARED_DIR "/models/tinyllama", out_path("cancelled.vx"), &o, &err) == -1);
+    CHECK(err.code == VX_ECANCEL);
+    CHECK_STR(err.msg, "encode: cancelled");
+    CHECK(leftovers("cancelled.vx") == 0);
+    vx_cancel_flag = 0;
+}
+
+/* Copy a fixture into tmp/name, then edit its config with a sed expression. */
+static void variant(const char *fixture, const char *name, const char *sed)
+{
+    CHECK(sh("rm -rf '%s/%s' && cp -r '" FAM "%s' '%s/%s'", tmp, name, fixture, tmp, name) == 0);
+    if (sed)
+        CHECK(sh("sed -i '%s' '%s/%s/config.json'", sed, tmp, name) == 0);
+}
+
+static void refuse(const char *name, const char *want)
+{
+    char src[256], out[256];
+    snprintf(src, sizeof src, "%s/%s", tmp, name);
+    snprintf(out, sizeof out, "%s/%s.vx", tmp, name);
+    CHECK(vx_encode(src, out, NULL, &err) == -1);
+    CHECK_STR(err.msg, want);
+    CHECK(leftovers(out + strlen(tmp) + 1) == 0);
+    struct stat st;
+    CHECK(stat(out, &st) != 0);
+}
+
+static void refusals(void)
+{
+    variant("llama-gqa", "yarn", "s/\"rope_scaling\": null/\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0}/");
+    refuse("yarn", "config.json: key 'rope_scaling.type=yarn' changes execution and is not admitted for "
+           "family 'llama'");
+    variant("llama-gqa", "unknown", "s/\"vocab_size\": 512/\"vocab_size\": 512, \"foo_gate\": 3/");
+    refuse("unknown", "config.json: key 'foo_gate' changes execution and is not admitted for family 'llama'");
+    variant("llama-gqa", "relu", "s/\"hidden_act\": \"silu\"/\"hidden_act\": \"relu\"/");
+    refuse("relu", "config.json: key 'hidden_act=relu' changes execution and is not admitted for family 'llama'");
+    variant("llama-gqa", "mlpbias", "s/\"mlp_bias\": false/\"mlp_bias\": true/");
+    refuse("mlpbias", "config.json: key 'mlp_bias=true' changes execution and is not admitted for family 'llama'");
+    variant("llama-gqa", "llama3b", "s/\"rope_scaling\": null/\"rope_scaling\": {\"rope_type\": \"llama3\", "
+            "\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+            "\"original_max_position_embeddings\": 64, \"beta\": 2}/");
+    refuse("llama3b", "config.json: key 'rope_scaling.beta=2' changes execution and is not admitted for "
+           "family 'llama'");
+    variant("mistral-swa", "mistral-llama-key", "s/\"sliding_window\": 8/\"sliding_window\": 8, \"max_window_layers\": 1/");
+    refuse("mistral-llama-key", "config.json: key 'max_window_layers' changes execution and is not admitted "
+           "for family 'mistral'");
+    variant("gpt2", "gpt2-scale", "s/\"scale_attn_by_inverse_layer_idx\": false/\"scale_attn_by_inverse_layer_idx\": true/");
+    refuse("gpt2-scale", "config.json: key 'scale_attn_by_inverse_layer_idx=true' changes execution and is "
+           "not admitted for family 'gpt2'");
+    variant("deepseek-v3-lite", "ds-softmax", "s/\"scoring_func\": \"sigmoid\"/\"scoring_func\": \"softmax\"/");
+    refuse("ds-softmax", "config.json: key 'scoring_func=softmax' changes execution and is not admitted for "
+           "family 'deepseek_v3'");
+    variant("llama-gqa", "quant", "s/\"vocab_size\": 512/\"vocab_size\": 512, \"quantization_config\": {\"bits\": 4}/");
+    refuse("quant", "config.json: key 'quantization_config' changes execution and is not admitted for "
+           "family 'llama'");
+    variant("llama-gqa", "bert", "s/\"model_type\": \"llama\"/\"model_type\": \"bert\"/");
+    refuse("bert", "config.json: model_type 'bert' is not admitted; lql admits llama, mistral, qwen2, gemma, "
+           "gemma2, gpt2, phi3, mixtral, qwen2_moe, deepseek_v3");
+    variant("llama-gqa", "shape", "s/\"intermediate_size\": 176/\"intermediate_size\": 177/");
+    char want[512];
+    refuse("shape", "checkpoint: tensor 'model.layers.0.mlp.gate_proj.weight' has shape [176, 64], "
+           "config.json implies [177, 64] (family 'llama')");
+    variant("llama-gqa", "fewer", "s/\"num_hidden_layers\": 3/\"num_hidden_layers\": 2/");
+    refuse("fewer", "checkpoint: tensor 'model.layers.2.input_layernorm.weight' is not bound to any operand "
+           "of family 'llama' (lql refuses to drop weights silently)");
+    variant("llama-gqa", "untied", NULL);
+    CHECK(sh("rm '%s/untied/model.safetensors'", tmp) == 0);
+    snprintf(want, sizeof want, "'%s/untied' has neither model.safetensors nor model.safetensors.index.json",
+             tmp);
+    refuse("untied", want);
+    variant("llama3-rope", "tied-missing", "s/\"tie_word_embeddings\": true/\"tie_word_embeddings\": false/");
+    refuse("tied-missing", "checkpoint: tensor 'lm_head.weight' is missing and tie_word_embeddings is false "
+           "(family 'llama')");
+    /* The newer spellings are admitted: rope_parameters and dtype. */
+    variant("llama3-rope", "v5", "s/\"rope_scaling\"/\"rope_parameters\"/; s/\"torch_dtype\"/\"dtype\"/; "
+            "s/\"rope_type\": \"llama3\"/\"rope_type\": \"llama3\", \"rope_theta\": 500000.0/; /\"rope_theta\": 500000.0,$/d");
+    char src[256];
+    snprintf(src, sizeof src, "%s/v5", tmp);
+    if (encode_ok(src, "v5.vx", NULL) == 0) {
+        const cJSON *x, *ls;
+        cJSON *g = graph("v5.vx", &x, &ls);
+        CHECK(jnum(x, "attention.rope.theta") == 500000 && jnum(x, "attention.rope.scaling.factor") == 8);
+        cJSON_Delete(g);
+    }
+}
+
+/* The container stands alone: delete the checkpoint, reopen and verify. */
+static void standalone(void)
+{
+    variant("llama-gqa", "ephemeral", NULL);
+    char src[256];
+    snprintf(src, sizeof src, "%s/ephemeral", tmp);
+    if (encode_ok(src, "ephemeral.vx", NULL) < 0)
+        return;
+    CHECK(sh("rm -rf '%s'", src) == 0);
+    vx_container *c;
+    CHECK(vx_open(out_path("ephemeral.vx"), &c, &err) == 0);
+    if (c) {
+        const vx_tensor *t = vx_find(c, "target.output_head", "lm_head");
+        CHECK(t && t->shape[0] == 512 && t->shape[1] == 64);
+        vx_close(c);
+    }
+    cJSON *rep = NULL;
+    CHECK(vx_verify(out_path("ephemeral.vx"), NULL, &rep, &err) == 0);
+    cJSON_Delete(rep);
+}
+
+int main(void)
+{
+    snprintf(tmp, sizeof tmp, "/tmp/lql-enc-XXXXXX");
+    if (!mkdtemp(tmp)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    tinyllama();
+    families();
+    conversion();
+    synthetic();
+    sharding_and_failures();
+    refusals();
+    standalone();
+    if (t_fail == 0)
+        sh("rm -rf '%s'", tmp);
+    else
+        fprintf(stderr, "outputs kept in %s\n", tmp);
+    return T_DONE();
+}
