@@ -1,102 +1,843 @@
 /*
- * exec_edit.c — the mutation statements: INSERT, DELETE, UPDATE, the patch statements,
- * UNDO, ROLLBACK, SHOW PATCHES / HISTORY, DIFF, COMPILE, COMPACT, and the hook USE calls
- * after binding a container. Owned by the mutation engineer; until the journal and the
- * overlay land every handler refuses by name.
+ * exec_edit.c — the mutation statements: DELETE, UPDATE, the patch statements, UNDO,
+ * ROLLBACK, SHOW PATCHES / HISTORY, and the hook USE calls after binding a container.
+ *
+ * State per binding (lql_session.edit): the journal (storage/journal.h) — opened at USE
+ * when one exists or a path was given, else created by the first edit — plus a browse
+ * model for geometry, tokenizer and down-meta, and the overlay replayed from the journal
+ * (browse/edit_overlay.h). After every statement that changes the journal the overlay is
+ * rebuilt from the journal and attached to the session, so INFER / TRACE / WALK see the
+ * effective model. The base container is never written.
+ *
+ * DELETE and UPDATE address features by their own fields — layer, feature, token (the
+ * feature's output token; `entity` and `target` are accepted as the reference's names for
+ * it), relation, score/confidence — so `SELECT * FROM FEATURES WHERE …` previews exactly
+ * what they touch. INSERT, DIFF, COMPILE and COMPACT are refused by name.
  */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "browse.h"
+#include "edit.h"
+#include "edit_overlay.h"
 #include "interp.h"
+#include "journal.h"
 
-#define NOT_YET "the mutation journal has not landed"
+typedef struct edit_state {
+    char *jpath;              /* the journal's path (explicit or located) */
+    vx_journal *j;            /* NULL until opened */
+    brw_model *bm;            /* lazily opened */
+    brw_edit_overlay *ov;     /* the replayed overlay, NULL when nothing is active */
+} edit_state;
 
-int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
+static void state_free(void *p)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    edit_state *es = p;
+    if (!es)
+        return;
+    vx_journal_close(es->j);
+    brw_edit_overlay_free(es->ov);
+    brw_close(es->bm);
+    free(es->jpath);
+    free(es);
 }
+
+const brw_overlay *lql_edit_overlay(const lql_session *s)
+{
+    const edit_state *es = s ? s->edit : NULL;
+    return es && es->ov ? brw_edit_overlay_browse(es->ov) : NULL;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static const char *model_name(const vx_container *c)
+{
+    const cJSON *idx = vx_index_json(c);
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(idx, "model"));
+    return name ? name : "";
+}
+
+/* The statement's state; -1 when nothing is bound. */
+static int state_of(lql_session *s, const lql_stmt *st, edit_state **out, lql_err *e)
+{
+    vx_container *c;
+    if (lql_session_container(s, st, &c, e) < 0)
+        return -1;
+    if (!s->edit)
+        return lql_errf(e, LQL_EEXEC, &st->at, "no edit state for the bound container: USE it "
+                        "again");
+    *out = s->edit;
+    return 0;
+}
+
+static int open_journal(lql_session *s, const lql_stmt *st, edit_state *es, lql_err *e)
+{
+    if (es->j)
+        return 0;
+    vx_err ve = {0};
+    if (vx_journal_open(es->jpath, vx_index_sha256(s->vx), model_name(s->vx), &es->j, &ve))
+        return lql_err_vx(e, &ve, &st->at);
+    return 0;
+}
+
+static int open_browse(lql_session *s, const lql_stmt *st, edit_state *es, lql_err *e)
+{
+    if (es->bm)
+        return 0;
+    vx_err ve = {0};
+    if (brw_open(s->vx, &es->bm, &ve)) {
+        es->bm = NULL;
+        return lql_err_vx(e, &ve, &st->at);
+    }
+    return 0;
+}
+
+/* Replay the journal's active operations into a fresh overlay and attach it. */
+static int refresh(lql_session *s, const lql_stmt *st, edit_state *es, lql_err *e)
+{
+    vx_op *ops = NULL;
+    size_t n = 0;
+    vx_err ve = {0};
+    brw_edit_overlay *ov = NULL;
+    if (open_browse(s, st, es, e) || open_journal(s, st, es, e))
+        return -1;
+    if (vx_journal_active_ops(es->j, &ops, &n, &ve))
+        return lql_err_vx(e, &ve, &st->at);
+    int rc = n ? brw_edit_overlay_build(es->bm, ops, n, &ov, &ve) : 0;
+    vx_ops_free(ops, n);
+    if (rc)
+        return lql_err_vx(e, &ve, &st->at);
+    lql_session_set_overlay(s, ov ? brw_edit_overlay_eng(ov) : NULL);
+    brw_edit_overlay_free(es->ov);
+    es->ov = ov;
+    return 0;
+}
+
+static void note_recorded(lql_result *r, const edit_state *es, const vx_record_info *info)
+{
+    if (info->auto_started)
+        lql_result_note(r, "auto-patch started: %s (edits are journaled in %s; SAVE PATCH "
+                        "\"file.vlp\" exports them)", info->patch_name,
+                        vx_journal_path(es->j));
+}
+
+/* The effective output token of a feature, "" when it has none. */
+static const char *feature_token(const edit_state *es, int layer, int64_t f, brw_meta *md)
+{
+    const brw_overlay *ov = es->ov ? brw_edit_overlay_browse(es->ov) : NULL;
+    if (brw_feature_meta(es->bm, ov, layer, f, md) != 0 || !md->present)
+        return "";
+    const char *t = brw_token_text(es->bm, md->top_id);
+    return t ? t : "";
+}
+
+/* ---------------------------------------------------------------- feature selection */
+
+typedef struct fsel {
+    int layer;
+    int64_t feature;
+} fsel;
+
+typedef struct fvec {
+    fsel *v;
+    size_t n, cap;
+} fvec;
+
+static int push(fvec *fv, int layer, int64_t f)
+{
+    if (fv->n == fv->cap) {
+        size_t cap = fv->cap ? fv->cap * 2 : 64;
+        fsel *nv = realloc(fv->v, cap * sizeof *nv);
+        if (!nv)
+            return -1;
+        fv->v = nv;
+        fv->cap = cap;
+    }
+    fv->v[fv->n++] = (fsel){layer, f};
+    return 0;
+}
+
+static int is_slot_field(const char *f)
+{
+    return strcmp(f, "layer") == 0 || strcmp(f, "feature") == 0;
+}
+
+static int cmp_int(int64_t a, lql_cmpop op, const lql_value *v)
+{
+    if (op == LQL_OP_IN) {
+        for (int i = 0; i < v->n; i++)
+            if (v->items[i].kind != LQL_V_STR && (double)a == v->items[i].f)
+                return 1;
+        return 0;
+    }
+    double b = v->f;
+    switch (op) {
+    case LQL_OP_EQ: return (double)a == b;
+    case LQL_OP_NE: return (double)a != b;
+    case LQL_OP_GT: return (double)a > b;
+    case LQL_OP_LT: return (double)a < b;
+    case LQL_OP_GE: return (double)a >= b;
+    case LQL_OP_LE: return (double)a <= b;
+    default: return 0;
+    }
+}
+
+/* Conditions only on layer / feature: enumerate the slots directly (no down-meta needed). */
+static int select_slots(const edit_state *es, const lql_cond *where, fvec *out, lql_err *e)
+{
+    for (const lql_cond *c = where; c; c = c->next) {
+        int bad = c->op == LQL_OP_LIKE ? 1 : 0;
+        if (c->op == LQL_OP_IN)
+            for (int i = 0; i < c->val.n; i++)
+                bad |= c->val.items[i].kind == LQL_V_STR;
+        else
+            bad |= c->val.kind == LQL_V_STR;
+        if (bad)
+            return lql_errf(e, LQL_EEXEC, &c->field_at, "%s is a number: compare it with = != "
+                            "> < >= <= or IN (numbers)", c->field);
+    }
+    for (int l = 0; l < brw_layers(es->bm); l++) {
+        int64_t nf = brw_features(es->bm, l);
+        int layer_ok = 1;
+        for (const lql_cond *c = where; c; c = c->next)
+            if (strcmp(c->field, "layer") == 0 && !cmp_int(l, c->op, &c->val))
+                layer_ok = 0;
+        for (int64_t f = 0; layer_ok && f < nf; f++) {
+            int ok = 1;
+            for (const lql_cond *c = where; c && ok; c = c->next)
+                if (strcmp(c->field, "feature") == 0)
+                    ok = cmp_int(f, c->op, &c->val);
+            if (ok && !brw_edit_is_tombstone(es->ov, l, f) && push(out, l, f))
+                return lql_errf(e, LQL_ENOMEM, NULL, "out of memory selecting features");
+        }
+    }
+    return 0;
+}
+
+static brw_op to_brw_op(lql_cmpop op)
+{
+    switch (op) {
+    case LQL_OP_NE: return BRW_NE;
+    case LQL_OP_GT: return BRW_GT;
+    case LQL_OP_LT: return BRW_LT;
+    case LQL_OP_GE: return BRW_GE;
+    case LQL_OP_LE: return BRW_LE;
+    case LQL_OP_LIKE: return BRW_LIKE;
+    case LQL_OP_IN: return BRW_IN;
+    default: return BRW_EQ;
+    }
+}
+
+static void to_brw_value(const lql_value *v, brw_value *out)
+{
+    out->is_str = v->kind == LQL_V_STR;
+    out->num = v->f;
+    out->str = v->s;
+}
+
+/* Every live feature matching the WHERE conditions, as SELECT … FROM FEATURES sees them. */
+static int select_features(const lql_stmt *st, const edit_state *es, fvec *out, lql_err *e)
+{
+    size_t nc = 0, nv = 0;
+    int slots_only = 1;
+    for (const lql_cond *c = st->where; c; c = c->next) {
+        nc++;
+        nv += c->op == LQL_OP_IN ? (size_t)c->val.n : 1;
+        slots_only &= is_slot_field(c->field);
+    }
+    if (nc == 0)
+        return lql_errf(e, LQL_EEXEC, &st->at, "%s needs a WHERE condition",
+                        lql_kind_name(st->kind));
+    if (slots_only)
+        return select_slots(es, st->where, out, e);
+    brw_cond *conds = calloc(nc, sizeof *conds);
+    brw_value *vals = calloc(nv, sizeof *vals);
+    int rc = -1;
+    if (!conds || !vals) {
+        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+        goto done;
+    }
+    size_t i = 0, k = 0;
+    for (const lql_cond *c = st->where; c; c = c->next, i++) {
+        const char *name = c->field;
+        if (strcmp(name, "entity") == 0 || strcmp(name, "target") == 0)
+            name = "token";
+        vx_err ve = {0};
+        if (brw_field_parse(BRW_FEATURES, name, &conds[i].field, &ve)) {
+            lql_err_vx(e, &ve, &c->field_at);
+            goto done;
+        }
+        conds[i].op = to_brw_op(c->op);
+        conds[i].vals = &vals[k];
+        if (c->op == LQL_OP_IN) {
+            for (int x = 0; x < c->val.n; x++)
+                to_brw_value(&c->val.items[x], &vals[k++]);
+            conds[i].n_vals = (size_t)c->val.n;
+        } else {
+            to_brw_value(&c->val, &vals[k++]);
+            conds[i].n_vals = 1;
+        }
+    }
+    brw_select_opts o = {.conds = conds, .n_conds = nc, .limit = INT64_MAX,
+                         .ov = es->ov ? brw_edit_overlay_browse(es->ov) : NULL};
+    brw_rows rows;
+    vx_err ve = {0};
+    if (brw_select(es->bm, BRW_FEATURES, &o, &rows, &ve)) {
+        lql_err_vx(e, &ve, &st->where->field_at);
+        goto done;
+    }
+    rc = 0;
+    for (size_t r = 0; r < rows.n && rc == 0; r++)
+        if (!brw_edit_is_tombstone(es->ov, rows.rows[r].layer, rows.rows[r].feature) &&
+            push(out, rows.rows[r].layer, rows.rows[r].feature))
+            rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory selecting features");
+    brw_rows_free(&rows);
+done:
+    free(conds);
+    free(vals);
+    return rc;
+}
+
+/* Record ops as one statement, rebuild the overlay, report the auto-patch. */
+static int record(lql_session *s, const lql_stmt *st, edit_state *es, const vx_op *ops,
+                  size_t n, lql_result *r, vx_record_info *info, lql_err *e)
+{
+    vx_err ve = {0};
+    char *text = strndup(st->src, st->nsrc);
+    if (!text)
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    int rc = vx_journal_record(es->j, text, ops, n, info, &ve);
+    free(text);
+    if (rc)
+        return lql_err_vx(e, &ve, &st->at);
+    note_recorded(r, es, info);
+    return refresh(s, st, es, e);
+}
+
+/* ---------------------------------------------------------------- DELETE / UPDATE */
 
 int lql_h_delete(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    edit_state *es;
+    fvec sel = {0};
+    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, e) ||
+        select_features(st, es, &sel, e)) {
+        free(sel.v);
+        return -1;
+    }
+    static const lql_colspec cols[] = {{"layer", LQL_INT, 0}, {"feature", LQL_INT, 0},
+                                       {"token", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, "deleted", 3, cols);
+    vx_op *ops = calloc(sel.n + 1, sizeof *ops);
+    if (!ops || !t) {
+        free(sel.v);
+        free(ops);
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    }
+    for (size_t i = 0; i < sel.n; i++) {
+        brw_meta md;
+        vx_op_init(&ops[i], VX_OP_DELETE);
+        ops[i].layer = sel.v[i].layer;
+        ops[i].feature = (int)sel.v[i].feature;
+        lql_row(t);
+        lql_cell_int(t, sel.v[i].layer);
+        lql_cell_int(t, sel.v[i].feature);
+        lql_cell_text(t, feature_token(es, sel.v[i].layer, sel.v[i].feature, &md));
+    }
+    int rc = 0;
+    if (sel.n == 0) {
+        lql_result_note(r, "no live feature matches: nothing deleted");
+    } else {
+        vx_record_info info;
+        rc = record(s, st, es, ops, sel.n, r, &info, e);
+        if (rc == 0)
+            lql_result_note(r, "deleted %zu feature%s (history %lld, patch %s)", sel.n,
+                            sel.n == 1 ? "" : "s", (long long)info.history_n, info.patch_name);
+    }
+    vx_ops_free(ops, sel.n);
+    free(sel.v);
+    return rc;
+}
+
+/* First token id of " target" (no specials), skipping a lone word-boundary piece. */
+static int target_id(const edit_state *es, const lql_assign *a, int32_t *out, lql_err *e)
+{
+    const eng_tokenizer *tok = brw_tokenizer(es->bm);
+    size_t len = strlen(a->val.s);
+    char *text = malloc(len + 2);
+    if (!text)
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    text[0] = ' ';
+    memcpy(text + 1, a->val.s, len + 1);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    vx_err ve = {0};
+    int rc = eng_tok_encode(tok, text, len + 1, 0, &ids, &n, &ve);
+    free(text);
+    if (rc)
+        return lql_err_vx(e, &ve, &a->val.at);
+    *out = -1;
+    for (size_t i = 0; i < n && *out < 0; i++) {
+        const char *p = eng_tok_piece(tok, ids[i]);
+        if (p && strcmp(p, "\xe2\x96\x81") && strcmp(p, "\xc4\xa0") && strcmp(p, " "))
+            *out = ids[i];
+    }
+    free(ids);
+    if (*out < 0)
+        return lql_errf(e, LQL_EEXEC, &a->val.at, "target \"%s\" has no tokens", a->val.s);
+    return 0;
 }
 
 int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    edit_state *es;
+    if (state_of(s, st, &es, e) || open_browse(s, st, es, e))
+        return -1;
+    const lql_assign *target = NULL;
+    double conf = NAN;
+    for (const lql_assign *a = st->sets; a; a = a->next) {
+        if (strcmp(a->field, "target") == 0 || strcmp(a->field, "token") == 0) {
+            if (a->val.kind != LQL_V_STR)
+                return lql_errf(e, LQL_EEXEC, &a->val.at, "%s takes a string", a->field);
+            target = a;
+        } else if (strcmp(a->field, "confidence") == 0 || strcmp(a->field, "score") == 0 ||
+                   strcmp(a->field, "c_score") == 0) {
+            if ((a->val.kind != LQL_V_INT && a->val.kind != LQL_V_FLOAT) || !isfinite(a->val.f))
+                return lql_errf(e, LQL_EEXEC, &a->val.at, "%s takes a number", a->field);
+            conf = a->val.f;
+        } else {
+            return lql_errf(e, LQL_EEXEC, &a->field_at, "cannot SET \"%s\": UPDATE EDGES sets "
+                            "target and confidence", a->field);
+        }
+    }
+    int32_t tid = -1;
+    if (target && target_id(es, target, &tid, e))
+        return -1;
+    fvec sel = {0};
+    if (open_journal(s, st, es, e) || select_features(st, es, &sel, e)) {
+        free(sel.v);
+        return -1;
+    }
+    static const lql_colspec cols[] = {{"layer", LQL_INT, 0}, {"feature", LQL_INT, 0},
+                                       {"before", LQL_TEXT, 0}, {"after", LQL_TEXT, 0},
+                                       {"confidence", LQL_FLOAT, 4}};
+    lql_table *t = lql_result_table(r, "updated", 5, cols);
+    vx_op *ops = calloc(sel.n + 1, sizeof *ops);
+    if (!ops || !t) {
+        free(sel.v);
+        free(ops);
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    }
+    int rc = 0;
+    for (size_t i = 0; i < sel.n && rc == 0; i++) {
+        brw_meta md;
+        const char *before = feature_token(es, sel.v[i].layer, sel.v[i].feature, &md);
+        vx_op *op = &ops[i];
+        vx_op_init(op, VX_OP_UPDATE);
+        op->layer = sel.v[i].layer;
+        op->feature = (int)sel.v[i].feature;
+        op->has_meta = 1;
+        op->meta_id = tid >= 0 ? tid : md.present ? md.top_id : -1;
+        op->meta_c = !isnan(conf) ? conf : md.present ? md.c_score : 0.0;
+        const char *after = op->meta_id >= 0 ? brw_token_text(es->bm, (int32_t)op->meta_id) : "";
+        vx_err ve = {0};
+        if (vx_op_set_str(&op->meta_token, after ? after : "", &ve))
+            rc = lql_err_vx(e, &ve, &st->at);
+        lql_row(t);
+        lql_cell_int(t, op->layer);
+        lql_cell_int(t, op->feature);
+        lql_cell_text(t, before);
+        lql_cell_text(t, after);
+        lql_cell_float(t, op->meta_c);
+    }
+    if (rc == 0 && sel.n == 0) {
+        lql_result_note(r, "no live feature matches: nothing updated");
+    } else if (rc == 0) {
+        vx_record_info info;
+        rc = record(s, st, es, ops, sel.n, r, &info, e);
+        if (rc == 0)
+            lql_result_note(r, "updated %zu feature%s (history %lld, patch %s)", sel.n,
+                            sel.n == 1 ? "" : "s", (long long)info.history_n, info.patch_name);
+    }
+    vx_ops_free(ops, sel.n);
+    free(sel.v);
+    return rc;
 }
+
+int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
+{
+    (void)s;
+    (void)r;
+    return lql_refuse(e, st, "fact insertion (a covariance-whitened down_proj update) has not "
+                             "landed; DELETE, UPDATE and APPLY PATCH edit the overlay");
+}
+
+/* ---------------------------------------------------------------- patches */
 
 int lql_h_begin_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    edit_state *es;
+    if (state_of(s, st, &es, e) || open_journal(s, st, es, e))
+        return -1;
+    const char *prev = vx_journal_recording_name(es->j);
+    char was[128] = "";
+    snprintf(was, sizeof was, "%s", prev ? prev : "");
+    int64_t taken = 0;
+    vx_err ve = {0};
+    if (vx_journal_begin_patch(es->j, st->arg, &taken, &ve))
+        return lql_err_vx(e, &ve, &st->arg_at);
+    lql_result_note(r, "patch session started: %s", st->arg);
+    if (taken)
+        lql_result_note(r, "took over %lld operation%s of %s", (long long)taken,
+                        taken == 1 ? "" : "s", was);
+    return 0;
+}
+
+static void count_kinds(const vx_op *ops, size_t n, size_t c[VX_OP_KIND_COUNT])
+{
+    memset(c, 0, VX_OP_KIND_COUNT * sizeof *c);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned)ops[i].kind < VX_OP_KIND_COUNT)
+            c[ops[i].kind]++;
 }
 
 int lql_h_save_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    edit_state *es;
+    if (state_of(s, st, &es, e))
+        return -1;
+    const char *name = es->j ? vx_journal_recording_name(es->j) : NULL;
+    if (!name)
+        return lql_errf(e, LQL_EEXEC, &st->at, "no patch is recording: BEGIN PATCH \"name\" or "
+                        "make an edit first");
+    char file[4096];
+    if (st->arg) {
+        snprintf(file, sizeof file, "%s", st->arg);
+    } else {
+        if (strncmp(name, "auto-", 5) == 0)
+            return lql_errf(e, LQL_EEXEC, &st->at, "the anonymous patch %s needs a file name: "
+                            "SAVE PATCH \"file.vlp\"", name);
+        snprintf(file, sizeof file, "%s.vlp", name);
+    }
+    vx_patch p = {0};
+    vx_err ve = {0};
+    if (vx_journal_patch_ops(es->j, vx_journal_recording(es->j), &p.ops, &p.nops, &ve))
+        return lql_err_vx(e, &ve, &st->at);
+    char now[32];
+    vx_utc_now(now);
+    p.version = 1;
+    p.base_model = (char *)model_name(s->vx);
+    p.base_checksum = (char *)vx_index_sha256(s->vx);
+    p.created_at = now;
+    p.description = (char *)name;
+    int rc = vx_patch_write(file, &p, &ve);
+    size_t c[VX_OP_KIND_COUNT];
+    count_kinds(p.ops, p.nops, c);
+    vx_ops_free(p.ops, p.nops);
+    if (rc)
+        return lql_err_vx(e, &ve, st->arg ? &st->arg_at : &st->at);
+    lql_result_note(r, "saved: %s to %s (%zu inserts, %zu updates, %zu deletes)", name, file,
+                    c[VX_OP_INSERT], c[VX_OP_UPDATE], c[VX_OP_DELETE]);
+    vx_journal_stop_recording(es->j);
+    return 0;
+}
+
+/* The name an applied file takes: its description, else the file's stem. */
+static void patch_name(const vx_patch *p, const char *file, char *out, size_t n)
+{
+    if (p->description && *p->description) {
+        snprintf(out, n, "%s", p->description);
+        return;
+    }
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    size_t len = strlen(base);
+    if (len > 4 && strcmp(base + len - 4, ".vlp") == 0)
+        len -= 4;
+    snprintf(out, n, "%.*s", (int)len, base);
 }
 
 int lql_h_apply_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    edit_state *es;
+    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, e))
+        return -1;
+    vx_patch p;
+    vx_err ve = {0};
+    if (vx_patch_read(st->arg, brw_hidden(es->bm), &p, &ve))
+        return lql_err_vx(e, &ve, &st->arg_at);
+    const char *sha = vx_index_sha256(s->vx), *model = model_name(s->vx);
+    int rc = -1;
+    if (p.base_checksum ? strcmp(p.base_checksum, sha) != 0
+                        : strcmp(p.base_model ? p.base_model : "", model) != 0) {
+        lql_errf(e, LQL_EEXEC, &st->arg_at, "patch '%s' was made for another base: model '%s'"
+                 " (checksum %.16s) but the bound container is model '%s' (index sha256 "
+                 "%.16s...)", st->arg, p.base_model, p.base_checksum ? p.base_checksum : "none",
+                 model, sha);
+        goto done;
+    }
+    for (size_t i = 0; i < p.nops; i++) {
+        char where[300];
+        snprintf(where, sizeof where, "patch '%s': operation %zu", st->arg, i + 1);
+        if (brw_edit_check_op(es->bm, &p.ops[i], where, &ve)) {
+            lql_err_vx(e, &ve, &st->arg_at);
+            goto done;
+        }
+    }
+    char name[256];
+    patch_name(&p, st->arg, name, sizeof name);
+    int64_t existing;
+    if (vx_journal_find_patch(es->j, name, &existing, &ve) == 0) {
+        lql_errf(e, LQL_EEXEC, &st->arg_at, "a patch named '%s' is already applied (REMOVE "
+                 "PATCH \"%s\" first)", name, name);
+        goto done;
+    }
+    char *tags = NULL;
+    cJSON *ta = cJSON_CreateStringArray((const char *const *)p.tags, (int)p.ntags);
+    if (ta) {
+        tags = cJSON_PrintUnformatted(ta);
+        cJSON_Delete(ta);
+    }
+    char *text = strndup(st->src, st->nsrc);
+    vx_patch_meta meta = {name, p.description, p.author, tags, st->arg};
+    int64_t hist;
+    int ir = text ? vx_journal_import(es->j, text, &meta, p.ops, p.nops, NULL, &hist, &ve)
+                  : vx_errf(&ve, VX_ENOMEM, "out of memory");
+    free(text);
+    free(tags);
+    if (ir) {
+        lql_err_vx(e, &ve, &st->arg_at);
+        goto done;
+    }
+    if (refresh(s, st, es, e))
+        goto done;
+    size_t c[VX_OP_KIND_COUNT];
+    count_kinds(p.ops, p.nops, c);
+    lql_result_note(r, "applied: %s (%zu operations: %zu inserts, %zu updates, %zu deletes; "
+                    "history %lld)", name, p.nops, c[VX_OP_INSERT], c[VX_OP_UPDATE],
+                    c[VX_OP_DELETE], (long long)hist);
+    rc = 0;
+done:
+    vx_patch_free(&p);
+    return rc;
 }
 
 int lql_h_remove_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    edit_state *es;
+    if (state_of(s, st, &es, e) || open_journal(s, st, es, e))
+        return -1;
+    char *text = strndup(st->src, st->nsrc);
+    if (!text)
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    int64_t pid;
+    vx_err ve = {0};
+    int rc = vx_journal_remove_patch(es->j, text, st->arg, &pid, &ve);
+    free(text);
+    if (rc)
+        return lql_err_vx(e, &ve, &st->arg_at);
+    if (refresh(s, st, es, e))
+        return -1;
+    lql_result_note(r, "removed: %s", st->arg);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- undo / history */
+
+/* The history entry numbered n (for notes), or NULL. */
+static const vx_history_entry *entry(const vx_history_entry *h, size_t nh, int64_t n)
+{
+    return n >= 1 && (size_t)n <= nh && h[n - 1].n == n ? &h[n - 1] : NULL;
 }
 
 int lql_h_undo(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    edit_state *es;
+    if (state_of(s, st, &es, e))
+        return -1;
+    if (!es->j) {
+        lql_result_note(r, "nothing to undo");
+        return 0;
+    }
+    int64_t n;
+    vx_err ve = {0};
+    if (vx_journal_undo(es->j, &n, &ve))
+        return lql_err_vx(e, &ve, &st->at);
+    if (!n) {
+        lql_result_note(r, "nothing to undo");
+        return 0;
+    }
+    if (refresh(s, st, es, e))
+        return -1;
+    vx_history_entry *h;
+    size_t nh;
+    if (vx_journal_history(es->j, &h, &nh, &ve) == 0) {
+        const vx_history_entry *x = entry(h, nh, n);
+        lql_result_note(r, "undone: %lld %s", (long long)n, x ? x->text : "");
+        vx_history_free(h, nh);
+    }
+    return 0;
 }
 
 int lql_h_rollback(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    edit_state *es;
+    if (state_of(s, st, &es, e) || open_journal(s, st, es, e))
+        return -1;
+    int64_t count;
+    vx_err ve = {0};
+    if (vx_journal_rollback(es->j, st->n, &count, &ve))
+        return lql_err_vx(e, &ve, &st->at);
+    if (refresh(s, st, es, e))
+        return -1;
+    lql_result_note(r, "rolled back to %lld (%lld statement%s undone)", (long long)st->n,
+                    (long long)count, count == 1 ? "" : "s");
+    return 0;
 }
 
 int lql_h_show_patches(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    edit_state *es;
+    if (state_of(s, st, &es, e))
+        return -1;
+    static const lql_colspec cols[] = {
+        {"patch", LQL_TEXT, 0}, {"ops", LQL_INT, 0}, {"inserts", LQL_INT, 0},
+        {"updates", LQL_INT, 0}, {"deletes", LQL_INT, 0}, {"status", LQL_TEXT, 0},
+        {"source", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, "patches", 7, cols);
+    if (!t)
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    vx_patch_info *p = NULL;
+    size_t n = 0;
+    vx_err ve = {0};
+    if (es->j && vx_journal_patches(es->j, &p, &n, &ve))
+        return lql_err_vx(e, &ve, &st->at);
+    int64_t total = 0, pending = 0;
+    for (size_t i = 0; i < n; i++) {
+        lql_row(t);
+        lql_cell_text(t, p[i].name);
+        lql_cell_int(t, p[i].n_ops);
+        lql_cell_int(t, p[i].n_insert);
+        lql_cell_int(t, p[i].n_update);
+        lql_cell_int(t, p[i].n_delete);
+        lql_cell_text(t, p[i].recording ? "recording" : p[i].applied ? "applied" : "removed");
+        lql_cell_text(t, p[i].source);
+        if (p[i].applied)
+            total += p[i].n_ops;
+        if (p[i].recording)
+            pending = p[i].n_ops;
+    }
+    lql_result_note(r, "total: %lld active operation%s", (long long)total,
+                    total == 1 ? "" : "s");
+    const char *rec = es->j ? vx_journal_recording_name(es->j) : NULL;
+    if (rec)
+        lql_result_note(r, "recording: %s (%lld ops)", rec, (long long)pending);
+    else
+        lql_result_note(r, "recording: none");
+    vx_patch_infos_free(p, n);
+    return 0;
 }
 
 int lql_h_show_history(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    edit_state *es;
+    if (state_of(s, st, &es, e))
+        return -1;
+    static const lql_colspec cols[] = {
+        {"n", LQL_INT, 0}, {"statement", LQL_TEXT, 0}, {"patch", LQL_TEXT, 0},
+        {"ops", LQL_INT, 0}, {"status", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, "history", 5, cols);
+    if (!t)
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    vx_history_entry *h = NULL;
+    size_t n = 0;
+    vx_err ve = {0};
+    if (es->j && vx_journal_history(es->j, &h, &n, &ve))
+        return lql_err_vx(e, &ve, &st->at);
+    for (size_t i = 0; i < n; i++) {
+        lql_row(t);
+        lql_cell_int(t, h[i].n);
+        lql_cell_text(t, h[i].text);
+        lql_cell_text(t, h[i].patch_name);
+        lql_cell_int(t, h[i].n_ops);
+        lql_cell_text(t, h[i].undone ? "undone" : strcmp(h[i].action, "remove") == 0
+                                                      ? "removed patch" : "active");
+    }
+    lql_result_note(r, "journal: %s", es->j ? vx_journal_path(es->j) : es->jpath);
+    vx_history_free(h, n);
+    return 0;
 }
+
+/* ---------------------------------------------------------------- not provided */
 
 int lql_h_diff(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    (void)s;
+    (void)r;
+    return lql_refuse(e, st, "logical DIFF of effective model states has not landed "
+                             "(SHOW HISTORY and SHOW PATCHES list the overlay)");
 }
 
 int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    (void)s;
+    (void)r;
+    return lql_refuse(e, st, "writing a derived container from the overlay has not landed "
+                             "(SAVE PATCH exports the edits)");
 }
 
 int lql_h_compact(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, NOT_YET);
+    (void)s;
+    (void)r;
+    return lql_refuse(e, st, "storage compaction has not landed");
 }
 
-/* Without a journal there is no overlay to open: a USE without JOURNAL binds the base
- * model alone; asking for a journal is refused rather than ignored. */
+/* ---------------------------------------------------------------- USE */
+
 int lql_edit_on_use(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    if (lql_has(st, LQL_C_JOURNAL)) return lql_refuse_clause(e, st, LQL_C_JOURNAL, NOT_YET);
+    edit_state *es = calloc(1, sizeof *es);
+    if (!es)
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    char path[4096];
+    vx_err ve = {0};
+    const lql_span *at = lql_has(st, LQL_C_JOURNAL) ? &st->clause_at[LQL_C_JOURNAL] : &st->at;
+    if (s->journal) {
+        snprintf(path, sizeof path, "%s", s->journal);
+    } else if (vx_journal_locate(vx_dir(s->vx), vx_index_sha256(s->vx), path, sizeof path,
+                                 &ve)) {
+        free(es);
+        return lql_err_vx(e, &ve, at);
+    }
+    if (!(es->jpath = strdup(path))) {
+        free(es);
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    }
+    s->edit = es;
+    s->edit_free = state_free;
+    /* an existing journal (or an explicit one) is opened now so its edits apply from the
+     * first statement; otherwise the first edit creates it */
+    if (!s->journal && access(path, F_OK) != 0)
+        return 0;
+    if (open_journal(s, st, es, e) || refresh(s, st, es, e)) {
+        e->line = at->line;
+        e->col = at->col;
+        e->len = at->len;
+        return -1;
+    }
+    if (es->ov) {
+        brw_edit_counts c;
+        brw_edit_overlay_counts(es->ov, &c);
+        lql_result_note(r, "journal %s: %zu operations replayed (%zu tombstones, %zu replaced "
+                        "features, %zu metadata overrides, %zu low-rank deltas)", path, c.ops,
+                        c.tombstones, c.replaced, c.meta, c.lowrank);
+    }
     return 0;
 }

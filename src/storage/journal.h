@@ -99,7 +99,8 @@ int vx_journal_locate(const char *container_dir, const char *index_sha256, char 
 /* Open (creating when absent) the journal at path for the base identified by its index
  * sha256 and model name. Sets WAL mode and synchronous=FULL; creates or migrates the
  * schema explicitly; refuses a newer schema, a database that is not an lql journal, and a
- * journal recorded for another base (naming both models and hashes). On failure *out is
+ * journal recorded for another base (naming both models and hashes). The path ":memory:"
+ * opens a private in-memory journal that lives as long as the handle. On failure *out is
  * NULL and nothing was changed. */
 int vx_journal_open(const char *path, const char *base_sha256, const char *base_model,
                     vx_journal **out, vx_err *err);

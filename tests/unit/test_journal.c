@@ -326,6 +326,28 @@ static void test_refusals(void)
     }
 }
 
+/* ":memory:" is a private journal for one handle: usable, and gone when closed. */
+static void test_memory(void)
+{
+    vx_err e = {0};
+    vx_journal *j, *k;
+    CHECK(vx_journal_open(":memory:", SHA_A, "tiny", &j, &e) == 0);
+    CHECK(vx_journal_open(":memory:", SHA_A, "tiny", &k, &e) == 0);
+    if (!j || !k)
+        return;
+    vx_op ops[2];
+    make_ops(ops, 0, 0, 2.0f);
+    vx_record_info info;
+    CHECK(vx_journal_record(j, "m", ops, 2, &info, &e) == 0 && info.auto_started);
+    CHECK(active_count(j) == 2);
+    CHECK(active_count(k) == 0);
+    CHECK_STR(vx_journal_path(j), ":memory:");
+    vx_op_clear(&ops[0]);
+    vx_op_clear(&ops[1]);
+    vx_journal_close(j);
+    vx_journal_close(k);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "%s/test_journal.XXXXXX", LQL_BINARY_DIR);
@@ -336,6 +358,7 @@ int main(void)
     test_locate();
     test_open_and_record();
     test_refusals();
+    test_memory();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (t_fail == 0 && system(cmd) != 0)

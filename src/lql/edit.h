@@ -1,0 +1,18 @@
+/*
+ * edit.h — what the mutation statements (exec_edit.c) share with the rest of the
+ * interpreter: the effective overlay as browse needs it. The executor already sees the
+ * overlay through lql_session.overlay (attached to the model); browse statements take
+ * this one so edited features are rescored, tombstones dropped and metadata overrides
+ * shown.
+ */
+#ifndef LQL_EDIT_H
+#define LQL_EDIT_H
+
+#include "browse.h"
+#include "interp.h"
+
+/* The session's overlay for browse calls, or NULL when nothing is edited (or nothing is
+ * bound). Valid until the next statement. */
+const brw_overlay *lql_edit_overlay(const lql_session *s);
+
+#endif
