@@ -80,6 +80,25 @@ static rep_stat *rep_stats(const vx_container *c, size_t *n)
     return s;
 }
 
+/* Opens a->pos[0] and totals its representations (*s, caller frees); *w is the width of
+ * the longest representation id, at least 14. NULL with *rc set on failure. */
+static vx_container *open_stats(const vindex_args *a, rep_stat **s, size_t *n, int *w, int *rc)
+{
+    vx_container *c = vindex_open(a, rc);
+    if (!c)
+        return NULL;
+    *s = rep_stats(c, n);
+    if (!*s) {
+        vx_close(c);
+        *rc = vindex_fail(a, "out of memory");
+        return NULL;
+    }
+    *w = 14;
+    for (size_t i = 0; i < *n; i++)
+        *w = (int)strlen((*s)[i].id) > *w ? (int)strlen((*s)[i].id) : *w;
+    return c;
+}
+
 /* "bf16" or "bf16+f32": the dtypes present. */
 static const char *dtype_set(unsigned mask, char *buf, size_t size)
 {
@@ -117,18 +136,14 @@ static uint64_t disk_bytes(const vx_container *c, size_t *nseg)
 
 VINDEX_HANDLER(inspect)
 {
-    int rc;
-    vx_container *c = vindex_open(a, &rc);
+    int rc, w;
+    size_t n = 0, nseg = 0;
+    rep_stat *s;
+    vx_container *c = open_stats(a, &s, &n, &w, &rc);
     if (!c)
         return rc;
     const cJSON *ix = vx_index_json(c), *comp = vx_component(c);
     const cJSON *ex = get(comp, "execution"), *att = get(ex, "attention"), *ffn = get(ex, "ffn");
-    size_t n = 0, nseg = 0;
-    rep_stat *s = rep_stats(c, &n);
-    if (!s) {
-        vx_close(c);
-        return vindex_fail(a, "out of memory");
-    }
     uint64_t payload = 0, disk = disk_bytes(c, &nseg);
     for (size_t i = 0; i < n; i++)
         payload += s[i].bytes;
@@ -182,9 +197,6 @@ VINDEX_HANDLER(inspect)
     if (ffn)
         printf("ffn        %s %s, intermediate %.0f%s\n", str(ffn, "kind", "?"), str(ffn, "activation", "?"),
                num(ffn, "intermediate"), cJSON_IsObject(get(ex, "moe")) ? " (moe)" : "");
-    int w = 10;
-    for (size_t i = 0; i < n; i++)
-        w = (int)strlen(s[i].id) > w ? (int)strlen(s[i].id) : w;
     printf("representations\n");
     for (size_t i = 0; i < n; i++)
         printf("  %-*s %5zu tensor%s %10s  %s\n", w, s[i].id, s[i].tensors, s[i].tensors == 1 ? " " : "s",
@@ -199,20 +211,13 @@ VINDEX_HANDLER(inspect)
 
 VINDEX_HANDLER(representations)
 {
-    int rc;
-    vx_container *c = vindex_open(a, &rc);
+    int rc, w;
+    size_t n = 0;
+    rep_stat *s;
+    vx_container *c = open_stats(a, &s, &n, &w, &rc);
     if (!c)
         return rc;
-    size_t n = 0;
-    rep_stat *s = rep_stats(c, &n);
-    if (!s) {
-        vx_close(c);
-        return vindex_fail(a, "out of memory");
-    }
     cJSON *doc = a->json ? cJSON_CreateArray() : NULL;
-    int w = 14;
-    for (size_t i = 0; i < n; i++)
-        w = (int)strlen(s[i].id) > w ? (int)strlen(s[i].id) : w;
     if (!doc)
         printf("%-*s  %-8s  %-14s  %7s  %10s  %s\n", w, "representation", "dtype", "fidelity",
                "tensors", "bytes", "segments");
@@ -250,16 +255,12 @@ VINDEX_HANDLER(representations)
 
 VINDEX_HANDLER(precision)
 {
-    int rc;
-    vx_container *c = vindex_open(a, &rc);
+    int rc, w;
+    size_t n = 0;
+    rep_stat *s;
+    vx_container *c = open_stats(a, &s, &n, &w, &rc);
     if (!c)
         return rc;
-    size_t n = 0;
-    rep_stat *s = rep_stats(c, &n);
-    if (!s) {
-        vx_close(c);
-        return vindex_fail(a, "out of memory");
-    }
     uint64_t bytes = 0, elems = 0, dbytes[VX_DTYPE_COUNT] = {0}, delems[VX_DTYPE_COUNT] = {0};
     for (size_t i = 0; i < vx_tensor_count(c); i++) {
         const vx_tensor *t = vx_tensor_at(c, i);
@@ -271,9 +272,6 @@ VINDEX_HANDLER(precision)
         elems += s[i].elems;
     }
     cJSON *doc = a->json ? cJSON_CreateObject() : NULL, *reps = NULL, *dts = NULL;
-    int w = 14;
-    for (size_t i = 0; i < n; i++)
-        w = (int)strlen(s[i].id) > w ? (int)strlen(s[i].id) : w;
     if (doc) {
         reps = cJSON_AddArrayToObject(doc, "representations");
         dts = cJSON_AddArrayToObject(doc, "dtypes");

@@ -40,6 +40,17 @@ static void put(const char *rel, const uint8_t *p, size_t n)
     fclose(f);
 }
 
+/* Removes the scratch directory when libFuzzer exits. */
+static void cleanup(void)
+{
+    char sub[PATH_MAX];
+    for (size_t i = 0; i < NFILES; i++)
+        put(files[i], NULL, 0);
+    snprintf(sub, sizeof sub, "%s/segments", dir);
+    rmdir(sub);
+    rmdir(dir);
+}
+
 /* First occurrence of the separator in [p, end), or NULL. */
 static const uint8_t *find_sep(const uint8_t *p, const uint8_t *end, const char *sep, size_t n)
 {
@@ -59,6 +70,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         snprintf(sub, sizeof sub, "%s/segments", dir);
         mkdir(sub, 0755);
+        atexit(cleanup);
     }
     static const char sep[] = "\n%%\n";
     const uint8_t *p = data, *end = data + size;
