@@ -12,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A tensor table is metadata: even 100k-tensor MoE stacks stay far below this. */
+#define HEADER_MAX (100ull << 20)
+
 static void shape_str(const int64_t *shape, int ndim, char *buf, size_t n)
 {
     size_t at = 0;
@@ -147,6 +150,9 @@ int vx_segment_parse(const char *seg, const void *data, uint64_t size, vx_segmen
         return vx_errf(err, VX_EFORMAT,
                        "segment '%s': header length %llu extends past end of file (%llu bytes)", seg,
                        (unsigned long long)len, (unsigned long long)size);
+    if (len > HEADER_MAX)
+        return vx_errf(err, VX_EFORMAT, "segment '%s': header length %llu exceeds the %llu-byte limit",
+                       seg, (unsigned long long)len, HEADER_MAX);
     if ((8 + len) % 64)
         return vx_errf(err, VX_EFORMAT,
                        "segment '%s': header length %llu does not start the payload on a 64-byte boundary",

@@ -198,6 +198,34 @@ static void test_framing(void)
     CHECK_STR(fx_open_err(&f), want);
     set_header_len(100);
     CHECK_STR(fx_open_err(&f), "segment '" DEC "': header length 100 does not start the payload on a 64-byte boundary");
+    done();
+
+    /* A header length inside the file but beyond any sane table. */
+    fresh();
+    fx_write(&f);
+    fx_path(&f, DEC, path, sizeof path);
+    CHECK(truncate(path, (off_t)(200ull << 20)) == 0);
+    cJSON *big = cJSON_GetObjectItem(cJSON_GetObjectItem(f.index, "segments"), DEC);
+    fx_set_num(big, "bytes", (double)(200ull << 20));
+    fx_path(&f, "index.json", path, sizeof path);
+    fx_put_json(path, f.index);
+    set_header_len((150ull << 20) - 8);
+    CHECK_STR(fx_open_err(&f), "segment '" DEC "': header length 157286392 exceeds the 104857600-byte limit");
+    done();
+
+    /* A segment longer than its record. */
+    fresh();
+    fx_write(&f);
+    size = dec_size();
+    fx_path(&f, DEC, path, sizeof path);
+    CHECK(truncate(path, (off_t)size + 64) == 0);
+    snprintf(want, sizeof want, "segment '" DEC "' is longer than recorded: %llu bytes on disk, index.json records %llu",
+             (unsigned long long)size + 64, (unsigned long long)size);
+    CHECK_STR(fx_open_err(&f), want);
+    done();
+
+    fresh();
+    fx_write(&f);
     set_header_len(56);
     CHECK_STR(fx_open_err(&f), "segment '" DEC "' header: malformed json at line 1:48");
     done();
@@ -281,13 +309,13 @@ static void test_paths(void)
     done();
 
     /* A segment that is a symlink leaving the directory (to an identical copy). */
+    char real[PATH_MAX];
     fresh();
     fx_write(&f);
     fx_path(&f, "segments/target.output_head.bin", path, sizeof path);
     snprintf(outside, sizeof outside, "%s/head.bin", f.src);
     CHECK(rename(path, outside) == 0);
     CHECK(symlink(outside, path) == 0);
-    char real[PATH_MAX];
     CHECK(realpath(outside, real) != NULL);
     snprintf(want, sizeof want,
              "path 'segments/target.output_head.bin' leaves the container through a symlink (to '%s')",
@@ -296,6 +324,32 @@ static void test_paths(void)
     vx_container *c = NULL;
     CHECK(vx_open(f.dir, &c, &err) == -1 && err.code == VX_EPATH);
     CHECK_STR(err.msg, want);
+    done();
+
+    /* index.json itself a symlink to a file outside. */
+    fresh();
+    fx_write(&f);
+    fx_path(&f, "index.json", path, sizeof path);
+    snprintf(outside, sizeof outside, "%s/index.json", f.src);
+    CHECK(rename(path, outside) == 0);
+    CHECK(symlink(outside, path) == 0);
+    CHECK(realpath(outside, real) != NULL);
+    snprintf(want, sizeof want, "path 'index.json' leaves the container through a symlink (to '%s')", real);
+    CHECK_STR(fx_open_err(&f), want);
+    done();
+
+    /* A representation claimed by another object, and one with no segments. */
+    fresh();
+    fx_write(&f);
+    rep = cJSON_GetObjectItem(cJSON_GetObjectItem(f.index, "representations"), "target.output_head.f32");
+    cJSON_ReplaceItemInObject(rep, "object", cJSON_CreateString("target.embedding"));
+    fx_path(&f, "index.json", path, sizeof path);
+    fx_put_json(path, f.index);
+    CHECK_STR(fx_open_err(&f), "representation 'target.output_head.f32' belongs to object 'target.embedding', not 'target.output_head'");
+    cJSON_ReplaceItemInObject(rep, "object", cJSON_CreateString("target.output_head"));
+    cJSON_ReplaceItemInObject(rep, "segments", cJSON_CreateArray());
+    fx_put_json(path, f.index);
+    CHECK_STR(fx_open_err(&f), "representation 'target.output_head.f32' lists no segments");
     done();
 
     /* A segment file that is simply gone. */
