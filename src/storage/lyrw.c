@@ -153,34 +153,41 @@ static int parse_descriptors(vx_lyrw *l, const unsigned char *p, vx_err *err)
         if (k->kind > VX_BANK_SHARED)
             return vx_errf(err, VX_EFORMAT, "%s: bank %u has kind %u; the kinds are 0 (dense), "
                            "1 (routed) and 2 (shared)", nm, k->id, k->kind);
+        if (k->schema_count == 0)
+            return vx_errf(err, VX_EFORMAT, "%s: bank %u declares no region schemas", nm, k->id);
         if (k->kind == VX_BANK_DENSE && k->num_entries != 1)
             return vx_errf(err, VX_EFORMAT, "%s: dense bank %u has %u entries; a dense bank "
                            "has exactly 1", nm, k->id, k->num_entries);
-        for (unsigned j = 0; j < i; j++)
-            if (l->banks[j].id == k->id)
-                return vx_errf(err, VX_EFORMAT, "%s: bank id %u is described twice", nm, k->id);
+    }
+    /* id → bank index + 1: linear in the counts, whatever a hostile file declares. */
+    uint32_t *byid = calloc(65536, sizeof *byid);
+    if (!byid)
+        return vx_errf(err, VX_ENOMEM, "%s: out of memory for the bank tables", nm);
+    int rc = 0;
+    for (unsigned i = 0; i < l->num_banks && rc == 0; i++) {
+        if (byid[l->banks[i].id])
+            rc = vx_errf(err, VX_EFORMAT, "%s: bank id %u is described twice", nm, l->banks[i].id);
+        byid[l->banks[i].id] = i + 1;
     }
     const unsigned char *s = p + HDR + (size_t)BANK_REC * l->num_banks;
-    for (unsigned i = 0; i < l->num_segments; i++, s += SEG_REC) {
+    for (unsigned i = 0; i < l->num_segments && rc == 0; i++, s += SEG_REC) {
         vx_lyrw_segment *g = &l->segments[i];
         g->bank_id = rd16(s);
         g->segment_index = rd16(s + 2);
         g->first_entry = rd32(s + 4);
         g->entry_count = rd32(s + 8);
-        g->bank = -1;
-        for (unsigned j = 0; j < l->num_banks; j++)
-            if (l->banks[j].id == g->bank_id)
-                g->bank = (int)j;
-        if (g->bank < 0)
-            return vx_errf(err, VX_EFORMAT, "%s: segment descriptor %u names bank %u, which "
-                           "this file does not describe", nm, i, g->bank_id);
+        g->bank = (int)byid[g->bank_id] - 1;
         uint64_t last = (uint64_t)g->first_entry + g->entry_count;
-        if (last > l->banks[g->bank].num_entries)
-            return vx_errf(err, VX_EFORMAT, "%s: segment descriptor %u covers entries [%u, %llu) "
-                           "of bank %u, which has %u", nm, i, g->first_entry, (ull)last,
-                           g->bank_id, l->banks[g->bank].num_entries);
+        if (g->bank < 0)
+            rc = vx_errf(err, VX_EFORMAT, "%s: segment descriptor %u names bank %u, which "
+                         "this file does not describe", nm, i, g->bank_id);
+        else if (last > l->banks[g->bank].num_entries)
+            rc = vx_errf(err, VX_EFORMAT, "%s: segment descriptor %u covers entries [%u, %llu) "
+                         "of bank %u, which has %u", nm, i, g->first_entry, (ull)last,
+                         g->bank_id, l->banks[g->bank].num_entries);
     }
-    return 0;
+    free(byid);
+    return rc;
 }
 
 /* Entry ranges of one bank's segments must not overlap; a single-segment file covers every
@@ -203,11 +210,12 @@ static int check_coverage(vx_lyrw *l, vx_err *err)
                          (ull)prev_end, r[i].first, (ull)((uint64_t)r[i].first + r[i].count));
     }
     if (rc == 0 && !(l->flags & VX_LYRW_MULTI_SEGMENT)) {
+        /* r is sorted by bank: one pass sums each bank's entries. */
+        size_t i = 0;
         for (unsigned b = 0; b < l->num_banks && rc == 0; b++) {
             uint64_t covered = 0;
-            for (unsigned i = 0; i < l->num_segments; i++)
-                if (r[i].bank == (int)b)
-                    covered += r[i].count;
+            for (; i < l->num_segments && r[i].bank == (int)b; i++)
+                covered += r[i].count;
             if (covered != l->banks[b].num_entries)
                 rc = vx_errf(err, VX_EFORMAT, "%s: bank %u: segments cover %llu of %u entries, "
                              "but header flags bit 0 (multi-segment layer) is clear", l->name,
@@ -614,6 +622,8 @@ static int writer_layout(vx_lyrw_writer *w, uint32_t flags, const vx_lyrw_bank_s
                            "entries", w->path, s->id, s->num_entries);
         if (s->kind == VX_BANK_DENSE && s->num_entries != 1)
             return vx_errf(err, VX_EARG, "%s: dense bank %u must have 1 entry", w->path, s->id);
+        if (s->schema_count == 0)
+            return vx_errf(err, VX_EARG, "%s: bank %u has no region schemas", w->path, s->id);
         wbank *k = &w->banks[i];
         k->schema_count = s->schema_count;
         k->entry_count = s->entry_count;
@@ -639,8 +649,7 @@ static int writer_layout(vx_lyrw_writer *w, uint32_t flags, const vx_lyrw_bank_s
 /* Move the cursor off banks that have no region left to write. */
 static void settle(vx_lyrw_writer *w)
 {
-    while (w->bank < w->nbanks && (w->entry >= w->banks[w->bank].entry_count ||
-                                   w->banks[w->bank].schema_count == 0)) {
+    while (w->bank < w->nbanks && w->entry >= w->banks[w->bank].entry_count) {
         w->bank++;
         w->entry = 0;
         w->schema = 0;

@@ -22,6 +22,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     vx_err err;
     if (vx_lyrw_parse("fuzz", buf, size, &l, &err) == 0) {
         unsigned sum = 0;
+        /* Every entry owns at least one 16-byte table record, so these loops are bounded
+         * by the input size. */
         for (unsigned s = 0; s < l->num_segments; s++) {
             const vx_lyrw_segment *g = &l->segments[s];
             const vx_lyrw_bank *k = &l->banks[g->bank];

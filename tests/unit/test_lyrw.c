@@ -306,6 +306,7 @@ static void hostile(void)
     expect(g, n, 96 + 8, "\x05\0", 2, 0, "f.lyrw: bank 7 schema 0 pairs with schema 5, which "
            "the bank does not have");
     expect(g, n, 48, "\x07\0", 2, 0, "f.lyrw: bank id 7 is described twice");
+    expect(g, n, 24 + 4, "\0\0", 2, 0, "f.lyrw: bank 7 declares no region schemas");
     expect(g, n, 24 + 2, "\x03\0", 2, 0, "f.lyrw: bank 7 has kind 3; the kinds are 0 (dense), "
            "1 (routed) and 2 (shared)");
     expect(g, n, 96 + 16, "\x01\x01\0\0", 4, 0, "f.lyrw: bank 7 schema 0: a q4_k row of 257 "
