@@ -1,0 +1,246 @@
+/*
+ * test_render.c — result sets rendered in every output mode (exact bytes), number
+ * formatting, the error block with its caret, the shell's script runner (meta-commands,
+ * .bail, .read nesting, exit state), the golden runner failing when it should, and the
+ * generated reference docs/lql/REFERENCE.md matching the statement table.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "t.h"
+#include "shell.h"
+
+static lql_result *sample(void)
+{
+    lql_result *r = lql_result_new();
+    static const lql_colspec cols[] = {{"rank", LQL_INT, 0}, {"token", LQL_TEXT, 0},
+                                       {"prob", LQL_FLOAT, 4}};
+    lql_table *t = lql_result_table(r, NULL, 3, cols);
+    lql_row(t); lql_cell_int(t, 1); lql_cell_text(t, " mat"); lql_cell_float(t, 0.41234);
+    lql_row(t); lql_cell_int(t, -2); lql_cell_text(t, "a,\"b\"\tc\nd"); lql_cell_float(t, -0.00001);
+    lql_row(t); lql_cell_int(t, 3); lql_cell_null(t); lql_cell_float(t, 1.0 / 0.0);
+    lql_row(t); lql_cell_int(t, 4); lql_cell_text(t, "日本"); lql_cell_float(t, 0.0 / 0.0);
+    lql_result_note(r, "%d rows", 4);
+    return r;
+}
+
+static void check_mode(lql_result *r, lql_outmode m, const char *want)
+{
+    char *got = lql_render(r, m);
+    CHECK_STR(got, want);
+    free(got);
+}
+
+static void modes(void)
+{
+    lql_result *r = sample();
+    const lql_table *t = lql_result_table_at(r, 0);
+    CHECK(lql_table_nrows(t) == 4 && lql_table_ncols(t) == 3);
+    CHECK_STR(lql_table_cell(t, 0, 2), "0.4123");
+    CHECK_STR(lql_table_cell(t, 1, 2), "0.0000");          /* negative zero loses its sign */
+    CHECK_STR(lql_table_cell(t, 2, 2), "inf");
+    CHECK_STR(lql_table_cell(t, 3, 2), "nan");
+    CHECK(lql_table_cell_is_null(t, 2, 1) && !lql_table_cell_is_null(t, 2, 0));
+    CHECK_STR(lql_table_cell(t, 9, 0), "");
+
+    check_mode(r, LQL_OUT_TSV,
+        "rank\ttoken\tprob\n"
+        "1\t mat\t0.4123\n"
+        "-2\ta,\"b\"\\tc\\nd\t0.0000\n"
+        "3\t\tinf\n"
+        "4\t日本\tnan\n"
+        "-- 4 rows\n");
+    check_mode(r, LQL_OUT_CSV,
+        "rank,token,prob\r\n"
+        "1, mat,0.4123\r\n"
+        "-2,\"a,\"\"b\"\"\tc\nd\",0.0000\r\n"
+        "3,,inf\r\n"
+        "4,日本,nan\r\n"
+        "-- 4 rows\r\n");
+    check_mode(r, LQL_OUT_JSON,
+        "[\n"
+        "  {\"rank\": 1, \"token\": \" mat\", \"prob\": 0.4123},\n"
+        "  {\"rank\": -2, \"token\": \"a,\\\"b\\\"\\tc\\nd\", \"prob\": 0.0000},\n"
+        "  {\"rank\": 3, \"token\": null, \"prob\": null},\n"
+        "  {\"rank\": 4, \"token\": \"日本\", \"prob\": null}\n"
+        "]\n"
+        "{\"notes\": [\"4 rows\"]}\n");
+    check_mode(r, LQL_OUT_JSONL,
+        "{\"rank\": 1, \"token\": \" mat\", \"prob\": 0.4123}\n"
+        "{\"rank\": -2, \"token\": \"a,\\\"b\\\"\\tc\\nd\", \"prob\": 0.0000}\n"
+        "{\"rank\": 3, \"token\": null, \"prob\": null}\n"
+        "{\"rank\": 4, \"token\": \"日本\", \"prob\": null}\n"
+        "{\"note\": \"4 rows\"}\n");
+    /* table: numbers right-aligned, text left, wide characters count two columns */
+    check_mode(r, LQL_OUT_TABLE,
+        "rank  token          prob\n"
+        "----  -----------  ------\n"
+        "   1   mat         0.4123\n"
+        "  -2  a,\"b\"\\tc\\nd  0.0000\n"
+        "   3                  inf\n"
+        "   4  日本            nan\n"
+        "(4 rows)\n"
+        "4 rows\n");
+    lql_result_free(r);
+
+    /* two tables, a title, invalid UTF-8 in JSON, an empty table */
+    r = lql_result_new();
+    static const lql_colspec c1[] = {{"k", LQL_TEXT, 0}};
+    lql_table *a = lql_result_table(r, "first", 1, c1);
+    lql_row(a); lql_cell_text(a, "\xff" "x");
+    lql_result_table(r, NULL, 1, c1);
+    check_mode(r, LQL_OUT_TSV, "-- first\nk\n\xffx\n\nk\n");
+    check_mode(r, LQL_OUT_JSON, "[\n  {\"k\": \"\\ufffdx\"}\n]\n[]\n");
+    lql_result_free(r);
+
+    /* a short row is shown as incomplete, not silently misaligned */
+    r = lql_result_new();
+    static const lql_colspec c2[] = {{"a", LQL_INT, 0}, {"b", LQL_INT, 0}};
+    a = lql_result_table(r, NULL, 2, c2);
+    lql_row(a); lql_cell_int(a, 1);
+    lql_row(a); lql_cell_int(a, 2); lql_cell_int(a, 3);
+    check_mode(r, LQL_OUT_TSV, "-- out of memory: table incomplete\n");
+    lql_result_free(r);
+
+    lql_outmode m;
+    CHECK(lql_outmode_parse("JSONL", &m) == 0 && m == LQL_OUT_JSONL);
+    CHECK(lql_outmode_parse("xml", &m) < 0);
+    CHECK_STR(lql_outmode_name(LQL_OUT_CSV), "csv");
+}
+
+static void errors(void)
+{
+    lql_err e = {LQL_ESYNTAX, 2, 5, 3, "near \"TOP\": expected a string"};
+    char *s = lql_error_text("f.lql", "USE 'x';\nWALK TOP 3;", 1, &e);
+    CHECK_STR(s, "error: f.lql:2:5: near \"TOP\": expected a string\n  WALK TOP 3;\n      ^~~\n");
+    free(s);
+    lql_err u = {LQL_ESYNTAX, 1, 8, 2, "x"};
+    s = lql_error_text(NULL, "\tINFER \"é\" TOP", 1, &u);
+    CHECK_STR(s, "error: 1:8: x\n  \tINFER \"é\" TOP\n  \t      ^~\n");
+    free(s);
+}
+
+/* Run a script through the shell; out/err captured. */
+static int run(const char *script, char **out, char **err, lql_shell *keep)
+{
+    size_t no, ne;
+    lql_shell sh;
+    lql_shell_init(&sh);
+    sh.out = open_memstream(out, &no);
+    sh.err = open_memstream(err, &ne);
+    lql_shell_run(&sh, "s.lql", script, 1);
+    fclose(sh.out);
+    fclose(sh.err);
+    sh.out = stdout;
+    int failed = sh.failed;
+    if (keep) *keep = sh;
+    lql_shell_close(&sh);
+    return failed;
+}
+
+static void shell(void)
+{
+    char *out, *err;
+    CHECK(run("SHOW MODELS; -- nothing bound is needed\n.mode csv\n.timer off\n", &out, &err, NULL) == 0);
+    CHECK_STR(err, "");
+    CHECK_HAS(out, "container\tformat\tmodel\tlayers\n");
+    free(out); free(err);
+
+    /* continue after errors by default, with positions in the file */
+    CHECK(run("STATS;\n  WALK 'x' TOP;\n.mode xml\n.bogus\n.timer maybe\n.help SHOW  layers\n",
+              &out, &err, NULL) == 1);
+    CHECK_STR(err,
+        "error: s.lql:1:1: no container bound: USE \"path\" first\n  STATS;\n  ^~~~~\n"
+        "error: s.lql:2:15: near \";\": expected an integer\n    WALK 'x' TOP;\n                ^\n"
+        "error: s.lql:3:1: unknown mode: \"xml\" (table, tsv, csv, json or jsonl)\n"
+        "error: s.lql:4:1: unknown meta-command: \".bogus\" (.help lists them)\n"
+        "error: s.lql:5:1: expected on or off, got \"maybe\"\n");
+    CHECK_HAS(out, "SHOW LAYERS [range]\n\nOne row per layer");
+    free(out); free(err);
+
+    /* .bail on stops at the first error */
+    CHECK(run(".bail on\nSTATS;\n.mode nope\n", &out, &err, NULL) == 1);
+    CHECK_STR(err, "error: s.lql:2:1: no container bound: USE \"path\" first\n  STATS;\n  ^~~~~\n");
+    free(out); free(err);
+
+    /* .read nesting is capped */
+    char path[] = "/tmp/lql-read-XXXXXX";
+    int fd = mkstemp(path);
+    char body[128];
+    int len = snprintf(body, sizeof body, ".read %s\n", path);
+    CHECK(fd >= 0 && write(fd, body, (size_t)len) == len);
+    close(fd);
+    CHECK(run(body, &out, &err, NULL) == 1);
+    char want[256];
+    snprintf(want, sizeof want, "error: %s:1:1: .read nested more than 16 deep\n", path);
+    CHECK_STR(err, want);
+    free(out); free(err);
+    unlink(path);
+
+    /* statements after .quit do not run */
+    CHECK(run(".quit\nSTATS;\n", &out, &err, NULL) == 0);
+    CHECK_STR(err, "");
+    free(out); free(err);
+}
+
+static void golden_runner(void)
+{
+    /* a query with a wrong expected block fails, a right one passes */
+    char path[] = "/tmp/lql-golden-XXXXXX";
+    int fd = mkstemp(path);
+    const char *body =
+        "# runner self-test\n"
+        "query\nSHOW MODELS;\n----\ncontainer\tformat\tmodel\tlayers\n\n"
+        "query\nSHOW MODELS;\n----\nwrong header\n\n"
+        "statement error\nSTATS;\n----\nerror: 1:1: no container bound: USE \"path\" first\n\n"
+        "statement error\nSTATS;\n----\nerror: 1:1: another message\n\n"
+        "statement ok\nSTATS;\n";
+    CHECK(fd >= 0 && write(fd, body, strlen(body)) == (ssize_t)strlen(body));
+    close(fd);
+    fflush(stdout);
+    CHECK(lql_golden(path, 0) == 1);
+    unlink(path);
+}
+
+static void reference_doc(void)
+{
+    char *md = lql_help_markdown();
+    FILE *f = fopen(LQL_SOURCE_DIR "/docs/lql/REFERENCE.md", "rb");
+    char *disk = NULL;
+    size_t n = 0;
+    if (f) {
+        FILE *m = open_memstream(&disk, &n);
+        char buf[4096];
+        size_t k;
+        while ((k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, m);
+        fclose(m);
+        fclose(f);
+    }
+    CHECK_MSG(md && disk && strcmp(md, disk) == 0,
+              "docs/lql/REFERENCE.md differs from `lql --help-markdown`: regenerate it");
+    CHECK_HAS(md, "## EXPLAIN INFER\n\n```\nEXPLAIN INFER \"prompt\"");
+    /* every statement kind has exactly one table entry with a handler */
+    size_t nd;
+    const lql_stmt_def *d = lql_stmt_defs(&nd);
+    CHECK(nd == LQL_S_COUNT);
+    for (size_t i = 0; i < nd; i++) {
+        CHECK_MSG(d[i].handler && d[i].kind == (lql_kind)i, "%s", d[i].name);
+        CHECK_STR(d[i].name, lql_kind_name(d[i].kind));
+        CHECK(lql_stmt_def_find(d[i].name) == &d[i]);
+    }
+    CHECK(lql_stmt_def_find("explain   walk") == &d[LQL_S_EXPLAIN_WALK]);
+    CHECK(lql_stmt_def_find("walks") == NULL);
+    free(md);
+    free(disk);
+}
+
+int main(void)
+{
+    modes();
+    errors();
+    shell();
+    golden_runner();
+    reference_doc();
+    return T_DONE();
+}
