@@ -346,7 +346,7 @@ int lql_h_show_models(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
         if ((names[n] = sdup(de->d_name))) n++;
     }
     closedir(d);
-    qsort(names, n, sizeof *names, cmp_names);
+    if (n) qsort(names, n, sizeof *names, cmp_names);
     static const lql_colspec cols[] = {{"container", LQL_TEXT, 0}, {"format", LQL_TEXT, 0},
         {"model", LQL_TEXT, 0}, {"layers", LQL_INT, 0}};
     lql_table *t = lql_result_table(r, NULL, 4, cols);
