@@ -127,14 +127,16 @@ static void note_recorded(lql_result *r, const edit_state *es, const vx_record_i
                         vx_journal_path(es->j));
 }
 
-/* The effective output token of a feature, "" when it has none. */
-static const char *feature_token(const edit_state *es, int layer, int64_t f, brw_meta *md)
+/* The effective output token of a feature, trimmed as browse shows it, into buf ("" when
+ * it has none); md receives its metadata. */
+static const char *feature_token(const edit_state *es, int layer, int64_t f, brw_meta *md,
+                                 char *buf, size_t n)
 {
     const brw_overlay *ov = es->ov ? brw_edit_overlay_browse(es->ov) : NULL;
-    if (brw_feature_meta(es->bm, ov, layer, f, md) != 0 || !md->present)
-        return "";
-    const char *t = brw_token_text(es->bm, md->top_id);
-    return t ? t : "";
+    buf[0] = '\0';
+    if (brw_feature_meta(es->bm, ov, layer, f, md) == 0 && md->present)
+        brw_trim(brw_token_text(es->bm, md->top_id), buf, n);
+    return buf;
 }
 
 /* ---------------------------------------------------------------- feature selection */
@@ -342,13 +344,15 @@ int lql_h_delete(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     }
     for (size_t i = 0; i < sel.n; i++) {
         brw_meta md;
+        char tok[256];
         vx_op_init(&ops[i], VX_OP_DELETE);
         ops[i].layer = sel.v[i].layer;
         ops[i].feature = (int)sel.v[i].feature;
         lql_row(t);
         lql_cell_int(t, sel.v[i].layer);
         lql_cell_int(t, sel.v[i].feature);
-        lql_cell_text(t, feature_token(es, sel.v[i].layer, sel.v[i].feature, &md));
+        lql_cell_text(t, feature_token(es, sel.v[i].layer, sel.v[i].feature, &md, tok,
+                                       sizeof tok));
     }
     int rc = 0;
     if (sel.n == 0) {
@@ -437,7 +441,8 @@ int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     int rc = 0;
     for (size_t i = 0; i < sel.n && rc == 0; i++) {
         brw_meta md;
-        const char *before = feature_token(es, sel.v[i].layer, sel.v[i].feature, &md);
+        char before[256], after[256] = "";
+        feature_token(es, sel.v[i].layer, sel.v[i].feature, &md, before, sizeof before);
         vx_op *op = &ops[i];
         vx_op_init(op, VX_OP_UPDATE);
         op->layer = sel.v[i].layer;
@@ -445,9 +450,11 @@ int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         op->has_meta = 1;
         op->meta_id = tid >= 0 ? tid : md.present ? md.top_id : -1;
         op->meta_c = !isnan(conf) ? conf : md.present ? md.c_score : 0.0;
-        const char *after = op->meta_id >= 0 ? brw_token_text(es->bm, (int32_t)op->meta_id) : "";
+        const char *piece = op->meta_id >= 0 ? brw_token_text(es->bm, (int32_t)op->meta_id)
+                                             : NULL;
+        brw_trim(piece ? piece : "", after, sizeof after);
         vx_err ve = {0};
-        if (vx_op_set_str(&op->meta_token, after ? after : "", &ve))
+        if (vx_op_set_str(&op->meta_token, piece ? piece : "", &ve))
             rc = lql_err_vx(e, &ve, &st->at);
         lql_row(t);
         lql_cell_int(t, op->layer);
@@ -574,17 +581,21 @@ int lql_h_apply_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
         return lql_err_vx(e, &ve, &st->arg_at);
     const char *sha = vx_index_sha256(s->vx), *model = model_name(s->vx);
     int rc = -1;
-    if (p.base_checksum ? strcmp(p.base_checksum, sha) != 0
-                        : strcmp(p.base_model ? p.base_model : "", model) != 0) {
-        lql_errf(e, LQL_EEXEC, &st->arg_at, "patch '%s' was made for another base: model '%s'"
-                 " (checksum %.16s) but the bound container is model '%s' (index sha256 "
-                 "%.16s...)", st->arg, p.base_model, p.base_checksum ? p.base_checksum : "none",
-                 model, sha);
+    /* the checksum, when the file has one, is the base's index sha256; else the model */
+    if (p.base_checksum && strcmp(p.base_checksum, sha) != 0) {
+        lql_errf(e, LQL_EEXEC, &st->arg_at, "%s was made for another base: checksum %.16s... "
+                 "(model '%s') but the bound container's index sha256 is %.16s... (model "
+                 "'%s')", st->arg, p.base_checksum, p.base_model, sha, model);
+        goto done;
+    }
+    if (!p.base_checksum && strcmp(p.base_model, model) != 0) {
+        lql_errf(e, LQL_EEXEC, &st->arg_at, "%s was made for model '%s' but the bound "
+                 "container is model '%s'", st->arg, p.base_model, model);
         goto done;
     }
     for (size_t i = 0; i < p.nops; i++) {
         char where[300];
-        snprintf(where, sizeof where, "patch '%s': operation %zu", st->arg, i + 1);
+        snprintf(where, sizeof where, "%s: operation %zu", st->arg, i + 1);
         if (brw_edit_check_op(es->bm, &p.ops[i], where, &ve)) {
             lql_err_vx(e, &ve, &st->arg_at);
             goto done;
