@@ -482,6 +482,12 @@ static void edges(const char *shared)
         CHECK_STR(s, "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
         free(s);
         free(ids);
+        /* NUL is an ordinary character: byte 0 is 'Ā' in the byte-level table */
+        CHECK(eng_tok_encode(t, "a\0b", 3, 0, &ids, &n, &err) == 0 && n == 3);
+        CHECK(ids && n == 3 && ids[1] == eng_tok_lookup(t, "\xC4\x80"));
+        CHECK(ids && eng_tok_decode(t, ids, n, 0, &s, &err) == 0 && memcmp(s, "a\0b", 4) == 0);
+        free(s);
+        free(ids);
         int32_t bad[] = {72, 512};
         CHECK(eng_tok_decode(t, bad, 2, 0, &s, &err) == -1 && s == NULL);
         CHECK_STR(err.msg, "cannot decode token id 512: the vocab has ids 0..511");
