@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "vindex.h"
@@ -167,7 +168,7 @@ static void *sum_part(void *arg)
 }
 
 /* Best of 3 passes of `threads` threads summing a 2 GB array, in GB/s. */
-static double bandwidth(int threads)
+static double bandwidth_run(int threads)
 {
     size_t n = (size_t)2 << 30;
     n /= sizeof(double);
@@ -191,6 +192,25 @@ static double bandwidth(int threads)
     free(a);
     if (sink < 0) printf("?");
     return best;
+}
+
+/* The probe runs in a child process so its 2 GB stay out of this process's peak RSS. */
+static double bandwidth(int threads)
+{
+    int fd[2];
+    double bw = 0;
+    if (pipe(fd)) return bandwidth_run(threads);
+    pid_t pid = fork();
+    if (pid == 0) {
+        bw = bandwidth_run(threads);
+        ssize_t w = write(fd[1], &bw, sizeof bw);
+        _exit(w == (ssize_t)sizeof bw ? 0 : 1);
+    }
+    close(fd[1]);
+    if (pid < 0 || read(fd[0], &bw, sizeof bw) != (ssize_t)sizeof bw) bw = 0;
+    close(fd[0]);
+    if (pid > 0) waitpid(pid, NULL, 0);
+    return bw;
 }
 
 /* ---------------------------------------------------------------- main */
@@ -220,14 +240,14 @@ int main(int argc, char **argv)
     snprintf(th, sizeof th, "%d", threads);
     setenv("LQL_THREADS", th, 1);
 
-    char hf[4096], vx[4096];
+    char hf[2048], vx[2048];
     mkdir(dir, 0755);
     snprintf(hf, sizeof hf, "%s/hf-%s-%d", dir, dt, layers);
     snprintf(vx, sizeof vx, "%s/vx-%s-%d.vindex3", dir, dt, layers);
     vx_err err = {0};
     struct stat st;
     if (stat(vx, &st) != 0) {
-        char cfg[4200];
+        char cfg[2100];
         snprintf(cfg, sizeof cfg, "%s/model.safetensors", hf);
         if (stat(cfg, &st) != 0) {
             double t0 = now();

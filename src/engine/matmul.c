@@ -12,6 +12,7 @@
  * Block-quantised dtypes (q8_0, q4_k, ...) go to qkernels.c (eng_qgemv / eng_qgemm), which
  * computes on the blocks in place; a dtype neither path executes is refused at bind.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <immintrin.h>
@@ -296,6 +297,7 @@ typedef struct job {
     const float *x, *xp;   /* xp: x permuted for rows_bf16_512, or NULL */
     float *y;
     int n, tile;
+    atomic_int next;       /* streaming path: first row not yet claimed */
 } job;
 
 static void run_part(void *ctx, int i, int nparts)
@@ -303,11 +305,16 @@ static void run_part(void *ctx, int i, int nparts)
     job *j = ctx;
     int lo, hi;
     if (j->n <= SMALL_N) {
-        eng_split(j->w->rows, i, nparts, 16, &lo, &hi);
-        if (lo >= hi) return;
-        if (j->xp) rows_bf16_512(j->w, lo, hi, j->x, j->xp, j->n, j->y);
-        else if (have_avx512()) rows_avx512(j->w, lo, hi, j->x, j->n, j->y);
-        else rows_avx2(j->w, lo, hi, j->x, j->n, j->y);
+        /* rows are claimed in chunks, so a thread the scheduler delays leaves its share
+         * to the others instead of stalling the product */
+        int chunk = j->w->rows / (nparts * 8);
+        chunk = chunk < 16 ? 16 : chunk & ~15;
+        while ((lo = atomic_fetch_add_explicit(&j->next, chunk, memory_order_relaxed)) < j->w->rows) {
+            hi = lo + chunk < j->w->rows ? lo + chunk : j->w->rows;
+            if (j->xp) rows_bf16_512(j->w, lo, hi, j->x, j->xp, j->n, j->y);
+            else if (have_avx512()) rows_avx512(j->w, lo, hi, j->x, j->n, j->y);
+            else rows_avx2(j->w, lo, hi, j->x, j->n, j->y);
+        }
         return;
     }
     eng_split(j->w->rows, i, nparts, 16, &lo, &hi);
@@ -342,7 +349,7 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
         else eng_qgemm(w->dt, w->data, w->rows, w->cols, x, n, y);
         return;
     }
-    job j = {w, x, NULL, y, n, 16};
+    job j = {w, x, NULL, y, n, 16, 0};
     float *xp = NULL;
     if (n <= SMALL_N && w->dt == VX_BF16 && w->cols >= 32 && have_avx512() &&
         (xp = malloc((size_t)n * w->cols * sizeof *xp))) {
