@@ -148,6 +148,54 @@ static void check_model(const char *name, const char *hf)
     sh("rm -rf '%s'%s", tmp, "");
 }
 
+/* A decoder stack split at a small shard cap: every shard is its own mapped segment,
+ * lookups cross shards, verify covers each, and a flipped byte names the right shard. */
+static void check_shards(void)
+{
+    char tmp[] = "/tmp/lql_shard_XXXXXX", hf[PATH_MAX], out[PATH_MAX], want[512];
+    CHECK(mkdtemp(tmp) != NULL);
+    snprintf(hf, sizeof hf, "%s/models/tinyllama", LQL_SHARED_DIR);
+    snprintf(out, sizeof out, "%s/tiny.vindex3", tmp);
+    setenv("LQL_SHARD_CAP", "4300000", 1);    /* 4.3 MB: the 4 MiB embedding fits, one 3 MiB layer per shard */
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    vx_err err = {0};
+    CHECK_MSG(vx_encode(hf, out, &o, &err) == 0, "encode: %s", err.msg);
+    unsetenv("LQL_SHARD_CAP");
+    vx_container *c = NULL;
+    CHECK_MSG(vx_open(out, &c, &err) == 0, "open: %s", err.msg);
+    if (!c) {
+        sh("rm -rf '%s'%s", tmp, "");
+        return;
+    }
+    const cJSON *rep = cJSON_GetObjectItem(cJSON_GetObjectItem(vx_index_json(c), "representations"),
+                                           "target.decoder_stack.f32");
+    int nseg = cJSON_GetArraySize(cJSON_GetObjectItem(rep, "segments"));
+    CHECK_MSG(nseg >= 4, "decoder stack in %d segments", nseg);
+    const vx_tensor *first = vx_findf(c, "target.decoder_stack", "layers.%d.attn.q_proj", 0);
+    const vx_tensor *last = vx_findf(c, "target.decoder_stack", "layers.%d.ffn.down_proj", 3);
+    CHECK(first && last && strcmp(first->segment, last->segment) != 0);
+    CHECK(vx_tensor_count(c) == 39);
+    cJSON *report = NULL;
+    CHECK_MSG(vx_verify(out, NULL, &report, &err) == 0, "verify: %s", err.msg);
+    cJSON_Delete(report);
+    if (last) {
+        char path[2 * PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", out, last->segment);
+        FILE *f = fopen(path, "r+b");
+        fseek(f, -5, SEEK_END);
+        fputc(0x5a, f);
+        fclose(f);
+        CHECK(vx_verify(out, NULL, &report, &err) == -1);
+        snprintf(want, sizeof want, "segment '%s': encoded != recorded (first differing tensor 'layers.3.ffn.down_proj')",
+                 last->segment);
+        CHECK_STR(err.msg, want);
+        cJSON_Delete(report);
+    }
+    vx_close(c);
+    sh("rm -rf '%s'%s", tmp, "");
+}
+
 int main(void)
 {
     char path[PATH_MAX];
@@ -172,5 +220,6 @@ int main(void)
     if (d)
         closedir(d);
     CHECK_MSG(n >= 12, "only %d models found", n);
+    check_shards();
     return T_DONE();
 }
