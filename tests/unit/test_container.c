@@ -127,6 +127,13 @@ static void test_verify(void)
     CHECK(vx_verify(f.dir, moved, &rep, &err) == 0);
     cJSON_Delete(rep);
 
+    /* A source directory given but not there: verify fails saying so. */
+    CHECK(vx_verify(f.dir, "/nonexistent/ckpt", &rep, &err) == -1);
+    CHECK_HAS(err.msg, "/nonexistent/ckpt");
+    CHECK_STR(cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "source"), "status")->valuestring, "unreadable");
+    CHECK(cJSON_IsFalse(cJSON_GetObjectItem(rep, "ok")));
+    cJSON_Delete(rep);
+
     /* A changed source tensor: source != recorded for that representation only. */
     snprintf(path, sizeof path, "%s/model.safetensors", moved);
     FILE *fp = fopen(path, "r+b");
