@@ -1,7 +1,8 @@
 /*
  * qgemv.c — speed of eng_qgemv on every block codec, in GB/s of weight-block bytes, next
  * to a plain streaming read of the same number of bytes on the same threads (the
- * memory-bound ceiling a GEMV can reach). Run it once per thread count:
+ * memory-bound ceiling a GEMV can reach), and of the exact-weight row dot eng_qdot
+ * (serial, one row at a time: the browse path). Run it once per thread count:
  *
  *   LQL_THREADS=1 qgemv [--rows 4096] [--cols 4096] [--reps 20]
  *   LQL_THREADS=2 qgemv
@@ -61,7 +62,8 @@ int main(int argc, char **argv)
     for (int c = 0; c < cols; c++)
         x[c] = (float)((c * 7919) % 1000) / 500.f - 1.f;
     printf("qgemv: %d x %d, %d threads, %d repetitions\n", rows, cols, eng_threads(), reps);
-    printf("  %-6s %10s %10s %10s %8s\n", "dtype", "MB", "GB/s", "read GB/s", "ratio");
+    printf("  %-6s %8s %8s %10s %8s %12s\n", "dtype", "MB", "GB/s", "read GB/s", "ratio",
+           "qdot 1t GB/s");
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
         vx_dtype dt = all[k];
         unsigned be, bb;
@@ -93,7 +95,7 @@ int main(int argc, char **argv)
         free(row);
         eng_qgemv(dt, w, rows, cols, x, y);           /* warm the pool and the pages */
         /* Best of reps: on a shared machine the minimum is the run least disturbed. */
-        double tq = 1e30, tr = 1e30;
+        double tq = 1e30, tr = 1e30, td = 1e30;
         rd r = {.p = w, .n = n};
         for (int i = 0; i < reps; i++) {
             double t0 = now();
@@ -101,11 +103,15 @@ int main(int argc, char **argv)
             double t1 = now();
             eng_parallel(read_part, &r);
             double t2 = now();
+            for (int q = 0; q < rows; q++)
+                y[q] = eng_qdot(dt, w + rb * (size_t)q, x, cols);
+            double t3 = now();
             tq = t1 - t0 < tq ? t1 - t0 : tq;
             tr = t2 - t1 < tr ? t2 - t1 : tr;
+            td = t3 - t2 < td ? t3 - t2 : td;
         }
-        printf("  %-6s %10.1f %10.2f %10.2f %8.2f   (y[0] %.4g)\n", vx_quant_name(dt),
-               (double)n / 1e6, (double)n / tq / 1e9, (double)n / tr / 1e9, tr / tq, y[0]);
+        printf("  %-6s %8.1f %8.2f %10.2f %8.2f %12.2f\n", vx_quant_name(dt), (double)n / 1e6,
+               (double)n / tq / 1e9, (double)n / tr / 1e9, tr / tq, (double)n / td / 1e9);
         free(w);
     }
     free(x);

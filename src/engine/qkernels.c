@@ -52,20 +52,6 @@ static float dotf(const float *a, const float *b, int n)
 #endif
 }
 
-float eng_qdot(vx_dtype dt, const void *row, const float *x, int cols)
-{
-    unsigned be, bb;
-    if (vx_quant_block(dt, &be, &bb) != 0)
-        return NAN;
-    const unsigned char *w = row;
-    float buf[256], s = 0;
-    for (int b = 0; b < cols / (int)be; b++) {
-        vx_dequantize_block(dt, w + (size_t)b * bb, buf);
-        s += dotf(buf, x + (size_t)b * be, (int)be);
-    }
-    return s;
-}
-
 /* ---------------------------------------------------------------- quantised activations */
 
 /* Activations of n rows as 8-bit blocks: per block an f32 scale, the int8 values, and (for
@@ -324,7 +310,121 @@ static float dot_row(vx_dtype dt, const unsigned char *w, const acts *a, int t, 
         return dot_q6_k(w, d, q, bs, a->nb);
     }
 }
+
+/* ---------------------------------------------------------------- exact-weight kernels */
+
+/* acc += Σ_i (sc·q[i] − sub)·x[i] over 32 int8 values q, the first 16 with sc[0]/sub[0]
+ * and the last 16 with sc[1]/sub[1]. The weight is formed exactly as the codec forms it
+ * (a product, then a difference) before the multiply-add with x. */
+static __m256 fma32(__m256i q, const __m256 sc[2], const __m256 sub[2], const float *x,
+                    __m256 acc)
+{
+    __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int k = 0; k < 4; k++) {
+        __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k]));
+        __m256 w = _mm256_sub_ps(_mm256_mul_ps(sc[k / 2], v), sub[k / 2]);
+        acc = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + 8 * k), acc);
+    }
+    return acc;
+}
+
+/* One weight row · x with the weights dequantised in registers, bit-equal to the codec's
+ * values; 0 when dt has no such kernel (the caller then takes the stack-buffer path). */
+static int exact_row(vx_dtype dt, const unsigned char *w, const float *x, int cols, float *out)
+{
+    static const int8_t e2m1[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    const __m256 zero[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    switch (dt) {
+    case VX_Q8_0:
+    case VX_Q4_0:
+    case VX_MXFP4: {
+        const __m256i tab = _mm256_broadcastsi128_si256(
+            _mm_loadu_si128((const __m128i *)(const void *)e2m1));
+        unsigned bb = dt == VX_Q8_0 ? 34 : dt == VX_Q4_0 ? 18 : 17;
+        for (int b = 0; b < cols / 32; b++, w += bb, x += 32) {
+            float d = dt == VX_MXFP4 ? e8m0_half(w[0]) : h2f(w);
+            __m256i q = dt == VX_Q8_0 ? load32(w + 2)
+                      : dt == VX_Q4_0 ? _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8))
+                      : _mm256_shuffle_epi8(tab, nibbles(w + 1));
+            __m256 sc[2] = {_mm256_set1_ps(d), _mm256_set1_ps(d)};
+            acc = fma32(q, sc, zero, x, acc);
+        }
+        break;
+    }
+    case VX_Q4_K:
+        for (int b = 0; b < cols / 256; b++, w += 144) {
+            uint8_t sm[16];
+            q4k_unpack(w + 4, sm);
+            float d = h2f(w), dmin = h2f(w + 2);
+            for (int j = 0; j < 4; j++, x += 64) {
+                __m256i v = load32(w + 16 + 32 * j);
+                __m256i half[2] = {_mm256_and_si256(v, m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
+                for (int h = 0; h < 2; h++) {
+                    int s = 2 * j + h;
+                    __m256 sc[2] = {_mm256_set1_ps(d * (float)sm[s]), _mm256_set1_ps(d * (float)sm[s])};
+                    __m256 mn[2] = {_mm256_set1_ps(dmin * (float)sm[8 + s]),
+                                    _mm256_set1_ps(dmin * (float)sm[8 + s])};
+                    acc = fma32(half[h], sc, mn, x + 32 * h, acc);
+                }
+            }
+        }
+        break;
+    case VX_Q6_K:
+        for (int b = 0; b < cols / 256; b++, w += 210) {
+            const int8_t *scs = (const int8_t *)(w + 192);
+            float d = h2f(w + 208);
+            for (int n = 0; n < 2; n++, x += 128) {
+                __m256i l0 = load32(w + 64 * n), l1 = load32(w + 64 * n + 32);
+                __m256i h = load32(w + 128 + 32 * n);
+                __m256i v[4] = {
+                    _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                    _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
+                    _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4)),
+                };
+                for (int k = 0; k < 4; k++) {
+                    const int8_t *s = scs + 8 * n + 2 * k;
+                    __m256 sc[2] = {_mm256_set1_ps(d * (float)s[0]), _mm256_set1_ps(d * (float)s[1])};
+                    acc = fma32(_mm256_sub_epi8(v[k], _mm256_set1_epi8(32)), sc, zero,
+                                x + 32 * k, acc);
+                }
+            }
+        }
+        break;
+    default:
+        return 0;
+    }
+    *out = hsum(acc);
+    return 1;
+}
 #endif
+
+float eng_qdot(vx_dtype dt, const void *row, const float *x, int cols)
+{
+    unsigned be, bb;
+    if (vx_quant_block(dt, &be, &bb) != 0)
+        return NAN;
+#ifdef __AVX2__
+    float r;
+    if (exact_row(dt, row, x, cols, &r))
+        return r;
+#endif
+    const unsigned char *w = row;
+    float buf[256], s = 0;
+    for (int b = 0; b < cols / (int)be; b++) {
+        vx_dequantize_block(dt, w + (size_t)b * bb, buf);
+        s += dotf(buf, x + (size_t)b * be, (int)be);
+    }
+    return s;
+}
 
 /* ---------------------------------------------------------------- row loops, threads */
 
