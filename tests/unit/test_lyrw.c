@@ -393,8 +393,14 @@ static void writer_errors(void)
     CHECK(vx_lyrw_writer_open(path, 0, 0, b, 2, &w, &err) == -1);
     snprintf(want, sizeof want, "%s: bank id 7 given twice", path);
     CHECK_STR(err.msg, want);
+    specs(b, 0, 4);
+    b[0].schema_count = 0;
+    CHECK(vx_lyrw_writer_open(path, 0, 0, b, 1, &w, &err) == -1);
+    snprintf(want, sizeof want, "%s: bank 7 has no region schemas", path);
+    CHECK_STR(err.msg, want);
     vx_lyrw *l;
     CHECK(vx_lyrw_open("/nonexistent/x.lyrw", &l, &err) == -1 && err.code == VX_EIO);
+    CHECK_STR(err.msg, "/nonexistent/x.lyrw: cannot open: No such file or directory");
 }
 
 int main(void)
