@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int has_dotdot(const char *rel)
 {
@@ -78,6 +79,10 @@ int vx_resolve_in(const char *dir, const char *rel, char *out, size_t outsz, vx_
     }
     if (errno != ENOENT && errno != ENOTDIR)
         return vx_errf(err, VX_EIO, "cannot resolve '%s' in '%s': %s", rel, dir, strerror(errno));
+    /* A dangling symlink could be pointed anywhere later; refuse it now. */
+    struct stat st;
+    if (lstat(full, &st) == 0 && S_ISLNK(st.st_mode))
+        return vx_errf(err, VX_EPATH, "path '%s' is a dangling symlink", rel);
     if (existing_prefix(full, real) < 0 || !inside(root, real))
         return vx_errf(err, VX_EPATH, "path '%s' leaves the container through a symlink", rel);
     if ((size_t)snprintf(out, outsz, "%s", full) >= outsz)

@@ -40,13 +40,18 @@ static void fail(cJSON *report, vx_err *err, int *bad, int code, const char *msg
     *bad = 1;
 }
 
-static const char *first_bad_tensor(const vx_segment_view *v)
+/* The first tensor whose bytes differ from its recorded sha256, or NULL; *all_hashed
+ * says whether every tensor had a hash to compare (so NULL means "not in a tensor"). */
+static const char *first_bad_tensor(const vx_segment_view *v, int *all_hashed)
 {
     const unsigned char *payload = (const unsigned char *)v->data + v->hdr->payload_off;
+    *all_hashed = 1;
     for (size_t i = 0; i < v->hdr->n; i++) {
         const vx_seg_tensor *t = &v->hdr->t[i];
-        if (!t->sha256)
+        if (!t->sha256) {
+            *all_hashed = 0;
             continue;
+        }
         char hex[65];
         vx_sha256_hex(payload + t->offset, (size_t)t->length, hex);
         if (strcmp(hex, t->sha256) != 0)
@@ -104,12 +109,17 @@ static int check_segments(const vx_container *c, cJSON *report, vx_err *err, int
             snprintf(msg, sizeof msg, "segment '%s': index.json records no sha256", rel);
             fail(report, err, bad, VX_EVERIFY, msg);
         } else if (strcmp(hex, want) != 0) {
-            const char *t = v.rel ? first_bad_tensor(&v) : NULL;
+            int all = 0;
+            const char *t = v.rel ? first_bad_tensor(&v, &all) : NULL;
             cJSON_AddStringToObject(row, "status", "encoded != recorded");
             if (t) {
                 cJSON_AddStringToObject(row, "tensor", t);
                 snprintf(msg, sizeof msg, "segment '%s': encoded != recorded (first differing tensor '%s')",
                          rel, t);
+            } else if (all && v.rel) {
+                snprintf(msg, sizeof msg,
+                         "segment '%s': encoded != recorded (outside the tensors: every tensor matches its sha256)",
+                         rel);
             } else {
                 snprintf(msg, sizeof msg, "segment '%s': encoded != recorded (sha256 %.12s, recorded %.12s)",
                          rel, hex, want);

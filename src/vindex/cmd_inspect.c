@@ -218,8 +218,13 @@ VINDEX_HANDLER(representations)
     if (!c)
         return rc;
     cJSON *doc = a->json ? cJSON_CreateArray() : NULL;
+    int fw = 8;
+    for (size_t i = 0; i < n; i++) {
+        int len = (int)strlen(str(s[i].rec, "fidelity", "-"));
+        fw = len > fw ? len : fw;
+    }
     if (!doc)
-        printf("%-*s  %-8s  %-14s  %7s  %10s  %s\n", w, "representation", "dtype", "fidelity",
+        printf("%-*s  %-8s  %-*s  %7s  %10s  %s\n", w, "representation", "dtype", fw, "fidelity",
                "tensors", "bytes", "segments");
     for (size_t i = 0; i < n; i++) {
         char dt[64], b[32];
@@ -238,7 +243,7 @@ VINDEX_HANDLER(representations)
             cJSON_AddItemToArray(doc, r);
             continue;
         }
-        printf("%-*s  %-8s  %-14s  %7zu  %10s  ", w, s[i].id, dtype, str(s[i].rec, "fidelity", "-"),
+        printf("%-*s  %-8s  %-*s  %7zu  %10s  ", w, s[i].id, dtype, fw, str(s[i].rec, "fidelity", "-"),
                s[i].tensors, vindex_bytes(s[i].bytes, b, sizeof b));
         const cJSON *e;
         int first = 1;

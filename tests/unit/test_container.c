@@ -171,6 +171,29 @@ static void test_verify(void)
     cJSON_Delete(rep);
     fx_free(&f);
 
+    /* A byte outside every tensor (header padding, still valid JSON whitespace). */
+    fx_init(&f);
+    fx_write(&f);
+    fx_path(&f, "segments/target.output_head.bin", path, sizeof path);
+    fp = fopen(path, "r+b");
+    unsigned char hdr[64];
+    CHECK(fread(hdr, 1, 8, fp) == 8);
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--)
+        hl = hl << 8 | hdr[i];
+    fseek(fp, (long)(8 + hl - 1), SEEK_SET);   /* the last padding byte */
+    CHECK(fgetc(fp) == ' ');
+    fseek(fp, (long)(8 + hl - 1), SEEK_SET);
+    fputc('\t', fp);
+    fclose(fp);
+    CHECK(vx_verify(f.dir, NULL, &rep, &err) == -1);
+    CHECK_STR(err.msg, "segment 'segments/target.output_head.bin': encoded != recorded "
+                       "(outside the tensors: every tensor matches its sha256)");
+    CHECK_STR(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(rep, "representations"), 2),
+                                  "payload")->valuestring, "ok");
+    cJSON_Delete(rep);
+    fx_free(&f);
+
     /* Without per-tensor hashes the segment is still named, with both hashes' prefixes. */
     fx_init(&f);
     f.tensor_sha = 0;

@@ -226,6 +226,11 @@ static void test_path(void)
     CHECK(vx_resolve_in(dir, "out/missing.bin", out, sizeof out, &err) == -1);
     CHECK_STR(err.msg, "path 'out/missing.bin' leaves the container through a symlink");
     unlink(link);
+    snprintf(link, sizeof link, "%s/segments/dangling.bin", dir);
+    CHECK(symlink("/nonexistent/lql/target", link) == 0);
+    CHECK(vx_resolve_in(dir, "segments/dangling.bin", out, sizeof out, &err) == -1);
+    CHECK_STR(err.msg, "path 'segments/dangling.bin' is a dangling symlink");
+    unlink(link);
     snprintf(link, sizeof link, "%s/inner", dir);
     CHECK(symlink("segments", link) == 0);                              /* stays inside */
     CHECK(vx_resolve_in(dir, "inner", out, sizeof out, &err) == 0);
