@@ -47,6 +47,8 @@ typedef struct enc {
     unsigned char *gbuf;         /* CHUNK_ELEMS * 4: gathered (transposed) source */
     unsigned char *hashed;       /* per checkpoint tensor: in this representation's source hash */
     vx_sha256_ctx pay, src;      /* representation payload / source payload */
+    int src_is_pay;              /* every operand a whole, unconverted, distinct tensor:
+                                  * the source hash is the payload hash (one pass saved) */
     uint64_t done, total;        /* progress, in stored bytes */
 } enc;
 
@@ -141,7 +143,7 @@ static int write_operand(enc *e, vx_segw *w, const hf_operand *op)
         for (uint64_t at = b0; at < b1;) {
             size_t n = (size_t)((b1 - at) / es < CHUNK_ELEMS ? (b1 - at) / es : CHUNK_ELEMS);
             const unsigned char *p = t->data + at;
-            if (inline_hash)
+            if (inline_hash && !e->src_is_pay)
                 vx_sha256_update(&e->src, p, n * es);
             const void *outp = p;
             if (from != to) {
@@ -264,8 +266,9 @@ static int write_json(const char *dir, const char *name, const cJSON *j, vx_err 
 static int copy_snapshot(const char *from_dir, const char *to_dir, const char *name, vx_err *err)
 {
     char src[PATH_MAX], dst[PATH_MAX];
-    snprintf(src, sizeof src, "%s/%s", from_dir, name);
-    snprintf(dst, sizeof dst, "%s/%s", to_dir, name);
+    if (snprintf(src, sizeof src, "%s/%s", from_dir, name) >= (int)sizeof src ||
+        snprintf(dst, sizeof dst, "%s/%s", to_dir, name) >= (int)sizeof dst)
+        return vx_errf(err, VX_EARG, "path too long: '%s/%s'", from_dir, name);
     FILE *in = fopen(src, "rb");
     if (!in)
         return errno == ENOENT ? 0 : vx_errf(err, VX_EIO, "cannot open '%s': %s", src, strerror(errno));
@@ -350,6 +353,13 @@ static int encode_object(enc *e, const char *tmp, const hf_object *ob, cJSON *in
     cJSON *segs = cJSON_GetObjectItemCaseSensitive(index, "segments");
 
     memset(e->hashed, 0, st_count(e->m) + 1);
+    e->src_is_pay = 1;
+    for (size_t i = 0; i < ob->n && e->src_is_pay; i++) {
+        size_t k = (size_t)(ob->op[i].src - st_at(e->m, 0));
+        e->src_is_pay = ob->op[i].xf == HF_WHOLE && tt[i].dtype == ob->op[i].src->dtype && !e->hashed[k];
+        e->hashed[k] = 1;
+    }
+    memset(e->hashed, 0, st_count(e->m) + 1);
     int rc = vx_sha256_init(&e->pay, e->err);
     if (rc == 0 && (rc = vx_sha256_init(&e->src, e->err)) < 0)
         vx_sha256_free(&e->pay);
@@ -420,6 +430,8 @@ static int encode_object(enc *e, const char *tmp, const hf_object *ob, cJSON *in
     char hp[65], hs[65];
     vx_sha256_final(&e->src, hs);
     vx_sha256_final(&e->pay, hp);
+    if (e->src_is_pay)
+        memcpy(hs, hp, sizeof hs);
     cJSON_AddStringToObject(rep, "source_payload_sha256", hs);
     cJSON_AddStringToObject(rep, "payload_sha256", hp);
 
