@@ -752,6 +752,7 @@ static const decl decl_family[] = {
     {"sliding_window", "sliding window is off (use_sliding_window false)",
      B(F_QWEN2) | B(F_QWEN2_MOE)},
     {"hidden_act", "legacy spelling; this family reads hidden_activation", B(F_GEMMA) | B(F_GEMMA2)},
+    {"sliding_window_size", "legacy duplicate of sliding_window, which is the key read", B(F_GEMMA2)},
 };
 
 /* Shared by the Llama-like families: geometry keys. */
@@ -1081,7 +1082,7 @@ static int moe_keys(judge *j, fam f, arch *a)
         for (int i = 0; i < a->layers; i++)
             a->moe[i] = 1;
     } else if (f == F_QWEN2_MOE) {
-        int step;
+        int step = 1;
         if (getpos(j, "num_experts", REQUIRED, &a->experts) < 0 ||
             getpos(j, "num_experts_per_tok", REQUIRED, &a->top_k) < 0 ||
             getpos(j, "moe_intermediate_size", REQUIRED, &a->expert_inter) < 0 ||
@@ -1105,7 +1106,7 @@ static int moe_keys(judge *j, fam f, arch *a)
             a->moe[i] = !dense && (i + 1) % step == 0;
         }
     } else {
-        int nshared, first;
+        int nshared = 1, first;
         if (getpos(j, "n_routed_experts", REQUIRED, &a->experts) < 0 ||
             getpos(j, "num_experts_per_tok", REQUIRED, &a->top_k) < 0 ||
             getpos(j, "moe_intermediate_size", REQUIRED, &a->expert_inter) < 0 ||
@@ -1226,7 +1227,7 @@ static int build(judge *j, fam f, int tied_default, const cJSON *gen, const cJSO
 
     /* Gemma. */
     if (f == F_GEMMA || f == F_GEMMA2) {
-        vx_dtype dt;
+        vx_dtype dt = VX_F32;
         if (model_dtype(j, &dt) < 0)
             goto out;
         float s = sqrtf((float)a.hidden);
@@ -1392,6 +1393,11 @@ int hf_admit(const char *dir, const st_model *m, hf_plan *p, vx_err *err)
     }
     judge j = {.cfg = cfg, .m = m, .p = p, .err = err, .family = "?"};
     int rc = -1;
+    if (cJSON_GetArraySize(cfg) > NKEYS) {
+        vx_errf(err, VX_EUNSUPPORTED, "config.json: %d keys; lql judges at most %d",
+                cJSON_GetArraySize(cfg), NKEYS);
+        goto out;
+    }
     j.bound = calloc(st_count(m) + 1, 1);
     p->declaration_only = cJSON_CreateObject();
     if (!j.bound || !p->declaration_only) {
