@@ -58,8 +58,10 @@ static void quant_q8_0(const float *x, unsigned char *b)
         amax = fmaxf(amax, fabsf(x[j]));
     float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
     put_f16(b, d);
+    /* The clamp changes nothing for finite input; it keeps a NaN or inf from reaching an
+     * undefined float-to-integer conversion. */
     for (int j = 0; j < 32; j++)
-        b[2 + j] = (unsigned char)(int8_t)roundf(x[j] * id);
+        b[2 + j] = (unsigned char)(int8_t)fmaxf(-127.f, fminf(127.f, roundf(x[j] * id)));
 }
 
 /* ---------------------------------------------------------------- Q4_0 */
@@ -87,8 +89,9 @@ static void quant_q4_0(const float *x, unsigned char *b)
     float d = max / -8.f, id = d != 0.f ? 1.f / d : 0.f;
     put_f16(b, d);
     for (int j = 0; j < 16; j++) {
-        int q0 = imin(15, (int)(int8_t)(x[j] * id + 8.5f));
-        int q1 = imin(15, (int)(int8_t)(x[j + 16] * id + 8.5f));
+        /* Truncation of a value in [0.5, 16.5], capped at 15 (clamped first, as above). */
+        int q0 = (int)fmaxf(0.f, fminf(15.f, x[j] * id + 8.5f));
+        int q1 = (int)fmaxf(0.f, fminf(15.f, x[j + 16] * id + 8.5f));
         b[2 + j] = (unsigned char)(q0 | q1 << 4);
     }
 }

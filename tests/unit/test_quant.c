@@ -61,7 +61,7 @@ static void one_vector(const cJSON *v)
     const cJSON *shape = cJSON_GetObjectItem(v, "shape");
     size_t rows = (size_t)cJSON_GetArrayItem(shape, 0)->valuedouble;
     size_t cols = (size_t)cJSON_GetArrayItem(shape, 1)->valuedouble;
-    vx_dtype dt;
+    vx_dtype dt = VX_F32;
     char lower[16];
     size_t k = 0;
     for (; fmt[k] && k < sizeof lower - 1; k++)
@@ -164,6 +164,15 @@ static void errors(void)
     CHECK(zero);
     CHECK(vx_quantize_row(VX_Q4_0, x, b, 32) == 0);
     CHECK(b[0] == 0 && b[1] == 0x80 && b[2] == 0x88 && b[17] == 0x88);
+    /* Non-finite input is not representable, but must not be undefined behaviour: every
+     * quantiser returns and the sanitizer build stays quiet. */
+    float bad[256];
+    for (int i = 0; i < 256; i++)
+        bad[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -1.f;
+    static const vx_dtype q[] = {VX_Q8_0, VX_Q4_0, VX_Q4_K, VX_Q6_K, VX_MXFP4};
+    unsigned char big[512];
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
+        CHECK(vx_quantize_row(q[i], bad, big, 256) == 0);
 }
 
 int main(void)
