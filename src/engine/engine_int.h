@@ -145,6 +145,9 @@ void eng_rope_apply(const eng_rope *r, float *x, int n, int pos0, int heads, int
 void eng_act(int act, float *x, size_t n);
 float eng_softcap(float x, float cap);
 
+/* splitmix64: a well-mixed 64-bit value of x (seeding the sampler's stream). */
+uint64_t eng_splitmix64(uint64_t x);
+
 /* ---------------------------------------------------------------- session */
 
 /* Per-layer KV cache: k [max_ctx, kv_heads * kdim], v [max_ctx, kv_heads * vdim]. */

@@ -8,10 +8,7 @@
 /* splitmix64 of the seed, so nearby seeds start far-apart streams. */
 static uint64_t seed_state(uint64_t seed)
 {
-    uint64_t z = seed + 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
+    uint64_t z = eng_splitmix64(seed);
     return z ? z : 1;
 }
 

@@ -118,38 +118,6 @@ float eng_w_dot_row(const eng_w *w, int r, const float *x)
 
 /* ---------------------------------------------------------------- streaming rows */
 
-/* y[t, r] for r in [r0, r1), t < n: four weight rows at a time, each converted once per
- * x row while it sits in L1. AVX2 version. */
-static void rows_avx2(const eng_w *w, int r0, int r1, const float *x, int n, float *y)
-{
-    const int cols = w->cols, c8 = cols & ~7;
-    int r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        const char *p0 = (const char *)w->data + (size_t)r * w->row_bytes;
-        const void *p[4] = {p0, p0 + w->row_bytes, p0 + 2 * w->row_bytes,
-                            p0 + 3 * w->row_bytes};
-        for (int t = 0; t < n; t++) {
-            const float *xt = x + (size_t)t * cols;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int k = 0; k < c8; k += 8) {
-                __m256 xv = _mm256_loadu_ps(xt + k);
-                a0 = _mm256_fmadd_ps(load8(w->dt, p[0], k), xv, a0);
-                a1 = _mm256_fmadd_ps(load8(w->dt, p[1], k), xv, a1);
-                a2 = _mm256_fmadd_ps(load8(w->dt, p[2], k), xv, a2);
-                a3 = _mm256_fmadd_ps(load8(w->dt, p[3], k), xv, a3);
-            }
-            float *yt = y + (size_t)t * w->rows + r;
-            yt[0] = hsum256(a0) + tail_dot(w->dt, p[0], xt, c8, cols);
-            yt[1] = hsum256(a1) + tail_dot(w->dt, p[1], xt, c8, cols);
-            yt[2] = hsum256(a2) + tail_dot(w->dt, p[2], xt, c8, cols);
-            yt[3] = hsum256(a3) + tail_dot(w->dt, p[3], xt, c8, cols);
-        }
-    }
-    for (; r < r1; r++)
-        for (int t = 0; t < n; t++)
-            y[(size_t)t * w->rows + r] = eng_w_dot_row(w, r, x + (size_t)t * cols);
-}
-
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 T512 static inline __m512 load16(vx_dtype dt, const void *p, int k)
@@ -160,36 +128,43 @@ T512 static inline __m512 load16(vx_dtype dt, const void *p, int k)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* The AVX-512 twin of rows_avx2: 16 lanes, two accumulators per row for the FMA latency. */
-T512 static void rows_avx512(const eng_w *w, int r0, int r1, const float *x, int n, float *y)
-{
-    const int cols = w->cols, c16 = cols & ~15;
-    int r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        const char *p0 = (const char *)w->data + (size_t)r * w->row_bytes;
-        const void *p[4] = {p0, p0 + w->row_bytes, p0 + 2 * w->row_bytes,
-                            p0 + 3 * w->row_bytes};
-        for (int t = 0; t < n; t++) {
-            const float *xt = x + (size_t)t * cols;
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int k = 0; k < c16; k += 16) {
-                __m512 xv = _mm512_loadu_ps(xt + k);
-                a0 = _mm512_fmadd_ps(load16(w->dt, p[0], k), xv, a0);
-                a1 = _mm512_fmadd_ps(load16(w->dt, p[1], k), xv, a1);
-                a2 = _mm512_fmadd_ps(load16(w->dt, p[2], k), xv, a2);
-                a3 = _mm512_fmadd_ps(load16(w->dt, p[3], k), xv, a3);
-            }
-            float *yt = y + (size_t)t * w->rows + r;
-            yt[0] = _mm512_reduce_add_ps(a0) + tail_dot(w->dt, p[0], xt, c16, cols);
-            yt[1] = _mm512_reduce_add_ps(a1) + tail_dot(w->dt, p[1], xt, c16, cols);
-            yt[2] = _mm512_reduce_add_ps(a2) + tail_dot(w->dt, p[2], xt, c16, cols);
-            yt[3] = _mm512_reduce_add_ps(a3) + tail_dot(w->dt, p[3], xt, c16, cols);
-        }
-    }
-    for (; r < r1; r++)
-        for (int t = 0; t < n; t++)
-            y[(size_t)t * w->rows + r] = eng_w_dot_row(w, r, x + (size_t)t * cols);
+/* y[t, r] for r in [r0, r1), t < n: four weight rows at a time, each converted once per x
+ * row while it sits in L1; LANES weights per step. One body for two instruction sets. */
+#define ROWS_KERNEL(NAME, ATTR, VEC, LANES, ZERO, LOADX, LOADW, FMA, HSUM)                     \
+ATTR static void NAME(const eng_w *w, int r0, int r1, const float *x, int n, float *y)          \
+{                                                                                               \
+    const int cols = w->cols, cv = cols / LANES * LANES;                                        \
+    int r = r0;                                                                                 \
+    for (; r + 4 <= r1; r += 4) {                                                               \
+        const char *p0 = (const char *)w->data + (size_t)r * w->row_bytes;                      \
+        const void *p[4] = {p0, p0 + w->row_bytes, p0 + 2 * w->row_bytes,                       \
+                            p0 + 3 * w->row_bytes};                                             \
+        for (int t = 0; t < n; t++) {                                                           \
+            const float *xt = x + (size_t)t * cols;                                             \
+            VEC a0 = ZERO(), a1 = a0, a2 = a0, a3 = a0;                                         \
+            for (int k = 0; k < cv; k += LANES) {                                               \
+                VEC xv = LOADX(xt + k);                                                         \
+                a0 = FMA(LOADW(w->dt, p[0], k), xv, a0);                                        \
+                a1 = FMA(LOADW(w->dt, p[1], k), xv, a1);                                        \
+                a2 = FMA(LOADW(w->dt, p[2], k), xv, a2);                                        \
+                a3 = FMA(LOADW(w->dt, p[3], k), xv, a3);                                        \
+            }                                                                                   \
+            float *yt = y + (size_t)t * w->rows + r;                                            \
+            yt[0] = HSUM(a0) + tail_dot(w->dt, p[0], xt, cv, cols);                             \
+            yt[1] = HSUM(a1) + tail_dot(w->dt, p[1], xt, cv, cols);                             \
+            yt[2] = HSUM(a2) + tail_dot(w->dt, p[2], xt, cv, cols);                             \
+            yt[3] = HSUM(a3) + tail_dot(w->dt, p[3], xt, cv, cols);                             \
+        }                                                                                       \
+    }                                                                                           \
+    for (; r < r1; r++)                                                                         \
+        for (int t = 0; t < n; t++)                                                             \
+            y[(size_t)t * w->rows + r] = eng_w_dot_row(w, r, x + (size_t)t * cols);            \
 }
+
+ROWS_KERNEL(rows_avx2, , __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps, load8, _mm256_fmadd_ps,
+            hsum256)
+ROWS_KERNEL(rows_avx512, T512, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, load16,
+            _mm512_fmadd_ps, _mm512_reduce_add_ps)
 
 /* bf16 rows with AVX-512: 32 weights are one 64-byte load; the even elements become f32
  * by a shift, the odd ones by a mask, so no shuffle is needed when x has been permuted to

@@ -25,15 +25,18 @@ static int argmax(const float *x, int n)
     return b;
 }
 
-/* xorshift64*; a zero state (from an unseeded stream) is first mixed by splitmix64. */
+uint64_t eng_splitmix64(uint64_t x)
+{
+    uint64_t z = x + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* xorshift64*; a zero state (never valid for xorshift) is first mixed by splitmix64. */
 static uint64_t next(uint64_t *s)
 {
-    if (*s == 0) {
-        uint64_t z = 0x9E3779B97F4A7C15ull;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        *s = (z ^ (z >> 31)) | 1;
-    }
+    if (*s == 0) *s = eng_splitmix64(0) | 1;
     *s ^= *s >> 12;
     *s ^= *s << 25;
     *s ^= *s >> 27;

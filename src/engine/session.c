@@ -94,6 +94,14 @@ static void embed(const eng_model *m, const int32_t *ids, int n, int pos0, float
     }
 }
 
+/* x += post(d) over [n, hidden]: a branch output, post-normed (in place) when the layer
+ * has that norm, added to the residual. */
+static void residual_add(const eng_norm *post, float *d, float *x, int n, int hidden)
+{
+    if (post->width) eng_norm_apply(post, d, d, n);
+    for (size_t i = 0; i < (size_t)n * hidden; i++) x[i] += d[i];
+}
+
 int eng_forward(eng_session *s, const int32_t *ids, int n, float *logits,
                 const eng_observer *obs, vx_err *err)
 {
@@ -121,14 +129,12 @@ int eng_forward(eng_session *s, const int32_t *ids, int n, float *logits,
         rc = L->mla ? eng_mla_layer(s, l, h, n, pos0, a, obs, err)
                     : eng_attn_layer(s, l, h, n, pos0, a, obs, err);
         if (rc) break;
-        if (L->post_attn.width) eng_norm_apply(&L->post_attn, a, a, n);
-        for (size_t i = 0; i < (size_t)n * H; i++) x[i] += a[i];
+        residual_add(&L->post_attn, a, x, n, H);
         eng_norm_apply(&L->ffn_norm, x, h, n);
         rc = L->moe ? eng_ffn_moe(s, l, h, n, pos0, f, obs, err)
                     : eng_ffn_dense(m, l, h, n, pos0, f, obs, err);
         if (rc) break;
-        if (L->post_ffn.width) eng_norm_apply(&L->post_ffn, f, f, n);
-        for (size_t i = 0; i < (size_t)n * H; i++) x[i] += f[i];
+        residual_add(&L->post_ffn, f, x, n, H);
         if (obs && obs->on_layer) obs->on_layer(obs->ctx, l, pos0, n, a, f, x);
     }
     if (!rc) {
