@@ -307,6 +307,8 @@ static void hostile(void)
            "the bank does not have");
     expect(g, n, 48, "\x07\0", 2, 0, "f.lyrw: bank id 7 is described twice");
     expect(g, n, 24 + 4, "\0\0", 2, 0, "f.lyrw: bank 7 declares no region schemas");
+    expect(g, n, 48 + 8, "\2\0\0\0", 4, 0, "f.lyrw: dense bank 9 has 2 entries; a dense bank "
+           "has exactly 1");
     expect(g, n, 24 + 2, "\x03\0", 2, 0, "f.lyrw: bank 7 has kind 3; the kinds are 0 (dense), "
            "1 (routed) and 2 (shared)");
     expect(g, n, 96 + 16, "\x01\x01\0\0", 4, 0, "f.lyrw: bank 7 schema 0: a q4_k row of 257 "
