@@ -490,6 +490,29 @@ static int layer_bind(ctx *c, const gspec *g, const cJSON *lj, int i)
 
 /* ---------------------------------------------------------------- plan */
 
+/* The kernels form these sizes in int and keep a hidden-sized row on the stack: refuse a
+ * graph whose geometry would overflow them, before any operand is looked up. */
+static int geometry_ok(const eng_model *m, vx_err *err)
+{
+    const int64_t lim = (int64_t)1 << 28;
+    const int64_t qk = (int64_t)m->qk_nope + m->qk_rope + m->v_head_dim;
+    const struct { const char *what; int64_t v, max; } p[] = {
+        {"hidden_size", m->hidden, 65536},
+        {"heads x head_dim", (int64_t)m->heads * m->head_dim, lim},
+        {"heads x (qk_nope + qk_rope + v_head_dim)", (int64_t)m->heads * qk, lim},
+        {"kv_lora_rank + qk_rope_head_dim", (int64_t)m->kv_lora + m->qk_rope, lim},
+        {"experts x expert_intermediate", (int64_t)m->experts * m->expert_inter, lim},
+        {"intermediate", m->inter, lim},
+        {"vocab_size", m->vocab, lim},
+        {"context_length", m->ctx, lim},
+    };
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++)
+        if (p[i].v > p[i].max)
+            return vx_errf(err, VX_EUNSUPPORTED, "system graph: %s = %lld exceeds the engine's "
+                           "limit %lld", p[i].what, (long long)p[i].v, (long long)p[i].max);
+    return 0;
+}
+
 int eng_plan_build(eng_model *m, vx_err *err)
 {
     ctx c = {m, err, "component"};
@@ -618,6 +641,8 @@ int eng_plan_build(eng_model *m, vx_err *err)
     for (const cJSON *e = cJSON_IsArray(eos) ? eos->child : NULL; e && m->n_eos < 8; e = e->next)
         if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble < m->vocab)
             m->eos[m->n_eos++] = (int32_t)e->valuedouble;
+
+    if (geometry_ok(m, err)) return -1;
 
     /* operands outside the stack */
     if (matrix(&c, -1, &m->embed, m->vocab, H, "weight")) return -1;

@@ -91,6 +91,11 @@ static void e_geometry(cJSON *c)
     cJSON_ReplaceItemInObject(a, "kv_heads", cJSON_CreateNumber(3));
 }
 
+static void e_hidden(cJSON *c)
+{
+    cJSON_ReplaceItemInObject(c, "hidden_size", cJSON_CreateNumber(100000));
+}
+
 static void refuse(const char *base, graph_edit ed, const char *want)
 {
     static int k;
@@ -139,6 +144,7 @@ static void test_refusals(const char *gqa)
                          "shape [64, 64], expected [128, 64]");
     refuse(gqa, e_moe, "layer 0: ffn 'moe' but execution.moe is null");
     refuse(gqa, e_geometry, "system graph: 4 heads is not a multiple of 3 kv heads");
+    refuse(gqa, e_hidden, "system graph: hidden_size = 100000 exceeds the engine's limit 65536");
 }
 
 /* ---------------------------------------------------------------- observers */
