@@ -274,6 +274,13 @@ int lql_split(const char *text, size_t n, size_t *end);
  * Comments and blanks after the `;` are allowed. Returns 1 or 0. */
 int lql_complete(const char *text);
 
+/* Completion: the keywords the grammar accepts after text[0..n) (the start of a statement
+ * chain, the word being completed excluded), passed to fn in alphabetical order. Returns
+ * how many, or -1 when a name is accepted there (then every keyword is) or the text does
+ * not lex or parse as a prefix. */
+int lql_next_keywords(const char *text, size_t n, void (*fn)(void *ctx, const char *kw),
+                      void *ctx);
+
 /* Keywords, in alphabetical order: for completion, `.help` and the docs. */
 size_t lql_keyword_count(void);
 const char *lql_keyword_at(size_t i);

@@ -226,7 +226,7 @@ static void kv(lql_table *t, const char *k, const char *fmt, ...)
 
 int lql_h_stats(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    vx_container *c;
+    vx_container *c = NULL;
     if (lql_session_container(s, st, &c, e) < 0) return -1;
     const cJSON *idx = vx_index_json(c);
     geom g;
@@ -265,7 +265,7 @@ int lql_h_stats(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 
 int lql_h_show_layers(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    vx_container *c;
+    vx_container *c = NULL;
     if (lql_session_container(s, st, &c, e) < 0) return -1;
     geom g;
     geometry(c, &g);
@@ -373,7 +373,7 @@ int lql_h_show_models(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
 
 int lql_h_show_components(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    vx_container *c;
+    vx_container *c = NULL;
     if (lql_session_container(s, st, &c, e) < 0) return -1;
     static const lql_colspec cols[] = {{"component", LQL_TEXT, 0}, {"role", LQL_TEXT, 0},
         {"layers", LQL_INT, 0}, {"hidden", LQL_INT, 0}, {"vocab", LQL_INT, 0},
@@ -401,7 +401,7 @@ int lql_h_show_components(lql_session *s, const lql_stmt *st, lql_result *r, lql
 
 int lql_h_show_representations(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    vx_container *c;
+    vx_container *c = NULL;
     if (lql_session_container(s, st, &c, e) < 0) return -1;
     const cJSON *idx = vx_index_json(c), *rep, *seg;
     static const lql_colspec cols[] = {{"representation", LQL_TEXT, 0}, {"object", LQL_TEXT, 0},

@@ -221,8 +221,8 @@ static int cache_dir(char *out, size_t n)
     if (stat(exe, &sb) != 0) return -1;
     char *slash = strrchr(exe, '/');
     if (slash) *slash = 0;
-    snprintf(out, n, "%s/lqltest-cache/%llx", exe, (unsigned long long)sb.st_mtime);
-    return 0;
+    int k2 = snprintf(out, n, "%s/lqltest-cache/%llx", exe, (unsigned long long)sb.st_mtime);
+    return k2 > 0 && (size_t)k2 < n ? 0 : -1;
 }
 
 static int mkdirs(const char *path)
@@ -259,7 +259,7 @@ static int require(lql_shell *sh, const char *header, var *v, char *err, size_t 
         vx_err ve = {0};
         /* another test may be encoding the same container: its rename wins, ours fails */
         if (lql_encode_container(hf, path, dtype, NULL, NULL, &ve) < 0 && stat(path, &sb) != 0) {
-            snprintf(err, errsz, "encoding %s: %s", hf, ve.msg);
+            snprintf(err, errsz, "encoding %.200s: %.300s", hf, ve.msg);
             return -1;
         }
     }
@@ -270,7 +270,7 @@ static int require(lql_shell *sh, const char *header, var *v, char *err, size_t 
     lql_err e;
     int rc = lql_eval(sh->s, use, strlen(use), sh->mode, &out, &e);
     free(out);
-    if (rc < 0) { snprintf(err, errsz, "USE %s: %s", path, e.msg); return -1; }
+    if (rc < 0) { snprintf(err, errsz, "USE %.200s: %.250s", path, e.msg); return -1; }
     return 0;
 }
 

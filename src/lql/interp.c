@@ -217,7 +217,7 @@ int lql_session_container(lql_session *s, const lql_stmt *st, vx_container **out
 
 int lql_session_model(lql_session *s, const lql_stmt *st, eng_model **out, lql_err *e)
 {
-    vx_container *c;
+    vx_container *c = NULL;
     if (lql_session_container(s, st, &c, e) < 0) return -1;
     if (!s->model) {
         vx_err ve = {0};
@@ -234,7 +234,7 @@ int lql_session_model(lql_session *s, const lql_stmt *st, eng_model **out, lql_e
 int lql_session_tokenizer(lql_session *s, const lql_stmt *st, const eng_tokenizer **out,
                           lql_err *e)
 {
-    vx_container *c;
+    vx_container *c = NULL;
     if (lql_session_container(s, st, &c, e) < 0) return -1;
     if (s->model) { *out = eng_model_tokenizer(s->model); return 0; }
     if (!s->tok) {

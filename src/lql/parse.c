@@ -210,3 +210,35 @@ int lql_complete(const char *text)
     free(copy);
     return last == LQL_TK_SEMI;
 }
+
+/* ---------------------------------------------------------------- completion */
+
+int lql_next_keywords(const char *text, size_t n, void (*fn)(void *ctx, const char *kw),
+                      void *ctx)
+{
+    lql_arena *ar = lql_arena_new();
+    if (!ar) return -1;
+    char *copy = lql_arena_strndup(ar, text, n);
+    int count = -1;
+    if (copy) {
+        lql_lexer lx = {copy, copy + n, 1, copy};
+        toklist tl = {0};
+        lql_token t;
+        int code, ok = 1;
+        while (ok && (code = lql_lex(&lx, &t)) != 0)
+            ok = code != LQL_TK_ILLEGAL && code != LQL_TK_UNTERMINATED && push(ar, &tl, code, &t) == 0;
+        /* the prefix must itself be acceptable: probe with its own last token */
+        if (ok && (tl.n == 0 || accepts(&tl, tl.n - 1, tl.code[tl.n - 1])) && !accepts(&tl, tl.n, LQL_TK_ID)) {
+            count = 0;
+            for (size_t i = 0; i < lql_keyword_count(); i++) {
+                const char *kw = lql_keyword_at(i);
+                if (accepts(&tl, tl.n, lql_keyword_code(kw, (int)strlen(kw)))) {
+                    fn(ctx, kw);
+                    count++;
+                }
+            }
+        }
+    }
+    lql_arena_free(ar);
+    return count;
+}

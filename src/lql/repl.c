@@ -21,6 +21,7 @@
 #define ADD_HISTORY(line) add_history(line)
 
 static volatile sig_atomic_t interrupted;
+static int dropped;             /* Ctrl-C at the prompt: forget the unfinished statement */
 
 static void on_sigint(int sig)
 {
@@ -39,24 +40,64 @@ void lql_signals_install(void)
 }
 
 /* Readline calls this when a signal arrives while it waits for input: a Ctrl-C at the
- * prompt abandons the line. */
+ * prompt abandons the line (and any unfinished statement) and starts a fresh prompt
+ * without leaving readline, so no keystroke is lost. */
 static int on_signal_event(void)
 {
     if (interrupted) {
+        interrupted = 0;
+        vx_cancel_flag = 0;
+        dropped = 1;
         rl_replace_line("", 0);
-        rl_done = 1;
+        rl_crlf();
+        rl_set_prompt("lql> ");
+        rl_on_new_line();
+        rl_redisplay();
     }
     return 0;
 }
 
 /* ---------------------------------------------------------------- completion */
 
+static char *pending;           /* the unfinished statement's earlier lines */
+
+typedef struct kwset { const char *a[128]; int n; } kwset;
+
+static void add_kw(void *ctx, const char *kw)
+{
+    kwset *k = ctx;
+    if (k->n < 128) k->a[k->n++] = kw;
+}
+
+static kwset cands;             /* keywords the grammar accepts at the word, or all */
+static int cands_all;
+static int meta_ok;             /* the word starts an empty buffer: meta-commands fit */
+
+/* Which keywords fit where the word starts: the grammar is asked with the statement typed
+ * so far (earlier lines plus this line up to the word, after the last complete `;`). */
+static void find_candidates(int start)
+{
+    size_t pl = pending ? strlen(pending) : 0;
+    char *text = malloc(pl + (size_t)start + 1);
+    cands.n = 0;
+    cands_all = 1;
+    if (!text) return;
+    if (pl) memcpy(text, pending, pl);
+    memcpy(text + pl, rl_line_buffer, (size_t)start);
+    size_t n = pl + (size_t)start, off = 0, len;
+    while (off < n && lql_split(text + off, n - off, &len)) off += len;
+    cands_all = lql_next_keywords(text + off, n - off, add_kw, &cands) < 0;
+    free(text);
+}
+
 static char *keyword_gen(const char *text, int state)
 {
     static size_t i, j, len;
     if (!state) { i = 0; j = 0; len = strlen(text); }
-    while (i < lql_keyword_count()) {
-        const char *kw = lql_keyword_at(i++);
+    size_t total = cands_all ? lql_keyword_count() : (size_t)cands.n;
+    while (i < total) {
+        const char *kw = cands_all ? lql_keyword_at(i) : cands.a[i];
+        i++;
         if (strncasecmp(kw, text, len) == 0) {
             /* keep the user's case: lower-case input completes in lower case */
             char *m = strdup(kw);
@@ -65,14 +106,15 @@ static char *keyword_gen(const char *text, int state)
             return m;
         }
     }
-    while (j < lql_meta_count()) {
+    while (meta_ok && j < lql_meta_count()) {
         const char *name = lql_meta_name(j++);
         if (strncmp(name, text, len) == 0) return strdup(name);
     }
     return NULL;
 }
 
-/* Inside an open string: complete file names; elsewhere keywords and meta-commands. */
+/* Inside an open string: complete file names; elsewhere the keywords the grammar accepts
+ * there, and meta-commands at the start of an empty buffer. */
 static char **complete(const char *text, int start, int end)
 {
     (void)end;
@@ -91,6 +133,8 @@ static char **complete(const char *text, int start, int end)
         return rl_completion_matches(text, rl_filename_completion_function);
     }
     rl_completion_append_character = ' ';
+    find_candidates(start);
+    meta_ok = !pending && (int)strspn(rl_line_buffer, " \t") >= start;
     return rl_completion_matches(text, keyword_gen);
 }
 
@@ -124,13 +168,12 @@ int lql_repl(lql_shell *sh)
     int line0 = 1, lineno = 0;
     while (!sh->stop) {
         interrupted = 0;
+        dropped = 0;
         char *line = READ_LINE(len ? "  ...> " : "lql> ");
-        if (interrupted) {      /* Ctrl-C at the prompt: drop the line and the buffer */
-            free(line);
+        if (dropped) {          /* Ctrl-C at the prompt: the unfinished statement is gone */
             len = 0;
             if (buf) buf[0] = 0;
-            fputc('\n', stdout);
-            continue;
+            pending = NULL;
         }
         if (!line) { fputc('\n', stdout); break; }    /* Ctrl-D */
         lineno++;
@@ -151,7 +194,8 @@ int lql_repl(lql_shell *sh)
         buf[len++] = '\n';
         buf[len] = 0;
         free(line);
-        if (!lql_complete(buf)) continue;
+        if (!lql_complete(buf)) { pending = buf; continue; }
+        pending = NULL;
         buf[len - 1] = 0;       /* history keeps the statement without the last newline */
         ADD_HISTORY(buf);
         buf[len - 1] = '\n';

@@ -139,6 +139,7 @@ static int run_stmt(lql_shell *sh, const char *label, const char *src, int line0
         /* positions are relative to the statement text: make them file positions */
         if (e.line == 1) e.col += col1 - 1;
         e.line += line - 1;
+        if (e.code == LQL_ECANCEL && sh->interactive) fputc('\n', sh->err);  /* after the ^C echo */
         char *msg = lql_error_text(label, src, line0, &e);
         if (msg) fputs(msg, sh->err);
         fflush(sh->err);

@@ -241,6 +241,34 @@ static void lexical(void)
     CHECK(lql_complete("WALK 'a'\n  TOP 3;\n") == 1);
 }
 
+static char kwbuf[400];
+static void collect(void *ctx, const char *kw)
+{
+    (void)ctx;
+    if (kwbuf[0]) strcat(kwbuf, " ");
+    strcat(kwbuf, kw);
+}
+
+static const char *next_kw(const char *prefix)
+{
+    kwbuf[0] = 0;
+    int n = lql_next_keywords(prefix, strlen(prefix), collect, NULL);
+    return n < 0 ? "(any)" : kwbuf;
+}
+
+static void completion(void)
+{
+    CHECK_STR(next_kw("DESC"), "(any)");                 /* DESC alone does not parse */
+    CHECK_HAS(next_kw(""), "COMPILE DELETE DESCRIBE DIFF EXPLAIN");
+    CHECK(strstr(next_kw(""), "DESC ") == NULL);         /* only statement keywords first */
+    CHECK_STR(next_kw("EXPLAIN "), "INFER WALK");
+    CHECK_STR(next_kw("WALK 'x' TOP 3 "), "COMPARE LAYERS MODE TOP");
+    CHECK_STR(next_kw("WALK 'x' MODE "), "DENSE HYBRID PURE");
+    CHECK_STR(next_kw("SELECT * FROM EDGES WHERE "), "(any)"); /* a field name: anything */
+    CHECK_STR(next_kw("WALK 'x\n TOP"), "(any)");          /* open string */
+    CHECK_STR(next_kw("WALK TOP "), "(any)");               /* not a valid prefix */
+}
+
 static void errors(void)
 {
     CHECK_STR(E("INFER TOP 3;"), "1:7: near \"TOP\": expected a string");
@@ -317,6 +345,7 @@ int main(void)
     execution_statements();
     edit_statements();
     lexical();
+    completion();
     errors();
     lql_arena_free(ar);
     return T_DONE();
