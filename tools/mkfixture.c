@@ -1,7 +1,7 @@
 /*
  * mkfixture.c — deterministic synthetic Hugging Face checkpoints for tests and benchmarks.
  *
- *   mkfixture --family llama|mistral|qwen2|gemma2|gpt2|phi3|mixtral|qwen2_moe|deepseek_v3
+ *   mkfixture --family llama|mistral|qwen2|gemma|gemma2|gpt2|phi3|mixtral|qwen2_moe|deepseek_v3
  *             [--hidden N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
  *             [--inter N] [--vocab N] [--ctx N] [--experts N] [--expert-inter N]
  *             [--dtype f32|f16|bf16] [--seed N] [--shards N] [--tokenizer FILE] -o DIR
@@ -74,6 +74,12 @@ static void add(enum kind k, int64_t a, int64_t b, const char *fmt, ...)
 static int is(const geo *g, const char *f)
 {
     return strcmp(g->family, f) == 0;
+}
+
+/* Gemma and Gemma-2: tied, (1 + w) norms stored as offsets. */
+static int gemma(const geo *g)
+{
+    return is(g, "gemma") || is(g, "gemma2");
 }
 
 /* ---- tensor lists, in Hugging Face names ---- */
@@ -174,7 +180,7 @@ static void tensors(const geo *g)
         }
     }
     add(NORM, H, 0, "model.norm.weight");
-    if (!is(g, "gemma2"))
+    if (!gemma(g))
         add(MAT, g->vocab, H, "lm_head.weight");
 }
 
@@ -184,7 +190,8 @@ static cJSON *config(const geo *g)
 {
     static const struct { const char *fam, *arch; } archs[] = {
         {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
-        {"qwen2", "Qwen2ForCausalLM"}, {"gemma2", "Gemma2ForCausalLM"},
+        {"qwen2", "Qwen2ForCausalLM"}, {"gemma", "GemmaForCausalLM"},
+        {"gemma2", "Gemma2ForCausalLM"},
         {"gpt2", "GPT2LMHeadModel"}, {"phi3", "Phi3ForCausalLM"},
         {"mixtral", "MixtralForCausalLM"}, {"qwen2_moe", "Qwen2MoeForCausalLM"},
         {"deepseek_v3", "DeepseekV3ForCausalLM"},
@@ -223,14 +230,17 @@ static cJSON *config(const geo *g)
     cJSON_AddNumberToObject(c, "num_attention_heads", g->heads);
     cJSON_AddNumberToObject(c, "num_key_value_heads", is(g, "deepseek_v3") ? g->heads : g->kv);
     cJSON_AddNumberToObject(c, "max_position_embeddings", g->ctx);
-    cJSON_AddNumberToObject(c, "rms_norm_eps", is(g, "qwen2") || is(g, "gemma2") ? 1e-6 : 1e-5);
+    cJSON_AddNumberToObject(c, "rms_norm_eps", is(g, "qwen2") || gemma(g) ? 1e-6 : 1e-5);
     cJSON_AddNumberToObject(c, "rope_theta", is(g, "qwen2") || is(g, "mixtral") ? 1e6 : 1e4);
     cJSON_AddNumberToObject(c, "intermediate_size", g->inter);
     cJSON_AddNumberToObject(c, "attention_dropout", 0.0);
     cJSON_AddBoolToObject(c, "use_cache", 1);
-    if (!is(g, "gemma2"))
+    if (!gemma(g))
         cJSON_AddBoolToObject(c, "tie_word_embeddings", 0);
-    if (is(g, "gemma2")) {
+    if (is(g, "gemma")) {
+        cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh");
+        cJSON_AddNumberToObject(c, "head_dim", g->hd);
+    } else if (is(g, "gemma2")) {
         cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh");
         cJSON_AddNumberToObject(c, "head_dim", g->hd);
         cJSON_AddNumberToObject(c, "query_pre_attn_scalar", g->hd);
@@ -331,7 +341,7 @@ static int write_values(FILE *f, const geo *g, const spec *sp)
     uint64_t s = g->seed ^ fnv(sp->name);
     float std = sp->kind == MAT ? 1.0f / sqrtf((float)(sp->ndim == 2 ? sp->shape[1] : 1))
               : sp->kind == NORM ? 0.05f : 0.02f;
-    float mean = sp->kind == NORM && !is(g, "gemma2") ? 1.0f : 0.0f;
+    float mean = sp->kind == NORM && !gemma(g) ? 1.0f : 0.0f;
     for (uint64_t at = 0; at < n; at += CHUNK) {
         size_t k = (size_t)(n - at < CHUNK ? n - at : CHUNK);
         for (size_t i = 0; i < k; i++)
@@ -432,7 +442,7 @@ static int copy(const char *from, const char *dir, const char *name)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: mkfixture --family llama|mistral|qwen2|gemma2|gpt2|phi3|mixtral|qwen2_moe|"
+    fprintf(stderr, "usage: mkfixture --family llama|mistral|qwen2|gemma|gemma2|gpt2|phi3|mixtral|qwen2_moe|"
                     "deepseek_v3 [--hidden N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]\n"
                     "                 [--inter N] [--vocab N] [--ctx N] [--experts N] [--expert-inter N]\n"
                     "                 [--dtype f32|f16|bf16] [--seed N] [--shards N] [--tokenizer FILE] -o DIR\n");
@@ -486,7 +496,7 @@ int main(int argc, char **argv)
             return usage();
         i++;
     }
-    static const char *const fams[] = {"llama", "mistral", "qwen2", "gemma2", "gpt2", "phi3",
+    static const char *const fams[] = {"llama", "mistral", "qwen2", "gemma", "gemma2", "gpt2", "phi3",
                                        "mixtral", "qwen2_moe", "deepseek_v3"};
     int ok = 0;
     for (size_t k = 0; g.family && k < sizeof fams / sizeof *fams; k++)

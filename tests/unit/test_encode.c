@@ -402,10 +402,10 @@ static void conversion(void)
 
 static void synthetic(void)
 {
-    static const char *const fams[] = {"llama", "mistral", "qwen2", "gemma2", "gpt2", "phi3",
+    static const char *const fams[] = {"llama", "mistral", "qwen2", "gemma", "gemma2", "gpt2", "phi3",
                                        "mixtral", "qwen2_moe", "deepseek_v3"};
     static const char *const dts[] = {"f32", "f16", "bf16"};
-    for (size_t f = 0; f < 9; f++) {
+    for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
         for (int d = 0; d < 3; d++) {
             char name[64], src[256], out[80];
             snprintf(name, sizeof name, "fx-%s-%s", fams[f], dts[d]);
@@ -427,6 +427,14 @@ static void synthetic(void)
     cJSON_Delete(g);
     g = graph("fx-gemma2-f32.vx", &x, &ls);
     CHECK(jnum(x, "embedding.scale") == (double)sqrtf(96.0f));
+    cJSON_Delete(g);
+    /* Gemma (v1): (1+w) norms, GeGLU, tied, no soft-caps, no post norms, no window. */
+    g = graph("fx-gemma-f16.vx", &x, &ls);
+    CHECK(jnum(x, "norm.weight_offset") == 1 && jtrue(x, "lm_head.tied") && jnull(x, "attention.softcap"));
+    CHECK(!jtrue(x, "post_norms.attn") && jnull(x, "lm_head.softcap") && jnull(ls, "0.window"));
+    CHECK(jnum(x, "embedding.scale") == vx_f16_to_f32(vx_f32_to_f16(sqrtf(96.0f))));
+    CHECK_STR(js(x, "ffn.activation"), "gelu_tanh");
+    CHECK_NEAR(jnum(x, "attention.scale"), 1.0 / sqrt(24.0), 1e-15);
     cJSON_Delete(g);
     vx_container *c;
     if (vx_open(out_path("fx-qwen2_moe-f16.vx"), &c, &err) == 0) {
@@ -592,6 +600,114 @@ static void refusals(void)
     }
 }
 
+/* Rewrite the gpt2 fixture in the old hub layout: no "transformer." prefix, plus the
+ * attn.bias / attn.masked_bias mask buffers, which the encoder must ignore. */
+static void legacy_gpt2(const char *dst)
+{
+    st_model *m;
+    if (st_open_dir(FAM "gpt2", &m, &err) < 0)
+        return;
+    cJSON *h = cJSON_CreateObject();
+    uint64_t off = 0;
+    for (size_t i = 0; i < st_count(m) + 4; i++) {
+        char name[160];
+        cJSON *e;
+        if (i < st_count(m)) {
+            const st_tensor *t = st_at(m, i);
+            snprintf(name, sizeof name, "%s", t->name + strlen("transformer."));
+            e = cJSON_AddObjectToObject(h, name);
+            cJSON_AddStringToObject(e, "dtype", "F32");
+            cJSON *shp = cJSON_AddArrayToObject(e, "shape");
+            for (int d = 0; d < t->ndim; d++)
+                cJSON_AddItemToArray(shp, cJSON_CreateNumber((double)t->shape[d]));
+            cJSON *o = cJSON_AddArrayToObject(e, "data_offsets");
+            cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
+            cJSON_AddItemToArray(o, cJSON_CreateNumber((double)(off + t->nbytes)));
+            off += t->nbytes;
+            continue;
+        }
+        int layer = (int)(i - st_count(m)) / 2, masked = (int)(i - st_count(m)) % 2;
+        snprintf(name, sizeof name, "h.%d.attn.%s", layer, masked ? "masked_bias" : "bias");
+        e = cJSON_AddObjectToObject(h, name);
+        cJSON_AddStringToObject(e, "dtype", "F32");
+        cJSON *shp = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < 4 && !masked; d++)
+            cJSON_AddItemToArray(shp, cJSON_CreateNumber(d < 2 ? 1 : 4));
+        cJSON *o = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
+        off += masked ? 4 : 64;
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
+    }
+    char *z = cJSON_PrintUnformatted(h), path[512];
+    cJSON_Delete(h);
+    snprintf(path, sizeof path, "%s/model.safetensors", dst);
+    FILE *f = fopen(path, "wb");
+    uint64_t n = strlen(z);
+    fwrite(&n, 8, 1, f);
+    fwrite(z, 1, n, f);
+    free(z);
+    for (size_t i = 0; i < st_count(m); i++)
+        fwrite(st_at(m, i)->data, 1, st_at(m, i)->nbytes, f);
+    static const float zeros[16];
+    for (int i = 0; i < 2; i++) {
+        fwrite(zeros, 4, 16, f);
+        fwrite(zeros, 4, 1, f);
+    }
+    fclose(f);
+    st_close(m);
+}
+
+/* Config spellings seen in real checkpoints that the shared fixtures do not cover. */
+static void variants(void)
+{
+    const cJSON *x, *ls;
+    char src[256];
+    cJSON *g;
+    variant("qwen2", "qwen-swa", "s/\"use_sliding_window\": false/\"use_sliding_window\": true/; "
+            "s/\"max_window_layers\": 3/\"max_window_layers\": 1/; s/\"sliding_window\": 512/\"sliding_window\": 4/");
+    snprintf(src, sizeof src, "%s/qwen-swa", tmp);
+    if (encode_ok(src, "qwen-swa.vx", NULL) == 0) {
+        g = graph("qwen-swa.vx", &x, &ls);
+        CHECK(jnull(ls, "0.window") && jnum(ls, "1.window") == 4 && jnum(ls, "2.window") == 4);
+        cJSON_Delete(g);
+    }
+    variant("gemma2", "gemma-types", "s/\"sliding_window\": 8,/\"sliding_window\": 8, \"layer_types\": "
+            "[\"full_attention\", \"sliding_attention\", \"full_attention\"],/");
+    snprintf(src, sizeof src, "%s/gemma-types", tmp);
+    if (encode_ok(src, "gemma-types.vx", NULL) == 0) {
+        g = graph("gemma-types.vx", &x, &ls);
+        CHECK(jnull(ls, "0.window") && jnum(ls, "1.window") == 8 && jnull(ls, "2.window"));
+        cJSON_Delete(g);
+    }
+    variant("llama-gqa", "partial", "s/\"vocab_size\": 512/\"vocab_size\": 512, \"partial_rotary_factor\": 0.5/");
+    snprintf(src, sizeof src, "%s/partial", tmp);
+    if (encode_ok(src, "partial.vx", NULL) == 0) {
+        g = graph("partial.vx", &x, &ls);
+        CHECK(jnum(x, "attention.rope.rotary_dim") == 8 && jnum(x, "attention.head_dim") == 16);
+        cJSON_Delete(g);
+    }
+    variant("gpt2", "gpt2-legacy", "s/\"n_positions\": 128,/\"n_positions\": 128, \"n_ctx\": 128,/");
+    snprintf(src, sizeof src, "%s/gpt2-legacy", tmp);
+    legacy_gpt2(src);
+    if (encode_ok(src, "gpt2-legacy.vx", NULL) == 0) {
+        cJSON *ix = jload(out_path("gpt2-legacy.vx"), "index.json");
+        CHECK_STR(js(ix, "encoder.declaration_only.n_ctx"), "legacy alias of n_positions (equal here)");
+        cJSON *ref = jload(out_path("gpt2"), "index.json");
+        const cJSON *ra = jp(ix, "representations"), *rb = jp(ref, "representations");
+        /* Same stored bytes as the prefixed layout. */
+        CHECK_STR(js(cJSON_GetObjectItem(ra, "target.decoder_stack.f32"), "payload_sha256"),
+                  js(cJSON_GetObjectItem(rb, "target.decoder_stack.f32"), "payload_sha256"));
+        cJSON_Delete(ref);
+        cJSON_Delete(ix);
+        g = graph("gpt2-legacy.vx", &x, &ls);
+        const cJSON *bd = cJSON_GetObjectItem(jp(g, "objects.0.source_bindings"), "weight");
+        CHECK_STR(cJSON_IsString(bd) ? bd->valuestring : NULL, "wte.weight");
+        cJSON_Delete(g);
+    }
+    variant("gpt2", "gpt2-nctx", "s/\"n_positions\": 128,/\"n_positions\": 128, \"n_ctx\": 64,/");
+    refuse("gpt2-nctx", "config.json: key 'n_ctx=64' changes execution and is not admitted for family 'gpt2'");
+}
+
 /* The container stands alone: delete the checkpoint, reopen and verify. */
 static void standalone(void)
 {
@@ -626,6 +742,7 @@ int main(void)
     synthetic();
     sharding_and_failures();
     refusals();
+    variants();
     standalone();
     if (t_fail == 0)
         sh("rm -rf '%s'", tmp);
