@@ -279,7 +279,7 @@ void brw_rows_free(brw_rows *r);
 /* SHOW FEATURES layer: rows in feature order (same fields as SELECT FROM FEATURES). */
 int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
                       brw_rows *out, vx_err *err);
-/* SHOW ENTITIES: capitalised alphabetic top tokens of >= 3 letters, counted (features)
+/* SHOW ENTITIES: capitalised alphabetic top tokens of >= 3 letters (not function words), counted (features)
  * with their max c_score, sorted by features desc; layer < 0 for all layers. */
 int brw_show_entities(const brw_model *m, int layer, int64_t limit, const brw_overlay *ov,
                       brw_rows *out, vx_err *err);

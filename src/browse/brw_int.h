@@ -54,6 +54,9 @@ struct brw_model {
 /* Dot of a stored row (f32/f16/bf16) with q, n elements (n a multiple of 1 is fine). */
 float brw_dot_row(vx_dtype t, const void *row, const float *q, int64_t n);
 
+/* Is t (trimmed) an English function word ("the", "which", …)? Case-insensitive. */
+int brw_stop_word(const char *t);
+
 /* Is a layer inside [lo, hi] (-1 -1 = all)? */
 static inline int brw_in_range(int layer, int lo, int hi)
 {

@@ -31,7 +31,7 @@ static const char *const stop_words[] = {
     "what", "when", "which", "their", "there", "than", "then", "them", "these", "those",
     "into", "also", "some", "such", "only", "over", "very", "just", "more", "most", "other",
     "about", "after", "before", "would", "could", "should", "where", "while", "being",
-    "does", "each", "here", "because", "between", "through", NULL};
+    "does", "each", "here", "because", "between", "through", "every", NULL};
 
 /* A readable content word: >= 3 letters, Latin script (ASCII letters or UTF-8 Latin-1 /
  * Latin Extended-A letters), inner ' or - allowed, not camelCase, not a stop word. */
@@ -56,12 +56,15 @@ static int content_word(const char *t)
             return 0;
         }
     }
-    if (letters < 3)
-        return 0;
+    return letters >= 3 && !brw_stop_word(t);
+}
+
+int brw_stop_word(const char *t)
+{
     for (int i = 0; stop_words[i]; i++)
         if (strcasecmp(t, stop_words[i]) == 0)
-            return 0;
-    return 1;
+            return 1;
+    return 0;
 }
 
 /* Readable: non-empty after trimming and free of control bytes and U+FFFD. */

@@ -6,7 +6,8 @@
  *   EDGES     without an entity condition, the same rows read as edges (token = target);
  *             with `entity = "X"` (or IN), X's query is walked (500 features per layer,
  *             or the whole layer when smaller) and the rows are the hits: score = gate.
- *   ENTITIES  capitalised alphabetic top tokens of >= 3 letters, aggregated over the
+ *   ENTITIES  capitalised alphabetic top tokens of >= 3 letters that are not function
+ *             words ("The", "After"), aggregated over the
  *             features passing the layer/feature conditions: entity, count, score (max
  *             c_score).
  *
@@ -441,7 +442,7 @@ static int is_entity(const char *t)
     for (; t[n]; n++)
         if (!isalpha((unsigned char)t[n]))
             return 0;
-    return n >= 3;
+    return n >= 3 && !brw_stop_word(t);
 }
 
 static int entity_rows(const brw_model *m, const brw_select_opts *o, int only_layer,

@@ -5,13 +5,15 @@
  * result tables; every clause the grammar accepts is honoured or refused by name.
  *
  * Browse state (the brw_model over the bound container) is created on first use and
- * kept in the session until the binding changes. The overlay the mutation layer attaches
- * to the session (s->overlay) is passed to every scan, so edited gate rows are rescored
- * and tombstoned features dropped.
+ * kept in the session until the binding changes. The mutation overlay (lql_edit_overlay)
+ * is passed to every scan, so edited gate rows are rescored, tombstoned features dropped
+ * and metadata overrides shown; TRACE and EXPLAIN INFER run the bound model, which
+ * carries the overlay itself.
  */
 #include "interp.h"
 
 #include "browse.h"
+#include "edit.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -41,10 +43,13 @@ static int browse_model(lql_session *s, const lql_stmt *st, brw_model **out, lql
     return 0;
 }
 
+/* The mutation overlay as browse sees it (edited gates, tombstones, metadata overrides);
+ * with nothing edited, the base. */
 static brw_overlay overlay_of(const lql_session *s)
 {
-    brw_overlay ov = {s->overlay, NULL, 0};
-    return ov;
+    const brw_overlay *ov = lql_edit_overlay(s);
+    brw_overlay none = {NULL, NULL, 0};
+    return ov ? *ov : none;
 }
 
 static const lql_span *clause_at(const lql_stmt *st, lql_clause_kind c)
@@ -162,13 +167,13 @@ static int walk_table(const brw_model *m, const brw_overlay *ov, const brw_walk 
 static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e,
                     int explain)
 {
-    brw_model *m;
+    brw_model *m = NULL;
     if (browse_model(s, st, &m, e) != 0)
         return -1;
     if (lql_has(st, LQL_C_MODE) && st->mode != LQL_MODE_HYBRID)
         return lql_refuse_clause(e, st, LQL_C_MODE, st->mode == LQL_MODE_PURE
-                                 ? "MODE PURE is not implemented; HYBRID ranks by |gate·q|"
-                                 : "MODE DENSE is not implemented; HYBRID ranks by |gate·q|");
+                                 ? "PURE is not implemented (HYBRID ranks by |gate·q|)"
+                                 : "DENSE is not implemented (HYBRID ranks by |gate·q|)");
     int verbose = explain && lql_has(st, LQL_C_VERBOSE);
     int64_t maxf = 0;
     for (int l = 0; l < brw_layers(m); l++)
@@ -255,7 +260,7 @@ static int band_of_clause(lql_band b)
 
 int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    brw_model *m;
+    brw_model *m = NULL;
     if (browse_model(s, st, &m, e) != 0)
         return -1;
     if (!brw_down_meta(m))
@@ -465,7 +470,7 @@ static int limit_of(const lql_stmt *st, int64_t *out, lql_err *e)
 
 int lql_h_select(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    brw_model *m;
+    brw_model *m = NULL;
     if (browse_model(s, st, &m, e) != 0)
         return -1;
     brw_from from = st->from == LQL_FROM_EDGES ? BRW_EDGES
@@ -518,7 +523,7 @@ int lql_h_select(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 
 int lql_h_show_features(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    brw_model *m;
+    brw_model *m = NULL;
     if (browse_model(s, st, &m, e) != 0)
         return -1;
     if (st->n < 0 || st->n >= brw_layers(m))
@@ -550,7 +555,7 @@ int lql_h_show_features(lql_session *s, const lql_stmt *st, lql_result *r, lql_e
 
 int lql_h_show_relations(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    brw_model *m;
+    brw_model *m = NULL;
     if (browse_model(s, st, &m, e) != 0)
         return -1;
     int layer = -1;
@@ -606,7 +611,7 @@ int lql_h_show_relations(lql_session *s, const lql_stmt *st, lql_result *r, lql_
 
 int lql_h_show_entities(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    brw_model *m;
+    brw_model *m = NULL;
     if (browse_model(s, st, &m, e) != 0)
         return -1;
     int layer = -1;
@@ -683,9 +688,12 @@ int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                             {"rank", LQL_INT, 0}, {"prob", LQL_FLOAT, 4},
                             {"attn_push", LQL_FLOAT, 4}, {"ffn_push", LQL_FLOAT, 4},
                             {"who", LQL_TEXT, 0}};
-        char title[160];
-        const char *piece = eng_tok_piece(tok, t.target);
+        char title[160], *piece = NULL;
+        vx_err de;
+        if (eng_tok_decode(tok, &t.target, 1, 0, &piece, &de) != 0)
+            piece = NULL;
         snprintf(title, sizeof title, "FOR \"%s\" (id %d)", piece ? piece : "", t.target);
+        free(piece);
         tf = lql_result_table(r, title, allpos ? 7 : 6, allpos ? fc : fc + 1);
     }
     if (tb && lql_has(st, LQL_C_DECOMPOSE)) {
