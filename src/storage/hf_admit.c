@@ -753,6 +753,8 @@ static const decl decl_family[] = {
      B(F_QWEN2) | B(F_QWEN2_MOE)},
     {"hidden_act", "legacy spelling; this family reads hidden_activation", B(F_GEMMA) | B(F_GEMMA2)},
     {"sliding_window_size", "legacy duplicate of sliding_window, which is the key read", B(F_GEMMA2)},
+    {"max_sequence_length", "legacy LLaMA-1 key; transformers reads max_position_embeddings",
+     B(F_LLAMA)},
 };
 
 /* Shared by the Llama-like families: geometry keys. */
