@@ -497,7 +497,23 @@ static cJSON *make_index(const hf_plan *p, const char *model, const char *source
     return x;
 }
 
+static int encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opts, vx_err *err);
+
 int vx_encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opts, vx_err *err)
+{
+    /* "out/" names the same directory as "out"; the temporary sibling needs the latter. */
+    char out[PATH_MAX];
+    if (out_dir && strlen(out_dir) >= sizeof out)
+        return vx_errf(err, VX_EARG, "encode: output path '%s' is too long", out_dir);
+    if (out_dir) {
+        snprintf(out, sizeof out, "%s", out_dir);
+        for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--)
+            out[n - 1] = '\0';
+    }
+    return encode(hf_dir, out_dir ? out : NULL, opts, err);
+}
+
+static int encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opts, vx_err *err)
 {
     vx_encode_opts defaults;
     if (!opts) {

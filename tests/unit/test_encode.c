@@ -209,6 +209,13 @@ static void tinyllama(void)
     snprintf(p, sizeof p, "%s/config.json", out);
     CHECK(stat(p, &st) == 0);
 
+    /* A trailing slash names the same output. */
+    char slashed[300];
+    snprintf(slashed, sizeof slashed, "%s/slash.vx/", tmp);
+    CHECK(vx_encode(FAM "llama3-rope", slashed, NULL, &err) == 0);
+    struct stat ss;
+    CHECK(stat(out_path("slash.vx/index.json"), &ss) == 0 && leftovers("slash.vx") == 1);
+
     /* Existing output refused. */
     CHECK(vx_encode(LQL_SHARED_DIR "/models/tinyllama", out, NULL, &err) == -1);
     char want[512];
