@@ -250,10 +250,24 @@ static __m256i scale2(int s0, int s1)
     return _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
 }
 
+/* Q6_K half n (0 or 1) of a block as four vectors of 32 unsigned 6-bit values, in element
+ * order: 4 low bits from ql, 2 high bits from qh. */
+static void q6k_unpack(const unsigned char *w, int n, __m256i v[4])
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    __m256i l0 = load32(w + 64 * n), l1 = load32(w + 64 * n + 32);
+    __m256i h = load32(w + 128 + 32 * n);
+    __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+                     _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                     _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+    __m256i hi[4] = {h, _mm256_srli_epi16(h, 2), _mm256_srli_epi16(h, 4), _mm256_srli_epi16(h, 6)};
+    for (int k = 0; k < 4; k++)
+        v[k] = _mm256_or_si256(lo[k], _mm256_slli_epi16(_mm256_and_si256(hi[k], m2), 4));
+}
+
 static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
                       const int16_t *bs, int nb)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
     __m256 acc = _mm256_setzero_ps();
     float accm = 0;
     for (int b = 0; b < nb; b++, w += 210, q += 256, bs += 16) {
@@ -268,18 +282,8 @@ static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
         accm += dd * (float)(32 * _mm_cvtsi128_si32(o4));
         __m256i isum = _mm256_setzero_si256();
         for (int n = 0; n < 2; n++) {
-            __m256i l0 = load32(w + 64 * n), l1 = load32(w + 64 * n + 32);
-            __m256i h = load32(w + 128 + 32 * n);
-            __m256i v[4] = {
-                _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
-                _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4)),
-            };
+            __m256i v[4];
+            q6k_unpack(w, n, v);
             for (int k = 0; k < 4; k++) {
                 __m256i p = _mm256_maddubs_epi16(v[k], load32(q + 128 * n + 32 * k));
                 const int8_t *s = sc + 8 * n + 2 * k;
@@ -335,7 +339,7 @@ static int exact_row(vx_dtype dt, const unsigned char *w, const float *x, int co
 {
     static const int8_t e2m1[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
     const __m256 zero[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc = _mm256_setzero_ps();
     switch (dt) {
     case VX_Q8_0:
@@ -378,18 +382,8 @@ static int exact_row(vx_dtype dt, const unsigned char *w, const float *x, int co
             const int8_t *scs = (const int8_t *)(w + 192);
             float d = h2f(w + 208);
             for (int n = 0; n < 2; n++, x += 128) {
-                __m256i l0 = load32(w + 64 * n), l1 = load32(w + 64 * n + 32);
-                __m256i h = load32(w + 128 + 32 * n);
-                __m256i v[4] = {
-                    _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                    _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
-                    _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4)),
-                };
+                __m256i v[4];
+                q6k_unpack(w, n, v);
                 for (int k = 0; k < 4; k++) {
                     const int8_t *s = scs + 8 * n + 2 * k;
                     __m256 sc[2] = {_mm256_set1_ps(d * (float)s[0]), _mm256_set1_ps(d * (float)s[1])};
