@@ -74,6 +74,19 @@ static void error_at(lql_pctx *p, const lql_span *at, const char *fmt, ...)
     lql_p_error(p, &t, "%s", buf);
 }
 
+/* ---------------------------------------------------------------- allocation */
+
+static int fail_countdown = -1;     /* -1: never fail */
+
+void lql_fail_after(int n) { fail_countdown = n; }
+
+void *lql_malloc(size_t n)
+{
+    if (fail_countdown == 0) return NULL;
+    if (fail_countdown > 0) fail_countdown--;
+    return malloc(n);
+}
+
 /* ---------------------------------------------------------------- arena */
 
 typedef struct chunk { struct chunk *next; size_t used, cap; } chunk;
@@ -81,7 +94,12 @@ struct lql_arena { chunk *head; };
 #define CHUNK_MIN 4096
 #define ALIGN 16
 
-lql_arena *lql_arena_new(void) { return calloc(1, sizeof(lql_arena)); }
+lql_arena *lql_arena_new(void)
+{
+    lql_arena *a = lql_malloc(sizeof *a);
+    if (a) a->head = NULL;
+    return a;
+}
 
 void lql_arena_free(lql_arena *a)
 {
@@ -98,7 +116,7 @@ void *lql_arena_alloc(lql_arena *a, size_t n)
     chunk *c = a->head;
     if (!c || c->cap - c->used < n) {
         size_t cap = n > CHUNK_MIN ? n : CHUNK_MIN;
-        c = malloc(hdr + cap);
+        c = lql_malloc(hdr + cap);
         if (!c) return NULL;
         c->cap = cap; c->used = 0; c->next = a->head;
         a->head = c;
@@ -143,7 +161,10 @@ const char *lql_cmpop_text(lql_cmpop op) { return (unsigned)op < LQL_OP_COUNT ? 
 static void *alloc(lql_pctx *p, size_t n)
 {
     void *m = lql_arena_alloc(p->arena, n);
-    if (!m) lql_p_error(p, NULL, "out of memory");
+    if (!m && !p->failed) {
+        lql_p_error(p, NULL, "out of memory");
+        if (p->err) p->err->code = LQL_ENOMEM;
+    }
     return m;
 }
 

@@ -44,6 +44,14 @@ typedef struct lql_err {
 int lql_errf(lql_err *e, int code, const lql_span *at, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* ---------------------------------------------------------------- allocation */
+
+/* Every allocation of the language front end (arena chunks, the parser's stack) goes
+ * through lql_malloc, so tests can make the Nth call fail: lql_fail_after(n) lets n more
+ * calls succeed and fails the rest until lql_fail_after(-1). */
+void *lql_malloc(size_t n);
+void lql_fail_after(int n);
+
 /* ---------------------------------------------------------------- arena */
 
 typedef struct lql_arena lql_arena;

@@ -45,7 +45,7 @@ static int accepts(const toklist *tl, int k, int probe)
     lql_arena *ar = lql_arena_new();
     if (!ar) return 0;
     lql_pctx p = {ar, NULL, 0, NULL};
-    void *ps = lqlParserAlloc(malloc, &p);
+    void *ps = lqlParserAlloc(lql_malloc, &p);
     int ok = 0;
     if (ps) {
         for (int i = 0; i < k && !p.failed; i++) lqlParser(ps, tl->code[i], tl->a[i]);
@@ -145,7 +145,7 @@ int lql_parse(const char *text, size_t n, lql_arena *arena, lql_stmt **out, lql_
     eof.n = 1;
     if (tl.n == 0) return 0;
 
-    void *ps = lqlParserAlloc(malloc, &p);
+    void *ps = lqlParserAlloc(lql_malloc, &p);
     if (!ps) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     int k;
     for (k = 0; k < tl.n && !p.failed; k++) lqlParser(ps, tl.code[k], tl.a[k]);
@@ -175,7 +175,7 @@ int lql_parse(const char *text, size_t n, lql_arena *arena, lql_stmt **out, lql_
 int lql_split(const char *text, size_t n, size_t *end)
 {
     /* The lexer needs a NUL sentinel; scan a copy. */
-    char *copy = malloc(n + 1);
+    char *copy = lql_malloc(n + 1);
     if (!copy) { *end = n; return 0; }
     memcpy(copy, text, n);
     copy[n] = 0;
@@ -197,7 +197,7 @@ int lql_split(const char *text, size_t n, size_t *end)
 int lql_complete(const char *text)
 {
     size_t n = strlen(text);
-    char *copy = malloc(n + 1);
+    char *copy = lql_malloc(n + 1);
     if (!copy) return 1;
     memcpy(copy, text, n + 1);
     lql_lexer lx = {copy, copy + n, 1, copy};

@@ -338,6 +338,32 @@ static void errors(void)
     CHECK_STR(E("DESCRIBE 'x' ALL"), "1:17: incomplete input: expected LAYERS");
 }
 
+/* Every allocation failure surfaces as "out of memory" (ASan: and leaks nothing). */
+static void out_of_memory(void)
+{
+    const char *text = "SELECT layer, feature FROM EDGES WHERE token IN ('a', 'b', 'c') AND layer > 2 "
+                       "ORDER BY score DESC LIMIT 5 |> WALK 'x' TOP 3 LAYERS 0-1;";
+    int failures = 0, n;
+    for (n = 0; n < 200; n++) {
+        lql_arena *a = NULL;
+        lql_stmt *st = NULL;
+        lql_err e = {0};
+        lql_fail_after(n);
+        a = lql_arena_new();
+        int rc = a ? lql_parse(text, strlen(text), a, &st, &e) : -1;
+        lql_fail_after(-1);
+        lql_arena_free(a);
+        if (rc == 0) break;
+        failures++;
+        if (a) CHECK_MSG(e.code == LQL_ENOMEM && strcmp(e.msg, "out of memory") == 0,
+                         "n=%d: %d %s", n, e.code, e.msg);
+    }
+    CHECK(n < 200 && failures > 2);
+    /* a syntax error's message survives allocation failures in the probing */
+    lql_fail_after(-1);
+    CHECK_HAS(E("WALK 'x' TOP y"), "near \"y\"");
+}
+
 int main(void)
 {
     session_statements();
@@ -347,6 +373,7 @@ int main(void)
     lexical();
     completion();
     errors();
+    out_of_memory();
     lql_arena_free(ar);
     return T_DONE();
 }
