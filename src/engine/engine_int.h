@@ -45,6 +45,14 @@ int eng_dtype_executable(vx_dtype t);
 /* Make a view of a stored 2-D tensor. */
 void eng_w_of(eng_w *w, const vx_tensor *t);
 
+/* AMX prefill (amx.c): 1 when the CPU has AMX-BF16 and the tile state was granted (and
+ * LQL_NO_AMX is not 1). eng_amx_matmul computes y for the first eng_amx_rows(w) rows of
+ * a bf16/f16 view with cols % 32 == 0, at f32 accuracy (split bf16 parts); -1 when it
+ * could not get memory (y then partly written; the caller recomputes). */
+int eng_amx_ready(void);
+int eng_amx_rows(const eng_w *w);
+int eng_amx_matmul(const eng_w *w, const float *x, int n, float *y);
+
 /* ---------------------------------------------------------------- threads */
 
 /* Run fn(ctx, i, n) for i in 0..n-1 where n = eng_threads() (clamped to the pool), the

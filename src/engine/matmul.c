@@ -324,6 +324,12 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
         else eng_qgemm(w->dt, w->data, w->rows, w->cols, x, n, y);
         return;
     }
+    if (n > SMALL_N && (w->dt == VX_BF16 || w->dt == VX_F16) && w->cols % 32 == 0 &&
+        eng_amx_rows(w) > 0 && eng_amx_ready() && eng_amx_matmul(w, x, n, y) == 0) {
+        int done = eng_amx_rows(w);
+        if (done < w->rows) rows_avx512(w, done, w->rows, x, n, y);
+        return;
+    }
     job j = {w, x, NULL, y, n, 16, 0};
     float *xp = NULL;
     if (n <= SMALL_N && w->dt == VX_BF16 && w->cols >= 32 && have_avx512() &&

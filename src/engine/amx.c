@@ -1,0 +1,207 @@
+/*
+ * amx.c — prefill products on Intel AMX tiles, at f32 accuracy.
+ *
+ * AMX multiplies bf16 pairs exactly and accumulates in f32 (TDPBF16PS). To keep f32
+ * quality, each activation x is split into three bf16 parts x = hi + mid + lo (each the
+ * round-to-nearest of what is left; together they hold 24 mantissa bits, i.e. x exactly),
+ * and an f16 weight into two (w = hi + lo, exact since f16 has 11 mantissa bits). bf16
+ * weights are used as stored, straight from the mmap. The product is then the sum of the
+ * part products, all exact, accumulated in f32: the same accuracy class as sgemm.
+ *
+ * Layout: A = 16 weight rows × 32 columns (row-major bf16, 64 bytes a row); B = 32
+ * columns × 16 tokens packed in pairs (row kk holds, for each token, columns 2kk and
+ * 2kk+1), prepared once per call from x; C = 16 weight rows × 16 tokens in f32. Each
+ * thread takes row blocks from a shared counter and, per pair of token blocks, runs the k
+ * loop with 4 C tiles, 2 A tiles and 1 B tile.
+ *
+ * Used only when the CPU has AMX-BF16, the kernel granted the tile state, and
+ * LQL_NO_AMX is not 1; rows past the last 16-row block and column counts that are not a
+ * multiple of 32 are left to the caller's other paths.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <immintrin.h>
+#include "engine_int.h"
+
+#define TAMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+typedef struct tilecfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tilecfg;
+
+int eng_amx_ready(void)
+{
+    static int ready = -1;
+    if (ready < 0) {
+        const char *e = getenv("LQL_NO_AMX");
+        ready = !(e && *e == '1') && __builtin_cpu_supports("amx-bf16") &&
+                __builtin_cpu_supports("avx512bf16") &&
+                syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    }
+    return ready;
+}
+
+/* ---------------------------------------------------------------- packing x */
+
+/* Split 16 floats into three bf16 parts whose sum is x. */
+TAMX static inline void split3(__m512 x, __m256i *hi, __m256i *mid, __m256i *lo)
+{
+    __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
+    __m512 r = _mm512_sub_ps(x, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+    __m256i m = (__m256i)_mm512_cvtneps_pbh(r);
+    r = _mm512_sub_ps(r, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(m), 16)));
+    *hi = h;
+    *mid = m;
+    *lo = (__m256i)_mm512_cvtneps_pbh(r);
+}
+
+/* B tiles for x [n, cols]: pk[((part · ks + k) · nb + tb) · 256 + kk · 16 + t] is the dword
+ * (columns 32k + 2kk, +1) of token 16tb + t in `part`; tokens past n are zero. */
+TAMX static void pack_x(const float *x, int n, int cols, int nb, uint32_t *pk, uint16_t *tmp)
+{
+    const int ks = cols / 32;
+    memset(pk, 0, (size_t)3 * ks * nb * 1024);
+    for (int t = 0; t < n; t++) {
+        uint16_t *ph = tmp, *pm = tmp + cols, *pl = tmp + 2 * cols;
+        for (int c = 0; c < cols; c += 16) {
+            __m256i h, m, l;
+            split3(_mm512_loadu_ps(x + (size_t)t * cols + c), &h, &m, &l);
+            _mm256_storeu_si256((__m256i *)(ph + c), h);
+            _mm256_storeu_si256((__m256i *)(pm + c), m);
+            _mm256_storeu_si256((__m256i *)(pl + c), l);
+        }
+        const int tb = t / 16, tt = t % 16;
+        for (int p = 0; p < 3; p++) {
+            const uint32_t *src = (const uint32_t *)(tmp + (size_t)p * cols);
+            for (int k = 0; k < ks; k++) {
+                uint32_t *dst = pk + ((size_t)(p * ks + k) * nb + tb) * 256 + tt;
+                for (int kk = 0; kk < 16; kk++) dst[kk * 16] = src[k * 16 + kk];
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- the kernel */
+
+typedef struct amx_job {
+    const eng_w *w;
+    const uint32_t *pk;
+    float *y;
+    int n, nb, blocks;
+    atomic_int next;        /* first 16-row block not yet claimed */
+} amx_job;
+
+/* Copy a claimed block into k-major A tiles: at ((h · ks + k) · 16 + i) · 32 the 32
+ * bf16 of tile row i. bf16: h = 0/1 are rows r..r+15 and r+16..r+31 as stored; f16: h = 0/1
+ * are the hi and lo bf16 parts of rows r..r+15. Reading the rows sequentially here lets the
+ * prefetcher stream them; the tile loads then hit L2 with unit stride. */
+TAMX static void load_block(const eng_w *w, int r, uint16_t *at)
+{
+    const int ks = w->cols / 32;
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 16; i++) {
+            int row = w->dt == VX_F16 ? r + i : r + h * 16 + i;
+            const uint16_t *src = (const uint16_t *)((const char *)w->data + (size_t)row * w->row_bytes);
+            for (int k = 0; k < ks; k++) {
+                uint16_t *dst = at + ((size_t)(h * ks + k) * 16 + i) * 32;
+                if (w->dt == VX_BF16) {
+                    _mm512_storeu_si512(dst, _mm512_loadu_si512(src + k * 32));
+                    continue;
+                }
+                for (int q = 0; q < 32; q += 16) {
+                    __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + k * 32 + q)));
+                    __m256i hi = (__m256i)_mm512_cvtneps_pbh(v);
+                    __m512 rest = _mm512_sub_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16)));
+                    _mm256_storeu_si256((__m256i *)(dst + q), h ? (__m256i)_mm512_cvtneps_pbh(rest) : hi);
+                }
+            }
+        }
+}
+
+/* One claimed block: bf16 takes 32 rows (A tiles 4 and 5 are two 16-row blocks feeding C
+ * rows 0/1), f16 takes 16 rows (A tiles 4 and 5 are the hi and lo parts, both feeding C
+ * row 0). Tiles 0..3 are C[row][token block], tile 6 is B. Either way each B load serves
+ * two tile products. */
+TAMX static void amx_part(void *ctx, int part, int nparts)
+{
+    amx_job *j = ctx;
+    const eng_w *w = j->w;
+    const int ks = w->cols / 32, nb = j->nb, f16 = w->dt == VX_F16, rows_per = f16 ? 16 : 32;
+    (void)part; (void)nparts;
+    uint16_t *at = malloc((size_t)32 * w->cols * sizeof *at);
+    if (!at) return;    /* the other threads take this one's blocks */
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 7; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
+    _tile_loadconfig(&cfg);
+    float out[4][16][16];
+    int b;
+    while ((b = atomic_fetch_add(&j->next, 1)) < j->blocks) {
+        const int r = b * rows_per;
+        load_block(w, r, at);
+        for (int tb = 0; tb < nb; tb += 2) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int k = 0; k < ks; k++) {
+                _tile_loadd(4, at + (size_t)k * 512, 64);
+                _tile_loadd(5, at + (size_t)(ks + k) * 512, 64);
+                for (int p = 0; p < 3; p++) {
+                    const uint32_t *bt = j->pk + ((size_t)(p * ks + k) * nb + tb) * 256;
+                    _tile_loadd(6, bt, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    if (f16) _tile_dpbf16ps(0, 5, 6);
+                    else _tile_dpbf16ps(2, 5, 6);
+                    _tile_loadd(6, bt + 256, 64);
+                    _tile_dpbf16ps(1, 4, 6);
+                    if (f16) _tile_dpbf16ps(1, 5, 6);
+                    else _tile_dpbf16ps(3, 5, 6);
+                }
+            }
+            _tile_stored(0, out[0], 64);
+            _tile_stored(1, out[1], 64);
+            _tile_stored(2, out[2], 64);
+            _tile_stored(3, out[3], 64);
+            for (int rb = 0; rb < rows_per / 16; rb++)
+                for (int h = 0; h < 2; h++)
+                    for (int t = 0; t < 16; t++) {
+                        int tok = (tb + h) * 16 + t;
+                        if (tok >= j->n) break;
+                        float *yr = j->y + (size_t)tok * w->rows + r + rb * 16;
+                        for (int m = 0; m < 16; m++) yr[m] = out[rb * 2 + h][m][t];
+                    }
+        }
+    }
+    _tile_release();
+    free(at);
+}
+
+int eng_amx_rows(const eng_w *w)
+{
+    return w->dt == VX_F16 ? w->rows / 16 * 16 : w->rows / 32 * 32;
+}
+
+int eng_amx_matmul(const eng_w *w, const float *x, int n, float *y)
+{
+    const int nb = ((n + 31) / 32) * 2, ks = w->cols / 32;
+    amx_job j = {w, NULL, y, n, nb, w->rows / (w->dt == VX_F16 ? 16 : 32), 0};
+    uint32_t *pk = malloc((size_t)3 * ks * nb * 1024);
+    uint16_t *tmp = malloc((size_t)3 * w->cols * sizeof *tmp);
+    if (!pk || !tmp) { free(pk); free(tmp); return -1; }
+    pack_x(x, n, w->cols, nb, pk, tmp);
+    j.pk = pk;
+    eng_parallel(amx_part, &j);
+    free(pk);
+    free(tmp);
+    /* blocks left unclaimed mean no thread could get its scratch */
+    return atomic_load(&j.next) < j.blocks ? -1 : 0;
+}
