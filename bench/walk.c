@@ -5,9 +5,10 @@
  * summing a 2 GB array) measured in the same run.
  *
  *   walk [CONTAINER…]   default: /tmp/lql-bench-1b-bf16.vindex3 /tmp/lql-bench-1b-f16.vindex3
- *   walk --encode HF_DIR OUT.vindex3
+ *   walk --encode HF_DIR OUT.vindex3 [DTYPE]
  *                       encode HF_DIR twice (plain into OUT.plain, then with the down-meta
- *                       hook into OUT) and report both times: what down-meta adds.
+ *                       hook into OUT; converted to DTYPE when given) and report both
+ *                       times: what down-meta adds. OUT.plain is removed afterwards.
  *
  * Gate rows are touched once before timing so the numbers are from page cache, like the
  * reference's published figure (0.3 ms for 34 layers of a 4B model on an M3 Max).
@@ -144,13 +145,21 @@ static int bench_one(const char *path, double bw)
     return 0;
 }
 
-static int bench_encode(const char *hf, const char *out)
+static int bench_encode(const char *hf, const char *out, const char *dtype)
 {
     char plain[4200];
     snprintf(plain, sizeof plain, "%s.plain", out);
     vx_encode_opts o;
     vx_encode_opts_init(&o);
     vx_err err = {0};
+    vx_dtype dt;
+    if (dtype) {
+        if (vx_dtype_parse(dtype, &dt) != 0) {
+            fprintf(stderr, "walk: unknown dtype %s\n", dtype);
+            return 2;
+        }
+        o.dtype = (int)dt;
+    }
     double t0 = now();
     if (vx_encode(hf, plain, &o, &err) != 0) {
         fprintf(stderr, "walk: encode %s: %s\n", hf, err.msg);
@@ -167,13 +176,15 @@ static int bench_encode(const char *hf, const char *out)
     double t_browse = now() - t0;
     printf("encode %s: %.1f s plain, %.1f s with down-meta (down-meta %.1f s, %.2fx)\n", hf,
            t_plain, t_browse, t_browse - t_plain, t_browse / t_plain);
-    return 0;
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", plain);
+    return system(cmd) != 0;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc == 4 && strcmp(argv[1], "--encode") == 0)
-        return bench_encode(argv[2], argv[3]);
+    if ((argc == 4 || argc == 5) && strcmp(argv[1], "--encode") == 0)
+        return bench_encode(argv[2], argv[3], argc == 5 ? argv[4] : NULL);
     const char *def[] = {"/tmp/lql-bench-1b-bf16.vindex3", "/tmp/lql-bench-1b-f16.vindex3"};
     int threads = eng_threads();
     double bw = bandwidth_probe(threads);

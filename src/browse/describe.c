@@ -103,15 +103,6 @@ static int cmp_abs(const void *pa, const void *pb)
     return a < b ? -1 : a > b;
 }
 
-static char *dup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 int brw_describe_run(const brw_model *m, const char *entity, const brw_describe_opts *o,
                      brw_describe *out, vx_err *err)
 {
@@ -252,8 +243,8 @@ int brw_describe_run(const brw_model *m, const char *entity, const brw_describe_
                 continue;
             brw_edge *e = &out->edges[out->n_edges++];
             taken++;
-            e->target = dup(c->target);
-            e->relation = label ? dup(label) : NULL;
+            e->target = strdup(c->target);
+            e->relation = label ? strdup(label) : NULL;
             e->gate = c->gate;
             e->layer = c->layer;
             e->feature = c->feature;
@@ -263,7 +254,7 @@ int brw_describe_run(const brw_model *m, const char *entity, const brw_describe_
             e->layer_max = c->layer_max;
             e->n_also = c->n_also;
             for (int a = 0; a < c->n_also; a++)
-                e->also[a] = dup(c->also[a]);
+                e->also[a] = strdup(c->also[a]);
         }
     }
     rc = 0;

@@ -76,6 +76,16 @@ int brw_open(vx_container *c, brw_model **out, vx_err *err)
         vx_err e2;
         if (eng_tok_decode(m->tok, &id, 1, 0, &m->text[id], &e2) != 0)
             m->text[id] = NULL;
+        /* a lone byte of a multi-byte character decodes to U+FFFD: show its piece
+         * ("<0xE2>", "â") instead, so distinct tokens stay distinguishable */
+        const char *piece = eng_tok_piece(m->tok, id);
+        if (m->text[id] && strstr(m->text[id], "\xEF\xBF\xBD") && piece) {
+            char *p = strdup(piece);
+            if (p) {
+                free(m->text[id]);
+                m->text[id] = p;
+            }
+        }
     }
     read_bands(m);
     char path[4096];

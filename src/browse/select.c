@@ -243,13 +243,7 @@ static int check_conds(brw_from from, const brw_select_opts *o, vx_err *err)
 
 static char *dup(const char *s)
 {
-    if (!s)
-        return NULL;
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
+    return s ? strdup(s) : NULL;
 }
 
 typedef struct rowvec {
