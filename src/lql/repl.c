@@ -199,6 +199,7 @@ int lql_repl(lql_shell *sh)
         buf[len - 1] = 0;       /* history keeps the statement without the last newline */
         ADD_HISTORY(buf);
         buf[len - 1] = '\n';
+        vx_cancel_flag = 0;
         lql_shell_run(sh, "<stdin>", buf, line0);
         len = 0;
         buf[0] = 0;

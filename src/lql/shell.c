@@ -41,7 +41,6 @@ int lql_eval(lql_session *s, const char *text, size_t n, lql_outmode mode, char 
     int rc = lql_parse(text, n, ar, &st, e);
     if (rc == 0 && st) {
         lql_result *r = lql_result_new();
-        vx_cancel_flag = 0;
         if (!r) rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
         else {
             memset(e, 0, sizeof *e);
@@ -156,6 +155,12 @@ int lql_shell_run(lql_shell *sh, const char *label, const char *text, int line0)
     size_t n = strlen(text), i = 0;
     int line = line0, rc = 0;
     while (i < n && !sh->stop) {
+        /* a Ctrl-C between statements cancels the rest of the text (in batch: the run) */
+        if (vx_cancel_flag) {
+            sh->failed = 1;
+            if (!sh->interactive) sh->stop = 1;
+            return -1;
+        }
         i = skip_space(text, i, n, &line);
         if (i >= n) break;
         size_t bol = i;

@@ -37,7 +37,9 @@ void lql_shell_close(lql_shell *sh);
 /* Run every statement and meta-command in text (a script, a -c argument, a REPL buffer).
  * label names the source in errors ("script.lql", "<command>", "<stdin>"), line0 is the
  * line number of text's first line. Results are rendered to sh->out, errors to sh->err.
- * Returns 0 if everything succeeded, -1 otherwise (sh->failed is set). */
+ * Returns 0 if everything succeeded, -1 otherwise (sh->failed is set). A raised
+ * vx_cancel_flag (Ctrl-C) stops the text before its next statement; the caller clears
+ * the flag before running new input. */
 int lql_shell_run(lql_shell *sh, const char *label, const char *text, int line0);
 
 /* Parse and execute one statement chain and render its result in mode: *out receives the
