@@ -166,13 +166,17 @@ static const lql_stmt_def *def_of(lql_kind k)
     return NULL;
 }
 
+int lql_exec_one(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
+{
+    const lql_stmt_def *d = def_of(st->kind);
+    if (!d) return lql_errf(e, LQL_EEXEC, &st->at, "no handler for %s", lql_kind_name(st->kind));
+    return d->handler(s, st, r, e);
+}
+
 int lql_exec(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    for (; st; st = st->next) {
-        const lql_stmt_def *d = def_of(st->kind);
-        if (!d) return lql_errf(e, LQL_EEXEC, &st->at, "no handler for %s", lql_kind_name(st->kind));
-        if (d->handler(s, st, r, e) < 0) return -1;
-    }
+    for (; st; st = st->next)
+        if (lql_exec_one(s, st, r, e) < 0) return -1;
     return 0;
 }
 

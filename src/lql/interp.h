@@ -168,5 +168,7 @@ const lql_stmt_def *lql_stmt_def_find(const char *name);
 /* Run one statement chain (`a |> b` runs a then b into the same result). Stops at the
  * first failure. */
 int lql_exec(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+/* Run st alone (not the statements chained after it). */
+int lql_exec_one(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
 
 #endif

@@ -39,24 +39,33 @@ int lql_eval(lql_session *s, const char *text, size_t n, lql_outmode mode, char 
     if (!ar) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     lql_stmt *st = NULL;
     int rc = lql_parse(text, n, ar, &st, e);
-    if (rc == 0 && st) {
+    /* `a |> b`: each statement's result is rendered in turn, so notes stay with theirs */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = rc == 0 ? open_memstream(&buf, &len) : NULL;
+    if (rc == 0 && !f) rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    int shown = 0;              /* a blank line separates statements' outputs, as tables */
+    for (const lql_stmt *one = st; rc == 0 && one; one = one->next) {
         lql_result *r = lql_result_new();
-        if (!r) rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
-        else {
-            memset(e, 0, sizeof *e);
-            rc = lql_exec(s, st, r, e);
-            if (rc < 0 && e->line == 0) { e->line = st->at.line; e->col = st->at.col; e->len = st->at.len; }
-            if (rc < 0 && e->code == LQL_ECANCEL) snprintf(e->msg, sizeof e->msg, "cancelled");
-            /* A failed statement in a chain still shows what ran before it. */
-            if (rc == 0 || lql_result_ntables(r) || lql_result_nnotes(r)) {
-                *out = lql_render(r, mode);
-                if (!*out && rc == 0) rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
-            }
+        if (!r) { rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory"); break; }
+        memset(e, 0, sizeof *e);
+        rc = lql_exec_one(s, one, r, e);
+        if (rc < 0 && e->line == 0) { e->line = one->at.line; e->col = one->at.col; e->len = one->at.len; }
+        if (rc < 0 && e->code == LQL_ECANCEL) snprintf(e->msg, sizeof e->msg, "cancelled");
+        /* a failed statement still shows what it produced before failing */
+        if (rc == 0 || lql_result_ntables(r) || lql_result_nnotes(r)) {
+            char *text1 = lql_render(r, mode);
+            if (text1 && *text1 && shown++ && mode != LQL_OUT_JSON && mode != LQL_OUT_JSONL)
+                fputs(mode == LQL_OUT_CSV ? "\r\n" : "\n", f);
+            if (text1) fputs(text1, f);
+            else if (rc == 0) rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+            free(text1);
         }
         lql_result_free(r);
-    } else if (rc == 0) {
-        *out = calloc(1, 1);
     }
+    if (f && fclose(f) == 0) *out = buf;
+    else free(buf);
+    if (rc == 0 && !*out) rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     lql_arena_free(ar);
     return rc;
 }
