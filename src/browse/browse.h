@@ -97,7 +97,9 @@ const char *brw_band_name(int band);                  /* "syntax" "knowledge" "o
 const char *brw_token_text(const brw_model *m, int32_t id);
 /* s with surrounding whitespace removed, into buf (truncated to n - 1 bytes). */
 void brw_trim(const char *s, char *buf, size_t n);
-/* A probe or cluster label for (layer, feature), NULL when none. */
+/* A label for (layer, feature), NULL when none: the probe label of feature_labels.json
+ * ("L26_F9515" or "26:9515" keys) first, else the cluster label (relation_clusters.json
+ * labels[c] for the c that feature_clusters.jsonl gives the feature). */
 const char *brw_label(const brw_model *m, int layer, int64_t feature);
 /* Gate-row bytes of one layer (all experts of a MoE layer). */
 uint64_t brw_gate_bytes(const brw_model *m, int layer);

@@ -49,6 +49,8 @@ struct brw_model {
     int band[3][2];
     char **text;             /* [vocab] lazily decoded token texts */
     cJSON *labels;           /* feature_labels.json ("L{l}_F{f}" or "l:f" keys), or NULL */
+    cJSON *clusters;         /* relation_clusters.json (labels[c]), or NULL */
+    int32_t **cluster_of;    /* [layers][features] cluster id or -1 (feature_clusters.jsonl) */
 };
 
 /* Dot of a stored row (f32/f16/bf16) with q, n elements (n a multiple of 1 is fine). */

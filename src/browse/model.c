@@ -56,6 +56,49 @@ static cJSON *read_json_file(const char *path)
     return j;
 }
 
+/* relation_clusters.json ({labels: [...]}) plus feature_clusters.jsonl (one {"l", "f",
+ * "c"} per line): optional, and ignored when either is absent or malformed. */
+static void read_clusters(brw_model *m)
+{
+    char path[4096];
+    vx_err e;
+    if (vx_resolve(m->c, "relation_clusters.json", path, sizeof path, &e) != 0)
+        return;
+    m->clusters = read_json_file(path);
+    if (!cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m->clusters, "labels")) ||
+        vx_resolve(m->c, "feature_clusters.jsonl", path, sizeof path, &e) != 0)
+        goto drop;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        goto drop;
+    m->cluster_of = calloc((size_t)m->s.layers + 1, sizeof *m->cluster_of);
+    for (int l = 0; m->cluster_of && l < m->s.layers; l++) {
+        m->cluster_of[l] = malloc(((size_t)m->s.layer[l].features + 1) * sizeof(int32_t));
+        if (!m->cluster_of[l])
+            break;
+        for (int64_t i = 0; i < m->s.layer[l].features; i++)
+            m->cluster_of[l][i] = -1;
+    }
+    char line[512];
+    while (m->cluster_of && fgets(line, sizeof line, f)) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *l = cJSON_GetObjectItemCaseSensitive(j, "l");
+        const cJSON *fe = cJSON_GetObjectItemCaseSensitive(j, "f");
+        const cJSON *cl = cJSON_GetObjectItemCaseSensitive(j, "c");
+        if (cJSON_IsNumber(l) && cJSON_IsNumber(fe) && cJSON_IsNumber(cl) &&
+            l->valuedouble >= 0 && l->valuedouble < m->s.layers && fe->valuedouble >= 0 &&
+            fe->valuedouble < (double)m->s.layer[(int)l->valuedouble].features &&
+            cl->valuedouble >= 0 && cl->valuedouble < 1e9 && m->cluster_of[(int)l->valuedouble])
+            m->cluster_of[(int)l->valuedouble][(int64_t)fe->valuedouble] = (int32_t)cl->valuedouble;
+        cJSON_Delete(j);
+    }
+    fclose(f);
+    return;
+drop:
+    cJSON_Delete(m->clusters);
+    m->clusters = NULL;
+}
+
 int brw_open(vx_container *c, brw_model **out, vx_err *err)
 {
     *out = NULL;
@@ -104,6 +147,7 @@ int brw_open(vx_container *c, brw_model **out, vx_err *err)
     vx_err e3;
     if (vx_resolve(c, "feature_labels.json", path, sizeof path, &e3) == 0)
         m->labels = read_json_file(path);
+    read_clusters(m);
     *out = m;
     return 0;
 fail:
@@ -122,6 +166,11 @@ void brw_close(brw_model *m)
     brw_dmet_free(m->dmet);
     eng_tok_free(m->tok);
     cJSON_Delete(m->labels);
+    cJSON_Delete(m->clusters);
+    if (m->cluster_of)
+        for (int l = 0; l < m->s.layers; l++)
+            free(m->cluster_of[l]);
+    free(m->cluster_of);
     brw_shape_free(&m->s);
     free(m);
 }
@@ -164,7 +213,7 @@ const char *brw_token_text(const brw_model *m, int32_t id)
 
 const char *brw_label(const brw_model *m, int layer, int64_t feature)
 {
-    if (!m->labels)
+    if (layer < 0 || layer >= m->s.layers || feature < 0 || feature >= m->s.layer[layer].features)
         return NULL;
     char k1[64], k2[64];
     snprintf(k1, sizeof k1, "L%d_F%lld", layer, (long long)feature);
@@ -172,6 +221,13 @@ const char *brw_label(const brw_model *m, int layer, int64_t feature)
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->labels, k1);
     if (!cJSON_IsString(v))
         v = cJSON_GetObjectItemCaseSensitive(m->labels, k2);
+    if (cJSON_IsString(v))
+        return v->valuestring;   /* a probe label wins over a cluster */
+    if (!m->clusters || !m->cluster_of || !m->cluster_of[layer] ||
+        m->cluster_of[layer][feature] < 0)
+        return NULL;
+    v = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m->clusters, "labels"),
+                           m->cluster_of[layer][feature]);
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 

@@ -655,7 +655,7 @@ int brw_show_relations(const brw_model *m, int layer, const brw_overlay *ov, brw
         }
     }
     rowvec rv = {0};
-    *labelled = m->labels != NULL;
+    *labelled = m->labels != NULL || m->clusters != NULL;
     for (int l = lo; l <= hi; l++)
         for (int64_t f = 0; f < m->s.layer[l].features; f++) {
             brw_meta md;
@@ -768,7 +768,7 @@ int brw_stats_get(const brw_model *m, brw_stats *out, vx_err *err)
     out->hidden = m->s.hidden;
     out->vocab = m->s.vocab;
     memcpy(out->band, m->band, sizeof m->band);
-    out->labelled = m->labels != NULL;
+    out->labelled = m->labels != NULL || m->clusters != NULL;
     out->gate_dtype = m->s.layers ? vx_dtype_name(m->s.layer[0].parts[0].gate->dtype) : "";
     for (int l = 0; l < m->s.layers; l++) {
         out->features += m->s.layer[l].features;

@@ -337,6 +337,50 @@ int main(void)
         brw_dmet_free(da);
         brw_dmet_free(db);
     }
+    /* labels: a probe label wins over a cluster; clusters come from two files */
+    {
+        char path[4300];
+        const char *files[3][2] = {
+            {"feature_labels.json", "{\"L2_F100\": \"capital\", \"3:7\": \"river\"}"},
+            {"relation_clusters.json", "{\"k\": 2, \"labels\": [\"located in\", \"born in\"]}"},
+            {"feature_clusters.jsonl", "{\"l\": 3, \"f\": 5, \"c\": 1}\n{\"l\": 2, \"f\": 100, "
+                                       "\"c\": 0}\n{\"l\": 9, \"f\": 1, \"c\": 0}\nnot json\n"}};
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof path, "%s/%s", out, files[i][0]);
+            FILE *f = fopen(path, "w");
+            if (f) {
+                fputs(files[i][1], f);
+                fclose(f);
+            }
+        }
+        brw_model *lm = NULL;
+        CHECK(brw_open(c, &lm, &err) == 0);
+        if (lm) {
+            CHECK_STR(brw_label(lm, 2, 100), "capital");
+            CHECK_STR(brw_label(lm, 3, 7), "river");
+            CHECK_STR(brw_label(lm, 3, 5), "born in");
+            CHECK(brw_label(lm, 3, 6) == NULL && brw_label(lm, 9, 1) == NULL);
+            brw_rows rr;
+            int labelled = 0;
+            CHECK(brw_show_relations(lm, 3, NULL, &rr, &labelled, &err) == 0 && labelled);
+            CHECK(rr.n == 2);
+            brw_rows_free(&rr);
+            brw_describe dd;
+            brw_describe_opts rop = {.band = -1, .at_layer = -1, .relations_only = 1,
+                                     .mode = BRW_DESCRIBE_VERBOSE};
+            CHECK(brw_describe_run(lm, "France", &rop, &dd, &err) == 0);
+            int all_labelled = 1;
+            for (size_t i = 0; i < dd.n_edges; i++)
+                all_labelled &= dd.edges[i].relation != NULL;
+            CHECK(all_labelled);
+            brw_describe_free(&dd);
+            brw_close(lm);
+        }
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof path, "%s/%s", out, files[i][0]);
+            unlink(path);
+        }
+    }
     brw_close(m);
     vx_close(c);
     rm_rf(plain);
