@@ -141,6 +141,12 @@ static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int3
         sp.top_p = (float)st->top_p;
     }
     if (lql_has(st, LQL_C_SEED)) sp.seed = st->seed;
+    /* greedy decoding never samples: a seed or nucleus there would be ignored */
+    static const lql_clause_kind sampling[] = {LQL_C_TOP_P, LQL_C_SEED};
+    for (size_t i = 0; sp.temperature == 0 && i < 2; i++)
+        if (lql_has(st, sampling[i]))
+            return lql_errf(e, LQL_EEXEC, &st->clause_at[sampling[i]],
+                            "%s applies to sampling: add TEMPERATURE x with x > 0", lql_clause_text(sampling[i]));
     eng_session *es = NULL;
     vx_err ve = {0};
     int32_t *out = malloc((size_t)max_new * sizeof *out);

@@ -14,6 +14,12 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static void count(void *ctx, const char *kw)
+{
+    (void)kw;
+    ++*(int *)ctx;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *text = (const char *)data;
@@ -43,5 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     z[size] = 0;
     (void)lql_complete(z);
     free(z);
+    int seen = 0, n = lql_next_keywords((const char *)data, size < 200 ? size : 200, count, &seen);
+    if (n >= 0 && n != seen) abort();
     return 0;
 }
