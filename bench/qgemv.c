@@ -1,8 +1,9 @@
 /*
  * qgemv.c — speed of eng_qgemv on every block codec, in GB/s of weight-block bytes, next
  * to a plain streaming read of the same number of bytes on the same threads (the
- * memory-bound ceiling a GEMV can reach), and of the exact-weight row dot eng_qdot
- * (serial, one row at a time: the browse path). Run it once per thread count:
+ * memory-bound ceiling a GEMV can reach), of the exact-weight row dot eng_qdot (serial,
+ * one row at a time: the browse path), and of a 64-row prefill eng_qgemm in GFLOP/s.
+ * Run it once per thread count:
  *
  *   LQL_THREADS=1 qgemv [--rows 4096] [--cols 4096] [--reps 20]
  *   LQL_THREADS=2 qgemv
@@ -62,8 +63,11 @@ int main(int argc, char **argv)
     for (int c = 0; c < cols; c++)
         x[c] = (float)((c * 7919) % 1000) / 500.f - 1.f;
     printf("qgemv: %d x %d, %d threads, %d repetitions\n", rows, cols, eng_threads(), reps);
-    printf("  %-6s %8s %8s %10s %8s %12s\n", "dtype", "MB", "GB/s", "read GB/s", "ratio",
-           "qdot 1t GB/s");
+    printf("  %-6s %8s %8s %10s %8s %12s %12s\n", "dtype", "MB", "GB/s", "read GB/s", "ratio",
+           "qdot 1t GB/s", "n=64 GFLOP/s");
+    float *xs = malloc(sizeof(float) * (size_t)cols * 64), *ys = malloc(sizeof(float) * (size_t)rows * 64);
+    for (size_t i = 0; i < (size_t)cols * 64; i++)
+        xs[i] = x[i % (size_t)cols];
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
         vx_dtype dt = all[k];
         unsigned be, bb;
@@ -110,11 +114,22 @@ int main(int argc, char **argv)
             tr = t2 - t1 < tr ? t2 - t1 : tr;
             td = t3 - t2 < td ? t3 - t2 : td;
         }
-        printf("  %-6s %8.1f %8.2f %10.2f %8.2f %12.2f\n", vx_quant_name(dt), (double)n / 1e6,
-               (double)n / tq / 1e9, (double)n / tr / 1e9, tr / tq, (double)n / td / 1e9);
+        /* Prefill: a 64-row batch through eng_qgemm (exact f32 tiles + sgemm). */
+        double tg = 1e30;
+        for (int i = 0; i < (reps + 4) / 5; i++) {
+            double t0 = now();
+            eng_qgemm(dt, w, rows, cols, xs, 64, ys);
+            double t1 = now();
+            tg = t1 - t0 < tg ? t1 - t0 : tg;
+        }
+        printf("  %-6s %8.1f %8.2f %10.2f %8.2f %12.2f %12.1f\n", vx_quant_name(dt),
+               (double)n / 1e6, (double)n / tq / 1e9, (double)n / tr / 1e9, tr / tq,
+               (double)n / td / 1e9, 2.0 * rows * cols * 64 / tg / 1e9);
         free(w);
     }
     free(x);
     free(y);
+    free(xs);
+    free(ys);
     return 0;
 }

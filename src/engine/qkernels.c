@@ -9,6 +9,7 @@
 #include "qkernels.h"
 #include "engine_int.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,106 +316,122 @@ static float dot_row(vx_dtype dt, const unsigned char *w, const acts *a, int t, 
     }
 }
 
-/* ---------------------------------------------------------------- exact-weight kernels */
+/* ---------------------------------------------------------------- exact-weight blocks */
 
-/* acc += Σ_i (sc·q[i] − sub)·x[i] over 32 int8 values q, the first 16 with sc[0]/sub[0]
- * and the last 16 with sc[1]/sub[1]. The weight is formed exactly as the codec forms it
- * (a product, then a difference) before the multiply-add with x. */
-static __m256 fma32(__m256i q, const __m256 sc[2], const __m256 sub[2], const float *x,
-                    __m256 acc)
+/* out[0..32) = sc·q − sub for 32 int8 values q, the first 16 with sc[0]/sub[0] and the last
+ * 16 with sc[1]/sub[1]: a product then a difference, exactly as the codec forms them. */
+static void store32(__m256i q, const __m256 sc[2], const __m256 sub[2], float *out)
 {
     __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
     __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
     for (int k = 0; k < 4; k++) {
         __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k]));
-        __m256 w = _mm256_sub_ps(_mm256_mul_ps(sc[k / 2], v), sub[k / 2]);
-        acc = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + 8 * k), acc);
+        _mm256_storeu_ps(out + 8 * k, _mm256_sub_ps(_mm256_mul_ps(sc[k / 2], v), sub[k / 2]));
     }
-    return acc;
 }
 
-/* One weight row · x with the weights dequantised in registers, bit-equal to the codec's
- * values; 0 when dt has no such kernel (the caller then takes the stack-buffer path). */
-static int exact_row(vx_dtype dt, const unsigned char *w, const float *x, int cols, float *out)
+/* Dequantise one block in registers, bit-equal to the codec; 0 when dt has no such path. */
+static int deq_block_fast(vx_dtype dt, const unsigned char *w, float *out)
 {
     static const int8_t e2m1[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
     const __m256 zero[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256 acc = _mm256_setzero_ps();
     switch (dt) {
     case VX_Q8_0:
-    case VX_Q4_0:
-    case VX_MXFP4: {
-        const __m256i tab = _mm256_broadcastsi128_si256(
-            _mm_loadu_si128((const __m128i *)(const void *)e2m1));
-        unsigned bb = dt == VX_Q8_0 ? 34 : dt == VX_Q4_0 ? 18 : 17;
-        for (int b = 0; b < cols / 32; b++, w += bb, x += 32) {
-            float d = dt == VX_MXFP4 ? e8m0_half(w[0]) : h2f(w);
-            __m256i q = dt == VX_Q8_0 ? load32(w + 2)
-                      : dt == VX_Q4_0 ? _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8))
-                      : _mm256_shuffle_epi8(tab, nibbles(w + 1));
-            __m256 sc[2] = {_mm256_set1_ps(d), _mm256_set1_ps(d)};
-            acc = fma32(q, sc, zero, x, acc);
-        }
-        break;
+    case VX_Q4_0: {
+        float d = h2f(w);
+        __m256i q = dt == VX_Q8_0 ? load32(w + 2)
+                                  : _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8));
+        __m256 sc[2] = {_mm256_set1_ps(d), _mm256_set1_ps(d)};
+        store32(q, sc, zero, out);
+        return 1;
     }
-    case VX_Q4_K:
-        for (int b = 0; b < cols / 256; b++, w += 144) {
-            uint8_t sm[16];
-            q4k_unpack(w + 4, sm);
-            float d = h2f(w), dmin = h2f(w + 2);
-            for (int j = 0; j < 4; j++, x += 64) {
-                __m256i v = load32(w + 16 + 32 * j);
-                __m256i half[2] = {_mm256_and_si256(v, m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
-                for (int h = 0; h < 2; h++) {
-                    int s = 2 * j + h;
-                    __m256 sc[2] = {_mm256_set1_ps(d * (float)sm[s]), _mm256_set1_ps(d * (float)sm[s])};
-                    __m256 mn[2] = {_mm256_set1_ps(dmin * (float)sm[8 + s]),
-                                    _mm256_set1_ps(dmin * (float)sm[8 + s])};
-                    acc = fma32(half[h], sc, mn, x + 32 * h, acc);
-                }
+    case VX_MXFP4: {
+        if (w[0] == 255) {
+            for (int i = 0; i < 32; i++)
+                out[i] = NAN;
+            return 1;
+        }
+        float d = e8m0_half(w[0]);
+        __m256i nib = nibbles(w + 1);
+        __m256i q = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(
+            _mm_loadu_si128((const __m128i *)(const void *)e2m1)), nib);
+        __m256 sc[2] = {_mm256_set1_ps(d), _mm256_set1_ps(d)};
+        store32(q, sc, zero, out);
+        /* Code 8 is -0: put the nibble's sign bit on every negative-coded value. */
+        unsigned char codes[32];
+        _mm256_storeu_si256((__m256i *)(void *)codes, nib);
+        for (int i = 0; i < 32; i++)
+            if (codes[i] & 8)
+                out[i] = -fabsf(out[i]);
+        return 1;
+    }
+    case VX_Q4_K: {
+        uint8_t sm[16];
+        q4k_unpack(w + 4, sm);
+        float d = h2f(w), dmin = h2f(w + 2);
+        for (int j = 0; j < 4; j++) {
+            __m256i v = load32(w + 16 + 32 * j);
+            __m256i half[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
+            for (int h = 0; h < 2; h++) {
+                int s = 2 * j + h;
+                __m256 sc[2] = {_mm256_set1_ps(d * (float)sm[s]), _mm256_set1_ps(d * (float)sm[s])};
+                __m256 mn[2] = {_mm256_set1_ps(dmin * (float)sm[8 + s]),
+                                _mm256_set1_ps(dmin * (float)sm[8 + s])};
+                store32(half[h], sc, mn, out + 64 * j + 32 * h);
             }
         }
-        break;
-    case VX_Q6_K:
-        for (int b = 0; b < cols / 256; b++, w += 210) {
-            const int8_t *scs = (const int8_t *)(w + 192);
-            float d = h2f(w + 208);
-            for (int n = 0; n < 2; n++, x += 128) {
-                __m256i v[4];
-                q6k_unpack(w, n, v);
-                for (int k = 0; k < 4; k++) {
-                    const int8_t *s = scs + 8 * n + 2 * k;
-                    __m256 sc[2] = {_mm256_set1_ps(d * (float)s[0]), _mm256_set1_ps(d * (float)s[1])};
-                    acc = fma32(_mm256_sub_epi8(v[k], _mm256_set1_epi8(32)), sc, zero,
-                                x + 32 * k, acc);
-                }
+        return 1;
+    }
+    case VX_Q6_K: {
+        const int8_t *scs = (const int8_t *)(w + 192);
+        float d = h2f(w + 208);
+        for (int n = 0; n < 2; n++) {
+            __m256i v[4];
+            q6k_unpack(w, n, v);
+            for (int k = 0; k < 4; k++) {
+                const int8_t *s = scs + 8 * n + 2 * k;
+                __m256 sc[2] = {_mm256_set1_ps(d * (float)s[0]), _mm256_set1_ps(d * (float)s[1])};
+                store32(_mm256_sub_epi8(v[k], _mm256_set1_epi8(32)), sc, zero,
+                        out + 128 * n + 32 * k);
             }
         }
-        break;
+        return 1;
+    }
     default:
         return 0;
     }
-    *out = hsum(acc);
-    return 1;
 }
 #endif
+
+/* One block to f32 by the fastest exact route. */
+static void deq_block(vx_dtype dt, const unsigned char *w, float *out)
+{
+#ifdef __AVX2__
+    if (deq_block_fast(dt, w, out))
+        return;
+#endif
+    vx_dequantize_block(dt, w, out);
+}
+
+void eng_qrow_f32(vx_dtype dt, const void *row, float *dst, int cols)
+{
+    unsigned be, bb;
+    if (vx_quant_block(dt, &be, &bb) != 0)
+        return;
+    for (int b = 0; b < cols / (int)be; b++)
+        deq_block(dt, (const unsigned char *)row + (size_t)b * bb, dst + (size_t)b * be);
+}
 
 float eng_qdot(vx_dtype dt, const void *row, const float *x, int cols)
 {
     unsigned be, bb;
     if (vx_quant_block(dt, &be, &bb) != 0)
         return NAN;
-#ifdef __AVX2__
-    float r;
-    if (exact_row(dt, row, x, cols, &r))
-        return r;
-#endif
     const unsigned char *w = row;
     float buf[256], s = 0;
     for (int b = 0; b < cols / (int)be; b++) {
-        vx_dequantize_block(dt, w + (size_t)b * bb, buf);
+        deq_block(dt, w + (size_t)b * bb, buf);
         s += dotf(buf, x + (size_t)b * be, (int)be);
     }
     return s;
@@ -432,28 +449,56 @@ typedef struct job {
     const acts *a;            /* NULL: the f32 block path */
 } job;
 
-/* Activation rows per tile: a tile of quantised activations stays in L2 while every
- * weight row of the range passes over it from L1. */
-#define TILE_T 64
-
+/* The streaming path: each weight row is read once and dotted with every activation row
+ * while it sits in L1. */
 static void run_rows(const job *j, int r0, int r1)
 {
-    for (int t0 = 0; t0 < j->n; t0 += TILE_T) {
-        int t1 = t0 + TILE_T < j->n ? t0 + TILE_T : j->n;
-        for (int r = r0; r < r1; r++) {
-            const unsigned char *w = j->W + (size_t)r * j->row_bytes;
-            for (int t = t0; t < t1; t++) {
-                float *y = j->Y + (size_t)t * j->rows + r;
+    for (int r = r0; r < r1; r++) {
+        const unsigned char *w = j->W + (size_t)r * j->row_bytes;
+        for (int t = 0; t < j->n; t++) {
+            float *y = j->Y + (size_t)t * j->rows + r;
 #ifdef __AVX2__
-                if (j->a) {
-                    *y = dot_row(j->dt, w, j->a, t, j->cols);
-                    continue;
-                }
-#endif
-                *y = eng_qdot(j->dt, w, j->X + (size_t)t * j->cols, j->cols);
+            if (j->a) {
+                *y = dot_row(j->dt, w, j->a, t, j->cols);
+                continue;
             }
+#endif
+            *y = eng_qdot(j->dt, w, j->X + (size_t)t * j->cols, j->cols);
         }
     }
+}
+
+/* Above this many activation rows the weights are dequantised a tile at a time (exactly)
+ * and multiplied with sgemm: prefill then runs at BLAS speed with exact weights. */
+#define GEMM_N 8
+#define TILE_BYTES (2 * 1024 * 1024)
+
+static void run_tiles(const job *j, int r0, int r1)
+{
+    int per = (int)(TILE_BYTES / ((size_t)j->cols * sizeof(float)));
+    per = per < 4 ? 4 : per;
+    float *buf = malloc((size_t)per * (size_t)j->cols * sizeof(float));
+    if (!buf) {
+        run_rows(j, r0, r1);      /* the f32 block path needs no memory: slower, not wrong */
+        return;
+    }
+    for (int r = r0; r < r1; r += per) {
+        int tr = r1 - r < per ? r1 - r : per;
+        for (int i = 0; i < tr; i++)
+            eng_qrow_f32(j->dt, j->W + (size_t)(r + i) * j->row_bytes, buf + (size_t)i * j->cols,
+                         j->cols);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n, tr, j->cols, 1.0f, j->X,
+                    j->cols, buf, j->cols, 0.0f, j->Y + r, j->rows);
+    }
+    free(buf);
+}
+
+static void run(const job *j, int r0, int r1)
+{
+    if (j->n > GEMM_N)
+        run_tiles(j, r0, r1);
+    else
+        run_rows(j, r0, r1);
 }
 
 static void part(void *ctx, int i, int n)
@@ -461,18 +506,28 @@ static void part(void *ctx, int i, int n)
     const job *j = ctx;
     int lo, hi;
     eng_split(j->rows, i, n, 4, &lo, &hi);
-    run_rows(j, lo, hi);
+    if (lo < hi)
+        run(j, lo, hi);
 }
 
-/* Prepares the job (quantising the activations when dt has an integer kernel). */
+/* Prepares the job: activations quantised when dt has an integer kernel and the batch is
+ * small; the BLAS kept single-threaded inside the pool's parts. */
 static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int cols,
                      const float *X, int n, float *Y)
 {
+    static int blas_single;
     unsigned be = 1, bb = 0;
     vx_quant_block(dt, &be, &bb);
     *j = (job){dt, W, (size_t)(cols / (int)be) * bb, rows, cols, n, X, Y, NULL};
-    int blk = act_block(dt);
     a->mem = NULL;
+    if (n > GEMM_N) {
+        if (!blas_single) {
+            openblas_set_num_threads(1);
+            blas_single = 1;
+        }
+        return;
+    }
+    int blk = act_block(dt);
     if (blk && acts_make(a, blk, X, n, cols) == 0)
         j->a = a;
 }
@@ -483,7 +538,7 @@ void eng_qgemm_rows(vx_dtype dt, const void *W, int r0, int r1, int rows, int co
     job j;
     acts a;
     job_init(&j, &a, dt, W, rows, cols, X, n, Y);
-    run_rows(&j, r0, r1);
+    run(&j, r0, r1);
     free(a.mem);
 }
 
@@ -493,9 +548,9 @@ void eng_qgemm(vx_dtype dt, const void *W, int rows, int cols, const float *X, i
     job j;
     acts a;
     job_init(&j, &a, dt, W, rows, cols, X, n, Y);
-    /* Below ~64 KiB of weights the pool's wake-up costs more than it saves. */
-    if ((uint64_t)rows * j.row_bytes < 65536 || rows < 8)
-        run_rows(&j, 0, rows);
+    /* Below ~64 KiB of weight work the pool's wake-up costs more than it saves. */
+    if ((uint64_t)rows * j.row_bytes * (uint64_t)n < 65536 || rows < 8)
+        run(&j, 0, rows);
     else
         eng_parallel(part, &j);
     free(a.mem);

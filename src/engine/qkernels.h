@@ -13,16 +13,19 @@
  *   - Both parallelise over rows with eng_parallel (the engine's pool, eng_threads()
  *     parts), so they must not be called from inside an eng_parallel part; code already
  *     running in a part calls eng_qgemm_rows for its own row range instead.
- *   - Numerics (the ggml way): for Q8_0, Q4_0, MXFP4, Q4_K and Q6_K the activations are
- *     quantised on the fly to 8-bit blocks (32 values with an f32 scale; 256 for the
- *     K-quants) and the block products run in integers. The weights are exact; the only
- *     approximation is the activation rounding, bounded per output by
+ *   - Numerics. Up to 8 activation rows (decode), the ggml way: for Q8_0, Q4_0, MXFP4,
+ *     Q4_K and Q6_K the activations are quantised on the fly to 8-bit blocks (32 values with
+ *     an f32 scale; 256 for the K-quants) and the block products run in integers. The
+ *     weights are exact; the only approximation is the activation rounding, bounded per
+ *     output by
  *         |y - exact| <= Σ_i |W[r,i]| · amax_B(i)(x) / 254  +  1e-5 · Σ_i |W[r,i]·x[i]|
  *     where B(i) is the activation block of element i (docs/lql/QUANT.md). Q2_K, Q3_K and
- *     Q5_K dequantise one block at a time into registers and use f32 products (bounded by
- *     the second term alone), as does eng_qdot for every format.
- *   - They never fail: there is nothing to allocate beyond a stack-sized activation copy
- *     (heap for very wide rows; if that allocation fails, the f32 block path runs instead).
+ *     Q5_K dequantise one block at a time and use f32 products (bounded by the second term
+ *     alone), as does eng_qdot for every format. Above 8 rows (prefill) every format
+ *     dequantises tiles of weight rows exactly and multiplies them with sgemm: the second
+ *     term alone again.
+ *   - They never fail: if the activation copy or a weight tile cannot be allocated, the f32
+ *     block path (no memory needed) runs instead.
  */
 #ifndef LQL_QKERNELS_H
 #define LQL_QKERNELS_H
@@ -42,5 +45,8 @@ void eng_qgemm_rows(vx_dtype dt, const void *W, int r0, int r1, int rows, int co
 /* One weight row (cols elements in dt) · x in f32 with exact weights (the browse path:
  * gate-row scores read in place). */
 float eng_qdot(vx_dtype dt, const void *row, const float *x, int cols);
+/* One weight row to f32, bit-equal to vx_dequantize_row but dequantised in registers
+ * (AVX2) for Q8_0, Q4_0, MXFP4, Q4_K and Q6_K. Nothing is written for a non-block dtype. */
+void eng_qrow_f32(vx_dtype dt, const void *row, float *dst, int cols);
 
 #endif
