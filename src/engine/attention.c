@@ -37,9 +37,7 @@ static void one_head(const att *a, int h, float *p)
         float mx = -INFINITY;
         for (int j = lo; j <= i; j++) {
             const float *k = kv->k + (size_t)j * kst + (size_t)kvh * kd;
-            float s = 0;
-            for (int d = 0; d < kd; d++) s += q[d] * k[d];
-            s *= m->attn_scale;
+            float s = eng_dot(q, k, kd) * m->attn_scale;
             if (m->attn_softcap > 0) s = eng_softcap(s, m->attn_softcap);
             p[j] = s;
             if (s > mx) mx = s;

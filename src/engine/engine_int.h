@@ -33,6 +33,8 @@ typedef struct eng_w {
 void eng_matmul(const eng_w *w, const float *x, int n, float *y);
 /* y[t, i] += b[i] for t < n, i < w; nothing when b is NULL. */
 void eng_add_bias(float *y, const float *b, int n, int w);
+/* Dot product of two f32 vectors of n elements (vectorised). */
+float eng_dot(const float *a, const float *b, int n);
 /* Dot product of weight row r with x (cols elements), f32 result. */
 float eng_w_dot_row(const eng_w *w, int r, const float *x);
 /* Element (r, c) of a view as f32. */

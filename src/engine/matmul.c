@@ -100,6 +100,17 @@ static float tail_dot(vx_dtype dt, const void *row, const float *x, int k, int c
     return s;
 }
 
+float eng_dot(const float *a, const float *b, int n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= n; k += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), acc);
+    float s = hsum256(acc);
+    for (; k < n; k++) s += a[k] * b[k];
+    return s;
+}
+
 float eng_w_dot_row(const eng_w *w, int r, const float *x)
 {
     if (w->trans) {

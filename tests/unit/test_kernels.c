@@ -75,6 +75,10 @@ static void test_matmul(void)
     CHECK_NEAR(eng_w_dot_row(&wb, 1, x), 0.5 + 1 + 8, 1e-6);
     CHECK_NEAR(eng_w_at(&wb, 1, 2), 4, 0);
     CHECK(eng_dtype_executable(VX_BF16) && !eng_dtype_executable(VX_I32));
+    float da[37], db[37];
+    double dref = 0;
+    for (int i = 0; i < 37; i++) { da[i] = rnd(); db[i] = rnd(); dref += (double)da[i] * db[i]; }
+    CHECK_NEAR(eng_dot(da, db, 37), dref, 1e-5);
 }
 
 /* Block-quantised weights go through the block kernels: compare with the dequantised
