@@ -21,6 +21,9 @@
 #include <unistd.h>
 
 #define NKEYS 256
+/* Geometry values above this are refused: sums of two stay inside int, products are
+ * formed in 64 bits. */
+#define DIM_MAX (1L << 28)
 
 /* The judgment state of one admission. */
 typedef struct judge {
@@ -120,8 +123,8 @@ static int getpos(judge *j, const char *k, long def, int *out)
     long v;
     if (geti(j, k, def, &v) < 0)
         return -1;
-    if (v <= 0 || v > (1L << 30))
-        return bad_type(j, k, "a positive integer");
+    if (v <= 0 || v > DIM_MAX)
+        return bad_type(j, k, "a positive integer of at most 2^28");
     *out = (int)v;
     return 0;
 }
@@ -138,6 +141,16 @@ static int getd(judge *j, const char *k, double def, double *out)
     if (!cJSON_IsNumber(v))
         return bad_type(j, k, "a number");
     *out = v->valuedouble;
+    return 0;
+}
+
+/* A number that must be positive when present (eps, theta, caps, scalars). */
+static int getposd(judge *j, const char *k, double def, double *out)
+{
+    if (getd(j, k, def, out) < 0)
+        return -1;
+    if (has(j, k) && !(*out > 0 && isfinite(*out)))
+        return bad_type(j, k, "a positive number");
     return 0;
 }
 
@@ -484,6 +497,8 @@ static int rope_keys(judge *j, arch *a)
         if (!cJSON_IsObject(params))
             return bad_type(j, "rope_parameters", "an object");
         const cJSON *th = cJSON_GetObjectItemCaseSensitive(params, "rope_theta");
+        if (cJSON_IsNumber(th) && !(th->valuedouble > 0 && isfinite(th->valuedouble)))
+            return bad_type(j, "rope_parameters.rope_theta", "a positive number");
         if (cJSON_IsNumber(th))
             a->theta = th->valuedouble;
         if (!sc || cJSON_IsNull(sc)) {
@@ -491,7 +506,7 @@ static int rope_keys(judge *j, arch *a)
             scname = "rope_parameters";
         }
     }
-    if (has(j, "rope_theta") && getd(j, "rope_theta", 10000.0, &a->theta) < 0)
+    if (has(j, "rope_theta") && getposd(j, "rope_theta", 10000.0, &a->theta) < 0)
         return -1;
     const cJSON *prf = key(j, "partial_rotary_factor");
     if (sc && cJSON_IsObject(sc) && !prf)
@@ -554,6 +569,8 @@ static int model_dtype(judge *j, vx_dtype *out)
     const cJSON *v = key(j, "torch_dtype");
     if (!v || cJSON_IsNull(v))
         v = key(j, "dtype");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsString(v))
+        return bad_type(j, v->string, "a dtype name");
     if (cJSON_IsString(v)) {
         if (strcmp(v->valuestring, "bfloat16") == 0)
             *out = VX_BF16;
@@ -571,14 +588,21 @@ static int model_dtype(judge *j, vx_dtype *out)
     return 0;
 }
 
-/* bos / eos from config.json, completed by generation_config.json (eos merged). */
-static int special_tokens(judge *j, const cJSON *gen, cJSON *st)
+static int is_token(const cJSON *v, int vocab)
+{
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < vocab &&
+           v->valuedouble == floor(v->valuedouble);
+}
+
+/* bos / eos from config.json, completed by generation_config.json (eos merged); every id
+ * must be a token of the vocabulary. */
+static int special_tokens(judge *j, const cJSON *gen, int vocab, cJSON *st)
 {
     const cJSON *bos = key(j, "bos_token_id"), *eos = key(j, "eos_token_id");
     if (!bos || cJSON_IsNull(bos))
         bos = gen ? cJSON_GetObjectItemCaseSensitive(gen, "bos_token_id") : NULL;
-    if (bos && !cJSON_IsNull(bos) && !cJSON_IsNumber(bos))
-        return bad_type(j, "bos_token_id", "an integer or null");
+    if (bos && !cJSON_IsNull(bos) && !is_token(bos, vocab))
+        return bad_type(j, "bos_token_id", "a token id below vocab_size (or null)");
     cJSON_AddItemToObject(st, "bos", bos && cJSON_IsNumber(bos) ? cJSON_CreateNumber(bos->valuedouble)
                                                                 : cJSON_CreateNull());
     cJSON *ids = cJSON_AddArrayToObject(st, "eos");
@@ -589,8 +613,8 @@ static int special_tokens(judge *j, const cJSON *gen, cJSON *st)
             continue;
         const cJSON *one = cJSON_IsArray(v) ? v->child : v;
         for (; one; one = cJSON_IsArray(v) ? one->next : NULL) {
-            if (!cJSON_IsNumber(one))
-                return bad_type(j, "eos_token_id", "an integer or a list of integers");
+            if (!is_token(one, vocab))
+                return bad_type(j, "eos_token_id", "a token id below vocab_size (or a list of them)");
             int dup = 0;
             const cJSON *e;
             cJSON_ArrayForEach(e, ids) dup |= e->valuedouble == one->valuedouble;
@@ -989,12 +1013,12 @@ static int gpt2_keys(judge *j, arch *a)
     if (getpos(j, "n_embd", REQUIRED, &a->hidden) < 0 || getpos(j, "n_layer", REQUIRED, &a->layers) < 0 ||
         getpos(j, "n_head", REQUIRED, &a->heads) < 0 || getpos(j, "vocab_size", REQUIRED, &a->vocab) < 0 ||
         getpos(j, "n_positions", 1024, &a->ctx) < 0 || geti(j, "n_inner", 0, &inner) < 0 ||
-        getd(j, "layer_norm_epsilon", 1e-5, &a->eps) < 0 || act_key(j, a, "activation_function",
+        getposd(j, "layer_norm_epsilon", 1e-5, &a->eps) < 0 || act_key(j, a, "activation_function",
                                                                     "gelu_new") < 0)
         return -1;
     if (a->layers > 4096)
         return bad_type(j, "n_layer", "at most 4096");
-    if (inner < 0 || inner > (1L << 30))
+    if (inner < 0 || inner > DIM_MAX || (inner == 0 && has(j, "n_inner")))
         return bad_type(j, "n_inner", "a positive integer or null");
     a->inter = inner ? (int)inner : 4 * a->hidden;
     a->kv_heads = a->heads;
@@ -1049,7 +1073,7 @@ static int windows(judge *j, fam f, arch *a)
     }
     if (geti(j, "sliding_window", 0, &w) < 0)
         return -1;
-    if (w < 0 || w > (1L << 30))
+    if (w < 0 || w > DIM_MAX || (w == 0 && has(j, "sliding_window")))
         return bad_type(j, "sliding_window", "a positive integer or null");
     if (f == F_GEMMA2) {
         const cJSON *lt = key(j, "layer_types");
@@ -1094,7 +1118,7 @@ static int moe_keys(judge *j, fam f, arch *a)
         long si;
         if (geti(j, "shared_expert_intermediate_size", 0, &si) < 0)
             return -1;
-        if (si < 0 || si > (1L << 30))
+        if (si < 0 || si > DIM_MAX)
             return bad_type(j, "shared_expert_intermediate_size", "a non-negative integer");
         a->shared_inter = (int)si;
         a->shared_gate = si > 0;
@@ -1114,7 +1138,7 @@ static int moe_keys(judge *j, fam f, arch *a)
             getpos(j, "moe_intermediate_size", REQUIRED, &a->expert_inter) < 0 ||
             getpos(j, "n_group", 1, &a->n_group) < 0 || getpos(j, "topk_group", 1, &a->topk_group) < 0 ||
             getb(j, "norm_topk_prob", 1, &a->normalise) < 0 ||
-            getd(j, "routed_scaling_factor", 1.0, &a->routed_scaling) < 0 ||
+            getposd(j, "routed_scaling_factor", 1.0, &a->routed_scaling) < 0 ||
             getpos(j, "n_shared_experts", 1, &nshared) < 0)
             return -1;
         long fk;
@@ -1130,6 +1154,8 @@ static int moe_keys(judge *j, fam f, arch *a)
             return vx_errf(j->err, VX_EFORMAT, "config.json: n_routed_experts %d, n_group %d and "
                            "topk_group %d do not form groups", a->experts, a->n_group, a->topk_group);
         a->sigmoid = a->score_bias = 1;
+        if ((long)a->expert_inter * nshared > DIM_MAX)
+            return bad_type(j, "n_shared_experts", "small enough for a shared MLP width within 2^28");
         a->shared_inter = a->expert_inter * nshared;
         for (int i = 0; i < a->layers; i++)
             a->moe[i] = i >= first;
@@ -1152,7 +1178,7 @@ static int mla_keys(judge *j, arch *a)
         getpos(j, "v_head_dim", REQUIRED, &a->v_dim) < 0 ||
         getb(j, "rope_interleave", 1, &a->interleaved) < 0 || expect_false(j, "attention_bias") < 0)
         return -1;
-    if (ql < 0 || ql > (1L << 30))
+    if (ql < 0 || ql > DIM_MAX)
         return bad_type(j, "q_lora_rank", "a positive integer or null");
     a->q_lora = (int)ql;
     a->mla = 1;
@@ -1183,7 +1209,7 @@ static int build(judge *j, fam f, int tied_default, const cJSON *gen, const cJSO
         if (gpt2_keys(j, &a) < 0)
             goto out;
     } else {
-        if (geometry(j, &a) < 0 || getd(j, "rms_norm_eps", 1e-6, &a.eps) < 0)
+        if (geometry(j, &a) < 0 || getposd(j, "rms_norm_eps", 1e-6, &a.eps) < 0)
             goto out;
         a.rotary_dim = a.head_dim;
         a.scale = 1.0 / sqrt((double)a.head_dim);
@@ -1239,19 +1265,15 @@ static int build(judge *j, fam f, int tied_default, const cJSON *gen, const cJSO
     }
     if (f == F_GEMMA2) {
         double qs;
-        if (getd(j, "attn_logit_softcapping", 0, &a.attn_softcap) < 0 ||
-            getd(j, "final_logit_softcapping", 0, &a.final_softcap) < 0 ||
-            getd(j, "query_pre_attn_scalar", a.head_dim, &qs) < 0)
+        if (getposd(j, "attn_logit_softcapping", 0, &a.attn_softcap) < 0 ||
+            getposd(j, "final_logit_softcapping", 0, &a.final_softcap) < 0 ||
+            getposd(j, "query_pre_attn_scalar", a.head_dim, &qs) < 0)
             goto out;
-        if (qs <= 0) {
-            bad_type(j, "query_pre_attn_scalar", "a positive number");
-            goto out;
-        }
         a.scale = 1.0 / sqrt(qs);
         a.post_attn = a.post_ffn = 1;
     }
     if (getb(j, "tie_word_embeddings", tied_default, &a.tied) < 0 || check_defaults(j) < 0 ||
-        special_tokens(j, gen, special) < 0)
+        special_tokens(j, gen, a.vocab, special) < 0)
         goto out;
     cJSON_AddBoolToObject(special, "add_bos", adds_bos(tok, tokcfg));
 

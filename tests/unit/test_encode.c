@@ -576,6 +576,13 @@ static void refusals(void)
     variant("llama-gqa", "quant", "s/\"vocab_size\": 512/\"vocab_size\": 512, \"quantization_config\": {\"bits\": 4}/");
     refuse("quant", "config.json: key 'quantization_config' changes execution and is not admitted for "
            "family 'llama'");
+    variant("llama-gqa", "bos600", "s/\"bos_token_id\": 510/\"bos_token_id\": 600/");
+    refuse("bos600", "config.json: key 'bos_token_id' must be a token id below vocab_size (or null) for "
+           "family 'llama'");
+    variant("gpt2", "ninner0", "s/\"n_inner\": null/\"n_inner\": 0/");
+    refuse("ninner0", "config.json: key 'n_inner' must be a positive integer or null for family 'gpt2'");
+    variant("gemma2", "eps0", "s/\"rms_norm_eps\": 1e-06/\"rms_norm_eps\": 0/");
+    refuse("eps0", "config.json: key 'rms_norm_eps' must be a positive number for family 'gemma2'");
     variant("llama-gqa", "bert", "s/\"model_type\": \"llama\"/\"model_type\": \"bert\"/");
     refuse("bert", "config.json: model_type 'bert' is not admitted; lql admits llama, mistral, qwen2, gemma, "
            "gemma2, gpt2, phi3, mixtral, qwen2_moe, deepseek_v3");
@@ -715,6 +722,68 @@ static void variants(void)
     refuse("gpt2-nctx", "config.json: key 'n_ctx=64' changes execution and is not admitted for family 'gpt2'");
 }
 
+/* Every top-level config key of several fixtures replaced by hostile values: the encode
+ * either succeeds (and verifies) or fails with a message; it never crashes and never
+ * leaves a directory behind. */
+static void hostile_configs(void)
+{
+    static const char *const fixtures[] = {"llama-gqa", "gpt2", "gemma2", "deepseek-v3-lite"};
+    static const char *const bad[] = {"-1", "0", "1e18", "\"x\"", "[]", "0.5"};
+    int runs = 0, refused_n = 0;
+    for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) {
+        char dir[256], src[256], out[256];
+        snprintf(dir, sizeof dir, "%s/hostile-%zu", tmp, f);
+        snprintf(src, sizeof src, FAM "%s", fixtures[f]);
+        snprintf(out, sizeof out, "%s/hostile-out", tmp);
+        CHECK(sh("mkdir -p '%s' && ln -sf '%s/model.safetensors' '%s/model.safetensors'", dir, src, dir) == 0);
+        cJSON *cfg = jload(src, "config.json");
+        /* Declaration-only keys (from the clean encode in families()) change nothing. */
+        cJSON *ix = jload(out_path(fixtures[f]), "index.json");
+        const cJSON *decl = jp(ix, "encoder.declaration_only");
+        if (!cfg || !decl) {
+            CHECK(cfg && decl);
+            cJSON_Delete(cfg);
+            cJSON_Delete(ix);
+            continue;
+        }
+        int nkeys = cJSON_GetArraySize(cfg);
+        for (int k = 0; k < nkeys; k++) {
+            if (cJSON_GetObjectItem(decl, cJSON_GetArrayItem(cfg, k)->string))
+                continue;
+            for (size_t v = 0; v < sizeof bad / sizeof *bad; v++) {
+                cJSON *c = cJSON_Duplicate(cfg, 1);
+                cJSON *item = cJSON_GetArrayItem(c, k);
+                cJSON_ReplaceItemInObjectCaseSensitive(c, item->string, cJSON_Parse(bad[v]));
+                char *z = cJSON_Print(c), path[300];
+                snprintf(path, sizeof path, "%s/config.json", dir);
+                FILE *fp = fopen(path, "w");
+                fputs(z, fp);
+                fclose(fp);
+                free(z);
+                cJSON_Delete(c);
+                vx_err e = {0};
+                int rc = vx_encode(dir, out, NULL, &e);
+                runs++;
+                if (rc < 0) {
+                    refused_n++;
+                    CHECK_MSG(e.msg[0] != '\0' && e.code != 0, "no message for %s=%s", item->string, bad[v]);
+                } else {
+                    vx_container *vc;
+                    CHECK_MSG(vx_open(out, &vc, &e) == 0, "%s=%s encoded but does not open: %s",
+                              cJSON_GetArrayItem(cfg, k)->string, bad[v], e.msg);
+                    vx_close(vc);
+                    sh("rm -rf '%s'", out);
+                }
+                CHECK(leftovers("hostile-out") == 0);
+            }
+        }
+        cJSON_Delete(cfg);
+        cJSON_Delete(ix);
+    }
+    CHECK(runs > 300 && refused_n > runs * 3 / 4);
+    printf("hostile configs: %d encodes, %d refused\n", runs, refused_n);
+}
+
 /* The container stands alone: delete the checkpoint, reopen and verify. */
 static void standalone(void)
 {
@@ -750,6 +819,7 @@ int main(void)
     sharding_and_failures();
     refusals();
     variants();
+    hostile_configs();
     standalone();
     if (t_fail == 0)
         sh("rm -rf '%s'", tmp);
