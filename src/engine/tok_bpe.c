@@ -32,87 +32,120 @@ typedef struct tok_merge {
 
 /* ---------------------------------------------------------------- loading */
 
-static int load_vocab(eng_tokenizer *t, const cJSON *v, vx_err *err)
+/* Append to a raw list, doubling its capacity (these lists reach 500k entries). */
+static int raw_add(tok_raw_entry **l, size_t *n, size_t *cap, tok_raw_entry e)
 {
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 1024;
+        tok_raw_entry *p = realloc(*l, c * sizeof *p);
+        if (!p)
+            return -1;
+        *l = p;
+        *cap = c;
+    }
+    (*l)[(*n)++] = e;
+    return 0;
+}
+
+int tok_raw_vocab(tok_raw *r, const char *k, size_t n, int32_t id)
+{
+    return raw_add(&r->v, &r->nv, &r->cv, (tok_raw_entry){k, (uint32_t)n, NULL, 0, id});
+}
+
+int tok_raw_merge(tok_raw *r, const char *a, size_t na, const char *b, size_t nb)
+{
+    return raw_add(&r->m, &r->nm, &r->cm, (tok_raw_entry){a, (uint32_t)na, b, (uint32_t)nb, 0});
+}
+
+void tok_raw_free(tok_raw *r)
+{
+    free(r->v);
+    free(r->m);
+    tok_arena_free(&r->strings);
+    memset(r, 0, sizeof *r);
+}
+
+/* model.vocab and model.merges from the parsed JSON into r (strings borrowed from it). */
+static int raw_from_json(const eng_tokenizer *t, const cJSON *model, tok_raw *r, vx_err *err)
+{
+    const cJSON *v = tok_jget(model, "vocab"), *e;
+    if (!v)
+        return vx_errf(err, VX_EFORMAT, "%s: model has no 'vocab'", t->path);
     if (!cJSON_IsObject(v))
         return vx_errf(err, VX_EFORMAT, "%s: model.vocab must be an object (got %s)", t->path,
                        tok_jtype(v));
-    size_t count = (size_t)cJSON_GetArraySize(v);
-    long max = -1;
-    const cJSON *e;
     cJSON_ArrayForEach(e, v) {
         double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
         if (!cJSON_IsNumber(e) || d != (double)(long)d || d < 0 || d > (double)MAX_ID)
             return vx_errf(err, VX_EFORMAT, "%s: model.vocab['%s'] must be an id in 0..%ld "
                            "(got %s)", t->path, e->string, MAX_ID,
                            cJSON_IsNumber(e) ? "a number out of range" : tok_jtype(e));
-        if ((long)d > max)
-            max = (long)d;
+        if (tok_raw_vocab(r, e->string, strlen(e->string), (int32_t)d) < 0)
+            return vx_errf(err, VX_ENOMEM, "out of memory loading the vocab");
     }
+    const cJSON *ms = tok_jget(model, "merges"), *m;
+    if (ms && !cJSON_IsArray(ms))
+        return vx_errf(err, VX_EFORMAT, "%s: model.merges must be an array (got %s)", t->path,
+                       tok_jtype(ms));
+    size_t i = 0;
+    cJSON_ArrayForEach(m, ms) {
+        const char *a = NULL, *b = NULL;
+        if (cJSON_IsString(m)) {
+            const char *sp = strchr(m->valuestring, ' ');
+            if (!sp || strchr(sp + 1, ' ') || sp == m->valuestring || !sp[1])
+                return vx_errf(err, VX_EFORMAT, "%s: model.merges[%zu] '%s' is not two pieces "
+                               "separated by one space", t->path, i, m->valuestring);
+            if (tok_raw_merge(r, m->valuestring, (size_t)(sp - m->valuestring), sp + 1,
+                              strlen(sp + 1)) < 0)
+                return vx_errf(err, VX_ENOMEM, "out of memory loading the merges");
+        } else if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 &&
+                   cJSON_IsString(m->child) && cJSON_IsString(m->child->next)) {
+            a = m->child->valuestring;
+            b = m->child->next->valuestring;
+            if (tok_raw_merge(r, a, strlen(a), b, strlen(b)) < 0)
+                return vx_errf(err, VX_ENOMEM, "out of memory loading the merges");
+        } else {
+            return vx_errf(err, VX_EFORMAT, "%s: model.merges[%zu] must be a string \"a b\" or "
+                           "a pair [\"a\", \"b\"] (got %s)", t->path, i, tok_jtype(m));
+        }
+        i++;
+    }
+    return 0;
+}
+
+static int build_vocab(eng_tokenizer *t, const tok_raw *r, vx_err *err)
+{
+    long max = -1;
+    for (size_t i = 0; i < r->nv; i++)
+        if (r->v[i].id > max)
+            max = r->v[i].id;
     t->n_ids = (size_t)(max + 1);
     t->piece = calloc(t->n_ids ? t->n_ids : 1, sizeof *t->piece);
     t->plen = calloc(t->n_ids ? t->n_ids : 1, sizeof *t->plen);
     t->special = calloc(t->n_ids ? t->n_ids : 1, 1);
-    if (!t->piece || !t->plen || !t->special || tok_smap_init(&t->vocab, count) < 0)
-        return vx_errf(err, VX_ENOMEM, "out of memory loading the vocab of %zu pieces", count);
-    cJSON_ArrayForEach(e, v) {
-        size_t n = strlen(e->string);
-        int32_t id = (int32_t)e->valuedouble;
-        char *s = tok_arena_dup(&t->arena, e->string, n);
-        if (!s || tok_smap_put(&t->vocab, s, n, id) < 0)
+    if (!t->piece || !t->plen || !t->special || tok_smap_init(&t->vocab, r->nv) < 0)
+        return vx_errf(err, VX_ENOMEM, "out of memory loading the vocab of %zu pieces", r->nv);
+    for (size_t i = 0; i < r->nv; i++) {
+        const tok_raw_entry *e = &r->v[i];
+        char *s = tok_arena_dup(&t->arena, e->a, e->na);
+        if (!s || tok_smap_put(&t->vocab, s, e->na, e->id) < 0)
             return vx_errf(err, VX_ENOMEM, "out of memory loading the vocab");
-        if (!t->piece[id]) {   /* a duplicate id keeps its first piece */
-            t->piece[id] = s;
-            t->plen[id] = (uint32_t)n;
+        if (!t->piece[e->id]) {   /* a duplicate id keeps its first piece */
+            t->piece[e->id] = s;
+            t->plen[e->id] = e->na;
         }
     }
     return 0;
 }
 
-/* The two halves of merges[i]: "a b" or ["a", "b"]. */
-static int merge_parts(const eng_tokenizer *t, const cJSON *m, size_t i, const char **a,
-                       size_t *na, const char **b, size_t *nb, vx_err *err)
+static int build_merges(eng_tokenizer *t, const tok_raw *r, vx_err *err)
 {
-    if (cJSON_IsString(m)) {
-        const char *s = m->valuestring, *sp = strchr(s, ' ');
-        if (!sp || strchr(sp + 1, ' ') || sp == s || !sp[1])
-            return vx_errf(err, VX_EFORMAT, "%s: model.merges[%zu] '%s' is not two pieces "
-                           "separated by one space", t->path, i, s);
-        *a = s;
-        *na = (size_t)(sp - s);
-        *b = sp + 1;
-        *nb = strlen(sp + 1);
-        return 0;
-    }
-    if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) &&
-        cJSON_IsString(m->child->next)) {
-        *a = m->child->valuestring;
-        *na = strlen(*a);
-        *b = m->child->next->valuestring;
-        *nb = strlen(*b);
-        return 0;
-    }
-    return vx_errf(err, VX_EFORMAT, "%s: model.merges[%zu] must be a string \"a b\" or a pair "
-                   "[\"a\", \"b\"] (got %s)", t->path, i, tok_jtype(m));
-}
-
-static int load_merges(eng_tokenizer *t, const cJSON *ms, vx_err *err)
-{
-    if (!ms)
-        return tok_pmap_init(&t->merges, 0) < 0 ? vx_errf(err, VX_ENOMEM, "out of memory") : 0;
-    if (!cJSON_IsArray(ms))
-        return vx_errf(err, VX_EFORMAT, "%s: model.merges must be an array (got %s)", t->path,
-                       tok_jtype(ms));
-    if (tok_pmap_init(&t->merges, (size_t)cJSON_GetArraySize(ms)) < 0)
+    if (tok_pmap_init(&t->merges, r->nm) < 0)
         return vx_errf(err, VX_ENOMEM, "out of memory loading the merges");
     tok_buf cat = {0};
-    size_t i = 0;
-    const cJSON *m;
-    cJSON_ArrayForEach(m, ms) {
-        const char *a = NULL, *b = NULL;
-        size_t na = 0, nb = 0;
-        if (merge_parts(t, m, i, &a, &na, &b, &nb, err) < 0)
-            goto fail;
+    for (size_t i = 0; i < r->nm; i++) {
+        const char *a = r->m[i].a, *b = r->m[i].b;
+        size_t na = r->m[i].na, nb = r->m[i].nb;
         int32_t ia = tok_smap_get(&t->vocab, a, na), ib = tok_smap_get(&t->vocab, b, nb);
         if (ia < 0 || ib < 0) {
             vx_errf(err, VX_EFORMAT, "%s: model.merges[%zu] '%.*s' '%.*s': '%.*s' is not in the "
@@ -140,7 +173,6 @@ static int load_merges(eng_tokenizer *t, const cJSON *ms, vx_err *err)
             vx_errf(err, VX_ENOMEM, "out of memory loading the merges");
             goto fail;
         }
-        i++;
     }
     tok_buf_free(&cat);
     return 0;
@@ -165,7 +197,7 @@ static int opt_str(eng_tokenizer *t, const cJSON *o, const char *key, char **out
     return *out ? 0 : vx_errf(err, VX_ENOMEM, "out of memory");
 }
 
-int tok_bpe_load(eng_tokenizer *t, const cJSON *model, vx_err *err)
+int tok_bpe_load(eng_tokenizer *t, const cJSON *model, const tok_raw *fast, vx_err *err)
 {
     const char *type;
     if (!model)
@@ -192,10 +224,14 @@ int tok_bpe_load(eng_tokenizer *t, const cJSON *model, vx_err *err)
         opt_str(t, model, "unk_token", &unk, &nunk, err) < 0)
         return -1;
     t->unk_name = unk;
-    if (!tok_jget(model, "vocab"))
-        return vx_errf(err, VX_EFORMAT, "%s: model has no 'vocab'", t->path);
-    if (load_vocab(t, tok_jget(model, "vocab"), err) < 0 ||
-        load_merges(t, tok_jget(model, "merges"), err) < 0)
+    tok_raw slow = {0};
+    int rc = fast ? 0 : raw_from_json(t, model, &slow, err);
+    if (rc == 0)
+        rc = build_vocab(t, fast ? fast : &slow, err);
+    if (rc == 0)
+        rc = build_merges(t, fast ? fast : &slow, err);
+    tok_raw_free(&slow);
+    if (rc < 0)
         return -1;
     for (int b = 0; b < 256; b++) {
         char name[8];

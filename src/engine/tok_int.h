@@ -280,8 +280,35 @@ int tok_load_steps(eng_tokenizer *t, const cJSON *o, const char *what, const cha
 /* Parse {"String": s} or {"Regex": r} into p (arena copies). */
 int tok_pat_load(eng_tokenizer *t, const cJSON *o, const char *where, tok_pat *p, vx_err *err);
 
-/* Each parses its tokenizer.json section (o may be NULL: none) into t. */
-int tok_bpe_load(eng_tokenizer *t, const cJSON *model, vx_err *err);
+/* The model's vocab and merges before they are indexed: vocab entries (a = piece, id)
+ * and merge pairs (a, b), with strings borrowed from the parsed JSON or held in
+ * `strings` (the fast scanner's copies). */
+typedef struct tok_raw_entry {
+    const char *a;
+    uint32_t na;
+    const char *b;
+    uint32_t nb;
+    int32_t id;
+} tok_raw_entry;
+typedef struct tok_raw {
+    tok_raw_entry *v, *m;
+    size_t nv, nm, cv, cm;
+    tok_arena strings;
+} tok_raw;
+int tok_raw_vocab(tok_raw *r, const char *k, size_t n, int32_t id);   /* -1: no memory */
+int tok_raw_merge(tok_raw *r, const char *a, size_t na, const char *b, size_t nb);
+void tok_raw_free(tok_raw *r);
+
+/* tok_json.c: the fast path for big files. Find model.vocab and model.merges in the raw
+ * JSON text, parse them into r (strings copied into r->strings), and set rest to the
+ * text with those two values replaced by {} and [] for cJSON. Returns 1 when done, 0
+ * when the text is not in the plain expected shape (nothing kept: the caller parses it
+ * all with cJSON, which reports any error precisely), -1 when out of memory. */
+int tok_fast_scan(const char *text, size_t n, tok_raw *r, tok_buf *rest);
+
+/* Each parses its tokenizer.json section (o may be NULL: none) into t. The model's vocab
+ * and merges come from fast when not NULL, else from the model JSON. */
+int tok_bpe_load(eng_tokenizer *t, const cJSON *model, const tok_raw *fast, vx_err *err);
 int tok_norm_load(eng_tokenizer *t, const cJSON *o, vx_err *err);
 int tok_pre_load(eng_tokenizer *t, const cJSON *o, vx_err *err);
 int tok_dec_load(eng_tokenizer *t, const cJSON *o, vx_err *err);

@@ -327,12 +327,12 @@ static int load_config(eng_tokenizer *t, const char *path, vx_err *err)
     return rc;
 }
 
-static int load_all(eng_tokenizer *t, const cJSON *root, vx_err *err)
+static int load_all(eng_tokenizer *t, const cJSON *root, const tok_raw *fast, vx_err *err)
 {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!model)
         return vx_errf(err, VX_EFORMAT, "%s: no 'model' section", t->path);
-    if (tok_bpe_load(t, model, err) < 0 ||
+    if (tok_bpe_load(t, model, fast, err) < 0 ||
         load_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), err) < 0 ||
         tok_norm_load(t, tok_jget(root, "normalizer"), err) < 0 ||
         tok_pre_load(t, tok_jget(root, "pre_tokenizer"), err) < 0 ||
@@ -361,12 +361,31 @@ int eng_tok_load(const char *tokenizer_json, const char *config_path, eng_tokeni
     if (!t)
         return vx_errf(err, VX_ENOMEM, "out of memory");
     snprintf(t->path, sizeof t->path, "%s", tokenizer_json);
-    cJSON *root;
-    if (parse_json(tokenizer_json, &root, err) < 0) {
+    char *text = NULL;
+    size_t n = 0;
+    if (vx_read_small_file(tokenizer_json, tokenizer_json, &text, &n, err) < 0) {
         eng_tok_free(t);
         return -1;
     }
-    int rc = load_all(t, root, err);
+    /* The fast scanner takes vocab and merges; cJSON parses the rest. When it declines
+     * (or the rest does not parse) cJSON parses everything, for its exact messages. */
+    tok_raw raw = {0};
+    tok_buf rest = {0};
+    cJSON *root = NULL;
+    int fast = tok_fast_scan(text, n, &raw, &rest), rc = 0;
+    if (fast < 0)
+        rc = vx_errf(err, VX_ENOMEM, "out of memory reading '%s'", tokenizer_json);
+    if (fast == 1 && vx_json_parse(tokenizer_json, rest.p, rest.n, &root, NULL) < 0) {
+        tok_raw_free(&raw);
+        fast = 0;
+    }
+    if (rc == 0 && fast == 0)
+        rc = vx_json_parse(tokenizer_json, text, n, &root, err);
+    free(text);
+    tok_buf_free(&rest);
+    if (rc == 0)
+        rc = load_all(t, root, fast ? &raw : NULL, err);
+    tok_raw_free(&raw);
     cJSON_Delete(root);
     if (rc == 0 && config_path && access(config_path, F_OK) == 0)
         rc = load_config(t, config_path, err);
