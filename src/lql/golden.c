@@ -311,6 +311,7 @@ int lql_golden(const char *path, int update)
     lql_shell sh;
     if (lql_shell_init(&sh) < 0) { free(t); free(recs); return 1; }
     sh.mode = LQL_OUT_TSV;
+    sh.plain_errors = 1;
     int passed = 0, failed = 0;
     var vars[16];
     int nvars = 0;
@@ -321,6 +322,7 @@ int lql_golden(const char *path, int update)
         char err[600] = "";
         int ok = 1;
         if (strncmp(r->header, "require ", 8) == 0) {
+            if (nvars == 16) snprintf(err, sizeof err, "more than 16 require records");
             if (nvars < 16 && require(&sh, r->header, &vars[nvars], err, sizeof err) == 0) nvars++;
             else ok = 0;
             if (!ok) printf("%s:%d: require failed: %s\n", path, r->line, err);
@@ -351,47 +353,26 @@ int lql_golden(const char *path, int update)
             else { printf("%s:%d: unknown query option %s\n", path, r->line, o); ok = 0; }
             opt += ol;
         }
-        /* all statements of the record run; a query shows their output */
-        char *out = NULL, *got = NULL;
-        lql_err e;
-        size_t off = 0, tn = text ? strlen(text) : 0;
-        int rc = 0, line = 1;
-        char *acc = NULL;
-        size_t acclen = 0;
-        FILE *m = open_memstream(&acc, &acclen);
-        while (text && m && off < tn) {
-            size_t len;
-            lql_split(text + off, tn - off, &len);
-            rc = lql_eval(sh.s, text + off, len, mode, &out, &e);
-            if (out) fputs(out, m);
-            free(out);
-            out = NULL;
-            if (rc < 0) {
-                /* positions relative to the record's text */
-                if (e.line == 1) {
-                    size_t bol = off;
-                    while (bol > 0 && text[bol - 1] != '\n') bol--;
-                    for (size_t k = bol; k < off; k++) e.col += ((unsigned char)text[k] & 0xC0) != 0x80;
-                }
-                e.line += line - 1;
-                break;
-            }
-            for (size_t k = off; k < off + len; k++) if (text[k] == '\n') line++;
-            off += len;
-        }
-        if (m) fclose(m);
-        if (rc < 0) {
-            char *et = lql_error_text(NULL, NULL, 1, &e);
-            got = et ? et : strdup("error");
-            size_t gl = strlen(got);
-            while (gl && got[gl - 1] == '\n') got[--gl] = 0;
-        } else {
-            got = acc ? acc : strdup("");
-            acc = NULL;
-            size_t gl = strlen(got);
-            while (gl && got[gl - 1] == '\n') got[--gl] = 0;
-        }
-        free(acc);
+        /* the record runs through the shell itself (meta-commands included), stopping at
+         * its first error, which is printed without file name or caret */
+        char *got = NULL, *acc = NULL, *errs = NULL;
+        size_t acclen = 0, errlen = 0;
+        sh.out = open_memstream(&acc, &acclen);
+        sh.err = open_memstream(&errs, &errlen);
+        sh.mode = mode;
+        sh.bail = 1;
+        sh.failed = sh.stop = 0;
+        if (sh.out && sh.err && text) lql_shell_run(&sh, path, text, 1);
+        else sh.failed = 1;
+        if (sh.out) fclose(sh.out);
+        if (sh.err) fclose(sh.err);
+        sh.out = stdout;
+        sh.err = stderr;
+        int rc = sh.failed ? -1 : 0;
+        got = rc < 0 ? errs : acc;
+        if (rc < 0) free(acc); else free(errs);
+        if (!got) got = strdup("");
+        for (size_t gl = got ? strlen(got) : 0; gl && got[gl - 1] == '\n';) got[--gl] = 0;
         if (ok && want_error) {
             if (rc == 0) { printf("%s:%d: statement succeeded, expected an error\n", path, r->line); ok = 0; }
             else if (r->expected && strcmp(r->expected, got) != 0) {

@@ -164,7 +164,8 @@ int lql_meta(lql_shell *sh, const char *line, const char *label, int lineno)
     else if (argc - 1 < d->min_args || argc - 1 > d->max_args)
         snprintf(err, sizeof err, "usage: %s", d->usage);
     else rc = d->fn(sh, argc, argv, err, sizeof err);
-    if (rc == -1) fprintf(sh->err, "error: %s:%d:1: %s\n", label, lineno, err);
+    if (rc == -1 && sh->plain_errors) fprintf(sh->err, "error: %d:1: %s\n", lineno, err);
+    else if (rc == -1) fprintf(sh->err, "error: %s:%d:1: %s\n", label, lineno, err);
     free(copy);
     return rc < 0 ? -1 : 0;
 }

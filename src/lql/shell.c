@@ -148,7 +148,8 @@ static int run_stmt(lql_shell *sh, const char *label, const char *src, int line0
         if (e.line == 1) e.col += col1 - 1;
         e.line += line - 1;
         if (e.code == LQL_ECANCEL && sh->interactive) fputc('\n', sh->err);  /* after the ^C echo */
-        char *msg = lql_error_text(label, src, line0, &e);
+        char *msg = sh->plain_errors ? lql_error_text(NULL, NULL, line0, &e)
+                                     : lql_error_text(label, src, line0, &e);
         if (msg) fputs(msg, sh->err);
         fflush(sh->err);
         free(msg);

@@ -28,6 +28,7 @@ typedef struct lql_shell {
     int failed;                 /* some statement failed */
     int stop;                   /* .quit, or bail after an error, or a cancel in batch */
     int depth;                  /* .read nesting */
+    int plain_errors;           /* golden runner: errors as "error: L:C: msg", no file or caret */
 } lql_shell;
 
 /* Set up a shell around a new session (out = stdout, err = stderr). -1 on out-of-memory. */
