@@ -65,6 +65,11 @@ int tok_norm_load(eng_tokenizer *t, const cJSON *o, vx_err *err)
 
 static int unicode_form(int kind, const char *s, size_t n, tok_buf *out)
 {
+    size_t i = 0;
+    while (i < n && !((uint8_t)s[i] & 0x80))
+        i++;
+    if (i == n)   /* ASCII is left unchanged by every normal form */
+        return tok_buf_put(out, s, n);
     int opt = UTF8PROC_STABLE;
     if (kind == TOK_NFC || kind == TOK_NFKC)
         opt |= UTF8PROC_COMPOSE;
