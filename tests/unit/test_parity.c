@@ -3,8 +3,9 @@
  *
  * Each fixture checkpoint in shared/models is encoded with vx_encode into a temporary
  * directory, bound, and run on every golden prompt:
- *   - prompt ids: the container's tokenizer gives exactly the golden ids (the forward pass
- *     itself is fed the golden ids, so the model checks do not depend on the tokenizer);
+ *   - prompt ids: the container's tokenizer gives exactly the golden ids, and decoding them
+ *     (special tokens skipped) gives the prompt back (the forward pass itself is fed the
+ *     golden ids, so the model checks do not depend on the tokenizer);
  *   - the last position's top-5 ids exactly, their probabilities within 1e-5 absolute;
  *   - hidden_norms (after the embedding and every layer, last position) within 1e-3
  *     relative (the worst is printed; the aim is 1e-4);
@@ -93,6 +94,10 @@ static void check_prompt(const char *fx, eng_model *m, const cJSON *p, int pi)
         CHECK_MSG(rc == 0 && ng == (size_t)n && memcmp(got, ids, (size_t)n * 4) == 0,
                   "%s prompt %d: tokenizer ids differ (%s)", fx, pi, rc ? e.msg : "");
         free(got);
+        char *back = NULL;
+        CHECK(eng_tok_decode(tok, ids, (size_t)n, 1, &back, &e) == 0);
+        CHECK_STR(back, text);
+        free(back);
     }
     eng_session *s;
     vx_err err = {0};
