@@ -5,7 +5,8 @@
  * back to bytes through GPT-2's table (a token with an off-table character keeps its own
  * bytes) and repairs ill-formed UTF-8 with U+FFFD; ByteFallback turns runs of <0xNN>
  * pieces into their bytes, or one U+FFFD per byte when the run is not valid UTF-8.
- * clean_up_tokenization_spaces then applies transformers' fixed replacements.
+ * clean_up_tokenization_spaces then applies transformers' fixed replacements. The result
+ * is always valid UTF-8 (pieces from a hostile vocab are repaired with U+FFFD).
  */
 #include "tok_int.h"
 
@@ -342,5 +343,14 @@ int tok_decode_pieces(const eng_tokenizer *t, tok_pieces *tokens, tok_buf *out, 
         return vx_errf(err, VX_ENOMEM, "out of memory while decoding");
     if (t->cleanup)
         cleanup(out);
+    if (!tok_utf8_valid(out->p, out->n)) {   /* pieces of a hostile vocab: repair */
+        tok_buf fixed = {0};
+        if (tok_utf8_lossy(out->p, out->n, &fixed) < 0) {
+            tok_buf_free(&fixed);
+            return vx_errf(err, VX_ENOMEM, "out of memory while decoding");
+        }
+        tok_buf_free(out);
+        *out = fixed;
+    }
     return 0;
 }

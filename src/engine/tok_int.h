@@ -115,6 +115,8 @@ void tok_pmap_free(tok_pmap *m);
 /* Append s[0..n) to out with every ill-formed sequence replaced by U+FFFD, one per
  * maximal subpart (as Rust's String::from_utf8_lossy and the WHATWG decoder do). */
 int tok_utf8_lossy(const char *s, size_t n, tok_buf *out);
+/* Is s[0..n) well-formed UTF-8? */
+int tok_utf8_valid(const char *s, size_t n);
 /* Decode the code point at s (valid UTF-8 assumed, n > 0); returns its byte length. */
 size_t tok_utf8_next(const char *s, size_t n, int32_t *cp);
 /* Encode cp; returns the byte length (1..4). */

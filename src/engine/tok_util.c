@@ -337,6 +337,17 @@ int tok_utf8_lossy(const char *s, size_t n, tok_buf *out)
     return tok_buf_put(out, s + run, n - run);
 }
 
+int tok_utf8_valid(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        int ok;
+        i += utf8_scan((const uint8_t *)s + i, n - i, &ok);
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
 size_t tok_utf8_next(const char *s, size_t n, int32_t *cp)
 {
     utf8proc_int32_t c;

@@ -414,6 +414,19 @@ static void synthetic(void)
         CHECK(eng_tok_vocab_size(t) == 6 && eng_tok_lookup(t, "b") == 5);
     eng_tok_free(t);
 
+    /* A vocab piece that is not UTF-8 still decodes to valid UTF-8. */
+    t = load_json("rawbytes", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"x\xFFy\": 0, "
+                  "\"z\": 1}, \"merges\": []}}");
+    if (t) {
+        int32_t ids[] = {0, 1};
+        char *out = NULL;
+        vx_err err = {0};
+        CHECK(eng_tok_decode(t, ids, 2, 0, &out, &err) == 0);
+        CHECK_STR(out, "x\xEF\xBF\xBDy z");   /* no decoder: pieces joined by spaces */
+        free(out);
+    }
+    eng_tok_free(t);
+
     /* Split behaviours over the same text: "a-b--c" split on "-". Every '-' is its own
      * match, so HF merges only the first of two adjacent matches into a neighbour. */
     static const struct { const char *behavior; int invert; const char *want; } sp[] = {
