@@ -456,6 +456,7 @@ typedef struct arch {
     int experts, top_k, expert_inter, sigmoid, score_bias, n_group, topk_group, normalise;
     double routed_scaling;
     int shared_inter, shared_gate;
+    int window_default;                 /* sliding_window when the key is absent */
 } arch;
 
 static cJSON *num_or_null(double v, int on)
@@ -755,10 +756,27 @@ static cJSON *emit(const arch *a, cJSON *special)
 
 /* ---------------------------------------------------------------- families */
 
-static const struct { const char *model_type; fam f; int tied_default; } families[] = {
-    {"llama", F_LLAMA, 0}, {"mistral", F_MISTRAL, 0}, {"qwen2", F_QWEN2, 0},
-    {"gemma", F_GEMMA, 1}, {"gemma2", F_GEMMA2, 1}, {"gpt2", F_GPT2, 1}, {"phi3", F_PHI3, 0},
-    {"mixtral", F_MIXTRAL, 0}, {"qwen2_moe", F_QWEN2_MOE, 0}, {"deepseek_v3", F_DEEPSEEK_V3, 0},
+/* Per family: the values transformers' config class uses when a key is absent. */
+typedef struct fam_info {
+    const char *model_type;
+    fam f;
+    int tied;                    /* tie_word_embeddings */
+    double eps, theta;           /* rms_norm_eps, rope_theta */
+    int window;                  /* sliding_window (0 = none) */
+    int ctx;                     /* max_position_embeddings */
+} fam_info;
+
+static const fam_info families[] = {
+    {"llama", F_LLAMA, 0, 1e-6, 1e4, 0, 2048},
+    {"mistral", F_MISTRAL, 0, 1e-6, 1e4, 4096, 4096 * 32},
+    {"qwen2", F_QWEN2, 0, 1e-6, 1e4, 4096, 32768},
+    {"gemma", F_GEMMA, 1, 1e-6, 1e4, 0, 8192},
+    {"gemma2", F_GEMMA2, 1, 1e-6, 1e4, 4096, 8192},
+    {"gpt2", F_GPT2, 1, 1e-5, 0, 0, 1024},
+    {"phi3", F_PHI3, 0, 1e-5, 1e4, 0, 4096},
+    {"mixtral", F_MIXTRAL, 0, 1e-5, 1e6, 0, 4096 * 32},
+    {"qwen2_moe", F_QWEN2_MOE, 0, 1e-6, 1e4, 4096, 32768},
+    {"deepseek_v3", F_DEEPSEEK_V3, 0, 1e-6, 1e4, 0, 4096},
 };
 
 /* Family-specific declaration-only keys; the builder has checked the value where one
@@ -789,7 +807,7 @@ static int geometry(judge *j, arch *a)
         getpos(j, "num_attention_heads", REQUIRED, &a->heads) < 0 ||
         getpos(j, "vocab_size", REQUIRED, &a->vocab) < 0 ||
         getpos(j, "intermediate_size", REQUIRED, &a->inter) < 0 ||
-        getpos(j, "max_position_embeddings", 2048, &a->ctx) < 0 ||
+        getpos(j, "max_position_embeddings", a->ctx, &a->ctx) < 0 ||
         getpos(j, "num_key_value_heads", a->heads, &a->kv_heads) < 0 ||
         getpos(j, "head_dim", a->hidden / a->heads, &a->head_dim) < 0)
         return -1;
@@ -1059,19 +1077,26 @@ static int windows(judge *j, fam f, arch *a)
                 return refuse(j, "layer_types", t);
             return 0;
         }
-        if (geti(j, "sliding_window", 0, &w) < 0 || geti(j, "max_window_layers", 0, &mwl) < 0)
+        if (geti(j, "sliding_window", peek(j, "sliding_window") ? 0 : a->window_default, &w) < 0 ||
+            geti(j, "max_window_layers", 0, &mwl) < 0)
             return -1;
+        if (w <= 0 || w > DIM_MAX)
+            return bad_type(j, "sliding_window", "a positive integer when use_sliding_window is set");
         for (int i = 0; i < a->layers; i++) {
             int on = i >= mwl;
             if (cJSON_IsArray(lt)) {
                 const cJSON *t = cJSON_GetArrayItem(lt, i);
                 on = cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0;
             }
+            if (cJSON_IsArray(lt) && !on && (!cJSON_IsString(cJSON_GetArrayItem(lt, i)) ||
+                                             strcmp(cJSON_GetArrayItem(lt, i)->valuestring, "full_attention")))
+                return refuse(j, "layer_types", cJSON_GetArrayItem(lt, i));
             a->window[i] = on ? (int)w : 0;
         }
         return 0;
     }
-    if (geti(j, "sliding_window", 0, &w) < 0)
+    /* Absent: the class default; null: no window. */
+    if (geti(j, "sliding_window", peek(j, "sliding_window") ? 0 : a->window_default, &w) < 0)
         return -1;
     if (w < 0 || w > DIM_MAX || (w == 0 && has(j, "sliding_window")))
         return bad_type(j, "sliding_window", "a positive integer or null");
@@ -1193,12 +1218,15 @@ static int mla_keys(judge *j, arch *a)
 }
 
 /* Every family: config keys into the arch, then tensors into the plan. */
-static int build(judge *j, fam f, int tied_default, const cJSON *gen, const cJSON *tok,
+static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *tok,
                  const cJSON *tokcfg)
 {
+    fam f = fi->f;
     arch a;
     memset(&a, 0, sizeof a);
-    a.theta = 10000.0;
+    a.theta = fi->theta;
+    a.ctx = fi->ctx;
+    a.window_default = fi->window;
     a.emb_scale = 1.0;
     a.gated = 1;
     a.rope = 1;
@@ -1209,7 +1237,7 @@ static int build(judge *j, fam f, int tied_default, const cJSON *gen, const cJSO
         if (gpt2_keys(j, &a) < 0)
             goto out;
     } else {
-        if (geometry(j, &a) < 0 || getposd(j, "rms_norm_eps", 1e-6, &a.eps) < 0)
+        if (geometry(j, &a) < 0 || getposd(j, "rms_norm_eps", fi->eps, &a.eps) < 0)
             goto out;
         a.rotary_dim = a.head_dim;
         a.scale = 1.0 / sqrt((double)a.head_dim);
@@ -1272,7 +1300,7 @@ static int build(judge *j, fam f, int tied_default, const cJSON *gen, const cJSO
         a.scale = 1.0 / sqrt(qs);
         a.post_attn = a.post_ffn = 1;
     }
-    if (getb(j, "tie_word_embeddings", tied_default, &a.tied) < 0 || check_defaults(j) < 0 ||
+    if (getb(j, "tie_word_embeddings", fi->tied, &a.tied) < 0 || check_defaults(j) < 0 ||
         special_tokens(j, gen, a.vocab, special) < 0)
         goto out;
     cJSON_AddBoolToObject(special, "add_bos", adds_bos(tok, tokcfg));
@@ -1451,7 +1479,7 @@ int hf_admit(const char *dir, const st_model *m, hf_plan *p, vx_err *err)
         j.prefix = st_find(m, "transformer.wte.weight") ? "transformer." : "";
     else
         j.prefix = "model.";
-    if (build(&j, f, families[fi].tied_default, gen, tok, tokcfg) < 0)
+    if (build(&j, &families[fi], gen, tok, tokcfg) < 0)
         goto out;
     if (judge_rest(&j, B(f), decl_family, sizeof decl_family / sizeof *decl_family) < 0)
         goto out;

@@ -700,6 +700,30 @@ static void variants(void)
         CHECK(jnum(x, "attention.rope.rotary_dim") == 8 && jnum(x, "attention.head_dim") == 16);
         cJSON_Delete(g);
     }
+    /* Absent keys take the config class's default: Mistral's window is 4096, Mixtral's
+     * theta 1e6 and eps 1e-5; an explicit null window means none. */
+    variant("mistral-swa", "mistral-nowin", "/\"sliding_window\": 8,/d");
+    snprintf(src, sizeof src, "%s/mistral-nowin", tmp);
+    if (encode_ok(src, "mistral-nowin.vx", NULL) == 0) {
+        g = graph("mistral-nowin.vx", &x, &ls);
+        CHECK(jnum(ls, "0.window") == 4096 && jnum(ls, "1.window") == 4096);
+        cJSON_Delete(g);
+    }
+    variant("mistral-swa", "mistral-null", "s/\"sliding_window\": 8,/\"sliding_window\": null,/");
+    snprintf(src, sizeof src, "%s/mistral-null", tmp);
+    if (encode_ok(src, "mistral-null.vx", NULL) == 0) {
+        g = graph("mistral-null.vx", &x, &ls);
+        CHECK(jnull(ls, "0.window") && jnull(ls, "1.window"));
+        cJSON_Delete(g);
+    }
+    variant("mixtral", "mixtral-defaults", "/\"rope_theta\"/d; /\"rms_norm_eps\"/d");
+    snprintf(src, sizeof src, "%s/mixtral-defaults", tmp);
+    if (encode_ok(src, "mixtral-defaults.vx", NULL) == 0) {
+        g = graph("mixtral-defaults.vx", &x, &ls);
+        CHECK(jnum(x, "attention.rope.theta") == 1e6);
+        CHECK_NEAR(jnum(x, "norm.eps"), 1e-5, 1e-15);
+        cJSON_Delete(g);
+    }
     variant("gpt2", "gpt2-legacy", "s/\"n_positions\": 128,/\"n_positions\": 128, \"n_ctx\": 128,/");
     snprintf(src, sizeof src, "%s/gpt2-legacy", tmp);
     legacy_gpt2(src);
