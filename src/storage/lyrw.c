@@ -470,6 +470,30 @@ const void *vx_lyrw_bytes(const vx_lyrw *l, const vx_lyrw_region *r)
     return l->data + r->offset;
 }
 
+int vx_lyrw_tensor(const vx_lyrw *l, uint16_t bank_id, uint32_t entry, uint16_t schema,
+                   vx_tensor *out, vx_err *err)
+{
+    const vx_lyrw_bank *k = vx_lyrw_bank_by_id(l, bank_id);
+    const vx_lyrw_region *r = vx_lyrw_region_of(l, bank_id, entry, schema);
+    if (!k || !r)
+        return vx_errf(err, VX_EMISSING, "%s: no region for bank %u entry %u schema %u in this "
+                       "file", l->name, bank_id, entry, schema);
+    const vx_lyrw_schema *c = &k->schemas[schema];
+    vx_dtype dt;
+    if (c->packing > VX_PACK_BLOCKS_INLINE || vx_lyrw_format_dtype(c->format, &dt) != 0)
+        return vx_errf(err, VX_EUNSUPPORTED, "%s: bank %u entry %u schema %u: format %u (%s) "
+                       "with packing %u (%s) is not a tensor lql can read", l->name, bank_id,
+                       entry, schema, c->format, or_unreg(vx_lyrw_format_name(c->format)),
+                       c->packing, or_unreg(vx_lyrw_packing_name(c->packing)));
+    if (r->length == 0)
+        return vx_errf(err, VX_EMISSING, "%s: bank %u entry %u schema %u: the region is empty",
+                       l->name, bank_id, entry, schema);
+    *out = (vx_tensor){.name = NULL, .object = NULL, .segment = l->name, .dtype = dt,
+                       .ndim = 2, .shape = {c->rows, c->cols}, .data = l->data + r->offset,
+                       .nbytes = r->length, .offset = r->offset};
+    return 0;
+}
+
 /* ---------------------------------------------------------------- reporting, capability */
 
 size_t vx_lyrw_unknown_report(const vx_lyrw *l, char *out, size_t outsz)

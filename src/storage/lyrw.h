@@ -100,6 +100,13 @@ const vx_lyrw_region *vx_lyrw_region_of(const vx_lyrw *l, uint16_t bank_id, uint
 /* Bytes of a region of this file (validated at parse). */
 const void *vx_lyrw_bytes(const vx_lyrw *l, const vx_lyrw_region *r);
 
+/* A region of a decodable format (packing row_major or blocks_with_scales_inline) as a
+ * borrowed 2-D tensor view [rows, cols] in its vx_dtype, so the engine's weight views and
+ * kernels take it like a segment tensor (name NULL, object NULL, segment = the file name).
+ * Refuses (VX_EUNSUPPORTED / VX_EMISSING) naming bank, entry and schema. */
+int vx_lyrw_tensor(const vx_lyrw *l, uint16_t bank_id, uint32_t entry, uint16_t schema,
+                   vx_tensor *out, vx_err *err);
+
 /* Tag names ("gate", "q6_k", "row_major", "interleaved"), NULL for unregistered values. */
 const char *vx_lyrw_role_name(unsigned role);
 const char *vx_lyrw_format_name(unsigned format);

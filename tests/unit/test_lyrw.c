@@ -134,6 +134,21 @@ static void round_trip(void)
     CHECK(vx_lyrw_region_of(l, 7, 4, 0) == NULL);
     CHECK(vx_lyrw_region_of(l, 7, 0, 3) == NULL);
     CHECK(vx_lyrw_region_of(l, 8, 0, 0) == NULL);
+    /* Decodable regions as tensor views; the vendor region and absent entries refuse. */
+    vx_tensor t;
+    CHECK(vx_lyrw_tensor(l, 7, 2, 0, &t, &err) == 0);
+    CHECK(t.dtype == VX_Q4_K && t.ndim == 2 && t.shape[0] == 4 && t.shape[1] == 256 &&
+          t.nbytes == 576 && t.data == vx_lyrw_bytes(l, vx_lyrw_region_of(l, 7, 2, 0)) &&
+          ((const unsigned char *)t.data)[5] == pattern(0, 2, 0, 5));
+    CHECK(vx_lyrw_tensor(l, 9, 0, 1, &t, &err) == 0 && t.dtype == VX_BF16 && t.shape[0] == 256);
+    CHECK(vx_lyrw_tensor(l, 9, 0, 2, &t, &err) == -1 && err.code == VX_EUNSUPPORTED);
+    char want2[1024];
+    snprintf(want2, sizeof want2, "%s: bank 9 entry 0 schema 2: format 42 (unregistered) with "
+             "packing 0 (row_major) is not a tensor lql can read", path);
+    CHECK_STR(err.msg, want2);
+    CHECK(vx_lyrw_tensor(l, 7, 4, 0, &t, &err) == -1 && err.code == VX_EMISSING);
+    snprintf(want2, sizeof want2, "%s: no region for bank 7 entry 4 schema 0 in this file", path);
+    CHECK_STR(err.msg, want2);
     /* The vendor region is preserved (bytes intact) and reported. */
     k = vx_lyrw_bank_by_id(l, 9);
     CHECK(k && k->schemas[2].role == 300 && k->schemas[2].format == 42 &&
