@@ -44,11 +44,74 @@ static inline __m256 ld_f16(const uint16_t *p)
 }
 #endif
 
+#ifdef HAVE_AVX2
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+AVX512_TARGET static inline __m512 ld16_bf16(const uint16_t *p)
+{
+    __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* The first n - n % 32 elements with 512-bit registers (two accumulators); the caller
+ * finishes the tail. */
+AVX512_TARGET static float dot512(vx_dtype t, const void *row, const float *q, int64_t n)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    if (t == VX_F32) {
+        const float *r = row;
+        for (; i + 32 <= n; i += 32) {
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(r + i), _mm512_loadu_ps(q + i), a0);
+            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(r + i + 16), _mm512_loadu_ps(q + i + 16), a1);
+        }
+    } else if (t == VX_F16) {
+        const uint16_t *r = row;
+        for (; i + 32 <= n; i += 32) {
+            a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(r + i))),
+                                 _mm512_loadu_ps(q + i), a0);
+            a1 = _mm512_fmadd_ps(
+                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(r + i + 16))),
+                _mm512_loadu_ps(q + i + 16), a1);
+        }
+    } else {
+        const uint16_t *r = row;
+        for (; i + 32 <= n; i += 32) {
+            a0 = _mm512_fmadd_ps(ld16_bf16(r + i), _mm512_loadu_ps(q + i), a0);
+            a1 = _mm512_fmadd_ps(ld16_bf16(r + i + 16), _mm512_loadu_ps(q + i + 16), a1);
+        }
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+/* AVX-512 present and not disabled by LQL_NO_AVX512 (for comparing the two paths). */
+static int has_avx512(void)
+{
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && !getenv("LQL_NO_AVX512");
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+#endif
+
 float brw_dot_row(vx_dtype t, const void *row, const float *q, int64_t n)
 {
     int64_t i = 0;
     float s = 0;
 #ifdef HAVE_AVX2
+    if (n >= 32 && has_avx512()) {
+        i = n - n % 32;
+        s = dot512(t, row, q, n);
+        for (; i < n; i++)
+            s += (t == VX_F32 ? ((const float *)row)[i]
+                  : t == VX_F16 ? vx_f16_to_f32(((const uint16_t *)row)[i])
+                                : vx_bf16_to_f32(((const uint16_t *)row)[i])) * q[i];
+        return s;
+    }
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     if (t == VX_F32) {
         const float *r = row;
