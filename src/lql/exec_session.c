@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "browse.h"
+#include "files.h"
 #include "interp.h"
 
 /* ---------------------------------------------------------------- metadata helpers */
@@ -295,28 +296,12 @@ int lql_h_show_layers(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
 
 /* ---------------------------------------------------------------- SHOW MODELS */
 
+/* A small JSON file (an index.json is far below 64 MB), or NULL. */
 static cJSON *read_json(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            if (cap > ((size_t)64 << 20)) { free(buf); fclose(f); return NULL; }  /* not an index */
-            cap = cap ? cap * 2 : 4096;
-            char *nb = realloc(buf, cap + 1);
-            if (!nb) { free(buf); fclose(f); return NULL; }
-            buf = nb;
-        }
-        size_t k = fread(buf + n, 1, cap - n, f);
-        if (k == 0) break;
-        n += k;
-    }
-    fclose(f);
-    if (!buf) return NULL;
-    buf[n] = 0;
-    cJSON *j = cJSON_ParseWithLength(buf, n);
+    size_t n;
+    char *buf = lql_read_file(path, (size_t)64 << 20, &n);
+    cJSON *j = buf ? cJSON_ParseWithLength(buf, n) : NULL;
     free(buf);
     return j;
 }

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "shell.h"
 
 typedef struct record {
@@ -35,22 +36,6 @@ typedef struct record {
 typedef struct var { char *name, *value; } var;
 
 /* ---------------------------------------------------------------- reading */
-
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *text = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&text, &len);
-    char buf[8192];
-    size_t k;
-    while (m && (k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, m);
-    fclose(f);
-    if (!m || fclose(m) != 0) { free(text); return NULL; }
-    *n = len;
-    return text;
-}
 
 static int is_header(const char *l)
 {
@@ -303,7 +288,7 @@ static char *expand(const char *text, const var *vars, int nvars)
 int lql_golden(const char *path, int update)
 {
     size_t n;
-    char *t = slurp(path, &n);
+    char *t = lql_read_file(path, 0, &n);
     if (!t) { printf("%s: cannot read\n0 passed, 1 failed\n", path); return 1; }
     record *recs = NULL;
     int nrec = 0;

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "shell.h"
 
 static void usage(FILE *f)
@@ -30,18 +31,6 @@ static void progress(void *ctx, uint64_t done, uint64_t total)
     fprintf(stderr, "\r[%.*s%*s] %3d%%", bars, "##############################", 30 - bars, "", pct);
     if (done >= total) fputs("\r\033[K", stderr);
     fflush(stderr);
-}
-
-static char *read_all(FILE *f)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&text, &len);
-    char buf[8192];
-    size_t k;
-    while (m && (k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, m);
-    if (!m || fclose(m) != 0) { free(text); return NULL; }
-    return text;
 }
 
 int main(int argc, char **argv)
@@ -98,7 +87,7 @@ int main(int argc, char **argv)
     } else {
         FILE *f = file ? fopen(file, "rb") : stdin;
         if (!f) { fprintf(stderr, "error: cannot open %s\n", file); lql_shell_close(&sh); return 1; }
-        char *text = read_all(f);
+        char *text = lql_read_stream(f, 0, NULL);
         if (file) fclose(f);
         if (!text) { fprintf(stderr, "error: out of memory\n"); lql_shell_close(&sh); return 1; }
         lql_shell_run(&sh, file ? file : "<stdin>", text, 1);

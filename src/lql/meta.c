@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "files.h"
 #include "shell.h"
 
 typedef int (*meta_fn)(lql_shell *sh, int argc, char **argv, char *err, size_t errsz);
@@ -74,16 +75,8 @@ static int m_read(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
         snprintf(err, errsz, ".read nested more than %d deep", LQL_READ_DEPTH_MAX);
         return -1;
     }
-    FILE *f = fopen(argv[1], "rb");
-    if (!f) { snprintf(err, errsz, "cannot open \"%s\"", argv[1]); return -1; }
-    char *text = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&text, &len);
-    char buf[8192];
-    size_t k;
-    while (m && (k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, m);
-    fclose(f);
-    if (!m || fclose(m) != 0) { free(text); snprintf(err, errsz, "out of memory"); return -1; }
+    char *text = lql_read_file(argv[1], 0, NULL);
+    if (!text) { snprintf(err, errsz, "cannot read \"%s\"", argv[1]); return -1; }
     sh->depth++;
     int rc = lql_shell_run(sh, argv[1], text, 1);
     sh->depth--;
