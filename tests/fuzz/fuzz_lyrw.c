@@ -1,7 +1,8 @@
 /*
  * fuzz_lyrw.c — libFuzzer over the LYRW v2 reader: any byte string must either be refused
  * with a message or parse into tables whose every region lies inside the input; the
- * accessors, the unknown-tag report and the capability check then run over the result.
+ * accessors (region bytes, tensor views), the unknown-tag report and the capability check
+ * then run over the result.
  */
 #include "lyrw.h"
 
@@ -35,6 +36,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     const unsigned char *p = vx_lyrw_bytes(l, r);
                     if (r->length)
                         sum += p[0] + p[r->length - 1];
+                    vx_tensor t;
+                    if (vx_lyrw_tensor(l, g->bank_id, g->first_entry + e, c, &t, &err) == 0)
+                        sum += ((const unsigned char *)t.data)[t.nbytes - 1];
                 }
         }
         char report[256];
