@@ -54,9 +54,19 @@ static int next_probs(lql_session *s, eng_model *m, const int32_t *ids, size_t n
     return 0;
 }
 
-/* The top k of probs[0..vocab) in descending order into out[0..k). */
-static void top_k(const float *probs, int vocab, int k, scored *out)
+/* The top k of probs[0..vocab) in descending order into out[0..k): insertion into a
+ * k-list for small k (one pass), a full sort when k is large. -1 on out-of-memory. */
+static int top_k(const float *probs, int vocab, int k, scored *out)
 {
+    if (k > 64) {
+        scored *all = malloc((size_t)vocab * sizeof *all);
+        if (!all) return -1;
+        for (int i = 0; i < vocab; i++) { all[i].id = i; all[i].p = probs[i]; }
+        qsort(all, (size_t)vocab, sizeof *all, by_prob);
+        memcpy(out, all, (size_t)k * sizeof *out);
+        free(all);
+        return 0;
+    }
     int n = 0;
     for (int i = 0; i < vocab; i++) {
         scored c = {i, probs[i]};
@@ -65,6 +75,7 @@ static void top_k(const float *probs, int vocab, int k, scored *out)
         while (j > 0 && by_prob(&c, &out[j - 1]) < 0) { out[j] = out[j - 1]; j--; }
         out[j] = c;
     }
+    return 0;
 }
 
 static char *piece_text(const eng_tokenizer *tok, int32_t id)
@@ -90,9 +101,9 @@ static int predictions(lql_session *s, const lql_stmt *st, eng_model *m, const i
     if (!probs || !top) { free(probs); free(top); return lql_errf(e, LQL_ENOMEM, NULL, "out of memory"); }
     int rc = next_probs(s, m, ids, n, 0, probs, st, e);
     if (rc == 0 && compare) rc = next_probs(s, m, ids, n, 1, probs + vocab, st, e);
+    if (rc == 0 && (top_k(probs, vocab, k, top) < 0 || (compare && top_k(probs + vocab, vocab, k, top + k) < 0)))
+        rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     if (rc == 0) {
-        top_k(probs, vocab, k, top);
-        if (compare) top_k(probs + vocab, vocab, k, top + k);
         static const lql_colspec cols[] = {{"rank", LQL_INT, 0}, {"token", LQL_TEXT, 0},
             {"prob", LQL_FLOAT, 4}, {"base_token", LQL_TEXT, 0}, {"base_prob", LQL_FLOAT, 4}};
         lql_table *t = lql_result_table(r, NULL, compare ? 5 : 3, cols);
