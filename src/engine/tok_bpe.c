@@ -138,47 +138,85 @@ static int build_vocab(eng_tokenizer *t, const tok_raw *r, vx_err *err)
     return 0;
 }
 
+/* Index merge i: both halves and their concatenation must be in the vocab. */
+static int merge_one(eng_tokenizer *t, const tok_raw *r, size_t i, tok_buf *cat, vx_err *err)
+{
+    const char *a = r->m[i].a, *b = r->m[i].b;
+    size_t na = r->m[i].na, nb = r->m[i].nb;
+    int32_t ia = tok_smap_get(&t->vocab, a, na), ib = tok_smap_get(&t->vocab, b, nb);
+    if (ia < 0 || ib < 0)
+        return vx_errf(err, VX_EFORMAT, "%s: model.merges[%zu] '%.*s' '%.*s': '%.*s' is not in "
+                       "the vocab", t->path, i, (int)na, a, (int)nb, b,
+                       ia < 0 ? (int)na : (int)nb, ia < 0 ? a : b);
+    /* The merged piece drops the right half's continuing_subword_prefix. */
+    size_t skip = t->prefix && nb >= t->nprefix && memcmp(b, t->prefix, t->nprefix) == 0
+                      ? t->nprefix : 0;
+    cat->n = 0;
+    if (tok_buf_put(cat, a, na) < 0 || tok_buf_put(cat, b + skip, nb - skip) < 0)
+        return vx_errf(err, VX_ENOMEM, "out of memory loading the merges");
+    int32_t id = tok_smap_get(&t->vocab, cat->p, cat->n);
+    if (id < 0)
+        return vx_errf(err, VX_EFORMAT, "%s: model.merges[%zu] '%.*s' '%.*s' makes '%s', which "
+                       "is not in the vocab", t->path, i, (int)na, a, (int)nb, b, cat->p);
+    /* A repeated pair keeps its last rank, as HF's map collection does. */
+    if (tok_pmap_put(&t->merges, (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib, (uint32_t)i,
+                     id) < 0)
+        return vx_errf(err, VX_ENOMEM, "out of memory loading the merges");
+    return 0;
+}
+
+#define BATCH 16
+
+/* Merges are indexed in batches whose hash-table slots are prefetched a step ahead (the
+ * tables are tens of MB, so each look-up is otherwise a cache miss). A batch with any
+ * problem is redone one merge at a time by merge_one, which names the first bad merge;
+ * redoing a put is harmless (same key, same value). */
 static int build_merges(eng_tokenizer *t, const tok_raw *r, vx_err *err)
 {
     if (tok_pmap_init(&t->merges, r->nm) < 0)
         return vx_errf(err, VX_ENOMEM, "out of memory loading the merges");
     tok_buf cat = {0};
-    for (size_t i = 0; i < r->nm; i++) {
-        const char *a = r->m[i].a, *b = r->m[i].b;
-        size_t na = r->m[i].na, nb = r->m[i].nb;
-        int32_t ia = tok_smap_get(&t->vocab, a, na), ib = tok_smap_get(&t->vocab, b, nb);
-        if (ia < 0 || ib < 0) {
-            vx_errf(err, VX_EFORMAT, "%s: model.merges[%zu] '%.*s' '%.*s': '%.*s' is not in the "
-                    "vocab", t->path, i, (int)na, a, (int)nb, b, ia < 0 ? (int)na : (int)nb,
-                    ia < 0 ? a : b);
-            goto fail;
+    int rc = 0;
+    for (size_t i0 = 0; i0 < r->nm && rc == 0; i0 += BATCH) {
+        size_t nb = r->nm - i0 < BATCH ? r->nm - i0 : BATCH, off[BATCH + 1];
+        uint32_t ha[BATCH], hb[BATCH], hc[BATCH];
+        int32_t ia[BATCH], ib[BATCH];
+        const tok_raw_entry *m = r->m + i0;
+        int bad = 0;
+        for (size_t j = 0; j < nb; j++) {
+            ha[j] = tok_hash(m[j].a, m[j].na);
+            hb[j] = tok_hash(m[j].b, m[j].nb);
+            tok_smap_prefetch(&t->vocab, ha[j]);
+            tok_smap_prefetch(&t->vocab, hb[j]);
         }
-        /* The merged piece drops the right half's continuing_subword_prefix. */
-        size_t skip = t->prefix && nb >= t->nprefix && memcmp(b, t->prefix, t->nprefix) == 0
-                          ? t->nprefix : 0;
         cat.n = 0;
-        if (tok_buf_put(&cat, a, na) < 0 || tok_buf_put(&cat, b + skip, nb - skip) < 0) {
-            vx_errf(err, VX_ENOMEM, "out of memory loading the merges");
-            goto fail;
+        for (size_t j = 0; j < nb; j++) {
+            ia[j] = tok_smap_get_h(&t->vocab, m[j].a, m[j].na, ha[j]);
+            ib[j] = tok_smap_get_h(&t->vocab, m[j].b, m[j].nb, hb[j]);
+            size_t skip = t->prefix && m[j].nb >= t->nprefix &&
+                          memcmp(m[j].b, t->prefix, t->nprefix) == 0 ? t->nprefix : 0;
+            off[j] = cat.n;
+            if (tok_buf_put(&cat, m[j].a, m[j].na) < 0 ||
+                tok_buf_put(&cat, m[j].b + skip, m[j].nb - skip) < 0) {
+                bad = 1;
+                break;
+            }
+            hc[j] = tok_hash(cat.p + off[j], cat.n - off[j]);
+            tok_smap_prefetch(&t->vocab, hc[j]);
+            tok_pmap_prefetch(&t->merges, (uint64_t)(uint32_t)ia[j] << 32 | (uint32_t)ib[j]);
+            bad |= ia[j] < 0 || ib[j] < 0;
         }
-        int32_t id = tok_smap_get(&t->vocab, cat.p, cat.n);
-        if (id < 0) {
-            vx_errf(err, VX_EFORMAT, "%s: model.merges[%zu] '%.*s' '%.*s' makes '%s', which is "
-                    "not in the vocab", t->path, i, (int)na, a, (int)nb, b, cat.p);
-            goto fail;
+        off[nb] = cat.n;
+        for (size_t j = 0; j < nb && !bad; j++) {
+            int32_t id = tok_smap_get_h(&t->vocab, cat.p + off[j], off[j + 1] - off[j], hc[j]);
+            bad = id < 0 || tok_pmap_put(&t->merges, (uint64_t)(uint32_t)ia[j] << 32 |
+                                         (uint32_t)ib[j], (uint32_t)(i0 + j), id) < 0;
         }
-        /* A repeated pair keeps its last rank, as HF's map collection does. */
-        if (tok_pmap_put(&t->merges, (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib, (uint32_t)i,
-                         id) < 0) {
-            vx_errf(err, VX_ENOMEM, "out of memory loading the merges");
-            goto fail;
-        }
+        for (size_t j = 0; j < nb && bad && rc == 0; j++)
+            rc = merge_one(t, r, i0 + j, &cat, err);
     }
     tok_buf_free(&cat);
-    return 0;
-fail:
-    tok_buf_free(&cat);
-    return -1;
+    return rc;
 }
 
 /* Optional string field kept in the arena; "" counts as absent. */

@@ -89,8 +89,13 @@ typedef struct tok_smap {
 int tok_smap_init(tok_smap *m, size_t expected);
 /* Insert or overwrite; 0, or -1 when out of memory. */
 int tok_smap_put(tok_smap *m, const char *k, size_t n, int32_t v);
-/* The value of k, or -1. */
+/* The value of k, or -1; _h with k's tok_hash already computed. */
 int32_t tok_smap_get(const tok_smap *m, const char *k, size_t n);
+int32_t tok_smap_get_h(const tok_smap *m, const char *k, size_t n, uint32_t h);
+uint32_t tok_hash(const char *s, size_t n);
+/* Start loading the slot a look-up of hash h / key k will read (bulk loading is bound by
+ * cache misses on tables of several MB). */
+void tok_smap_prefetch(const tok_smap *m, uint32_t h);
 void tok_smap_free(tok_smap *m);
 
 /* u64 → (u32 a, i32 b) map, used for merges ((left << 32 | right) → (rank, merged id))
@@ -108,6 +113,7 @@ int tok_pmap_init(tok_pmap *m, size_t expected);
 int tok_pmap_put(tok_pmap *m, uint64_t k, uint32_t a, int32_t b);
 /* The entry of k, or NULL. */
 const tok_pmap_e *tok_pmap_get(const tok_pmap *m, uint64_t k);
+void tok_pmap_prefetch(const tok_pmap *m, uint64_t k);
 void tok_pmap_free(tok_pmap *m);
 
 /* ---------------------------------------------------------------- UTF-8 */

@@ -136,7 +136,7 @@ void tok_arena_free(tok_arena *a)
 
 /* ---------------------------------------------------------------- hash maps */
 
-static uint32_t hash_bytes(const char *s, size_t n)
+uint32_t tok_hash(const char *s, size_t n)
 {
     uint32_t h = 2166136261u;   /* FNV-1a */
     for (size_t i = 0; i < n; i++)
@@ -195,7 +195,7 @@ int tok_smap_put(tok_smap *m, const char *k, size_t n, int32_t v)
 {
     if ((m->n + 1) * 2 > m->mask + 1 && smap_rehash(m) < 0)
         return -1;
-    uint32_t h = hash_bytes(k, n);
+    uint32_t h = tok_hash(k, n);
     size_t j = h & m->mask;
     for (; m->e[j].k; j = (j + 1) & m->mask) {
         tok_smap_e *e = &m->e[j];
@@ -209,17 +209,26 @@ int tok_smap_put(tok_smap *m, const char *k, size_t n, int32_t v)
     return 0;
 }
 
-int32_t tok_smap_get(const tok_smap *m, const char *k, size_t n)
+int32_t tok_smap_get_h(const tok_smap *m, const char *k, size_t n, uint32_t h)
 {
     if (!m->e)
         return -1;
-    uint32_t h = hash_bytes(k, n);
     for (size_t j = h & m->mask; m->e[j].k; j = (j + 1) & m->mask) {
         const tok_smap_e *e = &m->e[j];
         if (e->h == h && e->n == n && memcmp(e->k, k, n) == 0)
             return e->v;
     }
     return -1;
+}
+
+int32_t tok_smap_get(const tok_smap *m, const char *k, size_t n)
+{
+    return tok_smap_get_h(m, k, n, tok_hash(k, n));
+}
+
+void tok_smap_prefetch(const tok_smap *m, uint32_t h)
+{
+    __builtin_prefetch(&m->e[h & m->mask]);
 }
 
 void tok_smap_free(tok_smap *m)
@@ -273,6 +282,11 @@ const tok_pmap_e *tok_pmap_get(const tok_pmap *m, uint64_t k)
         if (m->e[j].k == k)
             return &m->e[j];
     return NULL;
+}
+
+void tok_pmap_prefetch(const tok_pmap *m, uint64_t k)
+{
+    __builtin_prefetch(&m->e[hash_u64(k) & m->mask], 1);
 }
 
 void tok_pmap_free(tok_pmap *m)
