@@ -4,8 +4,10 @@
  *   FEATURES  one row per feature with metadata: layer, feature, token (down-meta top
  *             token), relation (label), score = confidence = c_score, also, band.
  *   EDGES     without an entity condition, the same rows read as edges (token = target);
- *             with `entity = "X"` (or IN), X's query is walked (500 features per layer,
- *             or the whole layer when smaller) and the rows are the hits: score = gate.
+ *             with `entity = "X"` (or IN), X's query is scored against every feature of
+ *             the layers passing the layer conditions (no top-500 cut as in the
+ *             reference, so score conditions are exact) and the rows are the hits:
+ *             score = gate.
  *   ENTITIES  capitalised alphabetic top tokens of >= 3 letters that are not function
  *             words ("The", "After"), aggregated over the
  *             features passing the layer/feature conditions: entity, count, score (max
@@ -24,7 +26,6 @@
 #include <string.h>
 #include <strings.h>
 
-#define EDGE_K 500
 #define DEFAULT_LIMIT 20
 
 static const char *const field_names[BRW_F_COUNT_] = {
@@ -376,11 +377,8 @@ static int walk_rows(const brw_model *m, const brw_select_opts *o, const char *e
     for (int l = 0; l < L; l++)
         if (one_layer >= 0 ? l == one_layer : pre_match(o, l, 0, 1)) {
             layers[n++] = l;
-            int64_t want = one_layer >= 0 ? m->s.layer[l].features
-                                          : (m->s.layer[l].features < EDGE_K
-                                                 ? m->s.layer[l].features : EDGE_K);
-            if (want > k)
-                k = (int)want;
+            if (m->s.layer[l].features > k)
+                k = (int)m->s.layer[l].features;
         }
     int rc = 0;
     brw_hit *hits = NULL;
