@@ -280,10 +280,13 @@ static int schema_length(const vx_lyrw *l, const vx_lyrw_bank *k, const vx_lyrw_
     vx_dtype dt;
     if (c->packing > VX_PACK_BLOCKS_INLINE || vx_lyrw_format_dtype(c->format, &dt) != 0)
         return 0;
-    if (region_size(c->format, c->rows, c->cols, want) != 0)
+    if (c->cols % vx_dtype_block_elems(dt))
         return vx_errf(err, VX_EFORMAT, "%s: bank %u schema %u: a %s row of %u columns is not a "
                        "whole number of %u-element blocks", l->name, k->id, c->index,
                        vx_lyrw_format_name(c->format), c->cols, vx_dtype_block_elems(dt));
+    if (region_size(c->format, c->rows, c->cols, want) != 0)
+        return vx_errf(err, VX_EFORMAT, "%s: bank %u schema %u: %u x %u %s overflows 64 bits",
+                       l->name, k->id, c->index, c->rows, c->cols, vx_lyrw_format_name(c->format));
     return 0;
 }
 

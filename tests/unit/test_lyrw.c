@@ -328,6 +328,8 @@ static void hostile(void)
            "1 (routed) and 2 (shared)");
     expect(g, n, 96 + 16, "\x01\x01\0\0", 4, 0, "f.lyrw: bank 7 schema 0: a q4_k row of 257 "
            "columns is not a whole number of 256-element blocks");
+    expect(g, n, 96 + 40 + 12, "\xff\xff\xff\xff\xff\xff\xff\xff", 8, 0, "f.lyrw: bank 7 "
+           "schema 2: 4294967295 x 4294967295 f16 overflows 64 bits");
     expect(g, n, 0, NULL, 0, 400, "f.lyrw: the entry table of segment descriptor 0 ends at "
            "byte 408, past the end of the file (400 bytes)");
 
