@@ -2,8 +2,10 @@
  * tok_int.h — the tokenizer's private types, shared by its files:
  *   tokenizer.c   loading tokenizer.json / tokenizer_config.json, the public eng_tok_* API,
  *                 the encode pipeline and the post-processor
+ *   tok_json.c    the fast path reading model.vocab / model.merges from the raw text
  *   tok_util.c    byte buffers, piece lists, id lists, a string arena, two hash maps,
- *                 UTF-8 helpers and the literal / regex / predicate pattern finder
+ *                 UTF-8 helpers, the literal / regex / predicate pattern finder and the
+ *                 JSON accessors used while loading
  *   tok_norm.c    normalizers (NFC/NFKC/NFD/NFKD, Prepend, Replace, Lowercase, Strip)
  *   tok_pretok.c  pre-tokenizers (Split, ByteLevel, Metaspace, Whitespace, Digits, ...)
  *   tok_bpe.c     the BPE model: vocab, merges by rank, byte fallback, unk fusing
