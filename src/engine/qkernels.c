@@ -87,7 +87,9 @@ static int act_block(vx_dtype dt)
 #endif
 }
 
-/* Scale amax/127, values rounded to nearest; 0 and all-zero for a zero block. */
+/* Scale amax/127, values rounded to nearest; 0 and all-zero for a zero block. A block
+ * holding a NaN or an infinity gets a NaN scale, so the non-finite value reaches every
+ * output it touches instead of being rounded away. */
 static void quantise_acts(const float *x, int cols, const acts *a, float *d, int8_t *q,
                           int16_t *bs)
 {
@@ -95,9 +97,10 @@ static void quantise_acts(const float *x, int cols, const acts *a, float *d, int
         const float *xb = x + (size_t)b * a->blk;
         float amax = 0;
         for (int i = 0; i < a->blk; i++)
-            amax = fmaxf(amax, fabsf(xb[i]));
-        float id = amax > 0 ? 127.f / amax : 0.f;
-        d[b] = amax / 127.f;
+            amax = fabsf(xb[i]) > amax || xb[i] != xb[i] ? fabsf(xb[i]) : amax;
+        int finite = isfinite(amax);
+        float id = finite && amax > 0 ? 127.f / amax : 0.f;
+        d[b] = finite ? amax / 127.f : NAN;
         for (int i = 0; i < a->blk; i++)
             q[(size_t)b * a->blk + i] = (int8_t)lrintf(xb[i] * id);
     }

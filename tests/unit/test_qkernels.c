@@ -222,6 +222,24 @@ int main(void)
         one(all[i], 300, 512, 20);   /* the same, threaded */
     }
     printf("worst error / bound: %.3f\n", worst);
+    /* A NaN or an infinity in the activations reaches the outputs on every path. */
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        float *ref;
+        unsigned char *w = make_w(all[i], 4, 256, &ref);
+        float xs[256 * 9], ys[4 * 9];
+        for (int k = 0; k < 256 * 9; k++)
+            xs[k] = urand();
+        xs[37] = NAN;
+        xs[256 + 200] = INFINITY;
+        eng_qgemm(all[i], w, 4, 256, xs, 2, ys);
+        CHECK_MSG(isnan(ys[0]) && isnan(ys[3]) && !isfinite(ys[4]) && !isfinite(ys[7]),
+                  "%s: non-finite activations lost (decode)", vx_quant_name(all[i]));
+        eng_qgemm(all[i], w, 4, 256, xs, 9, ys);
+        CHECK_MSG(isnan(ys[0]) && !isfinite(ys[4]), "%s: non-finite activations lost (prefill)",
+                  vx_quant_name(all[i]));
+        free(w);
+        free(ref);
+    }
     CHECK(!eng_qsupported(VX_F32) && !eng_qsupported(VX_BF16));
     /* MXFP4 scale codes: 255 makes the block NaN; 0 gives subnormal products. */
     unsigned char blk[2][17];
