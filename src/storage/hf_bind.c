@@ -1,0 +1,328 @@
+/*
+ * hf_bind.c — binding checkpoint tensors to canonical operand names (CONTAINER.md):
+ * every source tensor is found by its Hugging Face name, its shape checked against what
+ * config.json implies, and recorded with the slice or transpose that turns it into the
+ * operand (fused Phi-3 rows, GPT-2 Conv1D columns). A tensor that binds is marked, so the
+ * admission can refuse any checkpoint tensor left over.
+ */
+#include "hf_int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int hf_push_op(judge *j, hf_object *o, const char *name, const st_tensor *t, hf_xform xf,
+                   int64_t lo, int64_t hi, int ndim, const int64_t *shape)
+{
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? 2 * o->cap : 64;
+        hf_operand *a = realloc(o->op, cap * sizeof *a);
+        if (!a)
+            return vx_errf(j->err, VX_ENOMEM, "admission: out of memory");
+        o->op = a;
+        o->cap = cap;
+    }
+    hf_operand *x = &o->op[o->n];
+    memset(x, 0, sizeof *x);
+    x->name = strdup(name);
+    if (!x->name)
+        return vx_errf(j->err, VX_ENOMEM, "admission: out of memory");
+    x->src = t;
+    x->xf = xf;
+    x->lo = lo;
+    x->hi = hi;
+    x->ndim = ndim;
+    memcpy(x->shape, shape, (size_t)ndim * sizeof *shape);
+    o->n++;
+    j->bound[t - st_at(j->m, 0)] = 1;
+    return 0;
+}
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *s)
+{
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)s[i]);
+    if (k < n)
+        snprintf(buf + k, n - k, "]");
+}
+
+/* Find the checkpoint tensor `src` (prefix applied) and check its shape is `want`. */
+const st_tensor *hf_need(judge *j, const char *src, int ndim, const int64_t *want)
+{
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", j->prefix, src);
+    const st_tensor *t = st_find(j->m, full);
+    if (!t) {
+        vx_errf(j->err, VX_EMISSING, "checkpoint: tensor '%s' is missing (family '%s')", full,
+                j->family);
+        return NULL;
+    }
+    if (t->dtype != VX_F32 && t->dtype != VX_F16 && t->dtype != VX_BF16) {
+        vx_errf(j->err, VX_EUNSUPPORTED, "checkpoint: tensor '%s' has dtype %s; weights must be "
+                "F32, F16 or BF16", full, vx_dtype_name(t->dtype));
+        return NULL;
+    }
+    int ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++)
+        ok = t->shape[i] == want[i];
+    if (!ok) {
+        char a[96], b[96];
+        shape_str(a, sizeof a, t->ndim, t->shape);
+        shape_str(b, sizeof b, ndim, want);
+        vx_errf(j->err, VX_EFORMAT, "checkpoint: tensor '%s' has shape %s, config.json implies %s "
+                "(family '%s')", full, a, b, j->family);
+        return NULL;
+    }
+    return t;
+}
+
+
+/* Bind a whole source tensor of shape {a} or {a, b} (b = 0 for 1-D) to an operand. */
+int hf_bind(judge *j, int obj, const char *src, int64_t a, int64_t b, const char *fmt, ...)
+{
+    int64_t s[2] = {a, b};
+    int nd = b ? 2 : 1;
+    const st_tensor *t = hf_need(j, src, nd, s);
+    if (!t)
+        return -1;
+    char name[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    return hf_push_op(j, &j->p->obj[obj], name, t, HF_WHOLE, 0, 0, nd, s);
+}
+
+/* Source name built printf-style for layer-indexed tensors. */
+const char *hf_nm(char *buf, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+cJSON *hf_binding(const hf_operand *o)
+{
+    if (o->xf == HF_WHOLE)
+        return cJSON_CreateString(o->src->name);
+    cJSON *b = cJSON_CreateObject();
+    cJSON_AddStringToObject(b, "tensor", o->src->name);
+    if (o->xf == HF_ROWS || o->xf == HF_COLS_T) {
+        cJSON *r = cJSON_AddArrayToObject(b, o->xf == HF_ROWS ? "rows" : "cols");
+        cJSON_AddItemToArray(r, cJSON_CreateNumber((double)o->lo));
+        cJSON_AddItemToArray(r, cJSON_CreateNumber((double)o->hi));
+    }
+    if (o->xf == HF_T || o->xf == HF_COLS_T)
+        cJSON_AddBoolToObject(b, "transpose", 1);
+    return b;
+}
+
+/* Llama-style decoder tensors (attention, norms, dense MLP); MoE and MLA layers are
+ * bound by their own helpers. */
+int hf_bind_attention(judge *j, const arch *a, int i)
+{
+    char s[160];
+    int64_t q = (int64_t)a->heads * a->head_dim, kv = (int64_t)a->kv_heads * a->head_dim;
+    static const char *const qkv[] = {"q", "k", "v"};
+    for (int k = 0; k < 3; k++) {
+        int64_t rows = k ? kv : q;
+        if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.%s_proj.weight", i, qkv[k]), rows,
+                 a->hidden, "layers.%d.attn.%s_proj", i, qkv[k]) < 0)
+            return -1;
+        if (a->qkv_bias && hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.%s_proj.bias", i, qkv[k]),
+                                rows, 0, "layers.%d.attn.%s_proj.bias", i, qkv[k]) < 0)
+            return -1;
+    }
+    if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.o_proj.weight", i), a->hidden, q,
+             "layers.%d.attn.o_proj", i) < 0)
+        return -1;
+    if (a->out_bias && hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.o_proj.bias", i), a->hidden,
+                            0, "layers.%d.attn.o_proj.bias", i) < 0)
+        return -1;
+    return 0;
+}
+
+int hf_bind_mlp(judge *j, const arch *a, int i, const char *src, const char *dst, int inter)
+{
+    char s[160];
+    static const char *const gu[] = {"gate", "up"};
+    for (int k = 0; k < 2; k++)
+        if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.%s.%s_proj.weight", i, src, gu[k]), inter,
+                 a->hidden, "layers.%d.%s.%s_proj", i, dst, gu[k]) < 0)
+            return -1;
+    return hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.%s.down_proj.weight", i, src), a->hidden, inter,
+                "layers.%d.%s.down_proj", i, dst);
+}
+
+int hf_bind_norm(judge *j, const arch *a, int i, const char *src, const char *dst)
+{
+    char s[160];
+    return hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.%s.weight", i, src), a->hidden, 0,
+                "layers.%d.%s", i, dst);
+}
+
+int hf_bind_moe(judge *j, fam f, const arch *a, int i)
+{
+    char s[160];
+    const char *blk = f == F_MIXTRAL ? "block_sparse_moe" : "mlp";
+    if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.%s.gate.weight", i, blk), a->experts, a->hidden,
+             "layers.%d.ffn.router", i) < 0)
+        return -1;
+    if (a->score_bias) {
+        int64_t sh[1] = {a->experts};
+        const st_tensor *t = hf_need(j, hf_nm(s, sizeof s, "layers.%d.mlp.gate.e_score_correction_bias", i),
+                                  1, sh);
+        if (!t)
+            return -1;
+        char name[96];
+        snprintf(name, sizeof name, "layers.%d.ffn.router.score_bias", i);
+        if (hf_push_op(j, &j->p->obj[DEC], name, t, HF_WHOLE, 0, 0, 1, sh) < 0)
+            return -1;
+        j->p->obj[DEC].op[j->p->obj[DEC].n - 1].keep_f32 = 1;
+    }
+    for (int e = 0; e < a->experts; e++) {
+        if (f == F_MIXTRAL) {
+            static const char *const w[] = {"w1", "w3", "w2"}, *const c[] = {"gate", "up", "down"};
+            for (int k = 0; k < 3; k++) {
+                int64_t r = k == 2 ? a->hidden : a->expert_inter, cl = k == 2 ? a->expert_inter : a->hidden;
+                if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.block_sparse_moe.experts.%d.%s.weight", i, e,
+                                    w[k]), r, cl, "layers.%d.ffn.experts.%d.%s_proj", i, e, c[k]) < 0)
+                    return -1;
+            }
+        } else {
+            char src[64], dst[64];
+            snprintf(src, sizeof src, "mlp.experts.%d", e);
+            snprintf(dst, sizeof dst, "ffn.experts.%d", e);
+            if (hf_bind_mlp(j, a, i, src, dst, a->expert_inter) < 0)
+                return -1;
+        }
+    }
+    if (a->shared_inter) {
+        if (hf_bind_mlp(j, a, i, f == F_DEEPSEEK_V3 ? "mlp.shared_experts" : "mlp.shared_expert",
+                     "ffn.shared", a->shared_inter) < 0)
+            return -1;
+        if (a->shared_gate && hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.mlp.shared_expert_gate.weight", i),
+                                   1, a->hidden, "layers.%d.ffn.shared_gate", i) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int hf_bind_mla(judge *j, const arch *a, int i)
+{
+    char s[160];
+    int64_t qk = a->nope + a->rope_dim;
+    if (a->q_lora) {
+        if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.q_a_proj.weight", i), a->q_lora, a->hidden,
+                 "layers.%d.attn.q_a_proj", i) < 0 ||
+            hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.q_a_layernorm.weight", i), a->q_lora, 0,
+                 "layers.%d.attn.q_a_norm", i) < 0 ||
+            hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.q_b_proj.weight", i), a->heads * qk,
+                 a->q_lora, "layers.%d.attn.q_b_proj", i) < 0)
+            return -1;
+    } else if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.q_proj.weight", i), a->heads * qk,
+                    a->hidden, "layers.%d.attn.q_proj", i) < 0) {
+        return -1;
+    }
+    if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.kv_a_proj_with_mqa.weight", i),
+             a->kv_lora + a->rope_dim, a->hidden, "layers.%d.attn.kv_a_proj", i) < 0 ||
+        hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.kv_a_layernorm.weight", i), a->kv_lora, 0,
+             "layers.%d.attn.kv_a_norm", i) < 0 ||
+        hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.kv_b_proj.weight", i),
+             (int64_t)a->heads * (a->nope + a->v_dim), a->kv_lora, "layers.%d.attn.kv_b_proj", i) < 0 ||
+        hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.o_proj.weight", i), a->hidden,
+             (int64_t)a->heads * a->v_dim, "layers.%d.attn.o_proj", i) < 0)
+        return -1;
+    return 0;
+}
+
+/* Phi-3's fused qkv_proj and gate_up_proj, split by rows. */
+int hf_bind_phi3(judge *j, const arch *a, int i)
+{
+    char s[160];
+    int64_t q = (int64_t)a->heads * a->head_dim, kv = (int64_t)a->kv_heads * a->head_dim;
+    int64_t fs[2] = {q + 2 * kv, a->hidden};
+    const st_tensor *t = hf_need(j, hf_nm(s, sizeof s, "layers.%d.self_attn.qkv_proj.weight", i), 2, fs);
+    if (!t)
+        return -1;
+    int64_t lo[3] = {0, q, q + kv}, hi[3] = {q, q + kv, q + 2 * kv};
+    static const char *const qkv[] = {"q", "k", "v"};
+    for (int k = 0; k < 3; k++) {
+        char name[96];
+        int64_t sh[2] = {hi[k] - lo[k], a->hidden};
+        snprintf(name, sizeof name, "layers.%d.attn.%s_proj", i, qkv[k]);
+        if (hf_push_op(j, &j->p->obj[DEC], name, t, HF_ROWS, lo[k], hi[k], 2, sh) < 0)
+            return -1;
+    }
+    if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.o_proj.weight", i), a->hidden, q,
+             "layers.%d.attn.o_proj", i) < 0)
+        return -1;
+    if (hf_bind_norm(j, a, i, "post_attention_layernorm", "ffn_norm") < 0)
+        return -1;
+    int64_t gs[2] = {2 * (int64_t)a->inter, a->hidden};
+    if (!(t = hf_need(j, hf_nm(s, sizeof s, "layers.%d.mlp.gate_up_proj.weight", i), 2, gs)))
+        return -1;
+    static const char *const gu[] = {"gate", "up"};
+    for (int k = 0; k < 2; k++) {
+        char name[96];
+        int64_t sh[2] = {a->inter, a->hidden};
+        snprintf(name, sizeof name, "layers.%d.ffn.%s_proj", i, gu[k]);
+        if (hf_push_op(j, &j->p->obj[DEC], name, t, HF_ROWS, k * (int64_t)a->inter,
+                    (k + 1) * (int64_t)a->inter, 2, sh) < 0)
+            return -1;
+    }
+    return hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.mlp.down_proj.weight", i), a->hidden, a->inter,
+                "layers.%d.ffn.down_proj", i);
+}
+
+/* GPT-2: Conv1D weights [in, out] are transposed; c_attn's columns are q | k | v. */
+int hf_bind_gpt2_layer(judge *j, const arch *a, int i)
+{
+    char s[160], name[96];
+    int64_t E = a->hidden, I = a->inter;
+    static const char *const ln[] = {"ln_1", "ln_2"}, *const dn[] = {"attn_norm", "ffn_norm"};
+    int64_t cs[2] = {E, 3 * E}, bs[1] = {3 * E};
+    const st_tensor *w = hf_need(j, hf_nm(s, sizeof s, "h.%d.attn.c_attn.weight", i), 2, cs);
+    const st_tensor *b = w ? hf_need(j, hf_nm(s, sizeof s, "h.%d.attn.c_attn.bias", i), 1, bs) : NULL;
+    if (!b)
+        return -1;
+    if (hf_bind(j, DEC, hf_nm(s, sizeof s, "h.%d.ln_1.weight", i), E, 0, "layers.%d.attn_norm", i) < 0 ||
+        hf_bind(j, DEC, hf_nm(s, sizeof s, "h.%d.ln_1.bias", i), E, 0, "layers.%d.attn_norm.bias", i) < 0)
+        return -1;
+    static const char *const qkv[] = {"q", "k", "v"};
+    for (int k = 0; k < 3; k++) {
+        int64_t sh[2] = {E, E};
+        snprintf(name, sizeof name, "layers.%d.attn.%s_proj", i, qkv[k]);
+        if (hf_push_op(j, &j->p->obj[DEC], name, w, HF_COLS_T, k * E, (k + 1) * E, 2, sh) < 0)
+            return -1;
+        snprintf(name, sizeof name, "layers.%d.attn.%s_proj.bias", i, qkv[k]);
+        if (hf_push_op(j, &j->p->obj[DEC], name, b, HF_ROWS, k * E, (k + 1) * E, 1, sh) < 0)
+            return -1;
+    }
+    struct { const char *src; int64_t in, out; const char *dst; } conv[] = {
+        {"attn.c_proj", E, E, "attn.o_proj"}, {"mlp.c_fc", E, I, "ffn.up_proj"},
+        {"mlp.c_proj", I, E, "ffn.down_proj"},
+    };
+    for (int k = 0; k < 3; k++) {
+        if (k == 1 && (hf_bind(j, DEC, hf_nm(s, sizeof s, "h.%d.%s.weight", i, ln[1]), E, 0, "layers.%d.%s", i,
+                            dn[1]) < 0 ||
+                       hf_bind(j, DEC, hf_nm(s, sizeof s, "h.%d.%s.bias", i, ln[1]), E, 0, "layers.%d.%s.bias",
+                            i, dn[1]) < 0))
+            return -1;
+        int64_t src[2] = {conv[k].in, conv[k].out}, dst[2] = {conv[k].out, conv[k].in};
+        const st_tensor *t = hf_need(j, hf_nm(s, sizeof s, "h.%d.%s.weight", i, conv[k].src), 2, src);
+        if (!t)
+            return -1;
+        snprintf(name, sizeof name, "layers.%d.%s", i, conv[k].dst);
+        if (hf_push_op(j, &j->p->obj[DEC], name, t, HF_T, 0, 0, 2, dst) < 0)
+            return -1;
+        if (hf_bind(j, DEC, hf_nm(s, sizeof s, "h.%d.%s.bias", i, conv[k].src), conv[k].out, 0,
+                 "layers.%d.%s.bias", i, conv[k].dst) < 0)
+            return -1;
+    }
+    return 0;
+}
