@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 
 /* CPU time of this process: steadier than wall time on a shared machine. */
@@ -557,6 +558,61 @@ static void edges(const char *shared)
     }
 }
 
+/* Run a shell command, returning its stdout (caller frees) and exit status. */
+static char *run(const char *cmd, int *status)
+{
+    FILE *p = popen(cmd, "r");
+    char *out = calloc(1, 8192);
+    size_t n = 0;
+    if (!p || !out) {
+        if (p)
+            pclose(p);
+        *status = -1;
+        return out;
+    }
+    while (n < 8191) {
+        size_t k = fread(out + n, 1, 8191 - n, p);
+        if (!k)
+            break;
+        n += k;
+    }
+    *status = pclose(p);
+    return out;
+}
+
+/* `vindex tokenize` as a user sees it (the binary from the same build). */
+static void cli(const char *shared)
+{
+    char cmd[2048];
+    int st;
+    snprintf(cmd, sizeof cmd, "'%s/vindex' tokenize '%s/models/families/gemma2' '<bos>hi\n\tx' "
+             "2>&1", LQL_BINARY_DIR, shared);
+    char *out = run(cmd, &st);
+    CHECK_MSG(st == 0, "%s: exit status %d", cmd, st);
+    CHECK_STR(out, "pos   id       piece\n"
+                   "0     2        <bos>  (special)\n"
+                   "1     2        <bos>  (special)\n"
+                   "2     260      \xE2\x96\x81\n"
+                   "3     449      hi\n"
+                   "4     14       <0x0A>\n"
+                   "5     13       <0x09>\n"
+                   "6     348      x\n"
+                   "7 tokens\n");
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s/vindex' tokenize '%s/models/tokenizers/gpt2' 'Hello, world!' "
+             "--json --no-special 2>&1", LQL_BINARY_DIR, shared);
+    out = run(cmd, &st);
+    CHECK_MSG(st == 0, "%s: exit status %d", cmd, st);
+    CHECK_STR(out, "{\n\t\"ids\":\t[15496, 11, 995, 0],\n"
+                   "\t\"tokens\":\t[\"Hello\", \",\", \"\xC4\xA0world\", \"!\"]\n}\n");
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s/vindex' tokenize /nonexistent-dir x 2>&1", LQL_BINARY_DIR);
+    out = run(cmd, &st);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%s: exit status %d", cmd, st);
+    CHECK_STR(out, "vindex tokenize: no tokenizer.json in '/nonexistent-dir'\n");
+    free(out);
+}
+
 int main(void)
 {
     const char *shared = LQL_SHARED_DIR;
@@ -588,5 +644,6 @@ int main(void)
     synthetic();
     config();
     edges(shared);
+    cli(shared);
     return T_DONE();
 }
