@@ -1,10 +1,10 @@
 /*
- * hf_admit.h — admission of a Hugging Face checkpoint (storage-internal): src/storage/hf_*.c
- * is the one place in lql that knows model families. hf_admit judges every config.json key (execution
- * surface, declaration-only with a reason, or refused), builds the SystemGraph component
- * (execution surface + explicit per-layer operators) and the plan of operands: for each
- * logical object, the canonical operand names in storage order, each bound to the
- * checkpoint tensor (and row/column slice or transpose) it is copied from.
+ * hf_admit.h — admission of a Hugging Face checkpoint (storage-internal); src/storage/hf_*.c
+ * is the one place in lql that knows model families. hf_admit judges every config.json
+ * key (execution surface, declaration-only with a reason, or refused), builds the
+ * SystemGraph component (execution surface + explicit per-layer operators) and the plan of
+ * operands: for each logical object, the canonical operand names in storage order, each
+ * bound to the checkpoint tensor (and row/column slice or transpose) it is copied from.
  */
 #ifndef LQL_HF_ADMIT_H
 #define LQL_HF_ADMIT_H
