@@ -143,6 +143,13 @@ int brw_open(vx_container *c, brw_model **out, vx_err *err)
                     brw_dmet_layers(m->dmet), m->s.layers);
             goto fail;
         }
+        for (int l = 0; l < m->s.layers; l++)
+            if (brw_dmet_count(m->dmet, l) != m->s.layer[l].features) {
+                vx_errf(err, VX_EFORMAT, "browse: down_meta layer %d has %lld records, the "
+                        "model %lld features", l, (long long)brw_dmet_count(m->dmet, l),
+                        (long long)m->s.layer[l].features);
+                goto fail;
+            }
     }
     vx_err e3;
     if (vx_resolve(c, "feature_labels.json", path, sizeof path, &e3) == 0)

@@ -381,6 +381,38 @@ int main(void)
             unlink(path);
         }
     }
+    /* a down_meta that does not describe this model is refused at open */
+    {
+        char path[4300];
+        snprintf(path, sizeof path, "%s/browse/down_meta.bin", out);
+        uint8_t img[16 + 4 * 4] = {0};
+        uint32_t hdr[4] = {BRW_DMET_MAGIC, 1, 3, 10};
+        memcpy(img, hdr, sizeof hdr);
+        FILE *f = fopen(path, "wb");
+        if (f) {
+            fwrite(img, 1, 16 + 12, f);
+            fclose(f);
+        }
+        brw_model *bm2 = NULL;
+        CHECK(brw_open(c, &bm2, &err) == -1 && bm2 == NULL);
+        CHECK_STR(err.msg, "browse: down_meta has 3 layers, the model 4");
+        hdr[2] = 4;
+        memcpy(img, hdr, sizeof hdr);
+        f = fopen(path, "wb");
+        if (f) {
+            fwrite(img, 1, sizeof img, f);
+            fclose(f);
+        }
+        CHECK(brw_open(c, &bm2, &err) == -1);
+        CHECK_STR(err.msg, "browse: down_meta layer 0 has 0 records, the model 768 features");
+        f = fopen(path, "wb");
+        if (f) {
+            fwrite(img, 1, 10, f);
+            fclose(f);
+        }
+        CHECK(brw_open(c, &bm2, &err) == -1);
+        CHECK_HAS(err.msg, "down_meta: file is 10 bytes, shorter than the 16-byte header (in \"");
+    }
     brw_close(m);
     vx_close(c);
     rm_rf(plain);
