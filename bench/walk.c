@@ -16,6 +16,7 @@
 #include "browse.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,16 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds (user + system, all threads) used by this process so far: under a loaded
+ * machine a fairer measure of work than wall time. */
+static double cpu_now(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec * 1e-6;
 }
 
 typedef struct probe {
@@ -160,22 +171,25 @@ static int bench_encode(const char *hf, const char *out, const char *dtype)
         }
         o.dtype = (int)dt;
     }
-    double t0 = now();
+    double t0 = now(), c0 = cpu_now();
     if (vx_encode(hf, plain, &o, &err) != 0) {
         fprintf(stderr, "walk: encode %s: %s\n", hf, err.msg);
         return 1;
     }
-    double t_plain = now() - t0;
+    double t_plain = now() - t0, c_plain = cpu_now() - c0;
     o.finish = brw_encode_finish;
     o.finish_ctx = &o;
     t0 = now();
+    c0 = cpu_now();
     if (vx_encode(hf, out, &o, &err) != 0) {
         fprintf(stderr, "walk: encode %s: %s\n", hf, err.msg);
         return 1;
     }
-    double t_browse = now() - t0;
+    double t_browse = now() - t0, c_browse = cpu_now() - c0;
     printf("encode %s: %.1f s plain, %.1f s with down-meta (down-meta %.1f s, %.2fx)\n", hf,
            t_plain, t_browse, t_browse - t_plain, t_browse / t_plain);
+    printf("  cpu: %.1f s plain, %.1f s with down-meta (down-meta %.1f cpu-s)\n", c_plain,
+           c_browse, c_browse - c_plain);
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", plain);
     return system(cmd) != 0;
