@@ -298,8 +298,18 @@ int lql_golden(const char *path, int update)
     sh.mode = LQL_OUT_TSV;
     sh.plain_errors = 1;
     int passed = 0, failed = 0;
-    var vars[16];
+    var vars[17];
     int nvars = 0;
+    /* ${SCRATCH}: a fresh directory for this run's outputs (EXTRACT INTO, SAVE PATCH …) */
+    char scratch[PATH_MAX];
+    if (cache_dir(scratch, sizeof scratch - 32) == 0) {
+        size_t sl = strlen(scratch);
+        snprintf(scratch + sl, sizeof scratch - sl, "/scratch-%ld", (long)getpid());
+        vars[nvars].name = strdup("SCRATCH");
+        vars[nvars].value = strdup(scratch);
+        if (vars[nvars].name && vars[nvars].value) nvars++;
+    }
+    int scratch_made = 0;       /* created when a record first names it */
     char **actual = calloc((size_t)nrec + 1, sizeof *actual);   /* for --update */
 
     for (int i = 0; i < nrec; i++) {
@@ -307,13 +317,14 @@ int lql_golden(const char *path, int update)
         char err[600] = "";
         int ok = 1;
         if (strncmp(r->header, "require ", 8) == 0) {
-            if (nvars == 16) snprintf(err, sizeof err, "more than 16 require records");
-            if (nvars < 16 && require(&sh, r->header, &vars[nvars], err, sizeof err) == 0) nvars++;
+            if (nvars == 17) snprintf(err, sizeof err, "more than 16 require records");
+            if (nvars < 17 && require(&sh, r->header, &vars[nvars], err, sizeof err) == 0) nvars++;
             else ok = 0;
             if (!ok) printf("%s:%d: require failed: %s\n", path, r->line, err);
             ok ? passed++ : failed++;
             continue;
         }
+        if (!scratch_made && strstr(r->text, "${SCRATCH}")) scratch_made = mkdirs(scratch) == 0;
         char *text = expand(r->text, vars, nvars);
         lql_outmode mode = LQL_OUT_TSV;
         double tol = -1;
