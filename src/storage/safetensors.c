@@ -48,10 +48,15 @@ static int u64_of(const cJSON *v, uint64_t *out)
 }
 
 /* safetensors spells dtypes in upper case; lql reads the float types it computes with
- * and the integer types vx_dtype can hold. */
+ * and the integer types vx_dtype can hold. BOOL (one byte per element, as old GPT-2
+ * attention-mask buffers are stored) reads as u8. */
 static int known_dtype(const char *z, vx_dtype *t)
 {
     static const char *const ok[] = {"F32", "F16", "BF16", "I32", "I64", "U8"};
+    if (strcmp(z, "BOOL") == 0) {
+        *t = VX_U8;
+        return 1;
+    }
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (strcmp(z, ok[i]) == 0)
             return vx_dtype_parse(z, t) == 0;
@@ -99,7 +104,7 @@ static int parse_entry(st_model *m, const cJSON *it, const char *label, const un
     if (!known_dtype(dt->valuestring, &t))
         return vx_errf(err, VX_EUNSUPPORTED,
                        "'%s': tensor '%s' has dtype '%s', which lql does not read "
-                       "(F32, F16, BF16, I32, I64, U8)", label, name, dt->valuestring);
+                       "(F32, F16, BF16, I32, I64, U8, BOOL)", label, name, dt->valuestring);
     if (!cJSON_IsArray(sh) || cJSON_GetArraySize(sh) > VX_MAX_DIMS)
         return vx_errf(err, VX_EFORMAT, "'%s': tensor '%s' shape is not an array of at most %d "
                        "dimensions", label, name, VX_MAX_DIMS);

@@ -105,7 +105,7 @@ static void hostile(void)
             VX_EFORMAT);
     refused(good("array.safetensors", "[1, 2]  ", 0), "header is not a JSON object", VX_EFORMAT);
     refused(good("f64.safetensors", "{\"a\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}", 16),
-            "tensor 'a' has dtype 'F64', which lql does not read (F32, F16, BF16, I32, I64, U8)",
+            "tensor 'a' has dtype 'F64', which lql does not read (F32, F16, BF16, I32, I64, U8, BOOL)",
             VX_EUNSUPPORTED);
     refused(good("mismatch.safetensors",
                  "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 24),
@@ -165,6 +165,12 @@ static void image_and_hash(void)
     memcpy(cat + 8, st_find(m, "x")->data, 3);
     char want[65], got[65];
     vx_sha256_hex(cat, sizeof cat, want);
+    /* BOOL reads as one byte per element. */
+    const char *hb = "{\"m\":{\"dtype\":\"BOOL\",\"shape\":[2,3],\"data_offsets\":[0,6]}}";
+    st_model *mb;
+    CHECK(st_open_file(good("bool.safetensors", hb, 6), &mb, &err) == 0);
+    CHECK(mb && st_find(mb, "m")->dtype == VX_U8 && st_find(mb, "m")->nbytes == 6);
+    st_close(mb);
     const char *names[] = {"y", "x", "y"};
     CHECK(st_hash_sources(m, names, 3, got, &err) == 0);
     CHECK_STR(got, want);
