@@ -89,7 +89,12 @@ int main(int argc, char **argv)
         if (!f) { fprintf(stderr, "error: cannot open %s\n", file); lql_shell_close(&sh); return 1; }
         char *text = lql_read_stream(f, 0, NULL);
         if (file) fclose(f);
-        if (!text) { fprintf(stderr, "error: out of memory\n"); lql_shell_close(&sh); return 1; }
+        if (!text) {
+            fprintf(stderr, "error: %s: %s\n", file ? file : "<stdin>",
+                    vx_cancel_flag ? "cancelled" : "cannot read");
+            lql_shell_close(&sh);
+            return 1;
+        }
         lql_shell_run(&sh, file ? file : "<stdin>", text, 1);
         free(text);
     }
