@@ -172,8 +172,10 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
         return -1;
     if (lql_has(st, LQL_C_MODE) && st->mode != LQL_MODE_HYBRID)
         return lql_refuse_clause(e, st, LQL_C_MODE, st->mode == LQL_MODE_PURE
-                                 ? "PURE is not implemented (HYBRID ranks by |gate·q|)"
-                                 : "DENSE is not implemented (HYBRID ranks by |gate·q|)");
+                                 ? "PURE was asked for; lql walks in HYBRID mode only "
+                                   "(rank by |gate·q|)"
+                                 : "DENSE was asked for; lql walks in HYBRID mode only "
+                                   "(rank by |gate·q|)");
     int verbose = explain && lql_has(st, LQL_C_VERBOSE);
     int64_t maxf = 0;
     for (int l = 0; l < brw_layers(m); l++)
