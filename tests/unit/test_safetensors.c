@@ -191,6 +191,51 @@ static void image_and_hash(void)
     CHECK_STR(err.msg, "'mem': tensor 'y' data_offsets [8, 16] extend past the data area (15 bytes)");
 }
 
+/* Deterministic mutation sweep over a valid image: every prefix, and 20000 random byte
+ * edits; each must parse or fail with a message (ASan watches the reads). */
+static void mutations(void)
+{
+    const char *h = "{\"__metadata__\":{\"format\":\"pt\"},"
+                    "\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+                    "\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[16,24]}}";
+    size_t hl = strlen(h), n = 8 + hl + 24;
+    unsigned char *img = calloc(1, n), *mut = malloc(n);
+    for (int i = 0; i < 8; i++)
+        img[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+    memcpy(img + 8, h, hl);
+    vx_err e;
+    CHECK(st_check_image(img, n, "m", &e) == 2);
+    int ok = 0, bad = 0, silent = 0;
+    for (size_t k = 0; k < n; k++) {
+        unsigned char *exact = malloc(k ? k : 1);
+        memcpy(exact, img, k);
+        memset(&e, 0, sizeof e);
+        int rc = st_check_image(exact, k, "m", &e);
+        rc < 0 ? bad++ : ok++;
+        silent += rc < 0 && !e.msg[0];
+        free(exact);
+    }
+    uint64_t r = 88172645463325252ull;
+    static const char pool[] = "{}[]\":,0123456789-.eE FBUI";
+    for (int t = 0; t < 20000; t++) {
+        memcpy(mut, img, n);
+        for (int edits = 0; edits < 1 + t % 4; edits++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            size_t at = (size_t)(r % n);
+            mut[at] = (r >> 32) & 1 ? (unsigned char)pool[(r >> 40) % (sizeof pool - 1)]
+                                    : (unsigned char)(r >> 48);
+        }
+        memset(&e, 0, sizeof e);
+        int rc = st_check_image(mut, n, "m", &e);
+        rc < 0 ? bad++ : ok++;
+        silent += rc < 0 && !e.msg[0];
+    }
+    CHECK(silent == 0);
+    CHECK(bad > 1000 && ok > 10);
+    free(img);
+    free(mut);
+}
+
 static void write_text(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");
@@ -263,6 +308,7 @@ int main(void)
     hostile();
     duplicates();
     image_and_hash();
+    mutations();
     sharded();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
