@@ -29,7 +29,8 @@ static void one_head(const att *a, int h, float *p)
     const eng_model *m = a->m;
     const eng_kv *kv = a->kv;
     const int heads = m->heads, group = heads / kv->kv_heads, kvh = h / group;
-    const int kd = kv->kdim, vd = kv->vdim, kst = kv->kv_heads * kd, vst = kv->kv_heads * vd;
+    const int kd = kv->kdim, vd = kv->vdim, kst = kv->kv_heads * kd, vst = kv->vstride;
+    const float *vbase = kv->v ? kv->v : kv->k;
     const int W = a->L->window, n_keys = a->pos0 + a->n;
     for (int t = 0; t < a->n; t++) {
         const int i = a->pos0 + t, lo = W && i - W + 1 > 0 ? i - W + 1 : 0;
@@ -48,7 +49,7 @@ static void one_head(const att *a, int h, float *p)
         float *o = a->out + (size_t)t * heads * vd + (size_t)h * vd;
         memset(o, 0, (size_t)vd * sizeof *o);
         for (int j = lo; j <= i; j++) {
-            const float *v = kv->v + (size_t)j * vst + (size_t)kvh * vd;
+            const float *v = vbase + (size_t)j * vst + (size_t)kvh * vd;
             float w = p[j] * inv;
             p[j] = w;
             for (int d = 0; d < vd; d++) o[d] += w * v[d];

@@ -17,8 +17,9 @@
 /* ---------------------------------------------------------------- weights */
 
 /* A borrowed matrix. trans == 0: rows = out features, each row `cols` elements in `dt`,
- * row r at data + r * row_bytes. trans == 1 (f32 only): the matrix is stored [cols, rows]
- * (in-major), element (r, c) at data[c * rows + r]; used for small computed factors. */
+ * row r at data + r * row_bytes. trans == 1: the matrix is stored [cols, rows] (in-major):
+ * stored row c (at data + c * row_bytes; row_bytes 0 means packed) holds element (r, c)
+ * at index r; used for small computed factors and in-major weight slices. */
 typedef struct eng_w {
     vx_dtype dt;
     const void *data;
@@ -160,10 +161,13 @@ uint64_t eng_splitmix64(uint64_t x);
 
 /* ---------------------------------------------------------------- session */
 
-/* Per-layer KV cache: k [max_ctx, kv_heads * kdim], v [max_ctx, kv_heads * vdim]. */
+/* Per-layer KV cache: k [max_ctx, kv_heads * kdim]; values of position j, kv head g at
+ * v + j * vstride + g * vdim. MLA layers keep one shared row per position,
+ * [normed latent | roped k_rope], and read their values from its latent part (v NULL:
+ * values live in k). */
 typedef struct eng_kv {
     float *k, *v;
-    int kdim, vdim, kv_heads;
+    int kdim, vdim, kv_heads, vstride;
 } eng_kv;
 
 struct eng_session {
@@ -177,7 +181,8 @@ struct eng_session {
 };
 
 /* Attention over the cache for n queries at pos0 (keys 0..pos0+n-1 are in kv already).
- * q [n, heads * kdim] (roped), out [n, heads * vdim]. */
+ * q [n, heads * kdim] (roped), out [n, heads * vdim]; query head h reads kv head
+ * h / (heads / kv_heads). */
 void eng_attend(const eng_model *m, const eng_layer *L, int layer, const eng_kv *kv,
                 const float *q, int n, int pos0, float *out, const eng_observer *obs);
 

@@ -57,20 +57,34 @@ void eng_row_f32(vx_dtype dt, const void *src, float *dst, size_t n)
 
 /* ---------------------------------------------------------------- scalar helpers */
 
+/* Element k of a stored row in any executable dtype. */
+static float row_elem(vx_dtype dt, const char *row, int k)
+{
+    float v = 0;
+    if (is_block(dt)) {
+        /* decode only the block holding element k */
+        unsigned be = vx_dtype_block_elems(dt);
+        float blk[be];
+        vx_dequantize_row(dt, row + (size_t)(k / be) * vx_dtype_block_bytes(dt), blk, be);
+        return blk[k % be];
+    }
+    vx_row_to_f32(dt, row + (size_t)k * (dt == VX_F32 ? 4 : 2), &v, 1);
+    return v;
+}
+
+/* Bytes between stored rows of a transposed view (0 in the view: packed). */
+static size_t trans_stride(const eng_w *w)
+{
+    uint64_t rb = 0;
+    if (w->row_bytes) return w->row_bytes;
+    vx_dtype_nbytes(w->dt, (uint64_t)w->rows, 1, &rb);
+    return (size_t)rb;
+}
+
 float eng_w_at(const eng_w *w, int r, int c)
 {
-    if (w->trans) return ((const float *)w->data)[(size_t)c * w->rows + r];
-    const char *row = (const char *)w->data + (size_t)r * w->row_bytes;
-    float v = 0;
-    if (is_block(w->dt)) {
-        /* decode only the block holding column c */
-        unsigned be = vx_dtype_block_elems(w->dt);
-        float blk[be];
-        vx_dequantize_row(w->dt, row + (size_t)(c / be) * vx_dtype_block_bytes(w->dt), blk, be);
-        return blk[c % be];
-    }
-    vx_row_to_f32(w->dt, row + (size_t)c * (w->dt == VX_F32 ? 4 : 2), &v, 1);
-    return v;
+    if (w->trans) return row_elem(w->dt, (const char *)w->data + (size_t)c * trans_stride(w), r);
+    return row_elem(w->dt, (const char *)w->data + (size_t)r * w->row_bytes, c);
 }
 
 static float hsum256(__m256 v)
@@ -320,14 +334,42 @@ static void run_part(void *ctx, int i, int nparts)
     free(buf);
 }
 
+/* Transposed views (stored [cols, rows]: small computed factors and weight slices read
+ * in-major, e.g. MLA's absorbed key projection): f32 goes to sgemm in place, other dtypes
+ * are converted to f32 first. Without memory for the copy, element by element. */
+static void matmul_trans(const eng_w *w, const float *x, int n, float *y)
+{
+    const size_t st = trans_stride(w);
+    if (w->dt == VX_F32 && st % sizeof(float) == 0) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, w->rows, w->cols, 1.0f, x,
+                    w->cols, (const float *)w->data, (int)(st / sizeof(float)), 0.0f, y, w->rows);
+        return;
+    }
+    float *b = malloc((size_t)w->rows * w->cols * sizeof *b);
+    if (!b) {
+        for (int t = 0; t < n; t++)
+            for (int r = 0; r < w->rows; r++) {
+                float acc = 0;
+                for (int c = 0; c < w->cols; c++) acc += eng_w_at(w, r, c) * x[(size_t)t * w->cols + c];
+                y[(size_t)t * w->rows + r] = acc;
+            }
+        return;
+    }
+    for (int c = 0; c < w->cols; c++)
+        eng_row_f32(w->dt, (const char *)w->data + (size_t)c * st, b + (size_t)c * w->rows,
+                    (size_t)w->rows);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, w->rows, w->cols, 1.0f, x,
+                w->cols, b, w->rows, 0.0f, y, w->rows);
+    free(b);
+}
+
 void eng_matmul(const eng_w *w, const float *x, int n, float *y)
 {
     static int blas_single;
     if (n <= 0 || w->rows <= 0) return;
     if (!blas_single) { openblas_set_num_threads(1); blas_single = 1; }
     if (w->trans) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, w->rows, w->cols, 1.0f, x,
-                    w->cols, (const float *)w->data, w->rows, 0.0f, y, w->rows);
+        matmul_trans(w, x, n, y);
         return;
     }
     if (is_block(w->dt)) {

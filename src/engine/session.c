@@ -30,16 +30,19 @@ int eng_session_new(const eng_model *m, int max_ctx, eng_session **out, vx_err *
     for (int l = 0; l < m->n_layers; l++) {
         eng_kv *kv = &s->kv[l];
         if (m->layers[l].mla) {
-            kv->kv_heads = m->heads;
-            kv->kdim = m->qk_nope + m->qk_rope;
-            kv->vdim = m->v_head_dim;
+            /* the latent cache: one [latent | k_rope] row per position for all heads */
+            kv->kv_heads = 1;
+            kv->kdim = kv->vstride = m->kv_lora + m->qk_rope;
+            kv->vdim = m->kv_lora;
         } else {
             kv->kv_heads = m->kv_heads;
             kv->kdim = kv->vdim = m->head_dim;
+            kv->vstride = m->kv_heads * m->head_dim;
+            kv->v = malloc((size_t)max_ctx * kv->vstride * sizeof(float));
+            if (!kv->v) goto oom;
         }
         kv->k = malloc((size_t)max_ctx * kv->kv_heads * kv->kdim * sizeof(float));
-        kv->v = malloc((size_t)max_ctx * kv->kv_heads * kv->vdim * sizeof(float));
-        if (!kv->k || !kv->v) goto oom;
+        if (!kv->k) goto oom;
     }
     *out = s;
     return 0;

@@ -68,6 +68,21 @@ static void test_matmul(void)
     CHECK_NEAR(y[0], 1 * 1 - 3 + 2 * 5, 1e-6);
     CHECK_NEAR(y[1], 2 * 1 - 4 + 2 * 6, 1e-6);
     CHECK_NEAR(eng_w_at(&w, 1, 2), 6, 0);
+    /* a transposed bf16 slice: rows 1..2 of a stored [4, 6] matrix read in-major, i.e. the
+     * [6 out, 2 in] matrix W[r][c] = S[1 + c][r] */
+    float sm[4 * 6];
+    uint16_t sb[4 * 6];
+    for (int i = 0; i < 24; i++) sm[i] = rnd();
+    store(VX_BF16, sm, 4, 6, sb);
+    eng_w ws = {VX_BF16, sb + 6, 6, 2, 12, 1};
+    float xs[2 * 2] = {0.5f, -2, 1, 3}, ys[2 * 6];
+    eng_matmul(&ws, xs, 2, ys);
+    double wt = 0;
+    for (int t = 0; t < 2; t++)
+        for (int r = 0; r < 6; r++)
+            wt = fmax(wt, fabs(ys[t * 6 + r] - (sm[6 + r] * xs[t * 2] + sm[12 + r] * xs[t * 2 + 1])));
+    CHECK_NEAR(wt, 0, 1e-6);
+    CHECK_NEAR(eng_w_at(&ws, 4, 1), sm[12 + 4], 0);
     /* dot row and element access on bf16 */
     float m[2 * 3] = {1, 2, 3, 0.5f, -1, 4};
     uint16_t b[6];
