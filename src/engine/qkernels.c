@@ -63,6 +63,7 @@ typedef struct acts {
     float *d;                 /* [n, nb] */
     int8_t *q;                /* [n, cols] */
     int16_t *bs;              /* [n, cols / 16] */
+    int wide;                 /* 1: the AVX-512 VNNI kernels for the 32-blocks */
     void *mem;
 } acts;
 
@@ -117,6 +118,7 @@ static int acts_make(acts *a, int blk, const float *X, int n, int cols)
 {
     a->blk = blk;
     a->nb = cols / blk;
+    a->wide = 0;
     size_t nd = (size_t)n * a->nb, nq = (size_t)n * cols, ns = (size_t)n * (cols / 16);
     a->mem = malloc(nd * sizeof(float) + nq + ns * sizeof(int16_t));
     if (!a->mem)
@@ -299,12 +301,73 @@ static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
     return hsum(acc) - accm;
 }
 
+/* ---- AVX-512 VNNI: two 32-blocks per instruction, chosen at run time */
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* Used when the CPU has AVX-512 BW/VL/VNNI and LQL_NO_AVX512 is not 1 (read per call, so a
+ * test can cover both paths in one process). */
+static int wide_ok(void)
+{
+    static int cpu = -1;
+    if (cpu < 0)
+        cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    const char *e = getenv("LQL_NO_AVX512");
+    return cpu && !(e && *e == '1');
+}
+
+/* The 32 signed weights of a Q8_0 / Q4_0 / MXFP4 block (MXFP4 doubled) and its scale. */
+static __m256i block32(vx_dtype dt, const unsigned char *w, float *scale)
+{
+    static const int8_t doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    if (dt == VX_Q8_0) {
+        *scale = h2f(w);
+        return load32(w + 2);
+    }
+    if (dt == VX_Q4_0) {
+        *scale = h2f(w);
+        return _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8));
+    }
+    *scale = e8m0_half(w[0]);
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(const void *)doubled)), nibbles(w + 1));
+}
+
+T512 static float dot32_wide(vx_dtype dt, unsigned bb, const unsigned char *w, const float *d,
+                             const int8_t *q, int nb)
+{
+    __m512 acc = _mm512_setzero_ps();
+    int b = 0;
+    for (; b + 2 <= nb; b += 2, w += 2 * bb) {
+        float s0, s1;
+        __m256i w0 = block32(dt, w, &s0), w1 = block32(dt, w + bb, &s1);
+        __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
+        __m512i xv = _mm512_loadu_si512((const void *)(q + 32 * b));
+        /* signed × signed as |w| × (x with w's sign): vpdpbusd takes unsigned × signed */
+        __m512i sx = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(wv), _mm512_setzero_si512(), xv);
+        __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(wv), sx);
+        __m512 sc = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(s0 * d[b]),
+                                         _mm512_set1_ps(s1 * d[b + 1]));
+        acc = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(p), acc);
+    }
+    float r = _mm512_reduce_add_ps(acc);
+    if (b < nb) {
+        float s;
+        __m256i v = block32(dt, w, &s);
+        r += s * d[b] * hsum(mul_i8(v, load32(q + 32 * b)));
+    }
+    return r;
+}
+
 /* One weight row against activation row t. */
 static float dot_row(vx_dtype dt, const unsigned char *w, const acts *a, int t, int cols)
 {
     const float *d = a->d + (size_t)t * a->nb;
     const int8_t *q = a->q + (size_t)t * cols;
     const int16_t *bs = a->bs + (size_t)t * (cols / 16);
+    if (a->wide && a->blk == 32)
+        return dot32_wide(dt, dt == VX_Q8_0 ? 34 : dt == VX_Q4_0 ? 18 : 17, w, d, q, a->nb);
     switch (dt) {
     case VX_Q8_0:
         return dot_q8_0(w, d, q, a->nb);
@@ -361,12 +424,15 @@ static int deq_block_fast(vx_dtype dt, const unsigned char *w, float *out)
             _mm_loadu_si128((const __m128i *)(const void *)e2m1)), nib);
         __m256 sc[2] = {_mm256_set1_ps(d), _mm256_set1_ps(d)};
         store32(q, sc, zero, out);
-        /* Code 8 is -0: put the nibble's sign bit on every negative-coded value. */
-        unsigned char codes[32];
-        _mm256_storeu_si256((__m256i *)(void *)codes, nib);
-        for (int i = 0; i < 32; i++)
-            if (codes[i] & 8)
-                out[i] = -fabsf(out[i]);
+        /* Code 8 is -0: OR the nibble's sign bit (moved to bit 7, then sign-extended to bit
+         * 31) into every value; the others are negative or zero already. */
+        __m256i sgn = _mm256_slli_epi16(_mm256_and_si256(nib, _mm256_set1_epi8(8)), 4);
+        __m128i lo = _mm256_castsi256_si128(sgn), hi = _mm256_extracti128_si256(sgn, 1);
+        __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        for (int k = 0; k < 4; k++) {
+            __m256 m = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepi8_epi32(part[k]), 24));
+            _mm256_storeu_ps(out + 8 * k, _mm256_or_ps(_mm256_loadu_ps(out + 8 * k), m));
+        }
         return 1;
     }
     case VX_Q4_K: {
@@ -531,8 +597,12 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
         return;
     }
     int blk = act_block(dt);
-    if (blk && acts_make(a, blk, X, n, cols) == 0)
+    if (blk && acts_make(a, blk, X, n, cols) == 0) {
+#ifdef __AVX2__
+        a->wide = wide_ok();
+#endif
         j->a = a;
+    }
 }
 
 void eng_qgemm_rows(vx_dtype dt, const void *W, int r0, int r1, int rows, int cols,

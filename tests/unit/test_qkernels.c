@@ -209,11 +209,11 @@ static void reference_vectors(void)
     }
 }
 
-int main(void)
+static const vx_dtype all[] = {VX_Q8_0, VX_Q4_0, VX_Q2_K, VX_Q3_K, VX_Q4_K, VX_Q5_K,
+                               VX_Q6_K, VX_MXFP4};
+
+static void every_codec(void)
 {
-    reference_vectors();
-    static const vx_dtype all[] = {VX_Q8_0, VX_Q4_0, VX_Q2_K, VX_Q3_K, VX_Q4_K, VX_Q5_K,
-                                   VX_Q6_K, VX_MXFP4};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         CHECK(eng_qsupported(all[i]));
         one(all[i], 37, 512, 3);     /* serial (small) */
@@ -221,6 +221,16 @@ int main(void)
         one(all[i], 40, 256, 70);    /* prefill: exact f32 tiles + sgemm */
         one(all[i], 300, 512, 20);   /* the same, threaded */
     }
+}
+
+int main(void)
+{
+    reference_vectors();
+    /* Both integer kernel families: AVX2, then AVX-512 VNNI where the CPU has it. */
+    setenv("LQL_NO_AVX512", "1", 1);
+    every_codec();
+    setenv("LQL_NO_AVX512", "0", 1);
+    every_codec();
     printf("worst error / bound: %.3f\n", worst);
     /* A NaN or an infinity in the activations reaches the outputs on every path. */
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
