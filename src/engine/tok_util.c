@@ -154,10 +154,16 @@ static uint64_t hash_u64(uint64_t k)
     return k;
 }
 
+/* Linear probing stays fast below 70% load; tables are powers of two. */
+static int crowded(size_t n, size_t cap)
+{
+    return n * 10 > cap * 7;
+}
+
 static size_t table_size(size_t expected)
 {
     size_t c = 64;
-    while (c < expected * 2 + 2)
+    while (crowded(expected + 1, c))
         c *= 2;
     return c;
 }
@@ -193,7 +199,7 @@ static int smap_rehash(tok_smap *m)
 
 int tok_smap_put(tok_smap *m, const char *k, size_t n, int32_t v)
 {
-    if ((m->n + 1) * 2 > m->mask + 1 && smap_rehash(m) < 0)
+    if (crowded(m->n + 1, m->mask + 1) && smap_rehash(m) < 0)
         return -1;
     uint32_t h = tok_hash(k, n);
     size_t j = h & m->mask;
@@ -254,7 +260,7 @@ int tok_pmap_init(tok_pmap *m, size_t expected)
 
 int tok_pmap_put(tok_pmap *m, uint64_t k, uint32_t a, int32_t b)
 {
-    if ((m->n + 1) * 2 > m->mask + 1) {
+    if (crowded(m->n + 1, m->mask + 1)) {
         tok_pmap big;
         if (tok_pmap_init(&big, m->mask + 1) < 0)
             return -1;
