@@ -415,6 +415,26 @@ static void synthetic(void)
         CHECK(eng_tok_vocab_size(t) == 6 && eng_tok_lookup(t, "b") == 5);
     eng_tok_free(t);
 
+    /* Metaspace "first" (Llama non-legacy): only the piece that starts the text gets a
+     * '▁'; a regex Replace normalizer; Punctuation; unknown characters not fused. */
+    t = load_json("first",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\\u2581\": 0, \"h\": 1, \"i\": 2, "
+        "\"\\u2581h\": 3, \"\\u2581hi\": 4, \"hi\": 5, \"<s>\": 6, \"!\": 7, \"<unk>\": 8, "
+        "\"#\": 9}, \"merges\": [\"\\u2581 h\", \"\\u2581h i\", \"h i\"], "
+        "\"unk_token\": \"<unk>\"},"
+        "\"added_tokens\": [{\"id\": 6, \"content\": \"<s>\", \"special\": true}],"
+        "\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \"[0-9]+\"}, "
+        "\"content\": \"#\"},"
+        "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+        "\"Metaspace\", \"replacement\": \"\\u2581\", \"prepend_scheme\": \"first\", "
+        "\"split\": false}, {\"type\": \"Punctuation\", \"behavior\": \"Isolated\"}]},"
+        "\"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", "
+        "\"prepend_scheme\": \"first\"}}");
+    check_pieces(t, "hi<s>hi!hi", 0, "\xE2\x96\x81hi|<s>|hi|!|hi");
+    check_pieces(t, "hi 42xy", 0, "\xE2\x96\x81hi|\xE2\x96\x81|#|<unk>|<unk>");
+    check_decoded(t, "hi hi", "hi hi");
+    eng_tok_free(t);
+
     /* A vocab piece that is not UTF-8 still decodes to valid UTF-8. */
     t = load_json("rawbytes", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"x\xFFy\": 0, "
                   "\"z\": 1}, \"merges\": []}}");
