@@ -13,7 +13,9 @@
 #include "vx_int.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -339,6 +341,27 @@ static void hostile(void)
     *strrchr(tmpdir, '/') = '\0';
     CHECK(eng_tok_load_dir("/nonexistent-dir", &t, &err) == -1);
     CHECK_STR(err.msg, "no tokenizer.json in '/nonexistent-dir'");
+
+    /* In a container (a dir with index.json) tokenizer.json may not lead outside it. */
+    char box[1200], link[1300], target[1300];
+    snprintf(box, sizeof box, "%s/box.vindex3", tmpdir);
+    mkdir(box, 0755);
+    snprintf(link, sizeof link, "%s/index.json", box);
+    FILE *f = fopen(link, "w");
+    if (f) {
+        fputs("{}", f);
+        fclose(f);
+    }
+    snprintf(link, sizeof link, "%s/tokenizer.json", box);
+    snprintf(target, sizeof target, "%s/nomodel.json", tmpdir);
+    unlink(link);
+    CHECK(symlink(target, link) == 0);
+    CHECK(eng_tok_load_dir(box, &t, &err) == -1 && t == NULL);
+    char real[PATH_MAX], want2[PATH_MAX + 200];
+    CHECK(realpath(target, real) != NULL);
+    snprintf(want2, sizeof want2, "path 'tokenizer.json' leaves the container through a "
+             "symlink (to '%s')", real);
+    CHECK_STR(err.msg, want2);
 }
 
 /* Steps no fixture uses, with expectations worked out from HF's semantics. */
