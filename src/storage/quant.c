@@ -327,8 +327,10 @@ static void quant_q4_k(const float *x, unsigned char *b)
     unsigned char *sc = b + 4;
     memset(sc, 0, 12);
     for (int j = 0; j < 8; j++) {
-        int ls = imin(63, nearest_int(inv_scale * scales[j]));
-        int lm = imin(63, nearest_int(inv_min * mins[j]));
+        /* Both are in 0..63 for finite input; the lower clamp only keeps a NaN from
+         * becoming a negative shift operand. */
+        int ls = imax(0, imin(63, nearest_int(inv_scale * scales[j])));
+        int lm = imax(0, imin(63, nearest_int(inv_min * mins[j])));
         if (j < 4) {
             sc[j] = (unsigned char)ls;
             sc[j + 4] = (unsigned char)lm;
