@@ -60,7 +60,7 @@ static int geometry(judge *j, arch *a)
 
 static int gpt2_keys(judge *j, arch *a)
 {
-    long inner;
+    long inner = 0;
     if (hf_getpos(j, "n_embd", REQUIRED, &a->hidden) < 0 || hf_getpos(j, "n_layer", REQUIRED, &a->layers) < 0 ||
         hf_getpos(j, "n_head", REQUIRED, &a->heads) < 0 || hf_getpos(j, "vocab_size", REQUIRED, &a->vocab) < 0 ||
         hf_getpos(j, "n_positions", 1024, &a->ctx) < 0 || hf_geti(j, "n_inner", 0, &inner) < 0 ||
@@ -74,7 +74,7 @@ static int gpt2_keys(judge *j, arch *a)
     a->inter = inner ? (int)inner : 4 * a->hidden;
     a->kv_heads = a->heads;
     a->head_dim = a->hidden / a->heads;
-    int scale_w;
+    int scale_w = 0;
     if (hf_getb(j, "scale_attn_weights", 1, &scale_w) < 0 ||
         hf_expect_false(j, "scale_attn_by_inverse_layer_idx") < 0)
         return -1;
@@ -96,8 +96,8 @@ static int windows(judge *j, fam f, arch *a)
     if (f == F_LLAMA || f == F_GPT2 || f == F_DEEPSEEK_V3 || f == F_GEMMA)
         return 0;
     if (f == F_QWEN2 || f == F_QWEN2_MOE) {
-        int use;
-        long mwl;
+        int use = 0;
+        long mwl = 0;
         if (hf_getb(j, "use_sliding_window", 0, &use) < 0)
             return -1;
         const cJSON *lt = hf_key(j, "layer_types");
@@ -173,7 +173,7 @@ static int moe_keys(judge *j, fam f, arch *a)
             hf_getpos(j, "decoder_sparse_step", 1, &step) < 0 ||
             hf_getb(j, "norm_topk_prob", 0, &a->normalise) < 0)
             return -1;
-        long si;
+        long si = 0;
         if (hf_geti(j, "shared_expert_intermediate_size", 0, &si) < 0)
             return -1;
         if (si < 0 || si > DIM_MAX)
@@ -199,7 +199,7 @@ static int moe_keys(judge *j, fam f, arch *a)
             hf_getposd(j, "routed_scaling_factor", 1.0, &a->routed_scaling) < 0 ||
             hf_getpos(j, "n_shared_experts", 1, &nshared) < 0)
             return -1;
-        long fk;
+        long fk = 0;
         if (hf_geti(j, "first_k_dense_replace", 0, &fk) < 0)
             return -1;
         first = (int)(fk < 0 ? 0 : fk > a->layers ? a->layers : fk);
@@ -229,7 +229,7 @@ static int moe_keys(judge *j, fam f, arch *a)
 
 static int mla_keys(judge *j, arch *a)
 {
-    long ql;
+    long ql = 0;
     if (hf_geti(j, "q_lora_rank", 0, &ql) < 0 || hf_getpos(j, "kv_lora_rank", REQUIRED, &a->kv_lora) < 0 ||
         hf_getpos(j, "qk_nope_head_dim", REQUIRED, &a->nope) < 0 ||
         hf_getpos(j, "qk_rope_head_dim", REQUIRED, &a->rope_dim) < 0 ||
@@ -298,7 +298,7 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
 
     /* Biases. */
     if (f == F_LLAMA || f == F_PHI3 || f == F_GEMMA || f == F_GEMMA2) {
-        int ab;
+        int ab = 0;
         if (hf_getb(j, "attention_bias", 0, &ab) < 0)
             goto out;
         a.qkv_bias = a.out_bias = ab;
@@ -325,7 +325,7 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
         a.weight_offset = 1.0;
     }
     if (f == F_GEMMA2) {
-        double qs;
+        double qs = 0;
         if (hf_getposd(j, "attn_logit_softcapping", 0, &a.attn_softcap) < 0 ||
             hf_getposd(j, "final_logit_softcapping", 0, &a.final_softcap) < 0 ||
             hf_getposd(j, "query_pre_attn_scalar", a.head_dim, &qs) < 0)

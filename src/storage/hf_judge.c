@@ -86,7 +86,7 @@ int hf_geti(judge *j, const char *k, long def, long *out)
 /* A positive integer that fits the geometry fields (int). */
 int hf_getpos(judge *j, const char *k, long def, int *out)
 {
-    long v;
+    long v = 0;
     if (hf_geti(j, k, def, &v) < 0)
         return -1;
     if (v <= 0 || v > DIM_MAX)
