@@ -1,5 +1,5 @@
 /*
- * exec_edit.c — the mutation statements: DELETE, UPDATE, the patch statements, UNDO,
+ * exec_edit.c — the mutation statements: INSERT, DELETE, UPDATE, the patch statements, UNDO,
  * ROLLBACK, SHOW PATCHES / HISTORY, and the hook USE calls after binding a container.
  *
  * State per binding (lql_session.edit): the journal (storage/journal.h) — opened at USE
@@ -12,7 +12,9 @@
  * DELETE and UPDATE address features by their own fields — layer, feature, token (the
  * feature's output token; `entity` and `target` are accepted as the reference's names for
  * it), relation, score/confidence — so `SELECT * FROM FEATURES WHERE …` previews exactly
- * what they touch. INSERT, DIFF, COMPILE and COMPACT are refused by name.
+ * what they touch. INSERT is a rank-1 covariance-whitened down_proj update
+ * (engine/edit_memit.h) journaled as a low-rank insert. DIFF, COMPILE and COMPACT are
+ * refused by name.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -25,6 +27,7 @@
 
 #include "browse.h"
 #include "edit.h"
+#include "edit_memit.h"
 #include "edit_overlay.h"
 #include "interp.h"
 #include "journal.h"
@@ -34,6 +37,9 @@ typedef struct edit_state {
     vx_journal *j;            /* NULL until opened */
     brw_model *bm;            /* lazily opened */
     brw_edit_overlay *ov;     /* the replayed overlay, NULL when nothing is active */
+    double *cov;              /* INSERT: activation covariance of cov_layer [F×F], or NULL */
+    int cov_layer;
+    int64_t cov_count;        /* corpus positions behind it */
 } edit_state;
 
 static void state_free(void *p)
@@ -44,6 +50,7 @@ static void state_free(void *p)
     vx_journal_close(es->j);
     brw_edit_overlay_free(es->ov);
     brw_close(es->bm);
+    free(es->cov);
     free(es->jpath);
     free(es);
 }
@@ -326,7 +333,7 @@ static int record(lql_session *s, const lql_stmt *st, edit_state *es, const vx_o
 
 int lql_h_delete(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    edit_state *es;
+    edit_state *es = NULL;
     fvec sel = {0};
     if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, e) ||
         select_features(st, es, &sel, e)) {
@@ -369,23 +376,24 @@ int lql_h_delete(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     return rc;
 }
 
-/* First token id of " target" (no specials), skipping a lone word-boundary piece. */
-static int target_id(const edit_state *es, const lql_assign *a, int32_t *out, lql_err *e)
+/* First token id of " target" (no specials), skipping a lone word-boundary piece; at
+ * names the target in errors. */
+static int target_id(const eng_tokenizer *tok, const char *target, const lql_span *at,
+                     int32_t *out, lql_err *e)
 {
-    const eng_tokenizer *tok = brw_tokenizer(es->bm);
-    size_t len = strlen(a->val.s);
+    size_t len = strlen(target);
     char *text = malloc(len + 2);
     if (!text)
         return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     text[0] = ' ';
-    memcpy(text + 1, a->val.s, len + 1);
+    memcpy(text + 1, target, len + 1);
     int32_t *ids = NULL;
     size_t n = 0;
     vx_err ve = {0};
     int rc = eng_tok_encode(tok, text, len + 1, 0, &ids, &n, &ve);
     free(text);
     if (rc)
-        return lql_err_vx(e, &ve, &a->val.at);
+        return lql_err_vx(e, &ve, at);
     *out = -1;
     for (size_t i = 0; i < n && *out < 0; i++) {
         const char *p = eng_tok_piece(tok, ids[i]);
@@ -394,13 +402,13 @@ static int target_id(const edit_state *es, const lql_assign *a, int32_t *out, lq
     }
     free(ids);
     if (*out < 0)
-        return lql_errf(e, LQL_EEXEC, &a->val.at, "target \"%s\" has no tokens", a->val.s);
+        return lql_errf(e, LQL_EEXEC, at, "target \"%s\" has no tokens", target);
     return 0;
 }
 
 int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    edit_state *es;
+    edit_state *es = NULL;
     if (state_of(s, st, &es, e) || open_browse(s, st, es, e))
         return -1;
     const lql_assign *target = NULL;
@@ -421,7 +429,7 @@ int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         }
     }
     int32_t tid = -1;
-    if (target && target_id(es, target, &tid, e))
+    if (target && target_id(brw_tokenizer(es->bm), target->val.s, &target->val.at, &tid, e))
         return -1;
     fvec sel = {0};
     if (open_journal(s, st, es, e) || select_features(st, es, &sel, e)) {
@@ -477,19 +485,186 @@ int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     return rc;
 }
 
+/* ---------------------------------------------------------------- INSERT */
+
+/* Texts the covariance corpus is sampled from (each followed by 48 sampled tokens). */
+static const char *const corpus_starts[] = {
+    "The", "In", "A", "It", "He", "She", "We", "Once", "This", "There", "I", "They",
+    "When", "My", "All", "What",
+};
+#define CORPUS_SEQS 32
+#define CORPUS_LEN 48
+#define CORPUS_SEED 1
+#define DECOYS 40
+
+/* The activation covariance of a layer, sampled once per binding and layer. */
+static int layer_cov(edit_state *es, eng_model *m, int layer, const lql_stmt *st,
+                     lql_result *r, lql_err *e)
+{
+    if (es->cov && es->cov_layer == layer)
+        return 0;
+    int32_t *ids = NULL;
+    int *lens = NULL;
+    double *cov = NULL;
+    int64_t count = 0;
+    vx_err ve = {0};
+    int rc = eng_edit_corpus(m, corpus_starts, (int)(sizeof corpus_starts / sizeof *corpus_starts),
+                             CORPUS_SEQS, CORPUS_LEN, CORPUS_SEED, &ids, &lens, &ve) ||
+             eng_edit_covariance(m, layer, ids, lens, CORPUS_SEQS, &cov, &count, &ve);
+    free(ids);
+    free(lens);
+    if (rc)
+        return lql_err_vx(e, &ve, &st->at);
+    free(es->cov);
+    es->cov = cov;
+    es->cov_layer = layer;
+    es->cov_count = count;
+    lql_result_note(r, "layer %d: activation covariance over %lld positions of %d sampled "
+                    "texts (once per session)", layer, (long long)count, CORPUS_SEQS);
+    return 0;
+}
+
+/* Keys of the active low-rank inserts at a layer: [*n × F], malloc'd. */
+static int layer_keys(edit_state *es, int layer, int F, float **keys, int *n, lql_err *e,
+                      const lql_stmt *st)
+{
+    vx_op *ops = NULL;
+    size_t nops = 0;
+    vx_err ve = {0};
+    *keys = NULL;
+    *n = 0;
+    if (vx_journal_active_ops(es->j, &ops, &nops, &ve))
+        return lql_err_vx(e, &ve, &st->at);
+    float *k = malloc((nops + 1) * (size_t)F * sizeof *k);
+    if (!k) {
+        vx_ops_free(ops, nops);
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    }
+    for (size_t i = 0; i < nops; i++) {
+        const vx_opvec *key = vx_op_vec(&ops[i], "key");
+        if (ops[i].kind == VX_OP_INSERT && ops[i].layer == layer && key && key->cols == F)
+            memcpy(k + (size_t)(*n)++ * F, key->data, (size_t)F * sizeof *k);
+    }
+    vx_ops_free(ops, nops);
+    *keys = k;
+    return 0;
+}
+
 int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s;
-    (void)r;
-    return lql_refuse(e, st, "fact insertion (a covariance-whitened down_proj update) has not "
-                             "landed; DELETE, UPDATE and APPLY PATCH edit the overlay");
+    edit_state *es = NULL;
+    eng_model *m = NULL;
+    if (st->mode == LQL_MODE_KNN)
+        return lql_refuse_clause(e, st, LQL_C_MODE, "lql has no residual-key (KNN) store; "
+                                 "the default MODE MEMIT edits down_proj");
+    if (st->mode == LQL_MODE_COMPOSE)
+        return lql_refuse_clause(e, st, LQL_C_MODE, "gate-feature installs fire on every "
+                                 "prompt sharing the template; the default MODE MEMIT edits "
+                                 "down_proj");
+    if (lql_has(st, LQL_C_ALPHA))
+        return lql_refuse_clause(e, st, LQL_C_ALPHA, "ALPHA scales MODE COMPOSE installs; a "
+                                 "MEMIT insert finds its own strength (set CONFIDENCE)");
+    double conf = lql_has(st, LQL_C_CONFIDENCE) ? st->confidence : 0.5;
+    if (lql_has(st, LQL_C_CONFIDENCE) && !(conf >= 0.5 && conf < 1))
+        return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_CONFIDENCE], "CONFIDENCE is the "
+                        "probability the target must reach: at least 0.5 and below 1");
+    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, e) ||
+        lql_session_model(s, st, &m, e))
+        return -1;
+    int layer = lql_has(st, LQL_C_AT_LAYER) ? (int)st->layer : eng_model_layers(m) - 1;
+    const lql_span *layer_at = lql_has(st, LQL_C_AT_LAYER) ? &st->clause_at[LQL_C_AT_LAYER]
+                                                           : &st->at;
+    vx_err ve = {0};
+    if (eng_edit_check_layer(m, layer, &ve))
+        return lql_err_vx(e, &ve, layer_at);
+    int32_t tid;
+    if (target_id(eng_model_tokenizer(m), st->target, &st->target_at, &tid, e))
+        return -1;
+    const int F = eng_model_ffn_features(m, layer), H = eng_model_hidden(m);
+    char *prompt = eng_edit_prompt(st->relation_v, st->entity);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    float *keys = NULL, *decoys = NULL;
+    int nk = 0, nd = 0, rc = -1;
+    eng_insert_fact fx = {0};
+    vx_op op;
+    vx_op_init(&op, VX_OP_INSERT);
+    if (!prompt) {
+        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+        goto done;
+    }
+    if (eng_tok_encode(eng_model_tokenizer(m), prompt, strlen(prompt), 1, &ids, &n, &ve)) {
+        lql_err_vx(e, &ve, &st->entity_at);
+        goto done;
+    }
+    if (layer_cov(es, m, layer, st, r, e) || layer_keys(es, layer, F, &keys, &nk, e, st))
+        goto done;
+    if (eng_edit_decoys(m, layer, st->relation_v, st->entity, DECOYS, &decoys, &nd, &ve)) {
+        lql_err_vx(e, &ve, &st->at);
+        goto done;
+    }
+    eng_insert_opts io = {layer, tid, es->cov, keys, nk, decoys, nd, 1.0, 1e-2, 60,
+                          (float)conf, 0.02f, 4.0f};
+    if (eng_edit_insert(m, ids, (int)n, &io, &fx, &ve)) {
+        lql_err_vx(e, &ve, &st->at);
+        goto done;
+    }
+    if (!(fx.p_after > conf)) {
+        lql_errf(e, LQL_EEXEC, &st->target_at, "could not make \"%s\" reach p %.2f after "
+                 "\"%s\" in %d steps at layer %d (p %.4f); nothing inserted", st->target, conf,
+                 prompt, fx.steps, layer, fx.p_after);
+        goto done;
+    }
+    op.layer = layer;
+    op.confidence = conf;
+    vx_err oe = {0};
+    if (vx_op_set_str(&op.entity, st->entity, &oe) ||
+        vx_op_set_str(&op.relation, st->relation_v, &oe) ||
+        vx_op_set_str(&op.target, st->target, &oe) || vx_op_set_str(&op.mode, "memit", &oe) ||
+        vx_op_set_vec(&op, "u", H, 1, fx.u, &oe) || vx_op_set_vec(&op, "v", F, 1, fx.v, &oe) ||
+        vx_op_set_vec(&op, "key", 1, F, fx.key, &oe)) {
+        lql_err_vx(e, &oe, &st->at);
+        goto done;
+    }
+    static const lql_colspec cols[] = {
+        {"entity", LQL_TEXT, 0}, {"relation", LQL_TEXT, 0}, {"target", LQL_TEXT, 0},
+        {"layer", LQL_INT, 0}, {"p_before", LQL_FLOAT, 4}, {"p_after", LQL_FLOAT, 4},
+        {"steps", LQL_INT, 0}};
+    lql_table *t = lql_result_table(r, "inserted", 7, cols);
+    if (!t) {
+        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+        goto done;
+    }
+    lql_row(t);
+    lql_cell_text(t, st->entity);
+    lql_cell_text(t, st->relation_v);
+    lql_cell_text(t, st->target);
+    lql_cell_int(t, layer);
+    lql_cell_float(t, fx.p_before);
+    lql_cell_float(t, fx.p_after);
+    lql_cell_int(t, fx.steps);
+    vx_record_info info;
+    if (record(s, st, es, &op, 1, r, &info, e))
+        goto done;
+    lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d (rank-1 down_proj update keyed on "
+                    "\"%s\"; history %lld, patch %s)", st->entity, st->relation_v, st->target,
+                    layer, prompt, (long long)info.history_n, info.patch_name);
+    rc = 0;
+done:
+    vx_op_clear(&op);
+    eng_insert_fact_free(&fx);
+    free(prompt);
+    free(ids);
+    free(keys);
+    free(decoys);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- patches */
 
 int lql_h_begin_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    edit_state *es;
+    edit_state *es = NULL;
     if (state_of(s, st, &es, e) || open_journal(s, st, es, e))
         return -1;
     const char *prev = vx_journal_recording_name(es->j);
@@ -516,7 +691,7 @@ static void count_kinds(const vx_op *ops, size_t n, size_t c[VX_OP_KIND_COUNT])
 
 int lql_h_save_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    edit_state *es;
+    edit_state *es = NULL;
     if (state_of(s, st, &es, e))
         return -1;
     const char *name = es->j ? vx_journal_recording_name(es->j) : NULL;
@@ -572,7 +747,7 @@ static void patch_name(const vx_patch *p, const char *file, char *out, size_t n)
 
 int lql_h_apply_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    edit_state *es;
+    edit_state *es = NULL;
     if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, e))
         return -1;
     vx_patch p;
@@ -641,7 +816,7 @@ done:
 
 int lql_h_remove_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    edit_state *es;
+    edit_state *es = NULL;
     if (state_of(s, st, &es, e) || open_journal(s, st, es, e))
         return -1;
     char *text = strndup(st->src, st->nsrc);
@@ -669,7 +844,7 @@ static const vx_history_entry *entry(const vx_history_entry *h, size_t nh, int64
 
 int lql_h_undo(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    edit_state *es;
+    edit_state *es = NULL;
     if (state_of(s, st, &es, e))
         return -1;
     if (!es->j) {
@@ -698,7 +873,7 @@ int lql_h_undo(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 
 int lql_h_rollback(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    edit_state *es;
+    edit_state *es = NULL;
     if (state_of(s, st, &es, e) || open_journal(s, st, es, e))
         return -1;
     int64_t count;
@@ -714,7 +889,7 @@ int lql_h_rollback(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e
 
 int lql_h_show_patches(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    edit_state *es;
+    edit_state *es = NULL;
     if (state_of(s, st, &es, e))
         return -1;
     static const lql_colspec cols[] = {
@@ -757,7 +932,7 @@ int lql_h_show_patches(lql_session *s, const lql_stmt *st, lql_result *r, lql_er
 
 int lql_h_show_history(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    edit_state *es;
+    edit_state *es = NULL;
     if (state_of(s, st, &es, e))
         return -1;
     static const lql_colspec cols[] = {

@@ -37,7 +37,8 @@ const char *vx_op_kind_name(vx_op_kind k);
 int vx_op_kind_parse(const char *name, vx_op_kind *out);
 
 /* A vector or matrix carried by an operation. role is one of gate, up, down (one
- * feature's rows, [1, hidden]), key (a KNN residual key, [1, hidden]), u, v (factors of a
+ * feature's rows, [1, hidden]), key (a KNN residual key, [1, hidden]; on a low-rank insert
+ * the FFN activations it was keyed on, [1, features]), u, v (factors of a
  * low-rank down_proj delta: u [hidden, rank], v [features, rank]). Row-major f32. */
 #define VX_OP_MAX_VECS 6
 typedef struct vx_opvec {
@@ -199,8 +200,8 @@ uint64_t vx_journal_generation(const vx_journal *j);
 /* A .vlp file: JSON {version: 1, base_model, base_checksum?, created_at, description?,
  * author?, tags: [..], operations: [{op: "insert"|"update"|"delete"|"insert_knn"|
  * "delete_knn", ...}]}, interchangeable with the reference. Vectors travel as
- * gate/up/down/key_vector_b64 (base64 of little-endian f32); lql's low-rank inserts add
- * u/v_vector_b64 with u_shape / v_shape. */
+ * gate/up/down/key_vector_b64 (base64 of little-endian f32); lql's low-rank inserts have no
+ * feature and add u/v/key_vector_b64 with u_shape / v_shape / key_shape. */
 typedef struct vx_patch {
     int version;
     char *base_model, *base_checksum, *created_at, *description, *author;

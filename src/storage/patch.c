@@ -281,7 +281,7 @@ typedef struct parse_ctx {
 
 static int perr(parse_ctx *c, int code, const char *fmt, const char *a, const char *b)
 {
-    char what[300];
+    char what[VX_ERR_MAX + 128];
     snprintf(what, sizeof what, fmt, a, b ? b : "");
     if (c->index)
         return vx_errf(c->err, code, "%s: operation %zu (%s): %s", c->where, c->index,
@@ -366,7 +366,8 @@ static int get_vec(parse_ctx *c, const cJSON *o, const char *role, int req, vx_o
         perr(c, VX_EFORMAT, "%s %s", key, msg);
         goto done;
     }
-    if (strcmp(role, "u") == 0 || strcmp(role, "v") == 0) {
+    if (strcmp(role, "u") == 0 || strcmp(role, "v") == 0 ||
+        (strcmp(role, "key") == 0 && op->kind == VX_OP_INSERT)) {
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, skey);
         if (!cJSON_IsArray(s) || cJSON_GetArraySize(s) != 2 ||
             !cJSON_IsNumber(cJSON_GetArrayItem(s, 0)) ||
@@ -452,7 +453,8 @@ static int parse_op(parse_ctx *c, const cJSON *o, vx_op *op)
     int slot = kind == VX_OP_INSERT || kind == VX_OP_UPDATE || kind == VX_OP_DELETE;
     if (kind != VX_OP_DELETE_KNN && get_uint(c, o, "layer", 1, 2147483648.0, &layer))
         return -1;
-    if (slot && get_uint(c, o, "feature", 1, 2147483648.0, &feature))
+    /* an insert carrying a low-rank delta has no feature slot */
+    if (slot && get_uint(c, o, "feature", kind != VX_OP_INSERT, 2147483648.0, &feature))
         return -1;
     op->layer = (int)layer;
     op->feature = (int)feature;
@@ -467,8 +469,11 @@ static int parse_op(parse_ctx *c, const cJSON *o, vx_op *op)
     case VX_OP_UPDATE:
         if (get_vec(c, o, "gate", 0, op) || get_vec(c, o, "up", 0, op) ||
             get_vec(c, o, "down", 0, op) || get_vec(c, o, "u", 0, op) ||
-            get_vec(c, o, "v", 0, op) || get_meta(c, o, op))
+            get_vec(c, o, "v", 0, op) || get_meta(c, o, op) ||
+            (kind == VX_OP_INSERT && get_vec(c, o, "key", 0, op)))
             return -1;
+        if (kind == VX_OP_INSERT && op->feature < 0 && !vx_op_vec(op, "u"))
+            return perr(c, VX_EFORMAT, "missing field 'feature'", NULL, NULL);
         if (!vx_op_vec(op, "u") != !vx_op_vec(op, "v"))
             return perr(c, VX_EFORMAT, "u_vector_b64 and v_vector_b64 come together", NULL,
                         NULL);
@@ -659,7 +664,8 @@ static int add_vec(cJSON *o, const vx_op *op, const char *role)
     snprintf(key, sizeof key, "%s_vector_b64", role);
     int rc = b64 && cJSON_AddStringToObject(o, key, b64) ? 0 : -1;
     free(b64);
-    if (rc == 0 && (strcmp(role, "u") == 0 || strcmp(role, "v") == 0)) {
+    if (rc == 0 && (strcmp(role, "u") == 0 || strcmp(role, "v") == 0 ||
+                    (strcmp(role, "key") == 0 && op->kind == VX_OP_INSERT))) {
         const int shape[2] = {(int)v->rows, (int)v->cols};
         cJSON *s = cJSON_CreateIntArray(shape, 2);
         snprintf(key, sizeof key, "%s_shape", role);
@@ -681,7 +687,7 @@ static cJSON *op_json(const vx_op *op)
     switch (op->kind) {
     case VX_OP_INSERT:
     case VX_OP_UPDATE:
-        if (add_num(o, "feature", op->feature))
+        if (op->feature >= 0 && add_num(o, "feature", op->feature))
             goto fail;
         if (op->kind == VX_OP_INSERT &&
             (add_str(o, "relation", op->relation) || add_str(o, "entity", op->entity ? op->entity : "") ||
@@ -690,7 +696,8 @@ static cJSON *op_json(const vx_op *op)
              add_str(o, "mode", op->mode)))
             goto fail;
         if (add_vec(o, op, "gate") || add_vec(o, op, "up") || add_vec(o, op, "down") ||
-            add_vec(o, op, "u") || add_vec(o, op, "v"))
+            add_vec(o, op, "u") || add_vec(o, op, "v") ||
+            (op->kind == VX_OP_INSERT && add_vec(o, op, "key")))
             goto fail;
         if (op->has_meta) {
             cJSON *m = cJSON_AddObjectToObject(o, "down_meta");

@@ -250,7 +250,7 @@ static void test_disk_full(const char *path)
         if (vx_journal_record(j, "stmt 1 3", small, 3, &info, &e))
             _exit(4);
         int64_t recording = vx_journal_recording(j);
-        char wal[300];
+        char wal[320];
         snprintf(wal, sizeof wal, "%s-wal", path);
         off_t lim = fsize(path) > fsize(wal) ? fsize(path) : fsize(wal);
         struct rlimit old, rl;

@@ -1,0 +1,670 @@
+/*
+ * edit_memit.c — fact insertion as a rank-1, covariance-whitened update of one layer's
+ * down_proj (method and shapes in edit_memit.h). The forward passes are the engine's own
+ * (the candidate update rides on the overlay as a low-rank delta, so what is optimised is
+ * exactly what the overlay will apply); the gradient is a hand-written backward pass for
+ * the prompt's last position through the final norm, the LM head and the FFN branches and
+ * norms of the layers above the edit.
+ */
+#include "edit_memit.h"
+#include "engine_int.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+/* LAPACK (OpenBLAS), Fortran calling convention: the trailing size_t is the hidden
+ * length of the character argument. */
+extern void dpotrf_(const char *uplo, const int *n, double *a, const int *lda, int *info,
+                    size_t uplo_len);
+extern void dpotrs_(const char *uplo, const int *n, const int *nrhs, const double *a,
+                    const int *lda, double *b, const int *ldb, int *info, size_t uplo_len);
+
+int eng_edit_check_layer(const eng_model *m, int layer, vx_err *err)
+{
+    if (layer < 0 || layer >= m->n_layers)
+        return vx_errf(err, VX_EARG, "layer %d is out of range (the model has layers 0-%d)",
+                       layer, m->n_layers - 1);
+    const eng_layer *L = &m->layers[layer];
+    if (L->moe)
+        return vx_errf(err, VX_EUNSUPPORTED, "layer %d is a mixture-of-experts layer: INSERT "
+                       "edits dense FFN layers", layer);
+    if (L->mlp.inter > ENG_EDIT_MAX_FEATURES)
+        return vx_errf(err, VX_EUNSUPPORTED, "layer %d has %d features: INSERT solves "
+                       "covariances of up to %d", layer, L->mlp.inter, ENG_EDIT_MAX_FEATURES);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- capture */
+
+typedef struct capture {
+    int layer, H, F, n_layers;
+    float *key;               /* [F] activations at `layer`, last position, or NULL */
+    float *x;                 /* [n_layers × H] residual after each layer, last position */
+    float *ffn;               /* [n_layers × H] FFN branch output, last position */
+    float *rows;              /* covariance: every position's activations at `layer` */
+    size_t n_rows, cap_rows;
+    int oom;
+} capture;
+
+static void on_ffn(void *ctx, int layer, int pos0, int n, const float *in, const float *act,
+                   int features)
+{
+    (void)pos0;
+    (void)in;
+    capture *c = ctx;
+    if (layer != c->layer || features != c->F)
+        return;
+    if (c->key)
+        memcpy(c->key, act + (size_t)(n - 1) * c->F, (size_t)c->F * sizeof(float));
+    if (c->rows || c->cap_rows) {
+        if (c->n_rows + (size_t)n > c->cap_rows) {
+            size_t cap = (c->n_rows + (size_t)n) * 2;
+            float *nr = realloc(c->rows, cap * (size_t)c->F * sizeof *nr);
+            if (!nr) {
+                c->oom = 1;
+                return;
+            }
+            c->rows = nr;
+            c->cap_rows = cap;
+        }
+        memcpy(c->rows + c->n_rows * (size_t)c->F, act, (size_t)n * c->F * sizeof(float));
+        c->n_rows += (size_t)n;
+    }
+}
+
+static void on_layer(void *ctx, int layer, int pos0, int n, const float *attn,
+                     const float *ffn, const float *resid)
+{
+    (void)pos0;
+    (void)attn;
+    capture *c = ctx;
+    if (!c->x)
+        return;
+    memcpy(c->x + (size_t)layer * c->H, resid + (size_t)(n - 1) * c->H, (size_t)c->H * sizeof(float));
+    memcpy(c->ffn + (size_t)layer * c->H, ffn + (size_t)(n - 1) * c->H, (size_t)c->H * sizeof(float));
+}
+
+/* One forward pass of ids from position 0 with the capture attached; logits may be NULL. */
+static int run(eng_model *m, const int32_t *ids, int n, capture *c, float *logits, vx_err *err)
+{
+    eng_session *s;
+    if (eng_session_new(m, n, &s, err))
+        return -1;
+    eng_observer obs = {c, NULL, on_layer, on_ffn, NULL};
+    int rc = eng_forward(s, ids, n, logits, &obs, err);
+    eng_session_free(s);
+    if (!rc && c->oom)
+        rc = vx_errf(err, VX_ENOMEM, "out of memory capturing activations");
+    return rc;
+}
+
+int eng_edit_key(eng_model *m, int layer, const int32_t *ids, int n, float *key, vx_err *err)
+{
+    if (eng_edit_check_layer(m, layer, err))
+        return -1;
+    capture c = {.layer = layer, .H = m->hidden, .F = m->layers[layer].mlp.inter,
+                 .n_layers = m->n_layers, .key = key};
+    return run(m, ids, n, &c, NULL, err);
+}
+
+/* ---------------------------------------------------------------- corpus, covariance */
+
+int eng_edit_corpus(eng_model *m, const char *const *starts, int n_starts, int nseq, int len,
+                    uint64_t seed, int32_t **ids, int **lens, vx_err *err)
+{
+    *ids = NULL;
+    *lens = NULL;
+    if (!m->tok)
+        return vx_errf(err, VX_EMISSING, "the container has no tokenizer to build a corpus");
+    size_t cap = 0, used = 0;
+    int32_t *all = NULL, *gen = malloc((size_t)len * sizeof *gen);
+    int *ln = calloc((size_t)nseq, sizeof *ln);
+    if (!gen || !ln)
+        goto oom;
+    for (int i = 0; i < nseq; i++) {
+        const char *st = starts[i % n_starts];
+        int32_t *p = NULL;
+        size_t np = 0;
+        if (eng_tok_encode(m->tok, st, strlen(st), 1, &p, &np, err))
+            goto fail;
+        eng_session *s = NULL;
+        int ng = 0;
+        eng_sampler sp = {1.0f, 0, 1.0f, seed + (uint64_t)i};
+        int rc = eng_session_new(m, (int)np + len, &s, err) ||
+                 eng_generate(s, p, (int)np, len, &sp, gen, &ng, err);
+        eng_session_free(s);
+        if (rc) {
+            free(p);
+            goto fail;
+        }
+        if (used + np + (size_t)ng > cap) {
+            cap = (used + np + (size_t)ng) * 2;
+            int32_t *na = realloc(all, cap * sizeof *na);
+            if (!na) {
+                free(p);
+                goto oom;
+            }
+            all = na;
+        }
+        memcpy(all + used, p, np * sizeof *p);
+        memcpy(all + used + np, gen, (size_t)ng * sizeof *gen);
+        used += np + (size_t)ng;
+        ln[i] = (int)np + ng;
+        free(p);
+    }
+    free(gen);
+    *ids = all;
+    *lens = ln;
+    return 0;
+oom:
+    vx_errf(err, VX_ENOMEM, "out of memory sampling a corpus");
+fail:
+    free(all);
+    free(gen);
+    free(ln);
+    return -1;
+}
+
+int eng_edit_covariance(eng_model *m, int layer, const int32_t *ids, const int *lens, int nseq,
+                        double **cov, int64_t *count, vx_err *err)
+{
+    *cov = NULL;
+    *count = 0;
+    if (eng_edit_check_layer(m, layer, err))
+        return -1;
+    const int F = m->layers[layer].mlp.inter;
+    capture c = {.layer = layer, .H = m->hidden, .F = F, .n_layers = m->n_layers,
+                 .cap_rows = 1};
+    size_t off = 0;
+    for (int i = 0; i < nseq; i++) {
+        if (lens[i] > 0 && run(m, ids + off, lens[i], &c, NULL, err)) {
+            free(c.rows);
+            return -1;
+        }
+        off += (size_t)lens[i];
+    }
+    if (c.n_rows == 0) {
+        free(c.rows);
+        return vx_errf(err, VX_EARG, "the corpus is empty");
+    }
+    float *cf = calloc((size_t)F * F, sizeof *cf);
+    double *cd = malloc((size_t)F * F * sizeof *cd);
+    if (!cf || !cd) {
+        free(c.rows);
+        free(cf);
+        free(cd);
+        return vx_errf(err, VX_ENOMEM, "out of memory for a %d x %d covariance", F, F);
+    }
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, F, (int)c.n_rows,
+                1.0f / (float)c.n_rows, c.rows, F, 0.0f, cf, F);
+    for (int i = 0; i < F; i++)
+        for (int j = i; j < F; j++)
+            cd[(size_t)i * F + j] = cd[(size_t)j * F + i] = cf[(size_t)i * F + j];
+    free(cf);
+    free(c.rows);
+    *cov = cd;
+    *count = (int64_t)c.n_rows;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- prompts and decoys */
+
+char *eng_edit_prompt(const char *relation, const char *entity)
+{
+    size_t n = strlen(relation) + strlen(entity) + 16;
+    char *p = malloc(n);
+    if (!p)
+        return NULL;
+    snprintf(p, n, "The %s of %s is", relation, entity);
+    for (char *c = p + 4; *c && c < p + 4 + strlen(relation); c++)
+        if (*c == '-' || *c == '_')
+            *c = ' ';
+    return p;
+}
+
+/* A vocabulary piece that is a word-boundary marker ("Ġ" or "▁") followed by a
+ * capitalised alphabetic word of at least three letters: the word, else NULL. */
+static const char *capital_word(const char *piece)
+{
+    const char *w = NULL;
+    if (!strncmp(piece, "\xc4\xa0", 2))
+        w = piece + 2;
+    else if (!strncmp(piece, "\xe2\x96\x81", 3))
+        w = piece + 3;
+    if (!w || !(w[0] >= 'A' && w[0] <= 'Z'))
+        return NULL;
+    size_t k = 1;
+    for (; w[k]; k++)
+        if (!(w[k] >= 'a' && w[k] <= 'z'))
+            return NULL;
+    return k >= 3 ? w : NULL;
+}
+
+int eng_edit_decoys(eng_model *m, int layer, const char *relation, const char *entity, int n,
+                    float **keys, int *count, vx_err *err)
+{
+    *keys = NULL;
+    *count = 0;
+    if (eng_edit_check_layer(m, layer, err))
+        return -1;
+    if (!m->tok)
+        return vx_errf(err, VX_EMISSING, "the container has no tokenizer for decoy prompts");
+    const int F = m->layers[layer].mlp.inter;
+    float *k = malloc((size_t)(n > 0 ? n : 1) * F * sizeof *k);
+    if (!k)
+        return vx_errf(err, VX_ENOMEM, "out of memory for decoy keys");
+    int got = 0;
+    size_t V = eng_tok_vocab_size(m->tok);
+    for (size_t id = 0; id < V && got < n; id++) {
+        const char *piece = eng_tok_piece(m->tok, (int32_t)id);
+        const char *w = piece ? capital_word(piece) : NULL;
+        if (!w || strcasecmp(w, entity) == 0)
+            continue;
+        char *prompt = eng_edit_prompt(relation, w);
+        int32_t *ids = NULL;
+        size_t ni = 0;
+        int rc = !prompt ? vx_errf(err, VX_ENOMEM, "out of memory")
+                         : eng_tok_encode(m->tok, prompt, strlen(prompt), 1, &ids, &ni, err);
+        if (!rc)
+            rc = eng_edit_key(m, layer, ids, (int)ni, k + (size_t)got * F, err);
+        free(prompt);
+        free(ids);
+        if (rc) {
+            free(k);
+            return -1;
+        }
+        got++;
+    }
+    *keys = k;
+    *count = got;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the whitened direction */
+
+/* v = A⁻¹K (KᵀA⁻¹K)⁻¹ e_last with K = [protect (np rows) | key]. */
+static int solve_v(const eng_insert_opts *o, int F, const float *protect, int np,
+                   const float *key, float *v, vx_err *err)
+{
+    const int mk = np + 1;
+    double *A = malloc((size_t)F * F * sizeof *A), *Y = malloc((size_t)F * mk * sizeof *Y);
+    double *G = malloc((size_t)mk * mk * sizeof *G), *cvec = calloc((size_t)mk, sizeof *cvec);
+    int rc = -1, info = 0, one = 1;
+    if (!A || !Y || !G || !cvec) {
+        vx_errf(err, VX_ENOMEM, "out of memory solving for the update");
+        goto done;
+    }
+    memcpy(A, o->cov, (size_t)F * F * sizeof *A);
+    for (int d = 0; d < o->n_decoys; d++) {
+        const float *k = o->decoys + (size_t)d * F;
+        double w = o->decoy_weight / o->n_decoys;
+        for (int i = 0; i < F; i++)
+            for (int j = 0; j < F; j++)
+                A[(size_t)i * F + j] += w * k[i] * k[j];
+    }
+    double mean = 0;
+    for (int i = 0; i < F; i++)
+        mean += A[(size_t)i * F + i];
+    mean /= F;
+    for (int i = 0; i < F; i++)
+        A[(size_t)i * F + i] += o->ridge * (mean > 0 ? mean : 1.0);
+    dpotrf_("L", &F, A, &F, &info, 1);
+    if (info != 0) {
+        vx_errf(err, VX_EARG, "the activation covariance is not positive definite (pivot %d)",
+                info);
+        goto done;
+    }
+    for (int j = 0; j < mk; j++) {
+        const float *k = j < np ? protect + (size_t)j * F : key;
+        for (int i = 0; i < F; i++)
+            Y[(size_t)j * F + i] = k[i];
+    }
+    dpotrs_("L", &F, &mk, A, &F, Y, &F, &info, 1);
+    for (int a = 0; a < mk; a++) {
+        const float *ka = a < np ? protect + (size_t)a * F : key;
+        for (int b = 0; b < mk; b++) {
+            double s = 0;
+            for (int i = 0; i < F; i++)
+                s += ka[i] * Y[(size_t)b * F + i];
+            G[(size_t)a * mk + b] = s;
+        }
+    }
+    for (int a = 0; a < mk; a++)
+        for (int b = a + 1; b < mk; b++)
+            G[(size_t)a * mk + b] = G[(size_t)b * mk + a] =
+                0.5 * (G[(size_t)a * mk + b] + G[(size_t)b * mk + a]);
+    double tr = 0;
+    for (int a = 0; a < mk; a++)
+        tr += G[(size_t)a * mk + a];
+    for (int a = 0; a < mk; a++)
+        G[(size_t)a * mk + a] += 1e-9 * tr / mk;
+    dpotrf_("L", &mk, G, &mk, &info, 1);
+    if (info != 0) {
+        vx_errf(err, VX_EARG, "the fact's key cannot be separated from an earlier insert's at "
+                "layer %d (the same prompt?)", o->layer);
+        goto done;
+    }
+    cvec[mk - 1] = 1;
+    dpotrs_("L", &mk, &one, G, &mk, cvec, &mk, &info, 1);
+    for (int i = 0; i < F; i++) {
+        double s = 0;
+        for (int b = 0; b < mk; b++)
+            s += Y[(size_t)b * F + i] * cvec[b];
+        v[i] = (float)s;
+    }
+    rc = 0;
+done:
+    free(A);
+    free(Y);
+    free(G);
+    free(cvec);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- backward */
+
+/* d/dx of the activation function. */
+static float act_grad(int act, float x)
+{
+    if (act == ACT_SILU) {
+        float s = 1.0f / (1.0f + expf(-x));
+        return s * (1.0f + x * (1.0f - s));
+    }
+    if (act == ACT_GELU_TANH) {
+        const float c = 0.7978845608f;
+        float u = c * (x + 0.044715f * x * x * x), th = tanhf(u);
+        return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * c * (1.0f + 3 * 0.044715f * x * x);
+    }
+    return 0.5f * (1.0f + erff(x * 0.70710678f)) + x * expf(-0.5f * x * x) * 0.39894228f;
+}
+
+/* dx += ∂norm(x)/∂x ᵀ · dy for one row of width w. */
+static void norm_grad(const eng_norm *nm, const float *x, const float *dy, float *dx)
+{
+    const int w = nm->width;
+    if (nm->kind == NORM_RMS) {
+        double ss = 0, dot = 0;
+        for (int i = 0; i < w; i++)
+            ss += (double)x[i] * x[i];
+        double r = 1.0 / sqrt(ss / w + nm->eps);
+        for (int i = 0; i < w; i++)
+            dot += (double)nm->w[i] * dy[i] * x[i];
+        for (int i = 0; i < w; i++)
+            dx[i] += (float)(r * nm->w[i] * dy[i] - x[i] * r * r * r * dot / w);
+        return;
+    }
+    double mu = 0, var = 0, mg = 0, mgx = 0;
+    for (int i = 0; i < w; i++)
+        mu += x[i];
+    mu /= w;
+    for (int i = 0; i < w; i++)
+        var += (x[i] - mu) * (x[i] - mu);
+    double sd = sqrt(var / w + nm->eps);
+    for (int i = 0; i < w; i++) {
+        double g = (double)nm->w[i] * dy[i], xh = (x[i] - mu) / sd;
+        mg += g;
+        mgx += g * xh;
+    }
+    mg /= w;
+    mgx /= w;
+    for (int i = 0; i < w; i++) {
+        double xh = (x[i] - mu) / sd;
+        dx[i] += (float)(((double)nm->w[i] * dy[i] - mg - xh * mgx) / sd);
+    }
+}
+
+/* y[cols] += Wᵀ x[rows] for a stored view, skipping rows whose x is zero. */
+static void matvec_t(const eng_w *w, const float *x, float *y, float *row)
+{
+    for (int r = 0; r < w->rows; r++) {
+        if (x[r] == 0.0f)
+            continue;
+        if (w->trans) {
+            for (int c = 0; c < w->cols; c++)
+                y[c] += x[r] * eng_w_at(w, r, c);
+            continue;
+        }
+        eng_row_f32(w->dt, (const char *)w->data + (size_t)r * w->row_bytes, row, (size_t)w->cols);
+        cblas_saxpy(w->cols, x[r], row, 1, y, 1);
+    }
+}
+
+typedef struct scratch {
+    float *z, *raw, *dz, *y, *dy, *gp, *up, *dm, *row, *h2;
+} scratch;
+
+/* dL/dh at the output of layer `layer` (last position) for L = −log p(t); x and ffn are
+ * the captured residuals and FFN outputs of every layer. Returns p(t). */
+static float backward(const eng_model *m, int layer, const float *x, const float *ffn,
+                      int32_t t, float *g, scratch *s)
+{
+    const int H = m->hidden, V = m->vocab, nl = m->n_layers;
+    const float *hN = x + (size_t)(nl - 1) * H;
+    if (m->final_norm.width)
+        eng_norm_apply(&m->final_norm, hN, s->z, 1);
+    else
+        memcpy(s->z, hN, (size_t)H * sizeof(float));
+    eng_matmul(&m->lm_head, s->z, 1, s->raw);
+    /* softmax of the (soft-capped) logits; raw keeps the cap derivative */
+    float mx = -INFINITY;
+    for (int v = 0; v < V; v++) {
+        float l = m->final_softcap > 0 ? eng_softcap(s->raw[v], m->final_softcap) : s->raw[v];
+        if (m->final_softcap > 0) {
+            float th = l / m->final_softcap;
+            s->raw[v] = 1.0f - th * th;
+        } else {
+            s->raw[v] = 1.0f;
+        }
+        s->dz[v] = l;
+        mx = fmaxf(mx, l);
+    }
+    double sum = 0;
+    for (int v = 0; v < V; v++)
+        sum += exp((double)s->dz[v] - mx);
+    float pt = 0;
+    for (int v = 0; v < V; v++) {
+        float p = (float)(exp((double)s->dz[v] - mx) / sum);
+        if (v == t)
+            pt = p;
+        float d = (p - (v == t ? 1.0f : 0.0f)) * s->raw[v];
+        s->dz[v] = fabsf(d) < 1e-9f ? 0.0f : d;
+    }
+    memset(s->dy, 0, (size_t)H * sizeof(float));
+    matvec_t(&m->lm_head, s->dz, s->dy, s->row);
+    memset(g, 0, (size_t)H * sizeof(float));
+    if (m->final_norm.width)
+        norm_grad(&m->final_norm, hN, s->dy, g);
+    else
+        memcpy(g, s->dy, (size_t)H * sizeof(float));
+    /* down through the layers above the edit: residual path plus each dense FFN branch
+     * (attention and post-normed or MoE branches are held fixed for the gradient) */
+    for (int l = nl - 1; l > layer; l--) {
+        const eng_layer *L = &m->layers[l];
+        if (L->moe || L->post_ffn.width)
+            continue;
+        const eng_mlp *b = &L->mlp;
+        const int F = b->inter;
+        for (int i = 0; i < H; i++)
+            s->h2[i] = x[(size_t)l * H + i] - ffn[(size_t)l * H + i];
+        eng_norm_apply(&L->ffn_norm, s->h2, s->y, 1);
+        eng_matmul(&b->up, s->y, 1, s->up);
+        eng_add_bias(s->up, b->up_b, 1, F);
+        memset(s->dm, 0, (size_t)F * sizeof(float));
+        matvec_t(&b->down, g, s->dm, s->row);
+        memset(s->dy, 0, (size_t)H * sizeof(float));
+        if (b->gate.data) {
+            eng_matmul(&b->gate, s->y, 1, s->gp);
+            for (int i = 0; i < F; i++) {
+                float a = s->gp[i];
+                eng_act(m->act, &a, 1);
+                float dgp = s->dm[i] * s->up[i] * act_grad(m->act, s->gp[i]);
+                s->dm[i] *= a;        /* now d(up) */
+                s->gp[i] = dgp;
+            }
+            matvec_t(&b->gate, s->gp, s->dy, s->row);
+        } else {
+            for (int i = 0; i < F; i++)
+                s->dm[i] *= act_grad(m->act, s->up[i]);
+        }
+        matvec_t(&b->up, s->dm, s->dy, s->row);
+        norm_grad(&L->ffn_norm, s->h2, s->dy, g);
+    }
+    return pt;
+}
+
+/* ---------------------------------------------------------------- insert */
+
+void eng_insert_fact_free(eng_insert_fact *f)
+{
+    if (!f)
+        return;
+    free(f->u);
+    free(f->v);
+    free(f->key);
+    memset(f, 0, sizeof *f);
+}
+
+static float softmax_p(const float *logits, int V, int32_t t)
+{
+    float mx = -INFINITY;
+    for (int v = 0; v < V; v++)
+        mx = fmaxf(mx, logits[v]);
+    double sum = 0;
+    for (int v = 0; v < V; v++)
+        sum += exp((double)logits[v] - mx);
+    return (float)(exp((double)logits[t] - mx) / sum);
+}
+
+int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_opts *o,
+                    eng_insert_fact *out, vx_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (eng_edit_check_layer(m, o->layer, err))
+        return -1;
+    if (o->target < 0 || o->target >= m->vocab)
+        return vx_errf(err, VX_EARG, "target id %d is out of range (vocab %d)", o->target,
+                       m->vocab);
+    const int H = m->hidden, F = m->layers[o->layer].mlp.inter, V = m->vocab;
+    const int nl = m->n_layers, wide = F > H ? F : H;
+    out->hidden = H;
+    out->features = F;
+    out->u = calloc((size_t)H, sizeof(float));
+    out->v = malloc((size_t)F * sizeof(float));
+    out->key = malloc((size_t)F * sizeof(float));
+    /* x, ffn [nl × H]; logits, raw, dz [V]; z, y, dy, h2, g [H]; gp, up, dm [F];
+     * row [max(F, H)] */
+    size_t total = (size_t)nl * H * 2 + (size_t)V * 3 + (size_t)H * 5 + (size_t)F * 3 + wide;
+    float *buf = calloc(total, sizeof *buf);
+    const eng_overlay *base = m->overlay;
+    eng_lowrank *lr = NULL;
+    int rc = -1;
+    if (!out->u || !out->v || !out->key || !buf) {
+        vx_errf(err, VX_ENOMEM, "out of memory for an insert");
+        goto done;
+    }
+    float *x = buf, *ffn = x + (size_t)nl * H, *logits = ffn + (size_t)nl * H;
+    scratch s;
+    s.raw = logits + V;
+    s.dz = s.raw + V;
+    s.z = s.dz + V;
+    s.y = s.z + H;
+    s.dy = s.y + H;
+    s.h2 = s.dy + H;
+    float *g = s.h2 + H;
+    s.gp = g + H;
+    s.up = s.gp + F;
+    s.dm = s.up + F;
+    s.row = s.dm + F;
+    /* the key, and the prompt's earlier positions: protected too, so prompts sharing
+     * the fact's prefix ("The capital of") see no change there */
+    capture kc = {.layer = o->layer, .H = H, .F = F, .n_layers = nl, .key = out->key,
+                  .cap_rows = 1};
+    if (run(m, ids, n, &kc, NULL, err)) {
+        free(kc.rows);
+        goto done;
+    }
+    int np = o->n_protect + n - 1;
+    float *prot = malloc(((size_t)np + 1) * F * sizeof *prot);
+    if (!prot) {
+        free(kc.rows);
+        vx_errf(err, VX_ENOMEM, "out of memory for an insert");
+        goto done;
+    }
+    if (o->n_protect)
+        memcpy(prot, o->protect, (size_t)o->n_protect * F * sizeof *prot);
+    if (np > o->n_protect)
+        memcpy(prot + (size_t)o->n_protect * F, kc.rows, (size_t)(n - 1) * F * sizeof *prot);
+    free(kc.rows);
+    int sv = solve_v(o, F, prot, np, out->key, out->v, err);
+    free(prot);
+    if (sv)
+        goto done;
+
+    /* the candidate update rides on the overlay: base edits + base low-ranks + u vᵀ */
+    size_t nb = base ? base->n_lowrank : 0;
+    lr = malloc((nb + 1) * sizeof *lr);
+    if (!lr) {
+        vx_errf(err, VX_ENOMEM, "out of memory for an insert");
+        goto done;
+    }
+    if (nb)
+        memcpy(lr, base->lowrank, nb * sizeof *lr);
+    lr[nb] = (eng_lowrank){o->layer, 1, out->u, out->v};
+    eng_overlay trial = {base ? base->edits : NULL, base ? base->n_edits : 0, lr, nb + 1};
+    eng_model_set_overlay(m, &trial);
+
+    capture c = {.layer = o->layer, .H = H, .F = F, .n_layers = nl, .x = x, .ffn = ffn};
+    float step_len = 0, cap = 0;
+    for (int step = 0;; step++) {
+        if (vx_cancel_flag) {
+            vx_errf(err, VX_ECANCEL, "insert cancelled");
+            goto restore;
+        }
+        if (run(m, ids, n, &c, logits, err))
+            goto restore;
+        float p = softmax_p(logits, V, o->target);
+        if (step == 0) {
+            out->p_before = p;
+            double hn = 0;
+            for (int i = 0; i < H; i++)
+                hn += (double)x[(size_t)o->layer * H + i] * x[(size_t)o->layer * H + i];
+            hn = sqrt(hn);
+            step_len = (float)(o->step * hn);
+            cap = (float)(o->max_norm * hn);
+        }
+        out->p_after = p;
+        out->steps = step;
+        if (p > o->p_stop || step >= o->max_steps)
+            break;
+        /* normalised gradient descent: a fixed-length step along −∇ keeps δ in the
+         * directions that matter (sign-like optimisers spread it over every coordinate,
+         * and a longer δ leaks further through vᵀ act on other prompts) */
+        backward(m, o->layer, x, ffn, o->target, g, &s);
+        double gn = 0, norm = 0;
+        for (int i = 0; i < H; i++)
+            gn += (double)g[i] * g[i];
+        gn = sqrt(gn);
+        if (gn == 0)
+            break;
+        for (int i = 0; i < H; i++) {
+            out->u[i] -= (float)(step_len * g[i] / gn);
+            norm += (double)out->u[i] * out->u[i];
+        }
+        if (cap > 0 && sqrt(norm) > cap)
+            for (int i = 0; i < H; i++)
+                out->u[i] *= (float)(cap / sqrt(norm));
+    }
+    rc = 0;
+restore:
+    eng_model_set_overlay(m, base);
+done:
+    free(lr);
+    free(buf);
+    if (rc)
+        eng_insert_fact_free(out);
+    return rc;
+}

@@ -1,0 +1,92 @@
+/*
+ * edit_memit.h — inserting a fact by a closed-form, covariance-whitened update of one
+ * layer's down_proj (MEMIT-style, rank 1 per fact), expressed as an eng_lowrank so the
+ * overlay applies it and COMPILE could materialise it.
+ *
+ * For a fact prompt and target token at layer L:
+ *   key k     = the FFN activations at L on the prompt's last position (effective model);
+ *   v         = A⁻¹K (KᵀA⁻¹K)⁻¹ e_new, A = E[act actᵀ] over a corpus + decoy keys + ridge,
+ *               K = [protected keys | the prompt's earlier positions | k]: vᵀk = 1, zero
+ *               on the others, ‖v‖_A minimal — the update leaves earlier facts' keys,
+ *               prompts sharing the fact's prefix and the corpus' directions alone;
+ *   u = δ     = the change of L's output at the last position that makes the target win,
+ *               found by normalised gradient descent on −log p(target) with the exact
+ *               forward pass (base + overlay + δ·vᵀ) and a gradient through the layers
+ *               above (their FFNs and norms; attention held fixed for the gradient only;
+ *               exact at the last layer);
+ *   update    = down_proj += u vᵀ, i.e. the FFN output gains u · (vᵀ act).
+ *
+ * Shapes: hidden H, features F of layer L; cov is F×F row-major double. Errors are
+ * returned as -1 with a vx_err; nothing prints. Honours vx_cancel_flag.
+ */
+#ifndef LQL_EDIT_MEMIT_H
+#define LQL_EDIT_MEMIT_H
+
+#include <stdint.h>
+
+#include "engine.h"
+
+/* Largest feature count whose F×F covariance this build solves. */
+#define ENG_EDIT_MAX_FEATURES 4096
+
+/* Can INSERT edit layer L of m? -1 naming the reason (MoE or too wide a layer). */
+int eng_edit_check_layer(const eng_model *m, int layer, vx_err *err);
+
+/* The FFN activations of layer `layer` at the last of ids[0..n) through m (its overlay
+ * applies): key [features]. */
+int eng_edit_key(eng_model *m, int layer, const int32_t *ids, int n, float *key, vx_err *err);
+
+/* Sample a corpus from the model itself: nseq sequences, each one of the start texts
+ * (tokenized with specials) followed by len tokens sampled at temperature 1 with seed
+ * seed + i. ids receives nseq·(≤ start + len) ids back to back, lens the lengths; both
+ * malloc'd. */
+int eng_edit_corpus(eng_model *m, const char *const *starts, int n_starts, int nseq, int len,
+                    uint64_t seed, int32_t **ids, int **lens, vx_err *err);
+
+/* E[act actᵀ] of layer `layer` over every position of the corpus: *cov [F×F] malloc'd,
+ * *count the positions. */
+int eng_edit_covariance(eng_model *m, int layer, const int32_t *ids, const int *lens, int nseq,
+                        double **cov, int64_t *count, vx_err *err);
+
+/* The canonical fact prompt "The {relation} of {entity} is" (relation's '-' and '_' as
+ * spaces), malloc'd; NULL on out-of-memory. */
+char *eng_edit_prompt(const char *relation, const char *entity);
+
+/* Keys of up to n template neighbours of a fact: the canonical prompt with the entity
+ * replaced by capitalised alphabetic vocabulary words of three or more letters (a word
+ * boundary piece, lowest ids first, the entity itself skipped). *keys [*count × F]
+ * malloc'd. */
+int eng_edit_decoys(eng_model *m, int layer, const char *relation, const char *entity, int n,
+                    float **keys, int *count, vx_err *err);
+
+typedef struct eng_insert_opts {
+    int layer;
+    int32_t target;
+    const double *cov;         /* [F×F] from eng_edit_covariance */
+    const float *protect;      /* [n_protect × F] keys whose output must not change */
+    int n_protect;
+    const float *decoys;       /* [n_decoys × F] keys weighted into A (template neighbours) */
+    int n_decoys;
+    double decoy_weight;       /* their total weight relative to the corpus (1: equal) */
+    double ridge;              /* × mean diagonal of A, added to its diagonal (1e-2) */
+    int max_steps;             /* gradient steps (60) */
+    float p_stop;              /* stop once p(target) exceeds it (0.5: top-1 for sure) */
+    float step;                /* step length as a fraction of ‖h_L‖ (0.02) */
+    float max_norm;            /* ‖δ‖ ≤ max_norm × ‖h_L‖ at the last position (4) */
+} eng_insert_opts;
+
+typedef struct eng_insert_fact {
+    int hidden, features;
+    float *u;                  /* [hidden] δ */
+    float *v;                  /* [features] */
+    float *key;                /* [features] */
+    float p_before, p_after;   /* p(target) before the edit and with it */
+    int steps;
+} eng_insert_fact;
+
+/* Compute one fact's rank-1 update (the model's overlay is restored on return). */
+int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_opts *o,
+                    eng_insert_fact *out, vx_err *err);
+void eng_insert_fact_free(eng_insert_fact *f);
+
+#endif
