@@ -76,7 +76,8 @@ static int raw_from_json(const eng_tokenizer *t, const cJSON *model, tok_raw *r,
                        tok_jtype(v));
     cJSON_ArrayForEach(e, v) {
         double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
-        if (!cJSON_IsNumber(e) || d != (double)(long)d || d < 0 || d > (double)MAX_ID)
+        /* range before the cast: converting an out-of-range double is undefined */
+        if (!cJSON_IsNumber(e) || d < 0 || d > (double)MAX_ID || d != (double)(long)d)
             return vx_errf(err, VX_EFORMAT, "%s: model.vocab['%s'] must be an id in 0..%ld "
                            "(got %s)", t->path, e->string, MAX_ID,
                            cJSON_IsNumber(e) ? "a number out of range" : tok_jtype(e));

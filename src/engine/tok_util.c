@@ -581,7 +581,8 @@ int tok_jint(const eng_tokenizer *t, const cJSON *o, const char *key, const char
     if (!v)
         return 0;
     double d = cJSON_IsNumber(v) ? v->valuedouble : 0;
-    if (!cJSON_IsNumber(v) || d != (double)(long)d || d < (double)lo || d > (double)hi)
+    /* range before the cast: converting an out-of-range double is undefined */
+    if (!cJSON_IsNumber(v) || d < (double)lo || d > (double)hi || d != (double)(long)d)
         return vx_errf(err, VX_EFORMAT, "%s: %s.%s must be an integer in %ld..%ld (got %s)",
                        t->path, where, key, lo, hi,
                        cJSON_IsNumber(v) ? "a number out of range" : tok_jtype(v));

@@ -169,11 +169,12 @@ static int special_pair(eng_tokenizer *t, const cJSON *o, const char *key, const
                         int32_t *id, vx_err *err)
 {
     const cJSON *p = tok_jget(o, key);
-    if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) != 2 || !cJSON_IsNumber(p->child->next) ||
-        p->child->next->valuedouble < 0 || p->child->next->valuedouble >= (double)t->n_ids)
+    const cJSON *v = cJSON_IsArray(p) && cJSON_GetArraySize(p) == 2 ? p->child->next : NULL;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= (double)t->n_ids ||
+        v->valuedouble != (double)(int32_t)v->valuedouble)
         return vx_errf(err, VX_EFORMAT, "%s: %s.%s must be [token, id] with an id in the vocab",
                        t->path, where, key);
-    *id = (int32_t)p->child->next->valuedouble;
+    *id = (int32_t)v->valuedouble;
     return 0;
 }
 

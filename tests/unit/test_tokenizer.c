@@ -270,7 +270,7 @@ static void hostile(void)
                      "model.vocab must be an object (got array)");
     check_load_error("vocabstr", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": \"x\"}}}",
                      "model.vocab['a'] must be an id in 0..16777215 (got string)");
-    check_load_error("vocabhuge", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 1e12}}}",
+    check_load_error("vocabhuge", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 1e300}}}",
                      "model.vocab['a'] must be an id in 0..16777215 (got a number out of range)");
     check_load_error("vocabneg", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}}}",
                      "model.vocab['a'] must be an id in 0..16777215 (got a number out of range)");
@@ -300,6 +300,10 @@ static void hostile(void)
     check_load_error("addedid", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
                      "}, \"added_tokens\": [{\"content\": \"<s>\", \"id\": \"4\"}]}",
                      "added_tokens[0].id must be an integer in 0..16777215 (got string)");
+    check_load_error("addedhuge", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                     "}, \"added_tokens\": [{\"content\": \"<s>\", \"id\": -1e300}]}",
+                     "added_tokens[0].id must be an integer in 0..16777215 (got a number out of "
+                     "range)");
     check_load_error("addedempty", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
                      "}, \"added_tokens\": [{\"content\": \"\", \"id\": 4}]}",
                      "added_tokens[0] has an empty content");
