@@ -284,6 +284,16 @@ void brw_rows_free(brw_rows *r)
     r->n = 0;
 }
 
+/* Free a partial row vector on an error path; always -1. */
+static int drop_rows(rowvec *rv)
+{
+    brw_rows r = {rv->n, rv->v};
+    brw_rows_free(&r);
+    rv->v = NULL;
+    rv->n = rv->cap = 0;
+    return -1;
+}
+
 /* Fill a row's metadata fields from a feature; 0 when it has metadata. */
 static int fill_meta(const brw_model *m, const brw_overlay *ov, brw_row *r, int layer,
                      int64_t f)
@@ -535,15 +545,24 @@ static void finish_rows(rowvec *rv, const brw_select_opts *o, int kind, brw_rows
     out->n = rv->n;
 }
 
+/* 1 (with err filled) when the container has no down-meta to browse. */
+static int no_meta(const brw_model *m, vx_err *err)
+{
+    if (m->dmet)
+        return 0;
+    vx_errf(err, VX_EMISSING, "the container has no down-meta (browse/down_meta.bin); "
+            "re-extract WITH BROWSE");
+    return 1;
+}
+
 int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_rows *out,
                vx_err *err)
 {
     memset(out, 0, sizeof *out);
     if (check_conds(from, o, err) != 0)
         return -1;
-    if (!m->dmet && !o->nearest)
-        return vx_errf(err, VX_EMISSING, "the container has no down-meta (browse/down_meta.bin);"
-                       " re-extract WITH BROWSE");
+    if (!o->nearest && no_meta(m, err))
+        return -1;
     rowvec rv = {0};
     int rc, kind = 0;
     if (o->nearest) {
@@ -575,11 +594,8 @@ int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_
             rc = feature_rows(m, o, -1, &rv, err);
         }
     }
-    if (rc != 0) {
-        brw_rows r = {rv.n, rv.v};
-        brw_rows_free(&r);
-        return -1;
-    }
+    if (rc != 0)
+        return drop_rows(&rv);
     finish_rows(&rv, o, kind, out);
     return 0;
 }
@@ -600,15 +616,11 @@ int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
     memset(out, 0, sizeof *out);
     if (check_layer(m, layer, err) != 0 || check_conds(BRW_FEATURES, o, err) != 0)
         return -1;
-    if (!m->dmet)
-        return vx_errf(err, VX_EMISSING, "the container has no down-meta (browse/down_meta.bin);"
-                       " re-extract WITH BROWSE");
-    rowvec rv = {0};
-    if (feature_rows(m, o, layer, &rv, err) != 0) {
-        brw_rows r = {rv.n, rv.v};
-        brw_rows_free(&r);
+    if (no_meta(m, err))
         return -1;
-    }
+    rowvec rv = {0};
+    if (feature_rows(m, o, layer, &rv, err) != 0)
+        return drop_rows(&rv);
     finish_rows(&rv, o, 0, out);
     return 0;
 }
@@ -619,16 +631,12 @@ int brw_show_entities(const brw_model *m, int layer, int64_t limit, const brw_ov
     memset(out, 0, sizeof *out);
     if (layer >= 0 && check_layer(m, layer, err) != 0)
         return -1;
-    if (!m->dmet)
-        return vx_errf(err, VX_EMISSING, "the container has no down-meta (browse/down_meta.bin);"
-                       " re-extract WITH BROWSE");
+    if (no_meta(m, err))
+        return -1;
     brw_select_opts o = {.limit = limit < 0 ? 50 : limit, .ov = ov};
     rowvec rv = {0};
-    if (entity_rows(m, &o, layer, &rv, err) != 0) {
-        brw_rows r = {rv.n, rv.v};
-        brw_rows_free(&r);
-        return -1;
-    }
+    if (entity_rows(m, &o, layer, &rv, err) != 0)
+        return drop_rows(&rv);
     finish_rows(&rv, &o, 2, out);
     return 0;
 }
@@ -640,9 +648,8 @@ int brw_show_relations(const brw_model *m, int layer, const brw_overlay *ov, brw
     *labelled = 0;
     if (layer >= 0 && check_layer(m, layer, err) != 0)
         return -1;
-    if (!m->dmet)
-        return vx_errf(err, VX_EMISSING, "the container has no down-meta (browse/down_meta.bin);"
-                       " re-extract WITH BROWSE");
+    if (no_meta(m, err))
+        return -1;
     int lo = layer, hi = layer;
     if (layer < 0) {
         lo = m->band[BRW_KNOWLEDGE][0];
@@ -680,8 +687,7 @@ int brw_show_relations(const brw_model *m, int layer, const brw_overlay *ov, brw
             if (i == rv.n) {
                 brw_row *r = push(&rv);
                 if (!r || !(r->token = dup(t))) {
-                    brw_rows x = {rv.n, rv.v};
-                    brw_rows_free(&x);
+                    drop_rows(&rv);
                     return vx_errf(err, VX_ENOMEM, "show relations: out of memory");
                 }
                 r->score = md.c_score;

@@ -82,6 +82,18 @@ static int check_layer(const lql_stmt *st, lql_clause_kind c, int64_t layer, int
     return 0;
 }
 
+/* AT LAYER n checked against the model, or -1 when absent. */
+static int at_layer(const lql_stmt *st, const brw_model *m, int *layer, lql_err *e)
+{
+    *layer = -1;
+    if (!lql_has(st, LQL_C_AT_LAYER))
+        return 0;
+    if (check_layer(st, LQL_C_AT_LAYER, st->layer, brw_layers(m), e) != 0)
+        return -1;
+    *layer = (int)st->layer;
+    return 0;
+}
+
 static int check_top(const lql_stmt *st, int64_t max, lql_err *e)
 {
     if (lql_has(st, LQL_C_TOP) && (st->top <= 0 || st->top > max))
@@ -272,11 +284,8 @@ int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e
     brw_describe_opts o = {.band = -1, .at_layer = -1, .ov = &ov};
     if (lql_has(st, LQL_C_BAND))
         o.band = band_of_clause(st->band);
-    if (lql_has(st, LQL_C_AT_LAYER)) {
-        if (check_layer(st, LQL_C_AT_LAYER, st->layer, brw_layers(m), e) != 0)
-            return -1;
-        o.at_layer = (int)st->layer;
-    }
+    if (at_layer(st, m, &o.at_layer, e) != 0)
+        return -1;
     o.relations_only = lql_has(st, LQL_C_RELATIONS_ONLY);
     o.mode = lql_has(st, LQL_C_RAW) ? BRW_DESCRIBE_RAW
            : lql_has(st, LQL_C_VERBOSE) ? BRW_DESCRIBE_VERBOSE : BRW_DESCRIBE_BRIEF;
@@ -470,6 +479,31 @@ static int limit_of(const lql_stmt *st, int64_t *out, lql_err *e)
     return 0;
 }
 
+/* st's WHERE onto o, then SELECT (show_layer < 0) or SHOW FEATURES show_layer, and the
+ * rows as one table of fields f. */
+static int run_rows(const lql_stmt *st, const brw_model *m, brw_from from, int show_layer,
+                    brw_select_opts *o, const brw_field *f, int nf, lql_result *r, lql_err *e)
+{
+    brw_cond *conds;
+    brw_value *vals;
+    if (conds_of(st, from, &conds, &o->n_conds, &vals, e) != 0)
+        return -1;
+    o->conds = conds;
+    brw_rows rows;
+    vx_err ve = {0};
+    int rc = show_layer >= 0 ? brw_show_features(m, show_layer, o, &rows, &ve)
+                             : brw_select(m, from, o, &rows, &ve);
+    if (rc != 0)
+        rc = lql_err_vx(e, &ve, o->nearest ? clause_at(st, LQL_C_NEAREST) : cond_span(st, &ve));
+    else {
+        rc = emit_rows(&rows, f, nf, NULL, r, e);
+        brw_rows_free(&rows);
+    }
+    free(conds);
+    free(vals);
+    return rc;
+}
+
 int lql_h_select(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     brw_model *m = NULL;
@@ -503,22 +537,7 @@ int lql_h_select(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         o.nearest = st->nearest;
         o.nearest_layer = (int)st->layer;
     }
-    brw_cond *conds;
-    brw_value *vals;
-    if (conds_of(st, from, &conds, &o.n_conds, &vals, e) != 0)
-        return -1;
-    o.conds = conds;
-    brw_rows rows;
-    int rc = brw_select(m, from, &o, &rows, &ve);
-    if (rc != 0)
-        rc = lql_err_vx(e, &ve, o.nearest ? clause_at(st, LQL_C_NEAREST) : cond_span(st, &ve));
-    else {
-        rc = emit_rows(&rows, f, nf, NULL, r, e);
-        brw_rows_free(&rows);
-    }
-    free(conds);
-    free(vals);
-    return rc;
+    return run_rows(st, m, from, -1, &o, f, nf, r, e);
 }
 
 /* ---------------------------------------------------------------- SHOW */
@@ -535,24 +554,8 @@ int lql_h_show_features(lql_session *s, const lql_stmt *st, lql_result *r, lql_e
     brw_select_opts o = {.ov = &ov};
     if (limit_of(st, &o.limit, e) != 0)
         return -1;
-    brw_cond *conds;
-    brw_value *vals;
-    if (conds_of(st, BRW_FEATURES, &conds, &o.n_conds, &vals, e) != 0)
-        return -1;
-    o.conds = conds;
-    brw_rows rows;
-    vx_err ve = {0};
-    int rc = brw_show_features(m, (int)st->n, &o, &rows, &ve);
-    if (rc != 0)
-        rc = lql_err_vx(e, &ve, cond_span(st, &ve));
-    else {
-        brw_field f[] = {BRW_F_FEATURE, BRW_F_TOKEN, BRW_F_SCORE, BRW_F_ALSO, BRW_F_RELATION};
-        rc = emit_rows(&rows, f, 5, NULL, r, e);
-        brw_rows_free(&rows);
-    }
-    free(conds);
-    free(vals);
-    return rc;
+    brw_field f[] = {BRW_F_FEATURE, BRW_F_TOKEN, BRW_F_SCORE, BRW_F_ALSO, BRW_F_RELATION};
+    return run_rows(st, m, BRW_FEATURES, (int)st->n, &o, f, 5, r, e);
 }
 
 int lql_h_show_relations(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
@@ -560,12 +563,9 @@ int lql_h_show_relations(lql_session *s, const lql_stmt *st, lql_result *r, lql_
     brw_model *m = NULL;
     if (browse_model(s, st, &m, e) != 0)
         return -1;
-    int layer = -1;
-    if (lql_has(st, LQL_C_AT_LAYER)) {
-        if (check_layer(st, LQL_C_AT_LAYER, st->layer, brw_layers(m), e) != 0)
-            return -1;
-        layer = (int)st->layer;
-    }
+    int layer;
+    if (at_layer(st, m, &layer, e) != 0)
+        return -1;
     brw_overlay ov = overlay_of(s);
     brw_rows rows;
     int labelled;
@@ -616,12 +616,9 @@ int lql_h_show_entities(lql_session *s, const lql_stmt *st, lql_result *r, lql_e
     brw_model *m = NULL;
     if (browse_model(s, st, &m, e) != 0)
         return -1;
-    int layer = -1;
-    if (lql_has(st, LQL_C_AT_LAYER)) {
-        if (check_layer(st, LQL_C_AT_LAYER, st->layer, brw_layers(m), e) != 0)
-            return -1;
-        layer = (int)st->layer;
-    }
+    int layer;
+    if (at_layer(st, m, &layer, e) != 0)
+        return -1;
     int64_t limit;
     if (limit_of(st, &limit, e) != 0)
         return -1;
