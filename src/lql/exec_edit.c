@@ -229,25 +229,16 @@ static int select_slots(const edit_state *es, const lql_cond *where, fvec *out, 
     return 0;
 }
 
-static brw_op to_brw_op(lql_cmpop op)
-{
-    switch (op) {
-    case LQL_OP_NE: return BRW_NE;
-    case LQL_OP_GT: return BRW_GT;
-    case LQL_OP_LT: return BRW_LT;
-    case LQL_OP_GE: return BRW_GE;
-    case LQL_OP_LE: return BRW_LE;
-    case LQL_OP_LIKE: return BRW_LIKE;
-    case LQL_OP_IN: return BRW_IN;
-    default: return BRW_EQ;
-    }
-}
+/* The WHERE operators map onto browse's one to one, in the same order. */
+_Static_assert(BRW_EQ == (int)LQL_OP_EQ && BRW_NE == (int)LQL_OP_NE &&
+               BRW_GT == (int)LQL_OP_GT && BRW_LT == (int)LQL_OP_LT &&
+               BRW_GE == (int)LQL_OP_GE && BRW_LE == (int)LQL_OP_LE &&
+               BRW_LIKE == (int)LQL_OP_LIKE && BRW_IN == (int)LQL_OP_IN,
+               "lql_cmpop and brw_op list their operators in the same order");
 
-static void to_brw_value(const lql_value *v, brw_value *out)
+static brw_value value_of(const lql_value *v)
 {
-    out->is_str = v->kind == LQL_V_STR;
-    out->num = v->f;
-    out->str = v->s;
+    return (brw_value){v->kind == LQL_V_STR, v->f, v->s};
 }
 
 /* Every live feature matching the WHERE conditions, as SELECT … FROM FEATURES sees them. */
@@ -282,14 +273,14 @@ static int select_features(const lql_stmt *st, const edit_state *es, fvec *out, 
             lql_err_vx(e, &ve, &c->field_at);
             goto done;
         }
-        conds[i].op = to_brw_op(c->op);
+        conds[i].op = (brw_op)c->op;
         conds[i].vals = &vals[k];
         if (c->op == LQL_OP_IN) {
             for (int x = 0; x < c->val.n; x++)
-                to_brw_value(&c->val.items[x], &vals[k++]);
+                vals[k++] = value_of(&c->val.items[x]);
             conds[i].n_vals = (size_t)c->val.n;
         } else {
-            to_brw_value(&c->val, &vals[k++]);
+            vals[k++] = value_of(&c->val);
             conds[i].n_vals = 1;
         }
     }

@@ -104,7 +104,6 @@ static void test_round_trip(void)
     p.ops[4].entity = strdup("e");
     vx_op_init(&p.ops[5], VX_OP_INSERT);
     p.ops[5].layer = 1;
-    p.ops[5].feature = 0;
     p.ops[5].entity = strdup("A");
     p.ops[5].target = strdup("B");
     p.ops[5].mode = strdup("memit");
@@ -115,6 +114,7 @@ static void test_round_trip(void)
         v[i] = -(float)i;
     vx_op_set_vec(&p.ops[5], "u", H, 2, u, NULL);
     vx_op_set_vec(&p.ops[5], "v", 6, 2, v, NULL);
+    vx_op_set_vec(&p.ops[5], "key", 1, 6, v, NULL);
 
     vx_err err = {0};
     char path[300];
@@ -155,6 +155,10 @@ static void test_round_trip(void)
         CHECK(qu && qu->rows == H && qu->cols == 2 && memcmp(qu->data, u, sizeof u) == 0);
         CHECK(qv && qv->rows == 6 && qv->cols == 2 && memcmp(qv->data, v, sizeof v) == 0);
         CHECK_STR(q.ops[5].mode, "memit");
+        /* a low-rank insert has no feature slot; its key keeps its own shape */
+        CHECK(q.ops[5].feature == -1);
+        const vx_opvec *qk = vx_op_vec(&q.ops[5], "key");
+        CHECK(qk && qk->rows == 1 && qk->cols == 6 && memcmp(qk->data, v, 6 * 4) == 0);
     }
     /* serialising the parsed patch gives the same text */
     char *t1 = vx_patch_to_json(&p, &err), *t2 = vx_patch_to_json(&q, &err);
@@ -235,6 +239,8 @@ static void test_hostile(void)
            "bad.vlp: operation 1 (delete): field 'layer' must be a non-negative integer below 2^31");
     refuse("{\"op\": \"delete\", \"layer\": 1}", H,
            "bad.vlp: operation 1 (delete): missing field 'feature'");
+    refuse("{\"op\": \"insert\", \"layer\": 1, \"entity\": \"e\", \"target\": \"t\"}", H,
+           "bad.vlp: operation 1 (insert): missing field 'feature'");
     refuse("{\"op\": \"insert\", \"layer\": 1, \"feature\": 2, \"entity\": 5, \"target\": \"t\"}",
            H, "bad.vlp: operation 1 (insert): field 'entity' must be a string");
     refuse("{\"op\": \"insert_knn\", \"layer\": 1, \"entity\": \"e\", \"relation\": \"r\", "
