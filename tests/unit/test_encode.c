@@ -576,6 +576,19 @@ static void refusals(void)
     variant("llama-gqa", "quant", "s/\"vocab_size\": 512/\"vocab_size\": 512, \"quantization_config\": {\"bits\": 4}/");
     refuse("quant", "config.json: key 'quantization_config' changes execution and is not admitted for "
            "family 'llama'");
+    /* Keys real hub configs carry that change nothing. */
+    variant("phi3", "phi3-hub", "s/\"vocab_size\": 512/\"vocab_size\": 512, \"auto_map\": {\"AutoConfig\": "
+            "\"configuration_phi3.Phi3Config\"}, \"gradient_checkpointing\": false/");
+    char hub[256];
+    snprintf(hub, sizeof hub, "%s/phi3-hub", tmp);
+    if (encode_ok(hub, "phi3-hub.vx", NULL) == 0) {
+        cJSON *ix = jload(out_path("phi3-hub.vx"), "index.json");
+        CHECK_STR(js(ix, "encoder.declaration_only.auto_map"),
+                  "python classes for remote code; the family is taken from model_type");
+        CHECK_STR(js(ix, "encoder.declaration_only.original_max_position_embeddings"),
+                  "used only by longrope scaling, which is not set");
+        cJSON_Delete(ix);
+    }
     variant("llama-gqa", "bos600", "s/\"bos_token_id\": 510/\"bos_token_id\": 600/");
     refuse("bos600", "config.json: key 'bos_token_id' must be a token id below vocab_size (or null) for "
            "family 'llama'");
