@@ -603,9 +603,12 @@ static int encode(const char *hf_dir, const char *out_dir, const vx_encode_opts 
             rc = encode_object(&e, tmp, &plan.obj[i], index, objects);
     if (rc < 0)
         goto out;
+    /* Tokenizer files in every form the hub ships them (tokenizer.json is the one lql's
+     * tokenizer reads; the others keep the container self-contained). */
     static const char *const snapshots[] = {"tokenizer.json", "tokenizer_config.json",
                                             "generation_config.json", "special_tokens_map.json",
-                                            "config.json"};
+                                            "config.json", "added_tokens.json", "vocab.json",
+                                            "merges.txt", "tokenizer.model"};
     for (size_t i = 0; i < sizeof snapshots / sizeof *snapshots && rc == 0; i++)
         rc = copy_snapshot(src, tmp, snapshots[i], err);
     if (rc == 0)

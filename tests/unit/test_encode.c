@@ -825,11 +825,18 @@ static void hostile_configs(void)
 static void standalone(void)
 {
     variant("llama-gqa", "ephemeral", NULL);
+    CHECK(sh("printf '#version: 0.2\\na b\\n' > '%s/ephemeral/merges.txt'", tmp) == 0);
     char src[256];
     snprintf(src, sizeof src, "%s/ephemeral", tmp);
     if (encode_ok(src, "ephemeral.vx", NULL) < 0)
         return;
     CHECK(sh("rm -rf '%s'", src) == 0);
+    char merges[512], *text = NULL;
+    size_t n = 0;
+    snprintf(merges, sizeof merges, "%s/merges.txt", out_path("ephemeral.vx"));
+    CHECK(vx_read_small_file(merges, "merges.txt", &text, &n, &err) == 0);
+    CHECK_STR(text, "#version: 0.2\na b\n");
+    free(text);
     vx_container *c;
     CHECK(vx_open(out_path("ephemeral.vx"), &c, &err) == 0);
     if (c) {
