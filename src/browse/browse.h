@@ -286,10 +286,12 @@ int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
 int brw_show_entities(const brw_model *m, int layer, int64_t limit, const brw_overlay *ov,
                       brw_rows *out, vx_err *err);
 /* SHOW RELATIONS: labels (relation, count) when the container has them; otherwise the
- * top output tokens of the knowledge band (or one layer) with c_score >= 0.2: token,
- * count, max score, first/last layer; also = up to 3 example features ("L2 F17"). */
+ * top output tokens of the knowledge band (or one layer) among the features whose c_score
+ * is in the top 10% of that range (*min_score receives the cut, a relative rule so it
+ * holds at any model scale): token, count, max score, first/last layer; also = up to 3
+ * example features ("L2 F17"). */
 int brw_show_relations(const brw_model *m, int layer, const brw_overlay *ov, brw_rows *out,
-                       int *labelled, vx_err *err);
+                       int *labelled, float *min_score, vx_err *err);
 
 typedef struct brw_layer_info {
     int layer;

@@ -641,11 +641,42 @@ int brw_show_entities(const brw_model *m, int layer, int64_t limit, const brw_ov
     return 0;
 }
 
+static int cmp_float(const void *pa, const void *pb)
+{
+    float a = *(const float *)pa, b = *(const float *)pb;
+    return a < b ? -1 : a > b;
+}
+
+/* The 90th percentile of c_score over layers lo..hi (features with metadata). */
+static float score_p90(const brw_model *m, const brw_overlay *ov, int lo, int hi)
+{
+    size_t n = 0, cap = 0;
+    for (int l = lo; l <= hi; l++)
+        cap += (size_t)m->s.layer[l].features;
+    float *v = malloc((cap + 1) * sizeof *v);
+    if (!v)
+        return 0;
+    for (int l = lo; l <= hi; l++)
+        for (int64_t f = 0; f < m->s.layer[l].features; f++) {
+            brw_meta md;
+            if (brw_feature_meta(m, ov, l, f, &md) == 0)
+                v[n++] = md.c_score;
+        }
+    float p = 0;
+    if (n) {
+        qsort(v, n, sizeof *v, cmp_float);
+        p = v[(n * 9) / 10];
+    }
+    free(v);
+    return p;
+}
+
 int brw_show_relations(const brw_model *m, int layer, const brw_overlay *ov, brw_rows *out,
-                       int *labelled, vx_err *err)
+                       int *labelled, float *min_score, vx_err *err)
 {
     memset(out, 0, sizeof *out);
     *labelled = 0;
+    *min_score = 0;
     if (layer >= 0 && check_layer(m, layer, err) != 0)
         return -1;
     if (no_meta(m, err))
@@ -661,6 +692,8 @@ int brw_show_relations(const brw_model *m, int layer, const brw_overlay *ov, brw
     }
     rowvec rv = {0};
     *labelled = m->labels != NULL || m->clusters != NULL;
+    if (!*labelled)
+        *min_score = score_p90(m, ov, lo, hi);
     for (int l = lo; l <= hi; l++)
         for (int64_t f = 0; f < m->s.layer[l].features; f++) {
             brw_meta md;
@@ -674,7 +707,7 @@ int brw_show_relations(const brw_model *m, int layer, const brw_overlay *ov, brw
                 if (brw_feature_meta(m, ov, l, f, &md) != 0)
                     md.c_score = 0;
             } else {
-                if (brw_feature_meta(m, ov, l, f, &md) != 0 || md.c_score < 0.2f)
+                if (brw_feature_meta(m, ov, l, f, &md) != 0 || md.c_score < *min_score)
                     continue;
                 brw_trim(brw_token_text(m, md.top_id), t, sizeof t);
                 if (!t[0])

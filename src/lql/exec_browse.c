@@ -569,8 +569,9 @@ int lql_h_show_relations(lql_session *s, const lql_stmt *st, lql_result *r, lql_
     brw_overlay ov = overlay_of(s);
     brw_rows rows;
     int labelled;
+    float cut;
     vx_err ve = {0};
-    if (brw_show_relations(m, layer, &ov, &rows, &labelled, &ve) != 0)
+    if (brw_show_relations(m, layer, &ov, &rows, &labelled, &cut, &ve) != 0)
         return lql_err_vx(e, &ve, &st->at);
     int ex = lql_has(st, LQL_C_WITH_EXAMPLES);
     lql_colspec cols[] = {{labelled ? "relation" : "token", LQL_TEXT, 0},
@@ -601,11 +602,11 @@ int lql_h_show_relations(lql_session *s, const lql_stmt *st, lql_result *r, lql_
         brw_bands(m, band);
         if (layer >= 0)
             lql_result_note(r, "no relation labels in this container: top output tokens "
-                            "(c_score >= 0.2) at layer %d", layer);
+                            "(c_score >= %.4f, the top 10%%) at layer %d", (double)cut, layer);
         else
             lql_result_note(r, "no relation labels in this container: top output tokens "
-                            "(c_score >= 0.2) of the knowledge band L%d-%d", band[1][0],
-                            band[1][1]);
+                            "(c_score >= %.4f, the top 10%%) of the knowledge band L%d-%d",
+                            (double)cut, band[1][0], band[1][1]);
     }
     brw_rows_free(&rows);
     return 0;

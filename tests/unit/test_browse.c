@@ -362,7 +362,8 @@ int main(void)
             CHECK(brw_label(lm, 3, 6) == NULL && brw_label(lm, 9, 1) == NULL);
             brw_rows rr;
             int labelled = 0;
-            CHECK(brw_show_relations(lm, 3, NULL, &rr, &labelled, &err) == 0 && labelled);
+            float cut;
+            CHECK(brw_show_relations(lm, 3, NULL, &rr, &labelled, &cut, &err) == 0 && labelled);
             CHECK(rr.n == 2);
             brw_rows_free(&rr);
             brw_describe dd;
