@@ -417,5 +417,6 @@ int main(void)
     brw_close(m);
     vx_close(c);
     rm_rf(plain);
+    rm_rf(out);   /* its down_meta was overwritten above */
     return T_DONE();
 }
