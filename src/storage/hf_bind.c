@@ -13,7 +13,7 @@
 #include <string.h>
 
 int hf_push_op(judge *j, hf_object *o, const char *name, const st_tensor *t, hf_xform xf,
-                   int64_t lo, int64_t hi, int ndim, const int64_t *shape)
+               int64_t lo, int64_t hi, int ndim, const int64_t *shape)
 {
     if (o->n == o->cap) {
         size_t cap = o->cap ? 2 * o->cap : 64;

@@ -606,6 +606,8 @@ static void refusals(void)
     variant("llama-gqa", "fewer", "s/\"num_hidden_layers\": 3/\"num_hidden_layers\": 2/");
     refuse("fewer", "checkpoint: tensor 'model.layers.2.input_layernorm.weight' is not bound to any operand "
            "of family 'llama' (lql refuses to drop weights silently)");
+    variant("llama-gqa", "more", "s/\"num_hidden_layers\": 3/\"num_hidden_layers\": 4/");
+    refuse("more", "checkpoint: tensor 'model.layers.3.input_layernorm.weight' is missing (family 'llama')");
     variant("llama-gqa", "untied", NULL);
     CHECK(sh("rm '%s/untied/model.safetensors'", tmp) == 0);
     snprintf(want, sizeof want, "'%s/untied' has neither model.safetensors nor model.safetensors.index.json",
