@@ -278,8 +278,8 @@ int lql_parse(const char *text, size_t n, lql_arena *arena, lql_stmt **out, lql_
  * a `;` was found, 0 otherwise. */
 int lql_split(const char *text, size_t n, size_t *end);
 
-/* Is text a complete input for the REPL: every string closed and the last token a `;`?
- * Comments and blanks after the `;` are allowed. Returns 1 or 0. */
+/* Is text a complete input for the REPL: every string closed and the last token a `;`
+ * (comments and blanks after it allowed), or no token at all (a comment line)? 1 or 0. */
 int lql_complete(const char *text);
 
 /* Completion: the keywords the grammar accepts after text[0..n) (the start of a statement

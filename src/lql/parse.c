@@ -208,7 +208,7 @@ int lql_complete(const char *text)
         last = code;
     }
     free(copy);
-    return last == LQL_TK_SEMI;
+    return last == LQL_TK_SEMI || last == 0;     /* nothing but blanks and comments: done */
 }
 
 /* ---------------------------------------------------------------- completion */

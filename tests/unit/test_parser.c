@@ -239,6 +239,8 @@ static void lexical(void)
     CHECK(lql_complete("WALK 'a'") == 0);
     CHECK(lql_complete("WALK 'a' -- ;") == 0);
     CHECK(lql_complete("WALK 'a'\n  TOP 3;\n") == 1);
+    CHECK(lql_complete("  -- just a comment") == 1);
+    CHECK(lql_complete("'") == 0);
 }
 
 static char kwbuf[400];
