@@ -61,6 +61,8 @@ static int accepts(const toklist *tl, int k, int probe)
     return ok;
 }
 
+/* What may come next, in the order a message lists it: literals and operators, then the
+ * keywords (inserted before `|>`), then what ends a statement. */
 static const struct { int code; const char *text; } puncts[] = {
     {LQL_TK_STRING, "a string"}, {LQL_TK_INT, "an integer"}, {LQL_TK_FLOAT, "a decimal"},
     {LQL_TK_ID, "a name"}, {LQL_TK_STAR, "*"}, {LQL_TK_COMMA, ","}, {LQL_TK_LP, "("},
@@ -69,6 +71,7 @@ static const struct { int code; const char *text; } puncts[] = {
     {LQL_TK_MINUS, "-"}, {LQL_TK_PIPE, "|>"}, {LQL_TK_SEMI, ";"}, {0, "end of input"},
 };
 #define NPUNCT (sizeof puncts / sizeof puncts[0])
+#define KEYWORDS_AT (NPUNCT - 3)
 #define MAX_LISTED 12
 
 /* "expected A, B or C" into buf, listing what toks[0..k) may be followed by; empty when
@@ -81,17 +84,19 @@ static void expected(const toklist *tl, int k, char *buf, size_t n)
     buf[0] = 0;
     for (size_t i = 0; i < NPUNCT && nitems <= MAX_LISTED; i++) {
         int c = puncts[i].code;
+        if (i == KEYWORDS_AT) {
+            /* With a name expected every keyword is accepted as one: list none of them. */
+            for (size_t j = 0; !name_ok && j < lql_keyword_count() && nitems <= MAX_LISTED; j++) {
+                const char *kw = lql_keyword_at(j);
+                if (accepts(tl, k, lql_keyword_code(kw, (int)strlen(kw)))) items[nitems++] = kw;
+            }
+        }
         if (c == LQL_TK_INT || c == LQL_TK_FLOAT) {
             if (c == LQL_TK_INT && int_ok) items[nitems++] = float_ok ? "a number" : "an integer";
             if (c == LQL_TK_FLOAT && float_ok && !int_ok) items[nitems++] = "a decimal";
             continue;
         }
         if (c == LQL_TK_ID ? name_ok : accepts(tl, k, c)) items[nitems++] = puncts[i].text;
-    }
-    /* With a name expected every keyword is accepted as one: list none of them. */
-    for (size_t i = 0; !name_ok && i < lql_keyword_count() && nitems <= MAX_LISTED; i++) {
-        const char *kw = lql_keyword_at(i);
-        if (accepts(tl, k, lql_keyword_code(kw, (int)strlen(kw)))) items[nitems++] = kw;
     }
     if (nitems == 0 || nitems > MAX_LISTED) return;
     size_t len = (size_t)snprintf(buf, n, "expected ");
