@@ -4,7 +4,8 @@
  *   mkfixture --family llama|mistral|qwen2|gemma|gemma2|gpt2|phi3|mixtral|qwen2_moe|deepseek_v3
  *             [--hidden N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
  *             [--inter N] [--vocab N] [--ctx N] [--experts N] [--expert-inter N]
- *             [--dtype f32|f16|bf16] [--seed N] [--shards N] [--tokenizer FILE] -o DIR
+ *             [--dtype f32|f16|bf16] [--seed N] [--shards N] [--tokenizer FILE]
+ *             [--attention-bias] -o DIR
  *
  * Writes DIR/config.json and generation_config.json in the family's Hugging Face
  * spelling, the weights in HF tensor names (model.safetensors, or N shards plus
@@ -41,6 +42,7 @@ typedef struct spec {
 typedef struct geo {
     const char *family;
     int hidden, layers, heads, kv, hd, inter, vocab, ctx, experts, einter, shards;
+    int attn_bias;               /* llama: q/k/v/o biases (attention_bias true) */
     vx_dtype dtype;
     uint64_t seed;
     const char *tokenizer, *out;
@@ -131,7 +133,7 @@ static void tensors(const geo *g)
             add(NORM, kl, 0, "%s.self_attn.kv_a_layernorm.weight", p);
             add(MAT, (int64_t)g->heads * (nope + v), kl, "%s.self_attn.kv_b_proj.weight", p);
         } else {
-            int bias = is(g, "qwen2") || is(g, "qwen2_moe");
+            int bias = is(g, "qwen2") || is(g, "qwen2_moe") || g->attn_bias;
             add(MAT, q, H, "%s.self_attn.q_proj.weight", p);
             add(MAT, kv, H, "%s.self_attn.k_proj.weight", p);
             add(MAT, kv, H, "%s.self_attn.v_proj.weight", p);
@@ -142,6 +144,8 @@ static void tensors(const geo *g)
             }
         }
         add(MAT, H, is(g, "deepseek_v3") ? (int64_t)g->heads * g->hd : q, "%s.self_attn.o_proj.weight", p);
+        if (g->attn_bias)
+            add(BIAS, H, 0, "%s.self_attn.o_proj.bias", p);
         add(NORM, H, 0, "%s.post_attention_layernorm.weight", p);
         if (is(g, "gemma2")) {
             add(NORM, H, 0, "%s.pre_feedforward_layernorm.weight", p);
@@ -235,6 +239,8 @@ static cJSON *config(const geo *g)
     cJSON_AddNumberToObject(c, "intermediate_size", g->inter);
     cJSON_AddNumberToObject(c, "attention_dropout", 0.0);
     cJSON_AddBoolToObject(c, "use_cache", 1);
+    if (is(g, "llama"))
+        cJSON_AddBoolToObject(c, "attention_bias", g->attn_bias);
     if (!gemma(g))
         cJSON_AddBoolToObject(c, "tie_word_embeddings", 0);
     if (is(g, "gemma")) {
@@ -445,7 +451,8 @@ static int usage(void)
     fprintf(stderr, "usage: mkfixture --family llama|mistral|qwen2|gemma|gemma2|gpt2|phi3|mixtral|qwen2_moe|"
                     "deepseek_v3 [--hidden N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]\n"
                     "                 [--inter N] [--vocab N] [--ctx N] [--experts N] [--expert-inter N]\n"
-                    "                 [--dtype f32|f16|bf16] [--seed N] [--shards N] [--tokenizer FILE] -o DIR\n");
+                    "                 [--dtype f32|f16|bf16] [--seed N] [--shards N] [--tokenizer FILE]\n"
+                    "                 [--attention-bias (llama)] -o DIR\n");
     return 2;
 }
 
@@ -477,6 +484,10 @@ int main(int argc, char **argv)
             i++;
             continue;
         }
+        if (strcmp(a, "--attention-bias") == 0) {
+            g.attn_bias = 1;
+            continue;
+        }
         if (!v)
             return usage();
         if (strcmp(a, "--family") == 0)
@@ -503,6 +514,10 @@ int main(int argc, char **argv)
         ok |= strcmp(g.family, fams[k]) == 0;
     if (!ok || !g.out)
         return usage();
+    if (g.attn_bias && !is(&g, "llama")) {
+        fprintf(stderr, "mkfixture: --attention-bias is a llama option\n");
+        return 2;
+    }
     if (!g.hd)
         g.hd = g.hidden / g.heads;
     if (!g.inter)

@@ -443,6 +443,22 @@ static void synthetic(void)
     CHECK_STR(js(x, "ffn.activation"), "gelu_tanh");
     CHECK_NEAR(jnum(x, "attention.scale"), 1.0 / sqrt(24.0), 1e-15);
     cJSON_Delete(g);
+    /* Llama with attention_bias: q/k/v and o biases. */
+    char src[256];
+    snprintf(src, sizeof src, "%s/fx-llama-bias", tmp);
+    CHECK(sh("'%s/mkfixture' --family llama --attention-bias --layers 2 -o '%s'", LQL_BINARY_DIR, src) == 0);
+    if (encode_ok(src, "fx-llama-bias.vx", NULL) == 0) {
+        g = graph("fx-llama-bias.vx", &x, &ls);
+        CHECK(jtrue(x, "attention.qkv_bias") && jtrue(x, "attention.out_bias"));
+        cJSON_Delete(g);
+        vx_container *cb;
+        if (vx_open(out_path("fx-llama-bias.vx"), &cb, &err) == 0) {
+            const vx_tensor *ob = vx_find(cb, "target.decoder_stack", "layers.1.attn.o_proj.bias");
+            CHECK(ob && ob->ndim == 1 && ob->shape[0] == 64);
+            CHECK(vx_find(cb, "target.decoder_stack", "layers.0.attn.k_proj.bias") != NULL);
+            vx_close(cb);
+        }
+    }
     vx_container *c;
     if (vx_open(out_path("fx-qwen2_moe-f16.vx"), &c, &err) == 0) {
         const vx_tensor *t = vx_find(c, "target.decoder_stack", "layers.0.ffn.experts.3.gate_proj");
