@@ -64,7 +64,10 @@ static const uint8_t *find_sep(const uint8_t *p, const uint8_t *end, const char 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/lql_fuzz_container_XXXXXX");
+        /* tmpfs when there is one: every input is five file writes and an open. */
+        struct stat st;
+        snprintf(dir, sizeof dir, "%s/lql_fuzz_container_XXXXXX",
+                 stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp");
         char sub[PATH_MAX];
         if (!mkdtemp(dir))
             abort();
