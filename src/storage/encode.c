@@ -27,7 +27,6 @@
 #include <unistd.h>
 
 #define CHUNK_ELEMS (1u << 20)                      /* elements converted per step */
-#define DEFAULT_SHARD_CAP (4ull << 30)
 
 void vx_encode_opts_init(vx_encode_opts *o)
 {
@@ -294,16 +293,6 @@ static int copy_snapshot(const char *from_dir, const char *to_dir, const char *n
 
 /* ---------------------------------------------------------------- objects */
 
-static uint64_t shard_cap(void)
-{
-    const char *z = getenv("LQL_SHARD_CAP");
-    if (!z || !*z)
-        return DEFAULT_SHARD_CAP;
-    char *end;
-    unsigned long long v = strtoull(z, &end, 10);
-    return *end || v == 0 ? DEFAULT_SHARD_CAP : (uint64_t)v;
-}
-
 enum { EXACT, EQUIVALENT, APPROXIMATE };
 static const char *const fidelity_name[] = {"source-exact", "source-equivalent",
                                             "numerically-approximate"};
@@ -367,29 +356,14 @@ static int encode_object(enc *e, const char *tmp, const hf_object *ob, cJSON *in
         free(tt);
         return -1;
     }
-    uint64_t cap = shard_cap(), base = vx_segw_header_bound(NULL, 0);
+    uint64_t cap = vx_shard_cap();
     int nfile = 0;
     for (size_t i = 0; rc == 0 && i < ob->n; nfile++) {
-        /* Take operands while the file (header bound + aligned payload) stays within cap. */
-        size_t k = i;
-        uint64_t hb = base, pay = 0;
-        while (k < ob->n) {
-            uint64_t add = vx_segw_header_bound(&tt[k], 1) - base;
-            uint64_t len = op_bytes(&ob->op[k], tt[k].dtype);
-            uint64_t size = 8 + hb + add + ((pay + 63) & ~(uint64_t)63) + len;
-            if (size > cap) {
-                if (k == i)
-                    rc = vx_errf(e->err, VX_EARG, "encode: tensor '%s' of '%s' (%llu bytes) does not fit "
-                                 "the shard cap of %llu bytes (raise LQL_SHARD_CAP)", ob->op[k].name,
-                                 ob->id, (unsigned long long)len, (unsigned long long)cap);
-                break;
-            }
-            hb += add;
-            pay = ((pay + 63) & ~(uint64_t)63) + len;
-            k++;
-        }
-        if (rc)
+        /* Take operands while the file stays within the cap. */
+        size_t fit;
+        if ((rc = vx_segw_fit(tt + i, ob->n - i, cap, "encode", ob->id, &fit, e->err)) < 0)
             break;
+        size_t k = i + fit;
         char rel[256], path[PATH_MAX];
         if (nfile == 0)
             snprintf(rel, sizeof rel, "segments/%s.bin", ob->id);

@@ -46,6 +46,48 @@ uint64_t vx_segw_header_bound(const vx_segw_tensor *t, size_t n)
     return b;
 }
 
+uint64_t vx_shard_cap(void)
+{
+    const char *z = getenv("LQL_SHARD_CAP");
+    if (!z || !*z)
+        return 4ull << 30;
+    char *end;
+    unsigned long long v = strtoull(z, &end, 10);
+    return *end || v == 0 ? 4ull << 30 : (uint64_t)v;
+}
+
+/* Bytes of a row-major tensor (0 when the dtype has no size for the shape). */
+static uint64_t table_len(const vx_segw_tensor *t)
+{
+    uint64_t rows = 1, len = 0;
+    for (int d = 0; d + 1 < t->ndim; d++)
+        rows *= (uint64_t)t->shape[d];
+    uint64_t inner = t->ndim ? (uint64_t)t->shape[t->ndim - 1] : 1;
+    return vx_dtype_nbytes(t->dtype, inner, rows, &len) < 0 ? 0 : len;
+}
+
+int vx_segw_fit(const vx_segw_tensor *t, size_t n, uint64_t cap, const char *label,
+                const char *object, size_t *k, vx_err *err)
+{
+    uint64_t base = vx_segw_header_bound(NULL, 0), hb = base, pay = 0;
+    size_t i = 0;
+    for (; i < n; i++) {
+        uint64_t add = vx_segw_header_bound(&t[i], 1) - base, len = table_len(&t[i]);
+        uint64_t size = 8 + hb + add + ((pay + 63) & ~(uint64_t)63) + len;
+        if (size > cap) {
+            if (i == 0)
+                return vx_errf(err, VX_EARG, "%s: tensor '%s' of '%s' (%llu bytes) does not fit the "
+                               "shard cap of %llu bytes (raise LQL_SHARD_CAP)", label, t[0].name,
+                               object, (unsigned long long)len, (unsigned long long)cap);
+            break;
+        }
+        hb += add;
+        pay = ((pay + 63) & ~(uint64_t)63) + len;
+    }
+    *k = i;
+    return 0;
+}
+
 static int flush(vx_segw *w, vx_err *err)
 {
     size_t at = 0;

@@ -99,6 +99,13 @@ typedef struct vx_segw vx_segw;
 
 /* Header bytes a table of n tensors with these names may need at most (for shard planning). */
 uint64_t vx_segw_header_bound(const vx_segw_tensor *t, size_t n);
+/* The shard cap in bytes: LQL_SHARD_CAP when it is a positive integer, else 4 GiB. */
+uint64_t vx_shard_cap(void);
+/* Shard planning: *k = how many of t[0..n) fit one segment file of at most cap bytes
+ * (header bound + 64-aligned payload). When t[0] alone does not fit, -1 with
+ * "<label>: tensor 'x' of '<object>' (N bytes) does not fit the shard cap of M bytes". */
+int vx_segw_fit(const vx_segw_tensor *t, size_t n, uint64_t cap, const char *label,
+                const char *object, size_t *k, vx_err *err);
 /* Create path (must not exist) holding the table t[0..n). */
 int vx_segw_open(vx_segw **out, const char *path, const char *object, const char *representation,
                  const vx_segw_tensor *t, size_t n, vx_err *err);
