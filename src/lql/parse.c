@@ -74,11 +74,34 @@ static const struct { int code; const char *text; } puncts[] = {
 #define KEYWORDS_AT (NPUNCT - 3)
 #define MAX_LISTED 12
 
+/* Edit distance between a keyword and a word, ignoring case; stops counting past 3. */
+static int distance(const char *a, const char *b, int nb)
+{
+    int na = (int)strlen(a), prev[64], cur[64];
+    if (na >= 63 || nb >= 63) return 99;
+    for (int j = 0; j <= nb; j++) prev[j] = j;
+    for (int i = 1; i <= na; i++) {
+        cur[0] = i;
+        for (int j = 1; j <= nb; j++) {
+            int sub = prev[j - 1] + ((a[i - 1] | 0x20) != (b[j - 1] | 0x20));
+            int del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, (size_t)(nb + 1) * sizeof prev[0]);
+    }
+    return prev[nb];
+}
+
 /* "expected A, B or C" into buf, listing what toks[0..k) may be followed by; empty when
- * there are too many alternatives to be useful. */
-static void expected(const toklist *tl, int k, char *buf, size_t n)
+ * there are too many alternatives to be useful. *hint receives the accepted keyword
+ * closest to the word `near` (at most 2 edits away, shorter than half its length) or
+ * NULL. */
+static void expected(const toklist *tl, int k, const lql_token *near, const char **hint,
+                     char *buf, size_t n)
 {
     const char *items[MAX_LISTED + 1];
+    int best = 3;
+    *hint = NULL;
     int nitems = 0, name_ok = accepts(tl, k, LQL_TK_ID);
     int int_ok = accepts(tl, k, LQL_TK_INT), float_ok = accepts(tl, k, LQL_TK_FLOAT);
     buf[0] = 0;
@@ -86,9 +109,12 @@ static void expected(const toklist *tl, int k, char *buf, size_t n)
         int c = puncts[i].code;
         if (i == KEYWORDS_AT) {
             /* With a name expected every keyword is accepted as one: list none of them. */
-            for (size_t j = 0; !name_ok && j < lql_keyword_count() && nitems <= MAX_LISTED; j++) {
+            for (size_t j = 0; !name_ok && j < lql_keyword_count(); j++) {
                 const char *kw = lql_keyword_at(j);
-                if (accepts(tl, k, lql_keyword_code(kw, (int)strlen(kw)))) items[nitems++] = kw;
+                if (!accepts(tl, k, lql_keyword_code(kw, (int)strlen(kw)))) continue;
+                if (nitems <= MAX_LISTED) items[nitems++] = kw;
+                int d = near ? distance(kw, near->z, near->n) : 99;
+                if (d < best && d * 2 < near->n) { best = d; *hint = kw; }
             }
         }
         if (c == LQL_TK_INT || c == LQL_TK_FLOAT) {
@@ -109,16 +135,22 @@ static void expected(const toklist *tl, int k, char *buf, size_t n)
 static void syntax_error(lql_pctx *p, const toklist *tl, int k, const lql_token *eof)
 {
     char exp[200];
-    expected(tl, k, exp, sizeof exp);
+    const char *hint;
+    const lql_token *t = k < tl->n ? &tl->a[k] : NULL;
+    int word = t && (tl->code[k] == LQL_TK_ID || lql_keyword_code(t->z, t->n) != LQL_TK_ID);
+    expected(tl, k, word ? t : NULL, &hint, exp, sizeof exp);
     p->failed = 0;
-    if (k >= tl->n) {
+    if (!t) {
         lql_p_error(p, eof, "incomplete input%s%s", exp[0] ? ": " : "", exp);
         return;
     }
-    const lql_token *t = &tl->a[k];
     int len = t->n > 40 ? 40 : t->n;
-    lql_p_error(p, t, "near \"%.*s%s\": %s", len, t->z, t->n > 40 ? "…" : "",
-                exp[0] ? exp : "syntax error");
+    if (hint && !exp[0])
+        lql_p_error(p, t, "near \"%.*s\": syntax error (did you mean %s?)", len, t->z, hint);
+    else
+        lql_p_error(p, t, "near \"%.*s%s\": %s%s%s%s", len, t->z, t->n > 40 ? "…" : "",
+                    exp[0] ? exp : "syntax error", hint ? " (did you mean " : "", hint ? hint : "",
+                    hint ? "?)" : "");
 }
 
 int lql_parse(const char *text, size_t n, lql_arena *arena, lql_stmt **out, lql_err *e)

@@ -286,6 +286,11 @@ static void errors(void)
     CHECK_STR(E("WALK 'x' TOP 3 #"), "1:16: unrecognized token: \"#\"");
     CHECK_STR(E("WALK 'x' TOP 3 \xc3\xa9"), "1:16: unrecognized token: \"\xc3\xa9\"");
     CHECK_STR(E("FROB 'x'"), "1:1: near \"FROB\": syntax error");
+    CHECK_STR(E("WALK 'x' TOPP 3"), "1:10: near \"TOPP\": expected COMPARE, LAYERS, MODE, TOP, |>, ; or end of input (did you mean TOP?)");
+    CHECK_STR(E("DESCRIBE 'x' KNOWLEGDE"), "1:14: near \"KNOWLEGDE\": expected ALL, AT, BRIEF, KNOWLEDGE, OUTPUT, RAW, RELATIONS, SYNTAX, VERBOSE, |>, ; or end of input (did you mean KNOWLEDGE?)");
+    CHECK_STR(E("SHOW LAYER"), "1:6: near \"LAYER\": expected COMPONENTS, ENTITIES, FEATURES, HISTORY, LAYERS, MODELS, PATCHES, RELATIONS or REPRESENTATIONS (did you mean LAYERS?)");
+    CHECK_STR(E("SELCT * FROM EDGES"), "1:1: near \"SELCT\": syntax error (did you mean SELECT?)");
+    CHECK_STR(E("WALK 'x' TO 3"), "1:10: near \"TO\": expected COMPARE, LAYERS, MODE, TOP, |>, ; or end of input");
     /* FROM is read as a field name (keywords fall back to names), so EDGES is the culprit */
     CHECK_STR(E("SELECT FROM EDGES"), "1:13: near \"EDGES\": expected , or FROM");
     CHECK_STR(E("SELECT * FROM TABLES"), "1:15: near \"TABLES\": expected EDGES, ENTITIES or FEATURES");
