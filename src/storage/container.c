@@ -25,6 +25,8 @@ typedef struct seg {
     uint64_t size;
     vx_segment_hdr h;
     const char *object;      /* owning object id (points into the graph JSON) */
+    const char *rep;         /* representation id (points into the graph JSON) */
+    int active;              /* the bound representation of its object: in the lookup table */
 } seg;
 
 struct vx_container {
@@ -40,6 +42,7 @@ struct vx_container {
     size_t nt;
     size_t *slot;            /* open addressing: tensor index + 1, 0 = empty */
     size_t nslot;            /* power of two, >= 2 * nt */
+    char *profile;           /* bound profile name, NULL: each object's baseline */
 };
 
 static uint64_t hash_key(const char *object, const char *name)
@@ -66,7 +69,8 @@ static size_t probe(const vx_container *c, const char *object, const char *name)
     return i;
 }
 
-static int map_segment(vx_container *c, const char *rel, const char *object, vx_err *err)
+static int map_segment(vx_container *c, const char *rel, const char *object, const char *rep,
+                       int active, vx_err *err)
 {
     for (size_t i = 0; i < c->nseg; i++) {
         if (strcmp(c->segs[i].rel, rel) == 0)
@@ -123,6 +127,8 @@ static int map_segment(vx_container *c, const char *rel, const char *object, vx_
     s->map = map;
     s->size = size;
     s->object = object;
+    s->rep = rep;
+    s->active = active;
     s->rel = strdup(rel);
     c->nseg++;                       /* owned from here on: vx_close releases it */
     if (!s->rel)
@@ -135,8 +141,12 @@ static int map_segment(vx_container *c, const char *rel, const char *object, vx_
     return 0;
 }
 
-/* Maps every segment of every representation an object lists, in graph order. */
-static int map_objects(vx_container *c, vx_err *err)
+/* Maps every segment of every representation an object lists, in graph order (so verify
+ * and inspect see them all); only the bound representation of each object (the override
+ * in sel, else the profile's selection, else the first listed: the baseline) enters the
+ * lookup table. The profile and overrides are judged before any segment is opened. */
+static int map_objects(vx_container *c, const char *profile, const vx_select *sel, size_t nsel,
+                       vx_err *err)
 {
     const cJSON *reps = cJSON_GetObjectItemCaseSensitive(c->index, "representations");
     if (!cJSON_IsObject(reps))
@@ -144,12 +154,25 @@ static int map_objects(vx_container *c, vx_err *err)
     const cJSON *objects = cJSON_GetObjectItemCaseSensitive(c->graph, "objects");
     if (!cJSON_IsArray(objects))
         return vx_errf(err, VX_EFORMAT, "system_graph.json has no 'objects' array");
-    const cJSON *o;
+    const cJSON *prof = NULL, *o;
+    if (profile && vx_profile_find(c->index, c->graph, profile, &prof, err) < 0)
+        return -1;
+    for (size_t i = 0; i < nsel; i++) {
+        if (vx_select_check(c->graph, sel[i].object, sel[i].representation, NULL, err) < 0)
+            return -1;
+    }
     cJSON_ArrayForEach(o, objects) {
         const char *id = vx_json_str(o, "id");
         if (!id)
             return vx_errf(err, VX_EFORMAT, "system_graph.json: an object has no id");
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, "representations"), *r;
+        const char *bound = vx_profile_choice(prof, id);
+        for (size_t i = 0; i < nsel; i++) {
+            if (strcmp(sel[i].object, id) == 0)
+                bound = sel[i].representation;
+        }
+        if (!bound)
+            bound = cJSON_GetStringValue(cJSON_GetArrayItem(list, 0));
         cJSON_ArrayForEach(r, list) {
             const char *rid = cJSON_GetStringValue(r);
             const cJSON *rep = rid ? cJSON_GetObjectItemCaseSensitive(reps, rid) : NULL;
@@ -168,7 +191,7 @@ static int map_objects(vx_container *c, vx_err *err)
                 if (!rel)
                     return vx_errf(err, VX_EFORMAT, "representation '%s': a segment path is not a string",
                                    rid);
-                if (map_segment(c, rel, id, err) < 0)
+                if (map_segment(c, rel, id, rid, bound && strcmp(bound, rid) == 0, err) < 0)
                     return -1;
             }
         }
@@ -180,7 +203,7 @@ static int build_table(vx_container *c, vx_err *err)
 {
     size_t n = 0;
     for (size_t i = 0; i < c->nseg; i++)
-        n += c->segs[i].h.n;
+        n += c->segs[i].active ? c->segs[i].h.n : 0;
     c->nslot = 16;
     while (c->nslot < 2 * n)
         c->nslot *= 2;
@@ -190,6 +213,8 @@ static int build_table(vx_container *c, vx_err *err)
         return vx_errf(err, VX_ENOMEM, "out of memory for %zu tensors", n);
     for (size_t i = 0; i < c->nseg; i++) {
         seg *s = &c->segs[i];
+        if (!s->active)
+            continue;
         const unsigned char *payload = (const unsigned char *)s->map + s->h.payload_off;
         for (size_t j = 0; j < s->h.n; j++) {
             const vx_seg_tensor *st = &s->h.t[j];
@@ -231,7 +256,7 @@ static void object_segments(const vx_container *c, const char *object, char *buf
     size_t at = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < c->nseg && at < n; i++) {
-        if (strcmp(c->segs[i].object, object) == 0)
+        if (c->segs[i].active && strcmp(c->segs[i].object, object) == 0)
             at += (size_t)snprintf(buf + at, n - at, "%s'%s'", at ? ", " : "", c->segs[i].rel);
     }
     if (!at)
@@ -359,15 +384,23 @@ static int read_index(vx_container *c, vx_err *err)
 
 int vx_open(const char *dir, vx_container **out, vx_err *err)
 {
+    return vx_open_profile(dir, NULL, NULL, 0, out, err);
+}
+
+int vx_open_profile(const char *dir, const char *profile, const vx_select *sel, size_t nsel,
+                    vx_container **out, vx_err *err)
+{
     *out = NULL;
     if (!dir || !*dir)
         return vx_errf(err, VX_EARG, "no container directory given");
     vx_container *c = calloc(1, sizeof *c);
-    if (!c || !(c->dir = strdup(dir))) {
+    if (!c || !(c->dir = strdup(dir)) || (profile && !(c->profile = strdup(profile)))) {
+        if (c)
+            free(c->dir);
         free(c);
         return vx_errf(err, VX_ENOMEM, "out of memory opening '%s'", dir);
     }
-    if (read_index(c, err) < 0 || read_graph(c, err) < 0 || map_objects(c, err) < 0 ||
+    if (read_index(c, err) < 0 || read_graph(c, err) < 0 || map_objects(c, profile, sel, nsel, err) < 0 ||
         build_table(c, err) < 0 || close_operands(c, err) < 0) {
         vx_close(c);
         return -1;
@@ -391,6 +424,7 @@ void vx_close(vx_container *c)
     free(c->slot);
     cJSON_Delete(c->index);
     cJSON_Delete(c->graph);
+    free(c->profile);
     free(c->dir);
     free(c);
 }
@@ -402,6 +436,16 @@ const cJSON *vx_index_json(const vx_container *c) { return c->index; }
 const cJSON *vx_graph_json(const vx_container *c) { return c->graph; }
 const cJSON *vx_component(const vx_container *c) { return c->component; }
 const char *vx_index_sha256(const vx_container *c) { return c->sha; }
+const char *vx_profile(const vx_container *c) { return c->profile; }
+
+const char *vx_bound_representation(const vx_container *c, const char *object)
+{
+    for (size_t i = 0; i < c->nseg; i++) {
+        if (c->segs[i].active && strcmp(c->segs[i].object, object) == 0)
+            return c->segs[i].rep;
+    }
+    return NULL;
+}
 size_t vx_tensor_count(const vx_container *c) { return c->nt; }
 
 const vx_tensor *vx_tensor_at(const vx_container *c, size_t i)
@@ -443,6 +487,8 @@ int vx_segment_at(const vx_container *c, size_t i, vx_segment_view *out)
     const seg *s = &c->segs[i];
     out->rel = s->rel;
     out->object = s->object;
+    out->representation = s->rep;
+    out->active = s->active;
     out->data = s->map;
     out->size = s->size;
     out->hdr = &s->h;

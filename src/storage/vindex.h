@@ -143,6 +143,24 @@ typedef struct vx_container vx_container;
 int vx_open(const char *dir, vx_container **out, vx_err *err);
 void vx_close(vx_container *c);
 
+/* Representation selection (seed §9.1): an object may list several representations; one is
+ * bound per object. A profile (index.json `profiles`: {"profile": name, "select": {object:
+ * representation id}}) selects present representations only; sel overrides it per object.
+ * Objects neither names are bound to their baseline (the first representation listed).
+ * A profile or override naming an absent profile, object or representation fails closed,
+ * naming what was asked and what is present, before any segment is opened. profile NULL
+ * and nsel 0 is vx_open. Segments of unbound representations are mapped and validated
+ * too (verify and inspect see them) but their tensors are not in the lookup table. */
+typedef struct vx_select {
+    const char *object, *representation;
+} vx_select;
+int vx_open_profile(const char *dir, const char *profile, const vx_select *sel, size_t nsel,
+                    vx_container **out, vx_err *err);
+/* The bound profile's name, or NULL (baseline binding). */
+const char *vx_profile(const vx_container *c);
+/* The representation id bound for an object, or NULL when the object has none. */
+const char *vx_bound_representation(const vx_container *c, const char *object);
+
 const char *vx_dir(const vx_container *c);          /* as given to vx_open */
 int vx_version(const vx_container *c);              /* index.json version */
 vx_shape vx_container_shape(const vx_container *c);
@@ -204,6 +222,61 @@ int vx_encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opt
  * is a JSON object owned by the caller (cJSON_Delete). Returns 0 when everything
  * matches, -1 with err describing the first mismatch otherwise (report still filled). */
 int vx_verify(const char *dir, const char *source_dir, cJSON **report, vx_err *err);
+
+/* ---------------------------------------------------------------- representations */
+
+/* Fidelity levels, strongest first (seed §9.2). vx_fidelity_rank gives 0..4, or 5 for a
+ * name outside the list (treated as weaker than any). */
+int vx_fidelity_rank(const char *fidelity);
+/* The derived authority of a profile (NULL: the baseline binding): the weakest fidelity
+ * across the representation each object would bind. Fails like vx_open_profile when the
+ * profile is absent or names absent things; *out points into index (or is a static name). */
+int vx_profile_authority(const cJSON *index, const cJSON *graph, const char *profile,
+                         const char **out, vx_err *err);
+/* Add (or, with merge set, extend: later selections replace earlier ones per object) the
+ * profile `name` in dir's index.json, selecting sel[0..n). Every selection must name a
+ * present representation of a graph object. index.json is rewritten atomically (temp +
+ * rename) keeping every other field. Without merge an existing name is refused. */
+int vx_profile_add(const char *dir, const char *name, const vx_select *sel, size_t n, int merge,
+                   vx_err *err);
+
+/* What vx_represent made. */
+typedef struct vx_represent_info {
+    char id[192];              /* "<object>.<dtype>" */
+    char fidelity[32];         /* "source-equivalent" or "numerically-approximate" */
+    char from[192];            /* the representation it was made from (the baseline) */
+    size_t tensors, kept;      /* tensors written; of them kept in their source dtype */
+    uint64_t bytes, source_bytes;   /* payload bytes of the new and the source representation */
+    uint64_t weights;          /* elements */
+    int segments;
+    char payload_sha256[65];
+} vx_represent_info;
+
+/* Compile a new representation of `object` in dtype dt (f32, f16, bf16, q8_0, q4_0, q4_k,
+ * q6_k, mxfp4) beside the original, from the object's baseline representation, streaming
+ * one tensor at a time into segments/<object>.<dtype>.bin (sharded past LQL_SHARD_CAP or
+ * 4 GiB). 1-D tensors, and tensors whose inner dimension is not a multiple of the block
+ * size, stay in their source dtype (recorded under `kept`). Fidelity is measured: every
+ * decoded value is compared with the source value. index.json gains the representation
+ * (and its segments) and system_graph.json the object's id, each rewritten atomically; the
+ * original representation is never touched. Refuses an existing id, an unknown object, a
+ * dtype without a codec. info may be NULL. */
+int vx_represent(const char *dir, const char *object, vx_dtype dt, vx_represent_info *info,
+                 vx_err *err);
+
+/* Decode n values of any stored dtype (float or block codec) to f32; -1 for integer
+ * dtypes or an n that is not a multiple of the block size. */
+int vx_decode_f32(vx_dtype dt, const void *src, float *dst, size_t n);
+
+/* Value-by-value comparison of two tensors of equal shape (any dtypes), decoded on the fly
+ * row by row: max |a-b|, RMS of a-b, relative error ||a-b|| / ||a||, count of values that
+ * differ. */
+typedef struct vx_diff_stat {
+    double max_abs, rms, rel;
+    double ss_diff, ss_ref;    /* sum of (a-b)^2 and of a^2, for totals over tensors */
+    uint64_t n, differ;
+} vx_diff_stat;
+int vx_tensor_diff(const vx_tensor *a, const vx_tensor *b, vx_diff_stat *out, vx_err *err);
 
 /* ---------------------------------------------------------------- cancellation */
 

@@ -74,6 +74,8 @@ void vx_segment_hdr_free(vx_segment_hdr *h);
 typedef struct vx_segment_view {
     const char *rel;             /* container-relative path */
     const char *object;          /* owning object id */
+    const char *representation;  /* representation id the segment belongs to */
+    int active;                  /* 1 when that representation is bound (in the lookup table) */
     const void *data;            /* the whole file, mapped read-only */
     uint64_t size;
     const vx_segment_hdr *hdr;   /* validated framing and table */
@@ -82,6 +84,20 @@ typedef struct vx_segment_view {
 size_t vx_segment_count(const vx_container *c);
 /* Fills *out for segment i (graph object order, then representation order); -1 past the end. */
 int vx_segment_at(const vx_container *c, size_t i, vx_segment_view *out);
+
+/* ---- profiles (profile.c), used by the reader ---- */
+/* Find profile `name` in index.json `profiles` and check every selection against the
+ * graph (object defined, representation listed for it); *out the profile object. */
+int vx_profile_find(const cJSON *index, const cJSON *graph, const char *name, const cJSON **out,
+                    vx_err *err);
+/* The representation a profile (may be NULL) selects for object, or NULL. */
+const char *vx_profile_choice(const cJSON *profile, const char *object);
+/* Check that object is a graph object listing representation rep; profile (may be NULL)
+ * names who asked, for the message. */
+int vx_select_check(const cJSON *graph, const char *object, const char *rep, const char *profile,
+                    vx_err *err);
+/* Write json to dir/rel atomically: a temporary sibling, fsync, rename over rel. */
+int vx_json_replace(const char *dir, const char *rel, const cJSON *json, vx_err *err);
 
 /* ---- segment writer (segment_write.c), used by the encoder ----
  * The table is declared up front (names, dtypes, shapes); the header is written with

@@ -5,6 +5,7 @@
  * units; --json prints the same facts as one JSON document.
  */
 #include "cli.h"
+#include "vx_int.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@ typedef struct rep_stat {
     size_t tensors;
     uint64_t bytes, elems;
     unsigned dtypes;         /* bit per vx_dtype present */
+    uint64_t dbytes[VX_DTYPE_COUNT], delems[VX_DTYPE_COUNT];
 } rep_stat;
 
 static const cJSON *get(const cJSON *o, const char *k)
@@ -65,16 +67,25 @@ static rep_stat *rep_stats(const vx_container *c, size_t *n)
             x->rec = get(reps, x->id);
         }
     }
-    for (size_t i = 0; i < vx_tensor_count(c); i++) {
-        const vx_tensor *t = vx_tensor_at(c, i);
+    /* From every mapped segment, so representations a profile does not bind count too. */
+    vx_segment_view v;
+    for (size_t i = 0; vx_segment_at(c, i, &v) == 0; i++) {
         for (size_t j = 0; j < *n; j++) {
-            if (strcmp(s[j].object, t->object) == 0 && in_list(get(s[j].rec, "segments"), t->segment)) {
+            if (strcmp(s[j].object, v.object) != 0 || !in_list(get(s[j].rec, "segments"), v.rel))
+                continue;
+            for (size_t k = 0; k < v.hdr->n; k++) {
+                const vx_seg_tensor *t = &v.hdr->t[k];
+                uint64_t e = 1;
+                for (int d = 0; d < t->ndim; d++)
+                    e *= (uint64_t)t->shape[d];
                 s[j].tensors++;
-                s[j].bytes += t->nbytes;
-                s[j].elems += vx_tensor_nelems(t);
+                s[j].bytes += t->length;
+                s[j].elems += e;
                 s[j].dtypes |= 1u << t->dtype;
-                break;
+                s[j].dbytes[t->dtype] += t->length;
+                s[j].delems[t->dtype] += e;
             }
+            break;
         }
     }
     return s;
@@ -173,6 +184,23 @@ VINDEX_HANDLER(inspect)
             cJSON_AddItemToObject(r, "dtypes", dtype_array(s[i].dtypes));
             cJSON_AddItemToArray(objs, r);
         }
+        cJSON *profs = cJSON_AddArrayToObject(doc, "profiles");
+        const cJSON *p;
+        const char *auth;
+        vx_err perr = {0};
+        vx_profile_authority(ix, vx_graph_json(c), NULL, &auth, &perr);
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddNullToObject(b, "profile");
+        cJSON_AddStringToObject(b, "authority", auth);
+        cJSON_AddItemToArray(profs, b);
+        cJSON_ArrayForEach(p, get(ix, "profiles")) {
+            const char *pn = str(p, "profile", "?");
+            cJSON *r = cJSON_CreateObject();
+            cJSON_AddStringToObject(r, "profile", pn);
+            cJSON_AddStringToObject(r, "authority",
+                                    vx_profile_authority(ix, vx_graph_json(c), pn, &auth, &perr) == 0 ? auth : "invalid");
+            cJSON_AddItemToArray(profs, r);
+        }
         cJSON_AddNumberToObject(doc, "tensors", (double)vx_tensor_count(c));
         cJSON_AddNumberToObject(doc, "payload_bytes", (double)payload);
         cJSON_AddNumberToObject(doc, "segments", (double)nseg);
@@ -201,6 +229,16 @@ VINDEX_HANDLER(inspect)
     for (size_t i = 0; i < n; i++)
         printf("  %-*s %5zu tensor%s %10s  %s\n", w, s[i].id, s[i].tensors, s[i].tensors == 1 ? " " : "s",
                vindex_bytes(s[i].bytes, b1, sizeof b1), dtype_set(s[i].dtypes, dt, sizeof dt));
+    const cJSON *p;
+    const char *auth;
+    vx_err perr = {0};
+    vx_profile_authority(ix, vx_graph_json(c), NULL, &auth, &perr);
+    printf("profiles   (baseline) %s", auth);
+    cJSON_ArrayForEach(p, get(ix, "profiles")) {
+        const char *pn = str(p, "profile", "?");
+        printf(", %s %s", pn, vx_profile_authority(ix, vx_graph_json(c), pn, &auth, &perr) == 0 ? auth : "invalid");
+    }
+    printf("\n");
     printf("total      %zu tensors, %s payload in %zu segment%s (%s on disk)\n", vx_tensor_count(c),
            vindex_bytes(payload, b1, sizeof b1), nseg, nseg == 1 ? "" : "s",
            vindex_bytes(disk, b2, sizeof b2));
@@ -266,15 +304,19 @@ VINDEX_HANDLER(precision)
     vx_container *c = open_stats(a, &s, &n, &w, &rc);
     if (!c)
         return rc;
+    /* Per dtype and overall: the bound (baseline) representations, one per object, so a
+     * weight is counted once however many representations the container holds. */
     uint64_t bytes = 0, elems = 0, dbytes[VX_DTYPE_COUNT] = {0}, delems[VX_DTYPE_COUNT] = {0};
-    for (size_t i = 0; i < vx_tensor_count(c); i++) {
-        const vx_tensor *t = vx_tensor_at(c, i);
-        dbytes[t->dtype] += t->nbytes;
-        delems[t->dtype] += vx_tensor_nelems(t);
-    }
     for (size_t i = 0; i < n; i++) {
+        const char *bound = vx_bound_representation(c, s[i].object);
+        if (!bound || strcmp(bound, s[i].id) != 0)
+            continue;
         bytes += s[i].bytes;
         elems += s[i].elems;
+        for (int d = 0; d < VX_DTYPE_COUNT; d++) {
+            dbytes[d] += s[i].dbytes[d];
+            delems[d] += s[i].delems[d];
+        }
     }
     cJSON *doc = a->json ? cJSON_CreateObject() : NULL, *reps = NULL, *dts = NULL;
     if (doc) {

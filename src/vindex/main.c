@@ -21,6 +21,12 @@
     X(precision, "PATH", "bits per weight from stored bytes, per representation and overall", 1, 1, "") \
     X(verify, "PATH [--source DIR]",                                                        \
       "re-hash segments, payloads and (when present) the source checkpoint", 1, 1, "--source=") \
+    X(represent, "PATH OBJECT --dtype q8_0|q4_0|q4_k|q6_k|mxfp4|f16|bf16|f32 [--profile NAME]", \
+      "compile a new representation of an object beside the original", 2, 2, "--dtype=,--profile=") \
+    X(profile, "PATH [add NAME OBJECT=REPRESENTATION ...]",                                  \
+      "list profiles with their derived authority, or add one", 1, 8, "")                   \
+    X(diff, "PATH OBJECT REPR_A REPR_B",                                                    \
+      "compare one object under two representations value by value", 4, 4, "")             \
     X(tokenize, "PATH TEXT [--no-special]",                                                 \
       "token ids and pieces of TEXT (PATH: a container or a dir with tokenizer.json)", 2, 2, "--no-special")
 
