@@ -325,7 +325,9 @@ enum { BRW_PUSH_LOGIT = 0 };
 typedef struct brw_trace_opts {
     const char *for_token;  /* FOR "t", or NULL */
     int layer_lo, layer_hi; /* rows kept: -1 -1 all (the embedding row is layer -1) */
-    int all_positions;      /* POSITIONS ALL */
+    int all_positions;      /* POSITIONS ALL: rows for every position */
+    int keep_all;           /* record every position's states (SAVE needs them); without it
+                             * and without all_positions only the last one is kept */
 } brw_trace_opts;
 
 /* One lens row: position, layer (-1 = embedding), lens top-1, and with FOR the token's
@@ -344,8 +346,9 @@ typedef struct brw_trace {
     int n_tokens, n_layers, hidden;
     int32_t *ids;           /* [n_tokens] prompt ids */
     int32_t target;         /* FOR token id or -1 */
-    /* residual after the embedding / each layer and the two deltas, for every position:
-     * [n_tokens][n_layers + 1][3][hidden] (row 0 = embedding: resid, 0, 0) */
+    int first_pos;          /* states cover positions first_pos .. n_tokens - 1 */
+    /* residual after the embedding / each layer and the two deltas, per recorded position:
+     * [n_tokens - first_pos][n_layers + 1][3][hidden] (row 0 = embedding: resid, 0, 0) */
     float *states;
     size_t n_rows;
     brw_trace_row *rows;
@@ -357,7 +360,8 @@ int brw_trace_run(eng_model *em, const char *prompt, const brw_trace_opts *o,
 /* Recompute the lens rows of a saved trace against em (FROM "file"). */
 int brw_trace_load(eng_model *em, const char *path, const brw_trace_opts *o,
                    brw_trace *out, vx_err *err);
-/* Write the trace file (format in docs/lql/BROWSE.md). */
+/* Write the trace file (format in docs/lql/BROWSE.md); refuses a trace that recorded only
+ * the last position. */
 int brw_trace_save(const brw_trace *t, const char *path, vx_err *err);
 void brw_trace_free(brw_trace *t);
 

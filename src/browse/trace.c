@@ -26,12 +26,14 @@
 
 typedef struct rec_ctx {
     int n_tokens, n_layers, hidden;
+    int first;               /* first recorded position */
     float *states;
 } rec_ctx;
 
 static float *slot(const rec_ctx *r, int pos, int row, int k)
 {
-    return r->states + (((size_t)pos * (size_t)(r->n_layers + 1) + (size_t)row) * 3 + (size_t)k) *
+    size_t p = (size_t)(pos - r->first);
+    return r->states + ((p * (size_t)(r->n_layers + 1) + (size_t)row) * 3 + (size_t)k) *
                            (size_t)r->hidden;
 }
 
@@ -39,8 +41,9 @@ static void on_embed(void *ctx, int pos0, int n, const float *resid)
 {
     rec_ctx *r = ctx;
     for (int i = 0; i < n && pos0 + i < r->n_tokens; i++)
-        memcpy(slot(r, pos0 + i, 0, 0), resid + (size_t)i * (size_t)r->hidden,
-               (size_t)r->hidden * sizeof(float));
+        if (pos0 + i >= r->first)
+            memcpy(slot(r, pos0 + i, 0, 0), resid + (size_t)i * (size_t)r->hidden,
+                   (size_t)r->hidden * sizeof(float));
 }
 
 static void on_layer(void *ctx, int layer, int pos0, int n, const float *attn,
@@ -51,6 +54,8 @@ static void on_layer(void *ctx, int layer, int pos0, int n, const float *attn,
         return;
     size_t hb = (size_t)r->hidden * sizeof(float);
     for (int i = 0; i < n && pos0 + i < r->n_tokens; i++) {
+        if (pos0 + i < r->first)
+            continue;
         memcpy(slot(r, pos0 + i, layer + 1, 0), resid + (size_t)i * (size_t)r->hidden, hb);
         memcpy(slot(r, pos0 + i, layer + 1, 1), attn + (size_t)i * (size_t)r->hidden, hb);
         memcpy(slot(r, pos0 + i, layer + 1, 2), ffn + (size_t)i * (size_t)r->hidden, hb);
@@ -98,7 +103,7 @@ static int build_rows(const eng_model *em, brw_trace *t, const brw_trace_opts *o
     if (lo >= 0 && (lo > hi || hi >= L))
         return vx_errf(err, VX_EARG, "layer range %d-%d is out of range (the model has %d "
                        "layers: 0-%d)", lo, hi, L, L - 1);
-    int p0 = o && o->all_positions ? 0 : t->n_tokens - 1;
+    int p0 = o && o->all_positions ? t->first_pos : t->n_tokens - 1;
     size_t cap = (size_t)(t->n_tokens - p0) * (size_t)(L + 1);
     t->rows = calloc(cap + 1, sizeof *t->rows);
     float *lg = malloc((size_t)V * sizeof *lg), *pr = malloc((size_t)V * sizeof *pr);
@@ -109,7 +114,7 @@ static int build_rows(const eng_model *em, brw_trace *t, const brw_trace_opts *o
         vx_errf(err, VX_ENOMEM, "trace: out of memory");
         goto done;
     }
-    rec_ctx r = {t->n_tokens, L, H, t->states};
+    rec_ctx r = {t->n_tokens, L, H, t->first_pos, t->states};
     for (int pos = p0; pos < t->n_tokens; pos++) {
         for (int row = 0; row <= L; row++) {
             int layer = row - 1;
@@ -182,13 +187,17 @@ int brw_trace_run(eng_model *em, const char *prompt, const brw_trace_opts *o,
     out->hidden = eng_model_hidden(em);
     if (o && o->for_token && answer_id(em, o->for_token, &out->target, err) != 0)
         goto fail;
-    size_t ns = (size_t)n * (size_t)(out->n_layers + 1) * 3 * (size_t)out->hidden;
+    /* only the last position unless every one is asked for: a long prompt's full record
+     * is n × (layers + 1) × 3 × hidden floats */
+    out->first_pos = o && (o->all_positions || o->keep_all) ? 0 : (int)n - 1;
+    size_t ns = ((size_t)n - (size_t)out->first_pos) * (size_t)(out->n_layers + 1) * 3 *
+                (size_t)out->hidden;
     out->states = calloc(ns, sizeof *out->states);
     if (!out->states) {
         vx_errf(err, VX_ENOMEM, "trace: out of memory (%zu states)", ns);
         goto fail;
     }
-    rec_ctx r = {out->n_tokens, out->n_layers, out->hidden, out->states};
+    rec_ctx r = {out->n_tokens, out->n_layers, out->hidden, out->first_pos, out->states};
     eng_observer obs = {.ctx = &r, .on_embed = on_embed, .on_layer = on_layer};
     eng_session *s = NULL;
     if (eng_session_new(em, (int)n, &s, err) != 0)
@@ -225,6 +234,9 @@ static uint32_t get32(const uint8_t *p)
 
 int brw_trace_save(const brw_trace *t, const char *path, vx_err *err)
 {
+    if (t->first_pos != 0)
+        return vx_errf(err, VX_EARG, "trace: only the last position was recorded; SAVE needs "
+                       "every position (keep_all)");
     FILE *f = fopen(path, "wb");
     if (!f)
         return vx_errf(err, VX_EIO, "cannot write \"%s\": %s", path, strerror(errno));

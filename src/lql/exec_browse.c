@@ -663,7 +663,8 @@ int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     if (lql_session_model(s, st, &em, e) != 0)
         return -1;
     brw_trace_opts o = {.for_token = lql_has(st, LQL_C_FOR) ? st->for_token : NULL,
-                        .all_positions = st->positions == LQL_POS_ALL};
+                        .all_positions = st->positions == LQL_POS_ALL,
+                        .keep_all = lql_has(st, LQL_C_SAVE)};
     if (layer_range(st, eng_model_layers(em), &o.layer_lo, &o.layer_hi, e) != 0)
         return -1;
     brw_trace t;

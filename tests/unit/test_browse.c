@@ -245,7 +245,7 @@ int main(void)
     if (em) {
         /* FOR " Par": rank 1 at the last layer; pushes telescope to the logit change */
         brw_trace t;
-        brw_trace_opts to = {.for_token = "Par", .layer_lo = -1, .layer_hi = -1};
+        brw_trace_opts to = {.for_token = "Par", .layer_lo = -1, .layer_hi = -1, .keep_all = 1};
         CHECK(brw_trace_run(em, "The capital of France is", &to, &t, &err) == 0);
         CHECK(t.target == 1680);
         CHECK(t.rows[4].rank == 1);
@@ -280,6 +280,14 @@ int main(void)
         }
         CHECK(brw_trace_load(em, path, &to, &t2, &err) == -1);
         CHECK_HAS(err.msg, "does not match the bound model (4 layers, hidden 256)");
+        brw_trace_free(&t);
+        /* without keep_all only the last position is recorded, and SAVE refuses */
+        to.keep_all = 0;
+        CHECK(brw_trace_run(em, "The capital of France is", &to, &t, &err) == 0);
+        CHECK(t.first_pos == 5 && t.n_rows == 5 && t.rows[4].top_id == 1680);
+        CHECK(brw_trace_save(&t, path, &err) == -1);
+        CHECK_STR(err.msg, "trace: only the last position was recorded; SAVE needs every "
+                           "position (keep_all)");
         brw_trace_free(&t);
         to.layer_lo = 1;
         to.layer_hi = 2;
