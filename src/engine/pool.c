@@ -3,6 +3,12 @@
  * caller. Decode calls a parallel kernel a few hundred times per token, so workers spin
  * briefly on a generation counter before sleeping on a condition variable; spawning
  * threads per call would cost more than a small GEMV itself.
+ *
+ * Parts are claimed, not assigned: the caller runs part 0, then claims and runs every part
+ * no worker has taken yet, and waits only for parts a worker is already running. On a
+ * loaded machine a worker that is not scheduled costs nothing; a worker that wakes late
+ * finds nothing left (or claims a part of whatever job is current, whose fn and ctx were
+ * published before its counter was reset).
  */
 #include <pthread.h>
 #include <sched.h>
@@ -13,7 +19,7 @@
 #include "engine_int.h"
 
 #define MAX_THREADS 64
-#define SPIN 20000
+#define SPIN 4000
 
 static struct {
     pthread_once_t once;
@@ -24,7 +30,8 @@ static struct {
     void (*fn)(void *ctx, int i, int n);
     void *ctx;
     atomic_uint gen;
-    atomic_int pending;
+    atomic_int next;              /* next part index to claim */
+    atomic_int finished;          /* parts of the current job done */
 } P = { .once = PTHREAD_ONCE_INIT, .run = PTHREAD_MUTEX_INITIALIZER,
         .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
@@ -45,7 +52,7 @@ int eng_threads(void)
 
 static void *worker(void *arg)
 {
-    int id = (int)(intptr_t)arg;
+    (void)arg;
     unsigned seen = 0;
     for (;;) {
         unsigned g;
@@ -59,8 +66,11 @@ static void *worker(void *arg)
             break;
         }
         seen = g;
-        P.fn(P.ctx, id, P.nthreads);
-        atomic_fetch_sub_explicit(&P.pending, 1, memory_order_acq_rel);
+        int i;
+        while ((i = atomic_fetch_add(&P.next, 1)) < P.nthreads) {
+            P.fn(P.ctx, i, P.nthreads);
+            atomic_fetch_add(&P.finished, 1);
+        }
     }
     return NULL;
 }
@@ -75,7 +85,7 @@ static void start(void)
         pthread_attr_init(&a);
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
         /* a worker that cannot start just leaves the pool smaller */
-        if (pthread_create(&t, &a, worker, (void *)(intptr_t)i) == 0) P.nthreads++;
+        if (pthread_create(&t, &a, worker, NULL) == 0) P.nthreads++;
         pthread_attr_destroy(&a);
         if (P.nthreads != i + 1) break;
     }
@@ -88,14 +98,21 @@ void eng_parallel(void (*fn)(void *ctx, int i, int n), void *ctx)
     pthread_mutex_lock(&P.run);
     P.fn = fn;
     P.ctx = ctx;
-    atomic_store(&P.pending, P.nthreads - 1);
+    atomic_store(&P.finished, 0);
+    atomic_store(&P.next, 1);          /* part 0 is the caller's */
     pthread_mutex_lock(&P.mu);
     atomic_fetch_add_explicit(&P.gen, 1, memory_order_release);
     pthread_cond_broadcast(&P.cv);
     pthread_mutex_unlock(&P.mu);
     fn(ctx, 0, P.nthreads);
-    /* yield after a while: on a loaded machine the worker may not be running yet */
-    for (int spins = 0; atomic_load_explicit(&P.pending, memory_order_acquire) > 0; spins++) {
+    atomic_fetch_add(&P.finished, 1);
+    int i;
+    while ((i = atomic_fetch_add(&P.next, 1)) < P.nthreads) {
+        fn(ctx, i, P.nthreads);
+        atomic_fetch_add(&P.finished, 1);
+    }
+    /* only parts a worker is running remain; yield after a while on a loaded machine */
+    for (int spins = 0; atomic_load(&P.finished) < P.nthreads; spins++) {
         if (spins < SPIN) _mm_pause();
         else sched_yield();
     }

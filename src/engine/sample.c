@@ -1,8 +1,9 @@
 /*
  * sample.c — softmax and token sampling: greedy (temperature 0; ties go to the lower id),
  * or temperature → top-k → softmax → top-p (the smallest set of most likely tokens whose
- * mass reaches p) → a draw from a splitmix64-seeded xorshift64* stream. The same seed and
- * logits always give the same token.
+ * mass reaches p) → a draw from a splitmix64-seeded xorshift64* stream. Without top-k and
+ * top-p nothing is ranked: the draw walks the tokens in id order. The same seed and logits
+ * always give the same token.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -55,6 +56,24 @@ static int by_prob(const void *a, const void *b)
 int32_t eng_sample(const eng_sampler *sp, float *logits, int n, uint64_t *rng_state)
 {
     if (!sp || sp->temperature <= 0 || sp->top_k == 1) return argmax(logits, n);
+    if ((sp->top_k <= 0 || sp->top_k >= n) && !(sp->top_p > 0 && sp->top_p < 1)) {
+        /* plain temperature: no ranking needed, draw in id order */
+        float mx = logits[argmax(logits, n)];
+        double total = 0;
+        for (int i = 0; i < n; i++) {
+            logits[i] = expf((logits[i] - mx) / sp->temperature);
+            total += logits[i];
+        }
+        double u = (double)(next(rng_state) >> 11) * (1.0 / 9007199254740992.0) * total, acc = 0;
+        int last = 0;
+        for (int i = 0; i < n; i++) {
+            if (logits[i] <= 0) continue;
+            last = i;
+            acc += logits[i];
+            if (u < acc) return i;
+        }
+        return last;
+    }
     cand *c = malloc((size_t)n * sizeof *c);
     if (!c) return argmax(logits, n);   /* no memory for the candidate list: greedy */
     for (int i = 0; i < n; i++) { c[i].p = logits[i] / sp->temperature; c[i].id = i; }
