@@ -13,8 +13,9 @@
  * feature's output token; `entity` and `target` are accepted as the reference's names for
  * it), relation, score/confidence — so `SELECT * FROM FEATURES WHERE …` previews exactly
  * what they touch. INSERT is a rank-1 covariance-whitened down_proj update
- * (engine/edit_memit.h) journaled as a low-rank insert. DIFF, COMPILE and COMPACT are
- * refused by name.
+ * (engine/edit_memit.h) journaled as a low-rank insert. COMPILE materialises the overlay
+ * into a derived container (browse/edit_compile.h) and checks it answers as the overlay
+ * does. DIFF and COMPACT are refused by name.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -27,6 +28,7 @@
 
 #include "browse.h"
 #include "edit.h"
+#include "edit_compile.h"
 #include "edit_memit.h"
 #include "edit_overlay.h"
 #include "interp.h"
@@ -961,12 +963,156 @@ int lql_h_diff(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                              "(SHOW HISTORY and SHOW PATCHES list the overlay)");
 }
 
+/* ON CONFLICT FAIL: the first feature slot that operations of two different patches
+ * touch, refused by name; 0 when there is none. */
+static int check_conflicts(edit_state *es, const lql_stmt *st, lql_err *e)
+{
+    vx_op *ops = NULL;
+    size_t n = 0;
+    vx_err ve = {0};
+    if (vx_journal_active_ops(es->j, &ops, &n, &ve))
+        return lql_err_vx(e, &ve, &st->at);
+    int rc = 0;
+    for (size_t a = 0; a < n && rc == 0; a++)
+        for (size_t b = a + 1; b < n && rc == 0; b++)
+            if (ops[a].feature >= 0 && ops[a].layer == ops[b].layer &&
+                ops[a].feature == ops[b].feature && ops[a].patch_id != ops[b].patch_id)
+                rc = lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_ON_CONFLICT],
+                              "conflict: layer %d feature %d is edited by two patches "
+                              "(operations %lld and %lld); ON CONFLICT LAST_WINS keeps the later",
+                              ops[a].layer, ops[a].feature, (long long)ops[a].seq,
+                              (long long)ops[b].seq);
+    vx_ops_free(ops, n);
+    return rc;
+}
+
+/* Logits of a prompt's next token through m. */
+static int next_logits(eng_model *m, const char *prompt, float *logits, vx_err *ve)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    eng_session *ss = NULL;
+    int rc = eng_tok_encode(eng_model_tokenizer(m), prompt, strlen(prompt), 1, &ids, &n, ve) ||
+             eng_session_new(m, (int)n, &ss, ve) || eng_forward(ss, ids, (int)n, logits, NULL, ve);
+    eng_session_free(ss);
+    free(ids);
+    return rc;
+}
+
+static int argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+/* Run the check prompts through the effective model and the compiled container. */
+static int check_compiled(eng_model *m, const char *out, const char *const *prompts, int np,
+                          lql_result *r, const lql_stmt *st, lql_err *e)
+{
+    vx_container *c2 = NULL;
+    eng_model *m2 = NULL;
+    vx_err ve = {0};
+    if (vx_open(out, &c2, &ve) || eng_model_bind(c2, &m2, &ve)) {
+        vx_close(c2);
+        return lql_err_vx(e, &ve, &st->arg2_at);
+    }
+    const int V = eng_model_vocab(m);
+    float *a = malloc((size_t)V * sizeof *a), *b = malloc((size_t)V * sizeof *b);
+    static const lql_colspec cols[] = {
+        {"prompt", LQL_TEXT, 0}, {"overlay", LQL_TEXT, 0}, {"compiled", LQL_TEXT, 0},
+        {"max_logit_diff", LQL_FLOAT, 6}};
+    lql_table *t = lql_result_table(r, "compiled vs overlay", 4, cols);
+    int rc = 0;
+    if (!a || !b || !t)
+        rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    for (int i = 0; i < np && rc == 0; i++) {
+        if (next_logits(m, prompts[i], a, &ve) || next_logits(m2, prompts[i], b, &ve)) {
+            rc = lql_err_vx(e, &ve, &st->at);
+            break;
+        }
+        double d = 0;
+        for (int v = 0; v < V; v++)
+            d = fmax(d, fabs((double)a[v] - b[v]));
+        lql_row(t);
+        lql_cell_text(t, prompts[i]);
+        lql_cell_text(t, eng_tok_piece(eng_model_tokenizer(m), argmax(a, V)));
+        lql_cell_text(t, eng_tok_piece(eng_model_tokenizer(m2), argmax(b, V)));
+        lql_cell_float(t, d);
+    }
+    free(a);
+    free(b);
+    eng_model_free(m2);
+    vx_close(c2);
+    return rc;
+}
+
 int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s;
-    (void)r;
-    return lql_refuse(e, st, "writing a derived container from the overlay has not landed "
-                             "(SAVE PATCH exports the edits)");
+    edit_state *es = NULL;
+    eng_model *m = NULL;
+    if (lql_has(st, LQL_C_ON_CONFLICT) && st->conflict == LQL_CONFLICT_HIGHEST_CONFIDENCE)
+        return lql_refuse_clause(e, st, LQL_C_ON_CONFLICT, "HIGHEST_CONFIDENCE is not "
+                                 "offered: the journal replays in order (LAST_WINS) or FAIL "
+                                 "refuses slots two patches edit");
+    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, e) ||
+        refresh(s, st, es, e) || lql_session_model(s, st, &m, e))
+        return -1;
+    if (!es->ov)
+        return lql_errf(e, LQL_EEXEC, &st->at, "nothing to compile: the overlay is empty "
+                        "(no active edits in %s)", vx_journal_path(es->j));
+    if (lql_has(st, LQL_C_ON_CONFLICT) && st->conflict == LQL_CONFLICT_FAIL &&
+        check_conflicts(es, st, e))
+        return -1;
+    /* provenance: the base, the journal, the patches applied */
+    cJSON *prov = cJSON_CreateObject(), *names = cJSON_AddArrayToObject(prov, "patches");
+    vx_patch_info *pi = NULL;
+    size_t npi = 0;
+    vx_err ve = {0};
+    brw_edit_counts cnt;
+    brw_edit_overlay_counts(es->ov, &cnt);
+    cJSON_AddStringToObject(prov, "index_sha256", vx_index_sha256(s->vx));
+    cJSON_AddStringToObject(prov, "model", model_name(s->vx));
+    cJSON_AddStringToObject(prov, "journal", vx_journal_path(es->j));
+    cJSON_AddNumberToObject(prov, "operations", (double)cnt.ops);
+    if (vx_journal_patches(es->j, &pi, &npi, &ve) == 0)
+        for (size_t i = 0; i < npi; i++)
+            if (pi[i].applied && pi[i].n_ops)
+                cJSON_AddItemToArray(names, cJSON_CreateString(pi[i].name));
+    vx_patch_infos_free(pi, npi);
+    brw_compile_report rep;
+    int rc = brw_edit_compile(s->vx, brw_edit_overlay_eng(es->ov), st->arg2, prov, &rep, &ve);
+    cJSON_Delete(prov);
+    if (rc)
+        return lql_err_vx(e, &ve, &st->arg2_at);
+    /* the compiled container must answer as the overlay does: the inserted facts' prompts
+     * and two fixed ones */
+    vx_op *ops = NULL;
+    size_t nops = 0;
+    char *prompts[18] = {0};
+    int np = 0;
+    prompts[np++] = strdup("The capital of France is");
+    prompts[np++] = strdup("Once upon a time");
+    if (vx_journal_active_ops(es->j, &ops, &nops, &ve) == 0)
+        for (size_t i = 0; i < nops && np < 18; i++)
+            if (ops[i].kind == VX_OP_INSERT && ops[i].entity && ops[i].relation)
+                prompts[np++] = eng_edit_prompt(ops[i].relation, ops[i].entity);
+    vx_ops_free(ops, nops);
+    for (int i = 0; i < np; i++)
+        if (!prompts[i])
+            rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    if (rc == 0)
+        rc = check_compiled(m, st->arg2, (const char *const *)prompts, np, r, st, e);
+    for (int i = 0; i < np; i++)
+        free(prompts[i]);
+    if (rc)
+        return -1;
+    lql_result_note(r, "compiled: %s (authority derived; %zu operations materialised into %zu "
+                    "tensors of %zu segments; %zu files linked unchanged)", st->arg2, cnt.ops,
+                    rep.tensors_rewritten, rep.segments_rewritten, rep.files_linked);
+    return 0;
 }
 
 int lql_h_compact(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)

@@ -1,0 +1,464 @@
+/*
+ * edit_compile.c — COMPILE (edit_compile.h): a derived container from a base and an
+ * overlay. The order of materialisation mirrors the executor's overlay: replaced rows and
+ * columns first, then the low-rank deltas, then tombstones last (so a tombstoned feature
+ * contributes nothing even where a low-rank delta reads it).
+ */
+#define _XOPEN_SOURCE 700   /* nftw */
+#include "edit_compile.h"
+#include "browse.h"
+#include "vx_int.h"
+
+#include <cblas.h>
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { ROLE_GATE = 0, ROLE_UP = 1, ROLE_DOWN = 2, ROLE_NONE = -1 };
+
+/* The FFN role and layer of a decoder-stack operand name, or ROLE_NONE. */
+static int ffn_role(const char *object, const char *name, int *layer)
+{
+    static const char *const roles[] = {"gate_proj", "up_proj", "down_proj"};
+    char rest[32];
+    int n = 0;
+    if (strcmp(object, "target.decoder_stack") != 0 ||
+        sscanf(name, "layers.%d.ffn.%31s%n", layer, rest, &n) != 2 || name[n] != '\0')
+        return ROLE_NONE;
+    for (int r = 0; r < 3; r++)
+        if (strcmp(rest, roles[r]) == 0)
+            return r;
+    return ROLE_NONE;
+}
+
+/* Does the overlay change (role, layer)? gated: the FFN has a gate (tombstones zero it). */
+static int edited(const eng_overlay *ov, int role, int layer, int gated)
+{
+    for (size_t i = 0; i < ov->n_edits; i++) {
+        const eng_feature_edit *e = &ov->edits[i];
+        if (e->layer != layer)
+            continue;
+        if ((role == ROLE_GATE && (e->gate || (e->tombstone && gated))) ||
+            (role == ROLE_UP && e->up) || (role == ROLE_DOWN && (e->down || e->tombstone)))
+            return 1;
+    }
+    for (size_t i = 0; role == ROLE_DOWN && i < ov->n_lowrank; i++)
+        if (ov->lowrank[i].layer == layer)
+            return 1;
+    return 0;
+}
+
+/* Apply the overlay to one FFN matrix held as f32 (rows × cols, PyTorch order). */
+static void apply(const eng_overlay *ov, int role, int layer, float *w, int64_t rows,
+                  int64_t cols)
+{
+    for (size_t i = 0; i < ov->n_edits; i++) {
+        const eng_feature_edit *e = &ov->edits[i];
+        if (e->layer != layer || e->tombstone || e->feature < 0)
+            continue;
+        if (role == ROLE_DOWN && e->down && e->feature < cols)
+            for (int64_t r = 0; r < rows; r++)
+                w[r * cols + e->feature] = e->down[r];
+        const float *row = role == ROLE_GATE ? e->gate : role == ROLE_UP ? e->up : NULL;
+        if (row && e->feature < rows)
+            memcpy(w + (int64_t)e->feature * cols, row, (size_t)cols * sizeof *w);
+    }
+    for (size_t i = 0; role == ROLE_DOWN && i < ov->n_lowrank; i++) {
+        const eng_lowrank *lr = &ov->lowrank[i];
+        if (lr->layer == layer && lr->rank > 0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, lr->rank,
+                        1.0f, lr->u, lr->rank, lr->v, lr->rank, 1.0f, w, (int)cols);
+    }
+    for (size_t i = 0; i < ov->n_edits; i++) {
+        const eng_feature_edit *e = &ov->edits[i];
+        if (e->layer != layer || !e->tombstone || e->feature < 0)
+            continue;
+        if (role == ROLE_DOWN && e->feature < cols)
+            for (int64_t r = 0; r < rows; r++)
+                w[r * cols + e->feature] = 0;
+        if (role == ROLE_GATE && e->feature < rows)
+            memset(w + (int64_t)e->feature * cols, 0, (size_t)cols * sizeof *w);
+    }
+}
+
+/* f32 back to the stored dtype (f32, f16 or bf16). */
+static void store(vx_dtype t, const float *src, void *dst, size_t n)
+{
+    if (t == VX_F32) {
+        memcpy(dst, src, n * sizeof *src);
+        return;
+    }
+    uint16_t *d = dst;
+    for (size_t i = 0; i < n; i++)
+        d[i] = t == VX_F16 ? vx_f32_to_f16(src[i]) : vx_f32_to_bf16(src[i]);
+}
+
+/* ---------------------------------------------------------------- files */
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *f)
+{
+    (void)sb;
+    (void)flag;
+    (void)f;
+    remove(path);
+    return 0;
+}
+
+static void rmtree(const char *dir)
+{
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int mkdirs_for(const char *path, vx_err *err)
+{
+    char d[4096];
+    snprintf(d, sizeof d, "%s", path);
+    for (char *p = d + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(d, 0755) != 0 && errno != EEXIST)
+            return vx_errf(err, VX_EIO, "compile: cannot create '%s': %s", d, strerror(errno));
+        *p = '/';
+    }
+    return 0;
+}
+
+/* Hard-link src to dst, or copy it when linking is not possible. */
+static int link_or_copy(const char *src, const char *dst, vx_err *err)
+{
+    if (mkdirs_for(dst, err))
+        return -1;
+    if (link(src, dst) == 0)
+        return 0;
+    int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
+    if (in < 0)
+        return vx_errf(err, VX_EIO, "compile: cannot read '%s': %s", src, strerror(errno));
+    out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (out < 0) {
+        vx_errf(err, VX_EIO, "compile: cannot write '%s': %s", dst, strerror(errno));
+        goto done;
+    }
+    char buf[1 << 16];
+    ssize_t k;
+    while ((k = read(in, buf, sizeof buf)) > 0)
+        if (write(out, buf, (size_t)k) != k) {
+            vx_errf(err, VX_EIO, "compile: cannot write '%s': %s", dst, strerror(errno));
+            goto done;
+        }
+    if (k < 0 || fsync(out) != 0) {
+        vx_errf(err, VX_EIO, "compile: copying '%s' failed: %s", src, strerror(errno));
+        goto done;
+    }
+    rc = 0;
+done:
+    close(in);
+    if (out >= 0)
+        close(out);
+    return rc;
+}
+
+typedef struct walk_ctx {
+    const char *root, *tmp;
+    const char *const *skip;   /* container-relative paths not to carry over */
+    size_t n_skip;
+    size_t linked;
+    vx_err *err;
+} walk_ctx;
+
+/* Carry every regular file under dir (relative rel) over, except the skipped ones. */
+static int carry(walk_ctx *w, const char *rel)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s%s%s", w->root, *rel ? "/" : "", rel);
+    DIR *d = opendir(dir);
+    if (!d)
+        return vx_errf(w->err, VX_EIO, "compile: cannot list '%s': %s", dir, strerror(errno));
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char sub[4096], src[4200], dst[4200];
+        snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", de->d_name);
+        snprintf(src, sizeof src, "%s/%s", w->root, sub);
+        snprintf(dst, sizeof dst, "%s/%s", w->tmp, sub);
+        int skip = 0;
+        for (size_t i = 0; i < w->n_skip; i++)
+            skip |= strcmp(w->skip[i], sub) == 0;
+        struct stat sb;
+        if (skip || stat(src, &sb) != 0)
+            continue;
+        if (S_ISDIR(sb.st_mode)) {
+            rc = carry(w, sub);
+        } else if (S_ISREG(sb.st_mode)) {
+            rc = link_or_copy(src, dst, w->err);
+            w->linked++;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* sha256 of a representation's payload: its segments' tensor bytes in table order, read
+ * from the files under dir. */
+static int payload_hash(const char *dir, const cJSON *rep, char hex[65], vx_err *err)
+{
+    vx_sha256_ctx ctx;
+    if (vx_sha256_init(&ctx, err) < 0)
+        return -1;
+    const cJSON *sp;
+    cJSON_ArrayForEach(sp, cJSON_GetObjectItemCaseSensitive(rep, "segments")) {
+        char path[4200];
+        if (!cJSON_IsString(sp))
+            continue;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, sp->valuestring) >= sizeof path) {
+            vx_sha256_free(&ctx);
+            return vx_errf(err, VX_EARG, "compile: path too long under '%s'", dir);
+        }
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) != 0 || sb.st_size <= 0) {
+            if (fd >= 0)
+                close(fd);
+            vx_sha256_free(&ctx);
+            return vx_errf(err, VX_EIO, "compile: cannot read '%s'", path);
+        }
+        void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        close(fd);
+        vx_segment_hdr h;
+        if (map == MAP_FAILED ||
+            vx_segment_parse(sp->valuestring, map, (uint64_t)sb.st_size, &h, err) < 0) {
+            if (map != MAP_FAILED)
+                munmap(map, (size_t)sb.st_size);
+            vx_sha256_free(&ctx);
+            return map == MAP_FAILED ? vx_errf(err, VX_EIO, "compile: cannot map '%s'", path) : -1;
+        }
+        const unsigned char *payload = (const unsigned char *)map + h.payload_off;
+        for (size_t i = 0; i < h.n; i++)
+            vx_sha256_update(&ctx, payload + h.t[i].offset, (size_t)h.t[i].length);
+        vx_segment_hdr_free(&h);
+        munmap(map, (size_t)sb.st_size);
+    }
+    vx_sha256_final(&ctx, hex);
+    return 0;
+}
+
+static int write_index(const char *dir, const cJSON *index, vx_err *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/index.json", dir);
+    char *text = cJSON_Print(index);
+    if (!text)
+        return vx_errf(err, VX_ENOMEM, "compile: out of memory writing index.json");
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), rc = 0;
+    size_t n = strlen(text);
+    if (fd < 0 || write(fd, text, n) != (ssize_t)n || write(fd, "\n", 1) != 1 || fsync(fd) != 0)
+        rc = vx_errf(err, VX_EIO, "compile: cannot write '%s': %s", path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    free(text);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- segments */
+
+/* Rewrite one segment with its edited tensors materialised; fills sha and bytes. */
+static int rewrite(const vx_segment_view *v, const eng_overlay *ov, int gated, const char *tmp,
+                   char sha[65], uint64_t *bytes, size_t *n_tensors, vx_err *err)
+{
+    const vx_segment_hdr *h = v->hdr;
+    char path[4200];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", tmp, v->rel) >= sizeof path)
+        return vx_errf(err, VX_EARG, "compile: path too long under '%s'", tmp);
+    if (mkdirs_for(path, err))
+        return -1;
+    vx_segw_tensor *t = calloc(h->n + 1, sizeof *t);
+    if (!t)
+        return vx_errf(err, VX_ENOMEM, "compile: out of memory");
+    for (size_t i = 0; i < h->n; i++) {
+        t[i].name = h->t[i].name;
+        t[i].dtype = h->t[i].dtype;
+        t[i].ndim = h->t[i].ndim;
+        memcpy(t[i].shape, h->t[i].shape, sizeof t[i].shape);
+    }
+    vx_segw *w = NULL;
+    int rc = vx_segw_open(&w, path, h->object ? h->object : v->object,
+                          h->representation ? h->representation : "", t, h->n, err);
+    free(t);
+    if (rc)
+        return -1;
+    const unsigned char *payload = (const unsigned char *)v->data + h->payload_off;
+    for (size_t i = 0; i < h->n && rc == 0; i++) {
+        const vx_seg_tensor *x = &h->t[i];
+        int layer, role = ffn_role(v->object, x->name, &layer);
+        if (role == ROLE_NONE || !edited(ov, role, layer, gated)) {
+            rc = vx_segw_write(w, payload + x->offset, (size_t)x->length, err);
+            continue;
+        }
+        int64_t rows = x->ndim == 2 ? x->shape[0] : 0, cols = x->ndim == 2 ? x->shape[1] : 0;
+        size_t n = (size_t)(rows * cols);
+        float *f = rows > 0 ? malloc(n * sizeof *f) : NULL;
+        void *out = rows > 0 ? malloc((size_t)x->length) : NULL;
+        if (!f || !out) {
+            free(f);
+            free(out);
+            rc = vx_errf(err, VX_ENOMEM, "compile: out of memory for '%s'", x->name);
+            break;
+        }
+        if (vx_row_to_f32(x->dtype, payload + x->offset, f, n) < 0) {
+            rc = vx_errf(err, VX_EUNSUPPORTED, "compile: tensor '%s' is stored as %s; edits are "
+                         "materialised into f32, f16 and bf16 tensors", x->name,
+                         vx_dtype_name(x->dtype));
+        } else {
+            apply(ov, role, layer, f, rows, cols);
+            store(x->dtype, f, out, n);
+            rc = vx_segw_write(w, out, (size_t)x->length, err);
+            (*n_tensors)++;
+        }
+        free(f);
+        free(out);
+    }
+    if (rc) {
+        vx_segw_abort(w);
+        return -1;
+    }
+    return vx_segw_close(w, sha, bytes, err);
+}
+
+/* Every edited layer must hold a dense FFN in this container. */
+static int check_layers(const vx_container *c, const eng_overlay *ov, vx_err *err)
+{
+    for (size_t i = 0; i < ov->n_edits + ov->n_lowrank; i++) {
+        int layer = i < ov->n_edits ? ov->edits[i].layer : ov->lowrank[i - ov->n_edits].layer;
+        if (!vx_findf(c, "target.decoder_stack", "layers.%d.ffn.down_proj", layer))
+            return vx_errf(err, VX_EUNSUPPORTED, "compile: layer %d has no dense "
+                           "ffn.down_proj (a mixture-of-experts layer?): COMPILE materialises "
+                           "dense FFN edits", layer);
+    }
+    return 0;
+}
+
+int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir,
+                     const cJSON *provenance, brw_compile_report *rep, vx_err *err)
+{
+    memset(rep, 0, sizeof *rep);
+    struct stat sb;
+    if (stat(out_dir, &sb) == 0)
+        return vx_errf(err, VX_EARG, "compile: '%s' already exists", out_dir);
+    if (check_layers(c, ov, err))
+        return -1;
+    const cJSON *base = vx_index_json(c);
+    int gated = vx_findf(c, "target.decoder_stack", "layers.0.ffn.gate_proj") != NULL;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_dir, (long)getpid());
+    rmtree(tmp);
+    if (mkdir(tmp, 0755) != 0)
+        return vx_errf(err, VX_EIO, "compile: cannot create '%s': %s", tmp, strerror(errno));
+    cJSON *index = cJSON_Duplicate(base, 1);
+    size_t nseg = vx_segment_count(c);
+    const char **skip = calloc(nseg + 3, sizeof *skip);
+    int rc = -1;
+    if (!index || !skip) {
+        vx_errf(err, VX_ENOMEM, "compile: out of memory");
+        goto fail;
+    }
+    size_t ns = 0;
+    skip[ns++] = "index.json";
+    const cJSON *browse = cJSON_GetObjectItemCaseSensitive(base, "browse");
+    const char *dmet = vx_json_str(browse, "down_meta");
+    if (dmet)
+        skip[ns++] = dmet;
+    cJSON *segs = cJSON_GetObjectItemCaseSensitive(index, "segments");
+    for (size_t i = 0; i < nseg; i++) {
+        vx_segment_view v;
+        if (vx_segment_at(c, i, &v) < 0)
+            continue;
+        int touched = 0;
+        for (size_t k = 0; k < v.hdr->n && !touched; k++) {
+            int layer, role = ffn_role(v.object, v.hdr->t[k].name, &layer);
+            touched = role != ROLE_NONE && edited(ov, role, layer, gated);
+        }
+        if (!touched)
+            continue;
+        char sha[65];
+        uint64_t bytes = 0;
+        if (rewrite(&v, ov, gated, tmp, sha, &bytes, &rep->tensors_rewritten, err))
+            goto fail;
+        rep->segments_rewritten++;
+        skip[ns++] = v.rel;
+        cJSON *rec = cJSON_GetObjectItemCaseSensitive(segs, v.rel);
+        if (rec) {
+            cJSON_ReplaceItemInObjectCaseSensitive(rec, "sha256", cJSON_CreateString(sha));
+            cJSON_ReplaceItemInObjectCaseSensitive(rec, "bytes", cJSON_CreateNumber((double)bytes));
+        }
+    }
+    walk_ctx w = {vx_dir(c), tmp, skip, ns, 0, err};
+    if (carry(&w, ""))
+        goto fail;
+    rep->files_linked = w.linked;
+    /* representations over rewritten segments get a fresh payload hash */
+    cJSON *reps = cJSON_GetObjectItemCaseSensitive(index, "representations"), *r;
+    cJSON_ArrayForEach(r, reps) {
+        int hit = 0;
+        const cJSON *sp;
+        cJSON_ArrayForEach(sp, cJSON_GetObjectItemCaseSensitive(r, "segments"))
+            for (size_t k = 2; k < ns && cJSON_IsString(sp); k++)
+                hit |= strcmp(sp->valuestring, skip[k]) == 0;
+        if (!hit)
+            continue;
+        char hex[65];
+        if (payload_hash(tmp, r, hex, err))
+            goto fail;
+        cJSON_ReplaceItemInObjectCaseSensitive(r, "payload_sha256", cJSON_CreateString(hex));
+        if (cJSON_HasObjectItem(r, "fidelity"))
+            cJSON_ReplaceItemInObjectCaseSensitive(r, "fidelity", cJSON_CreateString("derived"));
+    }
+    const char *model = vx_json_str(base, "model");
+    cJSON_ReplaceItemInObjectCaseSensitive(index, "authority", cJSON_CreateString("derived"));
+    cJSON_DeleteItemFromObjectCaseSensitive(index, "derived_from_model");
+    cJSON_AddStringToObject(index, "derived_from_model", model ? model : "");
+    cJSON_DeleteItemFromObjectCaseSensitive(index, "derived_from");
+    if (provenance)
+        cJSON_AddItemToObject(index, "derived_from", cJSON_Duplicate(provenance, 1));
+    if (write_index(tmp, index, err))
+        goto fail;
+    /* the down-meta of the edited weights; the base's bands are kept */
+    if (dmet) {
+        cJSON *bands = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(browse, "layer_bands"), 1);
+        cJSON *rule = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(browse, "band_rule"), 1);
+        int fr = brw_encode_finish(NULL, tmp, index, err);
+        cJSON *nb = cJSON_GetObjectItemCaseSensitive(index, "browse");
+        if (fr == 0 && nb && bands)
+            cJSON_ReplaceItemInObjectCaseSensitive(nb, "layer_bands", bands);
+        else
+            cJSON_Delete(bands);
+        if (fr == 0 && nb && rule)
+            cJSON_ReplaceItemInObjectCaseSensitive(nb, "band_rule", rule);
+        else
+            cJSON_Delete(rule);
+        if (fr || write_index(tmp, index, err))
+            goto fail;
+    }
+    if (rename(tmp, out_dir) != 0) {
+        vx_errf(err, VX_EIO, "compile: cannot rename '%s' to '%s': %s", tmp, out_dir,
+                strerror(errno));
+        goto fail;
+    }
+    rc = 0;
+    goto done;
+fail:
+    rmtree(tmp);
+done:
+    cJSON_Delete(index);
+    free(skip);
+    return rc;
+}

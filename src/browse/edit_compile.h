@@ -1,0 +1,36 @@
+/*
+ * edit_compile.h — COMPILE: materialise a base container plus an overlay (tombstones,
+ * replaced gate/up/down rows, low-rank down_proj deltas) as a new standalone container
+ * stamped `authority: derived`. The base is never written: untouched files are hard-linked
+ * (copied across file systems), segments holding an edited tensor are rewritten through
+ * the segment writer, index.json gets fresh segment and payload hashes plus provenance,
+ * and the down-meta is recomputed from the edited weights. Written into a temporary
+ * sibling and renamed into place only when complete.
+ *
+ * Materialisation (exact for f32 storage, rounded once for f16/bf16):
+ *   tombstone  → the feature's down column and (gated FFN) gate row become zero, so its
+ *                activation and its contribution are both zero, as in the overlay;
+ *   gate/up/down replacements → the rows / column are written;
+ *   low-rank   → down_proj += U·Vᵀ.
+ * Quantised FFN tensors and MoE layers are refused by name.
+ */
+#ifndef LQL_EDIT_COMPILE_H
+#define LQL_EDIT_COMPILE_H
+
+#include <stddef.h>
+
+#include "engine.h"
+#include "vindex.h"
+
+typedef struct brw_compile_report {
+    size_t tensors_rewritten;     /* edited tensors */
+    size_t segments_rewritten;    /* segment files written anew */
+    size_t files_linked;          /* files hard-linked or copied unchanged */
+} brw_compile_report;
+
+/* Compile c + ov into out_dir (which must not exist). provenance (may be NULL) is added to
+ * index.json as "derived_from" (copied). */
+int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir,
+                     const cJSON *provenance, brw_compile_report *rep, vx_err *err);
+
+#endif
