@@ -6,7 +6,6 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "t.h"
@@ -199,15 +198,38 @@ static void golden_runner(void)
         "statement ok\nSTATS;\n";
     CHECK(fd >= 0 && write(fd, body, strlen(body)) == (ssize_t)strlen(body));
     close(fd);
-    /* its failure report is expected: keep it out of the test log */
+    /* its report goes to a file (out of the test log) and is checked */
+    char rep[] = "/tmp/lql-golden-out-XXXXXX";
+    int rfd = mkstemp(rep);
     fflush(stdout);
-    int saved = dup(STDOUT_FILENO), devnull = open("/dev/null", O_WRONLY);
-    if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
+    int saved = dup(STDOUT_FILENO);
+    if (rfd >= 0) dup2(rfd, STDOUT_FILENO);
     int rc = lql_golden(path, 0);
     fflush(stdout);
     if (saved >= 0) { dup2(saved, STDOUT_FILENO); close(saved); }
-    if (devnull >= 0) close(devnull);
+    if (rfd >= 0) close(rfd);
     CHECK(rc == 1);
+    char *report = NULL;
+    FILE *f = fopen(rep, "rb");
+    if (f) {
+        size_t n;
+        FILE *m = open_memstream(&report, &n);
+        char buf[1024];
+        size_t k;
+        while ((k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, m);
+        fclose(m);
+        fclose(f);
+    }
+    char want[300];
+    snprintf(want, sizeof want, "%s:7: query failed\n--- expected\n+++ got\n- wrong header\n+ container\tformat\tmodel\tlayers\n", path);
+    CHECK_HAS(report, want);
+    snprintf(want, sizeof want, "%s:17: statement failed with a different error\n", path);
+    CHECK_HAS(report, want);
+    snprintf(want, sizeof want, "%s:22: statement failed: error: 1:1: no container bound", path);
+    CHECK_HAS(report, want);
+    CHECK_HAS(report, "\n2 passed, 3 failed\n");
+    free(report);
+    unlink(rep);
     unlink(path);
 }
 
