@@ -6,9 +6,11 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "t.h"
+#include "files.h"
 #include "shell.h"
 
 static lql_result *sample(void)
@@ -233,6 +235,33 @@ static void golden_runner(void)
     unlink(path);
 }
 
+/* --update rewrites the expected blocks (keeping the blank lines between records). */
+static void golden_update(void)
+{
+    char path[] = "/tmp/lql-update-XXXXXX";
+    int fd = mkstemp(path);
+    const char *body =
+        "query\nSHOW MODELS;\n----\n\n"
+        "statement error\nSTATS;\n----\nerror: 1:1: old text\n\n"
+        "# end\n";
+    CHECK(fd >= 0 && write(fd, body, strlen(body)) == (ssize_t)strlen(body));
+    close(fd);
+    fflush(stdout);
+    int saved = dup(STDOUT_FILENO), null = open("/dev/null", O_WRONLY);
+    if (null >= 0) dup2(null, STDOUT_FILENO);
+    int first = lql_golden(path, 1), second = lql_golden(path, 0);
+    fflush(stdout);
+    if (saved >= 0) { dup2(saved, STDOUT_FILENO); close(saved); }
+    if (null >= 0) close(null);
+    CHECK(first == 1 && second == 0);
+    char *got = lql_read_file(path, 0, NULL);
+    CHECK_STR(got, "query\nSHOW MODELS;\n----\ncontainer\tformat\tmodel\tlayers\n\n"
+                   "statement error\nSTATS;\n----\nerror: 1:1: no container bound: USE \"path\" first\n\n"
+                   "# end\n");
+    free(got);
+    unlink(path);
+}
+
 static void reference_doc(void)
 {
     char *md = lql_help_markdown();
@@ -271,6 +300,7 @@ int main(void)
     errors();
     shell();
     golden_runner();
+    golden_update();
     reference_doc();
     return T_DONE();
 }
