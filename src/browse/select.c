@@ -208,9 +208,16 @@ static int match(const brw_row *r, const brw_cond *c)
     return c->n_vals ? match_one(r, c->field, c->op, &c->vals[0]) : 0;
 }
 
-/* Refuse conditions whose values do not fit their field. */
-static int check_conds(brw_from from, const brw_select_opts *o, vx_err *err)
+/* Refuse conditions whose values do not fit their field, and relation conditions on a
+ * container without labels (they could only ever match nothing). */
+static int check_conds(const brw_model *m, brw_from from, const brw_select_opts *o,
+                       vx_err *err)
 {
+    for (size_t i = 0; i < o->n_conds; i++)
+        if (o->conds[i].field == BRW_F_RELATION && !m->labels && !m->clusters)
+            return vx_errf(err, VX_EMISSING, "relation conditions need relation labels "
+                           "(feature_labels.json or relation_clusters.json); this container "
+                           "has none");
     static const char *const ops[] = {"=", "!=", ">", "<", ">=", "<=", "LIKE", "IN"};
     for (size_t i = 0; i < o->n_conds; i++) {
         const brw_cond *c = &o->conds[i];
@@ -559,10 +566,11 @@ int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_
                vx_err *err)
 {
     memset(out, 0, sizeof *out);
-    if (check_conds(from, o, err) != 0)
+    if (check_conds(m, from, o, err) != 0)
         return -1;
     if (!o->nearest && no_meta(m, err))
         return -1;
+
     rowvec rv = {0};
     int rc, kind = 0;
     if (o->nearest) {
@@ -614,7 +622,7 @@ int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
                       brw_rows *out, vx_err *err)
 {
     memset(out, 0, sizeof *out);
-    if (check_layer(m, layer, err) != 0 || check_conds(BRW_FEATURES, o, err) != 0)
+    if (check_layer(m, layer, err) != 0 || check_conds(m, BRW_FEATURES, o, err) != 0)
         return -1;
     if (no_meta(m, err))
         return -1;
