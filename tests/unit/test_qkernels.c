@@ -6,10 +6,13 @@
  * serial and the threaded path, plus the MXFP4 NaN scale and the refusals.
  */
 #include "t.h"
+#include "engine_int.h"
+#include "lyrw.h"
 #include "qkernels.h"
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
@@ -209,6 +212,61 @@ static void reference_vectors(void)
     }
 }
 
+/* End to end: an expert region written to a LYRW file, read back as a tensor view, bound
+ * with eng_w_of and multiplied by eng_matmul, which must dispatch to these kernels. */
+static void through_lyrw(void)
+{
+    char path[] = "/tmp/test_qkernels_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    close(fd);
+    unlink(path);
+    static const vx_dtype dts[] = {VX_Q8_0, VX_Q4_K, VX_Q6_K, VX_MXFP4};
+    static const unsigned tags[] = {VX_LF_Q8_0, VX_LF_Q4_K, VX_LF_Q6_K, VX_LF_MXFP4};
+    for (size_t k = 0; k < 4; k++) {
+        float *ref;
+        unsigned char *w = make_w(dts[k], 24, 512, &ref);
+        vx_lyrw_schema sch = {0, VX_ROLE_GATE, (uint16_t)tags[k], VX_PACK_BLOCKS_INLINE,
+                              VX_LYRW_UNPAIRED, 0, 24, 512, 0};
+        vx_lyrw_bank_spec b = {.id = 3, .kind = VX_BANK_ROUTED, .schema_count = 1,
+                               .num_entries = 2, .schemas = &sch, .entry_count = 2};
+        unsigned be, bb;
+        vx_quant_block(dts[k], &be, &bb);
+        uint64_t len = 24 * 512 / be * bb;
+        vx_lyrw_writer *wr;
+        vx_err err;
+        CHECK(vx_lyrw_writer_open(path, 0, 0, &b, 1, &wr, &err) == 0);
+        CHECK(vx_lyrw_write_region(wr, w, len, &err) == 0);
+        CHECK(vx_lyrw_write_region(wr, w, len, &err) == 0);
+        CHECK(vx_lyrw_writer_close(wr, &err) == 0);
+        vx_lyrw *l;
+        vx_tensor t;
+        CHECK(vx_lyrw_open(path, &l, &err) == 0);
+        CHECK(l && vx_lyrw_tensor(l, 3, 1, 0, &t, &err) == 0);
+        if (l) {
+            eng_w ew;
+            eng_w_of(&ew, &t);
+            CHECK(ew.rows == 24 && ew.cols == 512 && ew.row_bytes == 512 / be * bb);
+            float x[512 * 10], y[24 * 10], want[24 * 10];
+            for (int i = 0; i < 512 * 10; i++)
+                x[i] = urand();
+            for (int n = 1; n <= 10; n += 9) {
+                eng_matmul(&ew, x, n, y);
+                eng_qgemm(dts[k], w, 24, 512, x, n, want);
+                CHECK_MSG(memcmp(y, want, sizeof(float) * 24 * (size_t)n) == 0,
+                          "%s: eng_matmul over a LYRW region differs (n = %d)",
+                          vx_quant_name(dts[k]), n);
+            }
+            vx_lyrw_free(l);
+        }
+        unlink(path);
+        free(w);
+        free(ref);
+    }
+}
+
 static const vx_dtype all[] = {VX_Q8_0, VX_Q4_0, VX_Q2_K, VX_Q3_K, VX_Q4_K, VX_Q5_K,
                                VX_Q6_K, VX_MXFP4};
 
@@ -226,6 +284,7 @@ static void every_codec(void)
 int main(void)
 {
     reference_vectors();
+    through_lyrw();
     /* Both integer kernel families: AVX2, then AVX-512 VNNI where the CPU has it. */
     setenv("LQL_NO_AVX512", "1", 1);
     every_codec();
