@@ -150,22 +150,16 @@ void vx_segw_abort(vx_segw *w)
     free(w);
 }
 
-/* Start tensor `cur`: zero padding up to its offset and a fresh hash. Zero-length
- * tensors complete at once. */
+/* Start tensor `cur`: zero padding up to its offset and a fresh hash. */
 static int begin(vx_segw *w, vx_err *err)
 {
-    for (; w->cur < w->n; w->cur++) {
-        if (put(w, NULL, (size_t)(w->off[w->cur] - w->pos), err) < 0)
-            return -1;
-        w->pos = w->off[w->cur];
-        w->done = 0;
-        if (vx_sha256_init(&w->th, err) < 0)
-            return -1;
-        if (w->len[w->cur])
-            return 0;
-        vx_sha256_final(&w->th, w->hex[w->cur]);
-    }
-    return 0;
+    if (w->cur >= w->n)
+        return 0;
+    if (put(w, NULL, (size_t)(w->off[w->cur] - w->pos), err) < 0)
+        return -1;
+    w->pos = w->off[w->cur];
+    w->done = 0;
+    return vx_sha256_init(&w->th, err);
 }
 
 int vx_segw_open(vx_segw **out, const char *path, const char *object, const char *representation,
@@ -194,6 +188,16 @@ int vx_segw_open(vx_segw **out, const char *path, const char *object, const char
     cJSON *ts = cJSON_AddArrayToObject(w->hdr, "tensors");
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
+        /* The reader refuses empty tensors and more than VX_MAX_DIMS dimensions; so does
+         * the writer, before a byte is written. */
+        int ok = t[i].ndim >= 1 && t[i].ndim <= VX_MAX_DIMS;
+        for (int d = 0; ok && d < t[i].ndim; d++)
+            ok = t[i].shape[d] > 0;
+        if (!ok) {
+            vx_segw_abort(w);
+            return vx_errf(err, VX_EARG, "segment '%s': tensor '%s' needs 1-%d positive dimensions",
+                           path, t[i].name, VX_MAX_DIMS);
+        }
         uint64_t rows = 1;
         for (int d = 0; d + 1 < t[i].ndim; d++)
             rows *= (uint64_t)t[i].shape[d];

@@ -139,6 +139,85 @@ static float elem(const void *base, vx_dtype t, size_t i)
 
 /* ---------------------------------------------------------------- tests */
 
+/* The segment writer on its own (also used by representation and COMPILE writers). */
+static void segment_writer(void)
+{
+    vx_segw_tensor t[3] = {
+        {.name = "a", .dtype = VX_F32, .ndim = 2, .shape = {3, 5}},
+        {.name = "b", .dtype = VX_F16, .ndim = 1, .shape = {7}},
+        {.name = "empty", .dtype = VX_BF16, .ndim = 1, .shape = {0}},
+    };
+    unsigned char a[60], b[14];
+    for (int i = 0; i < 60; i++)
+        a[i] = (unsigned char)(i * 7 + 1);
+    for (int i = 0; i < 14; i++)
+        b[i] = (unsigned char)(200 - i);
+    char path[300], sha[65], want[65];
+    snprintf(path, sizeof path, "%s/seg.bin", tmp);
+    vx_segw *w;
+    uint64_t bytes = 0;
+    /* Empty tensors are refused, as the reader refuses them. */
+    CHECK(vx_segw_open(&w, path, "obj", "obj.f32", t, 3, &err) == -1);
+    char msg[400];
+    snprintf(msg, sizeof msg, "segment '%s': tensor 'empty' needs 1-4 positive dimensions", path);
+    CHECK_STR(err.msg, msg);
+    CHECK(access(path, F_OK) != 0);
+    CHECK(vx_segw_open(&w, path, "obj", "obj.f32", t, 2, &err) == 0);
+    CHECK(vx_segw_write(w, a, 13, &err) == 0 && vx_segw_write(w, a + 13, 47, &err) == 0);
+    CHECK(vx_segw_write(w, b, 14, &err) == 0);
+    CHECK(vx_segw_write(w, b, 1, &err) == -1);
+    snprintf(msg, sizeof msg, "segment '%s': 1 bytes written past the last tensor", path);
+    CHECK_STR(err.msg, msg);
+    CHECK(vx_segw_close(w, sha, &bytes, &err) == 0);
+    CHECK(vx_sha256_file(path, want, &err) == 0);
+    CHECK_STR(sha, want);
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && (uint64_t)st.st_size == bytes);
+    char *img;
+    size_t n;
+    CHECK(vx_read_small_file(path, "seg", &img, &n, &err) == 0);
+    vx_segment_hdr h;
+    if (vx_segment_parse("seg", img, n, &h, &err) == 0) {
+        CHECK(h.n == 2 && h.payload_off % 64 == 0);
+        CHECK(h.t[0].offset == 0 && h.t[0].length == 60 && h.t[1].offset == 64 && h.t[1].length == 14);
+        CHECK_STR(h.t[1].name, "b");
+        vx_sha256_hex(a, 60, want);
+        CHECK_STR(h.t[0].sha256, want);
+        vx_sha256_hex(b, 14, want);
+        CHECK_STR(h.t[1].sha256, want);
+        CHECK(memcmp(img + h.payload_off + 64, b, 14) == 0);
+        vx_segment_hdr_free(&h);
+    } else {
+        CHECK_MSG(0, "segment does not parse: %s", err.msg);
+    }
+    free(img);
+    /* Closing with a tensor unfinished fails and names it. */
+    snprintf(path, sizeof path, "%s/seg2.bin", tmp);
+    CHECK(vx_segw_open(&w, path, "obj", "obj.f32", t, 2, &err) == 0);
+    CHECK(vx_segw_write(w, a, 60, &err) == 0);
+    CHECK(vx_segw_close(w, sha, &bytes, &err) == -1);
+    snprintf(msg, sizeof msg, "segment '%s': tensor 2 of 2 is incomplete", path);
+    CHECK_STR(err.msg, msg);
+    /* An existing file is never overwritten. */
+    CHECK(vx_segw_open(&w, path, "obj", "obj.f32", t, 2, &err) == -1);
+    CHECK_HAS(err.msg, "cannot create segment");
+    /* Shard planning and the cap. */
+    size_t k = 99;
+    uint64_t one = 8 + vx_segw_header_bound(t, 1) + 60;
+    CHECK(vx_segw_fit(t, 2, one, "x", "obj", &k, &err) == 0 && k == 1);
+    CHECK(vx_segw_fit(t, 2, 1ull << 20, "x", "obj", &k, &err) == 0 && k == 2);
+    CHECK(vx_segw_fit(t, 2, one - 1, "x", "obj", &k, &err) == -1);
+    snprintf(msg, sizeof msg, "x: tensor 'a' of 'obj' (60 bytes) does not fit the shard cap of %llu "
+             "bytes (raise LQL_SHARD_CAP)", (unsigned long long)(one - 1));
+    CHECK_STR(err.msg, msg);
+    setenv("LQL_SHARD_CAP", "12345", 1);
+    CHECK(vx_shard_cap() == 12345);
+    setenv("LQL_SHARD_CAP", "12k", 1);
+    CHECK(vx_shard_cap() == 4ull << 30);
+    unsetenv("LQL_SHARD_CAP");
+    CHECK(vx_shard_cap() == 4ull << 30);
+}
+
 static void tinyllama(void)
 {
     if (encode_ok(LQL_SHARED_DIR "/models/tinyllama", "tiny.vindex3", NULL) < 0)
@@ -874,6 +953,7 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
+    segment_writer();
     tinyllama();
     families();
     conversion();
