@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/syscall.h>
+#include <cpuid.h>
 #include <immintrin.h>
 #include "engine_int.h"
 
@@ -36,13 +37,25 @@ typedef struct tilecfg {
     uint8_t rows[16];
 } tilecfg;
 
+/* CPUID leaf 7: AMX-TILE (EDX bit 24) and AMX-BF16 (EDX bit 22) in subleaf 0,
+ * AVX512-BF16 (EAX bit 5) in subleaf 1, plus AVX512F/BW/VL; read directly because not
+ * every compiler knows these names for __builtin_cpu_supports. */
+static int cpu_has_amx(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    const unsigned b_need = (1u << 16) | (1u << 30) | (1u << 31);   /* avx512f, bw, vl */
+    if ((b & b_need) != b_need || !(d & (1u << 24)) || !(d & (1u << 22))) return 0;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
+    return (a >> 5) & 1;
+}
+
 int eng_amx_ready(void)
 {
     static int ready = -1;
     if (ready < 0) {
         const char *e = getenv("LQL_NO_AMX");
-        ready = !(e && *e == '1') && __builtin_cpu_supports("amx-bf16") &&
-                __builtin_cpu_supports("avx512bf16") &&
+        ready = !(e && *e == '1') && cpu_has_amx() &&
                 syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
     }
     return ready;
