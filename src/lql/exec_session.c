@@ -11,11 +11,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <cjson/cJSON.h>
 
 #include "browse.h"
 #include "files.h"
 #include "interp.h"
+#include "journal.h"
 
 /* ---------------------------------------------------------------- metadata helpers */
 
@@ -96,46 +98,44 @@ static char *sdup(const char *z)
     return d;
 }
 
-/* PROFILE: the name must be one the container declares; lql's engine executes the
- * default representation only, so selecting a profile is refused rather than ignored. */
-static int check_profile(const vx_container *c, const lql_stmt *st, lql_err *e)
+/* Binds an open container c (owned from here on) at path, with the journal and profile
+ * names given, replacing the session's binding; the note names the model and the profile
+ * with its derived authority. */
+static int bind(lql_session *s, const lql_stmt *st, vx_container *c, const char *path,
+                const char *journal, const char *profile, lql_result *r, lql_err *e)
 {
-    const cJSON *profiles = jget(vx_index_json(c), "profiles"), *p;
-    char names[160] = "";
-    size_t len = 0;
-    cJSON_ArrayForEach(p, profiles) {
-        const char *name = jstr(p, "profile", jstr(p, "name", NULL));
-        if (!name) continue;
-        if (strcmp(name, st->profile) == 0)
-            return lql_refuse_clause(e, st, LQL_C_PROFILE,
-                                     "the engine executes the container's default representation only");
-        if (len < sizeof names)
-            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", name);
-    }
-    return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_PROFILE], "no such profile: \"%s\" (%s%s)",
-                    st->profile, len ? "container declares " : "container declares none", names);
-}
-
-int lql_h_use(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
-{
-    vx_container *c = NULL;
-    vx_err ve = {0};
-    if (vx_open(st->arg, &c, &ve) < 0) return lql_err_vx(e, &ve, &st->arg_at);
-    if (st->profile && check_profile(c, st, e) < 0) { vx_close(c); return -1; }
+    char *p = sdup(path), *j = journal ? sdup(journal) : NULL, *pr = profile ? sdup(profile) : NULL;
     lql_session_unbind(s);
     s->vx = c;
-    s->path = sdup(st->arg);
-    s->journal = st->journal ? sdup(st->journal) : NULL;
-    if (!s->path || (st->journal && !s->journal)) {
+    s->path = p;
+    s->journal = j;
+    s->profile = pr;
+    if (!p || (journal && !j) || (profile && !pr)) {
         lql_session_unbind(s);
         return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     }
     if (lql_edit_on_use(s, st, r, e) < 0) { lql_session_unbind(s); return -1; }
     geom g;
     geometry(c, &g);
-    lql_result_note(r, "using %s (%d layers, %d hidden, %lld features, model: %s)", st->arg,
+    lql_result_note(r, "using %s (%d layers, %d hidden, %lld features, model: %s)", path,
                     g.layers, g.hidden, (long long)g.features, jstr(vx_index_json(c), "model", "?"));
+    if (profile) {
+        const char *auth = "?";
+        vx_err ve = {0};
+        vx_profile_authority(vx_index_json(c), vx_graph_json(c), profile, &auth, &ve);
+        lql_result_note(r, "profile %s: authority %s", profile, auth);
+    }
     return 0;
+}
+
+int lql_h_use(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
+{
+    vx_container *c = NULL;
+    vx_err ve = {0};
+    if (vx_open_profile(st->arg, st->profile, NULL, 0, &c, &ve) < 0)
+        return lql_err_vx(e, &ve, st->profile && ve.code == VX_EMISSING && strstr(ve.msg, "profile")
+                                       ? &st->clause_at[LQL_C_PROFILE] : &st->arg_at);
+    return bind(s, st, c, st->arg, st->journal, st->profile, r, e);
 }
 
 /* ---------------------------------------------------------------- TOKENIZE */
@@ -362,8 +362,13 @@ int lql_h_show_components(lql_session *s, const lql_stmt *st, lql_result *r, lql
     if (lql_session_container(s, st, &c, e) < 0) return -1;
     static const lql_colspec cols[] = {{"component", LQL_TEXT, 0}, {"role", LQL_TEXT, 0},
         {"layers", LQL_INT, 0}, {"hidden", LQL_INT, 0}, {"vocab", LQL_INT, 0},
-        {"context", LQL_INT, 0}, {"objects", LQL_INT, 0}};
-    lql_table *t = lql_result_table(r, NULL, 7, cols);
+        {"context", LQL_INT, 0}, {"objects", LQL_INT, 0}, {"profile", LQL_TEXT, 0},
+        {"authority", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, NULL, 9, cols);
+    const char *auth = NULL;
+    vx_err ve = {0};
+    if (vx_profile_authority(vx_index_json(c), vx_graph_json(c), vx_profile(c), &auth, &ve) < 0)
+        return lql_err_vx(e, &ve, &st->at);
     const cJSON *graph = vx_graph_json(c), *comp, *obj;
     cJSON_ArrayForEach(comp, jget(graph, "components")) {
         const char *id = jstr(comp, "id", "?");
@@ -378,6 +383,8 @@ int lql_h_show_components(lql_session *s, const lql_stmt *st, lql_result *r, lql
         lql_cell_int(t, jint(comp, "vocab_size", 0));
         lql_cell_int(t, jint(comp, "context_length", 0));
         lql_cell_int(t, nobj);
+        lql_cell_text(t, vx_profile(c) ? vx_profile(c) : "(baseline)");
+        lql_cell_text(t, auth);
     }
     return 0;
 }
@@ -388,34 +395,100 @@ int lql_h_show_representations(lql_session *s, const lql_stmt *st, lql_result *r
 {
     vx_container *c = NULL;
     if (lql_session_container(s, st, &c, e) < 0) return -1;
-    const cJSON *idx = vx_index_json(c), *rep, *seg;
+    const cJSON *idx = vx_index_json(c), *reps = jget(idx, "representations"), *obj, *id, *seg;
     static const lql_colspec cols[] = {{"representation", LQL_TEXT, 0}, {"object", LQL_TEXT, 0},
         {"dtype", LQL_TEXT, 0}, {"fidelity", LQL_TEXT, 0}, {"segments", LQL_INT, 0},
-        {"bytes", LQL_INT, 0}};
-    lql_table *t = lql_result_table(r, NULL, 6, cols);
-    cJSON_ArrayForEach(rep, jget(idx, "representations")) {
-        int64_t nseg = 0, bytes = 0;
-        cJSON_ArrayForEach(seg, jget(rep, "segments")) {
-            nseg++;
-            if (cJSON_IsString(seg))
-                bytes += jint(jget(jget(idx, "segments"), seg->valuestring), "bytes", 0);
+        {"bytes", LQL_INT, 0}, {"dtypes", LQL_TEXT, 0}, {"bits_per_weight", LQL_FLOAT, 3},
+        {"active", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, NULL, 9, cols);
+    /* graph object order, each object's representations in the order it lists them */
+    cJSON_ArrayForEach(obj, jget(vx_graph_json(c), "objects")) {
+        const char *oid = jstr(obj, "id", "?"), *bound = vx_bound_representation(c, oid);
+        cJSON_ArrayForEach(id, jget(obj, "representations")) {
+            const char *rid = cJSON_GetStringValue(id);
+            const cJSON *rep = rid ? jget(reps, rid) : NULL;
+            if (!rep) continue;
+            int64_t nseg = 0, bytes = 0;
+            cJSON_ArrayForEach(seg, jget(rep, "segments")) {
+                nseg++;
+                if (cJSON_IsString(seg))
+                    bytes += jint(jget(jget(idx, "segments"), seg->valuestring), "bytes", 0);
+            }
+            vx_rep_totals tot;
+            char dts[96] = "";
+            size_t at = 0;
+            int have = vx_representation_totals(c, rid, &tot) == 0;
+            for (int d = 0; have && d < VX_DTYPE_COUNT; d++)
+                if ((tot.dtypes & (1u << d)) && at < sizeof dts)
+                    at += (size_t)snprintf(dts + at, sizeof dts - at, "%s%s", at ? "+" : "",
+                                           vx_dtype_name((vx_dtype)d));
+            lql_row(t);
+            lql_cell_text(t, rid);
+            lql_cell_text(t, oid);
+            lql_cell_text(t, jstr(rep, "dtype", NULL));
+            lql_cell_text(t, jstr(rep, "fidelity", NULL));
+            lql_cell_int(t, nseg);
+            lql_cell_int(t, bytes);
+            lql_cell_text(t, dts);
+            lql_cell_float(t, have && tot.weights ? 8.0 * (double)tot.bytes / (double)tot.weights : 0);
+            lql_cell_text(t, bound && strcmp(bound, rid) == 0 ? "yes" : "no");
         }
-        lql_row(t);
-        lql_cell_text(t, rep->string);
-        lql_cell_text(t, jstr(rep, "object", NULL));
-        lql_cell_text(t, jstr(rep, "dtype", NULL));
-        lql_cell_text(t, jstr(rep, "fidelity", NULL));
-        lql_cell_int(t, nseg);
-        lql_cell_int(t, bytes);
     }
+    const char *auth = "?";
+    vx_err ve = {0};
+    if (vx_profile_authority(idx, vx_graph_json(c), vx_profile(c), &auth, &ve) < 0)
+        return lql_err_vx(e, &ve, &st->at);
+    lql_result_note(r, "bound: %s%s, authority %s (the weakest fidelity of the active representations)",
+                    vx_profile(c) ? "profile " : "", vx_profile(c) ? vx_profile(c) : "baseline", auth);
     return 0;
 }
 
 /* ---------------------------------------------------------------- REPRESENT */
 
+/* REPRESENT "object" AS dtype: compiles the representation beside the original
+ * (vx_represent), selects it in the profile named after the dtype (created when absent,
+ * so `USE "x" PROFILE "q8_0"` binds every object represented as q8_0), and rebinds the
+ * container with the session's profile, so SHOW REPRESENTATIONS sees it. Refused while a journal exists: the journal is keyed to
+ * index.json's sha256, which REPRESENT changes. */
 int lql_h_represent(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s; (void)r;
-    return lql_refuse(e, st, "the container writer cannot add a representation to an existing "
-                             "container (EXTRACT … DTYPE writes a new one)");
+    vx_container *c = NULL;
+    if (lql_session_container(s, st, &c, e) < 0) return -1;
+    vx_dtype dt;
+    if (vx_dtype_parse(st->arg2, &dt) < 0)
+        return lql_errf(e, LQL_EEXEC, &st->arg2_at, "unknown dtype: %s", st->arg2);
+    char jpath[4096];
+    vx_err ve = {0};
+    const char *jp = s->journal;
+    if (!jp && vx_journal_locate(vx_dir(c), vx_index_sha256(c), jpath, sizeof jpath, &ve) == 0)
+        jp = jpath;
+    if (jp && access(jp, F_OK) == 0)
+        return lql_errf(e, LQL_EEXEC, &st->at, "REPRESENT rewrites index.json, and the journal '%s' is "
+                        "keyed to its sha256: COMPILE the edits into a new container first", jp);
+    vx_represent_info in;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (vx_represent(s->path, st->arg, dt, &in, &ve) < 0) return lql_err_vx(e, &ve, &st->arg_at);
+    vx_select sel = {st->arg, in.id};
+    if (vx_profile_add(s->path, vx_dtype_name(dt), &sel, 1, 1, &ve) < 0) return lql_err_vx(e, &ve, &st->at);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    char *path = sdup(s->path), *journal = s->journal ? sdup(s->journal) : NULL;
+    char *profile = s->profile ? sdup(s->profile) : NULL;
+    vx_container *c2 = NULL;
+    int rc = -1;
+    if (!path || (s->journal && !journal) || (s->profile && !profile))
+        rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    else if (vx_open_profile(path, profile, NULL, 0, &c2, &ve) < 0)
+        rc = lql_err_vx(e, &ve, &st->at);
+    else
+        rc = bind(s, st, c2, path, journal, profile, r, e);
+    if (rc == 0)
+        lql_result_note(r, "represented %s as %s: %s (from %s), %zu tensors (%zu kept in their source "
+                        "dtype), %.3f bits/weight, fidelity %s, %.1f s; profile %s selects it", st->arg,
+                        vx_dtype_name(dt), in.id, in.from, in.tensors, in.kept,
+                        in.weights ? 8.0 * (double)in.bytes / (double)in.weights : 0.0, in.fidelity, secs,
+                        vx_dtype_name(dt));
+    free(path); free(journal); free(profile);
+    return rc;
 }

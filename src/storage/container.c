@@ -478,6 +478,29 @@ int vx_resolve(const vx_container *c, const char *rel, char *out, size_t outsz, 
     return vx_resolve_in(c->dir, rel, out, outsz, err);
 }
 
+int vx_representation_totals(const vx_container *c, const char *rep, vx_rep_totals *out)
+{
+    int found = 0;
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < c->nseg; i++) {
+        const seg *s = &c->segs[i];
+        if (strcmp(s->rep, rep) != 0)
+            continue;
+        found = 1;
+        for (size_t j = 0; j < s->h.n; j++) {
+            const vx_seg_tensor *t = &s->h.t[j];
+            uint64_t e = 1;
+            for (int d = 0; d < t->ndim; d++)
+                e *= (uint64_t)t->shape[d];
+            out->tensors++;
+            out->bytes += t->length;
+            out->weights += e;
+            out->dtypes |= 1u << t->dtype;
+        }
+    }
+    return found ? 0 : -1;
+}
+
 size_t vx_segment_count(const vx_container *c) { return c->nseg; }
 
 int vx_segment_at(const vx_container *c, size_t i, vx_segment_view *out)

@@ -160,6 +160,15 @@ int vx_open_profile(const char *dir, const char *profile, const vx_select *sel, 
 const char *vx_profile(const vx_container *c);
 /* The representation id bound for an object, or NULL when the object has none. */
 const char *vx_bound_representation(const vx_container *c, const char *object);
+/* Totals of one representation from its mapped segments' tensor tables (bound or not):
+ * tensors, payload bytes (headers and padding excluded), elements, and a bit per
+ * vx_dtype present. -1 when no mapped segment belongs to rep. */
+typedef struct vx_rep_totals {
+    size_t tensors;
+    uint64_t bytes, weights;
+    unsigned dtypes;
+} vx_rep_totals;
+int vx_representation_totals(const vx_container *c, const char *rep, vx_rep_totals *out);
 
 const char *vx_dir(const vx_container *c);          /* as given to vx_open */
 int vx_version(const vx_container *c);              /* index.json version */
