@@ -105,7 +105,8 @@ int vx_dequantize_row(vx_dtype dt, const void *src, float *dst, size_t n);
 int vx_quant_block(vx_dtype dt, unsigned *elems, unsigned *bytes);
 /* Lower-case name of any block codec ("q2_k"), NULL otherwise. */
 const char *vx_quant_name(vx_dtype dt);
-/* Dequantise one block into out[0..elems): the kernels' per-block fallback. */
+/* Dequantise one block into out[0..elems): the kernels' per-block fallback. Writes
+ * nothing when dt is not a block codec. */
 void vx_dequantize_block(vx_dtype dt, const void *block, float *out);
 
 /* ---------------------------------------------------------------- tensors */
