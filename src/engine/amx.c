@@ -75,8 +75,16 @@ TAMX static inline void split3(__m512 x, __m256i *hi, __m256i *mid, __m256i *lo)
     *lo = (__m256i)_mm512_cvtneps_pbh(r);
 }
 
-/* B tiles for x [n, cols]: pk[((part · ks + k) · nb + tb) · 256 + kk · 16 + t] is the dword
- * (columns 32k + 2kk, +1) of token 16tb + t in `part`; tokens past n are zero. */
+/* The B tile of token block tb, k-step k, part p: the two token blocks of a pair and the
+ * three parts of a k-step are adjacent, so the k loop for one pair of token blocks reads
+ * one contiguous stream. */
+static size_t btile(int ks, int tb, int k, int p)
+{
+    return ((((size_t)(tb / 2) * ks + k) * 3 + p) * 2 + (tb & 1)) * 256;
+}
+
+/* B tiles for x [n, cols]: pk[btile(tb, k, p) + kk · 16 + t] is the dword (columns
+ * 32k + 2kk, +1) of token 16tb + t in part p; tokens past n are zero. */
 TAMX static void pack_x(const float *x, int n, int cols, int nb, uint32_t *pk, uint16_t *tmp)
 {
     const int ks = cols / 32;
@@ -94,7 +102,7 @@ TAMX static void pack_x(const float *x, int n, int cols, int nb, uint32_t *pk, u
         for (int p = 0; p < 3; p++) {
             const uint32_t *src = (const uint32_t *)(tmp + (size_t)p * cols);
             for (int k = 0; k < ks; k++) {
-                uint32_t *dst = pk + ((size_t)(p * ks + k) * nb + tb) * 256 + tt;
+                uint32_t *dst = pk + btile(ks, tb, k, p) + tt;
                 for (int kk = 0; kk < 16; kk++) dst[kk * 16] = src[k * 16 + kk];
             }
         }
@@ -169,7 +177,7 @@ TAMX static void amx_part(void *ctx, int part, int nparts)
                 _tile_loadd(4, at + (size_t)k * 512, 64);
                 _tile_loadd(5, at + (size_t)(ks + k) * 512, 64);
                 for (int p = 0; p < 3; p++) {
-                    const uint32_t *bt = j->pk + ((size_t)(p * ks + k) * nb + tb) * 256;
+                    const uint32_t *bt = j->pk + btile(ks, tb, k, p);
                     _tile_loadd(6, bt, 64);
                     _tile_dpbf16ps(0, 4, 6);
                     if (f16) _tile_dpbf16ps(0, 5, 6);
