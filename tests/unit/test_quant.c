@@ -190,6 +190,22 @@ static void errors(void)
         }
     }
     CHECK(all_ok);
+    /* Arbitrary block bytes through every decoder (the decode-only K-quants included). */
+    static const vx_dtype dq[] = {VX_Q8_0, VX_Q4_0, VX_Q2_K, VX_Q3_K, VX_Q4_K, VX_Q5_K,
+                                  VX_Q6_K, VX_MXFP4};
+    unsigned char raw[2 * 210];
+    float out[512];
+    for (int row = 0; row < 200; row++) {
+        for (size_t i = 0; i < sizeof raw; i++) {
+            s = s * 1664525u + 1013904223u;
+            raw[i] = (unsigned char)(s >> 24);
+        }
+        for (size_t i = 0; i < sizeof dq / sizeof dq[0]; i++) {
+            vx_quant_block(dq[i], &e, &by);
+            all_ok &= vx_dequantize_row(dq[i], raw, out, 2 * (size_t)e) == 0;
+        }
+    }
+    CHECK(all_ok);
 }
 
 int main(void)
