@@ -257,7 +257,8 @@ typedef struct brw_row {
     int layer;
     int64_t feature;
     char *token;            /* FEATURES/EDGES: top token (target); ENTITIES: the entity */
-    char *entity;           /* EDGES walked from an entity: that entity */
+    char *entity;           /* EDGES walked from an entity: that entity; ENTITIES: the
+                             * entity (= token); NULL otherwise */
     char *relation;
     double score;           /* EDGES from an entity / NEAREST: gate; else c_score */
     double confidence;      /* c_score */

@@ -133,7 +133,7 @@ static const char *text_of(const brw_row *r, brw_field f)
 {
     switch (f) {
     case BRW_F_TOKEN: case BRW_F_TARGET: return r->token;
-    case BRW_F_ENTITY: return r->entity ? r->entity : r->token;
+    case BRW_F_ENTITY: return r->entity;
     case BRW_F_RELATION: return r->relation;
     case BRW_F_ALSO: return r->also;
     case BRW_F_BAND: return brw_band_name(r->band);
@@ -474,7 +474,7 @@ static int entity_rows(const brw_model *m, const brw_select_opts *o, int only_la
                     break;
             if (i == rv->n) {
                 brw_row *r = push(rv);
-                if (!r || !(r->token = dup(t)))
+                if (!r || !(r->token = dup(t)) || !(r->entity = dup(t)))
                     return vx_errf(err, VX_ENOMEM, "select: out of memory");
                 r->score = md.c_score;
                 r->layer = l;

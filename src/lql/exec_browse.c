@@ -433,7 +433,7 @@ static void rows_table(const brw_rows *rows, const brw_field *f, int nf, lql_tab
             case BRW_F_LAYER: lql_cell_int(t, x->layer); break;
             case BRW_F_FEATURE: lql_cell_int(t, x->feature); break;
             case BRW_F_TOKEN: case BRW_F_TARGET: lql_cell_text(t, x->token); break;
-            case BRW_F_ENTITY: lql_cell_text(t, x->entity ? x->entity : x->token); break;
+            case BRW_F_ENTITY: lql_cell_text(t, x->entity); break;
             case BRW_F_RELATION: lql_cell_text(t, x->relation); break;
             case BRW_F_SCORE: lql_cell_float(t, x->score); break;
             case BRW_F_CONFIDENCE: lql_cell_float(t, x->confidence); break;
