@@ -320,6 +320,28 @@ int st_open_file(const char *path, st_model **out, vx_err *err)
     return 0;
 }
 
+/* dir/name for a shard the weight_map names. Names are file names relative to the
+ * checkpoint: absolute paths and ".." components are refused. Symlinks are followed, since
+ * the Hugging Face cache links every snapshot file into a blobs directory. */
+static int shard_path(const char *dir, const char *ipath, const char *name, char *out, size_t n,
+                      vx_err *err)
+{
+    int dotdot = 0;
+    for (const char *p = name; *p;) {
+        size_t k = strcspn(p, "/");
+        dotdot |= k == 2 && p[0] == '.' && p[1] == '.';
+        p += k;
+        while (*p == '/')
+            p++;
+    }
+    if (!*name || name[0] == '/' || dotdot)
+        return vx_errf(err, VX_EPATH, "'%s': shard '%s' is not a file name inside the checkpoint "
+                       "directory", ipath, name);
+    if ((size_t)snprintf(out, n, "%s/%s", dir, name) >= n)
+        return vx_errf(err, VX_EARG, "'%s': shard path '%s' is too long", ipath, name);
+    return 0;
+}
+
 /* Sharded checkpoint: open each shard the weight_map names (once), then check that every
  * mapped tensor lives in the shard that names it. */
 static int open_index(st_model *m, const char *dir, const char *ipath, vx_err *err)
@@ -347,7 +369,7 @@ static int open_index(st_model *m, const char *dir, const char *ipath, vx_err *e
             break;
         }
         char path[PATH_MAX];
-        if (vx_resolve_in(dir, e->valuestring, path, sizeof path, err) < 0) {
+        if (shard_path(dir, ipath, e->valuestring, path, sizeof path, err) < 0) {
             rc = -1;
             break;
         }
@@ -370,8 +392,8 @@ static int open_index(st_model *m, const char *dir, const char *ipath, vx_err *e
         cJSON_ArrayForEach(e, wm) {
             const st_tensor *t = st_find(m, e->string);
             char path[PATH_MAX];
-            vx_resolve_in(dir, e->valuestring, path, sizeof path, NULL);
-            if (!t || strcmp(m->sh[t->shard].path, path) != 0) {
+            if (shard_path(dir, ipath, e->valuestring, path, sizeof path, NULL) < 0 || !t ||
+                strcmp(m->sh[t->shard].path, path) != 0) {
                 rc = vx_errf(err, VX_EMISSING, "'%s': tensor '%s' is not in shard '%s'", ipath,
                              e->string, e->valuestring);
                 break;
