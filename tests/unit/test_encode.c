@@ -810,6 +810,12 @@ static void variants(void)
         CHECK(jnum(x, "attention.rope.rotary_dim") == 8 && jnum(x, "attention.head_dim") == 16);
         cJSON_Delete(g);
     }
+    /* A Hugging Face cache snapshot: every file a symlink into blobs/. */
+    CHECK(sh("mkdir -p '%s/hub/blobs' '%s/hub/snap' && cd '" FAM "qwen2' && for f in *; do "
+             "cp \"$f\" '%s/hub/blobs/'\"$f\".blob && ln -s ../blobs/\"$f\".blob '%s/hub/snap/'\"$f\"; done",
+             tmp, tmp, tmp, tmp) == 0);
+    snprintf(src, sizeof src, "%s/hub/snap", tmp);
+    encode_ok(src, "hub.vx", NULL);
     /* Absent keys take the config class's default: Mistral's window is 4096, Mixtral's
      * theta 1e6 and eps 1e-5; an explicit null window means none. */
     variant("mistral-swa", "mistral-nowin", "/\"sliding_window\": 8,/d");
