@@ -10,6 +10,8 @@
 #include <string.h>
 #include "engine_int.h"
 
+#define CHUNK 256
+
 int eng_session_new(const eng_model *m, int max_ctx, eng_session **out, vx_err *err)
 {
     *out = NULL;
@@ -105,20 +107,12 @@ static void residual_add(const eng_norm *post, float *d, float *x, int n, int hi
     for (size_t i = 0; i < (size_t)n * hidden; i++) x[i] += d[i];
 }
 
-int eng_forward(eng_session *s, const int32_t *ids, int n, float *logits,
-                const eng_observer *obs, vx_err *err)
+/* One chunk of at most CHUNK tokens at the session's position. */
+static int forward_chunk(eng_session *s, const int32_t *ids, int n, float *logits,
+                         const eng_observer *obs, vx_err *err)
 {
     const eng_model *m = s->m;
-    const int H = m->hidden;
-    if (n <= 0) return vx_errf(err, VX_EARG, "eng_forward: no tokens");
-    if ((int64_t)s->pos + n > s->max_ctx)
-        return vx_errf(err, VX_EARG, "context full: %d positions + %d tokens exceeds the "
-                       "session's %d", s->pos, n, s->max_ctx);
-    for (int t = 0; t < n; t++)
-        if (ids[t] < 0 || ids[t] >= m->vocab)
-            return vx_errf(err, VX_EARG, "token id %d is out of range (vocab %d)", ids[t],
-                           m->vocab);
-    const int pos0 = s->pos;
+    const int H = m->hidden, pos0 = s->pos;
     float *x = malloc((size_t)n * H * 4 * sizeof(float));
     if (!x) return vx_errf(err, VX_ENOMEM, "out of memory for %d positions", n);
     float *h = x + (size_t)n * H, *a = h + (size_t)n * H, *f = a + (size_t)n * H;
@@ -146,4 +140,30 @@ int eng_forward(eng_session *s, const int32_t *ids, int n, float *logits,
     }
     free(x);
     return rc;
+}
+
+int eng_forward(eng_session *s, const int32_t *ids, int n, float *logits,
+                const eng_observer *obs, vx_err *err)
+{
+    const eng_model *m = s->m;
+    if (n <= 0) return vx_errf(err, VX_EARG, "eng_forward: no tokens");
+    if ((int64_t)s->pos + n > s->max_ctx)
+        return vx_errf(err, VX_EARG, "context full: %d positions + %d tokens exceeds the "
+                       "session's %d", s->pos, n, s->max_ctx);
+    for (int t = 0; t < n; t++)
+        if (ids[t] < 0 || ids[t] >= m->vocab)
+            return vx_errf(err, VX_EARG, "token id %d is out of range (vocab %d)", ids[t],
+                           m->vocab);
+    /* long prompts run in chunks: activation memory stays bounded and the prefill kernels'
+     * packed activations stay cache-sized; observers see each chunk with its pos0 */
+    const int pos0 = s->pos;
+    for (int done = 0; done < n;) {
+        int c = n - done < CHUNK ? n - done : CHUNK;
+        if (forward_chunk(s, ids + done, c, done + c == n ? logits : NULL, obs, err)) {
+            s->pos = pos0;
+            return -1;
+        }
+        done += c;
+    }
+    return 0;
 }

@@ -343,6 +343,46 @@ static void test_overlay(const char *dir)
 
 /* ---------------------------------------------------------------- sessions */
 
+typedef struct chunks { int calls, pos[8], n[8]; } chunks;
+
+static void c_embed(void *ctx, int pos0, int n, const float *x)
+{
+    chunks *c = ctx;
+    (void)x;
+    if (c->calls < 8) { c->pos[c->calls] = pos0; c->n[c->calls] = n; }
+    c->calls++;
+}
+
+/* A long forward runs in chunks of 256 and equals the same tokens fed in pieces. */
+static void test_chunks(const char *dir)
+{
+    vx_container *c;
+    eng_model *m = bind(dir, &c);
+    if (!m) return;
+    const int V = eng_model_vocab(m), N = 300;
+    int32_t ids[300];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 37 + 11) % 510);
+    float *a = malloc(V * 4), *b = malloc(V * 4);
+    eng_session *s;
+    vx_err err = {0};
+    chunks ch = {0, {0}, {0}};
+    eng_observer obs = {&ch, c_embed, NULL, NULL, NULL};
+    CHECK(eng_session_new(m, 512, &s, &err) == 0);
+    CHECK(eng_forward(s, ids, N, a, &obs, &err) == 0);
+    CHECK(ch.calls == 2 && ch.pos[0] == 0 && ch.n[0] == 256 && ch.pos[1] == 256 && ch.n[1] == 44);
+    eng_session_reset(s);
+    CHECK(eng_forward(s, ids, 100, NULL, NULL, &err) == 0);
+    CHECK(eng_forward(s, ids + 100, 199, NULL, NULL, &err) == 0);
+    CHECK(eng_forward(s, ids + 299, 1, b, NULL, &err) == 0);
+    CHECK(eng_session_pos(s) == N);
+    CHECK_NEAR(maxdiff(a, b, V), 0, 1e-4);
+    free(a);
+    free(b);
+    eng_session_free(s);
+    eng_model_free(m);
+    vx_close(c);
+}
+
 static void test_session(const char *dir)
 {
     vx_container *c;
@@ -409,6 +449,7 @@ int main(void)
     test_observers(ds, 0, 12);
     test_overlay(gqa);
     test_session(gqa);
+    test_chunks(gqa);
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
