@@ -78,7 +78,10 @@ cond(A) ::= ID(F) LT value(V).          { A = lql_b_cond(p, &F, LQL_OP_LT, V); }
 cond(A) ::= ID(F) GE value(V).          { A = lql_b_cond(p, &F, LQL_OP_GE, V); }
 cond(A) ::= ID(F) LE value(V).          { A = lql_b_cond(p, &F, LQL_OP_LE, V); }
 cond(A) ::= ID(F) LIKE value(V).        { A = lql_b_cond(p, &F, LQL_OP_LIKE, V); }
-cond(A) ::= ID(F) IN LP(L) vlist(V) RP. { A = lql_b_cond(p, &F, LQL_OP_IN, lql_b_list(p, V, NULL, &L)); }
+cond(A) ::= ID(F) IN inlist(V).         { A = lql_b_cond(p, &F, LQL_OP_IN, V); }
+
+%type inlist {lql_value *}
+inlist(A) ::= LP(L) vlist(V) RP.        { A = lql_b_list(p, V, NULL, &L); }
 
 %type conds {lql_cond *}
 conds(A) ::= cond(C).                   { A = C; }
@@ -91,6 +94,9 @@ names(A) ::= names(L) COMMA ID(X).      { A = lql_b_name(p, L, &X); }
 %type strs {lql_names *}
 strs(A) ::= STRING(X).                  { A = lql_b_name(p, NULL, &X); }
 strs(A) ::= strs(L) COMMA STRING(X).    { A = lql_b_name(p, L, &X); }
+
+/* An empty clause list, for statements without options. */
+none(A) ::= .                           { A = lql_b_opts(p); }
 
 /* Clauses shared by several statements. */
 %type c_top {lql_clause *}
@@ -124,7 +130,7 @@ use_opt(A) ::= JOURNAL(K) STRING(S).        { A = lql_b_str(p, LQL_C_JOURNAL, &K
 use_opt(A) ::= PROFILE(K) STRING(S).        { A = lql_b_str(p, LQL_C_PROFILE, &K, &S); }
 
 /* ------------------------------------------------------------------ TOKENIZE */
-stmt(A) ::= TOKENIZE(K) STRING(S).          { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_TOKENIZE, &K, &S, NULL); }
+stmt(A) ::= TOKENIZE(K) STRING(S) none(O). { A = lql_b_stmt(p, O, LQL_S_TOKENIZE, &K, &S, NULL); }
 
 /* ------------------------------------------------------------------ EXTRACT */
 stmt(A) ::= EXTRACT(K) MODEL STRING(S) INTO STRING(D) extract_opts(O).
@@ -140,9 +146,12 @@ extract_opt(A) ::= c_layers(C).             { A = C; }
 extract_opt(A) ::= DTYPE(K) ID(X).          { A = lql_b_dtype(p, &K, &X); }
 
 /* ------------------------------------------------------------------ STATS, SHOW */
-stmt(A) ::= STATS(K).                       { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_STATS, &K, NULL, NULL); }
-stmt(A) ::= SHOW(K) LAYERS.                 { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_SHOW_LAYERS, &K, NULL, NULL); }
-stmt(A) ::= SHOW(K) LAYERS range(R).        { A = lql_b_stmt(p, lql_b_add(p, lql_b_opts(p), lql_b_layers(p, &K, R)), LQL_S_SHOW_LAYERS, &K, NULL, NULL); }
+stmt(A) ::= STATS(K) none(O). { A = lql_b_stmt(p, O, LQL_S_STATS, &K, NULL, NULL); }
+stmt(A) ::= SHOW(K) LAYERS layers_opts(O). { A = lql_b_stmt(p, O, LQL_S_SHOW_LAYERS, &K, NULL, NULL); }
+layers_opts(A) ::= .                        { A = lql_b_opts(p); }
+layers_opts(A) ::= layers_opts(O) c_range(C). { A = lql_b_add(p, O, C); }
+%type c_range {lql_clause *}
+c_range(A) ::= range(R).                    { A = lql_b_layers(p, NULL, R); }
 stmt(A) ::= SHOW(K) FEATURES INT(N) features_opts(O). { A = lql_b_stmt_n(p, O, LQL_S_SHOW_FEATURES, &K, &N); }
 features_opts(A) ::= .                      { A = lql_b_opts(p); }
 features_opts(A) ::= features_opts(O) c_where(C). { A = lql_b_add(p, O, C); }
@@ -150,16 +159,18 @@ features_opts(A) ::= features_opts(O) c_limit(C). { A = lql_b_add(p, O, C); }
 stmt(A) ::= SHOW(K) RELATIONS relations_opts(O). { A = lql_b_stmt(p, O, LQL_S_SHOW_RELATIONS, &K, NULL, NULL); }
 relations_opts(A) ::= .                     { A = lql_b_opts(p); }
 relations_opts(A) ::= relations_opts(O) c_at(C). { A = lql_b_add(p, O, C); }
-relations_opts(A) ::= relations_opts(O) WITH(K) EXAMPLES. { A = lql_b_add(p, O, lql_b_flag(p, LQL_C_WITH_EXAMPLES, &K)); }
+relations_opts(A) ::= relations_opts(O) c_examples(C). { A = lql_b_add(p, O, C); }
+%type c_examples {lql_clause *}
+c_examples(A) ::= WITH(K) EXAMPLES.         { A = lql_b_flag(p, LQL_C_WITH_EXAMPLES, &K); }
 stmt(A) ::= SHOW(K) ENTITIES entities_opts(O). { A = lql_b_stmt(p, O, LQL_S_SHOW_ENTITIES, &K, NULL, NULL); }
 entities_opts(A) ::= .                      { A = lql_b_opts(p); }
 entities_opts(A) ::= entities_opts(O) c_at(C). { A = lql_b_add(p, O, C); }
 entities_opts(A) ::= entities_opts(O) c_limit(C). { A = lql_b_add(p, O, C); }
-stmt(A) ::= SHOW(K) MODELS.                 { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_SHOW_MODELS, &K, NULL, NULL); }
-stmt(A) ::= SHOW(K) COMPONENTS.             { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_SHOW_COMPONENTS, &K, NULL, NULL); }
-stmt(A) ::= SHOW(K) REPRESENTATIONS.        { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_SHOW_REPRESENTATIONS, &K, NULL, NULL); }
-stmt(A) ::= SHOW(K) PATCHES.                { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_SHOW_PATCHES, &K, NULL, NULL); }
-stmt(A) ::= SHOW(K) HISTORY.                { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_SHOW_HISTORY, &K, NULL, NULL); }
+stmt(A) ::= SHOW(K) MODELS none(O). { A = lql_b_stmt(p, O, LQL_S_SHOW_MODELS, &K, NULL, NULL); }
+stmt(A) ::= SHOW(K) COMPONENTS none(O). { A = lql_b_stmt(p, O, LQL_S_SHOW_COMPONENTS, &K, NULL, NULL); }
+stmt(A) ::= SHOW(K) REPRESENTATIONS none(O). { A = lql_b_stmt(p, O, LQL_S_SHOW_REPRESENTATIONS, &K, NULL, NULL); }
+stmt(A) ::= SHOW(K) PATCHES none(O). { A = lql_b_stmt(p, O, LQL_S_SHOW_PATCHES, &K, NULL, NULL); }
+stmt(A) ::= SHOW(K) HISTORY none(O). { A = lql_b_stmt(p, O, LQL_S_SHOW_HISTORY, &K, NULL, NULL); }
 
 /* ------------------------------------------------------------------ WALK, EXPLAIN WALK */
 stmt(A) ::= WALK(K) STRING(S) walk_opts(O). { A = lql_b_stmt(p, O, LQL_S_WALK, &K, &S, NULL); }
@@ -261,21 +272,22 @@ imode(A) ::= KNN.                           { A = LQL_MODE_KNN; }
 imode(A) ::= COMPOSE.                       { A = LQL_MODE_COMPOSE; }
 imode(A) ::= MEMIT.                         { A = LQL_MODE_MEMIT; }
 
-stmt(A) ::= DELETE(K) FROM EDGES c_where(W). { A = lql_b_stmt(p, lql_b_add(p, lql_b_opts(p), W), LQL_S_DELETE, &K, NULL, NULL); }
+stmt(A) ::= DELETE(K) FROM EDGES where_only(O). { A = lql_b_stmt(p, O, LQL_S_DELETE, &K, NULL, NULL); }
+where_only(A) ::= none(O) c_where(C).       { A = lql_b_add(p, O, C); }
 
-stmt(A) ::= UPDATE(K) EDGES SET sets(S) c_where(W). { A = lql_b_update(p, lql_b_add(p, lql_b_opts(p), W), &K, S); }
+stmt(A) ::= UPDATE(K) EDGES SET sets(S) where_only(O). { A = lql_b_update(p, O, &K, S); }
 %type sets {lql_assign *}
 sets(A) ::= ID(F) EQ value(V).              { A = lql_b_assign(p, NULL, &F, V); }
 sets(A) ::= sets(L) COMMA ID(F) EQ value(V). { A = lql_b_assign(p, L, &F, V); }
 
 /* ------------------------------------------------------------------ patches, history */
-stmt(A) ::= BEGIN(K) PATCH STRING(S).       { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_BEGIN_PATCH, &K, &S, NULL); }
-stmt(A) ::= SAVE(K) PATCH.                  { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_SAVE_PATCH, &K, NULL, NULL); }
-stmt(A) ::= SAVE(K) PATCH STRING(S).        { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_SAVE_PATCH, &K, &S, NULL); }
-stmt(A) ::= APPLY(K) PATCH STRING(S).       { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_APPLY_PATCH, &K, &S, NULL); }
-stmt(A) ::= REMOVE(K) PATCH STRING(S).      { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_REMOVE_PATCH, &K, &S, NULL); }
-stmt(A) ::= UNDO(K).                        { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_UNDO, &K, NULL, NULL); }
-stmt(A) ::= ROLLBACK(K) TO INT(N).          { A = lql_b_stmt_n(p, lql_b_opts(p), LQL_S_ROLLBACK, &K, &N); }
+stmt(A) ::= BEGIN(K) PATCH STRING(S) none(O). { A = lql_b_stmt(p, O, LQL_S_BEGIN_PATCH, &K, &S, NULL); }
+stmt(A) ::= SAVE(K) PATCH none(O). { A = lql_b_stmt(p, O, LQL_S_SAVE_PATCH, &K, NULL, NULL); }
+stmt(A) ::= SAVE(K) PATCH STRING(S) none(O). { A = lql_b_stmt(p, O, LQL_S_SAVE_PATCH, &K, &S, NULL); }
+stmt(A) ::= APPLY(K) PATCH STRING(S) none(O). { A = lql_b_stmt(p, O, LQL_S_APPLY_PATCH, &K, &S, NULL); }
+stmt(A) ::= REMOVE(K) PATCH STRING(S) none(O). { A = lql_b_stmt(p, O, LQL_S_REMOVE_PATCH, &K, &S, NULL); }
+stmt(A) ::= UNDO(K) none(O). { A = lql_b_stmt(p, O, LQL_S_UNDO, &K, NULL, NULL); }
+stmt(A) ::= ROLLBACK(K) TO INT(N) none(O). { A = lql_b_stmt_n(p, O, LQL_S_ROLLBACK, &K, &N); }
 
 /* ------------------------------------------------------------------ DIFF */
 stmt(A) ::= DIFF(K) vref(X) vref(Y) diff_opts(O). { A = lql_b_stmt(p, O, LQL_S_DIFF, &K, X.z ? &X : NULL, Y.z ? &Y : NULL); }
@@ -294,7 +306,9 @@ diff_opt(A) ::= INTO(K) PATCH STRING(S).    { A = lql_b_str(p, LQL_C_INTO_PATCH,
 /* ------------------------------------------------------------------ COMPILE, COMPACT */
 stmt(A) ::= COMPILE(K) CURRENT INTO VINDEX STRING(S) compile_opts(O). { A = lql_b_stmt(p, O, LQL_S_COMPILE, &K, NULL, &S); }
 compile_opts(A) ::= .                       { A = lql_b_opts(p); }
-compile_opts(A) ::= compile_opts(O) ON(K) CONFLICT conflict(X). { A = lql_b_add(p, O, lql_b_enum(p, LQL_C_ON_CONFLICT, &K, X)); }
+compile_opts(A) ::= compile_opts(O) c_conflict(C). { A = lql_b_add(p, O, C); }
+%type c_conflict {lql_clause *}
+c_conflict(A) ::= ON(K) CONFLICT conflict(X). { A = lql_b_enum(p, LQL_C_ON_CONFLICT, &K, X); }
 %type conflict {int}
 conflict(A) ::= LAST_WINS.                  { A = LQL_CONFLICT_LAST_WINS; }
 conflict(A) ::= HIGHEST_CONFIDENCE.         { A = LQL_CONFLICT_HIGHEST_CONFIDENCE; }
@@ -306,5 +320,5 @@ compact_opts(A) ::= .                       { A = lql_b_opts(p); }
 compact_opts(A) ::= compact_opts(O) c_into_vindex(C). { A = lql_b_add(p, O, C); }
 
 /* ------------------------------------------------------------------ REPRESENT */
-stmt(A) ::= REPRESENT(K) STRING(S) AS ID(D). { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_REPRESENT, &K, &S, &D); }
-stmt(A) ::= REPRESENT(K) ID(S) AS ID(D).    { A = lql_b_stmt(p, lql_b_opts(p), LQL_S_REPRESENT, &K, &S, &D); }
+stmt(A) ::= REPRESENT(K) STRING(S) AS ID(D) none(O). { A = lql_b_stmt(p, O, LQL_S_REPRESENT, &K, &S, &D); }
+stmt(A) ::= REPRESENT(K) ID(S) AS ID(D) none(O). { A = lql_b_stmt(p, O, LQL_S_REPRESENT, &K, &S, &D); }

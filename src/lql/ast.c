@@ -290,7 +290,10 @@ lql_clause *lql_b_enum(lql_pctx *p, lql_clause_kind k, const lql_token *kw, int 
 lql_clause *lql_b_layers(lql_pctx *p, const lql_token *kw, lql_range *r)
 {
     lql_clause *c = r ? clause(p, LQL_C_LAYERS, kw) : NULL;
-    if (c) c->range = *r;
+    if (c) {
+        c->range = *r;
+        if (!kw) c->at = r->at;     /* SHOW LAYERS 0-3: the range is the clause */
+    }
     return c;
 }
 

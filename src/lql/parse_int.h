@@ -59,7 +59,7 @@ void lql_p_error(lql_pctx *p, const lql_token *at, const char *fmt, ...)
 lql_stmt *lql_b_opts(lql_pctx *p);
 lql_stmt *lql_b_add(lql_pctx *p, lql_stmt *acc, lql_clause *c);
 
-/* Clauses. kw is the clause's first token (its position). */
+/* Clauses. kw is the clause's first token (its position; NULL for a bare range). */
 lql_clause *lql_b_flag(lql_pctx *p, lql_clause_kind k, const lql_token *kw);
 lql_clause *lql_b_int(lql_pctx *p, lql_clause_kind k, const lql_token *kw, const lql_token *num);
 lql_clause *lql_b_num(lql_pctx *p, lql_clause_kind k, const lql_token *kw, const lql_token *num);
