@@ -659,6 +659,9 @@ static const char *who(float a, float f)
 
 int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
+    if (lql_has(st, LQL_C_FROM) && st->arg)
+        return lql_errf(e, LQL_EEXEC, clause_at(st, LQL_C_FROM),
+                        "TRACE takes a prompt or FROM \"file\", not both");
     eng_model *em;
     if (lql_session_model(s, st, &em, e) != 0)
         return -1;
