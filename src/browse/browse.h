@@ -180,7 +180,7 @@ enum { BRW_DESCRIBE_BRIEF = 0, BRW_DESCRIBE_VERBOSE = 1, BRW_DESCRIBE_RAW = 2 };
 
 typedef struct brw_describe_opts {
     int band;               /* -1: all layers, else BRW_SYNTAX… */
-    int at_layer;           /* >= 0: one layer (overrides band) */
+    int at_layer;           /* >= 0: one layer (with a band: only if the layer is in it) */
     int relations_only;     /* keep labelled edges only */
     int mode;               /* BRW_DESCRIBE_* (caps per band: 10 / 30 / 30, output 5 in brief) */
     const brw_overlay *ov;

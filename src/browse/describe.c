@@ -124,7 +124,9 @@ int brw_describe_run(const brw_model *m, const char *entity, const brw_describe_
             return vx_errf(err, VX_EARG, "layer %d is out of range (the model has %d layers: "
                            "0-%d)", o->at_layer, L, L - 1);
         }
-        layers[n_layers++] = o->at_layer;
+        /* AT LAYER with a band: that layer when it lies in the band, else nothing */
+        if (o->band < 0 || brw_band_of(m, o->at_layer) == o->band)
+            layers[n_layers++] = o->at_layer;
     } else {
         for (int l = 0; l < L; l++)
             if (o->band < 0 || brw_band_of(m, l) == o->band)

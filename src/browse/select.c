@@ -580,6 +580,10 @@ int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_
         if (from == BRW_ENTITIES)
             return vx_errf(err, VX_EARG, "NEAREST TO applies to EDGES and FEATURES, not "
                            "ENTITIES");
+        for (size_t i = 0; i < o->n_conds; i++)
+            if (o->conds[i].field == BRW_F_ENTITY)
+                return vx_errf(err, VX_EARG, "entity conditions cannot be combined with "
+                               "NEAREST TO, which names the entity");
         rc = walk_rows(m, o, o->nearest, o->nearest_layer, &rv, err);
         kind = 1;
     } else if (from == BRW_ENTITIES) {
