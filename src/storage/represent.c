@@ -76,13 +76,15 @@ static void rows_of(const vx_tensor *t, uint64_t *ne0, uint64_t *nrows)
     *nrows = *ne0 ? n / *ne0 : 0;
 }
 
-/* The dtype a tensor is stored in under target dt: the source dtype for 1-D tensors
- * (norm weights, biases) and inner dims the block size does not divide. */
+/* The dtype a tensor is stored in under target dt: under a block codec, the source dtype
+ * for 1-D tensors (norm weights, biases: few bytes, and ggml keeps them float too) and for
+ * inner dims the block size does not divide; integer tensors always. */
 static vx_dtype out_dtype(const vx_tensor *t, vx_dtype dt)
 {
     uint64_t ne0, nrows;
     rows_of(t, &ne0, &nrows);
-    if (t->ndim < 2 || ne0 == 0 || ne0 % vx_dtype_block_elems(dt) != 0 ||
+    int block = vx_dtype_block_elems(dt) > 1;
+    if ((block && t->ndim < 2) || ne0 == 0 || ne0 % vx_dtype_block_elems(dt) != 0 ||
         (t->dtype != VX_F32 && t->dtype != VX_F16 && t->dtype != VX_BF16 &&
          vx_quant_block(t->dtype, &(unsigned){0}, &(unsigned){0}) < 0))
         return t->dtype;

@@ -265,8 +265,9 @@ typedef struct vx_represent_info {
 /* Compile a new representation of `object` in dtype dt (f32, f16, bf16, q8_0, q4_0, q4_k,
  * q6_k, mxfp4) beside the original, from the object's baseline representation, streaming
  * one tensor at a time into segments/<object>.<dtype>.bin (sharded past LQL_SHARD_CAP or
- * 4 GiB). 1-D tensors, and tensors whose inner dimension is not a multiple of the block
- * size, stay in their source dtype (recorded under `kept`). Fidelity is measured: every
+ * 4 GiB). Under a block codec, 1-D tensors and tensors whose inner dimension is not a
+ * multiple of the block size stay in their source dtype (recorded under
+ * `kept_source_dtype`); integer tensors always do. Fidelity is measured: every
  * decoded value is compared with the source value. index.json gains the representation
  * (and its segments) and system_graph.json the object's id, each rewritten atomically; the
  * original representation is never touched. Refuses an existing id, an unknown object, a

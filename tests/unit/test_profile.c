@@ -1,0 +1,326 @@
+/*
+ * test_profile.c — representations and profiles on encoded fixtures (seed §9.1, §9.2):
+ * vx_represent's records (ids, segments, kept tensors, measured fidelity, payload hash,
+ * unknown index fields kept, the original untouched), vx_profile_add, binding by profile
+ * and by override, derived authority, vx_tensor_diff, and every refusal pinned: absent
+ * profile, a profile naming an absent representation or an unknown object (judged before
+ * any segment is opened), a representation whose segment is missing, an existing id, an
+ * unknown object, a dtype without an encoder, a duplicate profile name.
+ */
+#include "t.h"
+#include "vindex.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char root[64];
+
+static cJSON *read_json(const char *dir, const char *name)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "rb");
+    static char buf[1 << 20];
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = '\0';
+    return cJSON_Parse(buf);
+}
+
+static void write_json(const char *dir, const char *name, const cJSON *j)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    char *s = cJSON_Print(j);
+    FILE *f = fopen(p, "wb");
+    if (f && s) fputs(s, f);
+    if (f) fclose(f);
+    free(s);
+}
+
+static void sha_of(const char *dir, const char *rel, char hex[65])
+{
+    char p[600];
+    vx_err err = {0};
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    if (vx_sha256_file(p, hex, &err) < 0) hex[0] = '\0';
+}
+
+static int encode(const char *model, const char *name, char *dir, size_t n)
+{
+    char src[512];
+    vx_err err = {0};
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    snprintf(src, sizeof src, "%s/models/%s", LQL_SHARED_DIR, model);
+    snprintf(dir, n, "%s/%s", root, name);
+    int rc = vx_encode(src, dir, &o, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    return rc;
+}
+
+static void test_represent_records(const char *dir)
+{
+    vx_err err = {0};
+    char before[65], after[65];
+    sha_of(dir, "segments/target.decoder_stack.bin", before);
+    /* an unknown index field survives the atomic rewrite */
+    cJSON *ix = read_json(dir, "index.json");
+    cJSON_AddNumberToObject(ix, "x_unknown_field", 7);
+    write_json(dir, "index.json", ix);
+    cJSON_Delete(ix);
+
+    vx_represent_info in;
+    CHECK_MSG(vx_represent(dir, "target.decoder_stack", VX_Q8_0, &in, &err) == 0, "%s", err.msg);
+    CHECK_STR(in.id, "target.decoder_stack.q8_0");
+    CHECK_STR(in.from, "target.decoder_stack.f32");
+    CHECK_STR(in.fidelity, "numerically-approximate");
+    CHECK(in.tensors == 36 && in.kept == 8 && in.segments == 1);
+    CHECK(in.weights == 3147776);
+    CHECK(in.bytes == 3147776 - 8 * 256 + 8 * 256 * 4 - (3147776 - 8 * 256) + (3147776 - 8 * 256) / 32 * 34);
+    sha_of(dir, "segments/target.decoder_stack.bin", after);
+    CHECK_STR(after, before);                       /* the original is never touched */
+
+    ix = read_json(dir, "index.json");
+    const cJSON *rep = cJSON_GetObjectItem(cJSON_GetObjectItem(ix, "representations"), in.id);
+    CHECK(cJSON_GetObjectItem(ix, "x_unknown_field") && cJSON_GetObjectItem(ix, "x_unknown_field")->valuedouble == 7);
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(rep, "dtype")), "q8_0");
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(rep, "payload_sha256")), in.payload_sha256);
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetArrayItem(cJSON_GetObjectItem(rep, "segments"), 0)),
+              "segments/target.decoder_stack.q8_0.bin");
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "kept_source_dtype"),
+                                                       "layers.2.ffn_norm")), "f32");
+    const cJSON *seg = cJSON_GetObjectItem(cJSON_GetObjectItem(ix, "segments"), "segments/target.decoder_stack.q8_0.bin");
+    char hex[65];
+    sha_of(dir, "segments/target.decoder_stack.q8_0.bin", hex);
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(seg, "sha256")), hex);
+    cJSON_Delete(ix);
+    cJSON *g = read_json(dir, "system_graph.json");
+    const cJSON *o = cJSON_GetArrayItem(cJSON_GetObjectItem(g, "objects"), 1);
+    CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(o, "representations")) == 2);
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "representations"), 1)), in.id);
+    cJSON_Delete(g);
+
+    /* verify re-hashes the new segment and payload too */
+    cJSON *report = NULL;
+    CHECK_MSG(vx_verify(dir, NULL, &report, &err) == 0, "%s", err.msg);
+    cJSON_Delete(report);
+
+    /* refusals, by name */
+    CHECK(vx_represent(dir, "target.decoder_stack", VX_Q8_0, NULL, &err) < 0);
+    CHECK_STR(err.msg, "represent: representation 'target.decoder_stack.q8_0' already exists");
+    CHECK(vx_represent(dir, "target.vision", VX_Q8_0, NULL, &err) < 0);
+    CHECK_STR(err.msg, "represent: no object 'target.vision' in system_graph.json (objects: target.embedding, target.decoder_stack, target.output_head)");
+    CHECK(vx_represent(dir, "target.decoder_stack", VX_I32, NULL, &err) < 0);
+    CHECK_STR(err.msg, "represent: dtype 'i32' has no encoder (targets: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, mxfp4)");
+    CHECK(vx_represent(dir, "target.decoder_stack", VX_Q3_K, NULL, &err) < 0);
+    CHECK_STR(err.msg, "represent: dtype 'q3_k' has no encoder (targets: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, mxfp4)");
+}
+
+static void test_profiles(const char *dir)
+{
+    vx_err err = {0};
+    vx_represent_info in;
+    CHECK_MSG(vx_represent(dir, "target.output_head", VX_Q4_K, &in, &err) == 0, "%s", err.msg);
+    CHECK(in.kept == 1);
+    vx_select sel[2] = {{"target.decoder_stack", "target.decoder_stack.q8_0"},
+                        {"target.output_head", "target.output_head.q4_k"}};
+    CHECK_MSG(vx_profile_add(dir, "mixed", sel, 2, 0, &err) == 0, "%s", err.msg);
+    CHECK(vx_profile_add(dir, "mixed", sel, 1, 0, &err) < 0);
+    CHECK_STR(err.msg, "profile 'mixed' already exists in index.json");
+    vx_select bad = {"target.decoder_stack", "target.decoder_stack.q6_k"};
+    CHECK(vx_profile_add(dir, "other", &bad, 1, 0, &err) < 0);
+    CHECK_STR(err.msg, "profile 'other' selects representation 'target.decoder_stack.q6_k' for object 'target.decoder_stack', which is not present (present: target.decoder_stack.f32, target.decoder_stack.q8_0)");
+
+    vx_container *c = NULL;
+    CHECK_MSG(vx_open_profile(dir, "mixed", NULL, 0, &c, &err) == 0, "%s", err.msg);
+    if (c) {
+        CHECK_STR(vx_profile(c), "mixed");
+        CHECK_STR(vx_bound_representation(c, "target.decoder_stack"), "target.decoder_stack.q8_0");
+        CHECK_STR(vx_bound_representation(c, "target.embedding"), "target.embedding.f32");
+        const vx_tensor *t = vx_find(c, "target.decoder_stack", "layers.0.attn.q_proj");
+        CHECK(t && t->dtype == VX_Q8_0);
+        t = vx_find(c, "target.output_head", "lm_head");
+        CHECK(t && t->dtype == VX_Q4_K);
+        t = vx_find(c, "target.output_head", "final_norm");
+        CHECK(t && t->dtype == VX_F32);
+        CHECK(vx_tensor_count(c) == 39);            /* one representation per object */
+        const char *auth = NULL;
+        CHECK(vx_profile_authority(vx_index_json(c), vx_graph_json(c), "mixed", &auth, &err) == 0);
+        CHECK_STR(auth, "numerically-approximate");
+        CHECK(vx_profile_authority(vx_index_json(c), vx_graph_json(c), NULL, &auth, &err) == 0);
+        CHECK_STR(auth, "source-exact");
+        vx_rep_totals tot;
+        CHECK(vx_representation_totals(c, "target.output_head.q4_k", &tot) == 0);
+        CHECK(tot.tensors == 2 && tot.bytes == 256 * 4 + 4096 * 256 / 256 * 144 && tot.weights == 256 + 4096 * 256);
+        CHECK(vx_representation_totals(c, "target.output_head.q2_k", &tot) < 0);
+    }
+    vx_close(c);
+    /* an override binds one object's representation without a profile */
+    vx_select ov = {"target.output_head", "target.output_head.q4_k"};
+    CHECK(vx_open_profile(dir, NULL, &ov, 1, &c, &err) == 0);
+    if (c) {
+        CHECK_STR(vx_bound_representation(c, "target.output_head"), "target.output_head.q4_k");
+        CHECK_STR(vx_bound_representation(c, "target.decoder_stack"), "target.decoder_stack.f32");
+    }
+    vx_close(c);
+    /* the baseline binding is the first listed representation */
+    CHECK(vx_open(dir, &c, &err) == 0);
+    if (c) {
+        const vx_tensor *t = vx_find(c, "target.decoder_stack", "layers.0.attn.q_proj");
+        CHECK(t && t->dtype == VX_F32);
+        CHECK(vx_profile(c) == NULL);
+    }
+    vx_close(c);
+
+    /* diff: the codec's error on one tensor; a tensor against itself is identical */
+    vx_container *a = NULL, *b = NULL;
+    CHECK(vx_open(dir, &a, &err) == 0 && vx_open_profile(dir, "mixed", NULL, 0, &b, &err) == 0);
+    if (a && b) {
+        const vx_tensor *ta = vx_find(a, "target.decoder_stack", "layers.1.ffn.down_proj");
+        const vx_tensor *tb = vx_find(b, "target.decoder_stack", "layers.1.ffn.down_proj");
+        vx_diff_stat d;
+        CHECK(vx_tensor_diff(ta, tb, &d, &err) == 0);
+        CHECK(d.n == 256 * 768 && d.differ > d.n / 2);
+        printf("layers.1.ffn.down_proj f32 vs q8_0: max_abs %.3g rms %.3g rel %.4g\n", d.max_abs, d.rms, d.rel);
+        CHECK(d.rel > 0.002 && d.rel < 0.01);
+        CHECK(d.max_abs > 0 && d.max_abs < 0.01);
+        CHECK(vx_tensor_diff(ta, ta, &d, &err) == 0 && d.differ == 0 && d.max_abs == 0 && d.rel == 0);
+        const vx_tensor *norm = vx_find(a, "target.decoder_stack", "layers.1.ffn_norm");
+        CHECK(vx_tensor_diff(ta, norm, &d, &err) < 0);
+        CHECK_STR(err.msg, "diff: tensor 'layers.1.ffn.down_proj' has different shapes in the two representations");
+    }
+    vx_close(a);
+    vx_close(b);
+}
+
+/* Hostile indexes: each edit is made to a copy of index.json and undone after. */
+static void test_hostile(const char *dir)
+{
+    vx_err err = {0};
+    vx_container *c = NULL;
+    cJSON *orig = read_json(dir, "index.json");
+
+    CHECK(vx_open_profile(dir, "nope", NULL, 0, &c, &err) < 0 && !c);
+    CHECK_STR(err.msg, "no profile 'nope' in index.json (profiles: mixed)");
+    CHECK(err.code == VX_EMISSING);
+
+    /* a profile naming an absent representation: judged before any segment is opened, so
+     * the message is the profile's even with a segment file gone */
+    cJSON *ix = cJSON_Duplicate(orig, 1);
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "profile", "q6");
+    cJSON *sel = cJSON_AddObjectToObject(p, "select");
+    cJSON_AddStringToObject(sel, "target.decoder_stack", "target.decoder_stack.q6_k");
+    cJSON_AddItemToArray(cJSON_GetObjectItem(ix, "profiles"), p);
+    p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "profile", "ghost");
+    sel = cJSON_AddObjectToObject(p, "select");
+    cJSON_AddStringToObject(sel, "target.vision_tower", "target.vision_tower.q8_0");
+    cJSON_AddItemToArray(cJSON_GetObjectItem(ix, "profiles"), p);
+    write_json(dir, "index.json", ix);
+    cJSON_Delete(ix);
+    char seg[600], moved[600];
+    snprintf(seg, sizeof seg, "%s/segments/target.embedding.bin", dir);
+    snprintf(moved, sizeof moved, "%s/moved.bin", root);
+    CHECK(rename(seg, moved) == 0);
+    CHECK(vx_open_profile(dir, "q6", NULL, 0, &c, &err) < 0);
+    CHECK_STR(err.msg, "profile 'q6' selects representation 'target.decoder_stack.q6_k' for object 'target.decoder_stack', which is not present (present: target.decoder_stack.f32, target.decoder_stack.q8_0)");
+    CHECK(vx_open_profile(dir, "ghost", NULL, 0, &c, &err) < 0);
+    CHECK_STR(err.msg, "profile 'ghost' selects object 'target.vision_tower', which system_graph.json does not define (objects: target.embedding, target.decoder_stack, target.output_head)");
+    vx_select ov = {"target.decoder_stack", "target.decoder_stack.bf16"};
+    CHECK(vx_open_profile(dir, NULL, &ov, 1, &c, &err) < 0);
+    CHECK_STR(err.msg, "selection selects representation 'target.decoder_stack.bf16' for object 'target.decoder_stack', which is not present (present: target.decoder_stack.f32, target.decoder_stack.q8_0)");
+    const char *auth = NULL;
+    cJSON *g = read_json(dir, "system_graph.json");
+    ix = read_json(dir, "index.json");
+    CHECK(vx_profile_authority(ix, g, "ghost", &auth, &err) < 0);
+    CHECK_HAS(err.msg, "profile 'ghost' selects object 'target.vision_tower'");
+    CHECK(rename(moved, seg) == 0);
+
+    /* a representation whose segment is missing: named, with the path */
+    snprintf(seg, sizeof seg, "%s/segments/target.decoder_stack.q8_0.bin", dir);
+    CHECK(rename(seg, moved) == 0);
+    CHECK(vx_open_profile(dir, "mixed", NULL, 0, &c, &err) < 0);
+    CHECK_STR(err.msg, "segment 'segments/target.decoder_stack.q8_0.bin' cannot be opened: No such file or directory");
+    CHECK(err.code == VX_EMISSING);
+    CHECK(rename(moved, seg) == 0);
+
+    /* profiles that are not an array; a profile without a select object */
+    cJSON_ReplaceItemInObject(ix, "profiles", cJSON_CreateString("q8"));
+    write_json(dir, "index.json", ix);
+    CHECK(vx_open_profile(dir, "q8", NULL, 0, &c, &err) < 0);
+    CHECK_STR(err.msg, "index.json 'profiles' is not an array");
+    cJSON *arr = cJSON_CreateArray();
+    p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "profile", "empty");
+    cJSON_AddItemToArray(arr, p);
+    cJSON_ReplaceItemInObject(ix, "profiles", arr);
+    write_json(dir, "index.json", ix);
+    CHECK(vx_open_profile(dir, "empty", NULL, 0, &c, &err) < 0);
+    CHECK_STR(err.msg, "profile 'empty' has no 'select' object");
+    /* the baseline still opens whatever the profiles say */
+    CHECK(vx_open(dir, &c, &err) == 0);
+    vx_close(c);
+    c = NULL;
+    cJSON_Delete(ix);
+    cJSON_Delete(g);
+    write_json(dir, "index.json", orig);
+    cJSON_Delete(orig);
+    CHECK(vx_open_profile(dir, "mixed", NULL, 0, &c, &err) == 0);
+    vx_close(c);
+}
+
+/* bf16 source: f32 reproduces it exactly (source-equivalent, measured); f16 does not. */
+static void test_fidelity_measured(const char *dir)
+{
+    vx_err err = {0};
+    vx_represent_info in;
+    CHECK_MSG(vx_represent(dir, "target.decoder_stack", VX_F32, &in, &err) == 0, "%s", err.msg);
+    CHECK_STR(in.fidelity, "source-equivalent");
+    CHECK(in.kept == 0);
+    CHECK_MSG(vx_represent(dir, "target.decoder_stack", VX_F16, &in, &err) == 0, "%s", err.msg);
+    CHECK_STR(in.fidelity, "numerically-approximate");
+    vx_select sel = {"target.decoder_stack", "target.decoder_stack.f32"};
+    CHECK(vx_profile_add(dir, "wide", &sel, 1, 0, &err) == 0);
+    cJSON *ix = read_json(dir, "index.json"), *g = read_json(dir, "system_graph.json");
+    const char *auth = NULL;
+    CHECK(vx_profile_authority(ix, g, "wide", &auth, &err) == 0);
+    CHECK_STR(auth, "source-equivalent");
+    cJSON_Delete(ix);
+    cJSON_Delete(g);
+    vx_container *a = NULL, *b = NULL;
+    CHECK(vx_open(dir, &a, &err) == 0 && vx_open_profile(dir, "wide", NULL, 0, &b, &err) == 0);
+    for (size_t i = 0; a && b && i < vx_tensor_count(a); i++) {
+        const vx_tensor *ta = vx_tensor_at(a, i);
+        vx_diff_stat d;
+        const vx_tensor *tb = vx_find(b, ta->object, ta->name);
+        if (strcmp(ta->object, "target.decoder_stack") != 0) continue;
+        CHECK(tb && tb->dtype == VX_F32 && vx_tensor_diff(ta, tb, &d, &err) == 0 && d.differ == 0);
+    }
+    vx_close(a);
+    vx_close(b);
+    CHECK_STR(vx_fidelity_rank("analysis-only") == 4 ? "ok" : "bad", "ok");
+    CHECK(vx_fidelity_rank("made-up") == 5 && vx_fidelity_rank("source-exact") == 0);
+}
+
+int main(void)
+{
+    snprintf(root, sizeof root, "/tmp/lql-profile-XXXXXX");
+    if (!mkdtemp(root)) return 1;
+    char f32dir[256], bfdir[256];
+    if (encode("tinyllama", "tiny", f32dir, sizeof f32dir) == 0) {
+        test_represent_records(f32dir);
+        test_profiles(f32dir);
+        test_hostile(f32dir);
+    }
+    if (encode("tinyllama-bf16", "tiny-bf16", bfdir, sizeof bfdir) == 0)
+        test_fidelity_measured(bfdir);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
+    return T_DONE();
+}
