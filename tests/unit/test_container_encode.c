@@ -196,6 +196,37 @@ static void check_shards(void)
     sh("rm -rf '%s'%s", tmp, "");
 }
 
+/* A converting encode (f32 source -> f16): every stored tensor is f16, 16 bits per weight,
+ * and verify still checks the f32 source against what was recorded. */
+static void check_converted(void)
+{
+    char tmp[] = "/tmp/lql_conv_XXXXXX", hf[PATH_MAX], out[PATH_MAX];
+    CHECK(mkdtemp(tmp) != NULL);
+    snprintf(hf, sizeof hf, "%s/models/families/llama-gqa", LQL_SHARED_DIR);
+    snprintf(out, sizeof out, "%s/gqa.vindex3", tmp);
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    o.dtype = VX_F16;
+    vx_err err = {0};
+    vx_container *c = NULL;
+    CHECK_MSG(vx_encode(hf, out, &o, &err) == 0, "encode: %s", err.msg);
+    CHECK_MSG(vx_open(out, &c, &err) == 0, "open: %s", err.msg);
+    size_t f16 = 0;
+    for (size_t i = 0; c && i < vx_tensor_count(c); i++) {
+        const vx_tensor *t = vx_tensor_at(c, i);
+        f16 += t->dtype == VX_F16 && t->nbytes == 2 * vx_tensor_nelems(t);
+    }
+    CHECK(c && vx_tensor_count(c) > 0 && f16 == vx_tensor_count(c));
+    vx_close(c);
+    cJSON *rep = NULL;
+    CHECK_MSG(vx_verify(out, NULL, &rep, &err) == 0, "verify: %s", err.msg);
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "source"), "status")), "checked");
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(
+                  cJSON_GetObjectItem(rep, "representations"), 1), "source")), "ok");
+    cJSON_Delete(rep);
+    sh("rm -rf '%s'%s", tmp, "");
+}
+
 int main(void)
 {
     char path[PATH_MAX];
@@ -221,5 +252,6 @@ int main(void)
         closedir(d);
     CHECK_MSG(n >= 12, "only %d models found", n);
     check_shards();
+    check_converted();
     return T_DONE();
 }
