@@ -596,7 +596,10 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
         }
         return;
     }
-    int blk = act_block(dt);
+    /* LQL_QEXACT=1: decode keeps the activations in f32 too (exact weights, f32 products),
+     * for analyses that must not see activation rounding; read per call. */
+    const char *ex = getenv("LQL_QEXACT");
+    int blk = ex && *ex == '1' ? 0 : act_block(dt);
     if (blk && acts_make(a, blk, X, n, cols) == 0) {
 #ifdef __AVX2__
         a->wide = wide_ok();

@@ -23,7 +23,7 @@
  *     Q5_K dequantise one block at a time and use f32 products (bounded by the second term
  *     alone), as does eng_qdot for every format. Above 8 rows (prefill) every format
  *     dequantises tiles of weight rows exactly and multiplies them with sgemm: the second
- *     term alone again.
+ *     term alone again. LQL_QEXACT=1 (read per call) keeps decode in f32 as well.
  *   - They never fail: if the activation copy or a weight tile cannot be allocated, the f32
  *     block path (no memory needed) runs instead.
  */
