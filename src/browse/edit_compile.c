@@ -101,6 +101,32 @@ static void store(vx_dtype t, const float *src, void *dst, size_t n)
         d[i] = t == VX_F16 ? vx_f32_to_f16(src[i]) : vx_f32_to_bf16(src[i]);
 }
 
+int brw_edit_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_tensor *t,
+                        float **out, int *changed, vx_err *err)
+{
+    *out = NULL;
+    *changed = 0;
+    uint64_t n = vx_tensor_nelems(t);
+    if (n > ((uint64_t)1 << 34) / sizeof(float))
+        return vx_errf(err, VX_EARG, "tensor '%s' is too large to view as f32", t->name);
+    float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
+    if (!f)
+        return vx_errf(err, VX_ENOMEM, "out of memory for tensor '%s'", t->name);
+    if (vx_row_to_f32(t->dtype, t->data, f, (size_t)n) < 0) {
+        free(f);
+        return vx_errf(err, VX_EUNSUPPORTED, "tensor '%s' is stored as %s, which has no f32 "
+                       "view here", t->name, vx_dtype_name(t->dtype));
+    }
+    int layer, role = ffn_role(t->object, t->name, &layer);
+    int gated = vx_findf(c, "target.decoder_stack", "layers.0.ffn.gate_proj") != NULL;
+    if (ov && role != ROLE_NONE && t->ndim == 2 && edited(ov, role, layer, gated)) {
+        apply(ov, role, layer, f, t->shape[0], t->shape[1]);
+        *changed = 1;
+    }
+    *out = f;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- files */
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *f)
@@ -270,6 +296,46 @@ static int write_index(const char *dir, const cJSON *index, vx_err *err)
 }
 
 /* ---------------------------------------------------------------- segments */
+
+/* A compiled tombstone has no output tokens: clear its down-meta record (DMET layout:
+ * four u32 header words — magic, version, layers, top_k — then per layer a u32 count and
+ * count records of 8 + 8·top_k bytes). */
+static int clear_meta(const char *path, const eng_overlay *ov, vx_err *err)
+{
+    FILE *f = fopen(path, "r+b");
+    if (!f)
+        return vx_errf(err, VX_EIO, "compile: cannot open '%s': %s", path, strerror(errno));
+    uint32_t hdr[4];
+    int rc = 0;
+    if (fread(hdr, 4, 4, f) != 4 || hdr[3] > BRW_DMET_K_MAX) {
+        fclose(f);
+        return vx_errf(err, VX_EFORMAT, "compile: '%s' is not a down-meta file", path);
+    }
+    const long rec = 8 + 8 * (long)hdr[3];
+    for (size_t i = 0; i < ov->n_edits && rc == 0; i++) {
+        const eng_feature_edit *e = &ov->edits[i];
+        if (!e->tombstone || e->layer < 0 || (uint32_t)e->layer >= hdr[2])
+            continue;
+        long at = 16;
+        uint32_t count = 0;
+        for (int l = 0; l <= e->layer && rc == 0; l++) {
+            if (fseek(f, at, SEEK_SET) != 0 || fread(&count, 4, 1, f) != 1)
+                rc = vx_errf(err, VX_EFORMAT, "compile: '%s' is truncated", path);
+            else if (l < e->layer)
+                at += 4 + (long)count * rec;
+        }
+        if (rc || e->feature < 0 || (uint32_t)e->feature >= count)
+            continue;
+        static const unsigned char zero[8 + 8 * BRW_DMET_K_MAX];
+        if (fseek(f, at + 4 + (long)e->feature * rec, SEEK_SET) != 0 ||
+            fwrite(zero, 1, (size_t)rec, f) != (size_t)rec)
+            rc = vx_errf(err, VX_EIO, "compile: cannot write '%s'", path);
+    }
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
+        rc = rc ? rc : vx_errf(err, VX_EIO, "compile: cannot write '%s'", path);
+    fclose(f);
+    return rc;
+}
 
 /* Rewrite one segment with its edited tensors materialised; fills sha and bytes. */
 static int rewrite(const vx_segment_view *v, const eng_overlay *ov, int gated, const char *tmp,
@@ -445,7 +511,14 @@ int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *o
             cJSON_ReplaceItemInObjectCaseSensitive(nb, "band_rule", rule);
         else
             cJSON_Delete(rule);
-        if (fr || write_index(tmp, index, err))
+        char mpath[4200];
+        const char *mrel = fr == 0 && vx_json_str(nb, "down_meta") ? vx_json_str(nb, "down_meta")
+                                                                   : dmet;
+        if ((size_t)snprintf(mpath, sizeof mpath, "%s/%s", tmp, mrel) >= sizeof mpath) {
+            vx_errf(err, VX_EARG, "compile: path too long under '%s'", tmp);
+            goto fail;
+        }
+        if (fr || clear_meta(mpath, ov, err) || write_index(tmp, index, err))
             goto fail;
     }
     if (rename(tmp, out_dir) != 0) {

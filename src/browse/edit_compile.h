@@ -22,6 +22,12 @@
 #include "engine.h"
 #include "vindex.h"
 
+/* The effective value of one stored tensor under an overlay, as f32 ([nelems], malloc'd
+ * into *out); *edited is 1 when the overlay changes it. Tensors whose dtype has no f32
+ * view (quantised) fail with VX_EUNSUPPORTED. ov may be NULL (the stored values). */
+int brw_edit_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_tensor *t,
+                        float **out, int *edited, vx_err *err);
+
 typedef struct brw_compile_report {
     size_t tensors_rewritten;     /* edited tensors */
     size_t segments_rewritten;    /* segment files written anew */

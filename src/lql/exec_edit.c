@@ -15,7 +15,8 @@
  * what they touch. INSERT is a rank-1 covariance-whitened down_proj update
  * (engine/edit_memit.h) journaled as a low-rank insert. COMPILE materialises the overlay
  * into a derived container (browse/edit_compile.h) and checks it answers as the overlay
- * does. DIFF and COMPACT are refused by name.
+ * does. DIFF compares two effective states (CURRENT or a container): features whose
+ * tombstone or metadata differ, and per-tensor value deltas. COMPACT is refused by name.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -955,12 +956,354 @@ int lql_h_show_history(lql_session *s, const lql_stmt *st, lql_result *r, lql_er
 
 /* ---------------------------------------------------------------- not provided */
 
+/* ---------------------------------------------------------------- DIFF */
+
+/* One side of a DIFF: CURRENT (the bound base plus the overlay) or a container path (its
+ * stored state). */
+typedef struct side {
+    const char *label;
+    vx_container *c;          /* owned when a path was given */
+    brw_model *bm;            /* owned when a path was given */
+    int owned;
+    const brw_overlay *bov;   /* CURRENT's overlay, else NULL */
+    const brw_edit_overlay *edit;
+} side;
+
+static void side_close(side *d)
+{
+    if (d->owned) {
+        brw_close(d->bm);
+        vx_close(d->c);
+    }
+    memset(d, 0, sizeof *d);
+}
+
+static int side_open(lql_session *s, const lql_stmt *st, edit_state *es, const char *path,
+                     const lql_span *at, side *d, lql_err *e)
+{
+    memset(d, 0, sizeof *d);
+    vx_err ve = {0};
+    if (!path) {
+        d->label = "CURRENT";
+        d->c = s->vx;
+        d->bm = es->bm;
+        d->edit = es->ov;
+        d->bov = es->ov ? brw_edit_overlay_browse(es->ov) : NULL;
+        return 0;
+    }
+    d->label = path;
+    d->owned = 1;
+    if (vx_open(path, &d->c, &ve) || brw_open(d->c, &d->bm, &ve)) {
+        vx_close(d->c);
+        memset(d, 0, sizeof *d);
+        return lql_err_vx(e, &ve, at ? at : &st->at);
+    }
+    return 0;
+}
+
+typedef struct drow {
+    int layer;
+    int64_t feature;
+    const char *status;
+    brw_meta a, b;
+} drow;
+
+/* Does a layer pass the LAYER clause? */
+static int layer_ok(const lql_stmt *st, int layer)
+{
+    return !lql_has(st, LQL_C_LAYER) || st->layer == layer;
+}
+
+/* The features whose effective state differs between the sides. */
+static int diff_features(const lql_stmt *st, const side *A, const side *B, drow **out,
+                         size_t *n, lql_err *e)
+{
+    *out = NULL;
+    *n = 0;
+    int L = brw_layers(A->bm);
+    if (L != brw_layers(B->bm))
+        return lql_errf(e, LQL_EEXEC, &st->at, "cannot DIFF models of different depth: %s has "
+                        "%d layers, %s has %d", A->label, L, B->label, brw_layers(B->bm));
+    size_t cap = 0;
+    for (int l = 0; l < L; l++) {
+        if (brw_features(A->bm, l) != brw_features(B->bm, l))
+            return lql_errf(e, LQL_EEXEC, &st->at, "cannot DIFF: layer %d has %lld features in "
+                            "%s and %lld in %s", l, (long long)brw_features(A->bm, l), A->label,
+                            (long long)brw_features(B->bm, l), B->label);
+        if (!layer_ok(st, l))
+            continue;
+        for (int64_t f = 0; f < brw_features(A->bm, l); f++) {
+            drow d = {l, f, NULL, {0}, {0}};
+            brw_feature_meta(A->bm, A->bov, l, f, &d.a);
+            brw_feature_meta(B->bm, B->bov, l, f, &d.b);
+            int ta = brw_edit_is_tombstone(A->edit, l, f), tb = brw_edit_is_tombstone(B->edit, l, f);
+            /* a tombstone on one side matches a feature without metadata on the other (a
+             * compiled tombstone) */
+            if (ta || tb) {
+                if (tb && !ta && d.a.present)
+                    d.status = "deleted";
+                else if (ta && !tb && d.b.present)
+                    d.status = "restored";
+                else
+                    continue;
+            } else if (d.a.present != d.b.present || d.a.top_id != d.b.top_id ||
+                       fabsf(d.a.c_score - d.b.c_score) > 0.01f) {
+                d.status = !d.a.present ? "added" : !d.b.present ? "removed" : "modified";
+            } else {
+                continue;
+            }
+            if (lql_has(st, LQL_C_RELATION)) {
+                const char *la = brw_label(A->bm, l, f), *lb = brw_label(B->bm, l, f);
+                if (!(la && !strcasecmp(la, st->relation)) && !(lb && !strcasecmp(lb, st->relation)))
+                    continue;
+            }
+            if (*n == cap) {
+                cap = cap ? cap * 2 : 64;
+                drow *nr = realloc(*out, cap * sizeof *nr);
+                if (!nr)
+                    return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+                *out = nr;
+            }
+            (*out)[(*n)++] = d;
+        }
+    }
+    return 0;
+}
+
+/* Is the tensor in the LAYER clause's layer (or no clause)? */
+static int tensor_in_layer(const lql_stmt *st, const char *name)
+{
+    int l;
+    return !lql_has(st, LQL_C_LAYER) ||
+           (sscanf(name, "layers.%d.", &l) == 1 && l == st->layer);
+}
+
+/* Per-tensor value deltas of the effective states. */
+static int diff_tensors(const lql_stmt *st, const side *A, const side *B, lql_result *r,
+                        lql_err *e)
+{
+    static const lql_colspec cols[] = {
+        {"object", LQL_TEXT, 0}, {"tensor", LQL_TEXT, 0}, {"changed", LQL_INT, 0},
+        {"max_abs_diff", LQL_FLOAT, 6}, {"status", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, "tensors", 5, cols);
+    if (!t)
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    const eng_overlay *oa = A->edit ? brw_edit_overlay_eng(A->edit) : NULL;
+    const eng_overlay *ob = B->edit ? brw_edit_overlay_eng(B->edit) : NULL;
+    for (size_t i = 0; i < vx_tensor_count(A->c); i++) {
+        const vx_tensor *x = vx_tensor_at(A->c, i), *y = vx_find(B->c, x->object, x->name);
+        if (!tensor_in_layer(st, x->name))
+            continue;
+        const char *status = NULL;
+        int64_t changed = 0;
+        double mx = 0;
+        int have_mx = 0;
+        if (!y) {
+            status = "only in a";
+        } else if (vx_tensor_nelems(x) != vx_tensor_nelems(y) || x->ndim != y->ndim ||
+                   memcmp(x->shape, y->shape, sizeof x->shape)) {
+            status = "shape differs";
+        } else {
+            float *fa = NULL, *fb = NULL;
+            int ea = 0, eb = 0;
+            vx_err ve = {0};
+            if (!oa && !ob && x->dtype == y->dtype && x->nbytes == y->nbytes &&
+                (x->data == y->data || memcmp(x->data, y->data, (size_t)x->nbytes) == 0))
+                continue;
+            if (brw_edit_tensor_f32(A->c, oa, x, &fa, &ea, &ve) ||
+                brw_edit_tensor_f32(B->c, ob, y, &fb, &eb, &ve)) {
+                free(fa);
+                if (ve.code != VX_EUNSUPPORTED)
+                    return lql_err_vx(e, &ve, &st->at);
+                status = x->nbytes == y->nbytes && !memcmp(x->data, y->data, (size_t)x->nbytes)
+                             ? NULL : "bytes differ";
+            } else {
+                uint64_t n = vx_tensor_nelems(x);
+                for (uint64_t k = 0; k < n; k++) {
+                    double d = fabs((double)fa[k] - fb[k]);
+                    changed += d > 0;
+                    mx = fmax(mx, d);
+                }
+                free(fa);
+                free(fb);
+                have_mx = 1;
+                status = changed ? "modified" : NULL;
+            }
+            if (!status)
+                continue;
+        }
+        lql_row(t);
+        lql_cell_text(t, x->object);
+        lql_cell_text(t, x->name);
+        lql_cell_int(t, changed);
+        if (have_mx)
+            lql_cell_float(t, mx);
+        else
+            lql_cell_null(t);
+        lql_cell_text(t, status);
+    }
+    for (size_t i = 0; i < vx_tensor_count(B->c); i++) {
+        const vx_tensor *y = vx_tensor_at(B->c, i);
+        if (tensor_in_layer(st, y->name) && !vx_find(A->c, y->object, y->name)) {
+            lql_row(t);
+            lql_cell_text(t, y->object);
+            lql_cell_text(t, y->name);
+            lql_cell_int(t, 0);
+            lql_cell_null(t);
+            lql_cell_text(t, "only in b");
+        }
+    }
+    return 0;
+}
+
+/* PHYSICAL: the segment files as index.json records them. */
+static int diff_segments(const side *A, const side *B, lql_result *r, lql_err *e)
+{
+    static const lql_colspec cols[] = {
+        {"segment", LQL_TEXT, 0}, {"bytes_a", LQL_INT, 0}, {"bytes_b", LQL_INT, 0},
+        {"status", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, "segments", 4, cols);
+    if (!t)
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    const cJSON *sa = cJSON_GetObjectItemCaseSensitive(vx_index_json(A->c), "segments");
+    const cJSON *sb = cJSON_GetObjectItemCaseSensitive(vx_index_json(B->c), "segments"), *x;
+    cJSON_ArrayForEach(x, sa) {
+        const cJSON *y = cJSON_GetObjectItemCaseSensitive(sb, x->string);
+        const char *ha = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "sha256"));
+        const char *hb = y ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(y, "sha256")) : NULL;
+        lql_row(t);
+        lql_cell_text(t, x->string);
+        lql_cell_int(t, (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(x, "bytes")));
+        if (y)
+            lql_cell_int(t, (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(y, "bytes")));
+        else
+            lql_cell_null(t);
+        lql_cell_text(t, !y ? "only in a" : ha && hb && !strcmp(ha, hb) ? "same" : "differs");
+    }
+    cJSON_ArrayForEach(x, sb)
+        if (!cJSON_GetObjectItemCaseSensitive(sa, x->string)) {
+            lql_row(t);
+            lql_cell_text(t, x->string);
+            lql_cell_null(t);
+            lql_cell_int(t, (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(x, "bytes")));
+            lql_cell_text(t, "only in b");
+        }
+    return 0;
+}
+
+/* INTO PATCH: the feature differences as vector-free operations on side a. */
+static int diff_patch(const lql_stmt *st, const side *A, const side *B, const drow *rows,
+                      size_t n, lql_result *r, lql_err *e)
+{
+    vx_patch p = {0};
+    char now[32];
+    vx_utc_now(now);
+    p.version = 1;
+    p.base_model = (char *)model_name(A->c);
+    p.base_checksum = (char *)vx_index_sha256(A->c);
+    p.created_at = now;
+    p.description = (char *)"diff";
+    p.ops = calloc(n + 1, sizeof *p.ops);
+    if (!p.ops)
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    size_t skipped = 0;
+    vx_err ve = {0};
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        vx_op *op = &p.ops[p.nops];
+        int del = !strcmp(rows[i].status, "deleted") || !strcmp(rows[i].status, "removed");
+        if (!del && !rows[i].b.present) {
+            skipped++;
+            continue;
+        }
+        vx_op_init(op, del ? VX_OP_DELETE : VX_OP_UPDATE);
+        op->layer = rows[i].layer;
+        op->feature = (int)rows[i].feature;
+        if (!del) {
+            op->has_meta = 1;
+            op->meta_id = rows[i].b.top_id;
+            op->meta_c = rows[i].b.c_score;
+            const char *piece = brw_token_text(B->bm, rows[i].b.top_id);
+            if (vx_op_set_str(&op->meta_token, piece ? piece : "", &ve))
+                rc = lql_err_vx(e, &ve, &st->at);
+        }
+        p.nops++;
+    }
+    if (rc == 0 && vx_patch_write(st->into, &p, &ve))
+        rc = lql_err_vx(e, &ve, &st->clause_at[LQL_C_INTO_PATCH]);
+    if (rc == 0)
+        lql_result_note(r, "wrote %zu operations to %s%s", p.nops, st->into,
+                        skipped ? " (restored features have no vector-free form: skipped)" : "");
+    vx_ops_free(p.ops, p.nops);
+    return rc;
+}
+
 int lql_h_diff(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s;
-    (void)r;
-    return lql_refuse(e, st, "logical DIFF of effective model states has not landed "
-                             "(SHOW HISTORY and SHOW PATCHES list the overlay)");
+    edit_state *es = NULL;
+    side A, B;
+    if (state_of(s, st, &es, e) || open_browse(s, st, es, e))
+        return -1;
+    if (es->j && refresh(s, st, es, e))
+        return -1;
+    if (side_open(s, st, es, st->arg, &st->arg_at, &A, e))
+        return -1;
+    if (side_open(s, st, es, st->arg2, &st->arg2_at, &B, e)) {
+        side_close(&A);
+        return -1;
+    }
+    drow *rows = NULL;
+    size_t n = 0;
+    int rc = -1;
+    if (lql_has(st, LQL_C_RELATION)) {
+        brw_stats sa, sb;
+        vx_err ve = {0};
+        if (brw_stats_get(A.bm, &sa, &ve) || brw_stats_get(B.bm, &sb, &ve)) {
+            lql_err_vx(e, &ve, &st->at);
+            goto done;
+        }
+        if (!sa.labelled && !sb.labelled) {
+            lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_RELATION], "RELATION needs relation "
+                     "labels: neither side has feature labels");
+            goto done;
+        }
+    }
+    if (diff_features(st, &A, &B, &rows, &n, e))
+        goto done;
+    static const lql_colspec cols[] = {
+        {"layer", LQL_INT, 0}, {"feature", LQL_INT, 0}, {"a", LQL_TEXT, 0},
+        {"b", LQL_TEXT, 0}, {"c_a", LQL_FLOAT, 4}, {"c_b", LQL_FLOAT, 4},
+        {"status", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, "features", 7, cols);
+    if (!t) {
+        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+        goto done;
+    }
+    size_t limit = lql_has(st, LQL_C_LIMIT) ? (size_t)st->limit : 20;
+    for (size_t i = 0; i < n && i < limit; i++) {
+        char ta[256], tb[256];
+        brw_trim(rows[i].a.present ? brw_token_text(A.bm, rows[i].a.top_id) : "", ta, sizeof ta);
+        brw_trim(rows[i].b.present ? brw_token_text(B.bm, rows[i].b.top_id) : "", tb, sizeof tb);
+        lql_row(t);
+        lql_cell_int(t, rows[i].layer);
+        lql_cell_int(t, rows[i].feature);
+        lql_cell_text(t, ta);
+        lql_cell_text(t, tb);
+        lql_cell_float(t, rows[i].a.c_score);
+        lql_cell_float(t, rows[i].b.c_score);
+        lql_cell_text(t, rows[i].status);
+    }
+    lql_result_note(r, "%zu feature%s differ%s", n, n == 1 ? "" : "s",
+                    n > limit ? " (LIMIT shows the first ones)" : "");
+    if ((lql_has(st, LQL_C_PHYSICAL) ? diff_segments(&A, &B, r, e) : diff_tensors(st, &A, &B, r, e)) ||
+        (lql_has(st, LQL_C_INTO_PATCH) && diff_patch(st, &A, &B, rows, n, r, e)))
+        goto done;
+    rc = 0;
+done:
+    free(rows);
+    side_close(&A);
+    side_close(&B);
+    return rc;
 }
 
 /* ON CONFLICT FAIL: the first feature slot that operations of two different patches

@@ -142,6 +142,9 @@ int main(void)
         brw_meta md;
         CHECK(brw_open(c2, &bm, &e) == 0 && brw_feature_meta(bm, NULL, 3, 20, &md) == 0 &&
               md.present);
+        /* and a compiled tombstone has none */
+        CHECK(bm && brw_feature_meta(bm, NULL, 1, 4, &md) != 0 && !md.present);
+        CHECK(bm && brw_feature_meta(bm, NULL, 1, 5, &md) == 0 && md.present);
         brw_close(bm);
     }
     CHECK(vx_sha256_file(path, seg_after, &e) == 0);
