@@ -498,6 +498,8 @@ static int geometry_ok(const eng_model *m, vx_err *err)
     const int64_t qk = (int64_t)m->qk_nope + m->qk_rope + m->v_head_dim;
     const struct { const char *what; int64_t v, max; } p[] = {
         {"hidden_size", m->hidden, 65536},
+        {"num_layers", m->n_layers, 65536},
+        {"experts", m->experts, 65536},
         {"heads x head_dim", (int64_t)m->heads * m->head_dim, lim},
         {"heads x (qk_nope + qk_rope + v_head_dim)", (int64_t)m->heads * qk, lim},
         {"kv_lora_rank + qk_rope_head_dim", (int64_t)m->kv_lora + m->qk_rope, lim},
