@@ -280,6 +280,17 @@ int main(void)
         }
         CHECK(brw_trace_load(em, path, &to, &t2, &err) == -1);
         CHECK_HAS(err.msg, "does not match the bound model (4 layers, hidden 256)");
+        /* a truncated file (header intact) is refused by its size */
+        f = fopen(path, "r+b");
+        if (f) {
+            fseek(f, 16, SEEK_SET);
+            fputc(4, f);
+            fclose(f);
+        }
+        if (truncate(path, 32 + 24 + 100) != 0)
+            fprintf(stderr, "truncate failed\n");
+        CHECK(brw_trace_load(em, path, &to, &t2, &err) == -1);
+        CHECK_HAS(err.msg, "is 156 bytes, want 92216");
         brw_trace_free(&t);
         /* without keep_all only the last position is recorded, and SAVE refuses */
         to.keep_all = 0;
