@@ -289,16 +289,27 @@ static int perr(parse_ctx *c, int code, const char *fmt, const char *a, const ch
     return vx_errf(c->err, code, "%s: %s", c->where, what);
 }
 
-/* A required (req = 1) or optional string field: absent/null gives NULL. */
+/* The value of a required (req = 1) or optional field: *v NULL when it is absent or null
+ * (an error when required). */
+static int field(parse_ctx *c, const cJSON *o, const char *key, int req, const cJSON **v)
+{
+    *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (*v && cJSON_IsNull(*v))
+        *v = NULL;
+    if (!*v && req)
+        return perr(c, VX_EFORMAT, "missing field '%s'", key, NULL);
+    return 0;
+}
+
+/* A string field: absent/null gives NULL. */
 static int get_str(parse_ctx *c, const cJSON *o, const char *key, int req, char **out)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    const cJSON *v;
     *out = NULL;
-    if (!v || cJSON_IsNull(v)) {
-        if (req)
-            return perr(c, VX_EFORMAT, "missing field '%s'", key, NULL);
+    if (field(c, o, key, req, &v))
+        return -1;
+    if (!v)
         return 0;
-    }
     if (!cJSON_IsString(v))
         return perr(c, VX_EFORMAT, "field '%s' must be a string", key, NULL);
     if (!(*out = strdup(v->valuestring)))
@@ -310,13 +321,12 @@ static int get_str(parse_ctx *c, const cJSON *o, const char *key, int req, char 
 static int get_uint(parse_ctx *c, const cJSON *o, const char *key, int req, double max,
                     int64_t *out)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    const cJSON *v;
     *out = -1;
-    if (!v || cJSON_IsNull(v)) {
-        if (req)
-            return perr(c, VX_EFORMAT, "missing field '%s'", key, NULL);
+    if (field(c, o, key, req, &v))
+        return -1;
+    if (!v)
         return 0;
-    }
     if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= max ||
         v->valuedouble != floor(v->valuedouble))
         return perr(c, VX_EFORMAT, "field '%s' must be a non-negative integer%s", key,
@@ -344,12 +354,11 @@ static int get_vec(parse_ctx *c, const cJSON *o, const char *role, int req, vx_o
     char key[32], skey[32];
     snprintf(key, sizeof key, "%s_vector_b64", role);
     snprintf(skey, sizeof skey, "%s_shape", role);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v || cJSON_IsNull(v)) {
-        if (req)
-            return perr(c, VX_EFORMAT, "missing field '%s'", key, NULL);
+    const cJSON *v;
+    if (field(c, o, key, req, &v))
+        return -1;
+    if (!v)
         return 0;
-    }
     if (!cJSON_IsString(v))
         return perr(c, VX_EFORMAT, "field '%s' must be a string", key, NULL);
     uint8_t *bytes;
