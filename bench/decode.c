@@ -4,7 +4,7 @@
  * bandwidth measured in the same run.
  *
  *   decode [--dtype bf16|f16|f32] [--dir /tmp/lql-bench] [--threads 2] [--prompt 64]
- *          [--gen 32] [--layers 22]
+ *          [--gen 32] [--layers 22] [--no-amx]
  *
  * The checkpoint (config.json + model.safetensors, written streaming with a seeded PRNG)
  * and its container are made under --dir on first use and reused afterwards. Reported:
@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "vindex.h"
-#include "engine.h"
+#include "engine_int.h"
 
 #define HID 2048
 #define INTER 5632
@@ -227,14 +227,18 @@ int main(int argc, char **argv)
 {
     const char *dt = "bf16", *dir = "/tmp/lql-bench";
     int threads = 2, n_prompt = 64, n_gen = 32, layers = 22;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--dtype")) dt = argv[i + 1];
-        else if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
-        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--prompt")) n_prompt = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--gen")) n_gen = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--layers")) layers = atoi(argv[i + 1]);
-        else { fprintf(stderr, "decode: unknown option %s\n", argv[i]); return 2; }
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--no-amx")) { setenv("LQL_NO_AMX", "1", 1); continue; }
+        if (i + 1 >= argc) { fprintf(stderr, "decode: %s needs a value\n", o); return 2; }
+        const char *v = argv[++i];
+        if (!strcmp(o, "--dtype")) dt = v;
+        else if (!strcmp(o, "--dir")) dir = v;
+        else if (!strcmp(o, "--threads")) threads = atoi(v);
+        else if (!strcmp(o, "--prompt")) n_prompt = atoi(v);
+        else if (!strcmp(o, "--gen")) n_gen = atoi(v);
+        else if (!strcmp(o, "--layers")) layers = atoi(v);
+        else { fprintf(stderr, "decode: unknown option %s\n", o); return 2; }
     }
     if (strcmp(dt, "bf16") && strcmp(dt, "f16") && strcmp(dt, "f32")) {
         fprintf(stderr, "decode: --dtype must be bf16, f16 or f32\n");
@@ -314,6 +318,9 @@ int main(int argc, char **argv)
            (double)wbytes / (strcmp(dt, "f32") ? 2 : 4) / 1e9 + (double)VOCAB * HID / 1e9,
            wbytes / 1e9);
     printf("threads      %d (load average before the run: %.2f)\n", threads, ld[0]);
+    printf("prefill      %s\n", eng_amx_ready() && strcmp(dt, "f32")
+                                    ? "AMX tiles (split bf16 parts, f32 accuracy)"
+                                    : "f32 tiles + sgemm");
     printf("bandwidth    %.1f GB/s (%d threads summing 2 GB)\n", bw, threads);
     printf("prompt       %d tokens in %.3f s = %.1f tokens/s (llama.cpp %.1f: ratio %.2f)\n",
            n_prompt, tp, pps, ref_p, pps / ref_p);
