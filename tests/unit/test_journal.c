@@ -257,11 +257,11 @@ static void test_open_and_record(void)
 
     /* the same journal refuses another base, naming both */
     CHECK(vx_journal_open(p, SHA_B, "other", &j, &e) == -1 && !j);
-    char want[600];
+    char want[700];
     snprintf(want, sizeof want,
              "journal '%s' belongs to another base: it was recorded for model 'tiny' (index "
              "sha256 aaaaaaaaaaaaaaaa...) but the bound container is model 'other' (index "
-             "sha256 bbbbbbbbbbbbbbbb...)", p);
+             "sha256 bbbbbbbbbbbbbbbb...); move it away or name another journal", p);
     CHECK_STR(e.msg, want);
     CHECK(e.code == VX_EVERIFY);
 
