@@ -62,7 +62,8 @@ int brw_dmet_get(const brw_dmet *d, int layer, int64_t feature, brw_meta *out);
 /* Compute down-meta for every layer of the container in tmpdir and write
  * browse/down_meta.bin; record index.browse {down_meta, down_top_k, layer_bands,
  * band_rule}. ctx is NULL or a const vx_encode_opts * whose layer_lo/layer_hi (when both
- * >= 0) override the knowledge band. Matches vx_encode_opts.finish. */
+ * >= 0) override the knowledge band; without them, index.encoder.layer_band (recorded by
+ * the encoder from the same options) does. Matches vx_encode_opts.finish. */
 int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err);
 
 /* The bands for a depth: syntax = first floor(L/4) layers (at least 1), output = last

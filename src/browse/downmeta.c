@@ -537,15 +537,25 @@ int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
     snprintf(path, sizeof path, "%s/down_meta.bin", dir);
     if (write_meta(&s, path, err) != 0)
         goto done;
+    /* the band override: from the options when given as ctx, else as the encoder
+     * recorded it (index.encoder.layer_band) */
+    int lo = o ? o->layer_lo : -1, hi = o ? o->layer_hi : -1;
+    const cJSON *lb0 = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(index, "encoder"), "layer_band");
+    if (lo < 0 && cJSON_IsArray(lb0) && cJSON_GetArraySize(lb0) == 2 &&
+        cJSON_IsNumber(cJSON_GetArrayItem(lb0, 0)) && cJSON_IsNumber(cJSON_GetArrayItem(lb0, 1))) {
+        lo = (int)cJSON_GetArrayItem(lb0, 0)->valuedouble;
+        hi = (int)cJSON_GetArrayItem(lb0, 1)->valuedouble;
+    }
     int band[3][2];
-    brw_bands_for_depth(s.layers, o ? o->layer_lo : -1, o ? o->layer_hi : -1, band);
+    brw_bands_for_depth(s.layers, lo, hi, band);
     cJSON *br = cJSON_CreateObject();
     cJSON_AddStringToObject(br, "down_meta", "browse/down_meta.bin");
     cJSON_AddNumberToObject(br, "down_top_k", BRW_DOWN_TOP_K);
     cJSON *lb = cJSON_AddObjectToObject(br, "layer_bands");
     for (int b = 0; b < 3; b++)
         cJSON_AddItemToObject(lb, brw_band_name(b), band_json(band[b]));
-    if (o && o->layer_lo >= 0 && o->layer_hi >= o->layer_lo)
+    if (lo >= 0 && hi >= lo)
         cJSON_AddStringToObject(br, "band_rule", "knowledge band given at encode "
                                 "(layer_lo-layer_hi); syntax before it, output after it");
     else

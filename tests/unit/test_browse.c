@@ -433,6 +433,32 @@ int main(void)
         CHECK(brw_open(c, &bm2, &err) == -1);
         CHECK_HAS(err.msg, "down_meta: file is 10 bytes, shorter than the 16-byte header (in \"");
     }
+    /* a band override reaches the hook through index.encoder.layer_band even when the
+     * caller passes no ctx (as EXTRACT does) */
+    {
+        rm_rf(plain);
+        vx_encode_opts ob;
+        vx_encode_opts_init(&ob);
+        ob.layer_lo = 1;
+        ob.layer_hi = 1;
+        ob.finish = brw_encode_finish;
+        CHECK(vx_encode(TINY, plain, &ob, &err) == 0);
+        vx_container *cb = NULL;
+        brw_model *mb = NULL;
+        if (vx_open(plain, &cb, &err) == 0 && brw_open(cb, &mb, &err) == 0) {
+            int bb[3][2];
+            brw_bands(mb, bb);
+            CHECK(bb[0][0] == 0 && bb[0][1] == 0 && bb[1][0] == 1 && bb[1][1] == 1 &&
+                  bb[2][0] == 2 && bb[2][1] == 3);
+            const cJSON *bj = cJSON_GetObjectItem(vx_index_json(cb), "browse");
+            CHECK_HAS(cJSON_GetStringValue(cJSON_GetObjectItem(bj, "band_rule")),
+                      "knowledge band given at encode");
+        } else {
+            CHECK_MSG(0, "band override container: %s", err.msg);
+        }
+        brw_close(mb);
+        vx_close(cb);
+    }
     brw_close(m);
     vx_close(c);
     rm_rf(plain);
