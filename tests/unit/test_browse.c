@@ -213,6 +213,41 @@ int main(void)
     CHECK(brw_select(m, BRW_FEATURES, &so, &rows, &err) == -1);
     CHECK_STR(err.msg, "layer = compares numbers, got \"x\"");
 
+    /* SHOW LAYERS' browse part and STATS: counts, bands, bytes, the most frequent top
+     * token of a layer (recounted here from the DMET) */
+    {
+        brw_layer_info *li = NULL;
+        size_t nl = 0;
+        CHECK(brw_show_layers(m, 1, 2, NULL, &li, &nl, &err) == 0 && nl == 2);
+        int32_t *cnt = calloc(4096, sizeof *cnt);
+        int32_t best = -1, bestc = 0;
+        for (int64_t f = 0; f < 768; f++) {
+            brw_meta md;
+            brw_dmet_get(m->dmet, 2, f, &md);
+            if (md.present && ++cnt[md.top_id] > bestc) {
+                bestc = cnt[md.top_id];
+                best = md.top_id;
+            } else if (md.present && cnt[md.top_id] == bestc && md.top_id < best) {
+                best = md.top_id;
+            }
+        }
+        CHECK(li && li[1].layer == 2 && li[1].features == 768 && li[1].with_meta == 768);
+        CHECK(li && li[1].top_id == best && li[1].top_count == bestc);
+        CHECK(li && li[0].band == BRW_KNOWLEDGE && li[1].gate_bytes == 768 * 256 * 4);
+        CHECK_STR(li ? li[0].gate_dtype : NULL, "f32");
+        free(cnt);
+        free(li);
+        CHECK(brw_show_layers(m, 2, 9, NULL, &li, &nl, &err) == -1);
+        CHECK_STR(err.msg, "layer range 2-9 is out of range (the model has 4 layers: 0-3)");
+        brw_stats st;
+        CHECK(brw_stats_get(m, &st, &err) == 0);
+        CHECK(st.layers == 4 && st.hidden == 256 && st.vocab == 4096 && st.features == 3072);
+        CHECK(st.with_meta == 3072 && st.band_features[0] == 768 &&
+              st.band_features[1] == 1536 && st.band_features[2] == 768);
+        CHECK(st.gate_bytes == 4ull * 768 * 256 * 4 && st.labelled == 0);
+        CHECK(st.container_bytes > st.gate_bytes);
+    }
+
     /* TRACE against golden.json */
     eng_model *em = NULL;
     CHECK_MSG(eng_model_bind(c, &em, &err) == 0, "bind: %s", err.msg);
