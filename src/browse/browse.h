@@ -102,8 +102,6 @@ void brw_trim(const char *s, char *buf, size_t n);
  * ("L26_F9515" or "26:9515" keys) first, else the cluster label (relation_clusters.json
  * labels[c] for the c that feature_clusters.jsonl gives the feature). */
 const char *brw_label(const brw_model *m, int layer, int64_t feature);
-/* Gate-row bytes of one layer (all experts of a MoE layer). */
-uint64_t brw_gate_bytes(const brw_model *m, int layer);
 
 /* ---------------------------------------------------------------- overlay */
 

@@ -193,11 +193,6 @@ int64_t brw_features(const brw_model *m, int layer)
     return layer >= 0 && layer < m->s.layers ? m->s.layer[layer].features : 0;
 }
 
-uint64_t brw_gate_bytes(const brw_model *m, int layer)
-{
-    return layer >= 0 && layer < m->s.layers ? m->s.layer[layer].gate_bytes : 0;
-}
-
 void brw_bands(const brw_model *m, int band[3][2])
 {
     memcpy(band, m->band, sizeof m->band);
