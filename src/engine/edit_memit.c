@@ -594,10 +594,22 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
         vx_errf(err, VX_ENOMEM, "out of memory for an insert");
         goto done;
     }
-    if (o->n_protect)
-        memcpy(prot, o->protect, (size_t)o->n_protect * F * sizeof *prot);
-    if (np > o->n_protect)
-        memcpy(prot + (size_t)o->n_protect * F, kc.rows, (size_t)(n - 1) * F * sizeof *prot);
+    /* an earlier insert keyed on the same prompt is superseded, not protected: both
+     * constraints cannot hold, and the new update is optimised on top of the old one */
+    np = 0;
+    for (int i = 0; i < o->n_protect; i++) {
+        const float *k = o->protect + (size_t)i * F;
+        double kk = 0, ok = 0, oo = 0;
+        for (int q = 0; q < F; q++) {
+            kk += (double)out->key[q] * out->key[q];
+            ok += (double)out->key[q] * k[q];
+            oo += (double)k[q] * k[q];
+        }
+        if (ok * ok < 0.999 * 0.999 * kk * oo || ok < 0)
+            memcpy(prot + (size_t)np++ * F, k, (size_t)F * sizeof *prot);
+    }
+    memcpy(prot + (size_t)np * F, kc.rows, (size_t)(n - 1) * F * sizeof *prot);
+    np += n - 1;
     free(kc.rows);
     int sv = solve_v(o, F, prot, np, out->key, out->v, err);
     free(prot);

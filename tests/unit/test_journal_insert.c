@@ -2,9 +2,9 @@
  * test_journal_insert.c — INSERT's algorithm on the real tiny model (the MUTATION-NOTES
  * testbed): ten facts about made-up entities are inserted one after another at layer 3 as
  * rank-1 covariance-whitened down_proj updates, each protecting the earlier facts' keys;
- * then every fact must be recalled top-1 on its prompt and at least 48 of 50 unrelated
- * control prompts (template neighbours such as "The capital of Germany is" among them)
- * must keep their base top-1. Also checks the update's algebra (vᵀk = 1, vᵀk_old = 0) and
+ * then every fact must be recalled top-1 on its prompt, at least 48 of 50 unrelated
+ * prompts must keep their base top-1, and at least 13 of 16 template neighbours ("The
+ * capital of Germany is", same relation, real entity) too. Also checks the update's algebra (vᵀk = 1, vᵀk_old = 0) and
  * the refusals.
  */
 #include "browse.h"
@@ -19,6 +19,7 @@
 #define LAYER 3
 #define NFACTS 10
 #define NCTRL 50
+#define NNEAR 16
 
 static const char *const facts[NFACTS][3] = {
     {"Zorbania", "capital", " London"},   {"Quintara", "capital", " Boston"},
@@ -28,23 +29,32 @@ static const char *const facts[NFACTS][3] = {
     {"Brontex", "inventor", " Einstein"}, {"Ostravel", "capital", " Washington"},
 };
 
+/* Fifty prompts unrelated to the facts' templates ... */
 static const char *const controls[NCTRL] = {
-    "The capital of France is", "The capital of Germany is", "The capital of Italy is",
-    "The capital of Spain is", "The capital of England is", "The capital of Japan is",
-    "The capital of China is", "The capital of Russia is", "The capital of Egypt is",
-    "The capital of Canada is", "The language of France is", "The language of Germany is",
-    "The color of the sky is", "The color of grass is", "A baby cat is called a",
-    "A baby dog is called a", "The chemical symbol for Gold is",
+    "A baby cat is called a", "A baby dog is called a", "The chemical symbol for Gold is",
     "Whenever I feel like exercise,", "Once upon a time there was", "To be or not to be",
     "The quick brown fox", "I think, therefore", "All that glitters is not", "Knowledge is",
     "The only thing we have to fear is", "Life is", "In the beginning",
     "The best way to predict the future is", "Two plus two is", "The sun rises in the",
     "Water is made of", "The largest planet is", "The president of the United States",
     "He went to the", "She said that", "It was a dark and stormy", "The meaning of life is",
-    "Happiness is", "Love is", "The first man on the moon was", "The author of Hamlet is",
-    "The inventor of the telephone is", "My favorite food is", "The ocean is", "Music is",
-    "Time is", "A friend in need is", "Birds of a feather", "An apple a day keeps the",
-    "Actions speak louder than",
+    "Happiness is", "Love is", "The first man on the moon was", "My favorite food is",
+    "The ocean is", "Music is", "Time is", "A friend in need is", "Birds of a feather",
+    "An apple a day keeps the", "Actions speak louder than", "The weather today is",
+    "My name is", "I like to", "The dog ran to the", "We went to the", "The book was",
+    "The children played in the", "Good morning, how are", "The cat sat on the",
+    "He was born in", "The war ended in", "The river flows into the", "The king of the",
+    "They decided to", "The best thing about", "It is important to",
+};
+
+/* ... and sixteen template neighbours of the facts (same relation, a real entity). */
+static const char *const near[NNEAR] = {
+    "The capital of France is", "The capital of Germany is", "The capital of Italy is",
+    "The capital of Spain is", "The capital of England is", "The capital of Japan is",
+    "The capital of China is", "The capital of Russia is", "The capital of Egypt is",
+    "The capital of Canada is", "The language of France is", "The language of Germany is",
+    "The color of the sky is", "The color of grass is", "The author of Hamlet is",
+    "The inventor of the telephone is",
 };
 
 static const char *const starts[] = {
@@ -99,9 +109,11 @@ int main(void)
     }
     const int F = eng_model_ffn_features(m, LAYER);
 
-    int32_t base_ctrl[NCTRL];
+    int32_t base_ctrl[NCTRL], base_near[NNEAR];
     for (int i = 0; i < NCTRL; i++)
         base_ctrl[i] = top1(m, controls[i]);
+    for (int i = 0; i < NNEAR; i++)
+        base_near[i] = top1(m, near[i]);
 
     int32_t *cids;
     int *clens;
@@ -171,9 +183,18 @@ int main(void)
         if (!ok)
             printf("  control changed: %s\n", controls[i]);
     }
-    printf("recalled %d/%d facts, kept %d/%d controls\n", recalled, NFACTS, kept, NCTRL);
+    int kept_near = 0;
+    for (int i = 0; i < NNEAR; i++) {
+        int ok = top1(m, near[i]) == base_near[i];
+        kept_near += ok;
+        if (!ok)
+            printf("  template neighbour changed: %s\n", near[i]);
+    }
+    printf("recalled %d/%d facts, kept %d/%d unrelated prompts and %d/%d template "
+           "neighbours\n", recalled, NFACTS, kept, NCTRL, kept_near, NNEAR);
     CHECK_MSG(recalled == NFACTS, "recalled %d/%d", recalled, NFACTS);
-    CHECK_MSG(kept >= 48, "kept %d/%d controls", kept, NCTRL);
+    CHECK_MSG(kept >= 48, "kept %d/%d unrelated prompts", kept, NCTRL);
+    CHECK_MSG(kept_near >= 13, "kept %d/%d template neighbours", kept_near, NNEAR);
 
     eng_model_set_overlay(m, NULL);
     for (int f = 0; f < NFACTS; f++)
