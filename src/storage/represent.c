@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #define CHUNK_VALUES (1u << 20)
-#define DEFAULT_CAP (4ull << 30)
 #define MAX_SHARDS 1000
 
 int vx_decode_f32(vx_dtype dt, const void *src, float *dst, size_t n)
@@ -91,14 +90,6 @@ static vx_dtype out_dtype(const vx_tensor *t, vx_dtype dt)
     return dt;
 }
 
-static uint64_t shard_cap(void)
-{
-    const char *z = getenv("LQL_SHARD_CAP");
-    char *end;
-    unsigned long long v = z && *z ? strtoull(z, &end, 10) : 0;
-    return v && !*end ? (uint64_t)v : DEFAULT_CAP;
-}
-
 typedef struct job {
     const char *dir, *object;
     vx_dtype dt;
@@ -151,28 +142,16 @@ static int write_tensor(job *j, vx_segw *w, size_t i)
     return 0;
 }
 
-/* Plans shards under the cap and writes them; fills j->rel / j->nseg and the index
- * records (segments object, the representation's list). */
+/* Writes the shards (vx_segw_fit plans each under the cap); fills j->rel / j->nseg and the
+ * index records (segments object, the representation's list). */
 static int write_segments(job *j, cJSON *segs_rec, cJSON *rep_segs)
 {
-    uint64_t cap = shard_cap(), base = vx_segw_header_bound(NULL, 0);
+    uint64_t cap = vx_shard_cap();
     for (size_t i = 0; i < j->n;) {
-        size_t k = i;
-        uint64_t hb = base, pay = 0;
-        while (k < j->n) {
-            uint64_t add = vx_segw_header_bound(&j->tw[k], 1) - base;
-            uint64_t size = 8 + hb + add + ((pay + 63) & ~(uint64_t)63) + j->len[k];
-            if (size > cap) {
-                if (k == i)
-                    return vx_errf(j->err, VX_EARG, "represent: tensor '%s' of '%s' (%llu bytes) does not fit the shard cap of %llu bytes (raise LQL_SHARD_CAP)",
-                                   j->tw[k].name, j->object, (unsigned long long)j->len[k],
-                                   (unsigned long long)cap);
-                break;
-            }
-            hb += add;
-            pay = ((pay + 63) & ~(uint64_t)63) + j->len[k];
-            k++;
-        }
+        size_t span = 0;
+        if (vx_segw_fit(&j->tw[i], j->n - i, cap, "represent", j->object, &span, j->err) < 0)
+            return -1;
+        size_t k = i + span;
         if (j->nseg == MAX_SHARDS)
             return vx_errf(j->err, VX_EARG, "represent: more than %d segment files", MAX_SHARDS);
         char *rel = j->rel[j->nseg], path[PATH_MAX];

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char root[64];
@@ -307,6 +308,70 @@ static void test_fidelity_measured(const char *dir)
     CHECK(vx_fidelity_rank("made-up") == 5 && vx_fidelity_rank("source-exact") == 0);
 }
 
+/* `vindex ARGS 2>&1` through popen: the output into buf, the exit code returned. */
+static int vindex(const char *args, char *buf, size_t n)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s/vindex' %s 2>&1", LQL_BINARY_DIR, args);
+    FILE *p = popen(cmd, "r");
+    size_t got = p ? fread(buf, 1, n - 1, p) : 0;
+    buf[got] = '\0';
+    int st = p ? pclose(p) : -1;
+    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The CLI over the same container: represent's refusals and exit codes, profile listing
+ * with derived authority, diff's figures. */
+static void test_cli(const char *dir)
+{
+    static char out[1 << 16];
+    char args[800];
+    snprintf(args, sizeof args, "represent '%s' target.decoder_stack --dtype q8_0", dir);
+    CHECK(vindex(args, out, sizeof out) == 1);
+    CHECK_STR(out, "vindex represent: represent: representation 'target.decoder_stack.q8_0' already exists\n");
+    snprintf(args, sizeof args, "represent '%s' target.decoder_stack --dtype q9", dir);
+    CHECK(vindex(args, out, sizeof out) == 2);
+    CHECK_HAS(out, "vindex represent: unknown dtype 'q9'");
+    snprintf(args, sizeof args, "represent '%s' target.decoder_stack", dir);
+    CHECK(vindex(args, out, sizeof out) == 2);
+    snprintf(args, sizeof args, "profile '%s'", dir);
+    CHECK(vindex(args, out, sizeof out) == 0);
+    CHECK_HAS(out, "(baseline)            source-exact");
+    CHECK_HAS(out, "mixed                 numerically-approximate   target.decoder_stack=target.decoder_stack.q8_0 target.output_head=target.output_head.q4_k");
+    snprintf(args, sizeof args, "profile '%s' add q8only target.decoder_stack=target.decoder_stack.q8_0", dir);
+    CHECK(vindex(args, out, sizeof out) == 0);
+    CHECK_STR(out, "profile q8only added (1 selection), authority numerically-approximate\n");
+    snprintf(args, sizeof args, "profile '%s' add bad target.decoder_stack", dir);
+    CHECK(vindex(args, out, sizeof out) == 2);
+    CHECK_STR(out, "vindex profile: 'target.decoder_stack' is not OBJECT=REPRESENTATION\n");
+    snprintf(args, sizeof args, "diff '%s' target.decoder_stack target.decoder_stack.f32 target.decoder_stack.q4_0", dir);
+    CHECK(vindex(args, out, sizeof out) == 1);
+    CHECK_STR(out, "vindex diff: selection selects representation 'target.decoder_stack.q4_0' for object 'target.decoder_stack', which is not present (present: target.decoder_stack.f32, target.decoder_stack.q8_0)\n");
+    snprintf(args, sizeof args, "diff '%s' target.decoder_stack target.decoder_stack.f32 target.decoder_stack.q8_0 --json", dir);
+    CHECK(vindex(args, out, sizeof out) == 0);
+    cJSON *doc = cJSON_Parse(out), *all = cJSON_GetObjectItem(doc, "overall");
+    CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(doc, "tensors")) == 36);
+    CHECK(cJSON_GetObjectItem(all, "values") && cJSON_GetObjectItem(all, "values")->valuedouble == 3147776);
+    double rel = cJSON_GetObjectItem(all, "rel_err") ? cJSON_GetObjectItem(all, "rel_err")->valuedouble : -1;
+    CHECK(rel > 0.0045 && rel < 0.0055);          /* measured 0.00500 */
+    cJSON_Delete(doc);
+    snprintf(args, sizeof args, "precision '%s' --json", dir);
+    CHECK(vindex(args, out, sizeof out) == 0);
+    doc = cJSON_Parse(out);
+    const cJSON *r;
+    int seen = 0;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItem(doc, "representations")) {
+        const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(r, "id"));
+        double bpw = cJSON_GetObjectItem(r, "bits_per_weight")->valuedouble;
+        if (id && strcmp(id, "target.output_head.q4_k") == 0) {
+            CHECK_NEAR(bpw, 8.0 * (256 * 4 + 4096 * 144) / (256 + 4096 * 256.0), 1e-9);
+            seen++;
+        }
+    }
+    CHECK(seen == 1);
+    cJSON_Delete(doc);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/lql-profile-XXXXXX");
@@ -316,6 +381,7 @@ int main(void)
         test_represent_records(f32dir);
         test_profiles(f32dir);
         test_hostile(f32dir);
+        test_cli(f32dir);
     }
     if (encode("tinyllama-bf16", "tiny-bf16", bfdir, sizeof bfdir) == 0)
         test_fidelity_measured(bfdir);
