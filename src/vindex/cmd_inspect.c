@@ -304,18 +304,19 @@ VINDEX_HANDLER(precision)
     vx_container *c = open_stats(a, &s, &n, &w, &rc);
     if (!c)
         return rc;
-    /* Per dtype and overall: the bound (baseline) representations, one per object, so a
+    /* Per dtype: over every representation (each dtype's own bits per weight, block scales
+     * included). Overall: the bound (baseline) representations, one per object, so a
      * weight is counted once however many representations the container holds. */
     uint64_t bytes = 0, elems = 0, dbytes[VX_DTYPE_COUNT] = {0}, delems[VX_DTYPE_COUNT] = {0};
     for (size_t i = 0; i < n; i++) {
-        const char *bound = vx_bound_representation(c, s[i].object);
-        if (!bound || strcmp(bound, s[i].id) != 0)
-            continue;
-        bytes += s[i].bytes;
-        elems += s[i].elems;
         for (int d = 0; d < VX_DTYPE_COUNT; d++) {
             dbytes[d] += s[i].dbytes[d];
             delems[d] += s[i].delems[d];
+        }
+        const char *bound = vx_bound_representation(c, s[i].object);
+        if (bound && strcmp(bound, s[i].id) == 0) {
+            bytes += s[i].bytes;
+            elems += s[i].elems;
         }
     }
     cJSON *doc = a->json ? cJSON_CreateObject() : NULL, *reps = NULL, *dts = NULL;

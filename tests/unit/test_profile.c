@@ -369,6 +369,13 @@ static void test_cli(const char *dir)
         }
     }
     CHECK(seen == 1);
+    cJSON_ArrayForEach(r, cJSON_GetObjectItem(doc, "dtypes")) {
+        const char *dt = cJSON_GetStringValue(cJSON_GetObjectItem(r, "dtype"));
+        double bpw = cJSON_GetObjectItem(r, "bits_per_weight")->valuedouble;
+        if (dt && strcmp(dt, "q8_0") == 0) { CHECK_NEAR(bpw, 8.5, 1e-12); seen++; }
+        if (dt && strcmp(dt, "q4_k") == 0) { CHECK_NEAR(bpw, 4.5, 1e-12); seen++; }
+    }
+    CHECK(seen == 3);
     cJSON_Delete(doc);
 }
 
