@@ -43,6 +43,7 @@ struct vx_container {
     size_t *slot;            /* open addressing: tensor index + 1, 0 = empty */
     size_t nslot;            /* power of two, >= 2 * nt */
     char *profile;           /* bound profile name, NULL: each object's baseline */
+    vx_bank *bank;           /* bank shape: the LYRW banks moe_manifest.json names (bank.c) */
 };
 
 static uint64_t hash_key(const char *object, const char *name)
@@ -204,6 +205,7 @@ static int build_table(vx_container *c, vx_err *err)
     size_t n = 0;
     for (size_t i = 0; i < c->nseg; i++)
         n += c->segs[i].active ? c->segs[i].h.n : 0;
+    n += vx_bank_tensor_count(c->bank);
     c->nslot = 16;
     while (c->nslot < 2 * n)
         c->nslot *= 2;
@@ -234,6 +236,15 @@ static int build_table(vx_container *c, vx_err *err)
             t->offset = st->offset;
             c->slot[at] = ++c->nt;
         }
+    }
+    for (size_t i = 0; i < vx_bank_tensor_count(c->bank); i++) {
+        const vx_tensor *bt = vx_bank_tensor_at(c->bank, i);
+        size_t at = probe(c, bt->object, bt->name);
+        if (c->slot[at])
+            return vx_errf(err, VX_EFORMAT, "object '%s': tensor '%s' appears in both '%s' and '%s'",
+                           bt->object, bt->name, c->t[c->slot[at] - 1].segment, bt->segment);
+        c->t[c->nt] = *bt;
+        c->slot[at] = ++c->nt;
     }
     return 0;
 }
@@ -378,7 +389,7 @@ static int read_index(vx_container *c, vx_err *err)
                        "bank-shape containers (LYRW v2) are not readable yet (index.json sets moe_manifest, no system_graph)");
     if (!has_graph)
         return vx_errf(err, VX_EFORMAT, "index.json names neither a system_graph nor a moe_manifest");
-    c->shape = VX_SHAPE_GRAPH;
+    c->shape = has_bank ? VX_SHAPE_BANK : VX_SHAPE_GRAPH;
     return 0;
 }
 
@@ -401,6 +412,8 @@ int vx_open_profile(const char *dir, const char *profile, const vx_select *sel, 
         return vx_errf(err, VX_ENOMEM, "out of memory opening '%s'", dir);
     }
     if (read_index(c, err) < 0 || read_graph(c, err) < 0 || map_objects(c, profile, sel, nsel, err) < 0 ||
+        (c->shape == VX_SHAPE_BANK &&
+         vx_bank_load(c->dir, c->index, c->graph, c->component, &c->bank, err) < 0) ||
         build_table(c, err) < 0 || close_operands(c, err) < 0) {
         vx_close(c);
         return -1;
@@ -420,6 +433,7 @@ void vx_close(vx_container *c)
         free(c->segs[i].rel);
     }
     free(c->segs);
+    vx_bank_free(c->bank);
     free(c->t);
     free(c->slot);
     cJSON_Delete(c->index);
@@ -432,6 +446,7 @@ void vx_close(vx_container *c)
 const char *vx_dir(const vx_container *c) { return c->dir; }
 int vx_version(const vx_container *c) { return c->version; }
 vx_shape vx_container_shape(const vx_container *c) { return c->shape; }
+const vx_bank *vx_container_bank(const vx_container *c) { return c->bank; }
 const cJSON *vx_index_json(const vx_container *c) { return c->index; }
 const cJSON *vx_graph_json(const vx_container *c) { return c->graph; }
 const cJSON *vx_component(const vx_container *c) { return c->component; }

@@ -289,6 +289,26 @@ typedef struct vx_diff_stat {
 } vx_diff_stat;
 int vx_tensor_diff(const vx_tensor *a, const vx_tensor *b, vx_diff_stat *out, vx_err *err);
 
+/* ---------------------------------------------------------------- bank shape */
+
+/* What vx_bank_import wrote (docs/lql/BANK.md). */
+typedef struct vx_bank_info {
+    int layers;              /* layer files written (one LYRW v2 file per layer) */
+    int banks[3];            /* banks written: routed, shared, dense */
+    uint64_t regions;        /* LYRW regions (entries x roles) */
+    uint64_t bank_bytes;     /* region payload bytes moved into LYRW files */
+    uint64_t graph_bytes;    /* payload bytes left in the decoder's tensor-table segments */
+} vx_bank_info;
+
+/* Derive a bank-shape container (the convergence configuration: system graph kept as the
+ * semantic authority, moe_manifest.json set, gated FFN weights of every layer in one LYRW
+ * v2 file per layer) from the graph-shape MoE container src_dir. Bytes are copied
+ * unchanged, streamed from the source mapping; unchanged files are hard-linked. Builds a
+ * temporary sibling and renames it into place; refuses an existing out_dir, a container
+ * without routed layers, and a decoder object with several representations. info may be
+ * NULL. */
+int vx_bank_import(const char *src_dir, const char *out_dir, vx_bank_info *info, vx_err *err);
+
 /* ---------------------------------------------------------------- cancellation */
 
 /* Long-running work (encode, COMPILE, forward passes) polls this flag; the shell sets it

@@ -132,4 +132,71 @@ int vx_segw_close(vx_segw *w, char sha[65], uint64_t *bytes, vx_err *err);
 /* Abandon (error paths): closes and frees; the caller removes the file. NULL is fine. */
 void vx_segw_abort(vx_segw *w);
 
+/* ---- bank shape (docs/lql/BANK.md): moe_manifest.json (manifest.c), its LYRW v2 banks
+ * exposed as tensors under the canonical operand names (bank.c) ---- */
+#define VX_MANIFEST_SCHEMA 1
+enum { VX_SLOT_ROUTED, VX_SLOT_SHARED, VX_SLOT_DENSE, VX_BANK_SLOTS };
+/* "routed_bank", "shared_bank", "dense_bank": the manifest keys of the slots. */
+extern const char *const vx_bank_slot_names[VX_BANK_SLOTS];
+
+/* A §8.4 registry entry: the region roles (lyrw.h VX_ROLE_*) the programme needs, and
+ * whether lql executes it. */
+typedef struct vx_programme {
+    int id;
+    const char *name;
+    uint16_t roles[5];
+    int nroles;
+    int executable;
+} vx_programme;
+/* The registry entry named `name`, or NULL (an unknown programme: kept, refused at the
+ * capability check). */
+const vx_programme *vx_programme_find(const char *name);
+
+typedef struct vx_mbank {
+    int present;
+    const char *programme, *storage;     /* point into the manifest JSON */
+    const vx_programme *prog;            /* NULL for an unknown programme */
+    uint32_t bank_id, experts, input, intermediate, output;
+} vx_mbank;
+
+typedef struct vx_mlayer {
+    uint32_t layer;
+    vx_mbank bank[VX_BANK_SLOTS];
+    const char *router, *scoring;        /* routed layers: router operand, scoring */
+    uint32_t top_k;
+} vx_mlayer;
+
+typedef struct vx_manifest {
+    cJSON *json;                         /* owns every string above */
+    const char *object;                  /* the graph object the banks belong to */
+    vx_mlayer *l;
+    size_t n;
+} vx_manifest;
+
+/* Parse and structurally validate n bytes of moe_manifest.json against a graph of
+ * num_layers layers: schema (refused by name unless 1), layers in range and listed once,
+ * every bank with programme, storage, bank_id, experts, expert_dims. Programme names
+ * outside the registry are kept (prog NULL). On failure *m is empty. */
+int vx_manifest_parse(const char *text, size_t n, uint64_t num_layers, vx_manifest *m,
+                      vx_err *err);
+void vx_manifest_free(vx_manifest *m);
+
+typedef struct vx_bank vx_bank;
+/* Load the bank storage of a container whose index.json sets moe_manifest: the manifest
+ * (checked against the graph's execution surface), every LYRW file it names (opened
+ * through lyrw.c, byte count checked against index.json `segments`), the capability
+ * check of each bank's programme, and one vx_tensor view per (layer, bank, entry, role)
+ * named as docs/lql/CONTAINER.md names the operand. On failure *out is NULL. */
+int vx_bank_load(const char *dir, const cJSON *index, const cJSON *graph, const cJSON *component,
+                 vx_bank **out, vx_err *err);
+void vx_bank_free(vx_bank *b);
+size_t vx_bank_tensor_count(const vx_bank *b);
+const vx_tensor *vx_bank_tensor_at(const vx_bank *b, size_t i);
+/* The bank of the open container, NULL for a graph-shape container. */
+const vx_bank *vx_container_bank(const vx_container *c);
+/* The LYRW files of a loaded bank, container-relative, in manifest order. */
+size_t vx_bank_file_count(const vx_bank *b);
+const char *vx_bank_file_at(const vx_bank *b, size_t i);
+const vx_manifest *vx_bank_manifest(const vx_bank *b);
+
 #endif

@@ -1,0 +1,296 @@
+/*
+ * bank.c — the bank-shape storage of a container (docs/lql/BANK.md): moe_manifest.json
+ * judged against the system graph (the semantic authority), every LYRW v2 file it names
+ * opened through lyrw.c, each bank's programme checked for the roles it needs, and one
+ * borrowed vx_tensor view per (layer, bank, entry, role) under the canonical operand
+ * names of docs/lql/CONTAINER.md, so the reader's lookup table (and through it the
+ * engine and browse) sees expert weights exactly as in the graph shape.
+ */
+#include "vindex.h"
+#include "vx_int.h"
+#include "lyrw.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define NAME_MAX_LEN 80
+
+struct vx_bank {
+    vx_manifest m;
+    vx_lyrw **files;
+    const char **rel;          /* into the manifest JSON */
+    size_t nfiles;
+    vx_tensor *t;
+    char (*names)[NAME_MAX_LEN];
+    size_t nt, capt;
+};
+
+/* The three roles of a gated MLP and the operand suffix each becomes. */
+static const uint16_t gated_roles[3] = {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN};
+static const char *const gated_names[3] = {"gate_proj", "up_proj", "down_proj"};
+
+static void operand_name(char *out, size_t n, int slot, uint32_t layer, uint32_t entry,
+                         const char *role)
+{
+    if (slot == VX_SLOT_ROUTED)
+        snprintf(out, n, "layers.%u.ffn.experts.%u.%s", layer, entry, role);
+    else if (slot == VX_SLOT_SHARED)
+        snprintf(out, n, "layers.%u.ffn.shared.%s", layer, role);
+    else
+        snprintf(out, n, "layers.%u.ffn.%s", layer, role);
+}
+
+/* Open (once per path) the LYRW file `rel`, checking index.json's byte count first. */
+static int open_file(vx_bank *b, const char *dir, const cJSON *index, const char *rel,
+                     const char *where, vx_lyrw **out, vx_err *err)
+{
+    for (size_t i = 0; i < b->nfiles; i++) {
+        if (strcmp(b->rel[i], rel) == 0) {
+            *out = b->files[i];
+            return 0;
+        }
+    }
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(index, "segments"), rel);
+    uint64_t recorded;
+    if (!cJSON_IsObject(rec) || vx_json_u64(cJSON_GetObjectItemCaseSensitive(rec, "bytes"), &recorded) < 0)
+        return vx_errf(err, VX_EFORMAT, "moe_manifest.json %s: storage '%s' has no record in index.json segments",
+                       where, rel);
+    char path[PATH_MAX];
+    struct stat st;
+    if (vx_resolve_in(dir, rel, path, sizeof path, err) < 0)
+        return -1;
+    if (stat(path, &st) < 0)
+        return vx_errf(err, errno == ENOENT ? VX_EMISSING : VX_EIO,
+                       "moe_manifest.json %s: storage '%s' is missing from the container: %s", where, rel,
+                       strerror(errno));
+    if ((uint64_t)st.st_size != recorded)
+        return vx_errf(err, VX_EFORMAT, "bank file '%s' is %s: %llu bytes on disk, index.json records %llu",
+                       rel, (uint64_t)st.st_size < recorded ? "truncated" : "longer than recorded",
+                       (unsigned long long)st.st_size, (unsigned long long)recorded);
+    vx_lyrw **f = realloc(b->files, (b->nfiles + 1) * sizeof *f);
+    const char **r = f ? realloc(b->rel, (b->nfiles + 1) * sizeof *r) : NULL;
+    if (f)
+        b->files = f;
+    if (!r)
+        return vx_errf(err, VX_ENOMEM, "out of memory opening bank file '%s'", rel);
+    b->rel = r;
+    if (vx_lyrw_open(path, &b->files[b->nfiles], err) < 0)
+        return -1;
+    b->rel[b->nfiles] = rel;
+    *out = b->files[b->nfiles++];
+    return 0;
+}
+
+/* The manifest restates facts the graph owns (which layers route, expert count, top-k,
+ * scoring); any disagreement is refused rather than resolved. */
+static int agree_with_graph(const vx_mlayer *L, const cJSON *component, vx_err *err)
+{
+    const cJSON *exec = cJSON_GetObjectItemCaseSensitive(component, "execution");
+    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(exec, "moe");
+    const cJSON *gl = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(component, "layers"), (int)L->layer);
+    const char *ffn = vx_json_str(gl, "ffn");
+    int routed = L->bank[VX_SLOT_ROUTED].present;
+    if (!ffn || strcmp(ffn, routed ? "moe" : "dense") != 0)
+        return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u has a %s, but the system graph's layer %u ffn is '%s'",
+                       L->layer, routed ? "routed_bank" : "dense_bank", L->layer, ffn ? ffn : "(none)");
+    if (!routed)
+        return 0;
+    uint64_t experts = 0, top_k = 0;
+    if (vx_json_u64(cJSON_GetObjectItemCaseSensitive(moe, "experts"), &experts) < 0 ||
+        vx_json_u64(cJSON_GetObjectItemCaseSensitive(moe, "top_k"), &top_k) < 0)
+        return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u routes, but the system graph has no execution.moe",
+                       L->layer);
+    const char *scoring = vx_json_str(moe, "scoring");
+    if (experts != L->bank[VX_SLOT_ROUTED].experts)
+        return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: routed_bank experts %u disagree with the system graph's moe.experts %llu",
+                       L->layer, L->bank[VX_SLOT_ROUTED].experts, (unsigned long long)experts);
+    if (top_k != L->top_k)
+        return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: selection k %u disagrees with the system graph's moe.top_k %llu",
+                       L->layer, L->top_k, (unsigned long long)top_k);
+    if (L->scoring && scoring && strcmp(L->scoring, scoring) != 0)
+        return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: scoring '%s' disagrees with the system graph's '%s'",
+                       L->layer, L->scoring, scoring);
+    return 0;
+}
+
+/* Capability (seed §11): the programme is one lql executes and the bank holds every
+ * role it needs in a decodable form; otherwise refuse naming layer, bank, role, file. */
+static int capable(const vx_mlayer *L, int slot, const vx_lyrw *f, const vx_lyrw_bank *k,
+                   const char *rel, int schema_of[3], vx_err *err)
+{
+    const vx_mbank *mb = &L->bank[slot];
+    const char *sn = vx_bank_slot_names[slot];
+    if (!mb->prog)
+        return vx_errf(err, VX_EUNSUPPORTED, "moe_manifest.json layer %u %s: programme '%s' is not in the programme registry; the bank is kept but cannot execute",
+                       L->layer, sn, mb->programme);
+    if (!mb->prog->executable)
+        return vx_errf(err, VX_EUNSUPPORTED, "moe_manifest.json layer %u %s: programme '%s' (registry id %d) is registered, but lql executes only gated-mlp-v1",
+                       L->layer, sn, mb->programme, mb->prog->id);
+    for (int r = 0; r < 3; r++) {
+        schema_of[r] = -1;
+        for (unsigned s = 0; s < k->schema_count && schema_of[r] < 0; s++) {
+            if (k->schemas[s].role == gated_roles[r])
+                schema_of[r] = (int)s;
+        }
+        if (schema_of[r] < 0) {
+            char op[NAME_MAX_LEN];
+            operand_name(op, sizeof op, slot, L->layer, 0, gated_names[r]);
+            return vx_errf(err, VX_EMISSING, "missing operand '%s' (layer %u, %s %u, programme '%s'): role '%s' is absent from segment '%s'",
+                           op, L->layer, sn, mb->bank_id, mb->programme, vx_lyrw_role_name(gated_roles[r]), rel);
+        }
+    }
+    if (vx_lyrw_check(f, gated_roles, 3, err) < 0)
+        return -1;
+    return 0;
+}
+
+static int add_tensor(vx_bank *b, const vx_tensor *t, const char *name, vx_err *err)
+{
+    if (b->nt == b->capt) {
+        size_t cap = b->capt ? 2 * b->capt : 64;
+        vx_tensor *nt = realloc(b->t, cap * sizeof *nt);
+        if (nt)
+            b->t = nt;
+        char (*nn)[NAME_MAX_LEN] = nt ? realloc(b->names, cap * sizeof *nn) : NULL;
+        if (!nn)
+            return vx_errf(err, VX_ENOMEM, "out of memory for bank tensor '%s'", name);
+        b->names = nn;
+        b->capt = cap;
+        for (size_t i = 0; i < b->nt; i++)     /* names moved with the realloc */
+            b->t[i].name = b->names[i];
+    }
+    snprintf(b->names[b->nt], NAME_MAX_LEN, "%s", name);
+    b->t[b->nt] = *t;
+    b->t[b->nt].name = b->names[b->nt];
+    b->nt++;
+    return 0;
+}
+
+static int load_bank(vx_bank *b, const char *dir, const cJSON *index, const vx_mlayer *L, int slot,
+                     vx_err *err)
+{
+    const vx_mbank *mb = &L->bank[slot];
+    const char *sn = vx_bank_slot_names[slot];
+    char where[64];
+    snprintf(where, sizeof where, "layer %u %s", L->layer, sn);
+    if (slot != VX_SLOT_ROUTED && mb->experts != 1)
+        return vx_errf(err, VX_EUNSUPPORTED, "moe_manifest.json %s: %u experts; the graph shape has one %s MLP per layer",
+                       where, mb->experts, slot == VX_SLOT_SHARED ? "shared" : "dense");
+    vx_lyrw *f = NULL;
+    if (open_file(b, dir, index, mb->storage, where, &f, err) < 0)
+        return -1;
+    if (f->layer != L->layer)
+        return vx_errf(err, VX_EFORMAT, "moe_manifest.json %s: storage '%s' holds layer %u",
+                       where, mb->storage, f->layer);
+    const vx_lyrw_bank *k = vx_lyrw_bank_by_id(f, (uint16_t)mb->bank_id);
+    if (!k)
+        return vx_errf(err, VX_EMISSING, "moe_manifest.json %s: bank %u is not in '%s' (it holds %u bank%s)",
+                       where, mb->bank_id, mb->storage, f->num_banks, f->num_banks == 1 ? "" : "s");
+    if (k->num_entries != mb->experts || k->input_dim != mb->input ||
+        k->intermediate_dim != mb->intermediate || k->output_dim != mb->output)
+        return vx_errf(err, VX_EFORMAT, "moe_manifest.json %s: bank %u of '%s' is %u entries of %u/%u/%u, the manifest says %u of %u/%u/%u",
+                       where, mb->bank_id, mb->storage, k->num_entries, k->input_dim,
+                       k->intermediate_dim, k->output_dim, mb->experts, mb->input, mb->intermediate,
+                       mb->output);
+    int schema_of[3];
+    if (capable(L, slot, f, k, mb->storage, schema_of, err) < 0)
+        return -1;
+    for (uint32_t e = 0; e < mb->experts; e++) {
+        for (int r = 0; r < 3; r++) {
+            char name[NAME_MAX_LEN];
+            vx_tensor t;
+            operand_name(name, sizeof name, slot, L->layer, e, gated_names[r]);
+            if (vx_lyrw_tensor(f, (uint16_t)mb->bank_id, e, (uint16_t)schema_of[r], &t, err) < 0)
+                return -1;
+            t.segment = mb->storage;
+            if (add_tensor(b, &t, name, err) < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static int object_listed(const cJSON *graph, const char *id)
+{
+    const cJSON *o;
+    cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(graph, "objects")) {
+        const char *oid = vx_json_str(o, "id");
+        if (oid && strcmp(oid, id) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+int vx_bank_load(const char *dir, const cJSON *index, const cJSON *graph, const cJSON *component,
+                 vx_bank **out, vx_err *err)
+{
+    *out = NULL;
+    const char *rel = vx_json_str(index, "moe_manifest");
+    if (!rel)
+        return vx_errf(err, VX_EFORMAT, "index.json: moe_manifest is not a path string");
+    uint64_t layers;
+    if (vx_json_u64(cJSON_GetObjectItemCaseSensitive(component, "num_layers"), &layers) < 0 ||
+        layers > 65536)
+        return vx_errf(err, VX_EFORMAT, "system graph component has no usable num_layers");
+    char path[PATH_MAX], *text = NULL;
+    size_t n = 0;
+    if (vx_resolve_in(dir, rel, path, sizeof path, err) < 0)
+        return -1;
+    if (vx_read_small_file(path, rel, &text, &n, err) < 0) {
+        if (err && err->code == VX_EMISSING)
+            vx_errf(err, VX_EMISSING, "%s is missing from '%s' (index.json names it)", rel, dir);
+        return -1;
+    }
+    vx_bank *b = calloc(1, sizeof *b);
+    if (!b) {
+        free(text);
+        return vx_errf(err, VX_ENOMEM, "out of memory reading %s", rel);
+    }
+    int rc = vx_manifest_parse(text, n, layers, &b->m, err);
+    free(text);
+    if (rc == 0 && !object_listed(graph, b->m.object))
+        rc = vx_errf(err, VX_EMISSING, "moe_manifest.json names object '%s', which the system graph does not define",
+                     b->m.object);
+    for (size_t i = 0; rc == 0 && i < b->m.n; i++) {
+        const vx_mlayer *L = &b->m.l[i];
+        rc = agree_with_graph(L, component, err);
+        for (int s = 0; rc == 0 && s < VX_BANK_SLOTS; s++) {
+            if (L->bank[s].present)
+                rc = load_bank(b, dir, index, L, s, err);
+        }
+    }
+    if (rc < 0) {
+        vx_bank_free(b);
+        return -1;
+    }
+    for (size_t i = 0; i < b->nt; i++)
+        b->t[i].object = b->m.object;
+    *out = b;
+    return 0;
+}
+
+void vx_bank_free(vx_bank *b)
+{
+    if (!b)
+        return;
+    for (size_t i = 0; i < b->nfiles; i++)
+        vx_lyrw_free(b->files[i]);
+    free(b->files);
+    free(b->rel);
+    free(b->t);
+    free(b->names);
+    vx_manifest_free(&b->m);
+    free(b);
+}
+
+size_t vx_bank_tensor_count(const vx_bank *b) { return b ? b->nt : 0; }
+const vx_tensor *vx_bank_tensor_at(const vx_bank *b, size_t i) { return i < b->nt ? &b->t[i] : NULL; }
+size_t vx_bank_file_count(const vx_bank *b) { return b ? b->nfiles : 0; }
+const char *vx_bank_file_at(const vx_bank *b, size_t i) { return i < b->nfiles ? b->rel[i] : NULL; }
+const vx_manifest *vx_bank_manifest(const vx_bank *b) { return &b->m; }

@@ -1,0 +1,602 @@
+/*
+ * bank_write.c — `vindex bank import`: derive a bank-shape container (convergence
+ * configuration, docs/lql/BANK.md) from a graph-shape MoE container. The gated FFN
+ * weights of every layer (routed experts, the shared expert, dense FFNs) move into one
+ * LYRW v2 file per layer, byte for byte; the decoder object's other operands are
+ * rewritten into fresh tensor-table segments; moe_manifest.json describes each layer's
+ * programme; every other file is hard-linked (copied when linking fails). Regions are
+ * streamed from the source mapping, so memory holds the tables only. The result is
+ * built in a temporary sibling and renamed into place when complete.
+ */
+#define _GNU_SOURCE   /* nftw */
+#include "vindex.h"
+#include "vx_int.h"
+#include "lyrw.h"
+#include "st.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *const roles[3] = {"gate_proj", "up_proj", "down_proj"};
+
+typedef struct importer {
+    const vx_container *c;
+    const char *src, *tmp, *object, *rep;
+    char *moved;                 /* per vx_tensor_at index: goes into a bank */
+    cJSON *index, *manifest_layers;
+    vx_bank_info *info;
+    vx_err *err;
+} importer;
+
+/* ---------------------------------------------------------------- files */
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static int copy_file(const char *src, const char *dst, vx_err *err)
+{
+    if (link(src, dst) == 0)
+        return 0;
+    int in = open(src, O_RDONLY | O_CLOEXEC), rc = -1;
+    if (in < 0)
+        return vx_errf(err, VX_EIO, "bank import: cannot read '%s': %s", src, strerror(errno));
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (out >= 0) {
+        char buf[1 << 16];
+        ssize_t k;
+        while ((k = read(in, buf, sizeof buf)) > 0 && write(out, buf, (size_t)k) == k)
+            ;
+        rc = k == 0 && fsync(out) == 0 ? 0 : -1;
+        close(out);
+    }
+    close(in);
+    return rc == 0 ? 0 : vx_errf(err, VX_EIO, "bank import: cannot copy '%s' to '%s': %s", src, dst, strerror(errno));
+}
+
+/* Carry every regular file of the source tree except index.json and the skipped
+ * segments (the decoder representation's, rewritten here). Depth is bounded. */
+static int carry_tree(importer *im, const char *rel, int depth)
+{
+    char sdir[PATH_MAX], ddir[PATH_MAX];
+    snprintf(sdir, sizeof sdir, "%s%s%s", im->src, *rel ? "/" : "", rel);
+    snprintf(ddir, sizeof ddir, "%s%s%s", im->tmp, *rel ? "/" : "", rel);
+    if (*rel && mkdir(ddir, 0755) != 0 && errno != EEXIST)
+        return vx_errf(im->err, VX_EIO, "bank import: cannot create '%s': %s", ddir, strerror(errno));
+    struct dirent **ent = NULL;
+    int n = scandir(sdir, &ent, NULL, alphasort), rc = 0;
+    if (n < 0)
+        return vx_errf(im->err, VX_EIO, "bank import: cannot list '%s': %s", sdir, strerror(errno));
+    for (int i = 0; i < n; i++) {
+        const char *nm = ent[i]->d_name;
+        char r[PATH_MAX], sp[PATH_MAX], dp[PATH_MAX];
+        struct stat st;
+        if ((size_t)snprintf(r, sizeof r, "%s%s%s", rel, *rel ? "/" : "", nm) >= sizeof r ||
+            (size_t)snprintf(sp, sizeof sp, "%s/%s", sdir, nm) >= sizeof sp ||
+            (size_t)snprintf(dp, sizeof dp, "%s/%s", ddir, nm) >= sizeof dp)
+            rc = rc ? rc : vx_errf(im->err, VX_EARG, "bank import: path '%s/%s' is too long", sdir, nm);
+        int skip = strcmp(nm, ".") == 0 || strcmp(nm, "..") == 0 || strcmp(r, "index.json") == 0;
+        for (size_t s = 0; !skip && s < vx_segment_count(im->c); s++) {
+            vx_segment_view v;
+            vx_segment_at(im->c, s, &v);
+            skip = strcmp(v.representation, im->rep) == 0 && strcmp(v.rel, r) == 0;
+        }
+        if (rc == 0 && !skip && lstat(sp, &st) == 0) {
+            if (S_ISDIR(st.st_mode))
+                rc = depth < 8 ? carry_tree(im, r, depth + 1) : 0;
+            else if (S_ISREG(st.st_mode))
+                rc = copy_file(sp, dp, im->err);
+        }
+        free(ent[i]);
+    }
+    free(ent);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- planning */
+
+/* The LYRW format tag storing dtype dt, with its packing; -1 when LYRW has none. */
+static int lyrw_format(vx_dtype dt, uint16_t *format, uint16_t *packing)
+{
+    for (unsigned f = 0; f <= VX_LF_MXFP8; f++) {
+        vx_dtype got;
+        if (vx_lyrw_format_dtype(f, &got) == 0 && got == dt) {
+            *format = (uint16_t)f;
+            *packing = vx_dtype_block_elems(dt) > 1 ? VX_PACK_BLOCKS_INLINE : VX_PACK_ROW_MAJOR;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* One bank of a layer file: the operand of (entry, role) is name_of(...). */
+typedef struct bank_plan {
+    int slot;
+    uint32_t entries;
+    const vx_tensor *t[3];       /* entry 0's tensors, for the schema */
+} bank_plan;
+
+static const vx_tensor *operand(const importer *im, int slot, int layer, uint32_t e, int r)
+{
+    if (slot == VX_SLOT_ROUTED)
+        return vx_findf(im->c, im->object, "layers.%d.ffn.experts.%u.%s", layer, e, roles[r]);
+    if (slot == VX_SLOT_SHARED)
+        return vx_findf(im->c, im->object, "layers.%d.ffn.shared.%s", layer, roles[r]);
+    return vx_findf(im->c, im->object, "layers.%d.ffn.%s", layer, roles[r]);
+}
+
+static void mark_moved(importer *im, const vx_tensor *t)
+{
+    for (size_t i = 0; i < vx_tensor_count(im->c); i++) {
+        if (vx_tensor_at(im->c, i) == t)
+            im->moved[i] = 1;
+    }
+}
+
+/* A bank is planned when every (entry, role) operand is present, each role has one dtype
+ * and shape across entries, and LYRW can store that dtype. A dense FFN with biases stays
+ * in the graph segment (the gated-mlp-v1 programme has no bias role). */
+static int plan_bank(importer *im, int layer, int slot, uint32_t entries, bank_plan *p)
+{
+    p->slot = slot;
+    p->entries = entries;
+    for (int r = 0; r < 3; r++) {
+        p->t[r] = operand(im, slot, layer, 0, r);
+        uint16_t f, k;
+        if (!p->t[r] || p->t[r]->ndim != 2 || lyrw_format(p->t[r]->dtype, &f, &k) < 0)
+            return 0;
+    }
+    if (slot == VX_SLOT_DENSE && (vx_findf(im->c, im->object, "layers.%d.ffn.up_proj.bias", layer) ||
+                                  vx_findf(im->c, im->object, "layers.%d.ffn.down_proj.bias", layer)))
+        return 0;
+    for (uint32_t e = 0; e < entries; e++) {
+        for (int r = 0; r < 3; r++) {
+            const vx_tensor *t = operand(im, slot, layer, e, r);
+            if (!t || t->dtype != p->t[r]->dtype || t->ndim != 2 || t->shape[0] != p->t[r]->shape[0] ||
+                t->shape[1] != p->t[r]->shape[1])
+                return vx_errf(im->err, VX_EUNSUPPORTED,
+                               "bank import: layer %d %s entry %u: operand '%s' is absent or differs in dtype or shape from entry 0",
+                               layer, vx_bank_slot_names[slot], e, roles[r]);
+        }
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+static int record_file(importer *im, const char *rel, const char *schema, int version, vx_err *err)
+{
+    char path[PATH_MAX], sha[65];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", im->tmp, rel);
+    if (vx_sha256_file(path, sha, err) < 0)
+        return -1;
+    if (stat(path, &st) < 0)
+        return vx_errf(err, VX_EIO, "bank import: cannot stat '%s': %s", path, strerror(errno));
+    cJSON *segs = cJSON_GetObjectItemCaseSensitive(im->index, "segments"), *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "schema", schema);
+    cJSON_AddNumberToObject(s, "version", version);
+    cJSON_AddNumberToObject(s, "bytes", (double)st.st_size);
+    cJSON_AddStringToObject(s, "sha256", sha);
+    cJSON_DeleteItemFromObjectCaseSensitive(segs, rel);
+    cJSON_AddItemToObject(segs, rel, s);
+    return 0;
+}
+
+static cJSON *bank_json(const importer *im, const bank_plan *p, uint16_t id, const char *rel)
+{
+    cJSON *b = cJSON_CreateObject(), *d = cJSON_CreateObject();
+    (void)im;
+    cJSON_AddNumberToObject(b, "bank_id", id);
+    cJSON_AddNumberToObject(b, "experts", p->entries);
+    cJSON_AddStringToObject(b, "programme", "gated-mlp-v1");
+    cJSON_AddNumberToObject(b, "programme_id", 0);
+    cJSON_AddStringToObject(b, "storage", rel);
+    cJSON_AddNumberToObject(d, "input", (double)p->t[0]->shape[1]);
+    cJSON_AddNumberToObject(d, "intermediate", (double)p->t[0]->shape[0]);
+    cJSON_AddNumberToObject(d, "output", (double)p->t[2]->shape[0]);
+    cJSON_AddItemToObject(b, "expert_dims", d);
+    return b;
+}
+
+/* The manifest entry of a layer: the routing facts restated from the graph's execution
+ * surface (which stays the authority) plus the banks. */
+static cJSON *layer_json(const importer *im, int layer, const bank_plan *p, int np, const char *rel)
+{
+    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(vx_component(im->c), "execution"), "moe");
+    cJSON *l = cJSON_CreateObject();
+    cJSON_AddNumberToObject(l, "layer", layer);
+    cJSON_AddStringToObject(l, "input_space", "residual");
+    if (p[0].slot == VX_SLOT_ROUTED) {
+        char name[96];
+        cJSON *r = cJSON_AddObjectToObject(l, "router"), *sel;
+        snprintf(name, sizeof name, "layers.%d.ffn.router", layer);
+        cJSON_AddStringToObject(r, "scores", name);
+        snprintf(name, sizeof name, "layers.%d.ffn.router.score_bias", layer);
+        if (vx_find(im->c, im->object, name))
+            cJSON_AddStringToObject(r, "score_bias", name);
+        else
+            cJSON_AddNullToObject(r, "score_bias");
+        cJSON_AddItemToObject(r, "scoring", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(moe, "scoring"), 1));
+        sel = cJSON_AddObjectToObject(r, "selection");
+        cJSON_AddStringToObject(sel, "kind", "top_k");
+        cJSON_AddItemToObject(sel, "k", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(moe, "top_k"), 1));
+        cJSON_AddItemToObject(sel, "n_group", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(moe, "n_group"), 1));
+        cJSON_AddItemToObject(sel, "topk_group", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(moe, "topk_group"), 1));
+        cJSON_AddStringToObject(r, "normalisation",
+                                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(moe, "normalise")) ? "sum_to_one" : "none");
+        cJSON_AddItemToObject(r, "routed_scaling",
+                              cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(moe, "routed_scaling"), 1));
+    }
+    cJSON_AddNullToObject(l, "transforms");
+    for (int i = 0; i < np; i++) {
+        cJSON *b = bank_json(im, &p[i], (uint16_t)i, rel);
+        if (p[i].slot == VX_SLOT_SHARED) {
+            char name[96];
+            snprintf(name, sizeof name, "layers.%d.ffn.shared_gate", layer);
+            if (vx_find(im->c, im->object, name))
+                cJSON_AddStringToObject(b, "gate", name);
+            else
+                cJSON_AddNullToObject(b, "gate");
+        }
+        cJSON_AddItemToObject(l, vx_bank_slot_names[p[i].slot], b);
+    }
+    cJSON_AddStringToObject(l, "reduction", p[0].slot == VX_SLOT_ROUTED ? "gate_weighted_sum" : "identity");
+    cJSON_AddStringToObject(l, "combine", "residual_add");
+    return l;
+}
+
+/* One LYRW file for a layer's banks: regions straight from the source mapping. */
+static int write_layer(importer *im, int layer, const bank_plan *p, int np)
+{
+    char rel[64], path[PATH_MAX];
+    snprintf(rel, sizeof rel, "banks/layer_%03d.lyrw", layer);
+    snprintf(path, sizeof path, "%s/%s", im->tmp, rel);
+    vx_lyrw_schema sch[3][3];
+    vx_lyrw_bank_spec spec[3];
+    for (int i = 0; i < np; i++) {
+        for (int r = 0; r < 3; r++) {
+            uint16_t f = 0, k = 0;
+            lyrw_format(p[i].t[r]->dtype, &f, &k);
+            sch[i][r] = (vx_lyrw_schema){.role = (uint16_t)(r == 0 ? VX_ROLE_GATE : r == 1 ? VX_ROLE_UP : VX_ROLE_DOWN),
+                                         .format = f, .packing = k, .pair_id = VX_LYRW_UNPAIRED,
+                                         .layout = VX_LAYOUT_UNSPECIFIED,
+                                         .rows = (uint32_t)p[i].t[r]->shape[0],
+                                         .cols = (uint32_t)p[i].t[r]->shape[1]};
+        }
+        spec[i] = (vx_lyrw_bank_spec){
+            .id = (uint16_t)i,
+            .kind = (uint16_t)(p[i].slot == VX_SLOT_ROUTED ? VX_BANK_ROUTED
+                               : p[i].slot == VX_SLOT_SHARED ? VX_BANK_SHARED : VX_BANK_DENSE),
+            .schema_count = 3, .num_entries = p[i].entries,
+            .input_dim = (uint32_t)p[i].t[0]->shape[1], .intermediate_dim = (uint32_t)p[i].t[0]->shape[0],
+            .output_dim = (uint32_t)p[i].t[2]->shape[0], .schemas = sch[i],
+            .first_entry = 0, .entry_count = p[i].entries};
+    }
+    vx_lyrw_writer *w;
+    if (vx_lyrw_writer_open(path, (uint32_t)layer, 0, spec, (uint16_t)np, &w, im->err) < 0)
+        return -1;
+    for (int i = 0; i < np; i++) {
+        for (uint32_t e = 0; e < p[i].entries; e++) {
+            for (int r = 0; r < 3; r++) {
+                const vx_tensor *t = operand(im, p[i].slot, layer, e, r);
+                if (vx_cancel_flag) {
+                    vx_lyrw_writer_abort(w);
+                    return vx_errf(im->err, VX_ECANCEL, "bank import cancelled");
+                }
+                if (vx_lyrw_write_region(w, t->data, t->nbytes, im->err) < 0) {
+                    vx_lyrw_writer_abort(w);
+                    return -1;
+                }
+                mark_moved(im, t);
+                im->info->regions++;
+                im->info->bank_bytes += t->nbytes;
+            }
+        }
+        im->info->banks[p[i].slot]++;
+    }
+    if (vx_lyrw_writer_close(w, im->err) < 0 || record_file(im, rel, "lyrw", 2, im->err) < 0)
+        return -1;
+    cJSON_AddItemToArray(im->manifest_layers, layer_json(im, layer, p, np, rel));
+    im->info->layers++;
+    return 0;
+}
+
+/* Plan and write every layer's banks. */
+static int write_banks(importer *im)
+{
+    const cJSON *comp = vx_component(im->c);
+    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(comp, "execution"), "moe");
+    uint64_t experts = 0;
+    vx_json_u64(cJSON_GetObjectItemCaseSensitive(moe, "experts"), &experts);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/banks", im->tmp);
+    if (mkdir(dir, 0755) != 0)
+        return vx_errf(im->err, VX_EIO, "bank import: cannot create '%s': %s", dir, strerror(errno));
+    int layer = 0;
+    const cJSON *gl;
+    cJSON_ArrayForEach(gl, cJSON_GetObjectItemCaseSensitive(comp, "layers")) {
+        const char *ffn = vx_json_str(gl, "ffn");
+        bank_plan p[2];
+        int np = 0, rc;
+        if (ffn && strcmp(ffn, "moe") == 0) {
+            if ((rc = plan_bank(im, layer, VX_SLOT_ROUTED, (uint32_t)experts, &p[np])) < 0)
+                return -1;
+            if (!rc)
+                return vx_errf(im->err, VX_EUNSUPPORTED,
+                               "bank import: layer %d's routed experts are not three 2-D gated projections in a dtype LYRW stores",
+                               layer);
+            np++;
+            if ((rc = plan_bank(im, layer, VX_SLOT_SHARED, 1, &p[np])) < 0)
+                return -1;
+            np += rc;
+        } else if ((rc = plan_bank(im, layer, VX_SLOT_DENSE, 1, &p[np])) < 0) {
+            return -1;
+        } else {
+            np += rc;
+        }
+        if (np && write_layer(im, layer, p, np) < 0)
+            return -1;
+        layer++;
+    }
+    return 0;
+}
+
+/* source_payload_sha256 of the kept operands (the tensor table now holds fewer): from
+ * the recorded source checkpoint when it opens; else, when every kept operand is bound
+ * whole to one source tensor and stored source-exact, from the stored bytes (they are the
+ * source bytes); else the record is dropped (verify reports it unrecorded). */
+static void source_hash(importer *im, const vx_tensor *const *kept, size_t n, cJSON *rep)
+{
+    const cJSON *obj = NULL, *o;
+    cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(vx_graph_json(im->c), "objects")) {
+        const char *id = vx_json_str(o, "id");
+        if (id && strcmp(id, im->object) == 0)
+            obj = o;
+    }
+    const cJSON *bind = cJSON_GetObjectItemCaseSensitive(obj, "source_bindings");
+    const char **names = calloc(n ? n : 1, sizeof *names);   /* per kept operand, or NULL */
+    const char *fid = vx_json_str(rep, "fidelity");
+    int whole = names && fid && strcmp(fid, "source-exact") == 0;
+    size_t nn = 0;
+    for (size_t i = 0; names && i < n; i++) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(bind, kept[i]->name);
+        names[i] = cJSON_IsString(b) ? b->valuestring : vx_json_str(b, "tensor");
+        whole = whole && cJSON_IsString(b);
+        nn += names[i] != NULL;
+    }
+    char hex[65];
+    int ok = 0;
+    st_model *sm = NULL;
+    const char *srcdir = vx_json_str(cJSON_GetObjectItemCaseSensitive(im->index, "encoder"), "source");
+    vx_err e2 = {0};
+    if (names && srcdir && st_open_dir(srcdir, &sm, &e2) == 0) {
+        const char **packed = calloc(nn ? nn : 1, sizeof *packed);
+        size_t k = 0;
+        for (size_t i = 0; packed && i < n; i++) {
+            if (names[i])
+                packed[k++] = names[i];
+        }
+        ok = packed && st_hash_sources(sm, packed, k, hex, &e2) == 0;
+        free(packed);
+        st_close(sm);
+    }
+    vx_sha256_ctx h;
+    if (!ok && whole && vx_sha256_init(&h, &e2) == 0) {
+        for (size_t i = 0; i < n; i++) {
+            int seen = 0;
+            for (size_t j = 0; j < i && !seen; j++)
+                seen = strcmp(names[i], names[j]) == 0;
+            if (!seen)
+                vx_sha256_update(&h, kept[i]->data, (size_t)kept[i]->nbytes);
+        }
+        vx_sha256_final(&h, hex);
+        ok = 1;
+    }
+    if (ok)
+        cJSON_ReplaceItemInObjectCaseSensitive(rep, "source_payload_sha256", cJSON_CreateString(hex));
+    else
+        cJSON_DeleteItemFromObjectCaseSensitive(rep, "source_payload_sha256");
+    free(names);
+}
+
+/* The decoder object's remaining operands, in their table order, into fresh
+ * tensor-table segments (sharded like the encoder), and the representation record. */
+static int write_graph_segments(importer *im)
+{
+    size_t n = 0, total = vx_tensor_count(im->c);
+    vx_segw_tensor *tt = calloc(total ? total : 1, sizeof *tt);
+    const vx_tensor **src = calloc(total ? total : 1, sizeof *src);
+    if (!tt || !src) {
+        free(tt);
+        free(src);
+        return vx_errf(im->err, VX_ENOMEM, "bank import: out of memory");
+    }
+    for (size_t i = 0; i < total; i++) {
+        const vx_tensor *t = vx_tensor_at(im->c, i);
+        if (im->moved[i] || strcmp(t->object, im->object) != 0)
+            continue;
+        tt[n] = (vx_segw_tensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim};
+        memcpy(tt[n].shape, t->shape, sizeof tt[n].shape);
+        src[n++] = t;
+    }
+    cJSON *rep = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(im->index, "representations"), im->rep);
+    cJSON *segs = cJSON_GetObjectItemCaseSensitive(im->index, "segments"), *list = cJSON_CreateArray(), *old;
+    cJSON_ArrayForEach(old, cJSON_GetObjectItemCaseSensitive(rep, "segments"))
+        cJSON_DeleteItemFromObjectCaseSensitive(segs, cJSON_GetStringValue(old));
+    cJSON_ReplaceItemInObjectCaseSensitive(rep, "segments", list);
+    vx_sha256_ctx pay;
+    int rc = vx_sha256_init(&pay, im->err);
+    uint64_t cap = vx_shard_cap();
+    for (size_t i = 0, nfile = 0; rc == 0 && i < n; nfile++) {
+        size_t fit;
+        if ((rc = vx_segw_fit(tt + i, n - i, cap, "bank import", im->object, &fit, im->err)) < 0)
+            break;
+        char rel[256], path[PATH_MAX];
+        if (nfile == 0)
+            snprintf(rel, sizeof rel, "segments/%s.bin", im->object);
+        else
+            snprintf(rel, sizeof rel, "segments/%s.%03zu.bin", im->object, nfile);
+        snprintf(path, sizeof path, "%s/%s", im->tmp, rel);
+        vx_segw *w;
+        if ((rc = vx_segw_open(&w, path, im->object, im->rep, tt + i, fit, im->err)) < 0)
+            break;
+        for (size_t j = i; rc == 0 && j < i + fit; j++) {
+            rc = vx_segw_write(w, src[j]->data, (size_t)src[j]->nbytes, im->err);
+            vx_sha256_update(&pay, src[j]->data, (size_t)src[j]->nbytes);
+            im->info->graph_bytes += src[j]->nbytes;
+        }
+        char sha[65];
+        uint64_t bytes;
+        if (rc < 0) {
+            vx_segw_abort(w);
+            break;
+        }
+        if ((rc = vx_segw_close(w, sha, &bytes, im->err)) < 0 ||
+            (rc = record_file(im, rel, "tensor-table", 1, im->err)) < 0)
+            break;
+        cJSON_AddItemToArray(list, cJSON_CreateString(rel));
+        i += fit;
+    }
+    if (rc == 0) {
+        char hex[65];
+        vx_sha256_final(&pay, hex);
+        cJSON_ReplaceItemInObjectCaseSensitive(rep, "payload_sha256", cJSON_CreateString(hex));
+        source_hash(im, src, n, rep);
+    } else {
+        vx_sha256_free(&pay);
+    }
+    free(tt);
+    free(src);
+    return rc;
+}
+
+static int write_json(const char *dir, const char *rel, const cJSON *json, vx_err *err)
+{
+    char path[PATH_MAX], *text = cJSON_Print(json);
+    if (!text)
+        return vx_errf(err, VX_ENOMEM, "bank import: out of memory printing %s", rel);
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    FILE *f = fopen(path, "wx");
+    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    ok = f && fclose(f) == 0 && ok;
+    free(text);
+    return ok ? 0 : vx_errf(err, VX_EIO, "bank import: cannot write '%s': %s", path, strerror(errno));
+}
+
+/* The decoder object: the one holding the first router operand. */
+static const char *moe_object(const vx_container *c)
+{
+    for (size_t i = 0; i < vx_tensor_count(c); i++) {
+        const vx_tensor *t = vx_tensor_at(c, i);
+        const char *r = strstr(t->name, ".ffn.router");
+        if (r && strcmp(r, ".ffn.router") == 0)
+            return t->object;
+    }
+    return NULL;
+}
+
+static int import(importer *im)
+{
+    const vx_container *c = im->c;
+    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(vx_component(c), "execution"), "moe");
+    if (vx_container_shape(c) == VX_SHAPE_BANK)
+        return vx_errf(im->err, VX_EARG, "bank import: '%s' is already a bank-shape container", im->src);
+    if (!moe || cJSON_IsNull(moe) || !(im->object = moe_object(c)))
+        return vx_errf(im->err, VX_EUNSUPPORTED,
+                       "bank import: '%s' has no routed layers (execution.moe is null); a bank container holds MoE expert banks",
+                       im->src);
+    im->rep = vx_bound_representation(c, im->object);
+    size_t nrep = 0;
+    for (size_t i = 0; i < vx_segment_count(c); i++) {
+        vx_segment_view v;
+        vx_segment_at(c, i, &v);
+        nrep += strcmp(v.object, im->object) == 0 && strcmp(v.representation, im->rep) != 0;
+    }
+    if (nrep)
+        return vx_errf(im->err, VX_EUNSUPPORTED,
+                       "bank import: object '%s' has representations beside '%s'; import a container with one", im->object,
+                       im->rep);
+    if (mkdir(im->tmp, 0755) != 0)
+        return vx_errf(im->err, VX_EIO, "bank import: cannot create '%s': %s", im->tmp, strerror(errno));
+    cJSON *manifest = cJSON_CreateObject();
+    cJSON_AddNumberToObject(manifest, "schema", VX_MANIFEST_SCHEMA);
+    cJSON_AddStringToObject(manifest, "object", im->object);
+    im->manifest_layers = cJSON_AddArrayToObject(manifest, "layers");
+    int rc = carry_tree(im, "", 0);
+    if (rc == 0)
+        rc = write_banks(im);
+    if (rc == 0)
+        rc = write_graph_segments(im);
+    if (rc == 0)
+        rc = write_json(im->tmp, "moe_manifest.json", manifest, im->err);
+    if (rc == 0) {
+        cJSON *rep = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(im->index, "representations"), im->rep);
+        cJSON *files = cJSON_CreateArray(), *l;
+        cJSON_ArrayForEach(l, im->manifest_layers) {
+            const cJSON *b = cJSON_GetObjectItemCaseSensitive(l, "routed_bank");
+            if (!b)
+                b = cJSON_GetObjectItemCaseSensitive(l, "dense_bank");
+            cJSON_AddItemToArray(files, cJSON_CreateString(vx_json_str(b, "storage")));
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(rep, "bank_storage");
+        cJSON_AddItemToObject(rep, "bank_storage", files);
+        cJSON_ReplaceItemInObjectCaseSensitive(im->index, "moe_manifest", cJSON_CreateString("moe_manifest.json"));
+        rc = record_file(im, "moe_manifest.json", "moe-manifest", VX_MANIFEST_SCHEMA, im->err);
+    }
+    if (rc == 0)
+        rc = write_json(im->tmp, "index.json", im->index, im->err);
+    cJSON_Delete(manifest);
+    return rc;
+}
+
+
+int vx_bank_import(const char *src_dir, const char *out_dir, vx_bank_info *info, vx_err *err)
+{
+    vx_bank_info scratch;
+    struct stat st;
+    if (!info)
+        info = &scratch;
+    memset(info, 0, sizeof *info);
+    if (!src_dir || !out_dir || !*out_dir)
+        return vx_errf(err, VX_EARG, "bank import: a source container and an output directory are required");
+    if (lstat(out_dir, &st) == 0)
+        return vx_errf(err, VX_EARG, "bank import: '%s' already exists", out_dir);
+    vx_container *c;
+    if (vx_open(src_dir, &c, err) < 0)
+        return -1;
+    char tmp[PATH_MAX];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp-bank-%ld", out_dir, (long)getpid()) >= sizeof tmp) {
+        vx_close(c);
+        return vx_errf(err, VX_EARG, "bank import: output path '%s' is too long", out_dir);
+    }
+    importer im = {.c = c, .src = src_dir, .tmp = tmp, .info = info, .err = err,
+                   .moved = calloc(vx_tensor_count(c) + 1, 1),
+                   .index = cJSON_Duplicate(vx_index_json(c), 1)};
+    int rc = !im.moved || !im.index ? vx_errf(err, VX_ENOMEM, "bank import: out of memory") : import(&im);
+    if (rc == 0 && rename(tmp, out_dir) != 0)
+        rc = vx_errf(err, VX_EIO, "bank import: cannot rename '%s' to '%s': %s", tmp, out_dir, strerror(errno));
+    if (rc < 0)
+        nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    free(im.moved);
+    cJSON_Delete(im.index);
+    vx_close(c);
+    return rc;
+}
