@@ -11,8 +11,8 @@
  * Layout: A = 16 weight rows × 32 columns (row-major bf16, 64 bytes a row); B = 32
  * columns × 16 tokens packed in pairs (row kk holds, for each token, columns 2kk and
  * 2kk+1), prepared once per call from x; C = 16 weight rows × 16 tokens in f32. Each
- * thread takes row blocks from a shared counter and, per pair of token blocks, runs the k
- * loop with 4 C tiles, 2 A tiles and 1 B tile.
+ * part owns a range of row blocks and runs the k dimension in L2-sized chunks, each with
+ * 4 C tiles, 2 A tiles and 1 B tile per pair of token blocks.
  *
  * Used only when the CPU has AMX-BF16, the kernel granted the tile state, and
  * LQL_NO_AMX is not 1; rows past the last 16-row block and column counts that are not a
@@ -111,33 +111,35 @@ TAMX static void pack_x(const float *x, int n, int cols, int nb, uint32_t *pk, u
 
 /* ---------------------------------------------------------------- the kernel */
 
+#define KC 32   /* k-steps (32 columns each) per chunk: the chunk's B tiles stay in L2 */
+
 typedef struct amx_job {
     const eng_w *w;
     const uint32_t *pk;
     float *y;
     int n, nb, blocks;
-    atomic_int next;        /* first 16-row block not yet claimed */
+    atomic_int fail;        /* a part could not get its scratch */
 } amx_job;
 
-/* Copy a claimed block into k-major A tiles: at ((h · ks + k) · 16 + i) · 32 the 32
- * bf16 of tile row i. bf16: h = 0/1 are rows r..r+15 and r+16..r+31 as stored; f16: h = 0/1
- * are the hi and lo bf16 parts of rows r..r+15. Reading the rows sequentially here lets the
- * prefetcher stream them; the tile loads then hit L2 with unit stride. */
-TAMX static void load_block(const eng_w *w, int r, uint16_t *at)
+/* Copy k-steps [k0, k0 + kn) of a block into k-major A tiles: at ((h · kn + k) · 16 + i) · 32
+ * the 32 bf16 of tile row i. bf16: h = 0/1 are rows r..r+15 and r+16..r+31 as stored;
+ * f16: h = 0/1 are the hi and lo bf16 parts of rows r..r+15. The tile loads then hit L2
+ * with unit stride. */
+TAMX static void load_block(const eng_w *w, int r, int k0, int kn, uint16_t *at)
 {
-    const int ks = w->cols / 32;
     for (int h = 0; h < 2; h++)
         for (int i = 0; i < 16; i++) {
             int row = w->dt == VX_F16 ? r + i : r + h * 16 + i;
             const uint16_t *src = (const uint16_t *)((const char *)w->data + (size_t)row * w->row_bytes);
-            for (int k = 0; k < ks; k++) {
-                uint16_t *dst = at + ((size_t)(h * ks + k) * 16 + i) * 32;
+            for (int k = 0; k < kn; k++) {
+                uint16_t *dst = at + ((size_t)(h * kn + k) * 16 + i) * 32;
+                const uint16_t *sk = src + (size_t)(k0 + k) * 32;
                 if (w->dt == VX_BF16) {
-                    _mm512_storeu_si512(dst, _mm512_loadu_si512(src + k * 32));
+                    _mm512_storeu_si512(dst, _mm512_loadu_si512(sk));
                     continue;
                 }
                 for (int q = 0; q < 32; q += 16) {
-                    __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + k * 32 + q)));
+                    __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sk + q)));
                     __m256i hi = (__m256i)_mm512_cvtneps_pbh(v);
                     __m512 rest = _mm512_sub_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16)));
                     _mm256_storeu_si256((__m256i *)(dst + q), h ? (__m256i)_mm512_cvtneps_pbh(rest) : hi);
@@ -146,64 +148,90 @@ TAMX static void load_block(const eng_w *w, int r, uint16_t *at)
         }
 }
 
-/* One claimed block: bf16 takes 32 rows (A tiles 4 and 5 are two 16-row blocks feeding C
- * rows 0/1), f16 takes 16 rows (A tiles 4 and 5 are the hi and lo parts, both feeding C
- * row 0). Tiles 0..3 are C[row][token block], tile 6 is B. Either way each B load serves
- * two tile products. */
+/* A part owns a contiguous range of row blocks: bf16 blocks are 32 rows (A tiles 4 and 5
+ * are two 16-row halves feeding C rows 0/1), f16 blocks 16 rows (A tiles 4 and 5 are the hi
+ * and lo parts, both feeding C row 0). Tiles 0..3 are C[row][token block], tile 6 is B; each
+ * B load serves two tile products. The k dimension runs in chunks of KC outermost, so one
+ * chunk's B tiles (all tokens) are reused from L2 by every block of the part; the C tiles
+ * are parked in `acc` between chunks, and each weight byte is still read once. */
 TAMX static void amx_part(void *ctx, int part, int nparts)
 {
     amx_job *j = ctx;
     const eng_w *w = j->w;
-    const int ks = w->cols / 32, nb = j->nb, f16 = w->dt == VX_F16, rows_per = f16 ? 16 : 32;
-    (void)part; (void)nparts;
-    uint16_t *at = malloc((size_t)32 * w->cols * sizeof *at);
-    if (!at) return;    /* the other threads take this one's blocks */
+    const int ks = w->cols / 32, nb = j->nb, nbp = nb / 2, f16 = w->dt == VX_F16;
+    const int rows_per = f16 ? 16 : 32;
+    int b0, b1;
+    eng_split(j->blocks, part, nparts, 1, &b0, &b1);
+    if (b0 >= b1) return;
+    uint16_t *at = malloc((size_t)2 * KC * 512 * sizeof *at);
+    float *acc = malloc((size_t)(b1 - b0) * nbp * 4 * 256 * sizeof *acc);
+    if (!at || !acc) {
+        free(at);
+        free(acc);
+        atomic_store(&j->fail, 1);
+        return;
+    }
     tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int i = 0; i < 7; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
     _tile_loadconfig(&cfg);
-    float out[4][16][16];
-    int b;
-    while ((b = atomic_fetch_add(&j->next, 1)) < j->blocks) {
-        const int r = b * rows_per;
-        load_block(w, r, at);
-        for (int tb = 0; tb < nb; tb += 2) {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            for (int k = 0; k < ks; k++) {
-                _tile_loadd(4, at + (size_t)k * 512, 64);
-                _tile_loadd(5, at + (size_t)(ks + k) * 512, 64);
-                for (int p = 0; p < 3; p++) {
-                    const uint32_t *bt = j->pk + btile(ks, tb, k, p);
-                    _tile_loadd(6, bt, 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    if (f16) _tile_dpbf16ps(0, 5, 6);
-                    else _tile_dpbf16ps(2, 5, 6);
-                    _tile_loadd(6, bt + 256, 64);
-                    _tile_dpbf16ps(1, 4, 6);
-                    if (f16) _tile_dpbf16ps(1, 5, 6);
-                    else _tile_dpbf16ps(3, 5, 6);
+    for (int k0 = 0; k0 < ks; k0 += KC) {
+        const int kn = ks - k0 < KC ? ks - k0 : KC;
+        for (int b = b0; b < b1; b++) {
+            load_block(w, b * rows_per, k0, kn, at);
+            for (int tp = 0; tp < nbp; tp++) {
+                float *ct = acc + ((size_t)(b - b0) * nbp + tp) * 4 * 256;
+                if (k0 == 0) {
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    _tile_zero(2);
+                    _tile_zero(3);
+                } else {
+                    _tile_loadd(0, ct, 64);
+                    _tile_loadd(1, ct + 256, 64);
+                    _tile_loadd(2, ct + 512, 64);
+                    _tile_loadd(3, ct + 768, 64);
                 }
-            }
-            _tile_stored(0, out[0], 64);
-            _tile_stored(1, out[1], 64);
-            _tile_stored(2, out[2], 64);
-            _tile_stored(3, out[3], 64);
-            for (int rb = 0; rb < rows_per / 16; rb++)
-                for (int h = 0; h < 2; h++)
-                    for (int t = 0; t < 16; t++) {
-                        int tok = (tb + h) * 16 + t;
-                        if (tok >= j->n) break;
-                        float *yr = j->y + (size_t)tok * w->rows + r + rb * 16;
-                        for (int m = 0; m < 16; m++) yr[m] = out[rb * 2 + h][m][t];
+                for (int k = 0; k < kn; k++) {
+                    _tile_loadd(4, at + (size_t)k * 512, 64);
+                    _tile_loadd(5, at + (size_t)(kn + k) * 512, 64);
+                    for (int p = 0; p < 3; p++) {
+                        const uint32_t *bt = j->pk + btile(ks, 2 * tp, k0 + k, p);
+                        _tile_loadd(6, bt, 64);
+                        _tile_dpbf16ps(0, 4, 6);
+                        if (f16) _tile_dpbf16ps(0, 5, 6);
+                        else _tile_dpbf16ps(2, 5, 6);
+                        _tile_loadd(6, bt + 256, 64);
+                        _tile_dpbf16ps(1, 4, 6);
+                        if (f16) _tile_dpbf16ps(1, 5, 6);
+                        else _tile_dpbf16ps(3, 5, 6);
                     }
+                }
+                _tile_stored(0, ct, 64);
+                _tile_stored(1, ct + 256, 64);
+                _tile_stored(2, ct + 512, 64);
+                _tile_stored(3, ct + 768, 64);
+            }
         }
     }
     _tile_release();
+    /* C tiles are [weight row][token]; y is [token][row] */
+    for (int b = b0; b < b1; b++)
+        for (int tp = 0; tp < nbp; tp++) {
+            const float *ct = acc + ((size_t)(b - b0) * nbp + tp) * 4 * 256;
+            for (int rb = 0; rb < rows_per / 16; rb++)
+                for (int h = 0; h < 2; h++)
+                    for (int t = 0; t < 16; t++) {
+                        int tok = (2 * tp + h) * 16 + t;
+                        if (tok >= j->n) break;
+                        float *yr = j->y + (size_t)tok * w->rows + (size_t)b * rows_per + rb * 16;
+                        const float *c = ct + (size_t)(rb * 2 + h) * 256;
+                        for (int m = 0; m < 16; m++) yr[m] = c[m * 16 + t];
+                    }
+        }
     free(at);
+    free(acc);
 }
 
 int eng_amx_rows(const eng_w *w)
@@ -223,6 +251,5 @@ int eng_amx_matmul(const eng_w *w, const float *x, int n, float *y)
     eng_parallel(amx_part, &j);
     free(pk);
     free(tmp);
-    /* blocks left unclaimed mean no thread could get its scratch */
-    return atomic_load(&j.next) < j.blocks ? -1 : 0;
+    return atomic_load(&j.fail) ? -1 : 0;
 }

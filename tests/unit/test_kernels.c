@@ -53,7 +53,7 @@ static void test_matmul(void)
 {
     const vx_dtype dts[3] = {VX_F32, VX_F16, VX_BF16};
     const int shapes[][3] = {{45, 37, 1}, {64, 256, 1}, {33, 100, 3}, {130, 71, 8},
-                             {97, 203, 9}, {300, 64, 40}, {7, 5, 2}, {50, 96, 17}, {64, 1024, 33}};
+                             {97, 203, 9}, {300, 64, 40}, {7, 5, 2}, {50, 96, 17}, {64, 1024, 33}, {96, 1600, 20}};
     for (int d = 0; d < 3; d++)
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
             double e = matmul_err(dts[d], shapes[s][0], shapes[s][1], shapes[s][2]);
