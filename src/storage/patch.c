@@ -301,18 +301,28 @@ static int field(parse_ctx *c, const cJSON *o, const char *key, int req, const c
     return 0;
 }
 
-/* A string field: absent/null gives NULL. */
-static int get_str(parse_ctx *c, const cJSON *o, const char *key, int req, char **out)
+/* A string field's text (borrowed from the JSON), NULL when absent or null. */
+static int string_field(parse_ctx *c, const cJSON *o, const char *key, int req,
+                        const char **out)
 {
     const cJSON *v;
     *out = NULL;
     if (field(c, o, key, req, &v))
         return -1;
-    if (!v)
-        return 0;
-    if (!cJSON_IsString(v))
+    if (v && !cJSON_IsString(v))
         return perr(c, VX_EFORMAT, "field '%s' must be a string", key, NULL);
-    if (!(*out = strdup(v->valuestring)))
+    *out = v ? v->valuestring : NULL;
+    return 0;
+}
+
+/* A string field copied: absent/null gives NULL. */
+static int get_str(parse_ctx *c, const cJSON *o, const char *key, int req, char **out)
+{
+    const char *z;
+    *out = NULL;
+    if (string_field(c, o, key, req, &z))
+        return -1;
+    if (z && !(*out = strdup(z)))
         return vx_errf(c->err, VX_ENOMEM, "out of memory");
     return 0;
 }
@@ -354,17 +364,15 @@ static int get_vec(parse_ctx *c, const cJSON *o, const char *role, int req, vx_o
     char key[32], skey[32];
     snprintf(key, sizeof key, "%s_vector_b64", role);
     snprintf(skey, sizeof skey, "%s_shape", role);
-    const cJSON *v;
-    if (field(c, o, key, req, &v))
+    const char *z;
+    if (string_field(c, o, key, req, &z))
         return -1;
-    if (!v)
+    if (!z)
         return 0;
-    if (!cJSON_IsString(v))
-        return perr(c, VX_EFORMAT, "field '%s' must be a string", key, NULL);
     uint8_t *bytes;
     size_t n;
     vx_err sub;
-    if (vx_base64_decode(v->valuestring, strlen(v->valuestring), &bytes, &n, &sub))
+    if (vx_base64_decode(z, strlen(z), &bytes, &n, &sub))
         return perr(c, sub.code, "%s: %s", key, sub.msg);
     int rc = -1;
     float *f = NULL;
