@@ -238,22 +238,15 @@ int vx_bank_load(const char *dir, const cJSON *index, const cJSON *graph, const 
     if (vx_json_u64(cJSON_GetObjectItemCaseSensitive(component, "num_layers"), &layers) < 0 ||
         layers > 65536)
         return vx_errf(err, VX_EFORMAT, "system graph component has no usable num_layers");
-    char path[PATH_MAX], *text = NULL;
-    size_t n = 0;
-    if (vx_resolve_in(dir, rel, path, sizeof path, err) < 0)
+    cJSON *json;
+    if (vx_read_json_in(dir, rel, &json, err) < 0)
         return -1;
-    if (vx_read_small_file(path, rel, &text, &n, err) < 0) {
-        if (err && err->code == VX_EMISSING)
-            vx_errf(err, VX_EMISSING, "%s is missing from '%s' (index.json names it)", rel, dir);
-        return -1;
-    }
     vx_bank *b = calloc(1, sizeof *b);
     if (!b) {
-        free(text);
+        cJSON_Delete(json);
         return vx_errf(err, VX_ENOMEM, "out of memory reading %s", rel);
     }
-    int rc = vx_manifest_parse(text, n, layers, &b->m, err);
-    free(text);
+    int rc = vx_manifest_parse(json, layers, &b->m, err);
     if (rc == 0 && !object_listed(graph, b->m.object))
         rc = vx_errf(err, VX_EMISSING, "moe_manifest.json names object '%s', which the system graph does not define",
                      b->m.object);

@@ -325,30 +325,9 @@ static int close_operands(const vx_container *c, vx_err *err)
 static int read_graph(vx_container *c, vx_err *err)
 {
     const char *rel = vx_json_str(c->index, "system_graph");
-    char path[PATH_MAX], *text = NULL;
-    size_t n = 0;
-    if (vx_resolve_in(c->dir, rel, path, sizeof path, err) < 0)
+    if (vx_read_json_in(c->dir, rel, &c->graph, err) < 0 ||
+        vx_schema_check(c->graph, rel, VX_GRAPH_SCHEMA, err) < 0)
         return -1;
-    if (vx_read_small_file(path, rel, &text, &n, err) < 0) {
-        if (err && err->code == VX_EMISSING)
-            vx_errf(err, VX_EMISSING, "%s is missing from '%s' (index.json names it)", rel, c->dir);
-        return -1;
-    }
-    int rc = vx_json_parse(rel, text, n, &c->graph, err);
-    free(text);
-    if (rc < 0)
-        return -1;
-    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(c->graph, "schema");
-    uint64_t s = 0;
-    if (vx_json_u64(schema, &s) < 0 || s != VX_GRAPH_SCHEMA) {
-        char got[64];
-        if (cJSON_IsNumber(schema))
-            snprintf(got, sizeof got, "%.17g", schema->valuedouble);
-        else
-            snprintf(got, sizeof got, "%s", schema ? "(not a number)" : "(none)");
-        return vx_errf(err, VX_EVERSION, "%s schema %s is not supported; this lql reads schema %d",
-                       rel, got, VX_GRAPH_SCHEMA);
-    }
     /* The primary component is the first decoder, else the first component. */
     const cJSON *comps = cJSON_GetObjectItemCaseSensitive(c->graph, "components"), *comp;
     cJSON_ArrayForEach(comp, comps) {

@@ -10,6 +10,7 @@
 #include "lyrw.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,22 +134,45 @@ static int parse_layer(const cJSON *e, uint64_t num_layers, vx_mlayer *out, vx_e
     return 0;
 }
 
-int vx_manifest_parse(const char *text, size_t n, uint64_t num_layers, vx_manifest *m, vx_err *err)
+int vx_schema_check(const cJSON *json, const char *label, int want, vx_err *err)
+{
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(json, "schema");
+    uint64_t s = 0;
+    if (vx_json_u64(schema, &s) == 0 && s == (uint64_t)want)
+        return 0;
+    char got[64];
+    if (cJSON_IsNumber(schema))
+        snprintf(got, sizeof got, "%.17g", schema->valuedouble);
+    else
+        snprintf(got, sizeof got, "%s", schema ? "(not a number)" : "(none)");
+    return vx_errf(err, VX_EVERSION, "%s schema %s is not supported; this lql reads schema %d", label, got,
+                   want);
+}
+
+int vx_read_json_in(const char *dir, const char *rel, cJSON **out, vx_err *err)
+{
+    char path[PATH_MAX], *text = NULL;
+    size_t n = 0;
+    *out = NULL;
+    if (vx_resolve_in(dir, rel, path, sizeof path, err) < 0)
+        return -1;
+    if (vx_read_small_file(path, rel, &text, &n, err) < 0) {
+        if (err && err->code == VX_EMISSING)
+            vx_errf(err, VX_EMISSING, "%s is missing from '%s' (index.json names it)", rel, dir);
+        return -1;
+    }
+    int rc = vx_json_parse(rel, text, n, out, err);
+    free(text);
+    return rc;
+}
+
+int vx_manifest_parse(cJSON *json, uint64_t num_layers, vx_manifest *m, vx_err *err)
 {
     memset(m, 0, sizeof *m);
-    if (vx_json_parse("moe_manifest.json", text, n, &m->json, err) < 0)
-        return -1;
-    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(m->json, "schema");
-    uint64_t s = 0;
-    if (vx_json_u64(schema, &s) < 0 || s != VX_MANIFEST_SCHEMA) {
-        char got[64];
-        if (cJSON_IsNumber(schema))
-            snprintf(got, sizeof got, "%.17g", schema->valuedouble);
-        else
-            snprintf(got, sizeof got, "%s", schema ? "(not a number)" : "(none)");
+    m->json = json;
+    if (vx_schema_check(json, "moe_manifest.json", VX_MANIFEST_SCHEMA, err) < 0) {
         vx_manifest_free(m);
-        return vx_errf(err, VX_EVERSION, "moe_manifest.json schema %s is not supported; this lql reads schema %d",
-                       got, VX_MANIFEST_SCHEMA);
+        return -1;
     }
     m->object = vx_json_str(m->json, "object");
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(m->json, "layers"), *e;

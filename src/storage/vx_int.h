@@ -173,12 +173,18 @@ typedef struct vx_manifest {
     size_t n;
 } vx_manifest;
 
-/* Parse and structurally validate n bytes of moe_manifest.json against a graph of
- * num_layers layers: schema (refused by name unless 1), layers in range and listed once,
- * every bank with programme, storage, bank_id, experts, expert_dims. Programme names
- * outside the registry are kept (prog NULL). On failure *m is empty. */
-int vx_manifest_parse(const char *text, size_t n, uint64_t num_layers, vx_manifest *m,
-                      vx_err *err);
+/* Structurally validate moe_manifest.json (json, owned by *m from here on, also on
+ * failure) against a graph of num_layers layers: schema (refused by name unless 1), layers
+ * in range and listed once, every bank with programme, storage, bank_id, experts,
+ * expert_dims. Programme names outside the registry are kept (prog NULL). On failure *m
+ * is empty and json freed. */
+int vx_manifest_parse(cJSON *json, uint64_t num_layers, vx_manifest *m, vx_err *err);
+/* json's integer "schema" must equal want; else VX_EVERSION "<label> schema X is not
+ * supported; this lql reads schema N" (manifest.c, shared with the graph reader). */
+int vx_schema_check(const cJSON *json, const char *label, int want, vx_err *err);
+/* Read and parse the container file dir/rel (path resolved safely); a missing file is
+ * "<rel> is missing from '<dir>' (index.json names it)". *out owned by the caller. */
+int vx_read_json_in(const char *dir, const char *rel, cJSON **out, vx_err *err);
 void vx_manifest_free(vx_manifest *m);
 
 typedef struct vx_bank vx_bank;

@@ -248,6 +248,7 @@ static void e_topk(cJSON *m)
                               cJSON_CreateNumber(3));
 }
 static void e_object(cJSON *m) { cJSON_ReplaceItemInObject(m, "object", cJSON_CreateString("target.nowhere")); }
+static void e_wrong_file(cJSON *m) { cJSON_ReplaceItemInObject(routed0(m), "storage", cJSON_CreateString("banks/layer_001.lyrw")); }
 static void e_nobank(cJSON *m) { cJSON_DeleteItemFromObject(layer0(m), "routed_bank"); }
 static void e_dims(cJSON *m)
 {
@@ -315,6 +316,8 @@ static void hostile(void)
               "moe_manifest.json layer 0: selection k 3 disagrees with the system graph's moe.top_k 2");
     CHECK_STR(open_edited(e_object),
               "moe_manifest.json names object 'target.nowhere', which the system graph does not define");
+    CHECK_STR(open_edited(e_wrong_file),
+              "moe_manifest.json layer 0 routed_bank: storage 'banks/layer_001.lyrw' holds layer 1");
     CHECK_STR(open_edited(e_nobank), "moe_manifest.json layer 0 names no bank");
     CHECK_STR(open_edited(e_dims),
               "moe_manifest.json layer 0 routed_bank: bank 0 of 'banks/layer_000.lyrw' is 8 entries of 64/64/64, the manifest says 8 of 64/32/64");
@@ -339,6 +342,11 @@ static void hostile(void)
     CHECK(rename(moved, mpath) == 0);
     CHECK_MSG(vx_open(bank, &c, &err) == 0, "restored: %s", err.msg);
     vx_close(c);
+
+    /* A bank file shorter than index.json records. */
+    CHECK(truncate(path, 4096) == 0);
+    CHECK(vx_open(bank, &c, &err) == -1 && err.code == VX_EFORMAT);
+    CHECK_HAS(err.msg, "bank file 'banks/layer_001.lyrw' is truncated: 4096 bytes on disk, index.json records ");
 
     /* A programme without its required roles: named operand, layer, bank, role, file. */
     without_down();
