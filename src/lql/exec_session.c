@@ -448,8 +448,9 @@ int lql_h_show_representations(lql_session *s, const lql_stmt *st, lql_result *r
 /* REPRESENT "object" AS dtype: compiles the representation beside the original
  * (vx_represent), selects it in the profile named after the dtype (created when absent,
  * so `USE "x" PROFILE "q8_0"` binds every object represented as q8_0), and rebinds the
- * container with the session's profile, so SHOW REPRESENTATIONS sees it. Refused while a journal exists: the journal is keyed to
- * index.json's sha256, which REPRESENT changes. */
+ * container with the session's profile, so SHOW REPRESENTATIONS sees it. Refused while
+ * a journal is named (JOURNAL, even ":memory:") or exists at the default place: journals
+ * are keyed to index.json's sha256, which REPRESENT changes. */
 int lql_h_represent(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     vx_container *c = NULL;
@@ -462,7 +463,7 @@ int lql_h_represent(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
     const char *jp = s->journal;
     if (!jp && vx_journal_locate(vx_dir(c), vx_index_sha256(c), jpath, sizeof jpath, &ve) == 0)
         jp = jpath;
-    if (jp && access(jp, F_OK) == 0)
+    if (s->journal || (jp && access(jp, F_OK) == 0))
         return lql_errf(e, LQL_EEXEC, &st->at, "REPRESENT rewrites index.json, and the journal '%s' is "
                         "keyed to its sha256: COMPILE the edits into a new container first", jp);
     vx_represent_info in;
