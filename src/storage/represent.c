@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 
 #define CHUNK_VALUES (1u << 20)
 #define MAX_SHARDS 1000
+#define MAX_THREADS 32
 
 int vx_decode_f32(vx_dtype dt, const void *src, float *dst, size_t n)
 {
@@ -108,6 +110,61 @@ typedef struct job {
     vx_err *err;
 } job;
 
+/* Converting rows [r0, r1) of a chunk: decode to f32, encode to the output dtype. */
+typedef struct part {
+    vx_dtype sd, od;
+    const unsigned char *src;
+    float *x;
+    unsigned char *dst;
+    uint64_t ne0, r0, r1;
+    int rc;
+} part;
+
+static void *convert(void *arg)
+{
+    part *p = arg;
+    uint64_t sb = 0, ob = 0, n = (p->r1 - p->r0) * p->ne0;
+    p->rc = vx_dtype_nbytes(p->sd, p->ne0, p->r0, &sb) < 0 || vx_dtype_nbytes(p->od, p->ne0, p->r0, &ob) < 0 ||
+            vx_decode_f32(p->sd, p->src + sb, p->x + p->r0 * p->ne0, (size_t)n) < 0 ||
+            encode_f32(p->od, p->x + p->r0 * p->ne0, p->dst + ob, (size_t)n) < 0 ? -1 : 0;
+    return NULL;
+}
+
+/* Threads for converting: LQL_THREADS (as the engine reads it), else the online cores. */
+static int threads(void)
+{
+    const char *z = getenv("LQL_THREADS");
+    long n = z && *z ? strtol(z, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
+}
+
+/* Converts k rows at src into j->x (f32) and j->buf (od), split by rows over threads
+ * (the quantisers are the cost: Q4_K's scale search runs ~10 M values/s per core). */
+static int convert_rows(job *j, const vx_tensor *t, vx_dtype od, const unsigned char *src, uint64_t ne0,
+                        uint64_t k)
+{
+    int nt = threads();
+    if ((uint64_t)nt > k)
+        nt = (int)k;
+    part p[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    int started[MAX_THREADS] = {0}, rc = 0;
+    for (int i = 0; i < nt; i++) {
+        p[i] = (part){t->dtype, od, src, j->x, j->buf, ne0, k * (uint64_t)i / (uint64_t)nt,
+                      k * (uint64_t)(i + 1) / (uint64_t)nt, 0};
+        started[i] = i > 0 && pthread_create(&th[i], NULL, convert, &p[i]) == 0;
+        if (i > 0 && !started[i])
+            convert(&p[i]);          /* no thread: do it here */
+    }
+    convert(&p[0]);
+    for (int i = 0; i < nt; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        rc |= p[i].rc;
+    }
+    return rc;
+}
+
 /* Stream tensor i into w: decode a chunk of rows, encode, check exactness, write. */
 static int write_tensor(job *j, vx_segw *w, size_t i)
 {
@@ -127,7 +184,7 @@ static int write_tensor(job *j, vx_segw *w, size_t i)
         uint64_t k = nrows - r < per ? nrows - r : per, n = k * ne0;
         if (vx_dtype_nbytes(t->dtype, ne0, k, &sb) < 0 || vx_dtype_nbytes(od, ne0, k, &ob) < 0)
             return vx_errf(j->err, VX_EFORMAT, "represent: tensor '%s' has a row the codec cannot split", t->name);
-        if (vx_decode_f32(t->dtype, src, j->x, (size_t)n) < 0 || encode_f32(od, j->x, j->buf, (size_t)n) < 0)
+        if (convert_rows(j, t, od, src, ne0, k) < 0)
             return vx_errf(j->err, VX_EUNSUPPORTED, "represent: cannot convert tensor '%s' from %s to %s",
                            t->name, vx_dtype_name(t->dtype), vx_dtype_name(od));
         if (j->exact) {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 static char root[64];
+static char q8_sha[65];          /* payload of the stack's q8_0, made with LQL_THREADS=1 */
 
 static cJSON *read_json(const char *dir, const char *name)
 {
@@ -75,7 +76,10 @@ static void test_represent_records(const char *dir)
     cJSON_Delete(ix);
 
     vx_represent_info in;
+    setenv("LQL_THREADS", "1", 1);
     CHECK_MSG(vx_represent(dir, "target.decoder_stack", VX_Q8_0, &in, &err) == 0, "%s", err.msg);
+    unsetenv("LQL_THREADS");
+    memcpy(q8_sha, in.payload_sha256, sizeof q8_sha);
     CHECK_STR(in.id, "target.decoder_stack.q8_0");
     CHECK_STR(in.from, "target.decoder_stack.f32");
     CHECK_STR(in.fidelity, "numerically-approximate");
@@ -392,6 +396,16 @@ int main(void)
     }
     if (encode("tinyllama-bf16", "tiny-bf16", bfdir, sizeof bfdir) == 0)
         test_fidelity_measured(bfdir);
+    /* rows are split over threads: the bytes do not depend on how many */
+    char t3dir[256];
+    vx_represent_info in;
+    vx_err err = {0};
+    setenv("LQL_THREADS", "3", 1);
+    if (encode("tinyllama", "tiny-t3", t3dir, sizeof t3dir) == 0) {
+        CHECK_MSG(vx_represent(t3dir, "target.decoder_stack", VX_Q8_0, &in, &err) == 0, "%s", err.msg);
+        CHECK_STR(in.payload_sha256, q8_sha);
+    }
+    unsetenv("LQL_THREADS");
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
