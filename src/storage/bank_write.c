@@ -303,6 +303,7 @@ static int write_layer(importer *im, int layer, const bank_plan *p, int np)
                     vx_lyrw_writer_abort(w);
                     return -1;
                 }
+                st_release(t->data, t->nbytes);   /* resident: one region at a time */
                 mark_moved(im, t);
                 im->info->regions++;
                 im->info->bank_bytes += t->nbytes;
@@ -459,6 +460,7 @@ static int write_graph_segments(importer *im)
         for (size_t j = i; rc == 0 && j < i + fit; j++) {
             rc = vx_segw_write(w, src[j]->data, (size_t)src[j]->nbytes, im->err);
             vx_sha256_update(&pay, src[j]->data, (size_t)src[j]->nbytes);
+            st_release(src[j]->data, src[j]->nbytes);
             im->info->graph_bytes += src[j]->nbytes;
         }
         char sha[65];

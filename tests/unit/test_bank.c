@@ -41,7 +41,7 @@ static void write_json(const char *path, const cJSON *j)
 {
     char *text = cJSON_Print(j);
     FILE *f = fopen(path, "w");
-    CHECK(f && fputs(text, f) >= 0);
+    CHECK(f && fputs(text, f) >= 0 && fputc('\n', f) != EOF);   /* as the importer writes it */
     if (f)
         fclose(f);
     free(text);
@@ -342,6 +342,27 @@ static void hostile(void)
     CHECK(rename(moved, mpath) == 0);
     CHECK_MSG(vx_open(bank, &c, &err) == 0, "restored: %s", err.msg);
     vx_close(c);
+
+    /* verify hashes bank files like segments: one flipped byte in a region is named. */
+    char l0[700];
+    snprintf(l0, sizeof l0, "%s/banks/layer_000.lyrw", bank);
+    FILE *f = fopen(l0, "r+b");
+    int ch = EOF;
+    if (f && fseek(f, 4096, SEEK_SET) == 0 && (ch = fgetc(f)) != EOF && fseek(f, 4096, SEEK_SET) == 0)
+        fputc(ch ^ 1, f);
+    if (f)
+        fclose(f);
+    cJSON *rep = NULL;
+    CHECK(vx_verify(bank, NULL, &rep, &err) == -1 && err.code == VX_EVERIFY);
+    CHECK_HAS(err.msg, "segment 'banks/layer_000.lyrw': encoded != recorded (sha256 ");
+    cJSON_Delete(rep);
+    f = fopen(l0, "r+b");
+    if (f && fseek(f, 4096, SEEK_SET) == 0)
+        fputc(ch, f);
+    if (f)
+        fclose(f);
+    CHECK_MSG(vx_verify(bank, NULL, &rep, &err) == 0, "restored: %s", err.msg);
+    cJSON_Delete(rep);
 
     /* A bank file shorter than index.json records. */
     CHECK(truncate(path, 4096) == 0);
