@@ -12,8 +12,9 @@
  * output head are represented as q8_0 and q4_k (profiles "q8_0" and "q4_k", as LQL's
  * REPRESENT names them); the container is reused afterwards. Run `decode` once first if
  * the checkpoint is missing. Per profile: prompt and decode tokens/s, weight bytes
- * streamed per decoded token, and that traffic as a fraction of the probe. Wall-clock
- * numbers are printed, never asserted.
+ * streamed per decoded token, CPU milliseconds per decoded token (all threads; fairer than
+ * wall time on a shared machine), and the decode traffic as a fraction of the probe.
+ * Wall-clock numbers are printed, never asserted.
  */
 #include <immintrin.h>
 #include <pthread.h>
@@ -142,7 +143,14 @@ static int prepare(const char *src, const char *dir)
 
 /* ---------------------------------------------------------------- one profile */
 
-typedef struct result { double pps, dps; uint64_t wbytes; } result;
+typedef struct result { double pps, dps, cpu_per_tok; uint64_t wbytes; } result;
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static int run(const char *dir, const char *profile, int n_prompt, int n_gen, result *r)
 {
@@ -175,9 +183,11 @@ static int run(const char *dir, const char *profile, int n_prompt, int n_gen, re
     if (!rc && eng_forward(s, ids, n_prompt, logits, NULL, &err) < 0) rc = -1;
     double tp = now() - t0;
     t0 = now();
+    double c0 = cpu_now();
     for (int i = 0; !rc && i < n_gen; i++)
         if (eng_forward(s, ids + n_prompt + i, 1, logits, NULL, &err) < 0) rc = -1;
     double td = now() - t0;
+    r->cpu_per_tok = (cpu_now() - c0) / n_gen;
     if (rc) fprintf(stderr, "quant_decode: %s\n", err.msg[0] ? err.msg : "out of memory");
     r->pps = n_prompt / tp;
     r->dps = n_gen / td;
@@ -214,8 +224,8 @@ int main(int argc, char **argv)
     double bw = probe(threads);
     printf("container    %s (threads %d, load average %.2f)\n", dir, threads, ld[0]);
     printf("bandwidth    %.1f GB/s (%d threads folding 2 GB)\n", bw, threads);
-    printf("%-8s %10s %10s %10s %10s %10s %10s\n", "profile", "GB/token", "prompt t/s", "decode t/s",
-           "llama.cpp", "ratio", "b/w frac");
+    printf("%-8s %10s %10s %10s %12s %10s %10s %10s\n", "profile", "GB/token", "prompt t/s", "decode t/s",
+           "cpu-ms/tok", "llama.cpp", "ratio", "b/w frac");
     static const char *profiles[] = {NULL, "q8_0", "q4_k"};
     static const double ref[] = {14.4, 23.4, 0};
     for (int p = 0; p < 3; p++) {
@@ -226,8 +236,8 @@ int main(int argc, char **argv)
             snprintf(rs, sizeof rs, "%.1f", ref[p]);
             snprintf(rr, sizeof rr, "%.2f", r.dps / ref[p]);
         }
-        printf("%-8s %10.3f %10.1f %10.2f %10s %10s %10.2f\n", profiles[p] ? profiles[p] : "bf16",
-               (double)r.wbytes / 1e9, r.pps, r.dps, rs, rr, bw > 0 ? (double)r.wbytes * r.dps / (bw * 1e9) : 0);
+        printf("%-8s %10.3f %10.1f %10.2f %12.1f %10s %10s %10.2f\n", profiles[p] ? profiles[p] : "bf16",
+               (double)r.wbytes / 1e9, r.pps, r.dps, r.cpu_per_tok * 1e3, rs, rr, bw > 0 ? (double)r.wbytes * r.dps / (bw * 1e9) : 0);
     }
     printf("(llama.cpp: shared/models/PERF.md, idle machine; no Q4_K figure there)\n");
     return 0;
