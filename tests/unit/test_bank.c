@@ -255,26 +255,26 @@ static void e_dims(cJSON *m)
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(routed0(m), "expert_dims"), "intermediate", cJSON_CreateNumber(32));
 }
 
-/* Replace banks/layer_000.lyrw by a file whose bank lacks the down role (index.json's
- * byte record updated so the reader gets as far as the capability check). */
-static void without_down(void)
+/* Replace banks/layer_000.lyrw by a file whose one bank has the given roles (each an f32
+ * [64, 64] region of zeros; index.json's byte record updated so the reader gets as far
+ * as the capability check). */
+static void layer0_with_roles(const uint16_t *roles, int n)
 {
     char path[700], ipath[700];
     snprintf(path, sizeof path, "%s/banks/layer_000.lyrw", bank);
     snprintf(ipath, sizeof ipath, "%s/index.json", bank);
-    unlink(path);     /* hard links elsewhere keep their bytes */
-    vx_lyrw_schema sch[2] = {
-        {0, VX_ROLE_GATE, VX_LF_F32, VX_PACK_ROW_MAJOR, VX_LYRW_UNPAIRED, 0, 64, 64, 0},
-        {0, VX_ROLE_UP, VX_LF_F32, VX_PACK_ROW_MAJOR, VX_LYRW_UNPAIRED, 0, 64, 64, 0},
-    };
-    vx_lyrw_bank_spec spec = {.id = 0, .kind = VX_BANK_ROUTED, .schema_count = 2, .num_entries = 8,
+    unlink(path);
+    vx_lyrw_schema sch[4];
+    for (int i = 0; i < n; i++)
+        sch[i] = (vx_lyrw_schema){0, roles[i], VX_LF_F32, VX_PACK_ROW_MAJOR, VX_LYRW_UNPAIRED, 0, 64, 64, 0};
+    vx_lyrw_bank_spec spec = {.id = 0, .kind = VX_BANK_ROUTED, .schema_count = (uint16_t)n, .num_entries = 8,
                               .input_dim = 64, .intermediate_dim = 64, .output_dim = 64,
                               .schemas = sch, .entry_count = 8};
     vx_lyrw_writer *w;
     vx_err err = {0};
     static float zero[64 * 64];
     CHECK(vx_lyrw_writer_open(path, 0, 0, &spec, 1, &w, &err) == 0);
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < 8 * n; i++)
         CHECK(vx_lyrw_write_region(w, zero, sizeof zero, &err) == 0);
     CHECK(vx_lyrw_writer_close(w, &err) == 0);
     FILE *f = fopen(path, "rb");
@@ -369,8 +369,17 @@ static void hostile(void)
     CHECK(vx_open(bank, &c, &err) == -1 && err.code == VX_EFORMAT);
     CHECK_HAS(err.msg, "bank file 'banks/layer_001.lyrw' is truncated: 4096 bytes on disk, index.json records ");
 
+    /* An unregistered role beside the needed ones is preserved, not refused: the bank
+     * opens and its operands are the gate/up/down regions. */
+    CHECK(truncate(path, 0) == 0);   /* layer 1 stays broken: check layer 0 alone */
+    static const uint16_t extra[4] = {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN, 300};
+    layer0_with_roles(extra, 4);
+    CHECK(vx_open(bank, &c, &err) == -1);
+    CHECK_HAS(err.msg, "bank file 'banks/layer_001.lyrw' is truncated");   /* got past layer 0 */
+
     /* A programme without its required roles: named operand, layer, bank, role, file. */
-    without_down();
+    static const uint16_t no_down[2] = {VX_ROLE_GATE, VX_ROLE_UP};
+    layer0_with_roles(no_down, 2);
     CHECK(vx_open(bank, &c, &err) == -1 && err.code == VX_EMISSING);
     CHECK_STR(err.msg, "missing operand 'layers.0.ffn.experts.0.down_proj' (layer 0, routed_bank 0, programme "
                        "'gated-mlp-v1'): role 'down' is absent from segment 'banks/layer_000.lyrw'");
