@@ -132,9 +132,13 @@ int lql_h_use(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     vx_container *c = NULL;
     vx_err ve = {0};
-    if (vx_open_profile(st->arg, st->profile, NULL, 0, &c, &ve) < 0)
-        return lql_err_vx(e, &ve, st->profile && ve.code == VX_EMISSING && strstr(ve.msg, "profile")
-                                       ? &st->clause_at[LQL_C_PROFILE] : &st->arg_at);
+    if (vx_open_profile(st->arg, st->profile, NULL, 0, &c, &ve) < 0) {
+        /* the profile's own refusals point at the PROFILE clause, the rest at the path */
+        int at_profile = st->profile && (strncmp(ve.msg, "no profile '", 12) == 0 ||
+                                         strncmp(ve.msg, "profile '", 9) == 0 ||
+                                         strncmp(ve.msg, "index.json 'profiles'", 21) == 0);
+        return lql_err_vx(e, &ve, at_profile ? &st->clause_at[LQL_C_PROFILE] : &st->arg_at);
+    }
     return bind(s, st, c, st->arg, st->journal, st->profile, r, e);
 }
 
