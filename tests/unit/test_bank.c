@@ -175,7 +175,7 @@ static void parity(const char *fx, int want_lyrw, int want_files, const int want
     CHECK_MSG(brw_open(g, &bg, &err) == 0 && brw_open(b, &bb, &err) == 0, "brw_open %s: %s", fx, err.msg);
     const char *walk_prompts[] = {"The capital of France is", "hello world"};
     for (int w = 0; bg && bb && w < 2; w++) {
-        brw_walk_opts wo = {10, -1, -1, NULL};
+        brw_walk_opts wo = {.top = 10, .layer_lo = -1, .layer_hi = -1};
         brw_walk x, y;
         CHECK(brw_walk_run(bg, walk_prompts[w], &wo, &x, &err) == 0);
         CHECK(brw_walk_run(bb, walk_prompts[w], &wo, &y, &err) == 0);
