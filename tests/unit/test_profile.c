@@ -330,27 +330,27 @@ static void test_cli(const char *dir)
 {
     static char out[1 << 16];
     char args[800];
-    snprintf(args, sizeof args, "represent '%s' target.decoder_stack --dtype q8_0", dir);
-    CHECK(vindex(args, out, sizeof out) == 1);
-    CHECK_STR(out, "vindex represent: represent: representation 'target.decoder_stack.q8_0' already exists\n");
-    snprintf(args, sizeof args, "represent '%s' target.decoder_stack --dtype q9", dir);
-    CHECK(vindex(args, out, sizeof out) == 2);
-    CHECK_HAS(out, "vindex represent: unknown dtype 'q9'");
-    snprintf(args, sizeof args, "represent '%s' target.decoder_stack", dir);
-    CHECK(vindex(args, out, sizeof out) == 2);
-    snprintf(args, sizeof args, "profile '%s'", dir);
-    CHECK(vindex(args, out, sizeof out) == 0);
-    CHECK_HAS(out, "(baseline)            source-exact");
-    CHECK_HAS(out, "mixed                 numerically-approximate   target.decoder_stack=target.decoder_stack.q8_0 target.output_head=target.output_head.q4_k");
-    snprintf(args, sizeof args, "profile '%s' add q8only target.decoder_stack=target.decoder_stack.q8_0", dir);
-    CHECK(vindex(args, out, sizeof out) == 0);
-    CHECK_STR(out, "profile q8only added (1 selection), authority numerically-approximate\n");
-    snprintf(args, sizeof args, "profile '%s' add bad target.decoder_stack", dir);
-    CHECK(vindex(args, out, sizeof out) == 2);
-    CHECK_STR(out, "vindex profile: 'target.decoder_stack' is not OBJECT=REPRESENTATION\n");
-    snprintf(args, sizeof args, "diff '%s' target.decoder_stack target.decoder_stack.f32 target.decoder_stack.q4_0", dir);
-    CHECK(vindex(args, out, sizeof out) == 1);
-    CHECK_STR(out, "vindex diff: selection selects representation 'target.decoder_stack.q4_0' for object 'target.decoder_stack', which is not present (present: target.decoder_stack.f32, target.decoder_stack.q8_0)\n");
+    /* {arguments after the path, exit code, text the output must contain} */
+    static const struct { const char *args; int rc; const char *want; } cases[] = {
+        {"target.decoder_stack --dtype q8_0", 1,
+         "vindex represent: represent: representation 'target.decoder_stack.q8_0' already exists\n"},
+        {"target.decoder_stack --dtype q9", 2, "vindex represent: unknown dtype 'q9'"},
+        {"target.decoder_stack", 2, "vindex represent: --dtype is required"},
+        {"", 0, "(baseline)            source-exact"},
+        {"", 0, "mixed                 numerically-approximate   target.decoder_stack=target.decoder_stack.q8_0 target.output_head=target.output_head.q4_k"},
+        {"add q8only target.decoder_stack=target.decoder_stack.q8_0", 0,
+         "profile q8only added (1 selection), authority numerically-approximate\n"},
+        {"add bad target.decoder_stack", 2, "vindex profile: 'target.decoder_stack' is not OBJECT=REPRESENTATION\n"},
+        {"target.decoder_stack target.decoder_stack.f32 target.decoder_stack.q4_0", 1,
+         "vindex diff: selection selects representation 'target.decoder_stack.q4_0' for object 'target.decoder_stack', which is not present (present: target.decoder_stack.f32, target.decoder_stack.q8_0)\n"},
+    };
+    static const char *const cmd[] = {"represent", "represent", "represent", "profile", "profile",
+                                      "profile", "profile", "diff"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(args, sizeof args, "%s '%s' %s", cmd[i], dir, cases[i].args);
+        CHECK_MSG(vindex(args, out, sizeof out) == cases[i].rc, "vindex %s", args);
+        CHECK_HAS(out, cases[i].want);
+    }
     snprintf(args, sizeof args, "diff '%s' target.decoder_stack target.decoder_stack.f32 target.decoder_stack.q8_0 --json", dir);
     CHECK(vindex(args, out, sizeof out) == 0);
     cJSON *doc = cJSON_Parse(out), *all = cJSON_GetObjectItem(doc, "overall");
