@@ -138,7 +138,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return 0;
 }
 
-static void rmtree(const char *dir)
+void brw_tree_remove(const char *dir)
 {
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
@@ -152,14 +152,13 @@ static int mkdirs_for(const char *path, vx_err *err)
             continue;
         *p = '\0';
         if (mkdir(d, 0755) != 0 && errno != EEXIST)
-            return vx_errf(err, VX_EIO, "compile: cannot create '%s': %s", d, strerror(errno));
+            return vx_errf(err, VX_EIO, "cannot create '%s': %s", d, strerror(errno));
         *p = '/';
     }
     return 0;
 }
 
-/* Hard-link src to dst, or copy it when linking is not possible. */
-static int link_or_copy(const char *src, const char *dst, vx_err *err)
+int brw_file_carry(const char *src, const char *dst, vx_err *err)
 {
     if (mkdirs_for(dst, err))
         return -1;
@@ -167,21 +166,21 @@ static int link_or_copy(const char *src, const char *dst, vx_err *err)
         return 0;
     int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
     if (in < 0)
-        return vx_errf(err, VX_EIO, "compile: cannot read '%s': %s", src, strerror(errno));
+        return vx_errf(err, VX_EIO, "cannot read '%s': %s", src, strerror(errno));
     out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (out < 0) {
-        vx_errf(err, VX_EIO, "compile: cannot write '%s': %s", dst, strerror(errno));
+        vx_errf(err, VX_EIO, "cannot write '%s': %s", dst, strerror(errno));
         goto done;
     }
     char buf[1 << 16];
     ssize_t k;
     while ((k = read(in, buf, sizeof buf)) > 0)
         if (write(out, buf, (size_t)k) != k) {
-            vx_errf(err, VX_EIO, "compile: cannot write '%s': %s", dst, strerror(errno));
+            vx_errf(err, VX_EIO, "cannot write '%s': %s", dst, strerror(errno));
             goto done;
         }
     if (k < 0 || fsync(out) != 0) {
-        vx_errf(err, VX_EIO, "compile: copying '%s' failed: %s", src, strerror(errno));
+        vx_errf(err, VX_EIO, "copying '%s' failed: %s", src, strerror(errno));
         goto done;
     }
     rc = 0;
@@ -207,7 +206,7 @@ static int carry(walk_ctx *w, const char *rel)
     snprintf(dir, sizeof dir, "%s%s%s", w->root, *rel ? "/" : "", rel);
     DIR *d = opendir(dir);
     if (!d)
-        return vx_errf(w->err, VX_EIO, "compile: cannot list '%s': %s", dir, strerror(errno));
+        return vx_errf(w->err, VX_EIO, "cannot list '%s': %s", dir, strerror(errno));
     struct dirent *de;
     int rc = 0;
     while (rc == 0 && (de = readdir(d))) {
@@ -226,7 +225,7 @@ static int carry(walk_ctx *w, const char *rel)
         if (S_ISDIR(sb.st_mode)) {
             rc = carry(w, sub);
         } else if (S_ISREG(sb.st_mode)) {
-            rc = link_or_copy(src, dst, w->err);
+            rc = brw_file_carry(src, dst, w->err);
             w->linked++;
         }
     }
@@ -234,9 +233,7 @@ static int carry(walk_ctx *w, const char *rel)
     return rc;
 }
 
-/* sha256 of a representation's payload: its segments' tensor bytes in table order, read
- * from the files under dir. */
-static int payload_hash(const char *dir, const cJSON *rep, char hex[65], vx_err *err)
+int brw_payload_sha256(const char *dir, const cJSON *rep, char hex[65], vx_err *err)
 {
     vx_sha256_ctx ctx;
     if (vx_sha256_init(&ctx, err) < 0)
@@ -248,7 +245,7 @@ static int payload_hash(const char *dir, const cJSON *rep, char hex[65], vx_err 
             continue;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, sp->valuestring) >= sizeof path) {
             vx_sha256_free(&ctx);
-            return vx_errf(err, VX_EARG, "compile: path too long under '%s'", dir);
+            return vx_errf(err, VX_EARG, "path too long under '%s'", dir);
         }
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         struct stat sb;
@@ -256,7 +253,7 @@ static int payload_hash(const char *dir, const cJSON *rep, char hex[65], vx_err 
             if (fd >= 0)
                 close(fd);
             vx_sha256_free(&ctx);
-            return vx_errf(err, VX_EIO, "compile: cannot read '%s'", path);
+            return vx_errf(err, VX_EIO, "cannot read '%s'", path);
         }
         void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         close(fd);
@@ -266,7 +263,7 @@ static int payload_hash(const char *dir, const cJSON *rep, char hex[65], vx_err 
             if (map != MAP_FAILED)
                 munmap(map, (size_t)sb.st_size);
             vx_sha256_free(&ctx);
-            return map == MAP_FAILED ? vx_errf(err, VX_EIO, "compile: cannot map '%s'", path) : -1;
+            return map == MAP_FAILED ? vx_errf(err, VX_EIO, "cannot map '%s'", path) : -1;
         }
         const unsigned char *payload = (const unsigned char *)map + h.payload_off;
         for (size_t i = 0; i < h.n; i++)
@@ -278,17 +275,17 @@ static int payload_hash(const char *dir, const cJSON *rep, char hex[65], vx_err 
     return 0;
 }
 
-static int write_index(const char *dir, const cJSON *index, vx_err *err)
+int brw_index_write(const char *dir, const cJSON *index, vx_err *err)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/index.json", dir);
     char *text = cJSON_Print(index);
     if (!text)
-        return vx_errf(err, VX_ENOMEM, "compile: out of memory writing index.json");
+        return vx_errf(err, VX_ENOMEM, "out of memory writing index.json");
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), rc = 0;
     size_t n = strlen(text);
     if (fd < 0 || write(fd, text, n) != (ssize_t)n || write(fd, "\n", 1) != 1 || fsync(fd) != 0)
-        rc = vx_errf(err, VX_EIO, "compile: cannot write '%s': %s", path, strerror(errno));
+        rc = vx_errf(err, VX_EIO, "cannot write '%s': %s", path, strerror(errno));
     if (fd >= 0)
         close(fd);
     free(text);
@@ -426,7 +423,7 @@ int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *o
     int gated = vx_findf(c, "target.decoder_stack", "layers.0.ffn.gate_proj") != NULL;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_dir, (long)getpid());
-    rmtree(tmp);
+    brw_tree_remove(tmp);
     if (mkdir(tmp, 0755) != 0)
         return vx_errf(err, VX_EIO, "compile: cannot create '%s': %s", tmp, strerror(errno));
     cJSON *index = cJSON_Duplicate(base, 1);
@@ -482,7 +479,7 @@ int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *o
         if (!hit)
             continue;
         char hex[65];
-        if (payload_hash(tmp, r, hex, err))
+        if (brw_payload_sha256(tmp, r, hex, err))
             goto fail;
         cJSON_ReplaceItemInObjectCaseSensitive(r, "payload_sha256", cJSON_CreateString(hex));
         if (cJSON_HasObjectItem(r, "fidelity"))
@@ -495,7 +492,7 @@ int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *o
     cJSON_DeleteItemFromObjectCaseSensitive(index, "derived_from");
     if (provenance)
         cJSON_AddItemToObject(index, "derived_from", cJSON_Duplicate(provenance, 1));
-    if (write_index(tmp, index, err))
+    if (brw_index_write(tmp, index, err))
         goto fail;
     /* the down-meta of the edited weights; the base's bands are kept */
     if (dmet) {
@@ -518,7 +515,7 @@ int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *o
             vx_errf(err, VX_EARG, "compile: path too long under '%s'", tmp);
             goto fail;
         }
-        if (fr || clear_meta(mpath, ov, err) || write_index(tmp, index, err))
+        if (fr || clear_meta(mpath, ov, err) || brw_index_write(tmp, index, err))
             goto fail;
     }
     if (rename(tmp, out_dir) != 0) {
@@ -529,7 +526,7 @@ int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *o
     rc = 0;
     goto done;
 fail:
-    rmtree(tmp);
+    brw_tree_remove(tmp);
 done:
     cJSON_Delete(index);
     free(skip);

@@ -28,6 +28,17 @@
 int brw_edit_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_tensor *t,
                         float **out, int *edited, vx_err *err);
 
+/* Helpers COMPILE shares with COMPACT (edit_compact.c). */
+/* Remove dir and everything under it (best effort, symlinks not followed). */
+void brw_tree_remove(const char *dir);
+/* Hard-link src to dst (parents created), or copy it when linking is not possible. */
+int brw_file_carry(const char *src, const char *dst, vx_err *err);
+/* Write index as dir/index.json (fsynced). */
+int brw_index_write(const char *dir, const cJSON *index, vx_err *err);
+/* sha256 of a representation's payload: its segments' tensor bytes in table order, read
+ * from the files under dir. */
+int brw_payload_sha256(const char *dir, const cJSON *rep, char hex[65], vx_err *err);
+
 typedef struct brw_compile_report {
     size_t tensors_rewritten;     /* edited tensors */
     size_t segments_rewritten;    /* segment files written anew */

@@ -16,7 +16,8 @@
  * (engine/edit_memit.h) journaled as a low-rank insert. COMPILE materialises the overlay
  * into a derived container (browse/edit_compile.h) and checks it answers as the overlay
  * does. DIFF compares two effective states (CURRENT or a container): features whose
- * tombstone or metadata differ, and per-tensor value deltas. COMPACT is refused by name.
+ * tombstone or metadata differ, and per-tensor value deltas. COMPACT (edit_compact.h):
+ * storage reorganised, every dropped file named, answers compared.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -29,6 +30,7 @@
 
 #include "browse.h"
 #include "edit.h"
+#include "edit_compact.h"
 #include "edit_compile.h"
 #include "edit_memit.h"
 #include "edit_overlay.h"
@@ -1351,9 +1353,11 @@ static int argmax(const float *x, int n)
     return b;
 }
 
-/* Run the check prompts through the effective model and the compiled container. */
+/* Run the check prompts through m and the container at out, as a table titled `title`
+ * with columns named left and right; *worst gets the largest logit difference. */
 static int check_compiled(eng_model *m, const char *out, const char *const *prompts, int np,
-                          lql_result *r, const lql_stmt *st, lql_err *e)
+                          const char *const names[3], double *worst, lql_result *r,
+                          const lql_stmt *st, lql_err *e)
 {
     vx_container *c2 = NULL;
     eng_model *m2 = NULL;
@@ -1364,10 +1368,11 @@ static int check_compiled(eng_model *m, const char *out, const char *const *prom
     }
     const int V = eng_model_vocab(m);
     float *a = malloc((size_t)V * sizeof *a), *b = malloc((size_t)V * sizeof *b);
-    static const lql_colspec cols[] = {
-        {"prompt", LQL_TEXT, 0}, {"overlay", LQL_TEXT, 0}, {"compiled", LQL_TEXT, 0},
+    const lql_colspec cols[] = {
+        {"prompt", LQL_TEXT, 0}, {names[1], LQL_TEXT, 0}, {names[2], LQL_TEXT, 0},
         {"max_logit_diff", LQL_FLOAT, 6}};
-    lql_table *t = lql_result_table(r, "compiled vs overlay", 4, cols);
+    lql_table *t = lql_result_table(r, names[0], 4, cols);
+    *worst = 0;
     int rc = 0;
     if (!a || !b || !t)
         rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
@@ -1379,6 +1384,7 @@ static int check_compiled(eng_model *m, const char *out, const char *const *prom
         double d = 0;
         for (int v = 0; v < V; v++)
             d = fmax(d, fabs((double)a[v] - b[v]));
+        *worst = fmax(*worst, d);
         lql_row(t);
         lql_cell_text(t, prompts[i]);
         lql_cell_text(t, eng_tok_piece(eng_model_tokenizer(m), argmax(a, V)));
@@ -1446,8 +1452,11 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     for (int i = 0; i < np; i++)
         if (!prompts[i])
             rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    static const char *const heads[3] = {"compiled vs overlay", "overlay", "compiled"};
+    double worst = 0;
     if (rc == 0)
-        rc = check_compiled(m, st->arg2, (const char *const *)prompts, np, r, st, e);
+        rc = check_compiled(m, st->arg2, (const char *const *)prompts, np, heads, &worst, r,
+                            st, e);
     for (int i = 0; i < np; i++)
         free(prompts[i]);
     if (rc)
@@ -1458,11 +1467,76 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     return 0;
 }
 
+/* COMPACT's report: one row per file not carried as it was. */
+static void compact_rows(const brw_compact_report *rep, lql_result *r)
+{
+    static const lql_colspec cols[] = {
+        {"file", LQL_TEXT, 0}, {"bytes", LQL_INT, 0}, {"fate", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, "files not carried", 3, cols);
+    for (size_t i = 0; t && i < rep->n_entries; i++) {
+        char fate[4200];
+        if (rep->entries[i].merged_into)
+            snprintf(fate, sizeof fate, "merged into %s", rep->entries[i].merged_into);
+        else
+            snprintf(fate, sizeof fate, "dropped: nothing references it");
+        lql_row(t);
+        lql_cell_text(t, rep->entries[i].path);
+        lql_cell_int(t, (int64_t)rep->entries[i].bytes);
+        lql_cell_text(t, fate);
+    }
+}
+
 int lql_h_compact(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    (void)s;
-    (void)r;
-    return lql_refuse(e, st, "storage compaction has not landed");
+    const char *src = st->arg ? st->arg : s->vx ? vx_dir(s->vx) : NULL;
+    const lql_span *at = st->arg ? &st->arg_at : &st->at;
+    if (!src)
+        return lql_errf(e, LQL_EEXEC, &st->at, "COMPACT needs a container: name one "
+                        "(COMPACT \"dir\") or bind one with USE");
+    char rs[4096], rb[4096];
+    int bound = s->vx && realpath(src, rs) && realpath(vx_dir(s->vx), rb) && !strcmp(rs, rb);
+    if (!st->into && bound)
+        return lql_errf(e, LQL_EEXEC, at, "COMPACT in place of the bound container is "
+                        "refused: this session maps its files; give INTO VINDEX \"out\" or "
+                        "compact it from a session bound elsewhere");
+    /* the source model, kept mapped so the probes can run after an in-place exchange */
+    vx_container *c = NULL;
+    eng_model *m = NULL;
+    vx_err ve = {0};
+    if (vx_open(src, &c, &ve) || eng_model_bind(c, &m, &ve)) {
+        vx_close(c);
+        return lql_err_vx(e, &ve, at);
+    }
+    brw_compact_report rep;
+    const char *out = st->into ? st->into : src;
+    int rc = st->into ? brw_compact(c, out, &rep, &ve) : brw_compact_in_place(src, &rep, &ve);
+    if (rc) {
+        rc = lql_err_vx(e, &ve, st->into ? &st->clause_at[LQL_C_INTO_VINDEX] : at);
+        goto done;
+    }
+    compact_rows(&rep, r);
+    static const char *const prompts[] = {"The capital of France is", "Once upon a time"};
+    static const char *const names[3] = {"compacted vs source", "source", "compacted"};
+    double worst = 0;
+    if ((rc = check_compiled(m, out, prompts, 2, names, &worst, r, st, e)))
+        goto done;
+    if (worst != 0) {
+        rc = lql_errf(e, LQL_EEXEC, &st->at, "compact: '%s' answers differently from its "
+                      "source (max logit difference %g)", out, worst);
+        goto done;
+    }
+    lql_result_note(r, "compacted: %s (%zu segments -> %zu, %zu representation%s merged, %zu "
+                    "file%s dropped (%llu bytes), %zu carried unchanged, %zu tensors "
+                    "byte-identical, index.json %s)", out, rep.segments_before,
+                    rep.segments_after, rep.reps_merged, rep.reps_merged == 1 ? "" : "s",
+                    rep.n_dropped, rep.n_dropped == 1 ? "" : "s",
+                    (unsigned long long)rep.bytes_dropped, rep.files_carried,
+                    rep.tensors_checked, rep.index_rewritten ? "rewritten" : "carried as it was");
+done:
+    brw_compact_report_free(&rep);
+    eng_model_free(m);
+    vx_close(c);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- USE */
