@@ -411,7 +411,11 @@ int vx_represent(const char *dir, const char *object, vx_dtype dt, vx_represent_
         goto out;
     }
     if (cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "representations"), j.id)) {
-        vx_errf(err, VX_EARG, "represent: representation '%s' already exists", j.id);
+        if (vx_select_check(vx_graph_json(c), object, j.id, NULL, NULL) < 0)
+            vx_errf(err, VX_EARG, "represent: representation '%s' is in index.json but not listed by system_graph.json (an interrupted REPRESENT: remove its index.json entries and segments)",
+                    j.id);
+        else
+            vx_errf(err, VX_EARG, "represent: representation '%s' already exists", j.id);
         goto out;
     }
     if (!from) {

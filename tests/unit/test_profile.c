@@ -254,6 +254,16 @@ static void test_hostile(const char *dir)
     CHECK(err.code == VX_EMISSING);
     CHECK(rename(moved, seg) == 0);
 
+    /* an interrupted REPRESENT: index.json lists the representation, the graph does not */
+    cJSON *gcut = cJSON_Duplicate(g, 1);
+    cJSON_DeleteItemFromArray(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(gcut, "objects"), 2),
+                                                  "representations"), 1);
+    write_json(dir, "system_graph.json", gcut);
+    CHECK(vx_represent(dir, "target.output_head", VX_Q4_K, NULL, &err) < 0);
+    CHECK_STR(err.msg, "represent: representation 'target.output_head.q4_k' is in index.json but not listed by system_graph.json (an interrupted REPRESENT: remove its index.json entries and segments)");
+    write_json(dir, "system_graph.json", g);
+    cJSON_Delete(gcut);
+
     /* profiles that are not an array; a profile without a select object */
     cJSON_ReplaceItemInObject(ix, "profiles", cJSON_CreateString("q8"));
     write_json(dir, "index.json", ix);
