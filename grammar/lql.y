@@ -191,6 +191,9 @@ ewalk_opts(A) ::= ewalk_opts(O) ewalk_opt(C). { A = lql_b_add(p, O, C); }
 ewalk_opt(A) ::= c_top(C).                  { A = C; }
 ewalk_opt(A) ::= c_layers(C).               { A = C; }
 ewalk_opt(A) ::= c_verbose(C).              { A = C; }
+ewalk_opt(A) ::= MODE(K) HYBRID.            { A = lql_b_enum(p, LQL_C_MODE, &K, LQL_MODE_HYBRID); }
+ewalk_opt(A) ::= MODE(K) PURE.              { A = lql_b_enum(p, LQL_C_MODE, &K, LQL_MODE_PURE); }
+ewalk_opt(A) ::= MODE(K) DENSE.             { A = lql_b_enum(p, LQL_C_MODE, &K, LQL_MODE_DENSE); }
 
 /* ------------------------------------------------------------------ DESCRIBE */
 stmt(A) ::= DESCRIBE(K) STRING(S) describe_opts(O). { A = lql_b_stmt(p, O, LQL_S_DESCRIBE, &K, &S, NULL); }

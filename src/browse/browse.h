@@ -127,8 +127,19 @@ typedef struct brw_overlay {
 typedef struct brw_hit {
     int layer;
     int64_t feature;
-    float score;            /* gate·q, sign kept */
+    float score;            /* the ranked value, sign kept: gate·q (HYBRID, PURE) or the
+                             * feature's activation act(gate·q)·(up·q) (DENSE) */
+    float gate;             /* gate·q (up·q + bias for a plain MLP's DENSE), sign kept */
 } brw_hit;
+
+/* How a scan ranks features (WALK … MODE):
+ *   HYBRID — by |gate·q|, sign kept (the default; what the reference's walk ranks by);
+ *   PURE   — by the signed gate·q, largest first: the features q excites;
+ *   DENSE  — by |a| with a the feature's activation for input q without attention:
+ *            act(gate·q)·(up·q) gated, act(up·q + b) plain MLP, an expert's own a for
+ *            MoE (router weight not applied); reads the up rows too. */
+typedef enum brw_walk_mode { BRW_HYBRID = 0, BRW_PURE = 1, BRW_DENSE = 2 } brw_walk_mode;
+const char *brw_walk_mode_name(brw_walk_mode mode);   /* "hybrid" "pure" "dense" */
 
 /* For each of n_layers layers, the top-k features by |gate·q| (sorted by |score|
  * descending, ties by feature ascending). hits receives n_layers × k entries, row-major;
@@ -137,6 +148,11 @@ typedef struct brw_hit {
  * with a replacement gate row are rescored with it and tombstones are dropped. */
 int brw_gate_knn(const brw_model *m, const int *layers, int n_layers, const float *q, int k,
                  const brw_overlay *ov, brw_hit *hits, int *counts, vx_err *err);
+/* brw_gate_knn ranking by mode (sorted best first by that mode's key, ties by feature
+ * ascending); with an overlay, replacement gate and up rows are both used. */
+int brw_gate_knn_mode(const brw_model *m, const int *layers, int n_layers, const float *q,
+                      int k, brw_walk_mode mode, const brw_overlay *ov, brw_hit *hits,
+                      int *counts, vx_err *err);
 
 /* ---------------------------------------------------------------- queries */
 
@@ -154,6 +170,7 @@ typedef struct brw_walk_opts {
     int top;                /* features per layer (default 10) */
     int layer_lo, layer_hi; /* inclusive; -1 -1 = all layers */
     const brw_overlay *ov;
+    brw_walk_mode mode;     /* BRW_HYBRID (0) by default */
 } brw_walk_opts;
 
 typedef struct brw_walk {
@@ -162,7 +179,8 @@ typedef struct brw_walk {
     int *layers;            /* [n_layers] */
     int *counts;            /* [n_layers] */
     brw_hit *hits;          /* [n_layers × top] */
-    uint64_t bytes_scanned;
+    uint64_t bytes_scanned; /* gate rows, plus up rows and biases in DENSE mode */
+    brw_walk_mode mode;
 } brw_walk;
 
 int brw_walk_run(const brw_model *m, const char *prompt, const brw_walk_opts *o,

@@ -16,6 +16,8 @@ typedef struct brw_part {
     const vx_tensor *down;   /* [hidden, rows] */
     int64_t first;           /* feature index of row 0 within the layer */
     int64_t rows;
+    const vx_tensor *up;     /* [rows, hidden] up_proj of a gated part; NULL for a plain MLP */
+    const vx_tensor *bias;   /* [rows] up_proj.bias of a plain MLP with ffn.bias, or NULL */
 } brw_part;
 
 typedef struct brw_layer {
@@ -23,12 +25,14 @@ typedef struct brw_layer {
     brw_part *parts;
     int64_t features;
     uint64_t gate_bytes;
+    uint64_t up_bytes;       /* up rows (and bias) a DENSE walk reads besides the gates */
 } brw_layer;
 
 typedef struct brw_shape {
     int layers, hidden, vocab;
     float embed_scale;
     int gated;               /* ffn.kind == "gated" */
+    int act;                 /* execution.ffn.activation: 0 silu, 1 gelu_tanh, 2 gelu (eng_act) */
     const vx_tensor *embed;  /* [vocab, hidden] */
     brw_layer *layer;        /* [layers] */
 } brw_shape;
@@ -65,5 +69,10 @@ static inline int brw_in_range(int layer, int lo, int hi)
     return lo < 0 || (layer >= lo && layer <= hi);
 }
 
+/* Parse a trace file image (format in docs/lql/BROWSE.md) recorded on a model of `layers`
+ * layers, `hidden` wide, with `vocab` tokens; name is used in messages. Header, sizes
+ * (64-bit) and every id are checked before anything is copied; out owns copies. */
+int brw_trace_parse(const void *buf, size_t n, const char *name, int layers, int hidden,
+                    int vocab, brw_trace *out, vx_err *err);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * knn.c — gate KNN: for each requested layer, the features whose gate row has the largest
- * |gate·q| (sign kept). One pass over the gate rows read in place from the mmap; f16 and
+ * |gate·q| (sign kept), or by the WALK modes' keys (signed gate·q, or the activation
+ * with the up rows). One pass over the gate rows read in place from the mmap; f16 and
  * bf16 rows are widened in registers (F16C / a 16-bit shift), so the scan runs at memory
  * bandwidth. Rows are cut into chunks that threads pull from a shared counter; each
  * thread keeps a bounded min-heap per layer, merged at the end.
@@ -149,10 +150,11 @@ float brw_dot_row(vx_dtype t, const void *row, const float *q, int64_t n)
 
 /* ---------------------------------------------------------------- bounded heap */
 
-/* Is a a worse hit than b? Smaller |score| is worse; on ties the larger feature is. */
-static inline int worse(const brw_hit *a, const brw_hit *b)
+/* Is a a worse hit than b? A smaller key is worse (|score|, or the signed score when
+ * PURE); on ties the larger feature is. */
+static inline int worse(const brw_hit *a, const brw_hit *b, int pure)
 {
-    float x = fabsf(a->score), y = fabsf(b->score);
+    float x = pure ? a->score : fabsf(a->score), y = pure ? b->score : fabsf(b->score);
     if (x != y)
         return x < y;
     return a->feature > b->feature;
@@ -161,15 +163,16 @@ static inline int worse(const brw_hit *a, const brw_hit *b)
 typedef struct heap {
     brw_hit *h;
     int n, cap;
+    int pure;
 } heap;
 
 static void sift_down(heap *hp, int i)
 {
     for (;;) {
         int l = 2 * i + 1, r = l + 1, m = i;
-        if (l < hp->n && worse(&hp->h[l], &hp->h[m]))
+        if (l < hp->n && worse(&hp->h[l], &hp->h[m], hp->pure))
             m = l;
-        if (r < hp->n && worse(&hp->h[r], &hp->h[m]))
+        if (r < hp->n && worse(&hp->h[r], &hp->h[m], hp->pure))
             m = r;
         if (m == i)
             return;
@@ -189,7 +192,7 @@ static void heap_push(heap *hp, const brw_hit *x)
         hp->h[i] = *x;
         while (i > 0) {
             int p = (i - 1) / 2;
-            if (!worse(&hp->h[i], &hp->h[p]))
+            if (!worse(&hp->h[i], &hp->h[p], hp->pure))
                 break;
             brw_hit t = hp->h[i];
             hp->h[i] = hp->h[p];
@@ -198,20 +201,77 @@ static void heap_push(heap *hp, const brw_hit *x)
         }
         return;
     }
-    if (!worse(&hp->h[0], x))
+    if (!worse(&hp->h[0], x, hp->pure))
         return;
     hp->h[0] = *x;
     sift_down(hp, 0);
 }
 
-static int cmp_better(const void *pa, const void *pb)
+static int cmp_by(const brw_hit *a, const brw_hit *b, int pure)
 {
-    const brw_hit *a = pa, *b = pb;
-    if (worse(b, a))
+    if (worse(b, a, pure))
         return -1;
-    if (worse(a, b))
+    if (worse(a, b, pure))
         return 1;
     return 0;
+}
+
+static int cmp_abs(const void *a, const void *b)
+{
+    return cmp_by(a, b, 0);
+}
+
+static int cmp_signed(const void *a, const void *b)
+{
+    return cmp_by(a, b, 1);
+}
+
+static void sort_hits(brw_hit *h, size_t n, brw_walk_mode mode)
+{
+    qsort(h, n, sizeof *h, mode == BRW_PURE ? cmp_signed : cmp_abs);
+}
+
+const char *brw_walk_mode_name(brw_walk_mode mode)
+{
+    return mode == BRW_PURE ? "pure" : mode == BRW_DENSE ? "dense" : "hybrid";
+}
+
+/* Row r of a [rows, hidden] operand. */
+static const void *row_of(const vx_tensor *t, int64_t r, int hidden)
+{
+    return (const uint8_t *)t->data + (size_t)r * (size_t)hidden * (t->dtype == VX_F32 ? 4 : 2);
+}
+
+/* A hit for row r of a part: gate·q, and in DENSE mode the activation (gate and up may be
+ * replacement rows from the overlay, f32). */
+static brw_hit score_row(const brw_model *m, brw_walk_mode mode, int layer,
+                         const brw_part *p, int64_t r, const float *q, const float *gate,
+                         const float *up)
+{
+    int hidden = m->s.hidden;
+    float g = gate ? brw_dot_row(VX_F32, gate, q, hidden)
+                   : brw_dot_row(p->gate->dtype, row_of(p->gate, r, hidden), q, hidden);
+    brw_hit h = {layer, p->first + r, g, g};
+    if (mode != BRW_DENSE)
+        return h;
+    if (p->up) {
+        float u = up ? brw_dot_row(VX_F32, up, q, hidden)
+                     : brw_dot_row(p->up->dtype, row_of(p->up, r, hidden), q, hidden);
+        float a = g;
+        eng_act(m->s.act, &a, 1);
+        h.score = a * u;
+    } else {
+        if (p->bias) {
+            float b;
+            vx_row_to_f32(p->bias->dtype,
+                          (const uint8_t *)p->bias->data +
+                              (size_t)r * (p->bias->dtype == VX_F32 ? 4 : 2), &b, 1);
+            h.gate = g + b;
+        }
+        h.score = h.gate;
+        eng_act(m->s.act, &h.score, 1);
+    }
+    return h;
 }
 
 /* ---------------------------------------------------------------- the scan */
@@ -227,6 +287,7 @@ typedef struct scan {
     const int *layers;
     int n_layers;
     const float *q;
+    brw_walk_mode mode;
     item *items;
     size_t n_items;
     size_t next;            /* atomic work counter */
@@ -251,13 +312,19 @@ static void *run_worker(void *arg)
             break;
         const item *x = &s->items[it];
         heap *hp = &s->heaps[(size_t)w->t * (size_t)s->n_layers + (size_t)x->li];
-        const vx_tensor *g = x->part->gate;
-        size_t rb = (size_t)hidden * (g->dtype == VX_F32 ? 4 : 2);
         int layer = s->layers[x->li];
+        if (s->mode == BRW_HYBRID) {
+            /* the hot path: one dot per row, nothing else */
+            const vx_tensor *g = x->part->gate;
+            for (int64_t r = x->r0; r < x->r1; r++) {
+                float d = brw_dot_row(g->dtype, row_of(g, r, hidden), s->q, hidden);
+                brw_hit h = {layer, x->part->first + r, d, d};
+                heap_push(hp, &h);
+            }
+            continue;
+        }
         for (int64_t r = x->r0; r < x->r1; r++) {
-            brw_hit h = {layer, x->part->first + r,
-                         brw_dot_row(g->dtype, (const uint8_t *)g->data + (size_t)r * rb, s->q,
-                                     hidden)};
+            brw_hit h = score_row(s->m, s->mode, layer, x->part, r, s->q, NULL, NULL);
             heap_push(hp, &h);
         }
     }
@@ -274,26 +341,24 @@ static const eng_feature_edit *find_edit(const eng_overlay *ov, int layer, int64
     return e;
 }
 
-/* Score of feature f at a layer from its base gate row. */
-static float base_score(const brw_model *m, int layer, int64_t f, const float *q)
+/* The hit of feature f at a layer, with the edit's replacement rows when it has them. */
+static brw_hit feature_hit(const brw_model *m, brw_walk_mode mode, int layer, int64_t f,
+                           const float *q, const eng_feature_edit *e)
 {
     const brw_layer *L = &m->s.layer[layer];
     for (int p = 0; p < L->n_parts; p++) {
         const brw_part *pt = &L->parts[p];
-        if (f >= pt->first && f < pt->first + pt->rows) {
-            size_t rb = (size_t)m->s.hidden * (pt->gate->dtype == VX_F32 ? 4 : 2);
-            return brw_dot_row(pt->gate->dtype,
-                               (const uint8_t *)pt->gate->data + (size_t)(f - pt->first) * rb,
-                               q, m->s.hidden);
-        }
+        if (f >= pt->first && f < pt->first + pt->rows)
+            return score_row(m, mode, layer, pt, f - pt->first, q, e ? e->gate : NULL,
+                             e ? e->up : NULL);
     }
-    return 0;
+    return (brw_hit){layer, f, 0, 0};
 }
 
 /* Apply the overlay to one layer's base hits (n of them, sorted best first) and write the
  * top k effective hits to out; returns how many. */
-static int apply_overlay(const brw_model *m, const eng_overlay *ov, int layer, const float *q,
-                         brw_hit *base, int n, int k, brw_hit *out)
+static int apply_overlay(const brw_model *m, const eng_overlay *ov, brw_walk_mode mode,
+                         int layer, const float *q, brw_hit *base, int n, int k, brw_hit *out)
 {
     size_t cap = (size_t)n + (ov ? ov->n_edits : 0) + 1;
     brw_hit *all = malloc(cap * sizeof *all);
@@ -309,11 +374,9 @@ static int apply_overlay(const brw_model *m, const eng_overlay *ov, int layer, c
             continue;
         if (e->feature < 0 || e->feature >= m->s.layer[layer].features)
             continue;
-        float sc = e->gate ? brw_dot_row(VX_F32, e->gate, q, m->s.hidden)
-                           : base_score(m, layer, e->feature, q);
-        all[na++] = (brw_hit){layer, e->feature, sc};
+        all[na++] = feature_hit(m, mode, layer, e->feature, q, e);
     }
-    qsort(all, (size_t)na, sizeof *all, cmp_better);
+    sort_hits(all, (size_t)na, mode);
     if (na > k)
         na = k;
     memcpy(out, all, (size_t)na * sizeof *out);
@@ -332,10 +395,19 @@ static int edits_in_layer(const eng_overlay *ov, int layer)
 int brw_gate_knn(const brw_model *m, const int *layers, int n_layers, const float *q, int k,
                  const brw_overlay *ov, brw_hit *hits, int *counts, vx_err *err)
 {
+    return brw_gate_knn_mode(m, layers, n_layers, q, k, BRW_HYBRID, ov, hits, counts, err);
+}
+
+int brw_gate_knn_mode(const brw_model *m, const int *layers, int n_layers, const float *q,
+                      int k, brw_walk_mode mode, const brw_overlay *ov, brw_hit *hits,
+                      int *counts, vx_err *err)
+{
     if (k <= 0)
         return vx_errf(err, VX_EARG, "gate knn: k must be positive (got %d)", k);
+    if (mode != BRW_HYBRID && mode != BRW_PURE && mode != BRW_DENSE)
+        return vx_errf(err, VX_EARG, "gate knn: unknown mode %d", (int)mode);
     const eng_overlay *eo = ov ? ov->eng : NULL;
-    scan s = {.m = m, .layers = layers, .n_layers = n_layers, .q = q};
+    scan s = {.m = m, .layers = layers, .n_layers = n_layers, .q = q, .mode = mode};
     s.kk = calloc((size_t)n_layers + 1, sizeof *s.kk);
     size_t n_items = 0;
     for (int i = 0; i < n_layers; i++) {
@@ -374,6 +446,7 @@ int brw_gate_knn(const brw_model *m, const int *layers, int n_layers, const floa
         for (int t = 0; t < s.threads; t++) {
             heap *hp = &s.heaps[(size_t)t * (size_t)n_layers + (size_t)i];
             hp->cap = s.kk[i];
+            hp->pure = mode == BRW_PURE;
             hp->h = malloc(((size_t)hp->cap + 1) * sizeof *hp->h);
             if (!hp->h) {
                 vx_errf(err, VX_ENOMEM, "gate knn: out of memory");
@@ -409,12 +482,12 @@ int brw_gate_knn(const brw_model *m, const int *layers, int n_layers, const floa
             memcpy(merged + n, hp->h, (size_t)hp->n * sizeof *merged);
             n += hp->n;
         }
-        qsort(merged, (size_t)n, sizeof *merged, cmp_better);
+        sort_hits(merged, (size_t)n, mode);
         if (n > cap)
             n = cap;
         brw_hit *dst = hits + (size_t)i * (size_t)k;
         if (eo && edits_in_layer(eo, layers[i]))
-            counts[i] = apply_overlay(m, eo, layers[i], q, merged, n, k, dst);
+            counts[i] = apply_overlay(m, eo, mode, layers[i], q, merged, n, k, dst);
         else {
             counts[i] = n < k ? n : k;
             memcpy(dst, merged, (size_t)counts[i] * sizeof *dst);

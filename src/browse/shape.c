@@ -39,7 +39,7 @@ static int check_mat(const vx_tensor *t, const char *name, int64_t rows, int64_t
 }
 
 static int bind_part(const vx_container *c, brw_part *p, const char *prefix, int gated,
-                     int hidden, int64_t rows, vx_err *err)
+                     int bias, int hidden, int64_t rows, vx_err *err)
 {
     char gname[256], dname[256];
     snprintf(gname, sizeof gname, "%s.%s", prefix, gated ? "gate_proj" : "up_proj");
@@ -49,7 +49,24 @@ static int bind_part(const vx_container *c, brw_part *p, const char *prefix, int
         return -1;
     p->rows = p->gate->shape[0];
     p->down = vx_find(c, STACK, dname);
-    return check_mat(p->down, dname, hidden, p->rows, err);
+    if (check_mat(p->down, dname, hidden, p->rows, err) != 0)
+        return -1;
+    if (gated) {
+        snprintf(gname, sizeof gname, "%s.up_proj", prefix);
+        p->up = vx_find(c, STACK, gname);
+        return check_mat(p->up, gname, p->rows, hidden, err);
+    }
+    if (!bias)
+        return 0;
+    snprintf(gname, sizeof gname, "%s.up_proj.bias", prefix);
+    p->bias = vx_find(c, STACK, gname);
+    if (!p->bias)
+        return vx_errf(err, VX_EMISSING, "browse: operand \"%s\" is missing", gname);
+    if ((p->bias->dtype != VX_F32 && p->bias->dtype != VX_F16 && p->bias->dtype != VX_BF16) ||
+        p->bias->ndim != 1 || p->bias->shape[0] != p->rows)
+        return vx_errf(err, VX_EFORMAT, "browse: operand \"%s\" is not an f32/f16/bf16 vector "
+                       "of %lld", gname, (long long)p->rows);
+    return 0;
 }
 
 int brw_shape_read(const vx_container *c, brw_shape *s, vx_err *err)
@@ -78,6 +95,17 @@ int brw_shape_read(const vx_container *c, brw_shape *s, vx_err *err)
     if (!s->gated && strcmp(kind->valuestring, "plain") != 0)
         return vx_errf(err, VX_EUNSUPPORTED, "browse: ffn kind \"%s\" is not gated or plain",
                        kind->valuestring);
+    /* the engine's names, in eng_act's numbering */
+    static const char *const acts[] = {"silu", "gelu_tanh", "gelu"};
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(ffn, "activation");
+    s->act = -1;
+    for (int a = 0; a < 3 && cJSON_IsString(act); a++)
+        if (strcmp(act->valuestring, acts[a]) == 0)
+            s->act = a;
+    if (s->act < 0)
+        return vx_errf(err, VX_EFORMAT, "browse: execution.ffn.activation is missing or not "
+                       "silu, gelu_tanh or gelu");
+    int bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ffn, "bias"));
     const cJSON *moe = cJSON_GetObjectItemCaseSensitive(ex, "moe");
     int experts = 0;
     if (cJSON_IsObject(moe) && get_int(moe, "experts", &experts))
@@ -112,14 +140,16 @@ int brw_shape_read(const vx_container *c, brw_shape *s, vx_err *err)
             else
                 snprintf(prefix, sizeof prefix, "layers.%d.ffn", i);
             int64_t want = e > 0 ? L->parts[0].rows : -1;
-            if (bind_part(c, &L->parts[e], prefix, is_moe ? 1 : s->gated, s->hidden, want,
-                          err) != 0) {
+            if (bind_part(c, &L->parts[e], prefix, is_moe ? 1 : s->gated, !is_moe && bias,
+                          s->hidden, want, err) != 0) {
                 brw_shape_free(s);
                 return -1;
             }
             L->parts[e].first = L->features;
             L->features += L->parts[e].rows;
             L->gate_bytes += L->parts[e].gate->nbytes;
+            L->up_bytes += (L->parts[e].up ? L->parts[e].up->nbytes : 0) +
+                           (L->parts[e].bias ? L->parts[e].bias->nbytes : 0);
         }
     }
     return 0;

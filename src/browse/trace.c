@@ -19,10 +19,14 @@
 #include "brw_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct rec_ctx {
     int n_tokens, n_layers, hidden;
@@ -264,60 +268,78 @@ int brw_trace_save(const brw_trace *t, const char *path, vx_err *err)
     return 0;
 }
 
-int brw_trace_load(eng_model *em, const char *path, const brw_trace_opts *o,
-                   brw_trace *out, vx_err *err)
+int brw_trace_parse(const void *buf, size_t n, const char *name, int layers, int hidden,
+                    int vocab, brw_trace *out, vx_err *err)
 {
     memset(out, 0, sizeof *out);
     out->target = -1;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return vx_errf(err, VX_EIO, "cannot open trace \"%s\": %s", path, strerror(errno));
-    uint8_t h[32];
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (size < 32 || fread(h, 1, 32, f) != 32 || memcmp(h, "LQLTRACE", 8) != 0) {
-        fclose(f);
-        return vx_errf(err, VX_EFORMAT, "\"%s\" is not an lql trace file (bad header)", path);
-    }
+    const uint8_t *h = buf;
+    if (n < 32 || memcmp(h, "LQLTRACE", 8) != 0)
+        return vx_errf(err, VX_EFORMAT, "\"%s\" is not an lql trace file (bad header)", name);
     uint32_t ver = get32(h + 8), nt = get32(h + 12), nl = get32(h + 16), hid = get32(h + 20);
     int32_t target = (int32_t)get32(h + 24);
-    if (ver != 1) {
-        fclose(f);
-        return vx_errf(err, VX_EVERSION, "trace \"%s\": unsupported version %u", path, ver);
-    }
-    if ((int)nl != eng_model_layers(em) || (int)hid != eng_model_hidden(em) || nt == 0 ||
-        nt > (1u << 20)) {
-        fclose(f);
+    if (ver != 1)
+        return vx_errf(err, VX_EVERSION, "trace \"%s\": unsupported version %u", name, ver);
+    if ((int64_t)nl != layers || (int64_t)hid != hidden || nt == 0 || nt > (1u << 20))
         return vx_errf(err, VX_EARG, "trace \"%s\" (%u tokens, %u layers, hidden %u) does not "
-                       "match the bound model (%d layers, hidden %d)", path, nt, nl, hid,
-                       eng_model_layers(em), eng_model_hidden(em));
+                       "match the bound model (%d layers, hidden %d)", name, nt, nl, hid,
+                       layers, hidden);
+    /* nt <= 2^20, nl and hid equal the model's: no 64-bit overflow */
+    uint64_t ns = (uint64_t)nt * (nl + 1) * 3 * hid, want = 32 + 4 * (uint64_t)nt + 4 * ns;
+    if ((uint64_t)n != want)
+        return vx_errf(err, VX_EFORMAT, "trace \"%s\" is %zu bytes, want %llu", name, n,
+                       (unsigned long long)want);
+    if (target < -1 || target >= vocab)
+        return vx_errf(err, VX_EFORMAT, "trace \"%s\": FOR token id %d is outside the "
+                       "vocabulary (0-%d)", name, target, vocab - 1);
+    for (uint32_t i = 0; i < nt; i++) {
+        int32_t id = (int32_t)get32(h + 32 + 4 * (size_t)i);
+        if (id < 0 || id >= vocab)
+            return vx_errf(err, VX_EFORMAT, "trace \"%s\": token %u has id %d, outside the "
+                           "vocabulary (0-%d)", name, i, id, vocab - 1);
     }
-    uint64_t ns = (uint64_t)nt * (nl + 1) * 3 * hid;
-    if ((uint64_t)size != 32 + 4 * (uint64_t)nt + 4 * ns) {
-        fclose(f);
-        return vx_errf(err, VX_EFORMAT, "trace \"%s\" is %ld bytes, want %llu", path, size,
-                       (unsigned long long)(32 + 4 * (uint64_t)nt + 4 * ns));
+    out->ids = malloc(4 * (size_t)nt);
+    out->states = malloc(4 * (size_t)ns);
+    if (!out->ids || !out->states) {
+        brw_trace_free(out);
+        return vx_errf(err, VX_ENOMEM, "trace \"%s\": out of memory", name);
     }
     out->n_tokens = (int)nt;
     out->n_layers = (int)nl;
     out->hidden = (int)hid;
     out->target = target;
-    out->ids = malloc(4 * (size_t)nt);
-    out->states = malloc(4 * (size_t)ns);
-    int ok = out->ids && out->states;
-    for (uint32_t i = 0; ok && i < nt; i++) {
-        uint8_t b[4];
-        ok = fread(b, 1, 4, f) == 4;
-        out->ids[i] = (int32_t)get32(b);
+    for (uint32_t i = 0; i < nt; i++)
+        out->ids[i] = (int32_t)get32(h + 32 + 4 * (size_t)i);
+    /* states are little-endian floats, as the host's (see brw_trace_save) */
+    memcpy(out->states, h + 32 + 4 * (size_t)nt, 4 * (size_t)ns);
+    return 0;
+}
+
+int brw_trace_load(eng_model *em, const char *path, const brw_trace_opts *o,
+                   brw_trace *out, vx_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->target = -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return vx_errf(err, VX_EIO, "cannot open trace \"%s\": %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return vx_errf(err, VX_EIO, "trace \"%s\" is not a regular file", path);
     }
-    if (ok)
-        ok = fread(out->states, 4, (size_t)ns, f) == (size_t)ns;
-    fclose(f);
-    if (!ok) {
-        brw_trace_free(out);
-        return vx_errf(err, VX_EIO, "cannot read trace \"%s\"", path);
-    }
+    /* mapped, not read: a full trace of a long prompt is gigabytes */
+    size_t n = (size_t)st.st_size;
+    void *map = n ? mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (map == MAP_FAILED)
+        return vx_errf(err, VX_EIO, "cannot map trace \"%s\": %s", path, strerror(errno));
+    int rc = brw_trace_parse(map ? map : "", n, path, eng_model_layers(em),
+                             eng_model_hidden(em), eng_model_vocab(em), out, err);
+    if (map)
+        munmap(map, n);
+    if (rc != 0)
+        return -1;
     if (o && o->for_token && answer_id(em, o->for_token, &out->target, err) != 0) {
         brw_trace_free(out);
         return -1;

@@ -1,6 +1,7 @@
 /*
  * walk.c — WALK: the prompt's last-token embedding (times the embedding scale) scanned
- * against every requested layer's gate rows; per layer the top features by |gate·q|.
+ * against every requested layer's gate rows; per layer the top features by the mode's
+ * key (HYBRID |gate·q|, PURE signed gate·q, DENSE |act(gate·q)·(up·q)|).
  */
 #include "brw_int.h"
 
@@ -31,13 +32,16 @@ int brw_walk_run(const brw_model *m, const char *prompt, const brw_walk_opts *o,
         brw_walk_free(out);
         return vx_errf(err, VX_ENOMEM, "walk: out of memory");
     }
+    out->mode = o ? o->mode : BRW_HYBRID;
     for (int i = 0; i < out->n_layers; i++) {
         out->layers[i] = lo + i;
         out->bytes_scanned += m->s.layer[lo + i].gate_bytes;
+        if (out->mode == BRW_DENSE)
+            out->bytes_scanned += m->s.layer[lo + i].up_bytes;
     }
     if (brw_walk_query(m, prompt, q, &out->token, err) != 0 ||
-        brw_gate_knn(m, out->layers, out->n_layers, q, top, o ? o->ov : NULL, out->hits,
-                     out->counts, err) != 0) {
+        brw_gate_knn_mode(m, out->layers, out->n_layers, q, top, out->mode, o ? o->ov : NULL,
+                          out->hits, out->counts, err) != 0) {
         free(q);
         brw_walk_free(out);
         return -1;

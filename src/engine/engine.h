@@ -66,6 +66,8 @@ int32_t eng_model_eos(const eng_model *m, int i); /* i-th eos id, -1 past the en
 
 /* Threads for every kernel: LQL_THREADS, else the core count. */
 int eng_threads(void);
+/* The FFN activation in place: act 0 silu, 1 gelu_tanh, 2 gelu (execution.ffn.activation). */
+void eng_act(int act, float *x, size_t n);
 
 /* ---------------------------------------------------------------- observers */
 

@@ -141,11 +141,18 @@ static void down_list(const brw_model *m, const brw_meta *md, int k, char *buf, 
 static int walk_table(const brw_model *m, const brw_overlay *ov, const brw_walk *w,
                       const char *title, int verbose, lql_result *r)
 {
+    int dense = w->mode == BRW_DENSE;
     lql_colspec cols[] = {{"layer", LQL_INT, 0}, {"feature", LQL_INT, 0},
-                          {"gate", LQL_FLOAT, 4}, {"token", LQL_TEXT, 0},
-                          {"down", LQL_TEXT, 0}, {"c_score", LQL_FLOAT, 4},
-                          {"band", LQL_TEXT, 0}};
-    lql_table *t = lql_result_table(r, title, verbose ? 7 : 5, cols);
+                          {"gate", LQL_FLOAT, 4}, {"act", LQL_FLOAT, 4},
+                          {"token", LQL_TEXT, 0}, {"down", LQL_TEXT, 0},
+                          {"c_score", LQL_FLOAT, 4}, {"band", LQL_TEXT, 0}};
+    /* the act column only in DENSE mode (elsewhere it would repeat gate) */
+    lql_colspec use[8];
+    int nc = 0;
+    for (int c = 0; c < (verbose ? 8 : 6); c++)
+        if (c != 3 || dense)
+            use[nc++] = cols[c];
+    lql_table *t = lql_result_table(r, title, nc, use);
     if (!t)
         return -1;
     for (int i = 0; i < w->n_layers; i++)
@@ -162,7 +169,9 @@ static int walk_table(const brw_model *m, const brw_overlay *ov, const brw_walk 
             lql_row(t);
             lql_cell_int(t, h->layer);
             lql_cell_int(t, h->feature);
-            lql_cell_float(t, h->score);
+            lql_cell_float(t, h->gate);
+            if (dense)
+                lql_cell_float(t, h->score);
             lql_cell_text(t, has ? tok : NULL);
             lql_cell_text(t, has ? down : NULL);
             if (verbose) {
@@ -176,18 +185,18 @@ static int walk_table(const brw_model *m, const brw_overlay *ov, const brw_walk 
     return 0;
 }
 
+/* What a mode ranks by, for the plan and the note. */
+static const char *rank_key(brw_walk_mode mode)
+{
+    return mode == BRW_PURE ? "gate·q" : mode == BRW_DENSE ? "|act|" : "|gate·q|";
+}
+
 static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e,
                     int explain)
 {
     brw_model *m = NULL;
     if (browse_model(s, st, &m, e) != 0)
         return -1;
-    if (lql_has(st, LQL_C_MODE) && st->mode != LQL_MODE_HYBRID)
-        return lql_refuse_clause(e, st, LQL_C_MODE, st->mode == LQL_MODE_PURE
-                                 ? "PURE was asked for; lql walks in HYBRID mode only "
-                                   "(rank by |gate·q|)"
-                                 : "DENSE was asked for; lql walks in HYBRID mode only "
-                                   "(rank by |gate·q|)");
     int verbose = explain && lql_has(st, LQL_C_VERBOSE);
     int64_t maxf = 0;
     for (int l = 0; l < brw_layers(m); l++)
@@ -196,6 +205,9 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
     if (check_top(st, maxf, e) != 0)
         return -1;
     brw_walk_opts o = {.top = lql_has(st, LQL_C_TOP) ? (int)st->top : explain ? (verbose ? 10 : 5) : 3};
+    if (lql_has(st, LQL_C_MODE))
+        o.mode = st->mode == LQL_MODE_PURE ? BRW_PURE
+               : st->mode == LQL_MODE_DENSE ? BRW_DENSE : BRW_HYBRID;
     if (layer_range(st, brw_layers(m), &o.layer_lo, &o.layer_hi, e) != 0)
         return -1;
     brw_overlay ov = overlay_of(s);
@@ -224,8 +236,10 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
         lql_cell_text(pt, d);
         lql_row(pt);
         lql_cell_text(pt, "scan");
-        snprintf(d, sizeof d, "top %d by |gate·q| per layer, %.1f MB of gate rows read in place",
-                 w.top, (double)w.bytes_scanned / 1e6);
+        snprintf(d, sizeof d, "%s: top %d by %s per layer, %.1f MB of %s read in place",
+                 brw_walk_mode_name(w.mode), w.top, rank_key(w.mode),
+                 (double)w.bytes_scanned / 1e6,
+                 w.mode == BRW_DENSE ? "gate and up rows" : "gate rows");
         lql_cell_text(pt, d);
     }
     if (walk_table(m, &ov, &w, explain ? "hits" : NULL, verbose, r) != 0)
@@ -243,9 +257,11 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
         }
     }
     if (rc == 0 && !explain)
-        lql_result_note(r, "query token \"%s\" (id %d), %d layers, %.1f MB of gate rows "
-                        "scanned; a pure gate scan (no attention): for inference use INFER",
-                        tok, w.token, w.n_layers, (double)w.bytes_scanned / 1e6);
+        lql_result_note(r, "query token \"%s\" (id %d), %d layers, %s mode (by %s), %.1f MB "
+                        "of %s scanned; no attention: for inference use INFER", tok, w.token,
+                        w.n_layers, brw_walk_mode_name(w.mode), rank_key(w.mode),
+                        (double)w.bytes_scanned / 1e6,
+                        w.mode == BRW_DENSE ? "gate and up rows" : "gate rows");
     brw_walk_free(&w);
     return rc;
 }

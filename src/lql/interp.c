@@ -64,9 +64,10 @@ static const lql_stmt_def defs[] = {
      "WALK \"prompt\" {TOP n | LAYERS range | MODE (HYBRID|PURE|DENSE) | COMPARE}",
      "Feature scan without attention: the prompt's last-token embedding (times the "
      "embedding scale) against every layer's gate rows; per layer the features with the "
-     "largest |gate·q| and their output tokens."},
+     "largest |gate·q| (HYBRID), the largest signed gate·q (PURE) or the largest "
+     "|act(gate·q)·(up·q)| (DENSE, reads the up rows too), with their output tokens."},
     {LQL_S_EXPLAIN_WALK, "EXPLAIN WALK", lql_h_explain_walk,
-     "EXPLAIN WALK \"prompt\" {LAYERS range | TOP n | VERBOSE}",
+     "EXPLAIN WALK \"prompt\" {LAYERS range | TOP n | VERBOSE | MODE (HYBRID|PURE|DENSE)}",
      "The WALK scan one hit per row, with the plan: query token, layers, bytes read."},
     {LQL_S_DESCRIBE, "DESCRIBE", lql_h_describe,
      "DESCRIBE \"entity\" {ALL LAYERS | SYNTAX | KNOWLEDGE | OUTPUT | AT LAYER n | "

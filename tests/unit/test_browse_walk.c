@@ -1,0 +1,275 @@
+/*
+ * test_browse_walk.c — WALK's three ranking modes against a float64 recomputation over
+ * every feature of every layer, on real fixtures encoded into the build tree:
+ *   - tinyllama (gated, silu): HYBRID |g|, PURE signed g, DENSE |silu(g)·u|;
+ *   - gpt2 (plain MLP, gelu_tanh, c_fc bias): DENSE |gelu(u + b)|;
+ *   - mixtral (MoE, expert-major numbering): DENSE per expert;
+ * plus the overlay (a replacement up row moves a feature in DENSE only; a tombstone drops
+ * it), the bytes each mode reads, and the mode names.
+ */
+#include "brw_int.h"
+#include "t.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAM LQL_SHARED_DIR "/models/families"
+
+static double elem(const vx_tensor *t, size_t i)
+{
+    if (t->dtype == VX_F32)
+        return ((const float *)t->data)[i];
+    if (t->dtype == VX_F16)
+        return vx_f16_to_f32(((const uint16_t *)t->data)[i]);
+    return vx_bf16_to_f32(((const uint16_t *)t->data)[i]);
+}
+
+static double dot64(const vx_tensor *t, int64_t r, const float *q, int h)
+{
+    double s = 0;
+    for (int i = 0; i < h; i++)
+        s += elem(t, (size_t)r * (size_t)h + (size_t)i) * q[i];
+    return s;
+}
+
+static double act64(int act, double x)
+{
+    if (act == 0)
+        return x / (1 + exp(-x));
+    if (act == 1)
+        return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    return 0.5 * x * (1 + erf(x * 0.7071067811865476));
+}
+
+typedef struct ref { int64_t f; double key, score, gate; } ref;
+
+static int cmp_ref(const void *pa, const void *pb)
+{
+    const ref *a = pa, *b = pb;
+    if (a->key != b->key)
+        return a->key > b->key ? -1 : 1;
+    return a->f < b->f ? -1 : a->f > b->f;
+}
+
+/* The float64 ranking of a layer: keys per mode, best first; [features] entries. */
+static ref *rank64(const brw_model *m, int layer, const float *q, brw_walk_mode mode)
+{
+    const brw_layer *L = &m->s.layer[layer];
+    ref *r = malloc((size_t)L->features * sizeof *r);
+    int h = m->s.hidden;
+    for (int p = 0; p < L->n_parts; p++) {
+        const brw_part *pt = &L->parts[p];
+        for (int64_t i = 0; i < pt->rows; i++) {
+            ref *x = &r[pt->first + i];
+            x->f = pt->first + i;
+            x->gate = dot64(pt->gate, i, q, h);
+            x->score = x->gate;
+            if (mode == BRW_DENSE && pt->up)
+                x->score = act64(m->s.act, x->gate) * dot64(pt->up, i, q, h);
+            else if (mode == BRW_DENSE) {
+                if (pt->bias)
+                    x->gate += elem(pt->bias, (size_t)i);
+                x->score = act64(m->s.act, x->gate);
+            }
+            x->key = mode == BRW_PURE ? x->score : fabs(x->score);
+        }
+    }
+    qsort(r, (size_t)L->features, sizeof *r, cmp_ref);
+    return r;
+}
+
+/* Walk every layer in mode and compare with rank64: same key at every rank (ties may
+ * swap features), each hit's score and gate equal to its own float64 values. */
+static void check_mode(const brw_model *m, const char *name, const char *prompt,
+                       brw_walk_mode mode, int top)
+{
+    brw_walk_opts o = {.top = top, .layer_lo = -1, .layer_hi = -1, .mode = mode};
+    brw_walk w;
+    vx_err err = {0};
+    CHECK_MSG(brw_walk_run(m, prompt, &o, &w, &err) == 0, "%s walk: %s", name, err.msg);
+    if (!w.hits)
+        return;
+    CHECK(w.mode == mode && w.n_layers == m->s.layers);
+    float *q = malloc((size_t)m->s.hidden * sizeof *q);
+    int32_t tok;
+    CHECK(brw_walk_query(m, prompt, q, &tok, &err) == 0 && tok == w.token);
+    int bad = 0;
+    uint64_t bytes = 0;
+    for (int i = 0; i < w.n_layers; i++) {
+        const brw_layer *L = &m->s.layer[i];
+        bytes += L->gate_bytes + (mode == BRW_DENSE ? L->up_bytes : 0);
+        ref *r = rank64(m, i, q, mode);
+        int want = top < L->features ? top : (int)L->features;
+        if (w.counts[i] != want)
+            bad++;
+        for (int j = 0; j < w.counts[i] && j < want; j++) {
+            const brw_hit *x = &w.hits[(size_t)i * (size_t)top + j];
+            double key = mode == BRW_PURE ? x->score : fabs(x->score);
+            double tol = 1e-4 * (fabs(r[0].key) + 1e-6);
+            ref *own = NULL;
+            for (int64_t k = 0; k < L->features; k++)
+                if (r[k].f == x->feature)
+                    own = &r[k];
+            if (!own || fabs(key - r[j].key) > tol || fabs(x->score - own->score) > tol ||
+                fabs(x->gate - own->gate) > 1e-4 * (fabs(own->gate) + 1e-3)) {
+                if (bad++ < 3)
+                    fprintf(stderr, "%s L%d #%d: feature %lld score %g gate %g; float64 "
+                            "#%d feature %lld key %g\n", name, i, j, (long long)x->feature,
+                            (double)x->score, (double)x->gate, j, (long long)r[j].f,
+                            r[j].key);
+            }
+        }
+        free(r);
+    }
+    CHECK_MSG(bad == 0, "%s: %d hits differ from float64", name, bad);
+    CHECK_MSG(w.bytes_scanned == bytes, "%s: bytes %llu want %llu", name,
+              (unsigned long long)w.bytes_scanned, (unsigned long long)bytes);
+    free(q);
+    brw_walk_free(&w);
+}
+
+static int open_fixture(const char *hf, const char *tag, vx_container **c, brw_model **m)
+{
+    char out[4096], cmd[4200];
+    snprintf(out, sizeof out, "%s/h12-walk-%s.vindex3", LQL_BINARY_DIR, tag);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", out);
+    if (system(cmd) != 0)
+        return -1;
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    vx_err err = {0};
+    *c = NULL;
+    *m = NULL;
+    CHECK_MSG(vx_encode(hf, out, &o, &err) == 0, "encode %s: %s", tag, err.msg);
+    CHECK_MSG(vx_open(out, c, &err) == 0, "open %s: %s", tag, err.msg);
+    CHECK_MSG(*c && brw_open(*c, m, &err) == 0, "brw_open %s: %s", tag, err.msg);
+    return *m ? 0 : -1;
+}
+
+static void close_fixture(vx_container *c, brw_model *m, const char *tag)
+{
+    char cmd[4200];
+    brw_close(m);
+    vx_close(c);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/h12-walk-%s.vindex3'", LQL_BINARY_DIR, tag);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove the %s container\n", tag);
+}
+
+static void tiny(void)
+{
+    vx_container *c;
+    brw_model *m;
+    if (open_fixture(LQL_SHARED_DIR "/models/tinyllama", "tiny", &c, &m) != 0)
+        return;
+    const char *p = "The capital of France is";
+    CHECK(m->s.gated && m->s.act == 0);
+    check_mode(m, "tiny hybrid", p, BRW_HYBRID, 10);
+    check_mode(m, "tiny pure", p, BRW_PURE, 10);
+    check_mode(m, "tiny dense", p, BRW_DENSE, 10);
+    check_mode(m, "tiny dense all", p, BRW_DENSE, 768);
+    check_mode(m, "tiny pure 2", "Paris", BRW_PURE, 25);
+
+    /* pinned values (browse_walk.lql shows the same) */
+    brw_walk_opts o = {.top = 3, .layer_lo = 0, .layer_hi = 0, .mode = BRW_PURE};
+    brw_walk w;
+    vx_err err = {0};
+    CHECK(brw_walk_run(m, p, &o, &w, &err) == 0);
+    CHECK(w.counts[0] == 3 && w.hits[0].feature == 739 && w.hits[1].feature == 248 &&
+          w.hits[2].feature == 763);
+    CHECK_NEAR(w.hits[1].score, 0.2858, 1e-4);
+    CHECK(w.hits[2].score == w.hits[2].gate);
+    brw_walk_free(&w);
+    o.mode = BRW_DENSE;
+    CHECK(brw_walk_run(m, p, &o, &w, &err) == 0);
+    CHECK(w.hits[0].feature == 739 && w.hits[2].feature == 116);
+    CHECK_NEAR(w.hits[0].gate, 0.2942, 1e-4);
+    CHECK_NEAR(w.hits[0].score, 0.0493, 1e-4);
+    CHECK(w.bytes_scanned == 2ull * m->s.layer[0].gate_bytes);
+    int64_t second = w.hits[1].feature;
+    brw_walk_free(&w);
+
+    /* overlay: a replacement up row of 10·q/|q|² makes feature 5's u = 10, so in DENSE it
+     * ranks by |silu(g)·10| while HYBRID (gate rows only) does not move it; a tombstone
+     * on the second DENSE hit drops it */
+    float *q = malloc((size_t)m->s.hidden * sizeof *q), *up = malloc((size_t)m->s.hidden * 4);
+    int32_t tok;
+    CHECK(brw_walk_query(m, p, q, &tok, &err) == 0);
+    double qq = 0;
+    for (int i = 0; i < m->s.hidden; i++)
+        qq += (double)q[i] * q[i];
+    for (int i = 0; i < m->s.hidden; i++)
+        up[i] = (float)(10.0 * q[i] / qq);
+    eng_feature_edit ed[2] = {{.layer = 0, .feature = 5, .up = up},
+                              {.layer = 0, .feature = (int)second, .tombstone = 1}};
+    eng_overlay eo = {ed, 2, NULL, 0};
+    brw_overlay ov = {&eo, NULL, 0};
+    o.ov = &ov;
+    CHECK(brw_walk_run(m, p, &o, &w, &err) == 0);
+    double g5 = dot64(m->s.layer[0].parts[0].gate, 5, q, m->s.hidden);
+    double a5 = act64(0, g5) * 10;
+    int at5 = -1, has2 = 0;
+    for (int j = 0; j < w.counts[0]; j++) {
+        at5 = w.hits[j].feature == 5 ? j : at5;
+        has2 |= w.hits[j].feature == second;
+    }
+    CHECK_MSG(at5 == 0, "feature 5 at %d (act %g)", at5, a5);
+    if (at5 == 0)
+        CHECK_NEAR(w.hits[0].score, a5, 1e-4 * fabs(a5));
+    CHECK(!has2 && w.counts[0] == 3);
+    brw_walk_free(&w);
+    o.mode = BRW_HYBRID;
+    CHECK(brw_walk_run(m, p, &o, &w, &err) == 0);
+    CHECK(w.hits[0].feature == 739 && w.hits[1].feature == 90);
+    brw_walk_free(&w);
+    free(q);
+    free(up);
+
+    /* the knn entry point refuses an unknown mode */
+    int layer = 0, cnt;
+    brw_hit h[1];
+    float z[256] = {0};
+    CHECK(brw_gate_knn_mode(m, &layer, 1, z, 1, (brw_walk_mode)7, NULL, h, &cnt, &err) == -1);
+    CHECK_STR(err.msg, "gate knn: unknown mode 7");
+    CHECK_STR(brw_walk_mode_name(BRW_HYBRID), "hybrid");
+    CHECK_STR(brw_walk_mode_name(BRW_PURE), "pure");
+    CHECK_STR(brw_walk_mode_name(BRW_DENSE), "dense");
+    close_fixture(c, m, "tiny");
+}
+
+static void gpt2(void)
+{
+    vx_container *c;
+    brw_model *m;
+    if (open_fixture(FAM "/gpt2", "gpt2", &c, &m) != 0)
+        return;
+    CHECK(!m->s.gated && m->s.act == 1);
+    CHECK(m->s.layer[0].parts[0].bias && !m->s.layer[0].parts[0].up);
+    CHECK(m->s.layer[0].up_bytes == m->s.layer[0].parts[0].bias->nbytes);
+    check_mode(m, "gpt2 hybrid", "The capital of France is", BRW_HYBRID, 10);
+    check_mode(m, "gpt2 pure", "The capital of France is", BRW_PURE, 10);
+    check_mode(m, "gpt2 dense", "The capital of France is", BRW_DENSE, 10);
+    close_fixture(c, m, "gpt2");
+}
+
+static void mixtral(void)
+{
+    vx_container *c;
+    brw_model *m;
+    if (open_fixture(FAM "/mixtral", "mixtral", &c, &m) != 0)
+        return;
+    CHECK(m->s.layer[0].n_parts > 1 && m->s.layer[0].parts[1].up);
+    check_mode(m, "mixtral pure", "The capital of France is", BRW_PURE, 10);
+    check_mode(m, "mixtral dense", "The capital of France is", BRW_DENSE, 10);
+    close_fixture(c, m, "mixtral");
+}
+
+int main(void)
+{
+    tiny();
+    gpt2();
+    mixtral();
+    return T_DONE();
+}
