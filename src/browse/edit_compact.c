@@ -9,7 +9,6 @@
 #include "vx_int.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -65,7 +64,7 @@ static int collect(const cJSON *j, strs *s)
 }
 
 typedef struct compact_ctx {
-    const char *root, *tmp;
+    const char *tmp;
     const strs *refs;          /* referenced paths */
     const strs *rewritten;     /* written anew into tmp */
     int carry_index;
@@ -97,53 +96,29 @@ static int add_entry(brw_compact_report *rep, const char *path, uint64_t bytes,
     return 0;
 }
 
-/* Carry every referenced regular file under rel; name every other one in the report. */
-static int walk(compact_ctx *w, const char *rel)
+/* Carry a referenced regular file; name any other one in the report. */
+static int visit(void *ctx, const char *rel, const char *src, const struct stat *sb)
 {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s%s%s", w->root, *rel ? "/" : "", rel);
-    DIR *d = opendir(dir);
-    if (!d)
-        return vx_errf(w->err, VX_EIO, "compact: cannot list '%s': %s", dir, strerror(errno));
-    struct dirent *de;
-    int rc = 0;
-    while (rc == 0 && (de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        char sub[4096], src[4200], dst[4200];
-        if ((size_t)snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", de->d_name) >=
-            sizeof sub) {
-            rc = vx_errf(w->err, VX_EARG, "compact: path too long under '%s'", dir);
-            break;
-        }
-        snprintf(src, sizeof src, "%s/%s", w->root, sub);
-        snprintf(dst, sizeof dst, "%s/%s", w->tmp, sub);
-        struct stat sb;
-        if (lstat(src, &sb) != 0)
-            continue;
-        if (S_ISDIR(sb.st_mode)) {
-            rc = walk(w, sub);
-            continue;
-        }
-        if (strs_has(w->rewritten, sub))
-            continue;
-        int referenced = strs_has(w->refs, sub);
-        for (size_t i = 0; i < sizeof capability_files / sizeof *capability_files; i++)
-            referenced |= strcmp(sub, capability_files[i]) == 0;
-        if (strcmp(sub, "index.json") == 0) {
-            if (!w->carry_index)
-                continue;   /* written anew */
-            referenced = 1;
-        }
-        if (referenced && S_ISREG(sb.st_mode)) {
-            rc = brw_file_carry(src, dst, w->err);
-            w->rep->files_carried++;
-        } else if (add_entry(w->rep, sub, (uint64_t)sb.st_size, NULL)) {
-            rc = vx_errf(w->err, VX_ENOMEM, "compact: out of memory");
-        }
+    compact_ctx *w = ctx;
+    if (strs_has(w->rewritten, rel))
+        return 0;
+    int referenced = strs_has(w->refs, rel);
+    for (size_t i = 0; i < sizeof capability_files / sizeof *capability_files; i++)
+        referenced |= strcmp(rel, capability_files[i]) == 0;
+    if (strcmp(rel, "index.json") == 0) {
+        if (!w->carry_index)
+            return 0;   /* written anew */
+        referenced = 1;
     }
-    closedir(d);
-    return rc;
+    if (referenced && S_ISREG(sb->st_mode)) {
+        char dst[4200];
+        snprintf(dst, sizeof dst, "%s/%s", w->tmp, rel);
+        w->rep->files_carried++;
+        return brw_file_carry(src, dst, w->err);
+    }
+    if (add_entry(w->rep, rel, (uint64_t)sb->st_size, NULL))
+        return vx_errf(w->err, VX_ENOMEM, "compact: out of memory");
+    return 0;
 }
 
 /* The mapped segment of c at container path rel, or -1. */
@@ -353,8 +328,8 @@ int brw_compact(const vx_container *c, const char *out_dir, brw_compact_report *
         vx_errf(err, VX_ENOMEM, "compact: out of memory");
         goto fail;
     }
-    compact_ctx w = {vx_dir(c), tmp, &refs, &rewritten, !rep->index_rewritten, rep, err};
-    if (walk(&w, ""))
+    compact_ctx w = {tmp, &refs, &rewritten, !rep->index_rewritten, rep, err};
+    if (brw_tree_files(vx_dir(c), visit, &w, err))
         goto fail;
     if (rep->index_rewritten) {
         if (brw_index_write(tmp, index, err))

@@ -191,46 +191,60 @@ done:
     return rc;
 }
 
+static int tree_at(const char *root, const char *rel, brw_tree_fn fn, void *ctx, vx_err *err)
+{
+    char dir[8300];
+    if ((size_t)snprintf(dir, sizeof dir, "%s%s%s", root, *rel ? "/" : "", rel) >= sizeof dir)
+        return vx_errf(err, VX_EARG, "path too long under '%s'", root);
+    DIR *d = opendir(dir);
+    if (!d)
+        return vx_errf(err, VX_EIO, "cannot list '%s': %s", dir, strerror(errno));
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char sub[4096], src[8300];
+        if ((size_t)snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", de->d_name) >=
+            sizeof sub || (size_t)snprintf(src, sizeof src, "%s/%s", root, sub) >= sizeof src) {
+            rc = vx_errf(err, VX_EARG, "path too long under '%s'", dir);
+            break;
+        }
+        struct stat sb;
+        if (stat(src, &sb) != 0)
+            continue;
+        rc = S_ISDIR(sb.st_mode) ? tree_at(root, sub, fn, ctx, err) : fn(ctx, sub, src, &sb);
+    }
+    closedir(d);
+    return rc;
+}
+
+int brw_tree_files(const char *root, brw_tree_fn fn, void *ctx, vx_err *err)
+{
+    return tree_at(root, "", fn, ctx, err);
+}
+
 typedef struct walk_ctx {
-    const char *root, *tmp;
+    const char *tmp;
     const char *const *skip;   /* container-relative paths not to carry over */
     size_t n_skip;
     size_t linked;
     vx_err *err;
 } walk_ctx;
 
-/* Carry every regular file under dir (relative rel) over, except the skipped ones. */
-static int carry(walk_ctx *w, const char *rel)
+/* Carry a regular file over unless it is skipped. */
+static int carry(void *ctx, const char *rel, const char *src, const struct stat *sb)
 {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s%s%s", w->root, *rel ? "/" : "", rel);
-    DIR *d = opendir(dir);
-    if (!d)
-        return vx_errf(w->err, VX_EIO, "cannot list '%s': %s", dir, strerror(errno));
-    struct dirent *de;
-    int rc = 0;
-    while (rc == 0 && (de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        char sub[4096], src[4200], dst[4200];
-        snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", de->d_name);
-        snprintf(src, sizeof src, "%s/%s", w->root, sub);
-        snprintf(dst, sizeof dst, "%s/%s", w->tmp, sub);
-        int skip = 0;
-        for (size_t i = 0; i < w->n_skip; i++)
-            skip |= strcmp(w->skip[i], sub) == 0;
-        struct stat sb;
-        if (skip || stat(src, &sb) != 0)
-            continue;
-        if (S_ISDIR(sb.st_mode)) {
-            rc = carry(w, sub);
-        } else if (S_ISREG(sb.st_mode)) {
-            rc = brw_file_carry(src, dst, w->err);
-            w->linked++;
-        }
-    }
-    closedir(d);
-    return rc;
+    walk_ctx *w = ctx;
+    for (size_t i = 0; i < w->n_skip; i++)
+        if (strcmp(w->skip[i], rel) == 0)
+            return 0;
+    if (!S_ISREG(sb->st_mode))
+        return 0;
+    char dst[4200];
+    snprintf(dst, sizeof dst, "%s/%s", w->tmp, rel);
+    w->linked++;
+    return brw_file_carry(src, dst, w->err);
 }
 
 int brw_payload_sha256(const char *dir, const cJSON *rep, char hex[65], vx_err *err)
@@ -464,8 +478,8 @@ int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *o
             cJSON_ReplaceItemInObjectCaseSensitive(rec, "bytes", cJSON_CreateNumber((double)bytes));
         }
     }
-    walk_ctx w = {vx_dir(c), tmp, skip, ns, 0, err};
-    if (carry(&w, ""))
+    walk_ctx w = {tmp, skip, ns, 0, err};
+    if (brw_tree_files(vx_dir(c), carry, &w, err))
         goto fail;
     rep->files_linked = w.linked;
     /* representations over rewritten segments get a fresh payload hash */

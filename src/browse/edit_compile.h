@@ -33,6 +33,11 @@ int brw_edit_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_t
 void brw_tree_remove(const char *dir);
 /* Hard-link src to dst (parents created), or copy it when linking is not possible. */
 int brw_file_carry(const char *src, const char *dst, vx_err *err);
+/* Call fn for every entry under root that is not a directory (stat'd, symlinks followed),
+ * rel its root-relative path and path its full one; stops at the first nonzero return. */
+struct stat;
+typedef int (*brw_tree_fn)(void *ctx, const char *rel, const char *path, const struct stat *sb);
+int brw_tree_files(const char *root, brw_tree_fn fn, void *ctx, vx_err *err);
 /* Write index as dir/index.json (fsynced). */
 int brw_index_write(const char *dir, const cJSON *index, vx_err *err);
 /* sha256 of a representation's payload: its segments' tensor bytes in table order, read
