@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "browse.h"
+#include "conds.h"
 #include "edit.h"
 #include "edit_compact.h"
 #include "edit_compile.h"
@@ -40,7 +41,7 @@
 typedef struct edit_state {
     char *jpath;              /* the journal's path (explicit or located) */
     vx_journal *j;            /* NULL until opened */
-    brw_model *bm;            /* lazily opened */
+    brw_model *bm;            /* the session's browse model, borrowed on first use */
     brw_edit_overlay *ov;     /* the replayed overlay, NULL when nothing is active */
     double *cov;              /* INSERT: activation covariance of cov_layer [F×F], or NULL */
     int cov_layer;
@@ -54,7 +55,6 @@ static void state_free(void *p)
         return;
     vx_journal_close(es->j);
     brw_edit_overlay_free(es->ov);
-    brw_close(es->bm);
     free(es->cov);
     free(es->jpath);
     free(es);
@@ -102,10 +102,10 @@ static int open_browse(lql_session *s, const lql_stmt *st, edit_state *es, lql_e
 {
     if (es->bm)
         return 0;
-    vx_err ve = {0};
-    if (brw_open(s->vx, &es->bm, &ve)) {
+    /* the session's browse model (one tokenizer and token table per binding), borrowed */
+    if (lql_session_browse(s, st, &es->bm, e)) {
         es->bm = NULL;
-        return lql_err_vx(e, &ve, &st->at);
+        return -1;
     }
     return 0;
 }
@@ -234,26 +234,19 @@ static int select_slots(const edit_state *es, const lql_cond *where, fvec *out, 
     return 0;
 }
 
-/* The WHERE operators map onto browse's one to one, in the same order. */
-_Static_assert(BRW_EQ == (int)LQL_OP_EQ && BRW_NE == (int)LQL_OP_NE &&
-               BRW_GT == (int)LQL_OP_GT && BRW_LT == (int)LQL_OP_LT &&
-               BRW_GE == (int)LQL_OP_GE && BRW_LE == (int)LQL_OP_LE &&
-               BRW_LIKE == (int)LQL_OP_LIKE && BRW_IN == (int)LQL_OP_IN,
-               "lql_cmpop and brw_op list their operators in the same order");
-
-static brw_value value_of(const lql_value *v)
+/* The edit statements name a feature's token "entity" or "target" too. */
+static const char *feature_alias(const char *name)
 {
-    return (brw_value){v->kind == LQL_V_STR, v->f, v->s};
+    return strcmp(name, "entity") == 0 || strcmp(name, "target") == 0 ? "token" : name;
 }
 
 /* Every live feature matching the WHERE conditions, as SELECT … FROM FEATURES sees them. */
 static int select_features(const lql_stmt *st, const edit_state *es, fvec *out, lql_err *e)
 {
-    size_t nc = 0, nv = 0;
+    size_t nc = 0;
     int slots_only = 1;
     for (const lql_cond *c = st->where; c; c = c->next) {
         nc++;
-        nv += c->op == LQL_OP_IN ? (size_t)c->val.n : 1;
         slots_only &= is_slot_field(c->field);
     }
     if (nc == 0)
@@ -261,34 +254,11 @@ static int select_features(const lql_stmt *st, const edit_state *es, fvec *out, 
                         lql_kind_name(st->kind));
     if (slots_only)
         return select_slots(es, st->where, out, e);
-    brw_cond *conds = calloc(nc, sizeof *conds);
-    brw_value *vals = calloc(nv, sizeof *vals);
+    brw_cond *conds = NULL;
+    brw_value *vals = NULL;
     int rc = -1;
-    if (!conds || !vals) {
-        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
-        goto done;
-    }
-    size_t i = 0, k = 0;
-    for (const lql_cond *c = st->where; c; c = c->next, i++) {
-        const char *name = c->field;
-        if (strcmp(name, "entity") == 0 || strcmp(name, "target") == 0)
-            name = "token";
-        vx_err ve = {0};
-        if (brw_field_parse(BRW_FEATURES, name, &conds[i].field, &ve)) {
-            lql_err_vx(e, &ve, &c->field_at);
-            goto done;
-        }
-        conds[i].op = (brw_op)c->op;
-        conds[i].vals = &vals[k];
-        if (c->op == LQL_OP_IN) {
-            for (int x = 0; x < c->val.n; x++)
-                vals[k++] = value_of(&c->val.items[x]);
-            conds[i].n_vals = (size_t)c->val.n;
-        } else {
-            vals[k++] = value_of(&c->val);
-            conds[i].n_vals = 1;
-        }
-    }
+    if (lql_browse_conds(st->where, BRW_FEATURES, feature_alias, &conds, &nc, &vals, e))
+        return -1;
     brw_select_opts o = {.conds = conds, .n_conds = nc, .limit = INT64_MAX,
                          .ov = es->ov ? brw_edit_overlay_browse(es->ov) : NULL};
     brw_rows rows;
@@ -1331,6 +1301,76 @@ static int check_conflicts(edit_state *es, const lql_stmt *st, lql_err *e)
     return rc;
 }
 
+/* An operation's confidence for ON CONFLICT HIGHEST_CONFIDENCE: its own (INSERT
+ * CONFIDENCE, a patch's "confidence"), else its down_meta c_score (UPDATE … SET
+ * confidence), else none (-inf: a DELETE without one ranks below any that has one). */
+static double op_confidence(const vx_op *op)
+{
+    if (isfinite(op->confidence))
+        return op->confidence;
+    if (op->has_meta && isfinite(op->meta_c))
+        return op->meta_c;
+    return -INFINITY;
+}
+
+/* ON CONFLICT HIGHEST_CONFIDENCE: for every feature slot operations of two or more
+ * patches touch, only the operations of the patch holding the highest confidence on that
+ * slot are kept (a tie goes to the later operation, as LAST_WINS); the others are set
+ * aside, each named in a note. Operations without a feature (low-rank inserts) never
+ * conflict. Builds *out from what is kept; *n_aside counts what was set aside. */
+static int resolve_confidence(edit_state *es, const lql_stmt *st, lql_result *r,
+                              brw_edit_overlay **out, size_t *n_aside, lql_err *e)
+{
+    vx_op *ops = NULL;
+    size_t n = 0;
+    vx_err ve = {0};
+    *out = NULL;
+    *n_aside = 0;
+    if (vx_journal_active_ops(es->j, &ops, &n, &ve))
+        return lql_err_vx(e, &ve, &st->at);
+    char *aside = calloc(n ? n : 1, 1);
+    vx_op *kept = calloc(n ? n : 1, sizeof *kept);
+    int rc = 0;
+    if (!aside || !kept)
+        rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    for (size_t a = 0; a < n && rc == 0; a++) {
+        if (ops[a].feature < 0)
+            continue;
+        /* the winner on a's slot: the op with the highest confidence, later on ties */
+        size_t win = a;
+        int contested = 0;
+        for (size_t b = 0; b < n; b++) {
+            if (ops[b].feature != ops[a].feature || ops[b].layer != ops[a].layer)
+                continue;
+            contested |= ops[b].patch_id != ops[a].patch_id;
+            if (op_confidence(&ops[b]) >= op_confidence(&ops[win]))
+                win = b;
+        }
+        if (!contested || ops[a].patch_id == ops[win].patch_id || aside[a])
+            continue;
+        aside[a] = 1;
+        (*n_aside)++;
+        lql_result_note(r, "ON CONFLICT HIGHEST_CONFIDENCE: layer %d feature %d: operation "
+                        "%lld (confidence %.4g) set aside for operation %lld (confidence %.4g)",
+                        ops[a].layer, ops[a].feature, (long long)ops[a].seq,
+                        op_confidence(&ops[a]), (long long)ops[win].seq,
+                        op_confidence(&ops[win]));
+    }
+    size_t nk = 0;
+    for (size_t a = 0; a < n && rc == 0; a++)
+        if (!aside[a])
+            kept[nk++] = ops[a];   /* shallow: the overlay copies what it keeps */
+    if (rc == 0 && nk && brw_edit_overlay_build(es->bm, kept, nk, out, &ve))
+        rc = lql_err_vx(e, &ve, &st->at);
+    if (rc == 0 && !*out)
+        rc = lql_errf(e, LQL_EEXEC, &st->at, "nothing to compile: every operation was set "
+                      "aside by ON CONFLICT HIGHEST_CONFIDENCE");
+    free(kept);
+    free(aside);
+    vx_ops_free(ops, n);
+    return rc;
+}
+
 /* Logits of a prompt's next token through m. */
 static int next_logits(eng_model *m, const char *prompt, float *logits, vx_err *ve)
 {
@@ -1402,10 +1442,6 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     edit_state *es = NULL;
     eng_model *m = NULL;
-    if (lql_has(st, LQL_C_ON_CONFLICT) && st->conflict == LQL_CONFLICT_HIGHEST_CONFIDENCE)
-        return lql_refuse_clause(e, st, LQL_C_ON_CONFLICT, "HIGHEST_CONFIDENCE is not "
-                                 "offered: the journal replays in order (LAST_WINS) or FAIL "
-                                 "refuses slots two patches edit");
     if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, e) ||
         refresh(s, st, es, e) || lql_session_model(s, st, &m, e))
         return -1;
@@ -1415,13 +1451,20 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     if (lql_has(st, LQL_C_ON_CONFLICT) && st->conflict == LQL_CONFLICT_FAIL &&
         check_conflicts(es, st, e))
         return -1;
+    /* what is compiled: the session's overlay, or the one HIGHEST_CONFIDENCE resolves */
+    brw_edit_overlay *hov = NULL;
+    size_t n_aside = 0;
+    if (lql_has(st, LQL_C_ON_CONFLICT) && st->conflict == LQL_CONFLICT_HIGHEST_CONFIDENCE &&
+        resolve_confidence(es, st, r, &hov, &n_aside, e))
+        return -1;
+    const brw_edit_overlay *use = hov ? hov : es->ov;
     /* provenance: the base, the journal, the patches applied */
     cJSON *prov = cJSON_CreateObject(), *names = cJSON_AddArrayToObject(prov, "patches");
     vx_patch_info *pi = NULL;
     size_t npi = 0;
     vx_err ve = {0};
     brw_edit_counts cnt;
-    brw_edit_overlay_counts(es->ov, &cnt);
+    brw_edit_overlay_counts(use, &cnt);
     cJSON_AddStringToObject(prov, "index_sha256", vx_index_sha256(s->vx));
     cJSON_AddStringToObject(prov, "model", model_name(s->vx));
     cJSON_AddStringToObject(prov, "journal", vx_journal_path(es->j));
@@ -1432,10 +1475,13 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                 cJSON_AddItemToArray(names, cJSON_CreateString(pi[i].name));
     vx_patch_infos_free(pi, npi);
     brw_compile_report rep;
-    int rc = brw_edit_compile(s->vx, brw_edit_overlay_eng(es->ov), st->arg2, prov, &rep, &ve);
+    cJSON_AddNumberToObject(prov, "set_aside_by_highest_confidence", (double)n_aside);
+    int rc = brw_edit_compile(s->vx, brw_edit_overlay_eng(use), st->arg2, prov, &rep, &ve);
     cJSON_Delete(prov);
-    if (rc)
+    if (rc) {
+        brw_edit_overlay_free(hov);
         return lql_err_vx(e, &ve, &st->arg2_at);
+    }
     /* the compiled container must answer as the overlay does: the inserted facts' prompts
      * and two fixed ones */
     vx_op *ops = NULL;
@@ -1454,9 +1500,13 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
             rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     static const char *const heads[3] = {"compiled vs overlay", "overlay", "compiled"};
     double worst = 0;
+    /* the probes run the overlay that was compiled, then the session's again */
+    lql_session_set_overlay(s, brw_edit_overlay_eng(use));
     if (rc == 0)
         rc = check_compiled(m, st->arg2, (const char *const *)prompts, np, heads, &worst, r,
                             st, e);
+    lql_session_set_overlay(s, brw_edit_overlay_eng(es->ov));
+    brw_edit_overlay_free(hov);
     for (int i = 0; i < np; i++)
         free(prompts[i]);
     if (rc)
