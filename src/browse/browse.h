@@ -81,6 +81,9 @@ typedef struct brw_model brw_model;
 /* Open browse over c: embedding, per-layer gate rows, tokenizer snapshot, down-meta and
  * bands from index.browse (derived from depth when absent), labels when present. */
 int brw_open(vx_container *c, brw_model **out, vx_err *err);
+/* brw_open with a tokenizer the caller already loaded (borrowed: it must outlive the
+ * model), so a session holds one tokenizer for engine, browse and lql; NULL loads one. */
+int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_err *err);
 void brw_close(brw_model *m);
 
 int brw_layers(const brw_model *m);

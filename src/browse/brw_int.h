@@ -48,7 +48,8 @@ int brw_embed_row(const brw_shape *s, int32_t id, float *out, vx_err *err);
 struct brw_model {
     vx_container *c;
     brw_shape s;
-    eng_tokenizer *tok;
+    const eng_tokenizer *tok; /* own_tok, or the one brw_open_tok borrowed */
+    eng_tokenizer *own_tok;   /* loaded by brw_open, freed by brw_close; NULL if borrowed */
     brw_dmet *dmet;
     int band[3][2];
     char **text;             /* [vocab] lazily decoded token texts */
@@ -59,6 +60,11 @@ struct brw_model {
 
 /* Dot of a stored row (f32/f16/bf16) with q, n elements (n a multiple of 1 is fine). */
 float brw_dot_row(vx_dtype t, const void *row, const float *q, int64_t n);
+
+/* Run fn on n contexts (ctx: an array of n elements of `size` bytes, n <= 64), the first
+ * on the calling thread. The workers share their work through a counter, so a thread
+ * that cannot be started only slows the run (its context is then not used). */
+void brw_parallel(void *(*fn)(void *), void *ctx, size_t size, int n);
 
 /* Is t (trimmed) an English function word ("the", "which", …)? Case-insensitive. */
 int brw_stop_word(const char *t);

@@ -20,7 +20,6 @@
 
 #include <cblas.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -467,16 +466,7 @@ static int write_meta(const brw_shape *s, const char *path, vx_err *err)
             for (int64_t f0 = 0; f0 < L->parts[p].rows; f0 += FC)
                 x.chunks[x.n_chunks++] = (dm_chunk){&L->parts[p], f0,
                     (int)(L->parts[p].rows - f0 < FC ? L->parts[p].rows - f0 : FC)};
-        pthread_t tid[64];
-        int started = 1;
-        for (int t = 1; t < nw; t++) {
-            if (pthread_create(&tid[t], NULL, run_worker, &w[t]) != 0)
-                break;
-            started++;
-        }
-        run_worker(&w[0]);
-        for (int t = 1; t < started; t++)
-            pthread_join(tid[t], NULL);
+        brw_parallel(run_worker, w, sizeof *w, nw);
         if (vx_cancel_flag) {
             vx_errf(err, VX_ECANCEL, "down_meta: cancelled at layer %d", l);
             goto done;

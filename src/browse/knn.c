@@ -148,6 +148,20 @@ float brw_dot_row(vx_dtype t, const void *row, const float *q, int64_t n)
     return s;
 }
 
+void brw_parallel(void *(*fn)(void *), void *ctx, size_t size, int n)
+{
+    pthread_t tid[64];
+    int started = 1;
+    for (int t = 1; t < n && t < 64; t++) {
+        if (pthread_create(&tid[t], NULL, fn, (uint8_t *)ctx + (size_t)t * size) != 0)
+            break;
+        started++;
+    }
+    fn(ctx);
+    for (int t = 1; t < started; t++)
+        pthread_join(tid[t], NULL);
+}
+
 /* ---------------------------------------------------------------- bounded heap */
 
 /* Is a a worse hit than b? A smaller key is worse (|score|, or the signed score when
@@ -456,19 +470,11 @@ int brw_gate_knn_mode(const brw_model *m, const int *layers, int n_layers, const
     }
     s.n_items = n_items;
 
-    pthread_t tid[64];
     worker w[64];
-    int nt = s.threads < 64 ? s.threads : 64, started = 1;
+    int nt = s.threads < 64 ? s.threads : 64;
     for (int t = 0; t < nt; t++)
         w[t] = (worker){&s, t};
-    for (int t = 1; t < nt; t++) {
-        if (pthread_create(&tid[t], NULL, run_worker, &w[t]) != 0)
-            break;
-        started++;
-    }
-    run_worker(&w[0]);
-    for (int t = 1; t < started; t++)
-        pthread_join(tid[t], NULL);
+    brw_parallel(run_worker, w, sizeof *w, nt);
 
     for (int i = 0; i < n_layers; i++) {
         int cap = s.kk[i], n = 0;

@@ -101,6 +101,11 @@ drop:
 
 int brw_open(vx_container *c, brw_model **out, vx_err *err)
 {
+    return brw_open_tok(c, NULL, out, err);
+}
+
+int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_err *err)
+{
     *out = NULL;
     brw_model *m = calloc(1, sizeof *m);
     if (!m)
@@ -108,8 +113,12 @@ int brw_open(vx_container *c, brw_model **out, vx_err *err)
     m->c = c;
     if (brw_shape_read(c, &m->s, err) != 0)
         goto fail;
-    if (eng_tok_load_dir(vx_dir(c), &m->tok, err) != 0)
-        goto fail;
+    if (!tok) {
+        if (eng_tok_load_dir(vx_dir(c), &m->own_tok, err) != 0)
+            goto fail;
+        tok = m->own_tok;
+    }
+    m->tok = tok;
     m->text = calloc((size_t)m->s.vocab + 1, sizeof *m->text);
     if (!m->text) {
         vx_errf(err, VX_ENOMEM, "browse: out of memory");
@@ -171,7 +180,7 @@ void brw_close(brw_model *m)
             free(m->text[i]);
     free(m->text);
     brw_dmet_free(m->dmet);
-    eng_tok_free(m->tok);
+    eng_tok_free(m->own_tok);
     cJSON_Delete(m->labels);
     cJSON_Delete(m->clusters);
     if (m->cluster_of)

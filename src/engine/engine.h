@@ -50,6 +50,10 @@ typedef struct eng_model eng_model;
 /* Build the op plan from c's system graph and bind operands. Loads the container's
  * tokenizer snapshot. */
 int eng_model_bind(vx_container *c, eng_model **out, vx_err *err);
+/* eng_model_bind with a tokenizer the caller already loaded (borrowed: it must outlive
+ * the model; NULL = none), so one tokenizer serves a whole session. */
+int eng_model_bind_tok(vx_container *c, const eng_tokenizer *tok, eng_model **out,
+                       vx_err *err);
 void eng_model_free(eng_model *m);
 
 const vx_container *eng_model_container(const eng_model *m);

@@ -112,7 +112,8 @@ typedef struct eng_rope {
 
 struct eng_model {
     vx_container *c;
-    eng_tokenizer *tok;         /* owned, NULL when the container has no tokenizer.json */
+    const eng_tokenizer *tok;   /* own_tok or borrowed (eng_model_bind_tok); NULL if none */
+    eng_tokenizer *own_tok;     /* loaded by eng_model_bind, freed with the model */
     int n_layers, hidden, vocab, ctx;
     /* embedding */
     eng_w embed;

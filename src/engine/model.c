@@ -7,7 +7,9 @@
 #include <unistd.h>
 #include "engine_int.h"
 
-int eng_model_bind(vx_container *c, eng_model **out, vx_err *err)
+/* Bind; with borrow set, tok (possibly NULL) is used instead of loading the snapshot. */
+static int bind(vx_container *c, int borrow, const eng_tokenizer *tok, eng_model **out,
+                vx_err *err)
 {
     *out = NULL;
     if (!c) return vx_errf(err, VX_EARG, "eng_model_bind: no container");
@@ -15,22 +17,39 @@ int eng_model_bind(vx_container *c, eng_model **out, vx_err *err)
     if (!m) return vx_errf(err, VX_ENOMEM, "out of memory binding the model");
     m->c = c;
     if (eng_plan_build(m, err)) { eng_model_free(m); return -1; }
+    if (borrow) {
+        m->tok = tok;
+        *out = m;
+        return 0;
+    }
     /* the tokenizer snapshot is optional: a container without one still runs on ids */
     char path[4096];
     if (snprintf(path, sizeof path, "%s/tokenizer.json", vx_dir(c)) < (int)sizeof path &&
-        access(path, F_OK) == 0 && eng_tok_load_dir(vx_dir(c), &m->tok, err)) {
+        access(path, F_OK) == 0 && eng_tok_load_dir(vx_dir(c), &m->own_tok, err)) {
         eng_model_free(m);
         return -1;
     }
+    m->tok = m->own_tok;
     *out = m;
     return 0;
+}
+
+int eng_model_bind(vx_container *c, eng_model **out, vx_err *err)
+{
+    return bind(c, 0, NULL, out, err);
+}
+
+int eng_model_bind_tok(vx_container *c, const eng_tokenizer *tok, eng_model **out,
+                       vx_err *err)
+{
+    return bind(c, 1, tok, out, err);
 }
 
 void eng_model_free(eng_model *m)
 {
     if (!m) return;
     eng_plan_free(m);
-    if (m->tok) eng_tok_free(m->tok);
+    eng_tok_free(m->own_tok);
     free(m);
 }
 

@@ -13,6 +13,7 @@
 #include "interp.h"
 
 #include "browse.h"
+#include "conds.h"
 #include "edit.h"
 
 #include <math.h>
@@ -25,8 +26,7 @@ static void free_browse(void *p)
     brw_close(p);
 }
 
-/* The session's browse model, opened on first use. */
-static int browse_model(lql_session *s, const lql_stmt *st, brw_model **out, lql_err *e)
+int lql_session_browse(lql_session *s, const lql_stmt *st, brw_model **out, lql_err *e)
 {
     vx_container *c;
     if (lql_session_container(s, st, &c, e) != 0)
@@ -34,7 +34,13 @@ static int browse_model(lql_session *s, const lql_stmt *st, brw_model **out, lql
     if (!s->browse) {
         vx_err ve = {0};
         brw_model *m;
-        if (brw_open(c, &m, &ve) != 0)
+        const eng_tokenizer *tok;
+        lql_err te = {0};
+        /* without a loadable tokenizer brw_open_tok loads its own and says what is wrong,
+         * after the FFN shape checks */
+        if (lql_session_tokenizer(s, st, &tok, &te) != 0)
+            tok = NULL;
+        if (brw_open_tok(c, tok, &m, &ve) != 0)
             return lql_err_vx(e, &ve, &st->at);
         s->browse = m;
         s->browse_free = free_browse;
@@ -195,7 +201,7 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
                     int explain)
 {
     brw_model *m = NULL;
-    if (browse_model(s, st, &m, e) != 0)
+    if (lql_session_browse(s, st, &m, e) != 0)
         return -1;
     int verbose = explain && lql_has(st, LQL_C_VERBOSE);
     int64_t maxf = 0;
@@ -291,7 +297,7 @@ static int band_of_clause(lql_band b)
 int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     brw_model *m = NULL;
-    if (browse_model(s, st, &m, e) != 0)
+    if (lql_session_browse(s, st, &m, e) != 0)
         return -1;
     if (!brw_down_meta(m))
         return lql_errf(e, LQL_EEXEC, &st->at, "the container has no down-meta "
@@ -391,12 +397,11 @@ static void value_of(const lql_value *v, brw_value *out)
     out->str = v->s;
 }
 
-/* Conditions of st's WHERE for table `from`; *conds and *vals malloc'd. */
-static int conds_of(const lql_stmt *st, brw_from from, brw_cond **conds, size_t *n,
-                    brw_value **vals, lql_err *e)
+int lql_browse_conds(const lql_cond *where, brw_from from, const char *(*alias)(const char *),
+                     brw_cond **conds, size_t *n, brw_value **vals, lql_err *e)
 {
     size_t nc = 0, nv = 0;
-    for (const lql_cond *c = st->where; c; c = c->next) {
+    for (const lql_cond *c = where; c; c = c->next) {
         nc++;
         nv += c->val.kind == LQL_V_LIST ? (size_t)c->val.n : 1;
     }
@@ -409,10 +414,10 @@ static int conds_of(const lql_stmt *st, brw_from from, brw_cond **conds, size_t 
         return oom(e);
     }
     size_t vi = 0;
-    for (const lql_cond *c = st->where; c; c = c->next) {
+    for (const lql_cond *c = where; c; c = c->next) {
         brw_cond *x = &(*conds)[(*n)++];
         vx_err ve = {0};
-        if (brw_field_parse(from, c->field, &x->field, &ve) != 0) {
+        if (brw_field_parse(from, alias ? alias(c->field) : c->field, &x->field, &ve) != 0) {
             free(*conds);
             free(*vals);
             return lql_err_vx(e, &ve, &c->field_at);
@@ -502,7 +507,7 @@ static int run_rows(const lql_stmt *st, const brw_model *m, brw_from from, int s
 {
     brw_cond *conds;
     brw_value *vals;
-    if (conds_of(st, from, &conds, &o->n_conds, &vals, e) != 0)
+    if (lql_browse_conds(st->where, from, NULL, &conds, &o->n_conds, &vals, e) != 0)
         return -1;
     o->conds = conds;
     brw_rows rows;
@@ -523,7 +528,7 @@ static int run_rows(const lql_stmt *st, const brw_model *m, brw_from from, int s
 int lql_h_select(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     brw_model *m = NULL;
-    if (browse_model(s, st, &m, e) != 0)
+    if (lql_session_browse(s, st, &m, e) != 0)
         return -1;
     brw_from from = st->from == LQL_FROM_EDGES ? BRW_EDGES
                   : st->from == LQL_FROM_FEATURES ? BRW_FEATURES : BRW_ENTITIES;
@@ -561,7 +566,7 @@ int lql_h_select(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 int lql_h_show_features(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     brw_model *m = NULL;
-    if (browse_model(s, st, &m, e) != 0)
+    if (lql_session_browse(s, st, &m, e) != 0)
         return -1;
     if (st->n < 0 || st->n >= brw_layers(m))
         return lql_errf(e, LQL_EEXEC, &st->at, "layer %lld is out of range (the model has %d "
@@ -574,13 +579,19 @@ int lql_h_show_features(lql_session *s, const lql_stmt *st, lql_result *r, lql_e
     return run_rows(st, m, BRW_FEATURES, (int)st->n, &o, f, 5, r, e);
 }
 
+/* The browse model and AT LAYER (-1 when absent) of a SHOW statement. */
+static int show_at(lql_session *s, const lql_stmt *st, brw_model **m, int *layer, lql_err *e)
+{
+    if (lql_session_browse(s, st, m, e) != 0)
+        return -1;
+    return at_layer(st, *m, layer, e);
+}
+
 int lql_h_show_relations(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     brw_model *m = NULL;
-    if (browse_model(s, st, &m, e) != 0)
-        return -1;
     int layer;
-    if (at_layer(st, m, &layer, e) != 0)
+    if (show_at(s, st, &m, &layer, e) != 0)
         return -1;
     brw_overlay ov = overlay_of(s);
     brw_rows rows;
@@ -631,10 +642,8 @@ int lql_h_show_relations(lql_session *s, const lql_stmt *st, lql_result *r, lql_
 int lql_h_show_entities(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     brw_model *m = NULL;
-    if (browse_model(s, st, &m, e) != 0)
-        return -1;
     int layer;
-    if (at_layer(st, m, &layer, e) != 0)
+    if (show_at(s, st, &m, &layer, e) != 0)
         return -1;
     int64_t limit;
     if (limit_of(st, &limit, e) != 0)
@@ -791,7 +800,7 @@ int lql_explain_infer_layers(lql_session *s, const lql_stmt *st, const int32_t *
     if (lql_session_model(s, st, &em, e) != 0)
         return -1;
     brw_model *m = NULL;
-    if (browse_model(s, st, &m, e) != 0)
+    if (lql_session_browse(s, st, &m, e) != 0)
         return -1;
     brw_explain_opts o = {.top = lql_has(st, LQL_C_TOP) ? (int)st->top : 3,
                           .attention = lql_has(st, LQL_C_WITH_ATTENTION), .band = -1};

@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "browse.h"
+#include "edit.h"
 #include "files.h"
 #include "interp.h"
 #include "journal.h"
@@ -251,13 +252,30 @@ int lql_h_stats(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
        (long long)jint(att, "kv_heads", 0), (long long)jint(att, "head_dim", 0));
     kv(t, "ffn", "%s %s", jstr(jget(g.exec, "ffn"), "kind", "?"), jstr(jget(g.exec, "ffn"), "activation", "?"));
     kv(t, "features", "%lld", (long long)g.features);
+    /* browse's view (bands with their feature counts, down-meta, gate rows) when browse
+     * can open the container; otherwise the recorded bands and a note saying why not */
+    brw_model *bm = NULL;
+    brw_stats bs;
+    lql_err be = {0};
+    vx_err ve = {0};
+    int browse = lql_session_browse(s, st, &bm, &be) == 0 && brw_stats_get(bm, &bs, &ve) == 0;
     const cJSON *bands = jget(jget(idx, "browse"), "layer_bands");
-    static const char *const names[] = {"syntax", "knowledge", "output"};
     for (int i = 0; i < 3; i++) {
-        const cJSON *b = jget(bands, names[i]);
-        if (cJSON_GetArraySize(b) == 2)
-            kv(t, names[i], "layers %d-%d", cJSON_GetArrayItem(b, 0)->valueint,
+        const cJSON *b = jget(bands, brw_band_name(i));
+        if (browse && bs.band[i][0] >= 0)
+            kv(t, brw_band_name(i), "layers %d-%d, %lld features", bs.band[i][0],
+               bs.band[i][1], (long long)bs.band_features[i]);
+        else if (!browse && cJSON_GetArraySize(b) == 2)
+            kv(t, brw_band_name(i), "layers %d-%d", cJSON_GetArrayItem(b, 0)->valueint,
                cJSON_GetArrayItem(b, 1)->valueint);
+    }
+    if (browse) {
+        kv(t, "features with down-meta", "%lld of %lld", (long long)bs.with_meta,
+           (long long)bs.features);
+        kv(t, "gate rows", "%llu bytes (%s)", (unsigned long long)bs.gate_bytes, bs.gate_dtype);
+        kv(t, "relation labels", "%s", bs.labelled ? "yes" : "no");
+    } else {
+        lql_result_note(r, "no browse view: %s", be.msg[0] ? be.msg : ve.msg);
     }
     kv(t, "tensors", "%zu", vx_tensor_count(c));
     kv(t, "tensor bytes", "%llu", (unsigned long long)tensor_bytes(c, NULL));
@@ -279,10 +297,27 @@ int lql_h_show_layers(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
         if (check_range(&st->layers, g.layers, e) < 0) return -1;
         if (!st->layers.all) { lo = st->layers.lo; hi = st->layers.hi; }
     }
+    /* browse's per-layer view (band, most frequent down-meta top token, features with
+     * down-meta as the overlay leaves them, gate dtype) when browse can open the container */
+    brw_model *bm = NULL;
+    brw_layer_info *li = NULL;
+    size_t nli = 0;
+    lql_err be = {0};
+    vx_err ve = {0};
+    if (lql_session_browse(s, st, &bm, &be) != 0 ||
+        brw_show_layers(bm, lo, hi, lql_edit_overlay(s), &li, &nli, &ve) != 0) {
+        lql_result_note(r, "no browse view: %s", be.msg[0] ? be.msg : ve.msg);
+        li = NULL;
+    }
     static const lql_colspec cols[] = {{"layer", LQL_INT, 0}, {"operator", LQL_TEXT, 0},
         {"window", LQL_INT, 0}, {"ffn", LQL_TEXT, 0}, {"features", LQL_INT, 0},
-        {"bytes", LQL_INT, 0}};
-    lql_table *t = lql_result_table(r, NULL, 6, cols);
+        {"bytes", LQL_INT, 0}, {"band", LQL_TEXT, 0}, {"top_token", LQL_TEXT, 0},
+        {"top_count", LQL_INT, 0}, {"with_meta", LQL_INT, 0}, {"gate_dtype", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, NULL, 11, cols);
+    if (!t) {
+        free(li);
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    }
     for (int i = lo; i <= hi; i++) {
         const cJSON *op = cJSON_GetArrayItem(g.layer_ops, i), *w = jget(op, "window");
         char prefix[32];
@@ -294,7 +329,20 @@ int lql_h_show_layers(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
         lql_cell_text(t, jstr(op, "ffn", "?"));
         lql_cell_int(t, layer_features(&g, i));
         lql_cell_int(t, (int64_t)tensor_bytes(c, prefix));
+        const brw_layer_info *x = li && (size_t)(i - lo) < nli ? &li[i - lo] : NULL;
+        if (!x) {
+            for (int k = 0; k < 5; k++) lql_cell_null(t);
+            continue;
+        }
+        char tok[128];
+        brw_trim(x->top_id >= 0 ? brw_token_text(bm, x->top_id) : "", tok, sizeof tok);
+        lql_cell_text(t, x->band >= 0 ? brw_band_name(x->band) : NULL);
+        if (x->top_id >= 0) lql_cell_text(t, tok); else lql_cell_null(t);
+        lql_cell_int(t, x->top_count);
+        lql_cell_int(t, x->with_meta);
+        lql_cell_text(t, x->gate_dtype);
     }
+    free(li);
     return 0;
 }
 

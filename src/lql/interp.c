@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "interp.h"
 
@@ -220,13 +221,30 @@ int lql_session_container(lql_session *s, const lql_stmt *st, vx_container **out
     return 0;
 }
 
+/* The session's one tokenizer (engine, browse and lql share it: a large vocabulary costs
+ * ~170 ms and tens of MB per load): loaded from the container once; with `optional`, a
+ * container without tokenizer.json gives 0 and NULL (the engine runs on ids). */
+static int session_tok(lql_session *s, vx_container *c, int optional, vx_err *ve)
+{
+    if (s->tok) return 0;
+    char path[4096];
+    if (optional && (snprintf(path, sizeof path, "%s/tokenizer.json", vx_dir(c)) >= (int)sizeof path ||
+                     access(path, F_OK) != 0))
+        return 0;
+    if (eng_tok_load_dir(vx_dir(c), &s->tok, ve) < 0) {
+        s->tok = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 int lql_session_model(lql_session *s, const lql_stmt *st, eng_model **out, lql_err *e)
 {
     vx_container *c = NULL;
     if (lql_session_container(s, st, &c, e) < 0) return -1;
     if (!s->model) {
         vx_err ve = {0};
-        if (eng_model_bind(c, &s->model, &ve) < 0) {
+        if (session_tok(s, c, 1, &ve) < 0 || eng_model_bind_tok(c, s->tok, &s->model, &ve) < 0) {
             s->model = NULL;
             return lql_err_vx(e, &ve, st ? &st->at : NULL);
         }
@@ -241,14 +259,8 @@ int lql_session_tokenizer(lql_session *s, const lql_stmt *st, const eng_tokenize
 {
     vx_container *c = NULL;
     if (lql_session_container(s, st, &c, e) < 0) return -1;
-    if (s->model) { *out = eng_model_tokenizer(s->model); return 0; }
-    if (!s->tok) {
-        vx_err ve = {0};
-        if (eng_tok_load_dir(vx_dir(c), &s->tok, &ve) < 0) {
-            s->tok = NULL;
-            return lql_err_vx(e, &ve, st ? &st->at : NULL);
-        }
-    }
+    vx_err ve = {0};
+    if (session_tok(s, c, 0, &ve) < 0) return lql_err_vx(e, &ve, st ? &st->at : NULL);
     *out = s->tok;
     return 0;
 }

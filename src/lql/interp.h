@@ -42,8 +42,8 @@ typedef struct lql_session {
 
     /* The engine model over vx, bound lazily by lql_session_model(); NULL until then. */
     eng_model *model;
-    /* The container's tokenizer, loaded lazily by lql_session_tokenizer(); NULL until then
-     * (when the model is bound its own tokenizer is used instead). */
+    /* The container's tokenizer, loaded once on first use (lql_session_tokenizer, model
+     * binding, browse); the model and browse borrow it, so it is freed after them. */
     eng_tokenizer *tok;
 
     /* Effective-weight corrections of the overlay (journal replay), owned by exec_edit.c's
@@ -74,8 +74,8 @@ int lql_session_container(lql_session *s, const lql_stmt *st, vx_container **out
 /* The bound model, binding it on first use (eng_model_bind + the overlay); -1 with the
  * engine's reason otherwise. */
 int lql_session_model(lql_session *s, const lql_stmt *st, eng_model **out, lql_err *e);
-/* The bound container's tokenizer (the model's when bound, else loaded from the
- * container's tokenizer.json once); -1 with the tokenizer's reason otherwise. */
+/* The bound container's tokenizer (loaded from its tokenizer.json once per binding and
+ * shared by the model and browse); -1 with the tokenizer's reason otherwise. */
 int lql_session_tokenizer(lql_session *s, const lql_stmt *st, const eng_tokenizer **out,
                           lql_err *e);
 /* Set (or with NULL clear) the overlay, attaching it to the model when bound. */
@@ -109,6 +109,10 @@ int lql_h_represent(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
 int lql_h_infer(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
 int lql_h_explain_infer(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
 /* exec_browse.c */
+struct brw_model;
+/* The session's browse model over the bound container, opened on first use with the
+ * session's tokenizer; -1 with browse's reason otherwise. */
+int lql_session_browse(lql_session *s, const lql_stmt *st, struct brw_model **out, lql_err *e);
 int lql_h_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
 int lql_h_explain_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
 int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);

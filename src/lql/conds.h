@@ -1,0 +1,19 @@
+/*
+ * conds.h — the one conversion of a parsed WHERE list into browse conditions, shared by
+ * the browse statements (exec_browse.c) and the mutation statements' feature selection
+ * (exec_edit.c).
+ */
+#ifndef LQL_CONDS_H
+#define LQL_CONDS_H
+
+#include "ast.h"
+#include "browse.h"
+
+/* The conditions of `where` for table `from`: *conds (*n of them) and *vals (their
+ * literals, which conds point into) are malloc'd; the caller frees both. alias, when not
+ * NULL, maps a field name before it is parsed (e.g. "target" → "token"). -1 with the
+ * field's error at its span (nothing to free) or out of memory. */
+int lql_browse_conds(const lql_cond *where, brw_from from, const char *(*alias)(const char *),
+                     brw_cond **conds, size_t *n, brw_value **vals, lql_err *e);
+
+#endif

@@ -1,0 +1,93 @@
+/*
+ * test_browse_session.c — one tokenizer per session: after USE, the browse model (WALK),
+ * the engine model (INFER), TOKENIZE and the edit statements' browse view all use the
+ * session's tokenizer, in either order of first use, and unbinding frees it after them
+ * (ASan sees any use after free). Also the session's browse model answers SHOW LAYERS /
+ * STATS with browse's counts.
+ */
+#include "brw_int.h"
+#include "shell.h"
+#include "t.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *run(lql_session *s, const char *text)
+{
+    char *out = NULL;
+    lql_err e = {0};
+    if (lql_eval(s, text, strlen(text), LQL_OUT_TSV, &out, &e) != 0) {
+        fprintf(stderr, "%s: %s\n", text, e.msg);
+        return NULL;
+    }
+    return out;
+}
+
+static void check_one(lql_session *s, const char *const *stmts, int n, const char *what)
+{
+    for (int i = 0; i < n; i++) {
+        char *out = run(s, stmts[i]);
+        CHECK_MSG(out != NULL, "%s: %s failed", what, stmts[i]);
+        free(out);
+    }
+    CHECK_MSG(s->tok && s->model && s->browse, "%s: tokenizer, model and browse bound", what);
+    if (!s->tok || !s->model || !s->browse)
+        return;
+    CHECK_MSG(eng_model_tokenizer(s->model) == s->tok, "%s: the model borrows the session's "
+              "tokenizer", what);
+    CHECK_MSG(brw_tokenizer(s->browse) == s->tok, "%s: browse borrows it", what);
+    CHECK_MSG(((brw_model *)s->browse)->own_tok == NULL, "%s: browse loaded none", what);
+}
+
+int main(void)
+{
+    char dir[4096], use[4200], cmd[4300];
+    snprintf(dir, sizeof dir, "%s/h12-session-tiny.vindex3", LQL_BINARY_DIR);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        return 1;
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    o.finish = brw_encode_finish;
+    vx_err err = {0};
+    CHECK_MSG(vx_encode(LQL_SHARED_DIR "/models/tinyllama", dir, &o, &err) == 0, "encode: %s",
+              err.msg);
+    snprintf(use, sizeof use, "USE \"%s\" JOURNAL \":memory:\";", dir);
+
+    lql_session *s = lql_session_new();
+    const char *a[] = {use, "WALK \"The capital of France is\" TOP 1;",
+                       "INFER \"The capital of France is\" TOP 1;", "TOKENIZE \"Paris\";"};
+    check_one(s, a, 4, "browse first");
+    lql_session_unbind(s);
+    CHECK(!s->tok && !s->model && !s->browse);
+    const char *b[] = {use, "TOKENIZE \"Paris\";", "INFER \"The capital of France is\" TOP 1;",
+                       "DELETE FROM EDGES WHERE layer = 0 AND feature = 5;",
+                       "WALK \"The capital of France is\" TOP 1;"};
+    check_one(s, b, 5, "tokenize, infer, edit, walk");
+
+    /* SHOW LAYERS and STATS carry browse's per-layer counts */
+    char *out = run(s, "SHOW LAYERS 0-0;");
+    CHECK(out != NULL);
+    if (out) {
+        /* layer 0 lost feature 5 to the DELETE: 767 with down-meta */
+        CHECK_HAS(out, "band\ttop_token\ttop_count\twith_meta\tgate_dtype");
+        CHECK_HAS(out, "\tsyntax\t");
+        CHECK_HAS(out, "0\tsoftmax_attention\t\tdense\t768\t3147776\tsyntax\t.\"\t12\t767\tf32");
+    }
+    free(out);
+    out = run(s, "STATS;");
+    CHECK(out != NULL);
+    if (out) {
+        CHECK_HAS(out, "features with down-meta\t3072 of 3072");   /* the base container */
+        CHECK_HAS(out, "gate rows\t3145728 bytes (f32)");
+        CHECK_HAS(out, "syntax\tlayers 0-0, 768 features");
+        CHECK_HAS(out, "knowledge\tlayers 1-2, 1536 features");
+        CHECK_HAS(out, "output\tlayers 3-3, 768 features");
+    }
+    free(out);
+    lql_session_free(s);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return T_DONE();
+}
