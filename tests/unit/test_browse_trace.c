@@ -1,0 +1,97 @@
+/*
+ * test_browse_trace.c — the TRACE SAVE file reader (brw_trace_parse) on synthetic images
+ * for a 2-layer, 4-wide, 32-token model: a valid image round-trips every id and state;
+ * every refusal is pinned (header, version, shape, size, FOR id and prompt ids outside the
+ * vocabulary, which a FROM file could otherwise pass to the lens and the decoder).
+ */
+#include "brw_int.h"
+#include "t.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { NT = 3, NL = 2, H = 4, V = 32 };
+#define NS (NT * (NL + 1) * 3 * H)
+#define SIZE (32 + 4 * NT + 4 * NS)
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void image(uint8_t *b)
+{
+    memcpy(b, "LQLTRACE", 8);
+    put32(b + 8, 1);
+    put32(b + 12, NT);
+    put32(b + 16, NL);
+    put32(b + 20, H);
+    put32(b + 24, 7);
+    put32(b + 28, 0);
+    for (int i = 0; i < NT; i++)
+        put32(b + 32 + 4 * i, (uint32_t)(i + 10));
+    for (int i = 0; i < NS; i++) {
+        float f = (float)i * 0.5f;
+        memcpy(b + 32 + 4 * NT + 4 * i, &f, 4);
+    }
+}
+
+static void refused(const uint8_t *b, size_t n, const char *want)
+{
+    brw_trace t;
+    vx_err err = {0};
+    CHECK(brw_trace_parse(b, n, "t.bin", NL, H, V, &t, &err) == -1);
+    CHECK_STR(err.msg, want);
+    CHECK(!t.ids && !t.states);
+}
+
+int main(void)
+{
+    static uint8_t b[SIZE + 4];
+    image(b);
+    brw_trace t;
+    vx_err err = {0};
+    CHECK(brw_trace_parse(b, SIZE, "t.bin", NL, H, V, &t, &err) == 0);
+    CHECK(t.n_tokens == NT && t.n_layers == NL && t.hidden == H && t.target == 7 &&
+          t.first_pos == 0);
+    CHECK(t.ids && t.ids[0] == 10 && t.ids[2] == 12);
+    CHECK(t.states && t.states[0] == 0.0f && t.states[NS - 1] == (NS - 1) * 0.5f);
+    brw_trace_free(&t);
+
+    refused(b, 31, "\"t.bin\" is not an lql trace file (bad header)");
+    b[0] = 'X';
+    refused(b, SIZE, "\"t.bin\" is not an lql trace file (bad header)");
+    image(b);
+    put32(b + 8, 2);
+    refused(b, SIZE, "trace \"t.bin\": unsupported version 2");
+    image(b);
+    put32(b + 16, 3);
+    refused(b, SIZE, "trace \"t.bin\" (3 tokens, 3 layers, hidden 4) does not match the bound "
+                     "model (2 layers, hidden 4)");
+    image(b);
+    put32(b + 12, 0);
+    refused(b, SIZE, "trace \"t.bin\" (0 tokens, 2 layers, hidden 4) does not match the bound "
+                     "model (2 layers, hidden 4)");
+    image(b);
+    put32(b + 12, 0xFFFFFFFFu);
+    refused(b, SIZE, "trace \"t.bin\" (4294967295 tokens, 2 layers, hidden 4) does not match "
+                     "the bound model (2 layers, hidden 4)");
+    image(b);
+    refused(b, SIZE + 4, "trace \"t.bin\" is 480 bytes, want 476");
+    refused(b, SIZE - 1, "trace \"t.bin\" is 475 bytes, want 476");
+    put32(b + 24, 32);
+    refused(b, SIZE, "trace \"t.bin\": FOR token id 32 is outside the vocabulary (0-31)");
+    put32(b + 24, (uint32_t)-2);
+    refused(b, SIZE, "trace \"t.bin\": FOR token id -2 is outside the vocabulary (0-31)");
+    put32(b + 24, (uint32_t)-1);
+    put32(b + 36, 40);
+    refused(b, SIZE, "trace \"t.bin\": token 1 has id 40, outside the vocabulary (0-31)");
+    put32(b + 36, (uint32_t)-5);
+    refused(b, SIZE, "trace \"t.bin\": token 1 has id -5, outside the vocabulary (0-31)");
+    put32(b + 36, 31);
+    CHECK(brw_trace_parse(b, SIZE, "t.bin", NL, H, V, &t, &err) == 0 && t.target == -1 &&
+          t.ids[1] == 31);
+    brw_trace_free(&t);
+    return T_DONE();
+}
