@@ -30,12 +30,13 @@ static const lql_stmt_def defs[] = {
      "INFERENCE. Shows progress on a terminal."},
     {LQL_S_STATS, "STATS", lql_h_stats,
      "STATS",
-     "Facts about the bound container: model, geometry, feature counts, layer bands, "
-     "bytes on disk, path."},
+     "Facts about the bound container: model, geometry, feature counts, layer bands with "
+     "their features, features with down-meta, gate bytes, bytes on disk, path."},
     {LQL_S_SHOW_LAYERS, "SHOW LAYERS", lql_h_show_layers,
      "SHOW LAYERS [range]",
      "One row per layer: attention operator, window, FFN kind, features and the bytes of "
-     "the layer's operands."},
+     "the layer's operands; band, most frequent down-meta top token and its count, "
+     "features with down-meta (overlay applied) and gate dtype."},
     {LQL_S_SHOW_FEATURES, "SHOW FEATURES", lql_h_show_features,
      "SHOW FEATURES layer {WHERE conds | LIMIT n}",
      "The FFN features of one layer with their output tokens (down-meta) and score."},

@@ -71,8 +71,8 @@ void lql_session_unbind(lql_session *s);
 
 /* The bound container; -1 with `no container bound: USE "path" first` (at st) if none. */
 int lql_session_container(lql_session *s, const lql_stmt *st, vx_container **out, lql_err *e);
-/* The bound model, binding it on first use (eng_model_bind + the overlay); -1 with the
- * engine's reason otherwise. */
+/* The bound model, binding it on first use (eng_model_bind_tok with the session's
+ * tokenizer, + the overlay); -1 with the engine's reason otherwise. */
 int lql_session_model(lql_session *s, const lql_stmt *st, eng_model **out, lql_err *e);
 /* The bound container's tokenizer (loaded from its tokenizer.json once per binding and
  * shared by the model and browse); -1 with the tokenizer's reason otherwise. */
