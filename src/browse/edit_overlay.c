@@ -4,6 +4,7 @@
  * (layer, feature), so a replay is linear in the number of operations.
  */
 #include "edit_overlay.h"
+#include "brw_int.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -16,7 +17,7 @@ typedef struct slot {
     int64_t feature;
     int tombstone;
     float *gate, *up, *down;
-    int has_meta;
+    int has_meta;             /* 1: an operation's down_meta; 2: recomputed (moved column) */
     int32_t top_id;
     int has_score;
     float c_score;
@@ -207,6 +208,113 @@ static int apply(brw_edit_overlay *o, const vx_op *op)
     return 0;
 }
 
+/* Bytes per element of a dtype with a plain f32 view (f32, f16, bf16), else 0. */
+static size_t plain_size(vx_dtype t)
+{
+    return t == VX_F32 ? 4 : t == VX_F16 || t == VX_BF16 ? 2 : 0;
+}
+
+/* The effective down column of feature f at layer (base or replaced, plus every low-rank
+ * delta of the layer) into col [hidden]; -1 when the layer has no dense down_proj or its
+ * dtype has no f32 view. */
+static int down_column(const brw_model *m, const brw_edit_overlay *o, const slot *s, int layer,
+                       int64_t f, float *col)
+{
+    const vx_tensor *dn = vx_findf(m->c, "target.decoder_stack", "layers.%d.ffn.down_proj",
+                                   layer);
+    int H = m->s.hidden;
+    if (!dn || dn->ndim != 2 || dn->shape[0] != H || f >= dn->shape[1])
+        return -1;
+    size_t esz = plain_size(dn->dtype);
+    if (s && s->down) {
+        memcpy(col, s->down, (size_t)H * sizeof *col);
+    } else {
+        for (int h = 0; h < H; h++) {
+            const uint8_t *at = (const uint8_t *)dn->data +
+                                ((uint64_t)h * (uint64_t)dn->shape[1] + (uint64_t)f) * esz;
+            if (esz == 0 || vx_row_to_f32(dn->dtype, at, &col[h], 1) < 0)
+                return -1;
+        }
+    }
+    for (size_t i = 0; i < o->n_lowrank; i++) {
+        const eng_lowrank *lr = &o->lowrank[i];
+        if (lr->layer != layer)
+            continue;
+        for (int h = 0; h < H; h++)
+            for (int r = 0; r < lr->rank; r++)
+                col[h] += lr->u[(size_t)h * lr->rank + r] * lr->v[(size_t)f * lr->rank + r];
+    }
+    return 0;
+}
+
+/* After a low-rank INSERT the features whose down column moved most — the top
+ * BRW_MOVED_FEATURES of each delta by |v_f|·|u| — get their output token recomputed from
+ * the effective column exactly as the encoder's down-meta does (argmax over the vocabulary
+ * of E · column, E the unscaled embedding), so WALK / DESCRIBE / SELECT show the new edge.
+ * A slot whose metadata an operation set keeps it; tombstones are skipped. */
+#define BRW_MOVED_FEATURES 8
+static int recompute_moved(brw_edit_overlay *o, const brw_model *m)
+{
+    const vx_tensor *E = m->s.embed;
+    int H = m->s.hidden, V = m->s.vocab;
+    size_t esz = E ? plain_size(E->dtype) : 0;
+    if (!E || esz == 0 || !o->n_lowrank)
+        return 0;
+    float *col = malloc((size_t)H * sizeof *col);
+    if (!col)
+        return -1;
+    int rc = 0;
+    for (size_t i = 0; i < o->n_lowrank && rc == 0; i++) {
+        const eng_lowrank *lr = &o->lowrank[i];
+        int64_t F = brw_features(m, lr->layer);
+        int64_t top[BRW_MOVED_FEATURES];
+        double mv[BRW_MOVED_FEATURES];
+        int nt = 0;
+        for (int64_t f = 0; f < F; f++) {   /* |u| is common to the delta: rank by |v_f| */
+            double x = 0;
+            for (int r = 0; r < lr->rank; r++)
+                x += (double)lr->v[(size_t)f * lr->rank + r] * lr->v[(size_t)f * lr->rank + r];
+            int k = nt < BRW_MOVED_FEATURES ? nt++ : BRW_MOVED_FEATURES;
+            if (k == BRW_MOVED_FEATURES && x <= mv[k - 1])
+                continue;
+            if (k == BRW_MOVED_FEATURES)
+                k--;
+            while (k > 0 && x > mv[k - 1]) {
+                mv[k] = mv[k - 1];
+                top[k] = top[k - 1];
+                k--;
+            }
+            mv[k] = x;
+            top[k] = f;
+        }
+        for (int t = 0; t < nt && rc == 0; t++) {
+            slot *sl = find_slot(o, lr->layer, top[t]);
+            if (!sl) {
+                rc = -1;
+                break;
+            }
+            if (sl->tombstone || sl->has_meta == 1 || down_column(m, o, sl, lr->layer, top[t], col))
+                continue;
+            int32_t best = -1;
+            float bx = -INFINITY;
+            for (int v = 0; v < V; v++) {
+                float x = brw_dot_row(E->dtype, (const uint8_t *)E->data + (size_t)v * H * esz,
+                                      col, H);
+                if (x > bx) {
+                    bx = x;
+                    best = v;
+                }
+            }
+            sl->has_meta = 2;
+            sl->top_id = best;
+            sl->has_score = 1;
+            sl->c_score = bx;
+        }
+    }
+    free(col);
+    return rc;
+}
+
 /* Build the arrays the engine and browse read from the slots. */
 static int publish(brw_edit_overlay *o)
 {
@@ -249,7 +357,7 @@ int brw_edit_overlay_build(const brw_model *m, const vx_op *ops, size_t n,
         }
     }
     o->n_ops = n;
-    if (publish(o)) {
+    if (recompute_moved(o, m) || publish(o)) {
         brw_edit_overlay_free(o);
         return vx_errf(err, VX_ENOMEM, "out of memory building the overlay");
     }
@@ -296,9 +404,12 @@ void brw_edit_overlay_counts(const brw_edit_overlay *o, brw_edit_counts *out)
     out->lowrank = o->n_lowrank;
     for (size_t i = 0; i < o->n_slots; i++) {
         const slot *s = &o->slots[i];
+        int edited = s->tombstone || s->gate || s->up || s->down || s->has_meta == 1;
+        out->features -= !edited;   /* a recomputed-only slot is no edit */
         out->tombstones += s->tombstone != 0;
         out->replaced += s->gate || s->up || s->down;
-        out->meta += s->has_meta != 0;
+        out->meta += s->has_meta == 1;
+        out->recomputed += s->has_meta == 2;
     }
 }
 

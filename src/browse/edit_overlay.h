@@ -10,6 +10,9 @@
  *             the slot's; an insert carrying u/v adds a low-rank delta to its layer;
  *   update  → the rows and down_meta it carries replace the slot's (a tombstone stays).
  * insert_knn / delete_knn are refused: lql's executor has no residual-key store.
+ * After replay, the 8 features each low-rank delta moves most (largest |v_f|·|u|) get
+ * their down-meta recomputed from the effective column (E · column, as the encoder's
+ * down-meta and so COMPILE's), unless an operation set their metadata.
  *
  * Ownership: the overlay owns copies of every vector; the eng_overlay and brw_overlay it
  * hands out point into it and live until brw_edit_overlay_free.
@@ -47,6 +50,7 @@ typedef struct brw_edit_counts {
     size_t replaced;          /* with at least one replacement row */
     size_t meta;              /* with a metadata override */
     size_t lowrank;           /* low-rank deltas */
+    size_t recomputed;        /* features whose down-meta a low-rank delta's move recomputed */
 } brw_edit_counts;
 
 void brw_edit_overlay_counts(const brw_edit_overlay *o, brw_edit_counts *out);

@@ -1,0 +1,160 @@
+/*
+ * test_journal_downmeta.c — down-meta of the features a low-rank INSERT moved. A rank-1
+ * insert op at layer 3 whose u is the embedding row of " London" (×40) and whose v puts
+ * weight on five features (and a little on every other) is replayed into the overlay:
+ *   - the eight features with the largest |v_f|·|u| get recomputed metadata (the loaded
+ *     ones show " London", the others what E · column says);
+ *   - SELECT … WHERE layer = 3 AND token = "London" through the overlay lists four of
+ *     them (the fifth has an UPDATE), without the overlay none;
+ *   - a feature whose metadata an operation set keeps it (an UPDATE after the insert);
+ *   - COMPILE writes a DMET whose records for the eight features agree with the overlay
+ *     (same top token, c_score within 1e-4: f32 storage).
+ */
+#include "browse.h"
+#include "edit_compile.h"
+#include "edit_overlay.h"
+#include "engine.h"
+#include "t.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TINY LQL_SHARED_DIR "/models/tinyllama"
+#define LONDON 3798
+
+static void rm_rf(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+int main(void)
+{
+    char base[2048], out[2048];
+    snprintf(base, sizeof base, "%s/h11-downmeta-base.vindex3", LQL_BINARY_DIR);
+    snprintf(out, sizeof out, "%s/h11-downmeta-out.vindex3", LQL_BINARY_DIR);
+    rm_rf(base);
+    rm_rf(out);
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    o.finish = brw_encode_finish;
+    o.finish_ctx = &o;
+    vx_err e = {0};
+    vx_container *c = NULL;
+    brw_model *bm = NULL;
+    if (vx_encode(TINY, base, &o, &e) || vx_open(base, &c, &e) || brw_open(c, &bm, &e)) {
+        fprintf(stderr, "setup: %s\n", e.msg);
+        return 1;
+    }
+    const int H = brw_hidden(bm);
+    const int64_t F = brw_features(bm, 3);
+    const vx_tensor *E = vx_find(c, "target.embedding", "weight");
+    float *u = malloc((size_t)H * sizeof *u), *v = malloc((size_t)F * sizeof *v);
+    CHECK(E && E->dtype == VX_F32);
+    if (!E || !u || !v)
+        return 1;
+    memcpy(u, (const float *)E->data + (size_t)LONDON * H, (size_t)H * sizeof *u);
+    for (int i = 0; i < H; i++)
+        u[i] *= 40.0f;
+    static const int64_t loaded[5] = {10, 200, 345, 500, 700};
+    for (int64_t f = 0; f < F; f++)
+        v[f] = 1e-4f * (float)((f * 37) % 11);   /* small, distinct: 3 more slots at 1e-3 */
+    for (int i = 0; i < 5; i++)
+        v[loaded[i]] = 1.0f + 0.1f * (float)i;
+
+    vx_op ops[2];
+    vx_op_init(&ops[0], VX_OP_INSERT);
+    ops[0].layer = 3;
+    ops[0].seq = 1;
+    CHECK(vx_op_set_vec(&ops[0], "u", H, 1, u, &e) == 0);
+    CHECK(vx_op_set_vec(&ops[0], "v", F, 1, v, &e) == 0);
+    /* an UPDATE of one loaded feature after the insert: its metadata stays the operation's */
+    vx_op_init(&ops[1], VX_OP_UPDATE);
+    ops[1].layer = 3;
+    ops[1].feature = (int)loaded[4];
+    ops[1].seq = 2;
+    ops[1].has_meta = 1;
+    ops[1].meta_id = 42;
+    ops[1].meta_c = 0.25;
+
+    brw_edit_overlay *ov = NULL;
+    CHECK_MSG(brw_edit_overlay_build(bm, ops, 2, &ov, &e) == 0, "build: %s", e.msg);
+    if (!ov)
+        return T_DONE();
+    brw_edit_counts cnt;
+    brw_edit_overlay_counts(ov, &cnt);
+    CHECK(cnt.meta == 1 && cnt.recomputed == 7 && cnt.features == 1);
+    const brw_overlay *bo = brw_edit_overlay_browse(ov);
+    brw_meta md;
+    for (int i = 0; i < 4; i++) {
+        CHECK(brw_feature_meta(bm, bo, 3, loaded[i], &md) == 0 && md.present);
+        CHECK_MSG(md.top_id == LONDON, "feature %lld shows %d", (long long)loaded[i], md.top_id);
+    }
+    CHECK(brw_feature_meta(bm, bo, 3, loaded[4], &md) == 0 && md.top_id == 42);
+    CHECK_NEAR(md.c_score, 0.25, 1e-6);
+    /* without the overlay the loaded features show their base tokens, not London */
+    int base_london = 0;
+    for (int i = 0; i < 5; i++)
+        base_london += brw_feature_meta(bm, NULL, 3, loaded[i], &md) == 0 &&
+                       md.top_id == LONDON;
+    CHECK(base_london == 0);
+
+    /* SELECT … FROM FEATURES WHERE layer = 3 AND token = "London" through the overlay */
+    brw_value v3 = {0, 3, NULL}, vl = {1, 0, "London"};
+    brw_cond cond[2];
+    memset(cond, 0, sizeof cond);
+    CHECK(brw_field_parse(BRW_FEATURES, "layer", &cond[0].field, &e) == 0);
+    CHECK(brw_field_parse(BRW_FEATURES, "token", &cond[1].field, &e) == 0);
+    cond[0] = (brw_cond){cond[0].field, BRW_EQ, &v3, 1};
+    cond[1] = (brw_cond){cond[1].field, BRW_EQ, &vl, 1};
+    brw_select_opts so = {cond, 2, NULL, 0, 0, 0, 0, -1, bo};
+    brw_rows rows = {0};
+    CHECK_MSG(brw_select(bm, BRW_FEATURES, &so, &rows, &e) == 0, "select: %s", e.msg);
+    int seen = 0;
+    for (size_t r = 0; r < rows.n; r++)
+        for (int i = 0; i < 4; i++)
+            seen += rows.rows[r].feature == loaded[i];
+    CHECK_MSG(seen == 4, "SELECT shows %d of the 4 moved London features (%zu rows)", seen,
+              rows.n);
+    brw_rows_free(&rows);
+    so.ov = NULL;
+    CHECK(brw_select(bm, BRW_FEATURES, &so, &rows, &e) == 0);
+    seen = 0;
+    for (size_t r = 0; r < rows.n; r++)
+        for (int i = 0; i < 5; i++)
+            seen += rows.rows[r].feature == loaded[i];
+    CHECK(seen == 0);
+    brw_rows_free(&rows);
+
+    /* COMPILE writes DMET records that agree with the overlay on the moved features */
+    brw_compile_report rep;
+    CHECK_MSG(brw_edit_compile(c, brw_edit_overlay_eng(ov), out, NULL, &rep, &e) == 0,
+              "compile: %s", e.msg);
+    vx_container *c2 = NULL;
+    brw_model *bm2 = NULL;
+    CHECK(vx_open(out, &c2, &e) == 0 && brw_open(c2, &bm2, &e) == 0);
+    for (int i = 0; bm2 && i < 4; i++) {
+        brw_meta a, b;
+        CHECK(brw_feature_meta(bm, bo, 3, loaded[i], &a) == 0);
+        CHECK(brw_feature_meta(bm2, NULL, 3, loaded[i], &b) == 0);
+        CHECK(a.top_id == b.top_id);
+        CHECK_NEAR(a.c_score, b.c_score, 1e-4);
+    }
+    brw_close(bm2);
+    vx_close(c2);
+    brw_edit_overlay_free(ov);
+    vx_op_clear(&ops[0]);
+    vx_op_clear(&ops[1]);
+    free(u);
+    free(v);
+    brw_close(bm);
+    vx_close(c);
+    if (t_fail == 0) {
+        rm_rf(base);
+        rm_rf(out);
+    }
+    return T_DONE();
+}
