@@ -200,12 +200,26 @@ static int map_objects(vx_container *c, const char *profile, const vx_select *se
     return 0;
 }
 
+/* Bank operands belong to the representation whose index.json record lists
+ * bank_storage (docs/lql/BANK.md); another representation of that object bound by a
+ * profile holds every operand itself, so the bank stays out of the table. */
+static size_t bank_tensors(const vx_container *c)
+{
+    if (!c->bank)
+        return 0;
+    const char *rep = vx_bound_representation(c, vx_bank_manifest(c->bank)->object);
+    const cJSON *r = rep ? cJSON_GetObjectItemCaseSensitive(
+                               cJSON_GetObjectItemCaseSensitive(c->index, "representations"), rep)
+                         : NULL;
+    return cJSON_GetObjectItemCaseSensitive(r, "bank_storage") ? vx_bank_tensor_count(c->bank) : 0;
+}
+
 static int build_table(vx_container *c, vx_err *err)
 {
-    size_t n = 0;
+    size_t n = 0, nbank = bank_tensors(c);
     for (size_t i = 0; i < c->nseg; i++)
         n += c->segs[i].active ? c->segs[i].h.n : 0;
-    n += vx_bank_tensor_count(c->bank);
+    n += nbank;
     c->nslot = 16;
     while (c->nslot < 2 * n)
         c->nslot *= 2;
@@ -237,7 +251,7 @@ static int build_table(vx_container *c, vx_err *err)
             c->slot[at] = ++c->nt;
         }
     }
-    for (size_t i = 0; i < vx_bank_tensor_count(c->bank); i++) {
+    for (size_t i = 0; i < nbank; i++) {
         const vx_tensor *bt = vx_bank_tensor_at(c->bank, i);
         size_t at = probe(c, bt->object, bt->name);
         if (c->slot[at])

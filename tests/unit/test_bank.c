@@ -9,6 +9,8 @@
  *     probabilities match the golden numbers (1e-5); a bf16 encode (LYRW format bf16)
  *     is bit-identical between the shapes too;
  *   - WALK gives the same hits (layer, feature, score) on both;
+ *   - a q8_0 representation compiled on a bank container binds through a profile with
+ *     its own expert operands, the baseline with the LYRW ones;
  *   - hostile manifests and bank files are refused with pinned messages, and the
  *     importer's refusals are pinned.
  */
@@ -202,6 +204,41 @@ static void parity(const char *fx, int dtype, int want_lyrw, int want_files, con
     brw_close(bb);
     vx_close(g);
     vx_close(b);
+}
+
+/* ---------------------------------------------------------------- representations */
+
+/* A representation compiled on a bank container holds every operand itself (experts
+ * included); a profile binding it keeps the bank out of the lookup table, the baseline
+ * binding reads experts from the LYRW files. */
+static void profile_on_bank(void)
+{
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/qwen2-moe.bank", tmp);
+    vx_err err = {0};
+    vx_represent_info in;
+    CHECK_MSG(vx_represent(dir, "target.decoder_stack", VX_Q8_0, &in, &err) == 0, "%s", err.msg);
+    vx_select sel = {"target.decoder_stack", in.id};
+    CHECK_MSG(vx_profile_add(dir, "q8", &sel, 1, 0, &err) == 0, "%s", err.msg);
+    vx_container *c = NULL;
+    CHECK_MSG(vx_open_profile(dir, "q8", NULL, 0, &c, &err) == 0, "%s", err.msg);
+    const vx_tensor *t = c ? vx_find(c, "target.decoder_stack", "layers.2.ffn.experts.7.down_proj") : NULL;
+    CHECK(t && t->dtype == VX_Q8_0);
+    CHECK_STR(t ? t->segment : NULL, "segments/target.decoder_stack.q8_0.bin");
+    eng_model *m = NULL;
+    CHECK_MSG(c && eng_model_bind(c, &m, &err) == 0, "bind q8: %s", err.msg);
+    eng_session *s = NULL;
+    int32_t ids[3] = {1, 2, 3};
+    float lg[4096];
+    CHECK(m && eng_session_new(m, 8, &s, &err) == 0 && eng_forward(s, ids, 3, lg, NULL, &err) == 0);
+    eng_session_free(s);
+    eng_model_free(m);
+    vx_close(c);
+    CHECK_MSG(vx_open(dir, &c, &err) == 0, "%s", err.msg);
+    t = c ? vx_find(c, "target.decoder_stack", "layers.2.ffn.experts.7.down_proj") : NULL;
+    CHECK(t && t->dtype == VX_F32);
+    CHECK_STR(t ? t->segment : NULL, "banks/layer_002.lyrw");
+    vx_close(c);
 }
 
 /* ---------------------------------------------------------------- hostile input */
@@ -431,6 +468,7 @@ int main(void)
     parity("deepseek-v3-lite", -1, 2 * (8 + 1) * 3 + 3, 3, ds);
     parity("deepseek-v3-lite", VX_BF16, 2 * (8 + 1) * 3 + 3, 3, ds);   /* LYRW format bf16 */
     importer_refusals();
+    profile_on_bank();
     hostile();
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
