@@ -16,6 +16,7 @@
 #include "edit_compact.h"
 #include "engine.h"
 #include "t.h"
+#include "test_journal_fx.h"
 #include "vx_int.h"
 
 #include <cjson/cJSON.h>
@@ -23,8 +24,6 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define TINY LQL_SHARED_DIR "/models/tinyllama"
 
 static const char *const prompts[] = {
     "The capital of France is", "Once upon a time there was", "A baby cat is called a",
@@ -56,14 +55,6 @@ static float *logits_of(const char *dir, const char *text, int *vocab)
     eng_model_free(m);
     vx_close(c);
     return lg;
-}
-
-static void rm_rf(const char *dir)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
 }
 
 static void put(const char *dir, const char *rel, const char *text)
@@ -119,22 +110,13 @@ int main(void)
     snprintf(out, sizeof out, "%s/h11-compact-out.vindex3", LQL_BINARY_DIR);
     snprintf(again, sizeof again, "%s/h11-compact-again.vindex3", LQL_BINARY_DIR);
     snprintf(inplace, sizeof inplace, "%s/h11-compact-inplace.vindex3", LQL_BINARY_DIR);
-    rm_rf(base);
-    rm_rf(out);
-    rm_rf(again);
-    rm_rf(inplace);
-    vx_encode_opts o;
-    vx_encode_opts_init(&o);
-    o.finish = brw_encode_finish;
-    o.finish_ctx = &o;
+    fx_rm_rf(base);
+    fx_rm_rf(out);
+    fx_rm_rf(again);
+    fx_rm_rf(inplace);
     vx_err e = {0};
-    setenv("LQL_SHARD_CAP", "5000000", 1);
-    int enc = vx_encode(TINY, base, &o, &e);
-    unsetenv("LQL_SHARD_CAP");
-    if (enc) {
-        fprintf(stderr, "setup: %s\n", e.msg);
+    if (fx_encode_tiny(base, "5000000"))
         return 1;
-    }
     CHECK(exists(base, "segments/target.decoder_stack.002.bin"));
     /* extra files: two nothing references, one an unknown index field names */
     put(base, "notes.txt", "scratch\n");
@@ -271,10 +253,10 @@ int main(void)
     free(id_again);
     free(base_id);
     if (t_fail == 0) {
-        rm_rf(base);
-        rm_rf(out);
-        rm_rf(again);
-        rm_rf(inplace);
+        fx_rm_rf(base);
+        fx_rm_rf(out);
+        fx_rm_rf(again);
+        fx_rm_rf(inplace);
     }
     return T_DONE();
 }

@@ -12,12 +12,11 @@
 #include "edit_compile.h"
 #include "engine.h"
 #include "t.h"
+#include "test_journal_fx.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdlib.h>
-
-#define TINY LQL_SHARED_DIR "/models/tinyllama"
 
 static const char *const prompts[] = {
     "The capital of France is", "Once upon a time there was", "A baby cat is called a",
@@ -42,29 +41,17 @@ static float *logits_of(eng_model *m, const char *text)
     return lg;
 }
 
-static void rm_rf(const char *dir)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
-}
-
 int main(void)
 {
     char base[4096], out[4096];
     snprintf(base, sizeof base, "%s/h8-compile-base.vindex3", LQL_BINARY_DIR);
     snprintf(out, sizeof out, "%s/h8-compile-out.vindex3", LQL_BINARY_DIR);
-    rm_rf(base);
-    rm_rf(out);
-    vx_encode_opts o;
-    vx_encode_opts_init(&o);
-    o.finish = brw_encode_finish;
-    o.finish_ctx = &o;
+    fx_rm_rf(base);
+    fx_rm_rf(out);
     vx_err e = {0};
     vx_container *c = NULL;
     eng_model *m = NULL;
-    if (vx_encode(TINY, base, &o, &e) || vx_open(base, &c, &e) || eng_model_bind(c, &m, &e)) {
+    if (fx_encode_tiny(base, NULL) || vx_open(base, &c, &e) || eng_model_bind(c, &m, &e)) {
         fprintf(stderr, "setup: %s\n", e.msg);
         return 1;
     }
@@ -167,8 +154,8 @@ int main(void)
     free(u);
     free(v);
     if (t_fail == 0) {
-        rm_rf(base);
-        rm_rf(out);
+        fx_rm_rf(base);
+        fx_rm_rf(out);
     }
     return T_DONE();
 }

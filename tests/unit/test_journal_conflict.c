@@ -11,21 +11,12 @@
  */
 #include "browse.h"
 #include "t.h"
+#include "test_journal_fx.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#define TINY LQL_SHARED_DIR "/models/tinyllama"
-
-static void rm_rf(const char *dir)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
-}
 
 /* The set-aside count recorded in a compiled container's provenance, or -1. */
 static int set_aside(const char *dir)
@@ -46,21 +37,14 @@ int main(void)
 {
     char dir[2048], base[2100], hc[2100], lw[2100], hc2[2100];
     snprintf(dir, sizeof dir, "%s/h11-conflict", LQL_BINARY_DIR);
-    rm_rf(dir);
+    fx_rm_rf(dir);
     snprintf(base, sizeof base, "%s/base.vindex3", dir);
     mkdir(dir, 0755);
     snprintf(hc, sizeof hc, "%s/hc.vindex3", dir);
     snprintf(lw, sizeof lw, "%s/lw.vindex3", dir);
     snprintf(hc2, sizeof hc2, "%s/hc2.vindex3", dir);
-    vx_encode_opts o;
-    vx_encode_opts_init(&o);
-    o.finish = brw_encode_finish;
-    o.finish_ctx = &o;
-    vx_err e = {0};
-    if (vx_encode(TINY, base, &o, &e)) {
-        fprintf(stderr, "setup: %s\n", e.msg);
+    if (fx_encode_tiny(base, NULL))
         return 1;
-    }
     char cmd[16384];
     snprintf(cmd, sizeof cmd,
              "'%s/lql' -c 'USE \"%s\" JOURNAL \":memory:\"; "
@@ -94,6 +78,6 @@ int main(void)
     if (t_fail)
         fputs(out, stderr);
     else
-        rm_rf(dir);
+        fx_rm_rf(dir);
     return T_DONE();
 }

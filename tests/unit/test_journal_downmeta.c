@@ -15,37 +15,25 @@
 #include "edit_overlay.h"
 #include "engine.h"
 #include "t.h"
+#include "test_journal_fx.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define TINY LQL_SHARED_DIR "/models/tinyllama"
 #define LONDON 3798
-
-static void rm_rf(const char *dir)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
-}
 
 int main(void)
 {
     char base[2048], out[2048];
     snprintf(base, sizeof base, "%s/h11-downmeta-base.vindex3", LQL_BINARY_DIR);
     snprintf(out, sizeof out, "%s/h11-downmeta-out.vindex3", LQL_BINARY_DIR);
-    rm_rf(base);
-    rm_rf(out);
-    vx_encode_opts o;
-    vx_encode_opts_init(&o);
-    o.finish = brw_encode_finish;
-    o.finish_ctx = &o;
+    fx_rm_rf(base);
+    fx_rm_rf(out);
     vx_err e = {0};
     vx_container *c = NULL;
     brw_model *bm = NULL;
-    if (vx_encode(TINY, base, &o, &e) || vx_open(base, &c, &e) || brw_open(c, &bm, &e)) {
+    if (fx_encode_tiny(base, NULL) || vx_open(base, &c, &e) || brw_open(c, &bm, &e)) {
         fprintf(stderr, "setup: %s\n", e.msg);
         return 1;
     }
@@ -153,8 +141,8 @@ int main(void)
     brw_close(bm);
     vx_close(c);
     if (t_fail == 0) {
-        rm_rf(base);
-        rm_rf(out);
+        fx_rm_rf(base);
+        fx_rm_rf(out);
     }
     return T_DONE();
 }

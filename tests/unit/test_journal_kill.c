@@ -12,6 +12,7 @@
  */
 #include "browse.h"
 #include "t.h"
+#include "test_journal_fx.h"
 
 #include <cjson/cJSON.h>
 #include <fcntl.h>
@@ -22,8 +23,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-#define TINY LQL_SHARED_DIR "/models/tinyllama"
 
 static double now(void)
 {
@@ -136,18 +135,8 @@ int main(void)
     snprintf(out, sizeof out, "%s/h11-kill-out.vindex3", LQL_BINARY_DIR);
     rm_rf(base);
     rm_rf(out);
-    vx_encode_opts o;
-    vx_encode_opts_init(&o);
-    o.finish = brw_encode_finish;
-    o.finish_ctx = &o;
-    vx_err e = {0};
-    setenv("LQL_SHARD_CAP", "5000000", 1);
-    int enc = vx_encode(TINY, base, &o, &e);
-    unsetenv("LQL_SHARD_CAP");
-    if (enc) {
-        fprintf(stderr, "setup: %s\n", e.msg);
+    if (fx_encode_tiny(base, "5000000"))
         return 1;
-    }
     static const char *const what[2] = {"COMPILE", "COMPACT"};
     for (int k = 0; k < 2; k++) {
         if (k == 0)

@@ -1,0 +1,46 @@
+/*
+ * test_journal_fx.h — what the mutation tests share: removing a test tree and encoding the
+ * tiny Llama fixture (with its down-meta) into a fresh container, optionally under a shard
+ * cap so a representation is stored as several segments.
+ */
+#ifndef TEST_JOURNAL_FX_H
+#define TEST_JOURNAL_FX_H
+
+#include "browse.h"
+#include "vindex.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define TINY LQL_SHARED_DIR "/models/tinyllama"
+
+/* rm -rf dir (and nothing else). */
+static inline void fx_rm_rf(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* Encode tinyllama into out (removed first) with down-meta; shard_cap (may be NULL) is
+ * LQL_SHARD_CAP for the encode only. 0, or -1 with the error printed. */
+static inline int fx_encode_tiny(const char *out, const char *shard_cap)
+{
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    o.finish = brw_encode_finish;
+    o.finish_ctx = &o;
+    vx_err e = {0};
+    fx_rm_rf(out);
+    if (shard_cap)
+        setenv("LQL_SHARD_CAP", shard_cap, 1);
+    int rc = vx_encode(TINY, out, &o, &e);
+    if (shard_cap)
+        unsetenv("LQL_SHARD_CAP");
+    if (rc)
+        fprintf(stderr, "setup: encode %s: %s\n", out, e.msg);
+    return rc;
+}
+
+#endif
