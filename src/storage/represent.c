@@ -391,7 +391,7 @@ int vx_represent(const char *dir, const char *object, vx_dtype dt, vx_represent_
     if (vx_open(dir, &c, err) < 0)
         return -1;
     job j = {.dir = dir, .object = object, .dt = dt, .exact = 1, .info = info, .err = err};
-    int rc = -1, hashing = 0;
+    int rc = -1;
     cJSON *segs_rec = cJSON_CreateObject(), *rep_segs = cJSON_CreateArray();
     const char *from = vx_bound_representation(c, object);
     if (!graph_object((cJSON *)vx_graph_json(c), object)) {
@@ -424,7 +424,6 @@ int vx_represent(const char *dir, const char *object, vx_dtype dt, vx_represent_
     }
     if (!segs_rec || !rep_segs || plan(&j, c) < 0 || vx_sha256_init(&j.pay, err) < 0)
         goto out;
-    hashing = 1;
     char segdir[PATH_MAX];
     if (vx_resolve_in(dir, "segments", segdir, sizeof segdir, err) < 0)
         goto out;
@@ -436,11 +435,9 @@ int vx_represent(const char *dir, const char *object, vx_dtype dt, vx_represent_
         }
         goto out;
     }
-    hashing = 0;                 /* record() finished the context */
     rc = 0;
 out:
-    if (hashing)
-        vx_sha256_free(&j.pay);
+    vx_sha256_free(&j.pay);      /* a no-op once record() finished it, or before init */
     cJSON_Delete(segs_rec);
     cJSON_Delete(rep_segs);
     free(j.t);
