@@ -17,13 +17,12 @@
 
 #define FAM LQL_SHARED_DIR "/models/families"
 
+/* Element i of an f32/f16/bf16 tensor (widening is exact). */
 static double elem(const vx_tensor *t, size_t i)
 {
-    if (t->dtype == VX_F32)
-        return ((const float *)t->data)[i];
-    if (t->dtype == VX_F16)
-        return vx_f16_to_f32(((const uint16_t *)t->data)[i]);
-    return vx_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    float f;
+    vx_row_to_f32(t->dtype, (const uint8_t *)t->data + i * (t->dtype == VX_F32 ? 4 : 2), &f, 1);
+    return f;
 }
 
 static double dot64(const vx_tensor *t, int64_t r, const float *q, int h)
