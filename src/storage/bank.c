@@ -30,10 +30,6 @@ struct vx_bank {
     size_t nt, capt;
 };
 
-/* The three roles of a gated MLP and the operand suffix each becomes. */
-static const uint16_t gated_roles[3] = {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN};
-static const char *const gated_names[3] = {"gate_proj", "up_proj", "down_proj"};
-
 static void operand_name(char *out, size_t n, int slot, uint32_t layer, uint32_t entry,
                          const char *role)
 {
@@ -119,35 +115,47 @@ static int agree_with_graph(const vx_mlayer *L, const cJSON *component, vx_err *
     return 0;
 }
 
+/* The operand a required role stands for, for refusals: the fused role names the gate
+ * operand it carries first. */
+static const char *role_operand(uint16_t role)
+{
+    return role == VX_ROLE_UP ? "up_proj" : role == VX_ROLE_DOWN ? "down_proj" : "gate_proj";
+}
+
 /* Capability (seed §11): the programme is one lql executes and the bank holds every
- * role it needs in a decodable form; otherwise refuse naming layer, bank, role, file. */
+ * role it needs in a decodable form; otherwise refuse naming layer, bank, role, file.
+ * schema_of[i] receives the schema of the programme's i-th role. */
 static int capable(const vx_mlayer *L, int slot, const vx_lyrw *f, const vx_lyrw_bank *k,
-                   const char *rel, int schema_of[3], vx_err *err)
+                   const char *rel, int schema_of[5], vx_err *err)
 {
     const vx_mbank *mb = &L->bank[slot];
     const char *sn = vx_bank_slot_names[slot];
-    if (!mb->prog)
+    const vx_programme *p = mb->prog;
+    if (!p)
         return vx_errf(err, VX_EUNSUPPORTED, "moe_manifest.json layer %u %s: programme '%s' is not in the programme registry; the bank is kept but cannot execute",
                        L->layer, sn, mb->programme);
-    if (!mb->prog->executable)
-        return vx_errf(err, VX_EUNSUPPORTED, "moe_manifest.json layer %u %s: programme '%s' (registry id %d) is registered, but lql executes only gated-mlp-v1",
-                       L->layer, sn, mb->programme, mb->prog->id);
-    for (int r = 0; r < 3; r++) {
+    if (!p->executable)
+        return vx_errf(err, VX_EUNSUPPORTED, "moe_manifest.json layer %u %s: programme '%s' (registry id %d) is registered, but lql executes only gated-mlp-v1 and gated-mlp-fused-fc1-v1",
+                       L->layer, sn, mb->programme, p->id);
+    for (int r = 0; r < p->nroles; r++) {
         schema_of[r] = -1;
         for (unsigned s = 0; s < k->schema_count && schema_of[r] < 0; s++) {
-            if (k->schemas[s].role == gated_roles[r])
+            if (k->schemas[s].role == p->roles[r])
                 schema_of[r] = (int)s;
         }
         if (schema_of[r] < 0) {
             char op[NAME_MAX_LEN];
-            operand_name(op, sizeof op, slot, L->layer, 0, gated_names[r]);
+            operand_name(op, sizeof op, slot, L->layer, 0, role_operand(p->roles[r]));
             return vx_errf(err, VX_EMISSING, "missing operand '%s' (layer %u, %s %u, programme '%s'): role '%s' is absent from segment '%s'",
-                           op, L->layer, sn, mb->bank_id, mb->programme, vx_lyrw_role_name(gated_roles[r]), rel);
+                           op, L->layer, sn, mb->bank_id, mb->programme, vx_lyrw_role_name(p->roles[r]), rel);
         }
+        const vx_lyrw_schema *c = &k->schemas[schema_of[r]];
+        if (p->roles[r] == VX_ROLE_GATE_UP_FUSED && (c->layout != VX_LAYOUT_CONTIGUOUS_HALVES || c->rows % 2))
+            return vx_errf(err, VX_EUNSUPPORTED, "moe_manifest.json layer %u %s: the gate_up_fused region of '%s' (layout %s, %u rows) is not two contiguous halves, so it has no gate and up views",
+                           L->layer, sn, rel, vx_lyrw_layout_name(c->layout) ? vx_lyrw_layout_name(c->layout) : "unregistered",
+                           c->rows);
     }
-    if (vx_lyrw_check(f, gated_roles, 3, err) < 0)
-        return -1;
-    return 0;
+    return vx_lyrw_check(f, p->roles, (size_t)p->nroles, err);
 }
 
 static int add_tensor(vx_bank *b, const vx_tensor *t, const char *name, vx_err *err)
@@ -198,19 +206,33 @@ static int load_bank(vx_bank *b, const char *dir, const cJSON *index, const vx_m
                        where, mb->bank_id, mb->storage, k->num_entries, k->input_dim,
                        k->intermediate_dim, k->output_dim, mb->experts, mb->input, mb->intermediate,
                        mb->output);
-    int schema_of[3];
+    int schema_of[5];
     if (capable(L, slot, f, k, mb->storage, schema_of, err) < 0)
         return -1;
+    const vx_programme *p = mb->prog;
     for (uint32_t e = 0; e < mb->experts; e++) {
-        for (int r = 0; r < 3; r++) {
+        for (int r = 0; r < p->nroles; r++) {
             char name[NAME_MAX_LEN];
             vx_tensor t;
-            operand_name(name, sizeof name, slot, L->layer, e, gated_names[r]);
             if (vx_lyrw_tensor(f, (uint16_t)mb->bank_id, e, (uint16_t)schema_of[r], &t, err) < 0)
                 return -1;
             t.segment = mb->storage;
+            int fused = p->roles[r] == VX_ROLE_GATE_UP_FUSED;
+            if (fused) {
+                /* contiguous halves: rows [0, n/2) are gate, [n/2, n) up (checked above) */
+                t.shape[0] /= 2;
+                t.nbytes /= 2;
+            }
+            operand_name(name, sizeof name, slot, L->layer, e, role_operand(p->roles[r]));
             if (add_tensor(b, &t, name, err) < 0)
                 return -1;
+            if (fused) {
+                t.data = (const unsigned char *)t.data + t.nbytes;
+                t.offset += t.nbytes;
+                operand_name(name, sizeof name, slot, L->layer, e, "up_proj");
+                if (add_tensor(b, &t, name, err) < 0)
+                    return -1;
+            }
         }
     }
     return 0;

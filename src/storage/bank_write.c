@@ -34,6 +34,9 @@ typedef struct importer {
     char *moved;                 /* per vx_tensor_at index: goes into a bank */
     cJSON *index, *manifest_layers;
     vx_bank_info *info;
+    int fused;                   /* VX_BANK_FUSED: gate and up as one region */
+    unsigned char *buf;          /* fused: one entry's gate + up */
+    size_t nbuf;
     vx_err *err;
 } importer;
 
@@ -200,11 +203,10 @@ static int record_file(importer *im, const char *rel, const char *schema, int ve
 static cJSON *bank_json(const importer *im, const bank_plan *p, uint16_t id, const char *rel)
 {
     cJSON *b = cJSON_CreateObject(), *d = cJSON_CreateObject();
-    (void)im;
     cJSON_AddNumberToObject(b, "bank_id", id);
     cJSON_AddNumberToObject(b, "experts", p->entries);
-    cJSON_AddStringToObject(b, "programme", "gated-mlp-v1");
-    cJSON_AddNumberToObject(b, "programme_id", 0);
+    cJSON_AddStringToObject(b, "programme", im->fused ? "gated-mlp-fused-fc1-v1" : "gated-mlp-v1");
+    cJSON_AddNumberToObject(b, "programme_id", im->fused ? 1 : 0);
     cJSON_AddStringToObject(b, "storage", rel);
     cJSON_AddNumberToObject(d, "input", (double)p->t[0]->shape[1]);
     cJSON_AddNumberToObject(d, "intermediate", (double)p->t[0]->shape[0]);
@@ -261,7 +263,24 @@ static cJSON *layer_json(const importer *im, int layer, const bank_plan *p, int 
     return l;
 }
 
-/* One LYRW file for a layer's banks: regions straight from the source mapping. */
+/* gate then up of one entry into im->buf (the fused region: contiguous halves). */
+static int fuse(importer *im, const vx_tensor *gate, const vx_tensor *up)
+{
+    size_t n = (size_t)(gate->nbytes + up->nbytes);
+    if (n > im->nbuf) {
+        unsigned char *b = realloc(im->buf, n);
+        if (!b)
+            return vx_errf(im->err, VX_ENOMEM, "bank import: out of memory fusing '%s' (%zu bytes)", gate->name, n);
+        im->buf = b;
+        im->nbuf = n;
+    }
+    memcpy(im->buf, gate->data, (size_t)gate->nbytes);
+    memcpy(im->buf + gate->nbytes, up->data, (size_t)up->nbytes);
+    return 0;
+}
+
+/* One LYRW file for a layer's banks: regions straight from the source mapping (a fused
+ * region goes through one entry's buffer). */
 static int write_layer(importer *im, int layer, const bank_plan *p, int np)
 {
     char rel[64], path[PATH_MAX];
@@ -269,21 +288,31 @@ static int write_layer(importer *im, int layer, const bank_plan *p, int np)
     snprintf(path, sizeof path, "%s/%s", im->tmp, rel);
     vx_lyrw_schema sch[3][3];
     vx_lyrw_bank_spec spec[3];
+    /* Plain: gate, up, down. Fused: gate_up_fused ([2 inter, hidden], gate rows first),
+     * down. */
+    static const uint16_t plain[3] = {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN};
+    static const uint16_t fused[2] = {VX_ROLE_GATE_UP_FUSED, VX_ROLE_DOWN};
+    static const int plain_src[3] = {0, 1, 2}, fused_src[2] = {0, 2};
+    int nsch = im->fused ? 2 : 3;
+    const uint16_t *roles_of = im->fused ? fused : plain;
+    const int *src_of = im->fused ? fused_src : plain_src;
     for (int i = 0; i < np; i++) {
-        for (int r = 0; r < 3; r++) {
+        for (int r = 0; r < nsch; r++) {
             uint16_t f = 0, k = 0;
-            lyrw_format(p[i].t[r]->dtype, &f, &k);
-            sch[i][r] = (vx_lyrw_schema){.role = (uint16_t)(r == 0 ? VX_ROLE_GATE : r == 1 ? VX_ROLE_UP : VX_ROLE_DOWN),
-                                         .format = f, .packing = k, .pair_id = VX_LYRW_UNPAIRED,
-                                         .layout = VX_LAYOUT_UNSPECIFIED,
-                                         .rows = (uint32_t)p[i].t[r]->shape[0],
-                                         .cols = (uint32_t)p[i].t[r]->shape[1]};
+            const vx_tensor *t = p[i].t[src_of[r]];
+            int is_fused = roles_of[r] == VX_ROLE_GATE_UP_FUSED;
+            lyrw_format(t->dtype, &f, &k);
+            sch[i][r] = (vx_lyrw_schema){.role = roles_of[r], .format = f, .packing = k,
+                                         .pair_id = VX_LYRW_UNPAIRED,
+                                         .layout = is_fused ? VX_LAYOUT_CONTIGUOUS_HALVES : VX_LAYOUT_UNSPECIFIED,
+                                         .rows = (uint32_t)t->shape[0] * (is_fused ? 2u : 1u),
+                                         .cols = (uint32_t)t->shape[1]};
         }
         spec[i] = (vx_lyrw_bank_spec){
             .id = (uint16_t)i,
             .kind = (uint16_t)(p[i].slot == VX_SLOT_ROUTED ? VX_BANK_ROUTED
                                : p[i].slot == VX_SLOT_SHARED ? VX_BANK_SHARED : VX_BANK_DENSE),
-            .schema_count = 3, .num_entries = p[i].entries,
+            .schema_count = (uint16_t)nsch, .num_entries = p[i].entries,
             .input_dim = (uint32_t)p[i].t[0]->shape[1], .intermediate_dim = (uint32_t)p[i].t[0]->shape[0],
             .output_dim = (uint32_t)p[i].t[2]->shape[0], .schemas = sch[i],
             .first_entry = 0, .entry_count = p[i].entries};
@@ -293,20 +322,33 @@ static int write_layer(importer *im, int layer, const bank_plan *p, int np)
         return -1;
     for (int i = 0; i < np; i++) {
         for (uint32_t e = 0; e < p[i].entries; e++) {
-            for (int r = 0; r < 3; r++) {
-                const vx_tensor *t = operand(im, p[i].slot, layer, e, r);
+            for (int r = 0; r < nsch; r++) {
+                const vx_tensor *t = operand(im, p[i].slot, layer, e, src_of[r]);
+                const void *bytes = t->data;
+                uint64_t n = t->nbytes;
                 if (vx_cancel_flag) {
                     vx_lyrw_writer_abort(w);
                     return vx_errf(im->err, VX_ECANCEL, "bank import cancelled");
                 }
-                if (vx_lyrw_write_region(w, t->data, t->nbytes, im->err) < 0) {
+                if (roles_of[r] == VX_ROLE_GATE_UP_FUSED) {
+                    const vx_tensor *up = operand(im, p[i].slot, layer, e, 1);
+                    if (fuse(im, t, up) < 0) {
+                        vx_lyrw_writer_abort(w);
+                        return -1;
+                    }
+                    bytes = im->buf;
+                    n = t->nbytes + up->nbytes;
+                    mark_moved(im, up);
+                    st_release(up->data, up->nbytes);
+                }
+                if (vx_lyrw_write_region(w, bytes, n, im->err) < 0) {
                     vx_lyrw_writer_abort(w);
                     return -1;
                 }
                 st_release(t->data, t->nbytes);   /* resident: one region at a time */
                 mark_moved(im, t);
                 im->info->regions++;
-                im->info->bank_bytes += t->nbytes;
+                im->info->bank_bytes += n;
             }
         }
         im->info->banks[p[i].slot]++;
@@ -570,7 +612,8 @@ static int import(importer *im)
 }
 
 
-int vx_bank_import(const char *src_dir, const char *out_dir, vx_bank_info *info, vx_err *err)
+int vx_bank_import(const char *src_dir, const char *out_dir, unsigned flags, vx_bank_info *info,
+                   vx_err *err)
 {
     vx_bank_info scratch;
     struct stat st;
@@ -590,6 +633,7 @@ int vx_bank_import(const char *src_dir, const char *out_dir, vx_bank_info *info,
         return vx_errf(err, VX_EARG, "bank import: output path '%s' is too long", out_dir);
     }
     importer im = {.c = c, .src = src_dir, .tmp = tmp, .info = info, .err = err,
+                   .fused = (flags & VX_BANK_FUSED) != 0,
                    .moved = calloc(vx_tensor_count(c) + 1, 1),
                    .index = cJSON_Duplicate(vx_index_json(c), 1)};
     int rc = !im.moved || !im.index ? vx_errf(err, VX_ENOMEM, "bank import: out of memory") : import(&im);
@@ -598,6 +642,7 @@ int vx_bank_import(const char *src_dir, const char *out_dir, vx_bank_info *info,
     if (rc < 0)
         nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     free(im.moved);
+    free(im.buf);
     cJSON_Delete(im.index);
     vx_close(c);
     return rc;

@@ -18,7 +18,7 @@
 /* §8.4: id, name, the region roles each programme needs, and whether lql executes it. */
 static const vx_programme registry[] = {
     {0, "gated-mlp-v1", {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN}, 3, 1},
-    {1, "gated-mlp-fused-fc1-v1", {VX_ROLE_GATE_UP_FUSED, VX_ROLE_DOWN}, 2, 0},
+    {1, "gated-mlp-fused-fc1-v1", {VX_ROLE_GATE_UP_FUSED, VX_ROLE_DOWN}, 2, 1},
     {2, "gpt-oss-expert-v1", {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN, VX_ROLE_BIAS}, 4, 0},
     {3, "shared-routed-mlp-v1", {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN}, 3, 0},
     {4, "latent-moe-v1",

@@ -305,9 +305,13 @@ typedef struct vx_bank_info {
  * v2 file per layer) from the graph-shape MoE container src_dir. Bytes are copied
  * unchanged, streamed from the source mapping; unchanged files are hard-linked. Builds a
  * temporary sibling and renames it into place; refuses an existing out_dir, a container
- * without routed layers, and a decoder object with several representations. info may be
- * NULL. */
-int vx_bank_import(const char *src_dir, const char *out_dir, vx_bank_info *info, vx_err *err);
+ * without routed layers, and a decoder object with several representations. Banks use
+ * programme gated-mlp-v1 (gate, up, down regions), or with VX_BANK_FUSED
+ * gated-mlp-fused-fc1-v1 (gate_up_fused, down). info may be NULL. */
+#define VX_BANK_FUSED 1u       /* flags: gate and up as one gate_up_fused region (contiguous
+                                  halves, programme gated-mlp-fused-fc1-v1) */
+int vx_bank_import(const char *src_dir, const char *out_dir, unsigned flags, vx_bank_info *info,
+                   vx_err *err);
 
 /* ---------------------------------------------------------------- cancellation */
 

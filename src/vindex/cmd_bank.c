@@ -1,5 +1,5 @@
 /*
- * cmd_bank.c — bank-shape containers (docs/lql/BANK.md): `bank import SRC -o OUT` derives
+ * cmd_bank.c — bank-shape containers (docs/lql/BANK.md): `bank import SRC -o OUT [--fused]` derives
  * a bank container (LYRW v2 expert banks + moe_manifest.json beside the system graph)
  * from a graph-shape MoE container; `bank PATH` shows which shape a container has and,
  * for the bank shape, each layer's banks (programme, entries, storage file). The work is
@@ -17,14 +17,14 @@ static int import_bank(const vindex_args *a)
 {
     const char *out = vindex_flag(a, "-o");
     if (a->npos != 2 || !out || !*out) {
-        fprintf(stderr, "vindex bank: usage: vindex bank import CONTAINER -o OUT\n");
+        fprintf(stderr, "vindex bank: usage: vindex bank import CONTAINER -o OUT [--fused]\n");
         return VINDEX_USAGE;
     }
     vx_err err = {0};
     vx_bank_info in;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (vx_bank_import(a->pos[1], out, &in, &err) < 0)
+    if (vx_bank_import(a->pos[1], out, vindex_flag(a, "--fused") ? VX_BANK_FUSED : 0, &in, &err) < 0)
         return vindex_fail_err(a, &err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -72,7 +72,7 @@ static int show_bank(const vindex_args *a)
     } else {
         printf("shape %s%s\n", shape, b ? " (system graph + moe_manifest.json, LYRW v2 banks)" : "");
         if (m)
-            printf("%-6s  %-12s  %-14s  %8s  %-12s  %s\n", "layer", "bank", "programme", "entries", "dims",
+            printf("%-6s  %-12s  %-22s  %8s  %-12s  %s\n", "layer", "bank", "programme", "entries", "dims",
                    "storage");
     }
     for (size_t i = 0; m && i < m->n; i++) {
@@ -93,7 +93,7 @@ static int show_bank(const vindex_args *a)
                 cJSON_AddStringToObject(r, "storage", k->storage);
                 cJSON_AddItemToArray(rows, r);
             } else {
-                printf("%-6u  %-12s  %-14s  %8u  %-12s  %s\n", m->l[i].layer, vx_bank_slot_names[s], k->programme,
+                printf("%-6u  %-12s  %-22s  %8u  %-12s  %s\n", m->l[i].layer, vx_bank_slot_names[s], k->programme,
                        k->experts, dims, k->storage);
             }
         }

@@ -27,8 +27,9 @@
       "list profiles with their derived authority, or add one", 1, 8, "")                   \
     X(diff, "PATH OBJECT REPR_A REPR_B",                                                    \
       "compare one object under two representations value by value", 4, 4, "")             \
-    X(bank, "PATH | import CONTAINER -o OUT",                                                 \
-      "show a container's shape and banks, or import a graph MoE container as a bank container", 1, 2, "-o=") \
+    X(bank, "PATH | import CONTAINER -o OUT [--fused]",                                       \
+      "show a container's shape and banks, or import a graph MoE container as a bank container", 1, 2, \
+      "-o=,--fused")                                                                          \
     X(tokenize, "PATH TEXT [--no-special]",                                                 \
       "token ids and pieces of TEXT (PATH: a container or a dir with tokenizer.json)", 2, 2, "--no-special")
 

@@ -89,23 +89,25 @@ static int same_operands(const vx_container *g, const vx_container *b)
 
 /* dtype -1 keeps the source dtype and checks the goldens too; another dtype (bf16)
  * checks graph/bank identity only (the goldens are float64). */
-static void parity(const char *fx, int dtype, int want_lyrw, int want_files, const int want_banks[3])
+static void parity(const char *fx, int dtype, unsigned flags, int want_lyrw, int want_files,
+                   const int want_banks[3])
 {
     char src[2048], gdir[512], bdir[512], golden[4096];
     snprintf(src, sizeof src, "%s/models/families/%s", LQL_SHARED_DIR, fx);
     snprintf(golden, sizeof golden, "%s/golden.json", src);
-    snprintf(gdir, sizeof gdir, "%s/%s%s.graph", tmp, fx, dtype < 0 ? "" : "-bf16");
-    snprintf(bdir, sizeof bdir, "%s/%s%s.bank", tmp, fx, dtype < 0 ? "" : "-bf16");
+    const char *tag = dtype >= 0 ? "-bf16" : flags ? "-fused" : "";
+    snprintf(gdir, sizeof gdir, "%s/%s%s.graph", tmp, fx, tag);
+    snprintf(bdir, sizeof bdir, "%s/%s%s.bank", tmp, fx, tag);
     vx_encode_opts o;
     vx_encode_opts_init(&o);
     o.dtype = dtype;
     vx_err err = {0};
     CHECK_MSG(vx_encode(src, gdir, &o, &err) == 0, "encode %s: %s", fx, err.msg);
     vx_bank_info in;
-    CHECK_MSG(vx_bank_import(gdir, bdir, &in, &err) == 0, "import %s: %s", fx, err.msg);
+    CHECK_MSG(vx_bank_import(gdir, bdir, flags, &in, &err) == 0, "import %s: %s", fx, err.msg);
     CHECK(in.layers == want_files);
     CHECK(memcmp(in.banks, want_banks, sizeof in.banks) == 0);
-    CHECK((int)in.regions == want_lyrw);
+    CHECK((int)in.regions == (flags ? want_lyrw / 3 * 2 : want_lyrw));   /* fused: 2 regions per entry */
 
     vx_container *g = NULL, *b = NULL;
     CHECK_MSG(vx_open(gdir, &g, &err) == 0, "%s", err.msg);
@@ -288,6 +290,11 @@ static void e_topk(cJSON *m)
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(cJSON_GetObjectItem(layer0(m), "router"), "selection"), "k",
                               cJSON_CreateNumber(3));
 }
+static void e_fused(cJSON *m)
+{
+    cJSON_ReplaceItemInObject(routed0(m), "programme", cJSON_CreateString("gated-mlp-fused-fc1-v1"));
+    cJSON_ReplaceItemInObject(routed0(m), "programme_id", cJSON_CreateNumber(1));
+}
 static void e_object(cJSON *m) { cJSON_ReplaceItemInObject(m, "object", cJSON_CreateString("target.nowhere")); }
 static void e_wrong_file(cJSON *m) { cJSON_ReplaceItemInObject(routed0(m), "storage", cJSON_CreateString("banks/layer_001.lyrw")); }
 static void e_nobank(cJSON *m) { cJSON_DeleteItemFromObject(layer0(m), "routed_bank"); }
@@ -348,9 +355,12 @@ static void hostile(void)
     CHECK_STR(open_edited(e_unknown),
               "moe_manifest.json layer 0 routed_bank: programme 'foo-expert-v9' is not in the programme registry; the bank is kept but cannot execute");
     CHECK_STR(open_edited(e_latent),
-              "moe_manifest.json layer 0 routed_bank: programme 'latent-moe-v1' (registry id 4) is registered, but lql executes only gated-mlp-v1");
+              "moe_manifest.json layer 0 routed_bank: programme 'latent-moe-v1' (registry id 4) is registered, but lql executes only gated-mlp-v1 and gated-mlp-fused-fc1-v1");
     CHECK_STR(open_edited(e_pid),
               "moe_manifest.json layer 0 routed_bank: programme_id disagrees with programme 'gated-mlp-v1' (registry id 0)");
+    CHECK_STR(open_edited(e_fused),
+              "missing operand 'layers.0.ffn.experts.0.gate_proj' (layer 0, routed_bank 0, programme "
+              "'gated-mlp-fused-fc1-v1'): role 'gate_up_fused' is absent from segment 'banks/layer_000.lyrw'");
     CHECK_STR(open_edited(e_experts),
               "moe_manifest.json layer 0: routed_bank experts 4 disagree with the system graph's moe.experts 8");
     CHECK_STR(open_edited(e_topk),
@@ -424,6 +434,13 @@ static void hostile(void)
     CHECK(vx_open(bank, &c, &err) == -1 && err.code == VX_EMISSING);
     CHECK_STR(err.msg, "missing operand 'layers.0.ffn.experts.0.down_proj' (layer 0, routed_bank 0, programme "
                        "'gated-mlp-v1'): role 'down' is absent from segment 'banks/layer_000.lyrw'");
+
+    /* A fused region that is not two contiguous halves has no gate and up views. */
+    static const uint16_t fused_any[2] = {VX_ROLE_GATE_UP_FUSED, VX_ROLE_DOWN};
+    layer0_with_roles(fused_any, 2);
+    CHECK_STR(open_edited(e_fused),
+              "moe_manifest.json layer 0 routed_bank: the gate_up_fused region of 'banks/layer_000.lyrw' (layout "
+              "unspecified, 64 rows) is not two contiguous halves, so it has no gate and up views");
     cJSON_Delete(manifest);
 }
 
@@ -433,12 +450,12 @@ static void importer_refusals(void)
     vx_err err = {0};
     snprintf(gdir, sizeof gdir, "%s/mixtral.graph", tmp);
     snprintf(out, sizeof out, "%s/mixtral.bank", tmp);
-    CHECK(vx_bank_import(gdir, out, NULL, &err) == -1);
+    CHECK(vx_bank_import(gdir, out, 0, NULL, &err) == -1);
     snprintf(want, sizeof want, "bank import: '%s' already exists", out);
     CHECK_STR(err.msg, want);
     snprintf(out, sizeof out, "%s/again.bank", tmp);
     snprintf(gdir, sizeof gdir, "%s/qwen2-moe.bank", tmp);
-    CHECK(vx_bank_import(gdir, out, NULL, &err) == -1);
+    CHECK(vx_bank_import(gdir, out, 0, NULL, &err) == -1);
     snprintf(want, sizeof want, "bank import: '%s' is already a bank-shape container", gdir);
     CHECK_STR(err.msg, want);
     snprintf(src, sizeof src, "%s/models/families/llama-gqa", LQL_SHARED_DIR);
@@ -446,7 +463,7 @@ static void importer_refusals(void)
     vx_encode_opts o;
     vx_encode_opts_init(&o);
     CHECK_MSG(vx_encode(src, gdir, &o, &err) == 0, "%s", err.msg);
-    CHECK(vx_bank_import(gdir, out, NULL, &err) == -1 && err.code == VX_EUNSUPPORTED);
+    CHECK(vx_bank_import(gdir, out, 0, NULL, &err) == -1 && err.code == VX_EUNSUPPORTED);
     snprintf(want, sizeof want,
              "bank import: '%s' has no routed layers (execution.moe is null); a bank container holds MoE expert banks",
              gdir);
@@ -463,10 +480,11 @@ int main(void)
         return 1;
     }
     static const int mix[3] = {2, 0, 0}, qwen[3] = {2, 2, 1}, ds[3] = {2, 2, 1};
-    parity("mixtral", -1, 2 * 8 * 3, 2, mix);
-    parity("qwen2-moe", -1, 2 * (8 + 1) * 3 + 3, 3, qwen);
-    parity("deepseek-v3-lite", -1, 2 * (8 + 1) * 3 + 3, 3, ds);
-    parity("deepseek-v3-lite", VX_BF16, 2 * (8 + 1) * 3 + 3, 3, ds);   /* LYRW format bf16 */
+    parity("mixtral", -1, 0, 2 * 8 * 3, 2, mix);
+    parity("qwen2-moe", -1, 0, 2 * (8 + 1) * 3 + 3, 3, qwen);
+    parity("deepseek-v3-lite", -1, 0, 2 * (8 + 1) * 3 + 3, 3, ds);
+    parity("deepseek-v3-lite", VX_BF16, 0, 2 * (8 + 1) * 3 + 3, 3, ds);   /* LYRW format bf16 */
+    parity("qwen2-moe", -1, VX_BANK_FUSED, 2 * (8 + 1) * 3 + 3, 3, qwen);   /* gated-mlp-fused-fc1-v1 */
     importer_refusals();
     profile_on_bank();
     hostile();

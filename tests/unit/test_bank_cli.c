@@ -70,9 +70,9 @@ int main(void)
 
     CHECK(run("bank %s%s", b, "") == 0);
     CHECK_HAS(out, "shape bank (system graph + moe_manifest.json, LYRW v2 banks)\n");
-    CHECK_HAS(out, "0       routed_bank   gated-mlp-v1           8  64/32/64      banks/layer_000.lyrw\n");
-    CHECK_HAS(out, "0       shared_bank   gated-mlp-v1           1  64/64/64      banks/layer_000.lyrw\n");
-    CHECK_HAS(out, "1       dense_bank    gated-mlp-v1           1  64/128/64     banks/layer_001.lyrw\n");
+    CHECK_HAS(out, "0       routed_bank   gated-mlp-v1                   8  64/32/64      banks/layer_000.lyrw\n");
+    CHECK_HAS(out, "0       shared_bank   gated-mlp-v1                   1  64/64/64      banks/layer_000.lyrw\n");
+    CHECK_HAS(out, "1       dense_bank    gated-mlp-v1                   1  64/128/64     banks/layer_001.lyrw\n");
     CHECK(run("bank %s --json%s", b, "") == 0);
     doc = cJSON_Parse(out);
     CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(doc, "shape")), "bank");
@@ -83,7 +83,7 @@ int main(void)
     CHECK(run("verify %s%s", b, "") == 0);
 
     CHECK(run("bank import %s%s", g, "") == 2);
-    CHECK_STR(errtxt, "vindex bank: usage: vindex bank import CONTAINER -o OUT\n");
+    CHECK_STR(errtxt, "vindex bank: usage: vindex bank import CONTAINER -o OUT [--fused]\n");
     CHECK(run("bank %s %s", g, b) == 2);
     CHECK_STR(errtxt, "vindex bank: usage: vindex bank PATH | vindex bank import CONTAINER -o OUT\n");
     CHECK(run("bank import %s -o %s", g, b) == 1);
