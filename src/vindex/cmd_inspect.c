@@ -163,7 +163,7 @@ VINDEX_HANDLER(inspect)
         cJSON_AddStringToObject(doc, "container", vx_dir(c));
         cJSON_AddNumberToObject(doc, "version", vx_version(c));
         cJSON_AddStringToObject(doc, "generation", "VINDEX3");
-        cJSON_AddStringToObject(doc, "shape", "graph");
+        cJSON_AddStringToObject(doc, "shape", vx_container_shape(c) == VX_SHAPE_BANK ? "bank" : "graph");
         cJSON_AddStringToObject(doc, "model", str(ix, "model", ""));
         cJSON_AddStringToObject(doc, "family", str(ix, "family", ""));
         cJSON_AddStringToObject(doc, "authority", str(ix, "authority", ""));
@@ -211,8 +211,8 @@ VINDEX_HANDLER(inspect)
     }
     char b1[32], b2[32], dt[64];
     printf("container  %s\n", vx_dir(c));
-    printf("format     VINDEX3 (index.json version %d), graph shape, authority %s\n", vx_version(c),
-           str(ix, "authority", "?"));
+    printf("format     VINDEX3 (index.json version %d), %s shape, authority %s\n", vx_version(c),
+           vx_container_shape(c) == VX_SHAPE_BANK ? "bank" : "graph", str(ix, "authority", "?"));
     printf("model      %s (family %s)\n", str(ix, "model", "?"), str(ix, "family", "?"));
     printf("index      sha256 %s\n", vx_index_sha256(c));
     printf("%-10s %s: %.0f layers, hidden %.0f, vocab %.0f, context %.0f\n", str(comp, "role", "component"),

@@ -82,6 +82,12 @@ int main(void)
     CHECK(run("bank %s%s", g, "") == 0);
     CHECK_STR(out, "shape graph\n");
     CHECK(run("verify %s%s", b, "") == 0);
+    CHECK(run("inspect %s%s", b, "") == 0);
+    CHECK_HAS(out, "), bank shape, authority ");
+    CHECK(run("inspect %s --json%s", b, "") == 0);
+    CHECK_HAS(out, "\"shape\":\t\"bank\"");
+    CHECK(run("inspect %s%s", g, "") == 0);
+    CHECK_HAS(out, "), graph shape, authority ");
 
     CHECK(run("bank import %s%s", g, "") == 2);
     CHECK_STR(errtxt, "vindex bank: usage: vindex bank import CONTAINER -o OUT [--fused]\n");
