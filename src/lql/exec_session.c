@@ -120,6 +120,8 @@ static int bind(lql_session *s, const lql_stmt *st, vx_container *c, const char 
     geometry(c, &g);
     lql_result_note(r, "using %s (%d layers, %d hidden, %lld features, model: %s)", path,
                     g.layers, g.hidden, (long long)g.features, jstr(vx_index_json(c), "model", "?"));
+    if (vx_container_shape(c) == VX_SHAPE_BANK)
+        lql_result_note(r, "bank shape: FFN banks in LYRW v2 files located by moe_manifest.json");
     if (profile) {
         const char *auth = "?";
         vx_err ve = {0};
@@ -415,8 +417,8 @@ int lql_h_show_components(lql_session *s, const lql_stmt *st, lql_result *r, lql
     static const lql_colspec cols[] = {{"component", LQL_TEXT, 0}, {"role", LQL_TEXT, 0},
         {"layers", LQL_INT, 0}, {"hidden", LQL_INT, 0}, {"vocab", LQL_INT, 0},
         {"context", LQL_INT, 0}, {"objects", LQL_INT, 0}, {"profile", LQL_TEXT, 0},
-        {"authority", LQL_TEXT, 0}};
-    lql_table *t = lql_result_table(r, NULL, 9, cols);
+        {"authority", LQL_TEXT, 0}, {"shape", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, NULL, 10, cols);
     const char *auth = NULL;
     vx_err ve = {0};
     if (vx_profile_authority(vx_index_json(c), vx_graph_json(c), vx_profile(c), &auth, &ve) < 0)
@@ -437,6 +439,7 @@ int lql_h_show_components(lql_session *s, const lql_stmt *st, lql_result *r, lql
         lql_cell_int(t, nobj);
         lql_cell_text(t, vx_profile(c) ? vx_profile(c) : "(baseline)");
         lql_cell_text(t, auth);
+        lql_cell_text(t, vx_container_shape(c) == VX_SHAPE_BANK ? "bank" : "graph");
     }
     return 0;
 }

@@ -219,12 +219,16 @@ static int mkdirs(const char *path)
     return mkdir(tmp, 0777) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-/* `require container NAME FROM "hf_dir" [DTYPE d]`: returns the container path. */
+/* `require container NAME FROM "hf_dir" [DTYPE d] [SHAPE bank]`: returns the container
+ * path. SHAPE bank derives a bank-shape container from the graph encode (vx_bank_import). */
 static int require(lql_shell *sh, const char *header, var *v, char *err, size_t errsz)
 {
     char name[128], hf[PATH_MAX], dt[32] = "";
-    if (sscanf(header, "require container %127s FROM \"%4095[^\"]\" DTYPE %31s", name, hf, dt) < 2) {
-        snprintf(err, errsz, "usage: require container NAME FROM \"hf_dir\" [DTYPE dtype]");
+    const char *shape = strstr(header, " SHAPE ");
+    int bank = shape && strcmp(shape, " SHAPE bank") == 0;
+    if (sscanf(header, "require container %127s FROM \"%4095[^\"]\" DTYPE %31s", name, hf, dt) < 2 ||
+        (shape && !bank) || strcmp(dt, "SHAPE") == 0) {
+        snprintf(err, errsz, "usage: require container NAME FROM \"hf_dir\" [DTYPE dtype] [SHAPE bank]");
         return -1;
     }
     int dtype = -1;
@@ -245,6 +249,17 @@ static int require(lql_shell *sh, const char *header, var *v, char *err, size_t 
         /* another test may be encoding the same container: its rename wins, ours fails */
         if (lql_encode_container(hf, path, dtype, NULL, NULL, &ve) < 0 && stat(path, &sb) != 0) {
             snprintf(err, errsz, "encoding %.200s: %.300s", hf, ve.msg);
+            return -1;
+        }
+    }
+    if (bank) {
+        char graph[PATH_MAX];
+        snprintf(graph, sizeof graph, "%s", path);
+        snprintf(path, sizeof path, "%s/%s%s%s.bank.vindex3", dir, name, dt[0] ? "-" : "", dt);
+        vx_err ve = {0};
+        if (stat(path, &sb) != 0 && vx_bank_import(graph, path, 0, NULL, &ve) < 0 &&
+            stat(path, &sb) != 0) {
+            snprintf(err, errsz, "bank import of %.200s: %.300s", graph, ve.msg);
             return -1;
         }
     }
