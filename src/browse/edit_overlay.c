@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef struct slot {
     int layer;
@@ -35,6 +36,9 @@ struct brw_edit_overlay {
     size_t n_ops;
     eng_overlay eng;
     brw_overlay brw;
+    brw_knn_entry *knn;       /* the residual-key store, keys unit length */
+    size_t n_knn;
+    int hidden;
 };
 
 int brw_edit_check_op(const brw_model *m, const vx_op *op, const char *where, vx_err *err)
@@ -43,13 +47,21 @@ int brw_edit_check_op(const brw_model *m, const vx_op *op, const char *where, vx
     int L = brw_layers(m), H = brw_hidden(m);
     if (!kind)
         return vx_errf(err, VX_EFORMAT, "%s has an invalid kind", where);
-    if (op->kind == VX_OP_INSERT_KNN || op->kind == VX_OP_DELETE_KNN)
-        return vx_errf(err, VX_EUNSUPPORTED,
-                       "%s (%s) cannot be applied: lql has no residual-key (KNN) store", where,
-                       kind);
+    if (op->kind == VX_OP_DELETE_KNN)
+        return op->entity ? 0 : vx_errf(err, VX_EFORMAT, "%s (%s) names no entity", where, kind);
     if (op->layer < 0 || op->layer >= L)
         return vx_errf(err, VX_EARG, "%s (%s): layer %d is out of range (the model has "
                        "layers 0-%d)", where, kind, op->layer, L - 1);
+    if (op->kind == VX_OP_INSERT_KNN) {
+        const vx_opvec *k = vx_op_vec(op, "key");
+        if (!k || k->rows * k->cols != H)
+            return vx_errf(err, VX_EFORMAT, "%s (%s): the key must hold %d floats (the "
+                           "model's hidden size)", where, kind, H);
+        if (op->target_id < 0 || op->target_id >= m->s.vocab)
+            return vx_errf(err, VX_EARG, "%s (%s): target id %lld is out of range (vocabulary "
+                           "0-%d)", where, kind, (long long)op->target_id, m->s.vocab - 1);
+        return 0;
+    }
     int64_t F = brw_features(m, op->layer);
     const vx_opvec *u = vx_op_vec(op, "u"), *v = vx_op_vec(op, "v");
     if (u || v) {
@@ -182,8 +194,50 @@ static int add_lowrank(brw_edit_overlay *o, const vx_op *op)
     return 0;
 }
 
+/* insert_knn appends a unit-length key; delete_knn drops every entry of its entity. */
+static int apply_knn(brw_edit_overlay *o, const vx_op *op)
+{
+    if (op->kind == VX_OP_DELETE_KNN) {
+        size_t k = 0;
+        for (size_t i = 0; i < o->n_knn; i++) {
+            if (strcasecmp(o->knn[i].entity, op->entity) == 0) {
+                free((float *)o->knn[i].key);
+                free((char *)o->knn[i].entity);
+                free((char *)o->knn[i].target);
+            } else {
+                o->knn[k++] = o->knn[i];
+            }
+        }
+        o->n_knn = k;
+        return 0;
+    }
+    const vx_opvec *kv = vx_op_vec(op, "key");
+    brw_knn_entry *nk = realloc(o->knn, (o->n_knn + 1) * sizeof *nk);
+    if (!nk)
+        return -1;
+    o->knn = nk;
+    float *key = malloc((size_t)o->hidden * sizeof *key);
+    char *ent = strdup(op->entity ? op->entity : ""), *tgt = strdup(op->target ? op->target : "");
+    if (!key || !ent || !tgt) {
+        free(key);
+        free(ent);
+        free(tgt);
+        return -1;
+    }
+    double nn = 0;
+    for (int h = 0; h < o->hidden; h++)
+        nn += (double)kv->data[h] * kv->data[h];
+    float inv = nn > 0 ? (float)(1.0 / sqrt(nn)) : 0.0f;
+    for (int h = 0; h < o->hidden; h++)
+        key[h] = kv->data[h] * inv;
+    nk[o->n_knn++] = (brw_knn_entry){op->layer, (int32_t)op->target_id, key, ent, tgt};
+    return 0;
+}
+
 static int apply(brw_edit_overlay *o, const vx_op *op)
 {
+    if (op->kind == VX_OP_INSERT_KNN || op->kind == VX_OP_DELETE_KNN)
+        return apply_knn(o, op);
     if (op->kind == VX_OP_INSERT && vx_op_vec(op, "u"))
         return add_lowrank(o, op);
     slot *s = find_slot(o, op->layer, op->feature);
@@ -344,6 +398,7 @@ int brw_edit_overlay_build(const brw_model *m, const vx_op *ops, size_t n,
     brw_edit_overlay *o = calloc(1, sizeof *o);
     if (!o)
         return vx_errf(err, VX_ENOMEM, "out of memory building the overlay");
+    o->hidden = brw_hidden(m);
     for (size_t i = 0; i < n; i++) {
         char where[64];
         snprintf(where, sizeof where, "journal operation %lld", (long long)ops[i].seq);
@@ -378,6 +433,12 @@ void brw_edit_overlay_free(brw_edit_overlay *o)
         free((float *)o->lowrank[i].u);
         free((float *)o->lowrank[i].v);
     }
+    for (size_t i = 0; i < o->n_knn; i++) {
+        free((float *)o->knn[i].key);
+        free((char *)o->knn[i].entity);
+        free((char *)o->knn[i].target);
+    }
+    free(o->knn);
     free(o->slots);
     free(o->table);
     free(o->lowrank);
@@ -400,6 +461,7 @@ void brw_edit_overlay_counts(const brw_edit_overlay *o, brw_edit_counts *out)
 {
     memset(out, 0, sizeof *out);
     out->ops = o->n_ops;
+    out->knn = o->n_knn;
     out->features = o->n_slots;
     out->lowrank = o->n_lowrank;
     for (size_t i = 0; i < o->n_slots; i++) {
@@ -424,4 +486,10 @@ int brw_edit_is_tombstone(const brw_edit_overlay *o, int layer, int64_t feature)
             return s->tombstone;
     }
     return 0;
+}
+
+const brw_knn_entry *brw_edit_knn(const brw_edit_overlay *o, size_t *n)
+{
+    *n = o ? o->n_knn : 0;
+    return o ? o->knn : NULL;
 }

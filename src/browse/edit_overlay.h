@@ -9,7 +9,8 @@
  *   insert  → tombstone cleared; the gate/up/down rows and down_meta it carries replace
  *             the slot's; an insert carrying u/v adds a low-rank delta to its layer;
  *   update  → the rows and down_meta it carries replace the slot's (a tombstone stays).
- * insert_knn / delete_knn are refused: lql's executor has no residual-key store.
+ *   insert_knn → an entry of the residual-key store (layer, unit-length key, target);
+ *   delete_knn → every store entry of that entity is dropped.
  * After replay, the 8 features each low-rank delta moves most (largest |v_f|·|u|) get
  * their down-meta recomputed from the effective column (E · column, as the encoder's
  * down-meta and so COMPILE's), unless an operation set their metadata.
@@ -50,10 +51,24 @@ typedef struct brw_edit_counts {
     size_t replaced;          /* with at least one replacement row */
     size_t meta;              /* with a metadata override */
     size_t lowrank;           /* low-rank deltas */
+    size_t knn;               /* residual-key store entries */
     size_t recomputed;        /* features whose down-meta a low-rank delta's move recomputed */
 } brw_edit_counts;
 
 void brw_edit_overlay_counts(const brw_edit_overlay *o, brw_edit_counts *out);
+/* The residual-key store (INSERT … MODE KNN): at inference the residual at the entry's
+ * layer (last position) is compared by cosine with every key of that layer; the best match
+ * above BRW_KNN_THRESHOLD overrides the prediction with its target. */
+#define BRW_KNN_THRESHOLD 0.75
+typedef struct brw_knn_entry {
+    int layer;
+    int32_t target_id;
+    const float *key;         /* [hidden], unit length */
+    const char *entity, *target;
+} brw_knn_entry;
+/* The store's entries in journal order (*n of them; NULL/0 for a NULL overlay). */
+const brw_knn_entry *brw_edit_knn(const brw_edit_overlay *o, size_t *n);
+
 /* Is (layer, feature) tombstoned in the overlay? */
 int brw_edit_is_tombstone(const brw_edit_overlay *o, int layer, int64_t feature);
 

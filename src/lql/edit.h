@@ -15,4 +15,10 @@
  * bound). Valid until the next statement. */
 const brw_overlay *lql_edit_overlay(const lql_session *s);
 
+/* INFER's hook for the residual-key store: when the session has KNN entries, runs ids
+ * through m capturing each layer's last-position residual and, when the best cosine with a
+ * key of its layer exceeds BRW_KNN_THRESHOLD, adds a note naming the overriding target. */
+int lql_edit_knn_override(lql_session *s, const lql_stmt *st, eng_model *m, const int32_t *ids,
+                          size_t n, lql_result *r, lql_err *e);
+
 #endif

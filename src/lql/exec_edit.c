@@ -13,9 +13,10 @@
  * feature's output token; `entity` and `target` are accepted as the reference's names for
  * it), relation, score/confidence — so `SELECT * FROM FEATURES WHERE …` previews exactly
  * what they touch. INSERT is a rank-1 covariance-whitened down_proj update
- * (engine/edit_memit.h) journaled as a low-rank insert. COMPILE materialises the overlay
- * into a derived container (browse/edit_compile.h) and checks it answers as the overlay
- * does. DIFF compares two effective states (CURRENT or a container): features whose
+ * (engine/edit_memit.h) journaled as a low-rank insert; INSERT … MODE KNN records the
+ * canonical prompt's residual as a key of the overlay's residual-key store, which INFER
+ * consults (lql_edit_knn_override). COMPILE materialises the overlay into a derived
+ * container (browse/edit_compile.h) and checks it answers as the overlay does. DIFF compares two effective states (CURRENT or a container): features whose
  * tombstone or metadata differ, and per-tensor value deltas. COMPACT (edit_compact.h):
  * storage reorganised, every dropped file named, answers compared.
  */
@@ -516,13 +517,162 @@ static int layer_keys(edit_state *es, int layer, int F, float **keys, int *n, lq
     return 0;
 }
 
+/* The residual after every layer at the last position of a forward pass. */
+typedef struct resid_cap {
+    int H;
+    float *out;               /* [layers, H] */
+} resid_cap;
+
+static void cap_layer(void *ctx, int layer, int pos0, int n, const float *attn,
+                      const float *ffn, const float *resid)
+{
+    (void)pos0;
+    (void)attn;
+    (void)ffn;
+    resid_cap *c = ctx;
+    memcpy(c->out + (size_t)layer * c->H, resid + (size_t)(n - 1) * c->H,
+           (size_t)c->H * sizeof *c->out);
+}
+
+/* Run ids through m (its overlay attached) and fill res [layers, hidden] with the residual
+ * after each layer at the last position. */
+static int last_residuals(eng_model *m, const int32_t *ids, size_t n, float *res, vx_err *ve)
+{
+    float *logits = malloc((size_t)eng_model_vocab(m) * sizeof *logits);
+    eng_session *ss = NULL;
+    resid_cap cap = {eng_model_hidden(m), res};
+    eng_observer obs = {&cap, NULL, cap_layer, NULL, NULL};
+    int rc = !logits ? vx_errf(ve, VX_ENOMEM, "out of memory")
+                     : eng_session_new(m, (int)n, &ss, ve) ||
+                           eng_forward(ss, ids, (int)n, logits, &obs, ve);
+    eng_session_free(ss);
+    free(logits);
+    return rc ? -1 : 0;
+}
+
+int lql_edit_knn_override(lql_session *s, const lql_stmt *st, eng_model *m, const int32_t *ids,
+                          size_t n, lql_result *r, lql_err *e)
+{
+    edit_state *es = s->edit;
+    size_t nk = 0;
+    const brw_knn_entry *k = brw_edit_knn(es ? es->ov : NULL, &nk);
+    if (!nk)
+        return 0;
+    const int L = eng_model_layers(m), H = eng_model_hidden(m);
+    float *res = malloc((size_t)L * H * sizeof *res);
+    vx_err ve = {0};
+    if (!res)
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    if (last_residuals(m, ids, n, res, &ve)) {
+        free(res);
+        return lql_err_vx(e, &ve, &st->at);
+    }
+    double best = BRW_KNN_THRESHOLD;
+    const brw_knn_entry *hit = NULL;
+    for (size_t i = 0; i < nk; i++) {
+        if (k[i].layer < 0 || k[i].layer >= L)
+            continue;
+        const float *x = res + (size_t)k[i].layer * H;
+        double dot = 0, nn = 0;
+        for (int h = 0; h < H; h++) {
+            dot += (double)x[h] * k[i].key[h];
+            nn += (double)x[h] * x[h];
+        }
+        double cosv = nn > 0 ? dot / sqrt(nn) : 0;
+        if (cosv > best) {
+            best = cosv;
+            hit = &k[i];
+        }
+    }
+    free(res);
+    if (hit) {
+        char *piece = NULL;
+        int32_t id = hit->target_id;
+        if (eng_tok_decode(eng_model_tokenizer(m), &id, 1, 0, &piece, &ve) < 0)
+            piece = NULL;
+        lql_result_note(r, "KNN override: the prediction is \"%s\" (cos %.4f with the key of "
+                        "%s at layer %d; the table is the model's own distribution)",
+                        piece ? piece : hit->target, best, hit->entity, hit->layer);
+        free(piece);
+    }
+    return 0;
+}
+
+/* INSERT … MODE KNN: the residual after `layer` at the canonical prompt's last position,
+ * through the effective model, journaled as an insert_knn (key stored as captured; the
+ * store normalises it). Default layer: the knowledge band's last layer − 1, as the
+ * reference. */
+static int insert_knn(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
+{
+    edit_state *es = NULL;
+    eng_model *m = NULL;
+    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, e) ||
+        lql_session_model(s, st, &m, e))
+        return -1;
+    int band[3][2];
+    brw_bands(es->bm, band);
+    const int L = eng_model_layers(m), H = eng_model_hidden(m);
+    int layer = lql_has(st, LQL_C_AT_LAYER) ? (int)st->layer
+                                            : (band[1][1] - 1 >= 0 ? band[1][1] - 1 : 0);
+    if (layer < 0 || layer >= L)
+        return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_AT_LAYER], "layer %d is out of "
+                        "range (the model has layers 0-%d)", layer, L - 1);
+    double conf = lql_has(st, LQL_C_CONFIDENCE) ? st->confidence : 1.0;
+    int32_t tid;
+    if (target_id(eng_model_tokenizer(m), st->target, &st->target_at, &tid, e))
+        return -1;
+    char *prompt = eng_edit_prompt(st->relation_v, st->entity);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    float *res = malloc((size_t)L * H * sizeof *res);
+    vx_err ve = {0};
+    vx_op op;
+    vx_op_init(&op, VX_OP_INSERT_KNN);
+    int rc = -1;
+    if (!prompt || !res) {
+        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+        goto done;
+    }
+    if (eng_tok_encode(eng_model_tokenizer(m), prompt, strlen(prompt), 1, &ids, &n, &ve) ||
+        last_residuals(m, ids, n, res, &ve)) {
+        lql_err_vx(e, &ve, &st->entity_at);
+        goto done;
+    }
+    op.layer = layer;
+    op.confidence = conf;
+    op.target_id = tid;
+    if (vx_op_set_str(&op.entity, st->entity, &ve) ||
+        vx_op_set_str(&op.relation, st->relation_v, &ve) ||
+        vx_op_set_str(&op.target, st->target, &ve) || vx_op_set_str(&op.mode, "knn", &ve) ||
+        vx_op_set_vec(&op, "key", 1, H, res + (size_t)layer * H, &ve)) {
+        lql_err_vx(e, &ve, &st->at);
+        goto done;
+    }
+    vx_record_info info;
+    if (record(s, st, es, &op, 1, r, &info, e))
+        goto done;
+    brw_edit_counts cnt;
+    brw_edit_overlay_counts(es->ov, &cnt);
+    lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d (KNN store: the residual of \"%s\" "
+                    "is the key, cosine > %.2f overrides the prediction; %zu entr%s; history "
+                    "%lld, patch %s)", st->entity, st->relation_v, st->target, layer, prompt,
+                    BRW_KNN_THRESHOLD, cnt.knn, cnt.knn == 1 ? "y" : "ies",
+                    (long long)info.history_n, info.patch_name);
+    rc = 0;
+done:
+    vx_op_clear(&op);
+    free(prompt);
+    free(ids);
+    free(res);
+    return rc;
+}
+
 int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     edit_state *es = NULL;
     eng_model *m = NULL;
-    if (st->mode == LQL_MODE_KNN)
-        return lql_refuse_clause(e, st, LQL_C_MODE, "lql has no residual-key (KNN) store; "
-                                 "the default MODE MEMIT edits down_proj");
+    if (st->mode == LQL_MODE_KNN && !lql_has(st, LQL_C_ALPHA))
+        return insert_knn(s, st, r, e);
     if (st->mode == LQL_MODE_COMPOSE)
         return lql_refuse_clause(e, st, LQL_C_MODE, "gate-feature installs fire on every "
                                  "prompt sharing the template; the default MODE MEMIT edits "
@@ -1511,6 +1661,10 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         free(prompts[i]);
     if (rc)
         return -1;
+    if (cnt.knn)
+        lql_result_note(r, "%zu KNN-store entr%s not compiled: a container has no residual-key "
+                        "store (they keep applying from the journal)", cnt.knn,
+                        cnt.knn == 1 ? "y is" : "ies are");
     lql_result_note(r, "compiled: %s (authority derived; %zu operations materialised into %zu "
                     "tensors of %zu segments; %zu files linked unchanged)", st->arg2, cnt.ops,
                     rep.tensors_rewritten, rep.segments_rewritten, rep.files_linked);

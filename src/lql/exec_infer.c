@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "edit.h"
 #include "interp.h"
 
 #define DEFAULT_TOP 5
@@ -123,6 +124,7 @@ static int predictions(lql_session *s, const lql_stmt *st, eng_model *m, const i
             }
         }
         if (compare && !s->overlay) lql_result_note(r, "no overlay: base and effective model are the same");
+        rc = lql_edit_knn_override(s, st, m, ids, n, r, e);
     }
     free(probs);
     free(top);

@@ -265,8 +265,8 @@ int main(void)
     vx_op_init(&op, VX_OP_INSERT_KNN);
     op.layer = 0;
     CHECK(brw_edit_check_op(bm, &op, "operation 3", &e) == -1);
-    CHECK_STR(e.msg, "operation 3 (insert_knn) cannot be applied: lql has no residual-key (KNN) store");
-    CHECK(e.code == VX_EUNSUPPORTED);
+    CHECK_STR(e.msg, "operation 3 (insert_knn): the key must hold 256 floats (the model's hidden size)");
+    CHECK(e.code == VX_EFORMAT);
     vx_op_clear(&op);
     vx_op_init(&op, VX_OP_INSERT);
     op.layer = 0;
