@@ -55,11 +55,8 @@ int main(void)
              "UPDATE EDGES SET confidence = 0.8 WHERE layer = 3 AND feature = 61; "
              "COMPILE CURRENT INTO VINDEX \"%s\" ON CONFLICT HIGHEST_CONFIDENCE;' 2>&1",
              LQL_BINARY_DIR, base, LQL_SOURCE_DIR, hc, lw, hc2);
-    FILE *p = popen(cmd, "r");
     static char out[1 << 16];
-    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = '\0';
-    CHECK(p && pclose(p) == 0);
+    CHECK(fx_run(cmd, out, sizeof out) == 0);
     CHECK_HAS(out, "-- ON CONFLICT HIGHEST_CONFIDENCE: layer 3 feature 61: operation 4 "
                    "(confidence 0.3) set aside for operation 2 (confidence 0.5)\n");
     CHECK_HAS(out, "hc.vindex3 (authority derived; 3 operations materialised");

@@ -43,4 +43,14 @@ static inline int fx_encode_tiny(const char *out, const char *shard_cap)
     return rc;
 }
 
+/* Run a shell command, its stdout (and whatever it redirects) into out (NUL-terminated,
+ * at most n - 1 bytes). 0 when it ran and exited 0. */
+static inline int fx_run(const char *cmd, char *out, size_t n)
+{
+    FILE *p = popen(cmd, "r");
+    size_t k = p ? fread(out, 1, n - 1, p) : 0;
+    out[k] = '\0';
+    return p && pclose(p) == 0 ? 0 : -1;
+}
+
 #endif

@@ -80,11 +80,8 @@ int main(void)
     fclose(f);
     char cmd[4600];
     snprintf(cmd, sizeof cmd, "'%s/lql' -f '%s' 2>&1", LQL_BINARY_DIR, path);
-    FILE *p = popen(cmd, "r");
     static char out[1 << 20];
-    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = '\0';
-    CHECK(p && pclose(p) == 0);
+    CHECK(fx_run(cmd, out, sizeof out) == 0);
     CHECK_HAS(out, "(KNN store: the residual of \"The capital of Zorbania is\" is the key, "
                    "cosine > 0.75 overrides the prediction; 1 entry;");
     CHECK_HAS(out, "; 10 entries;");
