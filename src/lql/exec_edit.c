@@ -674,9 +674,10 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     if (st->mode == LQL_MODE_KNN && !lql_has(st, LQL_C_ALPHA))
         return insert_knn(s, st, r, e);
     if (st->mode == LQL_MODE_COMPOSE)
-        return lql_refuse_clause(e, st, LQL_C_MODE, "gate-feature installs fire on every "
-                                 "prompt sharing the template; the default MODE MEMIT edits "
-                                 "down_proj");
+        return lql_refuse_clause(e, st, LQL_C_MODE, "a reference-style feature install "
+                                 "did not recall its fact on tinyllama (target p <= 0.001 "
+                                 "after balancing, layers 1 and 3); the default MODE MEMIT "
+                                 "edits down_proj");
     if (lql_has(st, LQL_C_ALPHA))
         return lql_refuse_clause(e, st, LQL_C_ALPHA, "ALPHA scales MODE COMPOSE installs; a "
                                  "MEMIT insert finds its own strength (set CONFIDENCE)");
