@@ -58,7 +58,8 @@ struct brw_model {
     int32_t **cluster_of;    /* [layers][features] cluster id or -1 (feature_clusters.jsonl) */
 };
 
-/* Dot of a stored row (f32/f16/bf16) with q, n elements (n a multiple of 1 is fine). */
+/* Dot of a stored row with q, n elements: f32/f16/bf16 (any n), or a block codec the
+ * kernels support (n a multiple of its block; dequantised lazily, exact weights). */
 float brw_dot_row(vx_dtype t, const void *row, const float *q, int64_t n);
 
 /* Run fn on n contexts (ctx: an array of n elements of `size` bytes, n <= 64), the first

@@ -3,13 +3,17 @@
  * |gate·q| (sign kept), or by the WALK modes' keys (signed gate·q, or the activation
  * with the up rows). One pass over the gate rows read in place from the mmap; f16 and
  * bf16 rows are widened in registers (F16C / a 16-bit shift), so the scan runs at memory
- * bandwidth. Rows are cut into chunks that threads pull from a shared counter; each
- * thread keeps a bounded min-heap per layer, merged at the end.
+ * bandwidth. Block-quantised rows (q8_0, q4_0, q4_k, q6_k, mxfp4) are dequantised lazily
+ * one block at a time into a stack buffer and dotted in f32 (eng_qdot: exact weights,
+ * nothing copied, no separate index). Rows are cut into chunks that threads pull from a
+ * shared counter; each thread keeps a bounded min-heap per layer, merged at the end.
  *
  * With an overlay, the base scan asks for k + (edits in the layer) hits so that dropping
  * tombstones and rescoring edited features with their replacement rows stays exact.
  */
 #include "brw_int.h"
+
+#include "qkernels.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -101,6 +105,8 @@ static int has_avx512(void)
 
 float brw_dot_row(vx_dtype t, const void *row, const float *q, int64_t n)
 {
+    if (t != VX_F32 && t != VX_F16 && t != VX_BF16)
+        return eng_qdot(t, row, q, (int)n);
     int64_t i = 0;
     float s = 0;
 #ifdef HAVE_AVX2
@@ -250,10 +256,12 @@ const char *brw_walk_mode_name(brw_walk_mode mode)
     return mode == BRW_PURE ? "pure" : mode == BRW_DENSE ? "dense" : "hybrid";
 }
 
-/* Row r of a [rows, hidden] operand. */
+/* Row r of a [rows, hidden] operand (hidden a multiple of the block size: checked by the
+ * container reader). */
 static const void *row_of(const vx_tensor *t, int64_t r, int hidden)
 {
-    return (const uint8_t *)t->data + (size_t)r * (size_t)hidden * (t->dtype == VX_F32 ? 4 : 2);
+    size_t row = (size_t)hidden / vx_dtype_block_elems(t->dtype) * vx_dtype_block_bytes(t->dtype);
+    return (const uint8_t *)t->data + (size_t)r * row;
 }
 
 /* A hit for row r of a part: gate·q, and in DENSE mode the activation (gate and up may be

@@ -3,8 +3,13 @@
  * rows that decide whether a feature fires) and the down columns (what it writes), read
  * from the decoder component's execution surface and bound to borrowed tensor views.
  * Nothing is hard-coded per family: gated vs plain and dense vs MoE come from the graph.
+ * FFN matrices may be block-quantised (the representation a profile binds): their rows are
+ * dequantised lazily, one row at a time, by whoever reads them (knn.c); the embedding is
+ * read as whole rows here and stays f32/f16/bf16.
  */
 #include "brw_int.h"
+
+#include "qkernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,15 +26,19 @@ static int get_int(const cJSON *o, const char *key, int *out)
     return 0;
 }
 
-/* Check a matrix operand: 2-D, dtype readable by browse, shape {rows, cols}. */
+/* Check a matrix operand: 2-D, dtype readable by browse (a block codec the kernels score
+ * in place only when quant is set), shape {rows, cols}. */
 static int check_mat(const vx_tensor *t, const char *name, int64_t rows, int64_t cols,
-                     vx_err *err)
+                     int quant, vx_err *err)
 {
     if (!t)
         return vx_errf(err, VX_EMISSING, "browse: operand \"%s\" is missing", name);
-    if (t->dtype != VX_F32 && t->dtype != VX_F16 && t->dtype != VX_BF16)
+    int plain = t->dtype == VX_F32 || t->dtype == VX_F16 || t->dtype == VX_BF16;
+    if (!plain && !(quant && eng_qsupported(t->dtype)))
         return vx_errf(err, VX_EUNSUPPORTED, "browse: operand \"%s\" is stored as %s; browse "
-                       "reads f32, f16 and bf16", name, vx_dtype_name(t->dtype));
+                       "reads %s", name, vx_dtype_name(t->dtype),
+                       quant ? "f32, f16, bf16, q8_0, q4_0, q4_k, q6_k and mxfp4"
+                             : "f32, f16 and bf16");
     if (t->ndim != 2 || (rows >= 0 && t->shape[0] != rows) || t->shape[1] != cols)
         return vx_errf(err, VX_EFORMAT, "browse: operand \"%s\" has shape [%lld, %lld], want "
                        "[%lld, %lld]", name, (long long)t->shape[0],
@@ -45,16 +54,16 @@ static int bind_part(const vx_container *c, brw_part *p, const char *prefix, int
     snprintf(gname, sizeof gname, "%s.%s", prefix, gated ? "gate_proj" : "up_proj");
     snprintf(dname, sizeof dname, "%s.down_proj", prefix);
     p->gate = vx_find(c, STACK, gname);
-    if (check_mat(p->gate, gname, rows, hidden, err) != 0)
+    if (check_mat(p->gate, gname, rows, hidden, 1, err) != 0)
         return -1;
     p->rows = p->gate->shape[0];
     p->down = vx_find(c, STACK, dname);
-    if (check_mat(p->down, dname, hidden, p->rows, err) != 0)
+    if (check_mat(p->down, dname, hidden, p->rows, 1, err) != 0)
         return -1;
     if (gated) {
         snprintf(gname, sizeof gname, "%s.up_proj", prefix);
         p->up = vx_find(c, STACK, gname);
-        return check_mat(p->up, gname, p->rows, hidden, err);
+        return check_mat(p->up, gname, p->rows, hidden, 1, err);
     }
     if (!bias)
         return 0;
@@ -112,7 +121,7 @@ int brw_shape_read(const vx_container *c, brw_shape *s, vx_err *err)
         return vx_errf(err, VX_EFORMAT, "browse: execution.moe.experts is missing");
 
     s->embed = vx_find(c, "target.embedding", "weight");
-    if (check_mat(s->embed, "weight", s->vocab, s->hidden, err) != 0)
+    if (check_mat(s->embed, "target.embedding.weight", s->vocab, s->hidden, 0, err) != 0)
         return -1;
     s->layer = calloc((size_t)s->layers + 1, sizeof *s->layer);
     if (!s->layer)
