@@ -166,6 +166,19 @@ static void scale_min_k4(int j, const unsigned char *q, int *d, int *m)
     }
 }
 
+/* The scales and mins of sub-blocks is and is + 1 (Q4_K and Q5_K walk them in pairs),
+ * already multiplied by the super-block's d and min: dm = {d1, m1, d2, m2}. */
+static void scale_min_pair(int is, const unsigned char *sc, float d, float min, float dm[4])
+{
+    int s, m;
+    scale_min_k4(is, sc, &s, &m);
+    dm[0] = d * (float)s;
+    dm[1] = min * (float)m;
+    scale_min_k4(is + 1, sc, &s, &m);
+    dm[2] = d * (float)s;
+    dm[3] = min * (float)m;
+}
+
 /* ---------------------------------------------------------------- Q2_K */
 
 static void deq_q2_k(const unsigned char *b, float *y)
@@ -228,15 +241,12 @@ static void deq_q4_k(const unsigned char *b, float *y)
     float d = f16(b), min = f16(b + 2);
     const unsigned char *sc = b + 4, *q = b + 16;
     for (int j = 0, is = 0; j < QK; j += 64, is += 2, q += 32) {
-        int s, m;
-        scale_min_k4(is, sc, &s, &m);
-        float d1 = d * (float)s, m1 = min * (float)m;
-        scale_min_k4(is + 1, sc, &s, &m);
-        float d2 = d * (float)s, m2 = min * (float)m;
+        float dm[4];
+        scale_min_pair(is, sc, d, min, dm);
         for (int l = 0; l < 32; l++)
-            *y++ = d1 * (float)(q[l] & 0x0f) - m1;
+            *y++ = dm[0] * (float)(q[l] & 0x0f) - dm[1];
         for (int l = 0; l < 32; l++)
-            *y++ = d2 * (float)(q[l] >> 4) - m2;
+            *y++ = dm[2] * (float)(q[l] >> 4) - dm[3];
     }
 }
 
@@ -367,15 +377,12 @@ static void deq_q5_k(const unsigned char *b, float *y)
     const unsigned char *sc = b + 4, *qh = b + 16, *ql = b + 48;
     unsigned u1 = 1, u2 = 2;
     for (int j = 0, is = 0; j < QK; j += 64, is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
-        int s, m;
-        scale_min_k4(is, sc, &s, &m);
-        float d1 = d * (float)s, m1 = min * (float)m;
-        scale_min_k4(is + 1, sc, &s, &m);
-        float d2 = d * (float)s, m2 = min * (float)m;
+        float dm[4];
+        scale_min_pair(is, sc, d, min, dm);
         for (int l = 0; l < 32; l++)
-            *y++ = d1 * (float)((ql[l] & 0x0f) + (qh[l] & u1 ? 16 : 0)) - m1;
+            *y++ = dm[0] * (float)((ql[l] & 0x0f) + (qh[l] & u1 ? 16 : 0)) - dm[1];
         for (int l = 0; l < 32; l++)
-            *y++ = d2 * (float)((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+            *y++ = dm[2] * (float)((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - dm[3];
     }
 }
 
