@@ -8,7 +8,6 @@
  * streamed from the source mapping, so memory holds the tables only. The result is
  * built in a temporary sibling and renamed into place when complete.
  */
-#define _GNU_SOURCE   /* nftw */
 #include "vindex.h"
 #include "vx_int.h"
 #include "lyrw.h"
@@ -18,7 +17,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,15 +39,6 @@ typedef struct importer {
 } importer;
 
 /* ---------------------------------------------------------------- files */
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
 
 static int copy_file(const char *src, const char *dst, vx_err *err)
 {
@@ -190,13 +179,8 @@ static int record_file(importer *im, const char *rel, const char *schema, int ve
         return -1;
     if (stat(path, &st) < 0)
         return vx_errf(err, VX_EIO, "bank import: cannot stat '%s': %s", path, strerror(errno));
-    cJSON *segs = cJSON_GetObjectItemCaseSensitive(im->index, "segments"), *s = cJSON_CreateObject();
-    cJSON_AddStringToObject(s, "schema", schema);
-    cJSON_AddNumberToObject(s, "version", version);
-    cJSON_AddNumberToObject(s, "bytes", (double)st.st_size);
-    cJSON_AddStringToObject(s, "sha256", sha);
-    cJSON_DeleteItemFromObjectCaseSensitive(segs, rel);
-    cJSON_AddItemToObject(segs, rel, s);
+    vx_segment_record(cJSON_GetObjectItemCaseSensitive(im->index, "segments"), rel, schema, version,
+                      (uint64_t)st.st_size, sha);
     return 0;
 }
 
@@ -640,7 +624,7 @@ int vx_bank_import(const char *src_dir, const char *out_dir, unsigned flags, vx_
     if (rc == 0 && rename(tmp, out_dir) != 0)
         rc = vx_errf(err, VX_EIO, "bank import: cannot rename '%s' to '%s': %s", tmp, out_dir, strerror(errno));
     if (rc < 0)
-        nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        vx_rmtree(tmp);
     free(im.moved);
     free(im.buf);
     cJSON_Delete(im.index);

@@ -10,14 +10,13 @@
  * written last, the finish hook runs, and only then is the directory renamed into place.
  * Any failure (or vx_cancel_flag) removes the temporary directory.
  */
-#define _GNU_SOURCE   /* nftw, renameat2 */
+#define _GNU_SOURCE   /* renameat2 */
 #include "hf_admit.h"
 #include "vx_int.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
@@ -194,19 +193,6 @@ static int write_operand(enc *e, vx_segw *w, const hf_operand *op)
 
 /* ---------------------------------------------------------------- files */
 
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static void rmtree(const char *dir)
-{
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 static int sync_path(const char *path, vx_err *err)
 {
@@ -386,12 +372,7 @@ static int encode_object(enc *e, const char *tmp, const hf_object *ob, cJSON *in
         uint64_t bytes;
         if ((rc = vx_segw_close(w, sha, &bytes, e->err)) < 0)
             break;
-        cJSON *s = cJSON_CreateObject();
-        cJSON_AddStringToObject(s, "schema", "tensor-table");
-        cJSON_AddNumberToObject(s, "version", 1);
-        cJSON_AddNumberToObject(s, "bytes", (double)bytes);
-        cJSON_AddStringToObject(s, "sha256", sha);
-        cJSON_AddItemToObject(segs, rel, s);
+        vx_segment_record(segs, rel, "tensor-table", 1, bytes, sha);
         cJSON_AddItemToArray(seglist, cJSON_CreateString(rel));
         i = k;
     }
@@ -610,7 +591,7 @@ static int encode(const char *hf_dir, const char *out_dir, const vx_encode_opts 
     }
 out:
     if (rc < 0 && made)
-        rmtree(tmp);
+        vx_rmtree(tmp);
     cJSON_Delete(index);
     cJSON_Delete(graph);
     free(e.f32);

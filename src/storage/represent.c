@@ -235,12 +235,7 @@ static int write_segments(job *j, cJSON *segs_rec, cJSON *rep_segs)
         uint64_t bytes = 0;
         if (vx_segw_close(w, sha, &bytes, j->err) < 0)
             return -1;
-        cJSON *r = cJSON_CreateObject();
-        cJSON_AddStringToObject(r, "schema", "tensor-table");
-        cJSON_AddNumberToObject(r, "version", 1);
-        cJSON_AddNumberToObject(r, "bytes", (double)bytes);
-        cJSON_AddStringToObject(r, "sha256", sha);
-        cJSON_AddItemToObject(segs_rec, rel, r);
+        vx_segment_record(segs_rec, rel, "tensor-table", 1, bytes, sha);
         cJSON_AddItemToArray(rep_segs, cJSON_CreateString(rel));
         i = k;
     }

@@ -7,12 +7,18 @@
  * first with placeholder per-tensor sha256 fields; they have a fixed width (64 hex), so
  * patching in the real hashes at close leaves every offset unchanged. Memory use is one
  * 1 MiB write buffer, whatever the segment size.
+ *
+ * Also the two steps every writer of segments shares (encoder, representation adder,
+ * bank importer): recording a written file in index.json's "segments", and removing a
+ * temporary container directory when a write fails.
  */
+#define _GNU_SOURCE   /* nftw */
 #include "vx_int.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,4 +309,30 @@ int vx_segw_close(vx_segw *w, char sha[65], uint64_t *bytes, vx_err *err)
     }
     vx_segw_abort(w);
     return rc;
+}
+
+void vx_segment_record(cJSON *segs, const char *rel, const char *schema, int version,
+                       uint64_t bytes, const char *sha)
+{
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "schema", schema);
+    cJSON_AddNumberToObject(s, "version", version);
+    cJSON_AddNumberToObject(s, "bytes", (double)bytes);
+    cJSON_AddStringToObject(s, "sha256", sha);
+    cJSON_DeleteItemFromObjectCaseSensitive(segs, rel);
+    cJSON_AddItemToObject(segs, rel, s);
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void vx_rmtree(const char *dir)
+{
+    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -131,6 +131,13 @@ int vx_segw_write(vx_segw *w, const void *data, size_t n, vx_err *err);
 int vx_segw_close(vx_segw *w, char sha[65], uint64_t *bytes, vx_err *err);
 /* Abandon (error paths): closes and frees; the caller removes the file. NULL is fine. */
 void vx_segw_abort(vx_segw *w);
+/* index.json's record of one written file: segs[rel] = {schema, version, bytes, sha256},
+ * replacing any earlier record of rel. Out of memory leaves the record out. */
+void vx_segment_record(cJSON *segs, const char *rel, const char *schema, int version,
+                       uint64_t bytes, const char *sha);
+/* Remove dir and everything below it, best effort, not following symlinks (a writer's
+ * temporary container directory on error paths). */
+void vx_rmtree(const char *dir);
 
 /* ---- bank shape (docs/lql/BANK.md): moe_manifest.json (manifest.c), its LYRW v2 banks
  * exposed as tensors under the canonical operand names (bank.c) ---- */
