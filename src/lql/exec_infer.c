@@ -22,7 +22,8 @@ static int by_prob(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;          /* ties: lower id first */
 }
 
-/* Tokenize the prompt (special tokens applied, as the model sees it). */
+/* Tokenize the prompt (special tokens applied, as the model sees it); an empty prompt
+ * or one longer than the model's context is refused. On failure *ids is NULL. */
 static int prompt_ids(lql_session *s, const lql_stmt *st, eng_model **m, int32_t **ids,
                       size_t *n, lql_err *e)
 {
@@ -34,6 +35,13 @@ static int prompt_ids(lql_session *s, const lql_stmt *st, eng_model **m, int32_t
         free(*ids);
         *ids = NULL;
         return lql_errf(e, LQL_EEXEC, &st->arg_at, "empty prompt: it has no tokens");
+    }
+    if (*n > (size_t)eng_model_context(*m)) {
+        free(*ids);
+        *ids = NULL;
+        return lql_errf(e, LQL_EEXEC, &st->arg_at,
+                        "prompt has %zu tokens, more than the model's context of %d", *n,
+                        eng_model_context(*m));
     }
     return 0;
 }
@@ -212,10 +220,7 @@ int lql_h_infer(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     size_t n = 0;
     if (prompt_ids(s, st, &m, &ids, &n, e) < 0) return -1;
     int rc = 0;
-    if (n > (size_t)eng_model_context(m))
-        rc = lql_errf(e, LQL_EEXEC, &st->arg_at, "prompt has %zu tokens, more than the model's context of %d",
-                      n, eng_model_context(m));
-    if (rc == 0 && (!lql_has(st, LQL_C_GENERATE) || lql_has(st, LQL_C_TOP)))
+    if (!lql_has(st, LQL_C_GENERATE) || lql_has(st, LQL_C_TOP))
         rc = predictions(s, st, m, ids, n, r, e);
     if (rc == 0 && lql_has(st, LQL_C_GENERATE)) rc = generate(s, st, m, ids, n, r, e);
     free(ids);
@@ -228,11 +233,7 @@ int lql_h_explain_infer(lql_session *s, const lql_stmt *st, lql_result *r, lql_e
     int32_t *ids = NULL;
     size_t n = 0;
     if (prompt_ids(s, st, &m, &ids, &n, e) < 0) return -1;
-    int rc = 0;
-    if (n > (size_t)eng_model_context(m))
-        rc = lql_errf(e, LQL_EEXEC, &st->arg_at, "prompt has %zu tokens, more than the model's context of %d",
-                      n, eng_model_context(m));
-    if (rc == 0) rc = predictions(s, st, m, ids, n, r, e);
+    int rc = predictions(s, st, m, ids, n, r, e);
     if (rc == 0) rc = lql_explain_infer_layers(s, st, ids, (int)n, r, e);
     free(ids);
     return rc;
