@@ -13,19 +13,17 @@
  * limit, and the ratios to llama.cpp's numbers for this machine type (shared/models/PERF.md).
  * Wall-clock numbers are printed, never asserted.
  */
-#include <immintrin.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "vindex.h"
 #include "engine_int.h"
+#include "bandwidth.h"
 
 #define HID 2048
 #define INTER 5632
@@ -33,13 +31,6 @@
 #define HEADS 32
 #define KVH 4
 #define HD 64
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---------------------------------------------------------------- checkpoint writer */
 
@@ -153,74 +144,6 @@ static int write_checkpoint(const char *dir, const char *dt, int layers)
     return rc;
 }
 
-/* ---------------------------------------------------------------- bandwidth probe */
-
-typedef struct probe { const double *a; size_t n; double sum; } probe;
-
-/* Vectorised with four independent accumulators, so the sum is bound by memory, not by
- * add latency (a scalar loop would understate the bandwidth and flatter the ratio). */
-static void *sum_part(void *arg)
-{
-    probe *p = arg;
-    __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
-    for (size_t i = 0; i + 16 <= p->n; i += 16) {
-        s0 = _mm256_add_pd(s0, _mm256_loadu_pd(p->a + i));
-        s1 = _mm256_add_pd(s1, _mm256_loadu_pd(p->a + i + 4));
-        s2 = _mm256_add_pd(s2, _mm256_loadu_pd(p->a + i + 8));
-        s3 = _mm256_add_pd(s3, _mm256_loadu_pd(p->a + i + 12));
-    }
-    double t[4];
-    _mm256_storeu_pd(t, _mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3)));
-    p->sum = t[0] + t[1] + t[2] + t[3];
-    return NULL;
-}
-
-/* Best of 3 passes of `threads` threads summing a 2 GB array, in GB/s. */
-static double bandwidth_run(int threads)
-{
-    size_t n = (size_t)2 << 30;
-    n /= sizeof(double);
-    double *a = malloc(n * sizeof *a);
-    if (!a) return 0;
-    for (size_t i = 0; i < n; i++) a[i] = (double)(i & 7);
-    double best = 0, sink = 0;
-    for (int rep = 0; rep < 3; rep++) {
-        pthread_t th[64];
-        probe pr[64];
-        double t0 = now();
-        for (int i = 0; i < threads; i++) {
-            pr[i].a = a + n / threads * i;
-            pr[i].n = n / threads;
-            pthread_create(&th[i], NULL, sum_part, &pr[i]);
-        }
-        for (int i = 0; i < threads; i++) { pthread_join(th[i], NULL); sink += pr[i].sum; }
-        double gbs = (double)n * sizeof *a / (now() - t0) / 1e9;
-        if (gbs > best) best = gbs;
-    }
-    free(a);
-    if (sink < 0) printf("?");
-    return best;
-}
-
-/* The probe runs in a child process so its 2 GB stay out of this process's peak RSS. */
-static double bandwidth(int threads)
-{
-    int fd[2];
-    double bw = 0;
-    if (pipe(fd)) return bandwidth_run(threads);
-    pid_t pid = fork();
-    if (pid == 0) {
-        bw = bandwidth_run(threads);
-        ssize_t w = write(fd[1], &bw, sizeof bw);
-        _exit(w == (ssize_t)sizeof bw ? 0 : 1);
-    }
-    close(fd[1]);
-    if (pid < 0 || read(fd[0], &bw, sizeof bw) != (ssize_t)sizeof bw) bw = 0;
-    close(fd[0]);
-    if (pid > 0) waitpid(pid, NULL, 0);
-    return bw;
-}
-
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv)
@@ -262,15 +185,15 @@ int main(int argc, char **argv)
         char cfg[2100];
         snprintf(cfg, sizeof cfg, "%s/model.safetensors", hf);
         if (stat(cfg, &st) != 0) {
-            double t0 = now();
+            double t0 = bw_now();
             if (write_checkpoint(hf, dt, layers)) { fprintf(stderr, "decode: cannot write %s\n", hf); return 1; }
-            fprintf(stderr, "decode: wrote %s in %.1f s\n", hf, now() - t0);
+            fprintf(stderr, "decode: wrote %s in %.1f s\n", hf, bw_now() - t0);
         }
         vx_encode_opts o;
         vx_encode_opts_init(&o);
-        double t0 = now();
+        double t0 = bw_now();
         if (vx_encode(hf, vx, &o, &err)) { fprintf(stderr, "decode: encode: %s\n", err.msg); return 1; }
-        fprintf(stderr, "decode: encoded %s in %.1f s\n", vx, now() - t0);
+        fprintf(stderr, "decode: encoded %s in %.1f s\n", vx, bw_now() - t0);
     }
     vx_container *c;
     eng_model *m;
@@ -291,21 +214,21 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_prompt + n_gen; i++) ids[i] = (int32_t)((i * 7919 + 13) % VOCAB);
     float *logits = malloc(VOCAB * sizeof *logits);
 
-    double bw = bandwidth(threads);
+    double bw = bw_probe(threads);
     /* warm-up: fault every weight page in once, so both timings see a resident model */
     if (eng_forward(s, ids, 1, logits, NULL, &err)) { fprintf(stderr, "decode: %s\n", err.msg); return 1; }
     eng_session_reset(s);
 
-    double t0 = now();
+    double t0 = bw_now();
     if (eng_forward(s, ids, n_prompt, logits, NULL, &err)) { fprintf(stderr, "decode: %s\n", err.msg); return 1; }
-    double tp = now() - t0;
-    t0 = now();
+    double tp = bw_now() - t0;
+    t0 = bw_now();
     for (int i = 0; i < n_gen; i++)
         if (eng_forward(s, ids + n_prompt + i, 1, logits, NULL, &err)) {
             fprintf(stderr, "decode: %s\n", err.msg);
             return 1;
         }
-    double td = now() - t0;
+    double td = bw_now() - t0;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double ld[3] = {0};

@@ -16,82 +16,15 @@
  * wall time on a shared machine), and the decode traffic as a fraction of the probe.
  * Wall-clock numbers are printed, never asserted.
  */
-#include <immintrin.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "vindex.h"
 #include "engine.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* ---------------------------------------------------------------- bandwidth */
-
-typedef struct part { const uint64_t *p; size_t n; uint64_t x; } part;
-
-/* XOR-folds a slice with four 256-bit lanes in flight: bound by memory, not by latency. */
-static void *fold(void *arg)
-{
-    part *s = arg;
-    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-    for (size_t i = 0; i + 16 <= s->n; i += 16) {
-        a = _mm256_xor_si256(a, _mm256_loadu_si256((const __m256i *)(s->p + i)));
-        b = _mm256_xor_si256(b, _mm256_loadu_si256((const __m256i *)(s->p + i + 4)));
-        c = _mm256_xor_si256(c, _mm256_loadu_si256((const __m256i *)(s->p + i + 8)));
-        d = _mm256_xor_si256(d, _mm256_loadu_si256((const __m256i *)(s->p + i + 12)));
-    }
-    uint64_t o[4];
-    _mm256_storeu_si256((__m256i *)o, _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d)));
-    s->x = o[0] ^ o[1] ^ o[2] ^ o[3];
-    return NULL;
-}
-
-/* Best of three folds of 2 GB over `threads` threads, GB/s; in a child process so the
- * array stays out of the measured process. */
-static double probe(int threads)
-{
-    int fd[2];
-    double gbs = 0;
-    if (pipe(fd) < 0) return 0;
-    pid_t pid = fork();
-    if (pid == 0) {
-        size_t n = ((size_t)2 << 30) / sizeof(uint64_t);
-        uint64_t *v = malloc(n * sizeof *v), sink = 0;
-        double best = 0;
-        for (size_t i = 0; v && i < n; i++) v[i] = i * 0x9E3779B97F4A7C15ull;
-        for (int rep = 0; v && rep < 3; rep++) {
-            pthread_t th[16];
-            part pr[16];
-            int k = threads < 16 ? threads : 16;
-            double t0 = now();
-            for (int i = 0; i < k; i++) {
-                pr[i] = (part){v + n / (size_t)k * (size_t)i, n / (size_t)k, 0};
-                pthread_create(&th[i], NULL, fold, &pr[i]);
-            }
-            for (int i = 0; i < k; i++) { pthread_join(th[i], NULL); sink ^= pr[i].x; }
-            double r = (double)(n * sizeof *v) / (now() - t0) / 1e9;
-            best = r > best ? r : best;
-        }
-        if (sink == 1) best += 0;   /* keep the folds observable */
-        ssize_t w = write(fd[1], &best, sizeof best);
-        _exit(w == (ssize_t)sizeof best ? 0 : 1);
-    }
-    close(fd[1]);
-    if (pid < 0 || read(fd[0], &gbs, sizeof gbs) != (ssize_t)sizeof gbs) gbs = 0;
-    close(fd[0]);
-    if (pid > 0) waitpid(pid, NULL, 0);
-    return gbs;
-}
+#include "bandwidth.h"
 
 /* ---------------------------------------------------------------- container */
 
@@ -108,9 +41,9 @@ static int prepare(const char *src, const char *dir)
         }
         vx_encode_opts o;
         vx_encode_opts_init(&o);
-        double t0 = now();
+        double t0 = bw_now();
         if (vx_encode(src, dir, &o, &err) < 0) { fprintf(stderr, "quant_decode: encode: %s\n", err.msg); return -1; }
-        fprintf(stderr, "quant_decode: encoded %s in %.1f s\n", dir, now() - t0);
+        fprintf(stderr, "quant_decode: encoded %s in %.1f s\n", dir, bw_now() - t0);
     }
     static const char *objs[] = {"target.decoder_stack", "target.output_head"};
     static const vx_dtype dts[] = {VX_Q8_0, VX_Q4_K};
@@ -125,9 +58,9 @@ static int prepare(const char *src, const char *dir)
             vx_close(c);
             if (have) continue;
             vx_represent_info in;
-            double t0 = now();
+            double t0 = bw_now();
             if (vx_represent(dir, objs[k], dts[d], &in, &err) < 0) { fprintf(stderr, "quant_decode: %s\n", err.msg); return -1; }
-            double secs = now() - t0;
+            double secs = bw_now() - t0;
             fprintf(stderr, "quant_decode: represented %s as %s in %.1f s (%.1f M weights/s, %.3f bits/weight)\n",
                     objs[k], vx_dtype_name(dts[d]), secs, (double)in.weights / secs / 1e6,
                     8.0 * (double)in.bytes / (double)in.weights);
@@ -179,14 +112,14 @@ static int run(const char *dir, const char *profile, int n_prompt, int n_gen, re
     /* warm-up: fault every bound weight page in once */
     if (!ids || !logits || eng_forward(s, ids, 1, logits, NULL, &err) < 0) rc = -1;
     eng_session_reset(s);
-    double t0 = now();
+    double t0 = bw_now();
     if (!rc && eng_forward(s, ids, n_prompt, logits, NULL, &err) < 0) rc = -1;
-    double tp = now() - t0;
-    t0 = now();
+    double tp = bw_now() - t0;
+    t0 = bw_now();
     double c0 = cpu_now();
     for (int i = 0; !rc && i < n_gen; i++)
         if (eng_forward(s, ids + n_prompt + i, 1, logits, NULL, &err) < 0) rc = -1;
-    double td = now() - t0;
+    double td = bw_now() - t0;
     r->cpu_per_tok = (cpu_now() - c0) / n_gen;
     if (rc) fprintf(stderr, "quant_decode: %s\n", err.msg[0] ? err.msg : "out of memory");
     r->pps = n_prompt / tp;
@@ -221,9 +154,9 @@ int main(int argc, char **argv)
     if (prepare(src, dir) < 0) return 1;
     double ld[3] = {0};
     if (getloadavg(ld, 3) < 0) ld[0] = -1;
-    double bw = probe(threads);
+    double bw = bw_probe(threads);
     printf("container    %s (threads %d, load average %.2f)\n", dir, threads, ld[0]);
-    printf("bandwidth    %.1f GB/s (%d threads folding 2 GB)\n", bw, threads);
+    printf("bandwidth    %.1f GB/s (%d threads summing 2 GB)\n", bw, threads);
     printf("%-8s %10s %10s %10s %12s %10s %10s %10s\n", "profile", "GB/token", "prompt t/s", "decode t/s",
            "cpu-ms/tok", "llama.cpp", "ratio", "b/w frac");
     static const char *profiles[] = {NULL, "q8_0", "q4_k"};

@@ -14,24 +14,14 @@
  * reference's published figure (0.3 ms for 34 layers of a 4B model on an M3 Max).
  */
 #include "browse.h"
+#include "bandwidth.h"
 
-#include <pthread.h>
 #include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* CPU seconds (user + system, all threads) used by this process so far: under a loaded
  * machine a fairer measure of work than wall time. */
@@ -41,55 +31,6 @@ static double cpu_now(void)
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
            ru.ru_stime.tv_usec * 1e-6;
-}
-
-typedef struct probe {
-    const float *a;
-    size_t n;
-    float sum;
-} probe;
-
-static void *probe_run(void *arg)
-{
-    probe *p = arg;
-#if defined(__AVX2__)
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-    size_t i = 0;
-    for (; i + 32 <= p->n; i += 32) {
-        s0 = _mm256_add_ps(s0, _mm256_load_ps(p->a + i));
-        s1 = _mm256_add_ps(s1, _mm256_load_ps(p->a + i + 8));
-        s2 = _mm256_add_ps(s2, _mm256_load_ps(p->a + i + 16));
-        s3 = _mm256_add_ps(s3, _mm256_load_ps(p->a + i + 24));
-    }
-    float t[8];
-    _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    p->sum = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-#else
-    float s = 0;
-    for (size_t i = 0; i < p->n; i++)
-        s += p->a[i];
-    p->sum = s;
-#endif
-    return NULL;
-}
-
-/* One streaming read of the whole array a (n floats) with `threads` threads: GB/s. */
-static double probe_once(const float *a, size_t n, int threads)
-{
-    pthread_t tid[64];
-    probe p[64];
-    if (threads > 64)
-        threads = 64;
-    double t0 = now();
-    size_t per = (n / (size_t)threads) & ~(size_t)31;
-    for (int t = 0; t < threads; t++) {
-        p[t] = (probe){a + (size_t)t * per, t == threads - 1 ? n - (size_t)t * per : per, 0};
-        pthread_create(&tid[t], NULL, probe_run, &p[t]);
-    }
-    for (int t = 0; t < threads; t++)
-        pthread_join(tid[t], NULL);
-    return (double)n * sizeof(float) / (now() - t0) / 1e9;
 }
 
 /* WALK over every layer, interleaved with the bandwidth probe (so both see the same
@@ -119,13 +60,13 @@ static int bench_one(const char *path, const float *arr, size_t n_arr)
     double best = 1e30, total = 0, bw = 0;
     for (int r = 0; r < reps; r++) {
         if (r % 2 == 0) {
-            double g = probe_once(arr, n_arr, threads);
+            double g = bw_once(arr, n_arr, threads);
             if (g > bw)
                 bw = g;
         }
-        double t0 = now();
+        double t0 = bw_now();
         brw_walk_run(m, "The capital of France is", &o, &w, &err);
-        double dt = now() - t0;
+        double dt = bw_now() - t0;
         brw_walk_free(&w);
         total += dt;
         if (dt < best)
@@ -165,21 +106,21 @@ static int bench_encode(const char *hf, const char *out, const char *dtype)
         }
         o.dtype = (int)dt;
     }
-    double t0 = now(), c0 = cpu_now();
+    double t0 = bw_now(), c0 = cpu_now();
     if (vx_encode(hf, plain, &o, &err) != 0) {
         fprintf(stderr, "walk: encode %s: %s\n", hf, err.msg);
         return 1;
     }
-    double t_plain = now() - t0, c_plain = cpu_now() - c0;
+    double t_plain = bw_now() - t0, c_plain = cpu_now() - c0;
     o.finish = brw_encode_finish;
     o.finish_ctx = &o;
-    t0 = now();
+    t0 = bw_now();
     c0 = cpu_now();
     if (vx_encode(hf, out, &o, &err) != 0) {
         fprintf(stderr, "walk: encode %s: %s\n", hf, err.msg);
         return 1;
     }
-    double t_browse = now() - t0, c_browse = cpu_now() - c0;
+    double t_browse = bw_now() - t0, c_browse = cpu_now() - c0;
     printf("encode %s: %.1f s plain, %.1f s with down-meta (down-meta %.1f s, %.2fx)\n", hf,
            t_plain, t_browse, t_browse - t_plain, t_browse / t_plain);
     printf("  cpu: %.1f s plain, %.1f s with down-meta (down-meta %.1f cpu-s)\n", c_plain,

@@ -1,0 +1,103 @@
+/*
+ * bandwidth.h — the streaming-read bandwidth probe the benchmarks divide by (decode,
+ * quant_decode, walk): `threads` threads summing disjoint slices of a large float array
+ * with AVX2 (benches build with -march=x86-64-v3), so the figure is bound by memory, not
+ * by add latency — a scalar loop would understate the bandwidth and flatter the ratios.
+ * Header-only (static inline) because CMake builds every bench source as its own executable.
+ */
+#ifndef LQL_BENCH_BANDWIDTH_H
+#define LQL_BENCH_BANDWIDTH_H
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Monotonic wall clock, seconds. */
+static inline double bw_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct bw_slice { const float *a; size_t n; float sum; } bw_slice;
+
+/* Thread body: four independent accumulators in flight; the sum is kept so the loads
+ * are observable. */
+static inline void *bw_sum(void *arg)
+{
+    bw_slice *p = arg;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 32 <= p->n; i += 32) {
+        s0 = _mm256_add_ps(s0, _mm256_loadu_ps(p->a + i));
+        s1 = _mm256_add_ps(s1, _mm256_loadu_ps(p->a + i + 8));
+        s2 = _mm256_add_ps(s2, _mm256_loadu_ps(p->a + i + 16));
+        s3 = _mm256_add_ps(s3, _mm256_loadu_ps(p->a + i + 24));
+    }
+    float t[8];
+    _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    float s = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+    for (; i < p->n; i++)
+        s += p->a[i];
+    p->sum = s;
+    return NULL;
+}
+
+/* One streaming read of the whole array a (n floats) with `threads` threads (at most
+ * 64): GB/s. */
+static inline double bw_once(const float *a, size_t n, int threads)
+{
+    pthread_t tid[64];
+    bw_slice p[64];
+    if (threads > 64)
+        threads = 64;
+    if (threads < 1)
+        threads = 1;
+    double t0 = bw_now();
+    size_t per = (n / (size_t)threads) & ~(size_t)31;
+    for (int t = 0; t < threads; t++) {
+        p[t] = (bw_slice){a + (size_t)t * per, t == threads - 1 ? n - (size_t)t * per : per, 0};
+        pthread_create(&tid[t], NULL, bw_sum, &p[t]);
+    }
+    for (int t = 0; t < threads; t++)
+        pthread_join(tid[t], NULL);
+    return (double)n * sizeof(float) / (bw_now() - t0) / 1e9;
+}
+
+/* Best of three reads of a 2 GB array with `threads` threads, GB/s; 0 when it cannot
+ * run. The probe runs in a child process so its 2 GB stay out of the caller's peak RSS. */
+static inline double bw_probe(int threads)
+{
+    int fd[2];
+    double bw = 0;
+    if (pipe(fd) < 0)
+        return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        size_t n = ((size_t)2 << 30) / sizeof(float);
+        float *a = malloc(n * sizeof *a);
+        double best = 0;
+        for (size_t i = 0; a && i < n; i++)
+            a[i] = (float)(i & 7);
+        for (int rep = 0; a && rep < 3; rep++) {
+            double g = bw_once(a, n, threads);
+            best = g > best ? g : best;
+        }
+        ssize_t w = write(fd[1], &best, sizeof best);
+        _exit(w == (ssize_t)sizeof best ? 0 : 1);
+    }
+    close(fd[1]);
+    if (pid < 0 || read(fd[0], &bw, sizeof bw) != (ssize_t)sizeof bw)
+        bw = 0;
+    close(fd[0]);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    return bw;
+}
+
+#endif
