@@ -517,9 +517,21 @@ int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
         vx_close(c);
         return -1;
     }
+    /* down-meta describes the canonical weights: the columns are read as f32/f16/bf16
+     * (browse accepts block-quantised FFN rows, which only a derived representation has) */
+    int rc = -1;
+    for (int l = 0; l < s.layers; l++)
+        for (int p = 0; p < s.layer[l].n_parts; p++) {
+            const vx_tensor *dn = s.layer[l].parts[p].down;
+            if (dn->dtype != VX_F32 && dn->dtype != VX_F16 && dn->dtype != VX_BF16) {
+                vx_errf(err, VX_EUNSUPPORTED, "down_meta: operand \"%s\" is stored as %s; "
+                        "down-meta is computed from f32, f16 or bf16 weights", dn->name,
+                        vx_dtype_name(dn->dtype));
+                goto done;
+            }
+        }
     char dir[4096], path[4200];
     snprintf(dir, sizeof dir, "%s/browse", tmpdir);
-    int rc = -1;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
         vx_errf(err, VX_EIO, "down_meta: cannot create \"%s\": %s", dir, strerror(errno));
         goto done;
