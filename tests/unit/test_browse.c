@@ -11,6 +11,7 @@
  */
 #include "brw_int.h"
 #include "t.h"
+#include "t_file.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,23 +26,6 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static cJSON *load_json(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    size_t got = fread(b, 1, (size_t)n, f);
-    b[got] = 0;
-    fclose(f);
-    cJSON *j = cJSON_Parse(b);
-    free(b);
-    return j;
 }
 
 static double elem(const vx_tensor *t, size_t i)
@@ -251,7 +235,7 @@ int main(void)
     /* TRACE against golden.json */
     eng_model *em = NULL;
     CHECK_MSG(eng_model_bind(c, &em, &err) == 0, "bind: %s", err.msg);
-    cJSON *g = load_json(TINY "/golden.json");
+    cJSON *g = t_load_json(TINY "/golden.json");
     CHECK(g != NULL);
     const cJSON *prompts = cJSON_GetObjectItem(g, "prompts"), *p;
     int n_prompts = 0;

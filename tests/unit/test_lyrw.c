@@ -5,6 +5,7 @@
  * of a valid file that must fail cleanly.
  */
 #include "t.h"
+#include "t_file.h"
 #include "lyrw.h"
 
 #include <stdint.h>
@@ -90,23 +91,6 @@ static int regions_match(const vx_lyrw *l, int bank_index, uint16_t bank_id, uin
                 ok = p[i] == pattern((uint32_t)bank_index, e, s, i);
         }
     return ok;
-}
-
-static unsigned char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n);
-    if (fread(b, 1, *n, f) != *n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    return b;
 }
 
 static void round_trip(void)
@@ -228,7 +212,7 @@ static void multi_segment(void)
     snprintf(want, sizeof want, "%s: bank 7: a single-segment file holds all 4 entries", c);
     CHECK_STR(err.msg, want);
     size_t n;
-    unsigned char *buf = slurp(b, &n);
+    unsigned char *buf = t_slurp(&n, "%s", b);
     buf[16] = 0;                         /* clear flags bit 0 */
     vx_lyrw *l;
     CHECK(vx_lyrw_parse("seg01", buf, n, &l, &err) == -1 && l == NULL);
@@ -266,7 +250,7 @@ static void hostile(void)
     char path[320];
     snprintf(path, sizeof path, "%s/layer3.lyrw", dir);
     size_t n;
-    unsigned char *g = slurp(path, &n);
+    unsigned char *g = t_slurp(&n, "%s", path);
     CHECK(g != NULL);
     if (!g)
         return;

@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "t.h"
+#include "t_file.h"
 #include "engine_int.h"
 
 #define MAXL 64
@@ -51,22 +52,6 @@ static int argmax(const float *x, int n)
     int b = 0;
     for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
     return b;
-}
-
-static cJSON *load_json(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    size_t got = fread(b, 1, (size_t)n, f);
-    fclose(f);
-    b[got] = 0;
-    cJSON *j = cJSON_Parse(b);
-    free(b);
-    return j;
 }
 
 static int ids_of(const cJSON *arr, int32_t *out, int max)
@@ -213,7 +198,7 @@ static void check_container(const char *fx, const char *dir, const char *golden)
     if (rc) return;
     rc = eng_model_bind(c, &m, &err);
     CHECK_MSG(rc == 0, "%s: bind: %s", fx, err.msg);
-    cJSON *g = load_json(golden);
+    cJSON *g = t_load_json(golden);
     CHECK_MSG(g != NULL, "%s: cannot read %s", fx, golden);
     if (!rc && g) {
         const cJSON *p;

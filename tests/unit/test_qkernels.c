@@ -6,6 +6,7 @@
  * serial and the threaded path, plus the MXFP4 NaN scale and the refusals.
  */
 #include "t.h"
+#include "t_file.h"
 #include "engine_int.h"
 #include "lyrw.h"
 #include "qkernels.h"
@@ -164,25 +165,6 @@ static void one(vx_dtype dt, int rows, int cols, int n)
     free(ref);
 }
 
-static unsigned char *slurp(const char *name, size_t *n)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/quant/%s", LQL_SHARED_DIR, name);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n ? *n : 1);
-    if (fread(b, 1, *n, f) != *n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    return b;
-}
-
 /* eng_qrow_f32 against the reference vectors' dequantised bits (NaN, inf, -0 and
  * subnormals included; test_quant checks the same for the codec). */
 static void reference_vectors(void)
@@ -199,7 +181,8 @@ static void reference_vectors(void)
         snprintf(qn, sizeof qn, "%s.q", v[i].name);
         snprintf(dn, sizeof dn, "%s.deq.f32", v[i].name);
         size_t nq, nd;
-        unsigned char *q = slurp(qn, &nq), *d = slurp(dn, &nd);
+        unsigned char *q = t_slurp(&nq, "%s/models/quant/%s", LQL_SHARED_DIR, qn),
+                      *d = t_slurp(&nd, "%s/models/quant/%s", LQL_SHARED_DIR, dn);
         CHECK_MSG(q && d, "%s: fixture missing", v[i].name);
         if (q && d) {
             float *out = malloc(nd);

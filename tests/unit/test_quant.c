@@ -5,6 +5,7 @@
  * byte where lql quantises that format; plus the refusals of the row API.
  */
 #include "t.h"
+#include "t_file.h"
 #include "vindex.h"
 
 #include <cjson/cJSON.h>
@@ -13,26 +14,6 @@
 
 #define QDIR LQL_SHARED_DIR "/models/quant"
 
-static unsigned char *slurp(const char *name, size_t *n)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", QDIR, name);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)len + 1);
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *n = (size_t)len;
-    return buf;
-}
-
 /* Reads a manifest file record and checks its size and sha256; NULL when absent. */
 static unsigned char *load(const cJSON *files, const char *key, size_t *n)
 {
@@ -40,7 +21,7 @@ static unsigned char *load(const cJSON *files, const char *key, size_t *n)
     if (!rec)
         return NULL;
     const char *path = cJSON_GetObjectItem(rec, "path")->valuestring;
-    unsigned char *buf = slurp(path, n);
+    unsigned char *buf = t_slurp(n, "%s/%s", QDIR, path);
     CHECK_MSG(buf != NULL, "cannot read %s", path);
     if (!buf)
         return NULL;
@@ -211,7 +192,7 @@ static void errors(void)
 int main(void)
 {
     size_t n;
-    unsigned char *m = slurp("manifest.json", &n);
+    unsigned char *m = t_slurp(&n, "%s/manifest.json", QDIR);
     CHECK(m != NULL);
     if (!m)
         return T_DONE();

@@ -1,0 +1,52 @@
+/*
+ * t_file.h — reading a whole file in the unit tests (fixture vectors, goldens, files a
+ * test has just written), so each test does not carry its own fopen/ftell/fread copy.
+ * Static inline: a test includes it and uses what it needs.
+ */
+#ifndef LQL_T_FILE_H
+#define LQL_T_FILE_H
+
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* The whole file at the path printf-formatted from fmt, in a malloc'd buffer (caller
+ * frees) of *n bytes plus one NUL after them; NULL when it cannot be read whole. */
+__attribute__((format(printf, 2, 3)))
+static inline unsigned char *t_slurp(size_t *n, const char *fmt, ...)
+{
+    char path[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(path, sizeof path, fmt, ap);
+    va_end(ap);
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    unsigned char *b = len >= 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)len + 1) : NULL;
+    if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) {
+        b[len] = 0;
+        *n = (size_t)len;
+    }
+    return b;
+}
+
+/* The file at path parsed as JSON (caller deletes); NULL when unreadable or malformed. */
+static inline cJSON *t_load_json(const char *path)
+{
+    size_t n;
+    char *text = (char *)t_slurp(&n, "%s", path);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    return j;
+}
+
+#endif
