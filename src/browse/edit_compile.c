@@ -397,6 +397,10 @@ static int rewrite(const vx_segment_view *v, const eng_overlay *ov, int gated, c
                          vx_dtype_name(x->dtype));
         } else {
             apply(ov, role, layer, f, rows, cols);
+            /* test hook: one written value wrong (mid-tensor, clear of the low feature ids
+             * tests tombstone), so the statement's probe gate must catch it */
+            if (getenv("LQL_TEST_COMPILE_FAULT") && *n_tensors == 0)
+                f[n / 2] += 8.0f;
             store(x->dtype, f, out, n);
             rc = vx_segw_write(w, out, (size_t)x->length, err);
             (*n_tensors)++;
@@ -411,9 +415,13 @@ static int rewrite(const vx_segment_view *v, const eng_overlay *ov, int gated, c
     return vx_segw_close(w, sha, bytes, err);
 }
 
-/* Every edited layer must hold a dense FFN in this container. */
+/* Every edited layer must hold a dense FFN in this container, stored in its segments. */
 static int check_layers(const vx_container *c, const eng_overlay *ov, vx_err *err)
 {
+    if (vx_container_shape(c) == VX_SHAPE_BANK && ov->n_edits + ov->n_lowrank)
+        return vx_errf(err, VX_EUNSUPPORTED, "compile: the bound container is bank-shape: its "
+                       "FFN weights live in LYRW bank files, which COMPILE does not rewrite; "
+                       "compile the graph-shape container it was imported from");
     for (size_t i = 0; i < ov->n_edits + ov->n_lowrank; i++) {
         int layer = i < ov->n_edits ? ov->edits[i].layer : ov->lowrank[i - ov->n_edits].layer;
         if (!vx_findf(c, "target.decoder_stack", "layers.%d.ffn.down_proj", layer))
@@ -422,6 +430,23 @@ static int check_layers(const vx_container *c, const eng_overlay *ov, vx_err *er
                            "dense FFN edits", layer);
     }
     return 0;
+}
+
+/* How many stored FFN tensors the overlay edits. */
+static size_t edited_tensors(const vx_container *c, const eng_overlay *ov, int gated)
+{
+    static const char *const roles[] = {"gate_proj", "up_proj", "down_proj"};
+    int hi = -1;
+    for (size_t i = 0; i < ov->n_edits + ov->n_lowrank; i++) {
+        int l = i < ov->n_edits ? ov->edits[i].layer : ov->lowrank[i - ov->n_edits].layer;
+        hi = l > hi ? l : hi;
+    }
+    size_t n = 0;
+    for (int l = 0; l <= hi; l++)
+        for (int r = 0; r < 3; r++)
+            n += edited(ov, r, l, gated) &&
+                 vx_findf(c, "target.decoder_stack", "layers.%d.ffn.%s", l, roles[r]);
+    return n;
 }
 
 int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir,
@@ -477,6 +502,12 @@ int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *o
             cJSON_ReplaceItemInObjectCaseSensitive(rec, "sha256", cJSON_CreateString(sha));
             cJSON_ReplaceItemInObjectCaseSensitive(rec, "bytes", cJSON_CreateNumber((double)bytes));
         }
+    }
+    if (rep->tensors_rewritten != edited_tensors(c, ov, gated)) {
+        vx_errf(err, VX_EUNSUPPORTED, "compile: %zu of %zu edited FFN tensors are stored in "
+                "segments of '%s'; the others cannot be rewritten", rep->tensors_rewritten,
+                edited_tensors(c, ov, gated), vx_dir(c));
+        goto fail;
     }
     walk_ctx w = {tmp, skip, ns, 0, err};
     if (brw_tree_files(vx_dir(c), carry, &w, err))

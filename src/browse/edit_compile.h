@@ -12,7 +12,11 @@
  *                activation and its contribution are both zero, as in the overlay;
  *   gate/up/down replacements → the rows / column are written;
  *   low-rank   → down_proj += U·Vᵀ.
- * Quantised FFN tensors and MoE layers are refused by name.
+ * Quantised FFN tensors, MoE layers and bank-shape containers (FFN weights in LYRW bank
+ * files, which are not rewritten) are refused by name; COMPILE fails when fewer FFN
+ * tensors were rewritten than the overlay edits. The statement (exec_edit.c) gates the
+ * result against the overlay. LQL_TEST_COMPILE_FAULT (tests only) corrupts one written
+ * value so that gate can be shown to fail.
  */
 #ifndef LQL_EDIT_COMPILE_H
 #define LQL_EDIT_COMPILE_H

@@ -16,8 +16,10 @@
  * (engine/edit_memit.h) journaled as a low-rank insert; INSERT … MODE KNN records the
  * canonical prompt's residual as a key of the overlay's residual-key store, which INFER
  * consults (lql_edit_knn_override). COMPILE materialises the overlay into a derived
- * container (browse/edit_compile.h) and checks it answers as the overlay does. DIFF compares two effective states (CURRENT or a container): features whose
- * tombstone or metadata differ, and per-tensor value deltas. COMPACT (edit_compact.h):
+ * container (browse/edit_compile.h) and gates it: INFER logits, TRACE lens and WALK hits
+ * of its probes must agree with the overlay's within a storage-dependent tolerance, or the
+ * output is removed. DIFF compares two effective states (CURRENT or a container): features
+ * whose tombstone or metadata differ, and per-tensor value deltas. COMPACT (edit_compact.h):
  * storage reorganised, every dropped file named, answers compared.
  */
 #include <cjson/cJSON.h>
@@ -535,18 +537,20 @@ static void cap_layer(void *ctx, int layer, int pos0, int n, const float *attn,
 }
 
 /* Run ids through m (its overlay attached) and fill res [layers, hidden] with the residual
- * after each layer at the last position. */
-static int last_residuals(eng_model *m, const int32_t *ids, size_t n, float *res, vx_err *ve)
+ * after each layer at the last position; logits (may be NULL) gets the next-token logits. */
+static int last_residuals(eng_model *m, const int32_t *ids, size_t n, float *res,
+                          float *logits, vx_err *ve)
 {
-    float *logits = malloc((size_t)eng_model_vocab(m) * sizeof *logits);
+    float *lg = logits ? logits : malloc((size_t)eng_model_vocab(m) * sizeof *lg);
     eng_session *ss = NULL;
     resid_cap cap = {eng_model_hidden(m), res};
     eng_observer obs = {&cap, NULL, cap_layer, NULL, NULL};
-    int rc = !logits ? vx_errf(ve, VX_ENOMEM, "out of memory")
-                     : eng_session_new(m, (int)n, &ss, ve) ||
-                           eng_forward(ss, ids, (int)n, logits, &obs, ve);
+    int rc = !lg ? vx_errf(ve, VX_ENOMEM, "out of memory")
+                 : eng_session_new(m, (int)n, &ss, ve) ||
+                       eng_forward(ss, ids, (int)n, lg, &obs, ve);
     eng_session_free(ss);
-    free(logits);
+    if (lg != logits)
+        free(lg);
     return rc ? -1 : 0;
 }
 
@@ -563,7 +567,7 @@ int lql_edit_knn_override(lql_session *s, const lql_stmt *st, eng_model *m, cons
     vx_err ve = {0};
     if (!res)
         return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
-    if (last_residuals(m, ids, n, res, &ve)) {
+    if (last_residuals(m, ids, n, res, NULL, &ve)) {
         free(res);
         return lql_err_vx(e, &ve, &st->at);
     }
@@ -634,7 +638,7 @@ static int insert_knn(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
         goto done;
     }
     if (eng_tok_encode(eng_model_tokenizer(m), prompt, strlen(prompt), 1, &ids, &n, &ve) ||
-        last_residuals(m, ids, n, res, &ve)) {
+        last_residuals(m, ids, n, res, NULL, &ve)) {
         lql_err_vx(e, &ve, &st->entity_at);
         goto done;
     }
@@ -1522,17 +1526,26 @@ static int resolve_confidence(edit_state *es, const lql_stmt *st, lql_result *r,
     return rc;
 }
 
-/* Logits of a prompt's next token through m. */
-static int next_logits(eng_model *m, const char *prompt, float *logits, vx_err *ve)
+/* What a probe reads: the next-token logits and the logit lens of the last position's
+ * residual after every layer (TRACE's lens). */
+typedef struct probe_read {
+    float *logits;            /* [vocab] */
+    float *resid;             /* [layers × hidden] */
+    float *lens;              /* [layers × vocab] */
+} probe_read;
+
+/* Run prompt through m: logits and lens into p (buffers the caller sized). */
+static int probe_run(eng_model *m, const char *prompt, probe_read *p, vx_err *ve)
 {
     int32_t *ids = NULL;
     size_t n = 0;
-    eng_session *ss = NULL;
     int rc = eng_tok_encode(eng_model_tokenizer(m), prompt, strlen(prompt), 1, &ids, &n, ve) ||
-             eng_session_new(m, (int)n, &ss, ve) || eng_forward(ss, ids, (int)n, logits, NULL, ve);
-    eng_session_free(ss);
+             last_residuals(m, ids, n, p->resid, p->logits, ve);
     free(ids);
-    return rc;
+    const int L = eng_model_layers(m), H = eng_model_hidden(m), V = eng_model_vocab(m);
+    for (int l = 0; l < L && rc == 0; l++)
+        eng_lens(m, p->resid + (size_t)l * H, p->lens + (size_t)l * V);
+    return rc ? -1 : 0;
 }
 
 static int argmax(const float *x, int n)
@@ -1544,49 +1557,171 @@ static int argmax(const float *x, int n)
     return b;
 }
 
-/* Run the check prompts through m and the container at out, as a table titled `title`
- * with columns named left and right; *worst gets the largest logit difference. */
+static double max_absdiff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++)
+        d = fmax(d, fabs((double)a[i] - b[i]));
+    return d;
+}
+
+/* The gate's settings and findings. bm NULL: no WALK comparison (COMPACT). */
+typedef struct probe_gate {
+    const brw_model *bm;          /* the source's browse model */
+    const brw_overlay *bov;       /* the overlay WALK runs through there (may be NULL) */
+    const eng_overlay *ov;        /* its tombstones: dropped by the overlay's WALK only */
+    double rel;                   /* tolerance, relative to the logit scale */
+    double logit, lens, walk;     /* out: largest differences over the probes */
+    double scale;                 /* out: the largest |logit| of the source over the probes */
+    char walk_bad[160];           /* out: the first WALK hit that is not explained by a tie */
+} probe_gate;
+
+static int tombstoned(const eng_overlay *ov, int layer, int64_t f)
+{
+    for (size_t i = 0; ov && i < ov->n_edits; i++)
+        if (ov->edits[i].tombstone && ov->edits[i].layer == layer && ov->edits[i].feature == f)
+            return 1;
+    return 0;
+}
+
+/* WALK top 10 per layer on both sides. The compiled container cannot drop a tombstoned
+ * feature of a plain MLP from its scan (its gate row stays; its down column is zero), so
+ * such hits are skipped on the compiled side. Hit ranks may differ only where the scores
+ * tie within tol; the largest score difference at equal ranks goes to *d. */
+static int walk_compare(const brw_model *ma, const brw_overlay *ova, const brw_model *mb,
+                        const eng_overlay *tomb, const char *prompt, double tol, double *d,
+                        char *bad, size_t nbad, vx_err *ve)
+{
+    brw_walk wa = {0}, wb = {0};
+    brw_walk_opts oa = {.top = 10, .layer_lo = -1, .layer_hi = -1, .ov = ova};
+    brw_walk_opts ob = {.top = 10 + 8, .layer_lo = -1, .layer_hi = -1, .ov = NULL};
+    int rc = brw_walk_run(ma, prompt, &oa, &wa, ve) || brw_walk_run(mb, prompt, &ob, &wb, ve);
+    for (int l = 0; l < wa.n_layers && l < wb.n_layers && rc == 0; l++) {
+        const brw_hit *ha = wa.hits + (size_t)l * wa.top, *hb = wb.hits + (size_t)l * wb.top;
+        int k = 0;
+        for (int j = 0; j < wb.counts[l] && k < wa.counts[l]; j++) {
+            if (tombstoned(tomb, wb.layers[l], hb[j].feature))
+                continue;
+            double sd = fabs((double)ha[k].score - hb[j].score);
+            *d = fmax(*d, sd);
+            int found = 0;
+            for (int i = 0; i < wa.counts[l] && !found; i++)
+                found = ha[i].feature == hb[j].feature &&
+                        fabs((double)ha[i].score - hb[j].score) <= tol;
+            int cutoff = fabs((double)hb[j].score - ha[wa.counts[l] - 1].score) <= tol;
+            if ((sd > tol || (ha[k].feature != hb[j].feature && !found && !cutoff)) && !bad[0])
+                snprintf(bad, nbad, "WALK \"%s\" layer %d rank %d: feature %lld (%.4g) vs "
+                         "%lld (%.4g)", prompt, wa.layers[l], k + 1, (long long)ha[k].feature,
+                         ha[k].score, (long long)hb[j].feature, hb[j].score);
+            k++;
+        }
+        if (k < wa.counts[l] && !bad[0])
+            snprintf(bad, nbad, "WALK \"%s\" layer %d: %d hits vs %d", prompt, wa.layers[l],
+                     wa.counts[l], k);
+    }
+    brw_walk_free(&wa);
+    brw_walk_free(&wb);
+    return rc ? -1 : 0;
+}
+
+/* Run the check prompts through m and the container at out (INFER logits, TRACE lens of
+ * every layer, and with g->bm WALK hits), as a table titled names[0] with columns names[1]
+ * and names[2]; the largest differences go to g. */
 static int check_compiled(eng_model *m, const char *out, const char *const *prompts, int np,
-                          const char *const names[3], double *worst, lql_result *r,
+                          const char *const names[3], probe_gate *g, lql_result *r,
                           const lql_stmt *st, lql_err *e)
 {
     vx_container *c2 = NULL;
     eng_model *m2 = NULL;
+    brw_model *b2 = NULL;
     vx_err ve = {0};
-    if (vx_open(out, &c2, &ve) || eng_model_bind(c2, &m2, &ve)) {
+    if (vx_open(out, &c2, &ve) || eng_model_bind(c2, &m2, &ve) ||
+        (g->bm && brw_open_tok(c2, eng_model_tokenizer(m2), &b2, &ve))) {
+        eng_model_free(m2);
         vx_close(c2);
         return lql_err_vx(e, &ve, &st->arg2_at);
     }
-    const int V = eng_model_vocab(m);
-    float *a = malloc((size_t)V * sizeof *a), *b = malloc((size_t)V * sizeof *b);
+    const size_t V = (size_t)eng_model_vocab(m), L = (size_t)eng_model_layers(m),
+                 H = (size_t)eng_model_hidden(m);
+    probe_read pa = {malloc(V * sizeof(float)), malloc(L * H * sizeof(float)),
+                     malloc(L * V * sizeof(float))};
+    probe_read pb = {malloc(V * sizeof(float)), malloc(L * H * sizeof(float)),
+                     malloc(L * V * sizeof(float))};
     const lql_colspec cols[] = {
         {"prompt", LQL_TEXT, 0}, {names[1], LQL_TEXT, 0}, {names[2], LQL_TEXT, 0},
-        {"max_logit_diff", LQL_FLOAT, 6}};
-    lql_table *t = lql_result_table(r, names[0], 4, cols);
-    *worst = 0;
+        {"max_logit_diff", LQL_FLOAT, 6}, {"max_lens_diff", LQL_FLOAT, 6},
+        {"max_walk_diff", LQL_FLOAT, 6}};
+    lql_table *t = lql_result_table(r, names[0], g->bm ? 6 : 5, cols);
+    g->logit = g->lens = g->walk = g->scale = 0;
+    g->walk_bad[0] = '\0';
     int rc = 0;
-    if (!a || !b || !t)
+    if (!pa.logits || !pa.resid || !pa.lens || !pb.logits || !pb.resid || !pb.lens || !t ||
+        eng_model_layers(m2) != (int)L || eng_model_vocab(m2) != (int)V)
         rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     for (int i = 0; i < np && rc == 0; i++) {
-        if (next_logits(m, prompts[i], a, &ve) || next_logits(m2, prompts[i], b, &ve)) {
+        if (probe_run(m, prompts[i], &pa, &ve) || probe_run(m2, prompts[i], &pb, &ve)) {
             rc = lql_err_vx(e, &ve, &st->at);
             break;
         }
-        double d = 0;
-        for (int v = 0; v < V; v++)
-            d = fmax(d, fabs((double)a[v] - b[v]));
-        *worst = fmax(*worst, d);
+        double sc = 0, wd = 0;
+        for (size_t v = 0; v < V; v++)
+            sc = fmax(sc, fabs((double)pa.logits[v]));
+        g->scale = fmax(g->scale, sc);
+        /* WALK scores are judged in the unit of this prompt's logits */
+        if (g->bm && walk_compare(g->bm, g->bov, b2, g->ov, prompts[i], g->rel * fmax(sc, 1.0),
+                                  &wd, g->walk_bad, sizeof g->walk_bad, &ve)) {
+            rc = lql_err_vx(e, &ve, &st->at);
+            break;
+        }
+        double dl = max_absdiff(pa.logits, pb.logits, V);
+        double dn = max_absdiff(pa.lens, pb.lens, L * V);
+        g->logit = fmax(g->logit, dl);
+        g->lens = fmax(g->lens, dn);
+        g->walk = fmax(g->walk, wd);
         lql_row(t);
         lql_cell_text(t, prompts[i]);
-        lql_cell_text(t, eng_tok_piece(eng_model_tokenizer(m), argmax(a, V)));
-        lql_cell_text(t, eng_tok_piece(eng_model_tokenizer(m2), argmax(b, V)));
-        lql_cell_float(t, d);
+        lql_cell_text(t, eng_tok_piece(eng_model_tokenizer(m), argmax(pa.logits, (int)V)));
+        lql_cell_text(t, eng_tok_piece(eng_model_tokenizer(m2), argmax(pb.logits, (int)V)));
+        lql_cell_float(t, dl);
+        lql_cell_float(t, dn);
+        if (g->bm)
+            lql_cell_float(t, wd);
     }
-    free(a);
-    free(b);
+    free(pa.logits);
+    free(pa.resid);
+    free(pa.lens);
+    free(pb.logits);
+    free(pb.resid);
+    free(pb.lens);
+    brw_close(b2);
     eng_model_free(m2);
     vx_close(c2);
     return rc;
+}
+
+/* The gate's tolerance relative to the logit scale: 1e-5 when every edited FFN tensor is
+ * stored f32 (exact materialisation; what remains is summation order), looser where
+ * COMPILE rounds the edited tensors once (f16 keeps 11 significant bits, bf16 8). */
+static double gate_tolerance(const vx_container *c, const eng_overlay *ov, const char **why)
+{
+    double rel = 1e-5;
+    *why = "1e-5 (f32 storage)";
+    static const char *const roles[] = {"gate_proj", "up_proj", "down_proj"};
+    for (size_t i = 0; i < ov->n_edits + ov->n_lowrank; i++) {
+        int layer = i < ov->n_edits ? ov->edits[i].layer : ov->lowrank[i - ov->n_edits].layer;
+        for (int k = 0; k < 3; k++) {
+            const vx_tensor *x = vx_findf(c, "target.decoder_stack", "layers.%d.ffn.%s", layer,
+                                          roles[k]);
+            if (x && x->dtype == VX_BF16 && rel < 2e-2) {
+                rel = 2e-2;
+                *why = "2e-2 (bf16 storage)";
+            } else if (x && x->dtype == VX_F16 && rel < 2e-3) {
+                rel = 2e-3;
+                *why = "2e-3 (f16 storage)";
+            }
+        }
+    }
+    return rel;
 }
 
 int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
@@ -1641,6 +1776,7 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     int np = 0;
     prompts[np++] = strdup("The capital of France is");
     prompts[np++] = strdup("Once upon a time");
+    prompts[np++] = strdup("A baby cat is called a");
     if (vx_journal_active_ops(es->j, &ops, &nops, &ve) == 0)
         for (size_t i = 0; i < nops && np < 18; i++)
             if (ops[i].kind == VX_OP_INSERT && ops[i].entity && ops[i].relation)
@@ -1650,18 +1786,34 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         if (!prompts[i])
             rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     static const char *const heads[3] = {"compiled vs overlay", "overlay", "compiled"};
-    double worst = 0;
+    const char *why = NULL;
+    probe_gate g = {es->bm, brw_edit_overlay_browse(use), brw_edit_overlay_eng(use),
+                    gate_tolerance(s->vx, brw_edit_overlay_eng(use), &why), 0, 0, 0, 0, ""};
     /* the probes run the overlay that was compiled, then the session's again */
     lql_session_set_overlay(s, brw_edit_overlay_eng(use));
     if (rc == 0)
-        rc = check_compiled(m, st->arg2, (const char *const *)prompts, np, heads, &worst, r,
-                            st, e);
+        rc = check_compiled(m, st->arg2, (const char *const *)prompts, np, heads, &g, r, st, e);
     lql_session_set_overlay(s, brw_edit_overlay_eng(es->ov));
     brw_edit_overlay_free(hov);
+    double tol = g.rel * fmax(g.scale, 1.0);
+    if (rc == 0 && (g.logit > tol || g.lens > tol || g.walk_bad[0])) {
+        char what[256];
+        if (g.logit > tol || g.lens > tol)
+            snprintf(what, sizeof what, "%s differ by %.3g", g.logit > tol ? "INFER logits" :
+                     "TRACE lens logits", g.logit > tol ? g.logit : g.lens);
+        else
+            snprintf(what, sizeof what, "%s", g.walk_bad);
+        brw_tree_remove(st->arg2);
+        rc = lql_errf(e, LQL_EEXEC, &st->arg2_at, "compile: removed '%s', which does not "
+                      "answer as the overlay does within %s x logit scale %.3g: %s", st->arg2,
+                      why, fmax(g.scale, 1.0), what);
+    }
     for (int i = 0; i < np; i++)
         free(prompts[i]);
     if (rc)
         return -1;
+    lql_result_note(r, "compile gate: INFER logits, TRACE lens (every layer) and WALK hits "
+                    "(top 10 per layer) of %d probes agree within %s x the logit scale", np, why);
     if (cnt.knn)
         lql_result_note(r, "%zu KNN-store entr%s not compiled: a container has no residual-key "
                         "store (they keep applying from the journal)", cnt.knn,
@@ -1722,9 +1874,10 @@ int lql_h_compact(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     compact_rows(&rep, r);
     static const char *const prompts[] = {"The capital of France is", "Once upon a time"};
     static const char *const names[3] = {"compacted vs source", "source", "compacted"};
-    double worst = 0;
-    if ((rc = check_compiled(m, out, prompts, 2, names, &worst, r, st, e)))
+    probe_gate g = {0};
+    if ((rc = check_compiled(m, out, prompts, 2, names, &g, r, st, e)))
         goto done;
+    double worst = fmax(g.logit, g.lens);
     if (worst != 0) {
         rc = lql_errf(e, LQL_EEXEC, &st->at, "compact: '%s' answers differently from its "
                       "source (max logit difference %g)", out, worst);
