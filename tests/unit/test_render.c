@@ -186,11 +186,33 @@ static void shell(void)
     free(out); free(err);
 }
 
+/* A new temporary file (path is a mkstemp template, filled in) holding body; 1 when written. */
+static int temp_file(char *path, const char *body)
+{
+    int fd = mkstemp(path);
+    int ok = fd >= 0 && write(fd, body, strlen(body)) == (ssize_t)strlen(body);
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+/* lql_golden(path, update) with its report on stdout sent to the file out, so it stays
+ * out of the test log. */
+static int golden_to(const char *path, int update, const char *out)
+{
+    fflush(stdout);
+    int saved = dup(STDOUT_FILENO), fd = open(out, O_WRONLY | O_TRUNC);
+    if (fd >= 0) dup2(fd, STDOUT_FILENO);
+    int rc = lql_golden(path, update);
+    fflush(stdout);
+    if (saved >= 0) { dup2(saved, STDOUT_FILENO); close(saved); }
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
 static void golden_runner(void)
 {
     /* a query with a wrong expected block fails, a right one passes */
     char path[] = "/tmp/lql-golden-XXXXXX";
-    int fd = mkstemp(path);
     const char *body =
         "# runner self-test\n"
         "query\nSHOW MODELS;\n----\ncontainer\tformat\tmodel\tlayers\n\n"
@@ -198,30 +220,12 @@ static void golden_runner(void)
         "statement error\nSTATS;\n----\nerror: 1:1: no container bound: USE \"path\" first\n\n"
         "statement error\nSTATS;\n----\nerror: 1:1: another message\n\n"
         "statement ok\nSTATS;\n";
-    CHECK(fd >= 0 && write(fd, body, strlen(body)) == (ssize_t)strlen(body));
-    close(fd);
+    CHECK(temp_file(path, body));
     /* its report goes to a file (out of the test log) and is checked */
     char rep[] = "/tmp/lql-golden-out-XXXXXX";
-    int rfd = mkstemp(rep);
-    fflush(stdout);
-    int saved = dup(STDOUT_FILENO);
-    if (rfd >= 0) dup2(rfd, STDOUT_FILENO);
-    int rc = lql_golden(path, 0);
-    fflush(stdout);
-    if (saved >= 0) { dup2(saved, STDOUT_FILENO); close(saved); }
-    if (rfd >= 0) close(rfd);
-    CHECK(rc == 1);
-    char *report = NULL;
-    FILE *f = fopen(rep, "rb");
-    if (f) {
-        size_t n;
-        FILE *m = open_memstream(&report, &n);
-        char buf[1024];
-        size_t k;
-        while ((k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, m);
-        fclose(m);
-        fclose(f);
-    }
+    temp_file(rep, "");
+    CHECK(golden_to(path, 0, rep) == 1);
+    char *report = lql_read_file(rep, 0, NULL);
     char want[300];
     snprintf(want, sizeof want, "%s:7: query failed\n--- expected\n+++ got\n- wrong header\n+ container\tformat\tmodel\tlayers\n", path);
     CHECK_HAS(report, want);
@@ -239,20 +243,12 @@ static void golden_runner(void)
 static void golden_update(void)
 {
     char path[] = "/tmp/lql-update-XXXXXX";
-    int fd = mkstemp(path);
     const char *body =
         "query\nSHOW MODELS;\n----\n\n"
         "statement error\nSTATS;\n----\nerror: 1:1: old text\n\n"
         "# end\n";
-    CHECK(fd >= 0 && write(fd, body, strlen(body)) == (ssize_t)strlen(body));
-    close(fd);
-    fflush(stdout);
-    int saved = dup(STDOUT_FILENO), null = open("/dev/null", O_WRONLY);
-    if (null >= 0) dup2(null, STDOUT_FILENO);
-    int first = lql_golden(path, 1), second = lql_golden(path, 0);
-    fflush(stdout);
-    if (saved >= 0) { dup2(saved, STDOUT_FILENO); close(saved); }
-    if (null >= 0) close(null);
+    CHECK(temp_file(path, body));
+    int first = golden_to(path, 1, "/dev/null"), second = golden_to(path, 0, "/dev/null");
     CHECK(first == 1 && second == 0);
     char *got = lql_read_file(path, 0, NULL);
     CHECK_STR(got, "query\nSHOW MODELS;\n----\ncontainer\tformat\tmodel\tlayers\n\n"
@@ -265,17 +261,7 @@ static void golden_update(void)
 static void reference_doc(void)
 {
     char *md = lql_help_markdown();
-    FILE *f = fopen(LQL_SOURCE_DIR "/docs/lql/REFERENCE.md", "rb");
-    char *disk = NULL;
-    size_t n = 0;
-    if (f) {
-        FILE *m = open_memstream(&disk, &n);
-        char buf[4096];
-        size_t k;
-        while ((k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, m);
-        fclose(m);
-        fclose(f);
-    }
+    char *disk = lql_read_file(LQL_SOURCE_DIR "/docs/lql/REFERENCE.md", 0, NULL);
     CHECK_MSG(md && disk && strcmp(md, disk) == 0,
               "docs/lql/REFERENCE.md differs from `lql --help-markdown`: regenerate it");
     CHECK_HAS(md, "## EXPLAIN INFER\n\n```\nEXPLAIN INFER \"prompt\"");
