@@ -296,6 +296,28 @@ VINDEX_HANDLER(representations)
     return doc ? vindex_emit(doc) : VINDEX_OK;
 }
 
+/* One row of `precision`: with json, a new object {key: name (when key), weights, bytes,
+ * bits_per_weight} for the caller to place; otherwise the text line is printed (name in a
+ * column w wide) and NULL returned. */
+static cJSON *precision_row(int json, const char *key, const char *name, uint64_t weights,
+                            uint64_t bytes, int w)
+{
+    double bpw = weights ? 8.0 * (double)bytes / (double)weights : 0;
+    if (!json) {
+        char b[32];
+        printf("%-*s  %14llu  %10s  %9.3f\n", w, name, (unsigned long long)weights,
+               vindex_bytes(bytes, b, sizeof b), bpw);
+        return NULL;
+    }
+    cJSON *r = cJSON_CreateObject();
+    if (key)
+        cJSON_AddStringToObject(r, key, name);
+    cJSON_AddNumberToObject(r, "weights", (double)weights);
+    cJSON_AddNumberToObject(r, "bytes", (double)bytes);
+    cJSON_AddNumberToObject(r, "bits_per_weight", bpw);
+    return r;
+}
+
 VINDEX_HANDLER(precision)
 {
     int rc, w;
@@ -326,47 +348,22 @@ VINDEX_HANDLER(precision)
     } else {
         printf("%-*s  %14s  %10s  %9s\n", w, "representation", "weights", "bytes", "bits/wt");
     }
-    char b[32];
     for (size_t i = 0; i < n; i++) {
-        double bpw = s[i].elems ? 8.0 * (double)s[i].bytes / (double)s[i].elems : 0;
-        if (doc) {
-            cJSON *r = cJSON_CreateObject();
-            cJSON_AddStringToObject(r, "id", s[i].id);
-            cJSON_AddNumberToObject(r, "weights", (double)s[i].elems);
-            cJSON_AddNumberToObject(r, "bytes", (double)s[i].bytes);
-            cJSON_AddNumberToObject(r, "bits_per_weight", bpw);
+        cJSON *r = precision_row(doc != NULL, "id", s[i].id, s[i].elems, s[i].bytes, w);
+        if (r)
             cJSON_AddItemToArray(reps, r);
-        } else {
-            printf("%-*s  %14llu  %10s  %9.3f\n", w, s[i].id, (unsigned long long)s[i].elems,
-                   vindex_bytes(s[i].bytes, b, sizeof b), bpw);
-        }
     }
     for (int d = 0; d < VX_DTYPE_COUNT; d++) {
         if (!delems[d])
             continue;
-        double bpw = 8.0 * (double)dbytes[d] / (double)delems[d];
-        if (doc) {
-            cJSON *r = cJSON_CreateObject();
-            cJSON_AddStringToObject(r, "dtype", vx_dtype_name((vx_dtype)d));
-            cJSON_AddNumberToObject(r, "weights", (double)delems[d]);
-            cJSON_AddNumberToObject(r, "bytes", (double)dbytes[d]);
-            cJSON_AddNumberToObject(r, "bits_per_weight", bpw);
+        cJSON *r = precision_row(doc != NULL, "dtype", vx_dtype_name((vx_dtype)d), delems[d],
+                                 dbytes[d], w);
+        if (r)
             cJSON_AddItemToArray(dts, r);
-        } else {
-            printf("%-*s  %14llu  %10s  %9.3f\n", w, vx_dtype_name((vx_dtype)d),
-                   (unsigned long long)delems[d], vindex_bytes(dbytes[d], b, sizeof b), bpw);
-        }
     }
-    double all = elems ? 8.0 * (double)bytes / (double)elems : 0;
-    if (doc) {
-        cJSON *t = cJSON_AddObjectToObject(doc, "overall");
-        cJSON_AddNumberToObject(t, "weights", (double)elems);
-        cJSON_AddNumberToObject(t, "bytes", (double)bytes);
-        cJSON_AddNumberToObject(t, "bits_per_weight", all);
-    } else {
-        printf("%-*s  %14llu  %10s  %9.3f\n", w, "overall", (unsigned long long)elems,
-               vindex_bytes(bytes, b, sizeof b), all);
-    }
+    cJSON *t = precision_row(doc != NULL, NULL, "overall", elems, bytes, w);
+    if (t)
+        cJSON_AddItemToObject(doc, "overall", t);
     free(s);
     vx_close(c);
     return doc ? vindex_emit(doc) : VINDEX_OK;
