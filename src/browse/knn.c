@@ -3,9 +3,10 @@
  * |gate·q| (sign kept), or by the WALK modes' keys (signed gate·q, or the activation
  * with the up rows). One pass over the gate rows read in place from the mmap; f16 and
  * bf16 rows are widened in registers (F16C / a 16-bit shift), so the scan runs at memory
- * bandwidth. Block-quantised rows (q8_0, q4_0, q4_k, q6_k, mxfp4) are dequantised lazily
- * one block at a time into a stack buffer and dotted in f32 (eng_qdot: exact weights,
- * nothing copied, no separate index). Rows are cut into chunks that threads pull from a
+ * bandwidth. Block-quantised rows are read in place too, with exact weights and f32
+ * products (nothing copied, no separate index): q8_0 and q4_0 widened block by block in
+ * registers, q4_k, q6_k and mxfp4 dequantised one block at a time into a stack buffer
+ * (eng_qdot). Rows are cut into chunks that threads pull from a
  * shared counter; each thread keeps a bounded min-heap per layer, merged at the end.
  *
  * With an overlay, the base scan asks for k + (edits in the layer) hits so that dropping
@@ -103,8 +104,51 @@ static int has_avx512(void)
 }
 #endif
 
+#ifdef HAVE_AVX2
+/* Eight int8 weights of a block (from p) times q[0..8) added to s. */
+static inline __m256 fma_i8(__m128i p, const float *q, __m256 s)
+{
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(p)), _mm256_loadu_ps(q), s);
+}
+
+/* Σ d·w·q over Q8_0 or Q4_0 blocks (f16 scale, then 32 int8, or 16 bytes of nibbles: low
+ * nibbles are elements 0-15, high 16-31, offset 8): the weights are widened straight into
+ * registers and each block's sum is scaled once. The products are the ones eng_qdot forms
+ * from the dequantised block, only summed in another order. */
+static float dot_q8q4(vx_dtype t, const uint8_t *row, const float *q, int64_t n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    size_t bb = t == VX_Q8_0 ? 34 : 18;
+    const __m128i m4 = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+    for (int64_t b = 0; b < n / 32; b++, row += bb, q += 32) {
+        uint16_t dh;
+        memcpy(&dh, row, 2);
+        __m128i lo, hi;
+        if (t == VX_Q8_0) {
+            lo = _mm_loadu_si128((const __m128i *)(row + 2));
+            hi = _mm_loadu_si128((const __m128i *)(row + 18));
+        } else {
+            __m128i x = _mm_loadu_si128((const __m128i *)(row + 2));
+            lo = _mm_sub_epi8(_mm_and_si128(x, m4), eight);
+            hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), m4), eight);
+        }
+        __m256 s = _mm256_setzero_ps();
+        s = fma_i8(lo, q, s);
+        s = fma_i8(_mm_srli_si128(lo, 8), q + 8, s);
+        s = fma_i8(hi, q + 16, s);
+        s = fma_i8(_mm_srli_si128(hi, 8), q + 24, s);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(dh)), s, acc);
+    }
+    return hsum(acc);
+}
+#endif
+
 float brw_dot_row(vx_dtype t, const void *row, const float *q, int64_t n)
 {
+#ifdef HAVE_AVX2
+    if (t == VX_Q8_0 || t == VX_Q4_0)
+        return dot_q8q4(t, row, q, n);
+#endif
     if (t != VX_F32 && t != VX_F16 && t != VX_BF16)
         return eng_qdot(t, row, q, (int)n);
     int64_t i = 0;

@@ -1,7 +1,7 @@
 /*
  * test_browse_quant.c — browse over block-quantised FFN rows read in place. tinyllama is
- * encoded into the build tree and given q8_0 and q4_k representations of its decoder
- * stack; under each profile every WALK mode's hits (all ranks, every layer) equal a
+ * encoded into the build tree and given q8_0, q4_k, q4_0, q6_k and mxfp4 representations
+ * of its decoder stack; under each every WALK mode's hits (all ranks, every layer) equal a
  * float64 recomputation from the dequantised rows (vx_dequantize_row) within 1e-4
  * relative, and the top hits are compared with the f32 WALK of the same prompts (the
  * agreement is printed and bounded from below). gpt2 (plain MLP with a c_fc bias) under
@@ -298,6 +298,30 @@ static void tiny(void)
     CHECK(g8.layers == 24 && g8.hits == 240 && g4.hits == 240);
     CHECK_MSG(g8.top1 >= 22 && g8.shared >= 220, "q8_0 agreement %d %d", g8.top1, g8.shared);
     CHECK_MSG(g4.top1 >= 16 && g4.shared >= 170, "q4_k agreement %d %d", g4.top1, g4.shared);
+
+    /* the other codecs browse reads: every mode equal to float64 too */
+    static const vx_dtype more[] = {VX_Q4_0, VX_Q6_K, VX_MXFP4};
+    for (int d = 0; d < 3; d++) {
+        const char *dn = vx_dtype_name(more[d]);
+        char rep[64];
+        snprintf(rep, sizeof rep, "target.decoder_stack.%s", dn);
+        CHECK_MSG(vx_represent(dir, "target.decoder_stack", more[d], NULL, &err) == 0,
+                  "%s: %s", dn, err.msg);
+        vx_container *cx;
+        brw_model *mx;
+        open_model(dir, rep, &cx, &mx);
+        if (mx) {
+            CHECK(mx->s.layer[1].parts[0].gate->dtype == more[d]);
+            for (int k = 0; k < 3; k++)
+                for (size_t p = 0; p < N_PROMPTS; p += 2) {
+                    char name[96];
+                    snprintf(name, sizeof name, "%s %s \"%s\"", dn, mname[k], prompts[p]);
+                    check_mode(mx, name, prompts[p], modes[k]);
+                }
+        }
+        brw_close(mx);
+        vx_close(cx);
+    }
 done:
     brw_close(m0);
     brw_close(m8);
