@@ -1,7 +1,7 @@
 /*
- * t_file.h — reading a whole file in the unit tests (fixture vectors, goldens, files a
- * test has just written), so each test does not carry its own fopen/ftell/fread copy.
- * Static inline: a test includes it and uses what it needs.
+ * t_file.h — the unit tests' file chores: reading a whole file (fixture vectors, goldens,
+ * files a test has just written) and removing a scratch directory, so each test does not
+ * carry its own copy. Static inline: a test includes it and uses what it needs.
  */
 #ifndef LQL_T_FILE_H
 #define LQL_T_FILE_H
@@ -47,6 +47,19 @@ static inline cJSON *t_load_json(const char *path)
     cJSON *j = text ? cJSON_Parse(text) : NULL;
     free(text);
     return j;
+}
+
+/* rm -rf dir (a test's scratch directory); -1 with "could not remove DIR" on stderr when
+ * that fails. */
+static inline int t_rm_rf(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "could not remove %s\n", dir);
+        return -1;
+    }
+    return 0;
 }
 
 #endif

@@ -19,6 +19,7 @@
 #include "lyrw.h"
 #include "vx_int.h"
 #include "t.h"
+#include "t_file.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -488,8 +489,6 @@ int main(void)
     importer_refusals();
     profile_on_bank();
     hostile();
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    CHECK(system(cmd) == 0);
+    CHECK(t_rm_rf(tmp) == 0);
     return T_DONE();
 }

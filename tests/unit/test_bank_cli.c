@@ -6,6 +6,7 @@
  */
 #include "vindex.h"
 #include "t.h"
+#include "t_file.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -100,8 +101,6 @@ int main(void)
     snprintf(want, sizeof want, "vindex bank: bank import: '%s' is already a bank-shape container\n", b);
     CHECK_STR(errtxt, want);
 
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    CHECK(system(cmd) == 0);
+    CHECK(t_rm_rf(tmp) == 0);
     return T_DONE();
 }

@@ -37,14 +37,6 @@ static double elem(const vx_tensor *t, size_t i)
     return vx_bf16_to_f32(((const uint16_t *)t->data)[i]);
 }
 
-static void rm_rf(const char *dir)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
-}
-
 static void check_down_meta(const brw_model *m, int layer, int64_t f)
 {
     const vx_tensor *E = m->s.embed, *D = m->s.layer[layer].parts[0].down;
@@ -83,8 +75,8 @@ int main(void)
     char out[4096], plain[4096];
     snprintf(out, sizeof out, "%s/h7-browse-tiny.vindex3", LQL_BINARY_DIR);
     snprintf(plain, sizeof plain, "%s/h7-browse-tiny-plain.vindex3", LQL_BINARY_DIR);
-    rm_rf(out);
-    rm_rf(plain);
+    t_rm_rf(out);
+    t_rm_rf(plain);
     vx_encode_opts o;
     vx_encode_opts_init(&o);
     vx_err err = {0};
@@ -351,7 +343,7 @@ int main(void)
 
     /* the SGEMM fallback writes the same down-meta as the AMX pass (where there is one) */
     setenv("LQL_NO_AMX", "1", 1);
-    rm_rf(plain);
+    t_rm_rf(plain);
     o.finish_ctx = &o;
     CHECK(vx_encode(TINY, plain, &o, &err) == 0);
     unsetenv("LQL_NO_AMX");
@@ -455,7 +447,7 @@ int main(void)
     /* a band override reaches the hook through index.encoder.layer_band even when the
      * caller passes no ctx (as EXTRACT does) */
     {
-        rm_rf(plain);
+        t_rm_rf(plain);
         vx_encode_opts ob;
         vx_encode_opts_init(&ob);
         ob.layer_lo = 1;
@@ -480,7 +472,7 @@ int main(void)
     }
     brw_close(m);
     vx_close(c);
-    rm_rf(plain);
-    rm_rf(out);   /* its down_meta was overwritten above */
+    t_rm_rf(plain);
+    t_rm_rf(out);   /* its down_meta was overwritten above */
     return T_DONE();
 }

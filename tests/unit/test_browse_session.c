@@ -8,6 +8,7 @@
 #include "brw_int.h"
 #include "shell.h"
 #include "t.h"
+#include "t_file.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,10 +43,9 @@ static void check_one(lql_session *s, const char *const *stmts, int n, const cha
 
 int main(void)
 {
-    char dir[4096], use[4200], cmd[4300];
+    char dir[4096], use[4200];
     snprintf(dir, sizeof dir, "%s/h12-session-tiny.vindex3", LQL_BINARY_DIR);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
+    if (t_rm_rf(dir) != 0)
         return 1;
     vx_encode_opts o;
     vx_encode_opts_init(&o);
@@ -87,7 +87,6 @@ int main(void)
     }
     free(out);
     lql_session_free(s);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    t_rm_rf(dir);
     return T_DONE();
 }

@@ -9,6 +9,7 @@
  */
 #include "brw_int.h"
 #include "t.h"
+#include "t_file.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -131,10 +132,9 @@ static void check_mode(const brw_model *m, const char *name, const char *prompt,
 
 static int open_fixture(const char *hf, const char *tag, vx_container **c, brw_model **m)
 {
-    char out[4096], cmd[4200];
+    char out[4096];
     snprintf(out, sizeof out, "%s/h12-walk-%s.vindex3", LQL_BINARY_DIR, tag);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", out);
-    if (system(cmd) != 0)
+    if (t_rm_rf(out) != 0)
         return -1;
     vx_encode_opts o;
     vx_encode_opts_init(&o);

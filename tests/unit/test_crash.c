@@ -16,6 +16,7 @@
  */
 #include "journal.h"
 #include "t.h"
+#include "t_file.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -324,9 +325,7 @@ int main(void)
     test_kills(path);
     snprintf(path, sizeof path, "%s/full.lqljournal", dir);
     test_disk_full(path);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (t_fail == 0 && system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    if (t_fail == 0)
+        t_rm_rf(dir);
     return T_DONE();
 }

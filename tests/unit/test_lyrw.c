@@ -415,8 +415,6 @@ int main(void)
     multi_segment();
     hostile();
     writer_errors();
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
+    CHECK(t_rm_rf(dir) == 0);
     return T_DONE();
 }

@@ -251,8 +251,6 @@ int main(int argc, char **argv)
         snprintf(src, sizeof src, "%s/models/families/%s", LQL_SHARED_DIR, fams[i]);
         check_fixture(fams[i], src, tmp);
     }
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+    t_rm_rf(tmp);
     return T_DONE();
 }

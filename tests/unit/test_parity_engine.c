@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "t.h"
+#include "t_file.h"
 #include "engine_int.h"
 
 static char tmp[] = "/tmp/lql-engine-XXXXXX";
@@ -450,8 +451,6 @@ int main(void)
     test_overlay(gqa);
     test_session(gqa);
     test_chunks(gqa);
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+    t_rm_rf(tmp);
     return T_DONE();
 }

@@ -8,6 +8,7 @@
  * unknown object, a dtype without an encoder, a duplicate profile name.
  */
 #include "t.h"
+#include "t_file.h"
 #include "vindex.h"
 
 #include <cjson/cJSON.h>
@@ -416,8 +417,6 @@ int main(void)
         CHECK_STR(in.payload_sha256, q8_sha);
     }
     unsetenv("LQL_THREADS");
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
+    t_rm_rf(root);
     return T_DONE();
 }

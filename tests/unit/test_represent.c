@@ -9,6 +9,7 @@
  * per-tensor value differences are those of the codecs.
  */
 #include "t.h"
+#include "t_file.h"
 #include "vindex.h"
 #include "engine.h"
 
@@ -202,8 +203,6 @@ int main(void)
     cJSON_Delete(golden);
     eng_model_free(base.m); vx_close(base.c);
     for (int d = 0; d < ND; d++) { eng_model_free(q[d].m); vx_close(q[d].c); }
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpl);
+    t_rm_rf(tmpl);
     return T_DONE();
 }

@@ -5,6 +5,7 @@
  * hash is sha256 of whole tensors in first-use order.
  */
 #include "t.h"
+#include "t_file.h"
 
 #include "st.h"
 #include "vx_int.h"
@@ -332,9 +333,6 @@ int main(void)
     image_and_hash();
     mutations();
     sharded();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    t_rm_rf(dir);
     return T_DONE();
 }
