@@ -238,17 +238,6 @@ static int load_bank(vx_bank *b, const char *dir, const cJSON *index, const vx_m
     return 0;
 }
 
-static int object_listed(const cJSON *graph, const char *id)
-{
-    const cJSON *o;
-    cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(graph, "objects")) {
-        const char *oid = vx_json_str(o, "id");
-        if (oid && strcmp(oid, id) == 0)
-            return 1;
-    }
-    return 0;
-}
-
 int vx_bank_load(const char *dir, const cJSON *index, const cJSON *graph, const cJSON *component,
                  vx_bank **out, vx_err *err)
 {
@@ -269,7 +258,7 @@ int vx_bank_load(const char *dir, const cJSON *index, const cJSON *graph, const 
         return vx_errf(err, VX_ENOMEM, "out of memory reading %s", rel);
     }
     int rc = vx_manifest_parse(json, layers, &b->m, err);
-    if (rc == 0 && !object_listed(graph, b->m.object))
+    if (rc == 0 && !vx_graph_object(graph, b->m.object))
         rc = vx_errf(err, VX_EMISSING, "moe_manifest.json names object '%s', which the system graph does not define",
                      b->m.object);
     for (size_t i = 0; rc == 0 && i < b->m.n; i++) {

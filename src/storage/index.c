@@ -104,6 +104,17 @@ const char *vx_json_str(const cJSON *obj, const char *key)
     return cJSON_IsString(it) ? it->valuestring : NULL;
 }
 
+cJSON *vx_graph_object(const cJSON *graph, const char *id)
+{
+    cJSON *o;
+    cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(graph, "objects")) {
+        const char *oid = vx_json_str(o, "id");
+        if (oid && strcmp(oid, id) == 0)
+            return o;
+    }
+    return NULL;
+}
+
 /* Spell a JSON value briefly for an error message ("7", "\"4\"", "null"). */
 static void spell(const cJSON *v, char *buf, size_t n)
 {

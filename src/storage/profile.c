@@ -31,17 +31,6 @@ int vx_fidelity_rank(const char *fidelity)
     return NLEVELS;
 }
 
-static const cJSON *graph_object(const cJSON *graph, const char *id)
-{
-    const cJSON *o;
-    cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(graph, "objects")) {
-        const char *oid = vx_json_str(o, "id");
-        if (oid && strcmp(oid, id) == 0)
-            return o;
-    }
-    return NULL;
-}
-
 /* "a, b, c" from the string items of a JSON array (or the ids of graph objects). */
 static void list_names(const cJSON *arr, const char *key, char *buf, size_t n)
 {
@@ -65,7 +54,7 @@ int vx_select_check(const cJSON *graph, const char *object, const char *rep, con
         snprintf(who, sizeof who, "profile '%s'", profile);
     else
         snprintf(who, sizeof who, "selection");
-    const cJSON *o = object ? graph_object(graph, object) : NULL;
+    const cJSON *o = object ? vx_graph_object(graph, object) : NULL;
     if (!o) {
         list_names(cJSON_GetObjectItemCaseSensitive(graph, "objects"), "id", names, sizeof names);
         return vx_errf(err, VX_EMISSING, "%s selects object '%s', which system_graph.json does not define (objects: %s)",

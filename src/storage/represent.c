@@ -242,17 +242,6 @@ static int write_segments(job *j, cJSON *segs_rec, cJSON *rep_segs)
     return 0;
 }
 
-static cJSON *graph_object(cJSON *graph, const char *id)
-{
-    cJSON *o;
-    cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(graph, "objects")) {
-        const char *oid = vx_json_str(o, "id");
-        if (oid && strcmp(oid, id) == 0)
-            return o;
-    }
-    return NULL;
-}
-
 /* Collects the object's baseline tensors and plans their output dtypes. */
 static int plan(job *j, const vx_container *c)
 {
@@ -342,7 +331,7 @@ static int record(job *j, const vx_container *c, cJSON *segs_rec, cJSON *rep_seg
     cJSON *e;
     cJSON_ArrayForEach(e, segs_rec)
         cJSON_AddItemToObject(segs, e->string, cJSON_Duplicate(e, 1));
-    cJSON *obj = graph_object(graph, j->object);
+    cJSON *obj = vx_graph_object(graph, j->object);
     cJSON *list = cJSON_GetObjectItemCaseSensitive(obj, "representations");
     if (!cJSON_IsArray(list)) {
         vx_errf(j->err, VX_EFORMAT, "system_graph.json: object '%s' has no representations list", j->object);
@@ -389,7 +378,7 @@ int vx_represent(const char *dir, const char *object, vx_dtype dt, vx_represent_
     int rc = -1;
     cJSON *segs_rec = cJSON_CreateObject(), *rep_segs = cJSON_CreateArray();
     const char *from = vx_bound_representation(c, object);
-    if (!graph_object((cJSON *)vx_graph_json(c), object)) {
+    if (!vx_graph_object(vx_graph_json(c), object)) {
         char names[384] = "";
         size_t at = 0;
         const cJSON *o;

@@ -38,6 +38,8 @@ int vx_json_parse(const char *label, const char *text, size_t n, cJSON **out, vx
 int vx_json_u64(const cJSON *item, uint64_t *out);
 /* obj[key] when it is a string, else NULL. */
 const char *vx_json_str(const cJSON *obj, const char *key);
+/* The first entry of system_graph.json's "objects" whose "id" is id; NULL when none. */
+cJSON *vx_graph_object(const cJSON *graph, const char *id);
 /* Judge index.json's "version" (the only generation discriminator): 3-4 accepted, 1-2
  * refused as VINDEX2, anything else refused naming the value and the supported span. */
 int vx_index_version(const cJSON *index, int *version, vx_err *err);
