@@ -43,6 +43,7 @@ int eng_edit_check_layer(const eng_model *m, int layer, vx_err *err)
 typedef struct capture {
     int layer, H, F, n_layers;
     float *key;               /* [F] activations at `layer`, last position, or NULL */
+    float *xin;               /* [H] FFN input at `layer`, last position, or NULL */
     float *x;                 /* [n_layers × H] residual after each layer, last position */
     float *ffn;               /* [n_layers × H] FFN branch output, last position */
     float *rows;              /* covariance: every position's activations at `layer` */
@@ -54,10 +55,11 @@ static void on_ffn(void *ctx, int layer, int pos0, int n, const float *in, const
                    int features)
 {
     (void)pos0;
-    (void)in;
     capture *c = ctx;
     if (layer != c->layer || features != c->F)
         return;
+    if (c->xin)
+        memcpy(c->xin, in + (size_t)(n - 1) * c->H, (size_t)c->H * sizeof(float));
     if (c->key)
         memcpy(c->key, act + (size_t)(n - 1) * c->F, (size_t)c->F * sizeof(float));
     if (c->rows || c->cap_rows) {
@@ -109,6 +111,16 @@ int eng_edit_key(eng_model *m, int layer, const int32_t *ids, int n, float *key,
     capture c = {.layer = layer, .H = m->hidden, .F = m->layers[layer].mlp.inter,
                  .n_layers = m->n_layers, .key = key};
     return run(m, ids, n, &c, NULL, err);
+}
+
+int eng_edit_ffn_in(eng_model *m, int layer, const int32_t *ids, int n, float *x,
+                    float *logits, vx_err *err)
+{
+    if (eng_edit_check_layer(m, layer, err))
+        return -1;
+    capture c = {.layer = layer, .H = m->hidden, .F = m->layers[layer].mlp.inter,
+                 .n_layers = m->n_layers, .xin = x};
+    return run(m, ids, n, &c, logits, err);
 }
 
 /* ---------------------------------------------------------------- corpus, covariance */
@@ -679,4 +691,9 @@ done:
     if (rc)
         eng_insert_fact_free(out);
     return rc;
+}
+
+float eng_edit_p(const float *logits, int V, int32_t t)
+{
+    return softmax_p(logits, V, t);
 }

@@ -48,6 +48,13 @@ int eng_edit_corpus(eng_model *m, const char *const *starts, int n_starts, int n
 int eng_edit_covariance(eng_model *m, int layer, const int32_t *ids, const int *lens, int nseq,
                         double **cov, int64_t *count, vx_err *err);
 
+/* The FFN input (after the FFN norm) of `layer` at the last position of ids, into x [H];
+ * logits (may be NULL) gets the next-token logits. The model's overlay applies. */
+int eng_edit_ffn_in(eng_model *m, int layer, const int32_t *ids, int n, float *x,
+                    float *logits, vx_err *err);
+/* softmax(logits)[t]. */
+float eng_edit_p(const float *logits, int V, int32_t t);
+
 /* The canonical fact prompt "The {relation} of {entity} is" (relation's '-' and '_' as
  * spaces), malloc'd; NULL on out-of-memory. */
 char *eng_edit_prompt(const char *relation, const char *entity);

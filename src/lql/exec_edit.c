@@ -23,6 +23,7 @@
  * storage reorganised, every dropped file named, answers compared.
  */
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -671,6 +672,406 @@ done:
     return rc;
 }
 
+/* ---------------------------------------------------------------- INSERT … MODE COMPOSE */
+
+/* The fixed decoys the reference captures beside its template decoys. */
+static const char *const compose_fixed[] = {
+    "Once upon a time", "The quick brown fox", "In the beginning", "Hello, my name is",
+    "The weather today is", "I think that", "It was a dark and stormy night",
+    "The best way to", "Water is made of", "My favorite food is",
+};
+#define COMPOSE_TEMPLATE 10
+#define COMPOSE_BALANCE 16
+#define COMPOSE_CROSS 8
+#define COMPOSE_RECENT 16
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static float median(float *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_float);
+    return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double norm2(const float *x, int n)
+{
+    double q = 0;
+    for (int i = 0; i < n; i++)
+        q += (double)x[i] * x[i];
+    return sqrt(q);
+}
+
+/* x scaled to length len (left as it is when zero). */
+static void set_len(float *x, int n, double len)
+{
+    double q = norm2(x, n);
+    for (int i = 0; q > 0 && i < n; i++)
+        x[i] = (float)(x[i] / q * len);
+}
+
+/* The FFN input at layer of text's last position into x [H]; logits may be NULL. */
+static int text_ffn_in(eng_model *m, int layer, const char *text, float *x, float *logits,
+                       vx_err *ve)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = eng_tok_encode(eng_model_tokenizer(m), text, strlen(text), 1, &ids, &n, ve) ||
+             eng_edit_ffn_in(m, layer, ids, (int)n, x, logits, ve);
+    free(ids);
+    return rc ? -1 : 0;
+}
+
+/* p(tid) after prompt through m as it is now (its overlay attached). */
+static int prompt_p(eng_model *m, const char *prompt, int32_t tid, float *scratch_h,
+                    float *logits, float *p, vx_err *ve)
+{
+    if (text_ffn_in(m, 0, prompt, scratch_h, logits, ve))
+        return -1;
+    *p = eng_edit_p(logits, eng_model_vocab(m), tid);
+    return 0;
+}
+
+/* Row norms medians of the first 100 features of a layer's gate and up rows and down
+ * columns (base weights). */
+static int compose_refs(const vx_container *c, int layer, int F, int H, float ref[3],
+                        vx_err *ve)
+{
+    static const char *const roles[] = {"gate_proj", "up_proj", "down_proj"};
+    int n = F < 100 ? F : 100;
+    float *nv = malloc((size_t)n * sizeof *nv);
+    if (!nv)
+        return vx_errf(ve, VX_ENOMEM, "out of memory");
+    for (int r = 0; r < 3; r++) {
+        const vx_tensor *t = vx_findf(c, "target.decoder_stack", "layers.%d.ffn.%s", layer,
+                                      roles[r]);
+        float *w = NULL;
+        int ch = 0;
+        if (!t || t->ndim != 2) {
+            free(nv);
+            return vx_errf(ve, VX_EUNSUPPORTED, "MODE COMPOSE installs a gated FFN feature: "
+                           "layer %d has no dense ffn.%s", layer, roles[r]);
+        }
+        if (brw_edit_tensor_f32(c, NULL, t, &w, &ch, ve)) {
+            free(nv);
+            return -1;
+        }
+        for (int f = 0; f < n; f++) {
+            double q = 0;
+            for (int k = 0; k < H; k++) {
+                double v = r < 2 ? w[(size_t)f * H + k] : w[(size_t)k * F + f];
+                q += v * v;
+            }
+            nv[f] = (float)sqrt(q);
+        }
+        ref[r] = median(nv, n);
+        free(w);
+    }
+    free(nv);
+    return 0;
+}
+
+/* The slot: the first feature with no base metadata and no overlay claim, else the
+ * unclaimed feature with the lowest c_score; -1 when every feature is claimed. */
+static int compose_slot(const edit_state *es, const eng_overlay *cur, int layer, int F)
+{
+    int best = -1;
+    float best_c = INFINITY;
+    for (int f = 0; f < F; f++) {
+        int claimed = 0;
+        for (size_t i = 0; cur && i < cur->n_edits && !claimed; i++)
+            claimed = cur->edits[i].layer == layer && cur->edits[i].feature == f;
+        if (claimed)
+            continue;
+        brw_meta md;
+        if (brw_feature_meta(es->bm, NULL, layer, f, &md) != 0 || !md.present)
+            return f;
+        if (md.c_score < best_c) {
+            best_c = md.c_score;
+            best = f;
+        }
+    }
+    return best;
+}
+
+/* Modified Gram-Schmidt: x made orthogonal to the n rows of basis (each [H]), which are
+ * orthonormalised in place first (rows that vanish are dropped). */
+static void mgs(float *basis, int n, float *x, int H)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        float *b = basis + (size_t)i * H;
+        for (int j = 0; j < k; j++) {
+            const float *q = basis + (size_t)j * H;
+            double d = 0;
+            for (int h = 0; h < H; h++)
+                d += (double)b[h] * q[h];
+            for (int h = 0; h < H; h++)
+                b[h] -= (float)(d * q[h]);
+        }
+        double nb = norm2(b, H);
+        if (nb < 1e-6)
+            continue;
+        float *dst = basis + (size_t)k * H;
+        for (int h = 0; h < H; h++)
+            dst[h] = (float)(b[h] / nb);
+        k++;
+    }
+    for (int j = 0; j < k; j++) {
+        const float *q = basis + (size_t)j * H;
+        double d = 0;
+        for (int h = 0; h < H; h++)
+            d += (double)x[h] * q[h];
+        for (int h = 0; h < H; h++)
+            x[h] -= (float)(d * q[h]);
+    }
+}
+
+typedef struct compose_fact {
+    char *prompt;
+    int32_t tid;
+} compose_fact;
+
+/* The canonical prompts and targets of the last COMPOSE_RECENT compose installs. */
+static int recent_composes(const edit_state *es, eng_model *m, compose_fact *out, int *n,
+                           vx_err *ve)
+{
+    vx_op *ops = NULL;
+    size_t nops = 0;
+    *n = 0;
+    if (vx_journal_active_ops(es->j, &ops, &nops, ve))
+        return -1;
+    for (size_t i = nops; i-- > 0 && *n < COMPOSE_RECENT;) {
+        const vx_op *o = &ops[i];
+        if (o->kind != VX_OP_INSERT || !o->mode || strcmp(o->mode, "compose") || !o->entity ||
+            !o->relation || !o->target)
+            continue;
+        int32_t *ids = NULL;
+        size_t ni = 0;
+        char *sp = malloc(strlen(o->target) + 2);
+        if (sp)
+            snprintf(sp, strlen(o->target) + 2, " %s", o->target);
+        int ok = sp && eng_tok_encode(eng_model_tokenizer(m), sp, strlen(sp), 0, &ids, &ni,
+                                      ve) == 0 && ni > 0;
+        free(sp);
+        if (ok && (out[*n].prompt = eng_edit_prompt(o->relation, o->entity))) {
+            out[*n].tid = ids[0];
+            (*n)++;
+        }
+        free(ids);
+    }
+    vx_ops_free(ops, nops);
+    return 0;
+}
+
+/* INSERT … MODE COMPOSE: a new FFN feature in a free slot (REFERENCE-NOTES §6): gate along
+ * the canonical prompt's FFN input made orthogonal to decoys and earlier installs' gates
+ * (×g_ref·30), up along the input (×u_ref), down along the target's embedding
+ * (×d_ref·ALPHA), then balanced on the target's probability and checked against recent
+ * installs. Journaled as an insert with gate/up/down vectors. */
+static int insert_compose(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
+{
+    double alpha = lql_has(st, LQL_C_ALPHA) ? st->alpha : 0.10;
+    if (!(alpha >= 0.05 && alpha <= 0.30))
+        return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_ALPHA], "ALPHA must be between "
+                        "0.05 and 0.30 (got %g)", alpha);
+    double conf = lql_has(st, LQL_C_CONFIDENCE) ? st->confidence : 0.9;
+    edit_state *es = NULL;
+    eng_model *m = NULL;
+    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, e) ||
+        lql_session_model(s, st, &m, e))
+        return -1;
+    int band[3][2];
+    brw_bands(es->bm, band);
+    const int L = eng_model_layers(m), H = eng_model_hidden(m), V = eng_model_vocab(m);
+    int layer = lql_has(st, LQL_C_AT_LAYER) ? (int)st->layer
+                                            : (band[1][1] - 1 >= 0 ? band[1][1] - 1 : 0);
+    const lql_span *layer_at = lql_has(st, LQL_C_AT_LAYER) ? &st->clause_at[LQL_C_AT_LAYER]
+                                                           : &st->at;
+    vx_err ve = {0};
+    if (layer < 0 || layer >= L || eng_edit_check_layer(m, layer, &ve))
+        return ve.msg[0] ? lql_err_vx(e, &ve, layer_at)
+                         : lql_errf(e, LQL_EEXEC, layer_at, "layer %d is out of range (the "
+                                    "model has layers 0-%d)", layer, L - 1);
+    int32_t tid;
+    if (target_id(eng_model_tokenizer(m), st->target, &st->target_at, &tid, e))
+        return -1;
+    const int F = eng_model_ffn_features(m, layer);
+    const eng_overlay *cur = es->ov ? brw_edit_overlay_eng(es->ov) : NULL;
+    const int nfix = (int)(sizeof compose_fixed / sizeof *compose_fixed);
+    size_t ne = cur ? cur->n_edits : 0;
+    char *prompt = eng_edit_prompt(st->relation_v, st->entity);
+    float *x = malloc((size_t)H * sizeof *x), *logits = malloc((size_t)V * sizeof *logits);
+    float *scratch = malloc((size_t)H * sizeof *scratch), *temb = malloc((size_t)H * sizeof *temb);
+    float *vec = calloc((size_t)H * 4, sizeof *vec);   /* gate, up, down, best down */
+    float *basis = malloc((size_t)(nfix + COMPOSE_TEMPLATE + (int)ne + 1) * H * sizeof *basis);
+    eng_feature_edit *ed = malloc((ne + 1) * sizeof *ed);
+    compose_fact recent[COMPOSE_RECENT];
+    int nrecent = 0, rc = -1, nb = 0, steps = 0, cross = 0;
+    float ref[3], p_before = 0, p = 0, best_p = -1;
+    vx_op op;
+    vx_op_init(&op, VX_OP_INSERT);
+    if (!prompt || !x || !logits || !scratch || !temb || !vec || !basis || !ed) {
+        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+        goto done;
+    }
+    float *gate = vec, *up = vec + H, *down = vec + 2 * H, *best = vec + 3 * H;
+    int slot = compose_slot(es, cur, layer, F);
+    if (slot < 0) {
+        lql_errf(e, LQL_EEXEC, layer_at, "MODE COMPOSE: every feature of layer %d is claimed "
+                 "by the overlay", layer);
+        goto done;
+    }
+    /* 1. capture: the canonical prompt's FFN input and the decoys' (effective model) */
+    if (compose_refs(s->vx, layer, F, H, ref, &ve) ||
+        text_ffn_in(m, layer, prompt, x, logits, &ve) ||
+        brw_entity_query(es->bm, st->target, temb, &ve) ||
+        recent_composes(es, m, recent, &nrecent, &ve))
+        goto vx_fail;
+    p_before = eng_edit_p(logits, V, tid);
+    for (int i = 0; i < nfix; i++)
+        if (text_ffn_in(m, layer, compose_fixed[i], basis + (size_t)nb++ * H, NULL, &ve))
+            goto vx_fail;
+    /* the template decoys: the canonical prompt around vocabulary words (as the MEMIT
+     * decoys) captured at the FFN input */
+    size_t Vt = eng_tok_vocab_size(eng_model_tokenizer(m));
+    for (size_t id = 0, got = 0; id < Vt && id < 5000 && got < COMPOSE_TEMPLATE; id++) {
+        const char *piece = eng_tok_piece(eng_model_tokenizer(m), (int32_t)id);
+        const char *w = piece && (!strncmp(piece, "\xc4\xa0", 2) || !strncmp(piece,
+                                  "\xe2\x96\x81", 3)) ? piece + (piece[0] == '\xc4' ? 2 : 3)
+                                                      : NULL;
+        size_t k = 0;
+        while (w && isalpha((unsigned char)w[k]))
+            k++;
+        if (!w || k < 3 || w[k] || strcasecmp(w, st->entity) == 0)
+            continue;
+        char *dp = eng_edit_prompt(st->relation_v, w);
+        int bad = !dp || text_ffn_in(m, layer, dp, basis + (size_t)nb * H, NULL, &ve);
+        free(dp);
+        if (bad)
+            goto vx_fail;
+        nb++;
+        got++;
+    }
+    /* peers: the gates already installed at this layer */
+    for (size_t i = 0; i < ne; i++)
+        if (cur->edits[i].layer == layer && cur->edits[i].gate)
+            memcpy(basis + (size_t)nb++ * H, cur->edits[i].gate, (size_t)H * sizeof *basis);
+    /* 3-4. vectors, the gate refined against decoys and peers */
+    memcpy(gate, x, (size_t)H * sizeof *gate);
+    mgs(basis, nb, gate, H);
+    set_len(gate, H, ref[0] * 30.0);
+    memcpy(up, x, (size_t)H * sizeof *up);
+    set_len(up, H, ref[1]);
+    memcpy(down, temb, (size_t)H * sizeof *down);
+    set_len(down, H, ref[2] * alpha);
+    /* 5. balance on the canonical prompt, with the install attached */
+    if (ne)
+        memcpy(ed, cur->edits, ne * sizeof *ed);
+    ed[ne] = (eng_feature_edit){layer, slot, 0, gate, up, down};
+    eng_overlay trial = {ed, ne + 1, cur ? cur->lowrank : NULL, cur ? cur->n_lowrank : 0};
+    lql_session_set_overlay(s, &trial);
+    int stale = 0;
+    for (steps = 1; steps <= COMPOSE_BALANCE; steps++) {
+        if (prompt_p(m, prompt, tid, scratch, logits, &p, &ve))
+            break;
+        if (p > best_p) {
+            best_p = p;
+            memcpy(best, down, (size_t)H * sizeof *best);
+            stale = 0;
+        } else if (++stale >= 2) {
+            memcpy(down, best, (size_t)H * sizeof *down);
+            p = best_p;
+            break;
+        }
+        if (p > 0.95f)
+            set_len(down, H, norm2(down, H) * 0.7);
+        else if (p < 0.30f)
+            set_len(down, H, norm2(down, H) * 1.6);
+        else
+            break;
+    }
+    /* 6. cross-fact: a recent install pushed below p 0.20 shrinks this one */
+    for (cross = 0; !ve.msg[0] && cross < COMPOSE_CROSS; cross++) {
+        int low = 0;
+        float q = 0;
+        for (int i = 0; i < nrecent && !low; i++) {
+            if (prompt_p(m, recent[i].prompt, recent[i].tid, scratch, logits, &q, &ve))
+                break;
+            low = q < 0.20f;
+        }
+        if (!low)
+            break;
+        set_len(down, H, norm2(down, H) * 0.7);
+    }
+    if (!ve.msg[0])
+        prompt_p(m, prompt, tid, scratch, logits, &p, &ve);
+    lql_session_set_overlay(s, cur);
+    if (ve.msg[0])
+        goto vx_fail;
+    op.layer = layer;
+    op.feature = slot;
+    op.confidence = conf;
+    op.alpha = alpha;
+    op.has_meta = 1;
+    op.meta_id = tid;
+    op.meta_c = conf;
+    const char *piece = brw_token_text(es->bm, tid);
+    if (vx_op_set_str(&op.entity, st->entity, &ve) ||
+        vx_op_set_str(&op.relation, st->relation_v, &ve) ||
+        vx_op_set_str(&op.target, st->target, &ve) || vx_op_set_str(&op.mode, "compose", &ve) ||
+        vx_op_set_str(&op.meta_token, piece ? piece : "", &ve) ||
+        vx_op_set_vec(&op, "gate", 1, H, gate, &ve) || vx_op_set_vec(&op, "up", 1, H, up, &ve) ||
+        vx_op_set_vec(&op, "down", 1, H, down, &ve))
+        goto vx_fail;
+    static const lql_colspec cols[] = {
+        {"entity", LQL_TEXT, 0}, {"relation", LQL_TEXT, 0}, {"target", LQL_TEXT, 0},
+        {"layer", LQL_INT, 0}, {"feature", LQL_INT, 0}, {"p_before", LQL_FLOAT, 4},
+        {"p_after", LQL_FLOAT, 4}, {"steps", LQL_INT, 0}};
+    lql_table *t = lql_result_table(r, "inserted", 8, cols);
+    if (!t) {
+        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+        goto done;
+    }
+    lql_row(t);
+    lql_cell_text(t, st->entity);
+    lql_cell_text(t, st->relation_v);
+    lql_cell_text(t, st->target);
+    lql_cell_int(t, layer);
+    lql_cell_int(t, slot);
+    lql_cell_float(t, p_before);
+    lql_cell_float(t, p);
+    lql_cell_int(t, steps);
+    vx_record_info info;
+    if (record(s, st, es, &op, 1, r, &info, e))
+        goto done;
+    lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d feature %d (MODE COMPOSE: gate "
+                    "%.3g, up %.3g, down %.3g = ALPHA %.2f x d_ref %.3g after balancing; "
+                    "history %lld, patch %s)", st->entity, st->relation_v, st->target, layer,
+                    slot, norm2(gate, H), norm2(up, H), norm2(down, H), alpha, ref[2],
+                    (long long)info.history_n, info.patch_name);
+    rc = 0;
+    goto done;
+vx_fail:
+    lql_err_vx(e, &ve, &st->at);
+done:
+    for (int i = 0; i < nrecent; i++)
+        free(recent[i].prompt);
+    vx_op_clear(&op);
+    free(prompt);
+    free(x);
+    free(logits);
+    free(scratch);
+    free(temb);
+    free(vec);
+    free(basis);
+    free(ed);
+    return rc;
+}
+
 int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     edit_state *es = NULL;
@@ -678,10 +1079,7 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     if (st->mode == LQL_MODE_KNN && !lql_has(st, LQL_C_ALPHA))
         return insert_knn(s, st, r, e);
     if (st->mode == LQL_MODE_COMPOSE)
-        return lql_refuse_clause(e, st, LQL_C_MODE, "a reference-style feature install "
-                                 "did not recall its fact on tinyllama (target p <= 0.001 "
-                                 "after balancing, layers 1 and 3); the default MODE MEMIT "
-                                 "edits down_proj");
+        return insert_compose(s, st, r, e);
     if (lql_has(st, LQL_C_ALPHA))
         return lql_refuse_clause(e, st, LQL_C_ALPHA, "ALPHA scales MODE COMPOSE installs; a "
                                  "MEMIT insert finds its own strength (set CONFIDENCE)");
