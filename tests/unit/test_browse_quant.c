@@ -2,14 +2,14 @@
  * test_browse_quant.c — browse over block-quantised FFN rows read in place. tinyllama is
  * encoded into the build tree and given q8_0, q4_k, q4_0, q6_k and mxfp4 representations
  * of its decoder stack; under each every WALK mode's hits (all ranks, every layer) equal a
- * float64 recomputation from the dequantised rows (vx_dequantize_row) within 1e-4
+ * float64 recomputation from the decoded rows (vx_decode_f32: the codecs' dequantiser) within 1e-4
  * relative, and the top hits are compared with the f32 WALK of the same prompts (the
  * agreement is printed and bounded from below). gpt2 (plain MLP with a c_fc bias) under
  * q8_0 covers DENSE's up rows with a bias. An embedding in a block codec is still refused
  * by name, and so is computing down-meta (the encode hook) from a quantised down_proj.
  */
-#include "brw_int.h"
-#include "t.h"
+#include "test_journal_fx.h"
+#include "test_walk_ref.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -21,121 +21,6 @@
 static const char *const prompts[] = {"The capital of France is", "Paris", "water",
                                       "The king of", "She played the piano", "1 2 3"};
 #define N_PROMPTS (sizeof prompts / sizeof *prompts)
-
-/* Row r of a [rows, h] operand of any browse dtype, dequantised to f64 sums. */
-static double dot64(const vx_tensor *t, int64_t r, const float *q, int h)
-{
-    size_t rb = (size_t)h / vx_dtype_block_elems(t->dtype) * vx_dtype_block_bytes(t->dtype);
-    const uint8_t *row = (const uint8_t *)t->data + (size_t)r * rb;
-    float *w = malloc((size_t)h * sizeof *w);
-    if (vx_dequantize_row(t->dtype, row, w, (size_t)h) != 0)
-        vx_row_to_f32(t->dtype, row, w, (size_t)h);
-    double s = 0;
-    for (int i = 0; i < h; i++)
-        s += (double)w[i] * q[i];
-    free(w);
-    return s;
-}
-
-static double act64(int act, double x)
-{
-    if (act == 0)
-        return x / (1 + exp(-x));
-    if (act == 1)
-        return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-    return 0.5 * x * (1 + erf(x * 0.7071067811865476));
-}
-
-typedef struct ref { int64_t f; double key, score, gate; } ref;
-
-static int cmp_ref(const void *pa, const void *pb)
-{
-    const ref *a = pa, *b = pb;
-    if (a->key != b->key)
-        return a->key > b->key ? -1 : 1;
-    return a->f < b->f ? -1 : a->f > b->f;
-}
-
-/* The float64 ranking of one layer under a mode, best first. */
-static ref *rank64(const brw_model *m, int layer, const float *q, brw_walk_mode mode)
-{
-    const brw_layer *L = &m->s.layer[layer];
-    ref *r = malloc((size_t)L->features * sizeof *r);
-    int h = m->s.hidden;
-    for (int p = 0; p < L->n_parts; p++) {
-        const brw_part *pt = &L->parts[p];
-        for (int64_t i = 0; i < pt->rows; i++) {
-            ref *x = &r[pt->first + i];
-            x->f = pt->first + i;
-            x->gate = dot64(pt->gate, i, q, h);
-            x->score = x->gate;
-            if (mode == BRW_DENSE && pt->up)
-                x->score = act64(m->s.act, x->gate) * dot64(pt->up, i, q, h);
-            else if (mode == BRW_DENSE) {
-                if (pt->bias) {
-                    float b;
-                    vx_row_to_f32(pt->bias->dtype,
-                                  (const uint8_t *)pt->bias->data +
-                                      (size_t)i * vx_dtype_block_bytes(pt->bias->dtype),
-                                  &b, 1);
-                    x->gate += b;
-                }
-                x->score = act64(m->s.act, x->gate);
-            }
-            x->key = mode == BRW_PURE ? x->score : fabs(x->score);
-        }
-    }
-    qsort(r, (size_t)L->features, sizeof *r, cmp_ref);
-    return r;
-}
-
-/* Every hit of a walk in mode equals the float64 ranking: same key at every rank (ties
- * may swap features), each hit's score and gate its own. Returns the mismatches. */
-static int check_mode(const brw_model *m, const char *name, const char *prompt,
-                      brw_walk_mode mode)
-{
-    brw_walk_opts o = {.top = TOP, .layer_lo = -1, .layer_hi = -1, .mode = mode};
-    brw_walk w;
-    vx_err err = {0};
-    CHECK_MSG(brw_walk_run(m, prompt, &o, &w, &err) == 0, "%s walk: %s", name, err.msg);
-    if (!w.hits)
-        return 1;
-    float *q = malloc((size_t)m->s.hidden * sizeof *q);
-    int32_t tok;
-    CHECK(brw_walk_query(m, prompt, q, &tok, &err) == 0 && tok == w.token);
-    int bad = 0;
-    uint64_t bytes = 0;
-    for (int i = 0; i < w.n_layers; i++) {
-        const brw_layer *L = &m->s.layer[i];
-        bytes += L->gate_bytes + (mode == BRW_DENSE ? L->up_bytes : 0);
-        ref *r = rank64(m, i, q, mode);
-        bad += w.counts[i] != TOP;
-        for (int j = 0; j < w.counts[i] && j < TOP; j++) {
-            const brw_hit *x = &w.hits[(size_t)i * TOP + j];
-            double key = mode == BRW_PURE ? x->score : fabs(x->score);
-            double tol = 1e-4 * (fabs(r[0].key) + 1e-6);
-            const ref *own = NULL;
-            for (int64_t k = 0; k < L->features; k++)
-                if (r[k].f == x->feature)
-                    own = &r[k];
-            if (!own || fabs(key - r[j].key) > tol || fabs(x->score - own->score) > tol ||
-                fabs(x->gate - own->gate) > 1e-4 * (fabs(own->gate) + 1e-3)) {
-                if (bad++ < 3)
-                    fprintf(stderr, "%s L%d #%d: feature %lld score %g gate %g; float64 #%d "
-                            "feature %lld key %g\n", name, i, j, (long long)x->feature,
-                            (double)x->score, (double)x->gate, j, (long long)r[j].f,
-                            r[j].key);
-            }
-        }
-        free(r);
-    }
-    CHECK_MSG(bad == 0, "%s: %d hits differ from float64", name, bad);
-    CHECK_MSG(w.bytes_scanned == bytes, "%s: bytes %llu want %llu", name,
-              (unsigned long long)w.bytes_scanned, (unsigned long long)bytes);
-    free(q);
-    brw_walk_free(&w);
-    return bad;
-}
 
 /* Agreement of a quantised walk with the f32 one over every prompt and layer: top-1
  * equal, and hits of the f32 top TOP also in the quantised top TOP. */
@@ -197,14 +82,6 @@ static int encode(const char *hf, const char *out)
     vx_err err = {0};
     CHECK_MSG(vx_encode(hf, out, &o, &err) == 0, "encode %s: %s", hf, err.msg);
     return err.msg[0] ? -1 : 0;
-}
-
-static void remove_dir(const char *dir)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
 }
 
 /* A container whose baseline decoder stack is the q8_0 representation (listed first in
@@ -282,9 +159,9 @@ static void tiny(void)
         for (size_t p = 0; p < N_PROMPTS; p++) {
             char name[96];
             snprintf(name, sizeof name, "q8_0 %s \"%s\"", mname[k], prompts[p]);
-            check_mode(m8, name, prompts[p], modes[k]);
+            wr_check_mode(m8, name, prompts[p], modes[k], TOP);
             snprintf(name, sizeof name, "q4_k %s \"%s\"", mname[k], prompts[p]);
-            check_mode(m4, name, prompts[p], modes[k]);
+            wr_check_mode(m4, name, prompts[p], modes[k], TOP);
         }
 
     /* agreement with the f32 walk (HYBRID); floors below the measured values */
@@ -316,7 +193,7 @@ static void tiny(void)
                 for (size_t p = 0; p < N_PROMPTS; p += 2) {
                     char name[96];
                     snprintf(name, sizeof name, "%s %s \"%s\"", dn, mname[k], prompts[p]);
-                    check_mode(mx, name, prompts[p], modes[k]);
+                    wr_check_mode(mx, name, prompts[p], modes[k], TOP);
                 }
         }
         brw_close(mx);
@@ -331,7 +208,7 @@ done:
     if (c0)
         baseline_q8(dir, c0);
     vx_close(c0);
-    remove_dir(dir);
+    fx_rm_rf(dir);
 }
 
 static void gpt2(void)
@@ -349,8 +226,8 @@ static void gpt2(void)
     if (m) {
         const brw_part *p = &m->s.layer[0].parts[0];
         CHECK(!m->s.gated && p->gate->dtype == VX_Q8_0 && p->bias && !p->up);
-        check_mode(m, "gpt2 q8_0 hybrid", "The capital of France is", BRW_HYBRID);
-        check_mode(m, "gpt2 q8_0 dense", "The capital of France is", BRW_DENSE);
+        wr_check_mode(m, "gpt2 q8_0 hybrid", "The capital of France is", BRW_HYBRID, TOP);
+        wr_check_mode(m, "gpt2 q8_0 dense", "The capital of France is", BRW_DENSE, TOP);
     }
     brw_close(m);
     vx_close(c);
@@ -363,7 +240,7 @@ static void gpt2(void)
     CHECK_STR(err.msg, "browse: operand \"target.embedding.weight\" is stored as q8_0; "
                        "browse reads f32, f16 and bf16");
     vx_close(c);
-    remove_dir(dir);
+    fx_rm_rf(dir);
 }
 
 int main(void)

@@ -7,8 +7,7 @@
  * plus the overlay (a replacement up row moves a feature in DENSE only; a tombstone drops
  * it), the bytes each mode reads, and the mode names.
  */
-#include "brw_int.h"
-#include "t.h"
+#include "test_walk_ref.h"
 #include "t_file.h"
 
 #include <math.h>
@@ -17,118 +16,6 @@
 #include <string.h>
 
 #define FAM LQL_SHARED_DIR "/models/families"
-
-/* Element i of an f32/f16/bf16 tensor (widening is exact). */
-static double elem(const vx_tensor *t, size_t i)
-{
-    float f;
-    vx_row_to_f32(t->dtype, (const uint8_t *)t->data + i * (t->dtype == VX_F32 ? 4 : 2), &f, 1);
-    return f;
-}
-
-static double dot64(const vx_tensor *t, int64_t r, const float *q, int h)
-{
-    double s = 0;
-    for (int i = 0; i < h; i++)
-        s += elem(t, (size_t)r * (size_t)h + (size_t)i) * q[i];
-    return s;
-}
-
-static double act64(int act, double x)
-{
-    if (act == 0)
-        return x / (1 + exp(-x));
-    if (act == 1)
-        return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-    return 0.5 * x * (1 + erf(x * 0.7071067811865476));
-}
-
-typedef struct ref { int64_t f; double key, score, gate; } ref;
-
-static int cmp_ref(const void *pa, const void *pb)
-{
-    const ref *a = pa, *b = pb;
-    if (a->key != b->key)
-        return a->key > b->key ? -1 : 1;
-    return a->f < b->f ? -1 : a->f > b->f;
-}
-
-/* The float64 ranking of a layer: keys per mode, best first; [features] entries. */
-static ref *rank64(const brw_model *m, int layer, const float *q, brw_walk_mode mode)
-{
-    const brw_layer *L = &m->s.layer[layer];
-    ref *r = malloc((size_t)L->features * sizeof *r);
-    int h = m->s.hidden;
-    for (int p = 0; p < L->n_parts; p++) {
-        const brw_part *pt = &L->parts[p];
-        for (int64_t i = 0; i < pt->rows; i++) {
-            ref *x = &r[pt->first + i];
-            x->f = pt->first + i;
-            x->gate = dot64(pt->gate, i, q, h);
-            x->score = x->gate;
-            if (mode == BRW_DENSE && pt->up)
-                x->score = act64(m->s.act, x->gate) * dot64(pt->up, i, q, h);
-            else if (mode == BRW_DENSE) {
-                if (pt->bias)
-                    x->gate += elem(pt->bias, (size_t)i);
-                x->score = act64(m->s.act, x->gate);
-            }
-            x->key = mode == BRW_PURE ? x->score : fabs(x->score);
-        }
-    }
-    qsort(r, (size_t)L->features, sizeof *r, cmp_ref);
-    return r;
-}
-
-/* Walk every layer in mode and compare with rank64: same key at every rank (ties may
- * swap features), each hit's score and gate equal to its own float64 values. */
-static void check_mode(const brw_model *m, const char *name, const char *prompt,
-                       brw_walk_mode mode, int top)
-{
-    brw_walk_opts o = {.top = top, .layer_lo = -1, .layer_hi = -1, .mode = mode};
-    brw_walk w;
-    vx_err err = {0};
-    CHECK_MSG(brw_walk_run(m, prompt, &o, &w, &err) == 0, "%s walk: %s", name, err.msg);
-    if (!w.hits)
-        return;
-    CHECK(w.mode == mode && w.n_layers == m->s.layers);
-    float *q = malloc((size_t)m->s.hidden * sizeof *q);
-    int32_t tok;
-    CHECK(brw_walk_query(m, prompt, q, &tok, &err) == 0 && tok == w.token);
-    int bad = 0;
-    uint64_t bytes = 0;
-    for (int i = 0; i < w.n_layers; i++) {
-        const brw_layer *L = &m->s.layer[i];
-        bytes += L->gate_bytes + (mode == BRW_DENSE ? L->up_bytes : 0);
-        ref *r = rank64(m, i, q, mode);
-        int want = top < L->features ? top : (int)L->features;
-        if (w.counts[i] != want)
-            bad++;
-        for (int j = 0; j < w.counts[i] && j < want; j++) {
-            const brw_hit *x = &w.hits[(size_t)i * (size_t)top + j];
-            double key = mode == BRW_PURE ? x->score : fabs(x->score);
-            double tol = 1e-4 * (fabs(r[0].key) + 1e-6);
-            ref *own = NULL;
-            for (int64_t k = 0; k < L->features; k++)
-                if (r[k].f == x->feature)
-                    own = &r[k];
-            if (!own || fabs(key - r[j].key) > tol || fabs(x->score - own->score) > tol ||
-                fabs(x->gate - own->gate) > 1e-4 * (fabs(own->gate) + 1e-3)) {
-                if (bad++ < 3)
-                    fprintf(stderr, "%s L%d #%d: feature %lld score %g gate %g; float64 "
-                            "#%d feature %lld key %g\n", name, i, j, (long long)x->feature,
-                            (double)x->score, (double)x->gate, j, (long long)r[j].f,
-                            r[j].key);
-            }
-        }
-        free(r);
-    }
-    CHECK_MSG(bad == 0, "%s: %d hits differ from float64", name, bad);
-    CHECK_MSG(w.bytes_scanned == bytes, "%s: bytes %llu want %llu", name,
-              (unsigned long long)w.bytes_scanned, (unsigned long long)bytes);
-    free(q);
-    brw_walk_free(&w);
-}
 
 static int open_fixture(const char *hf, const char *tag, vx_container **c, brw_model **m)
 {
@@ -165,11 +52,11 @@ static void tiny(void)
         return;
     const char *p = "The capital of France is";
     CHECK(m->s.gated && m->s.act == 0);
-    check_mode(m, "tiny hybrid", p, BRW_HYBRID, 10);
-    check_mode(m, "tiny pure", p, BRW_PURE, 10);
-    check_mode(m, "tiny dense", p, BRW_DENSE, 10);
-    check_mode(m, "tiny dense all", p, BRW_DENSE, 768);
-    check_mode(m, "tiny pure 2", "Paris", BRW_PURE, 25);
+    wr_check_mode(m, "tiny hybrid", p, BRW_HYBRID, 10);
+    wr_check_mode(m, "tiny pure", p, BRW_PURE, 10);
+    wr_check_mode(m, "tiny dense", p, BRW_DENSE, 10);
+    wr_check_mode(m, "tiny dense all", p, BRW_DENSE, 768);
+    wr_check_mode(m, "tiny pure 2", "Paris", BRW_PURE, 25);
 
     /* pinned values (browse_walk.lql shows the same) */
     brw_walk_opts o = {.top = 3, .layer_lo = 0, .layer_hi = 0, .mode = BRW_PURE};
@@ -207,8 +94,8 @@ static void tiny(void)
     brw_overlay ov = {&eo, NULL, 0};
     o.ov = &ov;
     CHECK(brw_walk_run(m, p, &o, &w, &err) == 0);
-    double g5 = dot64(m->s.layer[0].parts[0].gate, 5, q, m->s.hidden);
-    double a5 = act64(0, g5) * 10;
+    double g5 = wr_dot64(m->s.layer[0].parts[0].gate, 5, q, m->s.hidden);
+    double a5 = wr_act64(0, g5) * 10;
     int at5 = -1, has2 = 0;
     for (int j = 0; j < w.counts[0]; j++) {
         at5 = w.hits[j].feature == 5 ? j : at5;
@@ -247,9 +134,9 @@ static void gpt2(void)
     CHECK(!m->s.gated && m->s.act == 1);
     CHECK(m->s.layer[0].parts[0].bias && !m->s.layer[0].parts[0].up);
     CHECK(m->s.layer[0].up_bytes == m->s.layer[0].parts[0].bias->nbytes);
-    check_mode(m, "gpt2 hybrid", "The capital of France is", BRW_HYBRID, 10);
-    check_mode(m, "gpt2 pure", "The capital of France is", BRW_PURE, 10);
-    check_mode(m, "gpt2 dense", "The capital of France is", BRW_DENSE, 10);
+    wr_check_mode(m, "gpt2 hybrid", "The capital of France is", BRW_HYBRID, 10);
+    wr_check_mode(m, "gpt2 pure", "The capital of France is", BRW_PURE, 10);
+    wr_check_mode(m, "gpt2 dense", "The capital of France is", BRW_DENSE, 10);
     close_fixture(c, m, "gpt2");
 }
 
@@ -260,8 +147,8 @@ static void mixtral(void)
     if (open_fixture(FAM "/mixtral", "mixtral", &c, &m) != 0)
         return;
     CHECK(m->s.layer[0].n_parts > 1 && m->s.layer[0].parts[1].up);
-    check_mode(m, "mixtral pure", "The capital of France is", BRW_PURE, 10);
-    check_mode(m, "mixtral dense", "The capital of France is", BRW_DENSE, 10);
+    wr_check_mode(m, "mixtral pure", "The capital of France is", BRW_PURE, 10);
+    wr_check_mode(m, "mixtral dense", "The capital of France is", BRW_DENSE, 10);
     close_fixture(c, m, "mixtral");
 }
 
