@@ -49,6 +49,18 @@ static inline cJSON *t_load_json(const char *path)
     return j;
 }
 
+/* Write json to path as cJSON_Print text (no trailing newline); -1 when that fails. */
+static inline int t_save_json(const char *path, const cJSON *json)
+{
+    char *text = cJSON_Print(json);
+    FILE *f = fopen(path, "wb");
+    int ok = f && text && fputs(text, f) >= 0;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    free(text);
+    return ok ? 0 : -1;
+}
+
 /* rm -rf dir (a test's scratch directory); -1 with "could not remove DIR" on stderr when
  * that fails. */
 static inline int t_rm_rf(const char *dir)

@@ -29,18 +29,6 @@
 
 static char tmp[] = "/tmp/lql-bank-XXXXXX";
 
-static cJSON *read_json(const char *path)
-{
-    char *text = NULL;
-    size_t n = 0;
-    vx_err err = {0};
-    cJSON *j = NULL;
-    if (vx_read_small_file(path, path, &text, &n, &err) == 0)
-        vx_json_parse(path, text, n, &j, &err);
-    free(text);
-    return j;
-}
-
 static void write_json(const char *path, const cJSON *j)
 {
     char *text = cJSON_Print(j);
@@ -128,7 +116,7 @@ static void parity(const char *fx, int dtype, unsigned flags, int want_lyrw, int
     eng_model *mg = NULL, *mb = NULL;
     CHECK_MSG(eng_model_bind(g, &mg, &err) == 0, "%s", err.msg);
     CHECK_MSG(eng_model_bind(b, &mb, &err) == 0, "bind bank %s: %s", fx, err.msg);
-    cJSON *gold = read_json(golden), *p;
+    cJSON *gold = t_load_json(golden), *p;
     int V = mg ? eng_model_vocab(mg) : 0, prompts = 0, differ = 0, greedy_bad = 0, top_bad = 0;
     float *lg = malloc((size_t)V * sizeof *lg), *lb = malloc((size_t)V * sizeof *lb);
     cJSON_ArrayForEach(p, cJSON_GetObjectItem(gold, "prompts")) {
@@ -330,7 +318,7 @@ static void layer0_with_roles(const uint16_t *roles, int n)
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
     fclose(f);
-    cJSON *ix = read_json(ipath);
+    cJSON *ix = t_load_json(ipath);
     cJSON *rec = cJSON_GetObjectItem(cJSON_GetObjectItem(ix, "segments"), "banks/layer_000.lyrw");
     cJSON_ReplaceItemInObject(rec, "bytes", cJSON_CreateNumber((double)size));
     write_json(ipath, ix);
@@ -341,7 +329,7 @@ static void hostile(void)
 {
     snprintf(bank, sizeof bank, "%s/mixtral.bank", tmp);
     snprintf(mpath, sizeof mpath, "%s/moe_manifest.json", bank);
-    manifest = read_json(mpath);
+    manifest = t_load_json(mpath);
     if (!manifest) {
         CHECK(manifest != NULL);
         return;

@@ -6,6 +6,7 @@
  * or tensor; failures (shard cap, cancel) leave no directory behind.
  */
 #include "t.h"
+#include "t_file.h"
 
 #include "st.h"
 #include "vx_int.h"
@@ -894,12 +895,9 @@ static void hostile_configs(void)
                 cJSON *c = cJSON_Duplicate(cfg, 1);
                 cJSON *item = cJSON_GetArrayItem(c, k);
                 cJSON_ReplaceItemInObjectCaseSensitive(c, item->string, cJSON_Parse(bad[v]));
-                char *z = cJSON_Print(c), path[300];
+                char path[300];
                 snprintf(path, sizeof path, "%s/config.json", dir);
-                FILE *fp = fopen(path, "w");
-                fputs(z, fp);
-                fclose(fp);
-                free(z);
+                t_save_json(path, c);
                 cJSON_Delete(c);
                 vx_err e = {0};
                 int rc = vx_encode(dir, out, NULL, &e);

@@ -25,23 +25,14 @@ static cJSON *read_json(const char *dir, const char *name)
 {
     char p[600];
     snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "rb");
-    static char buf[1 << 20];
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f) fclose(f);
-    buf[n] = '\0';
-    return cJSON_Parse(buf);
+    return t_load_json(p);
 }
 
 static void write_json(const char *dir, const char *name, const cJSON *j)
 {
     char p[600];
     snprintf(p, sizeof p, "%s/%s", dir, name);
-    char *s = cJSON_Print(j);
-    FILE *f = fopen(p, "wb");
-    if (f && s) fputs(s, f);
-    if (f) fclose(f);
-    free(s);
+    t_save_json(p, j);
 }
 
 static void sha_of(const char *dir, const char *rel, char hex[65])
