@@ -12,7 +12,6 @@
 #include "t.h"
 #include "test_journal_facts.h"
 #include "test_journal_fx.h"
-#include "vx_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -99,14 +98,8 @@ int main(void)
     CHECK(bleed == BLEED_MEASURED);
     CHECK(near_hit == NEAR_MEASURED);
     /* the saved patch: ten inserts carrying gate/up/down vectors, mode compose */
-    char *text = NULL;
-    size_t tn = 0;
-    vx_err e = {0};
-    CHECK(vx_read_small_file(vlp, "patch", &text, &tn, &e) == 0 ||
-          (fprintf(stderr, "%s\n", e.msg), 0));
     int ops = 0;
-    for (const char *q = text; q && (q = strstr(q, "\"compose\"")); q++)
-        ops++;
+    char *text = fx_patch_text(vlp, "\"compose\"", &ops);
     CHECK(ops == NFACTS);
     CHECK(text && strstr(text, "gate_vector_b64") && strstr(text, "up_vector_b64") &&
           strstr(text, "down_vector_b64"));

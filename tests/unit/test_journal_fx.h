@@ -8,9 +8,11 @@
 
 #include "browse.h"
 #include "vindex.h"
+#include "vx_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define TINY LQL_SHARED_DIR "/models/tinyllama"
 
@@ -51,6 +53,23 @@ static inline int fx_run(const char *cmd, char *out, size_t n)
     size_t k = p ? fread(out, 1, n - 1, p) : 0;
     out[k] = '\0';
     return p && pclose(p) == 0 ? 0 : -1;
+}
+
+/* A saved patch's text (malloc'd; NULL with the error printed) and how many times needle
+ * occurs in it (*count). */
+static inline char *fx_patch_text(const char *vlp, const char *needle, int *count)
+{
+    char *text = NULL;
+    size_t n = 0;
+    vx_err e = {0};
+    *count = 0;
+    if (vx_read_small_file(vlp, "patch", &text, &n, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        return NULL;
+    }
+    for (const char *q = text; (q = strstr(q, needle)); q++)
+        (*count)++;
+    return text;
 }
 
 #endif
