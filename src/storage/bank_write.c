@@ -475,10 +475,7 @@ static int write_graph_segments(importer *im)
         if ((rc = vx_segw_fit(tt + i, n - i, cap, "bank import", im->object, &fit, im->err)) < 0)
             break;
         char rel[256], path[PATH_MAX];
-        if (nfile == 0)
-            snprintf(rel, sizeof rel, "segments/%s.bin", im->object);
-        else
-            snprintf(rel, sizeof rel, "segments/%s.%03zu.bin", im->object, nfile);
+        vx_shard_name(rel, sizeof rel, im->object, nfile);
         snprintf(path, sizeof path, "%s/%s", im->tmp, rel);
         vx_segw *w;
         if ((rc = vx_segw_open(&w, path, im->object, im->rep, tt + i, fit, im->err)) < 0)

@@ -351,10 +351,7 @@ static int encode_object(enc *e, const char *tmp, const hf_object *ob, cJSON *in
             break;
         size_t k = i + fit;
         char rel[256], path[PATH_MAX];
-        if (nfile == 0)
-            snprintf(rel, sizeof rel, "segments/%s.bin", ob->id);
-        else
-            snprintf(rel, sizeof rel, "segments/%s.%03d.bin", ob->id, nfile);
+        vx_shard_name(rel, sizeof rel, ob->id, (size_t)nfile);
         if ((size_t)snprintf(path, sizeof path, "%s/%s", tmp, rel) >= sizeof path) {
             rc = vx_errf(e->err, VX_EARG, "encode: output path '%s' is too long", tmp);
             break;

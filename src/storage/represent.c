@@ -212,10 +212,7 @@ static int write_segments(job *j, cJSON *segs_rec, cJSON *rep_segs)
         if (j->nseg == MAX_SHARDS)
             return vx_errf(j->err, VX_EARG, "represent: more than %d segment files", MAX_SHARDS);
         char *rel = j->rel[j->nseg], path[PATH_MAX];
-        if (j->nseg == 0)
-            snprintf(rel, sizeof j->rel[0], "segments/%s.bin", j->id);
-        else
-            snprintf(rel, sizeof j->rel[0], "segments/%s.%03d.bin", j->id, j->nseg);
+        vx_shard_name(rel, sizeof j->rel[0], j->id, (size_t)j->nseg);
         if (vx_resolve_in(j->dir, rel, path, sizeof path, j->err) < 0)
             return -1;
         if (access(path, F_OK) == 0)

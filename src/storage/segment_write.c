@@ -311,6 +311,14 @@ int vx_segw_close(vx_segw *w, char sha[65], uint64_t *bytes, vx_err *err)
     return rc;
 }
 
+void vx_shard_name(char *rel, size_t size, const char *stem, size_t index)
+{
+    if (index == 0)
+        snprintf(rel, size, "segments/%s.bin", stem);
+    else
+        snprintf(rel, size, "segments/%s.%03zu.bin", stem, index);
+}
+
 void vx_segment_record(cJSON *segs, const char *rel, const char *schema, int version,
                        uint64_t bytes, const char *sha)
 {

@@ -133,6 +133,9 @@ int vx_segw_write(vx_segw *w, const void *data, size_t n, vx_err *err);
 int vx_segw_close(vx_segw *w, char sha[65], uint64_t *bytes, vx_err *err);
 /* Abandon (error paths): closes and frees; the caller removes the file. NULL is fine. */
 void vx_segw_abort(vx_segw *w);
+/* The container-relative name of shard `index` of a segment stem: "segments/<stem>.bin"
+ * for the first, "segments/<stem>.NNN.bin" after (CONTAINER.md's naming). */
+void vx_shard_name(char *rel, size_t size, const char *stem, size_t index);
 /* index.json's record of one written file: segs[rel] = {schema, version, bytes, sha256},
  * replacing any earlier record of rel. Out of memory leaves the record out. */
 void vx_segment_record(cJSON *segs, const char *rel, const char *schema, int version,
