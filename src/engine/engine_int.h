@@ -14,6 +14,18 @@
 #include <stdint.h>
 #include "engine.h"
 
+#ifdef __AVX2__
+#include <immintrin.h>
+/* The sum of v's 8 lanes: how every AVX2 dot-product kernel finishes. */
+static inline float eng_hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
 /* ---------------------------------------------------------------- weights */
 
 /* A borrowed matrix. trans == 0: rows = out features, each row `cols` elements in `dt`,

@@ -87,14 +87,6 @@ float eng_w_at(const eng_w *w, int r, int c)
     return row_elem(w->dt, (const char *)w->data + (size_t)r * w->row_bytes, c);
 }
 
-static float hsum256(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* 8 weights of row p from element k, as f32 (AVX2 + F16C). */
 static inline __m256 load8(vx_dtype dt, const void *p, int k)
 {
@@ -120,7 +112,7 @@ float eng_dot(const float *a, const float *b, int n)
     int k = 0;
     for (; k + 8 <= n; k += 8)
         acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), acc);
-    float s = hsum256(acc);
+    float s = eng_hsum256(acc);
     for (; k < n; k++) s += a[k] * b[k];
     return s;
 }
@@ -138,7 +130,7 @@ float eng_w_dot_row(const eng_w *w, int r, const float *x)
     int k = 0;
     for (; k + 8 <= w->cols; k += 8)
         acc = _mm256_fmadd_ps(load8(w->dt, row, k), _mm256_loadu_ps(x + k), acc);
-    return hsum256(acc) + tail_dot(w->dt, row, x, k, w->cols);
+    return eng_hsum256(acc) + tail_dot(w->dt, row, x, k, w->cols);
 }
 
 /* ---------------------------------------------------------------- streaming rows */
@@ -187,7 +179,7 @@ ATTR static void NAME(const eng_w *w, int r0, int r1, const float *x, int n, flo
 }
 
 ROWS_KERNEL(rows_avx2, , __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps, load8, _mm256_fmadd_ps,
-            hsum256)
+            eng_hsum256)
 ROWS_KERNEL(rows_avx512, T512, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, load16,
             _mm512_fmadd_ps, _mm512_reduce_add_ps)
 

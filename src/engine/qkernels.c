@@ -25,16 +25,6 @@ int eng_qsupported(vx_dtype dt)
 
 /* ---------------------------------------------------------------- the f32 block path */
 
-#ifdef __AVX2__
-static float hsum(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-#endif
-
 /* Σ a[i]·b[i] over n (a multiple of 32: every block size is). */
 static float dotf(const float *a, const float *b, int n)
 {
@@ -44,7 +34,7 @@ static float dotf(const float *a, const float *b, int n)
         s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
         s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
     }
-    return hsum(_mm256_add_ps(s0, s1));
+    return eng_hsum256(_mm256_add_ps(s0, s1));
 #else
     float s = 0;
     for (int i = 0; i < n; i++)
@@ -167,7 +157,7 @@ static float dot_q8_0(const unsigned char *w, const float *d, const int8_t *q, i
     for (int b = 0; b < nb; b++, w += 34)
         acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]),
                                      mul_i8(load32(w + 2), load32(q + 32 * b)), acc[b & 1]);
-    return hsum(_mm256_add_ps(acc[0], acc[1]));
+    return eng_hsum256(_mm256_add_ps(acc[0], acc[1]));
 }
 
 static float dot_q4_0(const unsigned char *w, const float *d, const int8_t *q, int nb)
@@ -178,7 +168,7 @@ static float dot_q4_0(const unsigned char *w, const float *d, const int8_t *q, i
         acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]),
                                      mul_i8(v, load32(q + 32 * b)), acc[b & 1]);
     }
-    return hsum(_mm256_add_ps(acc[0], acc[1]));
+    return eng_hsum256(_mm256_add_ps(acc[0], acc[1]));
 }
 
 /* 2^(e-128): the E8M0 scale halved, because the table below holds doubled E2M1 values;
@@ -203,7 +193,7 @@ static float dot_mxfp4(const unsigned char *w, const float *d, const int8_t *q, 
         acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(e8m0_half(w[0]) * d[b]),
                                      mul_i8(v, load32(q + 32 * b)), acc[b & 1]);
     }
-    return hsum(_mm256_add_ps(acc[0], acc[1]));
+    return eng_hsum256(_mm256_add_ps(acc[0], acc[1]));
 }
 
 /* Q4_K's 12 packed bytes → sm[0..7] the 6-bit scales, sm[8..15] the 6-bit mins. */
@@ -247,7 +237,7 @@ static float dot_q4_k(const unsigned char *w, const float *d, const int8_t *q,
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]), _mm256_cvtepi32_ps(isum), acc);
     }
-    return hsum(acc) - accm;
+    return eng_hsum256(acc) - accm;
 }
 
 /* Scale vector for 32 products: the low 16 elements use s0, the high 16 use s1. */
@@ -298,7 +288,7 @@ static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(isum), acc);
     }
-    return hsum(acc) - accm;
+    return eng_hsum256(acc) - accm;
 }
 
 /* ---- AVX-512 VNNI: two 32-blocks per instruction, chosen at run time */
@@ -355,7 +345,7 @@ T512 static float dot32_wide(vx_dtype dt, unsigned bb, const unsigned char *w, c
     if (b < nb) {
         float s;
         __m256i v = block32(dt, w, &s);
-        r += s * d[b] * hsum(mul_i8(v, load32(q + 32 * b)));
+        r += s * d[b] * eng_hsum256(mul_i8(v, load32(q + 32 * b)));
     }
     return r;
 }
