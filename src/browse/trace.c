@@ -4,7 +4,9 @@
  * attention and FFN deltas that layer added; each recorded residual is then read through
  * eng_lens (final norm → LM head → soft-cap) and a softmax.
  *
- * FOR "t": the answer id is the last id of encode(" t") without special tokens. Its rank
+ * FOR "t": the answer id is the first id of encode(" t") without special tokens — the token
+ * the model would have to produce next to say " t" (the reference takes the last id, which for
+ * "Paris" → " Par" "is" tracks "is"; lql tracks " Par"). Its rank
  * (1 + tokens with a strictly higher probability) and probability are reported per
  * layer, and the pushes are changes in its lens logit, which telescope exactly:
  *   attn_push = lens(r_prev + attn)[t] − lens(r_prev)[t]
@@ -74,7 +76,7 @@ static float norm2(const float *x, int n)
     return (float)sqrt(s);
 }
 
-/* Resolve FOR "t" to its id: last id of encode(" t") without specials. */
+/* Resolve FOR "t" to its id: first id of encode(" t") without specials. */
 static int answer_id(const eng_model *em, const char *t, int32_t *out, vx_err *err)
 {
     size_t len = strlen(t);
@@ -93,7 +95,7 @@ static int answer_id(const eng_model *em, const char *t, int32_t *out, vx_err *e
         free(ids);
         return vx_errf(err, VX_EARG, "FOR \"%s\" has no tokens", t);
     }
-    *out = ids[n - 1];
+    *out = ids[0];
     free(ids);
     return 0;
 }
