@@ -39,6 +39,16 @@ static inline unsigned char *t_slurp(size_t *n, const char *fmt, ...)
     return b;
 }
 
+/* The start of the file at path into buf: at most size - 1 bytes, NUL-terminated; empty
+ * when it cannot be opened (captured command output, small fixtures). */
+static inline void t_read_into(const char *path, char *buf, size_t size)
+{
+    FILE *f = fopen(path, "rb");
+    buf[f ? fread(buf, 1, size - 1, f) : 0] = '\0';
+    if (f)
+        fclose(f);
+}
+
 /* The file at path parsed as JSON (caller deletes); NULL when unreadable or malformed. */
 static inline cJSON *t_load_json(const char *path)
 {

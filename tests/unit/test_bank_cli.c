@@ -16,27 +16,18 @@
 static char tmp[] = "/tmp/lql-bank-cli-XXXXXX";
 static char out[1 << 16], errtxt[4096];
 
-/* The file tmp/name into buf (NUL-terminated, truncated to n - 1 bytes). */
-static void slurp(const char *name, char *buf, size_t n)
-{
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", tmp, name);
-    FILE *f = fopen(path, "rb");
-    buf[f ? fread(buf, 1, n - 1, f) : 0] = '\0';
-    if (f)
-        fclose(f);
-}
-
 /* Runs `vindex ARGS` (fmt with two strings), capturing stdout and stderr; returns the
  * exit code. */
 static int run(const char *fmt, const char *a, const char *b)
 {
-    char args[2048], cmd[4096];
+    char args[2048], cmd[4096], path[256];
     snprintf(args, sizeof args, fmt, a, b);
     snprintf(cmd, sizeof cmd, "'%s/vindex' %s >'%s/out' 2>'%s/err'", LQL_BINARY_DIR, args, tmp, tmp);
     int st = system(cmd);
-    slurp("out", out, sizeof out);
-    slurp("err", errtxt, sizeof errtxt);
+    snprintf(path, sizeof path, "%s/out", tmp);
+    t_read_into(path, out, sizeof out);
+    snprintf(path, sizeof path, "%s/err", tmp);
+    t_read_into(path, errtxt, sizeof errtxt);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

@@ -4,6 +4,7 @@
  * 2 usage).
  */
 #include "t.h"
+#include "t_file.h"
 #include "test_container_fx.h"
 
 #include <sys/wait.h>
@@ -16,16 +17,8 @@ static int run(const char *args)
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s/vindex' %s >%s 2>%s", LQL_BINARY_DIR, args, out_path, err_path);
     int st = system(cmd);
-    FILE *f = fopen(out_path, "rb");
-    size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
-    out[n] = '\0';
-    if (f)
-        fclose(f);
-    f = fopen(err_path, "rb");
-    n = f ? fread(errtxt, 1, sizeof errtxt - 1, f) : 0;
-    errtxt[n] = '\0';
-    if (f)
-        fclose(f);
+    t_read_into(out_path, out, sizeof out);
+    t_read_into(err_path, errtxt, sizeof errtxt);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

@@ -5,6 +5,7 @@
  * then a copy with one flipped payload byte must fail verify naming segment and tensor.
  */
 #include "t.h"
+#include "t_file.h"
 #include "vindex.h"
 
 #include <cjson/cJSON.h>
@@ -27,18 +28,6 @@ static double gnum(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItem(o, k);
     return cJSON_IsNumber(v) ? v->valuedouble : -2;
-}
-
-static cJSON *read_json(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return cJSON_Parse(buf);
 }
 
 static int sh(const char *fmt, const char *a, const char *b)
@@ -94,7 +83,7 @@ static void check_model(const char *name, const char *hf)
     int rc = vx_encode(hf, out, &o, &err);
     CHECK_MSG(rc == 0, "%s: encode: %s", name, err.msg);
     snprintf(path, sizeof path, "%s/config.json", hf);
-    cJSON *conf = read_json(path);
+    cJSON *conf = t_load_json(path);
     vx_container *c = NULL;
     if (rc == 0 && vx_open(out, &c, &err) < 0)
         CHECK_MSG(0, "%s: open: %s", name, err.msg);

@@ -150,12 +150,7 @@ int main(void)
     /* model output: golden prompts + extra, last position */
     char gp[600];
     snprintf(gp, sizeof gp, "%s/golden.json", src);
-    FILE *f = fopen(gp, "rb");
-    static char text[1 << 22];
-    size_t gn = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    if (f) fclose(f);
-    text[gn] = '\0';
-    cJSON *golden = cJSON_Parse(text), *p;
+    cJSON *golden = t_load_json(gp), *p;
     const char *prompts[64];
     int np = 0;
     cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(golden, "prompts"))
