@@ -45,15 +45,15 @@ static float dotf(const float *a, const float *b, int n)
 
 /* ---------------------------------------------------------------- quantised activations */
 
-/* Activations of n rows as 8-bit blocks: per block an f32 scale, the int8 values, and (for
- * the 256-blocks) sums over each 16 values, which the K-quant kernels need for their
- * mins and offsets. */
+/* Activations of n rows as 8-bit blocks: per block an f32 scale, the int8 values, and sums
+ * over each 16 values, which the K-quant kernels need for their mins and offsets and the
+ * unsigned-weight 32-block kernels for theirs. */
 typedef struct acts {
     int blk, nb;              /* block size, blocks per row */
     float *d;                 /* [n, nb] */
     int8_t *q;                /* [n, cols] */
     int16_t *bs;              /* [n, cols / 16] */
-    int wide;                 /* 1: the AVX-512 VNNI kernels for the 32-blocks */
+    int wide;                 /* 1: the AVX-512 VNNI kernels */
     void *mem;
 } acts;
 
@@ -95,13 +95,12 @@ static void quantise_acts(const float *x, int cols, const acts *a, float *d, int
         for (int i = 0; i < a->blk; i++)
             q[(size_t)b * a->blk + i] = (int8_t)lrintf(xb[i] * id);
     }
-    if (a->blk == 256)
-        for (int g = 0; g < cols / 16; g++) {
-            int s = 0;
-            for (int i = 0; i < 16; i++)
-                s += q[16 * g + i];
-            bs[g] = (int16_t)s;
-        }
+    for (int g = 0; g < cols / 16; g++) {
+        int s = 0;
+        for (int i = 0; i < 16; i++)
+            s += q[16 * g + i];
+        bs[g] = (int16_t)s;
+    }
 }
 
 static int acts_make(acts *a, int blk, const float *X, int n, int cols)
@@ -196,17 +195,21 @@ static float dot_mxfp4(const unsigned char *w, const float *d, const int8_t *q, 
     return eng_hsum256(_mm256_add_ps(acc[0], acc[1]));
 }
 
-/* Q4_K's 12 packed bytes → sm[0..7] the 6-bit scales, sm[8..15] the 6-bit mins. */
+/* Q4_K's 12 packed bytes → bytes 0..7 the 6-bit scales, 8..15 the 6-bit mins, built in a
+ * register: going through memory as four 32-bit stores and reading bytes back stalls
+ * store forwarding on every block. */
+static __m128i q4k_scales(const unsigned char *s)
+{
+    uint32_t u[3];
+    memcpy(u, s, 12);
+    uint32_t u3 = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    uint32_t u1 = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    return _mm_set_epi32((int)u3, (int)(u[1] & 0x3f3f3f3fu), (int)u1, (int)(u[0] & 0x3f3f3f3fu));
+}
+
 static void q4k_unpack(const unsigned char *s, uint8_t sm[16])
 {
-    uint32_t u[4];
-    memcpy(u, s, 12);
-    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
-    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    u[2] = mins_lo;
-    u[0] &= 0x3f3f3f3fu;
-    memcpy(sm, u, 16);
+    _mm_storeu_si128((__m128i *)(void *)sm, q4k_scales(s));
 }
 
 static float dot_q4_k(const unsigned char *w, const float *d, const int8_t *q,
@@ -307,47 +310,178 @@ static int wide_ok(void)
     return cpu && !(e && *e == '1');
 }
 
-/* The 32 signed weights of a Q8_0 / Q4_0 / MXFP4 block (MXFP4 doubled) and its scale. */
-static __m256i block32(vx_dtype dt, const unsigned char *w, float *scale)
-{
-    static const int8_t doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-    if (dt == VX_Q8_0) {
-        *scale = h2f(w);
-        return load32(w + 2);
-    }
-    if (dt == VX_Q4_0) {
-        *scale = h2f(w);
-        return _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8));
-    }
-    *scale = e8m0_half(w[0]);
-    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(
-        _mm_loadu_si128((const __m128i *)(const void *)doubled)), nibbles(w + 1));
-}
-
-T512 static float dot32_wide(vx_dtype dt, unsigned bb, const unsigned char *w, const float *d,
-                             const int8_t *q, int nb)
+/* Q8_0, two blocks per vpdpbusd. */
+T512 static float dot_q8_0_wide(const unsigned char *w, const float *d, const int8_t *q, int nb)
 {
     __m512 acc = _mm512_setzero_ps();
     int b = 0;
-    for (; b + 2 <= nb; b += 2, w += 2 * bb) {
-        float s0, s1;
-        __m256i w0 = block32(dt, w, &s0), w1 = block32(dt, w + bb, &s1);
-        __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
+    for (; b + 2 <= nb; b += 2, w += 2 * 34) {
+        __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(load32(w + 2)), load32(w + 36), 1);
         __m512i xv = _mm512_loadu_si512((const void *)(q + 32 * b));
         /* signed × signed as |w| × (x with w's sign): vpdpbusd takes unsigned × signed */
         __m512i sx = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(wv), _mm512_setzero_si512(), xv);
         __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(wv), sx);
-        __m512 sc = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(s0 * d[b]),
-                                         _mm512_set1_ps(s1 * d[b + 1]));
+        __m512 sc = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(h2f(w) * d[b]),
+                                         _mm512_set1_ps(h2f(w + 34) * d[b + 1]));
         acc = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(p), acc);
     }
     float r = _mm512_reduce_add_ps(acc);
-    if (b < nb) {
-        float s;
-        __m256i v = block32(dt, w, &s);
-        r += s * d[b] * eng_hsum256(mul_i8(v, load32(q + 32 * b)));
-    }
+    if (b < nb)
+        r += dot_q8_0(w, d + b, q + 32 * b, nb - b);
     return r;
+}
+
+/* The scales of 8 consecutive Q4_0 / MXFP4 blocks (bb bytes apart) as floats: one gather,
+ * then f16 → f32, or E8M0 → the halved power of two as e8m0_half forms it. */
+T512 static __m256 scales8(int mx, unsigned bb, const unsigned char *w)
+{
+    const __m256i off = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                           _mm256_set1_epi32((int)bb));
+    __m256i g = _mm256_i32gather_epi32((const int *)(const void *)w, off, 1);
+    if (!mx)
+        return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g));
+    __m256i e = _mm256_and_si256(g, _mm256_set1_epi32(0xff));
+    __m256i bits = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    bits = _mm256_mask_mov_epi32(bits, _mm256_cmplt_epu32_mask(e, _mm256_set1_epi32(2)),
+                                 _mm256_srlv_epi32(_mm256_set1_epi32(0x00400000),
+                                                   _mm256_sub_epi32(_mm256_set1_epi32(1), e)));
+    bits = _mm256_mask_mov_epi32(bits, _mm256_cmpeq_epi32_mask(e, _mm256_set1_epi32(255)),
+                                 _mm256_set1_epi32(0x7fc00000));
+    return _mm256_castsi256_ps(bits);
+}
+
+/* Q4_0 and MXFP4, eight blocks per step, with the weights kept unsigned so vpdpbusd takes
+ * them directly: Q4_0 as the raw nibble (value + 8), MXFP4 as the doubled E2M1 value + 12
+ * from a table; the offset times each block's activation sum is taken off at the end. The
+ * 16 nibble bytes of a block are loaded twice and the upper copy shifted, which puts the 32
+ * values in element order without a shuffle; two blocks fill a vector. */
+T512 static float dot_q4_wide(vx_dtype dt, const unsigned char *w, const float *d,
+                              const int8_t *q, const int16_t *bs, int nb)
+{
+    static const int8_t shifted[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+    const int mx = dt == VX_MXFP4;
+    const unsigned bb = mx ? 17 : 18;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)shifted));
+    __m512i pick[4];          /* lanes 0..7 take scale 2k, lanes 8..15 scale 2k + 1 */
+    for (int k = 0; k < 4; k++)
+        pick[k] = _mm512_add_epi32(_mm512_set1_epi32(2 * k),
+                                   _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 3));
+    __m512 acc = _mm512_setzero_ps();
+    __m256 acco = _mm256_setzero_ps();
+    int b = 0;
+    for (; b + 8 <= nb; b += 8, w += 8 * bb) {
+        __m256 s8 = _mm256_mul_ps(scales8(mx, bb, w), _mm256_loadu_ps(d + b));
+        /* Σ of each block's 32 activations, from the 16-sums */
+        __m256i xs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(bs + 2 * b)),
+                                       _mm256_set1_epi16(1));
+        acco = _mm256_fmadd_ps(s8, _mm256_cvtepi32_ps(xs), acco);
+        __m512 s16 = _mm512_castps256_ps512(s8);
+        for (int k = 0; k < 4; k++) {
+            const unsigned char *n0 = w + 2 * k * bb + 2 - mx;
+            __m512i v = _mm512_mask_broadcast_i32x4(
+                _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)n0)), 0xff00,
+                _mm_loadu_si128((const __m128i *)(const void *)(n0 + bb)));
+            v = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xff00ff00u, v, 4), m4);
+            if (mx)
+                v = _mm512_shuffle_epi8(tab, v);
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v,
+                                            _mm512_loadu_si512((const void *)(q + 32 * (b + 2 * k))));
+            acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[k], s16), _mm512_cvtepi32_ps(p), acc);
+        }
+    }
+    float r = _mm512_reduce_add_ps(acc) - (float)(mx ? 12 : 8) * eng_hsum256(acco);
+    if (b < nb)
+        r += mx ? dot_mxfp4(w, d + b, q + 32 * b, nb - b) : dot_q4_0(w, d + b, q + 32 * b, nb - b);
+    return r;
+}
+
+/* Index vectors for vpermw: lane i of idx[k] picks the scale of its values from a 16-entry
+ * int16 scale vector. A 64-value step gives 32 int16 products of 2 values each: Q4_K's
+ * sub-blocks 2k and 2k+1 take 16 products each, Q6_K's groups of 16 values 8 each. */
+T512 static void kidx(vx_dtype dt, __m512i idx[4])
+{
+    for (int k = 0; k < 4; k++) {
+        int16_t v[32];
+        for (int i = 0; i < 32; i++)
+            v[i] = (int16_t)(dt == VX_Q4_K ? 2 * k + i / 16 : 4 * k + i / 8);
+        idx[k] = _mm512_loadu_si512((const void *)v);
+    }
+}
+
+/* Q4_K with 64 values per step: unsigned nibbles × int8 activations (vpmaddubsw),
+ * then vpdpwssd multiplies by the 6-bit sub-block scales and accumulates in int32; one f32
+ * conversion per block. The mins go through the 16-sums as in the AVX2 kernel. */
+T512 static float dot_q4_k_wide(const unsigned char *w, const float *d, const int8_t *q,
+                                const int16_t *bs, int nb)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i idx[4];
+    kidx(VX_Q4_K, idx);
+    __m512 acc = _mm512_setzero_ps();
+    float accm = 0;
+    for (int b = 0; b < nb; b++, w += 144, q += 256, bs += 16) {
+        __m128i sm = q4k_scales(w + 4);
+        __m128i pair = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(const void *)bs),
+                                      _mm_loadu_si128((const __m128i *)(const void *)(bs + 8)));
+        __m128i p = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), pair);
+        p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
+        p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
+        accm += h2f(w + 2) * d[b] * (float)_mm_cvtsi128_si32(p);
+        __m512i s = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
+        __m512i isum = _mm512_setzero_si512();
+        for (int j = 0; j < 4; j++) {
+            /* the 32 bytes twice (a load, no shuffle), the upper copy shifted: low nibbles
+             * then high nibbles, which is element order */
+            __m512i v = _mm512_broadcast_i64x4(load32(w + 16 + 32 * j));
+            v = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xffff0000u, v, 4), m4);
+            isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(v, _mm512_loadu_si512((const void *)(q + 64 * j))),
+                                       _mm512_permutexvar_epi16(idx[j], s));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(w) * d[b]), _mm512_cvtepi32_ps(isum), acc);
+    }
+    return _mm512_reduce_add_ps(acc) - accm;
+}
+
+/* Q6_K 64 values per step: the 4 low bits of two ql runs in one load, the 2 high bits from
+ * the qh run and the same run shifted by 2 side by side, so the values come out in element
+ * order and the activations load straight. */
+T512 static float dot_q6_k_wide(const unsigned char *w, const float *d, const int8_t *q,
+                                const int16_t *bs, int nb)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
+    __m512i idx[4];
+    kidx(VX_Q6_K, idx);
+    __m512 acc = _mm512_setzero_ps();
+    float accm = 0;
+    for (int b = 0; b < nb; b++, w += 210, q += 256, bs += 16) {
+        const int8_t *sc = (const int8_t *)(w + 192);
+        float dd = h2f(w + 208) * d[b];
+        __m256i o = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)sc)),
+                                      _mm256_loadu_si256((const __m256i *)(const void *)bs));
+        __m128i o4 = _mm_add_epi32(_mm256_castsi256_si128(o), _mm256_extracti128_si256(o, 1));
+        o4 = _mm_add_epi32(o4, _mm_shuffle_epi32(o4, 0x4e));
+        o4 = _mm_add_epi32(o4, _mm_shuffle_epi32(o4, 0xb1));
+        accm += dd * (float)(32 * _mm_cvtsi128_si32(o4));
+        __m512i s = _mm512_castsi256_si512(
+            _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)sc)));
+        __m512i isum = _mm512_setzero_si512();
+        for (int n = 0; n < 2; n++) {
+            __m512i l = _mm512_loadu_si512((const void *)(w + 64 * n));
+            __m256i h = load32(w + 128 + 32 * n);
+            __m512i hx = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
+            __m512i v01 = _mm512_or_si512(_mm512_and_si512(l, m4),
+                                          _mm512_slli_epi16(_mm512_and_si512(hx, m2), 4));
+            __m512i v23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hx, 4), m2), 4));
+            isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(v01, _mm512_loadu_si512((const void *)(q + 128 * n))),
+                                       _mm512_permutexvar_epi16(idx[2 * n], s));
+            isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(v23, _mm512_loadu_si512((const void *)(q + 128 * n + 64))),
+                                       _mm512_permutexvar_epi16(idx[2 * n + 1], s));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(dd), _mm512_cvtepi32_ps(isum), acc);
+    }
+    return _mm512_reduce_add_ps(acc) - accm;
 }
 
 /* One weight row against activation row t. */
@@ -357,7 +491,9 @@ static float dot_row(vx_dtype dt, const unsigned char *w, const acts *a, int t, 
     const int8_t *q = a->q + (size_t)t * cols;
     const int16_t *bs = a->bs + (size_t)t * (cols / 16);
     if (a->wide && a->blk == 32)
-        return dot32_wide(dt, dt == VX_Q8_0 ? 34 : dt == VX_Q4_0 ? 18 : 17, w, d, q, a->nb);
+        return dt == VX_Q8_0 ? dot_q8_0_wide(w, d, q, a->nb) : dot_q4_wide(dt, w, d, q, bs, a->nb);
+    if (a->wide)
+        return dt == VX_Q4_K ? dot_q4_k_wide(w, d, q, bs, a->nb) : dot_q6_k_wide(w, d, q, bs, a->nb);
     switch (dt) {
     case VX_Q8_0:
         return dot_q8_0(w, d, q, a->nb);

@@ -263,7 +263,36 @@ static void every_codec(void)
         one(all[i], 300, 1024, 3);   /* threaded */
         one(all[i], 40, 256, 70);    /* prefill: exact f32 tiles + sgemm */
         one(all[i], 300, 512, 20);   /* the same, threaded */
+        if (act_block(all[i]) == 32)
+            one(all[i], 37, 32 * 13, 3);  /* 8-block steps and a 5-block tail */
     }
+}
+
+/* MXFP4 scale codes on the 8-block vector path (0 and 1 subnormal, 200 large, 255
+ * NaN): each row's blocks share one code, and the result must match the same GEMV on the
+ * AVX2 kernel, which converts each code with the scalar routine. */
+static void mxfp4_codes(void)
+{
+    static const unsigned char codes[9] = {0, 1, 2, 100, 127, 128, 160, 200, 255};
+    enum { NB = 9, BB = 17 };
+    unsigned char w[9][NB * BB];
+    float x[NB * 32], wide[9], narrow[9];
+    for (int r = 0; r < 9; r++)
+        for (int b = 0; b < NB; b++) {
+            w[r][b * BB] = codes[r];
+            for (int i = 1; i < BB; i++)
+                w[r][b * BB + i] = (unsigned char)((r * 31 + b * 7 + i * 13) & 0xff);
+        }
+    for (int i = 0; i < NB * 32; i++)
+        x[i] = urand();
+    setenv("LQL_NO_AVX512", "1", 1);
+    eng_qgemv(VX_MXFP4, w, 9, NB * 32, x, narrow);
+    setenv("LQL_NO_AVX512", "0", 1);
+    eng_qgemv(VX_MXFP4, w, 9, NB * 32, x, wide);
+    for (int r = 0; r < 8; r++)
+        CHECK_MSG(fabsf(wide[r] - narrow[r]) <= 1e-5f * fabsf(narrow[r]) && narrow[r] != 0,
+                  "mxfp4 code %d: %.9g vs %.9g", codes[r], wide[r], narrow[r]);
+    CHECK(isnan(wide[8]) && isnan(narrow[8]));
 }
 
 int main(void)
@@ -275,6 +304,7 @@ int main(void)
     every_codec();
     setenv("LQL_NO_AVX512", "0", 1);
     every_codec();
+    mxfp4_codes();
     /* Exact decode: f32 activations on every path, held to the tight bound. */
     setenv("LQL_QEXACT", "1", 1);
     every_codec();
