@@ -290,7 +290,7 @@ int brw_compact(const vx_container *c, const char *out_dir, brw_compact_report *
         return vx_errf(err, VX_EARG, "compact: '%s' already exists", out_dir);
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_dir, (long)getpid());
-    brw_tree_remove(tmp);
+    vx_rmtree(tmp);
     if (mkdir(tmp, 0755) != 0)
         return vx_errf(err, VX_EIO, "compact: cannot create '%s': %s", tmp, strerror(errno));
     cJSON *index = cJSON_Duplicate(vx_index_json(c), 1), *manifest = NULL;
@@ -364,7 +364,7 @@ int brw_compact(const vx_container *c, const char *out_dir, brw_compact_report *
     goto done;
 fail:
     vx_close(c2);
-    brw_tree_remove(tmp);
+    vx_rmtree(tmp);
 done:
     cJSON_Delete(index);
     cJSON_Delete(manifest);
@@ -380,7 +380,7 @@ int brw_compact_in_place(const char *dir, brw_compact_report *rep, vx_err *err)
     memset(rep, 0, sizeof *rep);
     char side[4200];
     snprintf(side, sizeof side, "%s.compact.%ld", dir, (long)getpid());
-    brw_tree_remove(side);
+    vx_rmtree(side);
     vx_container *c = NULL;
     if (vx_open(dir, &c, err))
         return -1;
@@ -390,11 +390,11 @@ int brw_compact_in_place(const char *dir, brw_compact_report *rep, vx_err *err)
         return -1;
     if (renameat2(AT_FDCWD, side, AT_FDCWD, dir, RENAME_EXCHANGE) != 0) {
         int e = errno;
-        brw_tree_remove(side);
+        vx_rmtree(side);
         return vx_errf(err, VX_EIO, "compact: cannot exchange '%s' with its compacted copy: %s",
                        dir, strerror(e));
     }
-    brw_tree_remove(side);   /* now the old tree */
+    vx_rmtree(side);   /* now the old tree */
     return 0;
 }
 

@@ -4,7 +4,6 @@
  * columns first, then the low-rank deltas, then tombstones last (so a tombstoned feature
  * contributes nothing even where a low-rank delta reads it).
  */
-#define _XOPEN_SOURCE 700   /* nftw */
 #include "edit_compile.h"
 #include "browse.h"
 #include "vx_int.h"
@@ -14,7 +13,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,20 +126,6 @@ int brw_edit_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_t
 }
 
 /* ---------------------------------------------------------------- files */
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *f)
-{
-    (void)sb;
-    (void)flag;
-    (void)f;
-    remove(path);
-    return 0;
-}
-
-void brw_tree_remove(const char *dir)
-{
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 static int mkdirs_for(const char *path, vx_err *err)
 {
@@ -462,7 +446,7 @@ int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *o
     int gated = vx_findf(c, "target.decoder_stack", "layers.0.ffn.gate_proj") != NULL;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_dir, (long)getpid());
-    brw_tree_remove(tmp);
+    vx_rmtree(tmp);
     if (mkdir(tmp, 0755) != 0)
         return vx_errf(err, VX_EIO, "compile: cannot create '%s': %s", tmp, strerror(errno));
     cJSON *index = cJSON_Duplicate(base, 1);
@@ -571,7 +555,7 @@ int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *o
     rc = 0;
     goto done;
 fail:
-    brw_tree_remove(tmp);
+    vx_rmtree(tmp);
 done:
     cJSON_Delete(index);
     free(skip);

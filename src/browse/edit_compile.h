@@ -33,8 +33,6 @@ int brw_edit_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_t
                         float **out, int *edited, vx_err *err);
 
 /* Helpers COMPILE shares with COMPACT (edit_compact.c). */
-/* Remove dir and everything under it (best effort, symlinks not followed). */
-void brw_tree_remove(const char *dir);
 /* Hard-link src to dst (parents created), or copy it when linking is not possible. */
 int brw_file_carry(const char *src, const char *dst, vx_err *err);
 /* Call fn for every entry under root that is not a directory (stat'd, symlinks followed),

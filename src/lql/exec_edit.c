@@ -2201,7 +2201,7 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                      "TRACE lens logits", g.logit > tol ? g.logit : g.lens);
         else
             snprintf(what, sizeof what, "%s", g.walk_bad);
-        brw_tree_remove(st->arg2);
+        vx_rmtree(st->arg2);
         rc = lql_errf(e, LQL_EEXEC, &st->arg2_at, "compile: removed '%s', which does not "
                       "answer as the overlay does within %s x logit scale %.3g: %s", st->arg2,
                       why, fmax(g.scale, 1.0), what);

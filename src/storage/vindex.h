@@ -195,6 +195,10 @@ const vx_tensor *vx_tensor_at(const vx_container *c, size_t i);
 int vx_resolve(const vx_container *c, const char *rel, char *out, size_t outsz, vx_err *err);
 int vx_resolve_in(const char *dir, const char *rel, char *out, size_t outsz, vx_err *err);
 
+/* Remove dir and everything below it, best effort, not following symlinks (a writer's
+ * temporary container directory on error paths, COMPILE/COMPACT output that failed). */
+void vx_rmtree(const char *dir);
+
 /* ---------------------------------------------------------------- hashing */
 
 /* sha256 of a byte range / a whole file, as 64 lower-case hex chars + NUL. */

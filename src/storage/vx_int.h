@@ -140,9 +140,6 @@ void vx_shard_name(char *rel, size_t size, const char *stem, size_t index);
  * replacing any earlier record of rel. Out of memory leaves the record out. */
 void vx_segment_record(cJSON *segs, const char *rel, const char *schema, int version,
                        uint64_t bytes, const char *sha);
-/* Remove dir and everything below it, best effort, not following symlinks (a writer's
- * temporary container directory on error paths). */
-void vx_rmtree(const char *dir);
 
 /* ---- bank shape (docs/lql/BANK.md): moe_manifest.json (manifest.c), its LYRW v2 banks
  * exposed as tensors under the canonical operand names (bank.c) ---- */
