@@ -212,6 +212,18 @@ static void q4k_unpack(const unsigned char *s, uint8_t sm[16])
     _mm_storeu_si128((__m128i *)(void *)sm, q4k_scales(s));
 }
 
+/* Σ_s min_s · (sum of the 32 activations of sub-block s), 8 lanes at once; sm as
+ * q4k_scales gives it. */
+static int q4k_minsum(__m128i sm, const int16_t *bs)
+{
+    __m128i pair = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(const void *)bs),
+                                  _mm_loadu_si128((const __m128i *)(const void *)(bs + 8)));
+    __m128i p = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), pair);
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
+    return _mm_cvtsi128_si32(p);
+}
+
 static float dot_q4_k(const unsigned char *w, const float *d, const int8_t *q,
                       const int16_t *bs, int nb)
 {
@@ -219,16 +231,10 @@ static float dot_q4_k(const unsigned char *w, const float *d, const int8_t *q,
     __m256 acc = _mm256_setzero_ps();
     float accm = 0;
     for (int b = 0; b < nb; b++, w += 144, q += 256, bs += 16) {
+        __m128i smv = q4k_scales(w + 4);
         uint8_t sm[16];
-        q4k_unpack(w + 4, sm);
-        /* Σ_s min_s · (sum of the 32 activations of sub-block s), 8 lanes at once */
-        __m128i pair = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(const void *)bs),
-                                      _mm_loadu_si128((const __m128i *)(const void *)(bs + 8)));
-        __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(sm + 8)));
-        __m128i p = _mm_madd_epi16(mins, pair);
-        p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
-        p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
-        accm += h2f(w + 2) * d[b] * (float)_mm_cvtsi128_si32(p);
+        _mm_storeu_si128((__m128i *)(void *)sm, smv);
+        accm += h2f(w + 2) * d[b] * (float)q4k_minsum(smv, bs);
         __m256i isum = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
             __m256i v = load32(w + 16 + 32 * j);
@@ -264,6 +270,17 @@ static void q6k_unpack(const unsigned char *w, int n, __m256i v[4])
         v[k] = _mm256_or_si256(lo[k], _mm256_slli_epi16(_mm256_and_si256(hi[k], m2), 4));
 }
 
+/* Σ_g scale_g · (sum of the 16 activations of group g): what Q6_K's -32 offset takes off. */
+static int q6k_offset(const int8_t *sc, const int16_t *bs)
+{
+    __m256i o = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)sc)),
+                                  _mm256_loadu_si256((const __m256i *)(const void *)bs));
+    __m128i o4 = _mm_add_epi32(_mm256_castsi256_si128(o), _mm256_extracti128_si256(o, 1));
+    o4 = _mm_add_epi32(o4, _mm_shuffle_epi32(o4, 0x4e));
+    o4 = _mm_add_epi32(o4, _mm_shuffle_epi32(o4, 0xb1));
+    return _mm_cvtsi128_si32(o4);
+}
+
 static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
                       const int16_t *bs, int nb)
 {
@@ -272,13 +289,7 @@ static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
     for (int b = 0; b < nb; b++, w += 210, q += 256, bs += 16) {
         const int8_t *sc = (const int8_t *)(w + 192);
         float dd = h2f(w + 208) * d[b];
-        /* Σ_g scale_g · (sum of the 16 activations of group g): the -32 offset */
-        __m256i o = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)sc)),
-                                      _mm256_loadu_si256((const __m256i *)(const void *)bs));
-        __m128i o4 = _mm_add_epi32(_mm256_castsi256_si128(o), _mm256_extracti128_si256(o, 1));
-        o4 = _mm_add_epi32(o4, _mm_shuffle_epi32(o4, 0x4e));
-        o4 = _mm_add_epi32(o4, _mm_shuffle_epi32(o4, 0xb1));
-        accm += dd * (float)(32 * _mm_cvtsi128_si32(o4));
+        accm += dd * (float)(32 * q6k_offset(sc, bs));
         __m256i isum = _mm256_setzero_si256();
         for (int n = 0; n < 2; n++) {
             __m256i v[4];
@@ -422,12 +433,7 @@ T512 static float dot_q4_k_wide(const unsigned char *w, const float *d, const in
     float accm = 0;
     for (int b = 0; b < nb; b++, w += 144, q += 256, bs += 16) {
         __m128i sm = q4k_scales(w + 4);
-        __m128i pair = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(const void *)bs),
-                                      _mm_loadu_si128((const __m128i *)(const void *)(bs + 8)));
-        __m128i p = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), pair);
-        p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
-        p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
-        accm += h2f(w + 2) * d[b] * (float)_mm_cvtsi128_si32(p);
+        accm += h2f(w + 2) * d[b] * (float)q4k_minsum(sm, bs);
         __m512i s = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
         __m512i isum = _mm512_setzero_si512();
         for (int j = 0; j < 4; j++) {
@@ -457,12 +463,7 @@ T512 static float dot_q6_k_wide(const unsigned char *w, const float *d, const in
     for (int b = 0; b < nb; b++, w += 210, q += 256, bs += 16) {
         const int8_t *sc = (const int8_t *)(w + 192);
         float dd = h2f(w + 208) * d[b];
-        __m256i o = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)sc)),
-                                      _mm256_loadu_si256((const __m256i *)(const void *)bs));
-        __m128i o4 = _mm_add_epi32(_mm256_castsi256_si128(o), _mm256_extracti128_si256(o, 1));
-        o4 = _mm_add_epi32(o4, _mm_shuffle_epi32(o4, 0x4e));
-        o4 = _mm_add_epi32(o4, _mm_shuffle_epi32(o4, 0xb1));
-        accm += dd * (float)(32 * _mm_cvtsi128_si32(o4));
+        accm += dd * (float)(32 * q6k_offset(sc, bs));
         __m512i s = _mm512_castsi256_si512(
             _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)sc)));
         __m512i isum = _mm512_setzero_si512();
