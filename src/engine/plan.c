@@ -89,7 +89,7 @@ static int choice(ctx *c, const cJSON *o, const char *k, const char *const *name
                        c->where, k);
     for (int i = 0; names[i]; i++)
         if (strcmp(names[i], v->valuestring) == 0) { *out = i; return 0; }
-    return vx_errf(c->err, VX_EUNSUPPORTED, "system graph: %s.%s '%s' is not implemented",
+    return vx_errf(c->err, VX_EUNSUPPORTED, "system graph: %s.%s '%s' is not supported by this executor",
                    c->where, k, v->valuestring);
 }
 
@@ -101,7 +101,7 @@ static int known(ctx *c, const cJSON *o, const char *const *keys)
         for (int i = 0; keys[i] && !ok; i++) ok = strcmp(keys[i], v->string) == 0;
         if (!ok && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
             return vx_errf(c->err, VX_EUNSUPPORTED,
-                           "system graph: %s field '%s' is not implemented", c->where,
+                           "system graph: %s field '%s' is not supported by this executor", c->where,
                            v->string);
     }
     return 0;
@@ -387,7 +387,7 @@ static int layer_bind(ctx *c, const gspec *g, const cJSON *lj, int i)
         int ok = 0;
         for (int k = 0; keys[k] && !ok; k++) ok = strcmp(keys[k], v->string) == 0;
         if (!ok && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
-            return vx_errf(c->err, VX_EUNSUPPORTED, "layer %d: field '%s' is not implemented",
+            return vx_errf(c->err, VX_EUNSUPPORTED, "layer %d: field '%s' is not supported by this executor",
                            i, v->string);
     }
     const cJSON *op = field(lj, "operator"), *ffn = field(lj, "ffn"), *win = field(lj, "window");
@@ -397,13 +397,13 @@ static int layer_bind(ctx *c, const gspec *g, const cJSON *lj, int i)
     else if (strcmp(op->valuestring, "mla") == 0) L->mla = 1;
     else
         return vx_errf(c->err, VX_EUNSUPPORTED,
-                       "layer %d: attention operator '%s' is not implemented", i, op->valuestring);
+                       "layer %d: attention operator '%s' is not supported by this executor", i, op->valuestring);
     if (!cJSON_IsString(ffn))
         return vx_errf(c->err, VX_EFORMAT, "layer %d: ffn operator is missing", i);
     if (strcmp(ffn->valuestring, "dense") == 0) L->moe = 0;
     else if (strcmp(ffn->valuestring, "moe") == 0) L->moe = 1;
     else
-        return vx_errf(c->err, VX_EUNSUPPORTED, "layer %d: ffn operator '%s' is not implemented",
+        return vx_errf(c->err, VX_EUNSUPPORTED, "layer %d: ffn operator '%s' is not supported by this executor",
                        i, ffn->valuestring);
     if (!is_null(win)) {
         if (!cJSON_IsNumber(win) || win->valuedouble < 1 || win->valuedouble > 1e9 ||

@@ -124,13 +124,13 @@ static void refuse(const char *base, graph_edit ed, const char *want)
 
 static void test_refusals(const char *gqa)
 {
-    refuse(gqa, e_operator, "layer 1: attention operator 'linear_attention' is not implemented");
-    refuse(gqa, e_ffn, "layer 2: ffn operator 'hyper' is not implemented");
-    refuse(gqa, e_layer_field, "layer 0: field 'cross_attention' is not implemented");
-    refuse(gqa, e_norm, "system graph: execution.norm.kind 'scale' is not implemented");
-    refuse(gqa, e_field, "system graph: execution field 'alibi' is not implemented");
-    refuse(gqa, e_yarn, "system graph: execution.attention.rope.scaling.type 'yarn' is not implemented");
-    refuse(gqa, e_act, "system graph: execution.ffn.activation 'relu2' is not implemented");
+    refuse(gqa, e_operator, "layer 1: attention operator 'linear_attention' is not supported by this executor");
+    refuse(gqa, e_ffn, "layer 2: ffn operator 'hyper' is not supported by this executor");
+    refuse(gqa, e_layer_field, "layer 0: field 'cross_attention' is not supported by this executor");
+    refuse(gqa, e_norm, "system graph: execution.norm.kind 'scale' is not supported by this executor");
+    refuse(gqa, e_field, "system graph: execution field 'alibi' is not supported by this executor");
+    refuse(gqa, e_yarn, "system graph: execution.attention.rope.scaling.type 'yarn' is not supported by this executor");
+    refuse(gqa, e_act, "system graph: execution.ffn.activation 'relu2' is not supported by this executor");
     refuse(gqa, e_bias, "layer 0: operand 'layers.0.attn.q_proj.bias' of target.decoder_stack is missing");
     refuse(gqa, e_heads, "layer 0: operand 'layers.0.attn.q_proj' of target.decoder_stack has "
                          "shape [64, 64], expected [128, 64]");
