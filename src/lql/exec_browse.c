@@ -263,9 +263,10 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
         }
     }
     if (rc == 0 && !explain)
-        lql_result_note(r, "query token \"%s\" (id %d), %d layers, %s mode (by %s), %.1f MB "
+        lql_result_note(r, "query token \"%s\" (id %d), %d layer%s, %s mode (by %s), %.1f MB "
                         "of %s scanned; no attention: for inference use INFER", tok, w.token,
-                        w.n_layers, brw_walk_mode_name(w.mode), rank_key(w.mode),
+                        w.n_layers, w.n_layers == 1 ? "" : "s", brw_walk_mode_name(w.mode),
+                        rank_key(w.mode),
                         (double)w.bytes_scanned / 1e6,
                         w.mode == BRW_DENSE ? "gate and up rows" : "gate rows");
     brw_walk_free(&w);
