@@ -1,8 +1,9 @@
 /*
  * qkernels.c — products on block-quantised weights without dequantising the matrix (the
  * contract is in qkernels.h). Activations are quantised once per call to 8-bit blocks;
- * each weight block is unpacked to int8 in registers and multiplied with AVX2 byte
- * multiply-adds, one f32 scale product per block. Formats without an integer kernel, and
+ * each weight block is unpacked to bytes in registers and multiplied with byte
+ * multiply-adds (AVX-512 VNNI where the CPU has it, AVX2 otherwise), accumulating in int32
+ * with one f32 scale product per block. Formats without an integer kernel, and
  * builds without AVX2, dequantise one block at a time into a stack buffer and take an f32
  * dot product. Rows are split across the engine's pool.
  */
