@@ -196,16 +196,20 @@ static float dot_mxfp4(const unsigned char *w, const float *d, const int8_t *q, 
     return eng_hsum256(_mm256_add_ps(acc[0], acc[1]));
 }
 
-/* Q4_K's 12 packed bytes → bytes 0..7 the 6-bit scales, 8..15 the 6-bit mins, built in a
- * register: going through memory as four 32-bit stores and reading bytes back stalls
- * store forwarding on every block. */
+/* Q4_K's 12 packed bytes → bytes 0..7 the 6-bit scales, 8..15 the 6-bit mins, in a
+ * register (going through memory stalls store forwarding on every block). With the bytes
+ * as 32-bit words u0 u1 u2: scales 0-3 = u0 & 0x3f, mins 0-3 = u1 & 0x3f, scales 4-7 = u2's
+ * low nibbles with u0's top 2 bits, mins 4-7 = u2's high nibbles with u1's top 2 bits. Reads
+ * 16 bytes from s: the block goes on past them. */
 static __m128i q4k_scales(const unsigned char *s)
 {
-    uint32_t u[3];
-    memcpy(u, s, 12);
-    uint32_t u3 = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    uint32_t u1 = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    return _mm_set_epi32((int)u3, (int)(u[1] & 0x3f3f3f3fu), (int)u1, (int)(u[0] & 0x3f3f3f3fu));
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)s);
+    __m128i a = _mm_shuffle_epi32(v, 0x98);    /* u0 u2 u1 u2 */
+    __m128i b = _mm_shuffle_epi32(v, 0x50);    /* u0 u0 u1 u1 */
+    __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+                               _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    __m128i hi = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(lo, hi);
 }
 
 static void q4k_unpack(const unsigned char *s, uint8_t sm[16])
@@ -213,16 +217,14 @@ static void q4k_unpack(const unsigned char *s, uint8_t sm[16])
     _mm_storeu_si128((__m128i *)(void *)sm, q4k_scales(s));
 }
 
-/* Σ_s min_s · (sum of the 32 activations of sub-block s), 8 lanes at once; sm as
- * q4k_scales gives it. */
-static int q4k_minsum(__m128i sm, const int16_t *bs)
+/* min_s · (sum of 16 activations) for the 16 halves of the 8 sub-blocks, pairwise summed to
+ * 8 lanes; sm as q4k_scales gives it. Kept as a vector so the kernels reduce it once per
+ * row, not once per block. */
+static __m256 q4k_mins(__m128i sm, const int16_t *bs)
 {
-    __m128i pair = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(const void *)bs),
-                                  _mm_loadu_si128((const __m128i *)(const void *)(bs + 8)));
-    __m128i p = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), pair);
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
-    return _mm_cvtsi128_si32(p);
+    __m128i m = _mm_srli_si128(sm, 8);
+    __m256i dup = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(dup, _mm256_loadu_si256((const __m256i *)(const void *)bs)));
 }
 
 static float dot_q4_k(const unsigned char *w, const float *d, const int8_t *q,
@@ -230,12 +232,12 @@ static float dot_q4_k(const unsigned char *w, const float *d, const int8_t *q,
 {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc = _mm256_setzero_ps();
-    float accm = 0;
+    __m256 accm = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++, w += 144, q += 256, bs += 16) {
         __m128i smv = q4k_scales(w + 4);
         uint8_t sm[16];
         _mm_storeu_si128((__m128i *)(void *)sm, smv);
-        accm += h2f(w + 2) * d[b] * (float)q4k_minsum(smv, bs);
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w + 2) * d[b]), q4k_mins(smv, bs), accm);
         __m256i isum = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
             __m256i v = load32(w + 16 + 32 * j);
@@ -247,7 +249,7 @@ static float dot_q4_k(const unsigned char *w, const float *d, const int8_t *q,
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]), _mm256_cvtepi32_ps(isum), acc);
     }
-    return eng_hsum256(acc) - accm;
+    return eng_hsum256(acc) - eng_hsum256(accm);
 }
 
 /* Scale vector for 32 products: the low 16 elements use s0, the high 16 use s1. */
@@ -271,26 +273,24 @@ static void q6k_unpack(const unsigned char *w, int n, __m256i v[4])
         v[k] = _mm256_or_si256(lo[k], _mm256_slli_epi16(_mm256_and_si256(hi[k], m2), 4));
 }
 
-/* Σ_g scale_g · (sum of the 16 activations of group g): what Q6_K's -32 offset takes off. */
-static int q6k_offset(const int8_t *sc, const int16_t *bs)
+/* scale_g · (sum of the 16 activations of group g), pairwise summed to 8 lanes: what Q6_K's
+ * -32 offset takes off, kept as a vector so the kernels reduce it once per row. */
+static __m256 q6k_offset(const int8_t *sc, const int16_t *bs)
 {
-    __m256i o = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)sc)),
-                                  _mm256_loadu_si256((const __m256i *)(const void *)bs));
-    __m128i o4 = _mm_add_epi32(_mm256_castsi256_si128(o), _mm256_extracti128_si256(o, 1));
-    o4 = _mm_add_epi32(o4, _mm_shuffle_epi32(o4, 0x4e));
-    o4 = _mm_add_epi32(o4, _mm_shuffle_epi32(o4, 0xb1));
-    return _mm_cvtsi128_si32(o4);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(
+        _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)sc)),
+        _mm256_loadu_si256((const __m256i *)(const void *)bs)));
 }
 
 static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
                       const int16_t *bs, int nb)
 {
     __m256 acc = _mm256_setzero_ps();
-    float accm = 0;
+    __m256 accm = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++, w += 210, q += 256, bs += 16) {
         const int8_t *sc = (const int8_t *)(w + 192);
         float dd = h2f(w + 208) * d[b];
-        accm += dd * (float)(32 * q6k_offset(sc, bs));
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(32 * dd), q6k_offset(sc, bs), accm);
         __m256i isum = _mm256_setzero_si256();
         for (int n = 0; n < 2; n++) {
             __m256i v[4];
@@ -303,7 +303,7 @@ static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(isum), acc);
     }
-    return eng_hsum256(acc) - accm;
+    return eng_hsum256(acc) - eng_hsum256(accm);
 }
 
 /* ---- AVX-512 VNNI: two 32-blocks per instruction, chosen at run time */
@@ -431,10 +431,10 @@ T512 static float dot_q4_k_wide(const unsigned char *w, const float *d, const in
     __m512i idx[4];
     kidx(VX_Q4_K, idx);
     __m512 acc = _mm512_setzero_ps();
-    float accm = 0;
+    __m256 accm = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++, w += 144, q += 256, bs += 16) {
         __m128i sm = q4k_scales(w + 4);
-        accm += h2f(w + 2) * d[b] * (float)q4k_minsum(sm, bs);
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w + 2) * d[b]), q4k_mins(sm, bs), accm);
         __m512i s = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
         __m512i isum = _mm512_setzero_si512();
         for (int j = 0; j < 4; j++) {
@@ -447,7 +447,7 @@ T512 static float dot_q4_k_wide(const unsigned char *w, const float *d, const in
         }
         acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(w) * d[b]), _mm512_cvtepi32_ps(isum), acc);
     }
-    return _mm512_reduce_add_ps(acc) - accm;
+    return _mm512_reduce_add_ps(acc) - eng_hsum256(accm);
 }
 
 /* Q6_K 64 values per step: the 4 low bits of two ql runs in one load, the 2 high bits from
@@ -460,11 +460,11 @@ T512 static float dot_q6_k_wide(const unsigned char *w, const float *d, const in
     __m512i idx[4];
     kidx(VX_Q6_K, idx);
     __m512 acc = _mm512_setzero_ps();
-    float accm = 0;
+    __m256 accm = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++, w += 210, q += 256, bs += 16) {
         const int8_t *sc = (const int8_t *)(w + 192);
         float dd = h2f(w + 208) * d[b];
-        accm += dd * (float)(32 * q6k_offset(sc, bs));
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(32 * dd), q6k_offset(sc, bs), accm);
         __m512i s = _mm512_castsi256_si512(
             _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)sc)));
         __m512i isum = _mm512_setzero_si512();
@@ -483,7 +483,7 @@ T512 static float dot_q6_k_wide(const unsigned char *w, const float *d, const in
         }
         acc = _mm512_fmadd_ps(_mm512_set1_ps(dd), _mm512_cvtepi32_ps(isum), acc);
     }
-    return _mm512_reduce_add_ps(acc) - accm;
+    return _mm512_reduce_add_ps(acc) - eng_hsum256(accm);
 }
 
 /* One weight row against activation row t. */
