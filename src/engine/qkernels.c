@@ -378,7 +378,8 @@ T512 static float dot_q4_wide(vx_dtype dt, const unsigned char *w, const float *
     __m512i pick[4];          /* lanes 0..7 take scale 2k, lanes 8..15 scale 2k + 1 */
     for (int k = 0; k < 4; k++)
         pick[k] = _mm512_add_epi32(_mm512_set1_epi32(2 * k),
-                                   _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 3));
+                                   _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+                                                                       10, 11, 12, 13, 14, 15), 3));
     __m512 acc = _mm512_setzero_ps();
     __m256 acco = _mm256_setzero_ps();
     int b = 0;
@@ -442,7 +443,8 @@ T512 static float dot_q4_k_wide(const unsigned char *w, const float *d, const in
              * then high nibbles, which is element order */
             __m512i v = _mm512_broadcast_i64x4(load32(w + 16 + 32 * j));
             v = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xffff0000u, v, 4), m4);
-            isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(v, _mm512_loadu_si512((const void *)(q + 64 * j))),
+            __m512i x = _mm512_loadu_si512((const void *)(q + 64 * j));
+            isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(v, x),
                                        _mm512_permutexvar_epi16(idx[j], s));
         }
         acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(w) * d[b]), _mm512_cvtepi32_ps(isum), acc);
@@ -474,11 +476,14 @@ T512 static float dot_q6_k_wide(const unsigned char *w, const float *d, const in
             __m512i hx = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
             __m512i v01 = _mm512_or_si512(_mm512_and_si512(l, m4),
                                           _mm512_slli_epi16(_mm512_and_si512(hx, m2), 4));
+            __m512i h23 = _mm512_and_si512(_mm512_srli_epi16(hx, 4), m2);
             __m512i v23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hx, 4), m2), 4));
-            isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(v01, _mm512_loadu_si512((const void *)(q + 128 * n))),
+                                          _mm512_slli_epi16(h23, 4));
+            __m512i x01 = _mm512_loadu_si512((const void *)(q + 128 * n));
+            __m512i x23 = _mm512_loadu_si512((const void *)(q + 128 * n + 64));
+            isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(v01, x01),
                                        _mm512_permutexvar_epi16(idx[2 * n], s));
-            isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(v23, _mm512_loadu_si512((const void *)(q + 128 * n + 64))),
+            isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(v23, x23),
                                        _mm512_permutexvar_epi16(idx[2 * n + 1], s));
         }
         acc = _mm512_fmadd_ps(_mm512_set1_ps(dd), _mm512_cvtepi32_ps(isum), acc);
