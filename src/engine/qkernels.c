@@ -362,11 +362,28 @@ T512 static __m256 scales8(int mx, unsigned bb, const unsigned char *w)
     return _mm256_castsi256_ps(bits);
 }
 
+/* The activations of every whole group of 8 blocks in the order dot_q4_wide reads them:
+ * per 4 blocks, their 16 first values then their 16 last ones (the order of four blocks'
+ * low nibbles, then their high nibbles). The blocks after the last whole group stay in
+ * element order for the per-block kernels. */
+static void nibble_order(acts *a, int n, int cols)
+{
+    for (int t = 0; t < n; t++)
+        for (int g = 0; g < a->nb / 8 * 2; g++) {
+            int8_t *p = a->q + (size_t)t * cols + 128 * g, tmp[128];
+            memcpy(tmp, p, sizeof tmp);
+            for (int i = 0; i < 4; i++) {
+                memcpy(p + 16 * i, tmp + 32 * i, 16);
+                memcpy(p + 64 + 16 * i, tmp + 32 * i + 16, 16);
+            }
+        }
+}
+
 /* Q4_0 and MXFP4, eight blocks per step, with the weights kept unsigned so vpdpbusd takes
  * them directly: Q4_0 as the raw nibble (value + 8), MXFP4 as the doubled E2M1 value + 12
- * from a table; the offset times each block's activation sum is taken off at the end. The
- * 16 nibble bytes of a block are loaded twice and the upper copy shifted, which puts the 32
- * values in element order without a shuffle; two blocks fill a vector. */
+ * from a table; the offset times each block's activation sum is taken off at the end. Four
+ * blocks' 16 nibble bytes fill a vector: its low nibbles are their first 16 values, its
+ * high nibbles the last 16, against activations in nibble_order. */
 T512 static float dot_q4_wide(vx_dtype dt, const unsigned char *w, const float *d,
                               const int8_t *q, const int16_t *bs, int nb)
 {
@@ -375,11 +392,11 @@ T512 static float dot_q4_wide(vx_dtype dt, const unsigned char *w, const float *
     const unsigned bb = mx ? 17 : 18;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)shifted));
-    __m512i pick[4];          /* lanes 0..7 take scale 2k, lanes 8..15 scale 2k + 1 */
-    for (int k = 0; k < 4; k++)
-        pick[k] = _mm512_add_epi32(_mm512_set1_epi32(2 * k),
+    __m512i pick[2];          /* lane i takes scale 4k + i / 4 */
+    for (int k = 0; k < 2; k++)
+        pick[k] = _mm512_add_epi32(_mm512_set1_epi32(4 * k),
                                    _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
-                                                                       10, 11, 12, 13, 14, 15), 3));
+                                                                       10, 11, 12, 13, 14, 15), 2));
     __m512 acc = _mm512_setzero_ps();
     __m256 acco = _mm256_setzero_ps();
     int b = 0;
@@ -390,16 +407,20 @@ T512 static float dot_q4_wide(vx_dtype dt, const unsigned char *w, const float *
                                        _mm256_set1_epi16(1));
         acco = _mm256_fmadd_ps(s8, _mm256_cvtepi32_ps(xs), acco);
         __m512 s16 = _mm512_castps256_ps512(s8);
-        for (int k = 0; k < 4; k++) {
-            const unsigned char *n0 = w + 2 * k * bb + 2 - mx;
-            __m512i v = _mm512_mask_broadcast_i32x4(
-                _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)n0)), 0xff00,
-                _mm_loadu_si128((const __m128i *)(const void *)(n0 + bb)));
-            v = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xff00ff00u, v, 4), m4);
-            if (mx)
-                v = _mm512_shuffle_epi8(tab, v);
-            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v,
-                                            _mm512_loadu_si512((const void *)(q + 32 * (b + 2 * k))));
+        for (int k = 0; k < 2; k++) {
+            const unsigned char *n0 = w + 4 * k * bb + 2 - mx;
+            __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)n0));
+            for (int i = 1; i < 4; i++)
+                v = _mm512_mask_broadcast_i32x4(v, (__mmask16)(0xf << 4 * i),
+                                                _mm_loadu_si128((const __m128i *)(const void *)(n0 + i * bb)));
+            __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            if (mx) {
+                lo = _mm512_shuffle_epi8(tab, lo);
+                hi = _mm512_shuffle_epi8(tab, hi);
+            }
+            const int8_t *x = q + 32 * (b + 4 * k);
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512((const void *)x));
+            p = _mm512_dpbusd_epi32(p, hi, _mm512_loadu_si512((const void *)(x + 64)));
             acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[k], s16), _mm512_cvtepi32_ps(p), acc);
         }
     }
@@ -736,6 +757,8 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
     if (blk && acts_make(a, blk, X, n, cols) == 0) {
 #ifdef __AVX2__
         a->wide = wide_ok();
+        if (a->wide && (dt == VX_Q4_0 || dt == VX_MXFP4))
+            nibble_order(a, n, cols);
 #endif
         j->a = a;
     }
