@@ -52,7 +52,7 @@ static float dotf(const float *a, const float *b, int n)
 typedef struct acts {
     int blk, nb;              /* block size, blocks per row */
     float *d;                 /* [n, nb] */
-    int8_t *q;                /* [n, cols] */
+    int8_t *q;                /* [n, cols]; nibble_order for the wide Q4_0/MXFP4 kernel */
     int16_t *bs;              /* [n, cols / 16] */
     int wide;                 /* 1: the AVX-512 VNNI kernels */
     void *mem;
