@@ -6,7 +6,9 @@
  * round-to-nearest of what is left; together they hold 24 mantissa bits, i.e. x exactly),
  * and an f16 weight into two (w = hi + lo, exact since f16 has 11 mantissa bits). bf16
  * weights are used as stored, straight from the mmap. The product is then the sum of the
- * part products, all exact, accumulated in f32: the same accuracy class as sgemm.
+ * part products, all exact, accumulated in f32: the same accuracy class as sgemm. For f16
+ * the w_lo · x_lo product is skipped: it is at most 2^-24 of |w · x| (one f32 rounding),
+ * and it would be the sixth of six tile products.
  *
  * Layout: A = 16 weight rows × 32 columns (row-major bf16, 64 bytes a row); B = 32
  * columns × 16 tokens packed in pairs (row kk holds, for each token, columns 2kk and
@@ -213,7 +215,7 @@ TAMX static void amx_part(void *ctx, int part, int nparts)
                     _tile_loadd(5, at + (size_t)(kn + k) * 512, 64);
                     for (int p = 0; p < 3; p++) {
                         const uint32_t *bt = j->pk + btile(ks, 2 * tp, k0 + k, p);
-                        /* f16: w_lo · x_lo is below 2^-25 of |w·x|, under f32 rounding */
+                        /* f16: no w_lo · x_lo (see the top of the file) */
                         const int lo = f16 && p < 2;
                         _tile_loadd(6, bt, 64);
                         _tile_dpbf16ps(0, 4, 6);
