@@ -6,9 +6,7 @@
  * round-to-nearest of what is left; together they hold 24 mantissa bits, i.e. x exactly),
  * and an f16 weight into two (w = hi + lo, exact since f16 has 11 mantissa bits). bf16
  * weights are used as stored, straight from the mmap. The product is then the sum of the
- * part products, all exact, accumulated in f32: the same accuracy class as sgemm. For f16
- * the w_lo · x_lo product is skipped: it is at most 2^-24 of |w · x| (one f32 rounding),
- * and it would be the sixth of six tile products.
+ * part products, all exact, accumulated in f32: the same accuracy class as sgemm.
  *
  * Layout: A = 16 weight rows × 32 columns (row-major bf16, 64 bytes a row); B = 32
  * columns × 16 tokens packed in pairs (row kk holds, for each token, columns 2kk and
@@ -125,48 +123,34 @@ typedef struct amx_job {
 
 /* Copy k-steps [k0, k0 + kn) of a block into k-major A tiles: at ((h · kn + k) · 16 + i) · 32
  * the 32 bf16 of tile row i. bf16: h = 0/1 are rows r..r+15 and r+16..r+31 as stored;
- * f16: h = 0/1 are the hi and lo bf16 parts of rows r..r+15, both written by one pass
- * over the row. The tile loads then hit L2 with unit stride. */
+ * f16: h = 0/1 are the hi and lo bf16 parts of rows r..r+15. The tile loads then hit L2
+ * with unit stride. */
 TAMX static void load_block(const eng_w *w, int r, int k0, int kn, uint16_t *at)
 {
-    const int f16 = w->dt == VX_F16;
-    for (int h = 0; h < (f16 ? 1 : 2); h++)
+    for (int h = 0; h < 2; h++)
         for (int i = 0; i < 16; i++) {
-            const uint16_t *src = (const uint16_t *)((const char *)w->data +
-                                                     (size_t)(r + h * 16 + i) * w->row_bytes);
+            int row = w->dt == VX_F16 ? r + i : r + h * 16 + i;
+            const uint16_t *src = (const uint16_t *)((const char *)w->data + (size_t)row * w->row_bytes);
             for (int k = 0; k < kn; k++) {
                 uint16_t *dst = at + ((size_t)(h * kn + k) * 16 + i) * 32;
                 const uint16_t *sk = src + (size_t)(k0 + k) * 32;
-                if (!f16) {
+                if (w->dt == VX_BF16) {
                     _mm512_storeu_si512(dst, _mm512_loadu_si512(sk));
                     continue;
                 }
-                uint16_t *dlo = dst + (size_t)kn * 512;
                 for (int q = 0; q < 32; q += 16) {
                     __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sk + q)));
                     __m256i hi = (__m256i)_mm512_cvtneps_pbh(v);
                     __m512 rest = _mm512_sub_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16)));
-                    _mm256_storeu_si256((__m256i *)(dst + q), hi);
-                    _mm256_storeu_si256((__m256i *)(dlo + q), (__m256i)_mm512_cvtneps_pbh(rest));
+                    _mm256_storeu_si256((__m256i *)(dst + q), h ? (__m256i)_mm512_cvtneps_pbh(rest) : hi);
                 }
             }
         }
 }
 
-/* Ask for k-step k (one 64-byte line per row) of rows [r, r + nr) to be in L2 by the time
- * load_block copies them: without it the copy waits on DRAM for every row in turn
- * (profiled: a third of the f16 prefill time). */
-static void prefetch_step(const eng_w *w, int r, int nr, int k)
-{
-    const char *p = (const char *)w->data + (size_t)r * w->row_bytes + (size_t)k * 64;
-    for (int i = 0; i < nr; i++) _mm_prefetch(p + (size_t)i * w->row_bytes, _MM_HINT_T1);
-}
-
 /* A part owns a contiguous range of row blocks: bf16 blocks are 32 rows (A tiles 4 and 5
  * are two 16-row halves feeding C rows 0/1), f16 blocks 16 rows (A tiles 4 and 5 are the hi
- * and lo parts, feeding C rows 0/1, which are summed when y is written: two accumulators
- * keep back-to-back products from waiting on each other, which halved f16's rate when both
- * fed one tile). Tiles 0..3 are C[row][token block], tile 6 is B; each
+ * and lo parts, both feeding C row 0). Tiles 0..3 are C[row][token block], tile 6 is B; each
  * B load serves two tile products. The k dimension runs in chunks of KC outermost, so one
  * chunk's B tiles (all tokens) are reused from L2 by every block of the part; the C tiles
  * are parked in `acc` between chunks, and each weight byte is still read once. */
@@ -210,19 +194,18 @@ TAMX static void amx_part(void *ctx, int part, int nparts)
                     _tile_loadd(3, ct + 768, 64);
                 }
                 for (int k = 0; k < kn; k++) {
-                    if (tp == 0 && b + 1 < b1) prefetch_step(w, (b + 1) * rows_per, rows_per, k0 + k);
                     _tile_loadd(4, at + (size_t)k * 512, 64);
                     _tile_loadd(5, at + (size_t)(kn + k) * 512, 64);
                     for (int p = 0; p < 3; p++) {
                         const uint32_t *bt = j->pk + btile(ks, 2 * tp, k0 + k, p);
-                        /* f16: no w_lo · x_lo (see the top of the file) */
-                        const int lo = f16 && p < 2;
                         _tile_loadd(6, bt, 64);
                         _tile_dpbf16ps(0, 4, 6);
-                        if (lo || !f16) _tile_dpbf16ps(2, 5, 6);
+                        if (f16) _tile_dpbf16ps(0, 5, 6);
+                        else _tile_dpbf16ps(2, 5, 6);
                         _tile_loadd(6, bt + 256, 64);
                         _tile_dpbf16ps(1, 4, 6);
-                        if (lo || !f16) _tile_dpbf16ps(3, 5, 6);
+                        if (f16) _tile_dpbf16ps(1, 5, 6);
+                        else _tile_dpbf16ps(3, 5, 6);
                     }
                 }
                 _tile_stored(0, ct, 64);
@@ -244,10 +227,7 @@ TAMX static void amx_part(void *ctx, int part, int nparts)
                         if (tok >= j->n) break;
                         float *yr = j->y + (size_t)tok * w->rows + (size_t)b * rows_per + rb * 16;
                         const float *c = ct + (size_t)(rb * 2 + h) * 256;
-                        if (f16)
-                            for (int m = 0; m < 16; m++) yr[m] = c[m * 16 + t] + c[512 + m * 16 + t];
-                        else
-                            for (int m = 0; m < 16; m++) yr[m] = c[m * 16 + t];
+                        for (int m = 0; m < 16; m++) yr[m] = c[m * 16 + t];
                     }
         }
     free(at);
