@@ -149,14 +149,30 @@ static __m256i load32(const void *p)
     return _mm256_loadu_si256((const __m256i *)p);
 }
 
+/* Decode streams every weight from DRAM (the model is larger than the cache) through a
+ * file mapping of 4 KiB pages, where the hardware prefetchers stop at each page edge: each
+ * kernel step asks for the lines of its n bytes one page ahead, so the next page's TLB walk
+ * and line fills overlap this page's products. Measured on q8_0 32000 x 2048 (70 MB), one
+ * thread: 8.3 GB/s without, 12.1 at 2 KiB ahead, 12.6-15.0 at 4 KiB. Prefetches past the
+ * end of the matrix are hints and never fault. */
+#define AHEAD 4096
+
+static inline void ahead(const unsigned char *w, int n)
+{
+    for (int o = 0; o < n; o += 64)   /* steps of at most 64 bytes leave no line out */
+        _mm_prefetch((const char *)w + AHEAD + o, _MM_HINT_T0);
+}
+
 /* The 32-block kernels alternate two accumulators so consecutive blocks do not wait on
  * each other's multiply-add. */
 static float dot_q8_0(const unsigned char *w, const float *d, const int8_t *q, int nb)
 {
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int b = 0; b < nb; b++, w += 34)
+    for (int b = 0; b < nb; b++, w += 34) {
+        ahead(w, 34);
         acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]),
                                      mul_i8(load32(w + 2), load32(q + 32 * b)), acc[b & 1]);
+    }
     return eng_hsum256(_mm256_add_ps(acc[0], acc[1]));
 }
 
@@ -164,6 +180,7 @@ static float dot_q4_0(const unsigned char *w, const float *d, const int8_t *q, i
 {
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int b = 0; b < nb; b++, w += 18) {
+        ahead(w, 18);
         __m256i v = _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8));
         acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]),
                                      mul_i8(v, load32(q + 32 * b)), acc[b & 1]);
@@ -189,6 +206,7 @@ static float dot_mxfp4(const unsigned char *w, const float *d, const int8_t *q, 
     const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)doubled));
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int b = 0; b < nb; b++, w += 17) {
+        ahead(w, 17);
         __m256i v = _mm256_shuffle_epi8(tab, nibbles(w + 1));
         acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(e8m0_half(w[0]) * d[b]),
                                      mul_i8(v, load32(q + 32 * b)), acc[b & 1]);
@@ -234,6 +252,7 @@ static float dot_q4_k(const unsigned char *w, const float *d, const int8_t *q,
     __m256 acc = _mm256_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++, w += 144, q += 256, bs += 16) {
+        ahead(w, 144);
         __m128i smv = q4k_scales(w + 4);
         uint8_t sm[16];
         _mm_storeu_si128((__m128i *)(void *)sm, smv);
@@ -288,6 +307,7 @@ static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
     __m256 acc = _mm256_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++, w += 210, q += 256, bs += 16) {
+        ahead(w, 210);
         const int8_t *sc = (const int8_t *)(w + 192);
         float dd = h2f(w + 208) * d[b];
         accm = _mm256_fmadd_ps(_mm256_set1_ps(32 * dd), q6k_offset(sc, bs), accm);
@@ -328,6 +348,7 @@ T512 static float dot_q8_0_wide(const unsigned char *w, const float *d, const in
     __m512 acc = _mm512_setzero_ps();
     int b = 0;
     for (; b + 2 <= nb; b += 2, w += 2 * 34) {
+        ahead(w, 2 * 34);
         __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(load32(w + 2)), load32(w + 36), 1);
         __m512i xv = _mm512_loadu_si512((const void *)(q + 32 * b));
         /* signed × signed as |w| × (x with w's sign): vpdpbusd takes unsigned × signed */
@@ -401,6 +422,7 @@ T512 static float dot_q4_wide(vx_dtype dt, const unsigned char *w, const float *
     __m256 acco = _mm256_setzero_ps();
     int b = 0;
     for (; b + 8 <= nb; b += 8, w += 8 * bb) {
+        ahead(w, 8 * (int)bb);
         __m256 s8 = _mm256_mul_ps(scales8(mx, bb, w), _mm256_loadu_ps(d + b));
         /* Σ of each block's 32 activations, from the 16-sums */
         __m256i xs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(bs + 2 * b)),
@@ -455,6 +477,7 @@ T512 static float dot_q4_k_wide(const unsigned char *w, const float *d, const in
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++, w += 144, q += 256, bs += 16) {
+        ahead(w, 144);
         __m128i sm = q4k_scales(w + 4);
         accm = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w + 2) * d[b]), q4k_mins(sm, bs), accm);
         __m512i s = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
@@ -485,6 +508,7 @@ T512 static float dot_q6_k_wide(const unsigned char *w, const float *d, const in
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++, w += 210, q += 256, bs += 16) {
+        ahead(w, 210);
         const int8_t *sc = (const int8_t *)(w + 192);
         float dd = h2f(w + 208) * d[b];
         accm = _mm256_fmadd_ps(_mm256_set1_ps(32 * dd), q6k_offset(sc, bs), accm);
