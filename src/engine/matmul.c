@@ -202,6 +202,10 @@ T512 static void rows_bf16_512(const eng_w *w, int r0, int r1, const float *x, c
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
             for (int k = 0; k < c32; k += 32) {
+                /* one 4 KiB page ahead: the hardware prefetchers stop at page edges of the
+                 * file mapping, and decode streams every weight from DRAM (qkernels.c). */
+                for (int i = 0; i < 4; i++)
+                    _mm_prefetch((const char *)(p[i] + k / 32) + 4096, _MM_HINT_T0);
                 __m512 xe = _mm512_loadu_ps(xt + k), xo = _mm512_loadu_ps(xt + k + 16);
                 __m512i v0 = _mm512_loadu_si512(p[0] + k / 32), v1 = _mm512_loadu_si512(p[1] + k / 32);
                 __m512i v2 = _mm512_loadu_si512(p[2] + k / 32), v3 = _mm512_loadu_si512(p[3] + k / 32);
