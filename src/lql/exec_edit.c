@@ -867,6 +867,36 @@ static int recent_composes(const edit_state *es, eng_model *m, compose_fact *out
     return 0;
 }
 
+/* The "inserted" table of an INSERT: one row; feature < 0 leaves out the feature column
+ * (modes that edit no single feature). */
+static int inserted_row(lql_result *r, const lql_stmt *st, int layer, int feature,
+                        double p_before, double p_after, int steps, lql_err *e)
+{
+    static const lql_colspec cols[] = {
+        {"entity", LQL_TEXT, 0}, {"relation", LQL_TEXT, 0}, {"target", LQL_TEXT, 0},
+        {"layer", LQL_INT, 0}, {"feature", LQL_INT, 0}, {"p_before", LQL_FLOAT, 4},
+        {"p_after", LQL_FLOAT, 4}, {"steps", LQL_INT, 0}};
+    static const lql_colspec nofeat[] = {
+        {"entity", LQL_TEXT, 0}, {"relation", LQL_TEXT, 0}, {"target", LQL_TEXT, 0},
+        {"layer", LQL_INT, 0}, {"p_before", LQL_FLOAT, 4}, {"p_after", LQL_FLOAT, 4},
+        {"steps", LQL_INT, 0}};
+    lql_table *t = feature >= 0 ? lql_result_table(r, "inserted", 8, cols)
+                                : lql_result_table(r, "inserted", 7, nofeat);
+    if (!t)
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    lql_row(t);
+    lql_cell_text(t, st->entity);
+    lql_cell_text(t, st->relation_v);
+    lql_cell_text(t, st->target);
+    lql_cell_int(t, layer);
+    if (feature >= 0)
+        lql_cell_int(t, feature);
+    lql_cell_float(t, p_before);
+    lql_cell_float(t, p_after);
+    lql_cell_int(t, steps);
+    return 0;
+}
+
 /* INSERT … MODE COMPOSE: a new FFN feature in a free slot (REFERENCE-NOTES §6): gate along
  * the canonical prompt's FFN input made orthogonal to decoys and earlier installs' gates
  * (×g_ref·30), up along the input (×u_ref), down along the target's embedding
@@ -1027,24 +1057,8 @@ static int insert_compose(lql_session *s, const lql_stmt *st, lql_result *r, lql
         vx_op_set_vec(&op, "gate", 1, H, gate, &ve) || vx_op_set_vec(&op, "up", 1, H, up, &ve) ||
         vx_op_set_vec(&op, "down", 1, H, down, &ve))
         goto vx_fail;
-    static const lql_colspec cols[] = {
-        {"entity", LQL_TEXT, 0}, {"relation", LQL_TEXT, 0}, {"target", LQL_TEXT, 0},
-        {"layer", LQL_INT, 0}, {"feature", LQL_INT, 0}, {"p_before", LQL_FLOAT, 4},
-        {"p_after", LQL_FLOAT, 4}, {"steps", LQL_INT, 0}};
-    lql_table *t = lql_result_table(r, "inserted", 8, cols);
-    if (!t) {
-        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    if (inserted_row(r, st, layer, slot, p_before, p, steps, e) < 0)
         goto done;
-    }
-    lql_row(t);
-    lql_cell_text(t, st->entity);
-    lql_cell_text(t, st->relation_v);
-    lql_cell_text(t, st->target);
-    lql_cell_int(t, layer);
-    lql_cell_int(t, slot);
-    lql_cell_float(t, p_before);
-    lql_cell_float(t, p);
-    lql_cell_int(t, steps);
     vx_record_info info;
     if (record(s, st, es, &op, 1, r, &info, e))
         goto done;
@@ -1145,23 +1159,8 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         lql_err_vx(e, &oe, &st->at);
         goto done;
     }
-    static const lql_colspec cols[] = {
-        {"entity", LQL_TEXT, 0}, {"relation", LQL_TEXT, 0}, {"target", LQL_TEXT, 0},
-        {"layer", LQL_INT, 0}, {"p_before", LQL_FLOAT, 4}, {"p_after", LQL_FLOAT, 4},
-        {"steps", LQL_INT, 0}};
-    lql_table *t = lql_result_table(r, "inserted", 7, cols);
-    if (!t) {
-        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    if (inserted_row(r, st, layer, -1, fx.p_before, fx.p_after, fx.steps, e) < 0)
         goto done;
-    }
-    lql_row(t);
-    lql_cell_text(t, st->entity);
-    lql_cell_text(t, st->relation_v);
-    lql_cell_text(t, st->target);
-    lql_cell_int(t, layer);
-    lql_cell_float(t, fx.p_before);
-    lql_cell_float(t, fx.p_after);
-    lql_cell_int(t, fx.steps);
     vx_record_info info;
     if (record(s, st, es, &op, 1, r, &info, e))
         goto done;
