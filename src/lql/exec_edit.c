@@ -603,6 +603,39 @@ int lql_edit_knn_override(lql_session *s, const lql_stmt *st, eng_model *m, cons
     return 0;
 }
 
+/* Where an INSERT installs by default: the last layer (MEMIT) or the layer before the end
+ * of the knowledge band (the reference's KNN and COMPOSE default). */
+typedef enum { INSERT_AT_LAST, INSERT_AT_KNOWLEDGE } insert_default;
+
+/* What every INSERT mode starts with: the edit state with browse and the journal open, the
+ * bound model, the install layer (AT LAYER, else the mode's default) checked against the
+ * model — and, when edits_ffn, against what an FFN edit supports — and the target's id. */
+static int insert_setup(lql_session *s, const lql_stmt *st, insert_default dflt, int edits_ffn,
+                        edit_state **es, eng_model **m, int *layer, int32_t *tid, lql_err *e)
+{
+    if (state_of(s, st, es, e) || open_browse(s, st, *es, e) || open_journal(s, st, *es, e) ||
+        lql_session_model(s, st, m, e))
+        return -1;
+    const int L = eng_model_layers(*m);
+    if (lql_has(st, LQL_C_AT_LAYER)) {
+        *layer = (int)st->layer;
+    } else if (dflt == INSERT_AT_LAST) {
+        *layer = L - 1;
+    } else {
+        int band[3][2];
+        brw_bands((*es)->bm, band);
+        *layer = band[1][1] - 1 >= 0 ? band[1][1] - 1 : 0;
+    }
+    const lql_span *at = lql_has(st, LQL_C_AT_LAYER) ? &st->clause_at[LQL_C_AT_LAYER] : &st->at;
+    vx_err ve = {0};
+    if (*layer < 0 || *layer >= L)
+        return lql_errf(e, LQL_EEXEC, at, "layer %d is out of range (the model has layers 0-%d)",
+                        *layer, L - 1);
+    if (edits_ffn && eng_edit_check_layer(*m, *layer, &ve))
+        return lql_err_vx(e, &ve, at);
+    return target_id(eng_model_tokenizer(*m), st->target, &st->target_at, tid, e);
+}
+
 /* INSERT … MODE KNN: the residual after `layer` at the canonical prompt's last position,
  * through the effective model, journaled as an insert_knn (key stored as captured; the
  * store normalises it). Default layer: the knowledge band's last layer − 1, as the
@@ -611,21 +644,12 @@ static int insert_knn(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
 {
     edit_state *es = NULL;
     eng_model *m = NULL;
-    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, e) ||
-        lql_session_model(s, st, &m, e))
-        return -1;
-    int band[3][2];
-    brw_bands(es->bm, band);
-    const int L = eng_model_layers(m), H = eng_model_hidden(m);
-    int layer = lql_has(st, LQL_C_AT_LAYER) ? (int)st->layer
-                                            : (band[1][1] - 1 >= 0 ? band[1][1] - 1 : 0);
-    if (layer < 0 || layer >= L)
-        return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_AT_LAYER], "layer %d is out of "
-                        "range (the model has layers 0-%d)", layer, L - 1);
-    double conf = lql_has(st, LQL_C_CONFIDENCE) ? st->confidence : 1.0;
+    int layer;
     int32_t tid;
-    if (target_id(eng_model_tokenizer(m), st->target, &st->target_at, &tid, e))
+    if (insert_setup(s, st, INSERT_AT_KNOWLEDGE, 0, &es, &m, &layer, &tid, e))
         return -1;
+    const int L = eng_model_layers(m), H = eng_model_hidden(m);
+    double conf = lql_has(st, LQL_C_CONFIDENCE) ? st->confidence : 1.0;
     char *prompt = eng_edit_prompt(st->relation_v, st->entity);
     int32_t *ids = NULL;
     size_t n = 0;
@@ -911,24 +935,14 @@ static int insert_compose(lql_session *s, const lql_stmt *st, lql_result *r, lql
     double conf = lql_has(st, LQL_C_CONFIDENCE) ? st->confidence : 0.9;
     edit_state *es = NULL;
     eng_model *m = NULL;
-    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, e) ||
-        lql_session_model(s, st, &m, e))
+    int layer;
+    int32_t tid;
+    if (insert_setup(s, st, INSERT_AT_KNOWLEDGE, 1, &es, &m, &layer, &tid, e))
         return -1;
-    int band[3][2];
-    brw_bands(es->bm, band);
-    const int L = eng_model_layers(m), H = eng_model_hidden(m), V = eng_model_vocab(m);
-    int layer = lql_has(st, LQL_C_AT_LAYER) ? (int)st->layer
-                                            : (band[1][1] - 1 >= 0 ? band[1][1] - 1 : 0);
+    const int H = eng_model_hidden(m), V = eng_model_vocab(m);
     const lql_span *layer_at = lql_has(st, LQL_C_AT_LAYER) ? &st->clause_at[LQL_C_AT_LAYER]
                                                            : &st->at;
     vx_err ve = {0};
-    if (layer < 0 || layer >= L || eng_edit_check_layer(m, layer, &ve))
-        return ve.msg[0] ? lql_err_vx(e, &ve, layer_at)
-                         : lql_errf(e, LQL_EEXEC, layer_at, "layer %d is out of range (the "
-                                    "model has layers 0-%d)", layer, L - 1);
-    int32_t tid;
-    if (target_id(eng_model_tokenizer(m), st->target, &st->target_at, &tid, e))
-        return -1;
     const int F = eng_model_ffn_features(m, layer);
     const eng_overlay *cur = es->ov ? brw_edit_overlay_eng(es->ov) : NULL;
     const int nfix = (int)(sizeof compose_fixed / sizeof *compose_fixed);
@@ -1101,18 +1115,11 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     if (lql_has(st, LQL_C_CONFIDENCE) && !(conf >= 0.5 && conf < 1))
         return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_CONFIDENCE], "CONFIDENCE is the "
                         "probability the target must reach: at least 0.5 and below 1");
-    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, e) ||
-        lql_session_model(s, st, &m, e))
-        return -1;
-    int layer = lql_has(st, LQL_C_AT_LAYER) ? (int)st->layer : eng_model_layers(m) - 1;
-    const lql_span *layer_at = lql_has(st, LQL_C_AT_LAYER) ? &st->clause_at[LQL_C_AT_LAYER]
-                                                           : &st->at;
-    vx_err ve = {0};
-    if (eng_edit_check_layer(m, layer, &ve))
-        return lql_err_vx(e, &ve, layer_at);
+    int layer;
     int32_t tid;
-    if (target_id(eng_model_tokenizer(m), st->target, &st->target_at, &tid, e))
+    if (insert_setup(s, st, INSERT_AT_LAST, 1, &es, &m, &layer, &tid, e))
         return -1;
+    vx_err ve = {0};
     const int F = eng_model_ffn_features(m, layer), H = eng_model_hidden(m);
     char *prompt = eng_edit_prompt(st->relation_v, st->entity);
     int32_t *ids = NULL;
