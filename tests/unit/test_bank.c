@@ -82,7 +82,7 @@ static void parity(const char *fx, int dtype, unsigned flags, int want_lyrw, int
                    const int want_banks[3])
 {
     char src[2048], gdir[512], bdir[512], golden[4096];
-    snprintf(src, sizeof src, "%s/models/families/%s", LQL_SHARED_DIR, fx);
+    snprintf(src, sizeof src, "%s/models/families/%s", LQL_FIXTURE_DIR, fx);
     snprintf(golden, sizeof golden, "%s/golden.json", src);
     const char *tag = dtype >= 0 ? "-bf16" : flags ? "-fused" : "";
     snprintf(gdir, sizeof gdir, "%s/%s%s.graph", tmp, fx, tag);
@@ -447,7 +447,7 @@ static void importer_refusals(void)
     CHECK(vx_bank_import(gdir, out, 0, NULL, &err) == -1);
     snprintf(want, sizeof want, "bank import: '%s' is already a bank-shape container", gdir);
     CHECK_STR(err.msg, want);
-    snprintf(src, sizeof src, "%s/models/families/llama-gqa", LQL_SHARED_DIR);
+    snprintf(src, sizeof src, "%s/models/families/llama-gqa", LQL_FIXTURE_DIR);
     snprintf(gdir, sizeof gdir, "%s/llama.graph", tmp);
     vx_encode_opts o;
     vx_encode_opts_init(&o);

@@ -44,7 +44,7 @@ int main(void)
         return 1;
     }
     char src[2048], g[256], b[256], want[1024];
-    snprintf(src, sizeof src, "%s/models/families/qwen2-moe", LQL_SHARED_DIR);
+    snprintf(src, sizeof src, "%s/models/families/qwen2-moe", LQL_FIXTURE_DIR);
     snprintf(g, sizeof g, "%s/q.graph", tmp);
     snprintf(b, sizeof b, "%s/q.bank", tmp);
     vx_encode_opts o;

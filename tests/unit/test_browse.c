@@ -1,5 +1,5 @@
 /*
- * test_browse.c — browse on the real tiny model: encode /work/shared/models/tinyllama
+ * test_browse.c — browse on the real tiny model: encode tests/fixtures/models/tinyllama
  * with the down-meta hook into the build tree, then check
  *   - index.browse (bands, top_k) and one feature's down-meta against a direct float64
  *     E · down[:, f] over the whole vocabulary;
@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TINY LQL_SHARED_DIR "/models/tinyllama"
+#define TINY LQL_FIXTURE_DIR "/models/tinyllama"
 
 static double now(void)
 {

@@ -127,7 +127,7 @@ static void tiny(void)
 {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/h14-quant-tiny.vindex3", LQL_BINARY_DIR);
-    if (encode(LQL_SHARED_DIR "/models/tinyllama", dir) != 0)
+    if (encode(LQL_FIXTURE_DIR "/models/tinyllama", dir) != 0)
         return;
     vx_err err = {0};
     CHECK_MSG(vx_represent(dir, "target.decoder_stack", VX_Q8_0, NULL, &err) == 0, "q8_0: %s",
@@ -215,7 +215,7 @@ static void gpt2(void)
 {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/h14-quant-gpt2.vindex3", LQL_BINARY_DIR);
-    if (encode(LQL_SHARED_DIR "/models/families/gpt2", dir) != 0)
+    if (encode(LQL_FIXTURE_DIR "/models/families/gpt2", dir) != 0)
         return;
     vx_err err = {0};
     CHECK_MSG(vx_represent(dir, "target.decoder_stack", VX_Q8_0, NULL, &err) == 0, "q8_0: %s",

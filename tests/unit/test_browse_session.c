@@ -51,7 +51,7 @@ int main(void)
     vx_encode_opts_init(&o);
     o.finish = brw_encode_finish;
     vx_err err = {0};
-    CHECK_MSG(vx_encode(LQL_SHARED_DIR "/models/tinyllama", dir, &o, &err) == 0, "encode: %s",
+    CHECK_MSG(vx_encode(LQL_FIXTURE_DIR "/models/tinyllama", dir, &o, &err) == 0, "encode: %s",
               err.msg);
     snprintf(use, sizeof use, "USE \"%s\" JOURNAL \":memory:\";", dir);
 

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAM LQL_SHARED_DIR "/models/families"
+#define FAM LQL_FIXTURE_DIR "/models/families"
 
 static int open_fixture(const char *hf, const char *tag, vx_container **c, brw_model **m)
 {
@@ -48,7 +48,7 @@ static void tiny(void)
 {
     vx_container *c;
     brw_model *m;
-    if (open_fixture(LQL_SHARED_DIR "/models/tinyllama", "tiny", &c, &m) != 0)
+    if (open_fixture(LQL_FIXTURE_DIR "/models/tinyllama", "tiny", &c, &m) != 0)
         return;
     const char *p = "The capital of France is";
     CHECK(m->s.gated && m->s.act == 0);

@@ -1,6 +1,6 @@
 /*
  * test_container_encode.c — the reader on what the encoder writes: tinyllama and every
- * family fixture under shared/models/families are encoded, opened, checked for geometry
+ * family fixture under tests/fixtures/models/families are encoded, opened, checked for geometry
  * against their config.json (layers, hidden, vocab, operand shapes), verified clean, and
  * then a copy with one flipped payload byte must fail verify naming segment and tensor.
  */
@@ -143,7 +143,7 @@ static void check_shards(void)
 {
     char tmp[] = "/tmp/lql_shard_XXXXXX", hf[PATH_MAX], out[PATH_MAX], want[512];
     CHECK(mkdtemp(tmp) != NULL);
-    snprintf(hf, sizeof hf, "%s/models/tinyllama", LQL_SHARED_DIR);
+    snprintf(hf, sizeof hf, "%s/models/tinyllama", LQL_FIXTURE_DIR);
     snprintf(out, sizeof out, "%s/tiny.vindex3", tmp);
     setenv("LQL_SHARD_CAP", "4300000", 1);    /* 4.3 MB: the 4 MiB embedding fits, one 3 MiB layer per shard */
     vx_encode_opts o;
@@ -191,7 +191,7 @@ static void check_converted(void)
 {
     char tmp[] = "/tmp/lql_conv_XXXXXX", hf[PATH_MAX], out[PATH_MAX];
     CHECK(mkdtemp(tmp) != NULL);
-    snprintf(hf, sizeof hf, "%s/models/families/llama-gqa", LQL_SHARED_DIR);
+    snprintf(hf, sizeof hf, "%s/models/families/llama-gqa", LQL_FIXTURE_DIR);
     snprintf(out, sizeof out, "%s/gqa.vindex3", tmp);
     vx_encode_opts o;
     vx_encode_opts_init(&o);
@@ -216,14 +216,39 @@ static void check_converted(void)
     sh("rm -rf '%s'%s", tmp, "");
 }
 
+/* Fixtures of families the encoder does not admit yet: each must be refused by name. */
+static int not_admitted(const char *name)
+{
+    static const char *const later[] = {"qwen3", "qwen3-tied", "qwen3-moe", "gemma3", "olmo2",
+                                        "gpt-oss", "gpt-oss-bf16", "qwen3-next",
+                                        "qwen3-next-mtp", "mamba2", "granite-hybrid", NULL};
+    for (int i = 0; later[i]; i++)
+        if (!strcmp(name, later[i]))
+            return 1;
+    return 0;
+}
+
+static void check_refused(const char *name, const char *hf)
+{
+    char tmp[] = "/tmp/lql_enc_XXXXXX", out[PATH_MAX];
+    CHECK(mkdtemp(tmp) != NULL);
+    snprintf(out, sizeof out, "%s/%s.vindex3", tmp, name);
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    vx_err err = {0};
+    CHECK_MSG(vx_encode(hf, out, &o, &err) == -1, "%s: encoded, but not admitted", name);
+    CHECK_MSG(strstr(err.msg, "is not admitted") != NULL, "%s: %s", name, err.msg);
+    sh("rm -rf '%s'%s", tmp, "");
+}
+
 int main(void)
 {
     char path[PATH_MAX];
     int n = 0;
-    snprintf(path, sizeof path, "%s/models/tinyllama", LQL_SHARED_DIR);
+    snprintf(path, sizeof path, "%s/models/tinyllama", LQL_FIXTURE_DIR);
     check_model("tinyllama", path);
     n++;
-    snprintf(path, sizeof path, "%s/models/families", LQL_SHARED_DIR);
+    snprintf(path, sizeof path, "%s/models/families", LQL_FIXTURE_DIR);
     DIR *d = opendir(path);
     CHECK(d != NULL);
     struct dirent *e;
@@ -234,6 +259,10 @@ int main(void)
         snprintf(conf, sizeof conf, "%s/config.json", hf);
         if (e->d_name[0] == '.' || stat(conf, &st) < 0)
             continue;
+        if (not_admitted(e->d_name)) {
+            check_refused(e->d_name, hf);
+            continue;
+        }
         check_model(e->d_name, hf);
         n++;
     }

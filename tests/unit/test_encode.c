@@ -1,5 +1,5 @@
 /*
- * test_encode.c — vx_encode end to end: every shared fixture and mkfixture output (all
+ * test_encode.c — vx_encode end to end: every vendored fixture and mkfixture output (all
  * families x f32/f16/bf16, a sharded checkpoint) encodes into a container that vx_open
  * accepts and vx_verify finds clean; the execution surface carries each family's facts;
  * split / transposed / converted operands hold the right values; refusals name the key
@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define FAM LQL_SHARED_DIR "/models/families/"
+#define FAM LQL_FIXTURE_DIR "/models/families/"
 
 static char tmp[64];
 static vx_err err;
@@ -221,7 +221,7 @@ static void segment_writer(void)
 
 static void tinyllama(void)
 {
-    if (encode_ok(LQL_SHARED_DIR "/models/tinyllama", "tiny.vindex3", NULL) < 0)
+    if (encode_ok(LQL_FIXTURE_DIR "/models/tinyllama", "tiny.vindex3", NULL) < 0)
         return;
     const char *out = out_path("tiny.vindex3");
     cJSON *ix = jload(out, "index.json");
@@ -234,7 +234,7 @@ static void tinyllama(void)
     CHECK(cJSON_IsArray(jp(ix, "profiles")) && cJSON_GetArraySize(jp(ix, "profiles")) == 0);
     CHECK(cJSON_IsObject(jp(ix, "variants")));
     char real[4096];
-    CHECK(realpath(LQL_SHARED_DIR "/models/tinyllama", real) != NULL);
+    CHECK(realpath(LQL_FIXTURE_DIR "/models/tinyllama", real) != NULL);
     CHECK_STR(jp(ix, "encoder") ? cJSON_GetObjectItem(jp(ix, "encoder"), "source")->valuestring : NULL, real);
     CHECK_STR(js(ix, "encoder.dtype_policy"), "source");
     CHECK_STR(js(ix, "encoder.declaration_only.initializer_range"), "training initialisation");
@@ -297,7 +297,7 @@ static void tinyllama(void)
     CHECK(stat(out_path("slash.vx/index.json"), &ss) == 0 && leftovers("slash.vx") == 1);
 
     /* Existing output refused. */
-    CHECK(vx_encode(LQL_SHARED_DIR "/models/tinyllama", out, NULL, &err) == -1);
+    CHECK(vx_encode(LQL_FIXTURE_DIR "/models/tinyllama", out, NULL, &err) == -1);
     char want[512];
     snprintf(want, sizeof want, "encode: output '%s' already exists", out);
     CHECK_STR(err.msg, want);
@@ -595,7 +595,7 @@ static void sharding_and_failures(void)
 
     /* A small shard cap splits the decoder stack; tensors never straddle files. */
     setenv("LQL_SHARD_CAP", "4300000", 1);
-    if (encode_ok(LQL_SHARED_DIR "/models/tinyllama", "capped.vx", NULL) == 0) {
+    if (encode_ok(LQL_FIXTURE_DIR "/models/tinyllama", "capped.vx", NULL) == 0) {
         cJSON *ix = jload(out_path("capped.vx"), "index.json");
         const cJSON *segs = cJSON_GetObjectItem(cJSON_GetObjectItem(jp(ix, "representations"),
                                                        "target.decoder_stack.f32"), "segments");
@@ -608,7 +608,7 @@ static void sharding_and_failures(void)
     }
     /* A tensor larger than the cap refuses, and nothing is left behind. */
     setenv("LQL_SHARD_CAP", "100000", 1);
-    CHECK(vx_encode(LQL_SHARED_DIR "/models/tinyllama", out_path("toosmall.vx"), NULL, &err) == -1);
+    CHECK(vx_encode(LQL_FIXTURE_DIR "/models/tinyllama", out_path("toosmall.vx"), NULL, &err) == -1);
     CHECK_STR(err.msg, "encode: tensor 'weight' of 'target.embedding' (4194304 bytes) does not fit the "
               "shard cap of 100000 bytes (raise LQL_SHARD_CAP)");
     CHECK(leftovers("toosmall.vx") == 0);
@@ -617,7 +617,7 @@ static void sharding_and_failures(void)
     /* Cancel mid-stream: VX_ECANCEL, no directory. */
     vx_encode_opts_init(&o);
     o.progress = cancel_progress;
-    CHECK(vx_encode(LQL_SHARED_DIR "/models/tinyllama", out_path("cancelled.vx"), &o, &err) == -1);
+    CHECK(vx_encode(LQL_FIXTURE_DIR "/models/tinyllama", out_path("cancelled.vx"), &o, &err) == -1);
     CHECK(err.code == VX_ECANCEL);
     CHECK_STR(err.msg, "encode: cancelled");
     CHECK(leftovers("cancelled.vx") == 0);

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TINY LQL_SHARED_DIR "/models/tinyllama"
+#define TINY LQL_FIXTURE_DIR "/models/tinyllama"
 
 /* rm -rf dir (and nothing else). */
 static inline void fx_rm_rf(const char *dir)

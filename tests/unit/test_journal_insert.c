@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define TINY LQL_SHARED_DIR "/models/tinyllama"
+#define TINY LQL_FIXTURE_DIR "/models/tinyllama"
 #define LAYER 3
 static const char *const starts[] = {
     "The", "In", "A", "It", "He", "She", "We", "Once", "This", "There", "I", "They",

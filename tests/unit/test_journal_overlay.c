@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define TINY LQL_SHARED_DIR "/models/tinyllama"
+#define TINY LQL_FIXTURE_DIR "/models/tinyllama"
 #define PROMPT "The capital of France is"
 #define LAYER 2
 

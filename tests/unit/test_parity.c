@@ -231,9 +231,9 @@ int main(int argc, char **argv)
 {
     if (argc == 3) {
         char golden[4096];
-        snprintf(golden, sizeof golden, "%s/models/families/%s/golden.json", LQL_SHARED_DIR, argv[1]);
+        snprintf(golden, sizeof golden, "%s/models/families/%s/golden.json", LQL_FIXTURE_DIR, argv[1]);
         if (access(golden, R_OK))
-            snprintf(golden, sizeof golden, "%s/models/%s/golden.json", LQL_SHARED_DIR, argv[1]);
+            snprintf(golden, sizeof golden, "%s/models/%s/golden.json", LQL_FIXTURE_DIR, argv[1]);
         check_container(argv[1], argv[2], golden);
         return T_DONE();
     }
@@ -243,12 +243,12 @@ int main(int argc, char **argv)
                                        "mistral-swa", "gemma2", "gpt2", "phi3", "mixtral",
                                        "qwen2-moe", "deepseek-v3-lite", NULL};
     char src[4096];
-    snprintf(src, sizeof src, "%s/models/tinyllama", LQL_SHARED_DIR);
+    snprintf(src, sizeof src, "%s/models/tinyllama", LQL_FIXTURE_DIR);
     check_fixture("tinyllama", src, tmp);
-    snprintf(src, sizeof src, "%s/models/tinyllama-bf16", LQL_SHARED_DIR);
+    snprintf(src, sizeof src, "%s/models/tinyllama-bf16", LQL_FIXTURE_DIR);
     check_fixture("tinyllama-bf16", src, tmp);
     for (int i = 0; fams[i]; i++) {
-        snprintf(src, sizeof src, "%s/models/families/%s", LQL_SHARED_DIR, fams[i]);
+        snprintf(src, sizeof src, "%s/models/families/%s", LQL_FIXTURE_DIR, fams[i]);
         check_fixture(fams[i], src, tmp);
     }
     t_rm_rf(tmp);

@@ -22,7 +22,7 @@ static char tmp[] = "/tmp/lql-engine-XXXXXX";
 static void encode(const char *fx, char *out, size_t n)
 {
     char src[4096];
-    snprintf(src, sizeof src, "%s/models/families/%s", LQL_SHARED_DIR, fx);
+    snprintf(src, sizeof src, "%s/models/families/%s", LQL_FIXTURE_DIR, fx);
     snprintf(out, n, "%s/%s.vindex3", tmp, fx);
     vx_encode_opts o;
     vx_encode_opts_init(&o);

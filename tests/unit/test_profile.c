@@ -49,7 +49,7 @@ static int encode(const char *model, const char *name, char *dir, size_t n)
     vx_err err = {0};
     vx_encode_opts o;
     vx_encode_opts_init(&o);
-    snprintf(src, sizeof src, "%s/models/%s", LQL_SHARED_DIR, model);
+    snprintf(src, sizeof src, "%s/models/%s", LQL_FIXTURE_DIR, model);
     snprintf(dir, n, "%s/%s", root, name);
     int rc = vx_encode(src, dir, &o, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);

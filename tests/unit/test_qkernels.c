@@ -181,8 +181,8 @@ static void reference_vectors(void)
         snprintf(qn, sizeof qn, "%s.q", v[i].name);
         snprintf(dn, sizeof dn, "%s.deq.f32", v[i].name);
         size_t nq, nd;
-        unsigned char *q = t_slurp(&nq, "%s/models/quant/%s", LQL_SHARED_DIR, qn),
-                      *d = t_slurp(&nd, "%s/models/quant/%s", LQL_SHARED_DIR, dn);
+        unsigned char *q = t_slurp(&nq, "%s/models/quant/%s", LQL_FIXTURE_DIR, qn),
+                      *d = t_slurp(&nd, "%s/models/quant/%s", LQL_FIXTURE_DIR, dn);
         CHECK_MSG(q && d, "%s: fixture missing", v[i].name);
         if (q && d) {
             float *out = malloc(nd);

@@ -1,6 +1,6 @@
 /*
  * test_quant.c — the block codecs against the reference vectors in
- * shared/models/quant: every vector of manifest.json (inputs hash-checked first so a
+ * tests/fixtures/models/quant: every vector of manifest.json (inputs hash-checked first so a
  * changed fixture is noticed), dequantisation compared bit for bit, quantisation byte for
  * byte where lql quantises that format; plus the refusals of the row API.
  */
@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define QDIR LQL_SHARED_DIR "/models/quant"
+#define QDIR LQL_FIXTURE_DIR "/models/quant"
 
 /* Reads a manifest file record and checks its size and sha256; NULL when absent. */
 static unsigned char *load(const cJSON *files, const char *key, size_t *n)

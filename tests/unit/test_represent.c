@@ -81,7 +81,7 @@ int main(void)
     char tmpl[] = "/tmp/lql-represent-XXXXXX", dir[512], src[512];
     if (!mkdtemp(tmpl)) return 1;
     snprintf(dir, sizeof dir, "%s/tiny", tmpl);
-    snprintf(src, sizeof src, "%s/models/tinyllama", LQL_SHARED_DIR);
+    snprintf(src, sizeof src, "%s/models/tinyllama", LQL_FIXTURE_DIR);
     vx_err err = {0};
     vx_encode_opts o;
     vx_encode_opts_init(&o);

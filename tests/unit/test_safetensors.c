@@ -56,7 +56,7 @@ static void fixtures(void)
 {
     st_model *m;
     vx_err err = {0};
-    CHECK(st_open_dir(LQL_SHARED_DIR "/models/families/llama-gqa", &m, &err) == 0);
+    CHECK(st_open_dir(LQL_FIXTURE_DIR "/models/families/llama-gqa", &m, &err) == 0);
     if (!m) {
         fprintf(stderr, "%s\n", err.msg);
         return;
@@ -75,12 +75,12 @@ static void fixtures(void)
         CHECK(strcmp(st_at(m, i - 1)->name, st_at(m, i)->name) < 0);
     st_close(m);
 
-    CHECK(st_open_dir(LQL_SHARED_DIR "/models/families/llama-gqa-bf16", &m, &err) == 0);
+    CHECK(st_open_dir(LQL_FIXTURE_DIR "/models/families/llama-gqa-bf16", &m, &err) == 0);
     t = m ? st_find(m, "lm_head.weight") : NULL;
     CHECK(t && t->dtype == VX_BF16 && t->nbytes == 512 * 64 * 2);
     st_close(m);
 
-    CHECK(st_open_dir(LQL_SHARED_DIR "/models/families/deepseek-v3-lite", &m, &err) == 0);
+    CHECK(st_open_dir(LQL_FIXTURE_DIR "/models/families/deepseek-v3-lite", &m, &err) == 0);
     t = m ? st_find(m, "model.layers.1.mlp.gate.e_score_correction_bias") : NULL;
     CHECK(t && t->dtype == VX_F32 && t->ndim == 1 && t->shape[0] == 8);
     st_close(m);

@@ -1,6 +1,7 @@
 /*
  * test_tokenizer.c — the tokenizer against Hugging Face's ids. Every golden.json under
- * LQL_SHARED_DIR (the five real tokenizers, every family fixture and tinyllama) is read and
+ * tests/fixtures (the five real tokenizers, unpacked into the build by CMake; every family
+ * fixture and tinyllama) is read and
  * each string's ids (with and without special tokens), tokens and decodes (kept, raw,
  * skip_special) are compared exactly; each mismatch names the fixture, the string index
  * and got/want. Then hostile tokenizer.json files (written into the build directory) must
@@ -584,7 +585,7 @@ static void edges(const char *shared)
         free(ids);
         eng_tok_free(t);
     }
-    snprintf(dir, sizeof dir, "%s/models/tokenizers/llama2", shared);
+    snprintf(dir, sizeof dir, "%s/llama2", LQL_TOKENIZER_DIR);
     t = NULL;
     CHECK(eng_tok_load_dir(dir, &t, &err) == 0);
     if (t) {
@@ -646,8 +647,8 @@ static void cli(const char *shared)
                    "6     348      x\n"
                    "7 tokens\n");
     free(out);
-    snprintf(cmd, sizeof cmd, "'%s/vindex' tokenize '%s/models/tokenizers/gpt2' 'Hello, world!' "
-             "--json --no-special 2>&1", LQL_BINARY_DIR, shared);
+    snprintf(cmd, sizeof cmd, "'%s/vindex' tokenize '%s/gpt2' 'Hello, world!' "
+             "--json --no-special 2>&1", LQL_BINARY_DIR, LQL_TOKENIZER_DIR);
     out = run(cmd, &st);
     CHECK_MSG(st == 0, "%s: exit status %d", cmd, st);
     CHECK_STR(out, "{\n\t\"ids\":\t[15496, 11, 995, 0],\n"
@@ -662,7 +663,7 @@ static void cli(const char *shared)
 
 int main(void)
 {
-    const char *shared = LQL_SHARED_DIR;
+    const char *shared = LQL_FIXTURE_DIR;
     static const char *real[] = {"llama3", "llama2", "qwen3", "gemma3", "gpt2"};
     static const char *fam[] = {"llama-gqa", "llama-gqa-bf16", "llama3-rope", "qwen2",
                                 "mistral-swa", "gemma2", "gpt2", "phi3", "mixtral",
@@ -670,7 +671,7 @@ int main(void)
     char dir[1024];
     int strings = 0;
     for (size_t i = 0; i < sizeof real / sizeof real[0]; i++) {
-        snprintf(dir, sizeof dir, "%s/models/tokenizers/%s", shared, real[i]);
+        snprintf(dir, sizeof dir, "%s/%s", LQL_TOKENIZER_DIR, real[i]);
         int k = check_fixture(real[i], dir, 1);
         CHECK_MSG(k == 33, "%s: %d golden strings, want 33", real[i], k);
         strings += k;
