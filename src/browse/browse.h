@@ -381,8 +381,9 @@ int brw_trace_run(eng_model *em, const char *prompt, const brw_trace_opts *o,
 /* Recompute the lens rows of a saved trace against em (FROM "file"). */
 int brw_trace_load(eng_model *em, const char *path, const brw_trace_opts *o,
                    brw_trace *out, vx_err *err);
-/* Write the trace file (format in docs/lql/BROWSE.md); refuses a trace that recorded only
- * the last position. */
+/* Write the trace file (format in docs/lql/BROWSE.md), created exclusively: an existing
+ * path is refused, never overwritten; refuses a trace that recorded only the last
+ * position. */
 int brw_trace_save(const brw_trace *t, const char *path, vx_err *err);
 void brw_trace_free(brw_trace *t);
 

@@ -185,7 +185,9 @@ static int match_one(const brw_row *r, brw_field f, brw_op op, const brw_value *
         return t && like(buf, v->str);
     if (!t)
         return op == BRW_NE;
-    int c = strcasecmp(buf, v->str);
+    char want[256];
+    brw_trim(v->str, want, sizeof want);
+    int c = strcasecmp(buf, want);
     switch (op) {
     case BRW_EQ: case BRW_IN: return c == 0;
     case BRW_NE: return c != 0;
@@ -206,6 +208,40 @@ static int match(const brw_row *r, const brw_cond *c)
         return 0;
     }
     return c->n_vals ? match_one(r, c->field, c->op, &c->vals[0]) : 0;
+}
+
+static int check_layer(const brw_model *m, int layer, vx_err *err)
+{
+    if (layer < 0 || layer >= m->s.layers)
+        return vx_errf(err, VX_EARG, "layer %d is out of range (the model has %d layers: 0-%d)",
+                       layer, m->s.layers, m->s.layers - 1);
+    return 0;
+}
+
+/* A layer condition names layers the model has: = != IN values with the message every
+ * other statement gives for a bad layer, and an ordering that no layer can satisfy. */
+static int check_layer_cond(const brw_model *m, const brw_cond *c, vx_err *err)
+{
+    static const char *const ops[] = {"=", "!=", ">", "<", ">=", "<="};
+    int L = m->s.layers;
+    for (size_t j = 0; j < c->n_vals; j++) {
+        double v = c->vals[j].num;
+        if (c->op == BRW_EQ || c->op == BRW_NE || c->op == BRW_IN) {
+            if (v != floor(v) || v < INT32_MIN || v > INT32_MAX)
+                return vx_errf(err, VX_EARG, "layer %g is not a layer number (the model has "
+                               "%d layers: 0-%d)", v, L, L - 1);
+            if (check_layer(m, (int)v, err) != 0)
+                return -1;
+        } else {
+            int any = 0;
+            for (int l = 0; l < L && !any; l++)
+                any = cmp_num(l, c->op, v);
+            if (!any)
+                return vx_errf(err, VX_EARG, "layer %s %g matches no layer (the model has %d "
+                               "layers: 0-%d)", ops[c->op], v, L, L - 1);
+        }
+    }
+    return 0;
 }
 
 /* Refuse conditions whose values do not fit their field, and relation conditions on a
@@ -238,6 +274,8 @@ static int check_conds(const brw_model *m, brw_from from, const brw_select_opts 
         if (numeric(c->field) && c->op == BRW_LIKE)
             return vx_errf(err, VX_EARG, "LIKE needs a text field, %s is a number",
                            brw_field_name(c->field));
+        if (c->field == BRW_F_LAYER && check_layer_cond(m, c, err) != 0)
+            return -1;
     }
     if (o->has_order) {
         brw_field f;
@@ -348,14 +386,13 @@ static int pre_match(const brw_select_opts *o, int layer, int64_t f, int only_la
     return 1;
 }
 
-static int all_match(const brw_select_opts *o, const brw_row *r, int skip_entity)
+/* Every condition holds for r (ANDed: a walked entity's rows face the other entity
+ * conditions too, so `entity = "A" AND entity = "B"` matches nothing). */
+static int all_match(const brw_select_opts *o, const brw_row *r)
 {
-    for (size_t i = 0; i < o->n_conds; i++) {
-        if (skip_entity && o->conds[i].field == BRW_F_ENTITY)
-            continue;
+    for (size_t i = 0; i < o->n_conds; i++)
         if (!match(r, &o->conds[i]))
             return 0;
-    }
     return 1;
 }
 
@@ -371,7 +408,7 @@ static int feature_rows(const brw_model *m, const brw_select_opts *o, int only_l
             brw_row *r = push(rv);
             if (!r)
                 return vx_errf(err, VX_ENOMEM, "select: out of memory");
-            if (fill_meta(m, o->ov, r, l, f) != 0 || !all_match(o, r, 0)) {
+            if (fill_meta(m, o->ov, r, l, f) != 0 || !all_match(o, r)) {
                 row_clear(r);
                 rv->n--;
             }
@@ -430,7 +467,7 @@ static int walk_rows(const brw_model *m, const brw_select_opts *o, const char *e
             fill_meta(m, o->ov, r, h->layer, h->feature);
             r->score = h->score;
             r->entity = dup(ent);
-            if (!all_match(o, r, 1)) {
+            if (!all_match(o, r)) {
                 row_clear(r);
                 rv->n--;
             }
@@ -552,6 +589,19 @@ static void finish_rows(rowvec *rv, const brw_select_opts *o, int kind, brw_rows
     out->n = rv->n;
 }
 
+/* 1 when value i of c repeats an earlier one (IN ("Spain", "spain ") walks Spain once). */
+static int repeated(const brw_cond *c, size_t i)
+{
+    char a[256], b[256];
+    brw_trim(c->vals[i].str, a, sizeof a);
+    for (size_t j = 0; j < i; j++) {
+        brw_trim(c->vals[j].str, b, sizeof b);
+        if (strcasecmp(a, b) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* 1 (with err filled) when the container has no down-meta to browse. */
 static int no_meta(const brw_model *m, vx_err *err)
 {
@@ -574,9 +624,8 @@ int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_
     rowvec rv = {0};
     int rc, kind = 0;
     if (o->nearest) {
-        if (o->nearest_layer < 0 || o->nearest_layer >= m->s.layers)
-            return vx_errf(err, VX_EARG, "layer %d is out of range (the model has %d layers: "
-                           "0-%d)", o->nearest_layer, m->s.layers, m->s.layers - 1);
+        if (check_layer(m, o->nearest_layer, err) != 0)
+            return -1;
         if (from == BRW_ENTITIES)
             return vx_errf(err, VX_EARG, "NEAREST TO applies to EDGES and FEATURES, not "
                            "ENTITIES");
@@ -590,17 +639,24 @@ int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_
         rc = entity_rows(m, o, -1, &rv, err);
         kind = 2;
     } else {
+        /* the first = or IN entity condition names the queries walked; every entity
+         * condition (that one included) then filters the rows */
         const brw_cond *ec = NULL;
+        int other = 0;
         for (size_t i = 0; i < o->n_conds; i++)
-            if (o->conds[i].field == BRW_F_ENTITY)
-                ec = &o->conds[i];
-        if (ec && ec->op != BRW_EQ && ec->op != BRW_IN)
+            if (o->conds[i].field == BRW_F_ENTITY) {
+                if (!ec && (o->conds[i].op == BRW_EQ || o->conds[i].op == BRW_IN))
+                    ec = &o->conds[i];
+                other = 1;
+            }
+        if (other && !ec)
             return vx_errf(err, VX_EARG, "entity conditions need = or IN: the entity's query is "
                            "walked");
         if (ec) {
             rc = 0;
             for (size_t i = 0; i < ec->n_vals && rc == 0; i++)
-                rc = walk_rows(m, o, ec->vals[i].str, -1, &rv, err);
+                if (!repeated(ec, i))
+                    rc = walk_rows(m, o, ec->vals[i].str, -1, &rv, err);
             kind = 1;
         } else {
             rc = feature_rows(m, o, -1, &rv, err);
@@ -613,14 +669,6 @@ int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_
 }
 
 /* ---------------------------------------------------------------- show */
-
-static int check_layer(const brw_model *m, int layer, vx_err *err)
-{
-    if (layer < 0 || layer >= m->s.layers)
-        return vx_errf(err, VX_EARG, "layer %d is out of range (the model has %d layers: 0-%d)",
-                       layer, m->s.layers, m->s.layers - 1);
-    return 0;
-}
 
 int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
                       brw_rows *out, vx_err *err)

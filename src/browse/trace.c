@@ -243,9 +243,10 @@ int brw_trace_save(const brw_trace *t, const char *path, vx_err *err)
     if (t->first_pos != 0)
         return vx_errf(err, VX_EARG, "trace: only the last position was recorded; SAVE needs "
                        "every position (keep_all)");
-    FILE *f = fopen(path, "wb");
+    /* created exclusively: a trace file never replaces an existing file */
+    FILE *f = fopen(path, "wbx");
     if (!f)
-        return vx_errf(err, VX_EIO, "cannot write \"%s\": %s", path, strerror(errno));
+        return vx_errf(err, VX_EIO, "cannot create \"%s\": %s", path, strerror(errno));
     uint8_t h[32] = "LQLTRACE";
     put32(h + 8, 1);
     put32(h + 12, (uint32_t)t->n_tokens);
@@ -265,8 +266,11 @@ int brw_trace_save(const brw_trace *t, const char *path, vx_err *err)
         ok = fwrite(t->states, sizeof(float), ns, f) == ns;
     if (fclose(f) != 0)
         ok = 0;
-    if (!ok)
-        return vx_errf(err, VX_EIO, "cannot write \"%s\": %s", path, strerror(errno));
+    if (!ok) {
+        int en = errno;
+        remove(path);   /* no truncated trace left behind for FROM to reject later */
+        return vx_errf(err, VX_EIO, "cannot write \"%s\": %s", path, strerror(en));
+    }
     return 0;
 }
 

@@ -15,6 +15,7 @@
 #include "browse.h"
 #include "conds.h"
 #include "edit.h"
+#include "files.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -688,6 +689,9 @@ int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     if (lql_has(st, LQL_C_FROM) && st->arg)
         return lql_errf(e, LQL_EEXEC, clause_at(st, LQL_C_FROM),
                         "TRACE takes a prompt or FROM \"file\", not both");
+    if (lql_has(st, LQL_C_SAVE) &&
+        lql_output_path(st->save_path, "TRACE SAVE", clause_at(st, LQL_C_SAVE), e) != 0)
+        return -1;
     eng_model *em;
     if (lql_session_model(s, st, &em, e) != 0)
         return -1;

@@ -18,8 +18,11 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The five fidelity levels of seed §9.2, then "derived": what COMPILE records for a
+ * representation it rewrote from edited (effective) state, which claims no relation to the
+ * source at all and so ranks below every level. */
 static const char *const levels[] = {"source-exact", "source-equivalent", "numerically-approximate",
-                                     "structurally-approximate", "analysis-only"};
+                                     "structurally-approximate", "analysis-only", "derived"};
 #define NLEVELS (int)(sizeof levels / sizeof levels[0])
 
 int vx_fidelity_rank(const char *fidelity)
@@ -133,6 +136,11 @@ int vx_profile_authority(const cJSON *index, const cJSON *graph, const char *pro
             *out = r < NLEVELS ? levels[r] : "unknown";
         }
     }
+    /* a container COMPILE derived never presents as the source of truth (seed §9.2), even
+     * through a profile over representations it copied unchanged */
+    const char *ca = vx_json_str(index, "authority");
+    if (ca && strcmp(ca, "derived") == 0 && worst < NLEVELS)
+        *out = levels[NLEVELS - 1];
     return 0;
 }
 

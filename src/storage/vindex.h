@@ -239,11 +239,13 @@ int vx_verify(const char *dir, const char *source_dir, cJSON **report, vx_err *e
 
 /* ---------------------------------------------------------------- representations */
 
-/* Fidelity levels, strongest first (seed §9.2). vx_fidelity_rank gives 0..4, or 5 for a
+/* Fidelity levels, strongest first (seed §9.2). vx_fidelity_rank gives 0..4 for the five
+ * levels, 5 for "derived" (a representation COMPILE rewrote from edited state), or 6 for a
  * name outside the list (treated as weaker than any). */
 int vx_fidelity_rank(const char *fidelity);
 /* The derived authority of a profile (NULL: the baseline binding): the weakest fidelity
- * across the representation each object would bind. Fails like vx_open_profile when the
+ * across the representation each object would bind, and "derived" in a container whose
+ * index.json says `authority: derived` (as STATS reports it). Fails like vx_open_profile when the
  * profile is absent or names absent things; *out points into index (or is a static name). */
 int vx_profile_authority(const cJSON *index, const cJSON *graph, const char *profile,
                          const char **out, vx_err *err);

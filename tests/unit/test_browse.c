@@ -273,7 +273,10 @@ int main(void)
         free(lg4);
         char path[4200];
         snprintf(path, sizeof path, "%s/h7-trace.bin", LQL_BINARY_DIR);
+        remove(path);   /* a trace file is created exclusively (left by an earlier run) */
         CHECK(brw_trace_save(&t, path, &err) == 0);
+        CHECK(brw_trace_save(&t, path, &err) == -1);
+        CHECK_HAS(err.msg, "File exists");
         brw_trace t2;
         CHECK(brw_trace_load(em, path, &to, &t2, &err) == 0);
         CHECK(t2.n_rows == t.n_rows && t2.target == 1680);

@@ -311,7 +311,8 @@ static void test_fidelity_measured(const char *dir)
     vx_close(a);
     vx_close(b);
     CHECK_STR(vx_fidelity_rank("analysis-only") == 4 ? "ok" : "bad", "ok");
-    CHECK(vx_fidelity_rank("made-up") == 5 && vx_fidelity_rank("source-exact") == 0);
+    CHECK(vx_fidelity_rank("made-up") == 6 && vx_fidelity_rank("source-exact") == 0);
+    CHECK(vx_fidelity_rank("derived") == 5);
 }
 
 /* `vindex ARGS 2>&1` through popen: the output into buf, the exit code returned. */
