@@ -99,6 +99,24 @@ drop:
     m->clusters = NULL;
 }
 
+/* First touch of the weights browse reads (embeddings, gate, up and bias rows): refused
+ * when their bytes differ from the recorded hashes (vx_tensor_check, once per container
+ * and process). The down rows are only read by the encode hook and COMPILE. */
+static int check_bound(const brw_shape *s, const vx_container *c, vx_err *err)
+{
+    if (vx_tensor_check(c, s->embed, err) != 0)
+        return -1;
+    for (int l = 0; l < s->layers; l++)
+        for (int e = 0; e < s->layer[l].n_parts; e++) {
+            const brw_part *p = &s->layer[l].parts[e];
+            if (vx_tensor_check(c, p->gate, err) != 0 ||
+                (p->up && vx_tensor_check(c, p->up, err) != 0) ||
+                (p->bias && vx_tensor_check(c, p->bias, err) != 0))
+                return -1;
+        }
+    return 0;
+}
+
 int brw_open(vx_container *c, brw_model **out, vx_err *err)
 {
     return brw_open_tok(c, NULL, out, err);
@@ -111,7 +129,7 @@ int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_
     if (!m)
         return vx_errf(err, VX_ENOMEM, "browse: out of memory");
     m->c = c;
-    if (brw_shape_read(c, &m->s, err) != 0)
+    if (brw_shape_read(c, &m->s, err) != 0 || check_bound(&m->s, c, err) != 0)
         goto fail;
     if (!tok) {
         if (eng_tok_load_dir(vx_dir(c), &m->own_tok, err) != 0)

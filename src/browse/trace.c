@@ -122,6 +122,10 @@ static int build_rows(const eng_model *em, brw_trace *t, const brw_trace_opts *o
     }
     rec_ctx r = {t->n_tokens, L, H, t->first_pos, t->states};
     for (int pos = p0; pos < t->n_tokens; pos++) {
+        if (vx_cancel_flag) {   /* (layers + 1) to 3 (layers + 1) lens per position */
+            vx_errf(err, VX_ECANCEL, "trace: cancelled at position %d", pos);
+            goto done;
+        }
         for (int row = 0; row <= L; row++) {
             int layer = row - 1;
             /* the embedding row is kept with the full range or a range starting at 0 */
@@ -135,6 +139,17 @@ static int build_rows(const eng_model *em, brw_trace *t, const brw_trace_opts *o
             x->attn_norm = row ? norm2(slot(&r, pos, row, 1), H) : 0;
             x->ffn_norm = row ? norm2(slot(&r, pos, row, 2), H) : 0;
             eng_lens(em, res, lg);
+            for (int v = 0; v < V; v++)
+                if (!isfinite(lg[v])) {
+                    /* a trace file holding nan or inf states (the forward pass refuses
+                     * its own) gives nan probabilities: refused, naming the row */
+                    char where[32] = "the embedding";
+                    if (layer >= 0)
+                        snprintf(where, sizeof where, "layer %d", layer);
+                    vx_errf(err, VX_EFORMAT, "trace: the logit lens of %s at position %d is not "
+                            "finite (token id %d): the recorded state is corrupted", where, pos, v);
+                    goto done;
+                }
             memcpy(pr, lg, (size_t)V * sizeof *pr);
             eng_softmax(pr, V);
             int best = 0;

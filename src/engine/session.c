@@ -6,6 +6,8 @@
  * cache holds f32 keys (after rope) and values for every layer; MLA layers cache their
  * expanded per-head keys and values, so attention is one kernel for both operators.
  */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "engine_int.h"
@@ -107,6 +109,27 @@ static void residual_add(const eng_norm *post, float *d, float *x, int n, int hi
     for (size_t i = 0; i < (size_t)n * hidden; i++) x[i] += d[i];
 }
 
+/* The first non-finite value of v ([n, width] rows from position pos0) is an error naming
+ * where (layer < 0: the embedding; layer == n_layers: the output head): a corrupted weight
+ * or an overflow never reaches a result as nan. */
+static int finite_rows(const eng_model *m, const float *v, int n, int width, int pos0,
+                       int layer, vx_err *err)
+{
+    for (size_t i = 0; i < (size_t)n * width; i++)
+        if (!isfinite(v[i])) {
+            char where[48];
+            if (layer < 0 || layer >= m->n_layers)
+                snprintf(where, sizeof where, "%s", layer < 0 ? "the embedding" : "the output head");
+            else
+                snprintf(where, sizeof where, "layer %d", layer);
+            return vx_errf(err, VX_EFORMAT, "%s produced a non-finite value (%s at position %d, "
+                           "element %d): the weights are corrupted or the values overflowed",
+                           where, isnan(v[i]) ? "nan" : "inf", pos0 + (int)(i / width),
+                           (int)(i % width));
+        }
+    return 0;
+}
+
 /* One chunk of at most CHUNK tokens at the session's position. */
 static int forward_chunk(eng_session *s, const int32_t *ids, int n, float *logits,
                          const eng_observer *obs, vx_err *err)
@@ -118,7 +141,8 @@ static int forward_chunk(eng_session *s, const int32_t *ids, int n, float *logit
     float *h = x + (size_t)n * H, *a = h + (size_t)n * H, *f = a + (size_t)n * H;
     int rc = 0;
     embed(m, ids, n, pos0, x);
-    if (obs && obs->on_embed) obs->on_embed(obs->ctx, pos0, n, x);
+    rc = finite_rows(m, x, n, H, pos0, -1, err);
+    if (!rc && obs && obs->on_embed) obs->on_embed(obs->ctx, pos0, n, x);
     for (int l = 0; l < m->n_layers && !rc; l++) {
         const eng_layer *L = &m->layers[l];
         if (vx_cancel_flag) { rc = vx_errf(err, VX_ECANCEL, "forward pass cancelled"); break; }
@@ -132,12 +156,14 @@ static int forward_chunk(eng_session *s, const int32_t *ids, int n, float *logit
                     : eng_ffn_dense(m, l, h, n, pos0, f, obs, err);
         if (rc) break;
         residual_add(&L->post_ffn, f, x, n, H);
+        if ((rc = finite_rows(m, x, n, H, pos0, l, err))) break;
         if (obs && obs->on_layer) obs->on_layer(obs->ctx, l, pos0, n, a, f, x);
     }
-    if (!rc) {
-        s->pos += n;
-        if (logits) eng_lens(m, x + (size_t)(n - 1) * H, logits);
+    if (!rc && logits) {
+        eng_lens(m, x + (size_t)(n - 1) * H, logits);
+        rc = finite_rows(m, logits, 1, m->vocab, pos0 + n - 1, m->n_layers, err);
     }
+    if (!rc) s->pos += n;
     free(x);
     return rc;
 }

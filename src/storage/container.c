@@ -40,6 +40,8 @@ struct vx_container {
     size_t nseg, capseg;
     vx_tensor *t;
     size_t nt;
+    const char **tsha;       /* per tensor: the recorded sha256 (segment table), or NULL */
+    unsigned char *checked;  /* per tensor: 1 once its bytes matched tsha (first touch) */
     size_t *slot;            /* open addressing: tensor index + 1, 0 = empty */
     size_t nslot;            /* power of two, >= 2 * nt */
     char *profile;           /* bound profile name, NULL: each object's baseline */
@@ -224,8 +226,10 @@ static int build_table(vx_container *c, vx_err *err)
     while (c->nslot < 2 * n)
         c->nslot *= 2;
     c->t = calloc(n ? n : 1, sizeof *c->t);
+    c->tsha = calloc(n ? n : 1, sizeof *c->tsha);
+    c->checked = calloc(n ? n : 1, 1);
     c->slot = calloc(c->nslot, sizeof *c->slot);
-    if (!c->t || !c->slot)
+    if (!c->t || !c->tsha || !c->checked || !c->slot)
         return vx_errf(err, VX_ENOMEM, "out of memory for %zu tensors", n);
     for (size_t i = 0; i < c->nseg; i++) {
         seg *s = &c->segs[i];
@@ -248,6 +252,7 @@ static int build_table(vx_container *c, vx_err *err)
             t->data = payload + st->offset;
             t->nbytes = st->length;
             t->offset = st->offset;
+            c->tsha[c->nt] = st->sha256;
             c->slot[at] = ++c->nt;
         }
     }
@@ -428,6 +433,8 @@ void vx_close(vx_container *c)
     free(c->segs);
     vx_bank_free(c->bank);
     free(c->t);
+    free(c->tsha);
+    free(c->checked);
     free(c->slot);
     cJSON_Delete(c->index);
     cJSON_Delete(c->graph);
@@ -523,5 +530,41 @@ int vx_segment_at(const vx_container *c, size_t i, vx_segment_view *out)
     out->data = s->map;
     out->size = s->size;
     out->hdr = &s->h;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- first-touch integrity */
+
+int vx_tensor_check(const vx_container *c, const vx_tensor *t, vx_err *err)
+{
+    if (!c || !t || t < c->t || t >= c->t + c->nt)
+        return vx_errf(err, VX_EARG, "integrity check: not a tensor of this container");
+    size_t i = (size_t)(t - c->t);
+    if (c->checked[i] || !c->tsha[i])
+        return 0;   /* checked before, or nothing recorded to check against */
+    vx_sha256_ctx ctx;
+    char hex[65], what[VX_ERR_MAX];
+    snprintf(what, sizeof what, "checking tensor '%s' of segment '%s'", t->name, t->segment);
+    if (vx_sha256_init(&ctx, err) < 0)
+        return -1;
+    if (vx_sha256_mapped(&ctx, t->data, t->nbytes, 0, what, err) < 0) {
+        vx_sha256_free(&ctx);
+        return -1;
+    }
+    vx_sha256_final(&ctx, hex);
+    if (strcmp(hex, c->tsha[i]) != 0)
+        return vx_errf(err, VX_EVERIFY, "segment '%s' is corrupted: tensor '%s' (object '%s') "
+                       "does not match its recorded sha256 (vindex verify %s checks every byte)",
+                       t->segment, t->name, t->object, c->dir);
+    c->checked[i] = 1;   /* c is logically const: the memo is not part of its value */
+    return 0;
+}
+
+int vx_object_check(const vx_container *c, const char *object, vx_err *err)
+{
+    for (size_t i = 0; i < c->nt; i++)
+        if ((!object || strcmp(c->t[i].object, object) == 0) &&
+            vx_tensor_check(c, &c->t[i], err) < 0)
+            return -1;
     return 0;
 }

@@ -4,6 +4,7 @@
  */
 #include "vindex.h"
 #include "vx_int.h"
+#include "st.h"
 
 #include <errno.h>
 #include <openssl/evp.h>
@@ -91,5 +92,21 @@ int vx_sha256_file(const char *path, char hex[65], vx_err *err)
         return vx_errf(err, VX_EIO, "cannot read '%s': read error", path);
     }
     vx_sha256_final(&ctx, hex);
+    return 0;
+}
+
+int vx_sha256_mapped(vx_sha256_ctx *ctx, const void *p, uint64_t n, int release,
+                     const char *what, vx_err *err)
+{
+    const uint64_t chunk = 16u << 20;   /* Ctrl-C is seen within one slice */
+    const unsigned char *b = p;
+    for (uint64_t at = 0; at < n; at += chunk) {
+        if (vx_cancel_flag)
+            return vx_errf(err, VX_ECANCEL, "%s: cancelled", what);
+        uint64_t len = n - at < chunk ? n - at : chunk;
+        vx_sha256_update(ctx, b + at, (size_t)len);
+        if (release)
+            st_release(b + at, len);
+    }
     return 0;
 }

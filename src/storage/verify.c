@@ -17,20 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define CHUNK (16u << 20)   /* hash in slices so Ctrl-C is seen within one slice */
-
-static int hash_range(vx_sha256_ctx *ctx, const unsigned char *p, uint64_t n, vx_err *err)
-{
-    for (uint64_t at = 0; at < n; at += CHUNK) {
-        if (vx_cancel_flag)
-            return vx_errf(err, VX_ECANCEL, "verify: cancelled");
-        uint64_t len = n - at < CHUNK ? n - at : CHUNK;
-        vx_sha256_update(ctx, p + at, (size_t)len);
-        st_release(p + at, len);   /* hashed pages leave RSS: verify of a 2 GB container stays small */
-    }
-    return 0;
-}
-
 /* Keep the first failure in *err and the report; later ones only go to the report. */
 static void fail(cJSON *report, vx_err *err, int *bad, int code, const char *msg)
 {
@@ -83,7 +69,7 @@ static int check_segments(const vx_container *c, cJSON *report, vx_err *err, int
             vx_sha256_ctx ctx;
             if (vx_sha256_init(&ctx, err) < 0)
                 return -1;
-            if (hash_range(&ctx, v.data, v.size, err) < 0) {
+            if (vx_sha256_mapped(&ctx, v.data, v.size, 1, "verify", err) < 0) {
                 vx_sha256_free(&ctx);
                 return -1;
             }
@@ -171,7 +157,7 @@ static int check_representation(const vx_container *c, const cJSON *obj, const c
         const unsigned char *payload = (const unsigned char *)v.data + v.hdr->payload_off;
         for (size_t i = 0; i < v.hdr->n && rc == 0; i++) {
             const vx_seg_tensor *t = &v.hdr->t[i];
-            rc = hash_range(&ctx, payload + t->offset, t->length, err);
+            rc = vx_sha256_mapped(&ctx, payload + t->offset, t->length, 1, "verify", err);
             const char *sname = binding_tensor(cJSON_GetObjectItemCaseSensitive(bindings, t->name));
             if (rc == 0 && sname) {
                 if (nnames == cap) {

@@ -190,6 +190,17 @@ const vx_tensor *vx_findf(const vx_container *c, const char *object, const char 
 size_t vx_tensor_count(const vx_container *c);
 const vx_tensor *vx_tensor_at(const vx_container *c, size_t i);
 
+/* First-touch integrity (docs/lql/CONTAINER.md, "Integrity on first touch"): t's bytes
+ * are hashed against the sha256 its segment's tensor table records the first time it is
+ * asked, and the answer is remembered for the life of c, so a corrupted payload is refused
+ * before any result is computed from it while an unchanged container pays once per
+ * process. A tensor without a recorded hash (a bank region, an older writer) passes
+ * unchecked; `vindex verify` stays the full check. -1 with VX_EVERIFY naming the segment,
+ * tensor and object, or VX_ECANCEL (not remembered). Not thread-safe for one tensor. */
+int vx_tensor_check(const vx_container *c, const vx_tensor *t, vx_err *err);
+/* vx_tensor_check over every bound tensor of object (NULL: of every object). */
+int vx_object_check(const vx_container *c, const char *object, vx_err *err);
+
 /* Resolve a container-relative path safely: refuses absolute paths, "..", and
  * symlinks that leave the container directory. out receives an absolute path. */
 int vx_resolve(const vx_container *c, const char *rel, char *out, size_t outsz, vx_err *err);

@@ -22,6 +22,11 @@ void vx_sha256_update(vx_sha256_ctx *ctx, const void *data, size_t n);
 void vx_sha256_final(vx_sha256_ctx *ctx, char hex[65]);
 /* Releases a context without finishing it (error paths); safe to call twice. */
 void vx_sha256_free(vx_sha256_ctx *ctx);
+/* Feeds n mapped bytes in 16 MiB slices, polling vx_cancel_flag between slices (VX_ECANCEL,
+ * the context left for the caller to free); with release set, hashed pages are dropped from
+ * RSS (verify of a 2 GB container stays small). what names the range in the message. */
+int vx_sha256_mapped(vx_sha256_ctx *ctx, const void *p, uint64_t n, int release,
+                     const char *what, vx_err *err);
 
 /* ---- JSON files (index.c) ---- */
 #define VX_VERSION_MIN 3          /* index.json versions this reader accepts (VINDEX3) */
