@@ -262,6 +262,9 @@ int vx_segw_open(vx_segw **out, const char *path, const char *object, const char
 int vx_segw_write(vx_segw *w, const void *data, size_t n, vx_err *err)
 {
     const unsigned char *p = data;
+    /* every writer of segments (encode, REPRESENT, COMPILE, COMPACT) is cancellable here */
+    if (vx_cancel_flag)
+        return vx_errf(err, VX_ECANCEL, "segment '%s': cancelled", w->path);
     while (n) {
         if (w->cur >= w->n)
             return vx_errf(err, VX_EARG, "segment '%s': %zu bytes written past the last tensor",
