@@ -293,6 +293,12 @@ typedef struct brw_rows {
     brw_row *rows;
 } brw_rows;
 
+/* The checks brw_select runs on o's conditions before any row: fields of the table,
+ * values of the field's type, relation labels present, and layer / feature indices that
+ * exist (`layer 99 is out of range (the model has 4 layers: 0-3)`). For callers that
+ * evaluate conditions themselves (the edit statements' layer/feature-only selection). */
+int brw_select_check(const brw_model *m, brw_from from, const brw_select_opts *o,
+                     vx_err *err);
 int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_rows *out,
                vx_err *err);
 void brw_rows_free(brw_rows *r);

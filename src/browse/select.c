@@ -218,36 +218,34 @@ static int check_layer(const brw_model *m, int layer, vx_err *err)
     return 0;
 }
 
-/* A layer condition names layers the model has: = != IN values with the message every
- * other statement gives for a bad layer, and an ordering that no layer can satisfy. */
-static int check_layer_cond(const brw_model *m, const brw_cond *c, vx_err *err)
+/* A layer or feature condition names indices that exist (0..count-1, `note` says which):
+ * = != IN values outside them are refused (a layer with the message every other statement
+ * gives for a bad layer), as is a fraction, and an ordering no index satisfies. */
+static int check_index_cond(const brw_cond *c, int64_t count, const char *note, vx_err *err)
 {
     static const char *const ops[] = {"=", "!=", ">", "<", ">=", "<="};
-    int L = m->s.layers;
+    const char *f = brw_field_name(c->field);
     for (size_t j = 0; j < c->n_vals; j++) {
         double v = c->vals[j].num;
         if (c->op == BRW_EQ || c->op == BRW_NE || c->op == BRW_IN) {
-            if (v != floor(v) || v < INT32_MIN || v > INT32_MAX)
-                return vx_errf(err, VX_EARG, "layer %g is not a layer number (the model has "
-                               "%d layers: 0-%d)", v, L, L - 1);
-            if (check_layer(m, (int)v, err) != 0)
-                return -1;
-        } else {
-            int any = 0;
-            for (int l = 0; l < L && !any; l++)
-                any = cmp_num(l, c->op, v);
-            if (!any)
-                return vx_errf(err, VX_EARG, "layer %s %g matches no layer (the model has %d "
-                               "layers: 0-%d)", ops[c->op], v, L, L - 1);
+            if (v != floor(v))
+                return vx_errf(err, VX_EARG, "%s %g is not a %s number (%s)", f, v, f, note);
+            if (v < 0 || v >= (double)count)
+                return vx_errf(err, VX_EARG, "%s %g is out of range (%s)", f, v, note);
+        } else if (!cmp_num(0, c->op, v) && !cmp_num((double)count - 1, c->op, v)) {
+            /* monotone: an ordering holds somewhere in 0..count-1 iff at an end */
+            return vx_errf(err, VX_EARG, "%s %s %g matches no %s (%s)", f, ops[c->op], v, f,
+                           note);
         }
     }
     return 0;
 }
 
-/* Refuse conditions whose values do not fit their field, and relation conditions on a
- * container without labels (they could only ever match nothing). */
-static int check_conds(const brw_model *m, brw_from from, const brw_select_opts *o,
-                       vx_err *err)
+/* Refuse conditions whose values do not fit their field, relation conditions on a
+ * container without labels and layer / feature indices that do not exist (they could only
+ * ever match nothing). */
+int brw_select_check(const brw_model *m, brw_from from, const brw_select_opts *o,
+                     vx_err *err)
 {
     for (size_t i = 0; i < o->n_conds; i++)
         if (o->conds[i].field == BRW_F_RELATION && !m->labels && !m->clusters)
@@ -274,8 +272,26 @@ static int check_conds(const brw_model *m, brw_from from, const brw_select_opts 
         if (numeric(c->field) && c->op == BRW_LIKE)
             return vx_errf(err, VX_EARG, "LIKE needs a text field, %s is a number",
                            brw_field_name(c->field));
-        if (c->field == BRW_F_LAYER && check_layer_cond(m, c, err) != 0)
-            return -1;
+        char note[96];
+        if (c->field == BRW_F_LAYER) {
+            snprintf(note, sizeof note, "the model has %d layers: 0-%d", m->s.layers,
+                     m->s.layers - 1);
+            if (check_index_cond(c, m->s.layers, note, err) != 0)
+                return -1;
+        }
+        if (c->field == BRW_F_FEATURE) {
+            int64_t most = 0;
+            int same = 1;
+            for (int l = 0; l < m->s.layers; l++) {
+                same &= l == 0 || m->s.layer[l].features == most;
+                if (m->s.layer[l].features > most)
+                    most = m->s.layer[l].features;
+            }
+            snprintf(note, sizeof note, "%s features 0-%lld", same ? "every layer has"
+                     : "the largest layer has", (long long)most - 1);
+            if (check_index_cond(c, most, note, err) != 0)
+                return -1;
+        }
     }
     if (o->has_order) {
         brw_field f;
@@ -616,7 +632,7 @@ int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_
                vx_err *err)
 {
     memset(out, 0, sizeof *out);
-    if (check_conds(m, from, o, err) != 0)
+    if (brw_select_check(m, from, o, err) != 0)
         return -1;
     if (!o->nearest && no_meta(m, err))
         return -1;
@@ -674,7 +690,7 @@ int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
                       brw_rows *out, vx_err *err)
 {
     memset(out, 0, sizeof *out);
-    if (check_layer(m, layer, err) != 0 || check_conds(m, BRW_FEATURES, o, err) != 0)
+    if (check_layer(m, layer, err) != 0 || brw_select_check(m, BRW_FEATURES, o, err) != 0)
         return -1;
     if (no_meta(m, err))
         return -1;

@@ -14,6 +14,7 @@
 #include "vx_int.h"
 #include "t.h"
 #include "t_file.h"
+#include "test_journal_fx.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +22,19 @@
 #include <string.h>
 
 static char base[4096];
+
+static int run(const char *dir, const char *text, char *msg, size_t n);
+
+/* Each statement of stmts, run on dir, fails with a message containing want. */
+static void refused(const char *dir, const char *const *stmts, size_t n, const char *want)
+{
+    char msg[8192];
+    for (size_t i = 0; i < n; i++) {
+        CHECK_MSG(run(dir, stmts[i], msg, sizeof msg) == -1, "%s answered from corrupted data",
+                  stmts[i]);
+        CHECK_HAS(msg, want);
+    }
+}
 
 /* Runs text in a fresh session bound to dir (plain USE: it reads no weight); the output
  * (0) or the error message (-1). */
@@ -166,14 +180,9 @@ int main(void)
     char dir[4200], seg[4400], msg[8192];
     snprintf(base, sizeof base, "%s/integrity-tiny.vindex3", LQL_BINARY_DIR);
     snprintf(dir, sizeof dir, "%s/integrity-bad.vindex3", LQL_BINARY_DIR);
-    if (t_rm_rf(base) != 0)
+    if (fx_encode_tiny(base, NULL) != 0)
         return 1;
-    vx_encode_opts o;
-    vx_encode_opts_init(&o);
-    o.finish = brw_encode_finish;
     vx_err err = {0};
-    CHECK_MSG(vx_encode(LQL_FIXTURE_DIR "/models/tinyllama", base, &o, &err) == 0, "encode: %s",
-              err.msg);
 
     /* the intact container answers, and the check is remembered per container */
     CHECK(run(base, "INFER \"The capital of France is\" TOP 1;", msg, sizeof msg) == 0);
@@ -197,11 +206,7 @@ int main(void)
                           "INFER \"Once upon a time\" GENERATE 3;",
                           "TRACE \"The capital of France is\";",
                           "EXPLAIN INFER \"The capital of France is\";"};
-    for (size_t i = 0; i < sizeof head / sizeof *head; i++) {
-        CHECK_MSG(run(dir, head[i], msg, sizeof msg) == -1, "%s answered from a corrupted head",
-                  head[i]);
-        CHECK_HAS(msg, want);
-    }
+    refused(dir, head, sizeof head / sizeof *head, want);
     /* statements that never read the head still answer */
     CHECK(run(dir, "WALK \"The capital of France is\" TOP 1;", msg, sizeof msg) == 0);
     CHECK(run(dir, "SELECT * FROM FEATURES WHERE layer = 0 LIMIT 1;", msg, sizeof msg) == 0);
@@ -230,14 +235,12 @@ int main(void)
                           "SELECT * FROM EDGES WHERE entity = \"France\" LIMIT 1;",
                           "INFER \"The capital of France is\" TOP 2;",
                           "TRACE \"The capital of France is\";"};
-    for (size_t i = 0; i < sizeof gate / sizeof *gate; i++) {
-        CHECK_MSG(run(dir, gate[i], msg, sizeof msg) == -1, "%s answered from a corrupted gate",
-                  gate[i]);
-        CHECK_HAS(msg, want);
-    }
+    refused(dir, gate, sizeof gate / sizeof *gate, want);
     CHECK(run(dir, "TOKENIZE \"France\";", msg, sizeof msg) == 0);
     /* USE with a journal opens browse for the overlay, so it refuses too */
-    CHECK(run(dir, "USE \"integrity-bad.vindex3\" JOURNAL \":memory:\";", msg, sizeof msg) == -1);
+    char use[4400];
+    snprintf(use, sizeof use, "USE \"%s\" JOURNAL \":memory:\";", dir);
+    CHECK(run(dir, use, msg, sizeof msg) == -1);
     CHECK_HAS(msg, want);
 
     /* a NaN whose hash was updated: the forward pass names where it appeared */
