@@ -93,9 +93,12 @@ typedef struct vx_journal vx_journal;
 /* Where the journal of a container lives by default: "<parent>/<name>.lqljournal" beside
  * the container directory when its parent directory is writable, else
  * "$XDG_DATA_HOME/lql/<name>-<first 16 hex of index_sha256>.lqljournal" (XDG_DATA_HOME
- * defaulting to $HOME/.local/share), creating that directory. Never inside the container. */
+ * defaulting to $HOME/.local/share). Never inside the container. Creates nothing: a
+ * session that only reads leaves no trace; the first edit calls vx_journal_create_dir. */
 int vx_journal_locate(const char *container_dir, const char *index_sha256, char *out,
                       size_t outsz, vx_err *err);
+/* Create the directories above a journal path (mkdir -p of its parent). */
+int vx_journal_create_dir(const char *path, vx_err *err);
 
 /* Open (creating when absent) the journal at path for the base identified by its index
  * sha256 and model name. Sets WAL mode and synchronous=FULL; creates or migrates the
