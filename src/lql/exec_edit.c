@@ -39,6 +39,7 @@
 #include "edit_compile.h"
 #include "edit_memit.h"
 #include "edit_overlay.h"
+#include "files.h"
 #include "interp.h"
 #include "journal.h"
 
@@ -1283,6 +1284,8 @@ int lql_h_save_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err 
                             "SAVE PATCH \"file.vlp\"", name);
         snprintf(file, sizeof file, "%s.vlp", name);
     }
+    if (lql_output_path(file, "SAVE PATCH", st->arg ? &st->arg_at : &st->at, e))
+        return -1;
     vx_patch p = {0};
     vx_err ve = {0};
     if (vx_journal_patch_ops(es->j, vx_journal_recording(es->j), &p.ops, &p.nops, &ve))
@@ -1784,6 +1787,8 @@ static int diff_segments(const side *A, const side *B, lql_result *r, lql_err *e
 static int diff_patch(const lql_stmt *st, const side *A, const side *B, const drow *rows,
                       size_t n, lql_result *r, lql_err *e)
 {
+    if (lql_output_path(st->into, "DIFF INTO PATCH", &st->clause_at[LQL_C_INTO_PATCH], e))
+        return -1;
     vx_patch p = {0};
     char now[32];
     vx_utc_now(now);

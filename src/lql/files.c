@@ -1,8 +1,10 @@
 /*
- * files.c — whole-file reads (files.h).
+ * files.c — whole-file reads and the output-file rule (files.h).
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "files.h"
 
@@ -37,4 +39,27 @@ char *lql_read_file(const char *path, size_t max, size_t *n)
     char *buf = lql_read_stream(f, max, n);
     fclose(f);
     return buf;
+}
+
+int lql_output_path(const char *path, const char *what, const lql_span *at, lql_err *e)
+{
+    if (!path || !*path)
+        return lql_errf(e, LQL_EEXEC, at, "%s needs a file name", what);
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, "/");
+        if (n == 2 && p[0] == '.' && p[1] == '.')
+            return lql_errf(e, LQL_EEXEC, at, "%s: \"%s\" climbs out of its directory with "
+                            "\"..\"; name a file below the current directory or an absolute "
+                            "path without \"..\"", what, path);
+        p += n;
+        p += *p == '/';
+    }
+    struct stat sb;
+    if (lstat(path, &sb) == 0)
+        return lql_errf(e, LQL_EEXEC, at, "%s: \"%s\" already exists; lql does not overwrite "
+                        "files: remove it or choose another name", what, path);
+    if (errno != ENOENT)
+        return lql_errf(e, LQL_EEXEC, at, "%s: cannot check \"%s\": %s", what, path,
+                        strerror(errno));
+    return 0;
 }
