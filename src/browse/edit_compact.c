@@ -285,9 +285,8 @@ int brw_compact(const vx_container *c, const char *out_dir, brw_compact_report *
                 vx_err *err)
 {
     memset(rep, 0, sizeof *rep);
-    struct stat sb;
-    if (stat(out_dir, &sb) == 0)
-        return vx_errf(err, VX_EARG, "compact: '%s' already exists", out_dir);
+    if (brw_out_dir_check(out_dir, vx_dir(c), "compact", err))
+        return -1;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_dir, (long)getpid());
     vx_rmtree(tmp);

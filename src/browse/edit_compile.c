@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,12 +291,56 @@ int brw_index_write(const char *dir, const cJSON *index, vx_err *err)
     return rc;
 }
 
+int brw_out_dir_check(const char *out_dir, const char *base_dir, const char *what,
+                      vx_err *err)
+{
+    struct stat sb;
+    if (stat(out_dir, &sb) == 0)
+        return vx_errf(err, VX_EARG, "%s: '%s' already exists", what, out_dir);
+    /* the new directory's place: its parent resolved (symlinks, "..") plus its name */
+    char parent[4096], rp[PATH_MAX], rb[PATH_MAX], full[PATH_MAX + 256];
+    if ((size_t)snprintf(parent, sizeof parent, "%s", out_dir) >= sizeof parent)
+        return vx_errf(err, VX_EARG, "%s: path too long: '%s'", what, out_dir);
+    size_t len = strlen(parent);
+    while (len > 1 && parent[len - 1] == '/')
+        parent[--len] = '\0';
+    char *slash = strrchr(parent, '/');
+    const char *name = slash ? slash + 1 : parent;
+    if (!*name || !strcmp(name, ".") || !strcmp(name, ".."))
+        return vx_errf(err, VX_EARG, "%s: '%s' does not name a new directory", what, out_dir);
+    char nm[256];
+    if ((size_t)snprintf(nm, sizeof nm, "%s", name) >= sizeof nm)
+        return vx_errf(err, VX_EARG, "%s: name too long: '%s'", what, out_dir);
+    if (!slash)
+        snprintf(parent, sizeof parent, ".");
+    else if (slash == parent)
+        parent[1] = '\0';
+    else
+        *slash = '\0';
+    if (!realpath(parent, rp))
+        return vx_errf(err, VX_EIO, "%s: the directory of '%s' cannot be used: %s", what,
+                       out_dir, strerror(errno));
+    if (!realpath(base_dir, rb))
+        return vx_errf(err, VX_EIO, "%s: cannot resolve '%s': %s", what, base_dir,
+                       strerror(errno));
+    snprintf(full, sizeof full, "%s/%s", strcmp(rp, "/") ? rp : "", nm);
+    size_t nb = strlen(rb);
+    if (strncmp(full, rb, nb) == 0 && (full[nb] == '/' || full[nb] == '\0'))
+        return vx_errf(err, VX_EARG, "%s: '%s' is inside the container it is made from ('%s'); "
+                       "write it outside", what, out_dir, base_dir);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- segments */
 
-/* A compiled tombstone has no output tokens: clear its down-meta record (DMET layout:
- * four u32 header words — magic, version, layers, top_k — then per layer a u32 count and
- * count records of 8 + 8·top_k bytes). */
-static int clear_meta(const char *path, const eng_overlay *ov, vx_err *err)
+/* The recomputed down-meta, then what the overlay says of its features, as browse reads
+ * it through the overlay (brw_feature_meta): a metadata override (UPDATE, an insert's
+ * down_meta, a moved column's recomputation) sets the top token and c_score — a changed top
+ * token leaves no alternatives, written as k copies of the top pair, which every reader
+ * skips — and a tombstone has no output tokens (an all-zero record). DMET layout: four
+ * u32 header words — magic, version, layers, top_k — then per layer a u32 count and count
+ * records of 8 + 8·top_k bytes. */
+static int write_meta(const char *path, const brw_overlay *bov, vx_err *err)
 {
     FILE *f = fopen(path, "r+b");
     if (!f)
@@ -307,23 +352,51 @@ static int clear_meta(const char *path, const eng_overlay *ov, vx_err *err)
         return vx_errf(err, VX_EFORMAT, "compile: '%s' is not a down-meta file", path);
     }
     const long rec = 8 + 8 * (long)hdr[3];
-    for (size_t i = 0; i < ov->n_edits && rc == 0; i++) {
-        const eng_feature_edit *e = &ov->edits[i];
-        if (!e->tombstone || e->layer < 0 || (uint32_t)e->layer >= hdr[2])
+    const eng_overlay *ov = bov->eng;
+    const size_t ne = ov ? ov->n_edits : 0, n = bov->n_meta + ne;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        /* metadata first, tombstones last: a tombstone wins, as in brw_feature_meta */
+        const brw_meta_edit *me = i < bov->n_meta ? &bov->meta[i] : NULL;
+        const eng_feature_edit *te = me ? NULL : &ov->edits[i - bov->n_meta];
+        int layer = me ? me->layer : te->layer;
+        int64_t feature = me ? me->feature : te->feature;
+        if ((te && !te->tombstone) || layer < 0 || (uint32_t)layer >= hdr[2])
             continue;
         long at = 16;
         uint32_t count = 0;
-        for (int l = 0; l <= e->layer && rc == 0; l++) {
+        for (int l = 0; l <= layer && rc == 0; l++) {
             if (fseek(f, at, SEEK_SET) != 0 || fread(&count, 4, 1, f) != 1)
                 rc = vx_errf(err, VX_EFORMAT, "compile: '%s' is truncated", path);
-            else if (l < e->layer)
+            else if (l < layer)
                 at += 4 + (long)count * rec;
         }
-        if (rc || e->feature < 0 || (uint32_t)e->feature >= count)
+        if (rc || feature < 0 || (uint64_t)feature >= count)
             continue;
-        static const unsigned char zero[8 + 8 * BRW_DMET_K_MAX];
-        if (fseek(f, at + 4 + (long)e->feature * rec, SEEK_SET) != 0 ||
-            fwrite(zero, 1, (size_t)rec, f) != (size_t)rec)
+        unsigned char r[8 + 8 * BRW_DMET_K_MAX];
+        memset(r, 0, sizeof r);
+        at += 4 + (long)feature * rec;
+        if (me && (fseek(f, at, SEEK_SET) != 0 || fread(r, 1, (size_t)rec, f) != (size_t)rec)) {
+            rc = vx_errf(err, VX_EFORMAT, "compile: '%s' is truncated", path);
+            break;
+        }
+        if (me) {
+            uint32_t top;
+            float c;
+            memcpy(&top, r, 4);
+            memcpy(&c, r + 4, 4);
+            if (me->has_score)
+                c = me->c_score;
+            if (me->top_id >= 0 && (uint32_t)me->top_id != top) {
+                top = (uint32_t)me->top_id;
+                for (uint32_t k = 0; k < hdr[3]; k++) {
+                    memcpy(r + 8 + 8 * k, &top, 4);
+                    memcpy(r + 12 + 8 * k, &c, 4);
+                }
+            }
+            memcpy(r, &top, 4);
+            memcpy(r + 4, &c, 4);
+        }
+        if (fseek(f, at, SEEK_SET) != 0 || fwrite(r, 1, (size_t)rec, f) != (size_t)rec)
             rc = vx_errf(err, VX_EIO, "compile: cannot write '%s'", path);
     }
     if (fflush(f) != 0 || fsync(fileno(f)) != 0)
@@ -433,16 +506,21 @@ static size_t edited_tensors(const vx_container *c, const eng_overlay *ov, int g
     return n;
 }
 
-int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir,
+int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *out_dir,
                      const cJSON *provenance, brw_compile_report *rep, vx_err *err)
 {
     memset(rep, 0, sizeof *rep);
-    struct stat sb;
-    if (stat(out_dir, &sb) == 0)
-        return vx_errf(err, VX_EARG, "compile: '%s' already exists", out_dir);
-    if (check_layers(c, ov, err))
+    static const eng_overlay none = {0};
+    const eng_overlay *ov = bov->eng ? bov->eng : &none;
+    if (brw_out_dir_check(out_dir, vx_dir(c), "compile", err) || check_layers(c, ov, err))
         return -1;
     const cJSON *base = vx_index_json(c);
+    const char *dmet = vx_json_str(cJSON_GetObjectItemCaseSensitive(base, "browse"), "down_meta");
+    if (bov->n_meta && !dmet)
+        return vx_errf(err, VX_EUNSUPPORTED, "compile: the overlay sets the down-meta of %zu "
+                       "feature%s (UPDATE or an insert's metadata) but '%s' has no down-meta "
+                       "file to carry it", bov->n_meta, bov->n_meta == 1 ? "" : "s", vx_dir(c));
+    rep->meta_written = dmet ? bov->n_meta : 0;
     int gated = vx_findf(c, "target.decoder_stack", "layers.0.ffn.gate_proj") != NULL;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_dir, (long)getpid());
@@ -460,7 +538,6 @@ int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *o
     size_t ns = 0;
     skip[ns++] = "index.json";
     const cJSON *browse = cJSON_GetObjectItemCaseSensitive(base, "browse");
-    const char *dmet = vx_json_str(browse, "down_meta");
     if (dmet)
         skip[ns++] = dmet;
     cJSON *segs = cJSON_GetObjectItemCaseSensitive(index, "segments");
@@ -544,7 +621,7 @@ int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *o
             vx_errf(err, VX_EARG, "compile: path too long under '%s'", tmp);
             goto fail;
         }
-        if (fr || clear_meta(mpath, ov, err) || brw_index_write(tmp, index, err))
+        if (fr || write_meta(mpath, bov, err) || brw_index_write(tmp, index, err))
             goto fail;
     }
     if (rename(tmp, out_dir) != 0) {

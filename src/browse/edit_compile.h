@@ -4,7 +4,8 @@
  * stamped `authority: derived`. The base is never written: untouched files are hard-linked
  * (copied across file systems), segments holding an edited tensor are rewritten through
  * the segment writer, index.json gets fresh segment and payload hashes plus provenance,
- * and the down-meta is recomputed from the edited weights. Written into a temporary
+ * and the down-meta is recomputed from the edited weights, then the overlay's metadata
+ * overrides (UPDATE) and tombstones are written over it. Written into a temporary
  * sibling and renamed into place only when complete.
  *
  * Materialisation (exact for f32 storage, rounded once for f16/bf16):
@@ -23,6 +24,7 @@
 
 #include <stddef.h>
 
+#include "browse.h"
 #include "engine.h"
 #include "vindex.h"
 
@@ -40,6 +42,12 @@ int brw_file_carry(const char *src, const char *dst, vx_err *err);
 struct stat;
 typedef int (*brw_tree_fn)(void *ctx, const char *rel, const char *path, const struct stat *sb);
 int brw_tree_files(const char *root, brw_tree_fn fn, void *ctx, vx_err *err);
+/* An output container directory must be new and outside the container it is made from
+ * (else COMPILE or COMPACT would carry its own temporary tree into itself): refuses an
+ * existing out_dir and one at or under base_dir (symlinks and ".." resolved); what names
+ * the statement in the message. */
+int brw_out_dir_check(const char *out_dir, const char *base_dir, const char *what,
+                      vx_err *err);
 /* Write index as dir/index.json (fsynced). */
 int brw_index_write(const char *dir, const cJSON *index, vx_err *err);
 /* sha256 of a representation's payload: its segments' tensor bytes in table order, read
@@ -50,11 +58,13 @@ typedef struct brw_compile_report {
     size_t tensors_rewritten;     /* edited tensors */
     size_t segments_rewritten;    /* segment files written anew */
     size_t files_linked;          /* files hard-linked or copied unchanged */
+    size_t meta_written;          /* down-meta records the overlay's metadata set */
 } brw_compile_report;
 
-/* Compile c + ov into out_dir (which must not exist). provenance (may be NULL) is added to
- * index.json as "derived_from" (copied). */
-int brw_edit_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir,
+/* Compile c + ov (its weights edits and its metadata overrides) into out_dir (which must
+ * not exist). provenance (may be NULL) is added to index.json as "derived_from" (copied).
+ * Metadata overrides without a down-meta file in c are refused. */
+int brw_edit_compile(const vx_container *c, const brw_overlay *ov, const char *out_dir,
                      const cJSON *provenance, brw_compile_report *rep, vx_err *err);
 
 #endif

@@ -66,6 +66,13 @@ char *eng_edit_prompt(const char *relation, const char *entity);
 int eng_edit_decoys(eng_model *m, int layer, const char *relation, const char *entity, int n,
                     float **keys, int *count, vx_err *err);
 
+/* Keys of n prompts of the canonical prompt's frame with a common word in place of
+ * "{relation} of {entity}": "The {w} is" for the first n lower-case alphabetic vocabulary
+ * words of three or more letters (a word-boundary piece, lowest ids first). They do not
+ * depend on the fact, so a session computes them once per layer. */
+int eng_edit_frame_decoys(eng_model *m, int layer, int n, float **keys, int *count,
+                          vx_err *err);
+
 typedef struct eng_insert_opts {
     int layer;
     int32_t target;

@@ -39,17 +39,22 @@
 #include "edit_compile.h"
 #include "edit_memit.h"
 #include "edit_overlay.h"
+#include "files.h"
 #include "interp.h"
 #include "journal.h"
 
 typedef struct edit_state {
-    char *jpath;              /* the journal's path (explicit or located) */
+    char *jpath;              /* the journal's path (explicit or located); NULL: no place */
+    char *jerr;               /* why there is no place (said by the first edit), or NULL */
+    int located;              /* jpath is the default place (its directory may be missing) */
     vx_journal *j;            /* NULL until opened */
     brw_model *bm;            /* the session's browse model, borrowed on first use */
     brw_edit_overlay *ov;     /* the replayed overlay, NULL when nothing is active */
     double *cov;              /* INSERT: activation covariance of cov_layer [F×F], or NULL */
     int cov_layer;
     int64_t cov_count;        /* corpus positions behind it */
+    float *frame;             /* INSERT: keys of "The {w} is" at cov_layer [n_frame × F] */
+    int n_frame;
 } edit_state;
 
 static void state_free(void *p)
@@ -60,7 +65,9 @@ static void state_free(void *p)
     vx_journal_close(es->j);
     brw_edit_overlay_free(es->ov);
     free(es->cov);
+    free(es->frame);
     free(es->jpath);
+    free(es->jerr);
     free(es);
 }
 
@@ -92,14 +99,31 @@ static int state_of(lql_session *s, const lql_stmt *st, edit_state **out, lql_er
     return 0;
 }
 
-static int open_journal(lql_session *s, const lql_stmt *st, edit_state *es, lql_err *e)
+/* Open the journal. Statements that only read pass create 0: a journal that does not exist
+ * yet stays absent (es->j NULL: no edits), so a read-only session creates nothing; the
+ * first edit (create 1) creates it, and its directory when it is the default place. */
+static int open_journal(lql_session *s, const lql_stmt *st, edit_state *es, int create,
+                        lql_err *e)
 {
     if (es->j)
         return 0;
+    if (!es->jpath)
+        return create ? lql_errf(e, LQL_EEXEC, &st->at, "%s", es->jerr) : 0;
+    if (!create && strcmp(es->jpath, ":memory:") != 0 && access(es->jpath, F_OK) != 0)
+        return 0;
     vx_err ve = {0};
-    if (vx_journal_open(es->jpath, vx_index_sha256(s->vx), model_name(s->vx), &es->j, &ve))
+    if ((es->located && vx_journal_create_dir(es->jpath, &ve)) ||
+        vx_journal_open(es->jpath, vx_index_sha256(s->vx), model_name(s->vx), &es->j, &ve))
         return lql_err_vx(e, &ve, &st->at);
     return 0;
+}
+
+/* The journal's active operations; none while it does not exist. */
+static int active_ops(const edit_state *es, vx_op **ops, size_t *n, vx_err *ve)
+{
+    *ops = NULL;
+    *n = 0;
+    return es->j ? vx_journal_active_ops(es->j, ops, n, ve) : 0;
 }
 
 static int open_browse(lql_session *s, const lql_stmt *st, edit_state *es, lql_err *e)
@@ -121,9 +145,9 @@ static int refresh(lql_session *s, const lql_stmt *st, edit_state *es, lql_err *
     size_t n = 0;
     vx_err ve = {0};
     brw_edit_overlay *ov = NULL;
-    if (open_browse(s, st, es, e) || open_journal(s, st, es, e))
+    if (open_browse(s, st, es, e) || open_journal(s, st, es, 0, e))
         return -1;
-    if (vx_journal_active_ops(es->j, &ops, &n, &ve))
+    if (active_ops(es, &ops, &n, &ve))
         return lql_err_vx(e, &ve, &st->at);
     int rc = n ? brw_edit_overlay_build(es->bm, ops, n, &ov, &ve) : 0;
     vx_ops_free(ops, n);
@@ -288,6 +312,8 @@ static int record(lql_session *s, const lql_stmt *st, edit_state *es, const vx_o
                   size_t n, lql_result *r, vx_record_info *info, lql_err *e)
 {
     vx_err ve = {0};
+    if (open_journal(s, st, es, 1, e))
+        return -1;
     char *text = strndup(st->src, st->nsrc);
     if (!text)
         return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
@@ -305,8 +331,8 @@ int lql_h_delete(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     edit_state *es = NULL;
     fvec sel = {0};
-    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, e) ||
-        select_features(st, es, &sel, e)) {
+    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) ||
+        open_journal(s, st, es, 0, e) || select_features(st, es, &sel, e)) {
         free(sel.v);
         return -1;
     }
@@ -392,6 +418,9 @@ int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                    strcmp(a->field, "c_score") == 0) {
             if ((a->val.kind != LQL_V_INT && a->val.kind != LQL_V_FLOAT) || !isfinite(a->val.f))
                 return lql_errf(e, LQL_EEXEC, &a->val.at, "%s takes a number", a->field);
+            if (!(a->val.f >= 0 && a->val.f <= 1))
+                return lql_errf(e, LQL_EEXEC, &a->val.at, "%s must be between 0 and 1 (got "
+                                "%g)", a->field, a->val.f);
             conf = a->val.f;
         } else {
             return lql_errf(e, LQL_EEXEC, &a->field_at, "cannot SET \"%s\": UPDATE EDGES sets "
@@ -402,7 +431,7 @@ int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     if (target && target_id(brw_tokenizer(es->bm), target->val.s, &target->val.at, &tid, e))
         return -1;
     fvec sel = {0};
-    if (open_journal(s, st, es, e) || select_features(st, es, &sel, e)) {
+    if (open_journal(s, st, es, 0, e) || select_features(st, es, &sel, e)) {
         free(sel.v);
         return -1;
     }
@@ -457,17 +486,21 @@ int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 
 /* ---------------------------------------------------------------- INSERT */
 
-/* Texts the covariance corpus is sampled from (each followed by 48 sampled tokens). */
+/* Texts the covariance corpus is sampled from (each followed by 8 sampled tokens: what is
+ * preserved is mostly prompts, whose activations are short-context ones — measured on the
+ * held-out set, 256 texts of 8 tokens kept more unseen prompts than 32 of 48). */
 static const char *const corpus_starts[] = {
     "The", "In", "A", "It", "He", "She", "We", "Once", "This", "There", "I", "They",
     "When", "My", "All", "What",
 };
-#define CORPUS_SEQS 32
-#define CORPUS_LEN 48
+#define CORPUS_SEQS 256
+#define CORPUS_LEN 8
 #define CORPUS_SEED 1
-#define DECOYS 40
+#define DECOYS 40            /* template neighbours "The {relation} of {W} is" */
+#define FRAME_DECOYS 100     /* "The {w} is": prompts of the fact's frame, any word */
+#define DECOY_WEIGHT 2.0     /* both decoy sets together, relative to the corpus */
 
-/* The activation covariance of a layer, sampled once per binding and layer. */
+/* The activation covariance of a layer and its frame decoys, once per binding and layer. */
 static int layer_cov(edit_state *es, eng_model *m, int layer, const lql_stmt *st,
                      lql_result *r, lql_err *e)
 {
@@ -476,17 +509,25 @@ static int layer_cov(edit_state *es, eng_model *m, int layer, const lql_stmt *st
     int32_t *ids = NULL;
     int *lens = NULL;
     double *cov = NULL;
+    float *frame = NULL;
     int64_t count = 0;
+    int nf = 0;
     vx_err ve = {0};
     int rc = eng_edit_corpus(m, corpus_starts, (int)(sizeof corpus_starts / sizeof *corpus_starts),
                              CORPUS_SEQS, CORPUS_LEN, CORPUS_SEED, &ids, &lens, &ve) ||
-             eng_edit_covariance(m, layer, ids, lens, CORPUS_SEQS, &cov, &count, &ve);
+             eng_edit_covariance(m, layer, ids, lens, CORPUS_SEQS, &cov, &count, &ve) ||
+             eng_edit_frame_decoys(m, layer, FRAME_DECOYS, &frame, &nf, &ve);
     free(ids);
     free(lens);
-    if (rc)
+    if (rc) {
+        free(cov);
         return lql_err_vx(e, &ve, &st->at);
+    }
     free(es->cov);
+    free(es->frame);
     es->cov = cov;
+    es->frame = frame;
+    es->n_frame = nf;
     es->cov_layer = layer;
     es->cov_count = count;
     lql_result_note(r, "layer %d: activation covariance over %lld positions of %d sampled "
@@ -503,7 +544,7 @@ static int layer_keys(edit_state *es, int layer, int F, float **keys, int *n, lq
     vx_err ve = {0};
     *keys = NULL;
     *n = 0;
-    if (vx_journal_active_ops(es->j, &ops, &nops, &ve))
+    if (active_ops(es, &ops, &nops, &ve))
         return lql_err_vx(e, &ve, &st->at);
     float *k = malloc((nops + 1) * (size_t)F * sizeof *k);
     if (!k) {
@@ -613,8 +654,8 @@ typedef enum { INSERT_AT_LAST, INSERT_AT_KNOWLEDGE } insert_default;
 static int insert_setup(lql_session *s, const lql_stmt *st, insert_default dflt, int edits_ffn,
                         edit_state **es, eng_model **m, int *layer, int32_t *tid, lql_err *e)
 {
-    if (state_of(s, st, es, e) || open_browse(s, st, *es, e) || open_journal(s, st, *es, e) ||
-        lql_session_model(s, st, m, e))
+    if (state_of(s, st, es, e) || open_browse(s, st, *es, e) ||
+        open_journal(s, st, *es, 0, e) || lql_session_model(s, st, m, e))
         return -1;
     const int L = eng_model_layers(*m);
     if (lql_has(st, LQL_C_AT_LAYER)) {
@@ -866,7 +907,7 @@ static int recent_composes(const edit_state *es, eng_model *m, compose_fact *out
     vx_op *ops = NULL;
     size_t nops = 0;
     *n = 0;
-    if (vx_journal_active_ops(es->j, &ops, &nops, ve))
+    if (active_ops(es, &ops, &nops, ve))
         return -1;
     for (size_t i = nops; i-- > 0 && *n < COMPOSE_RECENT;) {
         const vx_op *o = &ops[i];
@@ -1104,6 +1145,9 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     edit_state *es = NULL;
     eng_model *m = NULL;
+    if (lql_has(st, LQL_C_CONFIDENCE) && !(st->confidence >= 0 && st->confidence <= 1))
+        return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_CONFIDENCE], "CONFIDENCE must be "
+                        "between 0 and 1 (got %g)", st->confidence);
     if (st->mode == LQL_MODE_KNN && !lql_has(st, LQL_C_ALPHA))
         return insert_knn(s, st, r, e);
     if (st->mode == LQL_MODE_COMPOSE)
@@ -1143,7 +1187,15 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         lql_err_vx(e, &ve, &st->at);
         goto done;
     }
-    eng_insert_opts io = {layer, tid, es->cov, keys, nk, decoys, nd, 1.0, 1e-2, 60,
+    float *all = realloc(decoys, (size_t)(nd + es->n_frame + 1) * F * sizeof *all);
+    if (!all) {
+        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+        goto done;
+    }
+    decoys = all;
+    memcpy(decoys + (size_t)nd * F, es->frame, (size_t)es->n_frame * F * sizeof *decoys);
+    nd += es->n_frame;
+    eng_insert_opts io = {layer, tid, es->cov, keys, nk, decoys, nd, DECOY_WEIGHT, 1e-2, 60,
                           (float)conf, 0.02f, 4.0f};
     if (eng_edit_insert(m, ids, (int)n, &io, &fx, &ve)) {
         lql_err_vx(e, &ve, &st->at);
@@ -1190,7 +1242,7 @@ done:
 int lql_h_begin_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     edit_state *es = NULL;
-    if (state_of(s, st, &es, e) || open_journal(s, st, es, e))
+    if (state_of(s, st, &es, e) || open_journal(s, st, es, 1, e))
         return -1;
     const char *prev = vx_journal_recording_name(es->j);
     char was[128] = "";
@@ -1232,6 +1284,8 @@ int lql_h_save_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err 
                             "SAVE PATCH \"file.vlp\"", name);
         snprintf(file, sizeof file, "%s.vlp", name);
     }
+    if (lql_output_path(file, "SAVE PATCH", st->arg ? &st->arg_at : &st->at, e))
+        return -1;
     vx_patch p = {0};
     vx_err ve = {0};
     if (vx_journal_patch_ops(es->j, vx_journal_recording(es->j), &p.ops, &p.nops, &ve))
@@ -1273,7 +1327,7 @@ static void patch_name(const vx_patch *p, const char *file, char *out, size_t n)
 int lql_h_apply_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     edit_state *es = NULL;
-    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, e))
+    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, 1, e))
         return -1;
     vx_patch p;
     vx_err ve = {0};
@@ -1342,8 +1396,11 @@ done:
 int lql_h_remove_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     edit_state *es = NULL;
-    if (state_of(s, st, &es, e) || open_journal(s, st, es, e))
+    if (state_of(s, st, &es, e) || open_journal(s, st, es, 0, e))
         return -1;
+    if (!es->j)
+        return lql_errf(e, LQL_EEXEC, &st->arg_at, "no patch named '%s' (nothing has been "
+                        "edited: the journal %s does not exist)", st->arg, es->jpath);
     char *text = strndup(st->src, st->nsrc);
     if (!text)
         return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
@@ -1399,8 +1456,11 @@ int lql_h_undo(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 int lql_h_rollback(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     edit_state *es = NULL;
-    if (state_of(s, st, &es, e) || open_journal(s, st, es, e))
+    if (state_of(s, st, &es, e) || open_journal(s, st, es, 0, e))
         return -1;
+    if (!es->j)
+        return lql_errf(e, LQL_EEXEC, &st->at, "no such history entry: %lld (the history is "
+                        "empty)", (long long)st->n);
     int64_t count;
     vx_err ve = {0};
     if (vx_journal_rollback(es->j, st->n, &count, &ve))
@@ -1480,7 +1540,8 @@ int lql_h_show_history(lql_session *s, const lql_stmt *st, lql_result *r, lql_er
         lql_cell_text(t, h[i].undone ? "undone" : strcmp(h[i].action, "remove") == 0
                                                       ? "removed patch" : "active");
     }
-    lql_result_note(r, "journal: %s", es->j ? vx_journal_path(es->j) : es->jpath);
+    lql_result_note(r, "journal: %s", es->j ? vx_journal_path(es->j) : es->jpath ? es->jpath
+                                      : es->jerr);
     vx_history_free(h, n);
     return 0;
 }
@@ -1726,6 +1787,8 @@ static int diff_segments(const side *A, const side *B, lql_result *r, lql_err *e
 static int diff_patch(const lql_stmt *st, const side *A, const side *B, const drow *rows,
                       size_t n, lql_result *r, lql_err *e)
 {
+    if (lql_output_path(st->into, "DIFF INTO PATCH", &st->clause_at[LQL_C_INTO_PATCH], e))
+        return -1;
     vx_patch p = {0};
     char now[32];
     vx_utc_now(now);
@@ -1844,7 +1907,7 @@ static int check_conflicts(edit_state *es, const lql_stmt *st, lql_err *e)
     vx_op *ops = NULL;
     size_t n = 0;
     vx_err ve = {0};
-    if (vx_journal_active_ops(es->j, &ops, &n, &ve))
+    if (active_ops(es, &ops, &n, &ve))
         return lql_err_vx(e, &ve, &st->at);
     int rc = 0;
     for (size_t a = 0; a < n && rc == 0; a++)
@@ -1885,7 +1948,7 @@ static int resolve_confidence(edit_state *es, const lql_stmt *st, lql_result *r,
     vx_err ve = {0};
     *out = NULL;
     *n_aside = 0;
-    if (vx_journal_active_ops(es->j, &ops, &n, &ve))
+    if (active_ops(es, &ops, &n, &ve))
         return lql_err_vx(e, &ve, &st->at);
     char *aside = calloc(n ? n : 1, 1);
     vx_op *kept = calloc(n ? n : 1, sizeof *kept);
@@ -1978,7 +2041,30 @@ typedef struct probe_gate {
     double logit, lens, walk;     /* out: largest differences over the probes */
     double scale;                 /* out: the largest |logit| of the source over the probes */
     char walk_bad[160];           /* out: the first WALK hit that is not explained by a tie */
+    char meta_bad[200];           /* out: the first feature whose metadata differs */
 } probe_gate;
+
+/* Every feature the overlay gives metadata or a tombstone must read the same (presence,
+ * top token, c_score) in the compiled container as through the overlay. */
+static void meta_compare(const brw_model *ma, const brw_overlay *ova, const brw_model *mb,
+                         char *bad, size_t nbad)
+{
+    const size_t nm = ova ? ova->n_meta : 0, ne = ova && ova->eng ? ova->eng->n_edits : 0;
+    for (size_t i = 0; i < nm + ne && !bad[0]; i++) {
+        int layer = i < nm ? ova->meta[i].layer : ova->eng->edits[i - nm].layer;
+        int64_t f = i < nm ? ova->meta[i].feature : ova->eng->edits[i - nm].feature;
+        if (i >= nm && !ova->eng->edits[i - nm].tombstone)
+            continue;
+        brw_meta a, b;
+        brw_feature_meta(ma, ova, layer, f, &a);
+        brw_feature_meta(mb, NULL, layer, f, &b);
+        if (a.present != b.present || (a.present && (a.top_id != b.top_id ||
+                                                     a.c_score != b.c_score)))
+            snprintf(bad, nbad, "down-meta of layer %d feature %lld: %s %d (%.4g) vs %s %d "
+                     "(%.4g)", layer, (long long)f, a.present ? "token" : "none", a.top_id,
+                     a.c_score, b.present ? "token" : "none", b.top_id, b.c_score);
+    }
+}
 
 static int tombstoned(const eng_overlay *ov, int layer, int64_t f)
 {
@@ -2057,7 +2143,9 @@ static int check_compiled(eng_model *m, const char *out, const char *const *prom
         {"max_walk_diff", LQL_FLOAT, 6}};
     lql_table *t = lql_result_table(r, names[0], g->bm ? 6 : 5, cols);
     g->logit = g->lens = g->walk = g->scale = 0;
-    g->walk_bad[0] = '\0';
+    g->walk_bad[0] = g->meta_bad[0] = '\0';
+    if (g->bm)
+        meta_compare(g->bm, g->bov, b2, g->meta_bad, sizeof g->meta_bad);
     int rc = 0;
     if (!pa.logits || !pa.resid || !pa.lens || !pb.logits || !pb.resid || !pb.lens || !t ||
         eng_model_layers(m2) != (int)L || eng_model_vocab(m2) != (int)V)
@@ -2132,12 +2220,12 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     edit_state *es = NULL;
     eng_model *m = NULL;
-    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || open_journal(s, st, es, e) ||
-        refresh(s, st, es, e) || lql_session_model(s, st, &m, e))
+    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || refresh(s, st, es, e) ||
+        lql_session_model(s, st, &m, e))
         return -1;
     if (!es->ov)
         return lql_errf(e, LQL_EEXEC, &st->at, "nothing to compile: the overlay is empty "
-                        "(no active edits in %s)", vx_journal_path(es->j));
+                        "(no active edits in %s)", es->jpath ? es->jpath : "any journal");
     if (lql_has(st, LQL_C_ON_CONFLICT) && st->conflict == LQL_CONFLICT_FAIL &&
         check_conflicts(es, st, e))
         return -1;
@@ -2164,9 +2252,18 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
             if (pi[i].applied && pi[i].n_ops)
                 cJSON_AddItemToArray(names, cJSON_CreateString(pi[i].name));
     vx_patch_infos_free(pi, npi);
+    if (cnt.knn) {
+        cJSON_Delete(prov);
+        brw_edit_overlay_free(hov);
+        return lql_errf(e, LQL_EEXEC, &st->at, "compile: %zu KNN-store entr%s (INSERT … MODE "
+                        "KNN) cannot be carried: a container has no residual-key store; UNDO "
+                        "%s or REMOVE %s patch, then COMPILE", cnt.knn, cnt.knn == 1 ? "y" :
+                        "ies", cnt.knn == 1 ? "it" : "them", cnt.knn == 1 ? "its" : "their");
+    }
     brw_compile_report rep;
     cJSON_AddNumberToObject(prov, "set_aside_by_highest_confidence", (double)n_aside);
-    int rc = brw_edit_compile(s->vx, brw_edit_overlay_eng(use), st->arg2, prov, &rep, &ve);
+    int rc = brw_edit_compile(s->vx, brw_edit_overlay_browse(use), st->arg2, prov, &rep,
+                              &ve);
     cJSON_Delete(prov);
     if (rc) {
         brw_edit_overlay_free(hov);
@@ -2181,7 +2278,7 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     prompts[np++] = strdup("The capital of France is");
     prompts[np++] = strdup("Once upon a time");
     prompts[np++] = strdup("A baby cat is called a");
-    if (vx_journal_active_ops(es->j, &ops, &nops, &ve) == 0)
+    if (active_ops(es, &ops, &nops, &ve) == 0)
         for (size_t i = 0; i < nops && np < 18; i++)
             if (ops[i].kind == VX_OP_INSERT && ops[i].entity && ops[i].relation)
                 prompts[np++] = eng_edit_prompt(ops[i].relation, ops[i].entity);
@@ -2192,7 +2289,7 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     static const char *const heads[3] = {"compiled vs overlay", "overlay", "compiled"};
     const char *why = NULL;
     probe_gate g = {es->bm, brw_edit_overlay_browse(use), brw_edit_overlay_eng(use),
-                    gate_tolerance(s->vx, brw_edit_overlay_eng(use), &why), 0, 0, 0, 0, ""};
+                    gate_tolerance(s->vx, brw_edit_overlay_eng(use), &why), 0, 0, 0, 0, "", ""};
     /* the probes run the overlay that was compiled, then the session's again */
     lql_session_set_overlay(s, brw_edit_overlay_eng(use));
     if (rc == 0)
@@ -2200,13 +2297,13 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     lql_session_set_overlay(s, brw_edit_overlay_eng(es->ov));
     brw_edit_overlay_free(hov);
     double tol = g.rel * fmax(g.scale, 1.0);
-    if (rc == 0 && (g.logit > tol || g.lens > tol || g.walk_bad[0])) {
+    if (rc == 0 && (g.logit > tol || g.lens > tol || g.walk_bad[0] || g.meta_bad[0])) {
         char what[256];
         if (g.logit > tol || g.lens > tol)
             snprintf(what, sizeof what, "%s differ by %.3g", g.logit > tol ? "INFER logits" :
                      "TRACE lens logits", g.logit > tol ? g.logit : g.lens);
         else
-            snprintf(what, sizeof what, "%s", g.walk_bad);
+            snprintf(what, sizeof what, "%s", g.walk_bad[0] ? g.walk_bad : g.meta_bad);
         vx_rmtree(st->arg2);
         rc = lql_errf(e, LQL_EEXEC, &st->arg2_at, "compile: removed '%s', which does not "
                       "answer as the overlay does within %s x logit scale %.3g: %s", st->arg2,
@@ -2217,14 +2314,12 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     if (rc)
         return -1;
     lql_result_note(r, "compile gate: INFER logits, TRACE lens (every layer) and WALK hits "
-                    "(top 10 per layer) of %d probes agree within %s x the logit scale", np, why);
-    if (cnt.knn)
-        lql_result_note(r, "%zu KNN-store entr%s not compiled: a container has no residual-key "
-                        "store (they keep applying from the journal)", cnt.knn,
-                        cnt.knn == 1 ? "y is" : "ies are");
+                    "(top 10 per layer) of %d probes agree within %s x the logit scale; the "
+                    "down-meta of every edited feature is equal", np, why);
     lql_result_note(r, "compiled: %s (authority derived; %zu operations materialised into %zu "
-                    "tensors of %zu segments; %zu files linked unchanged)", st->arg2, cnt.ops,
-                    rep.tensors_rewritten, rep.segments_rewritten, rep.files_linked);
+                    "tensors of %zu segments and %zu down-meta records; %zu files linked "
+                    "unchanged)", st->arg2, cnt.ops, rep.tensors_rewritten,
+                    rep.segments_rewritten, rep.meta_written, rep.files_linked);
     return 0;
 }
 
@@ -2311,24 +2406,25 @@ int lql_edit_on_use(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
     char path[4096];
     vx_err ve = {0};
     const lql_span *at = lql_has(st, LQL_C_JOURNAL) ? &st->clause_at[LQL_C_JOURNAL] : &st->at;
+    s->edit = es;
+    s->edit_free = state_free;
     if (s->journal) {
         snprintf(path, sizeof path, "%s", s->journal);
     } else if (vx_journal_locate(vx_dir(s->vx), vx_index_sha256(s->vx), path, sizeof path,
                                  &ve)) {
-        free(es);
-        return lql_err_vx(e, &ve, at);
+        /* no place for a journal is no reason to refuse reading: the first edit says it */
+        if (!(es->jerr = strdup(ve.msg)))
+            return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+        return 0;
     }
-    if (!(es->jpath = strdup(path))) {
-        free(es);
+    es->located = !s->journal;
+    if (!(es->jpath = strdup(path)))
         return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
-    }
-    s->edit = es;
-    s->edit_free = state_free;
     /* an existing journal (or an explicit one) is opened now so its edits apply from the
      * first statement; otherwise the first edit creates it */
     if (!s->journal && access(path, F_OK) != 0)
         return 0;
-    if (open_journal(s, st, es, e) || refresh(s, st, es, e)) {
+    if (open_journal(s, st, es, 1, e) || refresh(s, st, es, e)) {
         e->line = at->line;
         e->col = at->col;
         e->len = at->len;

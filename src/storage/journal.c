@@ -230,25 +230,35 @@ int vx_journal_locate(const char *container_dir, const char *index_sha256, char 
                        "no place for the journal of '%s': its directory '%s' is not writable "
                        "and neither XDG_DATA_HOME nor HOME is set (use USE ... JOURNAL \"path\")",
                        container_dir, parent);
-    /* mkdir -p: each component in turn, tolerating existing ones */
-    for (char *p = base + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(base, 0755) != 0 && errno != EEXIST) {
-            int e = errno;
-            *p = '/';
-            return vx_errf(err, VX_EIO, "cannot create journal directory '%s': %s", base,
-                           strerror(e));
-        }
-        *p = '/';
-    }
-    if (mkdir(base, 0755) != 0 && errno != EEXIST)
-        return vx_errf(err, VX_EIO, "cannot create journal directory '%s': %s", base,
-                       strerror(errno));
     if ((size_t)snprintf(out, outsz, "%s/%s-%.16s.lqljournal", base, name, index_sha256) >= outsz)
         return vx_errf(err, VX_EARG, "journal path too long for '%s'", container_dir);
     return 0;
+}
+
+int vx_journal_create_dir(const char *path, vx_err *err)
+{
+    char dir[4096];
+    if ((size_t)snprintf(dir, sizeof dir, "%s", path) >= sizeof dir)
+        return vx_errf(err, VX_EARG, "journal path too long: '%s'", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return 0;
+    *slash = '\0';
+    /* mkdir -p: each component in turn, tolerating existing ones */
+    for (char *p = dir + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+            int e = errno;
+            return vx_errf(err, VX_EIO, "cannot create journal directory '%s': %s", dir,
+                           strerror(e));
+        }
+        *p = c;
+        if (!c)
+            return 0;
+    }
 }
 
 /* ---------------------------------------------------------------- open / close */

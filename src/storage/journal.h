@@ -93,9 +93,12 @@ typedef struct vx_journal vx_journal;
 /* Where the journal of a container lives by default: "<parent>/<name>.lqljournal" beside
  * the container directory when its parent directory is writable, else
  * "$XDG_DATA_HOME/lql/<name>-<first 16 hex of index_sha256>.lqljournal" (XDG_DATA_HOME
- * defaulting to $HOME/.local/share), creating that directory. Never inside the container. */
+ * defaulting to $HOME/.local/share). Never inside the container. Creates nothing: a
+ * session that only reads leaves no trace; the first edit calls vx_journal_create_dir. */
 int vx_journal_locate(const char *container_dir, const char *index_sha256, char *out,
                       size_t outsz, vx_err *err);
+/* Create the directories above a journal path (mkdir -p of its parent). */
+int vx_journal_create_dir(const char *path, vx_err *err);
 
 /* Open (creating when absent) the journal at path for the base identified by its index
  * sha256 and model name. Sets WAL mode and synchronous=FULL; creates or migrates the
@@ -219,7 +222,8 @@ int vx_patch_parse(const char *text, size_t len, const char *where, int hidden, 
 int vx_patch_read(const char *path, int hidden, vx_patch *out, vx_err *err);
 /* Serialise to malloc'd JSON text (pretty, stable key order). */
 char *vx_patch_to_json(const vx_patch *p, vx_err *err);
-/* Write atomically (temporary sibling, fsync, rename). */
+/* Write atomically (temporary sibling, fsync, link into place): an existing path is never
+ * replaced ("cannot write patch 'p': File exists"). */
 int vx_patch_write(const char *path, const vx_patch *p, vx_err *err);
 void vx_patch_free(vx_patch *p);
 

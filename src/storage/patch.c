@@ -814,10 +814,12 @@ int vx_patch_write(const char *path, const vx_patch *p, vx_err *err)
     if (close(fd) != 0 && !e)
         e = errno;
     free(text);
-    if (!e && rename(tmp, path) != 0)
+    /* link, not rename: the complete file appears at once, and an existing one (even one
+     * created since the caller checked) is never replaced */
+    if (!e && link(tmp, path) != 0)
         e = errno;
+    unlink(tmp);
     if (e) {
-        unlink(tmp);
         return vx_errf(err, VX_EIO, "cannot write patch '%s': %s", path, strerror(e));
     }
     return 0;

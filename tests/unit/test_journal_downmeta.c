@@ -119,7 +119,7 @@ int main(void)
 
     /* COMPILE writes DMET records that agree with the overlay on the moved features */
     brw_compile_report rep;
-    CHECK_MSG(brw_edit_compile(c, brw_edit_overlay_eng(ov), out, NULL, &rep, &e) == 0,
+    CHECK_MSG(brw_edit_compile(c, brw_edit_overlay_browse(ov), out, NULL, &rep, &e) == 0,
               "compile: %s", e.msg);
     vx_container *c2 = NULL;
     brw_model *bm2 = NULL;

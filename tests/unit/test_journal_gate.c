@@ -47,7 +47,8 @@ int main(void)
     CHECK(fx_run(cmd, out, sizeof out) == 0);
     CHECK_HAS(out, "prompt\toverlay\tcompiled\tmax_logit_diff\tmax_lens_diff\tmax_walk_diff\n");
     CHECK_HAS(out, "-- compile gate: INFER logits, TRACE lens (every layer) and WALK hits (top "
-                   "10 per layer) of 4 probes agree within 1e-5 (f32 storage) x the logit scale\n");
+                   "10 per layer) of 4 probes agree within 1e-5 (f32 storage) x the logit scale; the "
+                   "down-meta of every edited feature is equal\n");
     CHECK(stat(ok, &sb) == 0);
 
     snprintf(cmd, sizeof cmd, "LQL_TEST_COMPILE_FAULT=1 '%s/lql' -c \"USE \\\"%s\\\" JOURNAL "
@@ -75,7 +76,8 @@ int main(void)
     snprintf(cmd, sizeof cmd, "'%s/lql' -c \"USE \\\"%s\\\" JOURNAL \\\":memory:\\\"; %s"
              "COMPILE CURRENT INTO VINDEX \\\"%s\\\";\" 2>&1", LQL_BINARY_DIR, b16, stmts, ok16);
     CHECK(fx_run(cmd, out, sizeof out) == 0);
-    CHECK_HAS(out, "of 4 probes agree within 2e-2 (bf16 storage) x the logit scale\n");
+    CHECK_HAS(out, "of 4 probes agree within 2e-2 (bf16 storage) x the logit scale; the "
+                   "down-meta of every edited feature is equal\n");
     CHECK(stat(ok16, &sb) == 0);
     printf("%s", out);
     fx_rm_rf(dir);

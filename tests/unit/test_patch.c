@@ -120,6 +120,13 @@ static void test_round_trip(void)
     char path[300];
     snprintf(path, sizeof path, "%s/test_patch.%d.vlp", LQL_BINARY_DIR, (int)getpid());
     CHECK(vx_patch_write(path, &p, &err) == 0);
+    /* an existing file is never replaced, and no temporary is left beside it */
+    CHECK(vx_patch_write(path, &p, &err) == -1);
+    char want[400], tmp[320];
+    snprintf(want, sizeof want, "cannot write patch '%s': File exists", path);
+    CHECK_STR(err.msg, want);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    CHECK(access(tmp, F_OK) != 0);
     vx_patch q;
     CHECK(vx_patch_read(path, H, &q, &err) == 0);
     remove(path);
