@@ -61,19 +61,18 @@ static void modes(void)
         "4,日本,nan\r\n"
         "-- 4 rows\r\n");
     check_mode(r, LQL_OUT_JSON,
-        "[\n"
-        "  {\"rank\": 1, \"token\": \" mat\", \"prob\": 0.4123},\n"
-        "  {\"rank\": -2, \"token\": \"a,\\\"b\\\"\\tc\\nd\", \"prob\": 0.0000},\n"
-        "  {\"rank\": 3, \"token\": null, \"prob\": null},\n"
-        "  {\"rank\": 4, \"token\": \"日本\", \"prob\": null}\n"
-        "]\n"
-        "{\"notes\": [\"4 rows\"]}\n");
+        "{\"statement\": null, \"tables\": [{\"title\": null, \"columns\": [{\"name\": \"rank\", "
+        "\"type\": \"int\"}, {\"name\": \"token\", \"type\": \"text\"}, {\"name\": \"prob\", "
+        "\"type\": \"float\"}], \"rows\": [{\"rank\": 1, \"token\": \" mat\", \"prob\": 0.4123}, "
+        "{\"rank\": -2, \"token\": \"a,\\\"b\\\"\\tc\\nd\", \"prob\": 0.0000}, {\"rank\": 3, "
+        "\"token\": null, \"prob\": null}, {\"rank\": 4, \"token\": \"日本\", \"prob\": null}]}], "
+        "\"notes\": [\"4 rows\"], \"error\": null}\n");
     check_mode(r, LQL_OUT_JSONL,
         "{\"rank\": 1, \"token\": \" mat\", \"prob\": 0.4123}\n"
         "{\"rank\": -2, \"token\": \"a,\\\"b\\\"\\tc\\nd\", \"prob\": 0.0000}\n"
         "{\"rank\": 3, \"token\": null, \"prob\": null}\n"
         "{\"rank\": 4, \"token\": \"日本\", \"prob\": null}\n"
-        "{\"note\": \"4 rows\"}\n");
+        "-- 4 rows\n");
     /* table: numbers right-aligned, text left, wide characters count two columns */
     check_mode(r, LQL_OUT_TABLE,
         "rank  token          prob\n"
@@ -93,7 +92,10 @@ static void modes(void)
     lql_row(a); lql_cell_text(a, "\xff" "x");
     lql_result_table(r, NULL, 1, c1);
     check_mode(r, LQL_OUT_TSV, "-- first\nk\n\xffx\n\nk\n");
-    check_mode(r, LQL_OUT_JSON, "[\n  {\"k\": \"\\ufffdx\"}\n]\n[]\n");
+    check_mode(r, LQL_OUT_JSON, "{\"statement\": null, \"tables\": [{\"title\": \"first\", \"columns\": "
+               "[{\"name\": \"k\", \"type\": \"text\"}], \"rows\": [{\"k\": \"\\ufffdx\"}]}, {\"title\": "
+               "null, \"columns\": [{\"name\": \"k\", \"type\": \"text\"}], \"rows\": []}], \"notes\": [], "
+               "\"error\": null}\n");
     lql_result_free(r);
 
     /* a short row is shown as incomplete, not silently misaligned */
@@ -155,7 +157,7 @@ static void shell(void)
     CHECK_STR(err,
         "error: s.lql:1:1: no container bound: USE \"path\" first\n  STATS;\n  ^~~~~\n"
         "error: s.lql:2:15: near \";\": expected an integer\n    WALK 'x' TOP;\n                ^\n"
-        "error: s.lql:3:1: unknown mode: \"xml\" (table, tsv, csv, json or jsonl)\n"
+        "error: s.lql:3:1: unknown mode: \"xml\" (table, box, markdown, tsv, csv, json or jsonl)\n"
         "error: s.lql:4:1: unknown meta-command: \".bogus\" (.help lists them)\n"
         "error: s.lql:5:1: expected on or off, got \"maybe\"\n");
     CHECK_HAS(out, "SHOW LAYERS [range]\n\nOne row per layer");
