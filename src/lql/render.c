@@ -140,7 +140,7 @@ static void render_grid(FILE *f, const lql_table *t, const lql_render_opts *o)
     for (size_t r = 0; r <= nrows; r++)
         for (int c = 0; c < nc; c++) {
             const char *s = r == 0 ? t->cols[c].name : lql_table_cell(t, r - 1, c);
-            char *v = visible(s, md, cut);
+            char *v = visible(s, md, t->cols[c].type == LQL_TEXT ? cut : 0);   /* numbers whole */
             cells[r * (size_t)nc + (size_t)c] = v;
             int cw = v ? width(v) : 0;
             if ((r > 0 || head) && cw > w[c]) w[c] = cw;

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,11 +41,12 @@ static char *slurp(const char *path)
     return buf;
 }
 
-/* `sh -c CMD` with stdout and stderr captured; the exit status returned. */
+/* `sh -c CMD` with stdout and stderr captured; the exit status returned. It runs in an
+ * empty directory: SHOW MODELS lists the working directory. */
 static int sh(const char *cmd, char **out, char **err)
 {
     char full[8192];
-    snprintf(full, sizeof full, "( %s ) >" DIR "/out 2>" DIR "/err", cmd);
+    snprintf(full, sizeof full, "cd " DIR "/empty && ( %s ) >" DIR "/out 2>" DIR "/err", cmd);
     int st = system(full);
     if (out) *out = slurp(DIR "/out");
     if (err) *err = slurp(DIR "/err");
@@ -307,14 +309,73 @@ static void fifo_conversation(const char *box)
     unlink(fifo);
 }
 
+/* Read from fd until `want` appears (or ms pass) into buf; 1 when it did. */
+static int read_until(int fd, char *buf, size_t n, const char *want, int ms)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int waited = 0; waited < ms && !strstr(buf, want);) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (poll(&pf, 1, 100) <= 0) { waited += 100; continue; }
+        ssize_t r = read(fd, buf + k, n - k - 1);
+        if (r <= 0) break;
+        k += (size_t)r;
+        buf[k] = 0;
+        if (k + 1 >= n) k = 0;      /* keep reading; only the recent output matters */
+    }
+    return strstr(buf, want) != NULL;
+}
+
+/* The interactive shell on a pseudo-terminal: a multi-line statement is one history entry
+ * after a restart, and Ctrl-D at `...>` runs the unfinished statement. */
+static void interactive(void)
+{
+    mkdir(DIR "/home", 0755);
+    int master;
+    pid_t pid = forkpty(&master, NULL, NULL, NULL);
+    if (pid == 0) {
+        setenv("HOME", DIR "/home", 1);
+        setenv("TERM", "dumb", 1);
+        if (chdir(DIR "/empty") != 0) _exit(126);
+        execl(LQL, "lql", (char *)NULL);
+        _exit(127);
+    }
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    static char buf[1 << 16];
+    CHECK(read_until(master, buf, sizeof buf, "lql> ", 20000));
+    CHECK(write(master, "SHOW\r", 5) == 5);
+    CHECK(read_until(master, buf, sizeof buf, "...> ", 20000));
+    CHECK(write(master, " MODELS;\r", 9) == 9);
+    CHECK(read_until(master, buf, sizeof buf, "(0 rows)", 20000));
+    CHECK(write(master, "SHOW MODELS\r", 12) == 12);
+    CHECK(read_until(master, buf, sizeof buf, "...> ", 20000));
+    CHECK(write(master, "\x04", 1) == 1);           /* Ctrl-D: runs it, then leaves */
+    CHECK_MSG(read_until(master, buf, sizeof buf, "(0 rows)", 20000), "Ctrl-D at ...> did not run the statement");
+    int st = -1;
+    for (int ms = 0; ms < 20000; ms += 50) {
+        if (waitpid(pid, &st, WNOHANG) == pid) break;
+        struct timespec d = {0, 50000000};
+        nanosleep(&d, NULL);
+        if (ms + 50 >= 20000) { kill(pid, SIGKILL); waitpid(pid, &st, 0); st = -1; }
+    }
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    close(master);
+    char *hist = slurp(DIR "/home/.lql_history");
+    CHECK_STR(hist, "SHOW\x01 MODELS;\nSHOW MODELS\n");
+    free(hist);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     fx_rm_rf(DIR);
     mkdir(DIR, 0755);
+    mkdir(DIR "/empty", 0755);
     options();
     failures();
     json_batch();
+    interactive();
     char box[] = DIR "/tiny.vindex3";
     if (fx_encode_tiny(box, NULL) == 0) {
         with_model(box);

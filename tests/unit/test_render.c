@@ -12,6 +12,7 @@
 #include "t.h"
 #include "files.h"
 #include "shell.h"
+#include "render_int.h"
 
 static lql_result *sample(void)
 {
@@ -123,6 +124,125 @@ static void errors(void)
     s = lql_error_text(NULL, "\tINFER \"é\" TOP", 1, &u);
     CHECK_STR(s, "error: 1:8: x\n  \tINFER \"é\" TOP\n  \t      ^~\n");
     free(s);
+}
+
+/* The modes added for issue 10: exact floats, box, markdown, width, headers, notes apart. */
+static void modes_more(void)
+{
+    char buf[64];
+    double vals[] = {0.1, 1.0 / 3.0, 0.9604446887969971, 1e-300, -2.5e17, 0.0};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        lql_format_exact(vals[i], buf, sizeof buf);
+        CHECK_MSG(strtod(buf, NULL) == vals[i], "%s does not round-trip", buf);
+    }
+    lql_format_exact(0.1, buf, sizeof buf);
+    CHECK_STR(buf, "0.1");                          /* the shortest such text */
+
+    lql_result *r = lql_result_new();
+    static const lql_colspec cols[] = {{"k", LQL_TEXT, 0}, {"p", LQL_FLOAT, 4}};
+    lql_table *t = lql_result_table(r, "tt", 2, cols);
+    lql_row(t); lql_cell_text(t, "a|b"); lql_cell_float(t, 1.0 / 3.0);
+    lql_row(t); lql_cell_text(t, "a long cell of text"); lql_cell_float(t, 0.5);
+    lql_result_note(r, "a note");
+    char *o = NULL, *n = NULL;
+    size_t ol, nl;
+    FILE *fo = open_memstream(&o, &ol), *fn = open_memstream(&n, &nl);
+    lql_render_opts ro = {LQL_OUT_TSV, 1, 0, 0};
+    lql_render_to(r, &ro, fo, fn);
+    fclose(fo); fclose(fn);
+    CHECK_STR(o, "k\tp\na|b\t0.3333333333333333\na long cell of text\t0.5\n");
+    CHECK_STR(n, "-- tt\n-- a note\n");            /* titles and notes apart from results */
+    free(o); free(n);
+
+    fo = open_memstream(&o, &ol);
+    lql_render_opts box = {LQL_OUT_BOX, 1, 0, 8};
+    lql_render_to(r, &box, fo, fo);
+    fclose(fo);
+    CHECK_STR(o, "tt\n"
+                 "┌──────────┬────────┐\n"
+                 "│ k        │      p │\n"
+                 "├──────────┼────────┤\n"
+                 "│ a|b      │ 0.3333 │\n"
+                 "│ a long … │ 0.5000 │\n"
+                 "└──────────┴────────┘\n"
+                 "a note\n");
+    free(o);
+    fo = open_memstream(&o, &ol);
+    lql_render_opts md = {LQL_OUT_MARKDOWN, 1, 1, 8};
+    lql_render_to(r, &md, fo, fo);
+    fclose(fo);
+    CHECK_STR(o, "tt\n"
+                 "| k                   |      p |\n"
+                 "|---------------------|-------:|\n"
+                 "| a\\|b                | 0.3333 |\n"
+                 "| a long cell of text | 0.5000 |\n"
+                 "a note\n");
+    free(o);
+    fo = open_memstream(&o, &ol);
+    lql_render_opts tab = {LQL_OUT_TABLE, 1, 1, 5};
+    lql_render_to(r, &tab, fo, fo);
+    fclose(fo);
+    CHECK_STR(o, "tt\na|b    0.3333\na lo…  0.5000\n(2 rows)\na note\n");   /* numbers never cut */
+    free(o);
+    lql_result_free(r);
+}
+
+/* Error echoes: a window of at most LQL_ECHO_MAX characters, control bytes escaped. */
+static void echo_window(void)
+{
+    char line[1200];
+    memset(line, 'x', sizeof line - 1);
+    line[sizeof line - 1] = 0;
+    memcpy(line + 600, "BAD", 3);
+    lql_err e = {LQL_ESYNTAX, 1, 601, 3, "m"};
+    char *s = lql_error_text(NULL, line, 1, &e);
+    const char *l2 = s ? strchr(s, '\n') + 1 : "";
+    const char *l3 = strchr(l2, '\n') + 1;
+    CHECK((int)(l3 - l2) < LQL_ECHO_MAX + 16);      /* not 1200 characters */
+    CHECK(strncmp(l2, "  …", strlen("  …")) == 0);
+    CHECK(strstr(l2, "BAD") && strstr(l2, "…\n"));
+    CHECK((size_t)(strchr(l3, '^') - l3) == (size_t)(strstr(l2, "BAD") - l2) - 2);   /* "…" is 3 bytes, 1 column */
+    free(s);
+    lql_err c = {LQL_ESYNTAX, 1, 3, 1, "m"};
+    s = lql_error_text(NULL, "a\x01" "b\x1b[2J", 1, &c);
+    CHECK_STR(s, "error: 1:3: m\n  a\\x01b\\x1b[2J\n       ^\n");
+    free(s);
+}
+
+/* The stream reader: statements run as lines end them; BOM, `;;` and NUL. */
+static void stream(void)
+{
+    static const char text[] = "\xEF\xBB\xBF.print a\nSHOW MODELS;;\n;\n.print \"b c\"\nSHOW\0MODELS;\n.print d\n";
+    FILE *in = fmemopen((void *)text, sizeof text - 1, "r");
+    char *out = NULL, *err = NULL;
+    size_t no, ne;
+    lql_shell sh;
+    lql_shell_init(&sh);
+    sh.out = open_memstream(&out, &no);
+    sh.err = open_memstream(&err, &ne);
+    CHECK(lql_shell_run_stream(&sh, "in.lql", in) < 0);
+    fclose(in);
+    fclose(sh.out); fclose(sh.err);
+    sh.out = stdout;
+    lql_shell_close(&sh);
+    CHECK_STR(out, "a\ncontainer\tformat\tmodel\tlayers\nb c\nd\n");
+    CHECK_STR(err, "error: in.lql:5:5: NUL byte in the input: LQL text cannot hold one (the statement is discarded)\n");
+    free(out); free(err);
+
+    /* .help by words: every statement they start, or the one they go on into */
+    char *o2 = NULL, *e2 = NULL;
+    lql_shell_init(&sh);
+    sh.out = open_memstream(&o2, &no);
+    sh.err = open_memstream(&e2, &ne);
+    CHECK(lql_shell_run(&sh, "s", ".help SHOW\n.help rollback to\n", 1) == 0);
+    fclose(sh.out); fclose(sh.err);
+    sh.out = stdout;
+    lql_shell_close(&sh);
+    CHECK_HAS(o2, "SHOW LAYERS [range]\n");
+    CHECK_HAS(o2, "SHOW HISTORY\n");
+    CHECK_HAS(o2, "ROLLBACK TO n\n");
+    CHECK_STR(e2, "");
+    free(o2); free(e2);
 }
 
 /* Run a script through the shell; out/err captured. */
@@ -290,6 +410,9 @@ int main(void)
     if (!mkdtemp(cwd) || chdir(cwd) != 0)
         return 1;
     modes();
+    modes_more();
+    echo_window();
+    stream();
     errors();
     shell();
     golden_runner();
