@@ -170,7 +170,8 @@ static int m_read(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
     int rc = lql_shell_run_stream(sh, argv[1], f);
     sh->depth--;
     fclose(f);
-    if (sh->stop && !sh->bail && sh->exit_code < 0) sh->stop = 0;   /* a .quit inside the file ends the file only */
+    if (sh->stop && !sh->bail && sh->exit_code < 0 && !sh->write_failed)
+        sh->stop = 0;                          /* a .quit inside the file ends the file only */
     return rc < 0 ? -2 : 0;                    /* -2: failed, already reported */
 }
 

@@ -172,8 +172,10 @@ static char *error_text_from(const char *label, const char *src, size_t at, int 
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return NULL;
-    if (label) fprintf(f, "error: %s:%d:%d: %s\n", label, e->line, e->col, e->msg);
-    else fprintf(f, "error: %d:%d: %s\n", e->line, e->col, e->msg);
+    if (label) fprintf(f, "error: %s:%d:%d: ", label, e->line, e->col);
+    else fprintf(f, "error: %d:%d: ", e->line, e->col);
+    for (const char *m = e->msg; *m; m++) echo_byte(f, (unsigned char)*m);   /* quoted input */
+    fputc('\n', f);
     if (src && (e->line > line || (e->line == line && e->col >= col))) {
         const char *q = src + at;
         for (; line < e->line && q; line++, col = 1) {

@@ -241,6 +241,20 @@ static void with_model(const char *box)
     free(out); free(err);
 }
 
+/* The exit status of child pid, waiting at most ms (then it is killed: -1). */
+static int wait_bounded(pid_t pid, int ms)
+{
+    int st;
+    for (int t = 0; t < ms; t += 50) {
+        if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        struct timespec d = {0, 50000000};
+        nanosleep(&d, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+}
+
 /* Read one line from fd within ms milliseconds into buf; its length, or -1. */
 static int read_line(int fd, char *buf, size_t n, int ms)
 {
@@ -296,15 +310,8 @@ static void fifo_conversation(const char *box)
         if (got > 0) CHECK_HAS(line, want[i]);
     }
     close(w);
-    /* end of input: lql exits (bounded wait, killed if it does not) */
-    int st = -1;
-    for (int ms = 0; ms < 30000; ms += 50) {
-        if (waitpid(pid, &st, WNOHANG) == pid) break;
-        struct timespec d = {0, 50000000};
-        nanosleep(&d, NULL);
-        if (ms + 50 >= 30000) { kill(pid, SIGKILL); waitpid(pid, &st, 0); st = -1; }
-    }
-    CHECK(st == 0);
+    /* end of input: lql exits */
+    CHECK(wait_bounded(pid, 30000) == 0);
     close(outp[0]);
     unlink(fifo);
 }
@@ -326,11 +333,12 @@ static int read_until(int fd, char *buf, size_t n, const char *want, int ms)
     return strstr(buf, want) != NULL;
 }
 
-/* The interactive shell on a pseudo-terminal: a multi-line statement is one history entry
- * after a restart, and Ctrl-D at `...>` runs the unfinished statement. */
+/* The interactive shell on a pseudo-terminal: ~/.lqlrc runs, a multi-line statement is one
+ * history entry after a restart, and Ctrl-D at `...>` runs the unfinished statement. */
 static void interactive(void)
 {
     mkdir(DIR "/home", 0755);
+    write_file(DIR "/home/.lqlrc", ".print from-rc\n", 15);
     int master;
     pid_t pid = forkpty(&master, NULL, NULL, NULL);
     if (pid == 0) {
@@ -344,6 +352,7 @@ static void interactive(void)
     if (pid <= 0) return;
     static char buf[1 << 16];
     CHECK(read_until(master, buf, sizeof buf, "lql> ", 20000));
+    CHECK_HAS(buf, "from-rc");      /* ~/.lqlrc ran before the first prompt: interactive only */
     CHECK(write(master, "SHOW\r", 5) == 5);
     CHECK(read_until(master, buf, sizeof buf, "...> ", 20000));
     CHECK(write(master, " MODELS;\r", 9) == 9);
@@ -352,14 +361,7 @@ static void interactive(void)
     CHECK(read_until(master, buf, sizeof buf, "...> ", 20000));
     CHECK(write(master, "\x04", 1) == 1);           /* Ctrl-D: runs it, then leaves */
     CHECK_MSG(read_until(master, buf, sizeof buf, "(0 rows)", 20000), "Ctrl-D at ...> did not run the statement");
-    int st = -1;
-    for (int ms = 0; ms < 20000; ms += 50) {
-        if (waitpid(pid, &st, WNOHANG) == pid) break;
-        struct timespec d = {0, 50000000};
-        nanosleep(&d, NULL);
-        if (ms + 50 >= 20000) { kill(pid, SIGKILL); waitpid(pid, &st, 0); st = -1; }
-    }
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(wait_bounded(pid, 20000) == 0);
     close(master);
     char *hist = slurp(DIR "/home/.lql_history");
     CHECK_STR(hist, "SHOW\x01 MODELS;\nSHOW MODELS\n");

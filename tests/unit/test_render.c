@@ -126,6 +126,18 @@ static void errors(void)
     free(s);
 }
 
+/* r rendered with o, notes inline, compared with want. */
+static void check_opts(const lql_result *r, lql_render_opts o, const char *want)
+{
+    char *got = NULL;
+    size_t n;
+    FILE *f = open_memstream(&got, &n);
+    lql_render_to(r, &o, f, f);
+    fclose(f);
+    CHECK_STR(got, want);
+    free(got);
+}
+
 /* The modes added for issue 10: exact floats, box, markdown, width, headers, notes apart. */
 static void modes_more(void)
 {
@@ -154,36 +166,24 @@ static void modes_more(void)
     CHECK_STR(n, "-- tt\n-- a note\n");            /* titles and notes apart from results */
     free(o); free(n);
 
-    fo = open_memstream(&o, &ol);
-    lql_render_opts box = {LQL_OUT_BOX, 1, 0, 8};
-    lql_render_to(r, &box, fo, fo);
-    fclose(fo);
-    CHECK_STR(o, "tt\n"
-                 "┌──────────┬────────┐\n"
-                 "│ k        │      p │\n"
-                 "├──────────┼────────┤\n"
-                 "│ a|b      │ 0.3333 │\n"
-                 "│ a long … │ 0.5000 │\n"
-                 "└──────────┴────────┘\n"
-                 "a note\n");
-    free(o);
-    fo = open_memstream(&o, &ol);
-    lql_render_opts md = {LQL_OUT_MARKDOWN, 1, 1, 8};
-    lql_render_to(r, &md, fo, fo);
-    fclose(fo);
-    CHECK_STR(o, "tt\n"
-                 "| k                   |      p |\n"
-                 "|---------------------|-------:|\n"
-                 "| a\\|b                | 0.3333 |\n"
-                 "| a long cell of text | 0.5000 |\n"
-                 "a note\n");
-    free(o);
-    fo = open_memstream(&o, &ol);
-    lql_render_opts tab = {LQL_OUT_TABLE, 1, 1, 5};
-    lql_render_to(r, &tab, fo, fo);
-    fclose(fo);
-    CHECK_STR(o, "tt\na|b    0.3333\na lo…  0.5000\n(2 rows)\na note\n");   /* numbers never cut */
-    free(o);
+    check_opts(r, (lql_render_opts){LQL_OUT_BOX, 1, 0, 8},
+               "tt\n"
+               "┌──────────┬────────┐\n"
+               "│ k        │      p │\n"
+               "├──────────┼────────┤\n"
+               "│ a|b      │ 0.3333 │\n"
+               "│ a long … │ 0.5000 │\n"
+               "└──────────┴────────┘\n"
+               "a note\n");
+    check_opts(r, (lql_render_opts){LQL_OUT_MARKDOWN, 1, 1, 8},      /* never cut; always a header */
+               "tt\n"
+               "| k                   |      p |\n"
+               "|---------------------|-------:|\n"
+               "| a\\|b                | 0.3333 |\n"
+               "| a long cell of text | 0.5000 |\n"
+               "a note\n");
+    check_opts(r, (lql_render_opts){LQL_OUT_TABLE, 1, 1, 5},         /* numbers never cut */
+               "tt\na|b    0.3333\na lo…  0.5000\n(2 rows)\na note\n");
     lql_result_free(r);
 }
 
