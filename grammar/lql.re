@@ -76,7 +76,10 @@ done:
     t->z = (const char *)tok;
     t->n = (int)(cur - tok);
     t->line = lx->line;
-    t->col = chars(lx->bol, (const char *)tok) + 1;
+    if (!lx->cpos || lx->cpos < lx->bol || lx->cpos > (const char *)tok) { lx->cpos = lx->bol; lx->ccol = 1; }
+    lx->ccol += chars(lx->cpos, (const char *)tok);
+    lx->cpos = (const char *)tok;
+    t->col = lx->ccol;
     if (code == LQL_TK_UNTERMINATED) {
         t->n = 1;                 /* the culprit is the opening quote */
         lx->cur = lx->end;        /* nothing after it is a token */

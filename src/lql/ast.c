@@ -168,8 +168,9 @@ static void *alloc(lql_pctx *p, size_t n)
     return m;
 }
 
-/* A STRING token's value: quotes dropped, escapes \\ \" \' \n \t \r \0 resolved, any
- * other escaped character kept as itself. */
+/* A STRING token's value: quotes dropped, escapes \\ \" \' \n \t \r resolved, any
+ * other escaped character kept as itself; `\0` is refused (a NUL would cut the string
+ * short for everything downstream). */
 static char *unquote(lql_pctx *p, const lql_token *t)
 {
     char *s = alloc(p, (size_t)t->n + 1);
@@ -179,11 +180,20 @@ static char *unquote(lql_pctx *p, const lql_token *t)
         char c = t->z[i];
         if (c == '\\' && i + 1 < t->n - 1) {
             c = t->z[++i];
+            if (c == '0') {
+                lql_token at = {t->z + i - 1, 2, t->line, 0};
+                at.col = t->col;
+                for (int j = 0; j < i - 1; j++) {
+                    if (t->z[j] == '\n') { at.line++; at.col = 1; }
+                    else at.col += ((unsigned char)t->z[j] & 0xC0) != 0x80;
+                }
+                lql_p_error(p, &at, "\\0 in a string: LQL strings cannot hold a NUL character");
+                return NULL;
+            }
             switch (c) {
             case 'n': c = '\n'; break;
             case 't': c = '\t'; break;
             case 'r': c = '\r'; break;
-            case '0': c = 0; break;
             default: break;
             }
         }
@@ -449,9 +459,8 @@ lql_cond *lql_b_cond(lql_pctx *p, const lql_token *field, lql_cmpop op, lql_valu
 lql_cond *lql_b_and(lql_pctx *p, lql_cond *list, lql_cond *c)
 {
     if (p->failed || !list || !c) return NULL;
-    lql_cond *t = list;
-    while (t->next) t = t->next;
-    t->next = c;
+    (list->tail ? list->tail : list)->next = c;
+    list->tail = c;
     return list;
 }
 
@@ -642,9 +651,8 @@ lql_stmt *lql_b_update(lql_pctx *p, lql_stmt *st, const lql_token *kw, lql_assig
 lql_stmt *lql_b_pipe(lql_pctx *p, lql_stmt *a, lql_stmt *b)
 {
     if (p->failed || !a || !b) return NULL;
-    lql_stmt *t = a;
-    while (t->next) t = t->next;
-    t->next = b;
+    (a->tail ? a->tail : a)->next = b;
+    a->tail = b;
     return a;
 }
 

@@ -104,6 +104,7 @@ typedef struct lql_cond {
     lql_cmpop op;
     lql_value val;
     struct lql_cond *next;
+    struct lql_cond *tail;   /* the parser's: on a list's first cond, its last (linear AND) */
 } lql_cond;
 
 /* One `field = value` of UPDATE … SET. */
@@ -258,6 +259,7 @@ typedef struct lql_stmt {
     const char *profile;                   /* USE … PROFILE "name" */
 
     struct lql_stmt *next;                 /* `a |> b`: b */
+    struct lql_stmt *tail;                 /* the parser's: on a chain's first, its last */
 } lql_stmt;
 
 static inline int lql_has(const lql_stmt *st, lql_clause_kind c)
@@ -275,12 +277,17 @@ int lql_parse(const char *text, size_t n, lql_arena *arena, lql_stmt **out, lql_
 
 /* Split: find the end of the first statement in text[0..n): the offset just past its
  * terminating `;` (outside strings and comments), or n when there is none. Returns 1 when
- * a `;` was found, 0 otherwise. */
+ * a `;` was found, 0 otherwise. text[n] must be NUL (the lexer's sentinel): no copy is
+ * made, so splitting a text into statements is linear in its length. */
 int lql_split(const char *text, size_t n, size_t *end);
 
 /* Is text a complete input for the REPL: every string closed and the last token a `;`
  * (comments and blanks after it allowed), or no token at all (a comment line)? 1 or 0. */
 int lql_complete(const char *text);
+/* lql_complete over a text that grows: text[0..n) NUL-terminated; *resume (0 at first)
+ * is where the previous call's scan can go on, so feeding a statement line by line lexes
+ * each line about once. */
+int lql_complete_from(const char *text, size_t n, size_t *resume);
 
 /* Completion: the keywords the grammar accepts after text[0..n) (the start of a statement
  * chain, the word being completed excluded), passed to fn in alphabetical order. Returns

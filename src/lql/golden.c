@@ -4,7 +4,7 @@
  * the shell — and their results are compared with the expected blocks:
  *   statement ok            the statement must succeed (its output is not checked)
  *   statement error         it must fail; after ---- the exact `error: L:C: msg` line
- *   query [mode=M] [tol=X] [rowsort]
+ *   query [mode=M] [tol=X] [rowsort] [exact]
  *                           after ---- the exact output (numbers within X when tol given)
  *   require container NAME FROM "hf_dir" [DTYPE d]
  *                           encode hf_dir into the test cache (once per build of lql) and
@@ -343,7 +343,7 @@ int lql_golden(const char *path, int update)
         char *text = expand(r->text, vars, nvars);
         lql_outmode mode = LQL_OUT_TSV;
         double tol = -1;
-        int rowsort = 0, is_query = strncmp(r->header, "query", 5) == 0;
+        int rowsort = 0, exact = 0, is_query = strncmp(r->header, "query", 5) == 0;
         int want_error = strcmp(r->header, "statement error") == 0;
         if (!is_query && !want_error && strcmp(r->header, "statement ok") != 0) {
             printf("%s:%d: unknown record: %s\n", path, r->line, r->header);
@@ -361,6 +361,7 @@ int lql_golden(const char *path, int update)
                 if (lql_outmode_parse(o + 5, &mode) < 0) { printf("%s:%d: unknown mode %s\n", path, r->line, o + 5); ok = 0; }
             } else if (strncmp(o, "tol=", 4) == 0) tol = strtod(o + 4, NULL);
             else if (strcmp(o, "rowsort") == 0) rowsort = 1;
+            else if (strcmp(o, "exact") == 0) exact = 1;
             else { printf("%s:%d: unknown query option %s\n", path, r->line, o); ok = 0; }
             opt += ol;
         }
@@ -370,7 +371,9 @@ int lql_golden(const char *path, int update)
         size_t acclen = 0, errlen = 0;
         sh.out = open_memstream(&acc, &acclen);
         sh.err = open_memstream(&errs, &errlen);
+        sh.notes = sh.out;      /* notes and titles inline, where the record's reader sees them */
         sh.mode = mode;
+        sh.exact = exact;       /* numbers at display precision unless the record asks */
         sh.bail = 1;
         sh.failed = sh.stop = 0;
         if (sh.out && sh.err && text) lql_shell_run(&sh, path, text, 1);
@@ -379,6 +382,7 @@ int lql_golden(const char *path, int update)
         if (sh.err) fclose(sh.err);
         sh.out = stdout;
         sh.err = stderr;
+        sh.notes = NULL;
         int rc = sh.failed ? -1 : 0;
         got = rc < 0 ? errs : acc;
         if (rc < 0) free(acc); else free(errs);

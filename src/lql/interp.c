@@ -23,11 +23,13 @@ static const lql_stmt_def defs[] = {
      "The bound model's tokens for text, special tokens applied as the model's tokenizer "
      "does: one row per token with position, id and vocabulary piece."},
     {LQL_S_EXTRACT, "EXTRACT", lql_h_extract,
-     "EXTRACT MODEL \"hf_dir\" INTO \"out\" {WITH (BROWSE|INFERENCE|ALL) | LAYERS range | "
-     "DTYPE (f32|f16|bf16|q8_0|q4_k|q6_k)}",
+     "EXTRACT MODEL \"hf_dir\" INTO \"out\" {WITH (INFERENCE|ALL) | LAYERS ALL | "
+     "DTYPE (f32|f16|bf16)}",
      "Encode a Hugging Face checkpoint directory into a new VINDEX3 container (written "
-     "beside, renamed into place when complete). WITH WEIGHTS is the legacy name of "
-     "INFERENCE. Shows progress on a terminal."},
+     "beside, renamed into place when complete): every layer and operand. WITH WEIGHTS is "
+     "the legacy name of INFERENCE. Refused: WITH BROWSE and LAYERS a-b (the encoder writes "
+     "only complete containers) and quantised DTYPEs (q8_0, q4_k, …: encode, then REPRESENT "
+     "\"object\" AS q8_0). Shows progress on a terminal."},
     {LQL_S_STATS, "STATS", lql_h_stats,
      "STATS",
      "Facts about the bound container: model, geometry, feature counts, layer bands with "
@@ -92,10 +94,12 @@ static const lql_stmt_def defs[] = {
      "The prediction plus the features that fired per layer; WITH ATTENTION adds the "
      "most-attended token and the logit-lens top-1 per layer."},
     {LQL_S_TRACE, "TRACE", lql_h_trace,
-     "TRACE \"prompt\" {FOR \"token\" | DECOMPOSE | LAYERS range | POSITIONS (ALL|LAST) | "
-     "SAVE \"file\" | FROM \"file\"}",
+     "TRACE (\"prompt\" | FROM \"file\") {FOR \"token\" | DECOMPOSE | LAYERS range | "
+     "POSITIONS (ALL|LAST) | SAVE \"file\"}",
      "Logit lens per layer: top-1 and probability, |attention delta|, |FFN delta|; with "
-     "FOR, the token's rank and probability per layer and what pushed it."},
+     "FOR, the token's rank and probability per layer and what pushed it. SAVE \"file\" "
+     "keeps the recorded trace; TRACE FROM \"file\" shows a saved one without running the "
+     "prompt again."},
     {LQL_S_INSERT, "INSERT", lql_h_insert,
      "INSERT INTO EDGES (entity, relation, target) VALUES (\"e\", \"r\", \"t\") {AT LAYER n "
      "| CONFIDENCE x | ALPHA x | MODE (KNN|COMPOSE|MEMIT)}",

@@ -1,25 +1,36 @@
 /*
- * main.c — the lql command line:
- *   lql [CONTAINER]                 interactive shell (stdin a terminal), CONTAINER bound
- *   lql [CONTAINER] -f FILE         run a script       lql [CONTAINER] -c "STATS;"
- *   lql [CONTAINER] < script.lql    statements on stdin
+ * main.c — the lql command line, shaped like sqlite3's:
+ *   lql [OPTIONS] [CONTAINER] [STATEMENTS]   interactive shell when stdin is a terminal
+ *   lql [CONTAINER] -f FILE | -c "STATS;" (several, run in order) | < script.lql
  *   lql --test FILE.lql [--update]  golden test        lql --help-markdown
- * Exit status: 0 when every statement succeeded, 1 when one failed, 2 for a usage error.
+ * Options (one or two dashes): -json -jsonl -csv -tsv -table -box -markdown, -header /
+ * -noheader, -bail, -readonly, -cmd STMT (run first, repeatable), -init FILE (instead of
+ * ~/.lqlrc, which is read only when interactive), --version, -h. SHELL.md documents them.
+ * Exit status: 0 when every statement succeeded, 1 when one failed (or results could not
+ * be written), 2 for a usage error, N after `.exit N`.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "files.h"
 #include "shell.h"
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: lql [CONTAINER] [-f FILE | -c \"STATEMENTS\"]\n"
+    fprintf(f, "usage: lql [OPTIONS] [CONTAINER] [STATEMENTS]\n"
                "       lql --test FILE.lql [--update]\n"
                "       lql --help-markdown\n"
-               "Without -f or -c, statements come from stdin (a shell on a terminal).\n");
+               "Statements come from STATEMENTS, -c and -f in the order given, else from stdin\n"
+               "(an interactive shell on a terminal; a pipe runs each statement as its line ends).\n"
+               "Options:\n"
+               "  -c STATEMENTS      run them (repeatable)       -f FILE        run a script\n"
+               "  -cmd STATEMENTS    run before anything else    -init FILE     run instead of ~/.lqlrc\n"
+               "  -table -box -markdown -tsv -csv -json -jsonl   output mode\n"
+               "  -header -noheader  column-name line on/off     -bail          stop at the first error\n"
+               "  -readonly          refuse statements that write\n"
+               "  --version          print the version           -h, --help     this text\n");
 }
 
 /* A progress bar on stderr, drawn only when stderr is a terminal. */
@@ -33,37 +44,101 @@ static void progress(void *ctx, uint64_t done, uint64_t total)
     fflush(stderr);
 }
 
+/* Run a script file through the streaming reader (NUL and BOM rules, statements run as
+ * they end). */
+static int run_file(lql_shell *sh, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(sh->err, "error: cannot open %s: %s\n", path, strerror(errno));
+        sh->failed = 1;
+        return -1;
+    }
+    int rc = lql_shell_run_stream(sh, path, f);
+    fclose(f);
+    return rc;
+}
+
+/* ~/.lqlrc, when it exists. */
+static void run_rc(lql_shell *sh)
+{
+    const char *home = getenv("HOME");
+    if (!home || !*home) return;
+    size_t n = strlen(home) + 10;
+    char *p = malloc(n);
+    if (!p) return;
+    snprintf(p, n, "%s/.lqlrc", home);
+    if (access(p, R_OK) == 0) run_file(sh, p);
+    free(p);
+}
+
+typedef struct action { int file; const char *arg; } action;
+
+/* The option's name without its leading dashes, or NULL for a non-option. */
+static const char *opt_name(const char *a)
+{
+    if (a[0] != '-' || !a[1]) return NULL;
+    return a[1] == '-' ? a + 2 : a + 1;
+}
+
 int main(int argc, char **argv)
 {
-    const char *container = NULL, *file = NULL, *command = NULL;
+    const char *container = NULL, *init = NULL;
+    action *acts = calloc((size_t)argc + 1, sizeof *acts), *cmds = calloc((size_t)argc + 1, sizeof *cmds);
+    int nacts = 0, ncmds = 0, mode = -1, header = -1, bail = 0, readonly = 0;
+    if (!acts || !cmds) { fprintf(stderr, "error: out of memory\n"); return 1; }
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--test") == 0 && i + 1 < argc) {
+        const char *o = opt_name(argv[i]);
+        int has_arg = i + 1 < argc;
+        lql_outmode m;
+        if (!o) {
+            if (!container) container = argv[i];
+            else acts[nacts++] = (action){0, argv[i]};     /* sqlite3: statements after the database */
+        } else if (strcmp(o, "test") == 0 && has_arg) {
             int update = i + 2 < argc && strcmp(argv[i + 2], "--update") == 0;
             return lql_golden(argv[i + 1], update);
-        }
-        if (strcmp(argv[i], "--help-markdown") == 0) {
+        } else if (strcmp(o, "help-markdown") == 0) {
             char *md = lql_help_markdown();
             if (!md) return 1;
             fputs(md, stdout);
             free(md);
+            return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
+        } else if (strcmp(o, "h") == 0 || strcmp(o, "help") == 0) {
+            usage(stdout);
             return 0;
+        } else if (strcmp(o, "version") == 0) {
+            printf("lql %s\n", LQL_VERSION);
+            return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
+        } else if (strcmp(o, "f") == 0 && has_arg) acts[nacts++] = (action){1, argv[++i]};
+        else if (strcmp(o, "c") == 0 && has_arg) acts[nacts++] = (action){0, argv[++i]};
+        else if (strcmp(o, "cmd") == 0 && has_arg) cmds[ncmds++] = (action){0, argv[++i]};
+        else if (strcmp(o, "init") == 0 && has_arg) init = argv[++i];
+        else if (strcmp(o, "header") == 0 || strcmp(o, "noheader") == 0) header = o[0] == 'h';
+        else if (strcmp(o, "bail") == 0) bail = 1;
+        else if (strcmp(o, "readonly") == 0) readonly = 1;
+        else if (lql_outmode_parse(o, &m) == 0) mode = (int)m;
+        else {
+            fprintf(stderr, "lql: unknown option or missing argument: %s\n", argv[i]);
+            usage(stderr);
+            return 2;
         }
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { usage(stdout); return 0; }
-        if (strcmp(argv[i], "-f") == 0 && i + 1 < argc) file = argv[++i];
-        else if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) command = argv[++i];
-        else if (argv[i][0] != '-' && !container) container = argv[i];
-        else { usage(stderr); return 2; }
     }
-    if (file && command) { usage(stderr); return 2; }
 
     lql_shell sh;
     if (lql_shell_init(&sh) < 0) { fprintf(stderr, "error: out of memory\n"); return 1; }
-    int interactive = !file && !command && isatty(STDIN_FILENO);
+    int interactive = nacts == 0 && isatty(STDIN_FILENO);
     sh.interactive = interactive;
+    sh.bail = bail;
+    sh.readonly = readonly;
+    if (mode >= 0) sh.mode = (lql_outmode)mode;
+    if (header >= 0) sh.noheader = !header;
     if (isatty(STDERR_FILENO)) sh.s->progress = progress;
     lql_signals_install();
 
-    if (container) {
+    /* the rc file first (it may set the mode), then the container, then -cmd */
+    if (init) run_file(&sh, init);
+    else if (interactive) run_rc(&sh);
+    if (container && !sh.stop) {
         /* bind as a USE statement would, so errors read the same */
         size_t n = strlen(container) * 2 + 16;
         char *use = malloc(n), *o = use;
@@ -77,28 +152,32 @@ int main(int argc, char **argv)
             lql_shell_run(&sh, "<command line>", use, 1);
             free(use);
         }
-        if (sh.failed && !interactive) { lql_shell_close(&sh); return 1; }
+        if (sh.failed && !interactive) sh.stop = 1;
     }
+    for (int i = 0; i < ncmds && !sh.stop; i++) lql_shell_run(&sh, "<command>", cmds[i].arg, 1);
 
-    if (interactive) {
+    if (sh.stop) {
+        /* a bad container, a bailed -cmd or .exit in the rc file: nothing more runs */
+    } else if (interactive) {
         lql_repl(&sh);
-    } else if (command) {
-        lql_shell_run(&sh, "<command>", command, 1);
-    } else {
-        FILE *f = file ? fopen(file, "rb") : stdin;
-        if (!f) { fprintf(stderr, "error: cannot open %s\n", file); lql_shell_close(&sh); return 1; }
-        char *text = lql_read_stream(f, 0, NULL);
-        if (file) fclose(f);
-        if (!text) {
-            fprintf(stderr, "error: %s: %s\n", file ? file : "<stdin>",
-                    vx_cancel_flag ? "cancelled" : "cannot read");
-            lql_shell_close(&sh);
-            return 1;
+    } else if (nacts) {
+        for (int i = 0; i < nacts && !sh.stop; i++) {
+            vx_cancel_flag = 0;
+            if (acts[i].file) run_file(&sh, acts[i].arg);
+            else lql_shell_run(&sh, "<command>", acts[i].arg, 1);
         }
-        lql_shell_run(&sh, file ? file : "<stdin>", text, 1);
-        free(text);
+    } else {
+        lql_shell_run_stream(&sh, "<stdin>", stdin);
     }
-    int failed = sh.failed;
-    lql_shell_close(&sh);
-    return failed ? 1 : 0;
+    free(acts);
+    free(cmds);
+    int code = sh.exit_code;
+    if (lql_shell_close(&sh) < 0) sh.failed = 1;
+    /* results that never reached stdout (a full disk, a closed pipe) are a failure */
+    if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0) {
+        if (!sh.write_failed) fprintf(stderr, "error: cannot write results: %s\n", strerror(errno));
+        sh.failed = 1;
+    }
+    if (code >= 0) return code;
+    return sh.failed ? 1 : 0;
 }

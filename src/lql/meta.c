@@ -1,14 +1,15 @@
 /*
- * meta.c — the shell's meta-commands (.help .mode .timer .read .output .bail .quit), one
+ * meta.c — the shell's meta-commands (.help .mode .headers .width .timer .read .output
+ * .once .print .show .bail .quit .exit), one
  * table driving dispatch, arity errors, `.help` and the reference docs; and the Markdown
  * reference generated from the statement and meta-command tables (lql --help-markdown).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "files.h"
 #include "shell.h"
 
 typedef int (*meta_fn)(lql_shell *sh, int argc, char **argv, char *err, size_t errsz);
@@ -33,7 +34,7 @@ static int m_mode(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
 {
     if (argc == 1) { fprintf(sh->out, "%s\n", lql_outmode_name(sh->mode)); return 0; }
     if (lql_outmode_parse(argv[1], &sh->mode) == 0) return 0;
-    snprintf(err, errsz, "unknown mode: \"%s\" (table, tsv, csv, json or jsonl)", argv[1]);
+    snprintf(err, errsz, "unknown mode: \"%s\" (table, box, markdown, tsv, csv, json or jsonl)", argv[1]);
     return -1;
 }
 
@@ -49,15 +50,86 @@ static int m_bail(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
     return on_off(argv[1], &sh->bail, err, errsz);
 }
 
+static int m_headers(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
+{
+    (void)argc;
+    int on;
+    if (on_off(argv[1], &on, err, errsz) < 0) return -1;
+    sh->noheader = !on;
+    return 0;
+}
+
+static int m_width(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
+{
+    (void)argc;
+    char *end;
+    long w = strtol(argv[1], &end, 10);
+    if (*end || end == argv[1] || w < 0 || w > 100000 || w == 1) {
+        snprintf(err, errsz, "expected a width of 2 to 100000 columns, or 0 for no limit, got \"%s\"", argv[1]);
+        return -1;
+    }
+    sh->width = (int)w;
+    return 0;
+}
+
+/* A results file for .output / .once ("stdout": NULL). */
+static int open_out(const char *name, FILE **f, char *err, size_t errsz)
+{
+    *f = NULL;
+    if (strcmp(name, "stdout") == 0) return 0;
+    *f = fopen(name, "w");
+    if (!*f) { snprintf(err, errsz, "cannot open \"%s\" for writing: %s", name, strerror(errno)); return -1; }
+    return 0;
+}
+
+/* Close a results file: a failed write (a full disk) is reported here. */
+static int close_file(FILE *f, char *err, size_t errsz)
+{
+    if (!f || f == stdout || fclose(f) == 0) return 0;
+    snprintf(err, errsz, "cannot write results: %s", strerror(errno));
+    return -1;
+}
+
 static int m_output(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
 {
-    FILE *f = stdout;
-    if (argc == 2 && strcmp(argv[1], "stdout") != 0) {
-        f = fopen(argv[1], "w");
-        if (!f) { snprintf(err, errsz, "cannot open \"%s\" for writing", argv[1]); return -1; }
-    }
-    if (sh->out && sh->out != stdout) fclose(sh->out);
-    sh->out = f;
+    FILE *f;
+    if (open_out(argc == 2 ? argv[1] : "stdout", &f, err, errsz) < 0) return -1;
+    FILE *old = sh->out;
+    sh->out = f ? f : stdout;
+    return close_file(old, err, errsz);
+}
+
+static int m_once(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
+{
+    (void)argc;
+    FILE *f;
+    if (open_out(argv[1], &f, err, errsz) < 0) return -1;
+    FILE *old = sh->once;
+    sh->once = f;
+    return close_file(old, err, errsz);
+}
+
+static int m_print(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
+{
+    (void)err; (void)errsz;
+    for (int i = 1; i < argc; i++) fprintf(sh->out, "%s%s", i > 1 ? " " : "", argv[i]);
+    fputc('\n', sh->out);
+    return 0;
+}
+
+static int m_show(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
+{
+    (void)argc; (void)argv; (void)err; (void)errsz;
+    FILE *f = sh->out;
+    fprintf(f, "%10s: %s\n", "mode", lql_outmode_name(sh->mode));
+    fprintf(f, "%10s: %s\n", "headers", sh->noheader ? "off" : "on");
+    if (sh->width) fprintf(f, "%10s: %d\n", "width", sh->width);
+    else fprintf(f, "%10s: 0 (no limit)\n", "width");
+    fprintf(f, "%10s: %s\n", "timer", sh->timer ? "on" : "off");
+    fprintf(f, "%10s: %s\n", "bail", sh->bail ? "on" : "off");
+    fprintf(f, "%10s: %s\n", "readonly", sh->readonly ? "on" : "off");
+    fprintf(f, "%10s: %s\n", "output", sh->out == stdout ? "stdout" : "a file (.output)");
+    fprintf(f, "%10s: %s\n", "container", sh->s->path ? sh->s->path : "(none: USE \"path\")");
     return 0;
 }
 
@@ -68,6 +140,23 @@ static int m_quit(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
     return 0;
 }
 
+static int m_exit(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
+{
+    int code = 0;
+    if (argc == 2) {
+        char *end;
+        long v = strtol(argv[1], &end, 10);
+        if (*end || end == argv[1] || v < 0 || v > 255) {
+            snprintf(err, errsz, "expected an exit status 0 to 255, got \"%s\"", argv[1]);
+            return -1;
+        }
+        code = (int)v;
+    }
+    sh->stop = 1;
+    sh->exit_code = code;
+    return 0;
+}
+
 static int m_read(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
 {
     (void)argc;
@@ -75,28 +164,41 @@ static int m_read(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
         snprintf(err, errsz, ".read nested more than %d deep", LQL_READ_DEPTH_MAX);
         return -1;
     }
-    char *text = lql_read_file(argv[1], 0, NULL);
-    if (!text) { snprintf(err, errsz, "cannot read \"%s\"", argv[1]); return -1; }
+    FILE *f = fopen(argv[1], "rb");
+    if (!f) { snprintf(err, errsz, "cannot read \"%s\"", argv[1]); return -1; }
     sh->depth++;
-    int rc = lql_shell_run(sh, argv[1], text, 1);
+    int rc = lql_shell_run_stream(sh, argv[1], f);
     sh->depth--;
-    free(text);
-    if (sh->stop && !sh->bail) sh->stop = 0;   /* a .quit inside the file ends the file only */
+    fclose(f);
+    if (sh->stop && !sh->bail && sh->exit_code < 0 && !sh->write_failed)
+        sh->stop = 0;                          /* a .quit inside the file ends the file only */
     return rc < 0 ? -2 : 0;                    /* -2: failed, already reported */
 }
 
 static const meta_def metas[] = {
-    {".help", ".help [STATEMENT]", "List the statements and meta-commands, or show one "
-     "statement's syntax and what it does.", 0, 3, m_help},
-    {".mode", ".mode [table|tsv|csv|json|jsonl]", "Set (or show) the output mode. table is "
-     "the default on a terminal, tsv otherwise.", 0, 1, m_mode},
+    {".help", ".help [STATEMENT]", "List the statements and meta-commands, or show the "
+     "syntax and purpose of a statement (or of every statement starting with the words "
+     "given: `.help SHOW`).", 0, 3, m_help},
+    {".mode", ".mode [table|box|markdown|tsv|csv|json|jsonl]", "Set (or show) the output "
+     "mode. table is the default on a terminal, tsv otherwise (SHELL.md: Output).", 0, 1, m_mode},
+    {".headers", ".headers on|off", "Print the column-name line (table, box, tsv, csv; "
+     "markdown always has one).", 1, 1, m_headers},
+    {".width", ".width N", "Cut table and box cells wider than N columns with … (0: no "
+     "limit; 80 by default).", 1, 1, m_width},
     {".timer", ".timer on|off", "Print each statement's elapsed time on stderr.", 1, 1, m_timer},
     {".read", ".read FILE", "Run the statements in FILE (nesting up to 16 deep).", 1, 1, m_read},
-    {".output", ".output FILE|stdout", "Send results to FILE (truncated), or back to stdout.",
-     1, 1, m_output},
+    {".output", ".output [FILE|stdout]", "Send results to FILE (truncated), or back to stdout.",
+     0, 1, m_output},
+    {".once", ".once FILE", "Send the next statement's results to FILE (truncated), then "
+     "back.", 1, 1, m_once},
+    {".print", ".print [TEXT…]", "Print the words given (\"…\" keeps blanks) to the output.",
+     0, 7, m_print},
+    {".show", ".show", "Show the settings: mode, headers, width, timer, bail, readonly, output, "
+     "container.", 0, 0, m_show},
     {".bail", ".bail on|off", "Stop at the first failed statement (batch continues by "
      "default; the exit status is non-zero either way).", 1, 1, m_bail},
-    {".quit", ".quit", "Leave the shell (Ctrl-D too).", 0, 0, m_quit},
+    {".quit", ".quit", "Leave the shell (Ctrl-D too); in a .read file, leave that file.", 0, 0, m_quit},
+    {".exit", ".exit [N]", "Leave the shell with exit status N (0 by default).", 0, 1, m_exit},
 };
 #define NMETA (sizeof metas / sizeof metas[0])
 
@@ -112,6 +214,16 @@ static int m_help(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
         }
         const lql_stmt_def *d = lql_stmt_def_find(name);
         if (d) { fprintf(sh->out, "%s\n\n%s\n", d->usage, d->help); return 0; }
+        /* the words may start several statements (`.help SHOW`) or go on into the
+         * syntax (`.help ROLLBACK TO`): show each statement they fit */
+        int found = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t dl = strlen(defs[i].name), nl = strlen(name);
+            int fits = nl < dl ? strncasecmp(defs[i].name, name, nl) == 0 && defs[i].name[nl] == ' '
+                               : strncasecmp(defs[i].name, name, dl) == 0 && (name[dl] == ' ' || !name[dl]);
+            if (fits) fprintf(sh->out, "%s%s\n\n%s\n", found++ ? "\n" : "", defs[i].usage, defs[i].help);
+        }
+        if (found) return 0;
         for (size_t i = 0; i < NMETA; i++)
             if (strcasecmp(name, metas[i].name) == 0 || strcasecmp(name, metas[i].name + 1) == 0) {
                 fprintf(sh->out, "%s\n\n%s\n", metas[i].usage, metas[i].help);
@@ -157,6 +269,7 @@ int lql_meta(lql_shell *sh, const char *line, const char *label, int lineno)
     else if (argc - 1 < d->min_args || argc - 1 > d->max_args)
         snprintf(err, sizeof err, "usage: %s", d->usage);
     else rc = d->fn(sh, argc, argv, err, sizeof err);
+    if (rc >= 0 && sh->out && lql_shell_flush(sh, sh->out) < 0) rc = -2;
     if (rc == -1 && sh->plain_errors) fprintf(sh->err, "error: %d:1: %s\n", lineno, err);
     else if (rc == -1) fprintf(sh->err, "error: %s:%d:1: %s\n", label, lineno, err);
     free(copy);

@@ -157,9 +157,19 @@ int lql_parse(const char *text, size_t n, lql_arena *arena, lql_stmt **out, lql_
 {
     *out = NULL;
     if (e) memset(e, 0, sizeof *e);
+    const char *nul = memchr(text, 0, n);
+    if (nul) {
+        /* a NUL would end the text for every C string below: refuse it where it is */
+        lql_span at = {1, 1, 1};
+        for (const char *q = text; q < nul; q++) {
+            if (*q == '\n') { at.line++; at.col = 1; }
+            else at.col += ((unsigned char)*q & 0xC0) != 0x80;
+        }
+        return lql_errf(e, LQL_ESYNTAX, &at, "NUL byte in the statement text (LQL text cannot hold one)");
+    }
     char *copy = lql_arena_strndup(arena, text, n);
     if (!copy) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
-    lql_lexer lx = {copy, copy + n, 1, copy};
+    lql_lexer lx = {copy, copy + n, 1, copy, NULL, 0};
     lql_pctx p = {arena, e, 0, NULL};
     toklist tl = {0};
     lql_token t, eof;
@@ -211,41 +221,40 @@ int lql_parse(const char *text, size_t n, lql_arena *arena, lql_stmt **out, lql_
 
 int lql_split(const char *text, size_t n, size_t *end)
 {
-    /* The lexer needs a NUL sentinel; scan a copy. */
-    char *copy = lql_malloc(n + 1);
-    if (!copy) { *end = n; return 0; }
-    memcpy(copy, text, n);
-    copy[n] = 0;
-    lql_lexer lx = {copy, copy + n, 1, copy};
+    lql_lexer lx = {text, text + n, 1, text, NULL, 0};
     lql_token t;
-    int code, found = 0;
+    int code;
     *end = n;
     while ((code = lql_lex(&lx, &t)) != 0 && code != LQL_TK_UNTERMINATED) {
         if (code == LQL_TK_SEMI) {
-            *end = (size_t)(t.z + 1 - copy);
-            found = 1;
-            break;
+            *end = (size_t)(t.z + 1 - text);
+            return 1;
         }
     }
-    free(copy);
-    return found;
+    return 0;
+}
+
+int lql_complete_from(const char *text, size_t n, size_t *resume)
+{
+    /* resume is the start of the last token seen (re-lexed: it decides completeness) or
+     * of an unterminated string (which a later line may close) */
+    lql_lexer lx = {text + *resume, text + n, 1, text + *resume, NULL, 0};
+    lql_token t;
+    int code, last = 0;
+    size_t at = *resume;
+    while ((code = lql_lex(&lx, &t)) != 0) {
+        at = (size_t)(t.z - text);
+        last = code;
+        if (code == LQL_TK_UNTERMINATED) break;
+    }
+    *resume = at;
+    return last == LQL_TK_SEMI || (last == 0 && at == 0);
 }
 
 int lql_complete(const char *text)
 {
-    size_t n = strlen(text);
-    char *copy = lql_malloc(n + 1);
-    if (!copy) return 1;
-    memcpy(copy, text, n + 1);
-    lql_lexer lx = {copy, copy + n, 1, copy};
-    lql_token t;
-    int code, last = 0;
-    while ((code = lql_lex(&lx, &t)) != 0) {
-        if (code == LQL_TK_UNTERMINATED) { last = code; break; }
-        last = code;
-    }
-    free(copy);
-    return last == LQL_TK_SEMI || last == 0;     /* nothing but blanks and comments: done */
+    size_t resume = 0;
+    return lql_complete_from(text, strlen(text), &resume);
 }
 
 /* ---------------------------------------------------------------- completion */
@@ -258,7 +267,7 @@ int lql_next_keywords(const char *text, size_t n, void (*fn)(void *ctx, const ch
     char *copy = lql_arena_strndup(ar, text, n);
     int count = -1;
     if (copy) {
-        lql_lexer lx = {copy, copy + n, 1, copy};
+        lql_lexer lx = {copy, copy + n, 1, copy, NULL, 0};
         toklist tl = {0};
         lql_token t;
         int code, ok = 1;

@@ -16,6 +16,8 @@ typedef struct lql_lexer {
     const char *end;          /* the NUL sentinel: text[n] */
     int line;                 /* line of cur, 1-based */
     const char *bol;          /* first byte of the current line */
+    const char *cpos;         /* columns are counted up to here (NULL: not yet) … */
+    int ccol;                 /* … where the column is ccol: linear on a long line */
 } lql_lexer;
 
 /* Next token: its code (0 at the end of input) and span. */

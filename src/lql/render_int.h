@@ -33,5 +33,7 @@ struct lql_result {
 };
 
 void lql_format_float(double v, int prec, char *buf, size_t n);
+/* The shortest %g text that parses back to exactly v (nan / inf / -inf as words). */
+void lql_format_exact(double v, char *buf, size_t n);
 
 #endif

@@ -85,6 +85,7 @@ static void find_candidates(int start)
     if (pl) memcpy(text, pending, pl);
     memcpy(text + pl, rl_line_buffer, (size_t)start);
     size_t n = pl + (size_t)start, off = 0, len;
+    text[n] = 0;
     while (off < n && lql_split(text + off, n - off, &len)) off += len;
     cands_all = lql_next_keywords(text + off, n - off, add_kw, &cands) < 0;
     free(text);
@@ -150,6 +151,17 @@ static char *history_path(void)
     return p;
 }
 
+/* The history file holds one entry per line, so a multi-line statement is saved with its
+ * newlines as \x01 and restored on reading (as psql does): it stays one entry. */
+static void history_map(char from, char to)
+{
+    for (int i = 0; i < history_length; i++) {
+        HIST_ENTRY *h = history_get(history_base + i);
+        if (h && h->line)
+            for (char *p = h->line; *p; p++) if (*p == from) *p = to;
+    }
+}
+
 int lql_repl(lql_shell *sh)
 {
     char *hist = history_path();
@@ -159,23 +171,32 @@ int lql_repl(lql_shell *sh)
     rl_completer_quote_characters = "";
     rl_signal_event_hook = on_signal_event;
     using_history();
-    if (hist) read_history(hist);
+    if (hist) { read_history(hist); history_map('\x01', '\n'); }
     lql_signals_install();
-    fprintf(sh->out, "lql %s — .help for statements, Ctrl-D to quit\n", "0.1.0");
+    fprintf(sh->out, "lql %s — .help for statements, Ctrl-D to quit\n", LQL_VERSION);
 
     char *buf = NULL;           /* the statement being typed, across lines */
-    size_t len = 0;
+    size_t len = 0, resume = 0;
     int line0 = 1, lineno = 0;
     while (!sh->stop) {
         interrupted = 0;
         dropped = 0;
         char *line = READ_LINE(len ? "  ...> " : "lql> ");
         if (dropped) {          /* Ctrl-C at the prompt: the unfinished statement is gone */
-            len = 0;
+            len = resume = 0;
             if (buf) buf[0] = 0;
             pending = NULL;
         }
-        if (!line) { fputc('\n', stdout); break; }    /* Ctrl-D */
+        if (!line) {            /* Ctrl-D: an unfinished statement runs, as at a script's end */
+            fputc('\n', stdout);
+            if (len) {
+                buf[len - 1] = 0;
+                ADD_HISTORY(buf);
+                vx_cancel_flag = 0;
+                lql_shell_run(sh, "<stdin>", buf, line0);
+            }
+            break;
+        }
         lineno++;
         if (len == 0 && line[strspn(line, " \t")] == '.') {
             ADD_HISTORY(line);
@@ -194,18 +215,19 @@ int lql_repl(lql_shell *sh)
         buf[len++] = '\n';
         buf[len] = 0;
         free(line);
-        if (!lql_complete(buf)) { pending = buf; continue; }
+        if (!lql_complete_from(buf, len, &resume)) { pending = buf; continue; }
         pending = NULL;
         buf[len - 1] = 0;       /* history keeps the statement without the last newline */
         ADD_HISTORY(buf);
         buf[len - 1] = '\n';
         vx_cancel_flag = 0;
         lql_shell_run(sh, "<stdin>", buf, line0);
-        len = 0;
+        len = resume = 0;
         buf[0] = 0;
     }
     free(buf);
     if (hist) {
+        history_map('\n', '\x01');
         write_history(hist);
         history_truncate_file(hist, 2000);
         free(hist);

@@ -138,6 +138,15 @@ void lql_format_float(double v, int prec, char *buf, size_t n)
     if (buf[0] == '-' && strspn(buf + 1, "0.") == strlen(buf + 1)) memmove(buf, buf + 1, strlen(buf));
 }
 
+void lql_format_exact(double v, char *buf, size_t n)
+{
+    if (!isfinite(v)) { lql_format_float(v, 0, buf, n); return; }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+}
+
 void lql_cell_float(lql_table *t, double v)
 {
     if (!t || t->oom || t->ncols == 0) return;

@@ -4,6 +4,7 @@
  * errors with their source line and a caret span. Shared by batch, -c, the REPL, `.read`
  * and the golden runner.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -19,93 +20,209 @@ int lql_shell_init(lql_shell *sh)
     sh->out = stdout;
     sh->err = stderr;
     sh->mode = isatty(STDOUT_FILENO) ? LQL_OUT_TABLE : LQL_OUT_TSV;
+    sh->width = 80;
+    sh->exact = 1;
+    sh->exit_code = -1;
     return 0;
 }
 
-void lql_shell_close(lql_shell *sh)
+/* Close a results file, reporting a failed write (a full disk shows only here). */
+static int close_out(lql_shell *sh, FILE *f)
+{
+    if (!f || f == stdout) return 0;
+    if (fclose(f) == 0) return 0;
+    fprintf(sh->err, "error: cannot write results: %s\n", strerror(errno));
+    sh->failed = 1;
+    return -1;
+}
+
+int lql_shell_close(lql_shell *sh)
 {
     lql_session_free(sh->s);
     sh->s = NULL;
-    if (sh->out && sh->out != stdout) fclose(sh->out);
-    sh->out = NULL;
+    int rc = close_out(sh, sh->once);
+    rc |= close_out(sh, sh->out);
+    sh->once = sh->out = NULL;
+    return rc;
+}
+
+/* After writing results: flush them (a conversation over a pipe waits for them) and turn
+ * a failed write (a full disk, a closed pipe) into an error that stops the run. */
+int lql_shell_flush(lql_shell *sh, FILE *f)
+{
+    if (fflush(f) == 0 && !ferror(f)) return 0;
+    if (!sh->write_failed)
+        fprintf(sh->err, "error: cannot write results: %s\n", errno ? strerror(errno) : "write failed");
+    sh->write_failed = sh->failed = 1;
+    sh->stop = 1;
+    return -1;
 }
 
 /* ---------------------------------------------------------------- evaluation */
 
-int lql_eval(lql_session *s, const char *text, size_t n, lql_outmode mode, char **out, lql_err *e)
+int lql_stmt_writes(const lql_stmt *st)
 {
-    *out = NULL;
+    switch (st->kind) {
+    case LQL_S_INSERT: case LQL_S_DELETE: case LQL_S_UPDATE: case LQL_S_SAVE_PATCH:
+    case LQL_S_APPLY_PATCH: case LQL_S_REMOVE_PATCH: case LQL_S_UNDO: case LQL_S_ROLLBACK:
+    case LQL_S_COMPILE: case LQL_S_COMPACT: case LQL_S_EXTRACT: case LQL_S_REPRESENT:
+        return 1;
+    case LQL_S_TRACE: return lql_has(st, LQL_C_SAVE);
+    case LQL_S_DIFF: return lql_has(st, LQL_C_INTO_PATCH);
+    default: return 0;
+    }
+}
+
+/* A position within a text that starts at line/col of its source, in source terms. */
+static void shift(lql_err *e, int line, int col)
+{
+    if (e->line == 0) return;
+    if (e->line == 1) e->col += col - 1;
+    e->line += line - 1;
+}
+
+int lql_eval_to(lql_session *s, const char *text, size_t n, const lql_eval_opts *o, FILE *out,
+                FILE *notes, lql_err *e)
+{
+    const lql_render_opts *ro = &o->render;
+    int json = ro->mode == LQL_OUT_JSON, human = lql_outmode_human(ro->mode);
     lql_arena *ar = lql_arena_new();
     if (!ar) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     lql_stmt *st = NULL;
     int rc = lql_parse(text, n, ar, &st, e);
+    if (rc < 0) {
+        shift(e, o->line, o->col);
+        if (json) {
+            while (n && (text[n - 1] == ';' || text[n - 1] == '\n' || text[n - 1] == ' ')) n--;
+            lql_render_frame(out, NULL, ro, text, n, e->msg, e->line, e->col);
+        }
+    }
     /* `a |> b`: each statement's result is rendered in turn, so notes stay with theirs */
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = rc == 0 ? open_memstream(&buf, &len) : NULL;
-    if (rc == 0 && !f) rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     int shown = 0;              /* a blank line separates statements' outputs, as tables */
     for (const lql_stmt *one = st; rc == 0 && one; one = one->next) {
         lql_result *r = lql_result_new();
         if (!r) { rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory"); break; }
         memset(e, 0, sizeof *e);
-        rc = lql_exec_one(s, one, r, e);
+        if (o->readonly && lql_stmt_writes(one))
+            rc = lql_errf(e, LQL_EREFUSED, &one->at, "%s writes: refused in a read-only shell (-readonly)",
+                          lql_kind_name(one->kind));
+        else
+            rc = lql_exec_one(s, one, r, e);
         if (rc < 0 && e->line == 0) { e->line = one->at.line; e->col = one->at.col; e->len = one->at.len; }
         if (rc < 0 && e->code == LQL_ECANCEL) snprintf(e->msg, sizeof e->msg, "cancelled");
-        /* a failed statement still shows what it produced before failing */
-        if (rc == 0 || lql_result_ntables(r) || lql_result_nnotes(r)) {
-            char *text1 = lql_render(r, mode);
-            if (text1 && *text1 && shown++ && mode != LQL_OUT_JSON && mode != LQL_OUT_JSONL)
-                fputs(mode == LQL_OUT_CSV ? "\r\n" : "\n", f);
-            if (text1) fputs(text1, f);
-            else if (rc == 0) rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
-            free(text1);
+        if (rc < 0) shift(e, o->line, o->col);
+        if (json) {
+            lql_render_frame(out, r, ro, one->src, one->nsrc, rc < 0 ? e->msg : NULL, e->line, e->col);
+        } else if (rc == 0 || lql_result_ntables(r) || lql_result_nnotes(r)) {
+            /* a failed statement still shows what it produced before failing */
+            int printed = lql_result_ntables(r) || (lql_result_nnotes(r) && (human || notes == out));
+            if (printed && shown++ && ro->mode != LQL_OUT_JSONL)
+                fputs(ro->mode == LQL_OUT_CSV ? "\r\n" : "\n", out);
+            lql_render_to(r, ro, out, notes);
         }
         lql_result_free(r);
     }
-    if (f && fclose(f) == 0) *out = buf;
-    else free(buf);
-    if (rc == 0 && !*out) rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     lql_arena_free(ar);
+    return rc;
+}
+
+int lql_eval(lql_session *s, const char *text, size_t n, lql_outmode mode, char **out, lql_err *e)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    *out = NULL;
+    memset(e, 0, sizeof *e);
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    lql_eval_opts o = {{mode, 0, 0, 0}, 0, 1, 1};
+    int rc = lql_eval_to(s, text, n, &o, f, f, e);
+    if (fclose(f) == 0) *out = buf;
+    else free(buf);
+    if (!*out && rc == 0) rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     return rc;
 }
 
 /* ---------------------------------------------------------------- errors */
 
-char *lql_error_text(const char *label, const char *src, int line0, const lql_err *e)
+/* One byte of an echoed source line: control bytes as \xNN (tabs kept, so the caret
+ * lines up). */
+static void echo_byte(FILE *f, unsigned char c)
+{
+    if (c == '\t' || (c >= 0x20 && c != 0x7f)) fputc(c, f);
+    else fprintf(f, "\\x%02x", c);
+}
+
+/* Walk n characters forward from p (not past a newline or the end). */
+static const char *chars_fwd(const char *p, long n)
+{
+    for (; n > 0 && *p && *p != '\n'; n--) {
+        p++;
+        while (((unsigned char)*p & 0xC0) == 0x80) p++;
+    }
+    return p;
+}
+
+/* lql_error_text, finding the culprit's line from a known point of src: byte `at`, which
+ * is at line `line`, column `col` (a statement's start), so a script of many statements
+ * on one line is not walked from its start for each error. */
+static char *error_text_from(const char *label, const char *src, size_t at, int line, int col,
+                             const lql_err *e)
 {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return NULL;
-    if (label) fprintf(f, "error: %s:%d:%d: %s\n", label, e->line, e->col, e->msg);
-    else fprintf(f, "error: %d:%d: %s\n", e->line, e->col, e->msg);
-    if (src && e->line >= line0) {
-        const char *p = src;
-        for (int l = line0; l < e->line && p; l++) {
-            p = strchr(p, '\n');
-            if (p) p++;
+    if (label) fprintf(f, "error: %s:%d:%d: ", label, e->line, e->col);
+    else fprintf(f, "error: %d:%d: ", e->line, e->col);
+    for (const char *m = e->msg; *m; m++) echo_byte(f, (unsigned char)*m);   /* quoted input */
+    fputc('\n', f);
+    if (src && (e->line > line || (e->line == line && e->col >= col))) {
+        const char *q = src + at;
+        for (; line < e->line && q; line++, col = 1) {
+            q = strchr(q, '\n');
+            if (q) q++;
         }
-        if (p) {
-            size_t ll = strcspn(p, "\n"), i = 0;
-            fprintf(f, "  %.*s\n  ", (int)ll, p);
-            /* under the culprit: columns count characters; tabs kept so they line up */
-            for (int c = 1; c < e->col && i < ll; c++) {
-                fputc(p[i] == '\t' ? '\t' : ' ', f);
-                i++;
-                while (i < ll && ((unsigned char)p[i] & 0xC0) == 0x80) i++;
+        if (q) {
+            q = chars_fwd(q, e->col - col);               /* the culprit */
+            /* a window of LQL_ECHO_MAX characters around it: back to the line's start
+             * or LQL_ECHO_MAX / 2 characters, then on to the line's end or the width */
+            const char *from = q;
+            int before = 0;
+            while (from > src && from[-1] != '\n' && before < LQL_ECHO_MAX / 2) {
+                from--;
+                while (from > src && ((unsigned char)*from & 0xC0) == 0x80) from--;
+                before++;
+            }
+            int cut_left = from > src && from[-1] != '\n';
+            const char *to = chars_fwd(from, LQL_ECHO_MAX);
+            int cut_right = *to && *to != '\n';
+            fputs(cut_left ? "  …" : "  ", f);
+            for (const char *k = from; k < to; k++) echo_byte(f, (unsigned char)*k);
+            fputs(cut_right ? "…\n  " : "\n  ", f);
+            /* under the culprit: as wide as what was echoed for each character */
+            if (cut_left) fputc(' ', f);
+            for (const char *k = from; k < q; k++) {
+                unsigned char c = (unsigned char)*k;
+                if (c == '\t') fputc('\t', f);
+                else if (c < 0x20 || c == 0x7f) fputs("    ", f);
+                else if ((c & 0xC0) != 0x80) fputc(' ', f);
             }
             fputc('^', f);
-            for (int k = 1; k < e->len && i < ll; k++) {
-                i++;
-                while (i < ll && ((unsigned char)p[i] & 0xC0) == 0x80) i++;
-                if (i < ll) fputc('~', f);
+            const char *k = q;
+            for (int i = 1; i < e->len && k < to; i++) {
+                k = chars_fwd(k, 1);
+                if (k < to) fputc('~', f);
             }
             fputc('\n', f);
         }
     }
     if (fclose(f) != 0) { free(buf); return NULL; }
     return buf;
+}
+
+char *lql_error_text(const char *label, const char *src, int line0, const lql_err *e)
+{
+    return error_text_from(label, src, 0, line0, 1, e);
 }
 
 /* ---------------------------------------------------------------- running text */
@@ -117,53 +234,57 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* Skip blanks and `--` comments; returns the new offset and counts newlines. */
+/* Skip blanks, `--` comments and empty statements (a lone `;`); returns the new offset
+ * and counts newlines. */
 static size_t skip_space(const char *t, size_t i, size_t n, int *line)
 {
     while (i < n) {
         if (t[i] == '\n') { (*line)++; i++; }
-        else if (t[i] == ' ' || t[i] == '\t' || t[i] == '\r' || t[i] == '\f' || t[i] == '\v') i++;
+        else if (t[i] == ' ' || t[i] == '\t' || t[i] == '\r' || t[i] == '\f' || t[i] == '\v' || t[i] == ';') i++;
         else if (t[i] == '-' && i + 1 < n && t[i + 1] == '-') { while (i < n && t[i] != '\n') i++; }
         else break;
     }
     return i;
 }
 
+/* The error of a failed statement, printed (and noted in the shell's state). */
+static void report(lql_shell *sh, const char *label, const char *src, size_t at, int line,
+                   int col, lql_err *e)
+{
+    if (e->code == LQL_ECANCEL && sh->interactive) fputc('\n', sh->err);  /* after the ^C echo */
+    char *msg = sh->plain_errors ? lql_error_text(NULL, NULL, line, e)
+                                 : error_text_from(label, src, at, line, col, e);
+    if (msg) fputs(msg, sh->err);
+    fflush(sh->err);
+    free(msg);
+    sh->failed = 1;
+    if (sh->bail || (e->code == LQL_ECANCEL && !sh->interactive)) sh->stop = 1;
+}
+
 /* Run one statement text (which starts at line/col1 of the source). */
-static int run_stmt(lql_shell *sh, const char *label, const char *src, int line0, size_t start,
+static int run_stmt(lql_shell *sh, const char *label, const char *src, size_t start,
                     size_t end, int line, int col1)
 {
-    char *out = NULL;
     lql_err e;
+    FILE *out = sh->once ? sh->once : sh->out;
+    lql_eval_opts o = {{sh->mode, sh->exact, sh->noheader, sh->width}, sh->readonly, line, col1};
     double t0 = now_ms();
-    int rc = lql_eval(sh->s, src + start, end - start, sh->mode, &out, &e);
+    int rc = lql_eval_to(sh->s, src + start, end - start, &o, out, sh->notes ? sh->notes : sh->err, &e);
     double t1 = now_ms();
-    if (out) {
-        fputs(out, sh->out);
-        fflush(sh->out);
-        free(out);
+    lql_shell_flush(sh, out);
+    if (sh->once) {             /* .once: this statement only */
+        if (close_out(sh, sh->once) < 0) sh->stop = 1;
+        sh->once = NULL;
     }
-    if (rc < 0) {
-        /* positions are relative to the statement text: make them file positions */
-        if (e.line == 1) e.col += col1 - 1;
-        e.line += line - 1;
-        if (e.code == LQL_ECANCEL && sh->interactive) fputc('\n', sh->err);  /* after the ^C echo */
-        char *msg = sh->plain_errors ? lql_error_text(NULL, NULL, line0, &e)
-                                     : lql_error_text(label, src, line0, &e);
-        if (msg) fputs(msg, sh->err);
-        fflush(sh->err);
-        free(msg);
-        sh->failed = 1;
-        if (sh->bail || (e.code == LQL_ECANCEL && !sh->interactive)) sh->stop = 1;
-    }
+    if (rc < 0) report(sh, label, src, start, line, col1, &e);
     if (sh->timer) fprintf(sh->err, "time: %.3f ms\n", t1 - t0);
     return rc;
 }
 
 int lql_shell_run(lql_shell *sh, const char *label, const char *text, int line0)
 {
-    size_t n = strlen(text), i = 0;
-    int line = line0, rc = 0;
+    size_t n = strlen(text), i = 0, at = 0;
+    int line = line0, rc = 0, col = 1;      /* col: the column of text[at], in characters */
     while (i < n && !sh->stop) {
         /* a Ctrl-C between statements cancels the rest of the text (in batch: the run) */
         if (vx_cancel_flag) {
@@ -173,11 +294,9 @@ int lql_shell_run(lql_shell *sh, const char *label, const char *text, int line0)
         }
         i = skip_space(text, i, n, &line);
         if (i >= n) break;
-        size_t bol = i;
-        while (bol > 0 && text[bol - 1] != '\n') bol--;
-        int col1 = 1;           /* in characters, as the lexer counts */
-        for (size_t k = bol; k < i; k++) col1 += ((unsigned char)text[k] & 0xC0) != 0x80;
-        if (text[i] == '.' && col1 == 1) {
+        for (; at < i; at++)    /* columns counted once: linear in the text */
+            col = text[at] == '\n' ? 1 : col + (((unsigned char)text[at] & 0xC0) != 0x80);
+        if (text[i] == '.' && col == 1) {
             /* a meta-command: the rest of the line */
             size_t e = i;
             while (e < n && text[e] != '\n') e++;
@@ -189,10 +308,82 @@ int lql_shell_run(lql_shell *sh, const char *label, const char *text, int line0)
         }
         size_t len;
         lql_split(text + i, n - i, &len);
-        if (run_stmt(sh, label, text, line0, i, i + len, line, col1) < 0) rc = -1;
+        if (run_stmt(sh, label, text, i, i + len, line, col) < 0) rc = -1;
         for (size_t k = i; k < i + len; k++)
             if (text[k] == '\n') line++;
         i += len;
     }
+    return rc;
+}
+
+/* ---------------------------------------------------------------- streams */
+
+typedef struct feed {
+    char *buf;                  /* the pending statement's lines */
+    size_t len, cap, resume;    /* resume: where lql_complete_from goes on */
+    int line0;                  /* line of buf's first line */
+    int poisoned;               /* it held a NUL (reported): discard it when it ends */
+} feed;
+
+static int feed_run(lql_shell *sh, const char *label, feed *fd)
+{
+    int rc = 0;
+    if (fd->len && !fd->poisoned) rc = lql_shell_run(sh, label, fd->buf, fd->line0);
+    fd->len = fd->resume = 0;
+    fd->poisoned = 0;
+    if (fd->buf) fd->buf[0] = 0;
+    return rc;
+}
+
+int lql_shell_run_stream(lql_shell *sh, const char *label, FILE *f)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    feed fd = {0};
+    int lineno = 0, rc = 0;
+    errno = 0;
+    while (!sh->stop && (got = getline(&line, &cap, f)) >= 0) {
+        size_t n = (size_t)got;
+        char *l = line;
+        if (++lineno == 1 && n >= 3 && memcmp(l, "\xEF\xBB\xBF", 3) == 0) { l += 3; n -= 3; }
+        char *nul = memchr(l, 0, n);
+        if (nul) {
+            int col = 1;
+            for (const char *p = l; p < nul; p++) col += ((unsigned char)*p & 0xC0) != 0x80;
+            fprintf(sh->err, "error: %s:%d:%d: NUL byte in the input: LQL text cannot hold one (the statement is discarded)\n",
+                    label, lineno, col);
+            sh->failed = 1;
+            rc = -1;
+            if (sh->bail) { sh->stop = 1; break; }
+            for (char *p = nul; p < l + n; p++) if (!*p) *p = ' ';
+            fd.poisoned = 1;
+        }
+        if (fd.len == 0 && l[0] == '.' && !fd.poisoned) {
+            if (n && l[n - 1] == '\n') l[--n] = 0;
+            if (lql_shell_run(sh, label, l, lineno) < 0) rc = -1;
+            continue;
+        }
+        if (fd.len + n + 1 > fd.cap) {
+            size_t nc = (fd.len + n + 1) * 2;
+            char *nb = realloc(fd.buf, nc);
+            if (!nb) { fprintf(sh->err, "error: out of memory\n"); sh->failed = 1; rc = -1; break; }
+            fd.buf = nb;
+            fd.cap = nc;
+        }
+        if (fd.len == 0) fd.line0 = lineno;
+        memcpy(fd.buf + fd.len, l, n);
+        fd.len += n;
+        fd.buf[fd.len] = 0;
+        if (lql_complete_from(fd.buf, fd.len, &fd.resume) && feed_run(sh, label, &fd) < 0) rc = -1;
+        errno = 0;
+    }
+    if (!sh->stop && ferror(f)) {
+        fprintf(sh->err, "error: %s: %s\n", label, vx_cancel_flag ? "cancelled" : strerror(errno ? errno : EIO));
+        sh->failed = 1;
+        rc = -1;
+    } else if (!sh->stop && feed_run(sh, label, &fd) < 0) rc = -1;   /* the final `;` is optional */
+    free(fd.buf);
+    free(line);
     return rc;
 }

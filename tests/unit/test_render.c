@@ -12,6 +12,7 @@
 #include "t.h"
 #include "files.h"
 #include "shell.h"
+#include "render_int.h"
 
 static lql_result *sample(void)
 {
@@ -61,19 +62,18 @@ static void modes(void)
         "4,日本,nan\r\n"
         "-- 4 rows\r\n");
     check_mode(r, LQL_OUT_JSON,
-        "[\n"
-        "  {\"rank\": 1, \"token\": \" mat\", \"prob\": 0.4123},\n"
-        "  {\"rank\": -2, \"token\": \"a,\\\"b\\\"\\tc\\nd\", \"prob\": 0.0000},\n"
-        "  {\"rank\": 3, \"token\": null, \"prob\": null},\n"
-        "  {\"rank\": 4, \"token\": \"日本\", \"prob\": null}\n"
-        "]\n"
-        "{\"notes\": [\"4 rows\"]}\n");
+        "{\"statement\": null, \"tables\": [{\"title\": null, \"columns\": [{\"name\": \"rank\", "
+        "\"type\": \"int\"}, {\"name\": \"token\", \"type\": \"text\"}, {\"name\": \"prob\", "
+        "\"type\": \"float\"}], \"rows\": [{\"rank\": 1, \"token\": \" mat\", \"prob\": 0.4123}, "
+        "{\"rank\": -2, \"token\": \"a,\\\"b\\\"\\tc\\nd\", \"prob\": 0.0000}, {\"rank\": 3, "
+        "\"token\": null, \"prob\": null}, {\"rank\": 4, \"token\": \"日本\", \"prob\": null}]}], "
+        "\"notes\": [\"4 rows\"], \"error\": null}\n");
     check_mode(r, LQL_OUT_JSONL,
         "{\"rank\": 1, \"token\": \" mat\", \"prob\": 0.4123}\n"
         "{\"rank\": -2, \"token\": \"a,\\\"b\\\"\\tc\\nd\", \"prob\": 0.0000}\n"
         "{\"rank\": 3, \"token\": null, \"prob\": null}\n"
         "{\"rank\": 4, \"token\": \"日本\", \"prob\": null}\n"
-        "{\"note\": \"4 rows\"}\n");
+        "-- 4 rows\n");
     /* table: numbers right-aligned, text left, wide characters count two columns */
     check_mode(r, LQL_OUT_TABLE,
         "rank  token          prob\n"
@@ -93,7 +93,10 @@ static void modes(void)
     lql_row(a); lql_cell_text(a, "\xff" "x");
     lql_result_table(r, NULL, 1, c1);
     check_mode(r, LQL_OUT_TSV, "-- first\nk\n\xffx\n\nk\n");
-    check_mode(r, LQL_OUT_JSON, "[\n  {\"k\": \"\\ufffdx\"}\n]\n[]\n");
+    check_mode(r, LQL_OUT_JSON, "{\"statement\": null, \"tables\": [{\"title\": \"first\", \"columns\": "
+               "[{\"name\": \"k\", \"type\": \"text\"}], \"rows\": [{\"k\": \"\\ufffdx\"}]}, {\"title\": "
+               "null, \"columns\": [{\"name\": \"k\", \"type\": \"text\"}], \"rows\": []}], \"notes\": [], "
+               "\"error\": null}\n");
     lql_result_free(r);
 
     /* a short row is shown as incomplete, not silently misaligned */
@@ -121,6 +124,125 @@ static void errors(void)
     s = lql_error_text(NULL, "\tINFER \"é\" TOP", 1, &u);
     CHECK_STR(s, "error: 1:8: x\n  \tINFER \"é\" TOP\n  \t      ^~\n");
     free(s);
+}
+
+/* r rendered with o, notes inline, compared with want. */
+static void check_opts(const lql_result *r, lql_render_opts o, const char *want)
+{
+    char *got = NULL;
+    size_t n;
+    FILE *f = open_memstream(&got, &n);
+    lql_render_to(r, &o, f, f);
+    fclose(f);
+    CHECK_STR(got, want);
+    free(got);
+}
+
+/* The modes added for issue 10: exact floats, box, markdown, width, headers, notes apart. */
+static void modes_more(void)
+{
+    char buf[64];
+    double vals[] = {0.1, 1.0 / 3.0, 0.9604446887969971, 1e-300, -2.5e17, 0.0};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        lql_format_exact(vals[i], buf, sizeof buf);
+        CHECK_MSG(strtod(buf, NULL) == vals[i], "%s does not round-trip", buf);
+    }
+    lql_format_exact(0.1, buf, sizeof buf);
+    CHECK_STR(buf, "0.1");                          /* the shortest such text */
+
+    lql_result *r = lql_result_new();
+    static const lql_colspec cols[] = {{"k", LQL_TEXT, 0}, {"p", LQL_FLOAT, 4}};
+    lql_table *t = lql_result_table(r, "tt", 2, cols);
+    lql_row(t); lql_cell_text(t, "a|b"); lql_cell_float(t, 1.0 / 3.0);
+    lql_row(t); lql_cell_text(t, "a long cell of text"); lql_cell_float(t, 0.5);
+    lql_result_note(r, "a note");
+    char *o = NULL, *n = NULL;
+    size_t ol, nl;
+    FILE *fo = open_memstream(&o, &ol), *fn = open_memstream(&n, &nl);
+    lql_render_opts ro = {LQL_OUT_TSV, 1, 0, 0};
+    lql_render_to(r, &ro, fo, fn);
+    fclose(fo); fclose(fn);
+    CHECK_STR(o, "k\tp\na|b\t0.3333333333333333\na long cell of text\t0.5\n");
+    CHECK_STR(n, "-- tt\n-- a note\n");            /* titles and notes apart from results */
+    free(o); free(n);
+
+    check_opts(r, (lql_render_opts){LQL_OUT_BOX, 1, 0, 8},
+               "tt\n"
+               "┌──────────┬────────┐\n"
+               "│ k        │      p │\n"
+               "├──────────┼────────┤\n"
+               "│ a|b      │ 0.3333 │\n"
+               "│ a long … │ 0.5000 │\n"
+               "└──────────┴────────┘\n"
+               "a note\n");
+    check_opts(r, (lql_render_opts){LQL_OUT_MARKDOWN, 1, 1, 8},      /* never cut; always a header */
+               "tt\n"
+               "| k                   |      p |\n"
+               "|---------------------|-------:|\n"
+               "| a\\|b                | 0.3333 |\n"
+               "| a long cell of text | 0.5000 |\n"
+               "a note\n");
+    check_opts(r, (lql_render_opts){LQL_OUT_TABLE, 1, 1, 5},         /* numbers never cut */
+               "tt\na|b    0.3333\na lo…  0.5000\n(2 rows)\na note\n");
+    lql_result_free(r);
+}
+
+/* Error echoes: a window of at most LQL_ECHO_MAX characters, control bytes escaped. */
+static void echo_window(void)
+{
+    char line[1200];
+    memset(line, 'x', sizeof line - 1);
+    line[sizeof line - 1] = 0;
+    memcpy(line + 600, "BAD", 3);
+    lql_err e = {LQL_ESYNTAX, 1, 601, 3, "m"};
+    char *s = lql_error_text(NULL, line, 1, &e);
+    const char *l2 = s ? strchr(s, '\n') + 1 : "";
+    const char *l3 = strchr(l2, '\n') + 1;
+    CHECK((int)(l3 - l2) < LQL_ECHO_MAX + 16);      /* not 1200 characters */
+    CHECK(strncmp(l2, "  …", strlen("  …")) == 0);
+    CHECK(strstr(l2, "BAD") && strstr(l2, "…\n"));
+    CHECK((size_t)(strchr(l3, '^') - l3) == (size_t)(strstr(l2, "BAD") - l2) - 2);   /* "…" is 3 bytes, 1 column */
+    free(s);
+    lql_err c = {LQL_ESYNTAX, 1, 3, 1, "m"};
+    s = lql_error_text(NULL, "a\x01" "b\x1b[2J", 1, &c);
+    CHECK_STR(s, "error: 1:3: m\n  a\\x01b\\x1b[2J\n       ^\n");
+    free(s);
+}
+
+/* The stream reader: statements run as lines end them; BOM, `;;` and NUL. */
+static void stream(void)
+{
+    static const char text[] = "\xEF\xBB\xBF.print a\nSHOW MODELS;;\n;\n.print \"b c\"\nSHOW\0MODELS;\n.print d\n";
+    FILE *in = fmemopen((void *)text, sizeof text - 1, "r");
+    char *out = NULL, *err = NULL;
+    size_t no, ne;
+    lql_shell sh;
+    lql_shell_init(&sh);
+    sh.out = open_memstream(&out, &no);
+    sh.err = open_memstream(&err, &ne);
+    CHECK(lql_shell_run_stream(&sh, "in.lql", in) < 0);
+    fclose(in);
+    fclose(sh.out); fclose(sh.err);
+    sh.out = stdout;
+    lql_shell_close(&sh);
+    CHECK_STR(out, "a\ncontainer\tformat\tmodel\tlayers\nb c\nd\n");
+    CHECK_STR(err, "error: in.lql:5:5: NUL byte in the input: LQL text cannot hold one (the statement is discarded)\n");
+    free(out); free(err);
+
+    /* .help by words: every statement they start, or the one they go on into */
+    char *o2 = NULL, *e2 = NULL;
+    lql_shell_init(&sh);
+    sh.out = open_memstream(&o2, &no);
+    sh.err = open_memstream(&e2, &ne);
+    CHECK(lql_shell_run(&sh, "s", ".help SHOW\n.help rollback to\n", 1) == 0);
+    fclose(sh.out); fclose(sh.err);
+    sh.out = stdout;
+    lql_shell_close(&sh);
+    CHECK_HAS(o2, "SHOW LAYERS [range]\n");
+    CHECK_HAS(o2, "SHOW HISTORY\n");
+    CHECK_HAS(o2, "ROLLBACK TO n\n");
+    CHECK_STR(e2, "");
+    free(o2); free(e2);
 }
 
 /* Run a script through the shell; out/err captured. */
@@ -155,7 +277,7 @@ static void shell(void)
     CHECK_STR(err,
         "error: s.lql:1:1: no container bound: USE \"path\" first\n  STATS;\n  ^~~~~\n"
         "error: s.lql:2:15: near \";\": expected an integer\n    WALK 'x' TOP;\n                ^\n"
-        "error: s.lql:3:1: unknown mode: \"xml\" (table, tsv, csv, json or jsonl)\n"
+        "error: s.lql:3:1: unknown mode: \"xml\" (table, box, markdown, tsv, csv, json or jsonl)\n"
         "error: s.lql:4:1: unknown meta-command: \".bogus\" (.help lists them)\n"
         "error: s.lql:5:1: expected on or off, got \"maybe\"\n");
     CHECK_HAS(out, "SHOW LAYERS [range]\n\nOne row per layer");
@@ -288,6 +410,9 @@ int main(void)
     if (!mkdtemp(cwd) || chdir(cwd) != 0)
         return 1;
     modes();
+    modes_more();
+    echo_window();
+    stream();
     errors();
     shell();
     golden_runner();

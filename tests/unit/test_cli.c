@@ -1,0 +1,390 @@
+/*
+ * test_cli.c — the lql executable as a program drives it: the sqlite3-style options, the
+ * json framing parsed with a real JSON parser (cJSON), notes kept off stdout in the
+ * program modes, floats that round-trip, write failures, NUL / BOM / `;;` in scripts, and
+ * a conversation over a FIFO (one statement written, its answer read, then the next),
+ * every wait bounded so a regression fails instead of hanging the suite.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+
+#include "t.h"
+#include "test_journal_fx.h"
+
+#define LQL LQL_BINARY_DIR "/lql"
+#define DIR LQL_BINARY_DIR "/cli-test"
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return strdup("");
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) { cap = (n + 4096 + 1) * 2; buf = realloc(buf, cap); }
+        size_t k = fread(buf + n, 1, 4096, f);
+        n += k;
+        if (k == 0) break;
+    }
+    fclose(f);
+    buf[n] = 0;
+    return buf;
+}
+
+/* `sh -c CMD` with stdout and stderr captured; the exit status returned. It runs in an
+ * empty directory: SHOW MODELS lists the working directory. */
+static int sh(const char *cmd, char **out, char **err)
+{
+    char full[8192];
+    snprintf(full, sizeof full, "cd " DIR "/empty && ( %s ) >" DIR "/out 2>" DIR "/err", cmd);
+    int st = system(full);
+    if (out) *out = slurp(DIR "/out");
+    if (err) *err = slurp(DIR "/err");
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void write_file(const char *path, const char *body, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (f) { fwrite(body, 1, n, f); fclose(f); }
+}
+
+static void options(void)
+{
+    char *out, *err;
+    CHECK(sh(LQL " --version", &out, &err) == 0);
+    CHECK_STR(out, "lql 0.1.0\n");
+    free(out); free(err);
+
+    /* several -c run in order; -cmd runs before them */
+    CHECK(sh(LQL " -c '.print one' -c '.print two' -cmd '.print zero'", &out, &err) == 0);
+    CHECK_STR(out, "zero\none\ntwo\n");
+    free(out); free(err);
+
+    /* -init runs a file first; ~/.lqlrc is read only when interactive */
+    write_file(DIR "/init.lql", ".mode csv\n", 10);
+    write_file(DIR "/.lqlrc", ".print from-rc\n", 15);
+    CHECK(sh("HOME=" DIR " " LQL " -init " DIR "/init.lql -c 'SHOW MODELS;'", &out, &err) == 0);
+    CHECK_STR(out, "container,format,model,layers\r\n");
+    free(out); free(err);
+    CHECK(sh("HOME=" DIR " " LQL " -c 'SHOW MODELS;'", &out, &err) == 0);
+    CHECK_STR(out, "container\tformat\tmodel\tlayers\n");
+    free(out); free(err);
+
+    /* modes and headers from the command line */
+    CHECK(sh(LQL " -noheader -c 'SHOW MODELS;'", &out, &err) == 0);
+    CHECK_STR(out, "");
+    free(out); free(err);
+    CHECK(sh(LQL " -markdown -c 'SHOW MODELS;'", &out, &err) == 0);
+    CHECK_STR(out, "| container | format | model | layers |\n|-----------|--------|-------|-------:|\n");
+    free(out); free(err);
+    CHECK(sh(LQL " --box -c '.show'", &out, &err) == 0);
+    CHECK_HAS(out, "      mode: box\n");
+    free(out); free(err);
+
+    /* a bad option is a usage error; .exit N sets the status */
+    CHECK(sh(LQL " -nosuch", NULL, NULL) == 2);
+    CHECK(sh(LQL " -c '.exit 3' -c '.print never'", &out, &err) == 3);
+    CHECK_STR(out, "");
+    free(out); free(err);
+
+    /* -readonly refuses what writes, before it runs */
+    CHECK(sh(LQL " -readonly -c 'UNDO;'", &out, &err) == 1);
+    CHECK_HAS(err, "error: <command>:1:1: UNDO writes: refused in a read-only shell (-readonly)");
+    free(out); free(err);
+
+    /* -bail stops at the first failure */
+    CHECK(sh(LQL " -bail -c 'STATS;' -c '.print after'", &out, &err) == 1);
+    CHECK_STR(out, "");
+    free(out); free(err);
+}
+
+static void failures(void)
+{
+    char *out, *err;
+    /* write failures are errors, not a silent exit 0 */
+    CHECK(sh(LQL " -c 'SHOW MODELS;' >/dev/full", &out, &err) == 1);
+    CHECK_HAS(err, "cannot write results: No space left on device");
+    free(out); free(err);
+    CHECK(sh(LQL " -c '.output /dev/full' -c 'SHOW MODELS;'", &out, &err) == 1);
+    CHECK_HAS(err, "cannot write results: No space left on device");
+    free(out); free(err);
+
+    /* a NUL byte is an error at its place; the statements around it still run */
+    static const char nul[] = "SHOW MODELS;\nSHOW\0 MODELS;\nSHOW MODELS;\n";
+    write_file(DIR "/nul.lql", nul, sizeof nul - 1);
+    CHECK(sh(LQL " -f " DIR "/nul.lql", &out, &err) == 1);
+    CHECK_STR(err, "error: " DIR "/nul.lql:2:5: NUL byte in the input: LQL text cannot hold one "
+                   "(the statement is discarded)\n");
+    CHECK_STR(out, "container\tformat\tmodel\tlayers\ncontainer\tformat\tmodel\tlayers\n");
+    free(out); free(err);
+    CHECK(sh("printf 'SHOW MODELS;\\n.print a\\0b\\n' | " LQL, &out, &err) == 1);
+    CHECK_HAS(err, "error: <stdin>:2:9: NUL byte in the input");
+    free(out); free(err);
+
+    /* a byte-order mark and empty statements are accepted */
+    static const char bom[] = "\xEF\xBB\xBFSHOW MODELS;;\n;\n.print ok\n";
+    write_file(DIR "/bom.lql", bom, sizeof bom - 1);
+    CHECK(sh(LQL " < " DIR "/bom.lql", &out, &err) == 0);
+    CHECK_STR(out, "container\tformat\tmodel\tlayers\nok\n");
+    CHECK_STR(err, "");
+    free(out); free(err);
+
+    /* a \0 escape is refused where it is, not a silently shortened string */
+    CHECK(sh(LQL " -c 'TOKENIZE \"ab\\0c\";'", &out, &err) == 1);
+    CHECK_HAS(err, "error: <command>:1:13: \\0 in a string: LQL strings cannot hold a NUL character");
+    free(out); free(err);
+}
+
+/* Every line of text parsed as a JSON document: how many, and the i-th (NULL past the end). */
+static int frames(const char *text, cJSON **f, int max)
+{
+    int n = 0;
+    for (const char *p = text; *p && n < max;) {
+        const char *e = strchr(p, '\n');
+        if (!e) e = p + strlen(p);
+        char *line = strndup(p, (size_t)(e - p));
+        f[n] = cJSON_Parse(line);
+        CHECK_MSG(f[n] != NULL, "not one JSON document: %s", line);
+        free(line);
+        if (f[n]) n++;
+        p = *e ? e + 1 : e;
+    }
+    return n;
+}
+
+static const char *str_of(const cJSON *o, const char *k)
+{
+    return cJSON_GetStringValue(cJSON_GetObjectItem(o, k));
+}
+
+static void json_batch(void)
+{
+    char *out, *err;
+    cJSON *f[8] = {0};
+    CHECK(sh(LQL " -json -c 'SHOW MODELS; STATS; TOKENIZE \"x\" |> SHOW MODELS;;' -c 'WALK TOP;'",
+             &out, &err) == 1);
+    int n = frames(out, f, 8);
+    CHECK(n == 4);
+    if (n == 4) {
+        CHECK_STR(str_of(f[0], "statement"), "SHOW MODELS");
+        CHECK(cJSON_IsNull(cJSON_GetObjectItem(f[0], "error")));
+        const cJSON *t0 = cJSON_GetArrayItem(cJSON_GetObjectItem(f[0], "tables"), 0);
+        CHECK_STR(str_of(cJSON_GetArrayItem(cJSON_GetObjectItem(t0, "columns"), 3), "name"), "layers");
+        CHECK_STR(str_of(cJSON_GetArrayItem(cJSON_GetObjectItem(t0, "columns"), 3), "type"), "int");
+        const cJSON *e1 = cJSON_GetObjectItem(f[1], "error");
+        CHECK_STR(str_of(e1, "message"), "no container bound: USE \"path\" first");
+        CHECK(cJSON_GetObjectItem(e1, "line")->valueint == 1 && cJSON_GetObjectItem(e1, "col")->valueint == 14);
+        CHECK_STR(str_of(f[2], "statement"), "TOKENIZE \"x\"");
+        CHECK(!cJSON_IsNull(cJSON_GetObjectItem(f[2], "error")));
+        /* a statement that does not parse is a frame too */
+        CHECK_STR(str_of(f[3], "statement"), "WALK TOP");
+        CHECK_STR(str_of(cJSON_GetObjectItem(f[3], "error"), "message"), "near \"TOP\": expected a string");
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(f[i]);
+    free(out); free(err);
+}
+
+/* With a real container: notes off stdout, floats that round-trip, jsonl rows. */
+static void with_model(const char *box)
+{
+    char cmd[4096], *out, *err;
+    cJSON *f[8] = {0};
+    snprintf(cmd, sizeof cmd, LQL " -json '%s' -c 'INFER \"The capital of France is\" TOP 2;'", box);
+    CHECK(sh(cmd, &out, &err) == 0);
+    int n = frames(out, f, 8);
+    double jprob = -1;
+    CHECK(n == 2);
+    if (n == 2) {
+        CHECK_STR(str_of(f[0], "statement"), "USE \"" DIR "/tiny.vindex3\"");
+        CHECK_HAS(cJSON_GetStringValue(cJSON_GetArrayItem(cJSON_GetObjectItem(f[0], "notes"), 0)), "using ");
+        const cJSON *rows = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(f[1], "tables"), 0), "rows");
+        CHECK(cJSON_GetArraySize(rows) == 2);
+        jprob = cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "prob")->valuedouble;
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(f[i]);
+    free(out); free(err);
+
+    /* tsv: only the table on stdout, the notes on stderr; the same exact number */
+    snprintf(cmd, sizeof cmd, LQL " '%s' -c 'INFER \"The capital of France is\" TOP 2;'", box);
+    CHECK(sh(cmd, &out, &err) == 0);
+    CHECK(strncmp(out, "rank\ttoken\tprob\n1\t Par\t0.96", strlen("rank\ttoken\tprob\n1\t Par\t0.96")) == 0);
+    CHECK(!strstr(out, "--"));
+    CHECK_HAS(err, "-- using ");
+    const char *p = strchr(out + 16, '\t');
+    p = p ? strchr(p + 1, '\t') : NULL;
+    char *end = NULL;
+    double tprob = p ? strtod(p + 1, &end) : -2;
+    CHECK_MSG(end && end - p - 1 > 8, "prob printed with %d characters", end ? (int)(end - p - 1) : 0);
+    CHECK(tprob == jprob);          /* both the shortest round-trip text of one double */
+    free(out); free(err);
+
+    /* jsonl: every stdout line one row object */
+    snprintf(cmd, sizeof cmd, LQL " -jsonl '%s' -c 'INFER \"The capital of France is\" TOP 3;'", box);
+    CHECK(sh(cmd, &out, &err) == 0);
+    n = frames(out, f, 8);
+    CHECK(n == 3);
+    for (int i = 0; i < n; i++) {
+        CHECK(cJSON_GetObjectItem(f[i], "rank")->valueint == i + 1);
+        cJSON_Delete(f[i]);
+    }
+    free(out); free(err);
+}
+
+/* The exit status of child pid, waiting at most ms (then it is killed: -1). */
+static int wait_bounded(pid_t pid, int ms)
+{
+    int st;
+    for (int t = 0; t < ms; t += 50) {
+        if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        struct timespec d = {0, 50000000};
+        nanosleep(&d, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+}
+
+/* Read one line from fd within ms milliseconds into buf; its length, or -1. */
+static int read_line(int fd, char *buf, size_t n, int ms)
+{
+    size_t k = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (k + 1 < n) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        int left = ms - (int)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000);
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&pf, 1, left) <= 0) return -1;
+        ssize_t r = read(fd, buf + k, 1);
+        if (r <= 0) return -1;
+        if (buf[k++] == '\n') break;
+    }
+    buf[k] = 0;
+    return (int)k;
+}
+
+/* lql with a FIFO as stdin: each statement's answer arrives before the next is written. */
+static void fifo_conversation(const char *box)
+{
+    char fifo[] = DIR "/conv.fifo";
+    unlink(fifo);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    int outp[2];
+    CHECK(pipe(outp) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int in = open(fifo, O_RDONLY);
+        dup2(in, STDIN_FILENO);
+        dup2(outp[1], STDOUT_FILENO);
+        close(outp[0]);
+        execl(LQL, "lql", "-json", box, (char *)NULL);
+        _exit(127);
+    }
+    close(outp[1]);
+    int w = open(fifo, O_WRONLY);
+    char line[1 << 16];
+    /* the USE frame of the container argument comes first */
+    CHECK(read_line(outp[0], line, sizeof line, 30000) > 0);
+    CHECK_HAS(line, "\"statement\": \"USE ");
+    static const char *const say[] = {"TOKENIZE \"Paris\";\n", "INFER \"The capital of\n",
+                                      "France is\" TOP 1;\n", "STATS;\n"};
+    static const char *const want[] = {"\"statement\": \"TOKENIZE \\\"Paris\\\"\"", NULL,
+                                       "\"statement\": \"INFER \\\"The capital of\\nFrance is\\\" TOP 1\", \"tables\"",
+                                       "\"statement\": \"STATS\""};
+    for (int i = 0; i < 4; i++) {
+        CHECK(write(w, say[i], strlen(say[i])) == (ssize_t)strlen(say[i]));
+        if (!want[i]) continue;         /* an unfinished statement: no answer yet */
+        int got = read_line(outp[0], line, sizeof line, 30000);
+        CHECK_MSG(got > 0, "no answer to %s within 30 s", say[i]);
+        if (got > 0) CHECK_HAS(line, want[i]);
+    }
+    close(w);
+    /* end of input: lql exits */
+    CHECK(wait_bounded(pid, 30000) == 0);
+    close(outp[0]);
+    unlink(fifo);
+}
+
+/* Read from fd until `want` appears (or ms pass) into buf; 1 when it did. */
+static int read_until(int fd, char *buf, size_t n, const char *want, int ms)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int waited = 0; waited < ms && !strstr(buf, want);) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (poll(&pf, 1, 100) <= 0) { waited += 100; continue; }
+        ssize_t r = read(fd, buf + k, n - k - 1);
+        if (r <= 0) break;
+        k += (size_t)r;
+        buf[k] = 0;
+        if (k + 1 >= n) k = 0;      /* keep reading; only the recent output matters */
+    }
+    return strstr(buf, want) != NULL;
+}
+
+/* The interactive shell on a pseudo-terminal: ~/.lqlrc runs, a multi-line statement is one
+ * history entry after a restart, and Ctrl-D at `...>` runs the unfinished statement. */
+static void interactive(void)
+{
+    mkdir(DIR "/home", 0755);
+    write_file(DIR "/home/.lqlrc", ".print from-rc\n", 15);
+    int master;
+    pid_t pid = forkpty(&master, NULL, NULL, NULL);
+    if (pid == 0) {
+        setenv("HOME", DIR "/home", 1);
+        setenv("TERM", "dumb", 1);
+        if (chdir(DIR "/empty") != 0) _exit(126);
+        execl(LQL, "lql", (char *)NULL);
+        _exit(127);
+    }
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    static char buf[1 << 16];
+    CHECK(read_until(master, buf, sizeof buf, "lql> ", 20000));
+    CHECK_HAS(buf, "from-rc");      /* ~/.lqlrc ran before the first prompt: interactive only */
+    CHECK(write(master, "SHOW\r", 5) == 5);
+    CHECK(read_until(master, buf, sizeof buf, "...> ", 20000));
+    CHECK(write(master, " MODELS;\r", 9) == 9);
+    CHECK(read_until(master, buf, sizeof buf, "(0 rows)", 20000));
+    CHECK(write(master, "SHOW MODELS\r", 12) == 12);
+    CHECK(read_until(master, buf, sizeof buf, "...> ", 20000));
+    CHECK(write(master, "\x04", 1) == 1);           /* Ctrl-D: runs it, then leaves */
+    CHECK_MSG(read_until(master, buf, sizeof buf, "(0 rows)", 20000), "Ctrl-D at ...> did not run the statement");
+    CHECK(wait_bounded(pid, 20000) == 0);
+    close(master);
+    char *hist = slurp(DIR "/home/.lql_history");
+    CHECK_STR(hist, "SHOW\x01 MODELS;\nSHOW MODELS\n");
+    free(hist);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    fx_rm_rf(DIR);
+    mkdir(DIR, 0755);
+    mkdir(DIR "/empty", 0755);
+    options();
+    failures();
+    json_batch();
+    interactive();
+    char box[] = DIR "/tiny.vindex3";
+    if (fx_encode_tiny(box, NULL) == 0) {
+        with_model(box);
+        fifo_conversation(box);
+    } else {
+        CHECK_MSG(0, "could not encode the tinyllama fixture");
+    }
+    fx_rm_rf(DIR);
+    return T_DONE();
+}
