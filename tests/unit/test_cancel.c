@@ -2,7 +2,7 @@
  * test_cancel.c — Ctrl-C cancels a long statement (issue 10 §4). A child `lql -c` binds a
  * generated model (tinyllama's shapes and tokenizer with a 4096-token context, so GENERATE
  * and TRACE can run long) and runs one long statement; the parent waits until USE's note
- * is on the child's stdout, sleeps part of the statement's measured uninterrupted time,
+ * is on the child's stdout (table mode: notes print there, without the "-- " of the program modes), sleeps part of the statement's measured uninterrupted time,
  * sends SIGINT, and checks that the child exits within a bounded time, reports
  * `cancelled` on stderr and exits non-zero; for the statements built to run long it also
  * printed no result and left no output container, for the others a container published
@@ -55,7 +55,7 @@ static int spawn(const char *script, child *c, int n)
             dup2(fd, 2);
         close(p[0]);
         setenv("LQL_THREADS", "1", 1);   /* long enough to interrupt, and fair to others */
-        execl(LQL_BINARY_DIR "/lql", "lql", "-c", script, (char *)NULL);
+        execl(LQL_BINARY_DIR "/lql", "lql", "-table", "-c", script, (char *)NULL);
         _exit(127);
     }
     close(p[1]);
@@ -86,7 +86,7 @@ static double calibrate(const char *script, int n)
     size_t len = 0;
     if (spawn(script, &c, n) != 0)
         return -1;
-    int seen = read_until(&c, "-- using", buf, sizeof buf, &len);
+    int seen = read_until(&c, "using ", buf, sizeof buf, &len);
     double t0 = now();
     while (read(c.out, buf, sizeof buf) > 0)
         ;
@@ -118,7 +118,7 @@ static void interrupt(const char *what, const char *script, const char *result, 
     char buf[1 << 16];
     size_t len = 0;
     CHECK(spawn(script, &c, n) == 0);
-    CHECK(read_until(&c, "-- using", buf, sizeof buf, &len));
+    CHECK(read_until(&c, "using ", buf, sizeof buf, &len));
     usleep((useconds_t)(d * 0.3 * 1e6));
     double t0 = now();
     kill(c.pid, SIGINT);
@@ -194,11 +194,11 @@ int main(void)
     } cases[] = {
         {"GENERATE", "INFER \"Once upon a time\" GENERATE 800 TEMPERATURE 0;", "continuation", 1},
         {"TRACE", NULL, "top1_id", 1},
-        {"EXTRACT", NULL, "-- extracted", 0},
+        {"EXTRACT", NULL, "extracted", 0},
         {"INSERT", "INSERT INTO EDGES (entity, relation, target) VALUES (\"France\", "
-                   "\"capital\", \"Paris\");", "-- inserted", 0},
-        {"COMPILE", NULL, "-- compiled", 0},
-        {"COMPACT", NULL, "-- compacted", 0},
+                   "\"capital\", \"Paris\");", "inserted", 0},
+        {"COMPILE", NULL, "compiled", 0},
+        {"COMPACT", NULL, "compacted", 0},
     };
     for (int i = 0; i < (int)(sizeof cases / sizeof *cases); i++) {
         char stmt[8192];
