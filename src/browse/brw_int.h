@@ -21,14 +21,16 @@ typedef struct brw_part {
 } brw_part;
 
 typedef struct brw_layer {
-    int n_parts;
+    int n_parts;              /* 0: the layer has no channel mixer */
     brw_part *parts;
     int64_t features;
     uint64_t gate_bytes;
     uint64_t up_bytes;       /* up rows (and bias) a DENSE walk reads besides the gates */
+    const vx_layer_shape *g; /* the graph's view of the layer (kinds, state) */
 } brw_layer;
 
 typedef struct brw_shape {
+    const vx_graph_shape *g;  /* the container's typed graph shape */
     int layers, hidden, vocab;
     float embed_scale;
     int gated;               /* ffn.kind == "gated" */

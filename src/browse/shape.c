@@ -17,15 +17,6 @@
 
 #define STACK "target.decoder_stack"
 
-static int get_int(const cJSON *o, const char *key, int *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e9)
-        return -1;
-    *out = (int)v->valuedouble;
-    return 0;
-}
-
 /* Check a matrix operand: 2-D, dtype readable by browse (a block codec the kernels score
  * in place only when quant is set), shape {rows, cols}. */
 static int check_mat(const vx_tensor *t, const char *name, int64_t rows, int64_t cols,
@@ -81,18 +72,12 @@ static int bind_part(const vx_container *c, brw_part *p, const char *prefix, int
 int brw_shape_read(const vx_container *c, brw_shape *s, vx_err *err)
 {
     memset(s, 0, sizeof *s);
-    const cJSON *comp = vx_component(c);
-    if (!comp)
-        return vx_errf(err, VX_EMISSING, "browse: the container has no decoder component");
-    const cJSON *ex = cJSON_GetObjectItemCaseSensitive(comp, "execution");
-    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(comp, "layers");
-    if (get_int(comp, "num_layers", &s->layers) || get_int(comp, "hidden_size", &s->hidden) ||
-        get_int(comp, "vocab_size", &s->vocab) || !cJSON_IsObject(ex) || !cJSON_IsArray(ls))
-        return vx_errf(err, VX_EFORMAT, "browse: the decoder component lacks num_layers, "
-                       "hidden_size, vocab_size, execution or layers");
-    if (cJSON_GetArraySize(ls) != s->layers)
-        return vx_errf(err, VX_EFORMAT, "browse: component lists %d layers but num_layers is %d",
-                       cJSON_GetArraySize(ls), s->layers);
+    const vx_graph_shape *g = vx_shape_of(c);
+    const cJSON *ex = g->execution;
+    s->g = g;
+    s->layers = g->layers;
+    s->hidden = g->hidden;
+    s->vocab = g->vocab;
     const cJSON *emb = cJSON_GetObjectItemCaseSensitive(ex, "embedding");
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(emb, "scale");
     s->embed_scale = cJSON_IsNumber(sc) ? (float)sc->valuedouble : 1.0f;
@@ -115,11 +100,7 @@ int brw_shape_read(const vx_container *c, brw_shape *s, vx_err *err)
         return vx_errf(err, VX_EFORMAT, "browse: execution.ffn.activation is missing or not "
                        "silu, gelu_tanh or gelu");
     int bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ffn, "bias"));
-    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(ex, "moe");
-    int experts = 0;
-    if (cJSON_IsObject(moe) && get_int(moe, "experts", &experts))
-        return vx_errf(err, VX_EFORMAT, "browse: execution.moe.experts is missing");
-
+    const int experts = g->experts;
     s->embed = vx_find(c, "target.embedding", "weight");
     if (check_mat(s->embed, "target.embedding.weight", s->vocab, s->hidden, 0, err) != 0)
         return -1;
@@ -128,16 +109,10 @@ int brw_shape_read(const vx_container *c, brw_shape *s, vx_err *err)
         return vx_errf(err, VX_ENOMEM, "browse: out of memory");
     for (int i = 0; i < s->layers; i++) {
         brw_layer *L = &s->layer[i];
-        const cJSON *lj = cJSON_GetArrayItem(ls, i);
-        const cJSON *lf = cJSON_GetObjectItemCaseSensitive(lj, "ffn");
-        int is_moe = cJSON_IsString(lf) && strcmp(lf->valuestring, "moe") == 0;
-        if (is_moe && experts <= 0) {
-            brw_shape_free(s);
-            return vx_errf(err, VX_EFORMAT, "browse: layer %d is moe but execution.moe is null",
-                           i);
-        }
-        L->n_parts = is_moe ? experts : 1;
-        L->parts = calloc((size_t)L->n_parts, sizeof *L->parts);
+        L->g = &g->layer[i];
+        int is_moe = L->g->channel == VX_CHANNEL_MOE;
+        L->n_parts = is_moe ? experts : L->g->channel == VX_CHANNEL_DENSE;
+        L->parts = calloc((size_t)L->n_parts + 1, sizeof *L->parts);
         if (!L->parts) {
             brw_shape_free(s);
             return vx_errf(err, VX_ENOMEM, "browse: out of memory");

@@ -120,8 +120,8 @@ int eng_attn_layer(eng_session *s, int layer, const float *h, int n, int pos0, f
     eng_add_bias(q, L->qb, n, qd);
     eng_add_bias(k, L->kb, n, kd);
     eng_add_bias(v, L->vb, n, kd);
-    eng_rope_apply(&m->rope, q, n, pos0, m->heads, m->head_dim, 0);
-    eng_rope_apply(&m->rope, k, n, pos0, m->kv_heads, m->head_dim, 0);
+    eng_rope_apply(L->rope, q, n, pos0, m->heads, m->head_dim, 0);
+    eng_rope_apply(L->rope, k, n, pos0, m->kv_heads, m->head_dim, 0);
     memcpy(kv->k + (size_t)pos0 * kd, k, (size_t)n * kd * sizeof *k);
     memcpy(kv->v + (size_t)pos0 * kd, v, (size_t)n * kd * sizeof *v);
     eng_attend(m, L, layer, kv, q, n, pos0, ctxo, obs);

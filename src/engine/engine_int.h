@@ -97,8 +97,15 @@ typedef struct eng_mlp {
     float *up_b, *down_b;   /* owned or NULL */
 } eng_mlp;
 
+typedef struct eng_rope {
+    int style, rotary_dim;
+    double *inv_freq;           /* owned, [rotary_dim / 2] */
+} eng_rope;
+
 typedef struct eng_layer {
     int mla;                 /* 0: softmax_attention, 1: mla */
+    const eng_rope *rope;    /* the model's, or own_rope when the layer declares its own */
+    eng_rope own_rope;
     int window;              /* 0: full causal */
     int moe;                 /* 0: dense FFN, 1: moe */
     eng_norm attn_norm, ffn_norm, post_attn, post_ffn;  /* post_* width 0 when absent */
@@ -117,13 +124,9 @@ typedef struct eng_layer {
     eng_w shared_gate;          /* data NULL when ungated */
 } eng_layer;
 
-typedef struct eng_rope {
-    int style, rotary_dim;
-    double *inv_freq;           /* owned, [rotary_dim / 2] */
-} eng_rope;
-
 struct eng_model {
     vx_container *c;
+    const vx_graph_shape *shape; /* the container's typed graph shape (owned by c) */
     const eng_tokenizer *tok;   /* own_tok or borrowed (eng_model_bind_tok); NULL if none */
     eng_tokenizer *own_tok;     /* loaded by eng_model_bind, freed with the model */
     int n_layers, hidden, vocab, ctx;
@@ -186,7 +189,10 @@ typedef struct eng_kv {
 struct eng_session {
     const eng_model *m;
     int max_ctx, pos;
-    eng_kv *kv;                 /* [n_layers] */
+    /* continuation state as the graph declares it: region r of layer l is
+     * state[l * VX_STATE_MAX + r], max_ctx positions of it when per_token, zeroed */
+    void **state;
+    eng_kv *kv;                 /* [n_layers], views of attention layers' state */
     /* routing of the last position of the last forward, per layer: expert ids and the
      * weights applied (selection order), for parity and EXPLAIN */
     int *route_ids;             /* [n_layers * top_k], -1 for dense layers */

@@ -55,13 +55,13 @@ int eng_mla_layer(eng_session *s, int layer, const float *h, int n, int pos0, fl
     } else {
         eng_matmul(&L->q, h, n, q);
     }
-    eng_rope_apply(&m->rope, q, n, pos0, heads, qk, nope);
+    eng_rope_apply(L->rope, q, n, pos0, heads, qk, nope);
 
     /* the cache row: [norm(latent) | rope(k_rope)] */
     eng_matmul(&L->kv_a, h, n, ka);
     for (int t = 0; t < n; t++) memcpy(lt + (size_t)t * lat, ka + (size_t)t * row, (size_t)lat * sizeof *lt);
     eng_norm_apply(&L->kv_a_norm, lt, lt, n);
-    eng_rope_apply(&m->rope, ka, n, pos0, 1, row, lat);
+    eng_rope_apply(L->rope, ka, n, pos0, 1, row, lat);
     for (int t = 0; t < n; t++) {
         float *c = kv->k + (size_t)(pos0 + t) * row;
         memcpy(c, lt + (size_t)t * lat, (size_t)lat * sizeof *c);

@@ -221,43 +221,14 @@ static void norm_free(eng_norm *nm)
 
 /* ---------------------------------------------------------------- sections */
 
-static int rope_plan(ctx *c, const cJSON *att, int head_dim)
+/* Frequency scaling of a rope (llama3). */
+static int rope_scaling(ctx *c, const cJSON *s, eng_rope *rp)
 {
-    eng_model *m = c->m;
-    const cJSON *r = sub(c, att, "rope", 0);
-    if (!r) {
-        if (field(att, "rope") && !cJSON_IsNull(field(att, "rope"))) return -1;
-        m->rope.style = ROPE_NONE;
-        return 0;
-    }
-    static const char *const styles[] = {"rotate_half", "interleaved", NULL};
-    static const char *const keys[] = {"style", "theta", "rotary_dim", "scaling", NULL};
-    int st;
-    double theta;
-    c->where = "execution.attention.rope";
-    if (known(c, r, keys) || choice(c, r, "style", styles, &st) || num(c, r, "theta", &theta) ||
-        posint(c, r, "rotary_dim", &m->rope.rotary_dim))
-        return -1;
-    m->rope.style = st == 0 ? ROPE_HALF : ROPE_INTERLEAVED;
-    if (m->rope.rotary_dim > head_dim || m->rope.rotary_dim % 2)
-        return vx_errf(c->err, VX_EFORMAT,
-                       "system graph: rope rotary_dim %d does not fit head dim %d",
-                       m->rope.rotary_dim, head_dim);
-    if (!(theta > 0))
-        return vx_errf(c->err, VX_EFORMAT, "system graph: rope theta %g is not positive", theta);
-    int half = m->rope.rotary_dim / 2;
-    m->rope.inv_freq = malloc((size_t)half * sizeof(double));
-    if (!m->rope.inv_freq) return vx_errf(c->err, VX_ENOMEM, "out of memory binding rope");
-    for (int i = 0; i < half; i++)
-        m->rope.inv_freq[i] = 1.0 / pow(theta, (2.0 * i) / m->rope.rotary_dim);
-    const cJSON *s = sub(c, r, "scaling", 0);
-    if (!s) return field(r, "scaling") && !cJSON_IsNull(field(r, "scaling")) ? -1 : 0;
     static const char *const types[] = {"llama3", NULL};
     static const char *const skeys[] = {"type", "factor", "low_freq_factor", "high_freq_factor",
                                         "original_max_position_embeddings", NULL};
-    int ty;
+    int ty, half = rp->rotary_dim / 2;
     double f, lo, hi, orig;
-    c->where = "execution.attention.rope.scaling";
     if (choice(c, s, "type", types, &ty) || known(c, s, skeys) || num(c, s, "factor", &f) ||
         num(c, s, "low_freq_factor", &lo) || num(c, s, "high_freq_factor", &hi) ||
         num(c, s, "original_max_position_embeddings", &orig))
@@ -267,15 +238,59 @@ static int rope_plan(ctx *c, const cJSON *att, int head_dim)
                        "(factor %g, low %g, high %g, original %g) are out of range", f, lo, hi, orig);
     double lo_wl = orig / lo, hi_wl = orig / hi;
     for (int i = 0; i < half; i++) {
-        double inv = m->rope.inv_freq[i], wl = 2 * M_PI / inv;
+        double inv = rp->inv_freq[i], wl = 2 * M_PI / inv;
         if (wl > lo_wl) inv = inv / f;
         else if (wl >= hi_wl) {
             double sm = (orig / wl - lo) / (hi - lo);
             inv = (1 - sm) * inv / f + sm * inv;
         }
-        m->rope.inv_freq[i] = inv;
+        rp->inv_freq[i] = inv;
     }
     return 0;
+}
+
+/* A rope object (execution.attention.rope, or a layer's own) into r; style ROPE_NONE
+ * when the value is null. */
+static int rope_parse(ctx *c, const cJSON *rj, int head_dim, eng_rope *rp)
+{
+    const char *where = c->where;
+    if (is_null(rj)) {
+        rp->style = ROPE_NONE;
+        return 0;
+    }
+    if (!cJSON_IsObject(rj))
+        return vx_errf(c->err, VX_EFORMAT, "system graph: %s is not an object", where);
+    static const char *const styles[] = {"rotate_half", "interleaved", NULL};
+    static const char *const keys[] = {"style", "theta", "rotary_dim", "scaling", NULL};
+    int st;
+    double theta;
+    if (known(c, rj, keys) || choice(c, rj, "style", styles, &st) || num(c, rj, "theta", &theta) ||
+        posint(c, rj, "rotary_dim", &rp->rotary_dim))
+        return -1;
+    rp->style = st == 0 ? ROPE_HALF : ROPE_INTERLEAVED;
+    if (rp->rotary_dim > head_dim || rp->rotary_dim % 2)
+        return vx_errf(c->err, VX_EFORMAT,
+                       "system graph: rope rotary_dim %d does not fit head dim %d",
+                       rp->rotary_dim, head_dim);
+    if (!(theta > 0))
+        return vx_errf(c->err, VX_EFORMAT, "system graph: rope theta %g is not positive", theta);
+    int half = rp->rotary_dim / 2;
+    rp->inv_freq = malloc((size_t)half * sizeof(double));
+    if (!rp->inv_freq) return vx_errf(c->err, VX_ENOMEM, "out of memory binding rope");
+    for (int i = 0; i < half; i++)
+        rp->inv_freq[i] = 1.0 / pow(theta, (2.0 * i) / rp->rotary_dim);
+    const cJSON *sj = field(rj, "scaling");
+    if (is_null(sj)) return 0;
+    char sw[96];
+    snprintf(sw, sizeof sw, "%s.scaling", where);
+    c->where = sw;
+    int rc = -1;
+    if (!cJSON_IsObject(sj))
+        vx_errf(c->err, VX_EFORMAT, "system graph: %s is not an object", sw);
+    else
+        rc = rope_scaling(c, sj, rp);
+    c->where = where;
+    return rc;
 }
 
 static int moe_plan(ctx *c, const cJSON *mo)
@@ -373,48 +388,62 @@ typedef struct gspec {
     int qkv_bias, out_bias, post_attn, post_ffn;
 } gspec;
 
-static int layer_bind(ctx *c, const gspec *g, const cJSON *lj, int i)
+/* The state a layer declares must be what its operator keeps: region `idx` named `name`,
+ * f32, per position, of shape [d0, d1]. */
+static int state_is(ctx *c, int i, const vx_layer_shape *ls, int idx, const char *name,
+                    int64_t d0, int64_t d1)
+{
+    const vx_state_region *r = idx < ls->nstate ? &ls->state[idx] : NULL;
+    if (!r || strcmp(r->name, name) != 0)
+        return vx_errf(c->err, VX_EFORMAT, "layer %d: operator '%s' keeps state region '%s' as "
+                       "region %d, which the graph does not declare", i, vx_mixer_name(ls->mixer),
+                       name, idx);
+    if (r->dtype != VX_F32 || !r->per_token || r->ndim != 2 || r->shape[0] != d0 ||
+        r->shape[1] != d1) {
+        char got[96] = "";
+        for (int d = 0; d < r->ndim; d++) {
+            size_t l = strlen(got);
+            snprintf(got + l, sizeof got - l, "%s%lld", d ? ", " : "", (long long)r->shape[d]);
+        }
+        return vx_errf(c->err, VX_EFORMAT, "layer %d: state region '%s' is declared %s [%s] %s; "
+                       "operator '%s' keeps f32 [%lld, %lld] per position", i, name,
+                       vx_dtype_name(r->dtype), got, r->per_token ? "per position" : "fixed",
+                       vx_mixer_name(ls->mixer), (long long)d0, (long long)d1);
+    }
+    return 0;
+}
+
+static int layer_bind(ctx *c, const gspec *g, int i)
 {
     eng_model *m = c->m;
     eng_layer *L = &m->layers[i];
+    const vx_layer_shape *ls = &m->shape->layer[i];
     const int H = m->hidden;
     char pre[24];
     snprintf(pre, sizeof pre, "layers.%d", i);
-    if (!cJSON_IsObject(lj))
-        return vx_errf(c->err, VX_EFORMAT, "system graph: layers[%d] is not an object", i);
-    static const char *const keys[] = {"operator", "window", "ffn", NULL};
-    for (const cJSON *v = lj->child; v; v = v->next) {
-        int ok = 0;
-        for (int k = 0; keys[k] && !ok; k++) ok = strcmp(keys[k], v->string) == 0;
-        if (!ok && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
-            return vx_errf(c->err, VX_EUNSUPPORTED, "layer %d: field '%s' is not supported by this executor",
-                           i, v->string);
+    if (ls->mixer != VX_MIXER_ATTENTION && ls->mixer != VX_MIXER_MLA)
+        return vx_errf(c->err, VX_EUNSUPPORTED, "layer %d: operator '%s' is not supported by this executor",
+                       i, vx_mixer_name(ls->mixer));
+    if (ls->channel == VX_CHANNEL_NONE)
+        return vx_errf(c->err, VX_EUNSUPPORTED, "layer %d: ffn 'none' is not supported by this executor", i);
+    L->mla = ls->mixer == VX_MIXER_MLA;
+    L->moe = ls->channel == VX_CHANNEL_MOE;
+    L->window = ls->window;
+    if (L->mla ? state_is(c, i, ls, 0, "latent", 1, (int64_t)m->kv_lora + m->qk_rope)
+               : state_is(c, i, ls, 0, "k", m->kv_heads, m->head_dim) ||
+                     state_is(c, i, ls, 1, "v", m->kv_heads, m->head_dim))
+        return -1;
+    L->rope = &m->rope;
+    const cJSON *rj = field(ls->json, "rope");
+    if (!is_null(rj)) {
+        char w[48];
+        snprintf(w, sizeof w, "layers[%d].rope", i);
+        c->where = w;
+        int rc = rope_parse(c, rj, L->mla ? m->qk_rope : m->head_dim, &L->own_rope);
+        c->where = "layers";
+        if (rc) return -1;
+        L->rope = &L->own_rope;
     }
-    const cJSON *op = field(lj, "operator"), *ffn = field(lj, "ffn"), *win = field(lj, "window");
-    if (!cJSON_IsString(op))
-        return vx_errf(c->err, VX_EFORMAT, "layer %d: attention operator is missing", i);
-    if (strcmp(op->valuestring, "softmax_attention") == 0) L->mla = 0;
-    else if (strcmp(op->valuestring, "mla") == 0) L->mla = 1;
-    else
-        return vx_errf(c->err, VX_EUNSUPPORTED,
-                       "layer %d: attention operator '%s' is not supported by this executor", i, op->valuestring);
-    if (!cJSON_IsString(ffn))
-        return vx_errf(c->err, VX_EFORMAT, "layer %d: ffn operator is missing", i);
-    if (strcmp(ffn->valuestring, "dense") == 0) L->moe = 0;
-    else if (strcmp(ffn->valuestring, "moe") == 0) L->moe = 1;
-    else
-        return vx_errf(c->err, VX_EUNSUPPORTED, "layer %d: ffn operator '%s' is not supported by this executor",
-                       i, ffn->valuestring);
-    if (!is_null(win)) {
-        if (!cJSON_IsNumber(win) || win->valuedouble < 1 || win->valuedouble > 1e9 ||
-            win->valuedouble != floor(win->valuedouble))
-            return vx_errf(c->err, VX_EFORMAT, "layer %d: window is not a positive integer", i);
-        L->window = (int)win->valuedouble;
-    }
-    if (L->mla && !m->mla_on)
-        return vx_errf(c->err, VX_EFORMAT, "layer %d: operator 'mla' but execution.mla is null", i);
-    if (L->moe && !m->experts)
-        return vx_errf(c->err, VX_EFORMAT, "layer %d: ffn 'moe' but execution.moe is null", i);
 
     char nm[160];
     snprintf(nm, sizeof nm, "%s.attn_norm", pre);
@@ -518,27 +547,18 @@ static int geometry_ok(const eng_model *m, vx_err *err)
 int eng_plan_build(eng_model *m, vx_err *err)
 {
     ctx c = {m, err, "component"};
-    const cJSON *comp = vx_component(m->c);
-    if (!comp) return vx_errf(err, VX_EMISSING, "system graph: no decoder component");
-    const cJSON *ex = sub(&c, comp, "execution", 1), *layers = field(comp, "layers");
-    if (!ex) return -1;
-    if (posint(&c, comp, "num_layers", &m->n_layers) || posint(&c, comp, "hidden_size", &m->hidden) ||
-        posint(&c, comp, "vocab_size", &m->vocab))
-        return -1;
-    if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) != m->n_layers)
-        return vx_errf(err, VX_EFORMAT, "system graph: component.layers must list %d layers",
-                       m->n_layers);
+    const vx_graph_shape *sh = vx_shape_of(m->c);
+    const cJSON *ex = sh->execution;
+    m->shape = sh;
+    m->n_layers = sh->layers;
+    m->hidden = sh->hidden;
+    m->vocab = sh->vocab;
+    m->ctx = sh->context;
     c.where = "execution";
     static const char *const keys[] = {"embedding", "norm", "attention", "mla", "ffn", "moe",
                                        "post_norms", "final_norm", "lm_head", "context_length",
                                        "special_tokens", NULL};
     if (known(&c, ex, keys)) return -1;
-    if (!is_null(field(ex, "context_length"))) {
-        if (posint(&c, ex, "context_length", &m->ctx)) return -1;
-    } else {
-        c.where = "component";
-        if (posint(&c, comp, "context_length", &m->ctx)) return -1;
-    }
     const int H = m->hidden;
 
     /* embedding */
@@ -593,8 +613,8 @@ int eng_plan_build(eng_model *m, vx_err *err)
     const cJSON *ml = sub(&c, ex, "mla", 0);
     if (!ml && !is_null(field(ex, "mla"))) return -1;
     if (ml && mla_plan(&c, ml, &g.qa_eps, &g.kva_eps)) return -1;
-    c.where = "execution.attention";
-    if (rope_plan(&c, at, m->mla_on ? m->qk_rope : m->head_dim)) return -1;
+    c.where = "execution.attention.rope";
+    if (rope_parse(&c, field(at, "rope"), m->mla_on ? m->qk_rope : m->head_dim, &m->rope)) return -1;
 
     /* ffn */
     const cJSON *fj = sub(&c, ex, "ffn", 1);
@@ -655,12 +675,12 @@ int eng_plan_build(eng_model *m, vx_err *err)
 
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
     if (!m->layers) return vx_errf(err, VX_ENOMEM, "out of memory binding %d layers", m->n_layers);
-    int i = 0;
-    for (const cJSON *lj = layers->child; lj; lj = lj->next, i++)
-        if (layer_bind(&c, &g, lj, i)) return -1;
+    c.where = "layers";
+    for (int i = 0; i < m->n_layers; i++)
+        if (layer_bind(&c, &g, i)) return -1;
     if (m->mla_on) {
         int any = 0;
-        for (i = 0; i < m->n_layers; i++) any |= m->layers[i].mla;
+        for (int i = 0; i < m->n_layers; i++) any |= m->layers[i].mla;
         if (!any) m->mla_on = 0;
     }
     return 0;
@@ -672,6 +692,7 @@ void eng_plan_free(eng_model *m)
     norm_free(&m->final_norm);
     for (int i = 0; m->layers && i < m->n_layers; i++) {
         eng_layer *L = &m->layers[i];
+        free(L->own_rope.inv_freq);
         norm_free(&L->attn_norm);
         norm_free(&L->ffn_norm);
         norm_free(&L->post_attn);

@@ -4,7 +4,8 @@
  * The residual stream is pre-norm: h += post(attn(norm(h))); h += post(ffn(norm(h))).
  * A chunk of n tokens runs as a batch (prefill: GEMM), one token as GEMV (decode). The
  * cache holds f32 keys (after rope) and values for every layer; MLA layers cache their
- * expanded per-head keys and values, so attention is one kernel for both operators.
+ * expanded per-head keys and values, so attention is one kernel for both operators. The
+ * state is allocated as each layer of the graph declares it (docs/lql/GRAPH.md).
  */
 #include <math.h>
 #include <stdio.h>
@@ -26,27 +27,34 @@ int eng_session_new(const eng_model *m, int max_ctx, eng_session **out, vx_err *
     s->m = m;
     s->max_ctx = max_ctx;
     s->kv = calloc((size_t)m->n_layers, sizeof *s->kv);
+    s->state = calloc((size_t)m->n_layers * VX_STATE_MAX, sizeof *s->state);
     int k = m->top_k > 0 ? m->top_k : 1;
     s->route_ids = malloc((size_t)m->n_layers * k * sizeof *s->route_ids);
     s->route_w = calloc((size_t)m->n_layers * k, sizeof *s->route_w);
-    if (!s->kv || !s->route_ids || !s->route_w) goto oom;
+    if (!s->kv || !s->state || !s->route_ids || !s->route_w) goto oom;
     for (int i = 0; i < m->n_layers * k; i++) s->route_ids[i] = -1;
     for (int l = 0; l < m->n_layers; l++) {
+        /* allocate what the graph declares (the plan checked it is what the operator keeps) */
+        const vx_layer_shape *ls = &m->shape->layer[l];
+        void **st = &s->state[(size_t)l * VX_STATE_MAX];
+        for (int r = 0; r < ls->nstate; r++) {
+            size_t bytes = (size_t)ls->state[r].bytes * (ls->state[r].per_token ? (size_t)max_ctx : 1);
+            if (!(st[r] = calloc(1, bytes))) goto oom;
+        }
         eng_kv *kv = &s->kv[l];
         if (m->layers[l].mla) {
             /* the latent cache: one [latent | k_rope] row per position for all heads */
             kv->kv_heads = 1;
             kv->kdim = kv->vstride = m->kv_lora + m->qk_rope;
             kv->vdim = m->kv_lora;
+            kv->k = st[0];
         } else {
             kv->kv_heads = m->kv_heads;
             kv->kdim = kv->vdim = m->head_dim;
             kv->vstride = m->kv_heads * m->head_dim;
-            kv->v = malloc((size_t)max_ctx * kv->vstride * sizeof(float));
-            if (!kv->v) goto oom;
+            kv->k = st[0];
+            kv->v = st[1];
         }
-        kv->k = malloc((size_t)max_ctx * kv->kv_heads * kv->kdim * sizeof(float));
-        if (!kv->k) goto oom;
     }
     *out = s;
     return 0;
@@ -58,10 +66,9 @@ oom:
 void eng_session_free(eng_session *s)
 {
     if (!s) return;
-    for (int l = 0; s->kv && l < s->m->n_layers; l++) {
-        free(s->kv[l].k);
-        free(s->kv[l].v);
-    }
+    for (size_t i = 0; s->state && i < (size_t)s->m->n_layers * VX_STATE_MAX; i++)
+        free(s->state[i]);
+    free(s->state);
     free(s->kv);
     free(s->route_ids);
     free(s->route_w);

@@ -39,36 +39,6 @@ static int64_t jint(const cJSON *o, const char *key, int64_t dflt)
     return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : dflt;
 }
 
-/* Geometry of the primary component, from the system graph. */
-typedef struct geom {
-    int layers, hidden, vocab, context;
-    int64_t features;            /* FFN features over all layers */
-    const cJSON *exec, *layer_ops;
-} geom;
-
-/* FFN features of layer i: dense intermediate, or experts · expert_intermediate (MoE). */
-static int64_t layer_features(const geom *g, int i)
-{
-    const cJSON *op = cJSON_GetArrayItem(g->layer_ops, i);
-    const cJSON *moe = jget(g->exec, "moe");
-    if (cJSON_IsObject(moe) && strcmp(jstr(op, "ffn", "dense"), "moe") == 0)
-        return jint(moe, "experts", 0) * jint(moe, "expert_intermediate", 0);
-    return jint(jget(g->exec, "ffn"), "intermediate", 0);
-}
-
-static void geometry(const vx_container *c, geom *g)
-{
-    const cJSON *comp = vx_component(c), *idx = vx_index_json(c);
-    memset(g, 0, sizeof *g);
-    g->layers = (int)jint(comp, "num_layers", jint(idx, "num_layers", 0));
-    g->hidden = (int)jint(comp, "hidden_size", jint(idx, "hidden_size", 0));
-    g->vocab = (int)jint(comp, "vocab_size", 0);
-    g->context = (int)jint(comp, "context_length", 0);
-    g->exec = jget(comp, "execution");
-    g->layer_ops = jget(comp, "layers");
-    for (int i = 0; i < g->layers; i++) g->features += layer_features(g, i);
-}
-
 /* Bytes of the tensors whose name starts with prefix (NULL: all). */
 static uint64_t tensor_bytes(const vx_container *c, const char *prefix)
 {
@@ -116,10 +86,9 @@ static int bind(lql_session *s, const lql_stmt *st, vx_container *c, const char 
         return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     }
     if (lql_edit_on_use(s, st, r, e) < 0) { lql_session_unbind(s); return -1; }
-    geom g;
-    geometry(c, &g);
+    const vx_graph_shape *g = vx_shape_of(c);
     lql_result_note(r, "using %s (%d layers, %d hidden, %lld features, model: %s)", path,
-                    g.layers, g.hidden, (long long)g.features, jstr(vx_index_json(c), "model", "?"));
+                    g->layers, g->hidden, (long long)g->features, jstr(vx_index_json(c), "model", "?"));
     if (vx_container_shape(c) == VX_SHAPE_BANK)
         lql_result_note(r, "bank shape: FFN banks in LYRW v2 files located by moe_manifest.json");
     if (profile) {
@@ -237,23 +206,23 @@ int lql_h_stats(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     vx_container *c = NULL;
     if (lql_session_container(s, st, &c, e) < 0) return -1;
     const cJSON *idx = vx_index_json(c);
-    geom g;
-    geometry(c, &g);
+    const vx_graph_shape *g = vx_shape_of(c);
     static const lql_colspec cols[] = {{"stat", LQL_TEXT, 0}, {"value", LQL_TEXT, 0}};
     lql_table *t = lql_result_table(r, NULL, 2, cols);
     kv(t, "model", "%s", jstr(idx, "model", "?"));
     kv(t, "family", "%s", jstr(idx, "family", "?"));
     kv(t, "version", "%d", vx_version(c));
     kv(t, "authority", "%s", jstr(idx, "authority", "?"));
-    kv(t, "layers", "%d", g.layers);
-    kv(t, "hidden", "%d", g.hidden);
-    kv(t, "vocab", "%d", g.vocab);
-    kv(t, "context", "%d", g.context);
-    const cJSON *att = jget(g.exec, "attention");
-    kv(t, "heads", "%lld (kv %lld, head dim %lld)", (long long)jint(att, "heads", 0),
-       (long long)jint(att, "kv_heads", 0), (long long)jint(att, "head_dim", 0));
-    kv(t, "ffn", "%s %s", jstr(jget(g.exec, "ffn"), "kind", "?"), jstr(jget(g.exec, "ffn"), "activation", "?"));
-    kv(t, "features", "%lld", (long long)g.features);
+    kv(t, "layers", "%d", g->layers);
+    kv(t, "hidden", "%d", g->hidden);
+    kv(t, "vocab", "%d", g->vocab);
+    kv(t, "context", "%d", g->context);
+    kv(t, "heads", "%d (kv %d, head dim %d)", g->heads, g->kv_heads, g->head_dim);
+    kv(t, "ffn", "%s %s", jstr(jget(g->execution, "ffn"), "kind", "?"),
+       jstr(jget(g->execution, "ffn"), "activation", "?"));
+    kv(t, "features", "%lld", (long long)g->features);
+    kv(t, "state", "%llu bytes per position, %llu fixed", (unsigned long long)g->state_per_token,
+       (unsigned long long)g->state_fixed);
     /* browse's view (bands with their feature counts, down-meta, gate rows) when browse
      * can open the container; otherwise the recorded bands and a note saying why not */
     brw_model *bm = NULL;
@@ -292,11 +261,10 @@ int lql_h_show_layers(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
 {
     vx_container *c = NULL;
     if (lql_session_container(s, st, &c, e) < 0) return -1;
-    geom g;
-    geometry(c, &g);
-    int lo = 0, hi = g.layers - 1;
+    const vx_graph_shape *g = vx_shape_of(c);
+    int lo = 0, hi = g->layers - 1;
     if (lql_has(st, LQL_C_LAYERS)) {
-        if (check_range(&st->layers, g.layers, e) < 0) return -1;
+        if (check_range(&st->layers, g->layers, e) < 0) return -1;
         if (!st->layers.all) { lo = st->layers.lo; hi = st->layers.hi; }
     }
     /* browse's per-layer view (band, most frequent down-meta top token, features with
@@ -321,15 +289,15 @@ int lql_h_show_layers(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
         return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     }
     for (int i = lo; i <= hi; i++) {
-        const cJSON *op = cJSON_GetArrayItem(g.layer_ops, i), *w = jget(op, "window");
+        const vx_layer_shape *L = &g->layer[i];
         char prefix[32];
         snprintf(prefix, sizeof prefix, "layers.%d.", i);
         lql_row(t);
         lql_cell_int(t, i);
-        lql_cell_text(t, jstr(op, "operator", "?"));
-        if (cJSON_IsNumber(w)) lql_cell_int(t, (int64_t)w->valuedouble); else lql_cell_null(t);
-        lql_cell_text(t, jstr(op, "ffn", "?"));
-        lql_cell_int(t, layer_features(&g, i));
+        lql_cell_text(t, vx_mixer_name(L->mixer));
+        if (L->window) lql_cell_int(t, L->window); else lql_cell_null(t);
+        lql_cell_text(t, vx_channel_name(L->channel));
+        lql_cell_int(t, L->features);
         lql_cell_int(t, (int64_t)tensor_bytes(c, prefix));
         const brw_layer_info *x = li && (size_t)(i - lo) < nli ? &li[i - lo] : NULL;
         if (!x) {
@@ -432,10 +400,11 @@ int lql_h_show_components(lql_session *s, const lql_stmt *st, lql_result *r, lql
         lql_row(t);
         lql_cell_text(t, id);
         lql_cell_text(t, jstr(comp, "role", NULL));
-        lql_cell_int(t, jint(comp, "num_layers", 0));
-        lql_cell_int(t, jint(comp, "hidden_size", 0));
-        lql_cell_int(t, jint(comp, "vocab_size", 0));
-        lql_cell_int(t, jint(comp, "context_length", 0));
+        const vx_graph_shape *g = vx_shape_component(c, id);
+        lql_cell_int(t, g ? g->layers : 0);
+        lql_cell_int(t, g ? g->hidden : 0);
+        lql_cell_int(t, g ? g->vocab : 0);
+        lql_cell_int(t, g ? g->context : 0);
         lql_cell_int(t, nobj);
         lql_cell_text(t, vx_profile(c) ? vx_profile(c) : "(baseline)");
         lql_cell_text(t, auth);

@@ -85,30 +85,23 @@ static int open_file(vx_bank *b, const char *dir, const cJSON *index, const char
 
 /* The manifest restates facts the graph owns (which layers route, expert count, top-k,
  * scoring); any disagreement is refused rather than resolved. */
-static int agree_with_graph(const vx_mlayer *L, const cJSON *component, vx_err *err)
+static int agree_with_graph(const vx_mlayer *L, const vx_graph_shape *shape, vx_err *err)
 {
-    const cJSON *exec = cJSON_GetObjectItemCaseSensitive(component, "execution");
-    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(exec, "moe");
-    const cJSON *gl = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(component, "layers"), (int)L->layer);
-    const char *ffn = vx_json_str(gl, "ffn");
+    const vx_layer_shape *gl = &shape->layer[L->layer];
+    const char *ffn = vx_channel_name(gl->channel);
     int routed = L->bank[VX_SLOT_ROUTED].present;
-    if (!ffn || strcmp(ffn, routed ? "moe" : "dense") != 0)
+    if (gl->channel != (routed ? VX_CHANNEL_MOE : VX_CHANNEL_DENSE))
         return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u has a %s, but the system graph's layer %u ffn is '%s'",
-                       L->layer, routed ? "routed_bank" : "dense_bank", L->layer, ffn ? ffn : "(none)");
+                       L->layer, routed ? "routed_bank" : "dense_bank", L->layer, ffn);
     if (!routed)
         return 0;
-    uint64_t experts = 0, top_k = 0;
-    if (vx_json_u64(cJSON_GetObjectItemCaseSensitive(moe, "experts"), &experts) < 0 ||
-        vx_json_u64(cJSON_GetObjectItemCaseSensitive(moe, "top_k"), &top_k) < 0)
-        return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u routes, but the system graph has no execution.moe",
-                       L->layer);
-    const char *scoring = vx_json_str(moe, "scoring");
-    if (experts != L->bank[VX_SLOT_ROUTED].experts)
-        return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: routed_bank experts %u disagree with the system graph's moe.experts %llu",
-                       L->layer, L->bank[VX_SLOT_ROUTED].experts, (unsigned long long)experts);
-    if (top_k != L->top_k)
-        return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: selection k %u disagrees with the system graph's moe.top_k %llu",
-                       L->layer, L->top_k, (unsigned long long)top_k);
+    const char *scoring = vx_json_str(cJSON_GetObjectItemCaseSensitive(shape->execution, "moe"), "scoring");
+    if ((uint32_t)shape->experts != L->bank[VX_SLOT_ROUTED].experts)
+        return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: routed_bank experts %u disagree with the system graph's moe.experts %d",
+                       L->layer, L->bank[VX_SLOT_ROUTED].experts, shape->experts);
+    if ((uint32_t)shape->top_k != L->top_k)
+        return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: selection k %u disagrees with the system graph's moe.top_k %d",
+                       L->layer, L->top_k, shape->top_k);
     if (L->scoring && scoring && strcmp(L->scoring, scoring) != 0)
         return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: scoring '%s' disagrees with the system graph's '%s'",
                        L->layer, L->scoring, scoring);
@@ -238,17 +231,14 @@ static int load_bank(vx_bank *b, const char *dir, const cJSON *index, const vx_m
     return 0;
 }
 
-int vx_bank_load(const char *dir, const cJSON *index, const cJSON *graph, const cJSON *component,
-                 vx_bank **out, vx_err *err)
+int vx_bank_load(const char *dir, const cJSON *index, const cJSON *graph,
+                 const vx_graph_shape *shape, vx_bank **out, vx_err *err)
 {
     *out = NULL;
     const char *rel = vx_json_str(index, "moe_manifest");
     if (!rel)
         return vx_errf(err, VX_EFORMAT, "index.json: moe_manifest is not a path string");
-    uint64_t layers;
-    if (vx_json_u64(cJSON_GetObjectItemCaseSensitive(component, "num_layers"), &layers) < 0 ||
-        layers > 65536)
-        return vx_errf(err, VX_EFORMAT, "system graph component has no usable num_layers");
+    uint64_t layers = (uint64_t)shape->layers;
     cJSON *json;
     if (vx_read_json_in(dir, rel, &json, err) < 0)
         return -1;
@@ -263,7 +253,7 @@ int vx_bank_load(const char *dir, const cJSON *index, const cJSON *graph, const 
                      b->m.object);
     for (size_t i = 0; rc == 0 && i < b->m.n; i++) {
         const vx_mlayer *L = &b->m.l[i];
-        rc = agree_with_graph(L, component, err);
+        rc = agree_with_graph(L, shape, err);
         for (int s = 0; rc == 0 && s < VX_BANK_SLOTS; s++) {
             if (L->bank[s].present)
                 rc = load_bank(b, dir, index, L, s, err);

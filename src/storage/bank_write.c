@@ -347,22 +347,16 @@ static int write_layer(importer *im, int layer, const bank_plan *p, int np)
 /* Plan and write every layer's banks. */
 static int write_banks(importer *im)
 {
-    const cJSON *comp = vx_component(im->c);
-    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(comp, "execution"), "moe");
-    uint64_t experts = 0;
-    vx_json_u64(cJSON_GetObjectItemCaseSensitive(moe, "experts"), &experts);
+    const vx_graph_shape *sh = vx_shape_of(im->c);
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s/banks", im->tmp);
     if (mkdir(dir, 0755) != 0)
         return vx_errf(im->err, VX_EIO, "bank import: cannot create '%s': %s", dir, strerror(errno));
-    int layer = 0;
-    const cJSON *gl;
-    cJSON_ArrayForEach(gl, cJSON_GetObjectItemCaseSensitive(comp, "layers")) {
-        const char *ffn = vx_json_str(gl, "ffn");
+    for (int layer = 0; layer < sh->layers; layer++) {
         bank_plan p[2];
         int np = 0, rc;
-        if (ffn && strcmp(ffn, "moe") == 0) {
-            if ((rc = plan_bank(im, layer, VX_SLOT_ROUTED, (uint32_t)experts, &p[np])) < 0)
+        if (sh->layer[layer].channel == VX_CHANNEL_MOE) {
+            if ((rc = plan_bank(im, layer, VX_SLOT_ROUTED, (uint32_t)sh->experts, &p[np])) < 0)
                 return -1;
             if (!rc)
                 return vx_errf(im->err, VX_EUNSUPPORTED,
@@ -379,7 +373,6 @@ static int write_banks(importer *im)
         }
         if (np && write_layer(im, layer, p, np) < 0)
             return -1;
-        layer++;
     }
     return 0;
 }
@@ -539,11 +532,9 @@ static const char *moe_object(const vx_container *c)
 static int import(importer *im)
 {
     const vx_container *c = im->c;
-    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(vx_component(c), "execution"), "moe");
     if (vx_container_shape(c) == VX_SHAPE_BANK)
         return vx_errf(im->err, VX_EARG, "bank import: '%s' is already a bank-shape container", im->src);
-    if (!moe || cJSON_IsNull(moe) || !(im->object = moe_object(c)))
+    if (!vx_shape_of(c)->experts || !(im->object = moe_object(c)))
         return vx_errf(im->err, VX_EUNSUPPORTED,
                        "bank import: '%s' has no routed layers (execution.moe is null); a bank container holds MoE expert banks",
                        im->src);

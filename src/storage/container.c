@@ -35,6 +35,8 @@ struct vx_container {
     vx_shape shape;
     cJSON *index, *graph;
     const cJSON *component;
+    vx_graph_shape *shapes;  /* every component validated, the primary first (graph_shape.c) */
+    size_t nshapes;
     char sha[65];
     seg *segs;
     size_t nseg, capseg;
@@ -268,16 +270,11 @@ static int build_table(vx_container *c, vx_err *err)
     return 0;
 }
 
-static const cJSON *component_of(const vx_container *c, const cJSON *obj)
+/* The shape of an object's component (the primary when it names none or an unknown one). */
+static const vx_graph_shape *component_of(const vx_container *c, const cJSON *obj)
 {
-    const char *id = vx_json_str(obj, "component");
-    const cJSON *comp;
-    cJSON_ArrayForEach(comp, cJSON_GetObjectItemCaseSensitive(c->graph, "components")) {
-        const char *cid = vx_json_str(comp, "id");
-        if (id && cid && strcmp(id, cid) == 0)
-            return comp;
-    }
-    return c->component;
+    const vx_graph_shape *s = vx_shape_component(c, vx_json_str(obj, "component"));
+    return s ? s : c->shapes;
 }
 
 /* Names the segments of an object for a closure error: "'a'" or "'a', 'b'". */
@@ -323,16 +320,10 @@ static int close_operands(const vx_container *c, vx_err *err)
                     return -1;
                 continue;
             }
-            uint64_t layers = 0;
-            const cJSON *comp = component_of(c, o);
-            if (vx_json_u64(cJSON_GetObjectItemCaseSensitive(comp, "num_layers"), &layers) < 0 ||
-                layers > 1000000)
-                return vx_errf(err, VX_EFORMAT, "object '%s': binding '%s' is per layer, but its component has no num_layers",
-                               id, key);
-            for (uint64_t i = 0; i < layers; i++) {
+            const vx_graph_shape *sh = component_of(c, o);
+            for (int i = 0; i < sh->layers; i++) {
                 char name[512];
-                snprintf(name, sizeof name, "%.*s%llu%s", (int)(tpl - key), key,
-                         (unsigned long long)i, tpl + 3);
+                snprintf(name, sizeof name, "%.*s%d%s", (int)(tpl - key), key, i, tpl + 3);
                 if (need_operand(c, id, name, err) < 0)
                     return -1;
             }
@@ -360,7 +351,7 @@ static int read_graph(vx_container *c, vx_err *err)
     }
     if (!c->component)
         return vx_errf(err, VX_EFORMAT, "%s has no components", rel);
-    return 0;
+    return vx_shapes_read(c->graph, c->component, &c->shapes, &c->nshapes, err);
 }
 
 static int read_index(vx_container *c, vx_err *err)
@@ -411,7 +402,7 @@ int vx_open_profile(const char *dir, const char *profile, const vx_select *sel, 
     }
     if (read_index(c, err) < 0 || read_graph(c, err) < 0 || map_objects(c, profile, sel, nsel, err) < 0 ||
         (c->shape == VX_SHAPE_BANK &&
-         vx_bank_load(c->dir, c->index, c->graph, c->component, &c->bank, err) < 0) ||
+         vx_bank_load(c->dir, c->index, c->graph, c->shapes, &c->bank, err) < 0) ||
         build_table(c, err) < 0 || close_operands(c, err) < 0) {
         vx_close(c);
         return -1;
@@ -432,6 +423,7 @@ void vx_close(vx_container *c)
     }
     free(c->segs);
     vx_bank_free(c->bank);
+    vx_shapes_free(c->shapes, c->nshapes);
     free(c->t);
     free(c->tsha);
     free(c->checked);
@@ -450,6 +442,20 @@ const vx_bank *vx_container_bank(const vx_container *c) { return c->bank; }
 const cJSON *vx_index_json(const vx_container *c) { return c->index; }
 const cJSON *vx_graph_json(const vx_container *c) { return c->graph; }
 const cJSON *vx_component(const vx_container *c) { return c->component; }
+const vx_graph_shape *vx_shape_of(const vx_container *c) { return c->shapes; }
+size_t vx_shape_count(const vx_container *c) { return c->nshapes; }
+
+const vx_graph_shape *vx_shape_at(const vx_container *c, size_t i)
+{
+    return i < c->nshapes ? &c->shapes[i] : NULL;
+}
+
+const vx_graph_shape *vx_shape_component(const vx_container *c, const char *id)
+{
+    for (size_t i = 0; id && i < c->nshapes; i++)
+        if (c->shapes[i].id && strcmp(c->shapes[i].id, id) == 0) return &c->shapes[i];
+    return id ? NULL : c->shapes;
+}
 const char *vx_index_sha256(const vx_container *c) { return c->sha; }
 const char *vx_profile(const vx_container *c) { return c->profile; }
 

@@ -544,7 +544,7 @@ static int encode(const char *hf_dir, const char *out_dir, const vx_encode_opts 
     }
     index = make_index(&plan, model, src, opts);
     graph = cJSON_CreateObject();
-    cJSON_AddNumberToObject(graph, "schema", 6);
+    cJSON_AddNumberToObject(graph, "schema", VX_GRAPH_SCHEMA);
     cJSON *comps = cJSON_AddArrayToObject(graph, "components");
     cJSON_AddItemToArray(comps, plan.component);
     plan.component = NULL;

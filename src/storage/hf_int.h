@@ -87,6 +87,9 @@ int hf_rope_keys(judge *j, arch *a);
 int hf_model_dtype(judge *j, vx_dtype *out);
 int hf_special_tokens(judge *j, const cJSON *gen, int vocab, cJSON *st);
 int hf_adds_bos(const cJSON *tok, const cJSON *tokcfg);
+/* Append one declared state region {name, dtype, shape, per_token} to a layer's list. */
+void hf_state_region(cJSON *state, const char *name, const char *dtype, int per_token, int ndim,
+                     const int64_t *shape);
 /* The component JSON for a (consumes a->rope_scaling and special). */
 cJSON *hf_emit(const arch *a, cJSON *special);
 

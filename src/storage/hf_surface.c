@@ -200,6 +200,33 @@ int hf_adds_bos(const cJSON *tok, const cJSON *tokcfg)
     return cJSON_IsTrue(ab);
 }
 
+/* Append one declared state region (docs/lql/GRAPH.md) to a layer's state list. */
+void hf_state_region(cJSON *state, const char *name, const char *dtype, int per_token, int ndim,
+                     const int64_t *shape)
+{
+    cJSON *r = cJSON_CreateObject(), *sh = cJSON_CreateArray();
+    cJSON_AddStringToObject(r, "name", name);
+    cJSON_AddStringToObject(r, "dtype", dtype);
+    for (int d = 0; d < ndim; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)shape[d]));
+    cJSON_AddItemToObject(r, "shape", sh);
+    cJSON_AddBoolToObject(r, "per_token", per_token);
+    cJSON_AddItemToArray(state, r);
+}
+
+/* Attention's continuation state: f32 keys (after rope) and values per position; MLA
+ * caches one [latent | k_rope] row per position for all heads. */
+static void attention_state(cJSON *state, const arch *a)
+{
+    if (a->mla) {
+        const int64_t lat[] = {1, (int64_t)a->kv_lora + a->rope_dim};
+        hf_state_region(state, "latent", "f32", 1, 2, lat);
+        return;
+    }
+    const int64_t kv[] = {a->kv_heads, a->head_dim};
+    hf_state_region(state, "k", "f32", 1, 2, kv);
+    hf_state_region(state, "v", "f32", 1, 2, kv);
+}
+
 /* Emit the component JSON for the arch (consumes a->rope_scaling). */
 cJSON *hf_emit(const arch *a, cJSON *special)
 {
@@ -301,6 +328,7 @@ cJSON *hf_emit(const arch *a, cJSON *special)
         cJSON_AddStringToObject(l, "operator", a->mla ? "mla" : "softmax_attention");
         cJSON_AddItemToObject(l, "window", num_or_null(a->window[i], a->window[i] != 0));
         cJSON_AddStringToObject(l, "ffn", a->moe[i] ? "moe" : "dense");
+        attention_state(cJSON_AddArrayToObject(l, "state"), a);
         cJSON_AddItemToArray(ls, l);
     }
     return c;

@@ -7,8 +7,8 @@
  *   1. <dir>/index.json         sole root authority; "version" (3–4) is the only
  *                               generation discriminator and is checked before any
  *                               other byte is read.
- *   2. <dir>/system_graph.json  SystemGraph schema 6: components (with the execution
- *                               surface and explicit per-layer operators), logical
+ *   2. <dir>/system_graph.json  SystemGraph schema 7: components (with the execution
+ *                               surface and explicit per-layer operators and state), logical
  *                               objects, edges.
  *   3. <dir>/segments/<object>.bin
  *                               [u64 LE header length][header JSON, space padded so the
@@ -178,6 +178,73 @@ const cJSON *vx_index_json(const vx_container *c);   /* parsed index.json (owned
 const cJSON *vx_graph_json(const vx_container *c);   /* parsed system_graph.json, or NULL */
 /* The primary (decoder) component of the graph, or NULL. */
 const cJSON *vx_component(const vx_container *c);
+/* ---------------------------------------------------------------- the typed graph shape
+ *
+ * The system graph validated once at open (docs/lql/GRAPH.md): per component its
+ * geometry, and per layer its token mixer, its channel mixer and the continuation state
+ * it declares. Every reader of num_layers, widths and layer kinds reads this, never the
+ * JSON. Operator facts beyond geometry (norms, rope, routing details) stay in the
+ * component's `execution` surface, which the engine's plan validates when it binds. */
+typedef enum vx_mixer {          /* token mixer: layers[i].operator */
+    VX_MIXER_ATTENTION = 1,      /* "softmax_attention" */
+    VX_MIXER_MLA,                /* "mla" */
+    VX_MIXER_DELTANET,           /* "gated_deltanet" */
+    VX_MIXER_MAMBA2              /* "mamba2" */
+} vx_mixer;
+typedef enum vx_channel {        /* channel mixer: layers[i].ffn */
+    VX_CHANNEL_NONE = 0,         /* "none" */
+    VX_CHANNEL_DENSE,            /* "dense" */
+    VX_CHANNEL_MOE               /* "moe" */
+} vx_channel;
+const char *vx_mixer_name(vx_mixer k);
+const char *vx_channel_name(vx_channel k);
+
+#define VX_STATE_MAX 4           /* state regions per layer */
+#define VX_STATE_DIMS 4
+/* One declared continuation-state region: per_token regions grow by one `shape` per
+ * position (KV rows, MLA latent), fixed regions are allocated once (conv window,
+ * recurrent matrix). bytes: of one position when per_token, of the whole region if not. */
+typedef struct vx_state_region {
+    char name[24];
+    vx_dtype dtype;
+    int ndim;
+    int64_t shape[VX_STATE_DIMS];
+    int per_token;
+    uint64_t elems, bytes;
+} vx_state_region;
+
+typedef struct vx_layer_shape {
+    vx_mixer mixer;
+    vx_channel channel;
+    int window;                  /* attention window W (key j visible iff i-W < j <= i); 0: none */
+    int64_t features;            /* channel features: intermediate, experts x expert_intermediate, 0 */
+    int nstate;
+    vx_state_region state[VX_STATE_MAX];
+    uint64_t state_per_token, state_fixed;   /* bytes: per position, and once */
+    const cJSON *json;           /* layers[i] (its per-layer operator facts, e.g. rope) */
+} vx_layer_shape;
+
+typedef struct vx_graph_shape {
+    const char *id, *role;       /* the component's */
+    int layers, hidden, vocab, context;
+    /* widths from the execution surface; 0 when its section is null */
+    int heads, kv_heads, head_dim;          /* execution.attention */
+    int intermediate;                       /* execution.ffn */
+    int experts, top_k, expert_intermediate; /* execution.moe */
+    int64_t features;            /* channel features over all layers */
+    uint64_t state_per_token, state_fixed;
+    vx_layer_shape *layer;       /* [layers] */
+    const cJSON *component, *execution;
+} vx_graph_shape;
+
+/* The primary component's shape (never NULL for an open container). */
+const vx_graph_shape *vx_shape_of(const vx_container *c);
+/* The shape of a component by id (NULL: the primary), or NULL when there is none. */
+const vx_graph_shape *vx_shape_component(const vx_container *c, const char *id);
+/* Components in graph order. */
+size_t vx_shape_count(const vx_container *c);
+const vx_graph_shape *vx_shape_at(const vx_container *c, size_t i);
+
 /* sha256 (64 hex chars) of index.json's bytes: the identity a journal is keyed to. */
 const char *vx_index_sha256(const vx_container *c);
 

@@ -31,7 +31,7 @@ int vx_sha256_mapped(vx_sha256_ctx *ctx, const void *p, uint64_t n, int release,
 /* ---- JSON files (index.c) ---- */
 #define VX_VERSION_MIN 3          /* index.json versions this reader accepts (VINDEX3) */
 #define VX_VERSION_MAX 4
-#define VX_GRAPH_SCHEMA 6         /* system_graph.json schema */
+#define VX_GRAPH_SCHEMA 7         /* system_graph.json schema */
 
 /* Read a whole regular file of at most 64 MiB into a NUL-terminated malloc'd buffer
  * (*out, caller frees). `label` names it in errors ("index.json"). */
@@ -207,8 +207,13 @@ typedef struct vx_bank vx_bank;
  * through lyrw.c, byte count checked against index.json `segments`), the capability
  * check of each bank's programme, and one vx_tensor view per (layer, bank, entry, role)
  * named as docs/lql/CONTAINER.md names the operand. On failure *out is NULL. */
-int vx_bank_load(const char *dir, const cJSON *index, const cJSON *graph, const cJSON *component,
-                 vx_bank **out, vx_err *err);
+/* Validate every component of the graph into typed shapes, the primary first
+ * (graph_shape.c); *out is freed with vx_shapes_free. */
+int vx_shapes_read(const cJSON *graph, const cJSON *primary, vx_graph_shape **out, size_t *n,
+                   vx_err *err);
+void vx_shapes_free(vx_graph_shape *s, size_t n);
+int vx_bank_load(const char *dir, const cJSON *index, const cJSON *graph,
+                 const vx_graph_shape *shape, vx_bank **out, vx_err *err);
 void vx_bank_free(vx_bank *b);
 size_t vx_bank_tensor_count(const vx_bank *b);
 const vx_tensor *vx_bank_tensor_at(const vx_bank *b, size_t i);

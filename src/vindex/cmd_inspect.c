@@ -171,9 +171,13 @@ VINDEX_HANDLER(inspect)
         cJSON *cj = cJSON_AddObjectToObject(doc, "component");
         cJSON_AddStringToObject(cj, "id", str(comp, "id", ""));
         cJSON_AddStringToObject(cj, "role", str(comp, "role", ""));
-        static const char *keys[] = {"num_layers", "hidden_size", "vocab_size", "context_length"};
-        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
-            cJSON_AddNumberToObject(cj, keys[k], num(comp, keys[k]));
+        const vx_graph_shape *g = vx_shape_of(c);
+        cJSON_AddNumberToObject(cj, "num_layers", g->layers);
+        cJSON_AddNumberToObject(cj, "hidden_size", g->hidden);
+        cJSON_AddNumberToObject(cj, "vocab_size", g->vocab);
+        cJSON_AddNumberToObject(cj, "context_length", g->context);
+        cJSON_AddNumberToObject(cj, "state_bytes_per_position", (double)g->state_per_token);
+        cJSON_AddNumberToObject(cj, "state_bytes_fixed", (double)g->state_fixed);
         cJSON *objs = cJSON_AddArrayToObject(doc, "representations");
         for (size_t i = 0; i < n; i++) {
             cJSON *r = cJSON_CreateObject();
@@ -215,9 +219,11 @@ VINDEX_HANDLER(inspect)
            vx_container_shape(c) == VX_SHAPE_BANK ? "bank" : "graph", str(ix, "authority", "?"));
     printf("model      %s (family %s)\n", str(ix, "model", "?"), str(ix, "family", "?"));
     printf("index      sha256 %s\n", vx_index_sha256(c));
-    printf("%-10s %s: %.0f layers, hidden %.0f, vocab %.0f, context %.0f\n", str(comp, "role", "component"),
-           str(comp, "id", "?"), num(comp, "num_layers"), num(comp, "hidden_size"),
-           num(comp, "vocab_size"), num(comp, "context_length"));
+    const vx_graph_shape *g = vx_shape_of(c);
+    printf("%-10s %s: %d layers, hidden %d, vocab %d, context %d\n", str(comp, "role", "component"),
+           str(comp, "id", "?"), g->layers, g->hidden, g->vocab, g->context);
+    printf("state      %llu bytes per position, %llu fixed\n",
+           (unsigned long long)g->state_per_token, (unsigned long long)g->state_fixed);
     if (att)
         printf("attention  %.0f heads, %.0f kv heads, head_dim %.0f%s\n", num(att, "heads"),
                num(att, "kv_heads"), num(att, "head_dim"),

@@ -91,9 +91,9 @@ int main(void)
     brw_part p1[3] = {{&g[1], NULL, 0, 77, NULL, NULL}, {&g[2], NULL, 77, 77, NULL, NULL},
                       {&g[3], NULL, 154, 77, NULL, NULL}};
     brw_part p2 = {&g[4], NULL, 0, 5, NULL, NULL};
-    brw_layer layers[3] = {{1, &p0, 1000, g[0].nbytes, 0},
-                           {3, p1, 231, g[1].nbytes * 3, 0},
-                           {1, &p2, 5, g[4].nbytes, 0}};
+    brw_layer layers[3] = {{1, &p0, 1000, g[0].nbytes, 0, NULL},
+                           {3, p1, 231, g[1].nbytes * 3, 0, NULL},
+                           {1, &p2, 5, g[4].nbytes, 0, NULL}};
     brw_model m;
     memset(&m, 0, sizeof m);
     m.s.layers = 3;

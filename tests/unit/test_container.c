@@ -87,8 +87,13 @@ static void test_version3_and_templates(void)
     CHECK(vx_open(f.dir, &c, &err) == 0);
     CHECK(c && vx_version(c) == 3);
     vx_close(c);
-    /* A third layer in num_layers makes the template demand layers.2.* */
-    fx_set_num(cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, "components"), 0), "num_layers", 3);
+    /* A third layer makes the template demand layers.2.* */
+    cJSON *comp = cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, "components"), 0);
+    fx_set_num(comp, "num_layers", 3);
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "system graph: component.layers must list 3 layers");
+    cJSON *ls = cJSON_GetObjectItem(comp, "layers");
+    cJSON_AddItemToArray(ls, cJSON_Duplicate(cJSON_GetArrayItem(ls, 0), 1));
     fx_write(&f);
     CHECK_STR(fx_open_err(&f),
               "missing operand 'layers.2.attn.q_proj' (object 'target.decoder_stack', layer 2): "

@@ -104,6 +104,10 @@ static inline void fx_set_num(cJSON *obj, const char *key, double v)
     cJSON_ReplaceItemInObject(obj, key, cJSON_CreateNumber(v));
 }
 
+/* a layer's declared state: f32 keys and values of 2 heads x 4 per position */
+#define FX_KV "\"state\": [{\"name\": \"k\", \"dtype\": \"f32\", \"shape\": [2, 4], \"per_token\": true}," \
+    " {\"name\": \"v\", \"dtype\": \"f32\", \"shape\": [2, 4], \"per_token\": true}]"
+
 static inline void fx_init(fx *f)
 {
     memset(f, 0, sizeof *f);
@@ -113,12 +117,14 @@ static inline void fx_init(fx *f)
         abort();
     f->tensor_sha = 1;
     f->graph = cJSON_Parse(
-        "{\"schema\": 6, \"future_field\": {\"kept\": true},"
+        "{\"schema\": 7, \"future_field\": {\"kept\": true},"
         " \"components\": [{\"id\": \"target\", \"role\": \"decoder\", \"num_layers\": 2,"
         "   \"hidden_size\": 8, \"vocab_size\": 16, \"context_length\": 32,"
-        "   \"execution\": {\"embedding\": {\"scale\": 1.0, \"positions\": null}},"
-        "   \"layers\": [{\"operator\": \"softmax_attention\", \"window\": null, \"ffn\": \"dense\"},"
-        "                {\"operator\": \"softmax_attention\", \"window\": null, \"ffn\": \"dense\"}]}],"
+        "   \"execution\": {\"embedding\": {\"scale\": 1.0, \"positions\": null},"
+        "     \"attention\": {\"heads\": 2, \"kv_heads\": 2, \"head_dim\": 4},"
+        "     \"ffn\": {\"intermediate\": 16}},"
+        "   \"layers\": [{\"operator\": \"softmax_attention\", \"window\": null, \"ffn\": \"dense\", " FX_KV "},"
+        "                {\"operator\": \"softmax_attention\", \"window\": null, \"ffn\": \"dense\", " FX_KV "}]}],"
         " \"objects\": ["
         "  {\"id\": \"target.embedding\", \"component\": \"target\", \"kind\": \"embedding\","
         "   \"source_bindings\": {}, \"representations\": [\"target.embedding.f32\"]},"

@@ -102,12 +102,12 @@ static void test_graph(void)
     fresh();
     fx_set_num(f.graph, "schema", 5);
     fx_write(&f);
-    CHECK_STR(fx_open_err(&f), "system_graph.json schema 5 is not supported; this lql reads schema 6");
+    CHECK_STR(fx_open_err(&f), "system_graph.json schema 5 is not supported; this lql reads schema 7");
     done();
 
     fresh();
     fx_write(&f);
-    put_text("system_graph.json", "{\"schema\": 6, \"components\": [}");
+    put_text("system_graph.json", "{\"schema\": 7, \"components\": [}");
     CHECK_STR(fx_open_err(&f), "system_graph.json: malformed json at line 1:30");
     done();
 

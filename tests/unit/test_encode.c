@@ -261,7 +261,7 @@ static void tinyllama(void)
 
     const cJSON *x, *ls;
     cJSON *g = graph("tiny.vindex3", &x, &ls);
-    CHECK(jnum(g, "schema") == 6);
+    CHECK(jnum(g, "schema") == 7);
     CHECK_STR(js(g, "components.0.id"), "target");
     CHECK_STR(js(g, "components.0.role"), "decoder");
     CHECK(jnum(g, "components.0.vocab_size") == 4096 && jnum(g, "components.0.context_length") == 256);

@@ -92,12 +92,43 @@ static void e_geometry(cJSON *c)
     cJSON_ReplaceItemInObject(a, "kv_heads", cJSON_CreateNumber(3));
 }
 
+static cJSON *state0(cJSON *c)
+{
+    return cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "layers"), 0), "state"), 0);
+}
+static void e_state_shape(cJSON *c)
+{
+    cJSON *sh = cJSON_GetObjectItem(state0(c), "shape");
+    cJSON_ReplaceItemInArray(sh, 1, cJSON_CreateNumber(8));
+}
+static void e_state_fixed(cJSON *c)
+{
+    cJSON_ReplaceItemInObject(state0(c), "per_token", cJSON_CreateFalse());
+}
+static void e_state_gone(cJSON *c)
+{
+    cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "layers"), 2), "state");
+}
+static void e_state_dtype(cJSON *c)
+{
+    cJSON_ReplaceItemInObject(state0(c), "dtype", cJSON_CreateString("q8_0"));
+}
+static void e_state_field(cJSON *c)
+{
+    cJSON_AddStringToObject(state0(c), "layout", "paged");
+}
+static void e_mamba_section(cJSON *c)
+{
+    cJSON *l = cJSON_GetArrayItem(cJSON_GetObjectItem(c, "layers"), 1);
+    cJSON_ReplaceItemInObject(l, "operator", cJSON_CreateString("mamba2"));
+}
 static void e_hidden(cJSON *c)
 {
     cJSON_ReplaceItemInObject(c, "hidden_size", cJSON_CreateNumber(100000));
 }
 
-static void refuse(const char *base, graph_edit ed, const char *want)
+/* Refused by the typed graph shape at open (open_fails) or by the plan at bind. */
+static void refuse_at(const char *base, graph_edit ed, int open_fails, const char *want)
 {
     static int k;
     char dir[4200], cmd[9000], gp[4300];
@@ -115,6 +146,11 @@ static void refuse(const char *base, graph_edit ed, const char *want)
     eng_model *m = NULL;
     vx_err err = {0};
     int rc = vx_open(dir, &c, &err);
+    if (open_fails) {
+        CHECK(rc == -1 && c == NULL);
+        CHECK_STR(err.msg, want);
+        return;
+    }
     CHECK_MSG(rc == 0, "open: %s", err.msg);
     if (rc) return;
     CHECK(eng_model_bind(c, &m, &err) == -1 && m == NULL);
@@ -122,11 +158,18 @@ static void refuse(const char *base, graph_edit ed, const char *want)
     vx_close(c);
 }
 
+static void refuse(const char *base, graph_edit ed, const char *want)
+{
+    refuse_at(base, ed, 0, want);
+}
+
 static void test_refusals(const char *gqa)
 {
-    refuse(gqa, e_operator, "layer 1: attention operator 'linear_attention' is not supported by this executor");
-    refuse(gqa, e_ffn, "layer 2: ffn operator 'hyper' is not supported by this executor");
-    refuse(gqa, e_layer_field, "layer 0: field 'cross_attention' is not supported by this executor");
+    refuse_at(gqa, e_operator, 1, "layer 1: operator 'linear_attention' is not a token mixer this "
+              "executor knows (softmax_attention, mla, gated_deltanet, mamba2)");
+    refuse_at(gqa, e_ffn, 1, "layer 2: ffn operator 'hyper' is not a channel mixer this executor "
+              "knows (dense, moe, none)");
+    refuse_at(gqa, e_layer_field, 1, "layer 0: field 'cross_attention' is not supported by this executor");
     refuse(gqa, e_norm, "system graph: execution.norm.kind 'scale' is not supported by this executor");
     refuse(gqa, e_field, "system graph: execution field 'alibi' is not supported by this executor");
     refuse(gqa, e_yarn, "system graph: execution.attention.rope.scaling.type 'yarn' is not supported by this executor");
@@ -134,7 +177,15 @@ static void test_refusals(const char *gqa)
     refuse(gqa, e_bias, "layer 0: operand 'layers.0.attn.q_proj.bias' of target.decoder_stack is missing");
     refuse(gqa, e_heads, "layer 0: operand 'layers.0.attn.q_proj' of target.decoder_stack has "
                          "shape [64, 64], expected [128, 64]");
-    refuse(gqa, e_moe, "layer 0: ffn 'moe' but execution.moe is null");
+    refuse_at(gqa, e_moe, 1, "layer 0: ffn 'moe' but execution.moe is null");
+    refuse(gqa, e_state_shape, "layer 0: state region 'k' is declared f32 [2, 8] per position; "
+                               "operator 'softmax_attention' keeps f32 [2, 16] per position");
+    refuse(gqa, e_state_fixed, "layer 0: state region 'k' is declared f32 [2, 16] fixed; "
+                               "operator 'softmax_attention' keeps f32 [2, 16] per position");
+    refuse_at(gqa, e_state_gone, 1, "layer 2: state is missing or not a list of regions");
+    refuse_at(gqa, e_state_dtype, 1, "layer 0: state region 'k' dtype 'q8_0' is not f32, f16 or bf16");
+    refuse_at(gqa, e_state_field, 1, "layer 0: state[0] field 'layout' is not known to this reader");
+    refuse_at(gqa, e_mamba_section, 1, "layer 1: operator 'mamba2' but execution.mamba2 is null");
     refuse(gqa, e_geometry, "system graph: 4 heads is not a multiple of 3 kv heads");
     refuse(gqa, e_hidden, "system graph: hidden_size = 100000 exceeds the engine's limit 65536");
 }
