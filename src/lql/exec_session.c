@@ -281,9 +281,10 @@ int lql_h_show_layers(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
     }
     static const lql_colspec cols[] = {{"layer", LQL_INT, 0}, {"operator", LQL_TEXT, 0},
         {"window", LQL_INT, 0}, {"ffn", LQL_TEXT, 0}, {"features", LQL_INT, 0},
+        {"state", LQL_TEXT, 0}, {"state_per_pos", LQL_INT, 0}, {"state_fixed", LQL_INT, 0},
         {"bytes", LQL_INT, 0}, {"band", LQL_TEXT, 0}, {"top_token", LQL_TEXT, 0},
         {"top_count", LQL_INT, 0}, {"with_meta", LQL_INT, 0}, {"gate_dtype", LQL_TEXT, 0}};
-    lql_table *t = lql_result_table(r, NULL, 11, cols);
+    lql_table *t = lql_result_table(r, NULL, 14, cols);
     if (!t) {
         free(li);
         return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
@@ -298,6 +299,14 @@ int lql_h_show_layers(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
         if (L->window) lql_cell_int(t, L->window); else lql_cell_null(t);
         lql_cell_text(t, vx_channel_name(L->channel));
         lql_cell_int(t, L->features);
+        char regions[128] = "";
+        for (int k = 0; k < L->nstate; k++) {
+            size_t at = strlen(regions);
+            snprintf(regions + at, sizeof regions - at, "%s%s", k ? "," : "", L->state[k].name);
+        }
+        lql_cell_text(t, regions);
+        lql_cell_int(t, (int64_t)L->state_per_token);
+        lql_cell_int(t, (int64_t)L->state_fixed);
         lql_cell_int(t, (int64_t)tensor_bytes(c, prefix));
         const brw_layer_info *x = li && (size_t)(i - lo) < nli ? &li[i - lo] : NULL;
         if (!x) {

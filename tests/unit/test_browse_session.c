@@ -73,7 +73,7 @@ int main(void)
         /* layer 0 lost feature 5 to the DELETE: 767 with down-meta */
         CHECK_HAS(out, "band\ttop_token\ttop_count\twith_meta\tgate_dtype");
         CHECK_HAS(out, "\tsyntax\t");
-        CHECK_HAS(out, "0\tsoftmax_attention\t\tdense\t768\t3147776\tsyntax\t.\"\t12\t767\tf32");
+        CHECK_HAS(out, "0\tsoftmax_attention\t\tdense\t768\tk,v\t1024\t0\t3147776\tsyntax\t.\"\t12\t767\tf32");
     }
     free(out);
     out = run(s, "STATS;");
@@ -84,6 +84,8 @@ int main(void)
         CHECK_HAS(out, "syntax\tlayers 0-0, 768 features");
         CHECK_HAS(out, "knowledge\tlayers 1-2, 1536 features");
         CHECK_HAS(out, "output\tlayers 3-3, 768 features");
+        /* 4 layers x f32 k and v of 4 kv heads x 32 */
+        CHECK_HAS(out, "state\t4096 bytes per position, 0 fixed");
     }
     free(out);
     lql_session_free(s);

@@ -214,9 +214,76 @@ static void test_verify(void)
     fx_free(&f);
 }
 
+/* The typed graph shape: docs/lql/GRAPH.md's worked example (attention with its own rope,
+ * Gated DeltaNet with MoE, Mamba2 without a channel mixer) read at open. */
+static void test_graph_shape(void)
+{
+    fx f;
+    fx_init(&f);
+    cJSON *comp = cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, "components"), 0);
+    cJSON *ex = cJSON_GetObjectItem(comp, "execution");
+    cJSON_AddItemToObject(ex, "moe", cJSON_Parse("{\"experts\": 4, \"top_k\": 2, \"expert_intermediate\": 8}"));
+    cJSON_AddItemToObject(ex, "gated_deltanet", cJSON_CreateObject());
+    cJSON_AddItemToObject(ex, "mamba2", cJSON_CreateObject());
+    fx_set_num(comp, "num_layers", 3);
+    cJSON_ReplaceItemInObject(comp, "layers", cJSON_Parse(
+        "[{\"operator\": \"softmax_attention\", \"window\": 8, \"ffn\": \"dense\","
+        "  \"rope\": {\"style\": \"rotate_half\", \"theta\": 10000.0, \"rotary_dim\": 4, \"scaling\": null},"
+        "  \"state\": [{\"name\": \"k\", \"dtype\": \"f32\", \"shape\": [2, 16], \"per_token\": true},"
+        "            {\"name\": \"v\", \"dtype\": \"f32\", \"shape\": [2, 16], \"per_token\": true}]},"
+        " {\"operator\": \"gated_deltanet\", \"window\": null, \"ffn\": \"moe\", \"rope\": null,"
+        "  \"state\": [{\"name\": \"conv\", \"dtype\": \"f32\", \"shape\": [3, 128], \"per_token\": false},"
+        "            {\"name\": \"recurrent\", \"dtype\": \"f32\", \"shape\": [4, 16, 24], \"per_token\": false}]},"
+        " {\"operator\": \"mamba2\", \"window\": null, \"ffn\": \"none\", \"rope\": null,"
+        "  \"state\": [{\"name\": \"conv\", \"dtype\": \"f32\", \"shape\": [3, 160], \"per_token\": false},"
+        "            {\"name\": \"ssm\", \"dtype\": \"bf16\", \"shape\": [8, 16, 16], \"per_token\": false}]}]"));
+    fx_write(&f);
+    vx_container *c = NULL;
+    vx_err err = {0};
+    CHECK_MSG(vx_open(f.dir, &c, &err) == 0, "%s", err.msg);
+    const vx_graph_shape *g = c ? vx_shape_of(c) : NULL;
+    CHECK(g && vx_shape_count(c) == 1 && vx_shape_component(c, "target") == g &&
+          vx_shape_component(c, NULL) == g && !vx_shape_component(c, "mtp"));
+    if (g) {
+        CHECK(g->layers == 3 && g->hidden == 8 && g->vocab == 16 && g->context == 32);
+        CHECK(g->heads == 2 && g->kv_heads == 2 && g->head_dim == 4 && g->intermediate == 16);
+        CHECK(g->experts == 4 && g->top_k == 2 && g->expert_intermediate == 8);
+        CHECK(g->layer[0].mixer == VX_MIXER_ATTENTION && g->layer[0].channel == VX_CHANNEL_DENSE &&
+              g->layer[0].window == 8 && g->layer[0].features == 16);
+        CHECK(g->layer[1].mixer == VX_MIXER_DELTANET && g->layer[1].channel == VX_CHANNEL_MOE &&
+              g->layer[1].features == 32 && g->layer[1].nstate == 2);
+        CHECK(g->layer[2].mixer == VX_MIXER_MAMBA2 && g->layer[2].channel == VX_CHANNEL_NONE &&
+              g->layer[2].features == 0);
+        CHECK(g->layer[0].state_per_token == 256 && g->layer[0].state_fixed == 0);
+        CHECK(g->layer[1].state_per_token == 0 && g->layer[1].state_fixed == 7680);
+        /* bf16 ssm: 8·16·16·2 */
+        CHECK(g->layer[2].state_fixed == 1920 + 4096 && g->layer[2].state[1].dtype == VX_BF16 &&
+              g->layer[2].state[1].ndim == 3 && g->layer[2].state[1].elems == 2048);
+        CHECK(g->state_per_token == 256 && g->state_fixed == 7680 + 6016 && g->features == 48);
+        CHECK_STR(vx_mixer_name(g->layer[1].mixer), "gated_deltanet");
+        CHECK_STR(vx_channel_name(g->layer[2].channel), "none");
+    }
+    vx_close(c);
+    /* a window on a recurrent layer, a region declared twice, too many regions */
+    cJSON *l2 = cJSON_GetArrayItem(cJSON_GetObjectItem(comp, "layers"), 2);
+    cJSON_ReplaceItemInObject(l2, "window", cJSON_CreateNumber(4));
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "layer 2: a window on operator 'mamba2', which does not attend");
+    cJSON_ReplaceItemInObject(l2, "window", cJSON_CreateNull());
+    cJSON *st = cJSON_GetObjectItem(l2, "state");
+    cJSON_AddItemToArray(st, cJSON_Duplicate(cJSON_GetArrayItem(st, 0), 1));
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "layer 2: state region 'conv' is declared twice");
+    for (int i = 0; i < 3; i++) cJSON_AddItemToArray(st, cJSON_Duplicate(cJSON_GetArrayItem(st, 0), 1));
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "layer 2: 6 state regions (at most 4)");
+    fx_free(&f);
+}
+
 int main(void)
 {
     test_open();
+    test_graph_shape();
     test_version3_and_templates();
     test_verify();
     return T_DONE();
