@@ -111,6 +111,21 @@ static void load_cols(dm_worker *w, const dm_chunk *ch)
     const brw_shape *s = w->x->s;
     const vx_tensor *dn = ch->part->down;
     int H = s->hidden;
+    unsigned be = 1, bb = 0;
+    if (vx_quant_block(dn->dtype, &be, &bb) == 0) {
+        /* a block codec with source authority (MXFP4 experts): decode the blocks covering
+         * the chunk's features of each row */
+        size_t b0 = (size_t)ch->f0 / be, b1 = ((size_t)ch->f0 + (size_t)ch->nb + be - 1) / be;
+        size_t rb = (size_t)ch->part->rows / be * bb, skip = (size_t)ch->f0 - b0 * be;
+        float buf[FC + 256];
+        for (int h = 0; h < H; h++) {
+            vx_dequantize_row(dn->dtype, (const uint8_t *)dn->data + (size_t)h * rb + b0 * bb, buf,
+                              (b1 - b0) * be);
+            for (int j = 0; j < ch->nb; j++)
+                w->dcol[(size_t)j * (size_t)H + (size_t)h] = buf[skip + (size_t)j];
+        }
+        return;
+    }
     size_t esz = dn->dtype == VX_F32 ? 4 : 2;
     float tmp[FC];
     for (int h = 0; h < H; h++) {
@@ -517,13 +532,22 @@ int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
         vx_close(c);
         return -1;
     }
-    /* down-meta describes the canonical weights: the columns are read as f32/f16/bf16
-     * (browse accepts block-quantised FFN rows, which only a derived representation has) */
+    /* down-meta describes the canonical weights: the columns are read as f32/f16/bf16, or
+     * as a block codec only when the stack's representation has source authority (GPT-OSS
+     * experts as the checkpoint packs them); a quantised derivation is not the model */
     int rc = -1;
+    const char *rid = vx_bound_representation(c, "target.decoder_stack");
+    const cJSON *fid = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(vx_index_json(c),
+                                                                          "representations"),
+                                         rid ? rid : ""), "fidelity");
+    int canonical = cJSON_IsString(fid) && strncmp(fid->valuestring, "source-", 7) == 0;
+    unsigned be, bb;
     for (int l = 0; l < s.layers; l++)
         for (int p = 0; p < s.layer[l].n_parts; p++) {
             const vx_tensor *dn = s.layer[l].parts[p].down;
-            if (dn->dtype != VX_F32 && dn->dtype != VX_F16 && dn->dtype != VX_BF16) {
+            if (dn->dtype != VX_F32 && dn->dtype != VX_F16 && dn->dtype != VX_BF16 &&
+                !(canonical && vx_quant_block(dn->dtype, &be, &bb) == 0 && FC % be == 0)) {
                 vx_errf(err, VX_EUNSUPPORTED, "down_meta: operand \"%s\" is stored as %s; "
                         "down-meta is computed from f32, f16 or bf16 weights", dn->name,
                         vx_dtype_name(dn->dtype));

@@ -1,11 +1,12 @@
 /*
  * attention.c — causal softmax attention over the session's KV cache.
  *
- * eng_attn_layer projects q/k/v (+biases), applies rope, appends k/v to the cache and
+ * eng_attn_layer projects q/k/v (+biases), applies QK-norm and rope, appends k/v to the cache and
  * calls eng_attend, then o_proj. eng_attend is shared with MLA: query head h reads kv head
  * h / (heads / kv_heads) (repeat-interleave GQA); key j is visible from query i iff
  * j <= i and, with a window W, i - W < j. Scores are scaled, soft-capped (before the
- * mask), soft-maxed in f32 with a max shift. Heads run on the pool unless an on_attn
+ * mask), soft-maxed in f32 with a max shift (a learned sink logit per head joins the
+ * normaliser and takes no value). Heads run on the pool unless an on_attn
  * observer wants each head's probabilities (observers are called on the caller's thread).
  */
 #include <math.h>
@@ -32,10 +33,11 @@ static void one_head(const att *a, int h, float *p)
     const int kd = kv->kdim, vd = kv->vdim, kst = kv->kv_heads * kd, vst = kv->vstride;
     const float *vbase = kv->v ? kv->v : kv->k;
     const int W = a->L->window, n_keys = a->pos0 + a->n;
+    const float *sink = a->L->sinks ? &a->L->sinks[h] : NULL;
     for (int t = 0; t < a->n; t++) {
         const int i = a->pos0 + t, lo = W && i - W + 1 > 0 ? i - W + 1 : 0;
         const float *q = a->q + (size_t)t * heads * kd + (size_t)h * kd;
-        float mx = -INFINITY;
+        float mx = sink ? *sink : -INFINITY;
         for (int j = lo; j <= i; j++) {
             const float *k = kv->k + (size_t)j * kst + (size_t)kvh * kd;
             float s = eng_dot(q, k, kd) * m->attn_scale;
@@ -43,7 +45,8 @@ static void one_head(const att *a, int h, float *p)
             p[j] = s;
             if (s > mx) mx = s;
         }
-        float sum = 0;
+        /* a learned sink joins the softmax unscaled and has no value row */
+        float sum = sink ? expf(*sink - mx) : 0;
         for (int j = lo; j <= i; j++) { p[j] = expf(p[j] - mx); sum += p[j]; }
         float inv = 1.0f / sum;
         float *o = a->out + (size_t)t * heads * vd + (size_t)h * vd;
@@ -120,6 +123,12 @@ int eng_attn_layer(eng_session *s, int layer, const float *h, int n, int pos0, f
     eng_add_bias(q, L->qb, n, qd);
     eng_add_bias(k, L->kb, n, kd);
     eng_add_bias(v, L->vb, n, kd);
+    if (L->q_norm.width) {
+        /* per head: rows of head_dim; whole projection: one row per token */
+        int per = m->qk_norm == QK_HEAD;
+        eng_norm_apply(&L->q_norm, q, q, per ? n * m->heads : n);
+        eng_norm_apply(&L->k_norm, k, k, per ? n * m->kv_heads : n);
+    }
     eng_rope_apply(L->rope, q, n, pos0, m->heads, m->head_dim, 0);
     eng_rope_apply(L->rope, k, n, pos0, m->kv_heads, m->head_dim, 0);
     memcpy(kv->k + (size_t)pos0 * kd, k, (size_t)n * kd * sizeof *k);

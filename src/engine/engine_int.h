@@ -38,6 +38,8 @@ typedef struct eng_w {
     int rows, cols;
     size_t row_bytes;
     int trans;
+    int exact;      /* block codec stored with source authority: f32 products, no 8-bit
+                     * activations (the weights are the model, so the product must be too) */
 } eng_w;
 
 /* y[n, w->rows] = x[n, w->cols] · Wᵀ, every row of y overwritten. Dispatches on the
@@ -82,6 +84,7 @@ enum { NORM_RMS = 0, NORM_LAYER = 1 };
 enum { ACT_SILU = 0, ACT_GELU_TANH = 1, ACT_GELU = 2 };
 enum { ROPE_NONE = 0, ROPE_HALF = 1, ROPE_INTERLEAVED = 2 };
 enum { SCORE_SOFTMAX = 0, SCORE_SIGMOID = 1 };
+enum { QK_NONE = 0, QK_HEAD = 1, QK_PROJECTION = 2 };
 
 /* A norm bound to its (offset-added) f32 weight and optional bias, each [width]. */
 typedef struct eng_norm {
@@ -94,12 +97,14 @@ typedef struct eng_norm {
 typedef struct eng_mlp {
     int inter;
     eng_w gate, up, down;   /* gate.data NULL for a plain MLP */
-    float *up_b, *down_b;   /* owned or NULL */
+    float *gate_b, *up_b, *down_b;   /* owned or NULL */
+    float alpha, limit;     /* limit > 0: clamped SwiGLU min(g,L)·σ(αg)·(clamp(u,±L)+1) */
 } eng_mlp;
 
 typedef struct eng_rope {
     int style, rotary_dim;
     double *inv_freq;           /* owned, [rotary_dim / 2] */
+    double mscale;              /* multiplies cos and sin (YaRN's attention factor); 1 */
 } eng_rope;
 
 typedef struct eng_layer {
@@ -108,10 +113,13 @@ typedef struct eng_layer {
     eng_rope own_rope;
     int window;              /* 0: full causal */
     int moe;                 /* 0: dense FFN, 1: moe */
-    eng_norm attn_norm, ffn_norm, post_attn, post_ffn;  /* post_* width 0 when absent */
+    eng_norm attn_norm, ffn_norm, post_attn, post_ffn;  /* width 0 when absent */
     /* softmax attention */
     eng_w q, k, v, o;
     float *qb, *kb, *vb, *ob;   /* owned or NULL */
+    eng_norm q_norm, k_norm;    /* QK-norm before rope, width head_dim (per head) or the
+                                 * whole projection; width 0 when absent */
+    float *sinks;               /* owned [heads] learned sink logits, or NULL */
     /* mla */
     eng_w q_a, q_b, kv_a, kv_b; /* q_a.data NULL: q holds the direct q_proj */
     eng_norm q_a_norm, kv_a_norm;
@@ -119,6 +127,7 @@ typedef struct eng_layer {
     eng_mlp mlp;                /* dense */
     eng_w router;
     float *score_bias;          /* owned or NULL, [experts] */
+    float *router_b;            /* owned or NULL, [experts]: added to the router logits */
     eng_mlp *experts;           /* owned array [experts] (views borrowed) */
     eng_mlp shared;             /* inter 0 when absent */
     eng_w shared_gate;          /* data NULL when ungated */
@@ -137,6 +146,7 @@ struct eng_model {
     /* attention */
     int heads, kv_heads, head_dim, v_head_dim;
     float attn_scale, attn_softcap;   /* softcap 0: off */
+    int qk_norm;                /* QK_NONE, QK_HEAD, QK_PROJECTION */
     eng_rope rope;
     /* mla geometry (mla_on 0 when unused) */
     int mla_on, q_lora, kv_lora, qk_nope, qk_rope;
@@ -144,7 +154,9 @@ struct eng_model {
     int ffn_gated, act, ffn_bias, inter;
     int moe_on, experts, top_k, expert_inter, scoring, n_group, topk_group, normalise;
     int has_score_bias, shared_inter, shared_gated;
+    int router_bias, expert_bias;
     float routed_scaling;
+    float expert_alpha, expert_limit; /* clamped SwiGLU experts; limit 0: the ffn activation */
     /* output */
     eng_norm final_norm;        /* width 0 when there is no final norm */
     eng_w lm_head;

@@ -1,6 +1,6 @@
 /*
- * ffn.c — the feed-forward branch: gated (act(gate)·up) or plain (act(up + b)) MLPs, and
- * the overlay on top of them.
+ * ffn.c — the feed-forward branch: gated (act(gate)·up, or the clamped SwiGLU of GPT-OSS
+ * experts) or plain (act(up + b)) MLPs, and the overlay on top of them.
  *
  * Overlay contract (engine.h): for the features of a layer, edits may replace gate/up
  * rows (the activation is recomputed from the replacement rows), replace a down column
@@ -9,6 +9,7 @@
  * layers features are expert-major (e · expert_intermediate + f) and act_f already carries
  * the routing weight, so the same formulas hold per layer.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "engine_int.h"
@@ -23,6 +24,7 @@ int eng_mlp_run(const eng_model *m, int layer, const eng_mlp *b, int f0, const f
         g = malloc((size_t)n * I * sizeof *g);
         if (!g) return vx_errf(err, VX_ENOMEM, "layer %d: out of memory for the ffn", layer);
         eng_matmul(&b->gate, h, n, g);
+        eng_add_bias(g, b->gate_b, n, I);
     }
     eng_matmul(&b->up, h, n, act);
     eng_add_bias(act, b->up_b, n, I);
@@ -32,15 +34,25 @@ int eng_mlp_run(const eng_model *m, int layer, const eng_mlp *b, int f0, const f
         if (ed->layer != layer || f < 0 || f >= I) continue;
         for (int t = 0; t < n; t++) {
             const float *ht = h + (size_t)t * H;
-            eng_w row = {VX_F32, NULL, 1, H, (size_t)H * sizeof(float), 0};
-            if (ed->gate && g) { row.data = ed->gate; g[(size_t)t * I + f] = eng_w_dot_row(&row, 0, ht); }
+            eng_w row = {VX_F32, NULL, 1, H, (size_t)H * sizeof(float), 0, 0};
+            if (ed->gate && g) {
+                row.data = ed->gate;
+                g[(size_t)t * I + f] = eng_w_dot_row(&row, 0, ht) + (b->gate_b ? b->gate_b[f] : 0);
+            }
             if (ed->up) {
                 row.data = ed->up;
                 act[(size_t)t * I + f] = eng_w_dot_row(&row, 0, ht) + (b->up_b ? b->up_b[f] : 0);
             }
         }
     }
-    if (g) {
+    if (g && b->limit > 0) {
+        const float L = b->limit, al = b->alpha;
+        for (size_t i = 0; i < (size_t)n * I; i++) {
+            float gv = g[i] < L ? g[i] : L, u = act[i] < -L ? -L : act[i] > L ? L : act[i];
+            act[i] = gv / (1.0f + expf(-al * gv)) * (u + 1.0f);
+        }
+        free(g);
+    } else if (g) {
         eng_act(m->act, g, (size_t)n * I);
         for (size_t i = 0; i < (size_t)n * I; i++) act[i] *= g[i];
         free(g);
@@ -57,7 +69,10 @@ int eng_mlp_run(const eng_model *m, int layer, const eng_mlp *b, int f0, const f
             for (int t = 0; t < n; t++) act[(size_t)t * I + f] = 0;
     }
     eng_matmul(&b->down, act, n, out);
-    eng_add_bias(out, b->down_b, n, H);
+    /* the whole branch output is scaled, its bias included (a routed expert's weight) */
+    for (int t = 0; b->down_b && t < n; t++)
+        for (int r = 0; r < H; r++)
+            out[(size_t)t * H + r] += (rowscale ? rowscale[t] : 1.0f) * b->down_b[r];
     for (size_t e = 0; ov && e < ov->n_edits; e++) {
         const eng_feature_edit *ed = &ov->edits[e];
         int f = ed->feature - f0;
@@ -82,8 +97,8 @@ int eng_lowrank_apply(const eng_model *m, int layer, const float *act, int n, in
         float *t = malloc((size_t)n * ((size_t)lr->rank + H) * sizeof *t);
         if (!t) return vx_errf(err, VX_ENOMEM, "layer %d: out of memory for a low-rank delta", layer);
         float *d = t + (size_t)n * lr->rank;
-        eng_w v = {VX_F32, lr->v, lr->rank, features, 0, 1};
-        eng_w u = {VX_F32, lr->u, H, lr->rank, (size_t)lr->rank * sizeof(float), 0};
+        eng_w v = {VX_F32, lr->v, lr->rank, features, 0, 1, 0};
+        eng_w u = {VX_F32, lr->u, H, lr->rank, (size_t)lr->rank * sizeof(float), 0, 0};
         eng_matmul(&v, act, n, t);
         eng_matmul(&u, t, n, d);
         for (size_t k = 0; k < (size_t)n * H; k++) out[k] += d[k];

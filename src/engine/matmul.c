@@ -369,6 +369,15 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
         return;
     }
     if (is_block(w->dt)) {
+        /* exact: f32 products per row up to qkernels' 8-row threshold (above it the tiles
+         * are dequantised exactly and multiplied with sgemm anyway) */
+        if (w->exact && n <= 8) {
+            for (int r = 0; r < w->rows; r++)
+                for (int t = 0; t < n; t++)
+                    y[(size_t)t * w->rows + r] = eng_qdot(w->dt, (const char *)w->data + (size_t)r * w->row_bytes,
+                                                          x + (size_t)t * w->cols, w->cols);
+            return;
+        }
         if (n == 1) eng_qgemv(w->dt, w->data, w->rows, w->cols, x, y);
         else eng_qgemm(w->dt, w->data, w->rows, w->cols, x, n, y);
         return;

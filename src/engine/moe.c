@@ -1,7 +1,7 @@
 /*
  * moe.c — a routed mixture-of-experts FFN as the graph declares it.
  *
- * Per position: router logits → scores s (softmax over all experts, or sigmoid). The
+ * Per position: router logits (+ router bias) → scores s (softmax over all experts, or sigmoid). The
  * selection uses s + score bias when the graph has one; with n_group > 1 only the
  * topk_group groups with the largest sum of their two best selection scores stay eligible
  * (the rest score 0, as the reference does). The top_k eligible experts are taken in
@@ -88,6 +88,7 @@ int eng_ffn_moe(eng_session *s, int layer, const float *h, int n, int pos0, floa
         goto done;
     }
     eng_matmul(&L->router, h, n, lg);
+    eng_add_bias(lg, L->router_b, n, E);
     for (int t = 0; t < n; t++)
         route(m, L, lg + (size_t)t * E, sel, ids + (size_t)t * K, w + (size_t)t * K);
     memcpy(s->route_ids + (size_t)layer * K, ids + (size_t)(n - 1) * K, (size_t)K * sizeof *ids);

@@ -27,6 +27,8 @@ typedef struct ctx {
     eng_model *m;
     vx_err *err;
     const char *where;     /* "execution.attention" etc., for messages */
+    int exact[3];          /* per object (embedding, stack, head): its bound representation
+                            * has source authority, so block codecs multiply exactly */
 } ctx;
 
 static const cJSON *field(const cJSON *o, const char *k)
@@ -177,7 +179,22 @@ static int matrix(ctx *c, int layer, eng_w *w, int64_t rows, int64_t cols, const
     const vx_tensor *t = operand(c, layer, name, rows, cols);
     if (!t) return -1;
     eng_w_of(w, t);
+    const char *obj = obj_of(name);
+    w->exact = c->exact[strcmp(obj, OBJ_EMB) == 0 ? 0 : strcmp(obj, OBJ_DEC) == 0 ? 1 : 2];
     return 0;
+}
+
+/* A representation with source authority (fidelity source-exact or -equivalent) is the
+ * model itself: its block-coded operands (MXFP4 experts as the checkpoint packs them) are
+ * multiplied exactly. A quantised profile (numerically-approximate) may round activations. */
+static int source_authority(const vx_container *c, const char *obj)
+{
+    const char *rid = vx_bound_representation(c, obj);
+    const cJSON *reps = cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "representations");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(reps, rid ? rid : ""),
+                                                      "fidelity");
+    return cJSON_IsString(f) && (strcmp(f->valuestring, "source-exact") == 0 ||
+                                 strcmp(f->valuestring, "source-equivalent") == 0);
 }
 
 /* A [n] vector as owned f32, plus `offset` per element. */
@@ -221,15 +238,60 @@ static void norm_free(eng_norm *nm)
 
 /* ---------------------------------------------------------------- sections */
 
-/* Frequency scaling of a rope (llama3). */
-static int rope_scaling(ctx *c, const cJSON *s, eng_rope *rp)
+/* YaRN: a linear ramp between the dims that rotate beta_fast and beta_slow times over the
+ * original context blends interpolated (÷ factor) and original frequencies; cos and sin are
+ * multiplied by the stated attention factor. truncate rounds the ramp's ends outward. */
+static int rope_yarn(ctx *c, const cJSON *s, eng_rope *rp, double theta)
 {
-    static const char *const types[] = {"llama3", NULL};
-    static const char *const skeys[] = {"type", "factor", "low_freq_factor", "high_freq_factor",
-                                        "original_max_position_embeddings", NULL};
+    static const char *const keys[] = {"type", "factor", "original_max_position_embeddings",
+                                       "beta_fast", "beta_slow", "truncate", "attention_factor",
+                                       NULL};
+    double f, orig, bf, bs, af;
+    int trunc, half = rp->rotary_dim / 2, d = rp->rotary_dim;
+    if (known(c, s, keys) || num(c, s, "factor", &f) ||
+        num(c, s, "original_max_position_embeddings", &orig) || num(c, s, "beta_fast", &bf) ||
+        num(c, s, "beta_slow", &bs) || boolean(c, s, "truncate", &trunc) ||
+        num(c, s, "attention_factor", &af))
+        return -1;
+    if (!(f >= 1) || !(orig > 0) || !(bf > bs) || !(bs > 0) || !(af > 0))
+        return vx_errf(c->err, VX_EFORMAT, "system graph: yarn rope scaling parameters (factor %g, "
+                       "original %g, beta_fast %g, beta_slow %g, attention_factor %g) are out of range",
+                       f, orig, bf, bs, af);
+    double lo = d * log(orig / (bf * 2 * M_PI)) / (2 * log(theta));
+    double hi = d * log(orig / (bs * 2 * M_PI)) / (2 * log(theta));
+    if (trunc) { lo = floor(lo); hi = ceil(hi); }
+    if (lo < 0) lo = 0;
+    if (hi > d - 1) hi = d - 1;
+    if (lo == hi) hi += 0.001;
+    for (int i = 0; i < half; i++) {
+        double ramp = (i - lo) / (hi - lo);
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        rp->inv_freq[i] = rp->inv_freq[i] / f * ramp + rp->inv_freq[i] * (1 - ramp);
+    }
+    rp->mscale = af;
+    return 0;
+}
+
+/* Frequency scaling of a rope: llama3 (three wavelength bands), linear (every frequency
+ * ÷ factor) or yarn. */
+static int rope_scaling(ctx *c, const cJSON *s, eng_rope *rp, double theta)
+{
+    static const char *const types[] = {"llama3", "linear", "yarn", NULL};
     int ty, half = rp->rotary_dim / 2;
     double f, lo, hi, orig;
-    if (choice(c, s, "type", types, &ty) || known(c, s, skeys) || num(c, s, "factor", &f) ||
+    if (choice(c, s, "type", types, &ty)) return -1;
+    if (ty == 2) return rope_yarn(c, s, rp, theta);
+    if (ty == 1) {
+        static const char *const lkeys[] = {"type", "factor", NULL};
+        if (known(c, s, lkeys) || num(c, s, "factor", &f)) return -1;
+        if (!(f > 0))
+            return vx_errf(c->err, VX_EFORMAT, "system graph: linear rope scaling factor %g is not positive", f);
+        for (int i = 0; i < half; i++) rp->inv_freq[i] /= f;
+        return 0;
+    }
+    static const char *const skeys[] = {"type", "factor", "low_freq_factor", "high_freq_factor",
+                                        "original_max_position_embeddings", NULL};
+    if (known(c, s, skeys) || num(c, s, "factor", &f) ||
         num(c, s, "low_freq_factor", &lo) || num(c, s, "high_freq_factor", &hi) ||
         num(c, s, "original_max_position_embeddings", &orig))
         return -1;
@@ -254,6 +316,7 @@ static int rope_scaling(ctx *c, const cJSON *s, eng_rope *rp)
 static int rope_parse(ctx *c, const cJSON *rj, int head_dim, eng_rope *rp)
 {
     const char *where = c->where;
+    rp->mscale = 1;
     if (is_null(rj)) {
         rp->style = ROPE_NONE;
         return 0;
@@ -288,7 +351,7 @@ static int rope_parse(ctx *c, const cJSON *rj, int head_dim, eng_rope *rp)
     if (!cJSON_IsObject(sj))
         vx_errf(c->err, VX_EFORMAT, "system graph: %s is not an object", sw);
     else
-        rc = rope_scaling(c, sj, rp);
+        rc = rope_scaling(c, sj, rp, theta);
     c->where = where;
     return rc;
 }
@@ -298,7 +361,8 @@ static int moe_plan(ctx *c, const cJSON *mo)
     eng_model *m = c->m;
     static const char *const keys[] = {"experts", "top_k", "expert_intermediate", "scoring",
                                        "score_correction_bias", "n_group", "topk_group",
-                                       "normalise", "routed_scaling", "shared", NULL};
+                                       "normalise", "routed_scaling", "shared", "router_bias",
+                                       "expert_bias", "expert_activation", NULL};
     static const char *const scorings[] = {"softmax", "sigmoid", NULL};
     double rs;
     c->where = "execution.moe";
@@ -307,9 +371,29 @@ static int moe_plan(ctx *c, const cJSON *mo)
         posint(c, mo, "expert_intermediate", &m->expert_inter) ||
         choice(c, mo, "scoring", scorings, &m->scoring) ||
         boolean(c, mo, "score_correction_bias", &m->has_score_bias) ||
-        boolean(c, mo, "normalise", &m->normalise) || num(c, mo, "routed_scaling", &rs))
+        boolean(c, mo, "normalise", &m->normalise) || num(c, mo, "routed_scaling", &rs) ||
+        boolean(c, mo, "router_bias", &m->router_bias) ||
+        boolean(c, mo, "expert_bias", &m->expert_bias))
         return -1;
     m->routed_scaling = (float)rs;
+    const cJSON *ea = sub(c, mo, "expert_activation", 0);
+    if (!ea && !is_null(field(mo, "expert_activation"))) return -1;
+    if (ea) {
+        static const char *const akeys[] = {"kind", "alpha", "limit", NULL};
+        static const char *const kinds[] = {"clamped_swiglu", NULL};
+        int k;
+        double al, li;
+        c->where = "execution.moe.expert_activation";
+        if (known(c, ea, akeys) || choice(c, ea, "kind", kinds, &k) || num(c, ea, "alpha", &al) ||
+            num(c, ea, "limit", &li))
+            return -1;
+        if (!(li > 0) || !(al > 0))
+            return vx_errf(c->err, VX_EFORMAT, "system graph: clamped_swiglu alpha %g and limit %g "
+                           "must be positive", al, li);
+        m->expert_alpha = (float)al;
+        m->expert_limit = (float)li;
+        c->where = "execution.moe";
+    }
     m->n_group = m->topk_group = 1;
     if (!is_null(field(mo, "n_group")) && posint(c, mo, "n_group", &m->n_group)) return -1;
     if (!is_null(field(mo, "topk_group")) && posint(c, mo, "topk_group", &m->topk_group))
@@ -365,6 +449,8 @@ static int mlp_bind(ctx *c, int layer, eng_mlp *b, int inter, int gated, int bia
     const int H = c->m->hidden;
     b->inter = inter;
     if (gated && matrix(c, layer, &b->gate, inter, H, "%s.gate_proj", prefix)) return -1;
+    if (gated && bias && vector(c, layer, &b->gate_b, inter, 0, "%s.gate_proj.bias", prefix))
+        return -1;
     if (matrix(c, layer, &b->up, inter, H, "%s.up_proj", prefix) ||
         matrix(c, layer, &b->down, H, inter, "%s.down_proj", prefix))
         return -1;
@@ -376,6 +462,7 @@ static int mlp_bind(ctx *c, int layer, eng_mlp *b, int inter, int gated, int bia
 
 static void mlp_free(eng_mlp *b)
 {
+    free(b->gate_b);
     free(b->up_b);
     free(b->down_b);
 }
@@ -385,7 +472,7 @@ static void mlp_free(eng_mlp *b)
 typedef struct gspec {
     normspec ns;
     float eps, qa_eps, kva_eps;
-    int qkv_bias, out_bias, post_attn, post_ffn;
+    int qkv_bias, out_bias, post_attn, post_ffn, pre_attn, pre_ffn, sinks;
 } gspec;
 
 /* The state a layer declares must be what its operator keeps: region `idx` named `name`,
@@ -447,9 +534,9 @@ static int layer_bind(ctx *c, const gspec *g, int i)
 
     char nm[160];
     snprintf(nm, sizeof nm, "%s.attn_norm", pre);
-    if (norm(c, i, &L->attn_norm, &g->ns, H, g->eps, nm)) return -1;
+    if (g->pre_attn && norm(c, i, &L->attn_norm, &g->ns, H, g->eps, nm)) return -1;
     snprintf(nm, sizeof nm, "%s.ffn_norm", pre);
-    if (norm(c, i, &L->ffn_norm, &g->ns, H, g->eps, nm)) return -1;
+    if (g->pre_ffn && norm(c, i, &L->ffn_norm, &g->ns, H, g->eps, nm)) return -1;
     normspec post = g->ns;
     post.bias = 0;
     snprintf(nm, sizeof nm, "%s.post_attn_norm", pre);
@@ -469,6 +556,16 @@ static int layer_bind(ctx *c, const gspec *g, int i)
                             vector(c, i, &L->vb, kd, 0, "%s.attn.v_proj.bias", pre)))
             return -1;
         if (g->out_bias && vector(c, i, &L->ob, H, 0, "%s.attn.o_proj.bias", pre)) return -1;
+        if (m->qk_norm) {
+            normspec qn = g->ns;
+            qn.bias = 0;
+            int per = m->qk_norm == QK_HEAD;
+            snprintf(nm, sizeof nm, "%s.attn.q_norm", pre);
+            if (norm(c, i, &L->q_norm, &qn, per ? m->head_dim : qd, g->eps, nm)) return -1;
+            snprintf(nm, sizeof nm, "%s.attn.k_norm", pre);
+            if (norm(c, i, &L->k_norm, &qn, per ? m->head_dim : kd, g->eps, nm)) return -1;
+        }
+        if (g->sinks && vector(c, i, &L->sinks, m->heads, 0, "%s.attn.sinks", pre)) return -1;
     } else {
         const int qk = m->qk_nope + m->qk_rope;
         normspec lr = g->ns;
@@ -499,6 +596,9 @@ static int layer_bind(ctx *c, const gspec *g, int i)
         return mlp_bind(c, i, &L->mlp, m->inter, m->ffn_gated, m->ffn_bias, fp);
     }
     if (matrix(c, i, &L->router, m->experts, H, "%s.ffn.router", pre)) return -1;
+    if (m->router_bias &&
+        vector(c, i, &L->router_b, m->experts, 0, "%s.ffn.router.bias", pre))
+        return -1;
     if (m->has_score_bias &&
         vector(c, i, &L->score_bias, m->experts, 0, "%s.ffn.router.score_bias", pre))
         return -1;
@@ -506,7 +606,9 @@ static int layer_bind(ctx *c, const gspec *g, int i)
     if (!L->experts) return vx_errf(c->err, VX_ENOMEM, "out of memory binding layer %d", i);
     for (int e = 0; e < m->experts; e++) {
         snprintf(fp, sizeof fp, "%s.ffn.experts.%d", pre, e);
-        if (mlp_bind(c, i, &L->experts[e], m->expert_inter, 1, 0, fp)) return -1;
+        if (mlp_bind(c, i, &L->experts[e], m->expert_inter, 1, m->expert_bias, fp)) return -1;
+        L->experts[e].alpha = m->expert_alpha;
+        L->experts[e].limit = m->expert_limit;
     }
     if (m->shared_inter) {
         snprintf(fp, sizeof fp, "%s.ffn.shared", pre);
@@ -546,7 +648,9 @@ static int geometry_ok(const eng_model *m, vx_err *err)
 
 int eng_plan_build(eng_model *m, vx_err *err)
 {
-    ctx c = {m, err, "component"};
+    ctx c = {m, err, "component",
+             {source_authority(m->c, OBJ_EMB), source_authority(m->c, OBJ_DEC),
+              source_authority(m->c, OBJ_OUT)}};
     const vx_graph_shape *sh = vx_shape_of(m->c);
     const cJSON *ex = sh->execution;
     m->shape = sh;
@@ -556,8 +660,8 @@ int eng_plan_build(eng_model *m, vx_err *err)
     m->ctx = sh->context;
     c.where = "execution";
     static const char *const keys[] = {"embedding", "norm", "attention", "mla", "ffn", "moe",
-                                       "post_norms", "final_norm", "lm_head", "context_length",
-                                       "special_tokens", NULL};
+                                       "pre_norms", "post_norms", "final_norm", "lm_head",
+                                       "context_length", "special_tokens", NULL};
     if (known(&c, ex, keys)) return -1;
     const int H = m->hidden;
 
@@ -597,13 +701,20 @@ int eng_plan_build(eng_model *m, vx_err *err)
     if (!at) return -1;
     c.where = "execution.attention";
     static const char *const akeys[] = {"heads", "kv_heads", "head_dim", "scale", "qkv_bias",
-                                        "out_bias", "softcap", "rope", NULL};
+                                        "out_bias", "softcap", "qk_norm", "sinks", "rope", NULL};
     double ascale, cap;
     if (known(&c, at, akeys) || posint(&c, at, "heads", &m->heads) ||
         posint(&c, at, "kv_heads", &m->kv_heads) || posint(&c, at, "head_dim", &m->head_dim) ||
         num(&c, at, "scale", &ascale) || boolean(&c, at, "qkv_bias", &g.qkv_bias) ||
-        boolean(&c, at, "out_bias", &g.out_bias) || optnum(&c, at, "softcap", &cap))
+        boolean(&c, at, "out_bias", &g.out_bias) || optnum(&c, at, "softcap", &cap) ||
+        boolean(&c, at, "sinks", &g.sinks))
         return -1;
+    if (!is_null(field(at, "qk_norm"))) {
+        static const char *const scopes[] = {"head", "projection", NULL};
+        int sc;
+        if (choice(&c, at, "qk_norm", scopes, &sc)) return -1;
+        m->qk_norm = sc == 0 ? QK_HEAD : QK_PROJECTION;
+    }
     if (m->heads % m->kv_heads)
         return vx_errf(err, VX_EFORMAT, "system graph: %d heads is not a multiple of %d kv heads",
                        m->heads, m->kv_heads);
@@ -634,10 +745,18 @@ int eng_plan_build(eng_model *m, vx_err *err)
     if (mo && moe_plan(&c, mo)) return -1;
     m->moe_on = mo != NULL;
 
+    /* pre norms (OLMo-2 has none: its norms act on the branch outputs) */
+    const cJSON *prn = sub(&c, ex, "pre_norms", 1);
+    if (!prn) return -1;
+    static const char *const pkeys[] = {"attn", "ffn", NULL};
+    c.where = "execution.pre_norms";
+    if (known(&c, prn, pkeys) || boolean(&c, prn, "attn", &g.pre_attn) ||
+        boolean(&c, prn, "ffn", &g.pre_ffn))
+        return -1;
+
     /* post norms, head */
     const cJSON *pn = field(ex, "post_norms");
     if (!is_null(pn)) {
-        static const char *const pkeys[] = {"attn", "ffn", NULL};
         if (!cJSON_IsObject(pn))
             return vx_errf(err, VX_EFORMAT, "system graph: execution.post_norms is not an object");
         c.where = "execution.post_norms";
@@ -699,9 +818,13 @@ void eng_plan_free(eng_model *m)
         norm_free(&L->post_ffn);
         norm_free(&L->q_a_norm);
         norm_free(&L->kv_a_norm);
+        norm_free(&L->q_norm);
+        norm_free(&L->k_norm);
+        free(L->sinks);
         free(L->qb); free(L->kb); free(L->vb); free(L->ob);
         mlp_free(&L->mlp);
         free(L->score_bias);
+        free(L->router_b);
         for (int e = 0; L->experts && e < m->experts; e++) mlp_free(&L->experts[e]);
         free(L->experts);
         mlp_free(&L->shared);

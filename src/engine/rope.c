@@ -2,7 +2,8 @@
  * rope.c — rotary position embedding in place on [n, heads * stride] rows. The angle of
  * pair i at position p is p · inv_freq[i], computed in double (inv_freq comes from the
  * plan, with llama3 scaling already folded in). rotate_half pairs feature j with
- * j + rotary_dim/2; interleaved pairs (2i, 2i + 1).
+ * j + rotary_dim/2; interleaved pairs (2i, 2i + 1). mscale (YaRN's attention factor)
+ * multiplies cos and sin, so q·k grows by its square.
  */
 #include <math.h>
 #include "engine_int.h"
@@ -17,8 +18,8 @@ void eng_rope_apply(const eng_rope *r, float *x, int n, int pos0, int heads, int
         double p = (double)(pos0 + t);
         for (int i = 0; i < half; i++) {
             double a = p * r->inv_freq[i];
-            cs[i] = (float)cos(a);
-            sn[i] = (float)sin(a);
+            cs[i] = (float)(cos(a) * r->mscale);
+            sn[i] = (float)(sin(a) * r->mscale);
         }
         for (int h = 0; h < heads; h++) {
             float *v = x + (size_t)t * heads * stride + (size_t)h * stride + off;

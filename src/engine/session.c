@@ -1,7 +1,8 @@
 /*
  * session.c — eng_session: the KV cache and the forward pass over the plan.
  *
- * The residual stream is pre-norm: h += post(attn(norm(h))); h += post(ffn(norm(h))).
+ * The residual stream: h += post(attn(pre(h))); h += post(ffn(pre(h))), each pre and post
+ * norm present or not as the graph says.
  * A chunk of n tokens runs as a batch (prefill: GEMM), one token as GEMV (decode). The
  * cache holds f32 keys (after rope) and values for every layer; MLA layers cache their
  * expanded per-head keys and values, so attention is one kernel for both operators. The
@@ -137,6 +138,13 @@ static int finite_rows(const eng_model *m, const float *v, int n, int width, int
     return 0;
 }
 
+/* h = norm(x) before a branch, or x itself when the layer has no pre-norm there. */
+static void pre_norm(const eng_norm *nm, const float *x, float *h, int n, int hidden)
+{
+    if (nm->width) eng_norm_apply(nm, x, h, n);
+    else memcpy(h, x, (size_t)n * hidden * sizeof *h);
+}
+
 /* One chunk of at most CHUNK tokens at the session's position. */
 static int forward_chunk(eng_session *s, const int32_t *ids, int n, float *logits,
                          const eng_observer *obs, vx_err *err)
@@ -153,12 +161,12 @@ static int forward_chunk(eng_session *s, const int32_t *ids, int n, float *logit
     for (int l = 0; l < m->n_layers && !rc; l++) {
         const eng_layer *L = &m->layers[l];
         if (vx_cancel_flag) { rc = vx_errf(err, VX_ECANCEL, "forward pass cancelled"); break; }
-        eng_norm_apply(&L->attn_norm, x, h, n);
+        pre_norm(&L->attn_norm, x, h, n, H);
         rc = L->mla ? eng_mla_layer(s, l, h, n, pos0, a, obs, err)
                     : eng_attn_layer(s, l, h, n, pos0, a, obs, err);
         if (rc) break;
         residual_add(&L->post_attn, a, x, n, H);
-        eng_norm_apply(&L->ffn_norm, x, h, n);
+        pre_norm(&L->ffn_norm, x, h, n, H);
         rc = L->moe ? eng_ffn_moe(s, l, h, n, pos0, f, obs, err)
                     : eng_ffn_dense(m, l, h, n, pos0, f, obs, err);
         if (rc) break;

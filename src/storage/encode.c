@@ -54,15 +54,18 @@ static vx_dtype out_dtype(const enc *e, const hf_operand *op)
 {
     if (op->keep_f32)
         return VX_F32;
+    if (op->scales)
+        return VX_MXFP4;         /* packed experts stay as the checkpoint stores them */
     return e->o->dtype < 0 ? op->src->dtype : (vx_dtype)e->o->dtype;
 }
 
 static uint64_t op_bytes(const hf_operand *op, vx_dtype t)
 {
-    uint64_t n = 1;
-    for (int i = 0; i < op->ndim; i++)
-        n *= (uint64_t)op->shape[i];
-    return n * vx_dtype_block_bytes(t);
+    uint64_t rows = 1, bytes = 0;
+    for (int i = 0; i + 1 < op->ndim; i++)
+        rows *= (uint64_t)op->shape[i];
+    vx_dtype_nbytes(t, (uint64_t)op->shape[op->ndim - 1], rows, &bytes);
+    return bytes;
 }
 
 /* Convert n elements from one float dtype to another (f32 / f16 / bf16; RNE). */
@@ -120,10 +123,83 @@ static void hash_source_whole(enc *e, const st_tensor *t)
     }
 }
 
+/* Emit n gathered source elements (e->gbuf), converted to the operand's dtype. */
+static int emit_gathered(enc *e, vx_segw *w, vx_dtype from, vx_dtype to, size_t n)
+{
+    const void *outp = e->gbuf;
+    if (from != to) {
+        convert(e, from, e->gbuf, to, e->cbuf, n);
+        outp = e->cbuf;
+    }
+    return emit(e, w, outp, n * vx_dtype_block_bytes(to));
+}
+
+/* MXFP4 rows from blocks [E, R, nb, 16] + scales [E, R, nb]: each 32-value block becomes
+ * lql's [scale | 16 bytes], value j in the low nibble of byte j and value j + 16 in its high
+ * nibble, where the checkpoint packs values 2j (low) and 2j + 1 (high) in byte j. Codes and
+ * scales are copied, never requantised. */
+static int write_mxfp4_rows(enc *e, vx_segw *w, const hf_operand *op)
+{
+    const st_tensor *t = op->src, *sc = op->scales;
+    const uint64_t R = (uint64_t)t->shape[1], nb = (uint64_t)t->shape[2];
+    for (int64_t i = 0; i < op->shape[0]; i++) {
+        uint64_t r = (uint64_t)op->expert * R + (uint64_t)(op->lo + i * op->step);
+        const unsigned char *blk = t->data + r * nb * 16, *s = sc->data + r * nb;
+        unsigned char *out = e->cbuf;
+        for (uint64_t b = 0; b < nb; b++, out += 17) {
+            unsigned char v[32];
+            for (int k = 0; k < 16; k++) {
+                v[2 * k] = blk[b * 16 + k] & 0x0f;
+                v[2 * k + 1] = blk[b * 16 + k] >> 4;
+            }
+            out[0] = s[b];
+            for (int k = 0; k < 16; k++)
+                out[1 + k] = (unsigned char)(v[k] | v[k + 16] << 4);
+        }
+        if (emit(e, w, e->cbuf, (size_t)(nb * 17)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* HF_GATHER: output row i of an operand taken from expert `expert` of a stacked [E, R, C]
+ * source ([E, N]: R = N, C = 1) is source row lo + i·step, or with transpose that column;
+ * gathered element by element into bounded chunks, converted, streamed. */
+static int write_gather(enc *e, vx_segw *w, const hf_operand *op)
+{
+    const st_tensor *t = op->src;
+    hash_source_whole(e, t);
+    if (op->scales) {
+        hash_source_whole(e, op->scales);
+        return write_mxfp4_rows(e, w, op);
+    }
+    vx_dtype from = t->dtype, to = out_dtype(e, op);
+    const size_t es = vx_dtype_block_bytes(from);
+    const uint64_t R = (uint64_t)t->shape[1], C = t->ndim == 3 ? (uint64_t)t->shape[2] : 1;
+    const uint64_t len = op->transpose ? R : C, stride = op->transpose ? C : 1;
+    const unsigned char *base = t->data + (uint64_t)op->expert * R * C * es;
+    size_t fill = 0;
+    for (int64_t i = 0; i < op->shape[0]; i++) {
+        uint64_t k = (uint64_t)(op->lo + i * op->step);
+        const unsigned char *p = base + (op->transpose ? k : k * C) * es;
+        for (uint64_t x = 0; x < len; x++) {
+            memcpy(e->gbuf + fill * es, p + x * stride * es, es);
+            if (++fill == CHUNK_ELEMS || (i + 1 == op->shape[0] && x + 1 == len)) {
+                if (emit_gathered(e, w, from, to, fill) < 0)
+                    return -1;
+                fill = 0;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Stream one operand into the segment. */
 static int write_operand(enc *e, vx_segw *w, const hf_operand *op)
 {
     const st_tensor *t = op->src;
+    if (op->xf == HF_GATHER)
+        return write_gather(e, w, op);
     vx_dtype from = t->dtype, to = out_dtype(e, op);
     size_t es = vx_dtype_block_bytes(from), eo = vx_dtype_block_bytes(to);
     if (op->xf == HF_WHOLE || op->xf == HF_ROWS) {
@@ -175,13 +251,7 @@ static int write_operand(enc *e, vx_segw *w, const hf_operand *op)
                 for (uint64_t c = 0; c < nc; c++)
                     memcpy(e->gbuf + (c * nr + (r - r0)) * es, srow + c * es, es);
             }
-            size_t n = (size_t)(nc * nr);
-            const void *outp = e->gbuf;
-            if (from != to) {
-                convert(e, from, e->gbuf, to, e->cbuf, n);
-                outp = e->cbuf;
-            }
-            if (emit(e, w, outp, n * eo) < 0)
+            if (emit_gathered(e, w, from, to, (size_t)(nc * nr)) < 0)
                 return -1;
             if (nc > 1)
                 break;
@@ -299,7 +369,7 @@ static int encode_object(enc *e, const char *tmp, const hf_object *ob, cJSON *in
     for (size_t i = 0; i < ob->n; i++) {
         vx_dtype t = out_dtype(e, &ob->op[i]);
         by[t] += op_bytes(&ob->op[i], t);
-        int f = fidelity(ob->op[i].src->dtype, t);
+        int f = ob->op[i].scales ? EXACT : fidelity(ob->op[i].src->dtype, t);
         fid = f > fid ? f : fid;
     }
     vx_dtype rd = VX_F32;

@@ -36,6 +36,11 @@ static const fam_info families[] = {
     {"mixtral", F_MIXTRAL, 0, 1e-5, 1e6, 0, 4096 * 32},
     {"qwen2_moe", F_QWEN2_MOE, 0, 1e-6, 1e4, 4096, 32768},
     {"deepseek_v3", F_DEEPSEEK_V3, 0, 1e-6, 1e4, 0, 4096},
+    {"qwen3", F_QWEN3, 0, 1e-6, 1e4, 4096, 32768},
+    {"qwen3_moe", F_QWEN3_MOE, 0, 1e-6, 1e4, 4096, 32768},
+    {"olmo2", F_OLMO2, 0, 1e-5, 1e4, 0, 2048},
+    {"gemma3_text", F_GEMMA3, 1, 1e-6, 1e6, 4096, 131072},
+    {"gpt_oss", F_GPT_OSS, 0, 1e-5, 150000, 128, 131072},
 };
 
 /* Shared by the Llama-like families: geometry keys. */
@@ -89,13 +94,73 @@ static int gpt2_keys(judge *j, arch *a)
     return 0;
 }
 
+/* layer_types: a list with one entry per layer, or *lt NULL when null or absent. */
+static int layer_types(judge *j, const arch *a, const cJSON **lt)
+{
+    *lt = hf_key(j, "layer_types");
+    if (*lt && !cJSON_IsNull(*lt) && (!cJSON_IsArray(*lt) || cJSON_GetArraySize(*lt) != a->layers))
+        return hf_bad_type(j, "layer_types", "a list with one entry per layer");
+    if (!cJSON_IsArray(*lt))
+        *lt = NULL;
+    return 0;
+}
+
+/* Whether layer i slides: its layer_types entry, or dflt without a list; an entry that is
+ * neither kind is refused. */
+static int slides(judge *j, const cJSON *lt, int i, int dflt, int *on)
+{
+    *on = dflt;
+    if (!lt)
+        return 0;
+    const cJSON *t = cJSON_GetArrayItem(lt, i);
+    if (!cJSON_IsString(t) || (strcmp(t->valuestring, "sliding_attention") != 0 &&
+                               strcmp(t->valuestring, "full_attention") != 0))
+        return hf_refuse(j, "layer_types", t);
+    *on = strcmp(t->valuestring, "sliding_attention") == 0;
+    return 0;
+}
+
+/* Gemma 3: layer_types (else sliding_window_pattern: layer i is full iff (i + 1) % pattern
+ * == 0) picks sliding layers, which have the window and their own unscaled rope base
+ * (rope_local_base_freq); full layers use rope_theta with rope_scaling. */
+static int gemma3_layers(judge *j, arch *a)
+{
+    long w = 0;
+    int pattern = 6;
+    double local = 1e4;
+    if (hf_geti(j, "sliding_window", hf_peek(j, "sliding_window") ? 0 : a->window_default, &w) < 0 ||
+        hf_getposd(j, "rope_local_base_freq", 1e4, &local) < 0)
+        return -1;
+    if (w <= 0 || w > DIM_MAX)
+        return hf_bad_type(j, "sliding_window", "a positive integer");
+    const cJSON *lt;
+    if (layer_types(j, a, &lt) < 0)
+        return -1;
+    if (!lt) {
+        const char *pk = hf_peek(j, "sliding_window_pattern") ? "sliding_window_pattern"
+                                                             : "_sliding_window_pattern";
+        if (hf_getpos(j, pk, 6, &pattern) < 0)
+            return -1;
+    }
+    for (int i = 0; i < a->layers; i++) {
+        int on;
+        if (slides(j, lt, i, (i + 1) % pattern != 0, &on) < 0)
+            return -1;
+        a->window[i] = on ? (int)w : 0;
+        a->layer_theta[i] = on ? local : 0;
+    }
+    return 0;
+}
+
 /* Sliding windows per layer (0 = full attention). */
 static int windows(judge *j, fam f, arch *a)
 {
     long w = 0;
-    if (f == F_LLAMA || f == F_GPT2 || f == F_DEEPSEEK_V3 || f == F_GEMMA)
+    if (f == F_LLAMA || f == F_GPT2 || f == F_DEEPSEEK_V3 || f == F_GEMMA || f == F_OLMO2)
         return 0;
-    if (f == F_QWEN2 || f == F_QWEN2_MOE) {
+    if (f == F_GEMMA3)
+        return gemma3_layers(j, a);
+    if (f == F_QWEN2 || f == F_QWEN2_MOE || f == F_QWEN3 || f == F_QWEN3_MOE) {
         int use = 0;
         long mwl = 0;
         if (hf_getb(j, "use_sliding_window", 0, &use) < 0)
@@ -133,19 +198,15 @@ static int windows(judge *j, fam f, arch *a)
         return -1;
     if (w < 0 || w > DIM_MAX || (w == 0 && hf_has(j, "sliding_window")))
         return hf_bad_type(j, "sliding_window", "a positive integer or null");
-    if (f == F_GEMMA2) {
-        const cJSON *lt = hf_key(j, "layer_types");
-        if (lt && !cJSON_IsNull(lt) && (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != a->layers))
-            return hf_bad_type(j, "layer_types", "a list with one entry per layer");
+    if (f == F_GEMMA2 || f == F_GPT_OSS) {
+        /* even layers slide unless layer_types says otherwise */
+        const cJSON *lt;
+        if (layer_types(j, a, &lt) < 0)
+            return -1;
         for (int i = 0; i < a->layers; i++) {
-            int on = i % 2 == 0;
-            if (cJSON_IsArray(lt)) {
-                const cJSON *t = cJSON_GetArrayItem(lt, i);
-                if (!cJSON_IsString(t) || (strcmp(t->valuestring, "sliding_attention") != 0 &&
-                                           strcmp(t->valuestring, "full_attention") != 0))
-                    return hf_refuse(j, "layer_types", t);
-                on = strcmp(t->valuestring, "sliding_attention") == 0;
-            }
+            int on;
+            if (slides(j, lt, i, i % 2 == 0, &on) < 0)
+                return -1;
             a->window[i] = on ? (int)w : 0;
         }
         return 0;
@@ -157,7 +218,19 @@ static int windows(judge *j, fam f, arch *a)
 
 static int moe_keys(judge *j, fam f, arch *a)
 {
-    if (f == F_MIXTRAL) {
+    if (f == F_GPT_OSS) {
+        /* router with bias: top-k of the logits, softmax over the k (= renormalised top-k of
+         * the full softmax); experts with biases and transformers' hard-coded clamped SwiGLU */
+        if (hf_getpos(j, "num_local_experts", REQUIRED, &a->experts) < 0 ||
+            hf_getpos(j, "num_experts_per_tok", REQUIRED, &a->top_k) < 0)
+            return -1;
+        a->expert_inter = a->inter;
+        a->normalise = a->router_bias = a->expert_bias = 1;
+        a->swiglu_alpha = 1.702;
+        a->swiglu_limit = 7.0;
+        for (int i = 0; i < a->layers; i++)
+            a->moe[i] = 1;
+    } else if (f == F_MIXTRAL) {
         if (hf_getpos(j, "num_local_experts", REQUIRED, &a->experts) < 0 ||
             hf_getpos(j, "num_experts_per_tok", 2, &a->top_k) < 0)
             return -1;
@@ -165,7 +238,7 @@ static int moe_keys(judge *j, fam f, arch *a)
         a->normalise = 1;
         for (int i = 0; i < a->layers; i++)
             a->moe[i] = 1;
-    } else if (f == F_QWEN2_MOE) {
+    } else if (f == F_QWEN2_MOE || f == F_QWEN3_MOE) {
         int step = 1;
         if (hf_getpos(j, "num_experts", REQUIRED, &a->experts) < 0 ||
             hf_getpos(j, "num_experts_per_tok", REQUIRED, &a->top_k) < 0 ||
@@ -278,7 +351,10 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
             goto out;
         if (hf_rope_keys(j, &a) < 0)
             goto out;
-        if (f == F_GEMMA || f == F_GEMMA2) {
+        if (f == F_GEMMA3) {
+            if (hf_act_key(j, &a, "hidden_activation", "gelu_pytorch_tanh") < 0)
+                goto out;
+        } else if (f == F_GEMMA || f == F_GEMMA2) {
             const char *k = hf_has(j, "hidden_activation") ? "hidden_activation" : "hidden_act";
             if (hf_act_key(j, &a, k, "gelu_pytorch_tanh") < 0)
                 goto out;
@@ -287,22 +363,25 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
         }
     }
     if (!(a.window = calloc((size_t)a.layers, sizeof *a.window)) ||
+        !(a.layer_theta = calloc((size_t)a.layers, sizeof *a.layer_theta)) ||
         !(a.moe = calloc((size_t)a.layers, sizeof *a.moe))) {
         vx_errf(j->err, VX_ENOMEM, "admission: out of memory");
         goto out;
     }
     if (windows(j, f, &a) < 0)
         goto out;
-    if ((f == F_MIXTRAL || f == F_QWEN2_MOE || f == F_DEEPSEEK_V3) && moe_keys(j, f, &a) < 0)
+    if ((f == F_MIXTRAL || f == F_QWEN2_MOE || f == F_QWEN3_MOE || f == F_DEEPSEEK_V3 ||
+         f == F_GPT_OSS) && moe_keys(j, f, &a) < 0)
         goto out;
 
     /* Biases. */
-    if (f == F_LLAMA || f == F_PHI3 || f == F_GEMMA || f == F_GEMMA2) {
+    if (f == F_LLAMA || f == F_PHI3 || f == F_GEMMA || f == F_GEMMA2 || f == F_GEMMA3 ||
+        f == F_QWEN3 || f == F_QWEN3_MOE || f == F_OLMO2 || f == F_GPT_OSS) {
         int ab = 0;
-        if (hf_getb(j, "attention_bias", 0, &ab) < 0)
+        if (hf_getb(j, "attention_bias", f == F_GPT_OSS, &ab) < 0)
             goto out;
         a.qkv_bias = a.out_bias = ab;
-        if ((f == F_PHI3 || f == F_GEMMA || f == F_GEMMA2) && ab) {
+        if ((f == F_PHI3 || f == F_GEMMA || f == F_GEMMA2 || f == F_GEMMA3) && ab) {
             hf_refuse(j, "attention_bias", hf_key(j, "attention_bias"));
             goto out;
         }
@@ -314,8 +393,32 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
             goto out;
     }
 
+    /* GPT-OSS: learned sinks; experts packed as MXFP4 when quantization_config says so */
+    if (f == F_GPT_OSS) {
+        a.sinks = 1;
+        const cJSON *q = hf_key(j, "quantization_config");
+        if (q && !cJSON_IsNull(q)) {
+            const cJSON *qm = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
+            if (!cJSON_IsObject(q) || !cJSON_IsString(qm) || strcmp(qm->valuestring, "mxfp4") != 0) {
+                hf_refuse(j, "quantization_config", NULL);
+                goto out;
+            }
+            a.mxfp4 = 1;
+            j->quant_judged = 1;
+        }
+    }
+
+    /* QK-norm: per head (one [head_dim] weight shared by the heads) or over the whole
+     * projection (OLMo-2), before rope; OLMo-2 norms only the branch outputs. */
+    if (f == F_QWEN3 || f == F_QWEN3_MOE || f == F_GEMMA3)
+        a.qk_norm = "head";
+    if (f == F_OLMO2) {
+        a.qk_norm = "projection";
+        a.no_pre_norms = a.post_attn = a.post_ffn = 1;
+    }
+
     /* Gemma. */
-    if (f == F_GEMMA || f == F_GEMMA2) {
+    if (f == F_GEMMA || f == F_GEMMA2 || f == F_GEMMA3) {
         vx_dtype dt = VX_F32;
         if (hf_model_dtype(j, &dt) < 0)
             goto out;
@@ -329,6 +432,16 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
         if (hf_getposd(j, "attn_logit_softcapping", 0, &a.attn_softcap) < 0 ||
             hf_getposd(j, "final_logit_softcapping", 0, &a.final_softcap) < 0 ||
             hf_getposd(j, "query_pre_attn_scalar", a.head_dim, &qs) < 0)
+            goto out;
+        a.scale = 1.0 / sqrt(qs);
+        a.post_attn = a.post_ffn = 1;
+    }
+    if (f == F_GEMMA3) {
+        /* Gemma3Attention has no score soft-cap (attn_logit_softcapping is declaration-only) */
+        double qs = 0;
+        if (hf_getposd(j, "final_logit_softcapping", 0, &a.final_softcap) < 0 ||
+            hf_getposd(j, "query_pre_attn_scalar", a.head_dim, &qs) < 0 ||
+            hf_expect_false(j, "use_bidirectional_attention") < 0)
             goto out;
         a.scale = 1.0 / sqrt(qs);
         a.post_attn = a.post_ffn = 1;
@@ -349,6 +462,7 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
     } else if (hf_bind(j, EMB, "embed_tokens.weight", a.vocab, a.hidden, "weight") < 0) {
         goto out;
     }
+    char sn[160];
     for (int i = 0; i < a.layers; i++) {
         if (vx_cancel_flag) {
             vx_errf(j->err, VX_ECANCEL, "admission: cancelled");
@@ -359,7 +473,7 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
                 goto out;
             continue;
         }
-        if (hf_bind_norm(j, &a, i, "input_layernorm", "attn_norm") < 0)
+        if (!a.no_pre_norms && hf_bind_norm(j, &a, i, "input_layernorm", "attn_norm") < 0)
             goto out;
         if (f == F_PHI3) {
             if (hf_bind_phi3(j, &a, i) < 0)
@@ -368,7 +482,16 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
         }
         if ((a.mla ? hf_bind_mla(j, &a, i) : hf_bind_attention(j, &a, i)) < 0)
             goto out;
-        if (f == F_GEMMA2) {
+        if (a.qk_norm && hf_bind_qk_norm(j, &a, i) < 0)
+            goto out;
+        if (a.sinks && hf_bind(j, DEC, hf_nm(sn, sizeof sn, "layers.%d.self_attn.sinks", i), a.heads, 0,
+                               "layers.%d.attn.sinks", i) < 0)
+            goto out;
+        if (f == F_OLMO2) {
+            if (hf_bind_norm(j, &a, i, "post_attention_layernorm", "post_attn_norm") < 0 ||
+                hf_bind_norm(j, &a, i, "post_feedforward_layernorm", "post_ffn_norm") < 0)
+                goto out;
+        } else if (f == F_GEMMA2 || f == F_GEMMA3) {
             if (hf_bind_norm(j, &a, i, "post_attention_layernorm", "post_attn_norm") < 0 ||
                 hf_bind_norm(j, &a, i, "pre_feedforward_layernorm", "ffn_norm") < 0 ||
                 hf_bind_norm(j, &a, i, "post_feedforward_layernorm", "post_ffn_norm") < 0)
@@ -376,7 +499,8 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
         } else if (hf_bind_norm(j, &a, i, "post_attention_layernorm", "ffn_norm") < 0) {
             goto out;
         }
-        if (a.moe[i] ? hf_bind_moe(j, f, &a, i) < 0 : hf_bind_mlp(j, &a, i, "mlp", "ffn", a.inter) < 0)
+        if (a.moe[i] ? (f == F_GPT_OSS ? hf_bind_gpt_oss_moe(j, &a, i) : hf_bind_moe(j, f, &a, i)) < 0
+                     : hf_bind_mlp(j, &a, i, "mlp", "ffn", a.inter) < 0)
             goto out;
     }
     if (f == F_GPT2) {
@@ -407,6 +531,7 @@ out:
     cJSON_Delete(special);
     cJSON_Delete(a.rope_scaling);
     free(a.window);
+    free(a.layer_theta);
     free(a.moe);
     return rc;
 }
@@ -492,7 +617,8 @@ int hf_admit(const char *dir, const st_model *m, hf_plan *p, vx_err *err)
     const cJSON *mt = hf_key(&j, "model_type");
     if (!cJSON_IsString(mt)) {
         vx_errf(err, VX_EMISSING, "config.json: key 'model_type' is missing; lql admits llama, "
-                "mistral, qwen2, gemma, gemma2, gpt2, phi3, mixtral, qwen2_moe, deepseek_v3");
+                "mistral, qwen2, gemma, gemma2, gpt2, phi3, mixtral, qwen2_moe, deepseek_v3, qwen3, "
+                "qwen3_moe, olmo2, gemma3_text, gpt_oss");
         goto out;
     }
     int fi = -1;
@@ -501,7 +627,8 @@ int hf_admit(const char *dir, const st_model *m, hf_plan *p, vx_err *err)
             fi = (int)i;
     if (fi < 0) {
         vx_errf(err, VX_EUNSUPPORTED, "config.json: model_type '%s' is not admitted; lql admits "
-                "llama, mistral, qwen2, gemma, gemma2, gpt2, phi3, mixtral, qwen2_moe, deepseek_v3",
+                "llama, mistral, qwen2, gemma, gemma2, gpt2, phi3, mixtral, qwen2_moe, deepseek_v3, "
+                "qwen3, qwen3_moe, olmo2, gemma3_text, gpt_oss",
                 mt->valuestring);
         goto out;
     }

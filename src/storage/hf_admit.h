@@ -15,14 +15,19 @@ typedef enum hf_xform {
     HF_WHOLE,      /* the source tensor as stored */
     HF_ROWS,       /* outer-dimension rows [lo, hi) of the source (elements for 1-D) */
     HF_T,          /* the 2-D source transposed ([in, out] Conv1D -> [out, in]) */
-    HF_COLS_T      /* columns [lo, hi) of a 2-D source, transposed */
+    HF_COLS_T,     /* columns [lo, hi) of a 2-D source, transposed */
+    HF_GATHER      /* of expert `expert` of an [E, R, C] source ([E, N] for vectors): rows
+                    * lo, lo + step, … (transpose: those columns, as rows); with `scales`,
+                    * MXFP4 blocks [E, R, C/32, 16] + scales [E, R, C/32] as lql's mxfp4 */
 } hf_xform;
 
 typedef struct hf_operand {
     char *name;                  /* canonical operand name, owned */
     const st_tensor *src;        /* borrowed from the st_model */
     hf_xform xf;
-    int64_t lo, hi;              /* slice bounds for HF_ROWS / HF_COLS_T */
+    int64_t lo, hi;              /* slice bounds for HF_ROWS / HF_COLS_T / HF_GATHER */
+    int expert, step, transpose; /* HF_GATHER */
+    const st_tensor *scales;     /* HF_GATHER of MXFP4 blocks: their E8M0 scales */
     int ndim;
     int64_t shape[VX_MAX_DIMS];  /* stored shape, PyTorch order */
     int keep_f32;                /* stored as f32 whatever the dtype policy */
@@ -51,7 +56,8 @@ typedef struct hf_plan {
 int hf_admit(const char *dir, const st_model *m, hf_plan *p, vx_err *err);
 void hf_plan_free(hf_plan *p);
 
-/* Binding JSON for one operand: a string, or {"tensor", "rows"|"cols", "transpose"}. */
+/* Binding JSON for one operand: a string, or {"tensor", "rows"|"cols", "transpose"} (a
+ * gather adds "expert", "step" and, for MXFP4, "scales"). */
 cJSON *hf_binding(const hf_operand *o);
 
 #endif

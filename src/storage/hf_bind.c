@@ -48,8 +48,21 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *s)
         snprintf(buf + k, n - k, "]");
 }
 
+static const st_tensor *need(judge *j, const char *src, int ndim, const int64_t *want, int raw);
+
 /* Find the checkpoint tensor `src` (prefix applied) and check its shape is `want`. */
 const st_tensor *hf_need(judge *j, const char *src, int ndim, const int64_t *want)
+{
+    return need(j, src, ndim, want, 0);
+}
+
+/* The same for packed bytes (u8: MXFP4 blocks and scales). */
+const st_tensor *hf_need_u8(judge *j, const char *src, int ndim, const int64_t *want)
+{
+    return need(j, src, ndim, want, 1);
+}
+
+static const st_tensor *need(judge *j, const char *src, int ndim, const int64_t *want, int raw)
 {
     char full[256];
     snprintf(full, sizeof full, "%s%s", j->prefix, src);
@@ -59,9 +72,10 @@ const st_tensor *hf_need(judge *j, const char *src, int ndim, const int64_t *wan
                 j->family);
         return NULL;
     }
-    if (t->dtype != VX_F32 && t->dtype != VX_F16 && t->dtype != VX_BF16) {
-        vx_errf(j->err, VX_EUNSUPPORTED, "checkpoint: tensor '%s' has dtype %s; weights must be "
-                "F32, F16 or BF16", full, vx_dtype_name(t->dtype));
+    if (raw ? t->dtype != VX_U8 : t->dtype != VX_F32 && t->dtype != VX_F16 && t->dtype != VX_BF16) {
+        vx_errf(j->err, VX_EUNSUPPORTED, "checkpoint: tensor '%s' has dtype %s; %s", full,
+                vx_dtype_name(t->dtype) ? vx_dtype_name(t->dtype) : "u8",
+                raw ? "packed MXFP4 blocks and scales must be U8" : "weights must be F32, F16 or BF16");
         return NULL;
     }
     int ok = t->ndim == ndim;
@@ -116,7 +130,16 @@ cJSON *hf_binding(const hf_operand *o)
         cJSON_AddItemToArray(r, cJSON_CreateNumber((double)o->lo));
         cJSON_AddItemToArray(r, cJSON_CreateNumber((double)o->hi));
     }
-    if (o->xf == HF_T || o->xf == HF_COLS_T)
+    if (o->xf == HF_GATHER) {
+        cJSON_AddNumberToObject(b, "expert", o->expert);
+        cJSON *r = cJSON_AddArrayToObject(b, o->transpose ? "cols" : "rows");
+        cJSON_AddItemToArray(r, cJSON_CreateNumber((double)o->lo));
+        cJSON_AddItemToArray(r, cJSON_CreateNumber((double)o->hi));
+        cJSON_AddNumberToObject(b, "step", o->step);
+        if (o->scales)
+            cJSON_AddStringToObject(b, "scales", o->scales->name);
+    }
+    if (o->xf == HF_T || o->xf == HF_COLS_T || (o->xf == HF_GATHER && o->transpose))
         cJSON_AddBoolToObject(b, "transpose", 1);
     return b;
 }
@@ -143,6 +166,97 @@ int hf_bind_attention(judge *j, const arch *a, int i)
     if (a->out_bias && hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.o_proj.bias", i), a->hidden,
                             0, "layers.%d.attn.o_proj.bias", i) < 0)
         return -1;
+    return 0;
+}
+
+/* q_norm / k_norm: [head_dim] per head, or the whole projection's width. */
+int hf_bind_qk_norm(judge *j, const arch *a, int i)
+{
+    char s[160];
+    int per = strcmp(a->qk_norm, "head") == 0;
+    int64_t q = per ? a->head_dim : (int64_t)a->heads * a->head_dim;
+    int64_t k = per ? a->head_dim : (int64_t)a->kv_heads * a->head_dim;
+    if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.q_norm.weight", i), q, 0,
+                "layers.%d.attn.q_norm", i) < 0)
+        return -1;
+    return hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.k_norm.weight", i), k, 0,
+                   "layers.%d.attn.k_norm", i);
+}
+
+/* One operand gathered from expert e of a stacked source (HF_GATHER): `rows` rows (or, with
+ * transpose, columns) lo, lo + step, … of width `cols`; cols 0 gives a vector. */
+static int gather(judge *j, const char *name, const st_tensor *t, const st_tensor *sc, int e,
+                  int64_t lo, int step, int transpose, int64_t rows, int64_t cols)
+{
+    int64_t sh[2] = {rows, cols};
+    hf_object *o = &j->p->obj[DEC];
+    if (hf_push_op(j, o, name, t, HF_GATHER, lo, lo + rows * step, cols ? 2 : 1, sh) < 0)
+        return -1;
+    hf_operand *x = &o->op[o->n - 1];
+    x->expert = e;
+    x->step = step;
+    x->transpose = transpose;
+    x->scales = sc;
+    if (sc)
+        j->bound[sc - st_at(j->m, 0)] = 1;
+    return 0;
+}
+
+/* GPT-OSS experts, stacked per layer: gate_up_proj interleaves gate (even) and up (odd)
+ * along its 2I axis, biases too. Packed (a->mxfp4): MXFP4 blocks [E, out, in/32, 16] with
+ * scales [E, out, in/32], matrices [out, in], kept MXFP4 (source-exact, nibbles reordered);
+ * unpacked: gate_up_proj [E, H, 2I] and down_proj [E, I, H] used as x @ W, transposed. */
+int hf_bind_gpt_oss_moe(judge *j, const arch *a, int i)
+{
+    char s[160], nm[160];
+    const int64_t E = a->experts, H = a->hidden, I = a->expert_inter;
+    if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.mlp.router.weight", i), E, H,
+                "layers.%d.ffn.router", i) < 0 ||
+        hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.mlp.router.bias", i), E, 0,
+                "layers.%d.ffn.router.bias", i) < 0)
+        return -1;
+    const int64_t gb[2] = {E, 2 * I}, db[2] = {E, H};
+    const st_tensor *gub = hf_need(j, hf_nm(s, sizeof s, "layers.%d.mlp.experts.gate_up_proj_bias", i), 2, gb);
+    const st_tensor *dnb = gub ? hf_need(j, hf_nm(s, sizeof s, "layers.%d.mlp.experts.down_proj_bias", i), 2, db) : NULL;
+    if (!dnb)
+        return -1;
+    const st_tensor *gu, *dn, *gus = NULL, *dns = NULL;
+    if (a->mxfp4) {
+        if (H % 32 || I % 32)
+            return vx_errf(j->err, VX_EFORMAT, "config.json: hidden_size %lld and intermediate_size %lld "
+                           "must be multiples of the MXFP4 block (32) (family '%s')", (long long)H,
+                           (long long)I, j->family);
+        const int64_t gw[4] = {E, 2 * I, H / 32, 16}, gs[3] = {E, 2 * I, H / 32};
+        const int64_t dw[4] = {E, H, I / 32, 16}, ds[3] = {E, H, I / 32};
+        if (!(gu = hf_need_u8(j, hf_nm(s, sizeof s, "layers.%d.mlp.experts.gate_up_proj_blocks", i), 4, gw)) ||
+            !(gus = hf_need_u8(j, hf_nm(s, sizeof s, "layers.%d.mlp.experts.gate_up_proj_scales", i), 3, gs)) ||
+            !(dn = hf_need_u8(j, hf_nm(s, sizeof s, "layers.%d.mlp.experts.down_proj_blocks", i), 4, dw)) ||
+            !(dns = hf_need_u8(j, hf_nm(s, sizeof s, "layers.%d.mlp.experts.down_proj_scales", i), 3, ds)))
+            return -1;
+    } else {
+        const int64_t gw[3] = {E, H, 2 * I}, dw[3] = {E, I, H};
+        if (!(gu = hf_need(j, hf_nm(s, sizeof s, "layers.%d.mlp.experts.gate_up_proj", i), 3, gw)) ||
+            !(dn = hf_need(j, hf_nm(s, sizeof s, "layers.%d.mlp.experts.down_proj", i), 3, dw)))
+            return -1;
+    }
+    const int t = !a->mxfp4;
+    for (int e = 0; e < E; e++) {
+        static const char *const part[] = {"gate_proj", "up_proj"};
+        for (int k = 0; k < 2; k++) {
+            snprintf(nm, sizeof nm, "layers.%d.ffn.experts.%d.%s", i, e, part[k]);
+            if (gather(j, nm, gu, gus, e, k, 2, t, I, H) < 0)
+                return -1;
+            snprintf(nm, sizeof nm, "layers.%d.ffn.experts.%d.%s.bias", i, e, part[k]);
+            if (gather(j, nm, gub, NULL, e, k, 2, 0, I, 0) < 0)
+                return -1;
+        }
+        snprintf(nm, sizeof nm, "layers.%d.ffn.experts.%d.down_proj", i, e);
+        if (gather(j, nm, dn, dns, e, 0, 1, t, H, I) < 0)
+            return -1;
+        snprintf(nm, sizeof nm, "layers.%d.ffn.experts.%d.down_proj.bias", i, e);
+        if (gather(j, nm, dnb, NULL, e, 0, 1, 0, H, 0) < 0)
+            return -1;
+    }
     return 0;
 }
 

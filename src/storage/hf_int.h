@@ -20,7 +20,7 @@
 
 typedef enum fam {
     F_LLAMA, F_MISTRAL, F_QWEN2, F_GEMMA, F_GEMMA2, F_GPT2, F_PHI3, F_MIXTRAL, F_QWEN2_MOE,
-    F_DEEPSEEK_V3
+    F_DEEPSEEK_V3, F_QWEN3, F_QWEN3_MOE, F_OLMO2, F_GEMMA3, F_GPT_OSS
 } fam;
 
 #define B(f) (1u << (f))
@@ -35,6 +35,7 @@ typedef struct judge {
     hf_plan *p;
     vx_err *err;
     const char *prefix;          /* checkpoint tensor prefix ("model.", "transformer.", "") */
+    int quant_judged;            /* quantization_config was read and admitted by the family */
 } judge;
 
 /* Geometry and switches every decoder family fills; the builder then emits the JSON. */
@@ -48,7 +49,14 @@ typedef struct arch {
     cJSON *rope_scaling;                /* owned until emitted; NULL = none */
     double attn_softcap, final_softcap; /* 0 = none */
     int post_attn, post_ffn, learned_pos, tied;
+    int no_pre_norms;                   /* OLMo-2: norms only on the branch outputs */
+    const char *qk_norm;                /* NULL, "head" or "projection" */
+    int sinks;                          /* learned attention sinks per head */
+    int router_bias, expert_bias;       /* MoE router / expert MLP biases */
+    double swiglu_alpha, swiglu_limit;  /* clamped SwiGLU experts (0: the ffn activation) */
+    int mxfp4;                          /* experts packed as MXFP4 blocks + scales */
     int *window;                        /* per layer, 0 = none */
+    double *layer_theta;                /* per layer: own unscaled rope base, 0 = the global rope */
     int *moe;                           /* per layer: 1 sparse */
     int mla;
     int q_lora, kv_lora, nope, rope_dim, v_dim;
@@ -103,6 +111,9 @@ int hf_bind(judge *j, int obj, const char *src, int64_t a, int64_t b, const char
 const char *hf_nm(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int hf_bind_attention(judge *j, const arch *a, int i);
 int hf_bind_mlp(judge *j, const arch *a, int i, const char *src, const char *dst, int inter);
+int hf_bind_qk_norm(judge *j, const arch *a, int i);
+int hf_bind_gpt_oss_moe(judge *j, const arch *a, int i);
+const st_tensor *hf_need_u8(judge *j, const char *src, int ndim, const int64_t *want);
 int hf_bind_norm(judge *j, const arch *a, int i, const char *src, const char *dst);
 int hf_bind_moe(judge *j, fam f, const arch *a, int i);
 int hf_bind_mla(judge *j, const arch *a, int i);

@@ -265,9 +265,19 @@ static const decl decl_family[] = {
     {"num_nextn_predict_layers", "multi-token-prediction head, not part of the causal LM",
      B(F_DEEPSEEK_V3)},
     {"max_window_layers", "sliding window is off (use_sliding_window false)",
-     B(F_QWEN2) | B(F_QWEN2_MOE)},
+     B(F_QWEN2) | B(F_QWEN2_MOE) | B(F_QWEN3) | B(F_QWEN3_MOE)},
     {"sliding_window", "sliding window is off (use_sliding_window false)",
-     B(F_QWEN2) | B(F_QWEN2_MOE)},
+     B(F_QWEN2) | B(F_QWEN2_MOE) | B(F_QWEN3) | B(F_QWEN3_MOE)},
+    {"attn_logit_softcapping", "Gemma3Attention applies no score soft-cap", B(F_GEMMA3)},
+    {"experts_per_token", "legacy duplicate of num_experts_per_tok, which is read", B(F_GPT_OSS)},
+    {"initial_context_length", "training context; yarn's original_max_position_embeddings is read",
+     B(F_GPT_OSS)},
+    {"swiglu_limit", "transformers hard-codes the expert clamp at 7.0 (the surface states it)",
+     B(F_GPT_OSS)},
+    {"_sliding_window_pattern", "layer_types, which is read, states which layers slide",
+     B(F_GEMMA3)},
+    {"sliding_window_pattern", "layer_types, which is read, states which layers slide",
+     B(F_GEMMA3)},
     {"hidden_act", "legacy spelling; this family reads hidden_activation", B(F_GEMMA) | B(F_GEMMA2)},
     {"sliding_window_size", "legacy duplicate of sliding_window, which is the key read", B(F_GEMMA2)},
     {"max_sequence_length", "legacy LLaMA-1 key; transformers reads max_position_embeddings",
@@ -284,7 +294,7 @@ int hf_check_defaults(judge *j)
             return hf_refuse(j, off[i], hf_key(j, off[i]));
     }
     const cJSON *q = hf_key(j, "quantization_config");
-    if (q && !cJSON_IsNull(q))
+    if (q && !cJSON_IsNull(q) && !j->quant_judged)
         return hf_refuse(j, "quantization_config", NULL);
     return 0;
 }

@@ -39,8 +39,31 @@ int hf_act_key(judge *j, arch *a, const char *k, const char *def)
     return 0;
 }
 
+/* YaRN's attention factor, stated in the graph: 0.1·ln(factor) + 1 when the config has
+ * none. transformers 4.5x took the factor as max_position_embeddings / original; later
+ * versions keep the explicit factor: a config where the two differ is ambiguous. */
+static int yarn_resolve(judge *j, const arch *a, cJSON *s, const char *scname)
+{
+    double f = cJSON_GetObjectItemCaseSensitive(s, "factor")->valuedouble;
+    double orig = cJSON_GetObjectItemCaseSensitive(s, "original_max_position_embeddings")->valuedouble;
+    char full[64];
+    snprintf(full, sizeof full, "%s.factor", scname);
+    if (f < 1)
+        return hf_bad_type(j, full, "at least 1 for yarn");
+    if (fabs((double)a->ctx / orig - f) > 1e-9 * f)
+        return vx_errf(j->err, VX_EUNSUPPORTED, "config.json: %s %g differs from "
+                       "max_position_embeddings / original_max_position_embeddings = %g; "
+                       "transformers versions disagree on which applies (family '%s')", full, f,
+                       (double)a->ctx / orig, j->family);
+    cJSON *af = cJSON_GetObjectItemCaseSensitive(s, "attention_factor");
+    if (cJSON_IsNull(af))
+        cJSON_ReplaceItemInObject(s, "attention_factor", cJSON_CreateNumber(0.1 * log(f) + 1.0));
+    return 0;
+}
+
 /* RoPE: rope_theta / rope_scaling, or the newer rope_parameters spelling. Only "default"
- * and "llama3" scaling are admitted; anything else refuses as 'rope_scaling.type=X'. */
+ * "llama3", "linear" and "yarn" scaling are admitted; anything else refuses as
+ * 'rope_scaling.type=X'. */
 int hf_rope_keys(judge *j, arch *a)
 {
     const cJSON *params = hf_key(j, "rope_parameters");
@@ -86,32 +109,58 @@ int hf_rope_keys(judge *j, arch *a)
         return ty ? hf_refuse(j, full, ty) : hf_missing(j, full);
     if (strcmp(ty->valuestring, "default") == 0)
         return 0;
-    if (strcmp(ty->valuestring, "llama3") != 0)
+    /* per type: the parameters it reads (numbers > 0 unless noted) */
+    static const struct { const char *type; const char *keys[6]; } types[] = {
+        {"llama3", {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}},
+        {"linear", {"factor"}},
+        {"yarn", {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+                  "truncate", "attention_factor"}},
+    };
+    int t = -1;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(ty->valuestring, types[i].type) == 0) t = i;
+    if (t < 0)
         return hf_refuse(j, full, ty);
-    static const char *const f[] = {"factor", "low_freq_factor", "high_freq_factor",
-                                    "original_max_position_embeddings"};
     cJSON *s = cJSON_CreateObject();
-    cJSON_AddStringToObject(s, "type", "llama3");
-    for (int i = 0; i < 4; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(sc, f[i]);
-        if (!cJSON_IsNumber(v) || v->valuedouble <= 0) {
-            cJSON_Delete(s);
-            snprintf(full, sizeof full, "%s.%s", scname, f[i]);
-            return v ? hf_bad_type(j, full, "a positive number") : hf_missing(j, full);
-        }
-        cJSON_AddNumberToObject(s, f[i], v->valuedouble);
-    }
+    cJSON_AddStringToObject(s, "type", types[t].type);
     /* Any other key inside the scaling object would be a parameter we do not apply. */
     for (const cJSON *c = sc->child; c; c = c->next) {
         int known = strcmp(c->string, tk) == 0 || strcmp(c->string, "rope_theta") == 0 ||
                     strcmp(c->string, "partial_rotary_factor") == 0;
-        for (int i = 0; i < 4; i++)
-            known |= strcmp(c->string, f[i]) == 0;
+        for (int i = 0; i < 6 && types[t].keys[i]; i++)
+            known |= strcmp(c->string, types[t].keys[i]) == 0;
         if (!known) {
             cJSON_Delete(s);
             snprintf(full, sizeof full, "%s.%s", scname, c->string);
             return hf_refuse(j, full, c);
         }
+    }
+    for (int i = 0; i < 6 && types[t].keys[i]; i++) {
+        const char *k = types[t].keys[i];
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(sc, k);
+        snprintf(full, sizeof full, "%s.%s", scname, k);
+        if (t == 2 && (!v || cJSON_IsNull(v)) && strcmp(k, "original_max_position_embeddings")) {
+            /* yarn's defaults (transformers' _compute_yarn_parameters) */
+            if (strcmp(k, "truncate") == 0) cJSON_AddBoolToObject(s, k, 1);
+            else if (strcmp(k, "beta_fast") == 0) cJSON_AddNumberToObject(s, k, 32);
+            else if (strcmp(k, "beta_slow") == 0) cJSON_AddNumberToObject(s, k, 1);
+            else if (strcmp(k, "attention_factor") == 0) cJSON_AddNullToObject(s, k);
+            else {
+                cJSON_Delete(s);
+                return hf_missing(j, full);
+            }
+            continue;
+        }
+        if (strcmp(k, "truncate") == 0 ? !cJSON_IsBool(v) : !cJSON_IsNumber(v) || !(v->valuedouble > 0)) {
+            cJSON_Delete(s);
+            return v ? hf_bad_type(j, full, strcmp(k, "truncate") ? "a positive number" : "a boolean")
+                     : hf_missing(j, full);
+        }
+        cJSON_AddItemToObject(s, k, cJSON_Duplicate(v, 0));
+    }
+    if (t == 2 && yarn_resolve(j, a, s, scname) < 0) {
+        cJSON_Delete(s);
+        return -1;
     }
     a->rope_scaling = s;
     return 0;
@@ -257,6 +306,8 @@ cJSON *hf_emit(const arch *a, cJSON *special)
     cJSON_AddBoolToObject(at, "qkv_bias", a->qkv_bias);
     cJSON_AddBoolToObject(at, "out_bias", a->out_bias);
     cJSON_AddItemToObject(at, "softcap", num_or_null(a->attn_softcap, a->attn_softcap != 0));
+    cJSON_AddItemToObject(at, "qk_norm", a->qk_norm ? cJSON_CreateString(a->qk_norm) : cJSON_CreateNull());
+    cJSON_AddBoolToObject(at, "sinks", a->sinks);
     if (a->rope) {
         cJSON *r = cJSON_AddObjectToObject(at, "rope");
         cJSON_AddStringToObject(r, "style", a->interleaved ? "interleaved" : "rotate_half");
@@ -298,6 +349,16 @@ cJSON *hf_emit(const arch *a, cJSON *special)
         cJSON_AddNumberToObject(m, "topk_group", a->topk_group);
         cJSON_AddBoolToObject(m, "normalise", a->normalise);
         cJSON_AddNumberToObject(m, "routed_scaling", a->routed_scaling);
+        cJSON_AddBoolToObject(m, "router_bias", a->router_bias);
+        cJSON_AddBoolToObject(m, "expert_bias", a->expert_bias);
+        if (a->swiglu_limit > 0) {
+            cJSON *act = cJSON_AddObjectToObject(m, "expert_activation");
+            cJSON_AddStringToObject(act, "kind", "clamped_swiglu");
+            cJSON_AddNumberToObject(act, "alpha", a->swiglu_alpha);
+            cJSON_AddNumberToObject(act, "limit", a->swiglu_limit);
+        } else {
+            cJSON_AddNullToObject(m, "expert_activation");
+        }
         if (a->shared_inter) {
             cJSON *s = cJSON_AddObjectToObject(m, "shared");
             cJSON_AddNumberToObject(s, "intermediate", a->shared_inter);
@@ -312,6 +373,9 @@ cJSON *hf_emit(const arch *a, cJSON *special)
         cJSON_AddNullToObject(x, "moe");
     }
 
+    cJSON *prn = cJSON_AddObjectToObject(x, "pre_norms");
+    cJSON_AddBoolToObject(prn, "attn", !a->no_pre_norms);
+    cJSON_AddBoolToObject(prn, "ffn", !a->no_pre_norms);
     cJSON *pn = cJSON_AddObjectToObject(x, "post_norms");
     cJSON_AddBoolToObject(pn, "attn", a->post_attn);
     cJSON_AddBoolToObject(pn, "ffn", a->post_ffn);
@@ -328,6 +392,16 @@ cJSON *hf_emit(const arch *a, cJSON *special)
         cJSON_AddStringToObject(l, "operator", a->mla ? "mla" : "softmax_attention");
         cJSON_AddItemToObject(l, "window", num_or_null(a->window[i], a->window[i] != 0));
         cJSON_AddStringToObject(l, "ffn", a->moe[i] ? "moe" : "dense");
+        if (a->layer_theta[i] > 0) {
+            /* a layer kind with its own base and no scaling (Gemma 3's local layers) */
+            cJSON *r = cJSON_AddObjectToObject(l, "rope");
+            cJSON_AddStringToObject(r, "style", a->interleaved ? "interleaved" : "rotate_half");
+            cJSON_AddNumberToObject(r, "theta", a->layer_theta[i]);
+            cJSON_AddNumberToObject(r, "rotary_dim", a->rotary_dim);
+            cJSON_AddNullToObject(r, "scaling");
+        } else {
+            cJSON_AddNullToObject(l, "rope");
+        }
         attention_state(cJSON_AddArrayToObject(l, "state"), a);
         cJSON_AddItemToArray(ls, l);
     }

@@ -158,8 +158,13 @@ static int check_representation(const vx_container *c, const cJSON *obj, const c
         for (size_t i = 0; i < v.hdr->n && rc == 0; i++) {
             const vx_seg_tensor *t = &v.hdr->t[i];
             rc = vx_sha256_mapped(&ctx, payload + t->offset, t->length, 1, "verify", err);
-            const char *sname = binding_tensor(cJSON_GetObjectItemCaseSensitive(bindings, t->name));
-            if (rc == 0 && sname) {
+            const cJSON *b = cJSON_GetObjectItemCaseSensitive(bindings, t->name);
+            /* the source tensors a binding reads, in the encoder's hashing order: the tensor,
+             * then (packed MXFP4) its scales */
+            const char *srcs[2] = {binding_tensor(b), vx_json_str(b, "scales")};
+            for (int k = 0; k < 2 && rc == 0 && srcs[0]; k++) {
+                if (!srcs[k])
+                    continue;
                 if (nnames == cap) {
                     cap = cap ? 2 * cap : 64;
                     const char **nn = realloc(names, cap * sizeof *nn);
@@ -169,7 +174,7 @@ static int check_representation(const vx_container *c, const cJSON *obj, const c
                     }
                     names = nn;
                 }
-                names[nnames++] = sname;
+                names[nnames++] = srcs[k];
             }
         }
         if (rc)

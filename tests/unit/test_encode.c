@@ -646,9 +646,15 @@ static void refuse(const char *name, const char *want)
 
 static void refusals(void)
 {
-    variant("llama-gqa", "yarn", "s/\"rope_scaling\": null/\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0}/");
-    refuse("yarn", "config.json: key 'rope_scaling.type=yarn' changes execution and is not admitted for "
+    variant("llama-gqa", "dynamic", "s/\"rope_scaling\": null/\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 4.0}/");
+    refuse("dynamic", "config.json: key 'rope_scaling.type=dynamic' changes execution and is not admitted for "
            "family 'llama'");
+    /* yarn whose factor disagrees with max_position_embeddings / original (512 / 64) */
+    variant("llama-gqa", "yarn", "s/\"rope_scaling\": null/\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0, "
+            "\"original_max_position_embeddings\": 64}/");
+    refuse("yarn", "config.json: rope_scaling.factor 4 differs from max_position_embeddings / "
+           "original_max_position_embeddings = 8; transformers versions disagree on which applies "
+           "(family 'llama')");
     variant("llama-gqa", "unknown", "s/\"vocab_size\": 512/\"vocab_size\": 512, \"foo_gate\": 3/");
     refuse("unknown", "config.json: key 'foo_gate' changes execution and is not admitted for family 'llama'");
     variant("llama-gqa", "relu", "s/\"hidden_act\": \"silu\"/\"hidden_act\": \"relu\"/");
@@ -694,7 +700,7 @@ static void refusals(void)
     refuse("eps0", "config.json: key 'rms_norm_eps' must be a positive number for family 'gemma2'");
     variant("llama-gqa", "bert", "s/\"model_type\": \"llama\"/\"model_type\": \"bert\"/");
     refuse("bert", "config.json: model_type 'bert' is not admitted; lql admits llama, mistral, qwen2, gemma, "
-           "gemma2, gpt2, phi3, mixtral, qwen2_moe, deepseek_v3");
+           "gemma2, gpt2, phi3, mixtral, qwen2_moe, deepseek_v3, qwen3, qwen3_moe, olmo2, gemma3_text, gpt_oss");
     variant("llama-gqa", "shape", "s/\"intermediate_size\": 176/\"intermediate_size\": 177/");
     char want[512];
     refuse("shape", "checkpoint: tensor 'model.layers.0.mlp.gate_proj.weight' has shape [176, 64], "

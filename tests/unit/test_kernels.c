@@ -19,7 +19,7 @@ static float rnd(void)
  * m are replaced by their rounded ones so the reference sees exactly what is stored. */
 static eng_w store(vx_dtype dt, float *m, int rows, int cols, void *buf)
 {
-    eng_w w = {dt, buf, rows, cols, (size_t)cols * (dt == VX_F32 ? 4 : 2), 0};
+    eng_w w = {dt, buf, rows, cols, (size_t)cols * (dt == VX_F32 ? 4 : 2), 0, 0};
     for (size_t i = 0; i < (size_t)rows * cols; i++) {
         if (dt == VX_F32) ((float *)buf)[i] = m[i];
         else if (dt == VX_F16) { uint16_t h = vx_f32_to_f16(m[i]); ((uint16_t *)buf)[i] = h; m[i] = vx_f16_to_f32(h); }
@@ -62,7 +62,7 @@ static void test_matmul(void)
         }
     /* transposed f32 view: W stored [cols, rows] */
     float st[3 * 2] = {1, 2, 3, 4, 5, 6};     /* [cols=3, rows=2] */
-    eng_w w = {VX_F32, st, 2, 3, 0, 1};
+    eng_w w = {VX_F32, st, 2, 3, 0, 1, 0};
     float x[3] = {1, -1, 2}, y[2];
     eng_matmul(&w, x, 1, y);
     CHECK_NEAR(y[0], 1 * 1 - 3 + 2 * 5, 1e-6);
@@ -74,7 +74,7 @@ static void test_matmul(void)
     uint16_t sb[4 * 6];
     for (int i = 0; i < 24; i++) sm[i] = rnd();
     store(VX_BF16, sm, 4, 6, sb);
-    eng_w ws = {VX_BF16, sb + 6, 6, 2, 12, 1};
+    eng_w ws = {VX_BF16, sb + 6, 6, 2, 12, 1, 0};
     float xs[2 * 2] = {0.5f, -2, 1, 3}, ys[2 * 6];
     eng_matmul(&ws, xs, 2, ys);
     double wt = 0;
@@ -109,7 +109,7 @@ static void test_quant_dispatch(void)
         CHECK(vx_quantize_row(VX_Q8_0, m + (size_t)r * cols, q + r * rb, (size_t)cols) == 0);
         CHECK(vx_dequantize_row(VX_Q8_0, q + r * rb, deq + (size_t)r * cols, (size_t)cols) == 0);
     }
-    eng_w w = {VX_Q8_0, q, rows, cols, rb, 0};
+    eng_w w = {VX_Q8_0, q, rows, cols, rb, 0, 0};
     CHECK(eng_dtype_executable(VX_Q8_0));
     CHECK_NEAR(eng_w_at(&w, 7, 100), deq[7 * cols + 100], 0);
     for (int n = 1; n <= 12; n += 11) {
@@ -166,7 +166,7 @@ static void test_rope(void)
 {
     double inv[4];
     for (int i = 0; i < 4; i++) inv[i] = 1.0 / pow(10000.0, 2.0 * i / 8);
-    eng_rope half = {ROPE_HALF, 8, inv}, il = {ROPE_INTERLEAVED, 8, inv};
+    eng_rope half = {ROPE_HALF, 8, inv, 1}, il = {ROPE_INTERLEAVED, 8, inv, 1};
     float a[2 * 10], b[2 * 10], ref[2 * 10];   /* 2 heads, stride 10, rotated part 8 at off 1 */
     for (int i = 0; i < 20; i++) a[i] = b[i] = ref[i] = rnd();
     const int pos = 5;
@@ -193,6 +193,10 @@ static void test_rope(void)
     for (int i = 0; i < 8; i++) z[i] = z0[i] = rnd();
     eng_rope_apply(&half, z, 1, 0, 1, 8, 0);
     CHECK(memcmp(z, z0, sizeof z) == 0);
+    /* mscale (YaRN's attention factor) scales cos and sin: position 0 scales by it */
+    eng_rope ms = {ROPE_HALF, 8, inv, 1.5};
+    eng_rope_apply(&ms, z, 1, 0, 1, 8, 0);
+    for (int i = 0; i < 8; i++) CHECK_NEAR(z[i], 1.5 * z0[i], 1e-6);
 }
 
 static void test_act(void)

@@ -241,7 +241,9 @@ int main(int argc, char **argv)
     if (!mkdtemp(tmp)) { perror("mkdtemp"); return 1; }
     static const char *const fams[] = {"llama-gqa", "llama-gqa-bf16", "llama3-rope", "qwen2",
                                        "mistral-swa", "gemma2", "gpt2", "phi3", "mixtral",
-                                       "qwen2-moe", "deepseek-v3-lite", NULL};
+                                       "qwen2-moe", "deepseek-v3-lite", "qwen3", "qwen3-tied",
+                                       "qwen3-moe", "olmo2", "gemma3", "gpt-oss-bf16", "gpt-oss",
+                                       NULL};
     char src[4096];
     snprintf(src, sizeof src, "%s/models/tinyllama", LQL_FIXTURE_DIR);
     check_fixture("tinyllama", src, tmp);

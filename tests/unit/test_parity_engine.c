@@ -63,7 +63,7 @@ static void e_yarn(cJSON *c)
     cJSON *r = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"),
                                                        "attention"), "rope");
     cJSON *s = cJSON_CreateObject();
-    cJSON_AddStringToObject(s, "type", "yarn");
+    cJSON_AddStringToObject(s, "type", "dynamic");
     cJSON_ReplaceItemInObject(r, "scaling", s);
 }
 static void e_act(cJSON *c)
@@ -172,7 +172,7 @@ static void test_refusals(const char *gqa)
     refuse_at(gqa, e_layer_field, 1, "layer 0: field 'cross_attention' is not supported by this executor");
     refuse(gqa, e_norm, "system graph: execution.norm.kind 'scale' is not supported by this executor");
     refuse(gqa, e_field, "system graph: execution field 'alibi' is not supported by this executor");
-    refuse(gqa, e_yarn, "system graph: execution.attention.rope.scaling.type 'yarn' is not supported by this executor");
+    refuse(gqa, e_yarn, "system graph: execution.attention.rope.scaling.type 'dynamic' is not supported by this executor");
     refuse(gqa, e_act, "system graph: execution.ffn.activation 'relu2' is not supported by this executor");
     refuse(gqa, e_bias, "layer 0: operand 'layers.0.attn.q_proj.bias' of target.decoder_stack is missing");
     refuse(gqa, e_heads, "layer 0: operand 'layers.0.attn.q_proj' of target.decoder_stack has "
