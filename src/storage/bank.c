@@ -105,6 +105,13 @@ static int agree_with_graph(const vx_mlayer *L, const vx_graph_shape *shape, vx_
     if (L->scoring && scoring && strcmp(L->scoring, scoring) != 0)
         return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: scoring '%s' disagrees with the system graph's '%s'",
                        L->layer, L->scoring, scoring);
+    /* the clamped, biased experts of the graph are exactly programme gpt-oss-expert-v1 */
+    const vx_mbank *rb = &L->bank[VX_SLOT_ROUTED];
+    int biased = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(shape->execution, "moe"), "expert_bias"));
+    if (rb->prog && (rb->prog->id == 2) != biased)
+        return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: routed_bank programme '%s' disagrees with the system graph's moe.expert_bias %s",
+                       L->layer, rb->programme, biased ? "true" : "false");
     return 0;
 }
 
@@ -128,7 +135,7 @@ static int capable(const vx_mlayer *L, int slot, const vx_lyrw *f, const vx_lyrw
         return vx_errf(err, VX_EUNSUPPORTED, "moe_manifest.json layer %u %s: programme '%s' is not in the programme registry; the bank is kept but cannot execute",
                        L->layer, sn, mb->programme);
     if (!p->executable)
-        return vx_errf(err, VX_EUNSUPPORTED, "moe_manifest.json layer %u %s: programme '%s' (registry id %d) is registered, but lql executes only gated-mlp-v1 and gated-mlp-fused-fc1-v1",
+        return vx_errf(err, VX_EUNSUPPORTED, "moe_manifest.json layer %u %s: programme '%s' (registry id %d) is registered, but lql executes only gated-mlp-v1, gated-mlp-fused-fc1-v1 and gpt-oss-expert-v1",
                        L->layer, sn, mb->programme, p->id);
     for (int r = 0; r < p->nroles; r++) {
         schema_of[r] = -1;
@@ -143,6 +150,11 @@ static int capable(const vx_mlayer *L, int slot, const vx_lyrw *f, const vx_lyrw
                            op, L->layer, sn, mb->bank_id, mb->programme, vx_lyrw_role_name(p->roles[r]), rel);
         }
         const vx_lyrw_schema *c = &k->schemas[schema_of[r]];
+        if (p->roles[r] == VX_ROLE_BIAS &&
+            (c->rows != 1 || c->cols != 2 * mb->intermediate + mb->output))
+            return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u %s: the bias region of '%s' is %u x %u; "
+                           "programme '%s' keeps one row [gate %u | up %u | down %u]", L->layer, sn, rel,
+                           c->rows, c->cols, mb->programme, mb->intermediate, mb->intermediate, mb->output);
         if (p->roles[r] == VX_ROLE_GATE_UP_FUSED && (c->layout != VX_LAYOUT_CONTIGUOUS_HALVES || c->rows % 2))
             return vx_errf(err, VX_EUNSUPPORTED, "moe_manifest.json layer %u %s: the gate_up_fused region of '%s' (layout %s, %u rows) is not two contiguous halves, so it has no gate and up views",
                            L->layer, sn, rel, vx_lyrw_layout_name(c->layout) ? vx_lyrw_layout_name(c->layout) : "unregistered",
@@ -210,6 +222,24 @@ static int load_bank(vx_bank *b, const char *dir, const cJSON *index, const vx_m
             if (vx_lyrw_tensor(f, (uint16_t)mb->bank_id, e, (uint16_t)schema_of[r], &t, err) < 0)
                 return -1;
             t.segment = mb->storage;
+            if (p->roles[r] == VX_ROLE_BIAS) {
+                /* gpt-oss-expert-v1: one row [gate bias | up bias | down bias], three views */
+                static const char *const parts[] = {"gate_proj.bias", "up_proj.bias", "down_proj.bias"};
+                const uint32_t len[3] = {mb->intermediate, mb->intermediate, mb->output};
+                uint64_t esz = t.nbytes / (2 * (uint64_t)mb->intermediate + mb->output);
+                t.ndim = 1;
+                memset(t.shape, 0, sizeof t.shape);
+                for (int q = 0; q < 3; q++) {
+                    t.shape[0] = len[q];
+                    t.nbytes = len[q] * esz;
+                    operand_name(name, sizeof name, slot, L->layer, e, parts[q]);
+                    if (add_tensor(b, &t, name, err) < 0)
+                        return -1;
+                    t.data = (const unsigned char *)t.data + t.nbytes;
+                    t.offset += t.nbytes;
+                }
+                continue;
+            }
             int fused = p->roles[r] == VX_ROLE_GATE_UP_FUSED;
             if (fused) {
                 /* contiguous halves: rows [0, n/2) are gate, [n/2, n) up (checked above) */

@@ -120,7 +120,15 @@ typedef struct bank_plan {
     int slot;
     uint32_t entries;
     const vx_tensor *t[3];       /* entry 0's tensors, for the schema */
+    const vx_tensor *bias[3];    /* entry 0's gate/up/down biases: programme gpt-oss-expert-v1 */
 } bank_plan;
+
+static const char *const bias_roles[3] = {"gate_proj.bias", "up_proj.bias", "down_proj.bias"};
+
+static const vx_tensor *expert_bias(const importer *im, int layer, uint32_t e, int r)
+{
+    return vx_findf(im->c, im->object, "layers.%d.ffn.experts.%u.%s", layer, e, bias_roles[r]);
+}
 
 static const vx_tensor *operand(const importer *im, int slot, int layer, uint32_t e, int r)
 {
@@ -155,6 +163,26 @@ static int plan_bank(importer *im, int layer, int slot, uint32_t entries, bank_p
     if (slot == VX_SLOT_DENSE && (vx_findf(im->c, im->object, "layers.%d.ffn.up_proj.bias", layer) ||
                                   vx_findf(im->c, im->object, "layers.%d.ffn.down_proj.bias", layer)))
         return 0;
+    /* routed experts with biases (GPT-OSS) are programme gpt-oss-expert-v1: the three
+     * biases of an entry form its one bias region, which needs one dtype */
+    memset(p->bias, 0, sizeof p->bias);
+    if (slot == VX_SLOT_ROUTED && expert_bias(im, layer, 0, 0)) {
+        if (im->fused)
+            return vx_errf(im->err, VX_EUNSUPPORTED, "bank import: layer %d's routed experts carry biases, "
+                           "which programme gated-mlp-fused-fc1-v1 cannot hold (import without --fused)", layer);
+        for (uint32_t e = 0; e < entries; e++)
+            for (int r = 0; r < 3; r++) {
+                const vx_tensor *b = expert_bias(im, layer, e, r);
+                if (e == 0)
+                    p->bias[r] = b;
+                uint16_t f, k;
+                if (!b || b->ndim != 1 || b->dtype != p->bias[0]->dtype || b->shape[0] != p->bias[r]->shape[0] ||
+                    lyrw_format(b->dtype, &f, &k) < 0 || k != VX_PACK_ROW_MAJOR)
+                    return vx_errf(im->err, VX_EUNSUPPORTED,
+                                   "bank import: layer %d routed_bank entry %u: operand '%s' is absent or differs in dtype or shape from entry 0's biases",
+                                   layer, e, bias_roles[r]);
+            }
+    }
     for (uint32_t e = 0; e < entries; e++) {
         for (int r = 0; r < 3; r++) {
             const vx_tensor *t = operand(im, slot, layer, e, r);
@@ -189,8 +217,9 @@ static cJSON *bank_json(const importer *im, const bank_plan *p, uint16_t id, con
     cJSON *b = cJSON_CreateObject(), *d = cJSON_CreateObject();
     cJSON_AddNumberToObject(b, "bank_id", id);
     cJSON_AddNumberToObject(b, "experts", p->entries);
-    cJSON_AddStringToObject(b, "programme", im->fused ? "gated-mlp-fused-fc1-v1" : "gated-mlp-v1");
-    cJSON_AddNumberToObject(b, "programme_id", im->fused ? 1 : 0);
+    cJSON_AddStringToObject(b, "programme", p->bias[0] ? "gpt-oss-expert-v1"
+                                            : im->fused ? "gated-mlp-fused-fc1-v1" : "gated-mlp-v1");
+    cJSON_AddNumberToObject(b, "programme_id", p->bias[0] ? 2 : im->fused ? 1 : 0);
     cJSON_AddStringToObject(b, "storage", rel);
     cJSON_AddNumberToObject(d, "input", (double)p->t[0]->shape[1]);
     cJSON_AddNumberToObject(d, "intermediate", (double)p->t[0]->shape[0]);
@@ -247,19 +276,28 @@ static cJSON *layer_json(const importer *im, int layer, const bank_plan *p, int 
     return l;
 }
 
-/* gate then up of one entry into im->buf (the fused region: contiguous halves). */
-static int fuse(importer *im, const vx_tensor *gate, const vx_tensor *up)
+/* Tensors t[0..n) of one entry back to back into im->buf: the fused region (gate then up,
+ * contiguous halves) or the bias region (gate, up, down biases). */
+static int concat(importer *im, const vx_tensor *const *t, int n)
 {
-    size_t n = (size_t)(gate->nbytes + up->nbytes);
-    if (n > im->nbuf) {
-        unsigned char *b = realloc(im->buf, n);
+    size_t len = 0, at = 0;
+    for (int i = 0; i < n; i++)
+        len += (size_t)t[i]->nbytes;
+    if (len > im->nbuf) {
+        unsigned char *b = realloc(im->buf, len);
         if (!b)
-            return vx_errf(im->err, VX_ENOMEM, "bank import: out of memory fusing '%s' (%zu bytes)", gate->name, n);
+            return vx_errf(im->err, VX_ENOMEM, "bank import: out of memory joining '%s' (%zu bytes)", t[0]->name, len);
         im->buf = b;
-        im->nbuf = n;
+        im->nbuf = len;
     }
-    memcpy(im->buf, gate->data, (size_t)gate->nbytes);
-    memcpy(im->buf + gate->nbytes, up->data, (size_t)up->nbytes);
+    for (int i = 0; i < n; i++) {
+        memcpy(im->buf + at, t[i]->data, (size_t)t[i]->nbytes);
+        at += (size_t)t[i]->nbytes;
+        if (i) {
+            mark_moved(im, t[i]);
+            st_release(t[i]->data, t[i]->nbytes);
+        }
+    }
     return 0;
 }
 
@@ -270,19 +308,28 @@ static int write_layer(importer *im, int layer, const bank_plan *p, int np)
     char rel[64], path[PATH_MAX];
     snprintf(rel, sizeof rel, "banks/layer_%03d.lyrw", layer);
     snprintf(path, sizeof path, "%s/%s", im->tmp, rel);
-    vx_lyrw_schema sch[3][3];
+    vx_lyrw_schema sch[3][4];
     vx_lyrw_bank_spec spec[3];
-    /* Plain: gate, up, down. Fused: gate_up_fused ([2 inter, hidden], gate rows first),
-     * down. */
-    static const uint16_t plain[3] = {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN};
+    /* Plain: gate, up, down (+ bias: one row [gate | up | down biases], programme
+     * gpt-oss-expert-v1). Fused: gate_up_fused ([2 inter, hidden], gate rows first), down. */
+    static const uint16_t plain[4] = {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN, VX_ROLE_BIAS};
     static const uint16_t fused[2] = {VX_ROLE_GATE_UP_FUSED, VX_ROLE_DOWN};
-    static const int plain_src[3] = {0, 1, 2}, fused_src[2] = {0, 2};
-    int nsch = im->fused ? 2 : 3;
+    static const int plain_src[4] = {0, 1, 2, -1}, fused_src[2] = {0, 2};
     const uint16_t *roles_of = im->fused ? fused : plain;
     const int *src_of = im->fused ? fused_src : plain_src;
+    int nsch_of[3];
     for (int i = 0; i < np; i++) {
+        int nsch = nsch_of[i] = im->fused ? 2 : p[i].bias[0] ? 4 : 3;
         for (int r = 0; r < nsch; r++) {
             uint16_t f = 0, k = 0;
+            if (roles_of[r] == VX_ROLE_BIAS) {
+                lyrw_format(p[i].bias[0]->dtype, &f, &k);
+                sch[i][r] = (vx_lyrw_schema){.role = VX_ROLE_BIAS, .format = f, .packing = k,
+                                             .pair_id = VX_LYRW_UNPAIRED, .layout = VX_LAYOUT_UNSPECIFIED,
+                                             .rows = 1,
+                                             .cols = (uint32_t)(2 * p[i].bias[0]->shape[0] + p[i].bias[2]->shape[0])};
+                continue;
+            }
             const vx_tensor *t = p[i].t[src_of[r]];
             int is_fused = roles_of[r] == VX_ROLE_GATE_UP_FUSED;
             lyrw_format(t->dtype, &f, &k);
@@ -306,24 +353,32 @@ static int write_layer(importer *im, int layer, const bank_plan *p, int np)
         return -1;
     for (int i = 0; i < np; i++) {
         for (uint32_t e = 0; e < p[i].entries; e++) {
-            for (int r = 0; r < nsch; r++) {
-                const vx_tensor *t = operand(im, p[i].slot, layer, e, src_of[r]);
+            for (int r = 0; r < nsch_of[i]; r++) {
+                const vx_tensor *t = roles_of[r] == VX_ROLE_BIAS ? expert_bias(im, layer, e, 0)
+                                                                 : operand(im, p[i].slot, layer, e, src_of[r]);
                 const void *bytes = t->data;
                 uint64_t n = t->nbytes;
                 if (vx_cancel_flag) {
                     vx_lyrw_writer_abort(w);
                     return vx_errf(im->err, VX_ECANCEL, "bank import cancelled");
                 }
-                if (roles_of[r] == VX_ROLE_GATE_UP_FUSED) {
-                    const vx_tensor *up = operand(im, p[i].slot, layer, e, 1);
-                    if (fuse(im, t, up) < 0) {
+                if (roles_of[r] == VX_ROLE_GATE_UP_FUSED || roles_of[r] == VX_ROLE_BIAS) {
+                    const vx_tensor *part[3] = {t, NULL, NULL};
+                    int nparts = roles_of[r] == VX_ROLE_BIAS ? 3 : 2;
+                    if (nparts == 3) {
+                        part[1] = expert_bias(im, layer, e, 1);
+                        part[2] = expert_bias(im, layer, e, 2);
+                    } else {
+                        part[1] = operand(im, p[i].slot, layer, e, 1);
+                    }
+                    if (concat(im, part, nparts) < 0) {
                         vx_lyrw_writer_abort(w);
                         return -1;
                     }
                     bytes = im->buf;
-                    n = t->nbytes + up->nbytes;
-                    mark_moved(im, up);
-                    st_release(up->data, up->nbytes);
+                    n = 0;
+                    for (int q = 0; q < nparts; q++)
+                        n += part[q]->nbytes;
                 }
                 if (vx_lyrw_write_region(w, bytes, n, im->err) < 0) {
                     vx_lyrw_writer_abort(w);

@@ -19,7 +19,7 @@
 static const vx_programme registry[] = {
     {0, "gated-mlp-v1", {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN}, 3, 1},
     {1, "gated-mlp-fused-fc1-v1", {VX_ROLE_GATE_UP_FUSED, VX_ROLE_DOWN}, 2, 1},
-    {2, "gpt-oss-expert-v1", {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN, VX_ROLE_BIAS}, 4, 0},
+    {2, "gpt-oss-expert-v1", {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN, VX_ROLE_BIAS}, 4, 1},
     {3, "shared-routed-mlp-v1", {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN}, 3, 0},
     {4, "latent-moe-v1",
      {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN, VX_ROLE_LATENT_IN, VX_ROLE_LATENT_OUT}, 5, 0},

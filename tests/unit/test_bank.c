@@ -96,7 +96,10 @@ static void parity(const char *fx, int dtype, unsigned flags, int want_lyrw, int
     CHECK_MSG(vx_bank_import(gdir, bdir, flags, &in, &err) == 0, "import %s: %s", fx, err.msg);
     CHECK(in.layers == want_files);
     CHECK(memcmp(in.banks, want_banks, sizeof in.banks) == 0);
-    CHECK((int)in.regions == (flags ? want_lyrw / 3 * 2 : want_lyrw));   /* fused: 2 regions per entry */
+    /* fused: 2 regions per entry of 3 operands; gpt-oss-expert-v1: 4 regions (gate, up,
+     * down, one bias row) per entry of 6 operands */
+    int biased = strncmp(fx, "gpt-oss", 7) == 0;
+    CHECK((int)in.regions == (flags || biased ? want_lyrw / 3 * 2 : want_lyrw));
 
     vx_container *g = NULL, *b = NULL;
     CHECK_MSG(vx_open(gdir, &g, &err) == 0, "%s", err.msg);
@@ -344,7 +347,7 @@ static void hostile(void)
     CHECK_STR(open_edited(e_unknown),
               "moe_manifest.json layer 0 routed_bank: programme 'foo-expert-v9' is not in the programme registry; the bank is kept but cannot execute");
     CHECK_STR(open_edited(e_latent),
-              "moe_manifest.json layer 0 routed_bank: programme 'latent-moe-v1' (registry id 4) is registered, but lql executes only gated-mlp-v1 and gated-mlp-fused-fc1-v1");
+              "moe_manifest.json layer 0 routed_bank: programme 'latent-moe-v1' (registry id 4) is registered, but lql executes only gated-mlp-v1, gated-mlp-fused-fc1-v1 and gpt-oss-expert-v1");
     CHECK_STR(open_edited(e_pid),
               "moe_manifest.json layer 0 routed_bank: programme_id disagrees with programme 'gated-mlp-v1' (registry id 0)");
     CHECK_STR(open_edited(e_fused),
@@ -462,6 +465,44 @@ static void importer_refusals(void)
     CHECK(access(want, F_OK) != 0);     /* the temporary sibling is removed */
 }
 
+/* The gpt-oss bank: programme 2 in the manifest, its MXFP4 regions, and its refusals. */
+static void gpt_oss_bank(void)
+{
+    char gdir[512], bdir[512], out[512], path[600], want[1200];
+    snprintf(gdir, sizeof gdir, "%s/gpt-oss.graph", tmp);
+    snprintf(bdir, sizeof bdir, "%s/gpt-oss.bank", tmp);
+    snprintf(path, sizeof path, "%s/moe_manifest.json", bdir);
+    cJSON *m = t_load_json(path);
+    const cJSON *rb = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(m, "layers"), 0), "routed_bank");
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(rb, "programme")), "gpt-oss-expert-v1");
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(rb, "programme_id")) == 2);
+    vx_container *c = NULL;
+    vx_err err = {0};
+    CHECK_MSG(vx_open(bdir, &c, &err) == 0, "%s", err.msg);
+    const vx_tensor *t = c ? vx_find(c, "target.decoder_stack", "layers.3.ffn.experts.7.down_proj") : NULL;
+    const vx_tensor *bb = c ? vx_find(c, "target.decoder_stack", "layers.3.ffn.experts.7.down_proj.bias") : NULL;
+    CHECK(t && t->dtype == VX_MXFP4 && strcmp(t->segment, "banks/layer_003.lyrw") == 0);
+    CHECK(bb && bb->ndim == 1 && bb->shape[0] == 64 && strcmp(bb->segment, "banks/layer_003.lyrw") == 0);
+    vx_close(c);
+    /* a manifest claiming gated-mlp-v1 for the biased experts disagrees with the graph */
+    cJSON *rbm = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(m, "layers"), 0), "routed_bank");
+    cJSON_ReplaceItemInObject(rbm, "programme", cJSON_CreateString("gated-mlp-v1"));
+    cJSON_ReplaceItemInObject(rbm, "programme_id", cJSON_CreateNumber(0));
+    snprintf(out, sizeof out, "%s/gpt-oss-p0.bank", tmp);
+    snprintf(want, sizeof want, "cp -r '%s' '%s'", bdir, out);
+    CHECK(system(want) == 0);
+    snprintf(path, sizeof path, "%s/moe_manifest.json", out);
+    write_json(path, m);
+    cJSON_Delete(m);
+    CHECK(vx_open(out, &c, &err) == -1);
+    CHECK_HAS(err.msg, "moe_manifest.json layer 0: routed_bank programme 'gated-mlp-v1' disagrees with the system graph's moe.expert_bias true");
+    /* --fused has no bias role */
+    snprintf(out, sizeof out, "%s/gpt-oss.fused", tmp);
+    CHECK(vx_bank_import(gdir, out, VX_BANK_FUSED, NULL, &err) == -1);
+    CHECK_STR(err.msg, "bank import: layer 0's routed experts carry biases, which programme "
+                       "gated-mlp-fused-fc1-v1 cannot hold (import without --fused)");
+}
+
 int main(void)
 {
     if (!mkdtemp(tmp)) {
@@ -474,6 +515,11 @@ int main(void)
     parity("deepseek-v3-lite", -1, 0, 2 * (8 + 1) * 3 + 3, 3, ds);
     parity("deepseek-v3-lite", VX_BF16, 0, 2 * (8 + 1) * 3 + 3, 3, ds);   /* LYRW format bf16 */
     parity("qwen2-moe", -1, VX_BANK_FUSED, 2 * (8 + 1) * 3 + 3, 3, qwen);   /* gated-mlp-fused-fc1-v1 */
+    /* gpt-oss-expert-v1: MXFP4 experts as the checkpoint packs them, and the bf16 layout */
+    static const int oss[3] = {4, 0, 0};
+    parity("gpt-oss", -1, 0, 4 * 8 * 6, 4, oss);
+    parity("gpt-oss-bf16", -1, 0, 4 * 8 * 6, 4, oss);
+    gpt_oss_bank();
     importer_refusals();
     profile_on_bank();
     hostile();
