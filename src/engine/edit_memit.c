@@ -548,10 +548,11 @@ static float backward(const eng_model *m, int layer, const float *x, const float
     else
         memcpy(g, s->dy, (size_t)H * sizeof(float));
     /* down through the layers above the edit: residual path plus each dense FFN branch
-     * (attention and post-normed or MoE branches are held fixed for the gradient) */
+     * (attention, MoE and post-normed or un-pre-normed branches are held fixed for the
+     * gradient) */
     for (int l = nl - 1; l > layer; l--) {
         const eng_layer *L = &m->layers[l];
-        if (L->moe || L->post_ffn.width)
+        if (L->moe || L->post_ffn.width || !L->ffn_norm.width)
             continue;
         const eng_mlp *b = &L->mlp;
         const int F = b->inter;
