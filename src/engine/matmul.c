@@ -359,6 +359,19 @@ static void matmul_trans(const eng_w *w, const float *x, int n, float *y)
     free(b);
 }
 
+/* Rows of a source-authority block matrix: exact weights, f32 products (eng_qdot). */
+static void exact_part(void *ctx, int i, int nparts)
+{
+    const job *j = ctx;
+    const eng_w *w = j->w;
+    int lo, hi;
+    eng_split(w->rows, i, nparts, 4, &lo, &hi);
+    for (int r = lo; r < hi; r++)
+        for (int t = 0; t < j->n; t++)
+            j->y[(size_t)t * w->rows + r] = eng_qdot(w->dt, (const char *)w->data + (size_t)r * w->row_bytes,
+                                                     j->x + (size_t)t * w->cols, w->cols);
+}
+
 void eng_matmul(const eng_w *w, const float *x, int n, float *y)
 {
     static int blas_single;
@@ -372,10 +385,9 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
         /* exact: f32 products per row up to qkernels' 8-row threshold (above it the tiles
          * are dequantised exactly and multiplied with sgemm anyway) */
         if (w->exact && n <= 8) {
-            for (int r = 0; r < w->rows; r++)
-                for (int t = 0; t < n; t++)
-                    y[(size_t)t * w->rows + r] = eng_qdot(w->dt, (const char *)w->data + (size_t)r * w->row_bytes,
-                                                          x + (size_t)t * w->cols, w->cols);
+            job j = {.w = w, .x = x, .y = y, .n = n};
+            if ((size_t)w->rows * (size_t)w->cols * (size_t)n < 32768) exact_part(&j, 0, 1);
+            else eng_parallel(exact_part, &j);
             return;
         }
         if (n == 1) eng_qgemv(w->dt, w->data, w->rows, w->cols, x, y);
