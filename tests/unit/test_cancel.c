@@ -74,6 +74,26 @@ static int read_until(child *c, const char *mark, char *buf, size_t n, size_t *l
     return 0;
 }
 
+/* Reads the rest of the child's output to EOF (keeping what fits in buf, NUL-terminated),
+ * reaps it and returns its wait status. */
+static int finish(child *c, char *buf, size_t n, size_t *len)
+{
+    char spill[4096];
+    for (;;) {
+        int room = *len + 1 < n;
+        ssize_t k = room ? read(c->out, buf + *len, n - 1 - *len) : read(c->out, spill, sizeof spill);
+        if (k <= 0)
+            break;
+        if (room)
+            *len += (size_t)k;
+    }
+    buf[*len] = 0;
+    int status = 0;
+    waitpid(c->pid, &status, 0);
+    close(c->out);
+    return status;
+}
+
 /* The uninterrupted statement time (after USE's note), or -1 when the run failed. */
 static double calibrate(const char *script)
 {
@@ -84,18 +104,7 @@ static double calibrate(const char *script)
         return -1;
     int seen = read_until(&c, "using ", buf, sizeof buf, &len);
     double t0 = now();
-    while (len + 1 < sizeof buf) {
-        ssize_t k = read(c.out, buf + len, sizeof buf - 1 - len);
-        if (k <= 0)
-            break;
-        len += (size_t)k;
-    }
-    buf[len] = 0;
-    while (read(c.out, (char[4096]){0}, 4096) > 0)
-        ;
-    int status;
-    waitpid(c.pid, &status, 0);
-    close(c.out);
+    int status = finish(&c, buf, sizeof buf, &len);
     double d = now() - t0;
     if (!seen || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         fprintf(stderr, "calibration of %.200s failed: %.2000s\n", script, buf);
@@ -123,18 +132,8 @@ static void interrupt(const char *what, const char *script, const char *result, 
     usleep((useconds_t)(d * 0.3 * 1e6));
     double t0 = now();
     kill(c.pid, SIGINT);
-    int status = 0;
-    /* drain the pipe while waiting, so the child never blocks on a full one */
-    while (len + 1 < sizeof buf) {
-        ssize_t k = read(c.out, buf + len, sizeof buf - 1 - len);
-        if (k <= 0)
-            break;
-        len += (size_t)k;
-    }
-    buf[len] = 0;
-    waitpid(c.pid, &status, 0);
+    int status = finish(&c, buf, sizeof buf, &len);
     double t = now() - t0;
-    close(c.out);
     const char *e = strstr(buf + mark, "error:");
     /* the first line of the message (the rest echoes the statement) */
     printf("%s: %.3f s uninterrupted; SIGINT at %.3f s, exit %.3f s later: %.*s\n", what, d,
