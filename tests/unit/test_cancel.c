@@ -3,13 +3,12 @@
  * generated model (tinyllama's shapes and tokenizer with a 4096-token context, so GENERATE
  * and TRACE can run long) and runs one long statement in table mode; the parent waits until
  * USE's note is on the child's output (stdout and stderr, one pipe, so wherever a mode
- * prints notes), sleeps part of the statement's measured uninterrupted time,
- * sends SIGINT, and checks that the child exits within a bounded time, reports
- * `cancelled` on stderr and exits non-zero; for the statements built to run long it also
- * printed no result and left no output container, for the others a container published
- * before the cancel must verify. Statements: GENERATE,
- * TRACE (positions × layers lens), EXTRACT (encode + down-meta), INSERT, COMPILE,
- * COMPACT. A statement whose uninterrupted run is too short to interrupt reliably on this
+ * prints notes), sleeps part of the statement's measured uninterrupted time, sends SIGINT,
+ * and checks that the child exits within a bounded time with the error `cancelled` and a
+ * non-zero status; for the statements built to run long it also printed no result and left
+ * no output container, for the others a container published before the cancel must
+ * verify. Statements: GENERATE, TRACE (positions × layers lens), EXTRACT (encode +
+ * down-meta), INSERT, COMPILE, COMPACT. A statement whose uninterrupted run is too short to interrupt reliably on this
  * machine is reported, not checked (the lines say which).
  */
 #include "browse.h"
