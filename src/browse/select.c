@@ -594,7 +594,7 @@ static void finish_rows(rowvec *rv, const brw_select_opts *o, int kind, brw_rows
     sort_kind = o->has_order ? 0 : kind;
     sort_field = o->order;
     sort_desc = o->desc;
-    if (o->has_order || kind != 0)
+    if ((o->has_order || kind != 0) && rv->n)   /* no rows: rv->v is NULL */
         qsort(rv->v, rv->n, sizeof *rv->v, cmp_rows);
     size_t lim = o->limit < 0 ? DEFAULT_LIMIT : (size_t)o->limit;
     for (size_t i = lim; i < rv->n; i++)

@@ -141,13 +141,14 @@ static int build_rows(const eng_model *em, brw_trace *t, const brw_trace_opts *o
             eng_lens(em, res, lg);
             for (int v = 0; v < V; v++)
                 if (!isfinite(lg[v])) {
-                    /* a trace file holding nan or inf states (the forward pass refuses
-                     * its own) gives nan probabilities: refused, naming the row */
+                    /* nan or inf states in a trace file (the forward pass refuses its
+                     * own), or an output head without a hash to catch it: refused, naming
+                     * the row, never shown as nan probabilities */
                     char where[32] = "the embedding";
                     if (layer >= 0)
                         snprintf(where, sizeof where, "layer %d", layer);
                     vx_errf(err, VX_EFORMAT, "trace: the logit lens of %s at position %d is not "
-                            "finite (token id %d): the recorded state is corrupted", where, pos, v);
+                            "finite (token id %d): the state or the output head is corrupted", where, pos, v);
                     goto done;
                 }
             memcpy(pr, lg, (size_t)V * sizeof *pr);

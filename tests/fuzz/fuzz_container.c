@@ -3,7 +3,8 @@
  * "\n%%\n" into index.json, system_graph.json and the three segment files a graph-shape
  * container names (segments/target.{embedding,decoder_stack,output_head}.bin); they are
  * written into one scratch directory and opened with vx_open, then every tensor view is
- * touched at both ends so ASan sees any out-of-bounds pointer.
+ * touched at both ends so ASan sees any out-of-bounds pointer, and the first-touch
+ * integrity check runs twice over every tensor (same answer; a refusal names the segment).
  */
 #include "vindex.h"
 
@@ -100,6 +101,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
         }
         (void)sink;
+        /* first-touch integrity over every tensor: a mismatch must come back as a refusal
+         * that names the segment, and a second pass must give the same answer */
+        vx_err e1 = {0}, e2 = {0};
+        int r1 = vx_object_check(c, NULL, &e1), r2 = vx_object_check(c, NULL, &e2);
+        if (r1 != r2 || (r1 != 0 && (!strstr(e1.msg, "segment '") || strcmp(e1.msg, e2.msg))))
+            abort();
         vx_close(c);
     }
     return 0;

@@ -256,6 +256,8 @@ int main(void)
     CHECK(poison(dir, "target.output_head", "lm_head", 256 * 1680 + 3, INFINITY) == 0);
     CHECK(run(dir, "INFER \"The capital of France is\" TOP 2;", msg, sizeof msg) == -1);
     CHECK_HAS(msg, "the output head produced a non-finite value (");
+    CHECK(run(dir, "TRACE \"The capital of France is\";", msg, sizeof msg) == -1);
+    CHECK_HAS(msg, "trace: the logit lens of the embedding at position 5 is not finite");
     CHECK(copy_container(dir) == 0);
     CHECK(poison(dir, "target.embedding", "weight", 0, NAN) == 0);
     CHECK(run(dir, "INFER \"The capital of France is\" TOP 2;", msg, sizeof msg) == -1);
