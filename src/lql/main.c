@@ -87,7 +87,8 @@ int main(int argc, char **argv)
     action *acts = calloc((size_t)argc + 1, sizeof *acts), *cmds = calloc((size_t)argc + 1, sizeof *cmds);
     int nacts = 0, ncmds = 0, mode = -1, header = -1, bail = 0, readonly = 0;
     if (!acts || !cmds) { fprintf(stderr, "error: out of memory\n"); return 1; }
-    for (int i = 1; i < argc; i++) {
+    int early = -1;             /* set by an option that ends the run before it starts */
+    for (int i = 1; i < argc && early < 0; i++) {
         const char *o = opt_name(argv[i]);
         int has_arg = i + 1 < argc;
         lql_outmode m;
@@ -96,19 +97,18 @@ int main(int argc, char **argv)
             else acts[nacts++] = (action){0, argv[i]};     /* sqlite3: statements after the database */
         } else if (strcmp(o, "test") == 0 && has_arg) {
             int update = i + 2 < argc && strcmp(argv[i + 2], "--update") == 0;
-            return lql_golden(argv[i + 1], update);
+            early = lql_golden(argv[i + 1], update) ? 1 : 0;
         } else if (strcmp(o, "help-markdown") == 0) {
             char *md = lql_help_markdown();
-            if (!md) return 1;
-            fputs(md, stdout);
+            if (md) fputs(md, stdout);
             free(md);
-            return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
+            early = md && fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
         } else if (strcmp(o, "h") == 0 || strcmp(o, "help") == 0) {
             usage(stdout);
-            return 0;
+            early = 0;
         } else if (strcmp(o, "version") == 0) {
             printf("lql %s\n", LQL_VERSION);
-            return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
+            early = fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
         } else if (strcmp(o, "f") == 0 && has_arg) acts[nacts++] = (action){1, argv[++i]};
         else if (strcmp(o, "c") == 0 && has_arg) acts[nacts++] = (action){0, argv[++i]};
         else if (strcmp(o, "cmd") == 0 && has_arg) cmds[ncmds++] = (action){0, argv[++i]};
@@ -120,12 +120,13 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "lql: unknown option or missing argument: %s\n", argv[i]);
             usage(stderr);
-            return 2;
+            early = 2;
         }
     }
+    if (early >= 0) { free(acts); free(cmds); return early; }
 
     lql_shell sh;
-    if (lql_shell_init(&sh) < 0) { fprintf(stderr, "error: out of memory\n"); return 1; }
+    if (lql_shell_init(&sh) < 0) { fprintf(stderr, "error: out of memory\n"); free(acts); free(cmds); return 1; }
     int interactive = nacts == 0 && isatty(STDIN_FILENO);
     sh.interactive = interactive;
     sh.bail = bail;

@@ -179,8 +179,9 @@ static const meta_def metas[] = {
     {".help", ".help [STATEMENT]", "List the statements and meta-commands, or show the "
      "syntax and purpose of a statement (or of every statement starting with the words "
      "given: `.help SHOW`).", 0, 3, m_help},
-    {".mode", ".mode [table|box|markdown|tsv|csv|json|jsonl]", "Set (or show) the output "
-     "mode. table is the default on a terminal, tsv otherwise (SHELL.md: Output).", 0, 1, m_mode},
+    {".mode", ".mode [MODE]", "Set (or show) the output mode: table, box, markdown, tsv, "
+     "csv, json or jsonl. table is the default on a terminal, tsv otherwise (SHELL.md: "
+     "Output).", 0, 1, m_mode},
     {".headers", ".headers on|off", "Print the column-name line (table, box, tsv, csv; "
      "markdown always has one).", 1, 1, m_headers},
     {".width", ".width N", "Cut table and box cells wider than N columns with … (0: no "
@@ -191,7 +192,7 @@ static const meta_def metas[] = {
      0, 1, m_output},
     {".once", ".once FILE", "Send the next statement's results to FILE (truncated), then "
      "back.", 1, 1, m_once},
-    {".print", ".print [TEXT…]", "Print the words given (\"…\" keeps blanks) to the output.",
+    {".print", ".print [TEXT ...]", "Print the words given (\"…\" keeps blanks) to the output.",
      0, 7, m_print},
     {".show", ".show", "Show the settings: mode, headers, width, timer, bail, readonly, output, "
      "container.", 0, 0, m_show},
