@@ -29,7 +29,7 @@ static const char *const probes =
 #define INS_COMPOSE "INSERT INTO EDGES (entity, relation, target) VALUES (\\\"Quintara\\\", " \
                     "\\\"capital\\\", \\\"Boston\\\") MODE COMPOSE; "
 #define DEL "DELETE FROM EDGES WHERE layer = 2 AND feature = 5; "
-#define UPD "UPDATE EDGES SET target = \\\"Berlin\\\", confidence = 0.9 WHERE layer = 3 AND " \
+#define UPD "UPDATE EDGES SET target = \\\"Paul\\\", confidence = 0.9 WHERE layer = 3 AND " \
             "feature = 470; "
 #define UPD_C "UPDATE EDGES SET confidence = 0.25 WHERE layer = 2 AND feature < 3; "
 
