@@ -89,11 +89,7 @@ static void scenario(const char *dir, const char *name, const char *pre, const c
 int main(void)
 {
     char dir[2048], base[2100], cmd[8192];
-    snprintf(dir, sizeof dir, "%s/h10-ops", LQL_BINARY_DIR);
-    fx_rm_rf(dir);
-    mkdir(dir, 0755);
-    snprintf(base, sizeof base, "%s/base.vindex3", dir);
-    if (fx_encode_tiny(base, NULL))
+    if (fx_tiny_dir("h10-ops", dir, base))
         return 1;
 
     scenario(dir, "update", "", UPD);
