@@ -68,11 +68,13 @@ int brw_edit_check_op(const brw_model *m, const vx_op *op, const char *where, vx
         if (op->kind != VX_OP_INSERT || !u || !v)
             return vx_errf(err, VX_EFORMAT, "%s (%s): a low-rank delta needs both u and v on "
                            "an insert", where, kind);
+        /* one key per rank component (a multi-token target has one per token) */
         const vx_opvec *k = vx_op_vec(op, "key");
-        if (k && (k->rows != 1 || k->cols != F))
-            return vx_errf(err, VX_EFORMAT, "%s (%s): the key holds %lld floats; layer %d has "
-                           "%lld features", where, kind, (long long)(k->rows * k->cols),
-                           op->layer, (long long)F);
+        if (k && (k->rows != u->cols || k->cols != F))
+            return vx_errf(err, VX_EFORMAT, "%s (%s): the key is [%lld, %lld]; a rank-%lld "
+                           "delta at layer %d needs [%lld, %lld]", where, kind,
+                           (long long)k->rows, (long long)k->cols, (long long)u->cols,
+                           op->layer, (long long)u->cols, (long long)F);
         if (u->rows != H || v->rows != F || u->cols != v->cols)
             return vx_errf(err, VX_EFORMAT, "%s (%s): low-rank shapes u [%lld, %lld] and v "
                            "[%lld, %lld] do not fit layer %d (hidden %d, %lld features)",

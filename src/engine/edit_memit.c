@@ -238,43 +238,30 @@ char *eng_edit_prompt(const char *relation, const char *entity)
     return p;
 }
 
-/* A vocabulary piece that is a word-boundary marker ("Ġ" or "▁") followed by a
- * capitalised alphabetic word of at least three letters: the word, else NULL. */
-static const char *capital_word(const char *piece)
+/* A vocabulary piece that is a word-boundary marker ("Ġ" or "▁") followed by an
+ * alphabetic word of at least three letters — capitalised ("ĠLondon") when capital, else
+ * lower-case ("Ġschool"): the word, else NULL. */
+static const char *vocab_word(const char *piece, int capital)
 {
     const char *w = NULL;
     if (!strncmp(piece, "\xc4\xa0", 2))
         w = piece + 2;
     else if (!strncmp(piece, "\xe2\x96\x81", 3))
         w = piece + 3;
-    if (!w || !(w[0] >= 'A' && w[0] <= 'Z'))
+    if (!w || (capital && !(w[0] >= 'A' && w[0] <= 'Z')))
         return NULL;
-    size_t k = 1;
+    size_t k = capital ? 1 : 0;
     for (; w[k]; k++)
         if (!(w[k] >= 'a' && w[k] <= 'z'))
             return NULL;
     return k >= 3 ? w : NULL;
 }
 
-/* The same for a lower-case word ("Ġschool" → "school"). */
-static const char *lower_word(const char *piece)
-{
-    const char *w = NULL;
-    if (!strncmp(piece, "\xc4\xa0", 2))
-        w = piece + 2;
-    else if (!strncmp(piece, "\xe2\x96\x81", 3))
-        w = piece + 3;
-    if (!w)
-        return NULL;
-    size_t k = 0;
-    for (; w[k]; k++)
-        if (!(w[k] >= 'a' && w[k] <= 'z'))
-            return NULL;
-    return k >= 3 ? w : NULL;
-}
-
-int eng_edit_frame_decoys(eng_model *m, int layer, int n, float **keys, int *count,
-                          vx_err *err)
+/* Keys at `layer` of up to n prompts built from vocabulary words (lowest ids first): the
+ * canonical prompt of relation with a capitalised word as entity (entity itself skipped),
+ * or with relation NULL "The {w} is" for lower-case words. */
+static int word_keys(eng_model *m, int layer, const char *relation, const char *entity, int n,
+                     float **keys, int *count, vx_err *err)
 {
     *keys = NULL;
     *count = 0;
@@ -290,55 +277,22 @@ int eng_edit_frame_decoys(eng_model *m, int layer, int n, float **keys, int *cou
     size_t V = eng_tok_vocab_size(m->tok);
     for (size_t id = 0; id < V && got < n; id++) {
         const char *piece = eng_tok_piece(m->tok, (int32_t)id);
-        const char *w = piece ? lower_word(piece) : NULL;
-        if (!w)
+        const char *w = piece ? vocab_word(piece, relation != NULL) : NULL;
+        if (!w || (entity && strcasecmp(w, entity) == 0))
             continue;
-        char prompt[128];
-        int32_t *ids = NULL;
-        size_t ni = 0;
-        snprintf(prompt, sizeof prompt, "The %.100s is", w);
-        int rc = eng_tok_encode(m->tok, prompt, strlen(prompt), 1, &ids, &ni, err) ||
-                 eng_edit_key(m, layer, ids, (int)ni, k + (size_t)got * F, err);
-        free(ids);
-        if (rc) {
-            free(k);
-            return -1;
-        }
-        got++;
-    }
-    *keys = k;
-    *count = got;
-    return 0;
-}
-
-int eng_edit_decoys(eng_model *m, int layer, const char *relation, const char *entity, int n,
-                    float **keys, int *count, vx_err *err)
-{
-    *keys = NULL;
-    *count = 0;
-    if (eng_edit_check_layer(m, layer, err))
-        return -1;
-    if (!m->tok)
-        return vx_errf(err, VX_EMISSING, "the container has no tokenizer for decoy prompts");
-    const int F = m->layers[layer].mlp.inter;
-    float *k = malloc((size_t)(n > 0 ? n : 1) * F * sizeof *k);
-    if (!k)
-        return vx_errf(err, VX_ENOMEM, "out of memory for decoy keys");
-    int got = 0;
-    size_t V = eng_tok_vocab_size(m->tok);
-    for (size_t id = 0; id < V && got < n; id++) {
-        const char *piece = eng_tok_piece(m->tok, (int32_t)id);
-        const char *w = piece ? capital_word(piece) : NULL;
-        if (!w || strcasecmp(w, entity) == 0)
-            continue;
-        char *prompt = eng_edit_prompt(relation, w);
+        char frame[128], *prompt = frame;
+        if (relation)
+            prompt = eng_edit_prompt(relation, w);
+        else
+            snprintf(frame, sizeof frame, "The %.100s is", w);
         int32_t *ids = NULL;
         size_t ni = 0;
         int rc = !prompt ? vx_errf(err, VX_ENOMEM, "out of memory")
                          : eng_tok_encode(m->tok, prompt, strlen(prompt), 1, &ids, &ni, err);
         if (!rc)
             rc = eng_edit_key(m, layer, ids, (int)ni, k + (size_t)got * F, err);
-        free(prompt);
+        if (prompt != frame)
+            free(prompt);
         free(ids);
         if (rc) {
             free(k);
@@ -349,6 +303,18 @@ int eng_edit_decoys(eng_model *m, int layer, const char *relation, const char *e
     *keys = k;
     *count = got;
     return 0;
+}
+
+int eng_edit_frame_decoys(eng_model *m, int layer, int n, float **keys, int *count,
+                          vx_err *err)
+{
+    return word_keys(m, layer, NULL, NULL, n, keys, count, err);
+}
+
+int eng_edit_decoys(eng_model *m, int layer, const char *relation, const char *entity, int n,
+                    float **keys, int *count, vx_err *err)
+{
+    return word_keys(m, layer, relation, entity, n, keys, count, err);
 }
 
 /* ---------------------------------------------------------------- the whitened direction */

@@ -372,10 +372,11 @@ int lql_h_delete(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     return rc;
 }
 
-/* First token id of " target" (no specials), skipping a lone word-boundary piece; at
- * names the target in errors. */
-static int target_id(const eng_tokenizer *tok, const char *target, const lql_span *at,
-                     int32_t *out, lql_err *e)
+/* The token ids of " target" (no specials) as the model would write them after the
+ * prompt, leading lone word-boundary pieces skipped: *out malloc'd, *n ≥ 1; at names the
+ * target in errors. */
+static int target_ids(const eng_tokenizer *tok, const char *target, const lql_span *at,
+                      int32_t **out, size_t *n, lql_err *e)
 {
     size_t len = strlen(target);
     char *text = malloc(len + 2);
@@ -384,21 +385,39 @@ static int target_id(const eng_tokenizer *tok, const char *target, const lql_spa
     text[0] = ' ';
     memcpy(text + 1, target, len + 1);
     int32_t *ids = NULL;
-    size_t n = 0;
     vx_err ve = {0};
-    int rc = eng_tok_encode(tok, text, len + 1, 0, &ids, &n, &ve);
+    int rc = eng_tok_encode(tok, text, len + 1, 0, &ids, n, &ve);
     free(text);
     if (rc)
         return lql_err_vx(e, &ve, at);
-    *out = -1;
-    for (size_t i = 0; i < n && *out < 0; i++) {
-        const char *p = eng_tok_piece(tok, ids[i]);
-        if (p && strcmp(p, "\xe2\x96\x81") && strcmp(p, "\xc4\xa0") && strcmp(p, " "))
-            *out = ids[i];
-    }
-    free(ids);
-    if (*out < 0)
+    size_t skip = 0;
+    for (const char *p; skip < *n && (p = eng_tok_piece(tok, ids[skip])) &&
+                        (!strcmp(p, "\xe2\x96\x81") || !strcmp(p, "\xc4\xa0") || !strcmp(p, " "));)
+        skip++;
+    if (skip == *n) {
+        free(ids);
         return lql_errf(e, LQL_EEXEC, at, "target \"%s\" has no tokens", target);
+    }
+    memmove(ids, ids + skip, (*n - skip) * sizeof *ids);
+    *n -= skip;
+    *out = ids;
+    return 0;
+}
+
+/* UPDATE's target: a feature's metadata names one token, so a target of several is
+ * refused rather than cut to its first. */
+static int target_id(const eng_tokenizer *tok, const char *target, const lql_span *at,
+                     int32_t *out, lql_err *e)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (target_ids(tok, target, at, &ids, &n, e))
+        return -1;
+    *out = ids[0];
+    free(ids);
+    if (n > 1)
+        return lql_errf(e, LQL_EEXEC, at, "target \"%s\" is %zu tokens; a feature's metadata "
+                        "names one token", target, n);
     return 0;
 }
 
@@ -546,15 +565,23 @@ static int layer_keys(edit_state *es, int layer, int F, float **keys, int *n, lq
     *n = 0;
     if (active_ops(es, &ops, &nops, &ve))
         return lql_err_vx(e, &ve, &st->at);
-    float *k = malloc((nops + 1) * (size_t)F * sizeof *k);
+    size_t rows = 0;
+    for (size_t i = 0; i < nops; i++) {
+        const vx_opvec *key = vx_op_vec(&ops[i], "key");
+        if (ops[i].kind == VX_OP_INSERT && ops[i].layer == layer && key && key->cols == F)
+            rows += (size_t)key->rows;
+    }
+    float *k = malloc((rows + 1) * (size_t)F * sizeof *k);
     if (!k) {
         vx_ops_free(ops, nops);
         return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     }
     for (size_t i = 0; i < nops; i++) {
         const vx_opvec *key = vx_op_vec(&ops[i], "key");
-        if (ops[i].kind == VX_OP_INSERT && ops[i].layer == layer && key && key->cols == F)
-            memcpy(k + (size_t)(*n)++ * F, key->data, (size_t)F * sizeof *k);
+        if (ops[i].kind != VX_OP_INSERT || ops[i].layer != layer || !key || key->cols != F)
+            continue;
+        memcpy(k + (size_t)*n * F, key->data, (size_t)key->rows * F * sizeof *k);
+        *n += (int)key->rows;
     }
     vx_ops_free(ops, nops);
     *keys = k;
@@ -674,7 +701,18 @@ static int insert_setup(lql_session *s, const lql_stmt *st, insert_default dflt,
                         *layer, L - 1);
     if (edits_ffn && eng_edit_check_layer(*m, *layer, &ve))
         return lql_err_vx(e, &ve, at);
-    return target_id(eng_model_tokenizer(*m), st->target, &st->target_at, tid, e);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (target_ids(eng_model_tokenizer(*m), st->target, &st->target_at, &ids, &n, e))
+        return -1;
+    *tid = ids[0];
+    free(ids);
+    /* KNN overrides one prediction and COMPOSE writes one feature's token */
+    if (n > 1 && st->mode != LQL_MODE_MEMIT && lql_has(st, LQL_C_MODE))
+        return lql_errf(e, LQL_EEXEC, &st->target_at, "target \"%s\" is %zu tokens; MODE %s "
+                        "writes one token (the default MODE MEMIT writes them all)", st->target,
+                        n, st->mode == LQL_MODE_KNN ? "KNN" : "COMPOSE");
+    return 0;
 }
 
 /* INSERT … MODE KNN: the residual after `layer` at the canonical prompt's last position,
@@ -1168,9 +1206,15 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     char *prompt = eng_edit_prompt(st->relation_v, st->entity);
     int32_t *ids = NULL;
     size_t n = 0;
-    float *keys = NULL, *decoys = NULL;
+    float *keys = NULL, *decoys = NULL, *U = NULL, *Vm = NULL, *K = NULL;
     int nk = 0, nd = 0, rc = -1;
-    eng_insert_fact fx = {0};
+    int32_t *tids = NULL, *seq = NULL;
+    size_t nt = 0;
+    eng_insert_fact *fx = NULL;
+    eng_lowrank *lrs = NULL;
+    /* the overlay the statement starts from (the journal's), restored after each trial */
+    const eng_overlay *base = es->ov ? brw_edit_overlay_eng(es->ov) : NULL;
+    const size_t nbase = base ? base->n_lowrank : 0;
     vx_op op;
     vx_op_init(&op, VX_OP_INSERT);
     if (!prompt) {
@@ -1195,17 +1239,66 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     decoys = all;
     memcpy(decoys + (size_t)nd * F, es->frame, (size_t)es->n_frame * F * sizeof *decoys);
     nd += es->n_frame;
-    eng_insert_opts io = {layer, tid, es->cov, keys, nk, decoys, nd, DECOY_WEIGHT, 1e-2, 60,
-                          (float)conf, 0.02f, 4.0f};
-    if (eng_edit_insert(m, ids, (int)n, &io, &fx, &ve)) {
-        lql_err_vx(e, &ve, &st->at);
+    /* a target of several tokens is one rank-1 update per token, each keyed on the prompt
+     * followed by the target's earlier tokens and protecting the keys before it, so that
+     * greedy generation writes the whole target; journaled as one rank-m insert */
+    if (target_ids(eng_model_tokenizer(m), st->target, &st->target_at, &tids, &nt, e))
+        goto done;
+    seq = malloc((n + nt) * sizeof *seq);
+    fx = calloc(nt, sizeof *fx);
+    lrs = malloc((nbase + nt + 1) * sizeof *lrs);
+    float *grown = realloc(keys, (size_t)(nk + (int)nt + 1) * F * sizeof *keys);
+    if (!seq || !fx || !lrs || !grown) {
+        free(grown ? NULL : keys);
+        keys = grown;
+        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
         goto done;
     }
-    if (!(fx.p_after > conf)) {
-        lql_errf(e, LQL_EEXEC, &st->target_at, "could not make \"%s\" reach p %.2f after "
-                 "\"%s\" in %d steps at layer %d (p %.4f); nothing inserted", st->target, conf,
-                 prompt, fx.steps, layer, fx.p_after);
+    keys = grown;
+    memcpy(seq, ids, n * sizeof *seq);
+    memcpy(seq + n, tids, (nt - 1) * sizeof *seq);
+    if (nbase)
+        memcpy(lrs, base->lowrank, nbase * sizeof *lrs);
+    double p_before = 1, p_after = 1;
+    int steps = 0;
+    for (size_t j = 0; j < nt; j++) {
+        eng_overlay trial = {base ? base->edits : NULL, base ? base->n_edits : 0, lrs, nbase + j};
+        eng_insert_opts io = {layer, tids[j], es->cov, keys, nk, decoys, nd, DECOY_WEIGHT,
+                              1e-2, 60, (float)conf, 0.02f, 4.0f};
+        eng_model_set_overlay(m, &trial);
+        int ir = eng_edit_insert(m, seq, (int)(n + j), &io, &fx[j], &ve);
+        eng_model_set_overlay(m, base);
+        if (ir) {
+            lql_err_vx(e, &ve, &st->at);
+            goto done;
+        }
+        if (!(fx[j].p_after > conf)) {
+            const char *piece = eng_tok_piece(eng_model_tokenizer(m), tids[j]);
+            lql_errf(e, LQL_EEXEC, &st->target_at, "could not make \"%s\" reach p %.2f after "
+                     "\"%s\" in %d steps at layer %d (token %zu of %zu, '%s': p %.4f); nothing "
+                     "inserted", st->target, conf, prompt, fx[j].steps, layer, j + 1, nt,
+                     piece ? piece : "?", fx[j].p_after);
+            goto done;
+        }
+        memcpy(keys + (size_t)nk++ * F, fx[j].key, (size_t)F * sizeof *keys);
+        lrs[nbase + j] = (eng_lowrank){layer, 1, fx[j].u, fx[j].v};
+        p_before *= fx[j].p_before;
+        p_after *= fx[j].p_after;
+        steps += fx[j].steps;
+    }
+    U = malloc((size_t)H * nt * sizeof *U);
+    Vm = malloc((size_t)F * nt * sizeof *Vm);
+    K = malloc((size_t)F * nt * sizeof *K);
+    if (!U || !Vm || !K) {
+        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
         goto done;
+    }
+    for (size_t j = 0; j < nt; j++) {
+        for (int h = 0; h < H; h++)
+            U[(size_t)h * nt + j] = fx[j].u[h];
+        for (int f = 0; f < F; f++)
+            Vm[(size_t)f * nt + j] = fx[j].v[f];
+        memcpy(K + j * F, fx[j].key, (size_t)F * sizeof *K);
     }
     op.layer = layer;
     op.confidence = conf;
@@ -1213,23 +1306,39 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     if (vx_op_set_str(&op.entity, st->entity, &oe) ||
         vx_op_set_str(&op.relation, st->relation_v, &oe) ||
         vx_op_set_str(&op.target, st->target, &oe) || vx_op_set_str(&op.mode, "memit", &oe) ||
-        vx_op_set_vec(&op, "u", H, 1, fx.u, &oe) || vx_op_set_vec(&op, "v", F, 1, fx.v, &oe) ||
-        vx_op_set_vec(&op, "key", 1, F, fx.key, &oe)) {
+        vx_op_set_vec(&op, "u", H, (int64_t)nt, U, &oe) ||
+        vx_op_set_vec(&op, "v", F, (int64_t)nt, Vm, &oe) ||
+        vx_op_set_vec(&op, "key", (int64_t)nt, F, K, &oe)) {
         lql_err_vx(e, &oe, &st->at);
         goto done;
     }
-    if (inserted_row(r, st, layer, -1, fx.p_before, fx.p_after, fx.steps, e) < 0)
+    if (inserted_row(r, st, layer, -1, p_before, p_after, steps, e) < 0)
         goto done;
     vx_record_info info;
     if (record(s, st, es, &op, 1, r, &info, e))
         goto done;
-    lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d (rank-1 down_proj update keyed on "
-                    "\"%s\"; history %lld, patch %s)", st->entity, st->relation_v, st->target,
-                    layer, prompt, (long long)info.history_n, info.patch_name);
+    if (nt == 1)
+        lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d (rank-1 down_proj update keyed "
+                        "on \"%s\"; history %lld, patch %s)", st->entity, st->relation_v,
+                        st->target, layer, prompt, (long long)info.history_n, info.patch_name);
+    else
+        lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d (rank-%zu down_proj update, one "
+                        "per target token, keyed on \"%s\" and the target's first %zu tokens; "
+                        "p_before and p_after are of the whole target; history %lld, patch %s)",
+                        st->entity, st->relation_v, st->target, layer, nt, prompt, nt - 1,
+                        (long long)info.history_n, info.patch_name);
     rc = 0;
 done:
     vx_op_clear(&op);
-    eng_insert_fact_free(&fx);
+    for (size_t j = 0; fx && j < nt; j++)
+        eng_insert_fact_free(&fx[j]);
+    free(fx);
+    free(lrs);
+    free(seq);
+    free(tids);
+    free(U);
+    free(Vm);
+    free(K);
     free(prompt);
     free(ids);
     free(keys);

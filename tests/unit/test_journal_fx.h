@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define TINY LQL_FIXTURE_DIR "/models/tinyllama"
 
@@ -43,6 +44,17 @@ static inline int fx_encode_tiny(const char *out, const char *shard_cap)
     if (rc)
         fprintf(stderr, "setup: encode %s: %s\n", out, e.msg);
     return rc;
+}
+
+/* A fresh test directory LQL_BINARY_DIR/name (dir, 2048 bytes) holding tinyllama encoded
+ * as dir/base.vindex3 (base, 2100 bytes). 0, or -1 with the error printed. */
+static inline int fx_tiny_dir(const char *name, char *dir, char *base)
+{
+    snprintf(dir, 2048, "%s/%s", LQL_BINARY_DIR, name);
+    fx_rm_rf(dir);
+    mkdir(dir, 0755);
+    snprintf(base, 2100, "%s/base.vindex3", dir);
+    return fx_encode_tiny(base, NULL);
 }
 
 /* Run a shell command, its stdout (and whatever it redirects) into out (NUL-terminated,

@@ -29,7 +29,7 @@ static const char *const probes =
 #define INS_COMPOSE "INSERT INTO EDGES (entity, relation, target) VALUES (\\\"Quintara\\\", " \
                     "\\\"capital\\\", \\\"Boston\\\") MODE COMPOSE; "
 #define DEL "DELETE FROM EDGES WHERE layer = 2 AND feature = 5; "
-#define UPD "UPDATE EDGES SET target = \\\"Berlin\\\", confidence = 0.9 WHERE layer = 3 AND " \
+#define UPD "UPDATE EDGES SET target = \\\"Paul\\\", confidence = 0.9 WHERE layer = 3 AND " \
             "feature = 470; "
 #define UPD_C "UPDATE EDGES SET confidence = 0.25 WHERE layer = 2 AND feature < 3; "
 
@@ -89,11 +89,7 @@ static void scenario(const char *dir, const char *name, const char *pre, const c
 int main(void)
 {
     char dir[2048], base[2100], cmd[8192];
-    snprintf(dir, sizeof dir, "%s/h10-ops", LQL_BINARY_DIR);
-    fx_rm_rf(dir);
-    mkdir(dir, 0755);
-    snprintf(base, sizeof base, "%s/base.vindex3", dir);
-    if (fx_encode_tiny(base, NULL))
+    if (fx_tiny_dir("h10-ops", dir, base))
         return 1;
 
     scenario(dir, "update", "", UPD);

@@ -170,11 +170,7 @@ static int measure(const char *dir, const char *name, const char *const (*fs)[3]
 int main(void)
 {
     char dir[2048], base[2100];
-    snprintf(dir, sizeof dir, "%s/h13-specificity", LQL_BINARY_DIR);
-    fx_rm_rf(dir);
-    mkdir(dir, 0755);
-    snprintf(base, sizeof base, "%s/base.vindex3", dir);
-    if (fx_encode_tiny(base, NULL))
+    if (fx_tiny_dir("h13-specificity", dir, base))
         return 1;
     measured s, h;
     CHECK(measure(dir, "suite", facts, controls, NCTRL, &s) == 0);
