@@ -244,6 +244,19 @@ static int select_slots(const edit_state *es, const lql_cond *where, fvec *out, 
             return lql_errf(e, LQL_EEXEC, &c->field_at, "%s is a number: compare it with = != "
                             "> < >= <= or IN (numbers)", c->field);
     }
+    /* a layer or feature that does not exist is refused, as SELECT refuses it */
+    brw_cond *conds = NULL;
+    brw_value *vals = NULL;
+    size_t nc = 0;
+    if (lql_browse_conds(where, BRW_FEATURES, NULL, &conds, &nc, &vals, e))
+        return -1;
+    brw_select_opts o = {.conds = conds, .n_conds = nc};
+    vx_err ve = {0};
+    int bad_range = brw_select_check(es->bm, BRW_FEATURES, &o, &ve);
+    free(conds);
+    free(vals);
+    if (bad_range)
+        return lql_err_vx(e, &ve, &where->field_at);
     for (int l = 0; l < brw_layers(es->bm); l++) {
         int64_t nf = brw_features(es->bm, l);
         int layer_ok = 1;
