@@ -700,7 +700,8 @@ static void refusals(void)
     refuse("eps0", "config.json: key 'rms_norm_eps' must be a positive number for family 'gemma2'");
     variant("llama-gqa", "bert", "s/\"model_type\": \"llama\"/\"model_type\": \"bert\"/");
     refuse("bert", "config.json: model_type 'bert' is not admitted; lql admits llama, mistral, qwen2, gemma, "
-           "gemma2, gpt2, phi3, mixtral, qwen2_moe, deepseek_v3, qwen3, qwen3_moe, olmo2, gemma3_text, gpt_oss");
+           "gemma2, gpt2, phi3, mixtral, qwen2_moe, deepseek_v3, qwen3, qwen3_moe, olmo2, gemma3_text, "
+           "gpt_oss, mamba2, granitemoehybrid, qwen3_next");
     variant("llama-gqa", "shape", "s/\"intermediate_size\": 176/\"intermediate_size\": 177/");
     char want[512];
     refuse("shape", "checkpoint: tensor 'model.layers.0.mlp.gate_proj.weight' has shape [176, 64], "
