@@ -567,6 +567,26 @@ out:
 /* ---------------------------------------------------------------- entry */
 
 /* Parse dir/file into *out; an absent optional file gives 0 with *out NULL. */
+/* Python's json writes float('inf') as the bare token Infinity (Mamba2 configs:
+ * "time_step_limit": [0.0, Infinity]), which JSON does not have. Outside strings it
+ * becomes 1e999 (padded to the same length), which parses as an infinite double, so the
+ * key is judged like any other number. NaN stays invalid and is refused by the parser. */
+static void infinity_tokens(char *t, size_t n)
+{
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (in_str) {
+            if (t[i] == '\\') i++;
+            else if (t[i] == '"') in_str = 0;
+        } else if (t[i] == '"') {
+            in_str = 1;
+        } else if (n - i >= 8 && memcmp(t + i, "Infinity", 8) == 0) {
+            memcpy(t + i, "1e999   ", 8);
+            i += 7;
+        }
+    }
+}
+
 static int load_json(const char *dir, const char *file, int required, cJSON **out, vx_err *err)
 {
     char path[4096], *text;
@@ -577,6 +597,8 @@ static int load_json(const char *dir, const char *file, int required, cJSON **ou
         return 0;
     if (vx_read_small_file(path, file, &text, &n, err) < 0)
         return -1;
+    if (strcmp(file, "config.json") == 0)
+        infinity_tokens(text, n);
     int rc = vx_json_parse(file, text, n, out, err);
     free(text);
     return rc;
