@@ -850,7 +850,8 @@ int brw_show_layers(const brw_model *m, int lo, int hi, const brw_overlay *ov,
         x->features = m->s.layer[l].features;
         x->band = brw_band_of(m, l);
         x->gate_bytes = m->s.layer[l].gate_bytes;
-        x->gate_dtype = vx_dtype_name(m->s.layer[l].parts[0].gate->dtype);
+        /* a layer without a channel mixer (a mamba2 layer) has no gate rows */
+        x->gate_dtype = m->s.layer[l].n_parts ? vx_dtype_name(m->s.layer[l].parts[0].gate->dtype) : "";
         x->top_id = -1;
         memset(cnt, 0, (size_t)m->s.vocab * sizeof *cnt);
         for (int64_t f = 0; f < x->features; f++) {
@@ -882,7 +883,10 @@ int brw_stats_get(const brw_model *m, brw_stats *out, vx_err *err)
     out->vocab = m->s.vocab;
     memcpy(out->band, m->band, sizeof m->band);
     out->labelled = m->labels != NULL || m->clusters != NULL;
-    out->gate_dtype = m->s.layers ? vx_dtype_name(m->s.layer[0].parts[0].gate->dtype) : "";
+    out->gate_dtype = "";
+    for (int l = 0; l < m->s.layers && !*out->gate_dtype; l++)
+        if (m->s.layer[l].n_parts)
+            out->gate_dtype = vx_dtype_name(m->s.layer[l].parts[0].gate->dtype);
     for (int l = 0; l < m->s.layers; l++) {
         out->features += m->s.layer[l].features;
         out->gate_bytes += m->s.layer[l].gate_bytes;

@@ -83,22 +83,31 @@ int brw_shape_read(const vx_container *c, brw_shape *s, vx_err *err)
     s->embed_scale = cJSON_IsNumber(sc) ? (float)sc->valuedouble : 1.0f;
     const cJSON *ffn = cJSON_GetObjectItemCaseSensitive(ex, "ffn");
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(ffn, "kind");
-    if (!cJSON_IsString(kind))
+    int any_ffn = 0;
+    for (int i = 0; i < g->layers; i++)
+        any_ffn |= g->layer[i].channel != VX_CHANNEL_NONE;
+    if (!any_ffn && (!ffn || cJSON_IsNull(ffn))) {
+        /* no layer has a channel mixer (a pure SSM stack): nothing for browse to bind */
+        s->gated = 1;
+        s->act = 0;
+    } else if (!cJSON_IsString(kind))
         return vx_errf(err, VX_EFORMAT, "browse: execution.ffn.kind is missing");
-    s->gated = strcmp(kind->valuestring, "gated") == 0;
-    if (!s->gated && strcmp(kind->valuestring, "plain") != 0)
-        return vx_errf(err, VX_EUNSUPPORTED, "browse: ffn kind \"%s\" is not gated or plain",
-                       kind->valuestring);
-    /* the engine's names, in eng_act's numbering */
-    static const char *const acts[] = {"silu", "gelu_tanh", "gelu"};
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(ffn, "activation");
-    s->act = -1;
-    for (int a = 0; a < 3 && cJSON_IsString(act); a++)
-        if (strcmp(act->valuestring, acts[a]) == 0)
-            s->act = a;
-    if (s->act < 0)
-        return vx_errf(err, VX_EFORMAT, "browse: execution.ffn.activation is missing or not "
-                       "silu, gelu_tanh or gelu");
+    if (any_ffn || (ffn && !cJSON_IsNull(ffn))) {
+        s->gated = strcmp(kind->valuestring, "gated") == 0;
+        if (!s->gated && strcmp(kind->valuestring, "plain") != 0)
+            return vx_errf(err, VX_EUNSUPPORTED, "browse: ffn kind \"%s\" is not gated or plain",
+                           kind->valuestring);
+        /* the engine's names, in eng_act's numbering */
+        static const char *const acts[] = {"silu", "gelu_tanh", "gelu"};
+        const cJSON *act = cJSON_GetObjectItemCaseSensitive(ffn, "activation");
+        s->act = -1;
+        for (int a = 0; a < 3 && cJSON_IsString(act); a++)
+            if (strcmp(act->valuestring, acts[a]) == 0)
+                s->act = a;
+        if (s->act < 0)
+            return vx_errf(err, VX_EFORMAT, "browse: execution.ffn.activation is missing or not "
+                           "silu, gelu_tanh or gelu");
+    }
     int bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ffn, "bias"));
     const int experts = g->experts;
     s->embed = vx_find(c, "target.embedding", "weight");

@@ -117,7 +117,22 @@ int eng_attn_layer(eng_session *s, int layer, const float *h, int n, int pos0, f
     float *q = malloc((size_t)n * (2 * qd + 2 * kd) * sizeof *q);
     if (!q) return vx_errf(err, VX_ENOMEM, "layer %d: out of memory for attention", layer);
     float *k = q + (size_t)n * qd, *v = k + (size_t)n * kd, *ctxo = v + (size_t)n * kd;
-    eng_matmul(&L->q, h, n, q);
+    float *gate = NULL;
+    if (m->attn_gate) {
+        /* q_proj rows per head are [query | gate]: split them, gates compacted in place */
+        const int hd = m->head_dim;
+        if (!(gate = malloc((size_t)n * 2 * qd * sizeof *gate))) {
+            free(q);
+            return vx_errf(err, VX_ENOMEM, "layer %d: out of memory for attention", layer);
+        }
+        eng_matmul(&L->q, h, n, gate);
+        for (size_t r = 0; r < (size_t)n * m->heads; r++) {
+            memcpy(q + r * hd, gate + r * 2 * hd, (size_t)hd * sizeof *q);
+            memmove(gate + r * hd, gate + r * 2 * hd + hd, (size_t)hd * sizeof *gate);
+        }
+    } else {
+        eng_matmul(&L->q, h, n, q);
+    }
     eng_matmul(&L->k, h, n, k);
     eng_matmul(&L->v, h, n, v);
     eng_add_bias(q, L->qb, n, qd);
@@ -134,8 +149,11 @@ int eng_attn_layer(eng_session *s, int layer, const float *h, int n, int pos0, f
     memcpy(kv->k + (size_t)pos0 * kd, k, (size_t)n * kd * sizeof *k);
     memcpy(kv->v + (size_t)pos0 * kd, v, (size_t)n * kd * sizeof *v);
     eng_attend(m, L, layer, kv, q, n, pos0, ctxo, obs);
+    if (gate)
+        for (size_t i = 0; i < (size_t)n * qd; i++) ctxo[i] /= 1.0f + expf(-gate[i]);
     eng_matmul(&L->o, ctxo, n, out);
     eng_add_bias(out, L->ob, n, m->hidden);
+    free(gate);
     free(q);
     return 0;
 }

@@ -29,6 +29,9 @@ int eng_edit_check_layer(const eng_model *m, int layer, vx_err *err)
         return vx_errf(err, VX_EARG, "layer %d is out of range (the model has layers 0-%d)",
                        layer, m->n_layers - 1);
     const eng_layer *L = &m->layers[layer];
+    if (L->ffn_none)
+        return vx_errf(err, VX_EUNSUPPORTED, "layer %d is a %s layer with no FFN: INSERT edits "
+                       "dense FFN layers", layer, vx_mixer_name(m->shape->layer[layer].mixer));
     if (L->moe)
         return vx_errf(err, VX_EUNSUPPORTED, "layer %d is a mixture-of-experts layer: INSERT "
                        "edits dense FFN layers", layer);

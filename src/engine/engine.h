@@ -137,7 +137,9 @@ int eng_session_pos(const eng_session *s);
 
 /* Append n tokens (prefill as a batch) and, when logits is not NULL, write the logits of
  * the last appended position ([vocab], after the final soft-cap). obs may be NULL.
- * Honours vx_cancel_flag (VX_ECANCEL). */
+ * Honours vx_cancel_flag (VX_ECANCEL). On failure the session is back where it was,
+ * except that one holding recurrent (fixed) state is reset to position 0: a recurrence
+ * cannot be rewound. */
 int eng_forward(eng_session *s, const int32_t *ids, int n, float *logits,
                 const eng_observer *obs, vx_err *err);
 

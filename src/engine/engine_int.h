@@ -107,8 +107,51 @@ typedef struct eng_rope {
     double mscale;              /* multiplies cos and sin (YaRN's attention factor); 1 */
 } eng_rope;
 
+/* ---------------------------------------------------------------- recurrent mixers: types */
+
+/* A depthwise causal conv1d over `channels`, kernel `kernel` (w [channels, kernel], the
+ * last tap multiplying the current input; b NULL when there is no bias), then SiLU. */
+typedef struct eng_conv {
+    int channels, kernel;
+    float *w, *b;               /* owned */
+} eng_conv;
+
+/* Mamba2 SSM mixer. in_proj rows [z (I) | x (I) | B (G·N) | C (G·N) | dt (heads)] with
+ * I = heads · head_dim; the conv runs over [x | B | C]; head h reads B/C group
+ * h / (heads / groups). dt = clamp(softplus(dt + dt_bias), dt_min, dt_max); per head
+ * h_t = exp(dt·a)·h_{t-1} + dt·x_t ⊗ B_t, y_t = h_t·C_t + d·x_t; then y·silu(z),
+ * RMS over all I channels (norm), out_proj. State per layer: conv window
+ * [kernel − 1, I + 2GN] and h [heads, head_dim, N], f32. */
+typedef struct eng_ssm {
+    int heads, head_dim, groups, state;
+    eng_w in_proj, out_proj;
+    float *in_b, *out_b;        /* owned or NULL */
+    eng_conv conv;
+    float *dt_bias, *a, *d;     /* owned [heads]; a = −exp(A_log) */
+    float dt_min, dt_max;       /* dt_max INFINITY when unbounded */
+    eng_norm norm;              /* gated RMSNorm over I: gate first, then normalise */
+} eng_ssm;
+
+/* Gated DeltaNet mixer. in_qkvz rows per key head [q (dk) | k (dk) | v (r·dv) | z (r·dv)],
+ * in_ba rows per key head [b (r) | a (r)], r = v_heads / k_heads; value head h reads key
+ * head h / r. The conv runs over [q (all heads) | k | v] (no bias); q and k are
+ * L2-normalised (x·rsqrt(Σx² + 1e-6)), q scaled by dk^-½; per value head
+ * g = a·softplus(a_in + dt_bias), β = sigmoid(b), S ← exp(g)·S, δ = β·(v − Sᵀk),
+ * S ← S + k·δᵀ, o = Sᵀq; then RMSNorm over dv per head (norm), × silu(z), out_proj.
+ * State per layer: conv window [kernel − 1, 2·nk·dk + nv·dv] and S [nv, dk, dv], f32. */
+typedef struct eng_deltanet {
+    int k_heads, v_heads, k_dim, v_dim;
+    eng_w in_qkvz, in_ba, out_proj;
+    eng_conv conv;
+    float *dt_bias, *a;         /* owned [v_heads]; a = −exp(A_log) */
+    eng_norm norm;              /* [v_dim]: normalise first, then gate */
+} eng_deltanet;
+
 typedef struct eng_layer {
     int mla;                 /* 0: softmax_attention, 1: mla */
+    eng_ssm *ssm;            /* owned; the token mixer when not NULL (a Mamba2 layer) */
+    eng_deltanet *dn;        /* owned; the token mixer when not NULL (a Gated DeltaNet layer) */
+    int ffn_none;            /* 1: no channel mixer */
     const eng_rope *rope;    /* the model's, or own_rope when the layer declares its own */
     eng_rope own_rope;
     int window;              /* 0: full causal */
@@ -146,6 +189,7 @@ struct eng_model {
     /* attention */
     int heads, kv_heads, head_dim, v_head_dim;
     float attn_scale, attn_softcap;   /* softcap 0: off */
+    int attn_gate;              /* q_proj rows per head [query | gate]; out × sigmoid(gate) */
     int qk_norm;                /* QK_NONE, QK_HEAD, QK_PROJECTION */
     eng_rope rope;
     /* mla geometry (mla_on 0 when unused) */
@@ -161,6 +205,8 @@ struct eng_model {
     eng_norm final_norm;        /* width 0 when there is no final norm */
     eng_w lm_head;
     float final_softcap;        /* 0: off */
+    float logits_divisor;       /* logits / this (1: off) */
+    float residual_scale;       /* every branch output × this before it is added (1: off) */
     int32_t eos[8];
     int n_eos;
     eng_layer *layers;          /* owned, [n_layers] */
@@ -186,6 +232,31 @@ float eng_softcap(float x, float cap);
 
 /* splitmix64: a well-mixed 64-bit value of x (seeding the sampler's stream). */
 uint64_t eng_splitmix64(uint64_t x);
+
+/* ---------------------------------------------------------------- recurrent mixers: kernels */
+
+/* softplus with torch's threshold (x > 20: x). */
+float eng_softplus(float x);
+/* Conv + SiLU over n inputs (row t at x + t·xstride), out [n, channels]; win
+ * [kernel − 1, channels] holds the previous inputs, oldest first, and is advanced. */
+void eng_conv_run(const eng_conv *cv, float *win, const float *x, size_t xstride, int n,
+                  float *out);
+/* Gated RMSNorm of rows y[n, width] with gates z[n, width] in place: gate_first
+ * (y·silu(z), then normalise) or normalise, then gate. */
+void eng_gated_norm(const eng_norm *nm, float *y, const float *z, int n, int gate_first);
+
+/* Run a mixer over n positions of h [n, hidden] (already normed) → out [n, hidden],
+ * carrying its state (conv window, recurrent state) from the previous call. Prefill
+ * of any length, in any split, equals token-by-token decode. */
+int eng_ssm_run(const eng_ssm *L, const float *h, int n, float *conv_win, float *state,
+                float *out, vx_err *err);
+int eng_deltanet_run(const eng_deltanet *L, const float *h, int n, float *conv_win,
+                     float *state, float *out, vx_err *err);
+/* Floats of each mixer's two state regions (conv window, recurrent state). */
+size_t eng_ssm_conv_floats(const eng_ssm *L);
+size_t eng_ssm_state_floats(const eng_ssm *L);
+size_t eng_deltanet_conv_floats(const eng_deltanet *L);
+size_t eng_deltanet_state_floats(const eng_deltanet *L);
 
 /* ---------------------------------------------------------------- session */
 

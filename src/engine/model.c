@@ -88,4 +88,6 @@ void eng_lens(const eng_model *m, const float *resid, float *logits)
     eng_matmul(&m->lm_head, x, 1, logits);
     if (m->final_softcap > 0)
         for (int i = 0; i < m->vocab; i++) logits[i] = eng_softcap(logits[i], m->final_softcap);
+    if (m->logits_divisor != 1.0f)
+        for (int i = 0; i < m->vocab; i++) logits[i] /= m->logits_divisor;
 }

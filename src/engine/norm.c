@@ -1,7 +1,8 @@
 /*
- * norm.c — RMSNorm and LayerNorm over rows of activations, plus the two scalar maps the
- * plan shares (soft-cap and the FFN activations). Sums run in double: the fixtures'
- * goldens are float64 and norms are cheap next to the matrix work.
+ * norm.c — RMSNorm and LayerNorm over rows of activations, the gated RMSNorm of the
+ * recurrent mixers, plus the two scalar maps the plan shares (soft-cap and the FFN
+ * activations). Sums run in double: the fixtures' goldens are float64 and norms are
+ * cheap next to the matrix work.
  */
 #include <math.h>
 #include "engine_int.h"
@@ -23,6 +24,23 @@ void eng_norm_apply(const eng_norm *nm, const float *x, float *out, int n)
             float v = (float)(xr[i] - mean) * inv * nm->w[i];
             o[i] = nm->b ? v + nm->b[i] : v;
         }
+    }
+}
+
+void eng_gated_norm(const eng_norm *nm, float *y, const float *z, int n, int gate_first)
+{
+    const int d = nm->width;
+    for (int t = 0; t < n; t++) {
+        float *yr = y + (size_t)t * d;
+        const float *zr = z + (size_t)t * d;
+        if (gate_first)
+            for (int i = 0; i < d; i++) yr[i] *= zr[i] / (1.0f + expf(-zr[i]));
+        double ss = 0;
+        for (int i = 0; i < d; i++) ss += (double)yr[i] * yr[i];
+        float inv = (float)(1.0 / sqrt(ss / d + (double)nm->eps));
+        for (int i = 0; i < d; i++) yr[i] *= inv * nm->w[i];
+        if (!gate_first)
+            for (int i = 0; i < d; i++) yr[i] *= zr[i] / (1.0f + expf(-zr[i]));
     }
 }
 

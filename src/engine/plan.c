@@ -473,29 +473,237 @@ typedef struct gspec {
     normspec ns;
     float eps, qa_eps, kva_eps;
     int qkv_bias, out_bias, post_attn, post_ffn, pre_attn, pre_ffn, sinks;
+    /* recurrent mixers' geometry and facts (execution.mamba2 / .gated_deltanet), copied
+     * into each layer of that kind; has_* 0 when the section is null */
+    int has_ssm, has_dn;
+    eng_ssm ssm;
+    eng_deltanet dn;
+    int ssm_conv_bias, ssm_proj_bias;
 } gspec;
 
+/* execution.mamba2: the SSM geometry every mamba2 layer shares. */
+static int ssm_plan(ctx *c, const cJSON *sj, gspec *g)
+{
+    static const char *const keys[] = {"heads", "head_dim", "groups", "state_size", "conv_kernel",
+                                       "conv_bias", "proj_bias", "dt_min", "dt_max", "norm_eps",
+                                       NULL};
+    eng_ssm *S = &g->ssm;
+    double lo, hi = 0, eps;
+    c->where = "execution.mamba2";
+    if (known(c, sj, keys) || posint(c, sj, "heads", &S->heads) ||
+        posint(c, sj, "head_dim", &S->head_dim) || posint(c, sj, "groups", &S->groups) ||
+        posint(c, sj, "state_size", &S->state) || posint(c, sj, "conv_kernel", &S->conv.kernel) ||
+        boolean(c, sj, "conv_bias", &g->ssm_conv_bias) || boolean(c, sj, "proj_bias", &g->ssm_proj_bias) ||
+        num(c, sj, "dt_min", &lo) || (!is_null(field(sj, "dt_max")) && num(c, sj, "dt_max", &hi)) ||
+        num(c, sj, "norm_eps", &eps))
+        return -1;
+    if (S->heads % S->groups || S->conv.kernel < 2 || !(lo >= 0) ||
+        (!is_null(field(sj, "dt_max")) && !(hi > lo)) || !(eps > 0))
+        return vx_errf(c->err, VX_EFORMAT, "system graph: execution.mamba2 (heads %d, groups %d, "
+                       "conv_kernel %d, dt_min %g, norm_eps %g) is inconsistent", S->heads, S->groups,
+                       S->conv.kernel, lo, eps);
+    S->dt_min = (float)lo;
+    S->dt_max = is_null(field(sj, "dt_max")) ? INFINITY : (float)hi;
+    S->norm.kind = NORM_RMS;
+    S->norm.eps = (float)eps;
+    S->norm.width = S->heads * S->head_dim;
+    S->conv.channels = S->norm.width + 2 * S->groups * S->state;
+    g->has_ssm = 1;
+    return 0;
+}
+
+/* execution.gated_deltanet: the geometry every gated_deltanet layer shares. */
+static int deltanet_plan(ctx *c, const cJSON *dj, gspec *g)
+{
+    static const char *const keys[] = {"k_heads", "v_heads", "k_dim", "v_dim", "conv_kernel",
+                                       "norm_eps", NULL};
+    eng_deltanet *D = &g->dn;
+    double eps;
+    c->where = "execution.gated_deltanet";
+    if (known(c, dj, keys) || posint(c, dj, "k_heads", &D->k_heads) ||
+        posint(c, dj, "v_heads", &D->v_heads) || posint(c, dj, "k_dim", &D->k_dim) ||
+        posint(c, dj, "v_dim", &D->v_dim) || posint(c, dj, "conv_kernel", &D->conv.kernel) ||
+        num(c, dj, "norm_eps", &eps))
+        return -1;
+    if (D->v_heads % D->k_heads || D->conv.kernel < 2 || !(eps > 0) || D->k_dim > 4096 ||
+        D->v_dim > 4096)
+        return vx_errf(c->err, VX_EFORMAT, "system graph: execution.gated_deltanet (k_heads %d, "
+                       "v_heads %d, k_dim %d, v_dim %d, conv_kernel %d) is inconsistent",
+                       D->k_heads, D->v_heads, D->k_dim, D->v_dim, D->conv.kernel);
+    D->norm.kind = NORM_RMS;
+    D->norm.eps = (float)eps;
+    D->norm.width = D->v_dim;
+    D->conv.channels = 2 * D->k_heads * D->k_dim + D->v_heads * D->v_dim;
+    g->has_dn = 1;
+    return 0;
+}
+
 /* The state a layer declares must be what its operator keeps: region `idx` named `name`,
- * f32, per position, of shape [d0, d1]. */
-static int state_is(ctx *c, int i, const vx_layer_shape *ls, int idx, const char *name,
-                    int64_t d0, int64_t d1)
+ * f32, per position or fixed, of shape d[ndim]. */
+static int region_is(ctx *c, int i, const vx_layer_shape *ls, int idx, const char *name,
+                     int per_token, int ndim, const int64_t *d)
 {
     const vx_state_region *r = idx < ls->nstate ? &ls->state[idx] : NULL;
     if (!r || strcmp(r->name, name) != 0)
         return vx_errf(c->err, VX_EFORMAT, "layer %d: operator '%s' keeps state region '%s' as "
                        "region %d, which the graph does not declare", i, vx_mixer_name(ls->mixer),
                        name, idx);
-    if (r->dtype != VX_F32 || !r->per_token || r->ndim != 2 || r->shape[0] != d0 ||
-        r->shape[1] != d1) {
-        char got[96] = "";
-        for (int d = 0; d < r->ndim; d++) {
+    int same = r->dtype == VX_F32 && r->per_token == per_token && r->ndim == ndim;
+    for (int k = 0; same && k < ndim; k++) same = r->shape[k] == d[k];
+    if (!same) {
+        char got[96] = "", want[96] = "";
+        for (int k = 0; k < r->ndim; k++) {
             size_t l = strlen(got);
-            snprintf(got + l, sizeof got - l, "%s%lld", d ? ", " : "", (long long)r->shape[d]);
+            snprintf(got + l, sizeof got - l, "%s%lld", k ? ", " : "", (long long)r->shape[k]);
+        }
+        for (int k = 0; k < ndim; k++) {
+            size_t l = strlen(want);
+            snprintf(want + l, sizeof want - l, "%s%lld", k ? ", " : "", (long long)d[k]);
         }
         return vx_errf(c->err, VX_EFORMAT, "layer %d: state region '%s' is declared %s [%s] %s; "
-                       "operator '%s' keeps f32 [%lld, %lld] per position", i, name,
-                       vx_dtype_name(r->dtype), got, r->per_token ? "per position" : "fixed",
-                       vx_mixer_name(ls->mixer), (long long)d0, (long long)d1);
+                       "operator '%s' keeps f32 [%s] %s", i, name, vx_dtype_name(r->dtype), got,
+                       r->per_token ? "per position" : "fixed", vx_mixer_name(ls->mixer), want,
+                       per_token ? "per position" : "fixed");
+    }
+    return 0;
+}
+
+/* The state a layer declares must be what its operator keeps: region `idx` named `name`,
+ * f32, per position, of shape [d0, d1]. */
+static int state_is(ctx *c, int i, const vx_layer_shape *ls, int idx, const char *name,
+                    int64_t d0, int64_t d1)
+{
+    const int64_t d[2] = {d0, d1};
+    return region_is(c, i, ls, idx, name, 1, 2, d);
+}
+
+/* A [rows, cols] operand as owned f32 (the conv taps). */
+static int small_f32(ctx *c, int layer, float **out, int64_t rows, int64_t cols, const char *name)
+{
+    const vx_tensor *t = operand(c, layer, name, rows, cols);
+    if (!t) return -1;
+    if (!(*out = malloc((size_t)(rows * cols) * sizeof **out)))
+        return vx_errf(c->err, VX_ENOMEM, "out of memory binding '%s'", name);
+    eng_row_f32(t->dtype, t->data, *out, (size_t)(rows * cols));
+    return 0;
+}
+
+/* −exp(A_log) per head, the decay rate both recurrences use. */
+static int decay_rates(ctx *c, int layer, float **out, int n, const char *name)
+{
+    if (vector(c, layer, out, n, 0, "%s", name)) return -1;
+    for (int h = 0; h < n; h++) (*out)[h] = (float)-exp((double)(*out)[h]);
+    return 0;
+}
+
+/* A recurrent token mixer: its declared state (conv window + recurrent state, both
+ * fixed) checked against what the kernel keeps, then its operands. */
+static int recur_bind(ctx *c, const gspec *g, int i)
+{
+    eng_model *m = c->m;
+    eng_layer *L = &m->layers[i];
+    const vx_layer_shape *ls = &m->shape->layer[i];
+    const int H = m->hidden;
+    char nm[160];
+    if (ls->nstate != 2)
+        return vx_errf(c->err, VX_EFORMAT, "layer %d: operator '%s' keeps 2 state regions (conv, "
+                       "%s), the graph declares %d", i, vx_mixer_name(ls->mixer),
+                       ls->mixer == VX_MIXER_MAMBA2 ? "ssm" : "recurrent", ls->nstate);
+    if (ls->mixer == VX_MIXER_MAMBA2) {
+        const eng_ssm *G = &g->ssm;
+        const int I = G->heads * G->head_dim, GN = G->groups * G->state;
+        const int P = 2 * I + 2 * GN + G->heads;
+        const int64_t cw[2] = {G->conv.kernel - 1, G->conv.channels},
+                      st[3] = {G->heads, G->head_dim, G->state};
+        if (region_is(c, i, ls, 0, "conv", 0, 2, cw) || region_is(c, i, ls, 1, "ssm", 0, 3, st))
+            return -1;
+        eng_ssm *S = L->ssm = malloc(sizeof *S);
+        if (!S) return vx_errf(c->err, VX_ENOMEM, "out of memory binding layer %d", i);
+        *S = *G;
+        S->in_b = S->out_b = S->conv.w = S->conv.b = S->dt_bias = S->a = S->d = S->norm.w = NULL;
+        S->norm.b = NULL;
+        snprintf(nm, sizeof nm, "layers.%d.ssm.conv", i);
+        if (matrix(c, i, &S->in_proj, P, H, "layers.%d.ssm.in_proj", i) ||
+            (g->ssm_proj_bias && vector(c, i, &S->in_b, P, 0, "layers.%d.ssm.in_proj.bias", i)) ||
+            small_f32(c, i, &S->conv.w, G->conv.channels, G->conv.kernel, nm) ||
+            (g->ssm_conv_bias && vector(c, i, &S->conv.b, G->conv.channels, 0, "layers.%d.ssm.conv.bias", i)) ||
+            vector(c, i, &S->dt_bias, G->heads, 0, "layers.%d.ssm.dt_bias", i) ||
+            decay_rates(c, i, &S->a, G->heads, (snprintf(nm, sizeof nm, "layers.%d.ssm.A_log", i), nm)) ||
+            vector(c, i, &S->d, G->heads, 0, "layers.%d.ssm.D", i) ||
+            vector(c, i, &S->norm.w, I, 0, "layers.%d.ssm.norm", i) ||
+            matrix(c, i, &S->out_proj, H, I, "layers.%d.ssm.out_proj", i) ||
+            (g->ssm_proj_bias && vector(c, i, &S->out_b, H, 0, "layers.%d.ssm.out_proj.bias", i)))
+            return -1;
+        return 0;
+    }
+    const eng_deltanet *G = &g->dn;
+    const int nk = G->k_heads, nv = G->v_heads, dk = G->k_dim, dv = G->v_dim, r = nv / nk;
+    const int64_t cw[2] = {G->conv.kernel - 1, G->conv.channels}, st[3] = {nv, dk, dv};
+    if (region_is(c, i, ls, 0, "conv", 0, 2, cw) || region_is(c, i, ls, 1, "recurrent", 0, 3, st))
+        return -1;
+    eng_deltanet *D = L->dn = malloc(sizeof *D);
+    if (!D) return vx_errf(c->err, VX_ENOMEM, "out of memory binding layer %d", i);
+    *D = *G;
+    D->conv.w = D->conv.b = D->dt_bias = D->a = D->norm.w = D->norm.b = NULL;
+    snprintf(nm, sizeof nm, "layers.%d.deltanet.conv", i);
+    if (matrix(c, i, &D->in_qkvz, nk * (2 * dk + 2 * r * dv), H, "layers.%d.deltanet.in_qkvz", i) ||
+        matrix(c, i, &D->in_ba, 2 * nv, H, "layers.%d.deltanet.in_ba", i) ||
+        small_f32(c, i, &D->conv.w, G->conv.channels, G->conv.kernel, nm) ||
+        vector(c, i, &D->dt_bias, nv, 0, "layers.%d.deltanet.dt_bias", i) ||
+        decay_rates(c, i, &D->a, nv, (snprintf(nm, sizeof nm, "layers.%d.deltanet.A_log", i), nm)) ||
+        vector(c, i, &D->norm.w, dv, 0, "layers.%d.deltanet.norm", i) ||
+        matrix(c, i, &D->out_proj, H, nv * dv, "layers.%d.deltanet.out_proj", i))
+        return -1;
+    return 0;
+}
+
+static void recur_free(eng_layer *L)
+{
+    if (L->ssm) {
+        free(L->ssm->in_b); free(L->ssm->out_b); free(L->ssm->conv.w); free(L->ssm->conv.b);
+        free(L->ssm->dt_bias); free(L->ssm->a); free(L->ssm->d); free(L->ssm->norm.w);
+        free(L->ssm);
+    }
+    if (L->dn) {
+        free(L->dn->conv.w); free(L->dn->dt_bias); free(L->dn->a); free(L->dn->norm.w);
+        free(L->dn);
+    }
+}
+
+/* A layer's channel mixer: dense MLP, MoE (router, experts, shared expert) or none. */
+static int channel_bind(ctx *c, int i)
+{
+    eng_model *m = c->m;
+    eng_layer *L = &m->layers[i];
+    const int H = m->hidden;
+    char pre[24];
+    snprintf(pre, sizeof pre, "layers.%d", i);
+    if (L->ffn_none) return 0;
+    char fp[96];
+    if (!L->moe) {
+        snprintf(fp, sizeof fp, "%s.ffn", pre);
+        return mlp_bind(c, i, &L->mlp, m->inter, m->ffn_gated, m->ffn_bias, fp);
+    }
+    if (matrix(c, i, &L->router, m->experts, H, "%s.ffn.router", pre)) return -1;
+    if (m->router_bias &&
+        vector(c, i, &L->router_b, m->experts, 0, "%s.ffn.router.bias", pre))
+        return -1;
+    if (m->has_score_bias &&
+        vector(c, i, &L->score_bias, m->experts, 0, "%s.ffn.router.score_bias", pre))
+        return -1;
+    L->experts = calloc((size_t)m->experts, sizeof *L->experts);
+    if (!L->experts) return vx_errf(c->err, VX_ENOMEM, "out of memory binding layer %d", i);
+    for (int e = 0; e < m->experts; e++) {
+        snprintf(fp, sizeof fp, "%s.ffn.experts.%d", pre, e);
+        if (mlp_bind(c, i, &L->experts[e], m->expert_inter, 1, m->expert_bias, fp)) return -1;
+        L->experts[e].alpha = m->expert_alpha;
+        L->experts[e].limit = m->expert_limit;
+    }
+    if (m->shared_inter) {
+        snprintf(fp, sizeof fp, "%s.ffn.shared", pre);
+        if (mlp_bind(c, i, &L->shared, m->shared_inter, 1, 0, fp)) return -1;
+        if (m->shared_gated && matrix(c, i, &L->shared_gate, 1, H, "%s.ffn.shared_gate", pre))
+            return -1;
     }
     return 0;
 }
@@ -508,13 +716,18 @@ static int layer_bind(ctx *c, const gspec *g, int i)
     const int H = m->hidden;
     char pre[24];
     snprintf(pre, sizeof pre, "layers.%d", i);
-    if (ls->mixer != VX_MIXER_ATTENTION && ls->mixer != VX_MIXER_MLA)
-        return vx_errf(c->err, VX_EUNSUPPORTED, "layer %d: operator '%s' is not supported by this executor",
-                       i, vx_mixer_name(ls->mixer));
-    if (ls->channel == VX_CHANNEL_NONE)
-        return vx_errf(c->err, VX_EUNSUPPORTED, "layer %d: ffn 'none' is not supported by this executor", i);
-    L->mla = ls->mixer == VX_MIXER_MLA;
+    char nm[160];
     L->moe = ls->channel == VX_CHANNEL_MOE;
+    L->ffn_none = ls->channel == VX_CHANNEL_NONE;
+    if (ls->mixer == VX_MIXER_MAMBA2 || ls->mixer == VX_MIXER_DELTANET) {
+        snprintf(nm, sizeof nm, "%s.attn_norm", pre);
+        if (recur_bind(c, g, i) || (g->pre_attn && norm(c, i, &L->attn_norm, &g->ns, H, g->eps, nm)))
+            return -1;
+        snprintf(nm, sizeof nm, "%s.ffn_norm", pre);
+        if (g->pre_ffn && !L->ffn_none && norm(c, i, &L->ffn_norm, &g->ns, H, g->eps, nm)) return -1;
+        return channel_bind(c, i);
+    }
+    L->mla = ls->mixer == VX_MIXER_MLA;
     L->window = ls->window;
     if (L->mla ? state_is(c, i, ls, 0, "latent", 1, (int64_t)m->kv_lora + m->qk_rope)
                : state_is(c, i, ls, 0, "k", m->kv_heads, m->head_dim) ||
@@ -532,11 +745,10 @@ static int layer_bind(ctx *c, const gspec *g, int i)
         L->rope = &L->own_rope;
     }
 
-    char nm[160];
     snprintf(nm, sizeof nm, "%s.attn_norm", pre);
     if (g->pre_attn && norm(c, i, &L->attn_norm, &g->ns, H, g->eps, nm)) return -1;
     snprintf(nm, sizeof nm, "%s.ffn_norm", pre);
-    if (g->pre_ffn && norm(c, i, &L->ffn_norm, &g->ns, H, g->eps, nm)) return -1;
+    if (g->pre_ffn && !L->ffn_none && norm(c, i, &L->ffn_norm, &g->ns, H, g->eps, nm)) return -1;
     normspec post = g->ns;
     post.bias = 0;
     snprintf(nm, sizeof nm, "%s.post_attn_norm", pre);
@@ -546,7 +758,7 @@ static int layer_bind(ctx *c, const gspec *g, int i)
 
     if (!L->mla) {
         const int qd = m->heads * m->head_dim, kd = m->kv_heads * m->head_dim;
-        if (matrix(c, i, &L->q, qd, H, "%s.attn.q_proj", pre) ||
+        if (matrix(c, i, &L->q, m->attn_gate ? 2 * qd : qd, H, "%s.attn.q_proj", pre) ||
             matrix(c, i, &L->k, kd, H, "%s.attn.k_proj", pre) ||
             matrix(c, i, &L->v, kd, H, "%s.attn.v_proj", pre) ||
             matrix(c, i, &L->o, H, qd, "%s.attn.o_proj", pre))
@@ -590,33 +802,7 @@ static int layer_bind(ctx *c, const gspec *g, int i)
         if (g->out_bias && vector(c, i, &L->ob, H, 0, "%s.attn.o_proj.bias", pre)) return -1;
     }
 
-    char fp[96];
-    if (!L->moe) {
-        snprintf(fp, sizeof fp, "%s.ffn", pre);
-        return mlp_bind(c, i, &L->mlp, m->inter, m->ffn_gated, m->ffn_bias, fp);
-    }
-    if (matrix(c, i, &L->router, m->experts, H, "%s.ffn.router", pre)) return -1;
-    if (m->router_bias &&
-        vector(c, i, &L->router_b, m->experts, 0, "%s.ffn.router.bias", pre))
-        return -1;
-    if (m->has_score_bias &&
-        vector(c, i, &L->score_bias, m->experts, 0, "%s.ffn.router.score_bias", pre))
-        return -1;
-    L->experts = calloc((size_t)m->experts, sizeof *L->experts);
-    if (!L->experts) return vx_errf(c->err, VX_ENOMEM, "out of memory binding layer %d", i);
-    for (int e = 0; e < m->experts; e++) {
-        snprintf(fp, sizeof fp, "%s.ffn.experts.%d", pre, e);
-        if (mlp_bind(c, i, &L->experts[e], m->expert_inter, 1, m->expert_bias, fp)) return -1;
-        L->experts[e].alpha = m->expert_alpha;
-        L->experts[e].limit = m->expert_limit;
-    }
-    if (m->shared_inter) {
-        snprintf(fp, sizeof fp, "%s.ffn.shared", pre);
-        if (mlp_bind(c, i, &L->shared, m->shared_inter, 1, 0, fp)) return -1;
-        if (m->shared_gated && matrix(c, i, &L->shared_gate, 1, H, "%s.ffn.shared_gate", pre))
-            return -1;
-    }
-    return 0;
+    return channel_bind(c, i);
 }
 
 /* ---------------------------------------------------------------- plan */
@@ -661,7 +847,8 @@ int eng_plan_build(eng_model *m, vx_err *err)
     c.where = "execution";
     static const char *const keys[] = {"embedding", "norm", "attention", "mla", "ffn", "moe",
                                        "pre_norms", "post_norms", "final_norm", "lm_head",
-                                       "context_length", "special_tokens", NULL};
+                                       "context_length", "special_tokens", "mamba2",
+                                       "gated_deltanet", "residual_scale", NULL};
     if (known(&c, ex, keys)) return -1;
     const int H = m->hidden;
 
@@ -696,26 +883,45 @@ int eng_plan_build(eng_model *m, vx_err *err)
     g.eps = (float)eps;
     g.ns.offset = (float)off;
 
-    /* attention */
-    const cJSON *at = sub(&c, ex, "attention", 1);
-    if (!at) return -1;
+    /* recurrent mixers, and the residual multiplier every branch shares */
+    const cJSON *sj = sub(&c, ex, "mamba2", 0), *dj = sub(&c, ex, "gated_deltanet", 0);
+    if ((!sj && !is_null(field(ex, "mamba2"))) || (!dj && !is_null(field(ex, "gated_deltanet"))))
+        return -1;
+    if ((sj && ssm_plan(&c, sj, &g)) || (dj && deltanet_plan(&c, dj, &g))) return -1;
+    c.where = "execution";
+    double rscale = 1;
+    if (!is_null(field(ex, "residual_scale")) && num(&c, ex, "residual_scale", &rscale)) return -1;
+    m->residual_scale = (float)rscale;
+
+    /* attention: null when no layer attends */
+    const cJSON *at = sub(&c, ex, "attention", 0);
+    if (!at && !is_null(field(ex, "attention"))) return -1;
     c.where = "execution.attention";
     static const char *const akeys[] = {"heads", "kv_heads", "head_dim", "scale", "qkv_bias",
-                                        "out_bias", "softcap", "qk_norm", "sinks", "rope", NULL};
-    double ascale, cap;
-    if (known(&c, at, akeys) || posint(&c, at, "heads", &m->heads) ||
+                                        "out_bias", "softcap", "qk_norm", "sinks", "rope",
+                                        "output_gate", NULL};
+    double ascale = 0, cap = 0;
+    if (at && !is_null(field(at, "output_gate"))) {
+        static const char *const gates[] = {"sigmoid", NULL};
+        int gk;
+        if (choice(&c, at, "output_gate", gates, &gk)) return -1;
+        m->attn_gate = 1;
+    }
+    if (!at) {
+        m->rope.style = ROPE_NONE;
+    } else if (known(&c, at, akeys) || posint(&c, at, "heads", &m->heads) ||
         posint(&c, at, "kv_heads", &m->kv_heads) || posint(&c, at, "head_dim", &m->head_dim) ||
         num(&c, at, "scale", &ascale) || boolean(&c, at, "qkv_bias", &g.qkv_bias) ||
         boolean(&c, at, "out_bias", &g.out_bias) || optnum(&c, at, "softcap", &cap) ||
         boolean(&c, at, "sinks", &g.sinks))
         return -1;
-    if (!is_null(field(at, "qk_norm"))) {
+    if (at && !is_null(field(at, "qk_norm"))) {
         static const char *const scopes[] = {"head", "projection", NULL};
         int sc;
         if (choice(&c, at, "qk_norm", scopes, &sc)) return -1;
         m->qk_norm = sc == 0 ? QK_HEAD : QK_PROJECTION;
     }
-    if (m->heads % m->kv_heads)
+    if (at && m->heads % m->kv_heads)
         return vx_errf(err, VX_EFORMAT, "system graph: %d heads is not a multiple of %d kv heads",
                        m->heads, m->kv_heads);
     m->attn_scale = (float)ascale;
@@ -725,19 +931,20 @@ int eng_plan_build(eng_model *m, vx_err *err)
     if (!ml && !is_null(field(ex, "mla"))) return -1;
     if (ml && mla_plan(&c, ml, &g.qa_eps, &g.kva_eps)) return -1;
     c.where = "execution.attention.rope";
-    if (rope_parse(&c, field(at, "rope"), m->mla_on ? m->qk_rope : m->head_dim, &m->rope)) return -1;
+    if (at && rope_parse(&c, field(at, "rope"), m->mla_on ? m->qk_rope : m->head_dim, &m->rope))
+        return -1;
 
-    /* ffn */
-    const cJSON *fj = sub(&c, ex, "ffn", 1);
-    if (!fj) return -1;
+    /* ffn: null when no layer has a channel mixer */
+    const cJSON *fj = sub(&c, ex, "ffn", 0);
+    if (!fj && !is_null(field(ex, "ffn"))) return -1;
     c.where = "execution.ffn";
     static const char *const fkeys[] = {"kind", "activation", "intermediate", "bias", NULL};
     static const char *const fk[] = {"gated", "plain", NULL};
     static const char *const acts[] = {"silu", "gelu_tanh", "gelu", NULL};
-    int fkind;
-    if (known(&c, fj, fkeys) || choice(&c, fj, "kind", fk, &fkind) ||
-        choice(&c, fj, "activation", acts, &m->act) || posint(&c, fj, "intermediate", &m->inter) ||
-        boolean(&c, fj, "bias", &m->ffn_bias))
+    int fkind = 0;
+    if (fj && (known(&c, fj, fkeys) || choice(&c, fj, "kind", fk, &fkind) ||
+               choice(&c, fj, "activation", acts, &m->act) ||
+               posint(&c, fj, "intermediate", &m->inter) || boolean(&c, fj, "bias", &m->ffn_bias)))
         return -1;
     m->ffn_gated = fkind == 0;
     const cJSON *mo = sub(&c, ex, "moe", 0);
@@ -770,11 +977,16 @@ int eng_plan_build(eng_model *m, vx_err *err)
     const cJSON *lm = sub(&c, ex, "lm_head", 1);
     if (!lm) return -1;
     c.where = "execution.lm_head";
-    static const char *const lkeys[] = {"tied", "softcap", NULL};
-    double fcap;
-    if (known(&c, lm, lkeys) || boolean(&c, lm, "tied", &tied) || optnum(&c, lm, "softcap", &fcap))
+    static const char *const lkeys[] = {"tied", "softcap", "logits_divisor", NULL};
+    double fcap, div = 1;
+    if (known(&c, lm, lkeys) || boolean(&c, lm, "tied", &tied) || optnum(&c, lm, "softcap", &fcap) ||
+        (!is_null(field(lm, "logits_divisor")) && num(&c, lm, "logits_divisor", &div)))
         return -1;
+    if (!(div > 0))
+        return vx_errf(err, VX_EFORMAT, "system graph: execution.lm_head.logits_divisor %g is not "
+                       "positive", div);
     m->final_softcap = (float)fcap;
+    m->logits_divisor = (float)div;
 
     const cJSON *sp = field(ex, "special_tokens");
     const cJSON *eos = sp ? field(sp, "eos") : NULL;
@@ -812,6 +1024,7 @@ void eng_plan_free(eng_model *m)
     for (int i = 0; m->layers && i < m->n_layers; i++) {
         eng_layer *L = &m->layers[i];
         free(L->own_rope.inv_freq);
+        recur_free(L);
         norm_free(&L->attn_norm);
         norm_free(&L->ffn_norm);
         norm_free(&L->post_attn);

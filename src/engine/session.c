@@ -43,6 +43,7 @@ int eng_session_new(const eng_model *m, int max_ctx, eng_session **out, vx_err *
             if (!(st[r] = calloc(1, bytes))) goto oom;
         }
         eng_kv *kv = &s->kv[l];
+        if (m->layers[l].ssm || m->layers[l].dn) continue;   /* no kv: the mixer reads st */
         if (m->layers[l].mla) {
             /* the latent cache: one [latent | k_rope] row per position for all heads */
             kv->kv_heads = 1;
@@ -76,7 +77,19 @@ void eng_session_free(eng_session *s)
     free(s);
 }
 
-void eng_session_reset(eng_session *s) { s->pos = 0; }
+/* Back to position 0: per-position regions are simply overwritten from there, the fixed
+ * (recurrent) regions start again from zeros. */
+void eng_session_reset(eng_session *s)
+{
+    const eng_model *m = s->m;
+    s->pos = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const vx_layer_shape *ls = &m->shape->layer[l];
+        for (int r = 0; r < ls->nstate; r++)
+            if (!ls->state[r].per_token)
+                memset(s->state[(size_t)l * VX_STATE_MAX + r], 0, (size_t)ls->state[r].bytes);
+    }
+}
 int eng_session_pos(const eng_session *s) { return s->pos; }
 
 int eng_session_routing(const eng_session *s, int layer, int *ids, float *w)
@@ -109,11 +122,14 @@ static void embed(const eng_model *m, const int32_t *ids, int n, int pos0, float
     }
 }
 
-/* x += post(d) over [n, hidden]: a branch output, post-normed (in place) when the layer
- * has that norm, added to the residual. */
-static void residual_add(const eng_norm *post, float *d, float *x, int n, int hidden)
+/* x += post(d) · scale over [n, hidden]: a branch output, post-normed (in place) when the
+ * layer has that norm, scaled by the residual multiplier (in place, so observers see what
+ * was added), added to the residual. */
+static void residual_add(const eng_norm *post, float scale, float *d, float *x, int n, int hidden)
 {
     if (post->width) eng_norm_apply(post, d, d, n);
+    if (scale != 1.0f)
+        for (size_t i = 0; i < (size_t)n * hidden; i++) d[i] *= scale;
     for (size_t i = 0; i < (size_t)n * hidden; i++) x[i] += d[i];
 }
 
@@ -145,6 +161,18 @@ static void pre_norm(const eng_norm *nm, const float *x, float *h, int n, int hi
     else memcpy(h, x, (size_t)n * hidden * sizeof *h);
 }
 
+/* The layer's token mixer over h → a. */
+static int token_mixer(eng_session *s, int l, const float *h, int n, int pos0, float *a,
+                       const eng_observer *obs, vx_err *err)
+{
+    const eng_layer *L = &s->m->layers[l];
+    void **st = &s->state[(size_t)l * VX_STATE_MAX];
+    if (L->ssm) return eng_ssm_run(L->ssm, h, n, st[0], st[1], a, err);
+    if (L->dn) return eng_deltanet_run(L->dn, h, n, st[0], st[1], a, err);
+    return L->mla ? eng_mla_layer(s, l, h, n, pos0, a, obs, err)
+                  : eng_attn_layer(s, l, h, n, pos0, a, obs, err);
+}
+
 /* One chunk of at most CHUNK tokens at the session's position. */
 static int forward_chunk(eng_session *s, const int32_t *ids, int n, float *logits,
                          const eng_observer *obs, vx_err *err)
@@ -162,15 +190,17 @@ static int forward_chunk(eng_session *s, const int32_t *ids, int n, float *logit
         const eng_layer *L = &m->layers[l];
         if (vx_cancel_flag) { rc = vx_errf(err, VX_ECANCEL, "forward pass cancelled"); break; }
         pre_norm(&L->attn_norm, x, h, n, H);
-        rc = L->mla ? eng_mla_layer(s, l, h, n, pos0, a, obs, err)
-                    : eng_attn_layer(s, l, h, n, pos0, a, obs, err);
-        if (rc) break;
-        residual_add(&L->post_attn, a, x, n, H);
-        pre_norm(&L->ffn_norm, x, h, n, H);
-        rc = L->moe ? eng_ffn_moe(s, l, h, n, pos0, f, obs, err)
-                    : eng_ffn_dense(m, l, h, n, pos0, f, obs, err);
-        if (rc) break;
-        residual_add(&L->post_ffn, f, x, n, H);
+        if ((rc = token_mixer(s, l, h, n, pos0, a, obs, err))) break;
+        residual_add(&L->post_attn, m->residual_scale, a, x, n, H);
+        if (L->ffn_none) {
+            memset(f, 0, (size_t)n * H * sizeof *f);
+        } else {
+            pre_norm(&L->ffn_norm, x, h, n, H);
+            rc = L->moe ? eng_ffn_moe(s, l, h, n, pos0, f, obs, err)
+                        : eng_ffn_dense(m, l, h, n, pos0, f, obs, err);
+            if (rc) break;
+            residual_add(&L->post_ffn, m->residual_scale, f, x, n, H);
+        }
         if ((rc = finite_rows(m, x, n, H, pos0, l, err))) break;
         if (obs && obs->on_layer) obs->on_layer(obs->ctx, l, pos0, n, a, f, x);
     }
@@ -201,7 +231,9 @@ int eng_forward(eng_session *s, const int32_t *ids, int n, float *logits,
     for (int done = 0; done < n;) {
         int c = n - done < CHUNK ? n - done : CHUNK;
         if (forward_chunk(s, ids + done, c, done + c == n ? logits : NULL, obs, err)) {
-            s->pos = pos0;
+            /* a recurrence cannot be rewound: a session holding fixed state starts over */
+            if (m->shape->state_fixed) eng_session_reset(s);
+            else s->pos = pos0;
             return -1;
         }
         done += c;

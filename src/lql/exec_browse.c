@@ -50,6 +50,32 @@ int lql_session_browse(lql_session *s, const lql_stmt *st, brw_model **out, lql_
     return 0;
 }
 
+/* lql_session_browse for a statement that reads FFN features: refused, naming the layer
+ * kinds, when no layer has a channel mixer (a pure SSM stack), since an empty answer would
+ * say "nothing matches" where the truth is "nothing to browse". */
+static int session_features(lql_session *s, const lql_stmt *st, brw_model **out, lql_err *e)
+{
+    if (lql_session_browse(s, st, out, e) != 0)
+        return -1;
+    int64_t total = 0;
+    for (int l = 0; l < brw_layers(*out); l++)
+        total += brw_features(*out, l);
+    if (total)
+        return 0;
+    vx_container *c;
+    if (lql_session_container(s, st, &c, e) != 0)
+        return -1;
+    const vx_graph_shape *g = vx_shape_of(c);
+    char kinds[128] = "";
+    for (int l = 0; l < g->layers; l++) {
+        const char *k = vx_mixer_name(g->layer[l].mixer);
+        if (!strstr(kinds, k) && strlen(kinds) + strlen(k) + 3 < sizeof kinds)
+            snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%s%s", *kinds ? ", " : "", k);
+    }
+    return lql_errf(e, LQL_EEXEC, &st->at, "this model has no FFN features to browse: every "
+                    "layer's channel mixer is 'none' (token mixers: %s)", kinds);
+}
+
 /* The mutation overlay as browse sees it (edited gates, tombstones, metadata overrides);
  * with nothing edited, the base. */
 static brw_overlay overlay_of(const lql_session *s)
@@ -202,7 +228,7 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
                     int explain)
 {
     brw_model *m = NULL;
-    if (lql_session_browse(s, st, &m, e) != 0)
+    if (session_features(s, st, &m, e) != 0)
         return -1;
     int verbose = explain && lql_has(st, LQL_C_VERBOSE);
     int64_t maxf = 0;
@@ -299,7 +325,7 @@ static int band_of_clause(lql_band b)
 int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     brw_model *m = NULL;
-    if (lql_session_browse(s, st, &m, e) != 0)
+    if (session_features(s, st, &m, e) != 0)
         return -1;
     if (!brw_down_meta(m))
         return lql_errf(e, LQL_EEXEC, &st->at, "the container has no down-meta "
@@ -530,7 +556,7 @@ static int run_rows(const lql_stmt *st, const brw_model *m, brw_from from, int s
 int lql_h_select(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     brw_model *m = NULL;
-    if (lql_session_browse(s, st, &m, e) != 0)
+    if (session_features(s, st, &m, e) != 0)
         return -1;
     brw_from from = st->from == LQL_FROM_EDGES ? BRW_EDGES
                   : st->from == LQL_FROM_FEATURES ? BRW_FEATURES : BRW_ENTITIES;
@@ -568,7 +594,7 @@ int lql_h_select(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 int lql_h_show_features(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     brw_model *m = NULL;
-    if (lql_session_browse(s, st, &m, e) != 0)
+    if (session_features(s, st, &m, e) != 0)
         return -1;
     if (st->n < 0 || st->n >= brw_layers(m))
         return lql_errf(e, LQL_EEXEC, &st->at, "layer %lld is out of range (the model has %d "
@@ -584,7 +610,7 @@ int lql_h_show_features(lql_session *s, const lql_stmt *st, lql_result *r, lql_e
 /* The browse model and AT LAYER (-1 when absent) of a SHOW statement. */
 static int show_at(lql_session *s, const lql_stmt *st, brw_model **m, int *layer, lql_err *e)
 {
-    if (lql_session_browse(s, st, m, e) != 0)
+    if (session_features(s, st, m, e) != 0)
         return -1;
     return at_layer(st, *m, layer, e);
 }

@@ -39,14 +39,17 @@ static int64_t jint(const cJSON *o, const char *key, int64_t dflt)
     return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : dflt;
 }
 
-/* Bytes of the tensors whose name starts with prefix (NULL: all). */
-static uint64_t tensor_bytes(const vx_container *c, const char *prefix)
+/* Bytes of the tensors of object (NULL: any) whose name starts with prefix (NULL: all);
+ * the object keeps an auxiliary component's "layers.0." out of the decoder's layer 0. */
+static uint64_t tensor_bytes(const vx_container *c, const char *object, const char *prefix)
 {
     uint64_t sum = 0;
     size_t n = vx_tensor_count(c), pl = prefix ? strlen(prefix) : 0;
     for (size_t i = 0; i < n; i++) {
         const vx_tensor *t = vx_tensor_at(c, i);
-        if (!prefix || strncmp(t->name, prefix, pl) == 0) sum += t->nbytes;
+        if ((!object || strcmp(t->object, object) == 0) &&
+            (!prefix || strncmp(t->name, prefix, pl) == 0))
+            sum += t->nbytes;
     }
     return sum;
 }
@@ -181,7 +184,7 @@ int lql_h_extract(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     vx_container *c = NULL;
     if (vx_open(st->arg2, &c, &ve) < 0) return lql_err_vx(e, &ve, &st->arg2_at);
     lql_result_note(r, "extracted %s into %s (%zu tensors, %.1f MB, %.1f s)", st->arg, st->arg2,
-                    vx_tensor_count(c), (double)tensor_bytes(c, NULL) / 1e6, secs);
+                    vx_tensor_count(c), (double)tensor_bytes(c, NULL, NULL) / 1e6, secs);
     vx_close(c);
     return 0;
 }
@@ -217,9 +220,15 @@ int lql_h_stats(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     kv(t, "hidden", "%d", g->hidden);
     kv(t, "vocab", "%d", g->vocab);
     kv(t, "context", "%d", g->context);
-    kv(t, "heads", "%d (kv %d, head dim %d)", g->heads, g->kv_heads, g->head_dim);
-    kv(t, "ffn", "%s %s", jstr(jget(g->execution, "ffn"), "kind", "?"),
-       jstr(jget(g->execution, "ffn"), "activation", "?"));
+    if (g->heads)
+        kv(t, "heads", "%d (kv %d, head dim %d)", g->heads, g->kv_heads, g->head_dim);
+    else
+        kv(t, "heads", "none (no layer attends)");
+    if (g->intermediate)
+        kv(t, "ffn", "%s %s", jstr(jget(g->execution, "ffn"), "kind", "?"),
+           jstr(jget(g->execution, "ffn"), "activation", "?"));
+    else
+        kv(t, "ffn", "none");
     kv(t, "features", "%lld", (long long)g->features);
     kv(t, "state", "%llu bytes per position, %llu fixed", (unsigned long long)g->state_per_token,
        (unsigned long long)g->state_fixed);
@@ -249,7 +258,7 @@ int lql_h_stats(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         lql_result_note(r, "no browse view: %s", be.msg[0] ? be.msg : ve.msg);
     }
     kv(t, "tensors", "%zu", vx_tensor_count(c));
-    kv(t, "tensor bytes", "%llu", (unsigned long long)tensor_bytes(c, NULL));
+    kv(t, "tensor bytes", "%llu", (unsigned long long)tensor_bytes(c, NULL, NULL));
     kv(t, "index sha256", "%s", vx_index_sha256(c));
     kv(t, "path", "%s", vx_dir(c));
     return 0;
@@ -291,8 +300,9 @@ int lql_h_show_layers(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
     }
     for (int i = lo; i <= hi; i++) {
         const vx_layer_shape *L = &g->layer[i];
-        char prefix[32];
+        char prefix[32], stack[96];
         snprintf(prefix, sizeof prefix, "layers.%d.", i);
+        snprintf(stack, sizeof stack, "%s.decoder_stack", g->id ? g->id : "target");
         lql_row(t);
         lql_cell_int(t, i);
         lql_cell_text(t, vx_mixer_name(L->mixer));
@@ -307,7 +317,7 @@ int lql_h_show_layers(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
         lql_cell_text(t, regions);
         lql_cell_int(t, (int64_t)L->state_per_token);
         lql_cell_int(t, (int64_t)L->state_fixed);
-        lql_cell_int(t, (int64_t)tensor_bytes(c, prefix));
+        lql_cell_int(t, (int64_t)tensor_bytes(c, stack, prefix));
         const brw_layer_info *x = li && (size_t)(i - lo) < nli ? &li[i - lo] : NULL;
         if (!x) {
             for (int k = 0; k < 5; k++) lql_cell_null(t);

@@ -205,7 +205,9 @@ static int write_operand(enc *e, vx_segw *w, const hf_operand *op)
     if (op->xf == HF_WHOLE || op->xf == HF_ROWS) {
         uint64_t b0 = 0, b1 = t->nbytes;
         if (op->xf == HF_ROWS) {
-            uint64_t row = t->shape[0] ? t->nbytes / (uint64_t)t->shape[0] : 0;
+            /* rows of the last dimension: a fused [experts, out, in] source is sliced as
+             * the matrix [experts · out, in] (1-D: elements) */
+            uint64_t row = t->ndim > 1 ? (uint64_t)t->shape[t->ndim - 1] * es : es;
             b0 = (uint64_t)op->lo * row;
             b1 = (uint64_t)op->hi * row;
         }
@@ -459,7 +461,7 @@ static int encode_object(enc *e, const char *tmp, const hf_object *ob, cJSON *in
 
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", ob->id);
-    cJSON_AddStringToObject(o, "component", "target");
+    cJSON_AddStringToObject(o, "component", ob->component);
     cJSON_AddStringToObject(o, "kind", ob->kind);
     cJSON *b = cJSON_AddObjectToObject(o, "source_bindings");
     for (size_t i = 0; i < ob->n; i++)
@@ -618,8 +620,13 @@ static int encode(const char *hf_dir, const char *out_dir, const vx_encode_opts 
     cJSON *comps = cJSON_AddArrayToObject(graph, "components");
     cJSON_AddItemToArray(comps, plan.component);
     plan.component = NULL;
+    if (plan.aux) {
+        cJSON_AddItemToArray(comps, plan.aux);
+        plan.aux = NULL;
+    }
     cJSON *objects = cJSON_AddArrayToObject(graph, "objects");
-    cJSON_AddArrayToObject(graph, "edges");
+    cJSON_AddItemToObject(graph, "edges", plan.edges ? plan.edges : cJSON_CreateArray());
+    plan.edges = NULL;
     for (int i = 0; i < HF_NOBJ && rc == 0; i++)
         if (plan.obj[i].n)
             rc = encode_object(&e, tmp, &plan.obj[i], index, objects);

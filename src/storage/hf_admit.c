@@ -41,6 +41,9 @@ static const fam_info families[] = {
     {"olmo2", F_OLMO2, 0, 1e-5, 1e4, 0, 2048},
     {"gemma3_text", F_GEMMA3, 1, 1e-6, 1e6, 4096, 131072},
     {"gpt_oss", F_GPT_OSS, 0, 1e-5, 150000, 128, 131072},
+    {"mamba2", F_MAMBA2, 0, 1e-5, 0, 0, 0},
+    {"granitemoehybrid", F_GRANITE_HYBRID, 0, 1e-6, 1e4, 0, 2048},
+    {"qwen3_next", F_QWEN3_NEXT, 0, 1e-6, 1e4, 0, 32768},
 };
 
 /* Shared by the Llama-like families: geometry keys. */
@@ -156,7 +159,8 @@ static int gemma3_layers(judge *j, arch *a)
 static int windows(judge *j, fam f, arch *a)
 {
     long w = 0;
-    if (f == F_LLAMA || f == F_GPT2 || f == F_DEEPSEEK_V3 || f == F_GEMMA || f == F_OLMO2)
+    if (f == F_LLAMA || f == F_GPT2 || f == F_DEEPSEEK_V3 || f == F_GEMMA || f == F_OLMO2 ||
+        f == F_MAMBA2 || f == F_GRANITE_HYBRID || f == F_QWEN3_NEXT)
         return 0;
     if (f == F_GEMMA3)
         return gemma3_layers(j, a);
@@ -238,13 +242,13 @@ static int moe_keys(judge *j, fam f, arch *a)
         a->normalise = 1;
         for (int i = 0; i < a->layers; i++)
             a->moe[i] = 1;
-    } else if (f == F_QWEN2_MOE || f == F_QWEN3_MOE) {
+    } else if (f == F_QWEN2_MOE || f == F_QWEN3_MOE || f == F_QWEN3_NEXT) {
         int step = 1;
         if (hf_getpos(j, "num_experts", REQUIRED, &a->experts) < 0 ||
             hf_getpos(j, "num_experts_per_tok", REQUIRED, &a->top_k) < 0 ||
             hf_getpos(j, "moe_intermediate_size", REQUIRED, &a->expert_inter) < 0 ||
             hf_getpos(j, "decoder_sparse_step", 1, &step) < 0 ||
-            hf_getb(j, "norm_topk_prob", 0, &a->normalise) < 0)
+            hf_getb(j, "norm_topk_prob", f == F_QWEN3_NEXT, &a->normalise) < 0)
             return -1;
         long si = 0;
         if (hf_geti(j, "shared_expert_intermediate_size", 0, &si) < 0)
@@ -337,10 +341,14 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
     a.gated = 1;
     a.rope = 1;
     a.act = "silu";
+    a.residual_scale = a.logits_divisor = 1.0;
     int rc = -1;
     cJSON *special = cJSON_CreateObject();
     if (f == F_GPT2) {
         if (gpt2_keys(j, &a) < 0)
+            goto out;
+    } else if (f == F_MAMBA2) {
+        if (hf_mamba2_geometry(j, &a) < 0)
             goto out;
     } else {
         if (geometry(j, &a) < 0 || hf_getposd(j, "rms_norm_eps", fi->eps, &a.eps) < 0)
@@ -364,14 +372,19 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
     }
     if (!(a.window = calloc((size_t)a.layers, sizeof *a.window)) ||
         !(a.layer_theta = calloc((size_t)a.layers, sizeof *a.layer_theta)) ||
-        !(a.moe = calloc((size_t)a.layers, sizeof *a.moe))) {
+        !(a.moe = calloc((size_t)a.layers, sizeof *a.moe)) ||
+        !(a.mixer = calloc((size_t)a.layers, sizeof *a.mixer))) {
         vx_errf(j->err, VX_ENOMEM, "admission: out of memory");
         goto out;
     }
     if (windows(j, f, &a) < 0)
         goto out;
     if ((f == F_MIXTRAL || f == F_QWEN2_MOE || f == F_QWEN3_MOE || f == F_DEEPSEEK_V3 ||
-         f == F_GPT_OSS) && moe_keys(j, f, &a) < 0)
+         f == F_GPT_OSS || f == F_QWEN3_NEXT) && moe_keys(j, f, &a) < 0)
+        goto out;
+    if ((f == F_MAMBA2 && hf_mamba2_keys(j, &a) < 0) ||
+        (f == F_GRANITE_HYBRID && hf_granite_keys(j, &a) < 0) ||
+        (f == F_QWEN3_NEXT && hf_qwen3_next_keys(j, &a) < 0))
         goto out;
 
     /* Biases. */
@@ -459,6 +472,9 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
         if (hf_bind(j, EMB, "wte.weight", a.vocab, a.hidden, "weight") < 0 ||
             hf_bind(j, EMB, "wpe.weight", a.ctx, a.hidden, "positions") < 0)
             goto out;
+    } else if (f == F_MAMBA2) {
+        if (hf_bind(j, EMB, "embeddings.weight", a.vocab, a.hidden, "weight") < 0)
+            goto out;
     } else if (hf_bind(j, EMB, "embed_tokens.weight", a.vocab, a.hidden, "weight") < 0) {
         goto out;
     }
@@ -473,6 +489,11 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
                 goto out;
             continue;
         }
+        if (f == F_MAMBA2) {
+            if (hf_bind_norm(j, &a, i, "norm", "attn_norm") < 0 || hf_bind_ssm(j, &a, i, "mixer") < 0)
+                goto out;
+            continue;
+        }
         if (!a.no_pre_norms && hf_bind_norm(j, &a, i, "input_layernorm", "attn_norm") < 0)
             goto out;
         if (f == F_PHI3) {
@@ -480,11 +501,13 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
                 goto out;
             continue;
         }
-        if ((a.mla ? hf_bind_mla(j, &a, i) : hf_bind_attention(j, &a, i)) < 0)
+        if (a.mixer[i] == MIX_MAMBA2 ? hf_bind_ssm(j, &a, i, "mamba") < 0
+            : a.mixer[i] == MIX_DELTANET ? hf_bind_deltanet(j, &a, i) < 0
+            : (a.mla ? hf_bind_mla(j, &a, i) : hf_bind_attention(j, &a, i)) < 0)
             goto out;
-        if (a.qk_norm && hf_bind_qk_norm(j, &a, i) < 0)
+        if (a.qk_norm && a.mixer[i] == MIX_ATTN && hf_bind_qk_norm(j, &a, i) < 0)
             goto out;
-        if (a.sinks && hf_bind(j, DEC, hf_nm(sn, sizeof sn, "layers.%d.self_attn.sinks", i), a.heads, 0,
+        if (a.sinks && hf_bind(j, j->dec, hf_nm(sn, sizeof sn, "layers.%d.self_attn.sinks", i), a.heads, 0,
                                "layers.%d.attn.sinks", i) < 0)
             goto out;
         if (f == F_OLMO2) {
@@ -499,15 +522,17 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
         } else if (hf_bind_norm(j, &a, i, "post_attention_layernorm", "ffn_norm") < 0) {
             goto out;
         }
-        if (a.moe[i] ? (f == F_GPT_OSS ? hf_bind_gpt_oss_moe(j, &a, i) : hf_bind_moe(j, f, &a, i)) < 0
-                     : hf_bind_mlp(j, &a, i, "mlp", "ffn", a.inter) < 0)
+        if (f == F_GRANITE_HYBRID ? hf_bind_granite_moe(j, &a, i) < 0
+            : a.moe[i] ? (f == F_GPT_OSS ? hf_bind_gpt_oss_moe(j, &a, i) : hf_bind_moe(j, f, &a, i)) < 0
+                       : hf_bind_mlp(j, &a, i, "mlp", "ffn", a.inter) < 0)
             goto out;
     }
     if (f == F_GPT2) {
         if (hf_bind(j, OUT, "ln_f.weight", a.hidden, 0, "final_norm") < 0 ||
             hf_bind(j, OUT, "ln_f.bias", a.hidden, 0, "final_norm.bias") < 0)
             goto out;
-    } else if (hf_bind(j, OUT, "norm.weight", a.hidden, 0, "final_norm") < 0) {
+    } else if (hf_bind(j, OUT, f == F_MAMBA2 ? "norm_f.weight" : "norm.weight", a.hidden, 0,
+                       "final_norm") < 0) {
         goto out;
     }
     if (!a.tied) {
@@ -523,6 +548,8 @@ static int build(judge *j, const fam_info *fi, const cJSON *gen, const cJSON *to
         if (r < 0)
             goto out;
     }
+    if (f == F_QWEN3_NEXT && hf_bind_mtp(j, f, &a, special) < 0)
+        goto out;
     j->p->component = hf_emit(&a, special);
     special = NULL;
     a.rope_scaling = NULL;
@@ -533,12 +560,33 @@ out:
     free(a.window);
     free(a.layer_theta);
     free(a.moe);
+    free(a.mixer);
     return rc;
 }
 
 /* ---------------------------------------------------------------- entry */
 
 /* Parse dir/file into *out; an absent optional file gives 0 with *out NULL. */
+/* Python's json writes float('inf') as the bare token Infinity (Mamba2 configs:
+ * "time_step_limit": [0.0, Infinity]), which JSON does not have. Outside strings it
+ * becomes 1e999 (padded to the same length), which parses as an infinite double, so the
+ * key is judged like any other number. NaN stays invalid and is refused by the parser. */
+static void infinity_tokens(char *t, size_t n)
+{
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (in_str) {
+            if (t[i] == '\\') i++;
+            else if (t[i] == '"') in_str = 0;
+        } else if (t[i] == '"') {
+            in_str = 1;
+        } else if (n - i >= 8 && memcmp(t + i, "Infinity", 8) == 0) {
+            memcpy(t + i, "1e999   ", 8);
+            i += 7;
+        }
+    }
+}
+
 static int load_json(const char *dir, const char *file, int required, cJSON **out, vx_err *err)
 {
     char path[4096], *text;
@@ -549,6 +597,8 @@ static int load_json(const char *dir, const char *file, int required, cJSON **ou
         return 0;
     if (vx_read_small_file(path, file, &text, &n, err) < 0)
         return -1;
+    if (strcmp(file, "config.json") == 0)
+        infinity_tokens(text, n);
     int rc = vx_json_parse(file, text, n, out, err);
     free(text);
     return rc;
@@ -559,6 +609,8 @@ void hf_plan_free(hf_plan *p)
     if (!p)
         return;
     cJSON_Delete(p->component);
+    cJSON_Delete(p->aux);
+    cJSON_Delete(p->edges);
     cJSON_Delete(p->declaration_only);
     for (int i = 0; i < HF_NOBJ; i++) {
         for (size_t k = 0; k < p->obj[i].n; k++)
@@ -585,11 +637,13 @@ int hf_admit(const char *dir, const st_model *m, hf_plan *p, vx_err *err)
 {
     memset(p, 0, sizeof *p);
     static const char *const ids[HF_NOBJ] = {"target.embedding", "target.decoder_stack",
-                                             "target.output_head"};
-    static const char *const kinds[HF_NOBJ] = {"embedding", "decoder_stack", "output_head"};
+                                             "target.output_head", "mtp.block"};
+    static const char *const kinds[HF_NOBJ] = {"embedding", "decoder_stack", "output_head",
+                                               "decoder_stack"};
     for (int i = 0; i < HF_NOBJ; i++) {
         p->obj[i].id = ids[i];
         p->obj[i].kind = kinds[i];
+        p->obj[i].component = i == MTP ? "mtp" : "target";
     }
     cJSON *cfg = NULL, *gen = NULL, *tok = NULL, *tokcfg = NULL;
     if (load_json(dir, "config.json", 1, &cfg, err) < 0 ||
@@ -601,7 +655,7 @@ int hf_admit(const char *dir, const st_model *m, hf_plan *p, vx_err *err)
         cJSON_Delete(tok);
         return -1;
     }
-    judge j = {.cfg = cfg, .m = m, .p = p, .err = err, .family = "?"};
+    judge j = {.cfg = cfg, .m = m, .p = p, .err = err, .family = "?", .dec = DEC};
     int rc = -1;
     if (cJSON_GetArraySize(cfg) > NKEYS) {
         vx_errf(err, VX_EUNSUPPORTED, "config.json: %d keys; lql judges at most %d",
@@ -618,7 +672,7 @@ int hf_admit(const char *dir, const st_model *m, hf_plan *p, vx_err *err)
     if (!cJSON_IsString(mt)) {
         vx_errf(err, VX_EMISSING, "config.json: key 'model_type' is missing; lql admits llama, "
                 "mistral, qwen2, gemma, gemma2, gpt2, phi3, mixtral, qwen2_moe, deepseek_v3, qwen3, "
-                "qwen3_moe, olmo2, gemma3_text, gpt_oss");
+                "qwen3_moe, olmo2, gemma3_text, gpt_oss, mamba2, granitemoehybrid, qwen3_next");
         goto out;
     }
     int fi = -1;
@@ -628,7 +682,7 @@ int hf_admit(const char *dir, const st_model *m, hf_plan *p, vx_err *err)
     if (fi < 0) {
         vx_errf(err, VX_EUNSUPPORTED, "config.json: model_type '%s' is not admitted; lql admits "
                 "llama, mistral, qwen2, gemma, gemma2, gpt2, phi3, mixtral, qwen2_moe, deepseek_v3, "
-                "qwen3, qwen3_moe, olmo2, gemma3_text, gpt_oss",
+                "qwen3, qwen3_moe, olmo2, gemma3_text, gpt_oss, mamba2, granitemoehybrid, qwen3_next",
                 mt->valuestring);
         goto out;
     }
@@ -637,6 +691,8 @@ int hf_admit(const char *dir, const st_model *m, hf_plan *p, vx_err *err)
     fam f = families[fi].f;
     if (f == F_GPT2)
         j.prefix = st_find(m, "transformer.wte.weight") ? "transformer." : "";
+    else if (f == F_MAMBA2)
+        j.prefix = "backbone.";
     else
         j.prefix = "model.";
     if (build(&j, &families[fi], gen, tok, tokcfg) < 0)

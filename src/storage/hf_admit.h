@@ -13,7 +13,8 @@
 
 typedef enum hf_xform {
     HF_WHOLE,      /* the source tensor as stored */
-    HF_ROWS,       /* outer-dimension rows [lo, hi) of the source (elements for 1-D) */
+    HF_ROWS,       /* rows [lo, hi) of the source's last dimension, leading dimensions
+                    * flattened (elements for 1-D) */
     HF_T,          /* the 2-D source transposed ([in, out] Conv1D -> [out, in]) */
     HF_COLS_T,     /* columns [lo, hi) of a 2-D source, transposed */
     HF_GATHER      /* of expert `expert` of an [E, R, C] source ([E, N] for vectors): rows
@@ -36,15 +37,18 @@ typedef struct hf_operand {
 typedef struct hf_object {
     const char *id;              /* "target.embedding", ... (static) */
     const char *kind;            /* "embedding", "decoder_stack", "output_head" (static) */
+    const char *component;       /* the component it belongs to: "target" or "mtp" (static) */
     hf_operand *op;              /* in storage order */
     size_t n, cap;
 } hf_object;
 
-#define HF_NOBJ 3
+#define HF_NOBJ 4            /* target.embedding, .decoder_stack, .output_head, mtp.block */
 
 typedef struct hf_plan {
     char family[32];             /* config.json model_type */
     cJSON *component;            /* owned: system_graph component with execution + layers */
+    cJSON *aux;                  /* owned or NULL: the auxiliary (MTP) component */
+    cJSON *edges;                /* owned or NULL: hidden-state edges to the auxiliary one */
     cJSON *declaration_only;     /* owned: {key: reason} */
     hf_object obj[HF_NOBJ];
     int num_layers, hidden, vocab;

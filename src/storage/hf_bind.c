@@ -152,18 +152,19 @@ int hf_bind_attention(judge *j, const arch *a, int i)
     int64_t q = (int64_t)a->heads * a->head_dim, kv = (int64_t)a->kv_heads * a->head_dim;
     static const char *const qkv[] = {"q", "k", "v"};
     for (int k = 0; k < 3; k++) {
-        int64_t rows = k ? kv : q;
-        if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.%s_proj.weight", i, qkv[k]), rows,
+        /* a sigmoid output gate rides in q_proj: per head [query | gate] rows */
+        int64_t rows = k ? kv : a->attn_gate ? 2 * q : q;
+        if (hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.self_attn.%s_proj.weight", i, qkv[k]), rows,
                  a->hidden, "layers.%d.attn.%s_proj", i, qkv[k]) < 0)
             return -1;
-        if (a->qkv_bias && hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.%s_proj.bias", i, qkv[k]),
+        if (a->qkv_bias && hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.self_attn.%s_proj.bias", i, qkv[k]),
                                 rows, 0, "layers.%d.attn.%s_proj.bias", i, qkv[k]) < 0)
             return -1;
     }
-    if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.o_proj.weight", i), a->hidden, q,
+    if (hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.self_attn.o_proj.weight", i), a->hidden, q,
              "layers.%d.attn.o_proj", i) < 0)
         return -1;
-    if (a->out_bias && hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.o_proj.bias", i), a->hidden,
+    if (a->out_bias && hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.self_attn.o_proj.bias", i), a->hidden,
                             0, "layers.%d.attn.o_proj.bias", i) < 0)
         return -1;
     return 0;
@@ -176,10 +177,10 @@ int hf_bind_qk_norm(judge *j, const arch *a, int i)
     int per = strcmp(a->qk_norm, "head") == 0;
     int64_t q = per ? a->head_dim : (int64_t)a->heads * a->head_dim;
     int64_t k = per ? a->head_dim : (int64_t)a->kv_heads * a->head_dim;
-    if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.q_norm.weight", i), q, 0,
+    if (hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.self_attn.q_norm.weight", i), q, 0,
                 "layers.%d.attn.q_norm", i) < 0)
         return -1;
-    return hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.k_norm.weight", i), k, 0,
+    return hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.self_attn.k_norm.weight", i), k, 0,
                    "layers.%d.attn.k_norm", i);
 }
 
@@ -189,7 +190,7 @@ static int gather(judge *j, const char *name, const st_tensor *t, const st_tenso
                   int64_t lo, int step, int transpose, int64_t rows, int64_t cols)
 {
     int64_t sh[2] = {rows, cols};
-    hf_object *o = &j->p->obj[DEC];
+    hf_object *o = &j->p->obj[j->dec];
     if (hf_push_op(j, o, name, t, HF_GATHER, lo, lo + rows * step, cols ? 2 : 1, sh) < 0)
         return -1;
     hf_operand *x = &o->op[o->n - 1];
@@ -210,9 +211,9 @@ int hf_bind_gpt_oss_moe(judge *j, const arch *a, int i)
 {
     char s[160], nm[160];
     const int64_t E = a->experts, H = a->hidden, I = a->expert_inter;
-    if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.mlp.router.weight", i), E, H,
+    if (hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.mlp.router.weight", i), E, H,
                 "layers.%d.ffn.router", i) < 0 ||
-        hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.mlp.router.bias", i), E, 0,
+        hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.mlp.router.bias", i), E, 0,
                 "layers.%d.ffn.router.bias", i) < 0)
         return -1;
     const int64_t gb[2] = {E, 2 * I}, db[2] = {E, H};
@@ -265,17 +266,17 @@ int hf_bind_mlp(judge *j, const arch *a, int i, const char *src, const char *dst
     char s[160];
     static const char *const gu[] = {"gate", "up"};
     for (int k = 0; k < 2; k++)
-        if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.%s.%s_proj.weight", i, src, gu[k]), inter,
+        if (hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.%s.%s_proj.weight", i, src, gu[k]), inter,
                  a->hidden, "layers.%d.%s.%s_proj", i, dst, gu[k]) < 0)
             return -1;
-    return hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.%s.down_proj.weight", i, src), a->hidden, inter,
+    return hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.%s.down_proj.weight", i, src), a->hidden, inter,
                 "layers.%d.%s.down_proj", i, dst);
 }
 
 int hf_bind_norm(judge *j, const arch *a, int i, const char *src, const char *dst)
 {
     char s[160];
-    return hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.%s.weight", i, src), a->hidden, 0,
+    return hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.%s.weight", i, src), a->hidden, 0,
                 "layers.%d.%s", i, dst);
 }
 
@@ -283,7 +284,7 @@ int hf_bind_moe(judge *j, fam f, const arch *a, int i)
 {
     char s[160];
     const char *blk = f == F_MIXTRAL ? "block_sparse_moe" : "mlp";
-    if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.%s.gate.weight", i, blk), a->experts, a->hidden,
+    if (hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.%s.gate.weight", i, blk), a->experts, a->hidden,
              "layers.%d.ffn.router", i) < 0)
         return -1;
     if (a->score_bias) {
@@ -294,16 +295,16 @@ int hf_bind_moe(judge *j, fam f, const arch *a, int i)
             return -1;
         char name[96];
         snprintf(name, sizeof name, "layers.%d.ffn.router.score_bias", i);
-        if (hf_push_op(j, &j->p->obj[DEC], name, t, HF_WHOLE, 0, 0, 1, sh) < 0)
+        if (hf_push_op(j, &j->p->obj[j->dec], name, t, HF_WHOLE, 0, 0, 1, sh) < 0)
             return -1;
-        j->p->obj[DEC].op[j->p->obj[DEC].n - 1].keep_f32 = 1;
+        j->p->obj[j->dec].op[j->p->obj[j->dec].n - 1].keep_f32 = 1;
     }
     for (int e = 0; e < a->experts; e++) {
         if (f == F_MIXTRAL) {
             static const char *const w[] = {"w1", "w3", "w2"}, *const c[] = {"gate", "up", "down"};
             for (int k = 0; k < 3; k++) {
                 int64_t r = k == 2 ? a->hidden : a->expert_inter, cl = k == 2 ? a->expert_inter : a->hidden;
-                if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.block_sparse_moe.experts.%d.%s.weight", i, e,
+                if (hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.block_sparse_moe.experts.%d.%s.weight", i, e,
                                     w[k]), r, cl, "layers.%d.ffn.experts.%d.%s_proj", i, e, c[k]) < 0)
                     return -1;
             }
@@ -319,7 +320,7 @@ int hf_bind_moe(judge *j, fam f, const arch *a, int i)
         if (hf_bind_mlp(j, a, i, f == F_DEEPSEEK_V3 ? "mlp.shared_experts" : "mlp.shared_expert",
                      "ffn.shared", a->shared_inter) < 0)
             return -1;
-        if (a->shared_gate && hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.mlp.shared_expert_gate.weight", i),
+        if (a->shared_gate && hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.mlp.shared_expert_gate.weight", i),
                                    1, a->hidden, "layers.%d.ffn.shared_gate", i) < 0)
             return -1;
     }
@@ -331,24 +332,24 @@ int hf_bind_mla(judge *j, const arch *a, int i)
     char s[160];
     int64_t qk = a->nope + a->rope_dim;
     if (a->q_lora) {
-        if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.q_a_proj.weight", i), a->q_lora, a->hidden,
+        if (hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.self_attn.q_a_proj.weight", i), a->q_lora, a->hidden,
                  "layers.%d.attn.q_a_proj", i) < 0 ||
-            hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.q_a_layernorm.weight", i), a->q_lora, 0,
+            hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.self_attn.q_a_layernorm.weight", i), a->q_lora, 0,
                  "layers.%d.attn.q_a_norm", i) < 0 ||
-            hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.q_b_proj.weight", i), a->heads * qk,
+            hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.self_attn.q_b_proj.weight", i), a->heads * qk,
                  a->q_lora, "layers.%d.attn.q_b_proj", i) < 0)
             return -1;
-    } else if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.q_proj.weight", i), a->heads * qk,
+    } else if (hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.self_attn.q_proj.weight", i), a->heads * qk,
                     a->hidden, "layers.%d.attn.q_proj", i) < 0) {
         return -1;
     }
-    if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.kv_a_proj_with_mqa.weight", i),
+    if (hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.self_attn.kv_a_proj_with_mqa.weight", i),
              a->kv_lora + a->rope_dim, a->hidden, "layers.%d.attn.kv_a_proj", i) < 0 ||
-        hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.kv_a_layernorm.weight", i), a->kv_lora, 0,
+        hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.self_attn.kv_a_layernorm.weight", i), a->kv_lora, 0,
              "layers.%d.attn.kv_a_norm", i) < 0 ||
-        hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.kv_b_proj.weight", i),
+        hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.self_attn.kv_b_proj.weight", i),
              (int64_t)a->heads * (a->nope + a->v_dim), a->kv_lora, "layers.%d.attn.kv_b_proj", i) < 0 ||
-        hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.o_proj.weight", i), a->hidden,
+        hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.self_attn.o_proj.weight", i), a->hidden,
              (int64_t)a->heads * a->v_dim, "layers.%d.attn.o_proj", i) < 0)
         return -1;
     return 0;
@@ -369,10 +370,10 @@ int hf_bind_phi3(judge *j, const arch *a, int i)
         char name[96];
         int64_t sh[2] = {hi[k] - lo[k], a->hidden};
         snprintf(name, sizeof name, "layers.%d.attn.%s_proj", i, qkv[k]);
-        if (hf_push_op(j, &j->p->obj[DEC], name, t, HF_ROWS, lo[k], hi[k], 2, sh) < 0)
+        if (hf_push_op(j, &j->p->obj[j->dec], name, t, HF_ROWS, lo[k], hi[k], 2, sh) < 0)
             return -1;
     }
-    if (hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.self_attn.o_proj.weight", i), a->hidden, q,
+    if (hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.self_attn.o_proj.weight", i), a->hidden, q,
              "layers.%d.attn.o_proj", i) < 0)
         return -1;
     if (hf_bind_norm(j, a, i, "post_attention_layernorm", "ffn_norm") < 0)
@@ -385,11 +386,11 @@ int hf_bind_phi3(judge *j, const arch *a, int i)
         char name[96];
         int64_t sh[2] = {a->inter, a->hidden};
         snprintf(name, sizeof name, "layers.%d.ffn.%s_proj", i, gu[k]);
-        if (hf_push_op(j, &j->p->obj[DEC], name, t, HF_ROWS, k * (int64_t)a->inter,
+        if (hf_push_op(j, &j->p->obj[j->dec], name, t, HF_ROWS, k * (int64_t)a->inter,
                     (k + 1) * (int64_t)a->inter, 2, sh) < 0)
             return -1;
     }
-    return hf_bind(j, DEC, hf_nm(s, sizeof s, "layers.%d.mlp.down_proj.weight", i), a->hidden, a->inter,
+    return hf_bind(j, j->dec, hf_nm(s, sizeof s, "layers.%d.mlp.down_proj.weight", i), a->hidden, a->inter,
                 "layers.%d.ffn.down_proj", i);
 }
 
@@ -404,17 +405,17 @@ int hf_bind_gpt2_layer(judge *j, const arch *a, int i)
     const st_tensor *b = w ? hf_need(j, hf_nm(s, sizeof s, "h.%d.attn.c_attn.bias", i), 1, bs) : NULL;
     if (!b)
         return -1;
-    if (hf_bind(j, DEC, hf_nm(s, sizeof s, "h.%d.ln_1.weight", i), E, 0, "layers.%d.attn_norm", i) < 0 ||
-        hf_bind(j, DEC, hf_nm(s, sizeof s, "h.%d.ln_1.bias", i), E, 0, "layers.%d.attn_norm.bias", i) < 0)
+    if (hf_bind(j, j->dec, hf_nm(s, sizeof s, "h.%d.ln_1.weight", i), E, 0, "layers.%d.attn_norm", i) < 0 ||
+        hf_bind(j, j->dec, hf_nm(s, sizeof s, "h.%d.ln_1.bias", i), E, 0, "layers.%d.attn_norm.bias", i) < 0)
         return -1;
     static const char *const qkv[] = {"q", "k", "v"};
     for (int k = 0; k < 3; k++) {
         int64_t sh[2] = {E, E};
         snprintf(name, sizeof name, "layers.%d.attn.%s_proj", i, qkv[k]);
-        if (hf_push_op(j, &j->p->obj[DEC], name, w, HF_COLS_T, k * E, (k + 1) * E, 2, sh) < 0)
+        if (hf_push_op(j, &j->p->obj[j->dec], name, w, HF_COLS_T, k * E, (k + 1) * E, 2, sh) < 0)
             return -1;
         snprintf(name, sizeof name, "layers.%d.attn.%s_proj.bias", i, qkv[k]);
-        if (hf_push_op(j, &j->p->obj[DEC], name, b, HF_ROWS, k * E, (k + 1) * E, 1, sh) < 0)
+        if (hf_push_op(j, &j->p->obj[j->dec], name, b, HF_ROWS, k * E, (k + 1) * E, 1, sh) < 0)
             return -1;
     }
     struct { const char *src; int64_t in, out; const char *dst; } conv[] = {
@@ -422,9 +423,9 @@ int hf_bind_gpt2_layer(judge *j, const arch *a, int i)
         {"mlp.c_proj", I, E, "ffn.down_proj"},
     };
     for (int k = 0; k < 3; k++) {
-        if (k == 1 && (hf_bind(j, DEC, hf_nm(s, sizeof s, "h.%d.%s.weight", i, ln[1]), E, 0, "layers.%d.%s", i,
+        if (k == 1 && (hf_bind(j, j->dec, hf_nm(s, sizeof s, "h.%d.%s.weight", i, ln[1]), E, 0, "layers.%d.%s", i,
                             dn[1]) < 0 ||
-                       hf_bind(j, DEC, hf_nm(s, sizeof s, "h.%d.%s.bias", i, ln[1]), E, 0, "layers.%d.%s.bias",
+                       hf_bind(j, j->dec, hf_nm(s, sizeof s, "h.%d.%s.bias", i, ln[1]), E, 0, "layers.%d.%s.bias",
                             i, dn[1]) < 0))
             return -1;
         int64_t src[2] = {conv[k].in, conv[k].out}, dst[2] = {conv[k].out, conv[k].in};
@@ -432,9 +433,9 @@ int hf_bind_gpt2_layer(judge *j, const arch *a, int i)
         if (!t)
             return -1;
         snprintf(name, sizeof name, "layers.%d.%s", i, conv[k].dst);
-        if (hf_push_op(j, &j->p->obj[DEC], name, t, HF_T, 0, 0, 2, dst) < 0)
+        if (hf_push_op(j, &j->p->obj[j->dec], name, t, HF_T, 0, 0, 2, dst) < 0)
             return -1;
-        if (hf_bind(j, DEC, hf_nm(s, sizeof s, "h.%d.%s.bias", i, conv[k].src), conv[k].out, 0,
+        if (hf_bind(j, j->dec, hf_nm(s, sizeof s, "h.%d.%s.bias", i, conv[k].src), conv[k].out, 0,
                  "layers.%d.%s.bias", i, conv[k].dst) < 0)
             return -1;
     }

@@ -20,8 +20,12 @@
 
 typedef enum fam {
     F_LLAMA, F_MISTRAL, F_QWEN2, F_GEMMA, F_GEMMA2, F_GPT2, F_PHI3, F_MIXTRAL, F_QWEN2_MOE,
-    F_DEEPSEEK_V3, F_QWEN3, F_QWEN3_MOE, F_OLMO2, F_GEMMA3, F_GPT_OSS
+    F_DEEPSEEK_V3, F_QWEN3, F_QWEN3_MOE, F_OLMO2, F_GEMMA3, F_GPT_OSS, F_MAMBA2, F_GRANITE_HYBRID,
+    F_QWEN3_NEXT
 } fam;
+
+/* Token mixer of a layer (arch.mixer[]). */
+enum { MIX_ATTN = 0, MIX_MAMBA2 = 1, MIX_DELTANET = 2 };
 
 #define B(f) (1u << (f))
 
@@ -35,6 +39,8 @@ typedef struct judge {
     hf_plan *p;
     vx_err *err;
     const char *prefix;          /* checkpoint tensor prefix ("model.", "transformer.", "") */
+    int dec;                     /* the object layer binders write: DEC, or MTP for the
+                                  * auxiliary multi-token-prediction block */
     int quant_judged;            /* quantization_config was read and admitted by the family */
 } judge;
 
@@ -64,9 +70,18 @@ typedef struct arch {
     double routed_scaling;
     int shared_inter, shared_gate;
     int window_default;                 /* sliding_window when the key is absent */
+    /* recurrent mixers and hybrids (hf_recur.c) */
+    int *mixer;                         /* per layer: MIX_* */
+    int no_ffn;                         /* layers have no channel mixer */
+    int ssm_heads, ssm_head_dim, ssm_groups, ssm_state, ssm_conv, ssm_conv_bias, ssm_proj_bias;
+    double ssm_dt_min, ssm_dt_max, ssm_eps;   /* dt_max INFINITY: unbounded */
+    int dn_k_heads, dn_v_heads, dn_k_dim, dn_v_dim, dn_conv;
+    double dn_eps;
+    int attn_gate;                      /* per-head [query | gate] rows in q_proj, sigmoid */
+    double residual_scale, logits_divisor;   /* 1 when the family has none */
 } arch;
 
-enum { EMB, DEC, OUT };          /* hf_plan.obj[] indices */
+enum { EMB, DEC, OUT, MTP };     /* hf_plan.obj[] indices */
 
 /* ---- hf_judge.c: reading a key marks it used (an execution key); errors name the key,
  * the value and the family, and every function returns 0 or -1 with j->err filled. ---- */
@@ -119,5 +134,22 @@ int hf_bind_moe(judge *j, fam f, const arch *a, int i);
 int hf_bind_mla(judge *j, const arch *a, int i);
 int hf_bind_phi3(judge *j, const arch *a, int i);
 int hf_bind_gpt2_layer(judge *j, const arch *a, int i);
+
+/* ---- hf_recur.c: the recurrent token mixers (Mamba2 SSM, Gated DeltaNet) and the
+ * families built on them. The *_keys functions read a family's configuration after the
+ * per-layer arrays exist; the binders bind one layer's mixer; hf_emit_recur writes the
+ * execution sections and hf_layer_state a layer's declared continuation state. ---- */
+int hf_mamba2_geometry(judge *j, arch *a);
+int hf_mamba2_keys(judge *j, arch *a);
+int hf_granite_keys(judge *j, arch *a);
+int hf_qwen3_next_keys(judge *j, arch *a);
+int hf_bind_ssm(judge *j, const arch *a, int i, const char *src);
+int hf_bind_deltanet(judge *j, const arch *a, int i);
+int hf_bind_granite_moe(judge *j, const arch *a, int i);
+void hf_emit_recur(cJSON *x, const arch *a);
+/* The multi-token-prediction block (mtp.* tensors), when the checkpoint has one: bound into
+ * object mtp.block and described as component "mtp" with an edge from the decoder. */
+int hf_bind_mtp(judge *j, fam f, const arch *a, const cJSON *special);
+void hf_layer_state(cJSON *state, const arch *a, int i);
 
 #endif

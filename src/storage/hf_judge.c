@@ -282,6 +282,24 @@ static const decl decl_family[] = {
     {"sliding_window_size", "legacy duplicate of sliding_window, which is the key read", B(F_GEMMA2)},
     {"max_sequence_length", "legacy LLaMA-1 key; transformers reads max_position_embeddings",
      B(F_LLAMA)},
+    {"chunk_size", "chunk length of the chunked SSM prefill; the recurrence computes the same "
+     "function", B(F_MAMBA2)},
+    {"mamba_chunk_size", "chunk length of the chunked SSM prefill; the recurrence computes the "
+     "same function", B(F_GRANITE_HYBRID)},
+    {"norm_before_gate", "ignored by transformers' Mamba2 (the gate is applied before the norm)",
+     B(F_MAMBA2)},
+    {"rms_norm", "ignored by transformers' Mamba2 (the gated norm is always an RMSNorm)",
+     B(F_MAMBA2)},
+    {"intermediate_size", "unused by transformers' Mamba2, which takes expand x hidden_size",
+     B(F_MAMBA2)},
+    {"time_step_rank", "dt projection rank of Mamba1; Mamba2 projects dt per head", B(F_MAMBA2)},
+    {"time_step_scale", "training initialisation of dt", B(F_MAMBA2)},
+    {"time_step_init_scheme", "training initialisation of dt", B(F_MAMBA2)},
+    {"time_step_min", "training initialisation of dt_bias", B(F_MAMBA2)},
+    {"time_step_max", "training initialisation of dt_bias", B(F_MAMBA2)},
+    {"time_step_floor", "training initialisation of dt_bias", B(F_MAMBA2)},
+    {"rescale_prenorm_residual", "training initialisation", B(F_MAMBA2)},
+    {"residual_in_fp32", "numerics switch; lql keeps the residual in f32", B(F_MAMBA2)},
 };
 
 /* Keys that are declaration-only only at their default: anything else changes execution. */

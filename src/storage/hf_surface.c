@@ -298,25 +298,35 @@ cJSON *hf_emit(const arch *a, cJSON *special)
     cJSON_AddNumberToObject(n, "weight_offset", a->weight_offset);
     cJSON_AddBoolToObject(n, "bias", a->norm_bias);
 
-    cJSON *at = cJSON_AddObjectToObject(x, "attention");
-    cJSON_AddNumberToObject(at, "heads", a->heads);
-    cJSON_AddNumberToObject(at, "kv_heads", a->kv_heads);
-    cJSON_AddNumberToObject(at, "head_dim", a->head_dim);
-    cJSON_AddNumberToObject(at, "scale", a->scale);
-    cJSON_AddBoolToObject(at, "qkv_bias", a->qkv_bias);
-    cJSON_AddBoolToObject(at, "out_bias", a->out_bias);
-    cJSON_AddItemToObject(at, "softcap", num_or_null(a->attn_softcap, a->attn_softcap != 0));
-    cJSON_AddItemToObject(at, "qk_norm", a->qk_norm ? cJSON_CreateString(a->qk_norm) : cJSON_CreateNull());
-    cJSON_AddBoolToObject(at, "sinks", a->sinks);
-    if (a->rope) {
-        cJSON *r = cJSON_AddObjectToObject(at, "rope");
-        cJSON_AddStringToObject(r, "style", a->interleaved ? "interleaved" : "rotate_half");
-        cJSON_AddNumberToObject(r, "theta", a->theta);
-        cJSON_AddNumberToObject(r, "rotary_dim", a->rotary_dim);
-        cJSON_AddItemToObject(r, "scaling", a->rope_scaling ? a->rope_scaling : cJSON_CreateNull());
-    } else {
-        cJSON_AddNullToObject(at, "rope");
+    int attends = 0;
+    for (int i = 0; i < a->layers; i++)
+        attends |= a->mixer[i] == MIX_ATTN;
+    if (!attends) {
+        cJSON_AddNullToObject(x, "attention");
         cJSON_Delete(a->rope_scaling);
+    } else {
+        cJSON *at = cJSON_AddObjectToObject(x, "attention");
+        cJSON_AddNumberToObject(at, "heads", a->heads);
+        cJSON_AddNumberToObject(at, "kv_heads", a->kv_heads);
+        cJSON_AddNumberToObject(at, "head_dim", a->head_dim);
+        cJSON_AddNumberToObject(at, "scale", a->scale);
+        cJSON_AddBoolToObject(at, "qkv_bias", a->qkv_bias);
+        cJSON_AddBoolToObject(at, "out_bias", a->out_bias);
+        cJSON_AddItemToObject(at, "softcap", num_or_null(a->attn_softcap, a->attn_softcap != 0));
+        cJSON_AddItemToObject(at, "qk_norm", a->qk_norm ? cJSON_CreateString(a->qk_norm) : cJSON_CreateNull());
+        cJSON_AddBoolToObject(at, "sinks", a->sinks);
+        if (a->rope) {
+            cJSON *r = cJSON_AddObjectToObject(at, "rope");
+            cJSON_AddStringToObject(r, "style", a->interleaved ? "interleaved" : "rotate_half");
+            cJSON_AddNumberToObject(r, "theta", a->theta);
+            cJSON_AddNumberToObject(r, "rotary_dim", a->rotary_dim);
+            cJSON_AddItemToObject(r, "scaling", a->rope_scaling ? a->rope_scaling : cJSON_CreateNull());
+        } else {
+            cJSON_AddNullToObject(at, "rope");
+            cJSON_Delete(a->rope_scaling);
+        }
+        cJSON_AddItemToObject(at, "output_gate", a->attn_gate ? cJSON_CreateString("sigmoid")
+                                                               : cJSON_CreateNull());
     }
 
     if (a->mla) {
@@ -332,11 +342,15 @@ cJSON *hf_emit(const arch *a, cJSON *special)
         cJSON_AddNullToObject(x, "mla");
     }
 
-    cJSON *f = cJSON_AddObjectToObject(x, "ffn");
-    cJSON_AddStringToObject(f, "kind", a->gated ? "gated" : "plain");
-    cJSON_AddStringToObject(f, "activation", a->act);
-    cJSON_AddNumberToObject(f, "intermediate", a->inter);
-    cJSON_AddBoolToObject(f, "bias", a->ffn_bias);
+    if (a->no_ffn) {
+        cJSON_AddNullToObject(x, "ffn");
+    } else {
+        cJSON *f = cJSON_AddObjectToObject(x, "ffn");
+        cJSON_AddStringToObject(f, "kind", a->gated ? "gated" : "plain");
+        cJSON_AddStringToObject(f, "activation", a->act);
+        cJSON_AddNumberToObject(f, "intermediate", a->inter);
+        cJSON_AddBoolToObject(f, "bias", a->ffn_bias);
+    }
 
     if (a->experts) {
         cJSON *m = cJSON_AddObjectToObject(x, "moe");
@@ -372,6 +386,7 @@ cJSON *hf_emit(const arch *a, cJSON *special)
     } else {
         cJSON_AddNullToObject(x, "moe");
     }
+    hf_emit_recur(x, a);
 
     cJSON *prn = cJSON_AddObjectToObject(x, "pre_norms");
     cJSON_AddBoolToObject(prn, "attn", !a->no_pre_norms);
@@ -383,15 +398,18 @@ cJSON *hf_emit(const arch *a, cJSON *special)
     cJSON *lm = cJSON_AddObjectToObject(x, "lm_head");
     cJSON_AddBoolToObject(lm, "tied", a->tied);
     cJSON_AddItemToObject(lm, "softcap", num_or_null(a->final_softcap, a->final_softcap != 0));
+    cJSON_AddItemToObject(lm, "logits_divisor", num_or_null(a->logits_divisor, a->logits_divisor != 1.0));
     cJSON_AddNumberToObject(x, "context_length", a->ctx);
     cJSON_AddItemToObject(x, "special_tokens", special);
 
     cJSON *ls = cJSON_AddArrayToObject(c, "layers");
     for (int i = 0; i < a->layers; i++) {
         cJSON *l = cJSON_CreateObject();
-        cJSON_AddStringToObject(l, "operator", a->mla ? "mla" : "softmax_attention");
+        static const char *const rec[] = {NULL, "mamba2", "gated_deltanet"};
+        cJSON_AddStringToObject(l, "operator", a->mixer[i] != MIX_ATTN ? rec[a->mixer[i]]
+                                               : a->mla ? "mla" : "softmax_attention");
         cJSON_AddItemToObject(l, "window", num_or_null(a->window[i], a->window[i] != 0));
-        cJSON_AddStringToObject(l, "ffn", a->moe[i] ? "moe" : "dense");
+        cJSON_AddStringToObject(l, "ffn", a->no_ffn ? "none" : a->moe[i] ? "moe" : "dense");
         if (a->layer_theta[i] > 0) {
             /* a layer kind with its own base and no scaling (Gemma 3's local layers) */
             cJSON *r = cJSON_AddObjectToObject(l, "rope");
@@ -402,7 +420,10 @@ cJSON *hf_emit(const arch *a, cJSON *special)
         } else {
             cJSON_AddNullToObject(l, "rope");
         }
-        attention_state(cJSON_AddArrayToObject(l, "state"), a);
+        if (a->mixer[i] == MIX_ATTN)
+            attention_state(cJSON_AddArrayToObject(l, "state"), a);
+        else
+            hf_layer_state(cJSON_AddArrayToObject(l, "state"), a, i);
         cJSON_AddItemToArray(ls, l);
     }
     return c;

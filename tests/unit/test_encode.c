@@ -700,7 +700,8 @@ static void refusals(void)
     refuse("eps0", "config.json: key 'rms_norm_eps' must be a positive number for family 'gemma2'");
     variant("llama-gqa", "bert", "s/\"model_type\": \"llama\"/\"model_type\": \"bert\"/");
     refuse("bert", "config.json: model_type 'bert' is not admitted; lql admits llama, mistral, qwen2, gemma, "
-           "gemma2, gpt2, phi3, mixtral, qwen2_moe, deepseek_v3, qwen3, qwen3_moe, olmo2, gemma3_text, gpt_oss");
+           "gemma2, gpt2, phi3, mixtral, qwen2_moe, deepseek_v3, qwen3, qwen3_moe, olmo2, gemma3_text, "
+           "gpt_oss, mamba2, granitemoehybrid, qwen3_next");
     variant("llama-gqa", "shape", "s/\"intermediate_size\": 176/\"intermediate_size\": 177/");
     char want[512];
     refuse("shape", "checkpoint: tensor 'model.layers.0.mlp.gate_proj.weight' has shape [176, 64], "
@@ -817,6 +818,17 @@ static void variants(void)
         CHECK(jnum(x, "attention.rope.rotary_dim") == 8 && jnum(x, "attention.head_dim") == 16);
         cJSON_Delete(g);
     }
+    /* Mamba2 files write time_step_limit [0.0, Infinity] (Python's json): read as
+     * unbounded, dt_max null in the graph */
+    variant("mamba2", "mamba-inf", "s/^    1\\.0$/    Infinity/; s/^    0\\.05,$/    0.0,/");
+    snprintf(src, sizeof src, "%s/mamba-inf", tmp);
+    if (encode_ok(src, "mamba-inf.vx", NULL) == 0) {
+        g = graph("mamba-inf.vx", &x, &ls);
+        CHECK(jnum(x, "mamba2.dt_min") == 0 && jnull(x, "mamba2.dt_max"));
+        cJSON_Delete(g);
+    }
+    variant("mamba2", "mamba-nan", "s/^    1\\.0$/    NaN/");
+    refuse("mamba-nan", "config.json: malformed json at line 31:5");
     /* A Hugging Face cache snapshot: every file a symlink into blobs/. */
     CHECK(sh("mkdir -p '%s/hub/blobs' '%s/hub/snap' && cd '" FAM "qwen2' && for f in *; do "
              "cp \"$f\" '%s/hub/blobs/'\"$f\".blob && ln -s ../blobs/\"$f\".blob '%s/hub/snap/'\"$f\"; done",

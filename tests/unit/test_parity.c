@@ -243,6 +243,7 @@ int main(int argc, char **argv)
                                        "mistral-swa", "gemma2", "gpt2", "phi3", "mixtral",
                                        "qwen2-moe", "deepseek-v3-lite", "qwen3", "qwen3-tied",
                                        "qwen3-moe", "olmo2", "gemma3", "gpt-oss-bf16", "gpt-oss",
+                                       "mamba2", "granite-hybrid", "qwen3-next", "qwen3-next-mtp",
                                        NULL};
     char src[4096];
     snprintf(src, sizeof src, "%s/models/tinyllama", LQL_FIXTURE_DIR);

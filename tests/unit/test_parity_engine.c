@@ -15,25 +15,19 @@
 #include <cjson/cJSON.h>
 #include "t.h"
 #include "t_file.h"
+#include "t_graph.h"
 #include "engine_int.h"
 
 static char tmp[] = "/tmp/lql-engine-XXXXXX";
 
 static void encode(const char *fx, char *out, size_t n)
 {
-    char src[4096];
-    snprintf(src, sizeof src, "%s/models/families/%s", LQL_FIXTURE_DIR, fx);
-    snprintf(out, n, "%s/%s.vindex3", tmp, fx);
-    vx_encode_opts o;
-    vx_encode_opts_init(&o);
-    vx_err err = {0};
-    int rc = vx_encode(src, out, &o, &err);
-    CHECK_MSG(rc == 0, "encode %s: %s", fx, err.msg);
+    t_encode_family(tmp, fx, out, n);
 }
 
 /* ---------------------------------------------------------------- bind refusals */
 
-typedef void (*graph_edit)(cJSON *comp);
+typedef t_graph_edit graph_edit;
 
 static void e_operator(cJSON *c)
 {
@@ -130,32 +124,7 @@ static void e_hidden(cJSON *c)
 /* Refused by the typed graph shape at open (open_fails) or by the plan at bind. */
 static void refuse_at(const char *base, graph_edit ed, int open_fails, const char *want)
 {
-    static int k;
-    char dir[4200], cmd[9000], gp[4300];
-    snprintf(dir, sizeof dir, "%s/edit%d", tmp, k++);
-    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", base, dir);
-    CHECK(system(cmd) == 0);
-    snprintf(gp, sizeof gp, "%s/system_graph.json", dir);
-    cJSON *g = t_load_json(gp);
-    CHECK(g != NULL);
-    if (!g) return;
-    ed(cJSON_GetArrayItem(cJSON_GetObjectItem(g, "components"), 0));
-    t_save_json(gp, g);
-    cJSON_Delete(g);
-    vx_container *c = NULL;
-    eng_model *m = NULL;
-    vx_err err = {0};
-    int rc = vx_open(dir, &c, &err);
-    if (open_fails) {
-        CHECK(rc == -1 && c == NULL);
-        CHECK_STR(err.msg, want);
-        return;
-    }
-    CHECK_MSG(rc == 0, "open: %s", err.msg);
-    if (rc) return;
-    CHECK(eng_model_bind(c, &m, &err) == -1 && m == NULL);
-    CHECK_STR(err.msg, want);
-    vx_close(c);
+    t_graph_refused(tmp, base, ed, open_fails, want);
 }
 
 static void refuse(const char *base, graph_edit ed, const char *want)
