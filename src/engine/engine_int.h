@@ -69,6 +69,22 @@ void eng_w_of(eng_w *w, const vx_tensor *t);
 int eng_amx_ready(void);
 int eng_amx_rows(const eng_w *w);
 int eng_amx_matmul(const eng_w *w, const float *x, int n, float *y);
+/* 1 when the CPU has AVX-512 F/BW/VL and LQL_NO_AVX512 is not 1 (read per call, so a test
+ * can cover both paths in one process): the one CPU check of the AVX-512 kernels. */
+int eng_avx512(void);
+
+/* Prefill GEMM at f32 accuracy (gemm.c, AVX-512 only): activations x [n, cols] packed once
+ * per product, then any thread computes y[t, r] (row stride ldy) for its weight rows
+ * [r0, r1), each produced as exact f32 by row(ctx, r, dst). -1 when out of memory (y
+ * unwritten for those rows; the caller falls back). */
+typedef struct eng_xpack { float *p; int n, cols; } eng_xpack;
+int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols);
+void eng_xpack_free(eng_xpack *xp);
+int eng_gemm_rows(const eng_xpack *xp, int r0, int r1, float *y, int ldy,
+                  void (*row)(const void *ctx, int r, float *dst), const void *ctx);
+/* Which kernel eng_matmul uses for a many-row product (prefill) on weights of dtype dt on
+ * this host, in words (benchmarks print it beside their figures). */
+const char *eng_prefill_path(vx_dtype dt);
 
 /* ---------------------------------------------------------------- threads */
 

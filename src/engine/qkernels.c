@@ -334,12 +334,9 @@ static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
  * test can cover both paths in one process). */
 static int wide_ok(void)
 {
-    static int cpu = -1;
-    if (cpu < 0)
-        cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-    const char *e = getenv("LQL_NO_AVX512");
-    return cpu && !(e && *e == '1');
+    static int vnni = -1;
+    if (vnni < 0) vnni = __builtin_cpu_supports("avx512vnni");
+    return vnni && eng_avx512();
 }
 
 /* Q8_0, two blocks per vpdpbusd. */
@@ -694,6 +691,7 @@ typedef struct job {
     const float *X;
     float *Y;
     const acts *a;            /* NULL: the f32 block path */
+    eng_xpack pk;             /* prefill on AVX-512: X packed for eng_gemm_rows (p NULL: sgemm) */
 } job;
 
 /* The streaming path: each weight row is read once and dotted with every activation row
@@ -716,12 +714,21 @@ static void run_rows(const job *j, int r0, int r1)
 }
 
 /* Above this many activation rows the weights are dequantised a tile at a time (exactly)
- * and multiplied with sgemm: prefill then runs at BLAS speed with exact weights. */
+ * and multiplied in f32: by the engine's AVX-512 GEMM (gemm.c) where the CPU has it, else
+ * sgemm. Prefill then runs at GEMM speed with exact weights. */
 #define GEMM_N 8
 #define TILE_BYTES (2 * 1024 * 1024)
 
+/* Row r of the job's weights as f32: the row converter eng_gemm_rows calls. */
+static void gemm_row(const void *ctx, int r, float *dst)
+{
+    const job *j = ctx;
+    eng_qrow_f32(j->dt, j->W + (size_t)r * j->row_bytes, dst, j->cols);
+}
+
 static void run_tiles(const job *j, int r0, int r1)
 {
+    if (j->pk.p && eng_gemm_rows(&j->pk, r0, r1, j->Y, j->rows, gemm_row, j) == 0) return;
     int per = (int)(TILE_BYTES / ((size_t)j->cols * sizeof(float)));
     per = per < 4 ? 4 : per;
     float *buf = malloc((size_t)per * (size_t)j->cols * sizeof(float));
@@ -765,13 +772,14 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
     static int blas_single;
     unsigned be = 1, bb = 0;
     vx_quant_block(dt, &be, &bb);
-    *j = (job){dt, W, (size_t)(cols / (int)be) * bb, rows, cols, n, X, Y, NULL};
+    *j = (job){dt, W, (size_t)(cols / (int)be) * bb, rows, cols, n, X, Y, NULL, {0}};
     a->mem = NULL;
     if (n > GEMM_N) {
         if (!blas_single) {
             openblas_set_num_threads(1);
             blas_single = 1;
         }
+        if (eng_avx512() && eng_xpack_make(&j->pk, X, n, cols) < 0) j->pk.p = NULL;
         return;
     }
     /* LQL_QEXACT=1: decode keeps the activations in f32 too (exact weights, f32 products),
@@ -796,6 +804,7 @@ void eng_qgemm_rows(vx_dtype dt, const void *W, int r0, int r1, int rows, int co
     job_init(&j, &a, dt, W, rows, cols, X, n, Y);
     run(&j, r0, r1);
     free(a.mem);
+    eng_xpack_free(&j.pk);
 }
 
 void eng_qgemm(vx_dtype dt, const void *W, int rows, int cols, const float *X, int n,
@@ -810,6 +819,7 @@ void eng_qgemm(vx_dtype dt, const void *W, int rows, int cols, const float *X, i
     else
         eng_parallel(part, &j);
     free(a.mem);
+    eng_xpack_free(&j.pk);
 }
 
 void eng_qgemv(vx_dtype dt, const void *W, int rows, int cols, const float *x, float *y)
