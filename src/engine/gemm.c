@@ -16,6 +16,7 @@
  * C is parked in a small buffer between chunks. Accuracy: exact weights and activations,
  * f32 FMA accumulation — the same class as sgemm (only the summation order differs).
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <immintrin.h>
@@ -37,13 +38,27 @@ int eng_avx512(void)
     return cpu && !(e && *e == '1');
 }
 
+/* Weight rows per tile for a width: the f32 tile stays in L2, a multiple of MR. */
+static int tile_rows(int cols)
+{
+    int rt = (int)(TILE_F32 / ((size_t)cols * sizeof(float))) / MR * MR;
+    return rt < MR ? MR : rt;
+}
+
 int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols)
 {
-    const int groups = (n + GT - 1) / GT;
+    const int groups = (n + GT - 1) / GT, rt = tile_rows(cols);
     xp->n = n;
     xp->cols = cols;
+    xp->parts = eng_threads();
+    /* per part: the weight tile, then C (aligned to 64 bytes for the micro-kernel) */
+    xp->scratch_floats = ((size_t)rt * cols + 15) / 16 * 16 + (size_t)rt * GT;
     xp->p = aligned_alloc(64, (size_t)groups * cols * GT * sizeof(float));
-    if (!xp->p) return -1;
+    xp->scratch = aligned_alloc(64, (size_t)xp->parts * xp->scratch_floats * sizeof(float));
+    if (!xp->p || !xp->scratch) {
+        eng_xpack_free(xp);
+        return -1;
+    }
     for (int g = 0; g < groups; g++) {
         float *dst = xp->p + (size_t)g * cols * GT;
         const int t0 = g * GT, tn = n - t0 < GT ? n - t0 : GT;
@@ -63,7 +78,9 @@ int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols)
 void eng_xpack_free(eng_xpack *xp)
 {
     free(xp->p);
+    free(xp->scratch);
     xp->p = NULL;
+    xp->scratch = NULL;
 }
 
 /* C[MR][NV · 16] (+)= W[MR rows, stride ldw][kn] · X[kn][64]: NV token vectors. */
@@ -94,49 +111,50 @@ MICRO(2)
 MICRO(3)
 MICRO(4)
 
-int eng_gemm_rows(const eng_xpack *xp, int r0, int r1, float *y, int ldy,
-                  void (*row)(const void *ctx, int r, float *dst), const void *ctx)
+/* y for weight rows [r0, r1), r1 - r0 <= tile_rows(cols), with the part's scratch. */
+static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, float *wt, float *cb,
+                      void (*row)(const void *ctx, int r, float *dst), const void *ctx)
 {
     const int cols = xp->cols, groups = (xp->n + GT - 1) / GT;
-    int rt = (int)(TILE_F32 / ((size_t)cols * sizeof(float))) / MR * MR;
-    if (rt < MR) rt = MR;
-    if (rt > r1 - r0) rt = (r1 - r0 + MR - 1) / MR * MR;
-    float *wt = aligned_alloc(64, (size_t)rt * cols * sizeof *wt);
-    float *cb = aligned_alloc(64, (size_t)rt * GT * sizeof *cb);
-    if (!wt || !cb) {
-        free(wt);
-        free(cb);
-        return -1;
-    }
-    for (int r = r0; r < r1; r += rt) {
-        const int tr = r1 - r < rt ? r1 - r : rt, trp = (tr + MR - 1) / MR * MR;
-        for (int i = 0; i < tr; i++) row(ctx, r + i, wt + (size_t)i * cols);
-        if (trp > tr) memset(wt + (size_t)tr * cols, 0, (size_t)(trp - tr) * cols * sizeof *wt);
-        for (int g = 0; g < groups; g++) {
-            const int t0 = g * GT, tn = xp->n - t0 < GT ? xp->n - t0 : GT, nv = (tn + 15) / 16;
-            const float *xg = xp->p + (size_t)g * cols * GT;
-            for (int k0 = 0; k0 < cols; k0 += KC) {
-                const int kn = cols - k0 < KC ? cols - k0 : KC;
-                for (int b = 0; b < trp; b += MR) {
-                    const float *w = wt + (size_t)b * cols + k0;
-                    const float *x = xg + (size_t)k0 * GT;
-                    float *c = cb + (size_t)b * GT;
-                    switch (nv) {
-                    case 1: micro_1(w, (size_t)cols, x, kn, c, k0 == 0); break;
-                    case 2: micro_2(w, (size_t)cols, x, kn, c, k0 == 0); break;
-                    case 3: micro_3(w, (size_t)cols, x, kn, c, k0 == 0); break;
-                    default: micro_4(w, (size_t)cols, x, kn, c, k0 == 0); break;
-                    }
+    const int tr = r1 - r0, trp = (tr + MR - 1) / MR * MR;
+    for (int i = 0; i < tr; i++) row(ctx, r0 + i, wt + (size_t)i * cols);
+    if (trp > tr) memset(wt + (size_t)tr * cols, 0, (size_t)(trp - tr) * cols * sizeof *wt);
+    for (int g = 0; g < groups; g++) {
+        const int t0 = g * GT, tn = xp->n - t0 < GT ? xp->n - t0 : GT, nv = (tn + 15) / 16;
+        const float *xg = xp->p + (size_t)g * cols * GT;
+        for (int k0 = 0; k0 < cols; k0 += KC) {
+            const int kn = cols - k0 < KC ? cols - k0 : KC;
+            for (int b = 0; b < trp; b += MR) {
+                const float *w = wt + (size_t)b * cols + k0;
+                const float *x = xg + (size_t)k0 * GT;
+                float *c = cb + (size_t)b * GT;
+                switch (nv) {
+                case 1: micro_1(w, (size_t)cols, x, kn, c, k0 == 0); break;
+                case 2: micro_2(w, (size_t)cols, x, kn, c, k0 == 0); break;
+                case 3: micro_3(w, (size_t)cols, x, kn, c, k0 == 0); break;
+                default: micro_4(w, (size_t)cols, x, kn, c, k0 == 0); break;
                 }
             }
-            /* C is [row][token]; y is [token][row] */
-            for (int t = 0; t < tn; t++) {
-                float *yt = y + (size_t)(t0 + t) * ldy + r;
-                for (int i = 0; i < tr; i++) yt[i] = cb[(size_t)i * GT + t];
-            }
+        }
+        /* C is [row][token]; y is [token][row] */
+        for (int t = 0; t < tn; t++) {
+            float *yt = y + (size_t)(t0 + t) * ldy + r0;
+            for (int i = 0; i < tr; i++) yt[i] = cb[(size_t)i * GT + t];
         }
     }
-    free(wt);
-    free(cb);
-    return 0;
+}
+
+void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, float *y,
+                   void (*row)(const void *ctx, int r, float *dst), const void *ctx)
+{
+    const int rt = tile_rows(xp->cols);
+    if (part >= xp->parts) return;   /* the pool grew since packing: the others claim it all */
+    float *wt = xp->scratch + (size_t)part * xp->scratch_floats;
+    float *cb = wt + ((size_t)rt * xp->cols + 15) / 16 * 16;
+    /* chunks of at most one tile, small enough that a delayed thread's share is taken over */
+    int chunk = rows / (xp->parts * 4) / MR * MR;
+    chunk = chunk < MR ? MR : chunk > rt ? rt : chunk;
+    int lo;
+    while ((lo = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed)) < rows)
+        gemm_tile(xp, lo, lo + chunk < rows ? lo + chunk : rows, y, rows, wt, cb, row, ctx);
 }

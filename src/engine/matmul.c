@@ -117,24 +117,6 @@ float eng_dot(const float *a, const float *b, int n)
     return s;
 }
 
-float eng_w_dot_row(const eng_w *w, int r, const float *x)
-{
-    if (w->trans) {
-        float s = 0;
-        for (int c = 0; c < w->cols; c++) s += eng_w_at(w, r, c) * x[c];
-        return s;
-    }
-    const void *row = (const char *)w->data + (size_t)r * w->row_bytes;
-    if (is_block(w->dt)) return eng_qdot(w->dt, row, x, w->cols);
-    __m256 acc = _mm256_setzero_ps();
-    int k = 0;
-    for (; k + 8 <= w->cols; k += 8)
-        acc = _mm256_fmadd_ps(load8(w->dt, row, k), _mm256_loadu_ps(x + k), acc);
-    return eng_hsum256(acc) + tail_dot(w->dt, row, x, k, w->cols);
-}
-
-/* ---------------------------------------------------------------- streaming rows */
-
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 T512 static inline __m512 load16(vx_dtype dt, const void *p, int k)
@@ -144,6 +126,49 @@ T512 static inline __m512 load16(vx_dtype dt, const void *p, int k)
     if (dt == VX_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
+
+/* A f32/f16/bf16 row · x with AVX-512, two accumulators; the first cols - cols % 32. */
+T512 static float dot_row512(vx_dtype dt, const void *row, const float *x, int cols)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    for (int k = 0; k + 32 <= cols; k += 32) {
+        a0 = _mm512_fmadd_ps(load16(dt, row, k), _mm512_loadu_ps(x + k), a0);
+        a1 = _mm512_fmadd_ps(load16(dt, row, k + 16), _mm512_loadu_ps(x + k + 16), a1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+/* Stored row (cols elements in dt) · x: exact weights, f32 products. */
+static float row_dot(vx_dtype dt, const void *row, const float *x, int cols)
+{
+    if (is_block(dt)) return eng_qdot(dt, row, x, cols);
+    if (cols >= 32 && eng_avx512()) {
+        const int k = cols & ~31;
+        return dot_row512(dt, row, x, cols) + tail_dot(dt, row, x, k, cols);
+    }
+    __m256 acc = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= cols; k += 8)
+        acc = _mm256_fmadd_ps(load8(dt, row, k), _mm256_loadu_ps(x + k), acc);
+    return eng_hsum256(acc) + tail_dot(dt, row, x, k, cols);
+}
+
+float eng_row_dot(vx_dtype dt, const void *row, const float *x, int cols)
+{
+    return row_dot(dt, row, x, cols);
+}
+
+float eng_w_dot_row(const eng_w *w, int r, const float *x)
+{
+    if (w->trans) {
+        float s = 0;
+        for (int c = 0; c < w->cols; c++) s += eng_w_at(w, r, c) * x[c];
+        return s;
+    }
+    return row_dot(w->dt, (const char *)w->data + (size_t)r * w->row_bytes, x, w->cols);
+}
+
+/* ---------------------------------------------------------------- streaming rows */
 
 /* y[t, r] for r in [r0, r1), t < n: four weight rows at a time, each converted once per x
  * row while it sits in L1; LANES weights per step. One body for two instruction sets. */
@@ -293,7 +318,7 @@ typedef struct job {
     int wide;              /* eng_avx512(), read once per product */
     float *y;
     int n, tile;
-    atomic_int next;       /* streaming path: first row not yet claimed */
+    atomic_int next;       /* streaming and GEMM paths: first row not yet claimed */
 } job;
 
 static void run_part(void *ctx, int i, int nparts)
@@ -313,9 +338,12 @@ static void run_part(void *ctx, int i, int nparts)
         }
         return;
     }
+    if (j->pk) {
+        eng_gemm_part(j->pk, i, &j->next, j->w->rows, j->y, gemm_row, j->w);
+        return;
+    }
     eng_split(j->w->rows, i, nparts, 16, &lo, &hi);
     if (lo >= hi) return;
-    if (j->pk && eng_gemm_rows(j->pk, lo, hi, j->y, j->w->rows, gemm_row, j->w) == 0) return;
     /* f32 rows need no conversion: one sgemm per thread, packed by the BLAS itself */
     if (j->w->dt == VX_F32) {
         tile_gemm(j->w, lo, hi, j->x, j->n, j->y, NULL, hi - lo);
@@ -379,6 +407,13 @@ const char *eng_prefill_path(vx_dtype dt)
         return "AMX tiles (split bf16 parts, f32 accuracy)";
     if (eng_avx512()) return "AVX-512 f32 GEMM on exact f32 weight tiles";
     return "f32 weight tiles + OpenBLAS sgemm";
+}
+
+void eng_matmul_rows(vx_dtype dt, const void *data, int rows, int cols, size_t row_bytes,
+                     const float *x, int n, float *y)
+{
+    eng_w w = {dt, data, rows, cols, row_bytes, 0};
+    eng_matmul(&w, x, n, y);
 }
 
 void eng_matmul(const eng_w *w, const float *x, int n, float *y)
