@@ -64,7 +64,7 @@ int main(int argc, char **argv)
                 if (dts[d] == VX_F32) ((float *)buf)[i] = v;
                 else ((uint16_t *)buf)[i] = dts[d] == VX_F16 ? vx_f32_to_f16(v) : vx_f32_to_bf16(v);
             }
-            eng_w w = {dts[d], buf, rows, cols, (size_t)cols * (dts[d] == VX_F32 ? 4 : 2), 0};
+            eng_w w = {dts[d], buf, rows, cols, (size_t)cols * (dts[d] == VX_F32 ? 4 : 2), 0, 0};
             double fast = 1e30, slow = 1e30;
             for (int round = 0; round < 2; round++) {   /* alternate the two paths */
                 double a = best_of(&w, x, n, y, reps, 0), b = best_of(&w, x, n, y, reps, 1);

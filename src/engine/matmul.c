@@ -412,7 +412,7 @@ const char *eng_prefill_path(vx_dtype dt)
 void eng_matmul_rows(vx_dtype dt, const void *data, int rows, int cols, size_t row_bytes,
                      const float *x, int n, float *y)
 {
-    eng_w w = {dt, data, rows, cols, row_bytes, 0};
+    eng_w w = {.dt = dt, .data = data, .rows = rows, .cols = cols, .row_bytes = row_bytes};
     eng_matmul(&w, x, n, y);
 }
 
