@@ -1,6 +1,6 @@
 /*
  * bandwidth.h — the streaming-read bandwidth probe the benchmarks divide by (decode,
- * quant_decode, walk): `threads` threads summing disjoint slices of a large float array
+ * walk): `threads` threads summing disjoint slices of a large float array
  * with AVX2 (benches build with -march=x86-64-v3), so the figure is bound by memory, not
  * by add latency — a scalar loop would understate the bandwidth and flatter the ratios.
  * Header-only (static inline) because CMake builds every bench source as its own executable.

@@ -1,16 +1,25 @@
 /*
- * decode.c — prefill and decode speed of the engine on a ~1.1B-parameter Llama-geometry
- * checkpoint (TinyLlama-1.1B shapes, random weights), against the machine's streaming-read
- * bandwidth measured in the same run.
+ * decode.c — prompt and decode speed of the engine side by side with llama.cpp, in the same
+ * minutes, on the ~1.1B TinyLlama-geometry model (bench/ckpt.h), per weight format.
  *
- *   decode [--dtype bf16|f16|f32] [--dir /tmp/lql-bench] [--threads 2] [--prompt 64]
- *          [--gen 32] [--layers 22] [--no-amx]
+ *   decode --peer LLAMA_BENCH --peer-models DIR [--dtype bf16,f16,q8_0,q4_k] [--rounds 3]
+ *          [--threads 2] [--prompt 64] [--gen 32] [--dir /tmp/lql-bench] [--layers 22]
+ *   decode --no-peer ...      lql alone (no ratios)
  *
- * The checkpoint (config.json + model.safetensors, written streaming with a seeded PRNG)
- * and its container are made under --dir on first use and reused afterwards. Reported:
- * prompt tokens/s, decode tokens/s, peak RSS, weight bytes read per decoded token, the
- * bandwidth probe (threads summing a 2 GB array), decode's fraction of the bandwidth
- * limit, and the ratios to llama.cpp's numbers for this machine type (shared/models/PERF.md).
+ * The peer is llama.cpp's llama-bench binary (--peer, or $LQL_PEER_BENCH) and a directory
+ * holding bench-1b-{bf16,f16,q8_0,q4_k}.gguf of the same geometry (--peer-models, or
+ * $LQL_PEER_MODELS); nothing of llama.cpp is in this repository. Without a peer the bench
+ * refuses (a remembered figure is never a valid denominator: the machine's bandwidth moves
+ * 2x between minutes), unless --no-peer asks for lql's figures alone.
+ *
+ * Each round: the load average, the streaming-read bandwidth probe, then per format lql and
+ * llama-bench (-r 1) one after the other, the order flipped every round. lql measures like
+ * llama-bench: the prompt is one forward of --prompt tokens into an empty cache, decode is
+ * --gen single-token forwards from an empty cache; a warm-up forward pages the weights in
+ * first. Every ratio is printed, then per format the median and range. The weights are
+ * random (speed does not depend on them); llama.cpp's default KV cache is f16, lql's f32.
+ * lql's q8_0/q4_k are REPRESENT profiles of the bf16 container (decoder stack and head;
+ * the embedding stays bf16, one row read per token); the peer's q4_k is `--pure`.
  * Wall-clock numbers are printed, never asserted.
  */
 #include <math.h>
@@ -24,237 +33,289 @@
 #include "vindex.h"
 #include "engine_int.h"
 #include "bandwidth.h"
+#include "ckpt.h"
 
-#define HID 2048
-#define INTER 5632
-#define VOCAB 32000
-#define HEADS 32
-#define KVH 4
-#define HD 64
+#define MAX_ROUNDS 32
 
-/* ---------------------------------------------------------------- checkpoint writer */
+typedef struct fmt {
+    char name[8];           /* bf16 f16 q8_0 q4_k */
+    char vx[2048];          /* container */
+    const char *profile;    /* NULL: the container's own dtype */
+    double pp[MAX_ROUNDS], tg[MAX_ROUNDS], ppeer[MAX_ROUNDS], tpeer[MAX_ROUNDS];
+    double bw[MAX_ROUNDS];  /* the round's probe */
+    uint64_t wbytes;        /* weight bytes streamed per decoded token */
+} fmt;
 
-typedef struct tdesc { char name[96]; int64_t r, c; int norm; } tdesc;
-
-static int by_name(const void *a, const void *b)
+static double cpu_now(void)
 {
-    return strcmp(((const tdesc *)a)->name, ((const tdesc *)b)->name);
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static uint64_t rng = 0x243F6A8885A308D3ull;
-static float rnd(void)
+static double load1(void)
 {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    /* sum of two uniforms: cheap, roughly bell-shaped, std ≈ 0.02 */
-    double u = (double)(rng >> 40) / 16777216.0, v = (double)(rng & 0xFFFFFF) / 16777216.0;
-    return (float)((u + v - 1.0) * 0.049);
+    double ld[3] = {0};
+    return getloadavg(ld, 3) < 0 ? -1 : ld[0];
 }
 
-static int write_checkpoint(const char *dir, const char *dt, int layers)
+/* lql on one format: prompt and decode tokens/s (and CPU ms per decoded token). */
+static int lql_run(fmt *f, int n_prompt, int n_gen, double *pps, double *dps, double *cpu_ms)
 {
-    char p[4096];
-    int esz = strcmp(dt, "f32") == 0 ? 4 : 2;
-    mkdir(dir, 0755);
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    FILE *f = fopen(p, "w");
-    if (!f) return -1;
-    fprintf(f, "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
-            "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
-            "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
-            "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
-            "  \"max_position_embeddings\": 2048,\n  \"rms_norm_eps\": 1e-05,\n"
-            "  \"rope_theta\": 10000.0,\n  \"rope_scaling\": null,\n  \"hidden_act\": \"silu\",\n"
-            "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n  \"tie_word_embeddings\": false,\n"
-            "  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"torch_dtype\": \"%s\",\n"
-            "  \"transformers_version\": \"4.46.3\"\n}\n",
-            VOCAB, HID, INTER, layers, HEADS, KVH, HD,
-            strcmp(dt, "bf16") == 0 ? "bfloat16" : strcmp(dt, "f16") == 0 ? "float16" : "float32");
-    fclose(f);
-
-    int nt = 3 + 9 * layers;
-    tdesc *t = calloc((size_t)nt, sizeof *t);
-    int k = 0;
-    snprintf(t[k].name, 96, "model.embed_tokens.weight"); t[k].r = VOCAB; t[k++].c = HID;
-    snprintf(t[k].name, 96, "model.norm.weight"); t[k].r = HID; t[k].c = 0; t[k++].norm = 1;
-    snprintf(t[k].name, 96, "lm_head.weight"); t[k].r = VOCAB; t[k++].c = HID;
-    for (int l = 0; l < layers; l++) {
-        const char *nm[9] = {"input_layernorm", "post_attention_layernorm", "self_attn.q_proj",
-                             "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
-        const int64_t sh[9][2] = {{HID, 0}, {HID, 0}, {HEADS * HD, HID}, {KVH * HD, HID},
-                                  {KVH * HD, HID}, {HID, HEADS * HD}, {INTER, HID},
-                                  {INTER, HID}, {HID, INTER}};
-        for (int i = 0; i < 9; i++) {
-            snprintf(t[k].name, 96, "model.layers.%d.%s.weight", l, nm[i]);
-            t[k].r = sh[i][0];
-            t[k].c = sh[i][1];
-            t[k++].norm = i < 2;
-        }
+    vx_container *c = NULL;
+    eng_model *m = NULL;
+    eng_session *s = NULL;
+    vx_err err = {0};
+    if (vx_open_profile(f->vx, f->profile, NULL, 0, &c, &err) < 0 ||
+        eng_model_bind(c, &m, &err) < 0 ||
+        eng_session_new(m, (n_prompt > n_gen ? n_prompt : n_gen) + 8, &s, &err) < 0) {
+        fprintf(stderr, "decode: %s: %s\n", f->name, err.msg);
+        eng_model_free(m);
+        vx_close(c);
+        return -1;
     }
-    qsort(t, (size_t)nt, sizeof *t, by_name);
-    /* header */
-    size_t cap = (size_t)nt * 200 + 64, len = 0;
-    char *h = malloc(cap);
-    uint64_t off = 0;
-    len += (size_t)snprintf(h + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
-    const char *sdt = strcmp(dt, "bf16") == 0 ? "BF16" : strcmp(dt, "f16") == 0 ? "F16" : "F32";
-    for (int i = 0; i < nt; i++) {
-        uint64_t n = (uint64_t)t[i].r * (t[i].c ? (uint64_t)t[i].c : 1) * esz;
-        if (t[i].c)
-            len += (size_t)snprintf(h + len, cap - len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],"
-                                    "\"data_offsets\":[%llu,%llu]}", t[i].name, sdt,
-                                    (long long)t[i].r, (long long)t[i].c,
-                                    (unsigned long long)off, (unsigned long long)(off + n));
-        else
-            len += (size_t)snprintf(h + len, cap - len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld],"
-                                    "\"data_offsets\":[%llu,%llu]}", t[i].name, sdt,
-                                    (long long)t[i].r, (unsigned long long)off,
-                                    (unsigned long long)(off + n));
-        off += n;
+    f->wbytes = 0;
+    for (size_t i = 0; i < vx_tensor_count(c); i++) {
+        const vx_tensor *t = vx_tensor_at(c, i);
+        if (strcmp(t->object, "target.embedding") != 0) f->wbytes += t->nbytes;
     }
-    len += (size_t)snprintf(h + len, cap - len, "}");
-    while (len % 8) h[len++] = ' ';
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    f = fopen(p, "wb");
-    if (!f) { free(h); free(t); return -1; }
-    uint64_t hl = len;
-    fwrite(&hl, 8, 1, f);
-    fwrite(h, 1, len, f);
-    enum { CH = 1 << 16 };
-    static unsigned char buf[CH * 4];
-    for (int i = 0; i < nt; i++) {
-        uint64_t n = (uint64_t)t[i].r * (t[i].c ? (uint64_t)t[i].c : 1);
-        for (uint64_t done = 0; done < n;) {
-            uint64_t m = n - done < CH ? n - done : CH;
-            for (uint64_t j = 0; j < m; j++) {
-                float v = t[i].norm ? 1.0f + rnd() : rnd();
-                if (esz == 4) memcpy(buf + j * 4, &v, 4);
-                else {
-                    uint16_t b = strcmp(dt, "bf16") == 0 ? vx_f32_to_bf16(v) : vx_f32_to_f16(v);
-                    memcpy(buf + j * 2, &b, 2);
-                }
-            }
-            fwrite(buf, (size_t)esz, (size_t)m, f);
-            done += m;
-        }
-    }
-    int rc = fclose(f) ? -1 : 0;
-    free(h);
-    free(t);
+    int vocab = eng_model_vocab(m), rc = 0, nmax = n_prompt > n_gen ? n_prompt : n_gen;
+    int32_t *ids = malloc((size_t)nmax * sizeof *ids);
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    for (int i = 0; ids && i < nmax; i++) ids[i] = (int32_t)((i * 7919 + 13) % vocab);
+    if (!ids || !logits || eng_forward(s, ids, 1, logits, NULL, &err) < 0) rc = -1;
+    eng_session_reset(s);
+    double t0 = bw_now();
+    if (!rc && eng_forward(s, ids, n_prompt, logits, NULL, &err) < 0) rc = -1;
+    double tp = bw_now() - t0;
+    eng_session_reset(s);
+    t0 = bw_now();
+    double c0 = cpu_now();
+    for (int i = 0; !rc && i < n_gen; i++)
+        if (eng_forward(s, ids + i, 1, logits, NULL, &err) < 0) rc = -1;
+    double td = bw_now() - t0;
+    *cpu_ms = (cpu_now() - c0) / n_gen * 1e3;
+    if (rc) fprintf(stderr, "decode: %s: %s\n", f->name, err.msg[0] ? err.msg : "out of memory");
+    *pps = n_prompt / tp;
+    *dps = n_gen / td;
+    free(ids);
+    free(logits);
+    eng_session_free(s);
+    eng_model_free(m);
+    vx_close(c);
     return rc;
 }
 
-/* ---------------------------------------------------------------- main */
+/* llama-bench on one format, one repetition: prompt and decode tokens/s. */
+static int peer_run(const char *lb, const char *models, const char *name, int threads,
+                    int n_prompt, int n_gen, double *pps, double *dps)
+{
+    char cmd[8192], line[8192];
+    if ((size_t)snprintf(cmd, sizeof cmd, "'%s' -m '%s/bench-1b-%s.gguf' -t %d -p %d -n %d -r 1 -o csv 2>/dev/null",
+                         lb, models, name, threads, n_prompt, n_gen) >= sizeof cmd)
+        return -1;
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    int c_np = -1, c_ng = -1, c_ts = -1;
+    *pps = *dps = 0;
+    while (fgets(line, sizeof line, p)) {
+        char *fld[128];
+        int nf = 0;
+        for (char *t = strtok(line, ",\n"); t && nf < 128; t = strtok(NULL, ",\n")) {
+            if (*t == '"') t++;
+            size_t l = strlen(t);
+            if (l && t[l - 1] == '"') t[l - 1] = 0;
+            fld[nf++] = t;
+        }
+        if (c_ts < 0) {
+            for (int i = 0; i < nf; i++) {
+                if (!strcmp(fld[i], "n_prompt")) c_np = i;
+                if (!strcmp(fld[i], "n_gen")) c_ng = i;
+                if (!strcmp(fld[i], "avg_ts")) c_ts = i;
+            }
+            continue;
+        }
+        if (c_np < 0 || c_ng < 0 || c_ts >= nf) continue;
+        if (atoi(fld[c_np]) > 0) *pps = atof(fld[c_ts]);
+        else if (atoi(fld[c_ng]) > 0) *dps = atof(fld[c_ts]);
+    }
+    int st = pclose(p);
+    if (st != 0 || *pps <= 0 || *dps <= 0) {
+        fprintf(stderr, "decode: llama-bench on %s/bench-1b-%s.gguf failed (status %d)\n", models, name, st);
+        return -1;
+    }
+    return 0;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median, min and max of v[0..n). */
+static void stats(const double *v, int n, double *med, double *lo, double *hi)
+{
+    double s[MAX_ROUNDS];
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_d);
+    *med = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    *lo = s[0];
+    *hi = s[n - 1];
+}
+
+/* The CPU's model name and the flags that decide the kernels, from /proc/cpuinfo. */
+static void cpu_note(char *model, size_t mcap, char *flags, size_t fcap)
+{
+    static const char *want[] = {"avx2", "f16c", "avx512f", "avx512_bf16", "avx512_vnni",
+                                 "avx_vnni", "amx_tile", "amx_bf16", "amx_int8"};
+    char line[8192];
+    snprintf(model, mcap, "unknown");
+    flags[0] = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    int got_m = 0, got_f = 0;
+    while (fgets(line, sizeof line, f) && !(got_m && got_f)) {
+        char *v = strchr(line, ':');
+        if (!v) continue;
+        v += 2;
+        v[strcspn(v, "\n")] = 0;
+        if (!got_m && !strncmp(line, "model name", 10)) {
+            snprintf(model, mcap, "%s", v);
+            got_m = 1;
+        } else if (!got_f && !strncmp(line, "flags", 5)) {
+            size_t len = 0;
+            for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+                char pat[32];
+                snprintf(pat, sizeof pat, " %s ", want[i]);
+                char padded[8200];
+                snprintf(padded, sizeof padded, " %s ", v);
+                len += (size_t)snprintf(flags + len, fcap - len, "%s%s %s", len ? ", " : "", want[i],
+                                        strstr(padded, pat) ? "yes" : "NO");
+                if (len >= fcap) break;
+            }
+            got_f = 1;
+        }
+    }
+    fclose(f);
+}
 
 int main(int argc, char **argv)
 {
-    const char *dt = "bf16", *dir = "/tmp/lql-bench";
-    int threads = 2, n_prompt = 64, n_gen = 32, layers = 22;
+    const char *dtypes = "bf16,f16,q8_0,q4_k", *dir = "/tmp/lql-bench";
+    const char *lb = getenv("LQL_PEER_BENCH"), *models = getenv("LQL_PEER_MODELS");
+    int threads = 2, n_prompt = 64, n_gen = 32, layers = 22, rounds = 3, no_peer = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
-        if (!strcmp(o, "--no-amx")) { setenv("LQL_NO_AMX", "1", 1); continue; }
+        if (!strcmp(o, "--no-peer")) { no_peer = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "decode: %s needs a value\n", o); return 2; }
         const char *v = argv[++i];
-        if (!strcmp(o, "--dtype")) dt = v;
+        if (!strcmp(o, "--dtype")) dtypes = v;
         else if (!strcmp(o, "--dir")) dir = v;
+        else if (!strcmp(o, "--peer")) lb = v;
+        else if (!strcmp(o, "--peer-models")) models = v;
         else if (!strcmp(o, "--threads")) threads = atoi(v);
         else if (!strcmp(o, "--prompt")) n_prompt = atoi(v);
         else if (!strcmp(o, "--gen")) n_gen = atoi(v);
         else if (!strcmp(o, "--layers")) layers = atoi(v);
+        else if (!strcmp(o, "--rounds")) rounds = atoi(v);
         else { fprintf(stderr, "decode: unknown option %s\n", o); return 2; }
     }
-    if (strcmp(dt, "bf16") && strcmp(dt, "f16") && strcmp(dt, "f32")) {
-        fprintf(stderr, "decode: --dtype must be bf16, f16 or f32\n");
+    if (threads < 1 || n_prompt < 1 || n_gen < 1 || layers < 1 || rounds < 1 || rounds > MAX_ROUNDS) {
+        fprintf(stderr, "decode: counts must be positive (rounds at most %d)\n", MAX_ROUNDS);
         return 2;
     }
-    if (threads < 1 || n_prompt < 1 || n_gen < 1 || layers < 1) {
-        fprintf(stderr, "decode: counts must be positive\n");
-        return 2;
+    fmt F[4];
+    int nf = 0;
+    char list[256];
+    snprintf(list, sizeof list, "%s", dtypes);
+    for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
+        if (nf == 4 || (strcmp(t, "bf16") && strcmp(t, "f16") && strcmp(t, "q8_0") && strcmp(t, "q4_k"))) {
+            fprintf(stderr, "decode: --dtype takes up to four of bf16,f16,q8_0,q4_k (got '%s')\n", t);
+            return 2;
+        }
+        memset(&F[nf], 0, sizeof F[nf]);
+        snprintf(F[nf].name, sizeof F[nf].name, "%s", t);
+        nf++;
+    }
+    if (!no_peer) {
+        struct stat st;
+        char g[4200];
+        if (!lb || access(lb, X_OK) != 0) {
+            fprintf(stderr, "decode: no llama.cpp peer: pass --peer PATH/llama-bench (or set LQL_PEER_BENCH)"
+                            " and --peer-models DIR (or LQL_PEER_MODELS) holding bench-1b-DTYPE.gguf;"
+                            " --no-peer measures lql alone\n");
+            return 2;
+        }
+        for (int k = 0; k < nf; k++) {
+            int len = snprintf(g, sizeof g, "%s/bench-1b-%.7s.gguf", models ? models : "(unset)", F[k].name);
+            if (!models || (size_t)len >= sizeof g || stat(g, &st) != 0) {
+                fprintf(stderr, "decode: the peer's model %s is missing (--peer-models DIR or LQL_PEER_MODELS)\n", g);
+                return 2;
+            }
+        }
     }
     char th[16];
     snprintf(th, sizeof th, "%d", threads);
     setenv("LQL_THREADS", th, 1);
-
-    char hf[2048], vx[2048];
-    mkdir(dir, 0755);
-    snprintf(hf, sizeof hf, "%s/hf-%s-%d", dir, dt, layers);
-    snprintf(vx, sizeof vx, "%s/vx-%s-%d.vindex3", dir, dt, layers);
-    vx_err err = {0};
-    struct stat st;
-    if (stat(vx, &st) != 0) {
-        char cfg[2100];
-        snprintf(cfg, sizeof cfg, "%s/model.safetensors", hf);
-        if (stat(cfg, &st) != 0) {
-            double t0 = bw_now();
-            if (write_checkpoint(hf, dt, layers)) { fprintf(stderr, "decode: cannot write %s\n", hf); return 1; }
-            fprintf(stderr, "decode: wrote %s in %.1f s\n", hf, bw_now() - t0);
+    for (int k = 0; k < nf; k++) {
+        int quant = F[k].name[0] == 'q';
+        if (bench_container(dir, quant ? "bf16" : F[k].name, layers, F[k].vx, sizeof F[k].vx)) return 1;
+        if (quant) {
+            vx_dtype qd = strcmp(F[k].name, "q8_0") ? VX_Q4_K : VX_Q8_0;
+            if (bench_quant(F[k].vx, qd)) return 1;
+            F[k].profile = vx_dtype_name(qd);
         }
-        vx_encode_opts o;
-        vx_encode_opts_init(&o);
-        double t0 = bw_now();
-        if (vx_encode(hf, vx, &o, &err)) { fprintf(stderr, "decode: encode: %s\n", err.msg); return 1; }
-        fprintf(stderr, "decode: encoded %s in %.1f s\n", vx, bw_now() - t0);
     }
-    vx_container *c;
-    eng_model *m;
-    eng_session *s;
-    if (vx_open(vx, &c, &err) || eng_model_bind(c, &m, &err) ||
-        eng_session_new(m, n_prompt + n_gen + 8, &s, &err)) {
-        fprintf(stderr, "decode: %s\n", err.msg);
-        return 1;
-    }
-    /* bytes streamed per decoded token: every matrix except the embedding table (one row) */
-    uint64_t wbytes = 0;
-    for (size_t i = 0; i < vx_tensor_count(c); i++) {
-        const vx_tensor *t = vx_tensor_at(c, i);
-        if (!(strcmp(t->object, "target.embedding") == 0 && strcmp(t->name, "weight") == 0))
-            wbytes += t->nbytes;
-    }
-    int32_t *ids = malloc((size_t)(n_prompt + n_gen) * sizeof *ids);
-    for (int i = 0; i < n_prompt + n_gen; i++) ids[i] = (int32_t)((i * 7919 + 13) % VOCAB);
-    float *logits = malloc(VOCAB * sizeof *logits);
 
-    double bw = bw_probe(threads);
-    /* warm-up: fault every weight page in once, so both timings see a resident model */
-    if (eng_forward(s, ids, 1, logits, NULL, &err)) { fprintf(stderr, "decode: %s\n", err.msg); return 1; }
-    eng_session_reset(s);
-
-    double t0 = bw_now();
-    if (eng_forward(s, ids, n_prompt, logits, NULL, &err)) { fprintf(stderr, "decode: %s\n", err.msg); return 1; }
-    double tp = bw_now() - t0;
-    t0 = bw_now();
-    for (int i = 0; i < n_gen; i++)
-        if (eng_forward(s, ids + n_prompt + i, 1, logits, NULL, &err)) {
-            fprintf(stderr, "decode: %s\n", err.msg);
-            return 1;
+    char cpu[256], flags[512];
+    cpu_note(cpu, sizeof cpu, flags, sizeof flags);
+    printf("cpu          %s\nflags        %s\n", cpu, flags);
+    printf("prefill      bf16: %s; f16: %s; q8_0: %s; q4_k: %s\n", eng_prefill_path(VX_BF16),
+           eng_prefill_path(VX_F16), eng_prefill_path(VX_Q8_0), eng_prefill_path(VX_Q4_K));
+    printf("model        TinyLlama-1.1B geometry, %d layers; prompt %d tokens, decode %d tokens, "
+           "%d threads, %d rounds\n", layers, n_prompt, n_gen, threads, rounds);
+    printf("%-5s %-4s %5s %6s | %8s %8s %5s | %7s %7s %5s | %5s %5s %6s\n", "round", "fmt", "load",
+           "probe", "pp lql", "pp peer", "ratio", "tg lql", "tg peer", "ratio", "bw l", "bw p", "cpu ms");
+    for (int r = 0; r < rounds; r++) {
+        double bw = bw_probe(threads);
+        for (int k = 0; k < nf; k++) {
+            fmt *f = &F[k];
+            double ld = load1(), cpu_ms = 0;
+            f->bw[r] = bw;
+            for (int side = 0; side < 2; side++) {
+                int lql_turn = (side == 0) == (r % 2 == 0);
+                if (lql_turn && lql_run(f, n_prompt, n_gen, &f->pp[r], &f->tg[r], &cpu_ms)) return 1;
+                if (!lql_turn && !no_peer &&
+                    peer_run(lb, models, f->name, threads, n_prompt, n_gen, &f->ppeer[r], &f->tpeer[r]))
+                    return 1;
+            }
+            double gb = (double)f->wbytes / 1e9;
+            if (no_peer)
+                printf("%-5d %-4s %5.2f %6.1f | %8.1f %8s %5s | %7.2f %7s %5s | %5.2f %5s %6.1f\n", r + 1,
+                       f->name, ld, bw, f->pp[r], "-", "-", f->tg[r], "-", "-", gb * f->tg[r] / bw, "-", cpu_ms);
+            else
+                printf("%-5d %-4s %5.2f %6.1f | %8.1f %8.1f %5.2f | %7.2f %7.2f %5.2f | %5.2f %5.2f %6.1f\n",
+                       r + 1, f->name, ld, bw, f->pp[r], f->ppeer[r], f->pp[r] / f->ppeer[r], f->tg[r],
+                       f->tpeer[r], f->tg[r] / f->tpeer[r], gb * f->tg[r] / bw, gb * f->tpeer[r] / bw, cpu_ms);
+            fflush(stdout);
         }
-    double td = bw_now() - t0;
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    double ld[3] = {0};
-    if (getloadavg(ld, 3) < 0) ld[0] = -1;
-
-    const double ref_p = !strcmp(dt, "bf16") ? 156.3 : !strcmp(dt, "f16") ? 80.6 : 60.7;
-    const double ref_d = !strcmp(dt, "bf16") ? 14.4 : !strcmp(dt, "f16") ? 15.9 : 8.1;
-    double pps = n_prompt / tp, dps = n_gen / td, frac = wbytes * dps / (bw * 1e9);
-    printf("model        %s, %d layers, %.2f B params, %.2f GB streamed per token\n", dt, layers,
-           (double)wbytes / (strcmp(dt, "f32") ? 2 : 4) / 1e9 + (double)VOCAB * HID / 1e9,
-           wbytes / 1e9);
-    printf("threads      %d (load average before the run: %.2f)\n", threads, ld[0]);
-    printf("prefill      %s\n", eng_amx_ready() && strcmp(dt, "f32")
-                                    ? "AMX tiles (split bf16 parts, f32 accuracy)"
-                                    : "f32 tiles + sgemm");
-    printf("bandwidth    %.1f GB/s (%d threads summing 2 GB)\n", bw, threads);
-    printf("prompt       %d tokens in %.3f s = %.1f tokens/s (llama.cpp %.1f: ratio %.2f)\n",
-           n_prompt, tp, pps, ref_p, pps / ref_p);
-    printf("decode       %d tokens in %.3f s = %.2f tokens/s (llama.cpp %.1f: ratio %.2f)\n",
-           n_gen, td, dps, ref_d, dps / ref_d);
-    printf("decode b/w   %.1f GB/s = %.2f of the probe\n", wbytes * dps / 1e9, frac);
-    printf("peak rss     %.0f MB\n", ru.ru_maxrss / 1024.0);
-    eng_session_free(s);
-    eng_model_free(m);
-    vx_close(c);
-    free(ids);
-    free(logits);
+    }
+    printf("(pp/tg: tokens/s; ratio: lql / llama.cpp; bw l/p: weight bytes streamed per second in decode\n"
+           " as a fraction of the round's probe, for lql and the peer; cpu ms: lql CPU per decoded token)\n");
+    for (int k = 0; k < nf && !no_peer; k++) {
+        double rp[MAX_ROUNDS], rt[MAX_ROUNDS], fb[MAX_ROUNDS], a, lo, hi, b, lo2, hi2, c, lo3, hi3;
+        for (int r = 0; r < rounds; r++) {
+            rp[r] = F[k].pp[r] / F[k].ppeer[r];
+            rt[r] = F[k].tg[r] / F[k].tpeer[r];
+            fb[r] = (double)F[k].wbytes / 1e9 * F[k].tg[r] / F[k].bw[r];
+        }
+        stats(rp, rounds, &a, &lo, &hi);
+        stats(rt, rounds, &b, &lo2, &hi2);
+        stats(fb, rounds, &c, &lo3, &hi3);
+        printf("%-4s  prompt ratio median %.2f (%.2f-%.2f)   decode ratio median %.2f (%.2f-%.2f)   "
+               "decode/probe %.2f (%.2f-%.2f)\n", F[k].name, a, lo, hi, b, lo2, hi2, c, lo3, hi3);
+    }
+    printf("AMX %s on this host\n", eng_amx_ready() ? "present and used" : "absent (or LQL_NO_AMX=1)");
     return 0;
 }

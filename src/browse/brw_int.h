@@ -60,15 +60,6 @@ struct brw_model {
     int32_t **cluster_of;    /* [layers][features] cluster id or -1 (feature_clusters.jsonl) */
 };
 
-/* Dot of a stored row with q, n elements: f32/f16/bf16 (any n), or a block codec the
- * kernels support (n a multiple of its block; dequantised lazily, exact weights). */
-float brw_dot_row(vx_dtype t, const void *row, const float *q, int64_t n);
-
-/* Run fn on n contexts (ctx: an array of n elements of `size` bytes, n <= 64), the first
- * on the calling thread. The workers share their work through a counter, so a thread
- * that cannot be started only slows the run (its context is then not used). */
-void brw_parallel(void *(*fn)(void *), void *ctx, size_t size, int n);
-
 /* Is t (trimmed) an English function word ("the", "which", …)? Case-insensitive. */
 int brw_stop_word(const char *t);
 

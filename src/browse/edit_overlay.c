@@ -354,7 +354,7 @@ static int recompute_moved(brw_edit_overlay *o, const brw_model *m)
             int32_t best = -1;
             float bx = -INFINITY;
             for (int v = 0; v < V; v++) {
-                float x = brw_dot_row(E->dtype, (const uint8_t *)E->data + (size_t)v * H * esz,
+                float x = eng_row_dot(E->dtype, (const uint8_t *)E->data + (size_t)v * H * esz,
                                       col, H);
                 if (x > bx) {
                     bx = x;

@@ -1,216 +1,23 @@
 /*
  * knn.c — gate KNN: for each requested layer, the features whose gate row has the largest
  * |gate·q| (sign kept), or by the WALK modes' keys (signed gate·q, or the activation
- * with the up rows). One pass over the gate rows read in place from the mmap; f16 and
- * bf16 rows are widened in registers (F16C / a 16-bit shift), so the scan runs at memory
- * bandwidth. Block-quantised rows are read in place too, with exact weights and f32
- * products (nothing copied, no separate index): q8_0 and q4_0 widened block by block in
- * registers, q4_k, q6_k and mxfp4 dequantised one block at a time into a stack buffer
- * (eng_qdot). Rows are cut into chunks that threads pull from a
- * shared counter; each thread keeps a bounded min-heap per layer, merged at the end.
+ * with the up rows). One pass over the gate rows read in place from the mmap, each row
+ * dotted with q by the engine's row kernel (eng_row_dot: f16/bf16 widened in registers with
+ * AVX-512 where present, so the scan runs at memory bandwidth; block-quantised rows with
+ * exact weights and f32 products, nothing copied, no separate index). Rows are cut into
+ * chunks that the engine pool's parts (eng_parallel) pull from a shared counter; each part
+ * keeps a bounded min-heap per layer, merged at the end.
  *
  * With an overlay, the base scan asks for k + (edits in the layer) hits so that dropping
  * tombstones and rescoring edited features with their replacement rows stays exact.
  */
 #include "brw_int.h"
 
-#include "qkernels.h"
-
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
-#include <immintrin.h>
-#define HAVE_AVX2 1
-#endif
-
 #define CHUNK_ROWS 128
-
-#ifdef HAVE_AVX2
-static inline float hsum(__m256 v)
-{
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
-
-static inline __m256 ld_bf16(const uint16_t *p)
-{
-    __m128i h = _mm_loadu_si128((const __m128i *)p);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-static inline __m256 ld_f16(const uint16_t *p)
-{
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
-#endif
-
-#ifdef HAVE_AVX2
-#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-AVX512_TARGET static inline __m512 ld16_bf16(const uint16_t *p)
-{
-    __m256i h = _mm256_loadu_si256((const __m256i *)p);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* The first n - n % 32 elements with 512-bit registers (two accumulators); the caller
- * finishes the tail. */
-AVX512_TARGET static float dot512(vx_dtype t, const void *row, const float *q, int64_t n)
-{
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    int64_t i = 0;
-    if (t == VX_F32) {
-        const float *r = row;
-        for (; i + 32 <= n; i += 32) {
-            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(r + i), _mm512_loadu_ps(q + i), a0);
-            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(r + i + 16), _mm512_loadu_ps(q + i + 16), a1);
-        }
-    } else if (t == VX_F16) {
-        const uint16_t *r = row;
-        for (; i + 32 <= n; i += 32) {
-            a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(r + i))),
-                                 _mm512_loadu_ps(q + i), a0);
-            a1 = _mm512_fmadd_ps(
-                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(r + i + 16))),
-                _mm512_loadu_ps(q + i + 16), a1);
-        }
-    } else {
-        const uint16_t *r = row;
-        for (; i + 32 <= n; i += 32) {
-            a0 = _mm512_fmadd_ps(ld16_bf16(r + i), _mm512_loadu_ps(q + i), a0);
-            a1 = _mm512_fmadd_ps(ld16_bf16(r + i + 16), _mm512_loadu_ps(q + i + 16), a1);
-        }
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-}
-
-/* AVX-512 present and not disabled by LQL_NO_AVX512 (for comparing the two paths). */
-static int has_avx512(void)
-{
-    static int cached = -1;
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (v < 0) {
-        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl") && !getenv("LQL_NO_AVX512");
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
-#endif
-
-#ifdef HAVE_AVX2
-/* Eight int8 weights of a block (from p) times q[0..8) added to s. */
-static inline __m256 fma_i8(__m128i p, const float *q, __m256 s)
-{
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(p)), _mm256_loadu_ps(q), s);
-}
-
-/* Σ d·w·q over Q8_0 or Q4_0 blocks (f16 scale, then 32 int8, or 16 bytes of nibbles: low
- * nibbles are elements 0-15, high 16-31, offset 8): the weights are widened straight into
- * registers and each block's sum is scaled once. The products are the ones eng_qdot forms
- * from the dequantised block, only summed in another order. */
-static float dot_q8q4(vx_dtype t, const uint8_t *row, const float *q, int64_t n)
-{
-    __m256 acc = _mm256_setzero_ps();
-    size_t bb = t == VX_Q8_0 ? 34 : 18;
-    const __m128i m4 = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
-    for (int64_t b = 0; b < n / 32; b++, row += bb, q += 32) {
-        uint16_t dh;
-        memcpy(&dh, row, 2);
-        __m128i lo, hi;
-        if (t == VX_Q8_0) {
-            lo = _mm_loadu_si128((const __m128i *)(row + 2));
-            hi = _mm_loadu_si128((const __m128i *)(row + 18));
-        } else {
-            __m128i x = _mm_loadu_si128((const __m128i *)(row + 2));
-            lo = _mm_sub_epi8(_mm_and_si128(x, m4), eight);
-            hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), m4), eight);
-        }
-        __m256 s = _mm256_setzero_ps();
-        s = fma_i8(lo, q, s);
-        s = fma_i8(_mm_srli_si128(lo, 8), q + 8, s);
-        s = fma_i8(hi, q + 16, s);
-        s = fma_i8(_mm_srli_si128(hi, 8), q + 24, s);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(dh)), s, acc);
-    }
-    return hsum(acc);
-}
-#endif
-
-float brw_dot_row(vx_dtype t, const void *row, const float *q, int64_t n)
-{
-#ifdef HAVE_AVX2
-    if (t == VX_Q8_0 || t == VX_Q4_0)
-        return dot_q8q4(t, row, q, n);
-#endif
-    if (t != VX_F32 && t != VX_F16 && t != VX_BF16)
-        return eng_qdot(t, row, q, (int)n);
-    int64_t i = 0;
-    float s = 0;
-#ifdef HAVE_AVX2
-    if (n >= 32 && has_avx512()) {
-        i = n - n % 32;
-        s = dot512(t, row, q, n);
-        for (; i < n; i++)
-            s += (t == VX_F32 ? ((const float *)row)[i]
-                  : t == VX_F16 ? vx_f16_to_f32(((const uint16_t *)row)[i])
-                                : vx_bf16_to_f32(((const uint16_t *)row)[i])) * q[i];
-        return s;
-    }
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    if (t == VX_F32) {
-        const float *r = row;
-        for (; i + 16 <= n; i += 16) {
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r + i), _mm256_loadu_ps(q + i), a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r + i + 8), _mm256_loadu_ps(q + i + 8), a1);
-        }
-    } else if (t == VX_F16) {
-        const uint16_t *r = row;
-        for (; i + 16 <= n; i += 16) {
-            a0 = _mm256_fmadd_ps(ld_f16(r + i), _mm256_loadu_ps(q + i), a0);
-            a1 = _mm256_fmadd_ps(ld_f16(r + i + 8), _mm256_loadu_ps(q + i + 8), a1);
-        }
-    } else {
-        const uint16_t *r = row;
-        for (; i + 16 <= n; i += 16) {
-            a0 = _mm256_fmadd_ps(ld_bf16(r + i), _mm256_loadu_ps(q + i), a0);
-            a1 = _mm256_fmadd_ps(ld_bf16(r + i + 8), _mm256_loadu_ps(q + i + 8), a1);
-        }
-    }
-    s = hsum(_mm256_add_ps(a0, a1));
-#endif
-    for (; i < n; i++) {
-        float x;
-        if (t == VX_F32)
-            x = ((const float *)row)[i];
-        else if (t == VX_F16)
-            x = vx_f16_to_f32(((const uint16_t *)row)[i]);
-        else
-            x = vx_bf16_to_f32(((const uint16_t *)row)[i]);
-        s += x * q[i];
-    }
-    return s;
-}
-
-void brw_parallel(void *(*fn)(void *), void *ctx, size_t size, int n)
-{
-    pthread_t tid[64];
-    int started = 1;
-    for (int t = 1; t < n && t < 64; t++) {
-        if (pthread_create(&tid[t], NULL, fn, (uint8_t *)ctx + (size_t)t * size) != 0)
-            break;
-        started++;
-    }
-    fn(ctx);
-    for (int t = 1; t < started; t++)
-        pthread_join(tid[t], NULL);
-}
 
 /* ---------------------------------------------------------------- bounded heap */
 
@@ -315,14 +122,14 @@ static brw_hit score_row(const brw_model *m, brw_walk_mode mode, int layer,
                          const float *up)
 {
     int hidden = m->s.hidden;
-    float g = gate ? brw_dot_row(VX_F32, gate, q, hidden)
-                   : brw_dot_row(p->gate->dtype, row_of(p->gate, r, hidden), q, hidden);
+    float g = gate ? eng_row_dot(VX_F32, gate, q, hidden)
+                   : eng_row_dot(p->gate->dtype, row_of(p->gate, r, hidden), q, hidden);
     brw_hit h = {layer, p->first + r, g, g};
     if (mode != BRW_DENSE)
         return h;
     if (p->up) {
-        float u = up ? brw_dot_row(VX_F32, up, q, hidden)
-                     : brw_dot_row(p->up->dtype, row_of(p->up, r, hidden), q, hidden);
+        float u = up ? eng_row_dot(VX_F32, up, q, hidden)
+                     : eng_row_dot(p->up->dtype, row_of(p->up, r, hidden), q, hidden);
         float a = g;
         eng_act(m->s.act, &a, 1);
         h.score = a * u;
@@ -362,28 +169,25 @@ typedef struct scan {
     heap *heaps;            /* [threads][n_layers] */
 } scan;
 
-typedef struct worker {
-    scan *s;
-    int t;
-} worker;
-
-static void *run_worker(void *arg)
+static void run_part(void *ctx, int part, int nparts)
 {
-    worker *w = arg;
-    scan *s = w->s;
+    scan *s = ctx;
     int hidden = s->m->s.hidden;
+    (void)nparts;
+    if (part >= s->threads)
+        return;   /* more pool parts than heaps: the others claim every chunk */
     for (;;) {
         size_t it = __atomic_fetch_add(&s->next, 1, __ATOMIC_RELAXED);
         if (it >= s->n_items)
             break;
         const item *x = &s->items[it];
-        heap *hp = &s->heaps[(size_t)w->t * (size_t)s->n_layers + (size_t)x->li];
+        heap *hp = &s->heaps[(size_t)part * (size_t)s->n_layers + (size_t)x->li];
         int layer = s->layers[x->li];
         if (s->mode == BRW_HYBRID) {
             /* the hot path: one dot per row, nothing else */
             const vx_tensor *g = x->part->gate;
             for (int64_t r = x->r0; r < x->r1; r++) {
-                float d = brw_dot_row(g->dtype, row_of(g, r, hidden), s->q, hidden);
+                float d = eng_row_dot(g->dtype, row_of(g, r, hidden), s->q, hidden);
                 brw_hit h = {layer, x->part->first + r, d, d};
                 heap_push(hp, &h);
             }
@@ -394,7 +198,6 @@ static void *run_worker(void *arg)
             heap_push(hp, &h);
         }
     }
-    return NULL;
 }
 
 /* The last edit of (layer, feature) in ov, or NULL. */
@@ -522,11 +325,8 @@ int brw_gate_knn_mode(const brw_model *m, const int *layers, int n_layers, const
     }
     s.n_items = n_items;
 
-    worker w[64];
-    int nt = s.threads < 64 ? s.threads : 64;
-    for (int t = 0; t < nt; t++)
-        w[t] = (worker){&s, t};
-    brw_parallel(run_worker, w, sizeof *w, nt);
+    int nt = s.threads;
+    eng_parallel(run_part, &s);
 
     for (int i = 0; i < n_layers; i++) {
         int cap = s.kk[i], n = 0;

@@ -70,6 +70,17 @@ int32_t eng_model_eos(const eng_model *m, int i); /* i-th eos id, -1 past the en
 
 /* Threads for every kernel: LQL_THREADS, else the core count. */
 int eng_threads(void);
+/* The engine's kernels for the layers above it (browse's gate scan and down-meta), so
+ * there is one door to matrix products: y[n, rows] = x[n, cols] · Wᵀ for a stored
+ * row-major matrix W (rows × cols in dt, row r at data + r · row_bytes), run by the
+ * engine's kernels and thread pool (not to be called from inside eng_parallel); and one
+ * stored row · x with exact weights and f32 products (safe anywhere). */
+void eng_matmul_rows(vx_dtype dt, const void *data, int rows, int cols, size_t row_bytes,
+                     const float *x, int n, float *y);
+float eng_row_dot(vx_dtype dt, const void *row, const float *x, int cols);
+/* Run fn(ctx, i, n) for i in 0..n-1 (n at most eng_threads()) on the engine's pool, the
+ * caller running part 0; blocks until all parts are done. Not reentrant. */
+void eng_parallel(void (*fn)(void *ctx, int i, int n), void *ctx);
 /* The FFN activation in place: act 0 silu, 1 gelu_tanh, 2 gelu (execution.ffn.activation). */
 void eng_act(int act, float *x, size_t n);
 

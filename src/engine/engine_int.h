@@ -10,6 +10,7 @@
 #ifndef LQL_ENGINE_INT_H
 #define LQL_ENGINE_INT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "engine.h"
@@ -69,13 +70,32 @@ void eng_w_of(eng_w *w, const vx_tensor *t);
 int eng_amx_ready(void);
 int eng_amx_rows(const eng_w *w);
 int eng_amx_matmul(const eng_w *w, const float *x, int n, float *y);
+/* 1 when the CPU has AVX-512 F/BW/VL and LQL_NO_AVX512 is not 1 (read per call, so a test
+ * can cover both paths in one process): the one CPU check of the AVX-512 kernels. */
+int eng_avx512(void);
+
+/* Prefill GEMM at f32 accuracy (gemm.c, AVX-512 only). eng_xpack_make packs activations
+ * x [n, cols] once per product, with scratch for every pool part (-1 when out of memory:
+ * the caller takes another path). Inside eng_parallel, part `part` then claims chunks of
+ * weight rows from *next (zero before the product) until all `rows` are taken, computing
+ * y[t, r] (row stride rows) from each row produced as exact f32 by row(ctx, r, dst). */
+typedef struct eng_xpack {
+    float *p, *scratch;
+    int n, cols, parts;
+    size_t scratch_floats;   /* per part */
+} eng_xpack;
+int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols);
+void eng_xpack_free(eng_xpack *xp);
+void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, float *y,
+                   void (*row)(const void *ctx, int r, float *dst), const void *ctx);
+/* Which kernel eng_matmul uses for a many-row product (prefill) on weights of dtype dt on
+ * this host, in words (benchmarks print it beside their figures). */
+const char *eng_prefill_path(vx_dtype dt);
 
 /* ---------------------------------------------------------------- threads */
 
-/* Run fn(ctx, i, n) for i in 0..n-1 where n = eng_threads() (clamped to the pool), the
- * caller running part 0. Blocks until all parts are done. Calls are serialised. */
-void eng_parallel(void (*fn)(void *ctx, int i, int n), void *ctx);
-/* [lo, hi) of part i of n over count items, split in multiples of `align`. */
+/* (eng_parallel, the pool's entry, is public: engine.h.) [lo, hi) of part i of n over
+ * count items, split in multiples of `align`. */
 void eng_split(int count, int i, int n, int align, int *lo, int *hi);
 
 /* ---------------------------------------------------------------- plan */

@@ -117,24 +117,6 @@ float eng_dot(const float *a, const float *b, int n)
     return s;
 }
 
-float eng_w_dot_row(const eng_w *w, int r, const float *x)
-{
-    if (w->trans) {
-        float s = 0;
-        for (int c = 0; c < w->cols; c++) s += eng_w_at(w, r, c) * x[c];
-        return s;
-    }
-    const void *row = (const char *)w->data + (size_t)r * w->row_bytes;
-    if (is_block(w->dt)) return eng_qdot(w->dt, row, x, w->cols);
-    __m256 acc = _mm256_setzero_ps();
-    int k = 0;
-    for (; k + 8 <= w->cols; k += 8)
-        acc = _mm256_fmadd_ps(load8(w->dt, row, k), _mm256_loadu_ps(x + k), acc);
-    return eng_hsum256(acc) + tail_dot(w->dt, row, x, k, w->cols);
-}
-
-/* ---------------------------------------------------------------- streaming rows */
-
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 T512 static inline __m512 load16(vx_dtype dt, const void *p, int k)
@@ -144,6 +126,49 @@ T512 static inline __m512 load16(vx_dtype dt, const void *p, int k)
     if (dt == VX_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
+
+/* A f32/f16/bf16 row · x with AVX-512, two accumulators; the first cols - cols % 32. */
+T512 static float dot_row512(vx_dtype dt, const void *row, const float *x, int cols)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    for (int k = 0; k + 32 <= cols; k += 32) {
+        a0 = _mm512_fmadd_ps(load16(dt, row, k), _mm512_loadu_ps(x + k), a0);
+        a1 = _mm512_fmadd_ps(load16(dt, row, k + 16), _mm512_loadu_ps(x + k + 16), a1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+/* Stored row (cols elements in dt) · x: exact weights, f32 products. */
+static float row_dot(vx_dtype dt, const void *row, const float *x, int cols)
+{
+    if (is_block(dt)) return eng_qdot(dt, row, x, cols);
+    if (cols >= 32 && eng_avx512()) {
+        const int k = cols & ~31;
+        return dot_row512(dt, row, x, cols) + tail_dot(dt, row, x, k, cols);
+    }
+    __m256 acc = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= cols; k += 8)
+        acc = _mm256_fmadd_ps(load8(dt, row, k), _mm256_loadu_ps(x + k), acc);
+    return eng_hsum256(acc) + tail_dot(dt, row, x, k, cols);
+}
+
+float eng_row_dot(vx_dtype dt, const void *row, const float *x, int cols)
+{
+    return row_dot(dt, row, x, cols);
+}
+
+float eng_w_dot_row(const eng_w *w, int r, const float *x)
+{
+    if (w->trans) {
+        float s = 0;
+        for (int c = 0; c < w->cols; c++) s += eng_w_at(w, r, c) * x[c];
+        return s;
+    }
+    return row_dot(w->dt, (const char *)w->data + (size_t)r * w->row_bytes, x, w->cols);
+}
+
+/* ---------------------------------------------------------------- streaming rows */
 
 /* y[t, r] for r in [r0, r1), t < n: four weight rows at a time, each converted once per x
  * row while it sits in L1; LANES weights per step. One body for two instruction sets. */
@@ -231,17 +256,6 @@ T512 static void rows_bf16_512(const eng_w *w, int r0, int r1, const float *x, c
             y[(size_t)t * w->rows + r] = eng_w_dot_row(w, r, x + (size_t)t * cols);
 }
 
-static int have_avx512(void)
-{
-    static int cached = -1;
-    if (cached < 0) {
-        const char *e = getenv("LQL_NO_AVX512");   /* lets tests cover the AVX2 path */
-        cached = !(e && *e == '1') && __builtin_cpu_supports("avx512f") &&
-                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-    }
-    return cached;
-}
-
 /* ---------------------------------------------------------------- row conversion */
 
 T512 static void cvt_avx512(vx_dtype dt, const void *src, float *dst, int n)
@@ -261,8 +275,17 @@ static void cvt_avx2(vx_dtype dt, const void *src, float *dst, int n)
 /* One f16/bf16 row to f32, vectorised (the tile copy of the GEMM path). */
 static void cvt_row(vx_dtype dt, const void *src, float *dst, int n)
 {
-    if (have_avx512()) cvt_avx512(dt, src, dst, n);
+    if (eng_avx512()) cvt_avx512(dt, src, dst, n);
     else cvt_avx2(dt, src, dst, n);
+}
+
+/* Row r of view ctx as f32: the row converter eng_gemm_rows calls. */
+static void gemm_row(const void *ctx, int r, float *dst)
+{
+    const eng_w *w = ctx;
+    const char *src = (const char *)w->data + (size_t)r * w->row_bytes;
+    if (w->dt == VX_F32) memcpy(dst, src, (size_t)w->cols * sizeof(float));
+    else cvt_row(w->dt, src, dst, w->cols);
 }
 
 /* ---------------------------------------------------------------- tiled sgemm */
@@ -291,9 +314,11 @@ static void tile_gemm(const eng_w *w, int r0, int r1, const float *x, int n, flo
 typedef struct job {
     const eng_w *w;
     const float *x, *xp;   /* xp: x permuted for rows_bf16_512, or NULL */
+    const eng_xpack *pk;   /* x packed for eng_gemm_rows, or NULL */
+    int wide;              /* eng_avx512(), read once per product */
     float *y;
     int n, tile;
-    atomic_int next;       /* streaming path: first row not yet claimed */
+    atomic_int next;       /* streaming and GEMM paths: first row not yet claimed */
 } job;
 
 static void run_part(void *ctx, int i, int nparts)
@@ -308,9 +333,13 @@ static void run_part(void *ctx, int i, int nparts)
         while ((lo = atomic_fetch_add_explicit(&j->next, chunk, memory_order_relaxed)) < j->w->rows) {
             hi = lo + chunk < j->w->rows ? lo + chunk : j->w->rows;
             if (j->xp) rows_bf16_512(j->w, lo, hi, j->x, j->xp, j->n, j->y);
-            else if (have_avx512()) rows_avx512(j->w, lo, hi, j->x, j->n, j->y);
+            else if (j->wide) rows_avx512(j->w, lo, hi, j->x, j->n, j->y);
             else rows_avx2(j->w, lo, hi, j->x, j->n, j->y);
         }
+        return;
+    }
+    if (j->pk) {
+        eng_gemm_part(j->pk, i, &j->next, j->w->rows, j->y, gemm_row, j->w);
         return;
     }
     eng_split(j->w->rows, i, nparts, 16, &lo, &hi);
@@ -372,6 +401,21 @@ static void exact_part(void *ctx, int i, int nparts)
                                                      j->x + (size_t)t * w->cols, w->cols);
 }
 
+const char *eng_prefill_path(vx_dtype dt)
+{
+    if ((dt == VX_BF16 || dt == VX_F16) && eng_amx_ready())
+        return "AMX tiles (split bf16 parts, f32 accuracy)";
+    if (eng_avx512()) return "AVX-512 f32 GEMM on exact f32 weight tiles";
+    return "f32 weight tiles + OpenBLAS sgemm";
+}
+
+void eng_matmul_rows(vx_dtype dt, const void *data, int rows, int cols, size_t row_bytes,
+                     const float *x, int n, float *y)
+{
+    eng_w w = {.dt = dt, .data = data, .rows = rows, .cols = cols, .row_bytes = row_bytes};
+    eng_matmul(&w, x, n, y);
+}
+
 void eng_matmul(const eng_w *w, const float *x, int n, float *y)
 {
     static int blas_single;
@@ -383,7 +427,7 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
     }
     if (is_block(w->dt)) {
         /* exact: f32 products per row up to qkernels' 8-row threshold (above it the tiles
-         * are dequantised exactly and multiplied with sgemm anyway) */
+         * are dequantised exactly and multiplied in f32 anyway) */
         if (w->exact && n <= 8) {
             job j = {.w = w, .x = x, .y = y, .n = n};
             if ((size_t)w->rows * (size_t)w->cols * (size_t)n < 32768) exact_part(&j, 0, 1);
@@ -400,9 +444,11 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
         if (done < w->rows) rows_avx512(w, done, w->rows, x, n, y);
         return;
     }
-    job j = {w, x, NULL, y, n, 16, 0};
+    job j = {w, x, NULL, NULL, eng_avx512(), y, n, 16, 0};
     float *xp = NULL;
-    if (n <= SMALL_N && w->dt == VX_BF16 && w->cols >= 32 && have_avx512() &&
+    eng_xpack pk = {0};
+    if (n > SMALL_N && j.wide && eng_xpack_make(&pk, x, n, w->cols) == 0) j.pk = &pk;
+    if (n <= SMALL_N && w->dt == VX_BF16 && w->cols >= 32 && j.wide &&
         (xp = malloc((size_t)n * w->cols * sizeof *xp))) {
         for (int t = 0; t < n; t++)
             for (int k = 0; k + 32 <= w->cols; k += 32)
@@ -419,4 +465,5 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
     if ((size_t)w->rows * (size_t)w->cols * (size_t)n < 32768) run_part(&j, 0, 1);
     else eng_parallel(run_part, &j);
     free(xp);
+    eng_xpack_free(&pk);
 }

@@ -334,12 +334,9 @@ static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
  * test can cover both paths in one process). */
 static int wide_ok(void)
 {
-    static int cpu = -1;
-    if (cpu < 0)
-        cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-    const char *e = getenv("LQL_NO_AVX512");
-    return cpu && !(e && *e == '1');
+    static int vnni = -1;
+    if (vnni < 0) vnni = __builtin_cpu_supports("avx512vnni");
+    return vnni && eng_avx512();
 }
 
 /* Q8_0, two blocks per vpdpbusd. */
@@ -694,6 +691,8 @@ typedef struct job {
     const float *X;
     float *Y;
     const acts *a;            /* NULL: the f32 block path */
+    eng_xpack pk;             /* prefill on AVX-512: X packed for eng_gemm_part (p NULL: sgemm) */
+    atomic_int next;          /* eng_gemm_part's first unclaimed row */
 } job;
 
 /* The streaming path: each weight row is read once and dotted with every activation row
@@ -716,9 +715,17 @@ static void run_rows(const job *j, int r0, int r1)
 }
 
 /* Above this many activation rows the weights are dequantised a tile at a time (exactly)
- * and multiplied with sgemm: prefill then runs at BLAS speed with exact weights. */
+ * and multiplied in f32: by the engine's AVX-512 GEMM (gemm.c) where the CPU has it, else
+ * sgemm. Prefill then runs at GEMM speed with exact weights. */
 #define GEMM_N 8
 #define TILE_BYTES (2 * 1024 * 1024)
+
+/* Row r of the job's weights as f32: the row converter eng_gemm_rows calls. */
+static void gemm_row(const void *ctx, int r, float *dst)
+{
+    const job *j = ctx;
+    eng_qrow_f32(j->dt, j->W + (size_t)r * j->row_bytes, dst, j->cols);
+}
 
 static void run_tiles(const job *j, int r0, int r1)
 {
@@ -750,8 +757,12 @@ static void run(const job *j, int r0, int r1)
 
 static void part(void *ctx, int i, int n)
 {
-    const job *j = ctx;
+    job *j = ctx;
     int lo, hi;
+    if (j->pk.p) {
+        eng_gemm_part(&j->pk, i, &j->next, j->rows, j->Y, gemm_row, j);
+        return;
+    }
     eng_split(j->rows, i, n, 4, &lo, &hi);
     if (lo < hi)
         run(j, lo, hi);
@@ -760,18 +771,20 @@ static void part(void *ctx, int i, int n)
 /* Prepares the job: activations quantised when dt has an integer kernel and the batch is
  * small; the BLAS kept single-threaded inside the pool's parts. */
 static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int cols,
-                     const float *X, int n, float *Y)
+                     const float *X, int n, float *Y, int pack)
 {
     static int blas_single;
     unsigned be = 1, bb = 0;
     vx_quant_block(dt, &be, &bb);
-    *j = (job){dt, W, (size_t)(cols / (int)be) * bb, rows, cols, n, X, Y, NULL};
+    *j = (job){dt, W, (size_t)(cols / (int)be) * bb, rows, cols, n, X, Y, NULL, {0}, 0};
     a->mem = NULL;
     if (n > GEMM_N) {
         if (!blas_single) {
             openblas_set_num_threads(1);
             blas_single = 1;
         }
+        /* pack only for eng_qgemm's parts: eng_qgemm_rows already runs inside one */
+        if (pack && eng_avx512() && eng_xpack_make(&j->pk, X, n, cols) < 0) j->pk.p = NULL;
         return;
     }
     /* LQL_QEXACT=1: decode keeps the activations in f32 too (exact weights, f32 products),
@@ -793,7 +806,7 @@ void eng_qgemm_rows(vx_dtype dt, const void *W, int r0, int r1, int rows, int co
 {
     job j;
     acts a;
-    job_init(&j, &a, dt, W, rows, cols, X, n, Y);
+    job_init(&j, &a, dt, W, rows, cols, X, n, Y, 0);
     run(&j, r0, r1);
     free(a.mem);
 }
@@ -803,13 +816,14 @@ void eng_qgemm(vx_dtype dt, const void *W, int rows, int cols, const float *X, i
 {
     job j;
     acts a;
-    job_init(&j, &a, dt, W, rows, cols, X, n, Y);
+    job_init(&j, &a, dt, W, rows, cols, X, n, Y, 1);
     /* Below ~64 KiB of weight work the pool's wake-up costs more than it saves. */
     if ((uint64_t)rows * j.row_bytes * (uint64_t)n < 65536 || rows < 8)
-        run(&j, 0, rows);
+        part(&j, 0, 1);
     else
         eng_parallel(part, &j);
     free(a.mem);
+    eng_xpack_free(&j.pk);
 }
 
 void eng_qgemv(vx_dtype dt, const void *W, int rows, int cols, const float *x, float *y)

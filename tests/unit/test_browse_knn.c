@@ -65,7 +65,7 @@ int main(void)
                 q[i] = frand();
                 want += elem(t, row, i) * q[i];
             }
-            CHECK_NEAR(brw_dot_row(t, row, q, hidden), want, 1e-5 * hidden);
+            CHECK_NEAR(eng_row_dot(t, row, q, hidden), want, 1e-5 * hidden);
             free(row);
         }
     }

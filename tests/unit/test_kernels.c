@@ -1,7 +1,9 @@
 /*
  * test_kernels.c — the engine's pure kernels against naive float64 loops: eng_matmul in
- * every dtype on both paths (streaming GEMV for few rows, tiled sgemm for many; odd
- * widths exercise the tails), the transposed f32 view, norms, rope styles, activations,
+ * every dtype on both paths (streaming GEMV for few rows, the AVX-512 GEMM or tiled sgemm
+ * for many — each run with and without LQL_NO_AVX512; odd widths, row counts that are not
+ * a multiple of the 6-row block and token counts past one 64-token group exercise the
+ * tails), the transposed f32 view, norms, rope styles, activations,
  * softcap, softmax, and the sampler's determinism and filters.
  */
 #include <stdlib.h>
@@ -53,7 +55,8 @@ static void test_matmul(void)
 {
     const vx_dtype dts[3] = {VX_F32, VX_F16, VX_BF16};
     const int shapes[][3] = {{45, 37, 1}, {64, 256, 1}, {33, 100, 3}, {130, 71, 8},
-                             {97, 203, 9}, {300, 64, 40}, {7, 5, 2}, {50, 96, 17}, {64, 1024, 33}, {96, 1600, 20}};
+                             {97, 203, 9}, {300, 64, 40}, {7, 5, 2}, {50, 96, 17}, {64, 1024, 33}, {96, 1600, 20},
+                             {131, 300, 70}, {13, 2048, 64}, {200, 520, 129}};
     for (int d = 0; d < 3; d++)
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
             double e = matmul_err(dts[d], shapes[s][0], shapes[s][1], shapes[s][2]);
@@ -267,6 +270,10 @@ static void test_split(void)
 int main(void)
 {
     test_matmul();
+    setenv("LQL_NO_AVX512", "1", 1);   /* the sgemm prefill and the AVX2 GEMV */
+    test_matmul();
+    test_quant_dispatch();
+    unsetenv("LQL_NO_AVX512");
     test_quant_dispatch();
     test_norm();
     test_rope();
