@@ -156,10 +156,19 @@ int lql_encode_container(const char *hf_dir, const char *out_dir, int dtype,
 
 /* ---------------------------------------------------------------- the statement table */
 
+/* What a statement may touch, for callers that run statements on someone else's behalf
+ * (the HTTP server): 0 is no class, so a row left without one is caught by test_serve. */
+typedef enum lql_stmt_class {
+    LQL_CLASS_READ = 1,         /* reads the effective model (file operands aside) */
+    LQL_CLASS_EDIT,             /* changes the session's overlay journal */
+    LQL_CLASS_LOCAL             /* binds, writes or lists host paths: never over HTTP */
+} lql_stmt_class;
+
 typedef struct lql_stmt_def {
     lql_kind kind;
     const char *name;           /* "SHOW LAYERS" */
     lql_handler handler;
+    lql_stmt_class cls;
     const char *usage;          /* the full syntax, clauses in {} may come in any order */
     const char *help;           /* one paragraph: what it does and returns */
 } lql_stmt_def;
@@ -168,6 +177,8 @@ typedef struct lql_stmt_def {
 const lql_stmt_def *lql_stmt_defs(size_t *n);
 /* The entry for a statement name ("walk", "SHOW LAYERS", case-insensitive), or NULL. */
 const lql_stmt_def *lql_stmt_def_find(const char *name);
+/* The entry for a statement kind, or NULL. */
+const lql_stmt_def *lql_stmt_def_of(lql_kind k);
 
 /* Run one statement chain (`a |> b` runs a then b into the same result). Stops at the
  * first failure. */

@@ -1,0 +1,434 @@
+/*
+ * query.c — POST /v1/query {"lql", "session"?, "format"?, "stream"?}: the statements run
+ * in order and stop at the first failure. With a format (json jsonl csv tsv) each
+ * statement goes through lql_eval, the shell's own evaluation, so the body is the shell's
+ * `.mode` output byte for byte; without one the answer is typed tables (column names and
+ * types, numbers as the shell prints them). Statement classes (the statement table's cls
+ * column) decide what may run: host-local statements never, edits only in a writable
+ * session; file operands must be plain names and resolve in the session's sandbox.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shell.h"
+#include "srv_int.h"
+
+/* One statement's text within the request: the chunk lql_split finds from offset off
+ * (leading blanks and comments included; positions inside it count from its start). */
+typedef struct chunk {
+    size_t off, len;
+    int line, col;              /* where the chunk starts in the request text */
+} chunk;
+
+/* The next chunk at *i; 0 at the end of the text. */
+static int next_chunk(const char *t, size_t n, size_t *i, int *line, int *col, chunk *c)
+{
+    if (*i >= n) return 0;
+    c->off = *i;
+    c->line = *line;
+    c->col = *col;
+    lql_split(t + *i, n - *i, &c->len);
+    for (size_t k = *i; k < *i + c->len; k++) {
+        if (t[k] == '\n') { (*line)++; *col = 1; }
+        else if (((unsigned char)t[k] & 0xC0) != 0x80) (*col)++;
+    }
+    *i += c->len;
+    return 1;
+}
+
+/* Positions in e (relative to c) made positions in the request text. */
+static void place(lql_err *e, const chunk *c)
+{
+    if (e->line == 0) return;
+    if (e->line == 1) e->col += c->col - 1;
+    e->line += c->line - 1;
+}
+
+static int first_char(const char *t, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (t[k] != ' ' && t[k] != '\t' && t[k] != '\r' && t[k] != '\n') return t[k];
+    return 0;
+}
+
+/* An LQL error as the envelope's members: statement (1-based), kind, line, col, len. */
+static cJSON *lql_extra(int stmt, const lql_stmt *st, const lql_err *e)
+{
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddNumberToObject(x, "statement", stmt);
+    if (st) cJSON_AddStringToObject(x, "kind", lql_kind_name(st->kind));
+    if (e->line) {
+        cJSON_AddNumberToObject(x, "line", e->line);
+        cJSON_AddNumberToObject(x, "col", e->col);
+        cJSON_AddNumberToObject(x, "len", e->len);
+    }
+    return x;
+}
+
+static const char *err_code(int code)
+{
+    switch (code) {
+    case LQL_ESYNTAX: return "lql_syntax";
+    case LQL_EREFUSED: return "lql_refused";
+    case LQL_ENOMEM: return "out_of_memory";
+    case LQL_ECANCEL: return "cancelled";
+    default: return "lql_error";
+    }
+}
+
+static void fail(srv_job *j, int status, const char *code, int stmt, const lql_stmt *st,
+                 const lql_err *e)
+{
+    char *t = srv_error_json(e->msg, status >= 500 ? "server_error" : "invalid_request_error",
+                             code, "lql", lql_extra(stmt, st, e));
+    srv_buf_free(&j->body);
+    j->status = status;
+    j->ctype = "application/json";
+    if (t) srv_buf_add(&j->body, t, strlen(t));
+    free(t);
+}
+
+/* Why a parsed statement may not run here, or NULL. name receives the operand at fault. */
+static const char *refusal(srv *S, srv_job *j, const lql_stmt *st, int *status,
+                           const lql_span **at)
+{
+    static char why[200];
+    const lql_stmt_def *d = lql_stmt_def_of(st->kind);
+    *status = 403;
+    *at = &st->at;
+    if (!d || d->cls == LQL_CLASS_LOCAL) {
+        snprintf(why, sizeof why, "%s is not available over HTTP (it binds, writes or lists "
+                 "paths on the server's host)", lql_kind_name(st->kind));
+        return why;
+    }
+    if (d->cls == LQL_CLASS_EDIT && S->o->read_only)
+        return "the server is read-only (--read-only): edits are refused";
+    if (d->cls == LQL_CLASS_EDIT && j->sess == S->base)
+        return "edits need a session: POST /v1/sessions, then pass its id as \"session\"";
+    /* file operands: plain names inside the session's sandbox */
+    const char *files[3] = {0};
+    const lql_span *spans[3] = {0};
+    int nf = 0;
+    if (st->kind == LQL_S_TRACE) {
+        if (lql_has(st, LQL_C_SAVE)) { files[nf] = st->save_path; spans[nf++] = &st->clause_at[LQL_C_SAVE]; }
+        if (lql_has(st, LQL_C_FROM)) { files[nf] = st->from_path; spans[nf++] = &st->clause_at[LQL_C_FROM]; }
+    } else if (st->kind == LQL_S_SAVE_PATCH || st->kind == LQL_S_APPLY_PATCH) {
+        if (!st->arg) {
+            *status = 400;
+            return "SAVE PATCH needs a file name over HTTP: SAVE PATCH \"name.vlp\"";
+        }
+        files[nf] = st->arg;
+        spans[nf++] = &st->arg_at;
+    } else if (st->kind == LQL_S_DIFF) {
+        if (st->arg || st->arg2) {
+            *at = st->arg ? &st->arg_at : &st->arg2_at;
+            return "DIFF over HTTP compares CURRENT with CURRENT only (a side naming a "
+                   "container is a host path)";
+        }
+        if (lql_has(st, LQL_C_INTO_PATCH)) { files[nf] = st->into; spans[nf++] = &st->clause_at[LQL_C_INTO_PATCH]; }
+    }
+    for (int k = 0; k < nf; k++) {
+        *at = spans[k];
+        if (j->sess == S->base)
+            return "file operands need a session (its sandbox): POST /v1/sessions";
+        if (!srv_name_ok(files[k])) {
+            *status = 400;
+            snprintf(why, sizeof why, "file \"%.64s\" is not a sandbox name "
+                     "([A-Za-z0-9_-][A-Za-z0-9._-]{0,63})", files[k]);
+            return why;
+        }
+    }
+    return NULL;
+}
+
+/* Walk the request's statements. check: parse and classify (HTTP thread); otherwise run
+ * them (compute thread). Returns -1 after setting the job's error answer. */
+static int each_statement(srv *S, srv_job *j, int check,
+                          int (*fn)(srv *S, srv_job *j, const char *t, const chunk *c,
+                                    int k, void *ctx), void *ctx)
+{
+    const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j->req, "lql"));
+    size_t n = strlen(text), i = 0;
+    int line = 1, col = 1, k = 0;
+    chunk c;
+    while (next_chunk(text, n, &i, &line, &col, &c)) {
+        lql_arena *ar = lql_arena_new();
+        lql_stmt *st = NULL;
+        lql_err e = {0};
+        if (!ar) { srv_job_error(j, 500, "out of memory", "server_error", "out_of_memory", NULL); return -1; }
+        int rc = lql_parse(text + c.off, c.len, ar, &st, &e);
+        if (rc == 0 && !st) { lql_arena_free(ar); continue; }   /* blanks and comments */
+        k++;
+        if (check && rc < 0) {
+            if (first_char(text + c.off, c.len) == '.')
+                snprintf(e.msg, sizeof e.msg, "meta-commands are not available over HTTP (use "
+                         "\"format\" for .mode)");
+            place(&e, &c);
+            fail(j, 400, err_code(e.code), k, NULL, &e);
+            lql_arena_free(ar);
+            return -1;
+        }
+        if (check && k > S->o->stmts_max) {
+            snprintf(e.msg, sizeof e.msg, "more than %d statements in one request", S->o->stmts_max);
+            fail(j, 400, "too_many_statements", k, NULL, &e);
+            lql_arena_free(ar);
+            return -1;
+        }
+        if (check && c.len > S->o->stmt_max) {
+            snprintf(e.msg, sizeof e.msg, "statement of %zu bytes exceeds the limit of %zu",
+                     c.len, S->o->stmt_max);
+            fail(j, 413, "statement_too_long", k, st, &e);
+            lql_arena_free(ar);
+            return -1;
+        }
+        for (const lql_stmt *one = st; check && one; one = one->next) {
+            int status;
+            const lql_span *at;
+            const char *why = refusal(S, j, one, &status, &at);
+            if (!why) continue;
+            lql_errf(&e, LQL_EREFUSED, at, "%s", why);
+            place(&e, &c);
+            fail(j, status, status == 403 ? "forbidden_statement" : "invalid_file_operand", k, one, &e);
+            lql_arena_free(ar);
+            return -1;
+        }
+        lql_arena_free(ar);
+        if (!check && fn(S, j, text, &c, k, ctx) < 0) return -1;
+    }
+    return 0;
+}
+
+int srv_query_check(srv *S, srv_job *j)
+{
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(j->req, "lql");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(j->req, "format");
+    if (!cJSON_IsString(q)) {
+        srv_job_error(j, 400, "\"lql\" must be a string of statements", "invalid_request_error",
+                      "invalid_value", "lql");
+        return -1;
+    }
+    if (strlen(q->valuestring) == 0 || first_char(q->valuestring, strlen(q->valuestring)) == 0) {
+        srv_job_error(j, 400, "\"lql\" holds no statement", "invalid_request_error",
+                      "invalid_value", "lql");
+        return -1;
+    }
+    lql_outmode m;
+    if (f && !cJSON_IsNull(f) && (!cJSON_IsString(f) || lql_outmode_parse(f->valuestring, &m) < 0 ||
+                                  m == LQL_OUT_TABLE)) {
+        srv_job_error(j, 400, "\"format\" must be one of json, jsonl, csv, tsv",
+                      "invalid_request_error", "invalid_value", "format");
+        return -1;
+    }
+    return each_statement(S, j, 1, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------- running */
+
+typedef struct run_ctx {
+    int mode;                   /* lql_outmode, or -1: typed tables */
+    cJSON *results;             /* typed: one object per statement */
+    srv_buf text;               /* a format's body so far */
+} run_ctx;
+
+static int is_json_number(const char *s)
+{
+    const char *p = s + (*s == '-');
+    if (*p < '0' || *p > '9') return 0;
+    if (*p == '0' && p[1] >= '0' && p[1] <= '9') return 0;
+    while (*p >= '0' && *p <= '9') p++;
+    if (*p == '.') {
+        p++;
+        if (*p < '0' || *p > '9') return 0;
+        while (*p >= '0' && *p <= '9') p++;
+    }
+    return *p == 0;
+}
+
+static const char *type_name(lql_coltype t)
+{
+    return t == LQL_INT ? "int" : t == LQL_FLOAT ? "float" : "text";
+}
+
+/* A result's tables and notes appended to the statement object. */
+static void add_result(cJSON *obj, const lql_result *r)
+{
+    cJSON *tables = cJSON_GetObjectItemCaseSensitive(obj, "tables");
+    cJSON *notes = cJSON_GetObjectItemCaseSensitive(obj, "notes");
+    for (size_t ti = 0; ti < lql_result_ntables(r); ti++) {
+        const lql_table *t = lql_result_table_at(r, ti);
+        cJSON *jt = cJSON_CreateObject(), *cols = cJSON_CreateArray(), *rows = cJSON_CreateArray();
+        const char *title = lql_table_title(t);
+        cJSON_AddItemToObject(jt, "title", title ? cJSON_CreateString(title) : cJSON_CreateNull());
+        int nc = lql_table_ncols(t);
+        for (int c = 0; c < nc; c++) {
+            const lql_colspec *cs = lql_table_col(t, c);
+            cJSON *jc = cJSON_CreateObject();
+            cJSON_AddStringToObject(jc, "name", cs->name);
+            cJSON_AddStringToObject(jc, "type", type_name(cs->type));
+            if (cs->type == LQL_FLOAT) cJSON_AddNumberToObject(jc, "precision", cs->precision);
+            cJSON_AddItemToArray(cols, jc);
+        }
+        for (size_t ri = 0; ri < lql_table_nrows(t); ri++) {
+            cJSON *row = cJSON_CreateArray();
+            for (int c = 0; c < nc; c++) {
+                const char *v = lql_table_cell(t, ri, c);
+                cJSON *cell;
+                if (lql_table_cell_is_null(t, ri, c)) cell = cJSON_CreateNull();
+                else if (lql_table_col(t, c)->type == LQL_TEXT) cell = cJSON_CreateString(v);
+                /* the digits the shell prints, as a JSON number (non-finite: null) */
+                else cell = is_json_number(v) ? cJSON_CreateRaw(v) : cJSON_CreateNull();
+                cJSON_AddItemToArray(row, cell);
+            }
+            cJSON_AddItemToArray(rows, row);
+        }
+        cJSON_AddItemToObject(jt, "columns", cols);
+        cJSON_AddItemToObject(jt, "rows", rows);
+        cJSON_AddItemToArray(tables, jt);
+    }
+    for (size_t ni = 0; ni < lql_result_nnotes(r); ni++)
+        cJSON_AddItemToArray(notes, cJSON_CreateString(lql_result_note_at(r, ni)));
+}
+
+/* One statement chain typed: parse, run each part, collect its tables. */
+static int run_typed(lql_session *s, const char *t, size_t n, cJSON *obj, const lql_stmt **failed,
+                     lql_arena *ar, lql_err *e)
+{
+    lql_stmt *st = NULL;
+    if (lql_parse(t, n, ar, &st, e) < 0) return -1;
+    cJSON_AddStringToObject(obj, "kind", lql_kind_name(st->kind));
+    cJSON_AddItemToObject(obj, "tables", cJSON_CreateArray());
+    cJSON_AddItemToObject(obj, "notes", cJSON_CreateArray());
+    for (const lql_stmt *one = st; one; one = one->next) {
+        lql_result *r = lql_result_new();
+        if (!r) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+        memset(e, 0, sizeof *e);
+        int rc = lql_exec_one(s, one, r, e);
+        add_result(obj, r);               /* what a failed statement produced, as the shell */
+        lql_result_free(r);
+        if (rc < 0) {
+            *failed = one;
+            if (e->line == 0) { e->line = one->at.line; e->col = one->at.col; e->len = one->at.len; }
+            if (e->code == LQL_ECANCEL) snprintf(e->msg, sizeof e->msg, "cancelled");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int run_one(srv *S, srv_job *j, const char *text, const chunk *c, int k, void *vctx)
+{
+    run_ctx *ctx = vctx;
+    lql_session *s = j->sess->s;
+    lql_err e = {0};
+    const lql_stmt *failed = NULL;
+    lql_arena *ar = lql_arena_new();
+    cJSON *obj = cJSON_CreateObject();
+    char *out = NULL;
+    int rc;
+    if (!ar || !obj) {
+        rc = lql_errf(&e, LQL_ENOMEM, NULL, "out of memory");
+    } else {
+        cJSON_AddNumberToObject(obj, "statement", k);
+        if (ctx->mode < 0) {
+            rc = run_typed(s, text + c->off, c->len, obj, &failed, ar, &e);
+        } else {
+            rc = lql_eval(s, text + c->off, c->len, (lql_outmode)ctx->mode, &out, &e);
+            cJSON_AddStringToObject(obj, "output", out ? out : "");
+            if (out) srv_buf_add(&ctx->text, out, strlen(out));
+        }
+    }
+    if (rc == 0) {
+        if (j->stream) {
+            char *ev = cJSON_PrintUnformatted(obj);
+            if (ev) srv_emit(S, j, ev);
+            free(ev);
+        }
+        if (ctx->mode < 0) cJSON_AddItemToArray(ctx->results, obj);
+        else cJSON_Delete(obj);
+        free(out);
+        lql_arena_free(ar);
+        return 0;
+    }
+    /* the first failure ends the request */
+    place(&e, c);
+    int status = e.code == LQL_ENOMEM ? 500 : 400;
+    const char *code = err_code(e.code);
+    if (j->cancel == SRV_DEADLINE) {
+        status = 504; code = "deadline_exceeded";
+        snprintf(e.msg, sizeof e.msg, "the request's deadline passed: statement %d was stopped", k);
+    } else if (j->cancel == SRV_SESSION_GONE) {
+        status = 409; code = "session_deleted";
+        snprintf(e.msg, sizeof e.msg, "the session was deleted: statement %d was stopped", k);
+    }
+    fail(j, status, code, k, failed, &e);
+    if (j->stream) {
+        srv_emit(S, j, j->body.p);
+    } else {
+        /* what ran before the failure rides along beside the error */
+        cJSON *doc = cJSON_Parse(j->body.p);
+        if (doc && ctx->mode < 0) {
+            cJSON_AddItemToArray(ctx->results, obj);
+            obj = NULL;
+            cJSON_AddItemReferenceToObject(doc, "results", ctx->results);
+        } else if (doc) {
+            cJSON_AddStringToObject(doc, "output", ctx->text.p ? ctx->text.p : "");
+        }
+        char *t = doc ? cJSON_PrintUnformatted(doc) : NULL;
+        if (t) {
+            srv_buf_free(&j->body);
+            srv_buf_add(&j->body, t, strlen(t));
+        }
+        free(t);
+        cJSON_Delete(doc);
+    }
+    cJSON_Delete(obj);
+    free(out);
+    lql_arena_free(ar);
+    return -1;
+}
+
+static const char *mode_ctype(int mode)
+{
+    switch (mode) {
+    case LQL_OUT_JSON: return "application/json";
+    case LQL_OUT_JSONL: return "application/jsonl";
+    case LQL_OUT_CSV: return "text/csv; charset=utf-8";
+    case LQL_OUT_TSV: return "text/tab-separated-values; charset=utf-8";
+    default: return "application/json";
+    }
+}
+
+void srv_query_run(srv *S, srv_job *j)
+{
+    lql_err e = {0};
+    if (srv_sess_enter(S, j->sess, &e) < 0) {
+        fail(j, 500, "bind_failed", 0, NULL, &e);
+        if (j->stream) { srv_emit(S, j, j->body.p); srv_emit(S, j, "[DONE]"); }
+        return;
+    }
+    run_ctx ctx = {-1, cJSON_CreateArray(), {0}};
+    const char *f = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j->req, "format"));
+    lql_outmode m;
+    if (f && lql_outmode_parse(f, &m) == 0) ctx.mode = (int)m;
+    if (each_statement(S, j, 0, run_one, &ctx) == 0) {
+        j->status = 200;
+        srv_buf_free(&j->body);
+        if (ctx.mode >= 0) {
+            j->ctype = mode_ctype(ctx.mode);
+            srv_buf_add(&j->body, ctx.text.p ? ctx.text.p : "", ctx.text.n);
+        } else {
+            cJSON *doc = cJSON_CreateObject();
+            cJSON_AddItemReferenceToObject(doc, "results", ctx.results);
+            char *t = cJSON_PrintUnformatted(doc);
+            cJSON_Delete(doc);
+            j->ctype = "application/json";
+            if (t) srv_buf_add(&j->body, t, strlen(t));
+            else srv_job_error(j, 500, "out of memory", "server_error", "out_of_memory", NULL);
+            free(t);
+        }
+    }
+    if (j->stream) srv_emit(S, j, "[DONE]");
+    cJSON_Delete(ctx.results);
+    srv_buf_free(&ctx.text);
+}
