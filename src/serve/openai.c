@@ -14,31 +14,77 @@
 #include <unistd.h>
 
 #include "files.h"
+#include "jinja.h"
 #include "shell.h"
 #include "srv_int.h"
 
 /* ---------------------------------------------------------------- models */
 
-/* The chat-template status /v1/models reports (and chat completions refuse with). */
-static const char *template_status(const srv *S)
+/* A special token's text from tokenizer_config.json (a string or {"content": …}). */
+static char *special(const cJSON *cfg, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, k);
+    if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    return strdup(cJSON_IsString(v) ? v->valuestring : "");
+}
+
+/* The chat template: --chat-template FILE (a template, or a tokenizer_config.json holding
+ * one), else the container's tokenizer_config.json `chat_template` (a string, or the entry
+ * named "default" of a list), else its chat_template.jinja. Never guessed from the family:
+ * none found leaves chat disabled, as does one outside the subset (the status says why). */
+static int template_init(srv *S, lql_err *e)
 {
     char p[4096];
     snprintf(p, sizeof p, "%s/tokenizer_config.json", S->container);
-    char *text = lql_read_file(p, 16u << 20, NULL);
-    cJSON *cfg = text ? cJSON_Parse(text) : NULL;
-    int has = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template") != NULL;
-    cJSON_Delete(cfg);
+    char *text = lql_read_file(p, 16u << 20, NULL), *src = NULL;
+    cJSON *cfg = text ? cJSON_Parse(text) : NULL, *tcfg = NULL;
     free(text);
-    snprintf(p, sizeof p, "%s/chat_template.jinja", S->container);
-    has |= access(p, F_OK) == 0;
-    return has ? "unsupported: this build has no Jinja template engine" : "absent";
+    S->bos = special(cfg, "bos_token");
+    S->eos = special(cfg, "eos_token");
+    const char *from = S->o->chat_template;
+    if (from) {
+        src = lql_read_file(from, 16u << 20, NULL);
+        if (!src) {
+            cJSON_Delete(cfg);
+            return lql_errf(e, LQL_EEXEC, NULL, "--chat-template %s: cannot read it", from);
+        }
+        size_t n = strlen(from);
+        if (n > 5 && !strcmp(from + n - 5, ".json")) {
+            tcfg = cJSON_Parse(src);
+            free(src);
+            src = NULL;
+            cfg = tcfg ? (cJSON_Delete(cfg), tcfg) : cfg;
+            tcfg = NULL;
+        }
+    }
+    if (!src) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"), *x;
+        if (cJSON_IsArray(t))
+            cJSON_ArrayForEach(x, t)
+                if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "name")) ?: "", "default"))
+                    t = cJSON_GetObjectItemCaseSensitive(x, "template");
+        if (cJSON_IsString(t)) src = strdup(t->valuestring);
+    }
+    if (!src && !from) {
+        snprintf(p, sizeof p, "%s/chat_template.jinja", S->container);
+        src = lql_read_file(p, 16u << 20, NULL);
+    }
+    cJSON_Delete(cfg);
+    char err[256];
+    if (!src) snprintf(S->tmpl_status, sizeof S->tmpl_status, "absent");
+    else if ((S->tmpl = srv_tmpl_compile(src, strlen(src), err, sizeof err)))
+        snprintf(S->tmpl_status, sizeof S->tmpl_status, "ok");
+    else
+        snprintf(S->tmpl_status, sizeof S->tmpl_status, "unsupported: %s", err);
+    free(src);
+    return 0;
 }
 
 int srv_models_init(srv *S, lql_err *e)
 {
     if (srv_sess_enter(S, S->base, e) < 0) return -1;
     eng_model *m = NULL;
-    if (lql_session_model(S->base->s, NULL, &m, e) < 0) return -1;
+    if (lql_session_model(S->base->s, NULL, &m, e) < 0 || template_init(S, e) < 0) return -1;
     const vx_container *c = S->base->s->vx;
     const char *name = cJSON_GetStringValue(
         cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "model"));
@@ -61,7 +107,7 @@ int srv_models_init(srv *S, lql_err *e)
     cJSON_AddNumberToObject(o, "vocab", S->vocab);
     cJSON_AddNumberToObject(o, "context", S->context);
     cJSON_AddStringToObject(o, "index_sha256", vx_index_sha256(c));
-    cJSON_AddStringToObject(o, "chat_template", template_status(S));
+    cJSON_AddStringToObject(o, "chat_template", S->tmpl_status);
     cJSON_AddItemToArray(data, o);
     S->models = cJSON_PrintUnformatted(doc);
     cJSON_Delete(doc);
@@ -199,15 +245,27 @@ int srv_complete_check(srv *S, srv_job *j, int chat)
         return -1;
     }
     if (chat) {
-        snprintf(msg, sizeof msg, "chat completions need the model's chat template, which is "
-                 "%s", template_status(S));
-        srv_job_error(j, 400, msg, "invalid_request_error", "chat_template_unavailable", "messages");
-        return -1;
+        if (!S->tmpl) {
+            snprintf(msg, sizeof msg, "chat completions need the model's chat template, which is %.180s",
+                     S->tmpl_status);
+            srv_job_error(j, 400, msg, "invalid_request_error", "chat_template_unavailable", "messages");
+            return -1;
+        }
+        const cJSON *ms = item(j, "messages"), *x;
+        int ok = cJSON_IsArray(ms) && cJSON_GetArraySize(ms) > 0;
+        cJSON_ArrayForEach(x, ms) {
+            const cJSON *c = cJSON_GetObjectItemCaseSensitive(x, "content");
+            ok &= cJSON_IsObject(x) && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(x, "role")) &&
+                  (!c || cJSON_IsString(c) || cJSON_IsArray(c) || cJSON_IsNull(c));
+        }
+        if (!ok) return bad(j, "\"messages\" must be a non-empty array of {\"role\": string, "
+                            "\"content\": string or parts}", "messages");
+    } else {
+        const cJSON *p = item(j, "prompt");
+        if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1) p = cJSON_GetArrayItem(p, 0);
+        if (!cJSON_IsString(p) || !*p->valuestring)
+            return bad(j, "\"prompt\" must be a non-empty string", "prompt");
     }
-    const cJSON *p = item(j, "prompt");
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1) p = cJSON_GetArrayItem(p, 0);
-    if (!cJSON_IsString(p) || !*p->valuestring)
-        return bad(j, "\"prompt\" must be a non-empty string", "prompt");
     const cJSON *v = item(j, "max_tokens");
     if (v && !cJSON_IsNull(v) && (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble ||
                                    v->valuedouble < 1 || v->valuedouble > S->o->tokens_max)) {
@@ -260,23 +318,45 @@ typedef struct gen {
     int stopped;                /* a stop string ended it */
     char id[40];
     long created;
+    int chat;                   /* chat.completion shapes */
 } gen;
 
-static void emit_chunk(gen *g, const char *text, size_t n, const char *finish)
+/* The common members of every answer and chunk. */
+static cJSON *answer_head(const gen *g, int chunk)
 {
-    cJSON *doc = cJSON_CreateObject(), *ch = cJSON_CreateObject();
+    cJSON *doc = cJSON_CreateObject();
     cJSON_AddStringToObject(doc, "id", g->id);
-    cJSON_AddStringToObject(doc, "object", "text_completion");
+    cJSON_AddStringToObject(doc, "object", g->chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                   : "text_completion");
     cJSON_AddNumberToObject(doc, "created", (double)g->created);
     cJSON_AddStringToObject(doc, "model", g->S->model_id);
+    return doc;
+}
+
+/* One choice: text (completions) or a message / delta (chat). */
+static cJSON *choice(const gen *g, const char *text, size_t n, const char *finish, int chunk)
+{
+    cJSON *ch = cJSON_CreateObject();
     char *t = strndup(text, n);
-    cJSON_AddStringToObject(ch, "text", t ? t : "");
-    free(t);
     cJSON_AddNumberToObject(ch, "index", 0);
+    if (g->chat) {
+        cJSON *m = cJSON_AddObjectToObject(ch, chunk ? "delta" : "message");
+        if (!chunk || !g->emitted) cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddStringToObject(m, "content", t ? t : "");
+    } else {
+        cJSON_AddStringToObject(ch, "text", t ? t : "");
+    }
+    free(t);
     cJSON_AddNullToObject(ch, "logprobs");
     if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
     else cJSON_AddNullToObject(ch, "finish_reason");
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(doc, "choices"), ch);
+    return ch;
+}
+
+static void emit_chunk(gen *g, const char *text, size_t n, const char *finish)
+{
+    cJSON *doc = answer_head(g, 1);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(doc, "choices"), choice(g, text, n, finish, 1));
     char *ev = cJSON_PrintUnformatted(doc);
     if (ev) srv_emit(g->S, g->j, ev);
     free(ev);
@@ -325,8 +405,31 @@ void srv_complete_run(srv *S, srv_job *j)
 {
     eng_model *m;
     if (model_of(S, j, &m) < 0) goto streamed;
-    const cJSON *p = item(j, "prompt");
-    if (cJSON_IsArray(p)) p = cJSON_GetArrayItem(p, 0);
+    int chat = item(j, "messages") != NULL;
+    char *rendered = NULL;
+    const char *prompt_text;
+    if (chat) {
+        /* the template sees the request's messages; it writes BOS itself when it wants one */
+        cJSON *vars = cJSON_CreateObject();
+        char err[256];
+        cJSON_AddItemReferenceToObject(vars, "messages", item(j, "messages"));
+        cJSON_AddBoolToObject(vars, "add_generation_prompt", 1);
+        cJSON_AddStringToObject(vars, "bos_token", S->bos);
+        cJSON_AddStringToObject(vars, "eos_token", S->eos);
+        rendered = srv_tmpl_render(S->tmpl, vars, err, sizeof err);
+        cJSON_Delete(vars);
+        if (!rendered) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "the chat template: %s", err);
+            srv_job_error(j, 400, msg, "invalid_request_error", "template_error", "messages");
+            goto streamed;
+        }
+        prompt_text = rendered;
+    } else {
+        const cJSON *p = item(j, "prompt");
+        if (cJSON_IsArray(p)) p = cJSON_GetArrayItem(p, 0);
+        prompt_text = p->valuestring;
+    }
     const cJSON *v;
     int max = 16;
     eng_sampler sp = {1.0f, 0, 1.0f, 0};
@@ -336,10 +439,10 @@ void srv_complete_run(srv *S, srv_job *j)
     if ((v = item(j, "seed")) && cJSON_IsNumber(v)) sp.seed = (uint64_t)v->valuedouble;
     else if (getrandom(&sp.seed, sizeof sp.seed, 0) != (ssize_t)sizeof sp.seed) sp.seed = (uint64_t)time(NULL);
 
-    gen g = {.S = S, .j = j, .tok = eng_model_tokenizer(m), .max = max, .created = time(NULL)};
+    gen g = {.S = S, .j = j, .tok = eng_model_tokenizer(m), .max = max, .created = time(NULL), .chat = chat};
     unsigned char r[12];
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) memset(r, 0, sizeof r);
-    int o = snprintf(g.id, sizeof g.id, "cmpl-");
+    int o = snprintf(g.id, sizeof g.id, chat ? "chatcmpl-" : "cmpl-");
     for (int i = 0; i < 12; i++) o += snprintf(g.id + o, sizeof g.id - (size_t)o, "%02x", r[i]);
     if ((v = item(j, "stop")) && cJSON_IsString(v)) g.stops[g.nstops++] = v->valuestring;
     else if (cJSON_IsArray(v)) {
@@ -353,8 +456,11 @@ void srv_complete_run(srv *S, srv_job *j)
     size_t np = 0;
     vx_err ve = {0};
     eng_session *es = NULL;
-    if (eng_tok_encode(g.tok, p->valuestring, strlen(p->valuestring), 1, &prompt, &np, &ve) < 0) {
-        srv_job_error(j, 400, ve.msg, "invalid_request_error", "tokenize_failed", "prompt");
+    /* a rendered chat prompt carries its special tokens: adding them would double BOS */
+    int rc_tok = eng_tok_encode(g.tok, prompt_text, strlen(prompt_text), !chat, &prompt, &np, &ve);
+    free(rendered);
+    if (rc_tok < 0) {
+        srv_job_error(j, 400, ve.msg, "invalid_request_error", "tokenize_failed", chat ? "messages" : "prompt");
         goto streamed;
     }
     if ((int64_t)np + max > S->context) {
@@ -399,11 +505,7 @@ void srv_complete_run(srv *S, srv_job *j)
         emit_chunk(&g, text + g.emitted, n > g.emitted ? n - g.emitted : 0, finish);
         const cJSON *so = item(j, "stream_options");
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"))) {
-            cJSON *doc = cJSON_CreateObject();
-            cJSON_AddStringToObject(doc, "id", g.id);
-            cJSON_AddStringToObject(doc, "object", "text_completion");
-            cJSON_AddNumberToObject(doc, "created", (double)g.created);
-            cJSON_AddStringToObject(doc, "model", S->model_id);
+            cJSON *doc = answer_head(&g, 1);
             cJSON_AddArrayToObject(doc, "choices");
             cJSON_AddItemToObject(doc, "usage", usage);
             usage = NULL;
@@ -415,16 +517,8 @@ void srv_complete_run(srv *S, srv_job *j)
         cJSON_Delete(usage);
         srv_emit(S, j, "[DONE]");
     } else {
-        cJSON *doc = cJSON_CreateObject(), *ch = cJSON_CreateObject();
-        cJSON_AddStringToObject(doc, "id", g.id);
-        cJSON_AddStringToObject(doc, "object", "text_completion");
-        cJSON_AddNumberToObject(doc, "created", (double)g.created);
-        cJSON_AddStringToObject(doc, "model", S->model_id);
-        cJSON_AddStringToObject(ch, "text", text);
-        cJSON_AddNumberToObject(ch, "index", 0);
-        cJSON_AddNullToObject(ch, "logprobs");
-        cJSON_AddStringToObject(ch, "finish_reason", finish);
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(doc, "choices"), ch);
+        cJSON *doc = answer_head(&g, 0);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(doc, "choices"), choice(&g, text, strlen(text), finish, 0));
         cJSON_AddItemToObject(doc, "usage", usage);
         srv_job_json(j, 200, doc);
     }

@@ -16,6 +16,8 @@ typedef struct srv_opts {
     int port;                   /* 0: any free port (printed on stderr) */
     const char *api_key_file;   /* required for a non-loopback bind */
     int read_only;              /* 1: edits refused in sessions too */
+    const char *chat_template;  /* a template file (or a tokenizer_config.json holding one)
+                                   instead of the container's; NULL: the container's */
     size_t body_max;            /* request body cap (413), 1 MiB */
     size_t stmt_max;            /* one statement's text cap, 64 KiB */
     int stmts_max;              /* statements per request, 64 */

@@ -21,6 +21,7 @@
 #include <openssl/evp.h>
 
 #include "files.h"
+#include "jinja.h"
 #include "srv_int.h"
 
 void srv_opts_default(srv_opts *o)
@@ -650,6 +651,9 @@ out:
     free(S->key);
     free(S->models);
     free(S->model_id);
+    srv_tmpl_free(S->tmpl);
+    free(S->bos);
+    free(S->eos);
     pthread_cond_destroy(&S->prog);
     pthread_cond_destroy(&S->work);
     pthread_mutex_destroy(&S->mu);

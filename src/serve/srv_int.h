@@ -85,6 +85,9 @@ struct srv {
     char *key;                            /* API key, or NULL */
     size_t keyn;
     char *models;                         /* GET /v1/models, computed at start */
+    struct srv_tmpl *tmpl;                /* the chat template, NULL: chat disabled */
+    char tmpl_status[300];                /* "ok", "absent" or "unsupported: why" */
+    char *bos, *eos;                      /* the template's bos_token / eos_token */
     char *model_id;
     int context, vocab;
 };
