@@ -61,6 +61,11 @@ typedef struct lql_session {
     /* Long work reports progress here (the shell draws a bar on a terminal); may be NULL. */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
+
+    /* INFER … GENERATE hands each token here as it is chosen (the HTTP server streams
+     * them); a nonzero return stops the generation after that token. May be NULL. */
+    int (*on_token)(void *ctx, int32_t id);
+    void *token_ctx;
 } lql_session;
 
 /* A fresh session with nothing bound; free with lql_session_free. NULL on out-of-memory. */

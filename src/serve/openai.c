@@ -363,20 +363,22 @@ static void emit_chunk(gen *g, const char *text, size_t n, const char *finish)
     cJSON_Delete(doc);
 }
 
+size_t srv_text_ready(const char *text, size_t n)
+{
+    while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80) n--;
+    const char *fffd = "\xEF\xBF\xBD", *bad = NULL;
+    for (const char *p = strstr(text, fffd); p && (size_t)(p - text) < n; p = strstr(p + 1, fffd))
+        bad = p;
+    return bad ? (size_t)(bad - text) : n;
+}
+
 /* How many bytes of g->text may go out now: not a possible stop-string start, not an
- * unfinished UTF-8 sequence (the decoder shows one as U+FFFD until it completes). */
+ * unfinished character. */
 static size_t safe_len(const gen *g, int final)
 {
     size_t n = strlen(g->text);
     if (final) return n;
-    n = n > g->hold ? n - g->hold : 0;
-    while (n > 0 && ((unsigned char)g->text[n] & 0xC0) == 0x80) n--;
-    const char *fffd = "\xEF\xBF\xBD";
-    char *bad = NULL;
-    for (char *p = strstr(g->text, fffd); p && (size_t)(p - g->text) < n; p = strstr(p + 1, fffd))
-        bad = p;
-    if (bad) n = (size_t)(bad - g->text);
-    return n;
+    return srv_text_ready(g->text, n > g->hold ? n - g->hold : 0);
 }
 
 static int on_token(void *ctx, int32_t id)

@@ -102,6 +102,13 @@ static const char *refusal(srv *S, srv_job *j, const lql_stmt *st, int *status,
                  "paths on the server's host)", lql_kind_name(st->kind));
         return why;
     }
+    if (lql_has(st, LQL_C_GENERATE) && st->generate > S->o->tokens_max) {
+        *status = 400;
+        *at = &st->clause_at[LQL_C_GENERATE];
+        snprintf(why, sizeof why, "GENERATE %lld exceeds the server's cap of %d tokens",
+                 (long long)st->generate, S->o->tokens_max);
+        return why;
+    }
     if (d->cls == LQL_CLASS_EDIT && S->o->read_only)
         return "the server is read-only (--read-only): edits are refused";
     if (d->cls == LQL_CLASS_EDIT && j->sess == S->base)
@@ -316,6 +323,41 @@ static int run_typed(lql_session *s, const char *t, size_t n, cJSON *obj, const 
     return 0;
 }
 
+/* A streamed GENERATE: each token's text as an event while the statement runs. */
+typedef struct token_stream {
+    srv *S;
+    srv_job *j;
+    int stmt;
+    const eng_tokenizer *tok;
+    int32_t ids[1024];
+    int n;
+    size_t sent;
+} token_stream;
+
+static int stream_token(void *ctx, int32_t id)
+{
+    token_stream *ts = ctx;
+    if (ts->j->cancel) return 1;
+    if (ts->n == (int)(sizeof ts->ids / sizeof ts->ids[0])) return 0;
+    ts->ids[ts->n++] = id;
+    char *t = NULL;
+    vx_err ve = {0};
+    if (eng_tok_decode(ts->tok, ts->ids, (size_t)ts->n, 1, &t, &ve) < 0) return 0;
+    size_t ready = srv_text_ready(t, strlen(t));
+    cJSON *ev = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ev, "statement", ts->stmt);
+    cJSON_AddNumberToObject(ev, "token", id);
+    t[ready] = 0;
+    cJSON_AddStringToObject(ev, "text", ready > ts->sent ? t + ts->sent : "");
+    if (ready > ts->sent) ts->sent = ready;
+    char *e = cJSON_PrintUnformatted(ev);
+    if (e) srv_emit(ts->S, ts->j, e);
+    free(e);
+    cJSON_Delete(ev);
+    free(t);
+    return 0;
+}
+
 static int run_one(srv *S, srv_job *j, const char *text, const chunk *c, int k, void *vctx)
 {
     run_ctx *ctx = vctx;
@@ -326,6 +368,12 @@ static int run_one(srv *S, srv_job *j, const char *text, const chunk *c, int k, 
     cJSON *obj = cJSON_CreateObject();
     char *out = NULL;
     int rc;
+    token_stream *ts = j->stream ? calloc(1, sizeof *ts) : NULL;
+    if (ts && lql_session_tokenizer(s, NULL, &ts->tok, &e) == 0) {
+        *ts = (token_stream){.S = S, .j = j, .stmt = k, .tok = ts->tok};
+        s->on_token = stream_token;
+        s->token_ctx = ts;
+    }
     if (!ar || !obj) {
         rc = lql_errf(&e, LQL_ENOMEM, NULL, "out of memory");
     } else {
@@ -338,6 +386,9 @@ static int run_one(srv *S, srv_job *j, const char *text, const chunk *c, int k, 
             if (out) srv_buf_add(&ctx->text, out, strlen(out));
         }
     }
+    s->on_token = NULL;
+    s->token_ctx = NULL;
+    free(ts);
     if (rc == 0) {
         if (j->stream) {
             char *ev = cJSON_PrintUnformatted(obj);

@@ -150,6 +150,9 @@ void srv_complete_run(srv *S, srv_job *j);
 void srv_tokenize_run(srv *S, srv_job *j);
 void srv_detokenize_run(srv *S, srv_job *j);
 void srv_trace_run(srv *S, srv_job *j);
+/* How much of decoded text[0..n) may be streamed: up to a character the decoder has not
+ * finished (shown as U+FFFD until its last byte arrives). */
+size_t srv_text_ready(const char *text, size_t n);
 /* GET /v1/models, computed once at start from the base model (never queued). */
 int srv_models_init(srv *S, lql_err *e);
 

@@ -63,6 +63,20 @@ ok "$(code -H "Authorization: Bearer $(cat "$WORK/key")x" $U/v1/models)" 401 wro
 ok "$(code -H "Authorization: Bearer $(cat "$WORK/key")" $U/v1/models)" 200 key
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
 
+# encode snapshots a checkpoint's chat_template.jinja, and the server takes it from there
+mkdir -p "$WORK/ckpt"
+for f in "$ROOT"/tests/fixtures/models/tinyllama/*; do ln -s "$f" "$WORK/ckpt/"; done
+cp "$ROOT/tests/fixtures/chatml.jinja" "$WORK/ckpt/chat_template.jinja"
+"$LQL" -c "EXTRACT MODEL \"$WORK/ckpt\" INTO \"$WORK/chat.vindex3\";" >/dev/null
+cmp -s "$WORK/chat.vindex3/chat_template.jinja" "$ROOT/tests/fixtures/chatml.jinja"; ok $? 0 snapshot
+TMPDIR=$WORK "$LQL" "$WORK/chat.vindex3" --serve 127.0.0.1:0 2>"$WORK/err" & pids+=($!)
+for _ in $(seq 50); do grep -q serving "$WORK/err" && break; sleep 0.1; done
+PORT=$(grep -o '[0-9]*$' "$WORK/err" | head -1); U=http://127.0.0.1:$PORT
+code $U/v1/models >/dev/null
+grep -q '"chat_template":"ok"' "$WORK/body"; ok $? 0 template-from-container
+ok "$(code "${J[@]}" -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2}' $U/v1/chat/completions)" 200 chat
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
+
 # a non-loopback bind without a key does not start
 TMPDIR=$WORK timeout 10 "$LQL" "$WORK/tiny.vindex3" --serve 0.0.0.0:0 2>"$WORK/err"
 ok $? 1 non-loopback-needs-key

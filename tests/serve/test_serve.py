@@ -99,7 +99,9 @@ try:
     line = srv.stderr.readline().decode()
     check(line.startswith("lql: serving http://127.0.0.1:"), "listening line: %r" % line)
     PORT = int(line.strip().rsplit(":", 1)[1])
-    threading.Thread(target=lambda: [None for _ in srv.stderr], daemon=True).start()
+    server_log = []
+    threading.Thread(target=lambda: [server_log.append(l.decode("utf-8", "replace")) for l in srv.stderr],
+                     daemon=True).start()
 
     # ------------------------------------------------------------ health, models
     s, b, _ = req("GET", "/health")
@@ -141,6 +143,17 @@ try:
     ev = sse_events(b)
     check(s == 200 and len(ev) == 3 and ev[-1] == "[DONE]" and json.loads(ev[0])["kind"] == "INFER"
           and json.loads(ev[1])["kind"] == "STATS", "query stream %r" % ev[:3])
+
+    # streamed GENERATE: its tokens as they come, then the statement's table
+    s, b, _ = req("POST", "/v1/query", {"lql": stmts[9], "stream": True}, raw=True)
+    ev = [json.loads(x) for x in sse_events(b)[:-1]]
+    toks = [e for e in ev if "token" in e]
+    final = [e for e in ev if "tables" in e]
+    cont = final[0]["tables"][0]["rows"][0][1] if final else None
+    check(s == 200 and len(toks) == 12 and "".join(e["text"] for e in toks) == cont,
+          "streamed GENERATE tokens %r vs %r" % ("".join(e["text"] for e in toks), cont))
+    s, b, _ = query('INFER "x" GENERATE 600;')
+    check(s == 400 and "cap of 512" in b["error"]["message"], "GENERATE cap %s %s" % (s, b))
 
     # ------------------------------------------------------------ errors
     s, b, _ = query('INFER "x" TOP 3;\n  WALK nonsense;')
@@ -284,7 +297,18 @@ try:
     check(s == 200 and b["deleted"], "DELETE session")
     s, b, _ = req("GET", "/v1/sessions/%s" % A)
     check(s == 404, "deleted session is gone")
+    # deleting a session stops its running statement
+    slow = 'INFER "The capital of France is" GENERATE 240;' * 64
+    got = []
+    th = threading.Thread(target=lambda: got.append(req("POST", "/v1/query", {"lql": slow, "session": B})))
+    th.start()
+    time.sleep(0.5)
+    t0 = time.time()
     s, b, _ = req("DELETE", "/v1/sessions/%s" % B)
+    th.join(30)
+    dt = time.time() - t0
+    check(s == 200 and got and got[0][0] == 409 and got[0][1]["error"]["code"] == "session_deleted" and dt < 1.0,
+          "session deletion stops its statement (%.2f s): %s" % (dt, got and got[0][:2]))
     sess = []
     for i in range(9):
         s, b, _ = req("POST", "/v1/sessions")
@@ -294,7 +318,6 @@ try:
         req("DELETE", "/v1/sessions/%s" % b["id"])
 
     # ------------------------------------------------------------ deadline, hang-up, queue
-    slow = 'INFER "The capital of France is" GENERATE 240;' * 64
     t0 = time.time()
     s, b, _ = req("POST", "/v1/query", {"lql": slow}, headers={"X-Deadline-Ms": "1000"})
     dt = time.time() - t0
@@ -385,7 +408,8 @@ finally:
         srv.kill()
         srv.wait()
 
-check(srv.returncode == 0, "clean stop on SIGTERM (%s)" % srv.returncode)
+check(srv.returncode == 0, "clean stop on SIGTERM (%s); the server said:\n%s" % (
+    srv.returncode, "".join(server_log[-60:]) if "server_log" in globals() else ""))
 check(tree_digest(CONT) == digest0, "the base container's bytes are unchanged")
 check(sorted(os.listdir(WORK)) == beside, "nothing created beside the container: %s" % sorted(os.listdir(WORK)))
 print("%d passed, %d failed" % (passed, failed))
