@@ -21,6 +21,8 @@ typedef struct lexer {
     int n, cap;
     char *err;
     size_t errn;
+    const char *lpos;           /* line_at's memo: the line of lpos (positions mostly grow) */
+    int lline;
 } lexer;
 
 static int push(lexer *lx, int code, const char *s, size_t n, int64_t i, int line)
@@ -37,11 +39,11 @@ static int push(lexer *lx, int code, const char *s, size_t n, int64_t i, int lin
     return 0;
 }
 
-static int line_at(const lexer *lx, const char *p)
+static int line_at(lexer *lx, const char *p)
 {
-    int l = 1;
-    for (const char *q = lx->src; q < p; q++) l += *q == '\n';
-    return l;
+    if (!lx->lpos || p < lx->lpos) { lx->lpos = lx->src; lx->lline = 1; }
+    for (; lx->lpos < p; lx->lpos++) lx->lline += *lx->lpos == '\n';
+    return lx->lline;
 }
 
 /* A string literal's bytes with Python's common escapes resolved. */
@@ -184,7 +186,7 @@ bad:
 int jj_lex(const char *src, size_t n, jj_arena **a, jj_tok **out, int *nout, char *err,
            size_t errn)
 {
-    lexer lx = {src, src + n, a, NULL, 0, 0, err, errn};
+    lexer lx = {src, src + n, a, NULL, 0, 0, err, errn, NULL, 0};
     /* keep_trailing_newline off: one final newline is not output */
     if (n && src[n - 1] == '\n') lx.end--;
     const char *p = src;
