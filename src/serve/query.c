@@ -1,11 +1,11 @@
 /*
  * query.c — POST /v1/query {"lql", "session"?, "format"?, "stream"?}: the statements run
- * in order and stop at the first failure. With a format (json jsonl csv tsv) each
- * statement goes through lql_eval, the shell's own evaluation, so the body is the shell's
- * `.mode` output byte for byte; without one the answer is typed tables (column names and
- * types, numbers as the shell prints them). Statement classes (the statement table's cls
- * column) decide what may run: host-local statements never, edits only in a writable
- * session; file operands must be plain names and resolve in the session's sandbox.
+ * in order and stop at the first failure, each through lql_eval_to, the shell's own
+ * evaluation in its program modes (exact floats, notes apart), so a body in a format is the
+ * shell's stdout byte for byte and the typed answer (no format) is the shell's json frames.
+ * Statement classes (the statement table's cls column) decide what may run: host-local
+ * statements never, edits only in a writable session; file operands must be plain names and
+ * resolve in the session's sandbox.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,95 +233,11 @@ int srv_query_check(srv *S, srv_job *j)
 /* ---------------------------------------------------------------- running */
 
 typedef struct run_ctx {
-    int mode;                   /* lql_outmode, or -1: typed tables */
-    cJSON *results;             /* typed: one object per statement */
+    lql_render_opts render;     /* the shell's program mode: exact floats, notes apart */
+    int typed;                  /* no format: the json frames as the "results" array */
+    cJSON *results;
     srv_buf text;               /* a format's body so far */
 } run_ctx;
-
-static int is_json_number(const char *s)
-{
-    const char *p = s + (*s == '-');
-    if (*p < '0' || *p > '9') return 0;
-    if (*p == '0' && p[1] >= '0' && p[1] <= '9') return 0;
-    while (*p >= '0' && *p <= '9') p++;
-    if (*p == '.') {
-        p++;
-        if (*p < '0' || *p > '9') return 0;
-        while (*p >= '0' && *p <= '9') p++;
-    }
-    return *p == 0;
-}
-
-static const char *type_name(lql_coltype t)
-{
-    return t == LQL_INT ? "int" : t == LQL_FLOAT ? "float" : "text";
-}
-
-/* A result's tables and notes appended to the statement object. */
-static void add_result(cJSON *obj, const lql_result *r)
-{
-    cJSON *tables = cJSON_GetObjectItemCaseSensitive(obj, "tables");
-    cJSON *notes = cJSON_GetObjectItemCaseSensitive(obj, "notes");
-    for (size_t ti = 0; ti < lql_result_ntables(r); ti++) {
-        const lql_table *t = lql_result_table_at(r, ti);
-        cJSON *jt = cJSON_CreateObject(), *cols = cJSON_CreateArray(), *rows = cJSON_CreateArray();
-        const char *title = lql_table_title(t);
-        cJSON_AddItemToObject(jt, "title", title ? cJSON_CreateString(title) : cJSON_CreateNull());
-        int nc = lql_table_ncols(t);
-        for (int c = 0; c < nc; c++) {
-            const lql_colspec *cs = lql_table_col(t, c);
-            cJSON *jc = cJSON_CreateObject();
-            cJSON_AddStringToObject(jc, "name", cs->name);
-            cJSON_AddStringToObject(jc, "type", type_name(cs->type));
-            if (cs->type == LQL_FLOAT) cJSON_AddNumberToObject(jc, "precision", cs->precision);
-            cJSON_AddItemToArray(cols, jc);
-        }
-        for (size_t ri = 0; ri < lql_table_nrows(t); ri++) {
-            cJSON *row = cJSON_CreateArray();
-            for (int c = 0; c < nc; c++) {
-                const char *v = lql_table_cell(t, ri, c);
-                cJSON *cell;
-                if (lql_table_cell_is_null(t, ri, c)) cell = cJSON_CreateNull();
-                else if (lql_table_col(t, c)->type == LQL_TEXT) cell = cJSON_CreateString(v);
-                /* the digits the shell prints, as a JSON number (non-finite: null) */
-                else cell = is_json_number(v) ? cJSON_CreateRaw(v) : cJSON_CreateNull();
-                cJSON_AddItemToArray(row, cell);
-            }
-            cJSON_AddItemToArray(rows, row);
-        }
-        cJSON_AddItemToObject(jt, "columns", cols);
-        cJSON_AddItemToObject(jt, "rows", rows);
-        cJSON_AddItemToArray(tables, jt);
-    }
-    for (size_t ni = 0; ni < lql_result_nnotes(r); ni++)
-        cJSON_AddItemToArray(notes, cJSON_CreateString(lql_result_note_at(r, ni)));
-}
-
-/* One statement chain typed: parse, run each part, collect its tables. */
-static int run_typed(lql_session *s, const char *t, size_t n, cJSON *obj, const lql_stmt **failed,
-                     lql_arena *ar, lql_err *e)
-{
-    lql_stmt *st = NULL;
-    if (lql_parse(t, n, ar, &st, e) < 0) return -1;
-    cJSON_AddStringToObject(obj, "kind", lql_kind_name(st->kind));
-    cJSON_AddItemToObject(obj, "tables", cJSON_CreateArray());
-    cJSON_AddItemToObject(obj, "notes", cJSON_CreateArray());
-    for (const lql_stmt *one = st; one; one = one->next) {
-        lql_result *r = lql_result_new();
-        if (!r) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
-        memset(e, 0, sizeof *e);
-        int rc = lql_exec_one(s, one, r, e);
-        add_result(obj, r);               /* what a failed statement produced, as the shell */
-        lql_result_free(r);
-        if (rc < 0) {
-            *failed = one;
-            if (e->line == 0) { e->line = one->at.line; e->col = one->at.col; e->len = one->at.len; }
-            if (e->code == LQL_ECANCEL) snprintf(e->msg, sizeof e->msg, "cancelled");
-            return -1;
-        }
-    }
-    return 0;
-}
 
 /* A streamed GENERATE: each token's text as an event while the statement runs. */
 typedef struct token_stream {
@@ -345,7 +261,7 @@ static int stream_token(void *ctx, int32_t id)
     if (eng_tok_decode(ts->tok, ts->ids, (size_t)ts->n, 1, &t, &ve) < 0) return 0;
     size_t ready = srv_text_ready(t, strlen(t));
     cJSON *ev = cJSON_CreateObject();
-    cJSON_AddNumberToObject(ev, "statement", ts->stmt);
+    cJSON_AddNumberToObject(ev, "index", ts->stmt);
     cJSON_AddNumberToObject(ev, "token", id);
     t[ready] = 0;
     cJSON_AddStringToObject(ev, "text", ready > ts->sent ? t + ts->sent : "");
@@ -358,51 +274,78 @@ static int stream_token(void *ctx, int32_t id)
     return 0;
 }
 
+/* One statement chain through lql_eval_to, the shell's own evaluation (positions in
+ * request terms). Typed: its json frames join the results. */
 static int run_one(srv *S, srv_job *j, const char *text, const chunk *c, int k, void *vctx)
 {
     run_ctx *ctx = vctx;
     lql_session *s = j->sess->s;
     lql_err e = {0};
-    const lql_stmt *failed = NULL;
-    lql_arena *ar = lql_arena_new();
-    cJSON *obj = cJSON_CreateObject();
-    char *out = NULL;
-    int rc;
+    char *out = NULL, *notes = NULL;
+    size_t nout = 0, nnotes = 0;
+    FILE *fo = open_memstream(&out, &nout), *fn = open_memstream(&notes, &nnotes);
     token_stream *ts = j->stream ? calloc(1, sizeof *ts) : NULL;
     if (ts && lql_session_tokenizer(s, NULL, &ts->tok, &e) == 0) {
         *ts = (token_stream){.S = S, .j = j, .stmt = k, .tok = ts->tok};
         s->on_token = stream_token;
         s->token_ctx = ts;
     }
-    if (!ar || !obj) {
-        rc = lql_errf(&e, LQL_ENOMEM, NULL, "out of memory");
-    } else {
-        cJSON_AddNumberToObject(obj, "statement", k);
-        if (ctx->mode < 0) {
-            rc = run_typed(s, text + c->off, c->len, obj, &failed, ar, &e);
-        } else {
-            rc = lql_eval(s, text + c->off, c->len, (lql_outmode)ctx->mode, &out, &e);
-            cJSON_AddStringToObject(obj, "output", out ? out : "");
-            if (out) srv_buf_add(&ctx->text, out, strlen(out));
-        }
-    }
+    lql_eval_opts o = {ctx->render, 0, c->line, c->col};
+    int rc = fo && fn ? lql_eval_to(s, text + c->off, c->len, &o, fo, fn, &e)
+                      : lql_errf(&e, LQL_ENOMEM, NULL, "out of memory");
     s->on_token = NULL;
     s->token_ctx = NULL;
     free(ts);
-    if (rc == 0) {
-        if (j->stream) {
-            char *ev = cJSON_PrintUnformatted(obj);
-            if (ev) srv_emit(S, j, ev);
-            free(ev);
-        }
-        if (ctx->mode < 0) cJSON_AddItemToArray(ctx->results, obj);
-        else cJSON_Delete(obj);
+    if ((fo && fclose(fo) != 0) || (fn && fclose(fn) != 0) || !out || !notes) {
+        rc = lql_errf(&e, LQL_ENOMEM, NULL, "out of memory");
         free(out);
-        lql_arena_free(ar);
-        return 0;
+        out = NULL;
     }
+    /* what the statement printed, failed or not, as the shell prints it */
+    cJSON *frames = cJSON_CreateArray(), *notelist = cJSON_CreateArray();
+    for (char *l = notes, *nl; l && *l; l = nl ? nl + 1 : l + strlen(l)) {
+        nl = strchr(l, '\n');
+        if (nl) *nl = 0;
+        cJSON_AddItemToArray(notelist, cJSON_CreateString(strncmp(l, "-- ", 3) ? l : l + 3));
+    }
+    if (ctx->typed) {
+        for (char *l = out, *nl; l && *l; l = nl ? nl + 1 : l + strlen(l)) {
+            nl = strchr(l, '\n');
+            if (nl) *nl = 0;
+            /* kept as the shell wrote it: re-printing would round the exact floats */
+            cJSON *f = cJSON_CreateRaw(l);
+            if (f) cJSON_AddItemToArray(frames, f);
+        }
+    } else if (out) {
+        srv_buf_add(&ctx->text, out, nout);
+    }
+    if (j->stream) {
+        cJSON *ev = ctx->typed ? cJSON_CreateObject() : NULL;
+        if (ev) {
+            cJSON_AddNumberToObject(ev, "index", k);
+            cJSON_AddItemReferenceToObject(ev, "frames", frames);
+        } else {
+            ev = cJSON_CreateObject();
+            cJSON_AddNumberToObject(ev, "index", k);
+            cJSON_AddStringToObject(ev, "output", out ? out : "");
+            cJSON_AddItemReferenceToObject(ev, "notes", notelist);
+        }
+        char *t = cJSON_PrintUnformatted(ev);
+        if (t && (rc == 0 || cJSON_GetArraySize(frames) || (out && *out))) srv_emit(S, j, t);
+        free(t);
+        cJSON_Delete(ev);
+    }
+    if (ctx->typed) {
+        cJSON *f;
+        while ((f = cJSON_DetachItemFromArray(frames, 0))) cJSON_AddItemToArray(ctx->results, f);
+    }
+    cJSON_Delete(frames);
+    cJSON_Delete(notelist);
+    free(out);
+    free(notes);
+    if (rc == 0) return 0;
+
     /* the first failure ends the request */
-    place(&e, c);
     int status = e.code == LQL_ENOMEM ? 500 : 400;
     const char *code = err_code(e.code);
     if (j->cancel == SRV_DEADLINE) {
@@ -412,19 +355,14 @@ static int run_one(srv *S, srv_job *j, const char *text, const chunk *c, int k, 
         status = 409; code = "session_deleted";
         snprintf(e.msg, sizeof e.msg, "the session was deleted: statement %d was stopped", k);
     }
-    fail(j, status, code, k, failed, &e);
+    fail(j, status, code, k, NULL, &e);
     if (j->stream) {
         srv_emit(S, j, j->body.p);
     } else {
         /* what ran before the failure rides along beside the error */
         cJSON *doc = cJSON_Parse(j->body.p);
-        if (doc && ctx->mode < 0) {
-            cJSON_AddItemToArray(ctx->results, obj);
-            obj = NULL;
-            cJSON_AddItemReferenceToObject(doc, "results", ctx->results);
-        } else if (doc) {
-            cJSON_AddStringToObject(doc, "output", ctx->text.p ? ctx->text.p : "");
-        }
+        if (doc && ctx->typed) cJSON_AddItemReferenceToObject(doc, "results", ctx->results);
+        else if (doc) cJSON_AddStringToObject(doc, "output", ctx->text.p ? ctx->text.p : "");
         char *t = doc ? cJSON_PrintUnformatted(doc) : NULL;
         if (t) {
             srv_buf_free(&j->body);
@@ -433,16 +371,13 @@ static int run_one(srv *S, srv_job *j, const char *text, const chunk *c, int k, 
         free(t);
         cJSON_Delete(doc);
     }
-    cJSON_Delete(obj);
-    free(out);
-    lql_arena_free(ar);
     return -1;
 }
 
-static const char *mode_ctype(int mode)
+static const char *mode_ctype(lql_outmode mode)
 {
     switch (mode) {
-    case LQL_OUT_JSON: return "application/json";
+    case LQL_OUT_JSON: return "application/jsonl";
     case LQL_OUT_JSONL: return "application/jsonl";
     case LQL_OUT_CSV: return "text/csv; charset=utf-8";
     case LQL_OUT_TSV: return "text/tab-separated-values; charset=utf-8";
@@ -458,15 +393,15 @@ void srv_query_run(srv *S, srv_job *j)
         if (j->stream) { srv_emit(S, j, j->body.p); srv_emit(S, j, "[DONE]"); }
         return;
     }
-    run_ctx ctx = {-1, cJSON_CreateArray(), {0}};
+    run_ctx ctx = {{LQL_OUT_JSON, 1, 0, 0}, 1, cJSON_CreateArray(), {0}};
     const char *f = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j->req, "format"));
     lql_outmode m;
-    if (f && lql_outmode_parse(f, &m) == 0) ctx.mode = (int)m;
+    if (f && lql_outmode_parse(f, &m) == 0) { ctx.render.mode = m; ctx.typed = 0; }
     if (each_statement(S, j, 0, run_one, &ctx) == 0) {
         j->status = 200;
         srv_buf_free(&j->body);
-        if (ctx.mode >= 0) {
-            j->ctype = mode_ctype(ctx.mode);
+        if (!ctx.typed) {
+            j->ctype = mode_ctype(ctx.render.mode);
             srv_buf_add(&j->body, ctx.text.p ? ctx.text.p : "", ctx.text.n);
         } else {
             cJSON *doc = cJSON_CreateObject();

@@ -63,9 +63,9 @@ def query(lql, **kw):
 
 
 def cli(stmt, mode):
-    out = subprocess.run([LQL, CONT, "-c", ".mode %s\n%s" % (mode, stmt)], cwd=WORK,
-                         capture_output=True, timeout=120).stdout.decode()
-    return out.split("\n", 1)[1]       # the first line is the USE note of the command line
+    """What the shell prints on stdout (its notes go to stderr in the program modes)."""
+    return subprocess.run([LQL, CONT, "-c", ".mode %s\n%s" % (mode, stmt)], cwd=WORK,
+                          capture_output=True, timeout=120).stdout.decode()
 
 
 def tree_digest(d):
@@ -130,26 +130,30 @@ try:
     # several statements: the concatenation, as the shell prints them
     s, b, _ = req("POST", "/v1/query", {"lql": stmts[3] + "\n" + stmts[6], "format": "tsv"}, raw=True)
     check(s == 200 and b.decode() == cli(stmts[3] + "\n" + stmts[6], "tsv"), "two statements")
-    # typed: names, types, numbers as the shell prints them
+    # typed: the shell's json frames (names, types, exact numbers)
     s, b, _ = query(stmts[3])
-    t = b["results"][0]["tables"][0] if s == 200 else {}
-    check(s == 200 and [c["name"] for c in t["columns"]] == ["rank", "token", "prob"]
+    f = b["results"][0] if s == 200 else {}
+    t = f["tables"][0] if s == 200 else {}
+    tsv_prob = cli(stmts[3], "tsv").split("\n")[1].split("\t")[2]
+    check(s == 200 and f["statement"] == stmts[3][:-1] and f["error"] is None
+          and [c["name"] for c in t["columns"]] == ["rank", "token", "prob"]
           and [c["type"] for c in t["columns"]] == ["int", "text", "float"]
-          and t["rows"][0][0] == 1 and t["rows"][0][1] == " Par"
-          and "%.4f" % t["rows"][0][2] == cli(stmts[3], "tsv").split("\n")[1].split("\t")[2],
-          "typed INFER %s" % b)
-    # streamed query: one event per statement, then [DONE]
+          and t["rows"][0]["rank"] == 1 and t["rows"][0]["token"] == " Par"
+          and repr(t["rows"][0]["prob"]) == tsv_prob and b["results"] == [json.loads(cli(stmts[3], "json"))],
+          "typed INFER equals the shell's json frame %s" % b)
+    # streamed query: one event per statement (its frames), then [DONE]
     s, b, _ = req("POST", "/v1/query", {"lql": stmts[3] + stmts[6], "stream": True}, raw=True)
     ev = sse_events(b)
-    check(s == 200 and len(ev) == 3 and ev[-1] == "[DONE]" and json.loads(ev[0])["kind"] == "INFER"
-          and json.loads(ev[1])["kind"] == "STATS", "query stream %r" % ev[:3])
+    check(s == 200 and len(ev) == 3 and ev[-1] == "[DONE]" and json.loads(ev[0])["index"] == 1
+          and json.loads(ev[0])["frames"][0]["statement"].startswith("INFER")
+          and json.loads(ev[1])["frames"][0]["statement"] == "STATS", "query stream %r" % ev[:3])
 
     # streamed GENERATE: its tokens as they come, then the statement's table
     s, b, _ = req("POST", "/v1/query", {"lql": stmts[9], "stream": True}, raw=True)
     ev = [json.loads(x) for x in sse_events(b)[:-1]]
     toks = [e for e in ev if "token" in e]
-    final = [e for e in ev if "tables" in e]
-    cont = final[0]["tables"][0]["rows"][0][1] if final else None
+    final = [e for e in ev if "frames" in e]
+    cont = final[0]["frames"][0]["tables"][0]["rows"][0]["continuation"] if final else None
     check(s == 200 and len(toks) == 12 and "".join(e["text"] for e in toks) == cont,
           "streamed GENERATE tokens %r vs %r" % ("".join(e["text"] for e in toks), cont))
     s, b, _ = query('INFER "x" GENERATE 600;')
@@ -163,7 +167,8 @@ try:
     s, b, _ = query('INFER "The capital of France is" TOP 3; DESCRIBE "France" AT LAYER 9; STATS;')
     e = b.get("error", {}) if isinstance(b, dict) else {}
     check(s == 400 and e.get("statement") == 2 and len(b.get("results", [])) == 2
-          and e.get("kind") == "DESCRIBE", "stops at the first failure %s %s" % (s, b))
+          and b["results"][1]["error"]["message"] == e.get("message") and e.get("line") == 1
+          and e.get("col") == 59, "stops at the first failure %s %s" % (s, b))
     for st in ('USE "/etc";', 'EXTRACT MODEL "x" INTO "y";', 'COMPILE CURRENT INTO VINDEX "o";',
                'COMPACT;', 'REPRESENT "x" AS f16;', 'SHOW MODELS;'):
         s, b, _ = query(st)
