@@ -202,6 +202,7 @@ static int key_ok(srv *S, struct MHD_Connection *c)
 typedef struct req {
     srv_buf body;
     int too_big;
+    size_t dropped;             /* body bytes read past the cap */
 } req;
 
 typedef struct stream_ctx {
@@ -506,15 +507,21 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!rq) {
         if (!(rq = calloc(1, sizeof *rq))) return MHD_NO;
         *con_cls = rq;
+        /* a declared body over the cap is refused before a byte of it is read */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > d->S->o->body_max) rq->too_big = 1;
+        if (cl && strtoull(cl, NULL, 10) > d->S->o->body_max) {
+            rq->too_big = 1;
+            return route(d->S, c, url, method, rq, d->port);
+        }
         return MHD_YES;
     }
     if (*upload_n) {
         if (!rq->too_big && rq->body.n + *upload_n > d->S->o->body_max) rq->too_big = 1;
         if (!rq->too_big && srv_buf_add(&rq->body, upload, *upload_n) < 0) rq->too_big = 1;
+        /* a chunked body past the cap is read (and dropped) only so far: then the line goes */
+        rq->dropped += rq->too_big ? *upload_n : 0;
         *upload_n = 0;
-        return MHD_YES;
+        return rq->dropped > 4 * d->S->o->body_max ? MHD_NO : MHD_YES;
     }
     return route(d->S, c, url, method, rq, d->port);
 }

@@ -100,6 +100,14 @@ static char *render(const char *src, const char *vars_json)
     return out;
 }
 
+/* src rendered with vars gives want (or the error text want). */
+static void expect(const char *src, const char *vars_json, const char *want)
+{
+    char *o = render(src, vars_json);
+    CHECK_MSG(o && !strcmp(o, want), "%s\n   got: %s\n  want: %s", src, o ? o : "(null)", want);
+    free(o);
+}
+
 int main(void)
 {
     char conv_path[1024];
@@ -129,23 +137,15 @@ int main(void)
     refused("{% if x %}", "ends inside an open block");
 
     /* semantics the real templates lean on */
+    expect("{% set ns = namespace(n=0) %}{% for x in xs %}{% set ns.n = ns.n + x %}{% set y = 1 %}{% endfor %}"
+           "{{ ns.n }}|{{ y is defined }}|{{ xs[::-1] | tojson }}|{{ xs[1:] | length }}|{{ xs[-1] }}",
+           "{\"xs\": [1, 2, 3]}", "6|False|[3, 2, 1]|2|3");
+    expect("{%- for m in ms -%}\n  {{ loop.index0 }}{{ '/' if loop.first else ',' }}{{ m.r }}\n{%- endfor %}!",
+           "{\"ms\": [{\"r\": \"a\"}, {\"r\": \"b\"}]}", "0/a1,b!");
+    expect("{{ raise_exception('nope: ' + x) }}", "{\"x\": \"why\"}", "line 1: the template raised: nope: why");
+    expect("{{ s.split('</think>')[-1].lstrip('\\n') }}|{{ ' a b '.split() | join('-') }}|{{ 'x' in s }}",
+           "{\"s\": \"<think>r</think>\\n\\nans\"}", "ans|a-b|False");
     char *o;
-    o = render("{% set ns = namespace(n=0) %}{% for x in xs %}{% set ns.n = ns.n + x %}{% set y = 1 %}{% endfor %}"
-               "{{ ns.n }}|{{ y is defined }}|{{ xs[::-1] | tojson }}|{{ xs[1:] | length }}|{{ xs[-1] }}",
-               "{\"xs\": [1, 2, 3]}");
-    CHECK_STR(o, "6|False|[3, 2, 1]|2|3");
-    free(o);
-    o = render("{%- for m in ms -%}\n  {{ loop.index0 }}{{ '/' if loop.first else ',' }}{{ m.r }}\n{%- endfor %}!",
-               "{\"ms\": [{\"r\": \"a\"}, {\"r\": \"b\"}]}");
-    CHECK_STR(o, "0/a1,b!");
-    free(o);
-    o = render("{{ raise_exception('nope: ' + x) }}", "{\"x\": \"why\"}");
-    CHECK_STR(o, "line 1: the template raised: nope: why");
-    free(o);
-    o = render("{{ s.split('</think>')[-1].lstrip('\\n') }}|{{ ' a b '.split() | join('-') }}|{{ 'x' in s }}",
-               "{\"s\": \"<think>r</think>\\n\\nans\"}");
-    CHECK_STR(o, "ans|a-b|False");
-    free(o);
     o = render("{{ undefined_thing.attr }}", "{}");
     CHECK_HAS(o, "of an undefined value");
     free(o);
