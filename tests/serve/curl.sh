@@ -10,7 +10,7 @@ pass=0; fail=0; pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done' EXIT
 ok() { if [ "$1" = "$2" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $3: got $1, want $2"; fi; }
 
-"$LQL" -c "EXTRACT MODEL \"$ROOT/tests/fixtures/models/tinyllama\" INTO \"$WORK/tiny.vindex3\";" >/dev/null || exit 1
+"$LQL" -c "EXTRACT MODEL \"$ROOT/tests/fixtures/models/tinyllama\" INTO \"$WORK/tiny.vindex3\";" >/dev/null 2>&1 || exit 1
 
 start() {   # start ARGS...: sets PORT
   TMPDIR=$WORK "$LQL" "$WORK/tiny.vindex3" --serve "$@" 2>"$WORK/err" & pids+=($!)
@@ -67,7 +67,7 @@ kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
 mkdir -p "$WORK/ckpt"
 for f in "$ROOT"/tests/fixtures/models/tinyllama/*; do ln -s "$f" "$WORK/ckpt/"; done
 cp "$ROOT/tests/fixtures/chatml.jinja" "$WORK/ckpt/chat_template.jinja"
-"$LQL" -c "EXTRACT MODEL \"$WORK/ckpt\" INTO \"$WORK/chat.vindex3\";" >/dev/null
+"$LQL" -c "EXTRACT MODEL \"$WORK/ckpt\" INTO \"$WORK/chat.vindex3\";" >/dev/null 2>&1
 cmp -s "$WORK/chat.vindex3/chat_template.jinja" "$ROOT/tests/fixtures/chatml.jinja"; ok $? 0 snapshot
 TMPDIR=$WORK "$LQL" "$WORK/chat.vindex3" --serve 127.0.0.1:0 2>"$WORK/err" & pids+=($!)
 for _ in $(seq 50); do grep -q serving "$WORK/err" && break; sleep 0.1; done

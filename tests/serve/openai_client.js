@@ -23,7 +23,7 @@ const check = (ok, what) => { if (ok) passed++; else { failed++; console.log('FA
 fs.rmSync(work, { recursive: true, force: true });
 fs.mkdirSync(work, { recursive: true });
 const cont = path.join(work, 'tiny.vindex3');
-execFileSync(lql, ['-c', `EXTRACT MODEL "${root}/tests/fixtures/models/tinyllama" INTO "${cont}";`]);
+execFileSync(lql, ['-c', `EXTRACT MODEL "${root}/tests/fixtures/models/tinyllama" INTO "${cont}";`], { stdio: 'ignore' });
 const srv = spawn(lql, [cont, '--serve', '127.0.0.1:0', '--chat-template', path.join(root, 'tests/fixtures/chatml.jinja')], { env: { ...process.env, TMPDIR: work } });
 const killer = setTimeout(() => { srv.kill('SIGKILL'); process.exit(1); }, 240000);
 
