@@ -11,6 +11,7 @@ answers 504 within 1.5 s, the queue answers 503 when full. --soak adds 8 threads
 requests (answers equal serial ones) and RSS after 200 session cycles. Every loop is
 bounded; the server is killed at the end whatever happens. Prints `N passed, M failed`.
 """
+import array
 import hashlib
 import http.client
 import json
@@ -18,6 +19,7 @@ import os
 import random
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -308,6 +310,15 @@ try:
     _, d2, _ = req("GET", "/v1/sessions/%s/files/t.bin" % A, raw=True)
     check(s == 200 and r.getheader("Content-Type") == "application/octet-stream" and d == d2,
           "/v1/trace equals TRACE SAVE's bytes")
+    # the format BROWSE.md gives for numpy: header, ids, then residual = previous + deltas
+    magic, ver, n, layers, hidden = d[:8], *struct.unpack("<4I", d[8:24])
+    fl = array.array("f", d[32 + 4 * n:])
+    check(magic == b"LQLTRACE" and ver == 1 and layers == 4 and hidden == 256
+          and len(d) == 32 + 4 * n + 4 * n * (layers + 1) * 3 * hidden, "trace header %r" % d[:32])
+    row = lambda p_, l_, k_: fl[((p_ * (layers + 1) + l_) * 3 + k_) * hidden:][:hidden]
+    err_ = max(abs(row(n - 1, 2, 0)[i] - row(n - 1, 1, 0)[i] - row(n - 1, 2, 1)[i] - row(n - 1, 2, 2)[i])
+               for i in range(hidden))
+    check(err_ < 1e-3, "trace rows: residual = previous + attention + FFN (%g)" % err_)
     s, b, _ = req("DELETE", "/v1/sessions/%s" % A)
     check(s == 200 and b["deleted"], "DELETE session")
     s, b, _ = req("GET", "/v1/sessions/%s" % A)
