@@ -4,7 +4,7 @@
  *   lql [CONTAINER] -f FILE | -c "STATS;" (several, run in order) | < script.lql
  *   lql --test FILE.lql [--update]  golden test        lql --help-markdown
  *   lql CONTAINER --serve HOST:PORT [--api-key-file F] [--read-only] [--chat-template F]
- *                                   the HTTP service (docs/lql/SERVE.md)
+ *       [--limit NAME=VALUE]…       the HTTP service (docs/lql/SERVE.md)
  * Options (one or two dashes): -json -jsonl -csv -tsv -table -box -markdown, -header /
  * -noheader, -bail, -readonly, -cmd STMT (run first, repeatable), -init FILE (instead of
  * ~/.lqlrc, which is read only when interactive), --version, -h. SHELL.md documents them.
@@ -26,7 +26,7 @@ static void usage(FILE *f)
                "       lql --test FILE.lql [--update]\n"
                "       lql --help-markdown\n"
                "       lql CONTAINER --serve HOST:PORT [--api-key-file FILE] [--read-only]\n"
-               "                     [--chat-template FILE]   (docs/lql/SERVE.md)\n"
+               "                     [--chat-template FILE] [--limit NAME=VALUE]…   (docs/lql/SERVE.md)\n"
                "Statements come from STATEMENTS, -c and -f in the order given, else from stdin\n"
                "(an interactive shell on a terminal; a pipe runs each statement as its line ends).\n"
                "Options:\n"
@@ -92,6 +92,7 @@ int main(int argc, char **argv)
     action *acts = calloc((size_t)argc + 1, sizeof *acts), *cmds = calloc((size_t)argc + 1, sizeof *cmds);
     int nacts = 0, ncmds = 0, mode = -1, header = -1, bail = 0, readonly = 0;
     const char *serve_at = NULL;
+    int limits = 0;
     srv_opts so;
     srv_opts_default(&so);
     if (!acts || !cmds) { fprintf(stderr, "error: out of memory\n"); return 1; }
@@ -127,6 +128,16 @@ int main(int argc, char **argv)
         else if (strcmp(o, "serve") == 0 && has_arg) serve_at = argv[++i];
         else if (strcmp(o, "api-key-file") == 0 && has_arg) so.api_key_file = argv[++i];
         else if (strcmp(o, "chat-template") == 0 && has_arg) so.chat_template = argv[++i];
+        else if (strcmp(o, "limit") == 0 && has_arg) {
+            char msg[300];
+            if (srv_set_limit(&so, argv[++i], msg, sizeof msg) < 0) {
+                fprintf(stderr, "error: %s\n", msg);
+                free(acts);
+                free(cmds);
+                return 2;
+            }
+            limits = 1;
+        }
         else if (lql_outmode_parse(o, &m) == 0) mode = (int)m;
         else {
             fprintf(stderr, "lql: unknown option or missing argument: %s\n", argv[i]);
@@ -136,7 +147,7 @@ int main(int argc, char **argv)
     }
     if (early >= 0) { free(acts); free(cmds); return early; }
 
-    if (serve_at || so.api_key_file || so.chat_template) {
+    if (serve_at || so.api_key_file || so.chat_template || limits) {
         char msg[300];
         int ok = serve_at && container && !nacts && !ncmds && !init;
         free(acts);

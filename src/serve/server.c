@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <dirent.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,36 @@ void srv_opts_default(srv_opts *o)
     o->queue_max = 16;
     o->deadline_ms = 300000;
     o->trace_max = 64u << 20;
+}
+
+int srv_set_limit(srv_opts *o, const char *kv, char *msg, size_t msgn)
+{
+    static const struct { const char *name; size_t off; int is_size; } limits[] = {
+        {"body_max", offsetof(srv_opts, body_max), 1}, {"stmt_max", offsetof(srv_opts, stmt_max), 1},
+        {"stmts_max", offsetof(srv_opts, stmts_max), 0}, {"tokens_max", offsetof(srv_opts, tokens_max), 0},
+        {"sessions_max", offsetof(srv_opts, sessions_max), 0},
+        {"session_ttl_s", offsetof(srv_opts, session_ttl_s), 0},
+        {"queue_max", offsetof(srv_opts, queue_max), 0}, {"deadline_ms", offsetof(srv_opts, deadline_ms), 0},
+        {"trace_max", offsetof(srv_opts, trace_max), 1}};
+    const char *eq = strchr(kv, '=');
+    char *end;
+    long long v = eq ? strtoll(eq + 1, &end, 10) : 0;
+    for (size_t i = 0; eq && i < sizeof limits / sizeof limits[0]; i++) {
+        if (strlen(limits[i].name) != (size_t)(eq - kv) || strncmp(kv, limits[i].name, (size_t)(eq - kv))) continue;
+        if (!eq[1] || *end || v < 1 || v > (limits[i].is_size ? (1LL << 40) : 1000000000LL) ||
+            (!strcmp(limits[i].name, "sessions_max") && v > 64)) {
+            snprintf(msg, msgn, "--limit %s: the value must be a positive integer%s", kv,
+                     !strcmp(limits[i].name, "sessions_max") ? " up to 64" : "");
+            return -1;
+        }
+        char *f = (char *)o + limits[i].off;
+        if (limits[i].is_size) *(size_t *)f = (size_t)v;
+        else *(int *)f = (int)v;
+        return 0;
+    }
+    snprintf(msg, msgn, "--limit %s: expected NAME=VALUE with NAME one of body_max stmt_max stmts_max "
+             "tokens_max sessions_max session_ttl_s queue_max deadline_ms trace_max", kv);
+    return -1;
 }
 
 int srv_parse_listen(srv_opts *o, const char *spec, char *msg, size_t msgn)

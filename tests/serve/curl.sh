@@ -46,13 +46,23 @@ ok "$(code "${J[@]}" -d "{\"lql\":\"DELETE FROM EDGES WHERE layer = 0 AND featur
 ok "$(code -X DELETE $U/v1/sessions/$SID)" 200 delete
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
 
-# --read-only: edits refused in sessions too
-start 127.0.0.1:0 --read-only
+# --read-only: edits refused in sessions too; --limit sets each limit
+start 127.0.0.1:0 --read-only --limit session_ttl_s=1 --limit sessions_max=1 --limit trace_max=1000 \
+  --limit tokens_max=4 --limit stmts_max=2
 U=http://127.0.0.1:$PORT
 code -X POST $U/v1/sessions >/dev/null
 SID=$(sed 's/.*"id":"\([0-9a-f]*\)".*/\1/' "$WORK/body")
 ok "$(code "${J[@]}" -d "{\"lql\":\"UNDO;\",\"session\":\"$SID\"}" $U/v1/query)" 403 read-only
+ok "$(code -X POST $U/v1/sessions)" 429 sessions_max
+sleep 2.2
+ok "$(code -X POST $U/v1/sessions)" 201 ttl-frees-a-slot
+ok "$(code $U/v1/sessions/$SID)" 404 idle-session-dropped
+ok "$(code "${J[@]}" -d '{"prompt":"The capital"}' $U/v1/trace)" 413 trace_max
+ok "$(code "${J[@]}" -d '{"prompt":"Hi","max_tokens":5}' $U/v1/completions)" 400 tokens_max
+ok "$(code "${J[@]}" -d '{"lql":"STATS; STATS; STATS;"}' $U/v1/query)" 400 stmts_max
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
+"$LQL" "$WORK/tiny.vindex3" --serve 127.0.0.1:0 --limit nonsense=1 2>"$WORK/err"; ok $? 2 bad-limit
+grep -q 'expected NAME=VALUE' "$WORK/err"; ok $? 0 bad-limit-message
 
 # an API key: required when given, compared whole
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$WORK/key"

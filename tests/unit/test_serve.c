@@ -65,5 +65,14 @@ int main(void)
     CHECK(srv_parse_listen(&o, "127.0.0.1:70000", msg, sizeof msg) < 0);
     CHECK(srv_parse_listen(&o, "127.0.0.1:", msg, sizeof msg) < 0);
     CHECK(srv_parse_listen(&o, ":80", msg, sizeof msg) < 0);
+    CHECK(srv_set_limit(&o, "session_ttl_s=5", msg, sizeof msg) == 0 && o.session_ttl_s == 5);
+    CHECK(srv_set_limit(&o, "body_max=2048", msg, sizeof msg) == 0 && o.body_max == 2048);
+    CHECK(srv_set_limit(&o, "sessions_max=65", msg, sizeof msg) < 0);
+    CHECK_HAS(msg, "up to 64");
+    CHECK(srv_set_limit(&o, "queue_max=0", msg, sizeof msg) < 0);
+    CHECK(srv_set_limit(&o, "queue_max=", msg, sizeof msg) < 0);
+    CHECK(srv_set_limit(&o, "queue_max=3x", msg, sizeof msg) < 0);
+    CHECK(srv_set_limit(&o, "queue=3", msg, sizeof msg) < 0);
+    CHECK_HAS(msg, "NAME one of");
     return T_DONE();
 }
