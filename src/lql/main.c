@@ -132,9 +132,7 @@ int main(int argc, char **argv)
             char msg[300];
             if (srv_set_limit(&so, argv[++i], msg, sizeof msg) < 0) {
                 fprintf(stderr, "error: %s\n", msg);
-                free(acts);
-                free(cmds);
-                return 2;
+                early = 2;
             }
             limits = 1;
         }
