@@ -372,6 +372,14 @@ static int equal(jv a, jv b)
     }
 }
 
+/* Only ASCII bytes? (case mapping beyond ASCII is refused, not guessed) */
+static int ascii(jv s)
+{
+    for (size_t i = 0; i < s.n; i++)
+        if ((unsigned char)s.s[i] >= 0x80) return 0;
+    return 1;
+}
+
 /* Code points in a UTF-8 string. */
 static size_t u8len(const char *s, size_t n)
 {
@@ -405,14 +413,51 @@ static jv lookup(rctx *r, const char *s, size_t n)
     return undef;
 }
 
+/* The code point at s[i] (UTF-8; a stray byte counts as itself) and its length. */
+static uint32_t cp_at(const char *s, size_t n, size_t i, size_t *len)
+{
+    unsigned char c = (unsigned char)s[i];
+    int k = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    if (i + (size_t)k > n) k = 1;
+    uint32_t v = k == 1 ? c : c & (0x3F >> (k - 1));
+    for (int j = 1; j < k; j++) v = v << 6 | ((unsigned char)s[i + (size_t)j] & 0x3F);
+    *len = (size_t)k;
+    return v;
+}
+
+/* Python's str.isspace() for one code point. */
+static int py_space(uint32_t c)
+{
+    return c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F) || c == 0x85 ||
+           c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+           c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* Is a (Python) whitespace character at s[i]? *len its bytes. */
+static int space_at(const char *s, size_t n, size_t i, size_t *len)
+{
+    return py_space(cp_at(s, n, i, len));
+}
+
+/* The start of the character that ends at s[b - 1]. */
+static size_t char_before(const char *s, size_t b)
+{
+    size_t a = b - 1;
+    while (a > 0 && b - a < 4 && ((unsigned char)s[a] & 0xC0) == 0x80) a--;
+    return a;
+}
+
 /* Python's str.strip family: which = 1 left, 2 right, 3 both; chars NULL = whitespace. */
 static jv strip(jv s, const char *chars, size_t nchars, int which)
 {
-    size_t a = 0, b = s.n;
-    static const char ws[] = " \t\n\r\v\f\x1c\x1d\x1e\x1f";
-    if (!chars) { chars = ws; nchars = sizeof ws - 1; }
-    if (which & 1) while (a < b && memchr(chars, s.s[a], nchars)) a++;
-    if (which & 2) while (b > a && memchr(chars, s.s[b - 1], nchars)) b--;
+    size_t a = 0, b = s.n, k;
+    if (chars) {
+        if (which & 1) while (a < b && memchr(chars, s.s[a], nchars)) a++;
+        if (which & 2) while (b > a && memchr(chars, s.s[b - 1], nchars)) b--;
+        return vstr(s.s + a, b - a);
+    }
+    if (which & 1) while (a < b && space_at(s.s, s.n, a, &k)) a += k;
+    if (which & 2) while (b > a && space_at(s.s, s.n, char_before(s.s, b), &k)) b = char_before(s.s, b);
     return vstr(s.s + a, b - a);
 }
 
@@ -528,6 +573,8 @@ static jv filter(rctx *r, const jj_node *x)
         if (na && args[0].t != V_STR) return fail(r, x->line, "trim's characters must be a string");
         return strip(s, na ? args[0].s : NULL, na ? args[0].n : 0, 3);
     }
+    if ((IS("lower") || IS("upper")) && !ascii(s))
+        return fail(r, x->line, "%.*s of non-ASCII text is not supported (Unicode case mapping)", (int)fn, f);
     if (IS("lower") || IS("upper")) {
         char *o = jj_alloc(&r->ar, s.n + 1);
         if (!o) return fail(r, x->line, "out of memory");
@@ -626,7 +673,7 @@ static jv index_of(rctx *r, jv v, jv k, int line)
 static jv split(rctx *r, jv s, const jv *sep, int line)
 {
     size_t cnt = 0, i = 0;
-    jv out;
+    jv out = undef;
     if (sep && sep->t != V_NONE) {
         if (sep->t != V_STR || sep->n == 0) return fail(r, line, "split needs a non-empty separator");
         for (const char *p = s.s, *e = s.s + s.n;; cnt++) {
@@ -646,18 +693,17 @@ static jv split(rctx *r, jv s, const jv *sep, int line)
         }
         return out;
     }
-    static const char ws[] = " \t\n\r\v\f\x1c\x1d\x1e\x1f";
-    for (size_t k = 0; k < s.n;) {
-        while (k < s.n && strchr(ws, s.s[k])) k++;
-        if (k < s.n) cnt++;
-        while (k < s.n && !strchr(ws, s.s[k])) k++;
-    }
-    out = vlist(r, cnt);
-    for (size_t k = 0; k < s.n && !r->failed;) {
-        while (k < s.n && strchr(ws, s.s[k])) k++;
-        size_t a = k;
-        while (k < s.n && !strchr(ws, s.s[k])) k++;
-        if (k > a) out.l->v[i++] = vstr(s.s + a, k - a);
+    /* str.split(): runs of whitespace separate, none at the ends */
+    size_t len;
+    for (int pass = 0; pass < 2 && !r->failed; pass++) {
+        if (pass) out = vlist(r, cnt);
+        for (size_t k = 0; k < s.n && !r->failed;) {
+            while (k < s.n && space_at(s.s, s.n, k, &len)) k += len;
+            size_t a = k;
+            while (k < s.n && !space_at(s.s, s.n, k, &len)) k += len;
+            if (k > a && pass) out.l->v[i++] = vstr(s.s + a, k - a);
+            else if (k > a) cnt++;
+        }
     }
     return out;
 }
@@ -720,6 +766,8 @@ static jv method(rctx *r, const jj_node *x)
         }
         return keep(r, &b, x->line);
     }
+    if ((IS("upper") || IS("lower") || IS("title")) && !ascii(self))
+        return fail(r, x->line, "%.*s of non-ASCII text is not supported (Unicode case mapping)", (int)fn, f);
     if (IS("upper") || IS("lower") || IS("title")) {
         char *o = jj_alloc(&r->ar, self.n + 1);
         if (!o) return fail(r, x->line, "out of memory");

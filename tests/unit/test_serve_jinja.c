@@ -145,6 +145,12 @@ int main(void)
     expect("{{ raise_exception('nope: ' + x) }}", "{\"x\": \"why\"}", "line 1: the template raised: nope: why");
     expect("{{ s.split('</think>')[-1].lstrip('\\n') }}|{{ ' a b '.split() | join('-') }}|{{ 'x' in s }}",
            "{\"s\": \"<think>r</think>\\n\\nans\"}", "ans|a-b|False");
+    /* Python's whitespace (NBSP, ideographic space) for trim and split(); case mapping of
+     * non-ASCII text refused rather than guessed */
+    expect("[{{ s | trim }}]|{{ s.split() | join(',') }}|{{ s.strip() | length }}",
+           "{\"s\": \"\\u00a0 a\\u3000b \\n\\u2009\"}", "[a\u3000b]|a,b|3");
+    expect("{{ s | upper }}", "{\"s\": \"caf\\u00e9\"}", "line 1: upper of non-ASCII text is not supported (Unicode case mapping)");
+    expect("{{ s.title() }}", "{\"s\": \"hello world\"}", "Hello World");
     char *o;
     o = render("{{ undefined_thing.attr }}", "{}");
     CHECK_HAS(o, "of an undefined value");
