@@ -24,7 +24,10 @@ tmp = tempfile.mkdtemp()
 srv = subprocess.Popen([LQL, CONT, "--serve", "127.0.0.1:0"], stderr=subprocess.PIPE,
                        env=dict(os.environ, TMPDIR=tmp))
 try:
-    PORT = int(srv.stderr.readline().decode().strip().rsplit(":", 1)[1])
+    line = srv.stderr.readline().decode().strip()
+    if not line.startswith("lql: serving"):
+        sys.exit("the server did not start: " + line)
+    PORT = int(line.rsplit(":", 1)[1])
 
     def post(path, body, stream=False):
         c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
