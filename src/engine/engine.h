@@ -176,5 +176,10 @@ int32_t eng_sample(const eng_sampler *sp, float *logits, int n, uint64_t *rng_st
  * included). out receives up to max_new ids; *n_out the count. */
 int eng_generate(eng_session *s, const int32_t *prompt, int n_prompt, int max_new,
                  const eng_sampler *sp, int32_t *out, int *n_out, vx_err *err);
+/* eng_generate that hands each chosen token to on_token(ctx, id) before decoding on (a
+ * streaming server); a nonzero return stops after that token. on_token may be NULL. */
+int eng_generate_each(eng_session *s, const int32_t *prompt, int n_prompt, int max_new,
+                      const eng_sampler *sp, int (*on_token)(void *ctx, int32_t id), void *ctx,
+                      int32_t *out, int *n_out, vx_err *err);
 
 #endif

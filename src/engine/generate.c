@@ -1,6 +1,7 @@
 /*
  * generate.c — eng_generate: prefill the prompt as one batch, then decode one token at a
- * time, sampling with eng_sample and stopping after an eos id (which is kept).
+ * time, sampling with eng_sample and stopping after an eos id (which is kept) or when the
+ * caller's token hook says so.
  */
 #include <stdlib.h>
 #include "engine_int.h"
@@ -15,6 +16,13 @@ static uint64_t seed_state(uint64_t seed)
 int eng_generate(eng_session *s, const int32_t *prompt, int n_prompt, int max_new,
                  const eng_sampler *sp, int32_t *out, int *n_out, vx_err *err)
 {
+    return eng_generate_each(s, prompt, n_prompt, max_new, sp, NULL, NULL, out, n_out, err);
+}
+
+int eng_generate_each(eng_session *s, const int32_t *prompt, int n_prompt, int max_new,
+                      const eng_sampler *sp, int (*on_token)(void *ctx, int32_t id), void *ctx,
+                      int32_t *out, int *n_out, vx_err *err)
+{
     const eng_model *m = s->m;
     *n_out = 0;
     if (max_new <= 0) return 0;
@@ -28,6 +36,7 @@ int eng_generate(eng_session *s, const int32_t *prompt, int n_prompt, int max_ne
         out[(*n_out)++] = id;
         int stop = 0;
         for (int e = 0; e < m->n_eos; e++) stop |= id == m->eos[e];
+        if (on_token && on_token(ctx, id)) stop = 1;
         if (stop || i + 1 == max_new) break;
         rc = eng_forward(s, &id, 1, logits, NULL, err);
     }

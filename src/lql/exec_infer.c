@@ -143,7 +143,6 @@ static int predictions(lql_session *s, const lql_stmt *st, eng_model *m, const i
 static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int32_t *ids,
                     size_t n, lql_result *r, lql_err *e)
 {
-    (void)s;
     int max_new = (int)st->generate;
     if (max_new < 1) return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_GENERATE], "GENERATE needs at least 1 token");
     if ((int64_t)n + max_new > eng_model_context(m))
@@ -174,7 +173,9 @@ static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int3
     int n_out = 0;
     if (!out) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     int rc = eng_session_new(m, (int)n + max_new, &es, &ve);
-    if (rc == 0) rc = eng_generate(es, ids, (int)n, max_new, &sp, out, &n_out, &ve);
+    if (rc == 0)
+        rc = eng_generate_each(es, ids, (int)n, max_new, &sp, s->on_token, s->token_ctx, out,
+                               &n_out, &ve);
     eng_session_free(es);
     if (rc < 0) { free(out); return lql_err_vx(e, &ve, &st->at); }
     char *text = NULL;

@@ -13,16 +13,16 @@
 /* ---------------------------------------------------------------- the table */
 
 static const lql_stmt_def defs[] = {
-    {LQL_S_USE, "USE", lql_h_use,
+    {LQL_S_USE, "USE", lql_h_use, LQL_CLASS_LOCAL,
      "USE \"container\" {JOURNAL \"file\" | PROFILE \"name\"}",
      "Bind a VINDEX3 container for the statements that follow. JOURNAL names the overlay "
      "journal file (default: beside the container); PROFILE selects one of the container's "
      "declared execution profiles. Returns a note naming the model and its geometry."},
-    {LQL_S_TOKENIZE, "TOKENIZE", lql_h_tokenize,
+    {LQL_S_TOKENIZE, "TOKENIZE", lql_h_tokenize, LQL_CLASS_READ,
      "TOKENIZE \"text\"",
      "The bound model's tokens for text, special tokens applied as the model's tokenizer "
      "does: one row per token with position, id and vocabulary piece."},
-    {LQL_S_EXTRACT, "EXTRACT", lql_h_extract,
+    {LQL_S_EXTRACT, "EXTRACT", lql_h_extract, LQL_CLASS_LOCAL,
      "EXTRACT MODEL \"hf_dir\" INTO \"out\" {WITH (INFERENCE|ALL) | LAYERS ALL | "
      "DTYPE (f32|f16|bf16)}",
      "Encode a Hugging Face checkpoint directory into a new VINDEX3 container (written "
@@ -30,110 +30,110 @@ static const lql_stmt_def defs[] = {
      "the legacy name of INFERENCE. Refused: WITH BROWSE and LAYERS a-b (the encoder writes "
      "only complete containers) and quantised DTYPEs (q8_0, q4_k, …: encode, then REPRESENT "
      "\"object\" AS q8_0). Shows progress on a terminal."},
-    {LQL_S_STATS, "STATS", lql_h_stats,
+    {LQL_S_STATS, "STATS", lql_h_stats, LQL_CLASS_READ,
      "STATS",
      "Facts about the bound container: model, geometry, feature counts, layer bands with "
      "their features, features with down-meta, gate bytes, bytes on disk, path."},
-    {LQL_S_SHOW_LAYERS, "SHOW LAYERS", lql_h_show_layers,
+    {LQL_S_SHOW_LAYERS, "SHOW LAYERS", lql_h_show_layers, LQL_CLASS_READ,
      "SHOW LAYERS [range]",
      "One row per layer: attention operator, window, FFN kind, features and the bytes of "
      "the layer's operands; band, most frequent down-meta top token and its count, "
      "features with down-meta (overlay applied) and gate dtype."},
-    {LQL_S_SHOW_FEATURES, "SHOW FEATURES", lql_h_show_features,
+    {LQL_S_SHOW_FEATURES, "SHOW FEATURES", lql_h_show_features, LQL_CLASS_READ,
      "SHOW FEATURES layer {WHERE conds | LIMIT n}",
      "The FFN features of one layer with their output tokens (down-meta) and score."},
-    {LQL_S_SHOW_RELATIONS, "SHOW RELATIONS", lql_h_show_relations,
+    {LQL_S_SHOW_RELATIONS, "SHOW RELATIONS", lql_h_show_relations, LQL_CLASS_READ,
      "SHOW RELATIONS {AT LAYER n | WITH EXAMPLES}",
      "Relation labels and the output tokens they lead to."},
-    {LQL_S_SHOW_ENTITIES, "SHOW ENTITIES", lql_h_show_entities,
+    {LQL_S_SHOW_ENTITIES, "SHOW ENTITIES", lql_h_show_entities, LQL_CLASS_READ,
      "SHOW ENTITIES {AT LAYER n | LIMIT n}",
      "Entity-like output tokens (capitalised words) with their feature counts and scores."},
-    {LQL_S_SHOW_MODELS, "SHOW MODELS", lql_h_show_models,
+    {LQL_S_SHOW_MODELS, "SHOW MODELS", lql_h_show_models, LQL_CLASS_LOCAL,
      "SHOW MODELS",
      "Containers (directories holding index.json) in the current directory; needs no "
      "binding."},
-    {LQL_S_SHOW_COMPONENTS, "SHOW COMPONENTS", lql_h_show_components,
+    {LQL_S_SHOW_COMPONENTS, "SHOW COMPONENTS", lql_h_show_components, LQL_CLASS_READ,
      "SHOW COMPONENTS",
      "The components of the bound container's system graph with their role and layers."},
-    {LQL_S_SHOW_REPRESENTATIONS, "SHOW REPRESENTATIONS", lql_h_show_representations,
+    {LQL_S_SHOW_REPRESENTATIONS, "SHOW REPRESENTATIONS", lql_h_show_representations, LQL_CLASS_READ,
      "SHOW REPRESENTATIONS",
      "Each logical object's representations: dtype, fidelity, segments and bytes."},
-    {LQL_S_SHOW_PATCHES, "SHOW PATCHES", lql_h_show_patches,
+    {LQL_S_SHOW_PATCHES, "SHOW PATCHES", lql_h_show_patches, LQL_CLASS_READ,
      "SHOW PATCHES",
      "The patches in the overlay with their operation counts."},
-    {LQL_S_SHOW_HISTORY, "SHOW HISTORY", lql_h_show_history,
+    {LQL_S_SHOW_HISTORY, "SHOW HISTORY", lql_h_show_history, LQL_CLASS_READ,
      "SHOW HISTORY",
      "The journal's statements, numbered for ROLLBACK TO."},
-    {LQL_S_WALK, "WALK", lql_h_walk,
+    {LQL_S_WALK, "WALK", lql_h_walk, LQL_CLASS_READ,
      "WALK \"prompt\" {TOP n | LAYERS range | MODE (HYBRID|PURE|DENSE) | COMPARE}",
      "Feature scan without attention: the prompt's last-token embedding (times the "
      "embedding scale) against every layer's gate rows; per layer the features with the "
      "largest |gate·q| (HYBRID), the largest signed gate·q (PURE) or the largest "
      "|act(gate·q)·(up·q)| (DENSE, reads the up rows too), with their output tokens."},
-    {LQL_S_EXPLAIN_WALK, "EXPLAIN WALK", lql_h_explain_walk,
+    {LQL_S_EXPLAIN_WALK, "EXPLAIN WALK", lql_h_explain_walk, LQL_CLASS_READ,
      "EXPLAIN WALK \"prompt\" {LAYERS range | TOP n | VERBOSE | MODE (HYBRID|PURE|DENSE)}",
      "The WALK scan one hit per row, with the plan: query token, layers, bytes read."},
-    {LQL_S_DESCRIBE, "DESCRIBE", lql_h_describe,
+    {LQL_S_DESCRIBE, "DESCRIBE", lql_h_describe, LQL_CLASS_READ,
      "DESCRIBE \"entity\" {ALL LAYERS | SYNTAX | KNOWLEDGE | OUTPUT | AT LAYER n | "
      "RELATIONS ONLY | BRIEF | VERBOSE | RAW}",
      "What the model associates with an entity: edges (relation, target token, gate "
      "strength, layers) grouped into the container's syntax / knowledge / output bands."},
-    {LQL_S_SELECT, "SELECT", lql_h_select,
+    {LQL_S_SELECT, "SELECT", lql_h_select, LQL_CLASS_READ,
      "SELECT (*|field, …) FROM (EDGES|FEATURES|ENTITIES) {NEAREST TO \"x\" AT LAYER n | "
      "WHERE cond AND … | ORDER BY field [ASC|DESC] | LIMIT n}",
      "Query edges, features or entities. Conditions: = != > < >= <= LIKE IN (…) on "
      "layer, feature, token/entity, relation, score/confidence."},
-    {LQL_S_INFER, "INFER", lql_h_infer,
+    {LQL_S_INFER, "INFER", lql_h_infer, LQL_CLASS_READ,
      "INFER \"prompt\" {TOP n | GENERATE n | TEMPERATURE x | TOP_P x | SEED n | COMPARE}",
      "A full forward pass (overlay applied): the next-token distribution as rank, token, "
      "prob (TOP, default 5). GENERATE n continues the prompt greedily, or sampled with "
      "TEMPERATURE / TOP_P / SEED. COMPARE shows the base model beside the effective one."},
-    {LQL_S_EXPLAIN_INFER, "EXPLAIN INFER", lql_h_explain_infer,
+    {LQL_S_EXPLAIN_INFER, "EXPLAIN INFER", lql_h_explain_infer, LQL_CLASS_READ,
      "EXPLAIN INFER \"prompt\" {TOP n | WITH ATTENTION | ALL LAYERS | SYNTAX | KNOWLEDGE "
      "| OUTPUT | LAYERS range}",
      "The prediction plus the features that fired per layer; WITH ATTENTION adds the "
      "most-attended token and the logit-lens top-1 per layer."},
-    {LQL_S_TRACE, "TRACE", lql_h_trace,
+    {LQL_S_TRACE, "TRACE", lql_h_trace, LQL_CLASS_READ,
      "TRACE (\"prompt\" | FROM \"file\") {FOR \"token\" | DECOMPOSE | LAYERS range | "
      "POSITIONS (ALL|LAST) | SAVE \"file\"}",
      "Logit lens per layer: top-1 and probability, |attention delta|, |FFN delta|; with "
      "FOR, the token's rank and probability per layer and what pushed it. SAVE \"file\" "
      "keeps the recorded trace; TRACE FROM \"file\" shows a saved one without running the "
      "prompt again."},
-    {LQL_S_INSERT, "INSERT", lql_h_insert,
+    {LQL_S_INSERT, "INSERT", lql_h_insert, LQL_CLASS_EDIT,
      "INSERT INTO EDGES (entity, relation, target) VALUES (\"e\", \"r\", \"t\") {AT LAYER n "
      "| CONFIDENCE x | ALPHA x | MODE (KNN|COMPOSE|MEMIT)}",
      "Add a fact to the overlay (journaled; the base container is never written)."},
-    {LQL_S_DELETE, "DELETE", lql_h_delete,
+    {LQL_S_DELETE, "DELETE", lql_h_delete, LQL_CLASS_EDIT,
      "DELETE FROM EDGES WHERE cond AND …",
      "Tombstone the matching features in the overlay."},
-    {LQL_S_UPDATE, "UPDATE", lql_h_update,
+    {LQL_S_UPDATE, "UPDATE", lql_h_update, LQL_CLASS_EDIT,
      "UPDATE EDGES SET field = value, … WHERE cond AND …",
      "Override the matching features' metadata or vectors in the overlay."},
-    {LQL_S_BEGIN_PATCH, "BEGIN PATCH", lql_h_begin_patch,
+    {LQL_S_BEGIN_PATCH, "BEGIN PATCH", lql_h_begin_patch, LQL_CLASS_EDIT,
      "BEGIN PATCH \"name\"", "Start recording edits into a named patch."},
-    {LQL_S_SAVE_PATCH, "SAVE PATCH", lql_h_save_patch,
+    {LQL_S_SAVE_PATCH, "SAVE PATCH", lql_h_save_patch, LQL_CLASS_EDIT,
      "SAVE PATCH [\"file.vlp\"]", "Write the current patch as a .vlp JSON file."},
-    {LQL_S_APPLY_PATCH, "APPLY PATCH", lql_h_apply_patch,
+    {LQL_S_APPLY_PATCH, "APPLY PATCH", lql_h_apply_patch, LQL_CLASS_EDIT,
      "APPLY PATCH \"file.vlp\"", "Apply a .vlp patch on top of the overlay."},
-    {LQL_S_REMOVE_PATCH, "REMOVE PATCH", lql_h_remove_patch,
+    {LQL_S_REMOVE_PATCH, "REMOVE PATCH", lql_h_remove_patch, LQL_CLASS_EDIT,
      "REMOVE PATCH \"name\"", "Remove a patch from the overlay."},
-    {LQL_S_UNDO, "UNDO", lql_h_undo,
+    {LQL_S_UNDO, "UNDO", lql_h_undo, LQL_CLASS_EDIT,
      "UNDO", "Step back one edit statement in the journal."},
-    {LQL_S_ROLLBACK, "ROLLBACK", lql_h_rollback,
+    {LQL_S_ROLLBACK, "ROLLBACK", lql_h_rollback, LQL_CLASS_EDIT,
      "ROLLBACK TO n", "Step back to history entry n (SHOW HISTORY numbers them)."},
-    {LQL_S_DIFF, "DIFF", lql_h_diff,
+    {LQL_S_DIFF, "DIFF", lql_h_diff, LQL_CLASS_READ,
      "DIFF (\"a\"|CURRENT) (\"b\"|CURRENT) {LAYER n | RELATION \"r\" | LIMIT n | PHYSICAL | "
      "INTO PATCH \"file.vlp\"}",
      "Logical difference of two effective model states: changed features and per-tensor "
      "value deltas."},
-    {LQL_S_COMPILE, "COMPILE", lql_h_compile,
+    {LQL_S_COMPILE, "COMPILE", lql_h_compile, LQL_CLASS_LOCAL,
      "COMPILE CURRENT INTO VINDEX \"out\" {ON CONFLICT (LAST_WINS|HIGHEST_CONFIDENCE|FAIL)}",
      "Materialise base + overlay as a new container stamped authority: derived."},
-    {LQL_S_COMPACT, "COMPACT", lql_h_compact,
+    {LQL_S_COMPACT, "COMPACT", lql_h_compact, LQL_CLASS_LOCAL,
      "COMPACT [\"container\"] {INTO VINDEX \"out\"}",
      "Reorganise a container's storage with the same semantics, naming every file dropped."},
-    {LQL_S_REPRESENT, "REPRESENT", lql_h_represent,
+    {LQL_S_REPRESENT, "REPRESENT", lql_h_represent, LQL_CLASS_LOCAL,
      "REPRESENT \"object\" AS dtype",
      "Add a representation of a logical object in another dtype."},
 };
@@ -166,7 +166,7 @@ const lql_stmt_def *lql_stmt_def_find(const char *name)
     return NULL;
 }
 
-static const lql_stmt_def *def_of(lql_kind k)
+const lql_stmt_def *lql_stmt_def_of(lql_kind k)
 {
     for (size_t i = 0; i < NDEFS; i++)
         if (defs[i].kind == k) return &defs[i];
@@ -175,7 +175,7 @@ static const lql_stmt_def *def_of(lql_kind k)
 
 int lql_exec_one(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
-    const lql_stmt_def *d = def_of(st->kind);
+    const lql_stmt_def *d = lql_stmt_def_of(st->kind);
     if (!d) return lql_errf(e, LQL_EEXEC, &st->at, "no handler for %s", lql_kind_name(st->kind));
     return d->handler(s, st, r, e);
 }

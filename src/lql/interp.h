@@ -61,6 +61,11 @@ typedef struct lql_session {
     /* Long work reports progress here (the shell draws a bar on a terminal); may be NULL. */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
+
+    /* INFER … GENERATE hands each token here as it is chosen (the HTTP server streams
+     * them); a nonzero return stops the generation after that token. May be NULL. */
+    int (*on_token)(void *ctx, int32_t id);
+    void *token_ctx;
 } lql_session;
 
 /* A fresh session with nothing bound; free with lql_session_free. NULL on out-of-memory. */
@@ -156,10 +161,19 @@ int lql_encode_container(const char *hf_dir, const char *out_dir, int dtype,
 
 /* ---------------------------------------------------------------- the statement table */
 
+/* What a statement may touch, for callers that run statements on someone else's behalf
+ * (the HTTP server): 0 is no class, so a row left without one is caught by test_serve. */
+typedef enum lql_stmt_class {
+    LQL_CLASS_READ = 1,         /* reads the effective model (file operands aside) */
+    LQL_CLASS_EDIT,             /* changes the session's overlay journal */
+    LQL_CLASS_LOCAL             /* binds, writes or lists host paths: never over HTTP */
+} lql_stmt_class;
+
 typedef struct lql_stmt_def {
     lql_kind kind;
     const char *name;           /* "SHOW LAYERS" */
     lql_handler handler;
+    lql_stmt_class cls;
     const char *usage;          /* the full syntax, clauses in {} may come in any order */
     const char *help;           /* one paragraph: what it does and returns */
 } lql_stmt_def;
@@ -168,6 +182,8 @@ typedef struct lql_stmt_def {
 const lql_stmt_def *lql_stmt_defs(size_t *n);
 /* The entry for a statement name ("walk", "SHOW LAYERS", case-insensitive), or NULL. */
 const lql_stmt_def *lql_stmt_def_find(const char *name);
+/* The entry for a statement kind, or NULL. */
+const lql_stmt_def *lql_stmt_def_of(lql_kind k);
 
 /* Run one statement chain (`a |> b` runs a then b into the same result). Stops at the
  * first failure. */

@@ -3,6 +3,8 @@
  *   lql [OPTIONS] [CONTAINER] [STATEMENTS]   interactive shell when stdin is a terminal
  *   lql [CONTAINER] -f FILE | -c "STATS;" (several, run in order) | < script.lql
  *   lql --test FILE.lql [--update]  golden test        lql --help-markdown
+ *   lql CONTAINER --serve HOST:PORT [--api-key-file F] [--read-only] [--chat-template F]
+ *       [--limit NAME=VALUE]…       the HTTP service (docs/lql/SERVE.md)
  * Options (one or two dashes): -json -jsonl -csv -tsv -table -box -markdown, -header /
  * -noheader, -bail, -readonly, -cmd STMT (run first, repeatable), -init FILE (instead of
  * ~/.lqlrc, which is read only when interactive), --version, -h. SHELL.md documents them.
@@ -15,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "serve.h"
 #include "shell.h"
 
 static void usage(FILE *f)
@@ -22,6 +25,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: lql [OPTIONS] [CONTAINER] [STATEMENTS]\n"
                "       lql --test FILE.lql [--update]\n"
                "       lql --help-markdown\n"
+               "       lql CONTAINER --serve HOST:PORT [--api-key-file FILE] [--read-only]\n"
+               "                     [--chat-template FILE] [--limit NAME=VALUE]…   (docs/lql/SERVE.md)\n"
                "Statements come from STATEMENTS, -c and -f in the order given, else from stdin\n"
                "(an interactive shell on a terminal; a pipe runs each statement as its line ends).\n"
                "Options:\n"
@@ -86,6 +91,10 @@ int main(int argc, char **argv)
     const char *container = NULL, *init = NULL;
     action *acts = calloc((size_t)argc + 1, sizeof *acts), *cmds = calloc((size_t)argc + 1, sizeof *cmds);
     int nacts = 0, ncmds = 0, mode = -1, header = -1, bail = 0, readonly = 0;
+    const char *serve_at = NULL;
+    int limits = 0;
+    srv_opts so;
+    srv_opts_default(&so);
     if (!acts || !cmds) { fprintf(stderr, "error: out of memory\n"); return 1; }
     int early = -1;             /* set by an option that ends the run before it starts */
     for (int i = 1; i < argc && early < 0; i++) {
@@ -115,7 +124,18 @@ int main(int argc, char **argv)
         else if (strcmp(o, "init") == 0 && has_arg) init = argv[++i];
         else if (strcmp(o, "header") == 0 || strcmp(o, "noheader") == 0) header = o[0] == 'h';
         else if (strcmp(o, "bail") == 0) bail = 1;
-        else if (strcmp(o, "readonly") == 0) readonly = 1;
+        else if (strcmp(o, "readonly") == 0 || strcmp(o, "read-only") == 0) readonly = 1;
+        else if (strcmp(o, "serve") == 0 && has_arg) serve_at = argv[++i];
+        else if (strcmp(o, "api-key-file") == 0 && has_arg) so.api_key_file = argv[++i];
+        else if (strcmp(o, "chat-template") == 0 && has_arg) so.chat_template = argv[++i];
+        else if (strcmp(o, "limit") == 0 && has_arg) {
+            char msg[300];
+            if (srv_set_limit(&so, argv[++i], msg, sizeof msg) < 0) {
+                fprintf(stderr, "error: %s\n", msg);
+                early = 2;
+            }
+            limits = 1;
+        }
         else if (lql_outmode_parse(o, &m) == 0) mode = (int)m;
         else {
             fprintf(stderr, "lql: unknown option or missing argument: %s\n", argv[i]);
@@ -124,6 +144,18 @@ int main(int argc, char **argv)
         }
     }
     if (early >= 0) { free(acts); free(cmds); return early; }
+
+    if (serve_at || so.api_key_file || so.chat_template || limits) {
+        char msg[300];
+        int ok = serve_at && container && !nacts && !ncmds && !init;
+        free(acts);
+        free(cmds);
+        if (!ok) { usage(stderr); return 2; }
+        if (srv_parse_listen(&so, serve_at, msg, sizeof msg) < 0) { fprintf(stderr, "error: %s\n", msg); return 2; }
+        so.container = container;
+        so.read_only = readonly;
+        return srv_run(&so);
+    }
 
     lql_shell sh;
     if (lql_shell_init(&sh) < 0) { fprintf(stderr, "error: out of memory\n"); free(acts); free(cmds); return 1; }

@@ -637,7 +637,8 @@ static int encode(const char *hf_dir, const char *out_dir, const vx_encode_opts 
     static const char *const snapshots[] = {"tokenizer.json", "tokenizer_config.json",
                                             "generation_config.json", "special_tokens_map.json",
                                             "config.json", "added_tokens.json", "vocab.json",
-                                            "merges.txt", "tokenizer.model"};
+                                            "merges.txt", "tokenizer.model",
+                                            "chat_template.jinja"};
     for (size_t i = 0; i < sizeof snapshots / sizeof *snapshots && rc == 0; i++)
         rc = copy_snapshot(src, tmp, snapshots[i], err);
     if (rc == 0)

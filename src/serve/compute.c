@@ -1,0 +1,261 @@
+/*
+ * compute.c — the one compute thread and its bounded FIFO queue. Statements run one at a
+ * time (the engine's pool already uses every core); waiters poll their client's socket so
+ * a hang-up, a passed deadline or a deleted session stops the running statement through
+ * the engine's cancel flag, which this thread clears before every job.
+ */
+#define _GNU_SOURCE             /* POLLRDHUP */
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_int.h"
+
+int srv_buf_add(srv_buf *b, const void *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+void srv_buf_free(srv_buf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+double srv_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+srv_job *srv_job_new(void (*run)(srv *S, srv_job *j), srv_sess *sess, cJSON *req, int stream)
+{
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->run = run;
+    j->sess = sess;
+    j->req = req;
+    j->stream = stream;
+    j->refs = 1;
+    j->status = 500;
+    return j;
+}
+
+static void job_free(srv *S, srv_job *j)
+{
+    if (j->sess) srv_sess_put(S, j->sess);
+    cJSON_Delete(j->req);
+    srv_buf_free(&j->body);
+    srv_buf_free(&j->out);
+    free(j);
+}
+
+/* Under the mutex; *free_it: the caller frees j after unlocking. */
+static void unref_locked(srv_job *j, int *free_it)
+{
+    *free_it = --j->refs == 0;
+}
+
+void srv_job_unref(srv *S, srv_job *j)
+{
+    if (!j) return;
+    int f;
+    pthread_mutex_lock(&S->mu);
+    unref_locked(j, &f);
+    pthread_mutex_unlock(&S->mu);
+    if (f) job_free(S, j);
+}
+
+int srv_submit(srv *S, srv_job *j)
+{
+    pthread_mutex_lock(&S->mu);
+    if (S->queued >= S->o->queue_max || S->stopping) {
+        pthread_mutex_unlock(&S->mu);
+        return -1;
+    }
+    j->refs++;
+    j->state = SRV_QUEUED;
+    j->next = NULL;
+    if (S->tail) S->tail->next = j;
+    else S->head = j;
+    S->tail = j;
+    S->queued++;
+    pthread_cond_signal(&S->work);
+    pthread_mutex_unlock(&S->mu);
+    return 0;
+}
+
+/* Under S->mu. A queued job leaves the queue at once; the running one is stopped by the
+ * engine's flag. */
+static void cancel_locked(srv *S, srv_job *j, int why, int *free_it)
+{
+    *free_it = 0;
+    if (j->state == SRV_DONE) return;
+    if (!j->cancel) j->cancel = why;
+    if (j->state == SRV_RUNNING) {
+        vx_cancel_flag = 1;
+        return;
+    }
+    srv_job **pp = &S->head, *prev = NULL;
+    while (*pp && *pp != j) { prev = *pp; pp = &(*pp)->next; }
+    if (*pp) {
+        *pp = j->next;
+        if (S->tail == j) S->tail = prev;
+        S->queued--;
+        j->state = SRV_DONE;
+        unref_locked(j, free_it);
+        pthread_cond_broadcast(&S->prog);
+    }
+}
+
+void srv_cancel(srv *S, srv_job *j, int why)
+{
+    int f;
+    pthread_mutex_lock(&S->mu);
+    cancel_locked(S, j, why, &f);
+    pthread_mutex_unlock(&S->mu);
+    if (f) job_free(S, j);
+}
+
+/* 1 when the peer hung up (or the socket failed). */
+static int client_gone(int fd)
+{
+    if (fd < 0) return 0;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* Wait on S->prog for at most 20 ms (the socket is polled between waits). Under S->mu. */
+static void nap_locked(srv *S)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 20 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    pthread_cond_timedwait(&S->prog, &S->mu, &ts);
+}
+
+/* Under S->mu: cancel j when its client went away or its deadline passed. */
+static void watch_locked(srv *S, srv_job *j, int fd, double deadline)
+{
+    int why = client_gone(fd) ? SRV_CLIENT_GONE : srv_now_ms() > deadline ? SRV_DEADLINE : 0;
+    if (why && j->state != SRV_DONE && !j->cancel) {
+        int f;
+        cancel_locked(S, j, why, &f);    /* the waiter's reference keeps j alive: f is 0 */
+    }
+}
+
+int srv_wait(srv *S, srv_job *j, int fd, double deadline)
+{
+    pthread_mutex_lock(&S->mu);
+    while (j->state != SRV_DONE) {
+        watch_locked(S, j, fd, deadline);
+        if (j->state != SRV_DONE) nap_locked(S);
+    }
+    int why = j->cancel;
+    pthread_mutex_unlock(&S->mu);
+    return why;
+}
+
+long srv_wait_stream(srv *S, srv_job *j, int fd, double deadline, char *dst, size_t max)
+{
+    pthread_mutex_lock(&S->mu);
+    for (;;) {
+        if (j->cancel == SRV_CLIENT_GONE) break;
+        if (j->out.n > j->sent) {
+            size_t n = j->out.n - j->sent < max ? j->out.n - j->sent : max;
+            memcpy(dst, j->out.p + j->sent, n);
+            j->sent += n;
+            pthread_mutex_unlock(&S->mu);
+            return (long)n;
+        }
+        if (j->state == SRV_DONE) {
+            pthread_mutex_unlock(&S->mu);
+            return 0;
+        }
+        watch_locked(S, j, fd, deadline);
+        if (j->cancel == SRV_CLIENT_GONE) break;
+        nap_locked(S);
+    }
+    pthread_mutex_unlock(&S->mu);
+    return -1;
+}
+
+void srv_emit(srv *S, srv_job *j, const char *text)
+{
+    pthread_mutex_lock(&S->mu);
+    /* out of memory loses the event; the stream still ends with [DONE] */
+    if (srv_buf_add(&j->out, "data: ", 6) == 0 && srv_buf_add(&j->out, text, strlen(text)) == 0)
+        srv_buf_add(&j->out, "\n\n", 2);
+    pthread_cond_broadcast(&S->prog);
+    pthread_mutex_unlock(&S->mu);
+}
+
+static void *compute_main(void *arg)
+{
+    srv *S = arg;
+    pthread_mutex_lock(&S->mu);
+    for (;;) {
+        while (!S->head && !S->dead && !S->stopping) pthread_cond_wait(&S->work, &S->mu);
+        if (S->dead) {
+            pthread_mutex_unlock(&S->mu);
+            srv_sess_reap(S);
+            pthread_mutex_lock(&S->mu);
+            continue;
+        }
+        if (!S->head) break;             /* stopping, queue drained */
+        srv_job *j = S->head;
+        S->head = j->next;
+        if (!S->head) S->tail = NULL;
+        S->queued--;
+        j->state = SRV_RUNNING;
+        S->running = j;
+        vx_cancel_flag = j->cancel != 0;
+        pthread_mutex_unlock(&S->mu);
+
+        if (!j->cancel) j->run(S, j);
+
+        pthread_mutex_lock(&S->mu);
+        S->running = NULL;
+        vx_cancel_flag = 0;
+        j->state = SRV_DONE;
+        pthread_cond_broadcast(&S->prog);
+        int f;
+        unref_locked(j, &f);
+        if (f) {
+            pthread_mutex_unlock(&S->mu);
+            job_free(S, j);
+            pthread_mutex_lock(&S->mu);
+        }
+    }
+    pthread_mutex_unlock(&S->mu);
+    return NULL;
+}
+
+int srv_compute_start(srv *S, pthread_t *th)
+{
+    return pthread_create(th, NULL, compute_main, S) == 0 ? 0 : -1;
+}
+
+void srv_compute_stop(srv *S, pthread_t th)
+{
+    pthread_mutex_lock(&S->mu);
+    S->stopping = 1;
+    for (srv_job *j = S->head; j; j = j->next) j->cancel = SRV_CLIENT_GONE;
+    if (S->running) { S->running->cancel = SRV_CLIENT_GONE; vx_cancel_flag = 1; }
+    pthread_cond_broadcast(&S->work);
+    pthread_mutex_unlock(&S->mu);
+    pthread_join(th, NULL);
+}

@@ -1,0 +1,596 @@
+/*
+ * openai.c — the model-facing routes: /v1/models (computed once), /v1/tokenize,
+ * /v1/detokenize, /v1/completions (OpenAI's shape, SSE streaming with usage), /v1/trace
+ * (the bytes TRACE SAVE writes). Each runs the session's effective model when a session is
+ * given. Chat completions are refused until the Jinja template subset exists: the server
+ * never guesses a template.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "files.h"
+#include "jinja.h"
+#include "shell.h"
+#include "srv_int.h"
+
+/* ---------------------------------------------------------------- models */
+
+/* A special token's text from tokenizer_config.json (a string or {"content": …}). */
+static char *special(const cJSON *cfg, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, k);
+    if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    return strdup(cJSON_IsString(v) ? v->valuestring : "");
+}
+
+/* The chat template: --chat-template FILE (a template, or a tokenizer_config.json holding
+ * one), else the container's tokenizer_config.json `chat_template` (a string, or the entry
+ * named "default" of a list), else its chat_template.jinja. Never guessed from the family:
+ * none found leaves chat disabled, as does one outside the subset (the status says why). */
+static int template_init(srv *S, lql_err *e)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", S->container);
+    char *text = lql_read_file(p, 16u << 20, NULL), *src = NULL;
+    cJSON *cfg = text ? cJSON_Parse(text) : NULL, *tcfg = NULL;
+    free(text);
+    S->bos = special(cfg, "bos_token");
+    S->eos = special(cfg, "eos_token");
+    const char *from = S->o->chat_template;
+    if (from) {
+        src = lql_read_file(from, 16u << 20, NULL);
+        if (!src) {
+            cJSON_Delete(cfg);
+            return lql_errf(e, LQL_EEXEC, NULL, "--chat-template %s: cannot read it", from);
+        }
+        size_t n = strlen(from);
+        if (n > 5 && !strcmp(from + n - 5, ".json")) {
+            tcfg = cJSON_Parse(src);
+            free(src);
+            src = NULL;
+            cfg = tcfg ? (cJSON_Delete(cfg), tcfg) : cfg;
+            tcfg = NULL;
+        }
+    }
+    if (!src) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"), *x;
+        if (cJSON_IsArray(t))
+            cJSON_ArrayForEach(x, t)
+                if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "name")) ?: "", "default"))
+                    t = cJSON_GetObjectItemCaseSensitive(x, "template");
+        if (cJSON_IsString(t)) src = strdup(t->valuestring);
+    }
+    if (!src && !from) {
+        snprintf(p, sizeof p, "%s/chat_template.jinja", S->container);
+        src = lql_read_file(p, 16u << 20, NULL);
+    }
+    cJSON_Delete(cfg);
+    char err[256];
+    if (!src) snprintf(S->tmpl_status, sizeof S->tmpl_status, "absent");
+    else if ((S->tmpl = srv_tmpl_compile(src, strlen(src), err, sizeof err)))
+        snprintf(S->tmpl_status, sizeof S->tmpl_status, "ok");
+    else
+        snprintf(S->tmpl_status, sizeof S->tmpl_status, "unsupported: %s", err);
+    free(src);
+    return 0;
+}
+
+int srv_models_init(srv *S, lql_err *e)
+{
+    if (srv_sess_enter(S, S->base, e) < 0) return -1;
+    eng_model *m = NULL;
+    if (lql_session_model(S->base->s, NULL, &m, e) < 0 || template_init(S, e) < 0) return -1;
+    const vx_container *c = S->base->s->vx;
+    const char *name = cJSON_GetStringValue(
+        cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "model"));
+    if (!name || !*name) {
+        name = strrchr(S->container, '/');
+        name = name ? name + 1 : S->container;
+    }
+    S->model_id = strdup(name);
+    S->context = eng_model_context(m);
+    S->vocab = eng_model_vocab(m);
+    cJSON *doc = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(doc, "data"),
+          *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "object", "list");
+    cJSON_AddStringToObject(o, "id", name);
+    cJSON_AddStringToObject(o, "object", "model");
+    cJSON_AddNumberToObject(o, "created", 0);
+    cJSON_AddStringToObject(o, "owned_by", "lql");
+    cJSON_AddNumberToObject(o, "layers", eng_model_layers(m));
+    cJSON_AddNumberToObject(o, "hidden", eng_model_hidden(m));
+    cJSON_AddNumberToObject(o, "vocab", S->vocab);
+    cJSON_AddNumberToObject(o, "context", S->context);
+    cJSON_AddStringToObject(o, "index_sha256", vx_index_sha256(c));
+    cJSON_AddStringToObject(o, "chat_template", S->tmpl_status);
+    cJSON_AddItemToArray(data, o);
+    S->models = cJSON_PrintUnformatted(doc);
+    cJSON_Delete(doc);
+    if (!S->models || !S->model_id) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+/* The session's model and tokenizer on the compute thread; -1 after answering. */
+static int model_of(srv *S, srv_job *j, eng_model **m)
+{
+    lql_err e = {0};
+    if (srv_sess_enter(S, j->sess, &e) < 0 || lql_session_model(j->sess->s, NULL, m, &e) < 0) {
+        srv_job_error(j, 500, e.msg, "server_error", "model_unavailable", NULL);
+        return -1;
+    }
+    return 0;
+}
+
+static cJSON *item(const srv_job *j, const char *k)
+{
+    return cJSON_GetObjectItemCaseSensitive(j->req, k);
+}
+
+/* ---------------------------------------------------------------- tokenize */
+
+void srv_tokenize_run(srv *S, srv_job *j)
+{
+    const cJSON *t = item(j, "text"), *sp = item(j, "add_special");
+    if (!cJSON_IsString(t) || (sp && !cJSON_IsBool(sp))) {
+        srv_job_error(j, 400, cJSON_IsString(t) ? "\"add_special\" must be a boolean"
+                      : "\"text\" must be a string", "invalid_request_error", "invalid_value",
+                      cJSON_IsString(t) ? "add_special" : "text");
+        return;
+    }
+    eng_model *m;
+    if (model_of(S, j, &m) < 0) return;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    vx_err ve = {0};
+    if (eng_tok_encode(eng_model_tokenizer(m), t->valuestring, strlen(t->valuestring),
+                       !sp || cJSON_IsTrue(sp), &ids, &n, &ve) < 0) {
+        srv_job_error(j, 400, ve.msg, "invalid_request_error", "tokenize_failed", "text");
+        return;
+    }
+    cJSON *doc = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(doc, "tokens"),
+          *p = cJSON_AddArrayToObject(doc, "pieces");
+    for (size_t i = 0; i < n; i++) {
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
+        const char *piece = eng_tok_piece(eng_model_tokenizer(m), ids[i]);
+        cJSON_AddItemToArray(p, cJSON_CreateString(piece ? piece : ""));
+    }
+    free(ids);
+    srv_job_json(j, 200, doc);
+}
+
+void srv_detokenize_run(srv *S, srv_job *j)
+{
+    const cJSON *t = item(j, "tokens"), *sk = item(j, "skip_special");
+    if (!cJSON_IsArray(t) || (sk && !cJSON_IsBool(sk))) {
+        srv_job_error(j, 400, cJSON_IsArray(t) ? "\"skip_special\" must be a boolean"
+                      : "\"tokens\" must be an array of token ids", "invalid_request_error",
+                      "invalid_value", cJSON_IsArray(t) ? "skip_special" : "tokens");
+        return;
+    }
+    eng_model *m;
+    if (model_of(S, j, &m) < 0) return;
+    int n = cJSON_GetArraySize(t), vocab = eng_model_vocab(m);
+    int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
+    if (!ids) { srv_job_error(j, 500, "out of memory", "server_error", "out_of_memory", NULL); return; }
+    for (int i = 0; i < n; i++) {
+        const cJSON *v = cJSON_GetArrayItem(t, i);
+        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int32_t)v->valuedouble ||
+            v->valuedouble < 0 || v->valuedouble >= vocab) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "tokens[%d] is not a token id in [0, %d)", i, vocab);
+            srv_job_error(j, 400, msg, "invalid_request_error", "invalid_value", "tokens");
+            free(ids);
+            return;
+        }
+        ids[i] = (int32_t)v->valuedouble;
+    }
+    char *text = NULL;
+    vx_err ve = {0};
+    int rc = eng_tok_decode(eng_model_tokenizer(m), ids, (size_t)n, sk && cJSON_IsTrue(sk), &text, &ve);
+    free(ids);
+    if (rc < 0) { srv_job_error(j, 400, ve.msg, "invalid_request_error", "detokenize_failed", "tokens"); return; }
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "text", text);
+    free(text);
+    srv_job_json(j, 200, doc);
+}
+
+/* ---------------------------------------------------------------- completions */
+
+/* Fields the server refuses rather than ignore: name, and whether a value is harmless. */
+static int harmless(const char *k, const cJSON *v)
+{
+    if (cJSON_IsNull(v)) return 1;
+    if (!strcmp(k, "n") || !strcmp(k, "best_of")) return cJSON_IsNumber(v) && v->valuedouble == 1;
+    if (!strcmp(k, "echo") || !strcmp(k, "logprobs")) return cJSON_IsFalse(v);
+    if (!strcmp(k, "logit_bias")) return cJSON_IsObject(v) && !v->child;
+    if (!strcmp(k, "frequency_penalty") || !strcmp(k, "presence_penalty"))
+        return cJSON_IsNumber(v) && v->valuedouble == 0;
+    return 0;                   /* tools, tool_choice, functions, function_call, suffix, … */
+}
+
+static const char *const refused[] = {"n", "echo", "best_of", "tools", "tool_choice",
+    "functions", "function_call", "logit_bias", "logprobs", "top_logprobs", "suffix",
+    "frequency_penalty", "presence_penalty", "response_format"};
+
+static int bad(srv_job *j, const char *msg, const char *param)
+{
+    srv_job_error(j, 400, msg, "invalid_request_error", "invalid_value", param);
+    return -1;
+}
+
+int srv_complete_check(srv *S, srv_job *j, int chat)
+{
+    char msg[256];
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        const cJSON *v = item(j, refused[i]);
+        if (v && !harmless(refused[i], v)) {
+            snprintf(msg, sizeof msg, "\"%s\" is not supported by this server", refused[i]);
+            srv_job_error(j, 400, msg, "invalid_request_error", "unsupported_parameter", refused[i]);
+            return -1;
+        }
+    }
+    const cJSON *model = item(j, "model");
+    if (model && (!cJSON_IsString(model) || strcmp(model->valuestring, S->model_id))) {
+        snprintf(msg, sizeof msg, "model \"%.100s\" is not served here (GET /v1/models: \"%.100s\")",
+                 cJSON_IsString(model) ? model->valuestring : "?", S->model_id);
+        srv_job_error(j, 404, msg, "invalid_request_error", "model_not_found", "model");
+        return -1;
+    }
+    if (chat) {
+        if (!S->tmpl) {
+            snprintf(msg, sizeof msg, "chat completions need the model's chat template, which is %.180s",
+                     S->tmpl_status);
+            srv_job_error(j, 400, msg, "invalid_request_error", "chat_template_unavailable", "messages");
+            return -1;
+        }
+        const cJSON *ms = item(j, "messages"), *x;
+        int ok = cJSON_IsArray(ms) && cJSON_GetArraySize(ms) > 0;
+        cJSON_ArrayForEach(x, ms) {
+            const cJSON *c = cJSON_GetObjectItemCaseSensitive(x, "content");
+            ok &= cJSON_IsObject(x) && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(x, "role")) &&
+                  (!c || cJSON_IsString(c) || cJSON_IsArray(c) || cJSON_IsNull(c));
+        }
+        if (!ok) return bad(j, "\"messages\" must be a non-empty array of {\"role\": string, "
+                            "\"content\": string or parts}", "messages");
+    } else {
+        const cJSON *p = item(j, "prompt");
+        if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1) p = cJSON_GetArrayItem(p, 0);
+        if (!cJSON_IsString(p) || !*p->valuestring)
+            return bad(j, "\"prompt\" must be a non-empty string", "prompt");
+    }
+    const cJSON *v = item(j, "max_tokens");
+    if (v && !cJSON_IsNull(v) && (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble ||
+                                   v->valuedouble < 1 || v->valuedouble > S->o->tokens_max)) {
+        snprintf(msg, sizeof msg, "\"max_tokens\" must be an integer in [1, %d]", S->o->tokens_max);
+        return bad(j, msg, "max_tokens");
+    }
+    v = item(j, "temperature");
+    if (v && !cJSON_IsNull(v) && (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 2))
+        return bad(j, "\"temperature\" must be a number in [0, 2]", "temperature");
+    v = item(j, "top_p");
+    if (v && !cJSON_IsNull(v) && (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble <= 1)))
+        return bad(j, "\"top_p\" must be a number in (0, 1]", "top_p");
+    v = item(j, "seed");
+    if (v && !cJSON_IsNull(v) && (!cJSON_IsNumber(v) || v->valuedouble < 0 ||
+                                   v->valuedouble != (double)(int64_t)v->valuedouble))
+        return bad(j, "\"seed\" must be a non-negative integer", "seed");
+    v = item(j, "stop");
+    if (v && !cJSON_IsNull(v)) {
+        int ok = cJSON_IsString(v) && *v->valuestring;
+        if (cJSON_IsArray(v)) {
+            ok = cJSON_GetArraySize(v) <= 4;
+            const cJSON *s;
+            cJSON_ArrayForEach(s, v) ok &= cJSON_IsString(s) && *s->valuestring && strlen(s->valuestring) < 256;
+        }
+        if (!ok) return bad(j, "\"stop\" must be a non-empty string or up to 4 of them", "stop");
+    }
+    v = item(j, "stream");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) return bad(j, "\"stream\" must be a boolean", "stream");
+    v = item(j, "stream_options");
+    if (v && !cJSON_IsNull(v)) {
+        if (!j->stream) return bad(j, "\"stream_options\" applies only with \"stream\": true", "stream_options");
+        const cJSON *u = cJSON_GetObjectItemCaseSensitive(v, "include_usage");
+        if (!cJSON_IsObject(v) || (u && !cJSON_IsBool(u)))
+            return bad(j, "\"stream_options\" must be {\"include_usage\": bool}", "stream_options");
+    }
+    return 0;
+}
+
+typedef struct gen {
+    srv *S;
+    srv_job *j;
+    const eng_tokenizer *tok;
+    int32_t *ids;
+    int n, max;
+    const char *stops[4];
+    int nstops;
+    size_t hold;                /* bytes held back while they may start a stop string */
+    char *text;                 /* the decoded continuation (truncated at a stop) */
+    size_t emitted;
+    int stopped;                /* a stop string ended it */
+    char id[40];
+    long created;
+    int chat;                   /* chat.completion shapes */
+} gen;
+
+/* The common members of every answer and chunk. */
+static cJSON *answer_head(const gen *g, int chunk)
+{
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "id", g->id);
+    cJSON_AddStringToObject(doc, "object", g->chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                   : "text_completion");
+    cJSON_AddNumberToObject(doc, "created", (double)g->created);
+    cJSON_AddStringToObject(doc, "model", g->S->model_id);
+    return doc;
+}
+
+/* One choice: text (completions) or a message / delta (chat). */
+static cJSON *choice(const gen *g, const char *text, size_t n, const char *finish, int chunk)
+{
+    cJSON *ch = cJSON_CreateObject();
+    char *t = strndup(text, n);
+    cJSON_AddNumberToObject(ch, "index", 0);
+    if (g->chat) {
+        cJSON *m = cJSON_AddObjectToObject(ch, chunk ? "delta" : "message");
+        if (!chunk || !g->emitted) cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddStringToObject(m, "content", t ? t : "");
+    } else {
+        cJSON_AddStringToObject(ch, "text", t ? t : "");
+    }
+    free(t);
+    cJSON_AddNullToObject(ch, "logprobs");
+    if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
+    else cJSON_AddNullToObject(ch, "finish_reason");
+    return ch;
+}
+
+static void emit_chunk(gen *g, const char *text, size_t n, const char *finish)
+{
+    cJSON *doc = answer_head(g, 1);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(doc, "choices"), choice(g, text, n, finish, 1));
+    char *ev = cJSON_PrintUnformatted(doc);
+    if (ev) srv_emit(g->S, g->j, ev);
+    free(ev);
+    cJSON_Delete(doc);
+}
+
+size_t srv_text_ready(const char *text, size_t n)
+{
+    while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80) n--;
+    const char *fffd = "\xEF\xBF\xBD", *bad = NULL;
+    for (const char *p = strstr(text, fffd); p && (size_t)(p - text) < n; p = strstr(p + 1, fffd))
+        bad = p;
+    return bad ? (size_t)(bad - text) : n;
+}
+
+/* How many bytes of g->text may go out now: not a possible stop-string start, not an
+ * unfinished character. */
+static size_t safe_len(const gen *g, int final)
+{
+    size_t n = strlen(g->text);
+    if (final) return n;
+    return srv_text_ready(g->text, n > g->hold ? n - g->hold : 0);
+}
+
+static int on_token(void *ctx, int32_t id)
+{
+    gen *g = ctx;
+    g->ids[g->n++] = id;
+    if (g->j->cancel) return 1;
+    char *t = NULL;
+    vx_err ve = {0};
+    if (eng_tok_decode(g->tok, g->ids, (size_t)g->n, 1, &t, &ve) < 0) return 1;
+    free(g->text);
+    g->text = t;
+    for (int k = 0; k < g->nstops; k++) {
+        char *at = strstr(g->text, g->stops[k]);
+        if (at) { *at = 0; g->stopped = 1; }
+    }
+    if (g->j->stream) {
+        size_t n = safe_len(g, g->stopped);
+        if (n > g->emitted) emit_chunk(g, g->text + g->emitted, n - g->emitted, NULL);
+        if (n > g->emitted) g->emitted = n;
+    }
+    return g->stopped;
+}
+
+void srv_complete_run(srv *S, srv_job *j)
+{
+    eng_model *m;
+    if (model_of(S, j, &m) < 0) goto streamed;
+    int chat = item(j, "messages") != NULL;
+    char *rendered = NULL;
+    const char *prompt_text;
+    if (chat) {
+        /* the template sees the request's messages; it writes BOS itself when it wants one */
+        cJSON *vars = cJSON_CreateObject();
+        char err[256];
+        cJSON_AddItemReferenceToObject(vars, "messages", item(j, "messages"));
+        cJSON_AddBoolToObject(vars, "add_generation_prompt", 1);
+        cJSON_AddStringToObject(vars, "bos_token", S->bos);
+        cJSON_AddStringToObject(vars, "eos_token", S->eos);
+        rendered = srv_tmpl_render(S->tmpl, vars, err, sizeof err);
+        cJSON_Delete(vars);
+        if (!rendered) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "the chat template: %s", err);
+            srv_job_error(j, 400, msg, "invalid_request_error", "template_error", "messages");
+            goto streamed;
+        }
+        prompt_text = rendered;
+    } else {
+        const cJSON *p = item(j, "prompt");
+        if (cJSON_IsArray(p)) p = cJSON_GetArrayItem(p, 0);
+        prompt_text = p->valuestring;
+    }
+    const cJSON *v;
+    int max = 16;
+    eng_sampler sp = {1.0f, 0, 1.0f, 0};
+    if ((v = item(j, "max_tokens")) && cJSON_IsNumber(v)) max = (int)v->valuedouble;
+    if ((v = item(j, "temperature")) && cJSON_IsNumber(v)) sp.temperature = (float)v->valuedouble;
+    if ((v = item(j, "top_p")) && cJSON_IsNumber(v)) sp.top_p = (float)v->valuedouble;
+    if ((v = item(j, "seed")) && cJSON_IsNumber(v)) sp.seed = (uint64_t)v->valuedouble;
+    else if (getrandom(&sp.seed, sizeof sp.seed, 0) != (ssize_t)sizeof sp.seed) sp.seed = (uint64_t)time(NULL);
+
+    gen g = {.S = S, .j = j, .tok = eng_model_tokenizer(m), .max = max, .created = time(NULL), .chat = chat};
+    unsigned char r[12];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) memset(r, 0, sizeof r);
+    int o = snprintf(g.id, sizeof g.id, chat ? "chatcmpl-" : "cmpl-");
+    for (int i = 0; i < 12; i++) o += snprintf(g.id + o, sizeof g.id - (size_t)o, "%02x", r[i]);
+    if ((v = item(j, "stop")) && cJSON_IsString(v)) g.stops[g.nstops++] = v->valuestring;
+    else if (cJSON_IsArray(v)) {
+        const cJSON *s;
+        cJSON_ArrayForEach(s, v) g.stops[g.nstops++] = s->valuestring;
+    }
+    for (int k = 0; k < g.nstops; k++)
+        if (strlen(g.stops[k]) > g.hold + 1) g.hold = strlen(g.stops[k]) - 1;
+
+    int32_t *prompt = NULL, *out = NULL;
+    size_t np = 0;
+    vx_err ve = {0};
+    eng_session *es = NULL;
+    /* a rendered chat prompt carries its special tokens: adding them would double BOS */
+    int rc_tok = eng_tok_encode(g.tok, prompt_text, strlen(prompt_text), !chat, &prompt, &np, &ve);
+    free(rendered);
+    if (rc_tok < 0) {
+        srv_job_error(j, 400, ve.msg, "invalid_request_error", "tokenize_failed", chat ? "messages" : "prompt");
+        goto streamed;
+    }
+    if ((int64_t)np + max > S->context) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "prompt (%zu tokens) + max_tokens %d exceeds the model's "
+                 "context of %d", np, max, S->context);
+        srv_job_error(j, 400, msg, "invalid_request_error", "context_length_exceeded", "max_tokens");
+        free(prompt);
+        goto streamed;
+    }
+    g.ids = malloc((size_t)max * sizeof *g.ids);
+    out = malloc((size_t)max * sizeof *out);
+    int n_out = 0, rc = g.ids && out ? 0 : -1;
+    if (rc == 0) rc = eng_session_new(m, (int)np + max, &es, &ve);
+    if (rc == 0) rc = eng_generate_each(es, prompt, (int)np, max, &sp, on_token, &g, out, &n_out, &ve);
+    eng_session_free(es);
+    free(prompt);
+    free(out);
+    if (rc < 0 || j->cancel) {
+        if (j->cancel == SRV_DEADLINE)
+            srv_job_error(j, 504, "the request's deadline passed: generation was stopped",
+                          "timeout_error", "deadline_exceeded", NULL);
+        else if (j->cancel == SRV_SESSION_GONE)
+            srv_job_error(j, 409, "the session was deleted: generation was stopped",
+                          "invalid_request_error", "session_deleted", NULL);
+        else
+            srv_job_error(j, 500, g.ids ? ve.msg : "out of memory", "server_error", "generation_failed", NULL);
+        free(g.ids);
+        free(g.text);
+        goto streamed;
+    }
+    int eos = 0;
+    for (int e = 0; n_out > 0 && eng_model_eos(m, e) >= 0; e++) eos |= g.ids[n_out - 1] == eng_model_eos(m, e);
+    const char *finish = g.stopped || eos ? "stop" : "length";
+    const char *text = g.text ? g.text : "";
+    cJSON *usage = cJSON_CreateObject();
+    cJSON_AddNumberToObject(usage, "prompt_tokens", (double)np);
+    cJSON_AddNumberToObject(usage, "completion_tokens", n_out);
+    cJSON_AddNumberToObject(usage, "total_tokens", (double)np + n_out);
+    if (j->stream) {
+        size_t n = strlen(text);
+        emit_chunk(&g, text + g.emitted, n > g.emitted ? n - g.emitted : 0, finish);
+        const cJSON *so = item(j, "stream_options");
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"))) {
+            cJSON *doc = answer_head(&g, 1);
+            cJSON_AddArrayToObject(doc, "choices");
+            cJSON_AddItemToObject(doc, "usage", usage);
+            usage = NULL;
+            char *ev = cJSON_PrintUnformatted(doc);
+            if (ev) srv_emit(S, j, ev);
+            free(ev);
+            cJSON_Delete(doc);
+        }
+        cJSON_Delete(usage);
+        srv_emit(S, j, "[DONE]");
+    } else {
+        cJSON *doc = answer_head(&g, 0);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(doc, "choices"), choice(&g, text, strlen(text), finish, 0));
+        cJSON_AddItemToObject(doc, "usage", usage);
+        srv_job_json(j, 200, doc);
+    }
+    free(g.ids);
+    free(g.text);
+    return;
+streamed:
+    /* an error in a stream travels as its last event */
+    if (j->stream) {
+        srv_emit(S, j, j->body.p ? j->body.p : "{\"error\":{\"message\":\"failed\"}}");
+        srv_emit(S, j, "[DONE]");
+    }
+}
+
+/* ---------------------------------------------------------------- trace */
+
+void srv_trace_run(srv *S, srv_job *j)
+{
+    const cJSON *p = item(j, "prompt");
+    if (!cJSON_IsString(p) || !*p->valuestring) { bad(j, "\"prompt\" must be a non-empty string", "prompt"); return; }
+    lql_err e = {0};
+    if (srv_sess_enter(S, j->sess, &e) < 0) {
+        srv_job_error(j, 500, e.msg, "server_error", "model_unavailable", NULL);
+        return;
+    }
+    /* TRACE SAVE into a private name in the working directory (the sandbox or the root) */
+    unsigned char r[8];
+    char name[40];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) memset(r, 0, sizeof r);
+    int o = snprintf(name, sizeof name, "trace-");
+    for (int i = 0; i < 8; i++) o += snprintf(name + o, sizeof name - (size_t)o, "%02x", r[i]);
+    snprintf(name + o, sizeof name - (size_t)o, ".bin");
+    srv_buf q = {0};
+    int oom = srv_buf_add(&q, "TRACE \"", 7) < 0;
+    for (const char *c = p->valuestring; *c && !oom; c++)
+        oom = ((*c == '"' || *c == '\\') && srv_buf_add(&q, "\\", 1) < 0) || srv_buf_add(&q, c, 1) < 0;
+    oom = oom || srv_buf_add(&q, "\" SAVE \"", 8) < 0 || srv_buf_add(&q, name, strlen(name)) < 0 ||
+          srv_buf_add(&q, "\";", 2) < 0;
+    char *out = NULL;
+    int rc = oom ? lql_errf(&e, LQL_ENOMEM, NULL, "out of memory")
+                 : lql_eval(j->sess->s, q.p, q.n, LQL_OUT_TSV, &out, &e);
+    free(out);
+    srv_buf_free(&q);
+    if (rc < 0) {
+        if (j->cancel == SRV_DEADLINE)
+            srv_job_error(j, 504, "the request's deadline passed: TRACE was stopped", "timeout_error",
+                          "deadline_exceeded", NULL);
+        else
+            srv_job_error(j, e.code == LQL_ENOMEM ? 500 : 400, e.msg, "invalid_request_error",
+                          "lql_error", "prompt");
+        unlink(name);
+        return;
+    }
+    int fd = open(name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) < 0) {
+        srv_job_error(j, 500, "TRACE SAVE wrote no file", "server_error", "trace_failed", NULL);
+    } else if ((size_t)sb.st_size > S->o->trace_max) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the trace holds %lld bytes, over the cap of %zu", (long long)sb.st_size,
+                 S->o->trace_max);
+        srv_job_error(j, 413, msg, "invalid_request_error", "trace_too_large", "prompt");
+    } else {
+        srv_buf_free(&j->body);
+        char buf[65536];
+        ssize_t k;
+        while ((k = read(fd, buf, sizeof buf)) > 0) srv_buf_add(&j->body, buf, (size_t)k);
+        j->status = 200;
+        j->ctype = "application/octet-stream";
+    }
+    if (fd >= 0) close(fd);
+    unlink(name);
+}

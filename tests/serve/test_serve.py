@@ -1,0 +1,442 @@
+#!/usr/bin/env python3
+"""lql --serve over loopback, Python standard library only (docs/lql/SERVE.md).
+
+usage: test_serve.py LQL_BINARY WORK_DIR [--soak]
+
+Encodes the tiny Llama fixture into WORK_DIR, starts `lql C --serve 127.0.0.1:0`, and checks
+every route and status code: /v1/query bodies equal the CLI's output, session isolation
+(to every digit, base bytes unchanged, nothing created beside the container), streaming
+equals the non-streamed text, a client hang-up stops the running statement, a 1 s deadline
+answers 504 within 1.5 s, the queue answers 503 when full. --soak adds 8 threads x 50 mixed
+requests (answers equal serial ones) and RSS after 200 session cycles. Every loop is
+bounded; the server is killed at the end whatever happens. Prints `N passed, M failed`.
+"""
+import array
+import hashlib
+import http.client
+import json
+import os
+import random
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+LQL, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+SOAK = "--soak" in sys.argv
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+passed = failed = 0
+
+
+def check(ok, what):
+    global passed, failed
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what, flush=True)
+
+
+def req(method, path, body=None, headers=None, timeout=60, raw=False):
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
+    h = {"Content-Type": "application/json"} if body is not None else {}
+    h.update(headers or {})
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body)
+    c.request(method, path, body=body, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    if raw:
+        return r.status, data, r
+    try:
+        return r.status, json.loads(data), r
+    except ValueError:
+        return r.status, data.decode("utf-8", "replace"), r
+
+
+def query(lql, **kw):
+    body = {"lql": lql}
+    body.update(kw)
+    return req("POST", "/v1/query", body)
+
+
+def cli(stmt, mode):
+    """What the shell prints on stdout (its notes go to stderr in the program modes)."""
+    return subprocess.run([LQL, CONT, "-c", ".mode %s\n%s" % (mode, stmt)], cwd=WORK,
+                          capture_output=True, timeout=120).stdout.decode()
+
+
+def tree_digest(d):
+    h = hashlib.sha256()
+    for base, dirs, files in sorted(os.walk(d)):
+        dirs.sort()
+        for f in sorted(files):
+            p = os.path.join(base, f)
+            h.update(p.encode())
+            with open(p, "rb") as fh:
+                h.update(fh.read())
+    return h.hexdigest()
+
+
+def sse_events(data):
+    return [l[6:] for l in data.decode().split("\n") if l.startswith("data: ")]
+
+
+# ---------------------------------------------------------------- set-up
+shutil.rmtree(WORK, ignore_errors=True)
+os.makedirs(WORK)
+CONT = os.path.join(WORK, "tiny.vindex3")
+subprocess.run([LQL, "-c", 'EXTRACT MODEL "%s" INTO "%s";' % (
+    os.path.join(ROOT, "tests/fixtures/models/tinyllama"), CONT)], check=True, capture_output=True)
+beside = sorted(os.listdir(WORK))
+digest0 = tree_digest(CONT)
+
+env = dict(os.environ, TMPDIR=WORK)
+srv = subprocess.Popen([LQL, CONT, "--serve", "127.0.0.1:0"], stderr=subprocess.PIPE, env=env)
+try:
+    line = srv.stderr.readline().decode()
+    check(line.startswith("lql: serving http://127.0.0.1:"), "listening line: %r" % line)
+    PORT = int(line.strip().rsplit(":", 1)[1])
+    server_log = []
+    threading.Thread(target=lambda: [server_log.append(l.decode("utf-8", "replace")) for l in srv.stderr],
+                     daemon=True).start()
+
+    # ------------------------------------------------------------ health, models
+    s, b, _ = req("GET", "/health")
+    check(s == 200 and b["status"] == "ok", "health %s %s" % (s, b))
+    s, b, _ = req("GET", "/v1/models")
+    m = b["data"][0] if s == 200 else {}
+    check(s == 200 and b["object"] == "list" and m.get("id") == "tinyllama" and m.get("layers") == 4
+          and m.get("hidden") == 256 and m.get("vocab") == 4096 and m.get("context") == 256
+          and len(m.get("index_sha256", "")) == 64 and m.get("chat_template") == "absent",
+          "models %s" % b)
+    MODEL = m.get("id")
+
+    # ------------------------------------------------------------ /v1/query equals the CLI
+    stmts = ['WALK "The capital of France is" TOP 3;', 'DESCRIBE "France";',
+             'SELECT * FROM EDGES WHERE entity = "France" AND layer = 2 LIMIT 3;',
+             'INFER "The capital of France is" TOP 3;',
+             'EXPLAIN INFER "The capital of France is" TOP 1 LAYERS 1-2;',
+             'TRACE "The capital of France is";', 'STATS;', 'SHOW LAYERS;',
+             'TOKENIZE "Hello world";', 'INFER "The capital of France is" GENERATE 12;']
+    for st in stmts:
+        for mode in ("tsv", "csv", "json", "jsonl"):
+            s, b, _ = req("POST", "/v1/query", {"lql": st, "format": mode}, raw=True)
+            want = cli(st, mode)
+            check(s == 200 and b.decode() == want, "%s format %s equals the CLI (%s)\n%r\n%r" % (
+                st, mode, s, b.decode()[:300], want[:300]))
+    # several statements: the concatenation, as the shell prints them
+    s, b, _ = req("POST", "/v1/query", {"lql": stmts[3] + "\n" + stmts[6], "format": "tsv"}, raw=True)
+    check(s == 200 and b.decode() == cli(stmts[3] + "\n" + stmts[6], "tsv"), "two statements")
+    # typed: the shell's json frames (names, types, exact numbers)
+    s, b, _ = query(stmts[3])
+    f = b["results"][0] if s == 200 else {}
+    t = f["tables"][0] if s == 200 else {}
+    tsv_prob = cli(stmts[3], "tsv").split("\n")[1].split("\t")[2]
+    check(s == 200 and f["statement"] == stmts[3][:-1] and f["error"] is None
+          and [c["name"] for c in t["columns"]] == ["rank", "token", "prob"]
+          and [c["type"] for c in t["columns"]] == ["int", "text", "float"]
+          and t["rows"][0]["rank"] == 1 and t["rows"][0]["token"] == " Par"
+          and repr(t["rows"][0]["prob"]) == tsv_prob and b["results"] == [json.loads(cli(stmts[3], "json"))],
+          "typed INFER equals the shell's json frame %s" % b)
+    # streamed query: one event per statement (its frames), then [DONE]
+    s, b, _ = req("POST", "/v1/query", {"lql": stmts[3] + stmts[6], "stream": True}, raw=True)
+    ev = sse_events(b)
+    check(s == 200 and len(ev) == 3 and ev[-1] == "[DONE]" and json.loads(ev[0])["index"] == 1
+          and json.loads(ev[0])["frames"][0]["statement"].startswith("INFER")
+          and json.loads(ev[1])["frames"][0]["statement"] == "STATS", "query stream %r" % ev[:3])
+
+    # streamed GENERATE: its tokens as they come, then the statement's table
+    s, b, _ = req("POST", "/v1/query", {"lql": stmts[9], "stream": True}, raw=True)
+    ev = [json.loads(x) for x in sse_events(b)[:-1]]
+    toks = [e for e in ev if "token" in e]
+    final = [e for e in ev if "frames" in e]
+    cont = final[0]["frames"][0]["tables"][0]["rows"][0]["continuation"] if final else None
+    check(s == 200 and len(toks) == 12 and "".join(e["text"] for e in toks) == cont,
+          "streamed GENERATE tokens %r vs %r" % ("".join(e["text"] for e in toks), cont))
+    s, b, _ = query('INFER "x" GENERATE 600;')
+    check(s == 400 and "cap of 512" in b["error"]["message"], "GENERATE cap %s %s" % (s, b))
+
+    # ------------------------------------------------------------ errors
+    s, b, _ = query('INFER "x" TOP 3;\n  WALK nonsense;')
+    e = b.get("error", {}) if isinstance(b, dict) else {}
+    check(s == 400 and e.get("code") == "lql_syntax" and e.get("statement") == 2 and e.get("line") == 2
+          and e.get("col") == 8 and "message" in e and "type" in e, "syntax error %s %s" % (s, b))
+    s, b, _ = query('INFER "The capital of France is" TOP 3; DESCRIBE "France" AT LAYER 9; STATS;')
+    e = b.get("error", {}) if isinstance(b, dict) else {}
+    check(s == 400 and e.get("statement") == 2 and len(b.get("results", [])) == 2
+          and b["results"][1]["error"]["message"] == e.get("message") and e.get("line") == 1
+          and e.get("col") == 59, "stops at the first failure %s %s" % (s, b))
+    for st in ('USE "/etc";', 'EXTRACT MODEL "x" INTO "y";', 'COMPILE CURRENT INTO VINDEX "o";',
+               'COMPACT;', 'REPRESENT "x" AS f16;', 'SHOW MODELS;'):
+        s, b, _ = query(st)
+        check(s == 403 and b["error"]["code"] == "forbidden_statement", "%s refused: %s %s" % (st, s, b))
+    s, b, _ = query('INSERT INTO EDGES (entity, relation, target) VALUES ("A", "b", "c");')
+    check(s == 403 and "session" in b["error"]["message"], "edit without a session %s %s" % (s, b))
+    s, b, _ = query('TRACE "x" SAVE "t.npy";')
+    check(s == 403 and "session" in b["error"]["message"], "file operand without a session %s" % b)
+    s, b, _ = query('.mode csv')
+    check(s == 400 and "meta-commands" in b["error"]["message"], "meta-command %s" % b)
+    s, b, _ = query("STATS;" * 65)
+    check(s == 400 and b["error"]["code"] == "too_many_statements", "65 statements %s" % s)
+    s, b, _ = query('TOKENIZE "%s";' % ("a" * 70000))
+    check(s == 413 and b["error"]["code"] == "statement_too_long", "64 KiB statement %s" % s)
+    s, b, _ = query("STATS;", format="table")
+    check(s == 400 and b["error"]["param"] == "format", "bad format %s" % s)
+    s, b, _ = query(3)
+    check(s == 400 and b["error"]["param"] == "lql", "lql not a string %s" % s)
+    s, b, _ = req("POST", "/v1/query", '{"lql": ', )
+    check(s == 400 and b["error"]["code"] == "invalid_json", "bad json %s" % s)
+    s, b, _ = req("POST", "/v1/query", '{"lql":"STATS;"}', headers={"Content-Type": "text/plain"})
+    check(s == 415, "content type %s" % s)
+    # a body declared over 1 MiB is refused before a byte of it is sent
+    sk = socket.create_connection(("127.0.0.1", PORT), timeout=30)
+    sk.sendall(b"POST /v1/query HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n" % (PORT, (1 << 20) + 1))
+    got = b""
+    while b"}}" not in got:
+        d = sk.recv(65536)
+        if not d:
+            break
+        got += d
+    sk.close()
+    check(got.startswith(b"HTTP/1.1 413") and b"body_too_large" in got, "1 MiB body: %r" % got[:200])
+    s, b, _ = req("GET", "/v1/nothing")
+    check(s == 404 and b["error"]["code"] == "not_found", "404 %s" % s)
+    s, b, _ = req("DELETE", "/v1/models")
+    check(s == 405, "405 %s" % s)
+    s, b, r = req("GET", "/v1/models", headers={"Host": "evil.example:%d" % PORT})
+    check(s == 403 and b["error"]["code"] == "host_not_allowed", "DNS rebinding Host %s" % s)
+    s, b, r = req("GET", "/v1/models", headers={"Origin": "http://evil.example"})
+    check(s == 200 and r.getheader("Access-Control-Allow-Origin") is None, "no CORS")
+    s, b, _ = req("POST", "/v1/query", {"lql": "STATS;", "session": "nope"})
+    check(s == 404 and b["error"]["code"] == "session_not_found", "unknown session %s" % s)
+
+    # ------------------------------------------------------------ tokenize / detokenize
+    s, b, _ = req("POST", "/v1/tokenize", {"text": "Hello world"})
+    toks = b.get("tokens") if s == 200 else None
+    want = [int(l.split("\t")[1]) for l in cli('TOKENIZE "Hello world";', "tsv").strip().split("\n")[1:]]
+    check(s == 200 and toks == want, "tokenize %s vs %s" % (b, want))
+    s, b, _ = req("POST", "/v1/detokenize", {"tokens": toks, "skip_special": True})
+    check(s == 200 and b["text"] == "Hello world", "detokenize %s" % b)
+    s, b, _ = req("POST", "/v1/detokenize", {"tokens": [99999]})
+    check(s == 400 and b["error"]["param"] == "tokens", "detokenize range %s" % s)
+    s, b, _ = req("POST", "/v1/tokenize", {"text": 5})
+    check(s == 400 and b["error"]["param"] == "text", "tokenize type %s" % s)
+
+    # ------------------------------------------------------------ completions
+    P = "The capital of France is"
+    s, b, _ = req("POST", "/v1/completions", {"model": MODEL, "prompt": P, "max_tokens": 12, "temperature": 0})
+    text = b["choices"][0]["text"] if s == 200 else None
+    gen = cli('INFER "%s" GENERATE 12;' % P, "tsv").split("\n")[1].split("\t")[1]
+    check(s == 200 and text == gen and b["usage"]["completion_tokens"] == 12
+          and b["choices"][0]["finish_reason"] == "length", "greedy completion equals GENERATE %s %r" % (b, gen))
+    s, d, _ = req("POST", "/v1/completions", {"model": MODEL, "prompt": P, "max_tokens": 12, "temperature": 0,
+                                              "stream": True, "stream_options": {"include_usage": True}}, raw=True)
+    ev = sse_events(d)
+    chunks = [json.loads(x) for x in ev[:-1]]
+    streamed = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    check(s == 200 and ev[-1] == "[DONE]" and streamed == text and chunks[-1]["usage"]["completion_tokens"] == 12
+          and chunks[-2]["choices"][0]["finish_reason"] == "length", "stream equals non-streamed %r" % streamed)
+    s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 30, "temperature": 0, "stop": [". The"]})
+    check(s == 200 and b["choices"][0]["text"] == gen.split(". The")[0] and b["choices"][0]["finish_reason"] == "stop",
+          "stop string %s" % b)
+    s1, b1, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 12, "temperature": 0.9, "top_p": 0.9, "seed": 7})
+    s2, b2, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 12, "temperature": 0.9, "top_p": 0.9, "seed": 7})
+    check(s1 == 200 and b1["choices"][0]["text"] == b2["choices"][0]["text"], "seeded sampling repeats")
+    for field, val in (("n", 2), ("echo", True), ("best_of", 3), ("tools", []), ("logit_bias", {"1": 5})):
+        s, b, _ = req("POST", "/v1/completions", {"prompt": P, field: val})
+        check(s == 400 and b["error"]["param"] == field and field in b["error"]["message"], "%s refused %s" % (field, b))
+    s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 513})
+    check(s == 400 and b["error"]["param"] == "max_tokens", "max_tokens cap %s" % s)
+    s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 300})
+    check(s == 400 and b["error"]["code"] == "context_length_exceeded", "context %s" % b)
+    s, b, _ = req("POST", "/v1/completions", {"prompt": P, "model": "other"})
+    check(s == 404 and b["error"]["code"] == "model_not_found", "model %s" % s)
+    s, b, _ = req("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+    check(s == 400 and b["error"]["code"] == "chat_template_unavailable" and "absent" in b["error"]["message"],
+          "chat without a template (none is guessed) %s" % b)
+
+    # ------------------------------------------------------------ sessions and isolation
+    probe = 'INFER "The capital of Zorbania is" TOP 3;'
+    _, base_out, _ = req("POST", "/v1/query", {"lql": probe, "format": "tsv"}, raw=True)
+    s, A, _ = req("POST", "/v1/sessions")
+    s2, B, _ = req("POST", "/v1/sessions")
+    check(s == 201 and s2 == 201 and A["id"] != B["id"], "two sessions")
+    A, B = A["id"], B["id"]
+    s, b, _ = query('INSERT INTO EDGES (entity, relation, target) VALUES ("Zorbania", "capital", "London");', session=A)
+    check(s == 200, "INSERT in A %s %s" % (s, str(b)[:300]))
+    _, a_out, _ = req("POST", "/v1/query", {"lql": probe, "format": "tsv", "session": A}, raw=True)
+    _, b_out, _ = req("POST", "/v1/query", {"lql": probe, "format": "tsv", "session": B}, raw=True)
+    _, base2, _ = req("POST", "/v1/query", {"lql": probe, "format": "tsv"}, raw=True)
+    check(b" London" in a_out and a_out != base_out, "A's INSERT changes A's INFER %r" % a_out)
+    check(b_out == base_out and base2 == base_out and base_out == cli(probe, "tsv").encode(),
+          "B and the sessionless model equal the base to every digit")
+    s, b, _ = req("POST", "/v1/completions", {"prompt": "The capital of Zorbania is", "max_tokens": 2,
+                                              "temperature": 0, "session": A})
+    check(s == 200 and b["choices"][0]["text"].startswith(" London"), "completions run A's model %s" % b)
+    s, b, _ = query("UNDO;", session=B)
+    check(s == 200, "UNDO in B (empty journal) answers")
+    # files: the sandbox
+    s, b, _ = req("PUT", "/v1/sessions/%s/files/note.txt" % A, "hello", headers={"Content-Type": "text/plain"})
+    check(s == 201 and b["bytes"] == 5, "PUT file %s" % s)
+    s, d, _ = req("GET", "/v1/sessions/%s/files/note.txt" % A, raw=True)
+    check(s == 200 and d == b"hello", "GET file")
+    s, d, _ = req("GET", "/v1/sessions/%s/files/note.txt" % B, raw=True)
+    check(s == 404, "B does not see A's files")
+    for bad in ("..", ".hidden", "a/b", "x" * 65):
+        s, b, _ = req("PUT", "/v1/sessions/%s/files/%s" % (A, bad), "x")
+        check(s in (400, 404), "bad name %r: %s" % (bad, s))
+    s, b, _ = query('TRACE "The capital of France is" SAVE "../t.bin";', session=A)
+    check(s == 400 and b["error"]["code"] == "invalid_file_operand", "TRACE SAVE escape %s" % s)
+    s, b, _ = query('TRACE "The capital of France is" SAVE "t.bin";', session=A)
+    s2, d, _ = req("GET", "/v1/sessions/%s/files/t.bin" % A, raw=True)
+    check(s == 200 and s2 == 200 and len(d) > 0, "TRACE SAVE into the sandbox")
+    s, b, _ = query('SAVE PATCH "p.vlp";', session=A)
+    s2, d, _ = req("GET", "/v1/sessions/%s/files/p.vlp" % A, raw=True)
+    check(s == 200 and s2 == 200 and b"Zorbania" in d, "SAVE PATCH into the sandbox %s" % b)
+    s, b, _ = req("PUT", "/v1/sessions/%s/files/p.vlp" % B, d, headers={"Content-Type": "application/json"})
+    s, b, _ = query('APPLY PATCH "p.vlp";', session=B)
+    _, b_out, _ = req("POST", "/v1/query", {"lql": probe, "format": "tsv", "session": B}, raw=True)
+    check(s == 200 and b_out == a_out, "APPLY PATCH in B from the sandbox gives A's answer")
+    s, b, _ = req("GET", "/v1/sessions/%s" % A)
+    check(s == 200 and sorted(b["files"]) == ["note.txt", "p.vlp", "t.bin"], "GET session %s" % b)
+    # /v1/trace: the bytes TRACE SAVE writes
+    s, d, r = req("POST", "/v1/trace", {"prompt": "The capital of France is", "session": A}, raw=True)
+    _, d2, _ = req("GET", "/v1/sessions/%s/files/t.bin" % A, raw=True)
+    check(s == 200 and r.getheader("Content-Type") == "application/octet-stream" and d == d2,
+          "/v1/trace equals TRACE SAVE's bytes")
+    # the format BROWSE.md gives for numpy: header, ids, then residual = previous + deltas
+    magic, ver, n, layers, hidden = d[:8], *struct.unpack("<4I", d[8:24])
+    fl = array.array("f", d[32 + 4 * n:])
+    check(magic == b"LQLTRACE" and ver == 1 and layers == 4 and hidden == 256
+          and len(d) == 32 + 4 * n + 4 * n * (layers + 1) * 3 * hidden, "trace header %r" % d[:32])
+    row = lambda p_, l_, k_: fl[((p_ * (layers + 1) + l_) * 3 + k_) * hidden:][:hidden]
+    err_ = max(abs(row(n - 1, 2, 0)[i] - row(n - 1, 1, 0)[i] - row(n - 1, 2, 1)[i] - row(n - 1, 2, 2)[i])
+               for i in range(hidden))
+    check(err_ < 1e-3, "trace rows: residual = previous + attention + FFN (%g)" % err_)
+    s, b, _ = req("DELETE", "/v1/sessions/%s" % A)
+    check(s == 200 and b["deleted"], "DELETE session")
+    s, b, _ = req("GET", "/v1/sessions/%s" % A)
+    check(s == 404, "deleted session is gone")
+    # deleting a session stops its running statement
+    slow = 'INFER "The capital of France is" GENERATE 240;' * 64
+    got = []
+    th = threading.Thread(target=lambda: got.append(req("POST", "/v1/query", {"lql": slow, "session": B})))
+    th.start()
+    time.sleep(0.5)
+    t0 = time.time()
+    s, b, _ = req("DELETE", "/v1/sessions/%s" % B)
+    th.join(30)
+    dt = time.time() - t0
+    check(s == 200 and got and got[0][0] == 409 and got[0][1]["error"]["code"] == "session_deleted" and dt < 1.0,
+          "session deletion stops its statement (%.2f s): %s" % (dt, got and got[0][:2]))
+    sess = []
+    for i in range(9):
+        s, b, _ = req("POST", "/v1/sessions")
+        sess.append((s, b))
+    check([x[0] for x in sess] == [201] * 8 + [429], "8 sessions, the 9th refused: %s" % [x[0] for x in sess])
+    for s, b in sess[:8]:
+        req("DELETE", "/v1/sessions/%s" % b["id"])
+
+    # ------------------------------------------------------------ deadline, hang-up, queue
+    t0 = time.time()
+    s, b, _ = req("POST", "/v1/query", {"lql": slow}, headers={"X-Deadline-Ms": "1000"})
+    dt = time.time() - t0
+    check(s == 504 and dt < 1.5, "1 s deadline: %s after %.2f s" % (s, dt))
+    sk = socket.create_connection(("127.0.0.1", PORT))
+    body = json.dumps({"lql": slow, "stream": True}).encode()
+    sk.sendall(b"POST /v1/query HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n" % (PORT, len(body)) + body)
+    got = b""
+    while b"data: " not in got:
+        got += sk.recv(4096)
+    sk.close()
+    t0 = time.time()
+    s, b, _ = req("POST", "/v1/tokenize", {"text": "x"})
+    dt = time.time() - t0
+    check(s == 200 and dt < 0.5, "a hang-up stops the running statement (next answer after %.2f s)" % dt)
+    results = []
+
+    def one(k):
+        st = slow if k == 0 else "STATS;"
+        results.append(req("POST", "/v1/query", {"lql": st}, headers={"X-Deadline-Ms": "4000"}))
+    th = [threading.Thread(target=one, args=(0,))]
+    th[0].start()
+    time.sleep(0.2)
+    th += [threading.Thread(target=one, args=(k,)) for k in range(1, 20)]
+    for t in th[1:]:
+        t.start()
+    for t in th:
+        t.join(30)
+    busy = [r for r in results if r[0] == 503]
+    check(busy and all(r[2].getheader("Retry-After") == "1" for r in busy),
+          "full queue answers 503 with Retry-After (%s)" % sorted(r[0] for r in results))
+
+    # ------------------------------------------------------------ soak
+    if SOAK:
+        mixed = [("POST", "/v1/query", {"lql": stmts[3], "format": "tsv"}),
+                 ("POST", "/v1/query", {"lql": stmts[0]}),
+                 ("POST", "/v1/tokenize", {"text": "Hello world"}),
+                 ("POST", "/v1/completions", {"prompt": P, "max_tokens": 8, "temperature": 0}),
+                 ("GET", "/v1/models", None), ("GET", "/health", None)]
+        serial = []
+        for m_, p_, b_ in mixed:
+            s, d, _ = req(m_, p_, b_, raw=True)
+            serial.append(d)
+        errors = []
+
+        def soak(seed):
+            rnd = random.Random(seed)
+            for _ in range(50):
+                k = rnd.randrange(len(mixed))
+                m_, p_, b_ = mixed[k]
+                s, d, _ = req(m_, p_, b_, raw=True, timeout=120)
+                if s != 200:
+                    errors.append((p_, s))
+                elif p_ == "/v1/completions":
+                    if json.loads(d)["choices"][0]["text"] != json.loads(serial[k])["choices"][0]["text"]:
+                        errors.append((p_, "differs"))
+                elif p_ != "/health" and d != serial[k]:
+                    errors.append((p_, "differs"))
+        th = [threading.Thread(target=soak, args=(i,)) for i in range(8)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join(600)
+        check(not errors, "soak 8 x 50: %d errors %s" % (len(errors), errors[:5]))
+
+        def rss():
+            with open("/proc/%d/status" % srv.pid) as f:
+                return int([l for l in f if l.startswith("VmRSS")][0].split()[1])
+
+        def cycle():
+            s, b, _ = req("POST", "/v1/sessions")
+            query('INFER "The capital of France is" TOP 1;', session=b["id"])
+            req("DELETE", "/v1/sessions/%s" % b["id"])
+        for _ in range(10):
+            cycle()
+        r10 = rss()
+        for _ in range(190):
+            cycle()
+        r200 = rss()
+        check(r200 <= r10 * 1.10, "RSS after 200 session cycles %d kB vs %d kB after 10" % (r200, r10))
+        print("rss after 10 cycles %d kB, after 200 %d kB" % (r10, r200))
+finally:
+    srv.terminate()
+    try:
+        srv.wait(20)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+        srv.wait()
+
+check(srv.returncode == 0, "clean stop on SIGTERM (%s); the server said:\n%s" % (
+    srv.returncode, "".join(server_log[-60:]) if "server_log" in globals() else ""))
+check(tree_digest(CONT) == digest0, "the base container's bytes are unchanged")
+check(sorted(os.listdir(WORK)) == beside, "nothing created beside the container: %s" % sorted(os.listdir(WORK)))
+print("%d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)
