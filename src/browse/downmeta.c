@@ -326,7 +326,8 @@ int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
         goto done;
     }
     snprintf(path, sizeof path, "%s/down_meta.bin", dir);
-    if (write_meta(&s, path, err) != 0)
+    char hex[65];
+    if (write_meta(&s, path, err) != 0 || vx_sha256_file(path, hex, err) != 0)
         goto done;
     /* the band override: from the options when given as ctx, else as the encoder
      * recorded it (index.encoder.layer_band) */
@@ -342,6 +343,7 @@ int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
     brw_bands_for_depth(s.layers, lo, hi, band);
     cJSON *br = cJSON_CreateObject();
     cJSON_AddStringToObject(br, "down_meta", "browse/down_meta.bin");
+    cJSON_AddStringToObject(br, "down_meta_sha256", hex);
     cJSON_AddNumberToObject(br, "down_top_k", BRW_DOWN_TOP_K);
     cJSON *lb = cJSON_AddObjectToObject(br, "layer_bands");
     for (int b = 0; b < 3; b++)

@@ -621,7 +621,13 @@ int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *
             vx_errf(err, VX_EARG, "compile: path too long under '%s'", tmp);
             goto fail;
         }
-        if (fr || write_meta(mpath, bov, err) || brw_index_write(tmp, index, err))
+        char hex[65];
+        if (fr || write_meta(mpath, bov, err) || vx_sha256_file(mpath, hex, err))
+            goto fail;
+        /* the records were rewritten after the encode hook hashed them */
+        if (nb && cJSON_HasObjectItem(nb, "down_meta_sha256"))
+            cJSON_ReplaceItemInObjectCaseSensitive(nb, "down_meta_sha256", cJSON_CreateString(hex));
+        if (brw_index_write(tmp, index, err))
             goto fail;
     }
     if (rename(tmp, out_dir) != 0) {

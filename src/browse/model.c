@@ -162,8 +162,20 @@ int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_
     const cJSON *br = cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "browse");
     const cJSON *dm = cJSON_GetObjectItemCaseSensitive(br, "down_meta");
     if (cJSON_IsString(dm)) {
-        if (vx_resolve(c, dm->valuestring, path, sizeof path, err) != 0 ||
-            brw_dmet_load(path, &m->dmet, err) != 0)
+        if (vx_resolve(c, dm->valuestring, path, sizeof path, err) != 0)
+            goto fail;
+        /* first-touch integrity, as for tensors: the records are hashed at encode and COMPILE */
+        const cJSON *sum = cJSON_GetObjectItemCaseSensitive(br, "down_meta_sha256");
+        const char *want = cJSON_IsString(sum) ? sum->valuestring : NULL;
+        char hex[65];
+        if (want && vx_sha256_file(path, hex, err) != 0)
+            goto fail;
+        if (want && strcmp(hex, want) != 0) {
+            vx_errf(err, VX_EVERIFY, "'%s' is corrupted: its sha256 does not match the one "
+                    "index.json records (vindex verify DIR checks every byte)", dm->valuestring);
+            goto fail;
+        }
+        if (brw_dmet_load(path, &m->dmet, err) != 0)
             goto fail;
         if (brw_dmet_layers(m->dmet) != m->s.layers) {
             vx_errf(err, VX_EFORMAT, "browse: down_meta has %d layers, the model %d",

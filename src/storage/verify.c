@@ -245,6 +245,27 @@ static int open_source(const vx_container *c, const char *source_dir, st_model *
     return 0;
 }
 
+/* Files index.json records a sha256 for outside the segments (browse/down_meta.bin). */
+static int check_browse(const vx_container *c, cJSON *report, vx_err *err, int *bad)
+{
+    const cJSON *br = cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "browse");
+    const char *rel = vx_json_str(br, "down_meta"), *want = vx_json_str(br, "down_meta_sha256");
+    if (!rel || !want)
+        return 0;
+    char path[4096], hex[65], msg[4400];
+    if (vx_resolve(c, rel, path, sizeof path, err) != 0 || vx_sha256_file(path, hex, err) != 0)
+        return -1;
+    cJSON *row = cJSON_AddObjectToObject(report, "browse");
+    cJSON_AddStringToObject(row, "file", rel);
+    cJSON_AddBoolToObject(row, "ok", strcmp(hex, want) == 0);
+    if (strcmp(hex, want) != 0) {
+        snprintf(msg, sizeof msg, "'%s': encoded != recorded (sha256 %s, index.json records %s)",
+                 rel, hex, want);
+        fail(report, err, bad, VX_EVERIFY, msg);
+    }
+    return 0;
+}
+
 int vx_verify(const char *dir, const char *source_dir, cJSON **report, vx_err *err)
 {
     cJSON *r = cJSON_CreateObject();
@@ -261,7 +282,8 @@ int vx_verify(const char *dir, const char *source_dir, cJSON **report, vx_err *e
     cJSON_AddStringToObject(r, "index_sha256", vx_index_sha256(c));
     int bad = 0, rc = 0;
     st_model *src = NULL;
-    if (check_segments(c, r, err, &bad) < 0 || open_source(c, source_dir, &src, r, err) < 0) {
+    if (check_segments(c, r, err, &bad) < 0 || check_browse(c, r, err, &bad) < 0 ||
+        open_source(c, source_dir, &src, r, err) < 0) {
         rc = -1;
     } else {
         cJSON *reps = cJSON_AddArrayToObject(r, "representations");

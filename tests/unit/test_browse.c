@@ -422,7 +422,8 @@ int main(void)
             unlink(path);
         }
     }
-    /* a down_meta that does not describe this model is refused at open */
+    /* a down_meta changed after encode is refused at open by its recorded sha256 (the
+     * records' own structure checks are test_browse_dmet's, on files with no hash) */
     {
         char path[4300];
         snprintf(path, sizeof path, "%s/browse/down_meta.bin", out);
@@ -436,7 +437,8 @@ int main(void)
         }
         brw_model *bm2 = NULL;
         CHECK(brw_open(c, &bm2, &err) == -1 && bm2 == NULL);
-        CHECK_STR(err.msg, "browse: down_meta has 3 layers, the model 4");
+        CHECK_STR(err.msg, "'browse/down_meta.bin' is corrupted: its sha256 does not match the one index.json "
+                  "records (vindex verify DIR checks every byte)");
         hdr[2] = 4;
         memcpy(img, hdr, sizeof hdr);
         f = fopen(path, "wb");
@@ -445,14 +447,20 @@ int main(void)
             fclose(f);
         }
         CHECK(brw_open(c, &bm2, &err) == -1);
-        CHECK_STR(err.msg, "browse: down_meta layer 0 has 0 records, the model 768 features");
+        CHECK_STR(err.msg, "'browse/down_meta.bin' is corrupted: its sha256 does not match the one index.json "
+                  "records (vindex verify DIR checks every byte)");
         f = fopen(path, "wb");
         if (f) {
             fwrite(img, 1, 10, f);
             fclose(f);
         }
         CHECK(brw_open(c, &bm2, &err) == -1);
-        CHECK_HAS(err.msg, "down_meta: file is 10 bytes, shorter than the 16-byte header (in \"");
+        CHECK_STR(err.msg, "'browse/down_meta.bin' is corrupted: its sha256 does not match the one index.json "
+                  "records (vindex verify DIR checks every byte)");
+        cJSON *rep = NULL;
+        CHECK(vx_verify(out, NULL, &rep, &err) == -1 && err.code == VX_EVERIFY);
+        CHECK_HAS(err.msg, "'browse/down_meta.bin': encoded != recorded (sha256 ");
+        cJSON_Delete(rep);
     }
     /* a band override reaches the hook through index.encoder.layer_band even when the
      * caller passes no ctx (as EXTRACT does) */
