@@ -9,7 +9,9 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "shell.h"
 #include "srv_int.h"
@@ -143,6 +145,15 @@ static const char *refusal(srv *S, srv_job *j, const lql_stmt *st, int *status,
             *status = 400;
             snprintf(why, sizeof why, "file \"%.64s\" is not a sandbox name "
                      "([A-Za-z0-9_-][A-Za-z0-9._-]{0,63})", files[k]);
+            return why;
+        }
+        /* the statements open their files by name: a link in the sandbox is never followed */
+        struct stat lst;
+        if (fstatat(j->sess->dirfd, files[k], &lst, AT_SYMLINK_NOFOLLOW) == 0 &&
+            !S_ISREG(lst.st_mode)) {
+            *status = 400;
+            snprintf(why, sizeof why, "file \"%.64s\" in the session's sandbox is not a "
+                     "regular file (links are never followed)", files[k]);
             return why;
         }
     }

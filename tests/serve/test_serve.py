@@ -11,6 +11,7 @@ answers 504 within 1.5 s, the queue answers 503 when full. --soak adds 8 threads
 requests (answers equal serial ones) and RSS after 200 session cycles. Every loop is
 bounded; the server is killed at the end whatever happens. Prints `N passed, M failed`.
 """
+import glob
 import array
 import hashlib
 import http.client
@@ -291,6 +292,15 @@ try:
     for bad in ("..", ".hidden", "a/b", "x" * 65):
         s, b, _ = req("PUT", "/v1/sessions/%s/files/%s" % (A, bad), "x")
         check(s in (400, 404), "bad name %r: %s" % (bad, s))
+    # a link planted in the sandbox (never made through the API) is not followed
+    sb = glob.glob(os.path.join(WORK, "*", A))
+    if len(sb) == 1:
+        os.symlink("/etc/hostname", os.path.join(sb[0], "link.vlp"))
+    s, b, _ = query('APPLY PATCH "link.vlp";', session=A)
+    check(len(sb) == 1 and s == 400 and "not a regular file" in b["error"]["message"],
+          "a link in the sandbox is refused %s %s" % (s, b))
+    if len(sb) == 1:
+        os.unlink(os.path.join(sb[0], "link.vlp"))
     s, b, _ = query('TRACE "The capital of France is" SAVE "../t.bin";', session=A)
     check(s == 400 and b["error"]["code"] == "invalid_file_operand", "TRACE SAVE escape %s" % s)
     s, b, _ = query('TRACE "The capital of France is" SAVE "t.bin";', session=A)
@@ -324,7 +334,8 @@ try:
     s, b, _ = req("GET", "/v1/sessions/%s" % A)
     check(s == 404, "deleted session is gone")
     # deleting a session stops its running statement
-    slow = 'INFER "The capital of France is" GENERATE 240;' * 64
+    # long on any machine: a lens over every position and layer of a ~200-token prompt, 64 times
+    slow = ('TRACE "The capital of France is%s" POSITIONS ALL;' % (" the cat" * 100)) * 64
     got = []
     th = threading.Thread(target=lambda: got.append(req("POST", "/v1/query", {"lql": slow, "session": B})))
     th.start()
