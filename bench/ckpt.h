@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include "vindex.h"
 #include "bandwidth.h"
+#include "st_header.h"
 
 #define HID 2048
 #define INTER 5632
@@ -88,33 +89,21 @@ static int write_checkpoint(const char *dir, const char *dt, int layers)
     }
     qsort(t, (size_t)nt, sizeof *t, by_name);
     /* header */
-    size_t cap = (size_t)nt * 200 + 64, len = 0;
-    char *h = malloc(cap);
-    uint64_t off = 0;
-    len += (size_t)snprintf(h + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
     const char *sdt = strcmp(dt, "bf16") == 0 ? "BF16" : strcmp(dt, "f16") == 0 ? "F16" : "F32";
+    st_header sh;
+    if (st_header_begin(&sh, nt)) { free(t); return -1; }
     for (int i = 0; i < nt; i++) {
-        uint64_t n = (uint64_t)t[i].r * (t[i].c ? (uint64_t)t[i].c : 1) * esz;
-        if (t[i].c)
-            len += (size_t)snprintf(h + len, cap - len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],"
-                                    "\"data_offsets\":[%llu,%llu]}", t[i].name, sdt,
-                                    (long long)t[i].r, (long long)t[i].c,
-                                    (unsigned long long)off, (unsigned long long)(off + n));
-        else
-            len += (size_t)snprintf(h + len, cap - len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld],"
-                                    "\"data_offsets\":[%llu,%llu]}", t[i].name, sdt,
-                                    (long long)t[i].r, (unsigned long long)off,
-                                    (unsigned long long)(off + n));
-        off += n;
+        const int64_t shape[2] = {t[i].r, t[i].c};
+        st_header_add(&sh, t[i].name, sdt, shape, t[i].c ? 2 : 1, (int)esz);
     }
-    len += (size_t)snprintf(h + len, cap - len, "}");
-    while (len % 8) h[len++] = ' ';
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     f = fopen(p, "wb");
-    if (!f) { free(h); free(t); return -1; }
-    uint64_t hl = len;
-    fwrite(&hl, 8, 1, f);
-    fwrite(h, 1, len, f);
+    if (!f || st_header_write(&sh, f)) {
+        if (f) fclose(f);
+        free(sh.h);
+        free(t);
+        return -1;
+    }
     enum { CH = 1 << 16 };
     static unsigned char buf[CH * 4];
     for (int i = 0; i < nt; i++) {
@@ -134,7 +123,6 @@ static int write_checkpoint(const char *dir, const char *dt, int layers)
         }
     }
     int rc = fclose(f) ? -1 : 0;
-    free(h);
     free(t);
     return rc;
 }

@@ -23,6 +23,7 @@
 #include "vindex.h"
 #include "engine_int.h"
 #include "bandwidth.h"
+#include "st_header.h"
 
 enum { HID = 768, LAYERS = 24, HEADS = 24, HD = 64, NST = 128, CONV = 4, VOCAB = 32000 };
 enum { INNER = HEADS * HD, CONVD = INNER + 2 * NST, PROJ = 2 * INNER + 2 * NST + HEADS };
@@ -95,32 +96,20 @@ static int write_checkpoint(const char *dir, int bf16)
     qsort(t, (size_t)k, sizeof *t, by_name);
     /* every tensor in the model dtype except the per-head SSM parameters, kept f32 as
      * converted checkpoints keep them */
-    size_t cap = (size_t)k * 200 + 64, len = 0;
-    char *h = malloc(cap);
-    uint64_t off = 0;
-    len += (size_t)snprintf(h + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
+    st_header sh;
+    if (st_header_begin(&sh, k)) { free(t); return -1; }
     for (int i = 0; i < k; i++) {
-        uint64_t n = 1;
         int f32 = !bf16 || t[i].f == W_ALOG || t[i].f == W_DTB;
-        char shp[64] = "";
-        for (int d = 0; d < t[i].nd; d++) {
-            n *= (uint64_t)t[i].shape[d];
-            snprintf(shp + strlen(shp), sizeof shp - strlen(shp), "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
-        }
-        n *= f32 ? 4 : 2;
-        len += (size_t)snprintf(h + len, cap - len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],"
-                                "\"data_offsets\":[%llu,%llu]}", t[i].name, f32 ? "F32" : "BF16",
-                                shp, (unsigned long long)off, (unsigned long long)(off + n));
-        off += n;
+        st_header_add(&sh, t[i].name, f32 ? "F32" : "BF16", t[i].shape, t[i].nd, f32 ? 4 : 2);
     }
-    len += (size_t)snprintf(h + len, cap - len, "}");
-    while (len % 8) h[len++] = ' ';
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     f = fopen(p, "wb");
-    if (!f) { free(h); free(t); return -1; }
-    uint64_t hl = len;
-    fwrite(&hl, 8, 1, f);
-    fwrite(h, 1, len, f);
+    if (!f || st_header_write(&sh, f)) {
+        if (f) fclose(f);
+        free(sh.h);
+        free(t);
+        return -1;
+    }
     for (int i = 0; i < k; i++) {
         int64_t n = 1;
         for (int d = 0; d < t[i].nd; d++) n *= t[i].shape[d];
@@ -135,7 +124,6 @@ static int write_checkpoint(const char *dir, int bf16)
         }
     }
     int rc = fclose(f) ? -1 : 0;
-    free(h);
     free(t);
     return rc;
 }
