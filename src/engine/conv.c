@@ -15,6 +15,11 @@ float eng_softplus(float x)
     return x > 20.0f ? x : (float)log1p(exp((double)x));
 }
 
+size_t eng_conv_window_floats(const eng_conv *cv)
+{
+    return (size_t)(cv->kernel - 1) * cv->channels;
+}
+
 void eng_conv_run(const eng_conv *cv, float *win, const float *x, size_t xstride, int n,
                   float *out)
 {

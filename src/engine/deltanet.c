@@ -13,11 +13,6 @@
 #include <string.h>
 #include "engine_int.h"
 
-size_t eng_deltanet_conv_floats(const eng_deltanet *L)
-{
-    return (size_t)(L->conv.kernel - 1) * L->conv.channels;
-}
-
 size_t eng_deltanet_state_floats(const eng_deltanet *L)
 {
     return (size_t)L->v_heads * L->k_dim * L->v_dim;

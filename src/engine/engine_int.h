@@ -261,6 +261,8 @@ float eng_softplus(float x);
  * [kernel − 1, channels] holds the previous inputs, oldest first, and is advanced. */
 void eng_conv_run(const eng_conv *cv, float *win, const float *x, size_t xstride, int n,
                   float *out);
+/* Floats of the conv window a mixer carries: (kernel − 1) · channels. */
+size_t eng_conv_window_floats(const eng_conv *cv);
 /* Gated RMSNorm of rows y[n, width] with gates z[n, width] in place: gate_first
  * (y·silu(z), then normalise) or normalise, then gate. */
 void eng_gated_norm(const eng_norm *nm, float *y, const float *z, int n, int gate_first);
@@ -272,10 +274,8 @@ int eng_ssm_run(const eng_ssm *L, const float *h, int n, float *conv_win, float 
                 float *out, vx_err *err);
 int eng_deltanet_run(const eng_deltanet *L, const float *h, int n, float *conv_win,
                      float *state, float *out, vx_err *err);
-/* Floats of each mixer's two state regions (conv window, recurrent state). */
-size_t eng_ssm_conv_floats(const eng_ssm *L);
+/* Floats of each mixer's recurrent state region. */
 size_t eng_ssm_state_floats(const eng_ssm *L);
-size_t eng_deltanet_conv_floats(const eng_deltanet *L);
 size_t eng_deltanet_state_floats(const eng_deltanet *L);
 
 /* ---------------------------------------------------------------- session */

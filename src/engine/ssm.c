@@ -13,11 +13,6 @@
 #include <string.h>
 #include "engine_int.h"
 
-size_t eng_ssm_conv_floats(const eng_ssm *L)
-{
-    return (size_t)(L->conv.kernel - 1) * L->conv.channels;
-}
-
 size_t eng_ssm_state_floats(const eng_ssm *L)
 {
     return (size_t)L->heads * L->head_dim * L->state;

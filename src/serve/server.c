@@ -568,21 +568,6 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 /* ---------------------------------------------------------------- start and stop */
 
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    for (struct dirent *de; d && (de = readdir(d));) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        struct stat sb;
-        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) rm_tree(p);
-        else unlink(p);
-    }
-    if (d) closedir(d);
-    rmdir(dir);
-}
-
 int srv_run(const srv_opts *o)
 {
     srv S_ = {0}, *S = &S_;
@@ -683,7 +668,7 @@ out:
         if (--S->table[i]->refs == 0) srv_sess_free(S->table[i]);
     srv_sess_reap(S);
     lql_session_free(base.s);
-    if (S->root) rm_tree(S->root);
+    if (S->root) vx_rmtree(S->root);
     free(S->root);
     free(S->container);
     free(S->key);

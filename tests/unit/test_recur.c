@@ -153,7 +153,7 @@ static void test_ssm(const mgeo *g)
                  .conv = {C, g->K, conv_w, conv_b}, .dt_bias = dt_bias, .a = a, .d = D,
                  .dt_min = g->dt_min, .dt_max = g->dt_max,
                  .norm = {NORM_RMS, I, eps, nw, NULL}};
-    CHECK(eng_ssm_conv_floats(&L) == (size_t)(g->K - 1) * C);
+    CHECK(eng_conv_window_floats(&L.conv) == (size_t)(g->K - 1) * C);
     CHECK(eng_ssm_state_floats(&L) == (size_t)g->heads * g->hd * g->N);
     size_t on = (size_t)g->n * g->hidden;
     double *ref = malloc(on * sizeof *ref);
@@ -161,9 +161,9 @@ static void test_ssm(const mgeo *g)
     ssm_ref(g, in_w, conv_w, conv_b, dt_bias, a_log, D, nw, out_w, eps, x, ref);
     static const int pieces[] = {3, 1, 7, 2, 11, 0}, ones[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};
     CHECK(g->n <= 48);
-    run_split(ssm_call, &L, x, g->n, g->hidden, g->hidden, NULL, eng_ssm_conv_floats(&L), eng_ssm_state_floats(&L), whole);
-    run_split(ssm_call, &L, x, g->n, g->hidden, g->hidden, pieces, eng_ssm_conv_floats(&L), eng_ssm_state_floats(&L), split);
-    run_split(ssm_call, &L, x, g->n, g->hidden, g->hidden, ones, eng_ssm_conv_floats(&L), eng_ssm_state_floats(&L), step);
+    run_split(ssm_call, &L, x, g->n, g->hidden, g->hidden, NULL, eng_conv_window_floats(&L.conv), eng_ssm_state_floats(&L), whole);
+    run_split(ssm_call, &L, x, g->n, g->hidden, g->hidden, pieces, eng_conv_window_floats(&L.conv), eng_ssm_state_floats(&L), split);
+    run_split(ssm_call, &L, x, g->n, g->hidden, g->hidden, ones, eng_conv_window_floats(&L.conv), eng_ssm_state_floats(&L), step);
     double e_ref = rel_err(whole, ref, on), e_split = rel_errf(split, whole, on), e_step = rel_errf(step, whole, on);
     CHECK_MSG(e_ref < 1e-5, "ssm heads %d: prefill vs float64 reference %g", g->heads, e_ref);
     CHECK_MSG(e_split < 1e-5, "ssm heads %d: split prefill vs whole %g", g->heads, e_split);
@@ -286,7 +286,7 @@ static void test_deltanet(const dgeo *g)
                       .in_qkvz = wview(wq, Pq, g->hidden), .in_ba = wview(wb, Pb, g->hidden),
                       .out_proj = wview(wo, g->hidden, nv * dv), .conv = {C, g->K, conv_w, NULL},
                       .dt_bias = dt_bias, .a = a, .norm = {NORM_RMS, dv, eps, nw, NULL}};
-    CHECK(eng_deltanet_conv_floats(&L) == (size_t)(g->K - 1) * C);
+    CHECK(eng_conv_window_floats(&L.conv) == (size_t)(g->K - 1) * C);
     CHECK(eng_deltanet_state_floats(&L) == (size_t)nv * dk * dv);
     size_t on = (size_t)g->n * g->hidden;
     double *ref = malloc(on * sizeof *ref);
@@ -294,9 +294,9 @@ static void test_deltanet(const dgeo *g)
     dn_ref(g, wq, wb, conv_w, dt_bias, a_log, nw, wo, eps, x, ref);
     static const int pieces[] = {2, 5, 1, 9, 0}, ones[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};
     CHECK(g->n <= 40);
-    run_split(dn_call, &L, x, g->n, g->hidden, g->hidden, NULL, eng_deltanet_conv_floats(&L), eng_deltanet_state_floats(&L), whole);
-    run_split(dn_call, &L, x, g->n, g->hidden, g->hidden, pieces, eng_deltanet_conv_floats(&L), eng_deltanet_state_floats(&L), split);
-    run_split(dn_call, &L, x, g->n, g->hidden, g->hidden, ones, eng_deltanet_conv_floats(&L), eng_deltanet_state_floats(&L), step);
+    run_split(dn_call, &L, x, g->n, g->hidden, g->hidden, NULL, eng_conv_window_floats(&L.conv), eng_deltanet_state_floats(&L), whole);
+    run_split(dn_call, &L, x, g->n, g->hidden, g->hidden, pieces, eng_conv_window_floats(&L.conv), eng_deltanet_state_floats(&L), split);
+    run_split(dn_call, &L, x, g->n, g->hidden, g->hidden, ones, eng_conv_window_floats(&L.conv), eng_deltanet_state_floats(&L), step);
     double e_ref = rel_err(whole, ref, on), e_split = rel_errf(split, whole, on), e_step = rel_errf(step, whole, on);
     CHECK_MSG(e_ref < 1e-5, "deltanet dk %d: prefill vs float64 reference %g", dk, e_ref);
     CHECK_MSG(e_split < 1e-5, "deltanet dk %d: split prefill vs whole %g", dk, e_split);
