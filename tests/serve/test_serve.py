@@ -8,7 +8,7 @@ every route and status code: /v1/query bodies equal the CLI's output, session is
 (to every digit, base bytes unchanged, nothing created beside the container), streaming
 equals the non-streamed text, a client hang-up stops the running statement, a 1 s deadline
 answers 504 within 1.5 s, the queue answers 503 when full. --soak adds 8 threads x 50 mixed
-requests (answers equal serial ones) and RSS after 200 session cycles. Every loop is
+requests (answers equal serial ones) and anonymous RSS after 200 session cycles. Every loop is
 bounded; the server is killed at the end whatever happens. Prints `N passed, M failed`.
 """
 import glob
@@ -421,9 +421,12 @@ try:
             t.join(600)
         check(not errors, "soak 8 x 50: %d errors %s" % (len(errors), errors[:5]))
 
-        def rss():
+        # RssAnon, not VmRSS: VmRSS also counts the container's file pages, which the kernel
+        # maps in and reclaims as it likes (a CI run saw VmRSS 72 -> 93 MB while anonymous
+        # memory stayed flat). A leak grows the anonymous part with every cycle.
+        def rss_anon():
             with open("/proc/%d/status" % srv.pid) as f:
-                return int([l for l in f if l.startswith("VmRSS")][0].split()[1])
+                return int([l for l in f if l.startswith("RssAnon")][0].split()[1])
 
         def cycle():
             s, b, _ = req("POST", "/v1/sessions")
@@ -431,12 +434,14 @@ try:
             req("DELETE", "/v1/sessions/%s" % b["id"])
         for _ in range(10):
             cycle()
-        r10 = rss()
+        r10 = rss_anon()
         for _ in range(190):
             cycle()
-        r200 = rss()
-        check(r200 <= r10 * 1.10, "RSS after 200 session cycles %d kB vs %d kB after 10" % (r200, r10))
-        print("rss after 10 cycles %d kB, after 200 %d kB" % (r10, r200))
+        r200 = rss_anon()
+        # 2 MB is 10 kB a cycle: less than one session's state; ASan's quarantine moves by ~5%
+        check(r200 - r10 <= max(2048, r10 // 20),
+              "anonymous RSS after 200 session cycles %d kB vs %d kB after 10" % (r200, r10))
+        print("anonymous rss after 10 cycles %d kB, after 200 %d kB" % (r10, r200))
 finally:
     srv.terminate()
     try:
