@@ -62,11 +62,13 @@ int lql_shell_flush(lql_shell *sh, FILE *f)
 
 int lql_stmt_writes(const lql_stmt *st)
 {
-    switch (st->kind) {
-    case LQL_S_INSERT: case LQL_S_DELETE: case LQL_S_UPDATE: case LQL_S_SAVE_PATCH:
-    case LQL_S_APPLY_PATCH: case LQL_S_REMOVE_PATCH: case LQL_S_UNDO: case LQL_S_ROLLBACK:
-    case LQL_S_COMPILE: case LQL_S_COMPACT: case LQL_S_EXTRACT: case LQL_S_REPRESENT:
+    /* the edit class (the journal) comes from the statement table, as the server reads it */
+    const lql_stmt_def *d = lql_stmt_def_of(st->kind);
+    if (d && d->cls == LQL_CLASS_EDIT)
         return 1;
+    switch (st->kind) {
+    case LQL_S_COMPILE: case LQL_S_COMPACT: case LQL_S_EXTRACT: case LQL_S_REPRESENT:
+        return 1;   /* new containers and representations */
     case LQL_S_TRACE: return lql_has(st, LQL_C_SAVE);
     case LQL_S_DIFF: return lql_has(st, LQL_C_INTO_PATCH);
     default: return 0;

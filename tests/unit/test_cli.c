@@ -102,6 +102,10 @@ static void options(void)
     CHECK(sh(LQL " -readonly -c 'UNDO;'", &out, &err) == 1);
     CHECK_HAS(err, "error: <command>:1:1: UNDO writes: refused in a read-only shell (-readonly)");
     free(out); free(err);
+    /* the edit class comes from the statement table, as the server's read-only mode has it */
+    CHECK(sh(LQL " -readonly -c 'BEGIN PATCH \"p\";'", &out, &err) == 1);
+    CHECK_HAS(err, "BEGIN PATCH writes: refused in a read-only shell (-readonly)");
+    free(out); free(err);
 
     /* -bail stops at the first failure */
     CHECK(sh(LQL " -bail -c 'STATS;' -c '.print after'", &out, &err) == 1);
