@@ -313,6 +313,7 @@ static void tile_gemm(const eng_w *w, int r0, int r1, const float *x, int n, flo
 
 typedef struct job {
     const eng_w *w;
+    const eng_w *src;      /* source-exact MXFP4 rows that w (their bf16 shape) decodes, or NULL */
     const float *x, *xp;   /* xp: x permuted for rows_bf16_512, or NULL */
     const eng_xpack *pk;   /* x packed for eng_gemm_rows, or NULL */
     int wide;              /* eng_avx512(), read once per product */
@@ -320,6 +321,44 @@ typedef struct job {
     int n, tile;
     atomic_int next;       /* streaming and GEMM paths: first row not yet claimed */
 } job;
+
+/* Row r of an MXFP4 view as bf16 (tmp: cols floats). Every MXFP4 value is a bf16 (see
+ * runs_as_bf16), so dropping the low half of its f32 bits is exact, not a rounding. */
+static void mxfp4_row_bf16(const eng_w *w, int r, float *tmp, uint16_t *dst)
+{
+    eng_qrow_f32(VX_MXFP4, (const char *)w->data + (size_t)r * w->row_bytes, tmp, w->cols);
+    for (int k = 0; k < w->cols; k++) {
+        uint32_t u;
+        memcpy(&u, tmp + k, sizeof u);
+        dst[k] = (uint16_t)(u >> 16);
+    }
+}
+
+/* Rows [r0, r1) of the streaming path, from view w (y is the product's, row stride w->rows). */
+static void stream_rows(const job *j, const eng_w *w, int r0, int r1, float *y)
+{
+    if (j->xp) rows_bf16_512(w, r0, r1, j->x, j->xp, j->n, y);
+    else if (j->wide) rows_avx512(w, r0, r1, j->x, j->n, y);
+    else rows_avx2(w, r0, r1, j->x, j->n, y);
+}
+
+/* Source-exact MXFP4 rows [lo, hi) decoded to bf16 DEC_ROWS at a time (a multiple of the
+ * kernels' 4-row groups, so every row meets the kernel it meets in a bf16 matrix), then the
+ * bf16 kernel on a view of the buffer. buf: DEC_ROWS bf16 rows + one f32 row. */
+#define DEC_ROWS 16
+static void stream_decoded(const job *j, int lo, int hi, uint16_t *buf)
+{
+    const int cols = j->w->cols;
+    float *tmp = (float *)(buf + (size_t)DEC_ROWS * cols);
+    eng_w v = *j->w;
+    v.data = buf;
+    for (int r = lo; r < hi; r += DEC_ROWS) {
+        int e = hi - r < DEC_ROWS ? hi : r + DEC_ROWS;
+        for (int i = r; i < e; i++)
+            mxfp4_row_bf16(j->src, i, tmp, buf + (size_t)(i - r) * cols);
+        stream_rows(j, &v, 0, e - r, j->y + r);
+    }
+}
 
 static void run_part(void *ctx, int i, int nparts)
 {
@@ -330,12 +369,25 @@ static void run_part(void *ctx, int i, int nparts)
          * to the others instead of stalling the product */
         int chunk = j->w->rows / (nparts * 8);
         chunk = chunk < 16 ? 16 : chunk & ~15;
+        uint16_t *buf = j->src ? malloc((size_t)j->w->cols * (DEC_ROWS * sizeof(uint16_t) + sizeof(float)))
+                               : NULL;
         while ((lo = atomic_fetch_add_explicit(&j->next, chunk, memory_order_relaxed)) < j->w->rows) {
             hi = lo + chunk < j->w->rows ? lo + chunk : j->w->rows;
-            if (j->xp) rows_bf16_512(j->w, lo, hi, j->x, j->xp, j->n, j->y);
-            else if (j->wide) rows_avx512(j->w, lo, hi, j->x, j->n, j->y);
-            else rows_avx2(j->w, lo, hi, j->x, j->n, j->y);
+            if (!j->src) {
+                stream_rows(j, j->w, lo, hi, j->y);
+            } else if (buf) {
+                stream_decoded(j, lo, hi, buf);
+            } else {
+                /* no buffer: exact products by blocks, equal to the bf16 model's only to
+                 * f32 rounding — slower order, not wrong */
+                for (int r = lo; r < hi; r++)
+                    for (int t = 0; t < j->n; t++)
+                        j->y[(size_t)t * j->w->rows + r] =
+                            eng_qdot(VX_MXFP4, (const char *)j->src->data + (size_t)r * j->src->row_bytes,
+                                     j->x + (size_t)t * j->w->cols, j->w->cols);
+            }
         }
+        free(buf);
         return;
     }
     if (j->pk) {
@@ -388,6 +440,57 @@ static void matmul_trans(const eng_w *w, const float *x, int n, float *y)
     free(b);
 }
 
+/* A source-exact MXFP4 matrix executes as the bf16 matrix it decodes to. An E2M1 value has
+ * two significant bits and an E8M0 scale is a power of two, so every product is a bf16: the
+ * smallest, 0.5 * 2^-127, is above bf16's least subnormal 2^-133, the ones too large for f32
+ * (scales 253-254 with |E2M1| >= 4 or 2) are infinities in f32 and bf16 alike, and scale 255
+ * is NaN in both. The decoded rows are therefore the dequantised checkpoint's exactly, and
+ * through the bf16 kernels they meet the same products in the same order: the packed and
+ * the dequantised model give bit-identical logits. */
+static int runs_as_bf16(const eng_w *w) { return w->exact && w->dt == VX_MXFP4 && !w->trans; }
+
+typedef struct decode_job {
+    const eng_w *w;            /* MXFP4 rows */
+    uint16_t *dst;             /* [rows, cols] bf16 */
+    atomic_int failed;
+} decode_job;
+
+static void decode_part(void *ctx, int i, int nparts)
+{
+    decode_job *d = ctx;
+    const eng_w *w = d->w;
+    int lo, hi;
+    eng_split(w->rows, i, nparts, 4, &lo, &hi);
+    if (lo >= hi) return;
+    float *tmp = malloc((size_t)w->cols * sizeof *tmp);
+    if (!tmp) {
+        atomic_store(&d->failed, 1);
+        return;
+    }
+    for (int r = lo; r < hi; r++) mxfp4_row_bf16(w, r, tmp, d->dst + (size_t)r * w->cols);
+    free(tmp);
+}
+
+/* Prefill on a source-exact MXFP4 matrix: the whole matrix decoded to bf16 (the prefill
+ * kernels, AMX's included, read bf16 rows in place), then the bf16 product. -1 without
+ * memory: the caller takes the exact block path. */
+static int matmul_decoded(const eng_w *w, const float *x, int n, float *y)
+{
+    eng_w v = *w;
+    v.dt = VX_BF16;
+    v.exact = 0;
+    v.row_bytes = (size_t)w->cols * sizeof(uint16_t);
+    decode_job d = {.w = w, .dst = malloc((size_t)w->rows * v.row_bytes)};
+    if (!d.dst) return -1;
+    if ((size_t)w->rows * (size_t)w->cols < 32768) decode_part(&d, 0, 1);
+    else eng_parallel(decode_part, &d);
+    int rc = atomic_load(&d.failed) ? -1 : 0;
+    v.data = d.dst;
+    if (!rc) eng_matmul(&v, x, n, y);
+    free(d.dst);
+    return rc;
+}
+
 /* Rows of a source-authority block matrix: exact weights, f32 products (eng_qdot). */
 static void exact_part(void *ctx, int i, int nparts)
 {
@@ -425,6 +528,21 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
         matmul_trans(w, x, n, y);
         return;
     }
+    eng_w dec;
+    const eng_w *src = NULL;
+    if (runs_as_bf16(w)) {
+        if (n > SMALL_N && matmul_decoded(w, x, n, y) == 0) return;
+        if (n <= SMALL_N) {
+            /* decode streams the rows through a small buffer (run_part) */
+            dec = *w;
+            dec.dt = VX_BF16;
+            dec.exact = 0;
+            dec.data = NULL;
+            dec.row_bytes = (size_t)w->cols * sizeof(uint16_t);
+            src = w;
+            w = &dec;
+        }
+    }
     if (is_block(w->dt)) {
         /* exact: f32 products per row up to qkernels' 8-row threshold (above it the tiles
          * are dequantised exactly and multiplied in f32 anyway) */
@@ -444,7 +562,7 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
         if (done < w->rows) rows_avx512(w, done, w->rows, x, n, y);
         return;
     }
-    job j = {w, x, NULL, NULL, eng_avx512(), y, n, 16, 0};
+    job j = {w, src, x, NULL, NULL, eng_avx512(), y, n, 16, 0};
     float *xp = NULL;
     eng_xpack pk = {0};
     if (n > SMALL_N && j.wide && eng_xpack_make(&pk, x, n, w->cols) == 0) j.pk = &pk;
