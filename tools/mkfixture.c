@@ -1,7 +1,8 @@
 /*
  * mkfixture.c — deterministic synthetic Hugging Face checkpoints for tests and benchmarks.
  *
- *   mkfixture --family llama|mistral|qwen2|gemma|gemma2|gpt2|phi3|mixtral|qwen2_moe|deepseek_v3
+ *   mkfixture --family llama|mistral|qwen2|gemma|gemma2|gpt2|phi3|mixtral|qwen2_moe|deepseek_v3|
+ *                      granitemoehybrid
  *             [--hidden N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]
  *             [--inter N] [--vocab N] [--ctx N] [--experts N] [--expert-inter N]
  *             [--dtype f32|f16|bf16] [--seed N] [--shards N] [--tokenizer FILE]
@@ -13,7 +14,10 @@
  * from a seeded PRNG per tensor (so sharding does not change a value): matrices are
  * normal-ish with std 1/sqrt(fan-in), norms 1 ± 0.05, biases ± 0.02. Tensors are
  * generated and written in 1 Mi-element chunks, so a multi-GB checkpoint (e.g. the 1.1B
- * TinyLlama geometry) is written in a few MB of memory. This tool knows HF layouts
+ * TinyLlama geometry) is written in a few MB of memory. granitemoehybrid is the dense
+ * Granite-4.0-H form (num_local_experts 0: every layer's FFN is the shared MLP alone), with
+ * Mamba2 token mixers (expand 2, head dim 16, one group, state 16, conv 4) except on every
+ * fourth layer from layer 1, which is NoPE attention. This tool knows HF layouts
  * because it imitates them; the encoder's admission (src/storage/hf_admit.c) is the only
  * place that interprets them.
  */
@@ -30,12 +34,12 @@
 
 #define CHUNK (1u << 20)
 
-enum kind { MAT, NORM, BIAS, F32VEC };
+enum kind { MAT, NORM, BIAS, F32VEC, EMB };
 
 typedef struct spec {
     char name[128];
     int ndim;
-    int64_t shape[2];
+    int64_t shape[3];
     enum kind kind;
 } spec;
 
@@ -70,7 +74,24 @@ static void add(enum kind k, int64_t a, int64_t b, const char *fmt, ...)
     s->kind = k;
     s->shape[0] = a;
     s->shape[1] = b;
+    s->shape[2] = 1;
     s->ndim = b ? 2 : 1;
+}
+
+/* A [a, 1, k] tensor (a depthwise conv1d weight, as torch stores it). */
+static void add_conv(int64_t a, int64_t k, const char *name)
+{
+    add(MAT, a, 1, "%s", name);
+    specs[nspec - 1].ndim = 3;
+    specs[nspec - 1].shape[2] = k;
+}
+
+static uint64_t spec_elems(const spec *sp)
+{
+    uint64_t n = 1;
+    for (int d = 0; d < sp->ndim; d++)
+        n *= (uint64_t)sp->shape[d];
+    return n;
 }
 
 static int is(const geo *g, const char *f)
@@ -93,9 +114,55 @@ static void mlp(const geo *g, const char *pre, int inter)
     add(MAT, g->hidden, inter, "%s.down_proj.weight", pre);
 }
 
+/* Granite hybrid: which layers are attention (the rest are Mamba2), and the SSM geometry. */
+#define GH_HEAD_DIM 16
+#define GH_STATE 16
+#define GH_CONV 4
+static int gh_attention(int layer)
+{
+    return layer % 4 == 1;
+}
+
+static void granite_hybrid(const geo *g)
+{
+    const int64_t H = g->hidden, I = 2 * H, nh = I / GH_HEAD_DIM, cd = I + 2 * GH_STATE;
+    /* tied, std 1: the logits (embedding rows · normed state / logits_scaling) can be
+     * confident, so an inserted fact can be recalled at p > 0.5 */
+    add(EMB, g->vocab, H, "model.embed_tokens.weight");
+    for (int i = 0; i < g->layers; i++) {
+        char p[64], n[128];
+        snprintf(p, sizeof p, "model.layers.%d", i);
+        add(NORM, H, 0, "%s.input_layernorm.weight", p);
+        if (gh_attention(i)) {
+            add(MAT, (int64_t)g->heads * g->hd, H, "%s.self_attn.q_proj.weight", p);
+            add(MAT, (int64_t)g->kv * g->hd, H, "%s.self_attn.k_proj.weight", p);
+            add(MAT, (int64_t)g->kv * g->hd, H, "%s.self_attn.v_proj.weight", p);
+            add(MAT, H, (int64_t)g->heads * g->hd, "%s.self_attn.o_proj.weight", p);
+        } else {
+            add(BIAS, nh, 0, "%s.mamba.A_log", p);
+            add(BIAS, nh, 0, "%s.mamba.D", p);
+            add(BIAS, nh, 0, "%s.mamba.dt_bias", p);
+            snprintf(n, sizeof n, "%s.mamba.conv1d.weight", p);
+            add_conv(cd, GH_CONV, n);
+            add(BIAS, cd, 0, "%s.mamba.conv1d.bias", p);
+            add(MAT, 2 * I + 2 * GH_STATE + nh, H, "%s.mamba.in_proj.weight", p);
+            add(NORM, I, 0, "%s.mamba.norm.weight", p);
+            add(MAT, H, I, "%s.mamba.out_proj.weight", p);
+        }
+        add(NORM, H, 0, "%s.post_attention_layernorm.weight", p);
+        add(MAT, 2 * (int64_t)g->inter, H, "%s.shared_mlp.input_linear.weight", p);
+        add(MAT, H, g->inter, "%s.shared_mlp.output_linear.weight", p);
+    }
+    add(NORM, H, 0, "model.norm.weight");
+}
+
 static void tensors(const geo *g)
 {
     int64_t H = g->hidden, q = (int64_t)g->heads * g->hd, kv = (int64_t)g->kv * g->hd;
+    if (is(g, "granitemoehybrid")) {
+        granite_hybrid(g);
+        return;
+    }
     if (is(g, "gpt2")) {
         add(MAT, g->vocab, H, "transformer.wte.weight");
         add(MAT, g->ctx, H, "transformer.wpe.weight");
@@ -198,7 +265,7 @@ static cJSON *config(const geo *g)
         {"gemma2", "Gemma2ForCausalLM"},
         {"gpt2", "GPT2LMHeadModel"}, {"phi3", "Phi3ForCausalLM"},
         {"mixtral", "MixtralForCausalLM"}, {"qwen2_moe", "Qwen2MoeForCausalLM"},
-        {"deepseek_v3", "DeepseekV3ForCausalLM"},
+        {"deepseek_v3", "DeepseekV3ForCausalLM"}, {"granitemoehybrid", "GraniteMoeHybridForCausalLM"},
     };
     cJSON *c = cJSON_CreateObject();
     cJSON *a = cJSON_AddArrayToObject(c, "architectures");
@@ -227,6 +294,45 @@ static cJSON *config(const geo *g)
         cJSON_AddNumberToObject(c, "attn_pdrop", 0.1);
         cJSON_AddNumberToObject(c, "resid_pdrop", 0.1);
         cJSON_AddNumberToObject(c, "embd_pdrop", 0.1);
+        return c;
+    }
+    if (is(g, "granitemoehybrid")) {
+        cJSON_AddNumberToObject(c, "hidden_size", g->hidden);
+        cJSON_AddNumberToObject(c, "num_hidden_layers", g->layers);
+        cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
+        for (int i = 0; i < g->layers; i++)
+            cJSON_AddItemToArray(lt, cJSON_CreateString(gh_attention(i) ? "attention" : "mamba"));
+        cJSON_AddNumberToObject(c, "num_attention_heads", g->heads);
+        cJSON_AddNumberToObject(c, "num_key_value_heads", g->kv);
+        cJSON_AddNumberToObject(c, "max_position_embeddings", g->ctx);
+        cJSON_AddStringToObject(c, "position_embedding_type", "nope");
+        cJSON_AddNumberToObject(c, "rope_theta", 1e4);
+        cJSON_AddNullToObject(c, "rope_scaling");
+        cJSON_AddBoolToObject(c, "attention_bias", 0);
+        cJSON_AddNumberToObject(c, "attention_dropout", 0.0);
+        cJSON_AddStringToObject(c, "hidden_act", "silu");
+        cJSON_AddStringToObject(c, "normalization_function", "rmsnorm");
+        cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-5);
+        /* no experts: the shared MLP is each layer's whole FFN */
+        cJSON_AddNumberToObject(c, "num_local_experts", 0);
+        cJSON_AddNumberToObject(c, "num_experts_per_tok", 0);
+        cJSON_AddNumberToObject(c, "intermediate_size", g->inter);
+        cJSON_AddNumberToObject(c, "shared_intermediate_size", g->inter);
+        cJSON_AddNumberToObject(c, "embedding_multiplier", 1.0);
+        cJSON_AddNumberToObject(c, "residual_multiplier", 0.22);
+        cJSON_AddNumberToObject(c, "attention_multiplier", 1.0 / g->hd);
+        cJSON_AddNumberToObject(c, "logits_scaling", 4.0);
+        cJSON_AddNumberToObject(c, "mamba_n_heads", 2 * g->hidden / GH_HEAD_DIM);
+        cJSON_AddNumberToObject(c, "mamba_d_head", GH_HEAD_DIM);
+        cJSON_AddNumberToObject(c, "mamba_n_groups", 1);
+        cJSON_AddNumberToObject(c, "mamba_d_state", GH_STATE);
+        cJSON_AddNumberToObject(c, "mamba_d_conv", GH_CONV);
+        cJSON_AddNumberToObject(c, "mamba_expand", 2);
+        cJSON_AddNumberToObject(c, "mamba_chunk_size", 8);
+        cJSON_AddBoolToObject(c, "mamba_conv_bias", 1);
+        cJSON_AddBoolToObject(c, "mamba_proj_bias", 0);
+        cJSON_AddBoolToObject(c, "tie_word_embeddings", 1);
+        cJSON_AddBoolToObject(c, "use_cache", 1);
         return c;
     }
     cJSON_AddNumberToObject(c, "hidden_size", g->hidden);
@@ -343,9 +449,10 @@ static int write_values(FILE *f, const geo *g, const spec *sp)
     static float v[CHUNK];
     static unsigned char out[CHUNK * 4];
     vx_dtype t = sp->kind == F32VEC ? VX_F32 : g->dtype;
-    uint64_t n = (uint64_t)sp->shape[0] * (sp->ndim == 2 ? (uint64_t)sp->shape[1] : 1);
+    uint64_t n = spec_elems(sp);
     uint64_t s = g->seed ^ fnv(sp->name);
-    float std = sp->kind == MAT ? 1.0f / sqrtf((float)(sp->ndim == 2 ? sp->shape[1] : 1))
+    float std = sp->kind == EMB ? 0.6f
+              : sp->kind == MAT ? 1.0f / sqrtf((float)(n / (uint64_t)sp->shape[0]))
               : sp->kind == NORM ? 0.05f : 0.02f;
     float mean = sp->kind == NORM && !gemma(g) ? 1.0f : 0.0f;
     for (uint64_t at = 0; at < n; at += CHUNK) {
@@ -365,8 +472,7 @@ static int write_values(FILE *f, const geo *g, const spec *sp)
 
 static uint64_t spec_bytes(const geo *g, const spec *sp)
 {
-    uint64_t n = (uint64_t)sp->shape[0] * (sp->ndim == 2 ? (uint64_t)sp->shape[1] : 1);
-    return n * vx_dtype_block_bytes(sp->kind == F32VEC ? VX_F32 : g->dtype);
+    return spec_elems(sp) * vx_dtype_block_bytes(sp->kind == F32VEC ? VX_F32 : g->dtype);
 }
 
 static int write_shard(const geo *g, const char *path, size_t lo, size_t hi)
@@ -449,7 +555,7 @@ static int copy(const char *from, const char *dir, const char *name)
 static int usage(void)
 {
     fprintf(stderr, "usage: mkfixture --family llama|mistral|qwen2|gemma|gemma2|gpt2|phi3|mixtral|qwen2_moe|"
-                    "deepseek_v3 [--hidden N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]\n"
+                    "deepseek_v3|granitemoehybrid [--hidden N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N]\n"
                     "                 [--inter N] [--vocab N] [--ctx N] [--experts N] [--expert-inter N]\n"
                     "                 [--dtype f32|f16|bf16] [--seed N] [--shards N] [--tokenizer FILE]\n"
                     "                 [--attention-bias (llama)] -o DIR\n");
@@ -508,7 +614,7 @@ int main(int argc, char **argv)
         i++;
     }
     static const char *const fams[] = {"llama", "mistral", "qwen2", "gemma", "gemma2", "gpt2", "phi3",
-                                       "mixtral", "qwen2_moe", "deepseek_v3"};
+                                       "mixtral", "qwen2_moe", "deepseek_v3", "granitemoehybrid"};
     int ok = 0;
     for (size_t k = 0; g.family && k < sizeof fams / sizeof *fams; k++)
         ok |= strcmp(g.family, fams[k]) == 0;
@@ -526,7 +632,8 @@ int main(int argc, char **argv)
         g.einter = g.inter / 2 ? g.inter / 2 : 1;
     if (is(&g, "gpt2"))
         g.kv = g.heads;
-    if (g.heads % g.kv || (is(&g, "gpt2") && g.hidden % g.heads) || (is(&g, "deepseek_v3") && g.hd % 4)) {
+    if (g.heads % g.kv || (is(&g, "gpt2") && g.hidden % g.heads) || (is(&g, "deepseek_v3") && g.hd % 4) ||
+        (is(&g, "granitemoehybrid") && 2 * g.hidden % GH_HEAD_DIM)) {
         fprintf(stderr, "mkfixture: inconsistent geometry (heads %d, kv-heads %d, head-dim %d)\n", g.heads,
                 g.kv, g.hd);
         return 2;

@@ -35,6 +35,13 @@ int eng_edit_check_layer(const eng_model *m, int layer, vx_err *err)
     if (L->moe)
         return vx_errf(err, VX_EUNSUPPORTED, "layer %d is a mixture-of-experts layer: INSERT "
                        "edits dense FFN layers", layer);
+    /* the rank-1 update's δ would pass through the norm, which keeps the branch's length
+     * and bends δ with the rest of the output: what reaches the residual is not δ */
+    if (L->post_ffn.width)
+        return vx_errf(err, VX_EUNSUPPORTED, "INSERT at layer %d: its FFN output is normalised "
+                       "after down_proj (post-FFN norm), so a rank-1 down_proj update cannot set "
+                       "what reaches the residual; INSERT edits dense FFN layers without one "
+                       "(MODE KNN does not edit the FFN)", layer);
     if (L->mlp.inter > ENG_EDIT_MAX_FEATURES)
         return vx_errf(err, VX_EUNSUPPORTED, "layer %d has %d features: INSERT solves "
                        "covariances of up to %d", layer, L->mlp.inter, ENG_EDIT_MAX_FEATURES);
@@ -681,7 +688,9 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
             double hn = 0;
             for (int i = 0; i < H; i++)
                 hn += (double)x[(size_t)o->layer * H + i] * x[(size_t)o->layer * H + i];
-            hn = sqrt(hn);
+            /* δ reaches the residual times the residual multiplier (Granite's 0.22):
+             * step and cap are set on that effect, so they mean the same in every family */
+            hn = sqrt(hn) / m->residual_scale;
             step_len = (float)(o->step * hn);
             cap = (float)(o->max_norm * hn);
         }

@@ -29,7 +29,8 @@
 /* Largest feature count whose F×F covariance this build solves. */
 #define ENG_EDIT_MAX_FEATURES 4096
 
-/* Can INSERT edit layer L of m? -1 naming the reason (MoE or too wide a layer). */
+/* Can INSERT edit layer L of m? -1 naming the reason (no FFN, MoE, a post-FFN norm, or too
+ * wide a layer). */
 int eng_edit_check_layer(const eng_model *m, int layer, vx_err *err);
 
 /* The FFN activations of layer `layer` at the last of ids[0..n) through m (its overlay

@@ -891,6 +891,9 @@ int eng_plan_build(eng_model *m, vx_err *err)
     c.where = "execution";
     double rscale = 1;
     if (!is_null(field(ex, "residual_scale")) && num(&c, ex, "residual_scale", &rscale)) return -1;
+    if (!(rscale > 0 && rscale < 1e6))
+        return vx_errf(err, VX_EFORMAT, "system graph: execution.residual_scale %g must be positive",
+                       rscale);
     m->residual_scale = (float)rscale;
 
     /* attention: null when no layer attends */

@@ -1,7 +1,7 @@
 /*
  * test_recur_model.c — recurrent layers in whole models, on the encoded mamba2,
  * granite-hybrid, qwen3-next and qwen3-next-mtp fixtures (the goldens themselves are
- * test_parity's):
+ * test_parity's) and the dense hybrid granite-dense (tools/mkfixture; no golden):
  *   - prefill of a long sequence (crossing the session's 256-position chunks) equals the
  *     same tokens fed in odd pieces and one token at a time: last-position logits within
  *     1e-5 of the largest logit; a reset session starts again from zero state;
@@ -229,6 +229,20 @@ int main(void)
     test_state(next, 3 * 4 * (3 * 160 + 4 * 16 * 24), 2 * 4 * 2 * 32, "ddda");
     test_decode("mamba2", mamba, 600);
     test_decode("granite-hybrid", granite, 300);
+    /* the dense hybrid (tools/mkfixture, no experts): the same state, and its decode */
+    char dense[4200];
+    snprintf(dense, sizeof dense, "%s/granite-dense.vindex3", tmp);
+    vx_err err = {0};
+    CHECK_MSG(vx_encode(LQL_FIXTURE_DIR "/models/granite-dense", dense, NULL, &err) == 0, "%s", err.msg);
+    test_state(dense, 3 * 4 * (3 * 160 + 8 * 16 * 16), 2 * 4 * 2 * 16, "mamm");
+    vx_container *dc = NULL;
+    if (vx_open(dense, &dc, &err) == 0) {
+        const vx_graph_shape *g = vx_shape_of(dc);
+        for (int l = 0; l < g->layers; l++)
+            CHECK_MSG(g->layer[l].channel == VX_CHANNEL_DENSE, "granite-dense layer %d is not dense", l);
+        vx_close(dc);
+    }
+    test_decode("granite-dense", dense, 300);
     test_decode("qwen3-next", next, 300);
     test_mtp(next, mtp);
     test_refusals(mamba, next);
