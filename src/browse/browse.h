@@ -131,8 +131,10 @@ typedef struct brw_hit {
     int layer;
     int64_t feature;
     float score;            /* the ranked value, sign kept: gate·q (HYBRID, PURE) or the
-                             * feature's activation act(gate·q)·(up·q) (DENSE) */
-    float gate;             /* gate·q (up·q + bias for a plain MLP's DENSE), sign kept */
+                             * feature's activation act(gate·q)·(up·q) (DENSE; an expert's
+                             * biases and clamped SwiGLU as the engine applies them) */
+    float gate;             /* gate·q (+ an expert's gate bias; up·q + bias for a plain
+                             * MLP's DENSE), sign kept */
 } brw_hit;
 
 /* How a scan ranks features (WALK … MODE):

@@ -18,6 +18,8 @@ typedef struct brw_part {
     int64_t rows;
     const vx_tensor *up;     /* [rows, hidden] up_proj of a gated part; NULL for a plain MLP */
     const vx_tensor *bias;   /* [rows] up_proj.bias of a plain MLP with ffn.bias, or NULL */
+    const vx_tensor *gate_b; /* [rows] gate_proj.bias / up_proj.bias of an expert with */
+    const vx_tensor *up_b;   /*   biases (execution.moe.expert_bias), or NULL */
 } brw_part;
 
 typedef struct brw_layer {
@@ -35,6 +37,7 @@ typedef struct brw_shape {
     float embed_scale;
     int gated;               /* ffn.kind == "gated" */
     int act;                 /* execution.ffn.activation: 0 silu, 1 gelu_tanh, 2 gelu (eng_act) */
+    float glu_alpha, glu_limit; /* experts' clamped SwiGLU (execution.moe.expert_activation); limit 0: act */
     const vx_tensor *embed;  /* [vocab, hidden] */
     brw_layer *layer;        /* [layers] */
 } brw_shape;

@@ -115,7 +115,18 @@ static const void *row_of(const vx_tensor *t, int64_t r, int hidden)
     return (const uint8_t *)t->data + (size_t)r * row;
 }
 
-/* A hit for row r of a part: gate·q, and in DENSE mode the activation (gate and up may be
+/* Element r of an f32/f16/bf16 vector operand; 0 without one. */
+static float vec_at(const vx_tensor *t, int64_t r)
+{
+    float v = 0;
+    if (t)
+        vx_row_to_f32(t->dtype, (const uint8_t *)t->data + (size_t)r * (t->dtype == VX_F32 ? 4 : 2),
+                      &v, 1);
+    return v;
+}
+
+/* A hit for row r of a part: gate·q (+ the expert's gate bias), and in DENSE mode the
+ * activation the engine computes, biases and clamped SwiGLU included (gate and up may be
  * replacement rows from the overlay, f32). */
 static brw_hit score_row(const brw_model *m, brw_walk_mode mode, int layer,
                          const brw_part *p, int64_t r, const float *q, const float *gate,
@@ -124,23 +135,23 @@ static brw_hit score_row(const brw_model *m, brw_walk_mode mode, int layer,
     int hidden = m->s.hidden;
     float g = gate ? eng_row_dot(VX_F32, gate, q, hidden)
                    : eng_row_dot(p->gate->dtype, row_of(p->gate, r, hidden), q, hidden);
+    g += vec_at(p->gate_b, r);
     brw_hit h = {layer, p->first + r, g, g};
     if (mode != BRW_DENSE)
         return h;
     if (p->up) {
-        float u = up ? eng_row_dot(VX_F32, up, q, hidden)
-                     : eng_row_dot(p->up->dtype, row_of(p->up, r, hidden), q, hidden);
-        float a = g;
-        eng_act(m->s.act, &a, 1);
-        h.score = a * u;
-    } else {
-        if (p->bias) {
-            float b;
-            vx_row_to_f32(p->bias->dtype,
-                          (const uint8_t *)p->bias->data +
-                              (size_t)r * (p->bias->dtype == VX_F32 ? 4 : 2), &b, 1);
-            h.gate = g + b;
+        float u = (up ? eng_row_dot(VX_F32, up, q, hidden)
+                      : eng_row_dot(p->up->dtype, row_of(p->up, r, hidden), q, hidden)) +
+                  vec_at(p->up_b, r);
+        if (m->s.glu_limit > 0 && m->s.layer[layer].g->channel == VX_CHANNEL_MOE) {
+            h.score = eng_glu_clamped(g, u, m->s.glu_alpha, m->s.glu_limit);
+        } else {
+            float a = g;
+            eng_act(m->s.act, &a, 1);
+            h.score = a * u;
         }
+    } else {
+        h.gate = g + vec_at(p->bias, r);
         h.score = h.gate;
         eng_act(m->s.act, &h.score, 1);
     }
@@ -187,7 +198,7 @@ static void run_part(void *ctx, int part, int nparts)
             /* the hot path: one dot per row, nothing else */
             const vx_tensor *g = x->part->gate;
             for (int64_t r = x->r0; r < x->r1; r++) {
-                float d = eng_row_dot(g->dtype, row_of(g, r, hidden), s->q, hidden);
+                float d = eng_row_dot(g->dtype, row_of(g, r, hidden), s->q, hidden) + vec_at(x->part->gate_b, r);
                 brw_hit h = {layer, x->part->first + r, d, d};
                 heap_push(hp, &h);
             }

@@ -38,6 +38,23 @@ static int check_mat(const vx_tensor *t, const char *name, int64_t rows, int64_t
     return 0;
 }
 
+/* A [rows] f32/f16/bf16 vector operand. */
+static int bind_vec(const vx_container *c, const char *name, int64_t rows, const vx_tensor **out,
+                    vx_err *err)
+{
+    const vx_tensor *t = vx_find(c, STACK, name);
+    if (!t)
+        return vx_errf(err, VX_EMISSING, "browse: operand \"%s\" is missing", name);
+    if ((t->dtype != VX_F32 && t->dtype != VX_F16 && t->dtype != VX_BF16) || t->ndim != 1 ||
+        t->shape[0] != rows)
+        return vx_errf(err, VX_EFORMAT, "browse: operand \"%s\" is not an f32/f16/bf16 vector "
+                       "of %lld", name, (long long)rows);
+    *out = t;
+    return 0;
+}
+
+/* bias: a plain MLP's up_proj.bias (ffn.bias), or a gated expert's gate_proj.bias and
+ * up_proj.bias (moe.expert_bias). */
 static int bind_part(const vx_container *c, brw_part *p, const char *prefix, int gated,
                      int bias, int hidden, int64_t rows, vx_err *err)
 {
@@ -54,19 +71,19 @@ static int bind_part(const vx_container *c, brw_part *p, const char *prefix, int
     if (gated) {
         snprintf(gname, sizeof gname, "%s.up_proj", prefix);
         p->up = vx_find(c, STACK, gname);
-        return check_mat(p->up, gname, p->rows, hidden, 1, err);
+        if (check_mat(p->up, gname, p->rows, hidden, 1, err) != 0)
+            return -1;
+        if (!bias)
+            return 0;
+        snprintf(gname, sizeof gname, "%s.gate_proj.bias", prefix);
+        snprintf(dname, sizeof dname, "%s.up_proj.bias", prefix);
+        return bind_vec(c, gname, p->rows, &p->gate_b, err) ? -1
+                                                            : bind_vec(c, dname, p->rows, &p->up_b, err);
     }
     if (!bias)
         return 0;
     snprintf(gname, sizeof gname, "%s.up_proj.bias", prefix);
-    p->bias = vx_find(c, STACK, gname);
-    if (!p->bias)
-        return vx_errf(err, VX_EMISSING, "browse: operand \"%s\" is missing", gname);
-    if ((p->bias->dtype != VX_F32 && p->bias->dtype != VX_F16 && p->bias->dtype != VX_BF16) ||
-        p->bias->ndim != 1 || p->bias->shape[0] != p->rows)
-        return vx_errf(err, VX_EFORMAT, "browse: operand \"%s\" is not an f32/f16/bf16 vector "
-                       "of %lld", gname, (long long)p->rows);
-    return 0;
+    return bind_vec(c, gname, p->rows, &p->bias, err);
 }
 
 int brw_shape_read(const vx_container *c, brw_shape *s, vx_err *err)
@@ -109,6 +126,19 @@ int brw_shape_read(const vx_container *c, brw_shape *s, vx_err *err)
                            "silu, gelu_tanh or gelu");
     }
     int bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ffn, "bias"));
+    /* experts with biases and GPT-OSS's clamped SwiGLU: what WALK scores is what the
+     * engine computes (the engine's plan has validated both) */
+    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(ex, "moe");
+    int expert_bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(moe, "expert_bias"));
+    const cJSON *ea = cJSON_GetObjectItemCaseSensitive(moe, "expert_activation");
+    const cJSON *al = cJSON_GetObjectItemCaseSensitive(ea, "alpha"), *li = cJSON_GetObjectItemCaseSensitive(ea, "limit");
+    if (cJSON_IsObject(ea)) {
+        if (!cJSON_IsNumber(al) || !cJSON_IsNumber(li) || !(al->valuedouble > 0) || !(li->valuedouble > 0))
+            return vx_errf(err, VX_EFORMAT, "browse: execution.moe.expert_activation needs positive "
+                           "alpha and limit");
+        s->glu_alpha = (float)al->valuedouble;
+        s->glu_limit = (float)li->valuedouble;
+    }
     const int experts = g->experts;
     s->embed = vx_find(c, "target.embedding", "weight");
     if (check_mat(s->embed, "target.embedding.weight", s->vocab, s->hidden, 0, err) != 0)
@@ -133,7 +163,7 @@ int brw_shape_read(const vx_container *c, brw_shape *s, vx_err *err)
             else
                 snprintf(prefix, sizeof prefix, "layers.%d.ffn", i);
             int64_t want = e > 0 ? L->parts[0].rows : -1;
-            if (bind_part(c, &L->parts[e], prefix, is_moe ? 1 : s->gated, !is_moe && bias,
+            if (bind_part(c, &L->parts[e], prefix, is_moe ? 1 : s->gated, is_moe ? expert_bias : bias,
                           s->hidden, want, err) != 0) {
                 brw_shape_free(s);
                 return -1;
@@ -142,7 +172,8 @@ int brw_shape_read(const vx_container *c, brw_shape *s, vx_err *err)
             L->features += L->parts[e].rows;
             L->gate_bytes += L->parts[e].gate->nbytes;
             L->up_bytes += (L->parts[e].up ? L->parts[e].up->nbytes : 0) +
-                           (L->parts[e].bias ? L->parts[e].bias->nbytes : 0);
+                           (L->parts[e].bias ? L->parts[e].bias->nbytes : 0) +
+                           (L->parts[e].up_b ? L->parts[e].up_b->nbytes : 0);
         }
     }
     return 0;

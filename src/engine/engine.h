@@ -83,6 +83,9 @@ float eng_row_dot(vx_dtype dt, const void *row, const float *x, int cols);
 void eng_parallel(void (*fn)(void *ctx, int i, int n), void *ctx);
 /* The FFN activation in place: act 0 silu, 1 gelu_tanh, 2 gelu (execution.ffn.activation). */
 void eng_act(int act, float *x, size_t n);
+/* GPT-OSS's clamped SwiGLU of one feature: min(g, limit)·σ(alpha·min(g, limit)) ·
+ * (clamp(u, ±limit) + 1) (execution.moe.expert_activation). */
+float eng_glu_clamped(float g, float u, float alpha, float limit);
 
 /* ---------------------------------------------------------------- observers */
 

@@ -14,6 +14,12 @@
 #include <string.h>
 #include "engine_int.h"
 
+float eng_glu_clamped(float g, float u, float alpha, float limit)
+{
+    float gv = g < limit ? g : limit, uv = u < -limit ? -limit : u > limit ? limit : u;
+    return gv / (1.0f + expf(-alpha * gv)) * (uv + 1.0f);
+}
+
 int eng_mlp_run(const eng_model *m, int layer, const eng_mlp *b, int f0, const float *h,
                 int n, const float *rowscale, float *act, float *out, vx_err *err)
 {
@@ -46,11 +52,7 @@ int eng_mlp_run(const eng_model *m, int layer, const eng_mlp *b, int f0, const f
         }
     }
     if (g && b->limit > 0) {
-        const float L = b->limit, al = b->alpha;
-        for (size_t i = 0; i < (size_t)n * I; i++) {
-            float gv = g[i] < L ? g[i] : L, u = act[i] < -L ? -L : act[i] > L ? L : act[i];
-            act[i] = gv / (1.0f + expf(-al * gv)) * (u + 1.0f);
-        }
+        for (size_t i = 0; i < (size_t)n * I; i++) act[i] = eng_glu_clamped(g[i], act[i], b->alpha, b->limit);
         free(g);
     } else if (g) {
         eng_act(m->act, g, (size_t)n * I);

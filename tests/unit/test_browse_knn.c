@@ -87,10 +87,10 @@ int main(void)
     }
     /* a tie: rows 10 and 11 of layer 0 identical */
     memcpy((uint8_t *)g[0].data + 11 * H * 2, (const uint8_t *)g[0].data + 10 * H * 2, H * 2);
-    brw_part p0 = {&g[0], NULL, 0, 1000, NULL, NULL};
-    brw_part p1[3] = {{&g[1], NULL, 0, 77, NULL, NULL}, {&g[2], NULL, 77, 77, NULL, NULL},
-                      {&g[3], NULL, 154, 77, NULL, NULL}};
-    brw_part p2 = {&g[4], NULL, 0, 5, NULL, NULL};
+    brw_part p0 = {&g[0], NULL, 0, 1000, NULL, NULL, NULL, NULL};
+    brw_part p1[3] = {{&g[1], NULL, 0, 77, NULL, NULL, NULL, NULL}, {&g[2], NULL, 77, 77, NULL, NULL, NULL, NULL},
+                      {&g[3], NULL, 154, 77, NULL, NULL, NULL, NULL}};
+    brw_part p2 = {&g[4], NULL, 0, 5, NULL, NULL, NULL, NULL};
     brw_layer layers[3] = {{1, &p0, 1000, g[0].nbytes, 0, NULL},
                            {3, p1, 231, g[1].nbytes * 3, 0, NULL},
                            {1, &p2, 5, g[4].nbytes, 0, NULL}};

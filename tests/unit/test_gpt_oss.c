@@ -10,6 +10,8 @@
  *     decode steps after it, with and without AVX-512: the MXFP4 experts are decoded
  *     exactly to bf16 and run through the bf16 kernels (engine/matmul.c), so the products
  *     and their summation order are the dequantised model's;
+ *   - WALK's DENSE scores are the activations the engine computes (expert biases and the
+ *     clamped SwiGLU included);
  *   - a sinks tensor of the wrong shape is refused by name at encode.
  */
 #include <math.h>
@@ -19,6 +21,7 @@
 #include "t.h"
 #include "t_file.h"
 #include "engine_int.h"
+#include "browse.h"
 
 static char tmp[] = "/tmp/lql-gptoss-XXXXXX";
 
@@ -142,6 +145,59 @@ out:
     eng_model_free(mb);
 }
 
+/* WALK in DENSE mode scores an expert feature by the activation the engine computes for the
+ * same input: the expert's gate and up biases and the clamped SwiGLU included (eng_mlp_run
+ * on the walk's query q gives every feature of the expert). */
+static void check_walk(vx_container *c)
+{
+    brw_model *bm = NULL;
+    eng_model *m = NULL;
+    vx_err err = {0};
+    CHECK_MSG(brw_open(c, &bm, &err) == 0, "%s", err.msg);
+    CHECK_MSG(eng_model_bind(c, &m, &err) == 0, "%s", err.msg);
+    if (!bm || !m) {
+        brw_close(bm);
+        eng_model_free(m);
+        return;
+    }
+    const int H = m->hidden, EI = m->expert_inter;
+    float *q = malloc((size_t)H * sizeof *q), *act = malloc((size_t)EI * sizeof *act);
+    float *out = malloc((size_t)H * sizeof *out);
+    static const char *const prompts[] = {"cat", "The capital of France is", " dog"};
+    int compared = 0;
+    double worst = 0;
+    for (size_t p = 0; p < sizeof prompts / sizeof *prompts; p++) {
+        int32_t tok;
+        brw_walk_opts o = {.top = 8, .layer_lo = -1, .layer_hi = -1, .mode = BRW_DENSE};
+        brw_walk w = {0};
+        if (brw_walk_query(bm, prompts[p], q, &tok, &err) || brw_walk_run(bm, prompts[p], &o, &w, &err)) {
+            CHECK_MSG(0, "walk: %s", err.msg);
+            continue;
+        }
+        for (int li = 0; li < w.n_layers; li++)
+            for (int k = 0; k < w.counts[li]; k++) {
+                const brw_hit *h = &w.hits[(size_t)li * w.top + k];
+                const int e = (int)(h->feature / EI), i = (int)(h->feature % EI);
+                if (eng_mlp_run(m, h->layer, &m->layers[h->layer].experts[e], -1, q, 1, NULL, act, out, &err)) {
+                    CHECK_MSG(0, "mlp: %s", err.msg);
+                    continue;
+                }
+                worst = fmax(worst, fabs((double)act[i] - h->score) / (1 + fabs((double)act[i])));
+                compared++;
+            }
+        brw_walk_free(&w);
+    }
+    printf("WALK DENSE vs the engine's expert activations: %d features, worst relative "
+           "difference %.2g\n", compared, worst);
+    CHECK(compared == 3 * 4 * 8);
+    CHECK_MSG(worst < 1e-5, "WALK DENSE activation differs from the engine's by %.3g", worst);
+    free(q);
+    free(act);
+    free(out);
+    brw_close(bm);
+    eng_model_free(m);
+}
+
 /* Rewrite a copy of the bf16 fixture so layer 0's sinks hold 4 values instead of 8. */
 static int short_sinks(const char *src, char *dir, size_t n)
 {
@@ -196,6 +252,7 @@ int main(void)
     if (q && b) {
         check_experts(q, b);
         check_logits(q, b, golden);
+        check_walk(q);
     }
     cJSON *rep = NULL;
     CHECK_MSG(vx_verify(oq, sq, &rep, &err) == 0, "verify: %s", err.msg);
