@@ -6,6 +6,8 @@
  *   - every expert matrix of the packed container is stored mxfp4 under a source-exact
  *     representation and decodes to exactly the bf16 container's values (so the codes and
  *     scales were copied, not requantised), and verify re-hashes blocks and scales;
+ *   - every MXFP4 value is a bf16, and a source-exact MXFP4 product is the product on its
+ *     bf16 decode bit for bit (extreme scales, decode and prefill row counts);
  *   - on every prompt of both goldens both give bit-identical logits, in prefill and in 8
  *     decode steps after it, with and without AVX-512: the MXFP4 experts are decoded
  *     exactly to bf16 and run through the bf16 kernels (engine/matmul.c), so the products
@@ -21,6 +23,7 @@
 #include "t.h"
 #include "t_file.h"
 #include "engine_int.h"
+#include "qkernels.h"
 #include "browse.h"
 
 static char tmp[] = "/tmp/lql-gptoss-XXXXXX";
@@ -65,6 +68,70 @@ static void check_experts(const vx_container *q, const vx_container *b)
     free(x);
     free(y);
     CHECK_MSG(n == g->layers * g->experts * 3 && bad == 0, "%d expert matrices, %d differing", n, bad);
+}
+
+/* The claim behind the bit-identity. Every MXFP4 value — each E2M1 code times each E8M0
+ * scale — is a bf16: its bf16 round trip is the identity, subnormal scales and the products
+ * that overflow to inf included. And a source-exact MXFP4 product equals the product on its
+ * bf16 decode bit for bit, for decode and prefill row counts, single and multi-threaded,
+ * with and without AVX-512, on blocks with extreme scales. */
+static void check_mxfp4_bf16(void)
+{
+    unsigned char blk[17];
+    float v[32];
+    int bad = 0, n = 0;
+    for (int e = 0; e < 255; e++) {
+        blk[0] = (unsigned char)e;
+        for (int j = 0; j < 16; j++) blk[1 + j] = (unsigned char)(j | (15 - j) << 4);
+        eng_qrow_f32(VX_MXFP4, blk, v, 32);
+        for (int i = 0; i < 32; i++, n++) {
+            float r = vx_bf16_to_f32(vx_f32_to_bf16(v[i]));
+            bad += memcmp(&r, &v[i], sizeof r) != 0;
+        }
+    }
+    CHECK_MSG(n == 255 * 32 && bad == 0, "%d of %d MXFP4 values are not bf16", bad, n);
+
+    static const int scales[] = {0, 1, 3, 100, 120, 127, 131, 200, 252};
+    static const int shapes[][2] = {{24, 64}, {200, 256}};
+    static const int ns[] = {1, 3, 8, 9, 20};
+    uint64_t seed = 7;
+    for (size_t sh = 0; sh < 2; sh++) {
+        const int R = shapes[sh][0], C = shapes[sh][1], nb = C / 32;
+        const size_t rb = (size_t)nb * 17;
+        unsigned char *q = malloc((size_t)R * rb);
+        uint16_t *b = malloc((size_t)R * C * sizeof *b);
+        float *row = malloc((size_t)C * sizeof *row), *x = malloc((size_t)20 * C * sizeof *x);
+        float *yq = malloc((size_t)20 * R * sizeof *yq), *yb = malloc((size_t)20 * R * sizeof *yb);
+        for (int r = 0; r < R; r++) {
+            for (int k = 0; k < nb; k++) {
+                unsigned char *p = q + (size_t)r * rb + (size_t)k * 17;
+                p[0] = (unsigned char)scales[(r * nb + k) % 9];
+                for (int j = 1; j < 17; j++) {
+                    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                    p[j] = (unsigned char)(seed >> 56);
+                }
+            }
+            eng_qrow_f32(VX_MXFP4, q + (size_t)r * rb, row, C);
+            for (int c = 0; c < C; c++) b[(size_t)r * C + c] = vx_f32_to_bf16(row[c]);
+        }
+        for (int i = 0; i < 20 * C; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            x[i] = (float)((int64_t)(seed >> 40) - (1 << 23)) / (float)(1 << 22);
+        }
+        eng_w wq = {VX_MXFP4, q, R, C, rb, 0, 1}, wb = {VX_BF16, b, R, C, (size_t)C * 2, 0, 0};
+        for (int a = 0; a < 2; a++) {
+            setenv("LQL_NO_AVX512", a ? "1" : "0", 1);
+            for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+                eng_matmul(&wq, x, ns[k], yq);
+                eng_matmul(&wb, x, ns[k], yb);
+                CHECK_MSG(memcmp(yq, yb, (size_t)ns[k] * R * sizeof *yq) == 0,
+                          "[%d, %d] x %d rows (LQL_NO_AVX512=%d): MXFP4 and its bf16 decode differ", R, C,
+                          ns[k], a);
+            }
+        }
+        unsetenv("LQL_NO_AVX512");
+        free(q); free(b); free(row); free(x); free(yq); free(yb);
+    }
 }
 
 /* The two models' logits on ids (prefill), then on 8 greedy continuation tokens fed one at a
@@ -243,6 +310,7 @@ int main(void)
     snprintf(gq, sizeof gq, "%s/golden.json", sq);
     snprintf(gb, sizeof gb, "%s/golden.json", sb);
     const char *const golden[2] = {gq, gb};
+    check_mxfp4_bf16();
     vx_err err = {0};
     vx_container *q = NULL, *b = NULL;
     CHECK_MSG(encode(sq, "packed", oq, sizeof oq, &err) == 0, "%s", err.msg);
