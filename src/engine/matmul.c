@@ -10,7 +10,8 @@
  *  - many rows (prefill): each thread converts a tile of weight rows to f32 (sized to stay
  *    in L2) and calls a single-threaded sgemm against all of x. f32 weights skip the copy.
  * Block-quantised dtypes (q8_0, q4_k, ...) go to qkernels.c (eng_qgemv / eng_qgemm), which
- * computes on the blocks in place; a dtype neither path executes is refused at bind.
+ * computes on the blocks in place, except a source-exact MXFP4 matrix, which runs as the
+ * bf16 matrix it decodes to (runs_as_bf16); a dtype no path executes is refused at bind.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
