@@ -178,6 +178,10 @@ static void e_one_region(cJSON *c) { cJSON_DeleteItemFromArray(cJSON_GetObjectIt
 static void e_groups(cJSON *c) { cJSON_ReplaceItemInObject(ssm(c), "groups", cJSON_CreateNumber(3)); }
 static void e_window(cJSON *c) { cJSON_ReplaceItemInObject(layer(c, 0), "window", cJSON_CreateNumber(8)); }
 static void e_dn_region(cJSON *c) { cJSON_ReplaceItemInObject(region(c, 1, 1), "name", cJSON_CreateString("ssm")); }
+static void e_rscale(cJSON *c)
+{
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, "execution"), "residual_scale", cJSON_CreateNumber(0));
+}
 static void e_dn_heads(cJSON *c)
 {
     cJSON *d = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "gated_deltanet");
@@ -190,8 +194,10 @@ static void refuse(const char *base, t_graph_edit ed, int open_fails, const char
     t_graph_refused(tmp, base, ed, open_fails, want);
 }
 
-static void test_refusals(const char *mamba, const char *next)
+static void test_refusals(const char *mamba, const char *next, const char *granite)
 {
+    /* INSERT divides its step by it; the forward would silently drop every branch */
+    refuse(granite, e_rscale, 0, "system graph: execution.residual_scale 0 must be positive");
     refuse(next, e_dn_region, 0, "layer 1: operator 'gated_deltanet' keeps state region 'recurrent' "
            "as region 1, which the graph does not declare");
     refuse(next, e_dn_heads, 0, "layer 0: state region 'conv' is declared f32 [3, 160] fixed; "
@@ -245,7 +251,7 @@ int main(void)
     test_decode("granite-dense", dense, 300);
     test_decode("qwen3-next", next, 300);
     test_mtp(next, mtp);
-    test_refusals(mamba, next);
+    test_refusals(mamba, next, granite);
     t_rm_rf(tmp);
     return T_DONE();
 }
