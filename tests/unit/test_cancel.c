@@ -133,6 +133,9 @@ static void interrupt(const char *what, const char *script, const char *result, 
     CHECK(read_until(&c, "using ", buf, sizeof buf, &len));
     size_t mark = len;   /* what follows is the statement's */
     usleep((useconds_t)(d * 0.3 * 1e6));
+    /* a statement already past publishing its target (a loaded machine runs the second
+     * run faster than the calibration) may finish whole instead of cancelling */
+    int late = !must && access(target, F_OK) == 0;
     double t0 = now();
     kill(c.pid, SIGINT);
     int status = finish(&c, buf, sizeof buf, &len);
@@ -142,8 +145,14 @@ static void interrupt(const char *what, const char *script, const char *result, 
     printf("%s: %.3f s uninterrupted; SIGINT at %.3f s, exit %.3f s later: %.*s\n", what, d,
            d * 0.3, t, e ? (int)strcspn(e, "\n") : 8, e ? e : "no error");
     CHECK_MSG(t < BOUND_S, "%s: exit %.3f s after SIGINT", what, t);
-    CHECK_MSG(e && strstr(e, "cancelled"), "%s: no 'cancelled' error", what);
-    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) != 0, "%s: exit status", what);
+    if (late && !e) {
+        printf("%s: the target was published before the SIGINT: finished whole\n", what);
+        CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: exit status", what);
+        CHECK_MSG(strstr(buf + mark, result) != NULL, "%s: finished without its result", what);
+    } else {
+        CHECK_MSG(e && strstr(e, "cancelled"), "%s: no 'cancelled' error", what);
+        CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) != 0, "%s: exit status", what);
+    }
     FILE *f = fopen(target, "r");
     if (f)
         fclose(f);
