@@ -2441,6 +2441,10 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         free(prompts[i]);
     if (rc == 0 && model)
         rc = lql_export_run(s, st, out, r, e);
+    if (rc == 0 && model && rep.meta_written)
+        lql_result_note(r, "%zu down-meta records the overlay sets (UPDATE, inserts' metadata) "
+                        "are lql's browse metadata, which a checkpoint has no place for: the "
+                        "export carries the weights", rep.meta_written);
     if (model)
         vx_rmtree(out);
     if (rc)

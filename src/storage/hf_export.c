@@ -5,8 +5,9 @@
  * copied from, and index.json's encoder.source_shapes keeps the shape of every source
  * tensor that was not stored whole. So a rename is written as it is stored, row slices of a
  * fused tensor (Phi-3 qkv / gate_up, Granite's per-expert rows) are concatenated back,
- * Conv1D transposes are undone, a [C, K] conv weight gets its [C, 1, K] back; expert
- * gathers (gpt-oss) and packed MXFP4 have no inverse here and are refused by name. Tensors
+ * Conv1D transposes are undone, a [C, K] conv weight gets its [C, 1, K] back, experts
+ * gathered from a stacked tensor (gpt-oss) are scattered back into it; packed MXFP4 has no
+ * inverse here and is refused by name. Tensors
  * keep their stored bytes and dtype, so `vindex encode` of the directory reproduces the
  * container's payload hashes.
  */
@@ -115,12 +116,13 @@ int hf_export_sync_dir(const char *path, vx_err *err)
 
 /* ---------------------------------------------------------------- the inverse mapping */
 
-enum { PX_WHOLE, PX_ROWS, PX_T, PX_COLS_T };
+enum { PX_WHOLE, PX_ROWS, PX_T, PX_COLS_T, PX_GATHER };
 
 typedef struct part {
     const vx_tensor *t;
     int xf;
     int64_t lo, hi;
+    int expert, step, transpose;     /* PX_GATHER */
 } part;
 
 typedef struct src_tensor {
@@ -165,9 +167,9 @@ static src_tensor *plan_get(plan *p, const char *name, vx_err *err)
     return s;
 }
 
-static int add_part(src_tensor *s, const vx_tensor *t, int xf, int64_t lo, int64_t hi,
-                    vx_err *err)
+static int add_part(src_tensor *s, const part *pt, vx_err *err)
 {
+    const vx_tensor *t = pt->t;
     if (s->n && s->parts[0].t->dtype != t->dtype)
         return vx_errf(err, VX_EUNSUPPORTED, "export: checkpoint tensor '%s' would be rebuilt "
                        "from operands of two dtypes (%s, %s)", s->name,
@@ -180,7 +182,7 @@ static int add_part(src_tensor *s, const vx_tensor *t, int xf, int64_t lo, int64
         s->parts = q;
         s->cap = cap;
     }
-    s->parts[s->n++] = (part){t, xf, lo, hi};
+    s->parts[s->n++] = *pt;
     s->dtype = t->dtype;
     return 0;
 }
@@ -198,7 +200,8 @@ static int settle(src_tensor *s, const cJSON *shapes, vx_err *err)
     const vx_tensor *t0 = s->parts[0].t;
     int xf = s->parts[0].xf;
     for (size_t i = 1; i < s->n; i++)
-        if (s->parts[i].xf != xf || xf == PX_WHOLE || xf == PX_T)
+        if (s->parts[i].xf != xf || xf == PX_WHOLE || xf == PX_T ||
+            s->parts[i].transpose != s->parts[0].transpose)
             return vx_errf(err, VX_EFORMAT, "export: checkpoint tensor '%s' is bound by %zu "
                            "operands in different ways; the bindings do not invert", s->name, s->n);
     if (sh) {
@@ -249,6 +252,9 @@ static int settle(src_tensor *s, const cJSON *shapes, vx_err *err)
     }
     if (xf == PX_T && (s->ndim != 2 || t0->ndim != 2))
         return vx_errf(err, VX_EFORMAT, "export: transposed tensor '%s' is not 2-D", s->name);
+    if (xf == PX_GATHER && s->ndim != 3 && !(s->ndim == 2 && !s->parts[0].transpose))
+        return vx_errf(err, VX_EFORMAT, "export: gathered tensor '%s' is not [experts, rows, "
+                       "cols] (or [experts, n] for vectors)", s->name);
     return 0;
 }
 
@@ -274,21 +280,32 @@ static int build_plan(const vx_container *c, plan *p, vx_err *err)
             const cJSON *rows = cJSON_GetObjectItemCaseSensitive(b, "rows");
             const cJSON *cols = cJSON_GetObjectItemCaseSensitive(b, "cols");
             const cJSON *rc = rows ? rows : cols;
-            if (cJSON_HasObjectItem(b, "expert"))
-                return vx_errf(err, VX_EUNSUPPORTED, "export: operand '%s' was gathered from "
-                               "expert %d of the fused checkpoint tensor '%s'; re-fusing "
-                               "gathered experts is not implemented", b->string,
-                               (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(b,
-                               "expert")), src);
-            if (rc) {
+            part pt = {t, PX_WHOLE, 0, 0, 0, 0, 0};
+            if (cJSON_HasObjectItem(b, "scales"))
+                return vx_errf(err, VX_EUNSUPPORTED, "export: operand '%s' was unpacked from "
+                               "MXFP4 blocks of '%s'; writing packed experts back is not "
+                               "implemented", b->string, src);
+            if (cJSON_HasObjectItem(b, "expert")) {
+                xf = PX_GATHER;
+                pt.expert = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(b, "expert"));
+                pt.step = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(b, "step"));
+                pt.transpose = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "transpose"));
+                lo = rc ? (int64_t)cJSON_GetNumberValue(cJSON_GetArrayItem(rc, 0)) : -1;
+                if (lo < 0 || pt.step < 1 || pt.expert < 0)
+                    return vx_errf(err, VX_EFORMAT, "export: operand '%s' has a malformed "
+                                   "expert binding", b->string);
+            } else if (rc) {
                 lo = (int64_t)cJSON_GetNumberValue(cJSON_GetArrayItem(rc, 0));
                 hi = (int64_t)cJSON_GetNumberValue(cJSON_GetArrayItem(rc, 1));
                 xf = rows ? PX_ROWS : PX_COLS_T;
             } else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "transpose"))) {
                 xf = PX_T;
             }
+            pt.xf = xf;
+            pt.lo = lo;
+            pt.hi = hi;
             src_tensor *s = plan_get(p, src, err);
-            if (!s || add_part(s, t, xf, lo, hi, err))
+            if (!s || add_part(s, &pt, err))
                 return -1;
         }
     }
@@ -306,11 +323,59 @@ static const char *st_dtype(vx_dtype t)
     return t == VX_F32 ? "F32" : t == VX_F16 ? "F16" : "BF16";
 }
 
-/* A source tensor's bytes: the parts in order (whole, or row slices concatenated), or
- * transposed back ([out, in] operands to the [in, out] Conv1D layout). */
+/* A stacked-experts tensor [E, R, C] ([E, N]: R = N, C = 1) scattered back from its
+ * gathered operands: operand row i of expert e is source row lo + i·step (transposed: that
+ * column); every element must be written exactly once. */
+static int write_gathered(int fd, const src_tensor *s, const char *path, vx_err *err)
+{
+    const size_t es = vx_dtype_block_bytes(s->dtype);
+    const uint64_t E = (uint64_t)s->shape[0], R = (uint64_t)s->shape[1];
+    const uint64_t C = s->ndim == 3 ? (uint64_t)s->shape[2] : 1, n = E * R * C;
+    unsigned char *out = malloc((size_t)(n ? n : 1) * es), *seen = calloc((size_t)(n ? n : 1), 1);
+    int rc = 0;
+    if (!out || !seen)
+        rc = vx_errf(err, VX_ENOMEM, "export: out of memory for '%s'", s->name);
+    for (size_t p = 0; p < s->n && rc == 0; p++) {
+        const part *q = &s->parts[p];
+        const unsigned char *d = q->t->data;
+        const uint64_t len = q->transpose ? R : C, rows = (uint64_t)q->t->shape[0];
+        if ((uint64_t)q->expert >= E || vx_tensor_nelems(q->t) != rows * len) {
+            rc = vx_errf(err, VX_EFORMAT, "export: operand '%s' does not fit expert %d of '%s'",
+                         q->t->name, q->expert, s->name);
+            break;
+        }
+        for (uint64_t i = 0; i < rows && rc == 0; i++) {
+            uint64_t k = (uint64_t)q->lo + i * (uint64_t)q->step;
+            for (uint64_t x = 0; x < len && rc == 0; x++) {
+                uint64_t at = (uint64_t)q->expert * R * C + (q->transpose ? x * C + k : k * C + x);
+                if (k >= (q->transpose ? C : R) || seen[at]++)
+                    rc = vx_errf(err, VX_EFORMAT, "export: the gathered operands of '%s' "
+                                 "overlap or overrun at element %llu", s->name,
+                                 (unsigned long long)at);
+                else
+                    memcpy(out + at * es, d + (i * len + x) * es, es);
+            }
+        }
+    }
+    for (uint64_t i = 0; i < n && rc == 0; i++)
+        if (!seen[i])
+            rc = vx_errf(err, VX_EFORMAT, "export: the gathered operands of '%s' leave element "
+                         "%llu unwritten", s->name, (unsigned long long)i);
+    if (rc == 0)
+        rc = hf_export_write(fd, out, n * es, path, err);
+    free(out);
+    free(seen);
+    return rc;
+}
+
+/* A source tensor's bytes: the parts in order (whole, or row slices concatenated),
+ * transposed back ([out, in] operands to the [in, out] Conv1D layout), or scattered back
+ * into a stacked-experts tensor. */
 static int write_tensor(int fd, const src_tensor *s, const char *path, vx_err *err)
 {
     const size_t es = vx_dtype_block_bytes(s->dtype);
+    if (s->parts[0].xf == PX_GATHER)
+        return write_gathered(fd, s, path, err);
     if (s->parts[0].xf == PX_WHOLE || s->parts[0].xf == PX_ROWS) {
         for (size_t i = 0; i < s->n; i++)
             if (hf_export_write(fd, s->parts[i].t->data, s->parts[i].t->nbytes, path, err))
