@@ -16,7 +16,9 @@
  * tensor equals the source checkpoint's (dtype, shape, bytes).
  *
  * Refusals by name: a non-empty target directory, an existing GGUF file, a path whose
- * parent is missing (and nothing left behind), MXFP4 experts, GGUF of a non-llama family, GGUF of llama with rope scaling, a q8_0 profile.
+ * parent is missing (and nothing left behind), MXFP4 experts, GGUF of a non-llama family,
+ * GGUF of llama with rope scaling, a q8_0 profile; a full disk midway (RLIMIT_FSIZE) fails
+ * by name and leaves nothing.
  */
 #include "st.h"
 #include "t.h"
@@ -24,6 +26,9 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -261,6 +266,41 @@ static void refusals(const char *dir)
     vx_close(c);
 }
 
+/* Disk full midway: a child limits its file size to 1 MB (SIGXFSZ ignored, so write()
+ * fails with EFBIG) and exports the 20 MB tinyllama, once as a directory and once as a
+ * GGUF; both must fail naming the file and the cause, leaving neither the target nor a
+ * temporary sibling. */
+static void disk_full(const char *dir)
+{
+    for (int gguf = 0; gguf < 2; gguf++) {
+        char base[2300], target[2300], msg[1024] = "";
+        snprintf(base, sizeof base, "%s/base.vindex3", dir);
+        snprintf(target, sizeof target, "%s/full.%s", dir, gguf ? "gguf" : "hf");
+        int fds[2];
+        if (pipe(fds) != 0)
+            return;
+        pid_t pid = fork();
+        if (pid == 0) {
+            struct rlimit rl = {1 << 20, 1 << 20};
+            signal(SIGXFSZ, SIG_IGN);
+            setrlimit(RLIMIT_FSIZE, &rl);
+            char m[1024];
+            int rc = export_to(base, target, gguf, m, sizeof m);
+            dprintf(fds[1], "%d|%s", rc, m);
+            _exit(0);
+        }
+        close(fds[1]);
+        ssize_t k = read(fds[0], msg, sizeof msg - 1);
+        msg[k > 0 ? k : 0] = '\0';
+        close(fds[0]);
+        waitpid(pid, NULL, 0);
+        CHECK_HAS(msg, "-1|export");
+        CHECK_HAS(msg, "File too large");
+        CHECK(access(target, F_OK) != 0 && leftovers(dir, gguf ? "full.gguf" : "full.hf") == 0);
+        printf("disk full (%s): %s\n", gguf ? "gguf" : "safetensors", msg + 3);
+    }
+}
+
 int main(void)
 {
     char dir[2048], base[2100];
@@ -269,5 +309,6 @@ int main(void)
     edited_round_trip(dir);
     family_round_trips(dir);
     refusals(dir);
+    disk_full(dir);
     return T_DONE();
 }
