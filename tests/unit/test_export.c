@@ -17,8 +17,8 @@
  *
  * Refusals by name: a non-empty target directory, an existing GGUF file, a path whose
  * parent is missing (and nothing left behind), MXFP4 experts, GGUF of a non-llama family,
- * GGUF of llama with rope scaling, a q8_0 profile; a full disk midway (RLIMIT_FSIZE) fails
- * by name and leaves nothing.
+ * GGUF of llama with rope scaling, a bank-shape container, a q8_0 profile; a full disk
+ * midway (RLIMIT_FSIZE) fails by name and leaves nothing.
  */
 #include "st.h"
 #include "t.h"
@@ -249,6 +249,17 @@ static void refusals(const char *dir)
         CHECK_HAS(msg, r[i].want);
         CHECK(leftovers(dir, strrchr(t, '/') + 1) == 0);
     }
+    /* a bank-shape container (qwen2-moe imported as LYRW banks) */
+    char bank[2300];
+    vx_err be = {0};
+    snprintf(a, sizeof a, "%s/qwen2-moe.vindex3", dir);
+    snprintf(bank, sizeof bank, "%s/qwen2-moe.bank", dir);
+    snprintf(t, sizeof t, "%s/bank.hf", dir);
+    fx_rm_rf(bank);
+    CHECK_MSG(vx_bank_import(a, bank, 0, NULL, &be) == 0, "%s", be.msg);
+    CHECK(export_to(bank, t, 0, msg, sizeof msg) < 0);
+    CHECK_HAS(msg, "is bank-shape: its experts live in LYRW bank files with no checkpoint "
+                   "layout; export the graph-shape container it was imported from");
     /* a q8_0 profile: export writes tensors as stored and does not dequantise */
     snprintf(a, sizeof a, "%s/base.vindex3", dir);
     vx_err e = {0};
