@@ -5,12 +5,13 @@
  * biases, windows, soft-caps, MoE or MLA), and every departure is refused by name.
  * Tensors keep their stored dtype (F32, F16, BF16) and bytes, except 16-bit vectors (norm
  * weights), widened exactly to F32 because ggml multiplies only by F32 vectors (as
- * convert_hf_to_gguf.py writes them), and q_proj and k_proj,
- * whose rows are permuted as convert_hf_to_gguf.py's LlamaModel.permute does: per head,
- * HF's rotate-half order [first halves | second halves] becomes llama.cpp's interleaved
- * pairs (new row h·d + 2i + j = old row h·d + j·d/2 + i). The tokenizer travels as
- * tokenizer.ggml.* metadata: a byte-level BPE tokenizer.json (model "gpt2", pre-tokenizer
- * "gpt-2" or Llama 3's "llama-bpe"), tokens by id, token types, merges, bos/eos and add_bos. Layout (ggml's
+ * convert_hf_to_gguf.py writes them), and q_proj and k_proj, whose rows are permuted as
+ * convert_hf_to_gguf.py's LlamaModel.permute does: per head, HF's rotate-half order
+ * [first halves | second halves] becomes llama.cpp's interleaved pairs (new row
+ * h·d + 2i + j = old row h·d + j·d/2 + i). The tokenizer travels as tokenizer.ggml.*
+ * metadata: a byte-level BPE tokenizer.json (model "gpt2", pre-tokenizer "gpt-2" or
+ * Llama 3's "llama-bpe", merges) or Llama 2's SentencePiece BPE (model "llama", scores
+ * from the merge ranks), tokens by id, token types, bos/eos and add_bos. Layout (ggml's
  * docs/gguf.md): header, key-values, tensor infos, padding to general.alignment (32), then
  * each tensor's data padded to the alignment.
  */
@@ -30,7 +31,7 @@
 #define ALIGN 32
 
 enum { G_U8 = 0, G_U32 = 4, G_I32 = 5, G_F32 = 6, G_BOOL = 7, G_STR = 8, G_ARR = 9 };
-enum { T_NORMAL = 1, T_CONTROL = 3, T_USER = 4, T_UNUSED = 5 };
+enum { T_NORMAL = 1, T_UNKNOWN = 2, T_CONTROL = 3, T_USER = 4, T_UNUSED = 5, T_BYTE = 6 };
 
 /* A growing byte buffer: the header, key-values and tensor infos are built in memory. */
 typedef struct buf {
@@ -66,6 +67,15 @@ static void str(buf *b, const char *s) { u64(b, strlen(s)); put(b, s, strlen(s))
 static void kv_u32(buf *b, size_t *n, const char *k, uint32_t v) { str(b, k); u32(b, G_U32); u32(b, v); ++*n; }
 static void kv_f32(buf *b, size_t *n, const char *k, float v) { str(b, k); u32(b, G_F32); put(b, &v, 4); ++*n; }
 static void kv_str(buf *b, size_t *n, const char *k, const char *v) { str(b, k); u32(b, G_STR); str(b, v); ++*n; }
+/* An array's key and header; its n elements follow. */
+static void kv_array(buf *b, size_t *n, const char *k, uint32_t type, uint64_t count)
+{
+    str(b, k);
+    u32(b, G_ARR);
+    u32(b, type);
+    u64(b, count);
+    ++*n;
+}
 static void kv_bool(buf *b, size_t *n, const char *k, int v)
 {
     unsigned char c = v != 0;
@@ -185,6 +195,73 @@ static const char *pre_type(const cJSON *pt)
     return "llama-bpe";
 }
 
+/* Llama 2's SentencePiece BPE as tokenizer.json writes it: byte fallback, the normalizer
+ * Prepend("▁") then Replace(" ", "▁"), no pre-tokenizer. */
+static int is_spm(const cJSON *tj)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(tj, "normalizer");
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
+    const cJSON *a = cJSON_GetArrayItem(s, 0), *r = cJSON_GetArrayItem(s, 1);
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer");
+    const char *ta = vx_json_str(a, "type"), *tr = vx_json_str(r, "type");
+    const char *pa = vx_json_str(a, "prepend"), *rp = cJSON_GetStringValue(jp(r, "pattern.String"));
+    const char *rc = vx_json_str(r, "content");
+    return cJSON_IsTrue(jp(tj, "model.byte_fallback")) && (!pt || cJSON_IsNull(pt)) &&
+           cJSON_GetArraySize(s) == 2 && ta && !strcmp(ta, "Prepend") && pa &&
+           !strcmp(pa, "\xe2\x96\x81") && tr && !strcmp(tr, "Replace") && rp && !strcmp(rp, " ") &&
+           rc && !strcmp(rc, "\xe2\x96\x81");
+}
+
+static const char *const *sort_tok;
+static int cmp_tok(const void *a, const void *b)
+{
+    return strcmp(sort_tok[*(const int *)a], sort_tok[*(const int *)b]);
+}
+
+/* llama.cpp's SentencePiece tokenizer merges the adjacent pair whose joined text is the
+ * token of highest score; scoring the result of merge r as -r makes it choose as
+ * tokenizer.json's BPE does (lowest rank first). Other tokens score 0 (never a merge's
+ * result, so never compared). */
+static int spm_scores(const cJSON *merges, const char *const *tok, int *order, float *score,
+                      int vocab)
+{
+    for (int i = 0; i < vocab; i++)
+        order[i] = i;
+    sort_tok = tok;
+    qsort(order, (size_t)vocab, sizeof *order, cmp_tok);
+    int r = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, merges) {
+        char joined[1024];
+        const char *s = cJSON_GetStringValue(m), *sp = s ? strchr(s, ' ') : NULL;
+        if (sp)
+            snprintf(joined, sizeof joined, "%.*s%s", (int)(sp - s), s, sp + 1);
+        else
+            snprintf(joined, sizeof joined, "%s%s", cJSON_GetStringValue(cJSON_GetArrayItem(m, 0)) ?
+                     cJSON_GetStringValue(cJSON_GetArrayItem(m, 0)) : "",
+                     cJSON_GetStringValue(cJSON_GetArrayItem(m, 1)) ?
+                     cJSON_GetStringValue(cJSON_GetArrayItem(m, 1)) : "");
+        int lo = 0, hi = vocab, hit = -1;
+        while (lo < hi) {
+            int mid = (lo + hi) / 2, c = strcmp(tok[order[mid]], joined);
+            if (c == 0) {
+                hit = order[mid];
+                break;
+            }
+            if (c < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (hit < 0)
+            return -1;
+        if (score[hit] == 0)
+            score[hit] = -(float)(r + 1);
+        r++;
+    }
+    return 0;
+}
+
 /* tokenizer.ggml.* from the container's tokenizer.json (byte-level BPE only). */
 static int tokenizer_kv(const vx_container *c, const cJSON *special, int vocab, buf *b,
                         size_t *nkv, vx_err *err)
@@ -205,19 +282,23 @@ static int tokenizer_kv(const vx_container *c, const cJSON *special, int vocab, 
     const char *mt = vx_json_str(model, "type");
     int rc = 0;
     const char *pre = pre_type(cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer"));
-    if (!mt || strcmp(mt, "BPE") != 0 || !cJSON_IsObject(vmap) || !cJSON_IsArray(merges) || !pre ||
-        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")) ||
-        (cJSON_GetObjectItemCaseSensitive(tj, "normalizer") &&
-         !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(tj, "normalizer")))) {
+    const int spm = is_spm(tj);
+    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(tj, "normalizer");
+    if (!mt || strcmp(mt, "BPE") != 0 || !cJSON_IsObject(vmap) || !cJSON_IsArray(merges) ||
+        (!spm && (!pre || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")) ||
+                  (norm && !cJSON_IsNull(norm))))) {
         cJSON_Delete(tj);
-        return vx_errf(err, VX_EUNSUPPORTED, "export gguf: tokenizer.json is not a byte-level "
-                       "BPE without a normalizer, pre-tokenized as GPT-2 or Llama 3 (model %s); "
-                       "the GGUF writer writes only llama.cpp's gpt2 tokenizer with those two "
-                       "pre-tokenizers", mt ? mt : "absent");
+        return vx_errf(err, VX_EUNSUPPORTED, "export gguf: tokenizer.json is neither a "
+                       "byte-level BPE without a normalizer pre-tokenized as GPT-2 or Llama 3 "
+                       "(llama.cpp's gpt2 tokenizer) nor a Llama 2 SentencePiece BPE with byte "
+                       "fallback (llama.cpp's llama tokenizer) (model %s)", mt ? mt : "absent");
     }
     const char **tok = calloc((size_t)vocab, sizeof *tok);
     int32_t *type = calloc((size_t)vocab, sizeof *type);
-    if (!tok || !type) {
+    float *score = calloc((size_t)vocab, sizeof *score);
+    int *order = calloc((size_t)vocab, sizeof *order);
+    char (*pad)[24] = calloc((size_t)vocab, sizeof *pad);
+    if (!tok || !type || !score || !order || !pad) {
         rc = vx_errf(err, VX_ENOMEM, "export gguf: out of memory");
         goto done;
     }
@@ -229,6 +310,8 @@ static int tokenizer_kv(const vx_container *c, const cJSON *special, int vocab, 
             type[id] = T_NORMAL;
         }
     }
+    const char *unk = vx_json_str(model, "unk_token");
+    int unk_id = -1;
     cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
         int id = (int)jnum(v, "id");
         const char *s = vx_json_str(v, "content");
@@ -236,40 +319,46 @@ static int tokenizer_kv(const vx_container *c, const cJSON *special, int vocab, 
             tok[id] = s;
             type[id] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "special")) ? T_CONTROL
                                                                                    : T_USER;
+            if (spm && unk && strcmp(s, unk) == 0) {
+                type[id] = T_UNKNOWN;
+                unk_id = id;
+            }
         }
     }
-    /* ids the tokenizer never produces (a vocabulary padded to a round size) */
-    char (*pad)[24] = calloc((size_t)vocab, sizeof *pad);
-    if (!pad) {
-        rc = vx_errf(err, VX_ENOMEM, "export gguf: out of memory");
-        goto done;
+    for (int i = 0; spm && i < vocab; i++) {
+        unsigned x;
+        char end;
+        if (tok[i] && strlen(tok[i]) == 6 && sscanf(tok[i], "<0x%2X%c", &x, &end) == 2 && end == '>')
+            type[i] = T_BYTE;
     }
+    /* ids the tokenizer never produces (a vocabulary padded to a round size) */
     for (int i = 0; i < vocab; i++)
         if (!tok[i]) {
             snprintf(pad[i], sizeof pad[i], "[PAD%d]", i);
             tok[i] = pad[i];
             type[i] = T_UNUSED;
         }
-    kv_str(b, nkv, "tokenizer.ggml.model", "gpt2");
-    kv_str(b, nkv, "tokenizer.ggml.pre", pre);
-    str(b, "tokenizer.ggml.tokens");
-    u32(b, G_ARR);
-    u32(b, G_STR);
-    u64(b, (uint64_t)vocab);
+    if (spm && spm_scores(merges, tok, order, score, vocab)) {
+        rc = vx_errf(err, VX_EFORMAT, "export gguf: tokenizer.json has a merge whose result "
+                     "is not in the vocabulary");
+        goto done;
+    }
+    kv_str(b, nkv, "tokenizer.ggml.model", spm ? "llama" : "gpt2");
+    if (!spm)
+        kv_str(b, nkv, "tokenizer.ggml.pre", pre);
+    kv_array(b, nkv, "tokenizer.ggml.tokens", G_STR, (uint64_t)vocab);
     for (int i = 0; i < vocab; i++)
         str(b, tok[i]);
-    ++*nkv;
-    str(b, "tokenizer.ggml.token_type");
-    u32(b, G_ARR);
-    u32(b, G_I32);
-    u64(b, (uint64_t)vocab);
+    kv_array(b, nkv, "tokenizer.ggml.token_type", G_I32, (uint64_t)vocab);
     put(b, type, (size_t)vocab * 4);
-    ++*nkv;
-    str(b, "tokenizer.ggml.merges");
-    u32(b, G_ARR);
-    u32(b, G_STR);
-    u64(b, (uint64_t)cJSON_GetArraySize(merges));
-    cJSON_ArrayForEach(v, merges) {
+    if (spm) {
+        kv_array(b, nkv, "tokenizer.ggml.scores", G_F32, (uint64_t)vocab);
+        put(b, score, (size_t)vocab * 4);
+    } else {
+        kv_array(b, nkv, "tokenizer.ggml.merges", G_STR, (uint64_t)cJSON_GetArraySize(merges));
+    }
+    const cJSON *ml = spm ? NULL : merges;
+    cJSON_ArrayForEach(v, ml) {
         char m[1024];
         /* "a b", or the newer ["a", "b"] */
         if (cJSON_IsString(v))
@@ -281,17 +370,23 @@ static int tokenizer_kv(const vx_container *c, const cJSON *special, int vocab, 
                      cJSON_GetStringValue(cJSON_GetArrayItem(v, 1)) : "");
         str(b, m);
     }
-    ++*nkv;
-    free(pad);
     if (jnum(special, "bos") >= 0)
         kv_u32(b, nkv, "tokenizer.ggml.bos_token_id", (uint32_t)jnum(special, "bos"));
     if (jnum(special, "eos.0") >= 0)
         kv_u32(b, nkv, "tokenizer.ggml.eos_token_id", (uint32_t)jnum(special, "eos.0"));
     kv_bool(b, nkv, "tokenizer.ggml.add_bos_token", cJSON_IsTrue(jp(special, "add_bos")));
     kv_bool(b, nkv, "tokenizer.ggml.add_eos_token", 0);
+    if (spm) {
+        if (unk_id >= 0)
+            kv_u32(b, nkv, "tokenizer.ggml.unknown_token_id", (uint32_t)unk_id);
+        kv_bool(b, nkv, "tokenizer.ggml.add_space_prefix", 1);
+    }
 done:
     free(tok);
     free(type);
+    free(score);
+    free(order);
+    free(pad);
     cJSON_Delete(tj);
     return rc;
 }

@@ -303,7 +303,8 @@ int vx_export_hf(const vx_container *c, const char *out_dir, vx_export_report *r
 /* Write c as a GGUF v3 file out_path (must not exist; temporary sibling, then linked into
  * place) for llama.cpp: family llama only, tensors in their stored dtype (f32, f16, bf16;
  * 16-bit vectors widened to f32), q_proj / k_proj rows permuted to llama.cpp's rope layout,
- * the byte-level BPE tokenizer as tokenizer.ggml.* metadata. Anything else is refused by name. */
+ * the tokenizer (byte-level BPE as llama.cpp's gpt2, Llama 2 SentencePiece BPE as its
+ * llama) as tokenizer.ggml.* metadata. Anything else is refused by name. */
 int vx_export_gguf(const vx_container *c, const char *out_path, vx_export_report *rep,
                    vx_err *err);
 

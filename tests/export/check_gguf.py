@@ -5,8 +5,8 @@ GGUF that `COMPILE … INTO MODEL … FORMAT GGUF` wrote, against the Hugging Fa
 re-encodes to the container's payload hashes, so it stands for the container here).
 
 Checks: the GGUF v3 header and alignment; the llama hyper-parameters against config.json;
-the tokenizer metadata against tokenizer.json (every token by id, types, every merge,
-bos/eos/add_bos); every tensor under llama.cpp's name with ggml's reversed dimensions and
+the tokenizer metadata against tokenizer.json (every token by id and type; a byte-level
+BPE's every merge, or a SentencePiece BPE's scores = -(merge rank); bos/eos); every tensor under llama.cpp's name with ggml's reversed dimensions and
 type, aligned, and its bytes equal to the safetensors tensor after the documented
 transforms: q_proj / k_proj rows permuted as convert_hf_to_gguf.py's LlamaModel.permute,
 16-bit vectors widened to F32. Prints `ok: …` and exits 0, else names the first
@@ -118,7 +118,7 @@ def main():
             "llama.feed_forward_length": cfg["intermediate_size"],
             "llama.attention.head_count": cfg["num_attention_heads"],
             "llama.attention.head_count_kv": cfg.get("num_key_value_heads", cfg["num_attention_heads"]),
-            "llama.vocab_size": cfg["vocab_size"], "tokenizer.ggml.model": "gpt2"}
+            "llama.vocab_size": cfg["vocab_size"]}
     for k, v in want.items():
         if kv.get(k) != v:
             fail("metadata %s = %r, want %r" % (k, kv.get(k), v))
@@ -126,22 +126,41 @@ def main():
                  ("llama.rope.freq_base", cfg.get("rope_theta", 10000.0))):
         if abs(kv.get(k, -1) - v) > 1e-6 * max(1.0, abs(v)):
             fail("metadata %s = %r, want %r" % (k, kv.get(k), v))
-    # tokenizer
+    # tokenizer: gpt2 (byte-level BPE, merges) or llama (SentencePiece BPE, scores)
+    spm = bool(tj["model"].get("byte_fallback"))
+    if kv.get("tokenizer.ggml.model") != ("llama" if spm else "gpt2"):
+        fail("tokenizer.ggml.model %r" % kv.get("tokenizer.ggml.model"))
     inv = {i: t for t, i in tj["model"]["vocab"].items()}
     special = {}
     for a in tj.get("added_tokens", []):
         inv[a["id"]] = a["content"]
         special[a["id"]] = 3 if a.get("special") else 4
+        if spm and a["content"] == tj["model"].get("unk_token"):
+            special[a["id"]] = 2
     toks, types = kv["tokenizer.ggml.tokens"], kv["tokenizer.ggml.token_type"]
     if len(toks) != cfg["vocab_size"] or len(types) != len(toks):
         fail("%d tokens / %d types for vocab %d" % (len(toks), len(types), cfg["vocab_size"]))
     for i, t in enumerate(toks):
         w = inv.get(i, "[PAD%d]" % i)
-        wt = special.get(i, 1 if i in inv else 5)
+        byte = spm and len(w) == 6 and w.startswith("<0x") and w.endswith(">")
+        wt = special.get(i, 6 if byte else 1 if i in inv else 5)
         if t != w or types[i] != wt:
             fail("token %d is %r (type %d), tokenizer.json says %r (type %d)" % (i, t, types[i], w, wt))
     merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
-    if kv["tokenizer.ggml.merges"] != merges:
+    if spm:
+        # the result of merge r scores -(r + 1) (its first merge), every other token 0
+        ids = {t: i for i, t in enumerate(toks)}
+        want_s = [0.0] * len(toks)
+        for rank, m in enumerate(merges):
+            i = ids[m.replace(" ", "", 1)]
+            if want_s[i] == 0.0:
+                want_s[i] = -float(rank + 1)
+        got_s = kv.get("tokenizer.ggml.scores")
+        if got_s is None or any(abs(a - b) > 1e-3 * max(1.0, abs(b)) for a, b in zip(got_s, want_s)):
+            fail("scores differ from the merge ranks of tokenizer.json")
+        if "tokenizer.ggml.merges" in kv or kv.get("tokenizer.ggml.add_space_prefix") is not True:
+            fail("a llama tokenizer has scores, no merges, and add_space_prefix")
+    elif kv["tokenizer.ggml.merges"] != merges:
         fail("merges differ from tokenizer.json")
     eos = cfg["eos_token_id"] if isinstance(cfg["eos_token_id"], int) else cfg["eos_token_id"][0]
     if kv.get("tokenizer.ggml.bos_token_id") != cfg["bos_token_id"] or kv.get("tokenizer.ggml.eos_token_id") != eos:
@@ -179,7 +198,8 @@ def main():
         if got != want_raw:
             fail("%s: bytes differ from %s%s" % (gn, hn, " (permuted)" if kind in heads else ""))
     print("ok: GGUF v3, %d metadata keys, %d tensors equal to %s (q/k permuted, vectors F32), "
-          "%d tokens, %d merges" % (nkv, nt, os.path.join(hf, "model.safetensors"), len(toks), len(merges)))
+          "%d tokens, %s tokenizer, %d merges" % (nkv, nt, os.path.join(hf, "model.safetensors"), len(toks),
+                                                  "llama" if spm else "gpt2", len(merges)))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
  * compiled container's, and INFER on it must recall the fact. The same statement with
  * FORMAT GGUF writes a file that tests/export/check_gguf.py (an independent Python reader)
  * finds equal, tensor by tensor, to the exported safetensors; one flipped byte makes the
- * reader fail.
+ * reader fail. A llama with Llama 2's SentencePiece tokenizer gets llama.cpp's llama
+ * tokenizer (checked the same way).
  *
  * Round trip without an edit, through the C call: qwen3, qwen2-moe, phi3 (fused rows),
  * gpt2 (transposed Conv1D), mamba2 (reshaped conv), deepseek-v3-lite (MLA + MoE),
@@ -155,6 +156,7 @@ static void edited_round_trip(const char *dir)
              LQL_SOURCE_DIR, gg, hf);
     CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf: %s", out);
     CHECK_HAS(out, "ok: GGUF v3, 25 metadata keys, 39 tensors equal");
+    CHECK_HAS(out, "4096 tokens, gpt2 tokenizer, 3839 merges");
     printf("%s", out);
     /* the reader can fail: one byte of the last tensor flipped */
     char bad[2400];
@@ -206,6 +208,30 @@ static int same_checkpoint(const char *exported, const char *source, size_t *n)
     st_close(a);
     st_close(b);
     return ok;
+}
+
+/* A llama with Llama 2's SentencePiece tokenizer (tools/mkfixture, 32000 tokens): the GGUF
+ * carries llama.cpp's llama tokenizer (scores from the merge ranks, byte tokens). */
+static void sentencepiece_gguf(const char *dir)
+{
+    char cmd[8192], src[2300], a[2300], hf[2300], gg[2300], msg[1024];
+    snprintf(src, sizeof src, "%s/llama-spm", dir);
+    snprintf(a, sizeof a, "%s/llama-spm.vindex3", dir);
+    snprintf(hf, sizeof hf, "%s/llama-spm.hf", dir);
+    snprintf(gg, sizeof gg, "%s/llama-spm.gguf", dir);
+    fx_rm_rf(src);
+    snprintf(cmd, sizeof cmd, "'%s/mkfixture' --family llama --vocab 32000 --hidden 64 --layers 2 "
+             "--heads 4 --kv-heads 2 --inter 128 --tokenizer '%s/llama2/tokenizer.json' -o '%s' "
+             "2>&1", LQL_BINARY_DIR, LQL_TOKENIZER_DIR, src);
+    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "mkfixture: %s", out);
+    CHECK(encode(src, a) == 0);
+    CHECK_MSG(export_to(a, hf, 0, msg, sizeof msg) == 0, "%s", msg);
+    CHECK_MSG(export_to(a, gg, 1, msg, sizeof msg) == 0, "%s", msg);
+    snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/check_gguf.py' '%s' '%s' 2>&1",
+             LQL_SOURCE_DIR, gg, hf);
+    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf: %s", out);
+    CHECK_HAS(out, "32000 tokens, llama tokenizer");
+    printf("%s", out);
 }
 
 static void family_round_trips(const char *dir)
@@ -318,6 +344,7 @@ int main(void)
     if (fx_tiny_dir("export-test", dir, base))
         return 1;
     edited_round_trip(dir);
+    sentencepiece_gguf(dir);
     family_round_trips(dir);
     refusals(dir);
     disk_full(dir);
