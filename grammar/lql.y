@@ -37,11 +37,11 @@
 %fallback ID
     ALL ALPHA AND APPLY AS ASC AT ATTENTION BEGIN BRIEF BROWSE BY COMPACT COMPARE
     COMPILE COMPONENTS COMPOSE CONFIDENCE CONFLICT CURRENT DECOMPOSE DELETE DENSE DESC
-    DESCRIBE DIFF DTYPE EDGES ENTITIES EXAMPLES EXPLAIN EXTRACT FAIL FEATURES FOR FROM
-    GENERATE HIGHEST_CONFIDENCE HISTORY HYBRID IN INFER INFERENCE INSERT INTO JOURNAL KNN
+    DESCRIBE DIFF DTYPE EDGES ENTITIES EXAMPLES EXPLAIN EXTRACT FAIL FEATURES FOR FORMAT FROM
+    GENERATE GGUF HIGHEST_CONFIDENCE HISTORY HYBRID IN INFER INFERENCE INSERT INTO JOURNAL KNN
     KNOWLEDGE LAST LAST_WINS LAYER LAYERS LIKE LIMIT MEMIT MODE MODEL MODELS NEAREST ON
     ONLY ORDER OUTPUT PATCH PATCHES PHYSICAL POSITIONS PROFILE PURE RAW RELATION RELATIONS
-    REMOVE REPRESENT REPRESENTATIONS ROLLBACK SAVE SEED SELECT SET SHOW STATS SYNTAX
+    REMOVE REPRESENT REPRESENTATIONS ROLLBACK SAFETENSORS SAVE SEED SELECT SET SHOW STATS SYNTAX
     TEMPERATURE TO TOKENIZE TOP TOP_P TRACE UNDO UPDATE USE VALUES VERBOSE VINDEX WALK
     WEIGHTS WHERE WITH.
 
@@ -308,8 +308,15 @@ diff_opt(A) ::= INTO(K) PATCH STRING(S).    { A = lql_b_str(p, LQL_C_INTO_PATCH,
 
 /* ------------------------------------------------------------------ COMPILE, COMPACT */
 stmt(A) ::= COMPILE(K) CURRENT INTO VINDEX STRING(S) compile_opts(O). { A = lql_b_stmt(p, O, LQL_S_COMPILE, &K, NULL, &S); }
+stmt(A) ::= COMPILE(K) CURRENT INTO MODEL(M) STRING(S) export_opts(O). { A = lql_b_stmt(p, lql_b_add(p, O, lql_b_flag(p, LQL_C_INTO_MODEL, &M)), LQL_S_COMPILE, &K, NULL, &S); }
 compile_opts(A) ::= .                       { A = lql_b_opts(p); }
 compile_opts(A) ::= compile_opts(O) c_conflict(C). { A = lql_b_add(p, O, C); }
+export_opts(A) ::= .                        { A = lql_b_opts(p); }
+export_opts(A) ::= export_opts(O) c_conflict(C). { A = lql_b_add(p, O, C); }
+export_opts(A) ::= export_opts(O) FORMAT(K) format(X). { A = lql_b_add(p, O, lql_b_enum(p, LQL_C_FORMAT, &K, X)); }
+%type format {int}
+format(A) ::= SAFETENSORS.                  { A = LQL_FORMAT_SAFETENSORS; }
+format(A) ::= GGUF.                         { A = LQL_FORMAT_GGUF; }
 %type c_conflict {lql_clause *}
 c_conflict(A) ::= ON(K) CONFLICT conflict(X). { A = lql_b_enum(p, LQL_C_ON_CONFLICT, &K, X); }
 %type conflict {int}

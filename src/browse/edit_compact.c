@@ -17,13 +17,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Registered capability files: the snapshots the encoder copies (encode.c), carried even
- * though no index field names them. */
-static const char *const capability_files[] = {
-    "tokenizer.json", "tokenizer_config.json", "generation_config.json",
-    "special_tokens_map.json", "config.json", "added_tokens.json", "vocab.json",
-    "merges.txt", "tokenizer.model"};
-
 typedef struct strs {
     const char **v;
     size_t n, cap;
@@ -103,8 +96,10 @@ static int visit(void *ctx, const char *rel, const char *src, const struct stat 
     if (strs_has(w->rewritten, rel))
         return 0;
     int referenced = strs_has(w->refs, rel);
-    for (size_t i = 0; i < sizeof capability_files / sizeof *capability_files; i++)
-        referenced |= strcmp(rel, capability_files[i]) == 0;
+    /* registered capability files: the snapshots the encoder copies, carried even though
+     * no index field names them */
+    for (size_t i = 0; vx_hf_snapshots[i]; i++)
+        referenced |= strcmp(rel, vx_hf_snapshots[i]) == 0;
     if (strcmp(rel, "index.json") == 0) {
         if (!w->carry_index)
             return 0;   /* written anew */

@@ -554,6 +554,7 @@ lql_stmt *lql_b_add(lql_pctx *p, lql_stmt *st, lql_clause *c)
     case LQL_C_RELATION: st->relation = c->s; break;
     case LQL_C_INTO_PATCH: case LQL_C_INTO_VINDEX: st->into = c->s; break;
     case LQL_C_ON_CONFLICT: st->conflict = (lql_conflict)c->e; break;
+    case LQL_C_FORMAT: st->format = (lql_format)c->e; break;
     case LQL_C_WITH: st->level = (lql_level)c->e; break;
     case LQL_C_DTYPE: st->dtype = c->s; break;
     case LQL_C_JOURNAL: st->journal = c->s; break;

@@ -161,7 +161,8 @@ const char *lql_kind_name(lql_kind k);
     X(CONFIDENCE, "CONFIDENCE") X(ALPHA, "ALPHA") X(WITH_EXAMPLES, "WITH EXAMPLES") \
     X(RELATION, "RELATION") X(PHYSICAL, "PHYSICAL") X(INTO_PATCH, "INTO PATCH") \
     X(ON_CONFLICT, "ON CONFLICT") X(INTO_VINDEX, "INTO VINDEX") X(WITH, "WITH") \
-    X(DTYPE, "DTYPE") X(JOURNAL, "JOURNAL") X(PROFILE, "PROFILE")
+    X(DTYPE, "DTYPE") X(JOURNAL, "JOURNAL") X(PROFILE, "PROFILE") \
+    X(INTO_MODEL, "INTO MODEL") X(FORMAT, "FORMAT")
 typedef enum lql_clause_kind {
 #define X(kind, text) LQL_C_##kind,
     LQL_CLAUSES(X)
@@ -184,6 +185,9 @@ typedef enum lql_source { LQL_FROM_EDGES = 1, LQL_FROM_FEATURES, LQL_FROM_ENTITI
 typedef enum lql_conflict {
     LQL_CONFLICT_LAST_WINS = 0, LQL_CONFLICT_HIGHEST_CONFIDENCE, LQL_CONFLICT_FAIL
 } lql_conflict;
+typedef enum lql_format {       /* COMPILE … INTO MODEL … FORMAT x */
+    LQL_FORMAT_SAFETENSORS = 0, LQL_FORMAT_GGUF
+} lql_format;
 typedef enum lql_level {        /* EXTRACT … WITH; WEIGHTS is the legacy name of INFERENCE */
     LQL_LEVEL_DEFAULT = 0, LQL_LEVEL_BROWSE, LQL_LEVEL_INFERENCE, LQL_LEVEL_ALL
 } lql_level;
@@ -203,7 +207,7 @@ typedef struct lql_stmt {
      *         file · DIFF left side (NULL: CURRENT) · COMPACT container (NULL: the bound
      *         one) · REPRESENT object
      *   arg2: EXTRACT INTO dir · DIFF right side (NULL: CURRENT) · REPRESENT dtype
-     *         (lower-cased) · COMPILE's output dir */
+     *         (lower-cased) · COMPILE's output dir (INTO MODEL: the export target) */
     const char *arg;
     lql_span arg_at;
     const char *arg2;
@@ -253,6 +257,7 @@ typedef struct lql_stmt {
     const char *relation;                  /* DIFF RELATION "r" */
     const char *into;                      /* INTO PATCH "f" / INTO VINDEX "d" */
     lql_conflict conflict;                 /* ON CONFLICT x */
+    lql_format format;                     /* COMPILE … INTO MODEL … FORMAT x */
     lql_level level;                       /* EXTRACT WITH x */
     const char *dtype;                     /* EXTRACT DTYPE x (lower-cased, validated) */
     const char *journal;                   /* USE … JOURNAL "path" */

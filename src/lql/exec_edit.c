@@ -2342,9 +2342,16 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     edit_state *es = NULL;
     eng_model *m = NULL;
-    if (state_of(s, st, &es, e) || open_browse(s, st, es, e) || refresh(s, st, es, e) ||
-        lql_session_model(s, st, &m, e))
+    /* INTO MODEL (exec_export.c): the overlay is compiled into a staging container, which
+     * is then exported; with nothing edited the bound container is exported as it is */
+    const int model = lql_has(st, LQL_C_INTO_MODEL);
+    char staging[4200];
+    const char *out = model ? lql_export_staging(st, staging, sizeof staging) : st->arg2;
+    if ((model && lql_export_check(st, e)) || state_of(s, st, &es, e) ||
+        open_browse(s, st, es, e) || refresh(s, st, es, e) || lql_session_model(s, st, &m, e))
         return -1;
+    if (!es->ov && model)
+        return lql_export_run(s, st, NULL, r, e);
     if (!es->ov)
         return lql_errf(e, LQL_EEXEC, &st->at, "nothing to compile: the overlay is empty "
                         "(no active edits in %s)", es->jpath ? es->jpath : "any journal");
@@ -2384,8 +2391,7 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     }
     brw_compile_report rep;
     cJSON_AddNumberToObject(prov, "set_aside_by_highest_confidence", (double)n_aside);
-    int rc = brw_edit_compile(s->vx, brw_edit_overlay_browse(use), st->arg2, prov, &rep,
-                              &ve);
+    int rc = brw_edit_compile(s->vx, brw_edit_overlay_browse(use), out, prov, &rep, &ve);
     cJSON_Delete(prov);
     if (rc) {
         brw_edit_overlay_free(hov);
@@ -2415,7 +2421,7 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     /* the probes run the overlay that was compiled, then the session's again */
     lql_session_set_overlay(s, brw_edit_overlay_eng(use));
     if (rc == 0)
-        rc = check_compiled(m, st->arg2, (const char *const *)prompts, np, heads, &g, r, st, e);
+        rc = check_compiled(m, out, (const char *const *)prompts, np, heads, &g, r, st, e);
     lql_session_set_overlay(s, brw_edit_overlay_eng(es->ov));
     brw_edit_overlay_free(hov);
     double tol = g.rel * fmax(g.scale, 1.0);
@@ -2426,13 +2432,21 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                      "TRACE lens logits", g.logit > tol ? g.logit : g.lens);
         else
             snprintf(what, sizeof what, "%s", g.walk_bad[0] ? g.walk_bad : g.meta_bad);
-        vx_rmtree(st->arg2);
+        vx_rmtree(out);
         rc = lql_errf(e, LQL_EEXEC, &st->arg2_at, "compile: removed '%s', which does not "
-                      "answer as the overlay does within %s x logit scale %.3g: %s", st->arg2,
+                      "answer as the overlay does within %s x logit scale %.3g: %s", out,
                       why, fmax(g.scale, 1.0), what);
     }
     for (int i = 0; i < np; i++)
         free(prompts[i]);
+    if (rc == 0 && model)
+        rc = lql_export_run(s, st, out, r, e);
+    if (rc == 0 && model && rep.meta_written)
+        lql_result_note(r, "%zu down-meta records the overlay sets (UPDATE, inserts' metadata) "
+                        "are lql's browse metadata, which a checkpoint has no place for: the "
+                        "export carries the weights", rep.meta_written);
+    if (model)
+        vx_rmtree(out);
     if (rc)
         return -1;
     lql_result_note(r, "compile gate: INFER logits, TRACE lens (every layer) and WALK hits "
@@ -2440,8 +2454,9 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                     "down-meta of every edited feature is equal", np, why);
     lql_result_note(r, "compiled: %s (authority derived; %zu operations materialised into %zu "
                     "tensors of %zu segments and %zu down-meta records; %zu files linked "
-                    "unchanged)", st->arg2, cnt.ops, rep.tensors_rewritten,
-                    rep.segments_rewritten, rep.meta_written, rep.files_linked);
+                    "unchanged)%s", model ? "the staging container" : st->arg2, cnt.ops,
+                    rep.tensors_rewritten, rep.segments_rewritten, rep.meta_written,
+                    rep.files_linked, model ? ", then exported and removed" : "");
     return 0;
 }
 

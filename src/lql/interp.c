@@ -128,8 +128,10 @@ static const lql_stmt_def defs[] = {
      "Logical difference of two effective model states: changed features and per-tensor "
      "value deltas."},
     {LQL_S_COMPILE, "COMPILE", lql_h_compile, LQL_CLASS_LOCAL,
-     "COMPILE CURRENT INTO VINDEX \"out\" {ON CONFLICT (LAST_WINS|HIGHEST_CONFIDENCE|FAIL)}",
-     "Materialise base + overlay as a new container stamped authority: derived."},
+     "COMPILE CURRENT INTO (VINDEX \"out\" | MODEL \"target\" {FORMAT (SAFETENSORS|GGUF)}) "
+     "{ON CONFLICT (LAST_WINS|HIGHEST_CONFIDENCE|FAIL)}",
+     "Materialise base + overlay as a new container stamped authority: derived; INTO MODEL "
+     "exports it as a Hugging Face checkpoint directory or a GGUF file for llama.cpp."},
     {LQL_S_COMPACT, "COMPACT", lql_h_compact, LQL_CLASS_LOCAL,
      "COMPACT [\"container\"] {INTO VINDEX \"out\"}",
      "Reorganise a container's storage with the same semantics, naming every file dropped."},

@@ -319,8 +319,16 @@ static int write_json(const char *dir, const char *name, const cJSON *j, vx_err 
     return rc;
 }
 
-/* Copy a snapshot file when the checkpoint has it. */
-static int copy_snapshot(const char *from_dir, const char *to_dir, const char *name, vx_err *err)
+/* Tokenizer and config files in every form the hub ships them (tokenizer.json is the one
+ * lql's tokenizer reads; the others keep the container self-contained): the encoder copies
+ * them in, export (hf_export.c) copies them back out. */
+const char *const vx_hf_snapshots[] = {"tokenizer.json", "tokenizer_config.json",
+                                       "generation_config.json", "special_tokens_map.json",
+                                       "config.json", "added_tokens.json", "vocab.json",
+                                       "merges.txt", "tokenizer.model", "chat_template.jinja",
+                                       NULL};
+
+int vx_copy_snapshot(const char *from_dir, const char *to_dir, const char *name, vx_err *err)
 {
     char src[PATH_MAX], dst[PATH_MAX];
     if (snprintf(src, sizeof src, "%s/%s", from_dir, name) >= (int)sizeof src ||
@@ -466,6 +474,26 @@ static int encode_object(enc *e, const char *tmp, const hf_object *ob, cJSON *in
     cJSON *b = cJSON_AddObjectToObject(o, "source_bindings");
     for (size_t i = 0; i < ob->n; i++)
         cJSON_AddItemToObject(b, ob->op[i].name, hf_binding(&ob->op[i]));
+    /* the shape of every source tensor that is not stored whole as it was (sliced, fused,
+     * transposed, gathered, reshaped): what export needs to rebuild it */
+    cJSON *ss = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(index, "encoder"),
+                                                 "source_shapes");
+    for (size_t i = 0; i < ob->n; i++) {
+        const hf_operand *op = &ob->op[i];
+        const st_tensor *ts[2] = {op->src, op->scales};
+        if (op->xf == HF_WHOLE && op->ndim == op->src->ndim)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            if (!ts[k] || cJSON_HasObjectItem(ss, ts[k]->name))
+                continue;
+            if (!ss)
+                ss = cJSON_AddObjectToObject(cJSON_GetObjectItemCaseSensitive(index, "encoder"),
+                                             "source_shapes");
+            cJSON *sh = cJSON_AddArrayToObject(ss, ts[k]->name);
+            for (int d = 0; d < ts[k]->ndim; d++)
+                cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)ts[k]->shape[d]));
+        }
+    }
     cJSON *rs = cJSON_AddArrayToObject(o, "representations");
     cJSON_AddItemToArray(rs, cJSON_CreateString(rid));
     cJSON_AddItemToArray(objects, o);
@@ -632,15 +660,8 @@ static int encode(const char *hf_dir, const char *out_dir, const vx_encode_opts 
             rc = encode_object(&e, tmp, &plan.obj[i], index, objects);
     if (rc < 0)
         goto out;
-    /* Tokenizer files in every form the hub ships them (tokenizer.json is the one lql's
-     * tokenizer reads; the others keep the container self-contained). */
-    static const char *const snapshots[] = {"tokenizer.json", "tokenizer_config.json",
-                                            "generation_config.json", "special_tokens_map.json",
-                                            "config.json", "added_tokens.json", "vocab.json",
-                                            "merges.txt", "tokenizer.model",
-                                            "chat_template.jinja"};
-    for (size_t i = 0; i < sizeof snapshots / sizeof *snapshots && rc == 0; i++)
-        rc = copy_snapshot(src, tmp, snapshots[i], err);
+    for (size_t i = 0; vx_hf_snapshots[i] && rc == 0; i++)
+        rc = vx_copy_snapshot(src, tmp, vx_hf_snapshots[i], err);
     if (rc == 0)
         rc = write_json(tmp, "system_graph.json", graph, err);
     if (rc == 0)

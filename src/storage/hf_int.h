@@ -152,4 +152,10 @@ void hf_emit_recur(cJSON *x, const arch *a);
 int hf_bind_mtp(judge *j, fam f, const arch *a, const cJSON *special);
 void hf_layer_state(cJSON *state, const arch *a, int i);
 
+/* ---- hf_export.c, shared with hf_gguf.c: export's refusals and file writing. ---- */
+/* Refuse what no checkpoint format holds: bank shape, block-quantised or MXFP4 tensors. */
+int hf_export_admissible(const vx_container *c, const char *what, vx_err *err);
+int hf_export_write(int fd, const void *p, uint64_t n, const char *path, vx_err *err);
+int hf_export_sync_dir(const char *path, vx_err *err);
+
 #endif

@@ -273,6 +273,41 @@ int vx_object_check(const vx_container *c, const char *object, vx_err *err);
 int vx_resolve(const vx_container *c, const char *rel, char *out, size_t outsz, vx_err *err);
 int vx_resolve_in(const char *dir, const char *rel, char *out, size_t outsz, vx_err *err);
 
+/* The checkpoint files the encoder copies into a container as snapshots when present
+ * (config.json and the tokenizer in every form the hub ships it), NULL-terminated. */
+extern const char *const vx_hf_snapshots[];
+
+/* ---------------------------------------------------------------- export (hf_export.c,
+ * hf_gguf.c; docs/lql/MUTATION.md "Export") */
+typedef struct vx_export_report {
+    size_t tensors;          /* tensors written */
+    uint64_t bytes;          /* tensor bytes written */
+    size_t files;            /* snapshot files copied (HF) / metadata keys written (GGUF) */
+} vx_export_report;
+
+/* An export target must not exist; with dir, an absent path or an empty directory is
+ * accepted (what names the statement in the message). */
+int vx_export_target_check(const char *out, int dir, const char *what, vx_err *err);
+
+/* Write c's stored tensors back as the Hugging Face checkpoint directory it was encoded
+ * from: model.safetensors under the source tensor names (the inverse of the encoder's
+ * source_bindings: renames, row slices re-concatenated, transposes undone, gathered experts
+ * scattered back), config.json and the tokenizer files from the container's snapshots, so
+ * `vindex encode` of the directory gives the same payload hashes. out_dir must be absent or an empty directory; the
+ * directory is written as a temporary sibling and renamed into place. What the format
+ * cannot hold is refused by name (bank shape, quantised or MXFP4 tensors, a container
+ * without config.json). */
+int vx_export_hf(const vx_container *c, const char *out_dir, vx_export_report *rep,
+                 vx_err *err);
+
+/* Write c as a GGUF v3 file out_path (must not exist; temporary sibling, then linked into
+ * place) for llama.cpp: family llama only, tensors in their stored dtype (f32, f16, bf16;
+ * 16-bit vectors widened to f32), q_proj / k_proj rows permuted to llama.cpp's rope layout,
+ * the tokenizer (byte-level BPE as llama.cpp's gpt2, Llama 2 SentencePiece BPE as its
+ * llama) as tokenizer.ggml.* metadata. Anything else is refused by name. */
+int vx_export_gguf(const vx_container *c, const char *out_path, vx_export_report *rep,
+                   vx_err *err);
+
 /* Remove dir and everything below it, best effort, not following symlinks (a writer's
  * temporary container directory on error paths, COMPILE/COMPACT output that failed). */
 void vx_rmtree(const char *dir);

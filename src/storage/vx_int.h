@@ -199,6 +199,9 @@ int vx_schema_check(const cJSON *json, const char *label, int want, vx_err *err)
 /* Read and parse the container file dir/rel (path resolved safely); a missing file is
  * "<rel> is missing from '<dir>' (index.json names it)". *out owned by the caller. */
 int vx_read_json_in(const char *dir, const char *rel, cJSON **out, vx_err *err);
+/* Copy from_dir/name to to_dir/name (created exclusively, fsynced) when the source exists;
+ * a missing source is not an error (encode.c: the snapshot copier, also export's). */
+int vx_copy_snapshot(const char *from_dir, const char *to_dir, const char *name, vx_err *err);
 void vx_manifest_free(vx_manifest *m);
 
 typedef struct vx_bank vx_bank;

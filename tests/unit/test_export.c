@@ -1,0 +1,352 @@
+/*
+ * test_export.c — COMPILE CURRENT INTO MODEL (docs/lql/MUTATION.md "Export").
+ *
+ * Round trip with an edit: tinyllama + an INSERTed fact, compiled INTO VINDEX and exported
+ * INTO MODEL from the same journal; `vindex encode` of the exported directory must give a
+ * container whose every representation payload hash and every segment file hash equal the
+ * compiled container's, and INFER on it must recall the fact. The same statement with
+ * FORMAT GGUF writes a file that tests/export/check_gguf.py (an independent Python reader)
+ * finds equal, tensor by tensor, to the exported safetensors; one flipped byte makes the
+ * reader fail. A llama with Llama 2's SentencePiece tokenizer gets llama.cpp's llama
+ * tokenizer (checked the same way).
+ *
+ * Round trip without an edit, through the C call: qwen3, qwen2-moe, phi3 (fused rows),
+ * gpt2 (transposed Conv1D), mamba2 (reshaped conv), deepseek-v3-lite (MLA + MoE),
+ * granite-hybrid (per-expert row slices) and gpt-oss-bf16 (gathered experts) each encode →
+ * export → encode to the same payload hashes as the direct encode, and every exported
+ * tensor equals the source checkpoint's (dtype, shape, bytes).
+ *
+ * Refusals by name: a non-empty target directory, an existing GGUF file, a path whose
+ * parent is missing (and nothing left behind), MXFP4 experts, GGUF of a non-llama family,
+ * GGUF of llama with rope scaling, a bank-shape container, a q8_0 profile; a full disk
+ * midway (RLIMIT_FSIZE) fails by name and leaves nothing.
+ */
+#include "st.h"
+#include "t.h"
+#include "test_journal_fx.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FAMILIES LQL_FIXTURE_DIR "/models/families"
+
+static char out[1 << 16];
+
+static cJSON *index_of(const char *dir)
+{
+    char p[4200], *text = NULL;
+    size_t n = 0;
+    cJSON *j = NULL;
+    vx_err e = {0};
+    snprintf(p, sizeof p, "%s/index.json", dir);
+    if (vx_read_small_file(p, "index", &text, &n, &e) == 0)
+        j = cJSON_ParseWithLength(text, n);
+    free(text);
+    return j;
+}
+
+/* Every representation's payload hash (and, with segments, every segment record's sha256)
+ * of a equal to b's; the count of compared hashes in *n. */
+static int same_hashes(const char *a, const char *b, int segments, int *n)
+{
+    cJSON *ia = index_of(a), *ib = index_of(b);
+    int ok = ia && ib;
+    *n = 0;
+    const char *keys[2] = {"representations", "segments"};
+    const char *field[2] = {"payload_sha256", "sha256"};
+    for (int k = 0; k < 1 + segments && ok; k++) {
+        const cJSON *x, *ra = cJSON_GetObjectItem(ia, keys[k]), *rb = cJSON_GetObjectItem(ib, keys[k]);
+        ok = cJSON_GetArraySize(ra) == cJSON_GetArraySize(rb) && cJSON_GetArraySize(ra) > 0;
+        cJSON_ArrayForEach(x, ra) {
+            const char *ha = vx_json_str(x, field[k]);
+            const char *hb = vx_json_str(cJSON_GetObjectItem(rb, x->string), field[k]);
+            if (!ha || !hb || strcmp(ha, hb) != 0) {
+                fprintf(stderr, "%s '%s': %s vs %s\n", keys[k], x->string, ha ? ha : "-",
+                        hb ? hb : "-");
+                ok = 0;
+            }
+            (*n)++;
+        }
+    }
+    cJSON_Delete(ia);
+    cJSON_Delete(ib);
+    return ok;
+}
+
+static int encode(const char *src, const char *dst)
+{
+    vx_err e = {0};
+    fx_rm_rf(dst);
+    int rc = vx_encode(src, dst, NULL, &e);
+    if (rc)
+        fprintf(stderr, "encode %s: %s\n", src, e.msg);
+    return rc;
+}
+
+/* Export the container vx (no overlay) through the C call, as a Hugging Face directory or
+ * (gguf) a GGUF file; 0 or -1 with msg filled. */
+static int export_to(const char *vx, const char *target, int gguf, char *msg, size_t n)
+{
+    vx_container *c = NULL;
+    vx_err e = {0};
+    vx_export_report rep;
+    int rc = vx_open(vx, &c, &e) || (gguf ? vx_export_gguf(c, target, &rep, &e)
+                                          : vx_export_hf(c, target, &rep, &e));
+    snprintf(msg, n, "%s", rc ? e.msg : "");
+    vx_close(c);
+    return rc ? -1 : 0;
+}
+
+/* Entries of dir whose name starts with prefix. */
+static int leftovers(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int n = 0;
+    while (d && (de = readdir(d)))
+        n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void edited_round_trip(const char *dir)
+{
+    char script[2300], cmd[16384], cv[2300], hf[2300], gg[2300], re[2300];
+    snprintf(script, sizeof script, "%s/export.lql", dir);
+    snprintf(cv, sizeof cv, "%s/compiled.vindex3", dir);
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    snprintf(gg, sizeof gg, "%s/tiny.gguf", dir);
+    snprintf(re, sizeof re, "%s/reencoded.vindex3", dir);
+    mkdir(hf, 0755);     /* an empty directory is an acceptable target */
+    FILE *f = fopen(script, "w");
+    fprintf(f, "USE \"%s/base.vindex3\" JOURNAL \":memory:\";\n"
+               "INSERT INTO EDGES (entity, relation, target) VALUES (\"Zorbania\", \"capital\", "
+               "\"London\");\n"
+               "COMPILE CURRENT INTO VINDEX \"%s\";\n"
+               "COMPILE CURRENT INTO MODEL \"%s\";\n"
+               "COMPILE CURRENT INTO MODEL \"%s\" FORMAT GGUF;\n", dir, cv, hf, gg);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s/lql' -bail -f '%s' 2>&1", LQL_BINARY_DIR, script);
+    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "edit + compile + export: %s", out);
+    CHECK_HAS(out, "model.safetensors: 39 tensors as stored");
+    CHECK_HAS(out, "then exported and removed");
+    CHECK_HAS(out, "GGUF v3 for llama.cpp; 39 tensors");
+    CHECK(leftovers(dir, "hf.") == 0 && leftovers(dir, "tiny.gguf.") == 0);
+
+    int n = 0;
+    CHECK(encode(hf, re) == 0);
+    CHECK_MSG(same_hashes(cv, re, 1, &n), "re-encoded export differs from COMPILE INTO VINDEX");
+    CHECK(n == 6);       /* 3 representations, 3 segments */
+    printf("tinyllama + INSERT: export re-encodes to COMPILE INTO VINDEX's %d hashes\n", n);
+    snprintf(cmd, sizeof cmd, "'%s/lql' '%s' -c 'USE \"%s\" JOURNAL \":memory:\"; INFER \"The "
+             "capital of Zorbania is\" TOP 1;' 2>&1", LQL_BINARY_DIR, re, re);
+    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "infer: %s", out);
+    CHECK_HAS(out, "1\t London\t");
+
+    /* the GGUF, read independently */
+    snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/check_gguf.py' '%s' '%s' 2>&1",
+             LQL_SOURCE_DIR, gg, hf);
+    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf: %s", out);
+    CHECK_HAS(out, "ok: GGUF v3, 25 metadata keys, 39 tensors equal");
+    CHECK_HAS(out, "4096 tokens, gpt2 tokenizer, 3839 merges");
+    printf("%s", out);
+    /* the reader can fail: one byte of the last tensor flipped */
+    char bad[2400];
+    snprintf(bad, sizeof bad, "%s/bad.gguf", dir);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s' && printf '\\377' | dd of='%s' bs=1 seek=$(($(stat "
+             "-c %%s '%s') - 64)) conv=notrunc 2>/dev/null && python3 "
+             "'%s/tests/export/check_gguf.py' '%s' '%s' 2>&1", gg, bad, bad, bad, LQL_SOURCE_DIR,
+             bad, hf);
+    CHECK(fx_run(cmd, out, sizeof out) != 0);
+    CHECK_HAS(out, "FAIL: ");
+
+    /* refusals of the statement */
+    snprintf(cmd, sizeof cmd, "'%s/lql' -c 'USE \"%s/base.vindex3\" JOURNAL \":memory:\"; "
+             "COMPILE CURRENT INTO MODEL \"%s\";' 2>&1", LQL_BINARY_DIR, dir, hf);
+    CHECK(fx_run(cmd, out, sizeof out) != 0);
+    CHECK_HAS(out, "is a directory that is not empty; lql writes a model only into a new or "
+                   "empty directory");
+    snprintf(cmd, sizeof cmd, "'%s/lql' -c 'USE \"%s/base.vindex3\" JOURNAL \":memory:\"; "
+             "COMPILE CURRENT INTO MODEL \"%s\" FORMAT GGUF;' 2>&1", LQL_BINARY_DIR, dir, gg);
+    CHECK(fx_run(cmd, out, sizeof out) != 0);
+    CHECK_HAS(out, "already exists; lql does not overwrite it");
+    snprintf(cmd, sizeof cmd, "'%s/lql' -c 'USE \"%s/base.vindex3\" JOURNAL \":memory:\"; "
+             "INSERT INTO EDGES (entity, relation, target) VALUES (\"Zorbania\", \"capital\", "
+             "\"London\"); COMPILE CURRENT INTO MODEL \"%s/no/such/dir\";' 2>&1",
+             LQL_BINARY_DIR, dir, dir);
+    CHECK(fx_run(cmd, out, sizeof out) != 0);
+    CHECK_HAS(out, "export: cannot write '");
+    CHECK_HAS(out, "no/such/dir': its parent '");
+    CHECK_HAS(out, "no/such' is not a directory (No such file or directory)");
+    CHECK(leftovers(dir, "no") == 0);
+}
+
+/* Every tensor of the exported checkpoint equal (dtype, shape, bytes) to the source
+ * checkpoint's tensor of that name; the count in *n. */
+static int same_checkpoint(const char *exported, const char *source, size_t *n)
+{
+    st_model *a = NULL, *b = NULL;
+    vx_err e = {0};
+    int ok = st_open_dir(exported, &a, &e) == 0 && st_open_dir(source, &b, &e) == 0;
+    *n = 0;
+    for (size_t i = 0; ok && i < st_count(a); i++) {
+        const st_tensor *x = st_at(a, i), *y = st_find(b, x->name);
+        ok = y && x->dtype == y->dtype && x->ndim == y->ndim && x->nbytes == y->nbytes &&
+             !memcmp(x->shape, y->shape, sizeof x->shape) && !memcmp(x->data, y->data, x->nbytes);
+        if (!ok)
+            fprintf(stderr, "%s: '%s' differs from the source\n", exported, x->name);
+        (*n)++;
+    }
+    st_close(a);
+    st_close(b);
+    return ok;
+}
+
+/* A llama with Llama 2's SentencePiece tokenizer (tools/mkfixture, 32000 tokens): the GGUF
+ * carries llama.cpp's llama tokenizer (scores from the merge ranks, byte tokens). */
+static void sentencepiece_gguf(const char *dir)
+{
+    char cmd[8192], src[2300], a[2300], hf[2300], gg[2300], msg[1024];
+    snprintf(src, sizeof src, "%s/llama-spm", dir);
+    snprintf(a, sizeof a, "%s/llama-spm.vindex3", dir);
+    snprintf(hf, sizeof hf, "%s/llama-spm.hf", dir);
+    snprintf(gg, sizeof gg, "%s/llama-spm.gguf", dir);
+    fx_rm_rf(src);
+    snprintf(cmd, sizeof cmd, "'%s/mkfixture' --family llama --vocab 32000 --hidden 64 --layers 2 "
+             "--heads 4 --kv-heads 2 --inter 128 --tokenizer '%s/llama2/tokenizer.json' -o '%s' "
+             "2>&1", LQL_BINARY_DIR, LQL_TOKENIZER_DIR, src);
+    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "mkfixture: %s", out);
+    CHECK(encode(src, a) == 0);
+    CHECK_MSG(export_to(a, hf, 0, msg, sizeof msg) == 0, "%s", msg);
+    CHECK_MSG(export_to(a, gg, 1, msg, sizeof msg) == 0, "%s", msg);
+    snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/check_gguf.py' '%s' '%s' 2>&1",
+             LQL_SOURCE_DIR, gg, hf);
+    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf: %s", out);
+    CHECK_HAS(out, "32000 tokens, llama tokenizer");
+    printf("%s", out);
+}
+
+static void family_round_trips(const char *dir)
+{
+    static const char *const fams[] = {"qwen3", "qwen2-moe", "phi3", "gpt2", "mamba2",
+                                       "deepseek-v3-lite", "granite-hybrid", "gpt-oss-bf16"};
+    for (size_t i = 0; i < sizeof fams / sizeof *fams; i++) {
+        char src[2300], a[2300], hf[2300], b[2300], msg[1024];
+        snprintf(src, sizeof src, "%s/%s", FAMILIES, fams[i]);
+        snprintf(a, sizeof a, "%s/%s.vindex3", dir, fams[i]);
+        snprintf(hf, sizeof hf, "%s/%s.hf", dir, fams[i]);
+        snprintf(b, sizeof b, "%s/%s.re.vindex3", dir, fams[i]);
+        int n = 0;
+        CHECK(encode(src, a) == 0);
+        CHECK_MSG(export_to(a, hf, 0, msg, sizeof msg) == 0, "%s: %s", fams[i], msg);
+        CHECK(encode(hf, b) == 0);
+        CHECK_MSG(same_hashes(a, b, 0, &n), "%s: payload hashes differ", fams[i]);
+        size_t nt = 0;
+        CHECK_MSG(same_checkpoint(hf, src, &nt), "%s: export differs from its checkpoint", fams[i]);
+        printf("%s: encode -> export -> encode: %d payload hashes equal; the export's %zu "
+               "tensors are the checkpoint's\n", fams[i], n, nt);
+    }
+}
+
+static void refusals(const char *dir)
+{
+    char a[2300], t[2300], msg[1024];
+    struct { const char *fam; int gguf; const char *want; } r[] = {
+        {"gpt-oss", 0, "is MXFP4-packed; writing packed experts back as blocks and scales is "
+                       "not implemented"},
+        {"qwen3", 1, "export gguf: family 'qwen3' is not written as GGUF"},
+        {"llama3-rope", 1, "export gguf: execution.attention.rope.scaling is set"},
+    };
+    for (size_t i = 0; i < sizeof r / sizeof *r; i++) {
+        char src[2300];
+        snprintf(src, sizeof src, "%s/%s", FAMILIES, r[i].fam);
+        snprintf(a, sizeof a, "%s/%s.vindex3", dir, r[i].fam);
+        snprintf(t, sizeof t, "%s/%s.out", dir, r[i].fam);
+        CHECK(encode(src, a) == 0);
+        CHECK(export_to(a, t, r[i].gguf, msg, sizeof msg) < 0);
+        CHECK_HAS(msg, r[i].want);
+        CHECK(leftovers(dir, strrchr(t, '/') + 1) == 0);
+    }
+    /* a bank-shape container (qwen2-moe imported as LYRW banks) */
+    char bank[2300];
+    vx_err be = {0};
+    snprintf(a, sizeof a, "%s/qwen2-moe.vindex3", dir);
+    snprintf(bank, sizeof bank, "%s/qwen2-moe.bank", dir);
+    snprintf(t, sizeof t, "%s/bank.hf", dir);
+    fx_rm_rf(bank);
+    CHECK_MSG(vx_bank_import(a, bank, 0, NULL, &be) == 0, "%s", be.msg);
+    CHECK(export_to(bank, t, 0, msg, sizeof msg) < 0);
+    CHECK_HAS(msg, "is bank-shape: its experts live in LYRW bank files with no checkpoint "
+                   "layout; export the graph-shape container it was imported from");
+    /* a q8_0 profile: export writes tensors as stored and does not dequantise */
+    snprintf(a, sizeof a, "%s/base.vindex3", dir);
+    vx_err e = {0};
+    vx_represent_info in;
+    CHECK_MSG(vx_represent(a, "target.decoder_stack", VX_Q8_0, &in, &e) == 0, "%s", e.msg);
+    vx_select sel = {"target.decoder_stack", in.id};
+    CHECK_MSG(vx_profile_add(a, "q8", &sel, 1, 0, &e) == 0, "%s", e.msg);
+    vx_container *c = NULL;
+    vx_export_report rep;
+    snprintf(t, sizeof t, "%s/q8.hf", dir);
+    CHECK_MSG(vx_open_profile(a, "q8", NULL, 0, &c, &e) == 0, "%s", e.msg);
+    CHECK(c && vx_export_hf(c, t, &rep, &e) < 0);
+    CHECK_HAS(e.msg, "is stored as q8_0 (profile 'q8'); export writes tensors as stored and "
+                     "does not dequantise");
+    vx_close(c);
+}
+
+/* Disk full midway: a child limits its file size to 1 MB (SIGXFSZ ignored, so write()
+ * fails with EFBIG) and exports the 20 MB tinyllama, once as a directory and once as a
+ * GGUF; both must fail naming the file and the cause, leaving neither the target nor a
+ * temporary sibling. */
+static void disk_full(const char *dir)
+{
+    for (int gguf = 0; gguf < 2; gguf++) {
+        char base[2300], target[2300], msg[1024] = "";
+        snprintf(base, sizeof base, "%s/base.vindex3", dir);
+        snprintf(target, sizeof target, "%s/full.%s", dir, gguf ? "gguf" : "hf");
+        int fds[2];
+        if (pipe(fds) != 0)
+            return;
+        pid_t pid = fork();
+        if (pid == 0) {
+            struct rlimit rl = {1 << 20, 1 << 20};
+            signal(SIGXFSZ, SIG_IGN);
+            setrlimit(RLIMIT_FSIZE, &rl);
+            char m[1024];
+            int rc = export_to(base, target, gguf, m, sizeof m);
+            dprintf(fds[1], "%d|%s", rc, m);
+            _exit(0);
+        }
+        close(fds[1]);
+        ssize_t k = read(fds[0], msg, sizeof msg - 1);
+        msg[k > 0 ? k : 0] = '\0';
+        close(fds[0]);
+        waitpid(pid, NULL, 0);
+        CHECK_HAS(msg, "-1|export");
+        CHECK_HAS(msg, "File too large");
+        CHECK(access(target, F_OK) != 0 && leftovers(dir, gguf ? "full.gguf" : "full.hf") == 0);
+        printf("disk full (%s): %s\n", gguf ? "gguf" : "safetensors", msg + 3);
+    }
+}
+
+int main(void)
+{
+    char dir[2048], base[2100];
+    if (fx_tiny_dir("export-test", dir, base))
+        return 1;
+    edited_round_trip(dir);
+    sentencepiece_gguf(dir);
+    family_round_trips(dir);
+    refusals(dir);
+    disk_full(dir);
+    return T_DONE();
+}
