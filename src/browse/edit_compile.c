@@ -23,68 +23,121 @@
 
 enum { ROLE_GATE = 0, ROLE_UP = 1, ROLE_DOWN = 2, ROLE_NONE = -1 };
 
-/* The FFN role and layer of a decoder-stack operand name, or ROLE_NONE. */
-static int ffn_role(const char *object, const char *name, int *layer)
+/* What an FFN operand of the decoder stack holds of the overlay's feature space: a dense
+ * layer's matrix (expert -1, features [0, n)) or one routed expert's (features
+ * [f0, f0 + n) of the layer's expert-major features, n = expert_intermediate). */
+typedef struct site {
+    int role, layer, expert;
+    int64_t f0, n;
+    int gated;                /* the FFN has a gate_proj (a tombstone zeroes its row) */
+} site;
+
+/* The site of a decoder-stack operand (shape [rows, cols]); role ROLE_NONE when it is not
+ * a dense or routed-expert FFN matrix. */
+static site site_of(const vx_container *c, const char *object, const char *name,
+                    const int64_t *shape, int ndim)
 {
     static const char *const roles[] = {"gate_proj", "up_proj", "down_proj"};
+    site st = {ROLE_NONE, -1, -1, 0, 0, 0};
     char rest[32];
     int n = 0;
-    if (strcmp(object, "target.decoder_stack") != 0 ||
-        sscanf(name, "layers.%d.ffn.%31s%n", layer, rest, &n) != 2 || name[n] != '\0')
-        return ROLE_NONE;
+    if (strcmp(object, "target.decoder_stack") != 0 || ndim != 2)
+        return st;
+    if (!(sscanf(name, "layers.%d.ffn.experts.%d.%31s%n", &st.layer, &st.expert, rest, &n) == 3 &&
+          name[n] == '\0')) {
+        st.expert = -1;
+        n = 0;
+        if (sscanf(name, "layers.%d.ffn.%31s%n", &st.layer, rest, &n) != 2 || name[n] != '\0')
+            return st;
+    }
     for (int r = 0; r < 3; r++)
         if (strcmp(rest, roles[r]) == 0)
-            return r;
-    return ROLE_NONE;
+            st.role = r;
+    if (st.role == ROLE_NONE || st.expert < -1)
+        return (site){ROLE_NONE, -1, -1, 0, 0, 0};
+    st.n = st.role == ROLE_DOWN ? shape[1] : shape[0];
+    st.f0 = st.expert >= 0 ? (int64_t)st.expert * st.n : 0;
+    st.gated = st.expert >= 0
+        ? vx_findf(c, object, "layers.%d.ffn.experts.%d.gate_proj", st.layer, st.expert) != NULL
+        : vx_findf(c, object, "layers.%d.ffn.gate_proj", st.layer) != NULL;
+    return st;
 }
 
-/* Does the overlay change (role, layer)? gated: the FFN has a gate (tombstones zero it). */
-static int edited(const eng_overlay *ov, int role, int layer, int gated)
+/* A low-rank delta's v rows for a site, or NULL when it does not reach it: a delta
+ * addressed to an expert reaches that expert's matrix; a layer-wide one every matrix of
+ * the layer (its v rows f0.. on an expert's). */
+static const float *lowrank_v(const eng_lowrank *lr, const site *st)
 {
+    if (lr->layer != st->layer || lr->rank <= 0)
+        return NULL;
+    if (lr->expert == st->expert)
+        return lr->v;
+    if (lr->expert < 0 && st->expert >= 0)
+        return lr->v + (size_t)st->f0 * (size_t)lr->rank;
+    return NULL;
+}
+
+/* The site-local index of an edited feature, or -1 when the edit is elsewhere. */
+static int64_t local(const eng_feature_edit *e, const site *st)
+{
+    if (e->layer != st->layer || e->feature < st->f0 || e->feature >= st->f0 + st->n)
+        return -1;
+    return e->feature - st->f0;
+}
+
+/* Does the overlay change the site's matrix? */
+static int edited(const eng_overlay *ov, const site *st)
+{
+    if (st->role == ROLE_NONE)
+        return 0;
+    const int role = st->role;
     for (size_t i = 0; i < ov->n_edits; i++) {
         const eng_feature_edit *e = &ov->edits[i];
-        if (e->layer != layer)
+        if (local(e, st) < 0)
             continue;
-        if ((role == ROLE_GATE && (e->gate || (e->tombstone && gated))) ||
+        if ((role == ROLE_GATE && (e->gate || (e->tombstone && st->gated))) ||
             (role == ROLE_UP && e->up) || (role == ROLE_DOWN && (e->down || e->tombstone)))
             return 1;
     }
     for (size_t i = 0; role == ROLE_DOWN && i < ov->n_lowrank; i++)
-        if (ov->lowrank[i].layer == layer)
+        if (lowrank_v(&ov->lowrank[i], st))
             return 1;
     return 0;
 }
 
 /* Apply the overlay to one FFN matrix held as f32 (rows × cols, PyTorch order). */
-static void apply(const eng_overlay *ov, int role, int layer, float *w, int64_t rows,
-                  int64_t cols)
+static void apply(const eng_overlay *ov, const site *st, float *w, int64_t rows, int64_t cols)
 {
+    const int role = st->role;
     for (size_t i = 0; i < ov->n_edits; i++) {
         const eng_feature_edit *e = &ov->edits[i];
-        if (e->layer != layer || e->tombstone || e->feature < 0)
+        int64_t f = local(e, st);
+        if (f < 0 || e->tombstone)
             continue;
-        if (role == ROLE_DOWN && e->down && e->feature < cols)
+        if (role == ROLE_DOWN && e->down && f < cols)
             for (int64_t r = 0; r < rows; r++)
-                w[r * cols + e->feature] = e->down[r];
+                w[r * cols + f] = e->down[r];
         const float *row = role == ROLE_GATE ? e->gate : role == ROLE_UP ? e->up : NULL;
-        if (row && e->feature < rows)
-            memcpy(w + (int64_t)e->feature * cols, row, (size_t)cols * sizeof *w);
+        if (row && f < rows)
+            memcpy(w + f * cols, row, (size_t)cols * sizeof *w);
     }
     for (size_t i = 0; role == ROLE_DOWN && i < ov->n_lowrank; i++) {
         const eng_lowrank *lr = &ov->lowrank[i];
-        if (lr->layer == layer && lr->rank > 0)
+        const float *v = lowrank_v(lr, st);
+        if (v)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, lr->rank,
-                        1.0f, lr->u, lr->rank, lr->v, lr->rank, 1.0f, w, (int)cols);
+                        1.0f, lr->u, lr->rank, v, lr->rank, 1.0f, w, (int)cols);
     }
     for (size_t i = 0; i < ov->n_edits; i++) {
         const eng_feature_edit *e = &ov->edits[i];
-        if (e->layer != layer || !e->tombstone || e->feature < 0)
+        int64_t f = local(e, st);
+        if (f < 0 || !e->tombstone)
             continue;
-        if (role == ROLE_DOWN && e->feature < cols)
+        if (role == ROLE_DOWN && f < cols)
             for (int64_t r = 0; r < rows; r++)
-                w[r * cols + e->feature] = 0;
-        if (role == ROLE_GATE && e->feature < rows)
-            memset(w + (int64_t)e->feature * cols, 0, (size_t)cols * sizeof *w);
+                w[r * cols + f] = 0;
+        if (role == ROLE_GATE && f < rows)
+            memset(w + f * cols, 0, (size_t)cols * sizeof *w);
     }
 }
 
@@ -116,10 +169,9 @@ int brw_edit_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_t
         return vx_errf(err, VX_EUNSUPPORTED, "tensor '%s' is stored as %s, which has no f32 "
                        "view here", t->name, vx_dtype_name(t->dtype));
     }
-    int layer, role = ffn_role(t->object, t->name, &layer);
-    int gated = vx_findf(c, "target.decoder_stack", "layers.0.ffn.gate_proj") != NULL;
-    if (ov && role != ROLE_NONE && t->ndim == 2 && edited(ov, role, layer, gated)) {
-        apply(ov, role, layer, f, t->shape[0], t->shape[1]);
+    site st = site_of(c, t->object, t->name, t->shape, t->ndim);
+    if (ov && edited(ov, &st)) {
+        apply(ov, &st, f, t->shape[0], t->shape[1]);
         *changed = 1;
     }
     *out = f;
@@ -406,7 +458,8 @@ static int write_meta(const char *path, const brw_overlay *bov, vx_err *err)
 }
 
 /* Rewrite one segment with its edited tensors materialised; fills sha and bytes. */
-static int rewrite(const vx_segment_view *v, const eng_overlay *ov, int gated, const char *tmp,
+static int rewrite(const vx_container *c, const vx_segment_view *v, const eng_overlay *ov,
+                   const char *tmp,
                    char sha[65], uint64_t *bytes, size_t *n_tensors, vx_err *err)
 {
     const vx_segment_hdr *h = v->hdr;
@@ -433,8 +486,8 @@ static int rewrite(const vx_segment_view *v, const eng_overlay *ov, int gated, c
     const unsigned char *payload = (const unsigned char *)v->data + h->payload_off;
     for (size_t i = 0; i < h->n && rc == 0; i++) {
         const vx_seg_tensor *x = &h->t[i];
-        int layer, role = ffn_role(v->object, x->name, &layer);
-        if (role == ROLE_NONE || !edited(ov, role, layer, gated)) {
+        site st = site_of(c, v->object, x->name, x->shape, x->ndim);
+        if (!edited(ov, &st)) {
             rc = vx_segw_write(w, payload + x->offset, (size_t)x->length, err);
             continue;
         }
@@ -453,7 +506,7 @@ static int rewrite(const vx_segment_view *v, const eng_overlay *ov, int gated, c
                          "materialised into f32, f16 and bf16 tensors", x->name,
                          vx_dtype_name(x->dtype));
         } else {
-            apply(ov, role, layer, f, rows, cols);
+            apply(ov, &st, f, rows, cols);
             /* test hook: one written value wrong (mid-tensor, clear of the low feature ids
              * tests tombstone), so the statement's probe gate must catch it */
             if (getenv("LQL_TEST_COMPILE_FAULT") && *n_tensors == 0)
@@ -472,7 +525,9 @@ static int rewrite(const vx_segment_view *v, const eng_overlay *ov, int gated, c
     return vx_segw_close(w, sha, bytes, err);
 }
 
-/* Every edited layer must hold a dense FFN in this container, stored in its segments. */
+/* Every edited layer must hold its FFN matrices in this container: a dense
+ * ffn.down_proj, or the routed experts' (a low-rank delta addressed to an expert needs that
+ * expert's). */
 static int check_layers(const vx_container *c, const eng_overlay *ov, vx_err *err)
 {
     if (vx_container_shape(c) == VX_SHAPE_BANK && ov->n_edits + ov->n_lowrank)
@@ -481,28 +536,32 @@ static int check_layers(const vx_container *c, const eng_overlay *ov, vx_err *er
                        "compile the graph-shape container it was imported from");
     for (size_t i = 0; i < ov->n_edits + ov->n_lowrank; i++) {
         int layer = i < ov->n_edits ? ov->edits[i].layer : ov->lowrank[i - ov->n_edits].layer;
-        if (!vx_findf(c, "target.decoder_stack", "layers.%d.ffn.down_proj", layer))
-            return vx_errf(err, VX_EUNSUPPORTED, "compile: layer %d has no dense "
-                           "ffn.down_proj (a mixture-of-experts layer?): COMPILE materialises "
-                           "dense FFN edits", layer);
+        int expert = i < ov->n_edits ? -1 : ov->lowrank[i - ov->n_edits].expert;
+        if (expert >= 0 && !vx_findf(c, "target.decoder_stack", "layers.%d.ffn.experts.%d.down_proj",
+                                     layer, expert))
+            return vx_errf(err, VX_EUNSUPPORTED, "compile: layer %d has no "
+                           "ffn.experts.%d.down_proj for the expert an INSERT edited", layer,
+                           expert);
+        if (!vx_findf(c, "target.decoder_stack", "layers.%d.ffn.down_proj", layer) &&
+            !vx_findf(c, "target.decoder_stack", "layers.%d.ffn.experts.0.down_proj", layer))
+            return vx_errf(err, VX_EUNSUPPORTED, "compile: layer %d has neither a dense "
+                           "ffn.down_proj nor routed experts' (ffn.experts.E.down_proj): "
+                           "COMPILE materialises FFN edits", layer);
     }
     return 0;
 }
 
-/* How many stored FFN tensors the overlay edits. */
-static size_t edited_tensors(const vx_container *c, const eng_overlay *ov, int gated)
+/* How many bound FFN matrices the overlay edits. */
+static size_t edited_tensors(const vx_container *c, const eng_overlay *ov)
 {
-    static const char *const roles[] = {"gate_proj", "up_proj", "down_proj"};
-    int hi = -1;
-    for (size_t i = 0; i < ov->n_edits + ov->n_lowrank; i++) {
-        int l = i < ov->n_edits ? ov->edits[i].layer : ov->lowrank[i - ov->n_edits].layer;
-        hi = l > hi ? l : hi;
-    }
     size_t n = 0;
-    for (int l = 0; l <= hi; l++)
-        for (int r = 0; r < 3; r++)
-            n += edited(ov, r, l, gated) &&
-                 vx_findf(c, "target.decoder_stack", "layers.%d.ffn.%s", l, roles[r]);
+    for (size_t i = 0; i < vx_tensor_count(c); i++) {
+        const vx_tensor *t = vx_tensor_at(c, i);
+        if (vx_find(c, t->object, t->name) != t)
+            continue;
+        site st = site_of(c, t->object, t->name, t->shape, t->ndim);
+        n += edited(ov, &st);
+    }
     return n;
 }
 
@@ -521,7 +580,6 @@ int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *
                        "feature%s (UPDATE or an insert's metadata) but '%s' has no down-meta "
                        "file to carry it", bov->n_meta, bov->n_meta == 1 ? "" : "s", vx_dir(c));
     rep->meta_written = dmet ? bov->n_meta : 0;
-    int gated = vx_findf(c, "target.decoder_stack", "layers.0.ffn.gate_proj") != NULL;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_dir, (long)getpid());
     vx_rmtree(tmp);
@@ -547,14 +605,15 @@ int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *
             continue;
         int touched = 0;
         for (size_t k = 0; k < v.hdr->n && !touched; k++) {
-            int layer, role = ffn_role(v.object, v.hdr->t[k].name, &layer);
-            touched = role != ROLE_NONE && edited(ov, role, layer, gated);
+            const vx_seg_tensor *x = &v.hdr->t[k];
+            site st = site_of(c, v.object, x->name, x->shape, x->ndim);
+            touched = edited(ov, &st);
         }
         if (!touched)
             continue;
         char sha[65];
         uint64_t bytes = 0;
-        if (rewrite(&v, ov, gated, tmp, sha, &bytes, &rep->tensors_rewritten, err))
+        if (rewrite(c, &v, ov, tmp, sha, &bytes, &rep->tensors_rewritten, err))
             goto fail;
         rep->segments_rewritten++;
         skip[ns++] = v.rel;
@@ -564,10 +623,10 @@ int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *
             cJSON_ReplaceItemInObjectCaseSensitive(rec, "bytes", cJSON_CreateNumber((double)bytes));
         }
     }
-    if (rep->tensors_rewritten != edited_tensors(c, ov, gated)) {
+    if (rep->tensors_rewritten != edited_tensors(c, ov)) {
         vx_errf(err, VX_EUNSUPPORTED, "compile: %zu of %zu edited FFN tensors are stored in "
                 "segments of '%s'; the others cannot be rewritten", rep->tensors_rewritten,
-                edited_tensors(c, ov, gated), vx_dir(c));
+                edited_tensors(c, ov), vx_dir(c));
         goto fail;
     }
     walk_ctx w = {tmp, skip, ns, 0, err};
