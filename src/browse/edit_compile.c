@@ -457,10 +457,36 @@ static int write_meta(const char *path, const brw_overlay *bov, vx_err *err)
     return rc;
 }
 
+/* A block-quantised matrix edited: out holds the stored bytes; every block whose values
+ * the edit changed (f against the decoded orig) is quantised again, every other block
+ * keeps its bytes. -1 when the codec cannot encode (the decode-only K-quants). */
+static int requantise(const vx_seg_tensor *x, const float *f, const float *orig, size_t n,
+                      void *out, brw_compile_report *rep, vx_err *err)
+{
+    unsigned be, bb;
+    vx_quant_block(x->dtype, &be, &bb);
+    const size_t nb = n / be;
+    for (size_t b = 0; b < nb; b++) {
+        rep->blocks++;
+        if (!memcmp(f + b * be, orig + b * be, be * sizeof *f))
+            continue;
+        unsigned char *blk = (unsigned char *)out + b * bb, was[256];   /* K-quants: ≤ 210 */
+        memcpy(was, blk, bb < sizeof was ? bb : sizeof was);
+        if (vx_quantize_row(x->dtype, f + b * be, blk, be) < 0)
+            return vx_errf(err, VX_EUNSUPPORTED, "compile: tensor '%s' is stored as %s, which "
+                           "lql decodes but does not encode; edits are materialised into f32, "
+                           "f16, bf16, q8_0, q4_0, q4_k, q6_k and mxfp4 tensors", x->name,
+                           vx_dtype_name(x->dtype));
+        rep->blocks_requantised++;
+        rep->blocks_new_bytes += memcmp(was, blk, bb < sizeof was ? bb : sizeof was) != 0;
+    }
+    return 0;
+}
+
 /* Rewrite one segment with its edited tensors materialised; fills sha and bytes. */
 static int rewrite(const vx_container *c, const vx_segment_view *v, const eng_overlay *ov,
-                   const char *tmp,
-                   char sha[65], uint64_t *bytes, size_t *n_tensors, vx_err *err)
+                   const char *tmp, char sha[65], uint64_t *bytes, brw_compile_report *rep,
+                   vx_err *err)
 {
     const vx_segment_hdr *h = v->hdr;
     char path[4200];
@@ -493,29 +519,50 @@ static int rewrite(const vx_container *c, const vx_segment_view *v, const eng_ov
         }
         int64_t rows = x->ndim == 2 ? x->shape[0] : 0, cols = x->ndim == 2 ? x->shape[1] : 0;
         size_t n = (size_t)(rows * cols);
+        unsigned be, bb;
+        const int blocky = vx_quant_block(x->dtype, &be, &bb) == 0;
         float *f = rows > 0 ? malloc(n * sizeof *f) : NULL;
+        float *orig = rows > 0 && blocky ? malloc(n * sizeof *orig) : NULL;
         void *out = rows > 0 ? malloc((size_t)x->length) : NULL;
-        if (!f || !out) {
+        if (!f || !out || (blocky && !orig)) {
             free(f);
+            free(orig);
             free(out);
             rc = vx_errf(err, VX_ENOMEM, "compile: out of memory for '%s'", x->name);
             break;
         }
-        if (vx_row_to_f32(x->dtype, payload + x->offset, f, n) < 0) {
-            rc = vx_errf(err, VX_EUNSUPPORTED, "compile: tensor '%s' is stored as %s; edits are "
-                         "materialised into f32, f16 and bf16 tensors", x->name,
-                         vx_dtype_name(x->dtype));
+        const unsigned char *src = payload + x->offset;
+        const size_t row_bytes = blocky ? (size_t)x->length / (size_t)rows : 0;
+        int dec = 0;
+        for (int64_t r = 0; blocky && r < rows && dec == 0; r++)
+            dec = vx_dequantize_row(x->dtype, src + (size_t)r * row_bytes, f + (size_t)r * cols,
+                                    (size_t)cols);
+        if (blocky ? dec < 0 : vx_row_to_f32(x->dtype, src, f, n) < 0) {
+            rc = vx_errf(err, VX_EUNSUPPORTED, "compile: tensor '%s' is stored as %s, which "
+                         "has no f32 view; edits are materialised into f32, f16, bf16 and "
+                         "block-quantised tensors", x->name, vx_dtype_name(x->dtype));
         } else {
+            if (blocky)
+                memcpy(orig, f, n * sizeof *f);
             apply(ov, &st, f, rows, cols);
             /* test hook: one written value wrong (mid-tensor, clear of the low feature ids
              * tests tombstone), so the statement's probe gate must catch it */
-            if (getenv("LQL_TEST_COMPILE_FAULT") && *n_tensors == 0)
+            if (getenv("LQL_TEST_COMPILE_FAULT") && rep->tensors_rewritten == 0)
                 f[n / 2] += 8.0f;
-            store(x->dtype, f, out, n);
-            rc = vx_segw_write(w, out, (size_t)x->length, err);
-            (*n_tensors)++;
+            if (blocky) {
+                memcpy(out, src, (size_t)x->length);
+                rc = requantise(x, f, orig, n, out, rep, err);
+            } else {
+                store(x->dtype, f, out, n);
+            }
+            if (rc == 0)
+                rc = vx_segw_write(w, out, (size_t)x->length, err);
+            rep->tensors_rewritten++;
+            if (v->active)   /* what the bound profile computes with */
+                rep->dtypes |= 1u << x->dtype;
         }
         free(f);
+        free(orig);
         free(out);
     }
     if (rc) {
@@ -551,17 +598,18 @@ static int check_layers(const vx_container *c, const eng_overlay *ov, vx_err *er
     return 0;
 }
 
-/* How many bound FFN matrices the overlay edits. */
+/* How many stored FFN matrices the overlay edits, in every representation's segments
+ * (a profile's block-quantised copy is edited with the canonical one). */
 static size_t edited_tensors(const vx_container *c, const eng_overlay *ov)
 {
     size_t n = 0;
-    for (size_t i = 0; i < vx_tensor_count(c); i++) {
-        const vx_tensor *t = vx_tensor_at(c, i);
-        if (vx_find(c, t->object, t->name) != t)
-            continue;
-        site st = site_of(c, t->object, t->name, t->shape, t->ndim);
-        n += edited(ov, &st);
-    }
+    vx_segment_view v;
+    for (size_t i = 0; vx_segment_at(c, i, &v) == 0; i++)
+        for (size_t k = 0; k < v.hdr->n; k++) {
+            const vx_seg_tensor *x = &v.hdr->t[k];
+            site st = site_of(c, v.object, x->name, x->shape, x->ndim);
+            n += edited(ov, &st);
+        }
     return n;
 }
 
@@ -613,7 +661,7 @@ int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *
             continue;
         char sha[65];
         uint64_t bytes = 0;
-        if (rewrite(c, &v, ov, tmp, sha, &bytes, &rep->tensors_rewritten, err))
+        if (rewrite(c, &v, ov, tmp, sha, &bytes, rep, err))
             goto fail;
         rep->segments_rewritten++;
         skip[ns++] = v.rel;

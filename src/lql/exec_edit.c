@@ -2329,8 +2329,8 @@ static int walk_compare(const brw_model *ma, const brw_overlay *ova, const brw_m
     return rc ? -1 : 0;
 }
 
-/* Run the check prompts through m and the container at out (INFER logits, TRACE lens of
- * every layer, and with g->bm WALK hits), as a table titled names[0] with columns names[1]
+/* Run the check prompts through m and the container at out, under m's profile (INFER
+ * logits, TRACE lens of every layer, and with g->bm WALK hits), as a table titled names[0] with columns names[1]
  * and names[2]; the largest differences go to g. */
 static int check_compiled(eng_model *m, const char *out, const char *const *prompts, int np,
                           const char *const names[3], probe_gate *g, lql_result *r,
@@ -2340,7 +2340,9 @@ static int check_compiled(eng_model *m, const char *out, const char *const *prom
     eng_model *m2 = NULL;
     brw_model *b2 = NULL;
     vx_err ve = {0};
-    if (vx_open(out, &c2, &ve) || eng_model_bind(c2, &m2, &ve) ||
+    /* bound as the session is: the compiled container carries the same profiles */
+    if (vx_open_profile(out, vx_profile(eng_model_container(m)), NULL, 0, &c2, &ve) ||
+        eng_model_bind(c2, &m2, &ve) ||
         (g->bm && brw_open_tok(c2, eng_model_tokenizer(m2), &b2, &ve))) {
         eng_model_free(m2);
         vx_close(c2);
@@ -2406,29 +2408,27 @@ static int check_compiled(eng_model *m, const char *out, const char *const *prom
     return rc;
 }
 
-/* The gate's tolerance relative to the logit scale: 1e-5 when every edited FFN tensor is
- * stored f32 (exact materialisation; what remains is summation order), looser where
- * COMPILE rounds the edited tensors once (f16 keeps 11 significant bits, bf16 8). */
-static double gate_tolerance(const vx_container *c, const eng_overlay *ov, const char **why)
+/* The gate's tolerance relative to the logit scale, from the dtypes of the tensors COMPILE
+ * rewrote: 1e-5 when all are f32 (exact materialisation; what remains is summation order),
+ * looser where COMPILE rounds the edited tensors once (f16 keeps 11 significant bits, bf16
+ * 8; a block-quantised tensor's edited blocks are quantised again: q8_0 rounds each weight
+ * to 1/254 of its block's largest magnitude, 4-bit codecs to about 1/30). */
+static double gate_tolerance(const brw_compile_report *rep, const char **why)
 {
-    double rel = 1e-5;
-    *why = "1e-5 (f32 storage)";
-    static const char *const roles[] = {"gate_proj", "up_proj", "down_proj"};
-    for (size_t i = 0; i < ov->n_edits + ov->n_lowrank; i++) {
-        int layer = i < ov->n_edits ? ov->edits[i].layer : ov->lowrank[i - ov->n_edits].layer;
-        for (int k = 0; k < 3; k++) {
-            const vx_tensor *x = vx_findf(c, "target.decoder_stack", "layers.%d.ffn.%s", layer,
-                                          roles[k]);
-            if (x && x->dtype == VX_BF16 && rel < 2e-2) {
-                rel = 2e-2;
-                *why = "2e-2 (bf16 storage)";
-            } else if (x && x->dtype == VX_F16 && rel < 2e-3) {
-                rel = 2e-3;
-                *why = "2e-3 (f16 storage)";
-            }
+    static const struct { unsigned mask; double rel; const char *why; } tols[] = {
+        {1u << VX_Q4_0 | 1u << VX_Q4_K | 1u << VX_MXFP4, 2e-1, "2e-1 (4-bit block storage)"},
+        {1u << VX_Q6_K, 1e-1, "1e-1 (q6_k storage)"},
+        {1u << VX_Q8_0, 1e-2, "1e-2 (q8_0 storage)"},
+        {1u << VX_BF16, 2e-2, "2e-2 (bf16 storage)"},
+        {1u << VX_F16, 2e-3, "2e-3 (f16 storage)"},
+    };
+    for (size_t i = 0; i < sizeof tols / sizeof *tols; i++)
+        if (rep->dtypes & tols[i].mask) {
+            *why = tols[i].why;
+            return tols[i].rel;
         }
-    }
-    return rel;
+    *why = "1e-5 (f32 storage)";
+    return 1e-5;
 }
 
 int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
@@ -2508,7 +2508,7 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     static const char *const heads[3] = {"compiled vs overlay", "overlay", "compiled"};
     const char *why = NULL;
     probe_gate g = {es->bm, brw_edit_overlay_browse(use), brw_edit_overlay_eng(use),
-                    gate_tolerance(s->vx, brw_edit_overlay_eng(use), &why), 0, 0, 0, 0, "", ""};
+                    gate_tolerance(&rep, &why), 0, 0, 0, 0, "", ""};
     /* the probes run the overlay that was compiled, then the session's again */
     lql_session_set_overlay(s, brw_edit_overlay_eng(use));
     if (rc == 0)
@@ -2539,6 +2539,11 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                     "tensors of %zu segments and %zu down-meta records; %zu files linked "
                     "unchanged)", st->arg2, cnt.ops, rep.tensors_rewritten,
                     rep.segments_rewritten, rep.meta_written, rep.files_linked);
+    if (rep.blocks)
+        lql_result_note(r, "compiled: %zu of %zu blocks of the edited block-quantised tensors "
+                        "changed and were quantised again (%zu of them to new bytes; the rest "
+                        "rounded back); the other blocks keep their bytes",
+                        rep.blocks_requantised, rep.blocks, rep.blocks_new_bytes);
     return 0;
 }
 
