@@ -6,6 +6,7 @@
  */
 #include "edit_compile.h"
 #include "browse.h"
+#include "lyrw.h"
 #include "vx_int.h"
 
 #include <cblas.h>
@@ -457,14 +458,14 @@ static int write_meta(const char *path, const brw_overlay *bov, vx_err *err)
     return rc;
 }
 
-/* A block-quantised matrix edited: out holds the stored bytes; every block whose values
- * the edit changed (f against the decoded orig) is quantised again, every other block
- * keeps its bytes. -1 when the codec cannot encode (the decode-only K-quants). */
-static int requantise(const vx_seg_tensor *x, const float *f, const float *orig, size_t n,
-                      void *out, brw_compile_report *rep, vx_err *err)
+/* A block-quantised matrix (dt, n values) edited: out holds the stored bytes; every block
+ * whose values the edit changed (f against the decoded orig) is quantised again, every
+ * other block keeps its bytes. -1 when the codec cannot encode (the decode-only K-quants). */
+static int requantise(vx_dtype dt, const char *name, const float *f, const float *orig,
+                      size_t n, void *out, brw_compile_report *rep, vx_err *err)
 {
     unsigned be, bb;
-    vx_quant_block(x->dtype, &be, &bb);
+    vx_quant_block(dt, &be, &bb);
     const size_t nb = n / be;
     for (size_t b = 0; b < nb; b++) {
         rep->blocks++;
@@ -472,15 +473,67 @@ static int requantise(const vx_seg_tensor *x, const float *f, const float *orig,
             continue;
         unsigned char *blk = (unsigned char *)out + b * bb, was[256];   /* K-quants: ≤ 210 */
         memcpy(was, blk, bb < sizeof was ? bb : sizeof was);
-        if (vx_quantize_row(x->dtype, f + b * be, blk, be) < 0)
+        if (vx_quantize_row(dt, f + b * be, blk, be) < 0)
             return vx_errf(err, VX_EUNSUPPORTED, "compile: tensor '%s' is stored as %s, which "
                            "lql decodes but does not encode; edits are materialised into f32, "
-                           "f16, bf16, q8_0, q4_0, q4_k, q6_k and mxfp4 tensors", x->name,
-                           vx_dtype_name(x->dtype));
+                           "f16, bf16, q8_0, q4_0, q4_k, q6_k and mxfp4 tensors", name,
+                           vx_dtype_name(dt));
         rep->blocks_requantised++;
         rep->blocks_new_bytes += memcmp(was, blk, bb < sizeof was ? bb : sizeof was) != 0;
     }
     return 0;
+}
+
+/* One edited FFN matrix (site st; dtype, shape and length as stored) materialised from
+ * its stored bytes src into out (length bytes): decoded to f32, edited, stored back in its
+ * dtype — a block-quantised one by re-quantising only the changed blocks. active: the
+ * bound profile reads it (its dtype sets the gate's tolerance). */
+static int materialise(const eng_overlay *ov, const site *st, const char *name, vx_dtype dt,
+                       const int64_t *shape, uint64_t length, const unsigned char *src,
+                       unsigned char *out, int active, brw_compile_report *rep, vx_err *err)
+{
+    const int64_t rows = shape[0], cols = shape[1];
+    const size_t n = (size_t)(rows * cols);
+    unsigned be, bb;
+    const int blocky = vx_quant_block(dt, &be, &bb) == 0;
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    float *orig = blocky ? malloc((n ? n : 1) * sizeof *orig) : NULL;
+    int rc = 0;
+    if (!f || (blocky && !orig)) {
+        free(f);
+        free(orig);
+        return vx_errf(err, VX_ENOMEM, "compile: out of memory for '%s'", name);
+    }
+    const size_t row_bytes = blocky ? (size_t)length / (size_t)rows : 0;
+    int dec = 0;
+    for (int64_t r = 0; blocky && r < rows && dec == 0; r++)
+        dec = vx_dequantize_row(dt, src + (size_t)r * row_bytes, f + (size_t)r * cols,
+                                (size_t)cols);
+    if (blocky ? dec < 0 : vx_row_to_f32(dt, src, f, n) < 0) {
+        rc = vx_errf(err, VX_EUNSUPPORTED, "compile: tensor '%s' is stored as %s, which has no "
+                     "f32 view; edits are materialised into f32, f16, bf16 and block-quantised "
+                     "tensors", name, vx_dtype_name(dt));
+    } else {
+        if (blocky)
+            memcpy(orig, f, n * sizeof *f);
+        apply(ov, st, f, rows, cols);
+        /* test hook: one written value wrong (mid-tensor, clear of the low feature ids
+         * tests tombstone), so the statement's probe gate must catch it */
+        if (getenv("LQL_TEST_COMPILE_FAULT") && rep->tensors_rewritten == 0)
+            f[n / 2] += 8.0f;
+        if (blocky) {
+            memcpy(out, src, (size_t)length);
+            rc = requantise(dt, name, f, orig, n, out, rep, err);
+        } else {
+            store(dt, f, out, n);
+        }
+        rep->tensors_rewritten++;
+        if (active)
+            rep->dtypes |= 1u << dt;
+    }
+    free(f);
+    free(orig);
+    return rc;
 }
 
 /* Rewrite one segment with its edited tensors materialised; fills sha and bytes. */
@@ -517,52 +570,15 @@ static int rewrite(const vx_container *c, const vx_segment_view *v, const eng_ov
             rc = vx_segw_write(w, payload + x->offset, (size_t)x->length, err);
             continue;
         }
-        int64_t rows = x->ndim == 2 ? x->shape[0] : 0, cols = x->ndim == 2 ? x->shape[1] : 0;
-        size_t n = (size_t)(rows * cols);
-        unsigned be, bb;
-        const int blocky = vx_quant_block(x->dtype, &be, &bb) == 0;
-        float *f = rows > 0 ? malloc(n * sizeof *f) : NULL;
-        float *orig = rows > 0 && blocky ? malloc(n * sizeof *orig) : NULL;
-        void *out = rows > 0 ? malloc((size_t)x->length) : NULL;
-        if (!f || !out || (blocky && !orig)) {
-            free(f);
-            free(orig);
-            free(out);
+        unsigned char *out = malloc((size_t)x->length ? (size_t)x->length : 1);
+        if (!out) {
             rc = vx_errf(err, VX_ENOMEM, "compile: out of memory for '%s'", x->name);
             break;
         }
-        const unsigned char *src = payload + x->offset;
-        const size_t row_bytes = blocky ? (size_t)x->length / (size_t)rows : 0;
-        int dec = 0;
-        for (int64_t r = 0; blocky && r < rows && dec == 0; r++)
-            dec = vx_dequantize_row(x->dtype, src + (size_t)r * row_bytes, f + (size_t)r * cols,
-                                    (size_t)cols);
-        if (blocky ? dec < 0 : vx_row_to_f32(x->dtype, src, f, n) < 0) {
-            rc = vx_errf(err, VX_EUNSUPPORTED, "compile: tensor '%s' is stored as %s, which "
-                         "has no f32 view; edits are materialised into f32, f16, bf16 and "
-                         "block-quantised tensors", x->name, vx_dtype_name(x->dtype));
-        } else {
-            if (blocky)
-                memcpy(orig, f, n * sizeof *f);
-            apply(ov, &st, f, rows, cols);
-            /* test hook: one written value wrong (mid-tensor, clear of the low feature ids
-             * tests tombstone), so the statement's probe gate must catch it */
-            if (getenv("LQL_TEST_COMPILE_FAULT") && rep->tensors_rewritten == 0)
-                f[n / 2] += 8.0f;
-            if (blocky) {
-                memcpy(out, src, (size_t)x->length);
-                rc = requantise(x, f, orig, n, out, rep, err);
-            } else {
-                store(x->dtype, f, out, n);
-            }
-            if (rc == 0)
-                rc = vx_segw_write(w, out, (size_t)x->length, err);
-            rep->tensors_rewritten++;
-            if (v->active)   /* what the bound profile computes with */
-                rep->dtypes |= 1u << x->dtype;
-        }
-        free(f);
-        free(orig);
+        rc = materialise(ov, &st, x->name, x->dtype, x->shape, x->length, payload + x->offset,
+                         out, v->active, rep, err);
+        if (rc == 0)
+            rc = vx_segw_write(w, out, (size_t)x->length, err);
         free(out);
     }
     if (rc) {
@@ -572,15 +588,49 @@ static int rewrite(const vx_container *c, const vx_segment_view *v, const eng_ov
     return vx_segw_close(w, sha, bytes, err);
 }
 
+typedef struct bank_ctx {
+    const vx_container *c;
+    const char *rel;
+    const eng_overlay *ov;
+    brw_compile_report *rep;
+    unsigned char *buf;
+} bank_ctx;
+
+/* vx_lyrw_rewrite's region callback: the container's operands lying in this region of the
+ * file (by segment and offset; a fused gate_up region holds two) that the overlay edits
+ * are materialised into a copy of the region. */
+static int bank_region(void *ctx, uint64_t offset, uint64_t length, const unsigned char *data,
+                       const unsigned char **out, vx_err *err)
+{
+    bank_ctx *b = ctx;
+    for (size_t i = 0; i < vx_tensor_count(b->c); i++) {
+        const vx_tensor *t = vx_tensor_at(b->c, i);
+        if (strcmp(t->segment, b->rel) || t->offset < offset || t->offset + t->nbytes > offset + length)
+            continue;
+        site st = site_of(b->c, t->object, t->name, t->shape, t->ndim);
+        if (!edited(b->ov, &st))
+            continue;
+        if (!*out) {
+            free(b->buf);
+            b->buf = malloc((size_t)length ? (size_t)length : 1);
+            if (!b->buf)
+                return vx_errf(err, VX_ENOMEM, "compile: out of memory for '%s'", t->name);
+            memcpy(b->buf, data, (size_t)length);
+            *out = b->buf;
+        }
+        const size_t at = (size_t)(t->offset - offset);
+        if (materialise(b->ov, &st, t->name, t->dtype, t->shape, t->nbytes, data + at,
+                        b->buf + at, 1, b->rep, err))
+            return -1;
+    }
+    return 0;
+}
+
 /* Every edited layer must hold its FFN matrices in this container: a dense
  * ffn.down_proj, or the routed experts' (a low-rank delta addressed to an expert needs that
  * expert's). */
 static int check_layers(const vx_container *c, const eng_overlay *ov, vx_err *err)
 {
-    if (vx_container_shape(c) == VX_SHAPE_BANK && ov->n_edits + ov->n_lowrank)
-        return vx_errf(err, VX_EUNSUPPORTED, "compile: the bound container is bank-shape: its "
-                       "FFN weights live in LYRW bank files, which COMPILE does not rewrite; "
-                       "compile the graph-shape container it was imported from");
     for (size_t i = 0; i < ov->n_edits + ov->n_lowrank; i++) {
         int layer = i < ov->n_edits ? ov->edits[i].layer : ov->lowrank[i - ov->n_edits].layer;
         int expert = i < ov->n_edits ? -1 : ov->lowrank[i - ov->n_edits].expert;
@@ -610,7 +660,26 @@ static size_t edited_tensors(const vx_container *c, const eng_overlay *ov)
             site st = site_of(c, v.object, x->name, x->shape, x->ndim);
             n += edited(ov, &st);
         }
+    const vx_bank *b = vx_container_bank(c);
+    for (size_t i = 0; i < vx_bank_tensor_count(b); i++) {
+        const vx_tensor *t = vx_bank_tensor_at(b, i);
+        site st = site_of(c, t->object, t->name, t->shape, t->ndim);
+        n += edited(ov, &st);
+    }
     return n;
+}
+
+/* Does the overlay edit an operand stored in the bank file rel? */
+static int bank_file_edited(const vx_container *c, const eng_overlay *ov, const char *rel)
+{
+    const vx_bank *b = vx_container_bank(c);
+    for (size_t i = 0; i < vx_bank_tensor_count(b); i++) {
+        const vx_tensor *t = vx_bank_tensor_at(b, i);
+        site st = site_of(c, t->object, t->name, t->shape, t->ndim);
+        if (!strcmp(t->segment, rel) && edited(ov, &st))
+            return 1;
+    }
+    return 0;
 }
 
 int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *out_dir,
@@ -634,8 +703,8 @@ int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *
     if (mkdir(tmp, 0755) != 0)
         return vx_errf(err, VX_EIO, "compile: cannot create '%s': %s", tmp, strerror(errno));
     cJSON *index = cJSON_Duplicate(base, 1);
-    size_t nseg = vx_segment_count(c);
-    const char **skip = calloc(nseg + 3, sizeof *skip);
+    size_t nseg = vx_segment_count(c), nbank = vx_bank_file_count(vx_container_bank(c));
+    const char **skip = calloc(nseg + nbank + 3, sizeof *skip);
     int rc = -1;
     if (!index || !skip) {
         vx_errf(err, VX_ENOMEM, "compile: out of memory");
@@ -671,6 +740,33 @@ int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *
             cJSON_ReplaceItemInObjectCaseSensitive(rec, "bytes", cJSON_CreateNumber((double)bytes));
         }
     }
+    /* a bank-shape container's FFN operands live in LYRW files: an edited one is written
+     * anew, region for region */
+    for (size_t i = 0; i < nbank; i++) {
+        const char *rel = vx_bank_file_at(vx_container_bank(c), i);
+        if (!bank_file_edited(c, ov, rel))
+            continue;
+        char src[4200], dst[4200], sha[65];
+        uint64_t bytes = 0;
+        if ((size_t)snprintf(src, sizeof src, "%s/%s", vx_dir(c), rel) >= sizeof src ||
+            (size_t)snprintf(dst, sizeof dst, "%s/%s", tmp, rel) >= sizeof dst) {
+            vx_errf(err, VX_EARG, "compile: path too long under '%s'", tmp);
+            goto fail;
+        }
+        bank_ctx bc = {c, rel, ov, rep, NULL};
+        int br = mkdirs_for(dst, err) || vx_lyrw_rewrite(src, dst, bank_region, &bc, sha, &bytes, err);
+        free(bc.buf);
+        if (br)
+            goto fail;
+        rep->segments_rewritten++;
+        rep->bank_files_rewritten++;
+        skip[ns++] = rel;
+        cJSON *rec = cJSON_GetObjectItemCaseSensitive(segs, rel);
+        if (rec) {
+            cJSON_ReplaceItemInObjectCaseSensitive(rec, "sha256", cJSON_CreateString(sha));
+            cJSON_ReplaceItemInObjectCaseSensitive(rec, "bytes", cJSON_CreateNumber((double)bytes));
+        }
+    }
     if (rep->tensors_rewritten != edited_tensors(c, ov)) {
         vx_errf(err, VX_EUNSUPPORTED, "compile: %zu of %zu edited FFN tensors are stored in "
                 "segments of '%s'; the others cannot be rewritten", rep->tensors_rewritten,
@@ -689,6 +785,12 @@ int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *
         cJSON_ArrayForEach(sp, cJSON_GetObjectItemCaseSensitive(r, "segments"))
             for (size_t k = 2; k < ns && cJSON_IsString(sp); k++)
                 hit |= strcmp(sp->valuestring, skip[k]) == 0;
+        int bank_hit = 0;   /* its bank files (payload_sha256 covers the table segments) */
+        cJSON_ArrayForEach(sp, cJSON_GetObjectItemCaseSensitive(r, "bank_storage"))
+            for (size_t k = 2; k < ns && cJSON_IsString(sp); k++)
+                bank_hit |= strcmp(sp->valuestring, skip[k]) == 0;
+        if (bank_hit && !hit && cJSON_HasObjectItem(r, "fidelity"))
+            cJSON_ReplaceItemInObjectCaseSensitive(r, "fidelity", cJSON_CreateString("derived"));
         if (!hit)
             continue;
         char hex[65];

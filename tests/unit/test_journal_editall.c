@@ -60,6 +60,23 @@ static int changed(const char *a, const char *b, const char *const *want, int nw
             n++;
         }
     }
+    /* a bank container's FFN operands: regions of its LYRW files */
+    const vx_bank *bk = vx_container_bank(ca);
+    for (size_t i = 0; i < vx_bank_tensor_count(bk) && n >= 0; i++) {
+        const vx_tensor *t = vx_bank_tensor_at(bk, i), *u = vx_find(cb, t->object, t->name);
+        if (!u || u->nbytes != t->nbytes || strcmp(u->segment, t->segment)) {
+            fprintf(stderr, "%s: bank operand %s missing or moved\n", b, t->name);
+            n = -1;
+            break;
+        }
+        if (memcmp(u->data, t->data, t->nbytes) == 0)
+            continue;
+        int ok = 0;
+        for (int w = 0; w < nwant && !ok; w++)
+            ok = strcmp(want[w], t->name) == 0;
+        CHECK_MSG(ok, "%s: bank operand %s changed, which no edit touches", b, t->name);
+        n++;
+    }
     vx_close(ca);
     vx_close(cb);
     return n;
@@ -128,15 +145,26 @@ static void moe_qwen(const char *dir)
     CHECK_HAS(out, "5 tensors of 1 segments");
 }
 
-/* deepseek-v3-lite: an INSERT at MoE layer 1 (sigmoid, group-limited routing). */
+/* deepseek-v3-lite: an INSERT at MoE layer 1 (sigmoid, group-limited routing); then the
+ * same container imported as a bank (LYRW files): a DELETE at dense layer 0 and the INSERT
+ * rewrite two of its three bank files, only the edited operands' regions changed. */
 static void moe_deepseek(const char *dir)
 {
     static const char *const want[] = {"layers.1.ffn.experts.0.down_proj",
-                                       "layers.1.ffn.experts.6.down_proj"};
+                                       "layers.1.ffn.experts.6.down_proj",
+                                       "layers.0.ffn.gate_proj", "layers.0.ffn.down_proj"};
     if (family(dir, "deepseek-v3-lite", "deepseek"))
         return;
     edit_compile(dir, "deepseek", "", ZORB " AT LAYER 1", "deepseek-edited.vindex3", want, 2, 1);
     CHECK_HAS(out, "2 tensors of 1 segments");
+    char g[2100], bk[2100];
+    snprintf(g, sizeof g, "%s/deepseek.vindex3", dir);
+    snprintf(bk, sizeof bk, "%s/deepseek-bank.vindex3", dir);
+    vx_err e = {0};
+    CHECK_MSG(vx_bank_import(g, bk, 0, NULL, &e) == 0, "bank import: %s", e.msg);
+    edit_compile(dir, "deepseek-bank", "", "DELETE FROM EDGES WHERE layer = 0 AND feature < 3; "
+                 ZORB " AT LAYER 1", "deepseek-bank-edited.vindex3", want, 4, 1);
+    CHECK_HAS(out, "4 tensors of 2 segments");
 }
 
 /* tinyllama with a q8_0 representation of its decoder stack, bound by profile. Every
