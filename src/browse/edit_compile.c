@@ -603,8 +603,9 @@ static int bank_region(void *ctx, uint64_t offset, uint64_t length, const unsign
                        const unsigned char **out, vx_err *err)
 {
     bank_ctx *b = ctx;
-    for (size_t i = 0; i < vx_tensor_count(b->c); i++) {
-        const vx_tensor *t = vx_tensor_at(b->c, i);
+    const vx_bank *bk = vx_container_bank(b->c);
+    for (size_t i = 0; i < vx_bank_tensor_count(bk); i++) {
+        const vx_tensor *t = vx_bank_tensor_at(bk, i);
         if (strcmp(t->segment, b->rel) || t->offset < offset || t->offset + t->nbytes > offset + length)
             continue;
         site st = site_of(b->c, t->object, t->name, t->shape, t->ndim);
@@ -619,8 +620,9 @@ static int bank_region(void *ctx, uint64_t offset, uint64_t length, const unsign
             *out = b->buf;
         }
         const size_t at = (size_t)(t->offset - offset);
+        const vx_tensor *bound = vx_find(b->c, t->object, t->name);
         if (materialise(b->ov, &st, t->name, t->dtype, t->shape, t->nbytes, data + at,
-                        b->buf + at, 1, b->rep, err))
+                        b->buf + at, bound && bound->data == t->data, b->rep, err))
             return -1;
     }
     return 0;
