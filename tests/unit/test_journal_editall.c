@@ -157,6 +157,25 @@ static void moe_deepseek(const char *dir)
         return;
     edit_compile(dir, "deepseek", "", ZORB " AT LAYER 1", "deepseek-edited.vindex3", want, 2, 1);
     CHECK_HAS(out, "2 tensors of 1 segments");
+    /* the patch carries each op's expert; an expert the layer lacks is refused by name */
+    CHECK_MSG(lql(dir, "USE \\\"deepseek.vindex3\\\" JOURNAL \\\":memory:\\\"; " ZORB " AT LAYER 1; "
+                  "SAVE PATCH \\\"moe.vlp\\\";") == 0, "save: %s", out);
+    char vlp[2100];
+    snprintf(vlp, sizeof vlp, "%s/moe.vlp", dir);
+    int nexp = 0;
+    char *text = fx_patch_text(vlp, "\"expert\":\t", &nexp);
+    CHECK(nexp == 2);
+    char *at = text ? strstr(text, "\"expert\":\t6") : NULL;
+    CHECK(at != NULL);
+    if (at) {
+        memcpy(at, "\"expert\":99", 11);   /* same length: '\t6' becomes '99' */
+        FILE *f = fopen(vlp, "w");
+        CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0);
+        CHECK(lql(dir, "USE \\\"deepseek.vindex3\\\" JOURNAL \\\":memory:\\\"; "
+                  "APPLY PATCH \\\"moe.vlp\\\";") != 0);
+        CHECK_HAS(out, "moe.vlp: operation 1 (insert): expert 99: layer 1 has fewer experts");
+    }
+    free(text);
     char g[2100], bk[2100];
     snprintf(g, sizeof g, "%s/deepseek.vindex3", dir);
     snprintf(bk, sizeof bk, "%s/deepseek-bank.vindex3", dir);
