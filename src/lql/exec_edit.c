@@ -47,12 +47,13 @@
  * of a MoE layer: expert ≥ 0): the activation covariance and the frame decoys' keys. */
 typedef struct edit_site_cache {
     double *cov;              /* [F×F], NULL: an empty entry */
-    int layer, expert;
+    int layer, expert, F;
     int64_t count;            /* corpus positions behind it */
     float *frame;             /* keys of "The {w} is" at the site [n_frame × F] */
     int n_frame;
 } edit_site_cache;
 #define SITE_CACHE 8          /* a multi-token target on a MoE layer visits several experts */
+#define SITE_CACHE_BYTES ((size_t)256 << 20)   /* older sites beyond it are dropped */
 
 typedef struct edit_state {
     char *jpath;              /* the journal's path (explicit or located); NULL: no place */
@@ -571,8 +572,19 @@ static int layer_cov(edit_state *es, eng_model *m, int layer, int expert, const 
     free(es->sites[SITE_CACHE - 1].cov);
     free(es->sites[SITE_CACHE - 1].frame);
     memmove(es->sites + 1, es->sites, (SITE_CACHE - 1) * sizeof *es->sites);
-    es->sites[0] = (edit_site_cache){cov, layer, expert, count, frame, nf};
+    const int F = expert >= 0 ? eng_model_expert_features(m) : eng_model_ffn_features(m, layer);
+    es->sites[0] = (edit_site_cache){cov, layer, expert, F, count, frame, nf};
     *out = &es->sites[0];
+    /* a dense layer's covariance may be 128 MB (4096 features): keep what fits the budget */
+    size_t bytes = 0;
+    for (int i = 0; i < SITE_CACHE; i++) {
+        bytes += (size_t)es->sites[i].F * (size_t)es->sites[i].F * sizeof(double);
+        if (i > 0 && bytes > SITE_CACHE_BYTES) {
+            free(es->sites[i].cov);
+            free(es->sites[i].frame);
+            es->sites[i] = (edit_site_cache){0};
+        }
+    }
     if (expert >= 0)
         lql_result_note(r, "layer %d expert %d: activation covariance over %lld positions of %d "
                         "sampled texts (once per session)", layer, expert, (long long)count,
