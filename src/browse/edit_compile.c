@@ -6,6 +6,7 @@
  */
 #include "edit_compile.h"
 #include "browse.h"
+#include "lyrw.h"
 #include "vx_int.h"
 
 #include <cblas.h>
@@ -23,68 +24,121 @@
 
 enum { ROLE_GATE = 0, ROLE_UP = 1, ROLE_DOWN = 2, ROLE_NONE = -1 };
 
-/* The FFN role and layer of a decoder-stack operand name, or ROLE_NONE. */
-static int ffn_role(const char *object, const char *name, int *layer)
+/* What an FFN operand of the decoder stack holds of the overlay's feature space: a dense
+ * layer's matrix (expert -1, features [0, n)) or one routed expert's (features
+ * [f0, f0 + n) of the layer's expert-major features, n = expert_intermediate). */
+typedef struct site {
+    int role, layer, expert;
+    int64_t f0, n;
+    int gated;                /* the FFN has a gate_proj (a tombstone zeroes its row) */
+} site;
+
+/* The site of a decoder-stack operand (shape [rows, cols]); role ROLE_NONE when it is not
+ * a dense or routed-expert FFN matrix. */
+static site site_of(const vx_container *c, const char *object, const char *name,
+                    const int64_t *shape, int ndim)
 {
     static const char *const roles[] = {"gate_proj", "up_proj", "down_proj"};
+    site st = {ROLE_NONE, -1, -1, 0, 0, 0};
     char rest[32];
     int n = 0;
-    if (strcmp(object, "target.decoder_stack") != 0 ||
-        sscanf(name, "layers.%d.ffn.%31s%n", layer, rest, &n) != 2 || name[n] != '\0')
-        return ROLE_NONE;
+    if (strcmp(object, "target.decoder_stack") != 0 || ndim != 2)
+        return st;
+    if (!(sscanf(name, "layers.%d.ffn.experts.%d.%31s%n", &st.layer, &st.expert, rest, &n) == 3 &&
+          name[n] == '\0')) {
+        st.expert = -1;
+        n = 0;
+        if (sscanf(name, "layers.%d.ffn.%31s%n", &st.layer, rest, &n) != 2 || name[n] != '\0')
+            return st;
+    }
     for (int r = 0; r < 3; r++)
         if (strcmp(rest, roles[r]) == 0)
-            return r;
-    return ROLE_NONE;
+            st.role = r;
+    if (st.role == ROLE_NONE || st.expert < -1)
+        return (site){ROLE_NONE, -1, -1, 0, 0, 0};
+    st.n = st.role == ROLE_DOWN ? shape[1] : shape[0];
+    st.f0 = st.expert >= 0 ? (int64_t)st.expert * st.n : 0;
+    st.gated = st.expert >= 0
+        ? vx_findf(c, object, "layers.%d.ffn.experts.%d.gate_proj", st.layer, st.expert) != NULL
+        : vx_findf(c, object, "layers.%d.ffn.gate_proj", st.layer) != NULL;
+    return st;
 }
 
-/* Does the overlay change (role, layer)? gated: the FFN has a gate (tombstones zero it). */
-static int edited(const eng_overlay *ov, int role, int layer, int gated)
+/* A low-rank delta's v rows for a site, or NULL when it does not reach it: a delta
+ * addressed to an expert reaches that expert's matrix; a layer-wide one every matrix of
+ * the layer (its v rows f0.. on an expert's). */
+static const float *lowrank_v(const eng_lowrank *lr, const site *st)
 {
+    if (lr->layer != st->layer || lr->rank <= 0)
+        return NULL;
+    if (lr->expert == st->expert)
+        return lr->v;
+    if (lr->expert < 0 && st->expert >= 0)
+        return lr->v + (size_t)st->f0 * (size_t)lr->rank;
+    return NULL;
+}
+
+/* The site-local index of an edited feature, or -1 when the edit is elsewhere. */
+static int64_t local(const eng_feature_edit *e, const site *st)
+{
+    if (e->layer != st->layer || e->feature < st->f0 || e->feature >= st->f0 + st->n)
+        return -1;
+    return e->feature - st->f0;
+}
+
+/* Does the overlay change the site's matrix? */
+static int edited(const eng_overlay *ov, const site *st)
+{
+    if (st->role == ROLE_NONE)
+        return 0;
+    const int role = st->role;
     for (size_t i = 0; i < ov->n_edits; i++) {
         const eng_feature_edit *e = &ov->edits[i];
-        if (e->layer != layer)
+        if (local(e, st) < 0)
             continue;
-        if ((role == ROLE_GATE && (e->gate || (e->tombstone && gated))) ||
+        if ((role == ROLE_GATE && (e->gate || (e->tombstone && st->gated))) ||
             (role == ROLE_UP && e->up) || (role == ROLE_DOWN && (e->down || e->tombstone)))
             return 1;
     }
     for (size_t i = 0; role == ROLE_DOWN && i < ov->n_lowrank; i++)
-        if (ov->lowrank[i].layer == layer)
+        if (lowrank_v(&ov->lowrank[i], st))
             return 1;
     return 0;
 }
 
 /* Apply the overlay to one FFN matrix held as f32 (rows × cols, PyTorch order). */
-static void apply(const eng_overlay *ov, int role, int layer, float *w, int64_t rows,
-                  int64_t cols)
+static void apply(const eng_overlay *ov, const site *st, float *w, int64_t rows, int64_t cols)
 {
+    const int role = st->role;
     for (size_t i = 0; i < ov->n_edits; i++) {
         const eng_feature_edit *e = &ov->edits[i];
-        if (e->layer != layer || e->tombstone || e->feature < 0)
+        int64_t f = local(e, st);
+        if (f < 0 || e->tombstone)
             continue;
-        if (role == ROLE_DOWN && e->down && e->feature < cols)
+        if (role == ROLE_DOWN && e->down && f < cols)
             for (int64_t r = 0; r < rows; r++)
-                w[r * cols + e->feature] = e->down[r];
+                w[r * cols + f] = e->down[r];
         const float *row = role == ROLE_GATE ? e->gate : role == ROLE_UP ? e->up : NULL;
-        if (row && e->feature < rows)
-            memcpy(w + (int64_t)e->feature * cols, row, (size_t)cols * sizeof *w);
+        if (row && f < rows)
+            memcpy(w + f * cols, row, (size_t)cols * sizeof *w);
     }
     for (size_t i = 0; role == ROLE_DOWN && i < ov->n_lowrank; i++) {
         const eng_lowrank *lr = &ov->lowrank[i];
-        if (lr->layer == layer && lr->rank > 0)
+        const float *v = lowrank_v(lr, st);
+        if (v)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, lr->rank,
-                        1.0f, lr->u, lr->rank, lr->v, lr->rank, 1.0f, w, (int)cols);
+                        1.0f, lr->u, lr->rank, v, lr->rank, 1.0f, w, (int)cols);
     }
     for (size_t i = 0; i < ov->n_edits; i++) {
         const eng_feature_edit *e = &ov->edits[i];
-        if (e->layer != layer || !e->tombstone || e->feature < 0)
+        int64_t f = local(e, st);
+        if (f < 0 || !e->tombstone)
             continue;
-        if (role == ROLE_DOWN && e->feature < cols)
+        if (role == ROLE_DOWN && f < cols)
             for (int64_t r = 0; r < rows; r++)
-                w[r * cols + e->feature] = 0;
-        if (role == ROLE_GATE && e->feature < rows)
-            memset(w + (int64_t)e->feature * cols, 0, (size_t)cols * sizeof *w);
+                w[r * cols + f] = 0;
+        if (role == ROLE_GATE && f < rows)
+            memset(w + f * cols, 0, (size_t)cols * sizeof *w);
     }
 }
 
@@ -116,10 +170,9 @@ int brw_edit_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_t
         return vx_errf(err, VX_EUNSUPPORTED, "tensor '%s' is stored as %s, which has no f32 "
                        "view here", t->name, vx_dtype_name(t->dtype));
     }
-    int layer, role = ffn_role(t->object, t->name, &layer);
-    int gated = vx_findf(c, "target.decoder_stack", "layers.0.ffn.gate_proj") != NULL;
-    if (ov && role != ROLE_NONE && t->ndim == 2 && edited(ov, role, layer, gated)) {
-        apply(ov, role, layer, f, t->shape[0], t->shape[1]);
+    site st = site_of(c, t->object, t->name, t->shape, t->ndim);
+    if (ov && edited(ov, &st)) {
+        apply(ov, &st, f, t->shape[0], t->shape[1]);
         *changed = 1;
     }
     *out = f;
@@ -405,9 +458,88 @@ static int write_meta(const char *path, const brw_overlay *bov, vx_err *err)
     return rc;
 }
 
+/* A block-quantised matrix (dt, n values) edited: out holds the stored bytes; every block
+ * whose values the edit changed (f against the decoded orig) is quantised again, every
+ * other block keeps its bytes. -1 when the codec cannot encode (the decode-only K-quants). */
+static int requantise(vx_dtype dt, const char *name, const float *f, const float *orig,
+                      size_t n, void *out, brw_compile_report *rep, vx_err *err)
+{
+    unsigned be, bb;
+    vx_quant_block(dt, &be, &bb);
+    const size_t nb = n / be;
+    for (size_t b = 0; b < nb; b++) {
+        rep->blocks++;
+        if (!memcmp(f + b * be, orig + b * be, be * sizeof *f))
+            continue;
+        unsigned char *blk = (unsigned char *)out + b * bb, was[256];   /* K-quants: ≤ 210 */
+        memcpy(was, blk, bb < sizeof was ? bb : sizeof was);
+        if (vx_quantize_row(dt, f + b * be, blk, be) < 0)
+            return vx_errf(err, VX_EUNSUPPORTED, "compile: tensor '%s' is stored as %s, which "
+                           "lql decodes but does not encode; edits are materialised into f32, "
+                           "f16, bf16, q8_0, q4_0, q4_k, q6_k and mxfp4 tensors", name,
+                           vx_dtype_name(dt));
+        rep->blocks_requantised++;
+        rep->blocks_new_bytes += memcmp(was, blk, bb < sizeof was ? bb : sizeof was) != 0;
+    }
+    return 0;
+}
+
+/* One edited FFN matrix (site st; dtype, shape and length as stored) materialised from
+ * its stored bytes src into out (length bytes): decoded to f32, edited, stored back in its
+ * dtype — a block-quantised one by re-quantising only the changed blocks. active: the
+ * bound profile reads it (its dtype sets the gate's tolerance). */
+static int materialise(const eng_overlay *ov, const site *st, const char *name, vx_dtype dt,
+                       const int64_t *shape, uint64_t length, const unsigned char *src,
+                       unsigned char *out, int active, brw_compile_report *rep, vx_err *err)
+{
+    const int64_t rows = shape[0], cols = shape[1];
+    const size_t n = (size_t)(rows * cols);
+    unsigned be, bb;
+    const int blocky = vx_quant_block(dt, &be, &bb) == 0;
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    float *orig = blocky ? malloc((n ? n : 1) * sizeof *orig) : NULL;
+    int rc = 0;
+    if (!f || (blocky && !orig)) {
+        free(f);
+        free(orig);
+        return vx_errf(err, VX_ENOMEM, "compile: out of memory for '%s'", name);
+    }
+    const size_t row_bytes = blocky ? (size_t)length / (size_t)rows : 0;
+    int dec = 0;
+    for (int64_t r = 0; blocky && r < rows && dec == 0; r++)
+        dec = vx_dequantize_row(dt, src + (size_t)r * row_bytes, f + (size_t)r * cols,
+                                (size_t)cols);
+    if (blocky ? dec < 0 : vx_row_to_f32(dt, src, f, n) < 0) {
+        rc = vx_errf(err, VX_EUNSUPPORTED, "compile: tensor '%s' is stored as %s, which has no "
+                     "f32 view; edits are materialised into f32, f16, bf16 and block-quantised "
+                     "tensors", name, vx_dtype_name(dt));
+    } else {
+        if (blocky)
+            memcpy(orig, f, n * sizeof *f);
+        apply(ov, st, f, rows, cols);
+        /* test hook: one written value wrong (mid-tensor, clear of the low feature ids
+         * tests tombstone), so the statement's probe gate must catch it */
+        if (getenv("LQL_TEST_COMPILE_FAULT") && rep->tensors_rewritten == 0)
+            f[n / 2] += 8.0f;
+        if (blocky) {
+            memcpy(out, src, (size_t)length);
+            rc = requantise(dt, name, f, orig, n, out, rep, err);
+        } else {
+            store(dt, f, out, n);
+        }
+        rep->tensors_rewritten++;
+        if (active)
+            rep->dtypes |= 1u << dt;
+    }
+    free(f);
+    free(orig);
+    return rc;
+}
+
 /* Rewrite one segment with its edited tensors materialised; fills sha and bytes. */
-static int rewrite(const vx_segment_view *v, const eng_overlay *ov, int gated, const char *tmp,
-                   char sha[65], uint64_t *bytes, size_t *n_tensors, vx_err *err)
+static int rewrite(const vx_container *c, const vx_segment_view *v, const eng_overlay *ov,
+                   const char *tmp, char sha[65], uint64_t *bytes, brw_compile_report *rep,
+                   vx_err *err)
 {
     const vx_segment_hdr *h = v->hdr;
     char path[4200];
@@ -433,36 +565,20 @@ static int rewrite(const vx_segment_view *v, const eng_overlay *ov, int gated, c
     const unsigned char *payload = (const unsigned char *)v->data + h->payload_off;
     for (size_t i = 0; i < h->n && rc == 0; i++) {
         const vx_seg_tensor *x = &h->t[i];
-        int layer, role = ffn_role(v->object, x->name, &layer);
-        if (role == ROLE_NONE || !edited(ov, role, layer, gated)) {
+        site st = site_of(c, v->object, x->name, x->shape, x->ndim);
+        if (!edited(ov, &st)) {
             rc = vx_segw_write(w, payload + x->offset, (size_t)x->length, err);
             continue;
         }
-        int64_t rows = x->ndim == 2 ? x->shape[0] : 0, cols = x->ndim == 2 ? x->shape[1] : 0;
-        size_t n = (size_t)(rows * cols);
-        float *f = rows > 0 ? malloc(n * sizeof *f) : NULL;
-        void *out = rows > 0 ? malloc((size_t)x->length) : NULL;
-        if (!f || !out) {
-            free(f);
-            free(out);
+        unsigned char *out = malloc((size_t)x->length ? (size_t)x->length : 1);
+        if (!out) {
             rc = vx_errf(err, VX_ENOMEM, "compile: out of memory for '%s'", x->name);
             break;
         }
-        if (vx_row_to_f32(x->dtype, payload + x->offset, f, n) < 0) {
-            rc = vx_errf(err, VX_EUNSUPPORTED, "compile: tensor '%s' is stored as %s; edits are "
-                         "materialised into f32, f16 and bf16 tensors", x->name,
-                         vx_dtype_name(x->dtype));
-        } else {
-            apply(ov, role, layer, f, rows, cols);
-            /* test hook: one written value wrong (mid-tensor, clear of the low feature ids
-             * tests tombstone), so the statement's probe gate must catch it */
-            if (getenv("LQL_TEST_COMPILE_FAULT") && *n_tensors == 0)
-                f[n / 2] += 8.0f;
-            store(x->dtype, f, out, n);
+        rc = materialise(ov, &st, x->name, x->dtype, x->shape, x->length, payload + x->offset,
+                         out, v->active, rep, err);
+        if (rc == 0)
             rc = vx_segw_write(w, out, (size_t)x->length, err);
-            (*n_tensors)++;
-        }
-        free(f);
         free(out);
     }
     if (rc) {
@@ -472,38 +588,100 @@ static int rewrite(const vx_segment_view *v, const eng_overlay *ov, int gated, c
     return vx_segw_close(w, sha, bytes, err);
 }
 
-/* Every edited layer must hold a dense FFN in this container, stored in its segments. */
-static int check_layers(const vx_container *c, const eng_overlay *ov, vx_err *err)
+typedef struct bank_ctx {
+    const vx_container *c;
+    const char *rel;
+    const eng_overlay *ov;
+    brw_compile_report *rep;
+    unsigned char *buf;
+} bank_ctx;
+
+/* vx_lyrw_rewrite's region callback: the container's operands lying in this region of the
+ * file (by segment and offset; a fused gate_up region holds two) that the overlay edits
+ * are materialised into a copy of the region. */
+static int bank_region(void *ctx, uint64_t offset, uint64_t length, const unsigned char *data,
+                       const unsigned char **out, vx_err *err)
 {
-    if (vx_container_shape(c) == VX_SHAPE_BANK && ov->n_edits + ov->n_lowrank)
-        return vx_errf(err, VX_EUNSUPPORTED, "compile: the bound container is bank-shape: its "
-                       "FFN weights live in LYRW bank files, which COMPILE does not rewrite; "
-                       "compile the graph-shape container it was imported from");
-    for (size_t i = 0; i < ov->n_edits + ov->n_lowrank; i++) {
-        int layer = i < ov->n_edits ? ov->edits[i].layer : ov->lowrank[i - ov->n_edits].layer;
-        if (!vx_findf(c, "target.decoder_stack", "layers.%d.ffn.down_proj", layer))
-            return vx_errf(err, VX_EUNSUPPORTED, "compile: layer %d has no dense "
-                           "ffn.down_proj (a mixture-of-experts layer?): COMPILE materialises "
-                           "dense FFN edits", layer);
+    bank_ctx *b = ctx;
+    const vx_bank *bk = vx_container_bank(b->c);
+    for (size_t i = 0; i < vx_bank_tensor_count(bk); i++) {
+        const vx_tensor *t = vx_bank_tensor_at(bk, i);
+        if (strcmp(t->segment, b->rel) || t->offset < offset || t->offset + t->nbytes > offset + length)
+            continue;
+        site st = site_of(b->c, t->object, t->name, t->shape, t->ndim);
+        if (!edited(b->ov, &st))
+            continue;
+        if (!*out) {
+            free(b->buf);
+            b->buf = malloc((size_t)length ? (size_t)length : 1);
+            if (!b->buf)
+                return vx_errf(err, VX_ENOMEM, "compile: out of memory for '%s'", t->name);
+            memcpy(b->buf, data, (size_t)length);
+            *out = b->buf;
+        }
+        const size_t at = (size_t)(t->offset - offset);
+        const vx_tensor *bound = vx_find(b->c, t->object, t->name);
+        if (materialise(b->ov, &st, t->name, t->dtype, t->shape, t->nbytes, data + at,
+                        b->buf + at, bound && bound->data == t->data, b->rep, err))
+            return -1;
     }
     return 0;
 }
 
-/* How many stored FFN tensors the overlay edits. */
-static size_t edited_tensors(const vx_container *c, const eng_overlay *ov, int gated)
+/* Every edited layer must hold its FFN matrices in this container: a dense
+ * ffn.down_proj, or the routed experts' (a low-rank delta addressed to an expert needs that
+ * expert's). */
+static int check_layers(const vx_container *c, const eng_overlay *ov, vx_err *err)
 {
-    static const char *const roles[] = {"gate_proj", "up_proj", "down_proj"};
-    int hi = -1;
     for (size_t i = 0; i < ov->n_edits + ov->n_lowrank; i++) {
-        int l = i < ov->n_edits ? ov->edits[i].layer : ov->lowrank[i - ov->n_edits].layer;
-        hi = l > hi ? l : hi;
+        int layer = i < ov->n_edits ? ov->edits[i].layer : ov->lowrank[i - ov->n_edits].layer;
+        int expert = i < ov->n_edits ? -1 : ov->lowrank[i - ov->n_edits].expert;
+        if (expert >= 0 && !vx_findf(c, "target.decoder_stack", "layers.%d.ffn.experts.%d.down_proj",
+                                     layer, expert))
+            return vx_errf(err, VX_EUNSUPPORTED, "compile: layer %d has no "
+                           "ffn.experts.%d.down_proj for the expert an INSERT edited", layer,
+                           expert);
+        if (!vx_findf(c, "target.decoder_stack", "layers.%d.ffn.down_proj", layer) &&
+            !vx_findf(c, "target.decoder_stack", "layers.%d.ffn.experts.0.down_proj", layer))
+            return vx_errf(err, VX_EUNSUPPORTED, "compile: layer %d has neither a dense "
+                           "ffn.down_proj nor routed experts' (ffn.experts.E.down_proj): "
+                           "COMPILE materialises FFN edits", layer);
     }
+    return 0;
+}
+
+/* How many stored FFN matrices the overlay edits, in every representation's segments
+ * (a profile's block-quantised copy is edited with the canonical one). */
+static size_t edited_tensors(const vx_container *c, const eng_overlay *ov)
+{
     size_t n = 0;
-    for (int l = 0; l <= hi; l++)
-        for (int r = 0; r < 3; r++)
-            n += edited(ov, r, l, gated) &&
-                 vx_findf(c, "target.decoder_stack", "layers.%d.ffn.%s", l, roles[r]);
+    vx_segment_view v;
+    for (size_t i = 0; vx_segment_at(c, i, &v) == 0; i++)
+        for (size_t k = 0; k < v.hdr->n; k++) {
+            const vx_seg_tensor *x = &v.hdr->t[k];
+            site st = site_of(c, v.object, x->name, x->shape, x->ndim);
+            n += edited(ov, &st);
+        }
+    const vx_bank *b = vx_container_bank(c);
+    for (size_t i = 0; i < vx_bank_tensor_count(b); i++) {
+        const vx_tensor *t = vx_bank_tensor_at(b, i);
+        site st = site_of(c, t->object, t->name, t->shape, t->ndim);
+        n += edited(ov, &st);
+    }
     return n;
+}
+
+/* Does the overlay edit an operand stored in the bank file rel? */
+static int bank_file_edited(const vx_container *c, const eng_overlay *ov, const char *rel)
+{
+    const vx_bank *b = vx_container_bank(c);
+    for (size_t i = 0; i < vx_bank_tensor_count(b); i++) {
+        const vx_tensor *t = vx_bank_tensor_at(b, i);
+        site st = site_of(c, t->object, t->name, t->shape, t->ndim);
+        if (!strcmp(t->segment, rel) && edited(ov, &st))
+            return 1;
+    }
+    return 0;
 }
 
 int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *out_dir,
@@ -521,15 +699,14 @@ int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *
                        "feature%s (UPDATE or an insert's metadata) but '%s' has no down-meta "
                        "file to carry it", bov->n_meta, bov->n_meta == 1 ? "" : "s", vx_dir(c));
     rep->meta_written = dmet ? bov->n_meta : 0;
-    int gated = vx_findf(c, "target.decoder_stack", "layers.0.ffn.gate_proj") != NULL;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_dir, (long)getpid());
     vx_rmtree(tmp);
     if (mkdir(tmp, 0755) != 0)
         return vx_errf(err, VX_EIO, "compile: cannot create '%s': %s", tmp, strerror(errno));
     cJSON *index = cJSON_Duplicate(base, 1);
-    size_t nseg = vx_segment_count(c);
-    const char **skip = calloc(nseg + 3, sizeof *skip);
+    size_t nseg = vx_segment_count(c), nbank = vx_bank_file_count(vx_container_bank(c));
+    const char **skip = calloc(nseg + nbank + 3, sizeof *skip);
     int rc = -1;
     if (!index || !skip) {
         vx_errf(err, VX_ENOMEM, "compile: out of memory");
@@ -547,14 +724,15 @@ int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *
             continue;
         int touched = 0;
         for (size_t k = 0; k < v.hdr->n && !touched; k++) {
-            int layer, role = ffn_role(v.object, v.hdr->t[k].name, &layer);
-            touched = role != ROLE_NONE && edited(ov, role, layer, gated);
+            const vx_seg_tensor *x = &v.hdr->t[k];
+            site st = site_of(c, v.object, x->name, x->shape, x->ndim);
+            touched = edited(ov, &st);
         }
         if (!touched)
             continue;
         char sha[65];
         uint64_t bytes = 0;
-        if (rewrite(&v, ov, gated, tmp, sha, &bytes, &rep->tensors_rewritten, err))
+        if (rewrite(c, &v, ov, tmp, sha, &bytes, rep, err))
             goto fail;
         rep->segments_rewritten++;
         skip[ns++] = v.rel;
@@ -564,10 +742,37 @@ int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *
             cJSON_ReplaceItemInObjectCaseSensitive(rec, "bytes", cJSON_CreateNumber((double)bytes));
         }
     }
-    if (rep->tensors_rewritten != edited_tensors(c, ov, gated)) {
+    /* a bank-shape container's FFN operands live in LYRW files: an edited one is written
+     * anew, region for region */
+    for (size_t i = 0; i < nbank; i++) {
+        const char *rel = vx_bank_file_at(vx_container_bank(c), i);
+        if (!bank_file_edited(c, ov, rel))
+            continue;
+        char src[4200], dst[4200], sha[65];
+        uint64_t bytes = 0;
+        if ((size_t)snprintf(src, sizeof src, "%s/%s", vx_dir(c), rel) >= sizeof src ||
+            (size_t)snprintf(dst, sizeof dst, "%s/%s", tmp, rel) >= sizeof dst) {
+            vx_errf(err, VX_EARG, "compile: path too long under '%s'", tmp);
+            goto fail;
+        }
+        bank_ctx bc = {c, rel, ov, rep, NULL};
+        int br = mkdirs_for(dst, err) || vx_lyrw_rewrite(src, dst, bank_region, &bc, sha, &bytes, err);
+        free(bc.buf);
+        if (br)
+            goto fail;
+        rep->segments_rewritten++;
+        rep->bank_files_rewritten++;
+        skip[ns++] = rel;
+        cJSON *rec = cJSON_GetObjectItemCaseSensitive(segs, rel);
+        if (rec) {
+            cJSON_ReplaceItemInObjectCaseSensitive(rec, "sha256", cJSON_CreateString(sha));
+            cJSON_ReplaceItemInObjectCaseSensitive(rec, "bytes", cJSON_CreateNumber((double)bytes));
+        }
+    }
+    if (rep->tensors_rewritten != edited_tensors(c, ov)) {
         vx_errf(err, VX_EUNSUPPORTED, "compile: %zu of %zu edited FFN tensors are stored in "
                 "segments of '%s'; the others cannot be rewritten", rep->tensors_rewritten,
-                edited_tensors(c, ov, gated), vx_dir(c));
+                edited_tensors(c, ov), vx_dir(c));
         goto fail;
     }
     walk_ctx w = {tmp, skip, ns, 0, err};
@@ -582,6 +787,12 @@ int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *
         cJSON_ArrayForEach(sp, cJSON_GetObjectItemCaseSensitive(r, "segments"))
             for (size_t k = 2; k < ns && cJSON_IsString(sp); k++)
                 hit |= strcmp(sp->valuestring, skip[k]) == 0;
+        int bank_hit = 0;   /* its bank files (payload_sha256 covers the table segments) */
+        cJSON_ArrayForEach(sp, cJSON_GetObjectItemCaseSensitive(r, "bank_storage"))
+            for (size_t k = 2; k < ns && cJSON_IsString(sp); k++)
+                bank_hit |= strcmp(sp->valuestring, skip[k]) == 0;
+        if (bank_hit && !hit && cJSON_HasObjectItem(r, "fidelity"))
+            cJSON_ReplaceItemInObjectCaseSensitive(r, "fidelity", cJSON_CreateString("derived"));
         if (!hit)
             continue;
         char hex[65];

@@ -56,9 +56,17 @@ int brw_payload_sha256(const char *dir, const cJSON *rep, char hex[65], vx_err *
 
 typedef struct brw_compile_report {
     size_t tensors_rewritten;     /* edited tensors */
-    size_t segments_rewritten;    /* segment files written anew */
+    size_t segments_rewritten;    /* segment files written anew (LYRW bank files included) */
+    size_t bank_files_rewritten;  /* of them, LYRW bank files */
     size_t files_linked;          /* files hard-linked or copied unchanged */
     size_t meta_written;          /* down-meta records the overlay's metadata set */
+    unsigned dtypes;              /* a bit (1 << vx_dtype) per dtype of an edited tensor
+                                   * the bound profile reads */
+    size_t blocks, blocks_requantised; /* blocks of edited block-quantised tensors, and how
+                                        * many of them the edit changed (re-quantised; the
+                                        * others keep their bytes) */
+    size_t blocks_new_bytes;      /* re-quantised blocks whose bytes differ from the base's
+                                   * (a change below half a quantisation step rounds back) */
 } brw_compile_report;
 
 /* Compile c + ov (its weights edits and its metadata overrides) into out_dir (which must

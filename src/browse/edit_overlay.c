@@ -68,6 +68,14 @@ int brw_edit_check_op(const brw_model *m, const vx_op *op, const char *where, vx
         if (op->kind != VX_OP_INSERT || !u || !v)
             return vx_errf(err, VX_EFORMAT, "%s (%s): a low-rank delta needs both u and v on "
                            "an insert", where, kind);
+        /* an expert-addressed delta spans that expert's features (one part of the layer) */
+        const brw_layer *bl = &m->s.layer[op->layer];
+        if (op->expert >= 0 && (bl->n_parts < 2 || op->expert >= bl->n_parts))
+            return vx_errf(err, VX_EARG, "%s (%s): expert %d: layer %d %s", where, kind,
+                           op->expert, op->layer, bl->n_parts < 2 ? "has no routed experts"
+                           : "has fewer experts");
+        if (op->expert >= 0)
+            F = bl->parts[op->expert].rows;
         /* one key per rank component (a multi-token target has one per token) */
         const vx_opvec *k = vx_op_vec(op, "key");
         if (k && (k->rows != u->cols || k->cols != F))
@@ -192,7 +200,7 @@ static int add_lowrank(brw_edit_overlay *o, const vx_op *op)
     }
     memcpy(cu, u->data, nu * sizeof *cu);
     memcpy(cv, v->data, nv * sizeof *cv);
-    nl[o->n_lowrank++] = (eng_lowrank){op->layer, (int)u->cols, cu, cv};
+    nl[o->n_lowrank++] = (eng_lowrank){op->layer, (int)u->cols, cu, cv, op->expert};
     return 0;
 }
 
@@ -270,35 +278,60 @@ static size_t plain_size(vx_dtype t)
     return t == VX_F32 ? 4 : t == VX_F16 || t == VX_BF16 ? 2 : 0;
 }
 
+/* Which part (dense matrix or routed expert) holds feature f of a layer, or NULL. */
+static const brw_part *part_of(const brw_model *m, int layer, int64_t f)
+{
+    const brw_layer *bl = &m->s.layer[layer];
+    for (int p = 0; p < bl->n_parts; p++)
+        if (f >= bl->parts[p].first && f < bl->parts[p].first + bl->parts[p].rows)
+            return &bl->parts[p];
+    return NULL;
+}
+
+/* Row of v for feature f of a low-rank delta (a delta addressed to an expert spans that
+ * expert's features only), or -1 when the delta does not reach f. */
+static int64_t lowrank_row(const brw_model *m, const eng_lowrank *lr, int64_t f)
+{
+    if (lr->expert < 0)
+        return f;
+    const brw_layer *bl = &m->s.layer[lr->layer];
+    if (lr->expert >= bl->n_parts)
+        return -1;
+    const brw_part *p = &bl->parts[lr->expert];
+    return f >= p->first && f < p->first + p->rows ? f - p->first : -1;
+}
+
 /* The effective down column of feature f at layer (base or replaced, plus every low-rank
- * delta of the layer) into col [hidden]; -1 when the layer has no dense down_proj or its
+ * delta reaching it) into col [hidden]; -1 when its part has no stored down_proj or its
  * dtype has no f32 view. */
 static int down_column(const brw_model *m, const brw_edit_overlay *o, const slot *s, int layer,
                        int64_t f, float *col)
 {
-    const vx_tensor *dn = vx_findf(m->c, "target.decoder_stack", "layers.%d.ffn.down_proj",
-                                   layer);
+    const brw_part *pt = part_of(m, layer, f);
+    const vx_tensor *dn = pt ? pt->down : NULL;
     int H = m->s.hidden;
-    if (!dn || dn->ndim != 2 || dn->shape[0] != H || f >= dn->shape[1])
+    if (!dn || dn->ndim != 2 || dn->shape[0] != H || f - pt->first >= dn->shape[1])
         return -1;
+    const int64_t lf = f - pt->first;
     size_t esz = plain_size(dn->dtype);
     if (s && s->down) {
         memcpy(col, s->down, (size_t)H * sizeof *col);
     } else {
         for (int h = 0; h < H; h++) {
             const uint8_t *at = (const uint8_t *)dn->data +
-                                ((uint64_t)h * (uint64_t)dn->shape[1] + (uint64_t)f) * esz;
+                                ((uint64_t)h * (uint64_t)dn->shape[1] + (uint64_t)lf) * esz;
             if (esz == 0 || vx_row_to_f32(dn->dtype, at, &col[h], 1) < 0)
                 return -1;
         }
     }
     for (size_t i = 0; i < o->n_lowrank; i++) {
         const eng_lowrank *lr = &o->lowrank[i];
-        if (lr->layer != layer)
+        int64_t vr = lr->layer == layer ? lowrank_row(m, lr, f) : -1;
+        if (vr < 0)
             continue;
         for (int h = 0; h < H; h++)
             for (int r = 0; r < lr->rank; r++)
-                col[h] += lr->u[(size_t)h * lr->rank + r] * lr->v[(size_t)f * lr->rank + r];
+                col[h] += lr->u[(size_t)h * lr->rank + r] * lr->v[(size_t)vr * lr->rank + r];
     }
     return 0;
 }
@@ -322,7 +355,11 @@ static int recompute_moved(brw_edit_overlay *o, const brw_model *m)
     int rc = 0;
     for (size_t i = 0; i < o->n_lowrank && rc == 0; i++) {
         const eng_lowrank *lr = &o->lowrank[i];
-        int64_t F = brw_features(m, lr->layer);
+        int64_t F = brw_features(m, lr->layer), f0 = 0;
+        if (lr->expert >= 0 && lr->expert < m->s.layer[lr->layer].n_parts) {
+            f0 = m->s.layer[lr->layer].parts[lr->expert].first;
+            F = m->s.layer[lr->layer].parts[lr->expert].rows;
+        }
         int64_t top[BRW_MOVED_FEATURES];
         double mv[BRW_MOVED_FEATURES];
         int nt = 0;
@@ -341,7 +378,7 @@ static int recompute_moved(brw_edit_overlay *o, const brw_model *m)
                 k--;
             }
             mv[k] = x;
-            top[k] = f;
+            top[k] = f0 + f;
         }
         for (int t = 0; t < nt && rc == 0; t++) {
             slot *sl = find_slot(o, lr->layer, top[t]);

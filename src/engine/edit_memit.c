@@ -23,6 +23,19 @@ extern void dpotrf_(const char *uplo, const int *n, double *a, const int *lda, i
 extern void dpotrs_(const char *uplo, const int *n, const int *nrhs, const double *a,
                     const int *lda, double *b, const int *ldb, int *info, size_t uplo_len);
 
+/* A layer whose FFN output is normalised after down_proj: -1 naming it. */
+static int post_normed(const eng_model *m, int layer, vx_err *err)
+{
+    /* the rank-1 update's δ would pass through the norm, which keeps the branch's length
+     * and bends δ with the rest of the output: what reaches the residual is not δ */
+    if (m->layers[layer].post_ffn.width)
+        return vx_errf(err, VX_EUNSUPPORTED, "INSERT at layer %d: its FFN output is normalised "
+                       "after down_proj (post-FFN norm), so a rank-1 down_proj update cannot set "
+                       "what reaches the residual; INSERT edits dense FFN layers without one "
+                       "(MODE KNN does not edit the FFN)", layer);
+    return 0;
+}
+
 int eng_edit_check_layer(const eng_model *m, int layer, vx_err *err)
 {
     if (layer < 0 || layer >= m->n_layers)
@@ -33,25 +46,46 @@ int eng_edit_check_layer(const eng_model *m, int layer, vx_err *err)
         return vx_errf(err, VX_EUNSUPPORTED, "layer %d is a %s layer with no FFN: INSERT edits "
                        "dense FFN layers", layer, vx_mixer_name(m->shape->layer[layer].mixer));
     if (L->moe)
-        return vx_errf(err, VX_EUNSUPPORTED, "layer %d is a mixture-of-experts layer: INSERT "
-                       "edits dense FFN layers", layer);
-    /* the rank-1 update's δ would pass through the norm, which keeps the branch's length
-     * and bends δ with the rest of the output: what reaches the residual is not δ */
-    if (L->post_ffn.width)
-        return vx_errf(err, VX_EUNSUPPORTED, "INSERT at layer %d: its FFN output is normalised "
-                       "after down_proj (post-FFN norm), so a rank-1 down_proj update cannot set "
-                       "what reaches the residual; INSERT edits dense FFN layers without one "
-                       "(MODE KNN does not edit the FFN)", layer);
+        return vx_errf(err, VX_EUNSUPPORTED, "layer %d is a mixture-of-experts layer: this "
+                       "edit needs a dense FFN (INSERT's default MODE MEMIT edits the routed "
+                       "experts)", layer);
+    if (post_normed(m, layer, err))
+        return -1;
     if (L->mlp.inter > ENG_EDIT_MAX_FEATURES)
         return vx_errf(err, VX_EUNSUPPORTED, "layer %d has %d features: INSERT solves "
                        "covariances of up to %d", layer, L->mlp.inter, ENG_EDIT_MAX_FEATURES);
     return 0;
 }
 
+int eng_edit_check_site(const eng_model *m, int layer, int expert, vx_err *err)
+{
+    if (expert < 0 || layer < 0 || layer >= m->n_layers || !m->layers[layer].moe)
+        return eng_edit_check_layer(m, layer, err);
+    if (expert >= m->experts)
+        return vx_errf(err, VX_EARG, "expert %d is out of range (layer %d has experts 0-%d)",
+                       expert, layer, m->experts - 1);
+    if (post_normed(m, layer, err))
+        return -1;
+    if (m->expert_inter > ENG_EDIT_MAX_FEATURES)
+        return vx_errf(err, VX_EUNSUPPORTED, "layer %d's experts have %d features: INSERT "
+                       "solves covariances of up to %d", layer, m->expert_inter,
+                       ENG_EDIT_MAX_FEATURES);
+    return 0;
+}
+
+/* The features an edit site spans: a dense layer's [0, inter), or one routed expert's
+ * slice [expert · expert_inter, +expert_inter) of a MoE layer's expert-major features. */
+static int site_features(const eng_model *m, int layer, int expert, int *off)
+{
+    *off = expert >= 0 ? expert * m->expert_inter : 0;
+    return expert >= 0 ? m->expert_inter : m->layers[layer].mlp.inter;
+}
+
 /* ---------------------------------------------------------------- capture */
 
 typedef struct capture {
     int layer, H, F, n_layers;
+    int off;                  /* the site's first feature in the layer's activations */
     float *key;               /* [F] activations at `layer`, last position, or NULL */
     float *xin;               /* [H] FFN input at `layer`, last position, or NULL */
     float *x;                 /* [n_layers × H] residual after each layer, last position */
@@ -66,12 +100,12 @@ static void on_ffn(void *ctx, int layer, int pos0, int n, const float *in, const
 {
     (void)pos0;
     capture *c = ctx;
-    if (layer != c->layer || features != c->F)
+    if (layer != c->layer || c->off + c->F > features)
         return;
     if (c->xin)
         memcpy(c->xin, in + (size_t)(n - 1) * c->H, (size_t)c->H * sizeof(float));
     if (c->key)
-        memcpy(c->key, act + (size_t)(n - 1) * c->F, (size_t)c->F * sizeof(float));
+        memcpy(c->key, act + (size_t)(n - 1) * features + c->off, (size_t)c->F * sizeof(float));
     if (c->rows || c->cap_rows) {
         if (c->n_rows + (size_t)n > c->cap_rows) {
             size_t cap = (c->n_rows + (size_t)n) * 2;
@@ -83,7 +117,9 @@ static void on_ffn(void *ctx, int layer, int pos0, int n, const float *in, const
             c->rows = nr;
             c->cap_rows = cap;
         }
-        memcpy(c->rows + c->n_rows * (size_t)c->F, act, (size_t)n * c->F * sizeof(float));
+        for (int t = 0; t < n; t++)
+            memcpy(c->rows + (c->n_rows + (size_t)t) * c->F, act + (size_t)t * features + c->off,
+                   (size_t)c->F * sizeof(float));
         c->n_rows += (size_t)n;
     }
 }
@@ -114,13 +150,20 @@ static int run(eng_model *m, const int32_t *ids, int n, capture *c, float *logit
     return rc;
 }
 
+/* The activations of an edit site (site_features) at the last of ids[0..n). */
+static int site_key(eng_model *m, int layer, int expert, const int32_t *ids, int n, float *key,
+                    vx_err *err)
+{
+    if (eng_edit_check_site(m, layer, expert, err))
+        return -1;
+    capture c = {.layer = layer, .H = m->hidden, .n_layers = m->n_layers, .key = key};
+    c.F = site_features(m, layer, expert, &c.off);
+    return run(m, ids, n, &c, NULL, err);
+}
+
 int eng_edit_key(eng_model *m, int layer, const int32_t *ids, int n, float *key, vx_err *err)
 {
-    if (eng_edit_check_layer(m, layer, err))
-        return -1;
-    capture c = {.layer = layer, .H = m->hidden, .F = m->layers[layer].mlp.inter,
-                 .n_layers = m->n_layers, .key = key};
-    return run(m, ids, n, &c, NULL, err);
+    return site_key(m, layer, -1, ids, n, key, err);
 }
 
 int eng_edit_ffn_in(eng_model *m, int layer, const int32_t *ids, int n, float *x,
@@ -191,16 +234,15 @@ fail:
     return -1;
 }
 
-int eng_edit_covariance(eng_model *m, int layer, const int32_t *ids, const int *lens, int nseq,
-                        double **cov, int64_t *count, vx_err *err)
+int eng_edit_covariance(eng_model *m, int layer, int expert, const int32_t *ids, const int *lens,
+                        int nseq, double **cov, int64_t *count, vx_err *err)
 {
     *cov = NULL;
     *count = 0;
-    if (eng_edit_check_layer(m, layer, err))
+    if (eng_edit_check_site(m, layer, expert, err))
         return -1;
-    const int F = m->layers[layer].mlp.inter;
-    capture c = {.layer = layer, .H = m->hidden, .F = F, .n_layers = m->n_layers,
-                 .cap_rows = 1};
+    capture c = {.layer = layer, .H = m->hidden, .n_layers = m->n_layers, .cap_rows = 1};
+    const int F = c.F = site_features(m, layer, expert, &c.off);
     size_t off = 0;
     for (int i = 0; i < nseq; i++) {
         if (lens[i] > 0 && run(m, ids + off, lens[i], &c, NULL, err)) {
@@ -270,16 +312,17 @@ static const char *vocab_word(const char *piece, int capital)
 /* Keys at `layer` of up to n prompts built from vocabulary words (lowest ids first): the
  * canonical prompt of relation with a capitalised word as entity (entity itself skipped),
  * or with relation NULL "The {w} is" for lower-case words. */
-static int word_keys(eng_model *m, int layer, const char *relation, const char *entity, int n,
-                     float **keys, int *count, vx_err *err)
+static int word_keys(eng_model *m, int layer, int expert, const char *relation,
+                     const char *entity, int n, float **keys, int *count, vx_err *err)
 {
     *keys = NULL;
     *count = 0;
-    if (eng_edit_check_layer(m, layer, err))
+    if (eng_edit_check_site(m, layer, expert, err))
         return -1;
     if (!m->tok)
         return vx_errf(err, VX_EMISSING, "the container has no tokenizer for decoy prompts");
-    const int F = m->layers[layer].mlp.inter;
+    int off;
+    const int F = site_features(m, layer, expert, &off);
     float *k = malloc((size_t)(n > 0 ? n : 1) * F * sizeof *k);
     if (!k)
         return vx_errf(err, VX_ENOMEM, "out of memory for decoy keys");
@@ -300,7 +343,7 @@ static int word_keys(eng_model *m, int layer, const char *relation, const char *
         int rc = !prompt ? vx_errf(err, VX_ENOMEM, "out of memory")
                          : eng_tok_encode(m->tok, prompt, strlen(prompt), 1, &ids, &ni, err);
         if (!rc)
-            rc = eng_edit_key(m, layer, ids, (int)ni, k + (size_t)got * F, err);
+            rc = site_key(m, layer, expert, ids, (int)ni, k + (size_t)got * F, err);
         if (prompt != frame)
             free(prompt);
         free(ids);
@@ -315,16 +358,16 @@ static int word_keys(eng_model *m, int layer, const char *relation, const char *
     return 0;
 }
 
-int eng_edit_frame_decoys(eng_model *m, int layer, int n, float **keys, int *count,
+int eng_edit_frame_decoys(eng_model *m, int layer, int expert, int n, float **keys, int *count,
                           vx_err *err)
 {
-    return word_keys(m, layer, NULL, NULL, n, keys, count, err);
+    return word_keys(m, layer, expert, NULL, NULL, n, keys, count, err);
 }
 
-int eng_edit_decoys(eng_model *m, int layer, const char *relation, const char *entity, int n,
-                    float **keys, int *count, vx_err *err)
+int eng_edit_decoys(eng_model *m, int layer, int expert, const char *relation,
+                    const char *entity, int n, float **keys, int *count, vx_err *err)
 {
-    return word_keys(m, layer, relation, entity, n, keys, count, err);
+    return word_keys(m, layer, expert, relation, entity, n, keys, count, err);
 }
 
 /* ---------------------------------------------------------------- the whitened direction */
@@ -587,21 +630,27 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
                     eng_insert_fact *out, vx_err *err)
 {
     memset(out, 0, sizeof *out);
-    if (eng_edit_check_layer(m, o->layer, err))
+    if (eng_edit_check_site(m, o->layer, o->expert, err))
         return -1;
     if (o->target < 0 || o->target >= m->vocab)
         return vx_errf(err, VX_EARG, "target id %d is out of range (vocab %d)", o->target,
                        m->vocab);
-    const int H = m->hidden, F = m->layers[o->layer].mlp.inter, V = m->vocab;
-    const int nl = m->n_layers, wide = F > H ? F : H;
+    int off;
+    const int H = m->hidden, F = site_features(m, o->layer, o->expert, &off), V = m->vocab;
+    /* the backward pass runs through the dense FFNs above, which may be wider than the site */
+    int FB = F;
+    for (int l = o->layer + 1; l < m->n_layers; l++)
+        if (!m->layers[l].moe && !m->layers[l].ffn_none && m->layers[l].mlp.inter > FB)
+            FB = m->layers[l].mlp.inter;
+    const int nl = m->n_layers, wide = FB > H ? FB : H;
     out->hidden = H;
     out->features = F;
     out->u = calloc((size_t)H, sizeof(float));
     out->v = malloc((size_t)F * sizeof(float));
     out->key = malloc((size_t)F * sizeof(float));
-    /* x, ffn [nl × H]; logits, raw, dz [V]; z, y, dy, h2, g [H]; gp, up, dm [F];
-     * row [max(F, H)] */
-    size_t total = (size_t)nl * H * 2 + (size_t)V * 3 + (size_t)H * 5 + (size_t)F * 3 + wide;
+    /* x, ffn [nl × H]; logits, raw, dz [V]; z, y, dy, h2, g [H]; gp, up, dm [FB];
+     * row [max(FB, H)] */
+    size_t total = (size_t)nl * H * 2 + (size_t)V * 3 + (size_t)H * 5 + (size_t)FB * 3 + wide;
     float *buf = calloc(total, sizeof *buf);
     const eng_overlay *base = m->overlay;
     eng_lowrank *lr = NULL;
@@ -620,13 +669,13 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
     s.h2 = s.dy + H;
     float *g = s.h2 + H;
     s.gp = g + H;
-    s.up = s.gp + F;
-    s.dm = s.up + F;
-    s.row = s.dm + F;
+    s.up = s.gp + FB;
+    s.dm = s.up + FB;
+    s.row = s.dm + FB;
     /* the key, and the prompt's earlier positions: protected too, so prompts sharing
      * the fact's prefix ("The capital of") see no change there */
-    capture kc = {.layer = o->layer, .H = H, .F = F, .n_layers = nl, .key = out->key,
-                  .cap_rows = 1};
+    capture kc = {.layer = o->layer, .H = H, .F = F, .n_layers = nl, .off = off,
+                  .key = out->key, .cap_rows = 1};
     if (run(m, ids, n, &kc, NULL, err)) {
         free(kc.rows);
         goto done;
@@ -652,8 +701,15 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
         if (ok * ok < 0.999 * 0.999 * kk * oo || ok < 0)
             memcpy(prot + (size_t)np++ * F, k, (size_t)F * sizeof *prot);
     }
-    memcpy(prot + (size_t)np * F, kc.rows, (size_t)(n - 1) * F * sizeof *prot);
-    np += n - 1;
+    /* an expert's slice is zero at positions not routed to it: nothing to protect there */
+    for (int t = 0; t < n - 1; t++) {
+        const float *k = kc.rows + (size_t)t * F;
+        int any = 0;
+        for (int q = 0; q < F && !any; q++)
+            any = k[q] != 0.0f;
+        if (any)
+            memcpy(prot + (size_t)np++ * F, k, (size_t)F * sizeof *prot);
+    }
     free(kc.rows);
     int sv = solve_v(o, F, prot, np, out->key, out->v, err);
     free(prot);
@@ -669,11 +725,12 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
     }
     if (nb)
         memcpy(lr, base->lowrank, nb * sizeof *lr);
-    lr[nb] = (eng_lowrank){o->layer, 1, out->u, out->v};
+    lr[nb] = (eng_lowrank){o->layer, 1, out->u, out->v, o->expert};
     eng_overlay trial = {base ? base->edits : NULL, base ? base->n_edits : 0, lr, nb + 1};
     eng_model_set_overlay(m, &trial);
 
-    capture c = {.layer = o->layer, .H = H, .F = F, .n_layers = nl, .x = x, .ffn = ffn};
+    capture c = {.layer = o->layer, .H = H, .F = F, .n_layers = nl, .off = off, .x = x,
+                 .ffn = ffn};
     float step_len = 0, cap = 0;
     for (int step = 0;; step++) {
         if (vx_cancel_flag) {

@@ -29,9 +29,20 @@
 /* Largest feature count whose F×F covariance this build solves. */
 #define ENG_EDIT_MAX_FEATURES 4096
 
-/* Can INSERT edit layer L of m? -1 naming the reason (no FFN, MoE, a post-FFN norm, or too
- * wide a layer). */
+/* Can INSERT edit layer L of m as a dense FFN? -1 naming the reason (no FFN, MoE, a
+ * post-FFN norm, or too wide a layer). */
 int eng_edit_check_layer(const eng_model *m, int layer, vx_err *err);
+/* An edit site: a dense layer (expert -1), or one routed expert of a MoE layer, whose
+ * features are its expert_intermediate activations (routing weight folded in, zero at
+ * positions not routed to it) and whose update is that expert's down_proj += u vᵀ. -1
+ * naming the reason it cannot be edited (expert -1 on a MoE layer: eng_edit_check_layer's). */
+int eng_edit_check_site(const eng_model *m, int layer, int expert, vx_err *err);
+
+/* The experts a MoE layer routes the last of ids[0..n) to, through m (its overlay
+ * applies), in the router's order (best selection score first): experts and weights
+ * [top_k]; returns top_k, 0 for a dense layer. */
+int eng_edit_route(eng_model *m, int layer, const int32_t *ids, int n, int *experts,
+                   float *weights, vx_err *err);
 
 /* The FFN activations of layer `layer` at the last of ids[0..n) through m (its overlay
  * applies): key [features]. */
@@ -44,10 +55,10 @@ int eng_edit_key(eng_model *m, int layer, const int32_t *ids, int n, float *key,
 int eng_edit_corpus(eng_model *m, const char *const *starts, int n_starts, int nseq, int len,
                     uint64_t seed, int32_t **ids, int **lens, vx_err *err);
 
-/* E[act actᵀ] of layer `layer` over every position of the corpus: *cov [F×F] malloc'd,
- * *count the positions. */
-int eng_edit_covariance(eng_model *m, int layer, const int32_t *ids, const int *lens, int nseq,
-                        double **cov, int64_t *count, vx_err *err);
+/* E[act actᵀ] of the edit site (layer, expert) over every position of the corpus: *cov
+ * [F×F] malloc'd (F the site's features), *count the positions. */
+int eng_edit_covariance(eng_model *m, int layer, int expert, const int32_t *ids, const int *lens,
+                        int nseq, double **cov, int64_t *count, vx_err *err);
 
 /* The FFN input (after the FFN norm) of `layer` at the last position of ids, into x [H];
  * logits (may be NULL) gets the next-token logits. The model's overlay applies. */
@@ -64,18 +75,19 @@ char *eng_edit_prompt(const char *relation, const char *entity);
  * replaced by capitalised alphabetic vocabulary words of three or more letters (a word
  * boundary piece, lowest ids first, the entity itself skipped). *keys [*count × F]
  * malloc'd. */
-int eng_edit_decoys(eng_model *m, int layer, const char *relation, const char *entity, int n,
-                    float **keys, int *count, vx_err *err);
+int eng_edit_decoys(eng_model *m, int layer, int expert, const char *relation,
+                    const char *entity, int n, float **keys, int *count, vx_err *err);
 
 /* Keys of n prompts of the canonical prompt's frame with a common word in place of
  * "{relation} of {entity}": "The {w} is" for the first n lower-case alphabetic vocabulary
  * words of three or more letters (a word-boundary piece, lowest ids first). They do not
  * depend on the fact, so a session computes them once per layer. */
-int eng_edit_frame_decoys(eng_model *m, int layer, int n, float **keys, int *count,
+int eng_edit_frame_decoys(eng_model *m, int layer, int expert, int n, float **keys, int *count,
                           vx_err *err);
 
 typedef struct eng_insert_opts {
     int layer;
+    int expert;                /* the edit site: -1 dense, else the routed expert */
     int32_t target;
     const double *cov;         /* [F×F] from eng_edit_covariance */
     const float *protect;      /* [n_protect × F] keys whose output must not change */
@@ -91,7 +103,7 @@ typedef struct eng_insert_opts {
 } eng_insert_opts;
 
 typedef struct eng_insert_fact {
-    int hidden, features;
+    int hidden, features;      /* features of the site */
     float *u;                  /* [hidden] δ */
     float *v;                  /* [features] */
     float *key;                /* [features] */

@@ -65,6 +65,10 @@ int eng_model_context(const eng_model *m);
 /* Features per layer seen by browse and the overlay: intermediate for dense layers,
  * experts · expert_intermediate for MoE layers. */
 int eng_model_ffn_features(const eng_model *m, int layer);
+/* Experts each position is routed to (top_k; 0 for a model without MoE layers) and a MoE
+ * layer's features per expert (its expert-major features are e · this + f). */
+int eng_model_top_k(const eng_model *m);
+int eng_model_expert_features(const eng_model *m);
 float eng_model_embed_scale(const eng_model *m);
 int32_t eng_model_eos(const eng_model *m, int i); /* i-th eos id, -1 past the end */
 
@@ -116,7 +120,8 @@ typedef struct eng_observer {
  *     down·act  +  sum_f (down'_f − down_f)·act_f   (replaced down columns)
  *               +  U·(Vᵀ·act)                        (low-rank delta on down_proj)
  * with act computed from gate/up rows that may also be replaced, and tombstoned features
- * contributing nothing. The overlay is owned by the caller and must outlive its use. */
+ * contributing nothing (a low-rank delta addressed to an expert reads that expert's slice
+ * of act only). The overlay is owned by the caller and must outlive its use. */
 typedef struct eng_feature_edit {
     int layer, feature;
     int tombstone;            /* 1: the feature contributes nothing */
@@ -129,6 +134,9 @@ typedef struct eng_lowrank {
     int layer, rank;
     const float *u;           /* [hidden, rank] row-major */
     const float *v;           /* [features, rank] row-major: delta = u · vᵀ */
+    int expert;               /* -1: v spans the layer's features; e ≥ 0 on a MoE layer: v
+                               * spans expert e's expert_intermediate features only, i.e.
+                               * expert e's down_proj += u · vᵀ */
 } eng_lowrank;
 
 typedef struct eng_overlay {

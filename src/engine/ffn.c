@@ -87,21 +87,38 @@ int eng_mlp_run(const eng_model *m, int layer, const eng_mlp *b, int f0, const f
     return 0;
 }
 
-/* out += U·(Vᵀ·act) for every low-rank delta of the layer. */
+/* out += U·(Vᵀ·act) for every low-rank delta of the layer; a delta addressed to an expert
+ * reads that expert's slice of the expert-major act (zero where it is not routed, the
+ * routing weight folded in: exactly expert e's down_proj += U·Vᵀ). */
 int eng_lowrank_apply(const eng_model *m, int layer, const float *act, int n, int features,
                       float *out, vx_err *err)
 {
     const eng_overlay *ov = m->overlay;
-    const int H = m->hidden;
+    const int H = m->hidden, EI = m->expert_inter;
     for (size_t i = 0; ov && i < ov->n_lowrank; i++) {
         const eng_lowrank *lr = &ov->lowrank[i];
         if (lr->layer != layer || lr->rank <= 0) continue;
-        float *t = malloc((size_t)n * ((size_t)lr->rank + H) * sizeof *t);
+        int w = features;
+        if (lr->expert >= 0) {
+            if (!m->layers[layer].moe || lr->expert >= m->experts)
+                return vx_errf(err, VX_EARG, "layer %d: a low-rank delta addresses expert %d, "
+                               "which the layer does not have", layer, lr->expert);
+            w = EI;
+        }
+        float *t = malloc((size_t)n * ((size_t)lr->rank + H + (lr->expert >= 0 ? w : 0)) * sizeof *t);
         if (!t) return vx_errf(err, VX_ENOMEM, "layer %d: out of memory for a low-rank delta", layer);
         float *d = t + (size_t)n * lr->rank;
-        eng_w v = {VX_F32, lr->v, lr->rank, features, 0, 1, 0};
+        const float *a = act;
+        if (lr->expert >= 0) {
+            float *sl = d + (size_t)n * H;
+            for (int p = 0; p < n; p++)
+                memcpy(sl + (size_t)p * w, act + (size_t)p * features + (size_t)lr->expert * EI,
+                       (size_t)w * sizeof *sl);
+            a = sl;
+        }
+        eng_w v = {VX_F32, lr->v, lr->rank, w, 0, 1, 0};
         eng_w u = {VX_F32, lr->u, H, lr->rank, (size_t)lr->rank * sizeof(float), 0, 0};
-        eng_matmul(&v, act, n, t);
+        eng_matmul(&v, a, n, t);
         eng_matmul(&u, t, n, d);
         for (size_t k = 0; k < (size_t)n * H; k++) out[k] += d[k];
         free(t);

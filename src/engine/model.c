@@ -67,6 +67,16 @@ int eng_model_ffn_features(const eng_model *m, int layer)
     return m->layers[layer].moe ? m->experts * m->expert_inter : m->inter;
 }
 
+int eng_model_top_k(const eng_model *m)
+{
+    return m->moe_on ? m->top_k : 0;
+}
+
+int eng_model_expert_features(const eng_model *m)
+{
+    return m->moe_on ? m->expert_inter : 0;
+}
+
 int32_t eng_model_eos(const eng_model *m, int i)
 {
     return i >= 0 && i < m->n_eos ? m->eos[i] : -1;

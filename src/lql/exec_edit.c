@@ -43,6 +43,18 @@
 #include "interp.h"
 #include "journal.h"
 
+/* What INSERT computes once per binding and edit site (a dense layer, or a routed expert
+ * of a MoE layer: expert ≥ 0): the activation covariance and the frame decoys' keys. */
+typedef struct edit_site_cache {
+    double *cov;              /* [F×F], NULL: an empty entry */
+    int layer, expert, F;
+    int64_t count;            /* corpus positions behind it */
+    float *frame;             /* keys of "The {w} is" at the site [n_frame × F] */
+    int n_frame;
+} edit_site_cache;
+#define SITE_CACHE 8          /* a multi-token target on a MoE layer visits several experts */
+#define SITE_CACHE_BYTES ((size_t)256 << 20)   /* older sites beyond it are dropped */
+
 typedef struct edit_state {
     char *jpath;              /* the journal's path (explicit or located); NULL: no place */
     char *jerr;               /* why there is no place (said by the first edit), or NULL */
@@ -50,11 +62,7 @@ typedef struct edit_state {
     vx_journal *j;            /* NULL until opened */
     brw_model *bm;            /* the session's browse model, borrowed on first use */
     brw_edit_overlay *ov;     /* the replayed overlay, NULL when nothing is active */
-    double *cov;              /* INSERT: activation covariance of cov_layer [F×F], or NULL */
-    int cov_layer;
-    int64_t cov_count;        /* corpus positions behind it */
-    float *frame;             /* INSERT: keys of "The {w} is" at cov_layer [n_frame × F] */
-    int n_frame;
+    edit_site_cache sites[SITE_CACHE]; /* INSERT's per-site statistics, most recent first */
 } edit_state;
 
 static void state_free(void *p)
@@ -64,8 +72,10 @@ static void state_free(void *p)
         return;
     vx_journal_close(es->j);
     brw_edit_overlay_free(es->ov);
-    free(es->cov);
-    free(es->frame);
+    for (int i = 0; i < SITE_CACHE; i++) {
+        free(es->sites[i].cov);
+        free(es->sites[i].frame);
+    }
     free(es->jpath);
     free(es->jerr);
     free(es);
@@ -532,12 +542,16 @@ static const char *const corpus_starts[] = {
 #define FRAME_DECOYS 100     /* "The {w} is": prompts of the fact's frame, any word */
 #define DECOY_WEIGHT 2.0     /* both decoy sets together, relative to the corpus */
 
-/* The activation covariance of a layer and its frame decoys, once per binding and layer. */
-static int layer_cov(edit_state *es, eng_model *m, int layer, const lql_stmt *st,
-                     lql_result *r, lql_err *e)
+/* The activation covariance of an edit site (a dense layer, or a routed expert of a MoE
+ * layer) and its frame decoys, once per binding and site. */
+static int layer_cov(edit_state *es, eng_model *m, int layer, int expert, const lql_stmt *st,
+                     lql_result *r, lql_err *e, const edit_site_cache **out)
 {
-    if (es->cov && es->cov_layer == layer)
-        return 0;
+    for (int i = 0; i < SITE_CACHE; i++)
+        if (es->sites[i].cov && es->sites[i].layer == layer && es->sites[i].expert == expert) {
+            *out = &es->sites[i];
+            return 0;
+        }
     int32_t *ids = NULL;
     int *lens = NULL;
     double *cov = NULL;
@@ -547,29 +561,43 @@ static int layer_cov(edit_state *es, eng_model *m, int layer, const lql_stmt *st
     vx_err ve = {0};
     int rc = eng_edit_corpus(m, corpus_starts, (int)(sizeof corpus_starts / sizeof *corpus_starts),
                              CORPUS_SEQS, CORPUS_LEN, CORPUS_SEED, &ids, &lens, &ve) ||
-             eng_edit_covariance(m, layer, ids, lens, CORPUS_SEQS, &cov, &count, &ve) ||
-             eng_edit_frame_decoys(m, layer, FRAME_DECOYS, &frame, &nf, &ve);
+             eng_edit_covariance(m, layer, expert, ids, lens, CORPUS_SEQS, &cov, &count, &ve) ||
+             eng_edit_frame_decoys(m, layer, expert, FRAME_DECOYS, &frame, &nf, &ve);
     free(ids);
     free(lens);
     if (rc) {
         free(cov);
         return lql_err_vx(e, &ve, &st->at);
     }
-    free(es->cov);
-    free(es->frame);
-    es->cov = cov;
-    es->frame = frame;
-    es->n_frame = nf;
-    es->cov_layer = layer;
-    es->cov_count = count;
-    lql_result_note(r, "layer %d: activation covariance over %lld positions of %d sampled "
-                    "texts (once per session)", layer, (long long)count, CORPUS_SEQS);
+    free(es->sites[SITE_CACHE - 1].cov);
+    free(es->sites[SITE_CACHE - 1].frame);
+    memmove(es->sites + 1, es->sites, (SITE_CACHE - 1) * sizeof *es->sites);
+    const int F = expert >= 0 ? eng_model_expert_features(m) : eng_model_ffn_features(m, layer);
+    es->sites[0] = (edit_site_cache){cov, layer, expert, F, count, frame, nf};
+    *out = &es->sites[0];
+    /* a dense layer's covariance may be 128 MB (4096 features): keep what fits the budget */
+    size_t bytes = 0;
+    for (int i = 0; i < SITE_CACHE; i++) {
+        bytes += (size_t)es->sites[i].F * (size_t)es->sites[i].F * sizeof(double);
+        if (i > 0 && bytes > SITE_CACHE_BYTES) {
+            free(es->sites[i].cov);
+            free(es->sites[i].frame);
+            es->sites[i] = (edit_site_cache){0};
+        }
+    }
+    if (expert >= 0)
+        lql_result_note(r, "layer %d expert %d: activation covariance over %lld positions of %d "
+                        "sampled texts (once per session)", layer, expert, (long long)count,
+                        CORPUS_SEQS);
+    else
+        lql_result_note(r, "layer %d: activation covariance over %lld positions of %d sampled "
+                        "texts (once per session)", layer, (long long)count, CORPUS_SEQS);
     return 0;
 }
 
-/* Keys of the active low-rank inserts at a layer: [*n × F], malloc'd. */
-static int layer_keys(edit_state *es, int layer, int F, float **keys, int *n, lql_err *e,
-                      const lql_stmt *st)
+/* Keys of the active low-rank inserts at a site (layer, expert): [*n × F], malloc'd. */
+static int layer_keys(edit_state *es, int layer, int expert, int F, float **keys, int *n,
+                      lql_err *e, const lql_stmt *st)
 {
     vx_op *ops = NULL;
     size_t nops = 0;
@@ -581,7 +609,8 @@ static int layer_keys(edit_state *es, int layer, int F, float **keys, int *n, lq
     size_t rows = 0;
     for (size_t i = 0; i < nops; i++) {
         const vx_opvec *key = vx_op_vec(&ops[i], "key");
-        if (ops[i].kind == VX_OP_INSERT && ops[i].layer == layer && key && key->cols == F)
+        if (ops[i].kind == VX_OP_INSERT && ops[i].layer == layer &&
+            ops[i].expert == expert && key && key->cols == F)
             rows += (size_t)key->rows;
     }
     float *k = malloc((rows + 1) * (size_t)F * sizeof *k);
@@ -591,7 +620,8 @@ static int layer_keys(edit_state *es, int layer, int F, float **keys, int *n, lq
     }
     for (size_t i = 0; i < nops; i++) {
         const vx_opvec *key = vx_op_vec(&ops[i], "key");
-        if (ops[i].kind != VX_OP_INSERT || ops[i].layer != layer || !key || key->cols != F)
+        if (ops[i].kind != VX_OP_INSERT || ops[i].layer != layer || ops[i].expert != expert ||
+            !key || key->cols != F)
             continue;
         memcpy(k + (size_t)*n * F, key->data, (size_t)key->rows * F * sizeof *k);
         *n += (int)key->rows;
@@ -687,11 +717,14 @@ int lql_edit_knn_override(lql_session *s, const lql_stmt *st, eng_model *m, cons
 /* Where an INSERT installs by default: the last layer (MEMIT) or the layer before the end
  * of the knowledge band (the reference's KNN and COMPOSE default). */
 typedef enum { INSERT_AT_LAST, INSERT_AT_KNOWLEDGE } insert_default;
+/* What an INSERT mode edits: nothing of the FFN (KNN), a dense FFN (COMPOSE), or a dense
+ * FFN or the routed experts of a MoE layer (MEMIT). */
+typedef enum { SITE_NONE, SITE_DENSE, SITE_ROUTED } edit_site;
 
 /* What every INSERT mode starts with: the edit state with browse and the journal open, the
  * bound model, the install layer (AT LAYER, else the mode's default) checked against the
- * model — and, when edits_ffn, against what an FFN edit supports — and the target's id. */
-static int insert_setup(lql_session *s, const lql_stmt *st, insert_default dflt, int edits_ffn,
+ * model — and against what the mode edits (edits) — and the target's id. */
+static int insert_setup(lql_session *s, const lql_stmt *st, insert_default dflt, edit_site edits,
                         edit_state **es, eng_model **m, int *layer, int32_t *tid, lql_err *e)
 {
     if (state_of(s, st, es, e) || open_browse(s, st, *es, e) ||
@@ -712,7 +745,8 @@ static int insert_setup(lql_session *s, const lql_stmt *st, insert_default dflt,
     if (*layer < 0 || *layer >= L)
         return lql_errf(e, LQL_EEXEC, at, "layer %d is out of range (the model has layers 0-%d)",
                         *layer, L - 1);
-    if (edits_ffn && eng_edit_check_layer(*m, *layer, &ve))
+    if ((edits == SITE_DENSE && eng_edit_check_layer(*m, *layer, &ve)) ||
+        (edits == SITE_ROUTED && eng_edit_check_site(*m, *layer, 0, &ve)))
         return lql_err_vx(e, &ve, at);
     int32_t *ids = NULL;
     size_t n = 0;
@@ -738,7 +772,7 @@ static int insert_knn(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
     eng_model *m = NULL;
     int layer;
     int32_t tid;
-    if (insert_setup(s, st, INSERT_AT_KNOWLEDGE, 0, &es, &m, &layer, &tid, e))
+    if (insert_setup(s, st, INSERT_AT_KNOWLEDGE, SITE_NONE, &es, &m, &layer, &tid, e))
         return -1;
     const int L = eng_model_layers(m), H = eng_model_hidden(m);
     double conf = lql_has(st, LQL_C_CONFIDENCE) ? st->confidence : 1.0;
@@ -1029,7 +1063,7 @@ static int insert_compose(lql_session *s, const lql_stmt *st, lql_result *r, lql
     eng_model *m = NULL;
     int layer;
     int32_t tid;
-    if (insert_setup(s, st, INSERT_AT_KNOWLEDGE, 1, &es, &m, &layer, &tid, e))
+    if (insert_setup(s, st, INSERT_AT_KNOWLEDGE, SITE_DENSE, &es, &m, &layer, &tid, e))
         return -1;
     const int H = eng_model_hidden(m), V = eng_model_vocab(m);
     const lql_span *layer_at = lql_has(st, LQL_C_AT_LAYER) ? &st->clause_at[LQL_C_AT_LAYER]
@@ -1212,24 +1246,26 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                         "probability the target must reach: at least 0.5 and below 1");
     int layer;
     int32_t tid;
-    if (insert_setup(s, st, INSERT_AT_LAST, 1, &es, &m, &layer, &tid, e))
+    if (insert_setup(s, st, INSERT_AT_LAST, SITE_ROUTED, &es, &m, &layer, &tid, e))
         return -1;
     vx_err ve = {0};
-    const int F = eng_model_ffn_features(m, layer), H = eng_model_hidden(m);
+    const int H = eng_model_hidden(m), K = eng_model_top_k(m);
     char *prompt = eng_edit_prompt(st->relation_v, st->entity);
     int32_t *ids = NULL;
     size_t n = 0;
-    float *keys = NULL, *decoys = NULL, *U = NULL, *Vm = NULL, *K = NULL;
-    int nk = 0, nd = 0, rc = -1;
+    float *keys = NULL, *decoys = NULL;
+    int nk = 0, nd = 0, rc = -1, F = 0, site = -2;
+    const edit_site_cache *sc = NULL;
     int32_t *tids = NULL, *seq = NULL;
-    size_t nt = 0;
+    size_t nt = 0, nops = 0;
     eng_insert_fact *fx = NULL;
     eng_lowrank *lrs = NULL;
+    int *experts = NULL;
+    float *wroute = NULL;
     /* the overlay the statement starts from (the journal's), restored after each trial */
     const eng_overlay *base = es->ov ? brw_edit_overlay_eng(es->ov) : NULL;
     const size_t nbase = base ? base->n_lowrank : 0;
-    vx_op op;
-    vx_op_init(&op, VX_OP_INSERT);
+    vx_op *ops = NULL;
     if (!prompt) {
         lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
         goto done;
@@ -1238,45 +1274,75 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         lql_err_vx(e, &ve, &st->entity_at);
         goto done;
     }
-    if (layer_cov(es, m, layer, st, r, e) || layer_keys(es, layer, F, &keys, &nk, e, st))
-        goto done;
-    if (eng_edit_decoys(m, layer, st->relation_v, st->entity, DECOYS, &decoys, &nd, &ve)) {
-        lql_err_vx(e, &ve, &st->at);
-        goto done;
-    }
-    float *all = realloc(decoys, (size_t)(nd + es->n_frame + 1) * F * sizeof *all);
-    if (!all) {
-        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
-        goto done;
-    }
-    decoys = all;
-    memcpy(decoys + (size_t)nd * F, es->frame, (size_t)es->n_frame * F * sizeof *decoys);
-    nd += es->n_frame;
     /* a target of several tokens is one rank-1 update per token, each keyed on the prompt
      * followed by the target's earlier tokens and protecting the keys before it, so that
-     * greedy generation writes the whole target; journaled as one rank-m insert */
+     * greedy generation writes the whole target; journaled as one insert per edit site */
     if (target_ids(eng_model_tokenizer(m), st->target, &st->target_at, &tids, &nt, e))
         goto done;
     seq = malloc((n + nt) * sizeof *seq);
     fx = calloc(nt, sizeof *fx);
     lrs = malloc((nbase + nt + 1) * sizeof *lrs);
-    float *grown = realloc(keys, (size_t)(nk + (int)nt + 1) * F * sizeof *keys);
-    if (!seq || !fx || !lrs || !grown) {
-        free(grown ? NULL : keys);
-        keys = grown;
+    experts = malloc((nt * (size_t)(K + 1) + 1) * sizeof *experts);
+    wroute = malloc((nt * (size_t)(K + 1) + 1) * sizeof *wroute);
+    ops = calloc(nt, sizeof *ops);
+    if (!seq || !fx || !lrs || !experts || !wroute || !ops) {
         lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
         goto done;
     }
-    keys = grown;
+    for (size_t j = 0; j < nt; j++)
+        vx_op_init(&ops[j], VX_OP_INSERT);
     memcpy(seq, ids, n * sizeof *seq);
-    memcpy(seq + n, tids, (nt - 1) * sizeof *seq);
+    if (nt > 1)
+        memcpy(seq + n, tids, (nt - 1) * sizeof *seq);
     if (nbase)
         memcpy(lrs, base->lowrank, nbase * sizeof *lrs);
     double p_before = 1, p_after = 1;
     int steps = 0;
     for (size_t j = 0; j < nt; j++) {
+        /* the edit site: the layer, or on a MoE layer the top-1 expert the token's key
+         * routes to (the router's first choice; an edit of the layer's FFN cannot change
+         * the routing at that layer, so the expert stays the one the key reaches) */
+        int *ex = experts + j * (size_t)(K + 1);
+        float *wx = wroute + j * (size_t)(K + 1);
+        int nr = eng_edit_route(m, layer, seq, (int)(n + j), ex, wx, &ve);
+        if (nr < 0) {
+            lql_err_vx(e, &ve, &st->at);
+            goto done;
+        }
+        ex[K] = nr > 0 ? ex[0] : -1;
+        const int want = ex[K];
+        if (want != site) {
+            free(keys);
+            free(decoys);
+            keys = decoys = NULL;
+            nk = nd = 0;
+            site = want;
+            F = site >= 0 ? eng_model_expert_features(m) : eng_model_ffn_features(m, layer);
+            if (layer_cov(es, m, layer, site, st, r, e, &sc) ||
+                layer_keys(es, layer, site, F, &keys, &nk, e, st))
+                goto done;
+            if (eng_edit_decoys(m, layer, site, st->relation_v, st->entity, DECOYS, &decoys,
+                                &nd, &ve)) {
+                lql_err_vx(e, &ve, &st->at);
+                goto done;
+            }
+            float *all = realloc(decoys, (size_t)(nd + sc->n_frame + 1) * F * sizeof *all);
+            float *grown = realloc(keys, (size_t)(nk + (int)nt + 1) * F * sizeof *keys);
+            decoys = all ? all : decoys;
+            keys = grown ? grown : keys;
+            if (!all || !grown) {
+                lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+                goto done;
+            }
+            memcpy(decoys + (size_t)nd * F, sc->frame, (size_t)sc->n_frame * F * sizeof *decoys);
+            nd += sc->n_frame;
+            /* the statement's earlier tokens written at this site are protected too */
+            for (size_t i = 0; i < j; i++)
+                if (experts[i * (size_t)(K + 1) + K] == site)
+                    memcpy(keys + (size_t)nk++ * F, fx[i].key, (size_t)F * sizeof *keys);
+        }
         eng_overlay trial = {base ? base->edits : NULL, base ? base->n_edits : 0, lrs, nbase + j};
-        eng_insert_opts io = {layer, tids[j], es->cov, keys, nk, decoys, nd, DECOY_WEIGHT,
+        eng_insert_opts io = {layer, site, tids[j], sc->cov, keys, nk, decoys, nd, DECOY_WEIGHT,
                               1e-2, 60, (float)conf, 0.02f, 4.0f};
         eng_model_set_overlay(m, &trial);
         int ir = eng_edit_insert(m, seq, (int)(n + j), &io, &fx[j], &ve);
@@ -1294,64 +1360,103 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
             goto done;
         }
         memcpy(keys + (size_t)nk++ * F, fx[j].key, (size_t)F * sizeof *keys);
-        lrs[nbase + j] = (eng_lowrank){layer, 1, fx[j].u, fx[j].v};
+        lrs[nbase + j] = (eng_lowrank){layer, 1, fx[j].u, fx[j].v, site};
         p_before *= fx[j].p_before;
         p_after *= fx[j].p_after;
         steps += fx[j].steps;
     }
-    U = malloc((size_t)H * nt * sizeof *U);
-    Vm = malloc((size_t)F * nt * sizeof *Vm);
-    K = malloc((size_t)F * nt * sizeof *K);
-    if (!U || !Vm || !K) {
-        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
-        goto done;
-    }
+    /* one insert per edit site, its columns the site's tokens in order (a dense layer, or
+     * every token routed to the same expert: one op of rank nt) */
     for (size_t j = 0; j < nt; j++) {
-        for (int h = 0; h < H; h++)
-            U[(size_t)h * nt + j] = fx[j].u[h];
-        for (int f = 0; f < F; f++)
-            Vm[(size_t)f * nt + j] = fx[j].v[f];
-        memcpy(K + j * F, fx[j].key, (size_t)F * sizeof *K);
-    }
-    op.layer = layer;
-    op.confidence = conf;
-    vx_err oe = {0};
-    if (vx_op_set_str(&op.entity, st->entity, &oe) ||
-        vx_op_set_str(&op.relation, st->relation_v, &oe) ||
-        vx_op_set_str(&op.target, st->target, &oe) || vx_op_set_str(&op.mode, "memit", &oe) ||
-        vx_op_set_vec(&op, "u", H, (int64_t)nt, U, &oe) ||
-        vx_op_set_vec(&op, "v", F, (int64_t)nt, Vm, &oe) ||
-        vx_op_set_vec(&op, "key", (int64_t)nt, F, K, &oe)) {
-        lql_err_vx(e, &oe, &st->at);
-        goto done;
+        const int sj = experts[j * (size_t)(K + 1) + K];
+        int done_site = 0;
+        for (size_t i = 0; i < j && !done_site; i++)
+            done_site = experts[i * (size_t)(K + 1) + K] == sj;
+        if (done_site)
+            continue;
+        size_t cols = 0;
+        for (size_t i = j; i < nt; i++)
+            cols += experts[i * (size_t)(K + 1) + K] == sj;
+        const int Fs = fx[j].features;
+        float *U = malloc((size_t)H * cols * sizeof *U), *Vm = malloc((size_t)Fs * cols * sizeof *Vm);
+        float *Km = malloc((size_t)Fs * cols * sizeof *Km);
+        vx_op *op = &ops[nops++];
+        vx_err oe = {0};
+        int bad = !U || !Vm || !Km;
+        for (size_t i = j, c = 0; i < nt && !bad; i++) {
+            if (experts[i * (size_t)(K + 1) + K] != sj)
+                continue;
+            for (int h = 0; h < H; h++)
+                U[(size_t)h * cols + c] = fx[i].u[h];
+            for (int f = 0; f < Fs; f++)
+                Vm[(size_t)f * cols + c] = fx[i].v[f];
+            memcpy(Km + c * Fs, fx[i].key, (size_t)Fs * sizeof *Km);
+            c++;
+        }
+        op->layer = layer;
+        op->expert = sj;
+        op->confidence = conf;
+        if (bad) {
+            vx_errf(&oe, VX_ENOMEM, "out of memory");
+        } else if (vx_op_set_str(&op->entity, st->entity, &oe) ||
+                   vx_op_set_str(&op->relation, st->relation_v, &oe) ||
+                   vx_op_set_str(&op->target, st->target, &oe) ||
+                   vx_op_set_str(&op->mode, "memit", &oe) ||
+                   vx_op_set_vec(op, "u", H, (int64_t)cols, U, &oe) ||
+                   vx_op_set_vec(op, "v", Fs, (int64_t)cols, Vm, &oe) ||
+                   vx_op_set_vec(op, "key", (int64_t)cols, Fs, Km, &oe)) {
+            bad = 1;
+        }
+        free(U);
+        free(Vm);
+        free(Km);
+        if (bad) {
+            lql_err_vx(e, &oe, &st->at);
+            goto done;
+        }
     }
     if (inserted_row(r, st, layer, -1, p_before, p_after, steps, e) < 0)
         goto done;
     vx_record_info info;
-    if (record(s, st, es, &op, 1, r, &info, e))
+    if (record(s, st, es, ops, nops, r, &info, e))
         goto done;
+    const char *what = experts[K] >= 0 ? "expert down_proj" : "down_proj";
     if (nt == 1)
-        lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d (rank-1 down_proj update keyed "
-                        "on \"%s\"; history %lld, patch %s)", st->entity, st->relation_v,
-                        st->target, layer, prompt, (long long)info.history_n, info.patch_name);
+        lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d (rank-1 %s update keyed on "
+                        "\"%s\"; history %lld, patch %s)", st->entity, st->relation_v,
+                        st->target, layer, what, prompt, (long long)info.history_n,
+                        info.patch_name);
     else
-        lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d (rank-%zu down_proj update, one "
-                        "per target token, keyed on \"%s\" and the target's first %zu tokens; "
+        lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d (rank-%zu %s update, one per "
+                        "target token, keyed on \"%s\" and the target's first %zu tokens; "
                         "p_before and p_after are of the whole target; history %lld, patch %s)",
-                        st->entity, st->relation_v, st->target, layer, nt, prompt, nt - 1,
+                        st->entity, st->relation_v, st->target, layer, nt, what, prompt, nt - 1,
                         (long long)info.history_n, info.patch_name);
+    for (size_t j = 0; K > 0 && j < nt && experts[K] >= 0; j++) {
+        const int *ex = experts + j * (size_t)(K + 1);
+        const float *wx = wroute + j * (size_t)(K + 1);
+        char routed[256];
+        size_t at = 0;
+        for (int k = 0; k < K && at < sizeof routed; k++)
+            at += (size_t)snprintf(routed + at, sizeof routed - at, "%s%d (%.3f)", k ? ", " : "",
+                                   ex[k], wx[k]);
+        lql_result_note(r, "moe: token %zu of %zu routes to experts %s at layer %d; expert "
+                        "%d's down_proj is updated (the top-1 expert)", j + 1, nt, routed, layer,
+                        ex[K]);
+    }
     rc = 0;
 done:
-    vx_op_clear(&op);
+    for (size_t j = 0; ops && j < nt; j++)
+        vx_op_clear(&ops[j]);
+    free(ops);
     for (size_t j = 0; fx && j < nt; j++)
         eng_insert_fact_free(&fx[j]);
     free(fx);
     free(lrs);
     free(seq);
     free(tids);
-    free(U);
-    free(Vm);
-    free(K);
+    free(experts);
+    free(wroute);
     free(prompt);
     free(ids);
     free(keys);
@@ -2236,8 +2341,8 @@ static int walk_compare(const brw_model *ma, const brw_overlay *ova, const brw_m
     return rc ? -1 : 0;
 }
 
-/* Run the check prompts through m and the container at out (INFER logits, TRACE lens of
- * every layer, and with g->bm WALK hits), as a table titled names[0] with columns names[1]
+/* Run the check prompts through m and the container at out, under m's profile (INFER
+ * logits, TRACE lens of every layer, and with g->bm WALK hits), as a table titled names[0] with columns names[1]
  * and names[2]; the largest differences go to g. */
 static int check_compiled(eng_model *m, const char *out, const char *const *prompts, int np,
                           const char *const names[3], probe_gate *g, lql_result *r,
@@ -2247,7 +2352,9 @@ static int check_compiled(eng_model *m, const char *out, const char *const *prom
     eng_model *m2 = NULL;
     brw_model *b2 = NULL;
     vx_err ve = {0};
-    if (vx_open(out, &c2, &ve) || eng_model_bind(c2, &m2, &ve) ||
+    /* bound as the session is: the compiled container carries the same profiles */
+    if (vx_open_profile(out, vx_profile(eng_model_container(m)), NULL, 0, &c2, &ve) ||
+        eng_model_bind(c2, &m2, &ve) ||
         (g->bm && brw_open_tok(c2, eng_model_tokenizer(m2), &b2, &ve))) {
         eng_model_free(m2);
         vx_close(c2);
@@ -2313,29 +2420,27 @@ static int check_compiled(eng_model *m, const char *out, const char *const *prom
     return rc;
 }
 
-/* The gate's tolerance relative to the logit scale: 1e-5 when every edited FFN tensor is
- * stored f32 (exact materialisation; what remains is summation order), looser where
- * COMPILE rounds the edited tensors once (f16 keeps 11 significant bits, bf16 8). */
-static double gate_tolerance(const vx_container *c, const eng_overlay *ov, const char **why)
+/* The gate's tolerance relative to the logit scale, from the dtypes of the tensors COMPILE
+ * rewrote: 1e-5 when all are f32 (exact materialisation; what remains is summation order),
+ * looser where COMPILE rounds the edited tensors once (f16 keeps 11 significant bits, bf16
+ * 8; a block-quantised tensor's edited blocks are quantised again: q8_0 rounds each weight
+ * to 1/254 of its block's largest magnitude, 4-bit codecs to about 1/30). */
+static double gate_tolerance(const brw_compile_report *rep, const char **why)
 {
-    double rel = 1e-5;
-    *why = "1e-5 (f32 storage)";
-    static const char *const roles[] = {"gate_proj", "up_proj", "down_proj"};
-    for (size_t i = 0; i < ov->n_edits + ov->n_lowrank; i++) {
-        int layer = i < ov->n_edits ? ov->edits[i].layer : ov->lowrank[i - ov->n_edits].layer;
-        for (int k = 0; k < 3; k++) {
-            const vx_tensor *x = vx_findf(c, "target.decoder_stack", "layers.%d.ffn.%s", layer,
-                                          roles[k]);
-            if (x && x->dtype == VX_BF16 && rel < 2e-2) {
-                rel = 2e-2;
-                *why = "2e-2 (bf16 storage)";
-            } else if (x && x->dtype == VX_F16 && rel < 2e-3) {
-                rel = 2e-3;
-                *why = "2e-3 (f16 storage)";
-            }
+    static const struct { unsigned mask; double rel; const char *why; } tols[] = {
+        {1u << VX_Q4_0 | 1u << VX_Q4_K | 1u << VX_MXFP4, 2e-1, "2e-1 (4-bit block storage)"},
+        {1u << VX_Q6_K, 1e-1, "1e-1 (q6_k storage)"},
+        {1u << VX_Q8_0, 1e-2, "1e-2 (q8_0 storage)"},
+        {1u << VX_BF16, 2e-2, "2e-2 (bf16 storage)"},
+        {1u << VX_F16, 2e-3, "2e-3 (f16 storage)"},
+    };
+    for (size_t i = 0; i < sizeof tols / sizeof *tols; i++)
+        if (rep->dtypes & tols[i].mask) {
+            *why = tols[i].why;
+            return tols[i].rel;
         }
-    }
-    return rel;
+    *why = "1e-5 (f32 storage)";
+    return 1e-5;
 }
 
 int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
@@ -2408,7 +2513,11 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     prompts[np++] = strdup("A baby cat is called a");
     if (active_ops(es, &ops, &nops, &ve) == 0)
         for (size_t i = 0; i < nops && np < 18; i++)
-            if (ops[i].kind == VX_OP_INSERT && ops[i].entity && ops[i].relation)
+            if (ops[i].kind == VX_OP_INSERT && ops[i].entity && ops[i].relation &&
+                (i == 0 || !ops[i - 1].entity || !ops[i - 1].relation ||
+                 ops[i - 1].history_n != ops[i].history_n ||
+                 strcmp(ops[i - 1].entity, ops[i].entity) ||
+                 strcmp(ops[i - 1].relation, ops[i].relation)))   /* a statement's ops once */
                 prompts[np++] = eng_edit_prompt(ops[i].relation, ops[i].entity);
     vx_ops_free(ops, nops);
     for (int i = 0; i < np; i++)
@@ -2417,7 +2526,7 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     static const char *const heads[3] = {"compiled vs overlay", "overlay", "compiled"};
     const char *why = NULL;
     probe_gate g = {es->bm, brw_edit_overlay_browse(use), brw_edit_overlay_eng(use),
-                    gate_tolerance(s->vx, brw_edit_overlay_eng(use), &why), 0, 0, 0, 0, "", ""};
+                    gate_tolerance(&rep, &why), 0, 0, 0, 0, "", ""};
     /* the probes run the overlay that was compiled, then the session's again */
     lql_session_set_overlay(s, brw_edit_overlay_eng(use));
     if (rc == 0)
@@ -2457,6 +2566,11 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                     "unchanged)%s", model ? "the staging container" : st->arg2, cnt.ops,
                     rep.tensors_rewritten, rep.segments_rewritten, rep.meta_written,
                     rep.files_linked, model ? ", then exported and removed" : "");
+    if (rep.blocks)
+        lql_result_note(r, "compiled: %zu of %zu blocks of the edited block-quantised tensors "
+                        "changed and were quantised again (%zu of them to new bytes; the rest "
+                        "rounded back); the other blocks keep their bytes",
+                        rep.blocks_requantised, rep.blocks, rep.blocks_new_bytes);
     return 0;
 }
 

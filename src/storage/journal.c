@@ -525,8 +525,8 @@ static int insert_ops(vx_journal *j, int64_t hist, int64_t patch, const vx_op *o
     vx_utc_now(now);
     sqlite3_stmt *ins = prep(j,
         "INSERT INTO ops(history_n, patch_id, kind, layer, feature, entity, relation, target,"
-        " confidence, alpha, mode, metadata, created)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)", err);
+        " confidence, alpha, mode, metadata, created, expert)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)", err);
     sqlite3_stmt *vec = prep(j,
         "INSERT INTO vectors(op_seq, role, rows, cols, data) VALUES (?1, ?2, ?3, ?4, ?5)", err);
     int rc = -1;
@@ -560,6 +560,7 @@ static int insert_ops(vx_journal *j, int64_t hist, int64_t patch, const vx_op *o
         bind_text(ins, 11, op->mode);
         bind_text(ins, 12, meta);
         bind_text(ins, 13, now);
+        bind_int(ins, 14, op->expert);
         int st = sqlite3_step(ins);
         free(meta);
         if (st != SQLITE_DONE) {
@@ -1056,7 +1057,7 @@ static int read_ops(vx_journal *j, int64_t patch_id, vx_op **out, size_t *n, vx_
     *n = 0;
     sqlite3_stmt *st = prep(j,
         "SELECT o.seq, o.history_n, o.patch_id, o.kind, o.layer, o.feature, o.entity,"
-        " o.relation, o.target, o.confidence, o.alpha, o.mode, o.metadata"
+        " o.relation, o.target, o.confidence, o.alpha, o.mode, o.metadata, o.expert"
         " FROM ops o JOIN history h ON h.n = o.history_n JOIN patches p ON p.id = o.patch_id"
         " WHERE h.undone = 0 AND (?1 = 0 AND p.applied = 1 OR o.patch_id = ?1)"
         " ORDER BY o.seq", err);
@@ -1101,6 +1102,7 @@ static int read_ops(vx_journal *j, int64_t patch_id, vx_op **out, size_t *n, vx_
         if (sqlite3_column_type(st, 10) != SQLITE_NULL)
             op->alpha = sqlite3_column_double(st, 10);
         op->mode = col_text(st, 11);
+        op->expert = sqlite3_column_type(st, 13) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 13);
         const char *meta = (const char *)sqlite3_column_text(st, 12);
         if (meta && parse_metadata(meta, op)) {
             vx_errf(err, VX_EFORMAT, "journal '%s': operation %lld has unreadable metadata",

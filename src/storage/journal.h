@@ -23,7 +23,8 @@
 /* ---------------------------------------------------------------- operations */
 
 /* The operation kinds of the reference's .vlp format, plus lql's own.
- * VX_OP_INSERT: a feature slot takes new gate/up/down rows and output metadata;
+ * VX_OP_INSERT: a feature slot takes new gate/up/down rows and output metadata, or (no
+ * feature; vectors u, v, key) a low-rank down_proj delta, optionally of one expert;
  * VX_OP_UPDATE: overrides of some of those; VX_OP_DELETE: a tombstone;
  * VX_OP_INSERT_KNN / VX_OP_DELETE_KNN: the reference's residual-key store (kept so .vlp
  * files round-trip; lql's executor has no KNN store and refuses to apply them). */
@@ -52,6 +53,8 @@ typedef struct vx_op {
     vx_op_kind kind;
     int64_t seq, patch_id, history_n;   /* set when read back from a journal; else 0 */
     int layer, feature;
+    int expert;               /* a low-rank insert on a MoE layer: the routed expert whose
+                               * down_proj it updates (v spans its features); -1 layer-wide */
     char *entity, *relation, *target;
     double confidence, alpha;
     char *mode;               /* how an insert was made ("compose", "memit", ...) or NULL */
@@ -88,7 +91,7 @@ int vx_op_copy(vx_op *dst, const vx_op *src, vx_err *err);
 typedef struct vx_journal vx_journal;
 
 /* The current schema version (PRAGMA user_version). */
-#define VX_JOURNAL_SCHEMA 1
+#define VX_JOURNAL_SCHEMA 2
 
 /* Where the journal of a container lives by default: "<parent>/<name>.lqljournal" beside
  * the container directory when its parent directory is writable, else

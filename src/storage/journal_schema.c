@@ -50,6 +50,9 @@ static const char *const steps[VX_JOURNAL_SCHEMA] = {
     "  cols INTEGER NOT NULL CHECK (cols >= 1),"
     "  data BLOB NOT NULL CHECK (length(data) = 4 * rows * cols),"
     "  PRIMARY KEY (op_seq, role));",
+    /* 1 -> 2: a low-rank insert may address one routed expert of a MoE layer (its v spans
+     * that expert's features); NULL for every earlier operation, which stays layer-wide */
+    "ALTER TABLE ops ADD COLUMN expert INTEGER;",
 };
 
 int vx_journal_migrate(sqlite3 *db, const char *path, int from, vx_err *err)

@@ -847,3 +847,70 @@ int vx_lyrw_writer_close(vx_lyrw_writer *w, vx_err *err)
     vx_lyrw_writer_abort(w);
     return rc;
 }
+
+/* ---------------------------------------------------------------- rewriting */
+
+int vx_lyrw_rewrite(const char *src, const char *dst, vx_lyrw_region_fn fn, void *ctx,
+                    char sha[65], uint64_t *bytes, vx_err *err)
+{
+    vx_lyrw *l = NULL;
+    if (vx_lyrw_open(src, &l, err))
+        return -1;
+    vx_lyrw_bank_spec *spec = calloc((size_t)l->num_banks + 1, sizeof *spec);
+    uint64_t **lens = calloc((size_t)l->num_banks + 1, sizeof *lens);
+    vx_lyrw_writer *w = NULL;
+    int rc = -1;
+    if (!spec || !lens) {
+        vx_errf(err, VX_ENOMEM, "%s: out of memory", src);
+        goto done;
+    }
+    /* the writer lays a file out bank by bank, one segment each */
+    for (uint16_t s = 0; s < l->num_segments; s++) {
+        const vx_lyrw_segment *g = &l->segments[s];
+        const vx_lyrw_bank *k = &l->banks[g->bank];
+        if (l->num_segments != l->num_banks || g->bank != s || g->entry_count == 0) {
+            vx_errf(err, VX_EUNSUPPORTED, "%s: its banks are not one segment each in bank "
+                    "order; only such LYRW files are rewritten", src);
+            goto done;
+        }
+        if (!(lens[s] = calloc((size_t)k->schema_count + 1, sizeof **lens))) {
+            vx_errf(err, VX_ENOMEM, "%s: out of memory", src);
+            goto done;
+        }
+        for (uint16_t j = 0; j < k->schema_count; j++)
+            lens[s][j] = g->regions[j].length;
+        spec[s] = (vx_lyrw_bank_spec){k->id, k->kind, k->flags, k->schema_count,
+                                      k->num_entries, k->input_dim, k->intermediate_dim,
+                                      k->output_dim, k->schemas, lens[s], g->segment_index,
+                                      g->first_entry, g->entry_count};
+    }
+    if (vx_lyrw_writer_open(dst, l->layer, l->flags, spec, l->num_banks, &w, err))
+        goto done;
+    for (uint16_t s = 0; s < l->num_segments; s++) {
+        const vx_lyrw_segment *g = &l->segments[s];
+        const size_t n = (size_t)g->entry_count * l->banks[g->bank].schema_count;
+        for (size_t r = 0; r < n; r++) {
+            const vx_lyrw_region *rg = &g->regions[r];
+            const unsigned char *data = l->data + rg->offset, *out = NULL;
+            if (fn(ctx, rg->offset, rg->length, data, &out, err) ||
+                vx_lyrw_write_region(w, out ? out : data, rg->length, err))
+                goto done;
+        }
+    }
+    rc = vx_lyrw_writer_close(w, err);
+    w = NULL;
+    struct stat sb;
+    if (rc == 0 && (vx_sha256_file(dst, sha, err) || stat(dst, &sb) != 0))
+        rc = -1;
+    else if (rc == 0)
+        *bytes = (uint64_t)sb.st_size;
+done:
+    if (w)
+        vx_lyrw_writer_abort(w);
+    for (uint16_t s = 0; lens && s < l->num_banks; s++)
+        free(lens[s]);
+    free(lens);
+    free(spec);
+    vx_lyrw_free(l);
+    return rc;
+}

@@ -158,4 +158,16 @@ int vx_lyrw_writer_close(vx_lyrw_writer *w, vx_err *err);
 /* Remove the temporary file and free w. */
 void vx_lyrw_writer_abort(vx_lyrw_writer *w);
 
+/* Copy the LYRW file src to dst through the writer, with the same banks, schemas and
+ * entries, so every region keeps its offset and, unless fn replaces it, its bytes. fn is
+ * called per region in file order with the region's file offset, length and bytes; it may
+ * point *out at a replacement of the same length (left NULL: the region is copied). Fills
+ * dst's sha256 (hex) and size. A file whose banks are not one segment each in bank order
+ * is refused by name. */
+typedef int (*vx_lyrw_region_fn)(void *ctx, uint64_t offset, uint64_t length,
+                                 const unsigned char *data, const unsigned char **out,
+                                 vx_err *err);
+int vx_lyrw_rewrite(const char *src, const char *dst, vx_lyrw_region_fn fn, void *ctx,
+                    char sha[65], uint64_t *bytes, vx_err *err);
+
 #endif

@@ -87,7 +87,7 @@ void vx_op_init(vx_op *op, vx_op_kind kind)
 {
     memset(op, 0, sizeof *op);
     op->kind = kind;
-    op->layer = op->feature = -1;
+    op->layer = op->feature = op->expert = -1;
     op->confidence = op->alpha = op->meta_c = NAN;
     op->target_id = op->meta_id = -1;
 }
@@ -491,6 +491,12 @@ static int parse_op(parse_ctx *c, const cJSON *o, vx_op *op)
             return -1;
         if (kind == VX_OP_INSERT && op->feature < 0 && !vx_op_vec(op, "u"))
             return perr(c, VX_EFORMAT, "missing field 'feature'", NULL, NULL);
+        if (kind == VX_OP_INSERT && vx_op_vec(op, "u")) {
+            int64_t expert = -1;
+            if (get_uint(c, o, "expert", 0, 2147483648.0, &expert))
+                return -1;
+            op->expert = (int)expert;
+        }
         if (!vx_op_vec(op, "u") != !vx_op_vec(op, "v"))
             return perr(c, VX_EFORMAT, "u_vector_b64 and v_vector_b64 come together", NULL,
                         NULL);
@@ -710,7 +716,7 @@ static cJSON *op_json(const vx_op *op)
             (add_str(o, "relation", op->relation) || add_str(o, "entity", op->entity ? op->entity : "") ||
              add_str(o, "target", op->target ? op->target : "") ||
              add_num(o, "confidence", op->confidence) || add_num(o, "alpha", op->alpha) ||
-             add_str(o, "mode", op->mode)))
+             add_str(o, "mode", op->mode) || (op->expert >= 0 && add_num(o, "expert", op->expert))))
             goto fail;
         if (add_vec(o, op, "gate") || add_vec(o, op, "up") || add_vec(o, op, "down") ||
             add_vec(o, op, "u") || add_vec(o, op, "v") ||

@@ -130,7 +130,7 @@ static void test_open_and_record(void)
     sql_text(p, "PRAGMA journal_mode", buf, sizeof buf);
     CHECK_STR(buf, "wal");
     sql_text(p, "PRAGMA user_version", buf, sizeof buf);
-    CHECK_STR(buf, "1");
+    CHECK_STR(buf, "2");
     sql_text(p, "SELECT value FROM meta WHERE key = 'base_sha256'", buf, sizeof buf);
     CHECK_STR(buf, SHA_A);
     CHECK(vx_journal_recording(j) == 0);
@@ -272,8 +272,56 @@ static void test_open_and_record(void)
     sql_exec(p, "PRAGMA user_version = 7");
     CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == -1);
     snprintf(want, sizeof want, "journal '%s' has schema version 7, newer than this lql "
-             "supports (1): use a newer lql or another journal", p);
+             "supports (2): use a newer lql or another journal", p);
     CHECK_STR(e.msg, want);
+}
+
+/* Schema 2 added ops.expert (a low-rank insert on one routed expert of a MoE layer). A
+ * version-1 journal — ops without the column — migrates on open and replays its ops as
+ * layer-wide (expert -1); an expert-addressed insert round-trips. */
+static void test_migrate_v1(void)
+{
+    char p[300], buf[64];
+    vx_err e = {0};
+    vx_journal *j;
+    path_in(p, sizeof p, "v1.lqljournal");
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == 0);
+    if (!j)
+        return;
+    float u[HID], v[4];
+    make_vec(u, HID, 0.5f);
+    make_vec(v, 4, -1.0f);
+    vx_op op;
+    vx_op_init(&op, VX_OP_INSERT);
+    op.layer = 1;
+    vx_op_set_vec(&op, "u", HID, 1, u, NULL);
+    vx_op_set_vec(&op, "v", 4, 1, v, NULL);
+    vx_record_info info;
+    CHECK(vx_journal_record(j, "INSERT ...", &op, 1, &info, &e) == 0);
+    vx_journal_close(j);
+    /* what a version-1 lql wrote: no expert column */
+    sql_exec(p, "ALTER TABLE ops DROP COLUMN expert; PRAGMA user_version = 1");
+    sql_text(p, "PRAGMA user_version", buf, sizeof buf);
+    CHECK_STR(buf, "1");
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == 0);
+    if (!j) {
+        vx_op_clear(&op);
+        return;
+    }
+    vx_op *got;
+    size_t n;
+    CHECK(vx_journal_active_ops(j, &got, &n, &e) == 0);
+    CHECK(n == 1 && got[0].expert == -1 && vx_op_vec(&got[0], "v"));
+    vx_ops_free(got, n);
+    op.expert = 5;
+    CHECK(vx_journal_record(j, "INSERT ...", &op, 1, &info, &e) == 0);
+    CHECK(vx_journal_active_ops(j, &got, &n, &e) == 0);
+    CHECK(n == 2 && got[0].expert == -1 && got[1].expert == 5);
+    vx_ops_free(got, n);
+    vx_journal_close(j);
+    vx_op_clear(&op);
+    sql_text(p, "PRAGMA user_version", buf, sizeof buf);
+    CHECK_STR(buf, "2");
 }
 
 static void test_refusals(void)
@@ -428,6 +476,7 @@ int main(void)
     test_locate();
     test_open_and_record();
     test_refusals();
+    test_migrate_v1();
     test_memory();
     test_damage();
     char cmd[400];

@@ -79,7 +79,7 @@ int main(void)
         {2, 7, 0, gate, NULL, NULL},        /* replaced gate row */
         {3, 20, 0, NULL, NULL, down},       /* replaced down column */
     };
-    eng_lowrank lr[] = {{1, 2, u, v}};
+    eng_lowrank lr[] = {{1, 2, u, v, -1}};
     eng_overlay ov = {edits, 4, lr, 1};
     const brw_overlay bov = {&ov, NULL, 0};
     eng_model_set_overlay(m, &ov);

@@ -26,9 +26,9 @@ static inline void fx_rm_rf(const char *dir)
         fprintf(stderr, "could not remove %s\n", dir);
 }
 
-/* Encode tinyllama into out (removed first) with down-meta; shard_cap (may be NULL) is
- * LQL_SHARD_CAP for the encode only. 0, or -1 with the error printed. */
-static inline int fx_encode_tiny(const char *out, const char *shard_cap)
+/* Encode the checkpoint src into out (removed first) with down-meta; shard_cap (may be
+ * NULL) is LQL_SHARD_CAP for the encode only. 0, or -1 with the error printed. */
+static inline int fx_encode(const char *src, const char *out, const char *shard_cap)
 {
     vx_encode_opts o;
     vx_encode_opts_init(&o);
@@ -38,12 +38,18 @@ static inline int fx_encode_tiny(const char *out, const char *shard_cap)
     fx_rm_rf(out);
     if (shard_cap)
         setenv("LQL_SHARD_CAP", shard_cap, 1);
-    int rc = vx_encode(TINY, out, &o, &e);
+    int rc = vx_encode(src, out, &o, &e);
     if (shard_cap)
         unsetenv("LQL_SHARD_CAP");
     if (rc)
         fprintf(stderr, "setup: encode %s: %s\n", out, e.msg);
     return rc;
+}
+
+/* Encode tinyllama into out (fx_encode). */
+static inline int fx_encode_tiny(const char *out, const char *shard_cap)
+{
+    return fx_encode(TINY, out, shard_cap);
 }
 
 /* A fresh test directory LQL_BINARY_DIR/name (dir, 2048 bytes) holding tinyllama encoded

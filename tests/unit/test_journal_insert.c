@@ -81,7 +81,7 @@ int main(void)
     double *cov;
     int64_t npos;
     CHECK(eng_edit_corpus(m, starts, 16, 32, 48, 1, &cids, &clens, &e) == 0);
-    CHECK(eng_edit_covariance(m, LAYER, cids, clens, 32, &cov, &npos, &e) == 0);
+    CHECK(eng_edit_covariance(m, LAYER, -1, cids, clens, 32, &cov, &npos, &e) == 0);
     printf("covariance of layer %d over %lld corpus positions\n", LAYER, (long long)npos);
 
     /* the overlay accumulates the facts' rank-1 updates */
@@ -95,8 +95,8 @@ int main(void)
         int32_t *ids = encode(m, prompt, 1, &n), *tid = encode(m, facts[f][2], 0, &nt);
         float *decoys;
         int nd;
-        CHECK(eng_edit_decoys(m, LAYER, facts[f][1], facts[f][0], 40, &decoys, &nd, &e) == 0);
-        eng_insert_opts io = {LAYER, tid[0], cov, keys, f, decoys, nd, 1.0, 1e-2, 60, 0.5f,
+        CHECK(eng_edit_decoys(m, LAYER, -1, facts[f][1], facts[f][0], 40, &decoys, &nd, &e) == 0);
+        eng_insert_opts io = {LAYER, -1, tid[0], cov, keys, f, decoys, nd, 1.0, 1e-2, 60, 0.5f,
                               0.02f, 4.0f};
         int rc = eng_edit_insert(m, ids, (int)n, &io, &fx[f], &e);
         CHECK_MSG(rc == 0, "insert %d: %s", f, e.msg);
@@ -114,7 +114,7 @@ int main(void)
             }
             CHECK_NEAR(self, 1.0, 1e-3);
             CHECK_MSG(worst < 1e-3, "fact %d leaks onto an earlier key: %g", f, worst);
-            lr[f] = (eng_lowrank){LAYER, 1, fx[f].u, fx[f].v};
+            lr[f] = (eng_lowrank){LAYER, 1, fx[f].u, fx[f].v, -1};
             ov.n_lowrank = (size_t)f + 1;
             eng_model_set_overlay(m, &ov);
             printf("  %-12s %-9s %-12s p %.4f -> %.4f in %d steps\n", facts[f][0],

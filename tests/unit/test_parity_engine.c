@@ -331,7 +331,7 @@ static void test_overlay(const char *dir)
     ov = (eng_overlay){&zdown, 1, NULL, 0};
     logits_of(m, lg2);
     CHECK_NEAR(maxdiff(lg, lg2, V), 0, 1e-5);
-    eng_lowrank lr = {l, 1, u, v};
+    eng_lowrank lr = {l, 1, u, v, -1};
     ov = (eng_overlay){NULL, 0, &lr, 1};
     logits_of(m, lg2);
     CHECK_NEAR(maxdiff(lg, lg2, V), 0, 1e-5);
