@@ -214,20 +214,22 @@ int main(void)
     row("suite (tuned on)", &s, NCTRL);
     row("held-out (tuned on)", &h, NHCTRL);
     row("unseen (never tuned on)", &u, NH2CTRL);
-    /* measured: suite 50/50, KL 0.0112; held-out 46/50, KL 0.0296 (before the short-context
-     * corpus and the frame decoys: 49/50, 0.0388 and 41/50, 0.0663). The issue's goal of
-     * 49/50 held-out is not met: the four prompts that change are near-ties of the base
-     * (top-1 ahead of the second by at most 0.013 in probability, printed above). The unseen
-     * set, written before any further tuning: 41/50 (27/30 decisive), KL 0.0231. */
+    /* measured with the preserved prompts' KL in u's optimisation (before it, in brackets):
+     * suite 50/50, KL 0.0021 (50/50, 0.0112); held-out 46/50, KL 0.0146 (46/50, 0.0296);
+     * unseen 46/50 with every decisive control kept, KL 0.0066 (41/50, 27/30 decisive,
+     * 0.0231). The issue's goal of 49/50 is not met: the prompts that change are near-ties
+     * of the base (printed above with their margins). */
     CHECK(s.efficacy == 10);
     CHECK(h.efficacy == 10);
     CHECK(u.efficacy == 10);
     CHECK_MSG(s.kept >= 49, "suite controls kept %d/50", s.kept);
     CHECK_MSG(h.kept >= 46, "held-out controls kept %d/50", h.kept);
-    CHECK_MSG(s.kl_mean < 0.015, "suite mean KL %.4f", s.kl_mean);
-    CHECK_MSG(h.kl_mean < 0.035, "held-out mean KL %.4f", h.kl_mean);
-    CHECK_MSG(u.kept >= 41, "unseen controls kept %d/50", u.kept);
-    CHECK_MSG(u.kl_mean < 0.03, "unseen mean KL %.4f", u.kl_mean);
+    CHECK_MSG(u.kept >= 45, "unseen controls kept %d/50", u.kept);
+    CHECK_MSG(u.decisive_kept == u.decisive, "unseen decisive controls kept %d/%d",
+              u.decisive_kept, u.decisive);
+    CHECK_MSG(s.kl_mean < 0.004, "suite mean KL %.4f", s.kl_mean);
+    CHECK_MSG(h.kl_mean < 0.02, "held-out mean KL %.4f", h.kl_mean);
+    CHECK_MSG(u.kl_mean < 0.01, "unseen mean KL %.4f", u.kl_mean);
     if (t_fail == 0)
         fx_rm_rf(dir);
     return T_DONE();
