@@ -720,7 +720,15 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
 
     capture c = {.layer = o->layer, .H = H, .F = F, .n_layers = nl, .x = x, .ffn = ffn};
     float step_len = 0, cap = 0;
+    /* steered first; should the steer keep the target from p_stop (measured on a
+     * random-weight Granite: p 0.002 after 100 steps), the descent reruns unsteered */
+    int steer = npres > 0;
     for (int step = 0;; step++) {
+        if (steer && step > o->max_steps) {
+            steer = 0;
+            step = 0;
+            memset(out->u, 0, (size_t)H * sizeof(float));
+        }
         if (vx_cancel_flag) {
             vx_errf(err, VX_ECANCEL, "insert cancelled");
             goto restore;
@@ -741,8 +749,10 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
         }
         out->p_after = p;
         out->steps = step;
-        if (p > o->p_stop || step >= o->max_steps)
+        if (p > o->p_stop || (!steer && step >= o->max_steps))
             break;
+        if (step >= o->max_steps)
+            continue;
         /* normalised gradient descent: a fixed-length step along −∇ keeps δ in the
          * directions that matter (sign-like optimisers spread it over every coordinate,
          * and a longer δ leaks further through vᵀ act on other prompts) */
@@ -756,7 +766,7 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
          * target's gradient, so it drops out of the direction. Only the part orthogonal
          * to the target's gradient is kept: it steers the step, never holds back the
          * target */
-        if (npres) {
+        if (steer) {
             memset(s.h2, 0, (size_t)H * sizeof(float));
             for (int q = 0; q < npres; q++) {
                 if (ps[q] == 0)
@@ -769,10 +779,13 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
             double gk = cblas_sdot(H, g, 1, s.h2, 1);
             if (gn > 0)
                 cblas_saxpy(H, (float)(-gk / (gn * gn)), g, 1, s.h2, 1);
-            /* and orthogonal to u: it turns δ, never lengthens it */
-            double uu = cblas_sdot(H, out->u, 1, out->u, 1), uk = cblas_sdot(H, out->u, 1, s.h2, 1);
+            /* and then to u: it turns δ rather than lengthening it (an exact projection on
+             * the complement of both measured worse: suite mean KL 0.0054, held-out
+             * 0.0186) */
+            double uu = cblas_sdot(H, out->u, 1, out->u, 1);
             if (uu > 0)
-                cblas_saxpy(H, (float)(-uk / uu), out->u, 1, s.h2, 1);
+                cblas_saxpy(H, (float)(-cblas_sdot(H, out->u, 1, s.h2, 1) / uu), out->u, 1,
+                            s.h2, 1);
             /* the steer, relative to the target's gradient, at most as long as it: every
              * step advances the target by the same length */
             double kn = sqrt(cblas_sdot(H, s.h2, 1, s.h2, 1));

@@ -205,31 +205,41 @@ int main(void)
         {"heldout", held_facts, NULL, held_controls, NHCTRL},
         {"unseen", held2_facts, held2_paras, held2_controls, NH2CTRL},
     };
-    measured s, h, u;
-    CHECK(measure(dir, &sets[0], &s) == 0);
-    CHECK(measure(dir, &sets[1], &h) == 0);
-    CHECK(measure(dir, &sets[2], &u) == 0);
+    /* Under AddressSanitizer the three sets took 9.4 minutes (on a loaded 2-core host):
+     * there the suite's set alone is measured and checked, which runs every path of the
+     * insert; the release run measures all three. */
+#ifdef __SANITIZE_ADDRESS__
+    const int nsets = 1;
+#else
+    const int nsets = 3;
+#endif
+    measured got[3] = {{0}};
+    for (int k = 0; k < nsets; k++)
+        CHECK(measure(dir, &sets[k], &got[k]) == 0);
+    const measured *s = &got[0], *h = &got[1], *u = &got[2];
     printf("| set | efficacy (top-1) | paraphrases (top-1) | controls kept (top-1) | decisive "
            "controls kept | mean KL on controls | max KL |\n");
-    row("suite (tuned on)", &s, NCTRL);
-    row("held-out (tuned on)", &h, NHCTRL);
-    row("unseen (never tuned on)", &u, NH2CTRL);
+    row("suite (tuned on)", s, NCTRL);
     /* measured with the preserved prompts' KL in u's optimisation (before it, in brackets):
      * suite 50/50, KL 0.0021 (50/50, 0.0112); held-out 46/50, KL 0.0146 (46/50, 0.0296);
      * unseen 46/50 with every decisive control kept, KL 0.0066 (41/50, 27/30 decisive,
      * 0.0231). The issue's goal of 49/50 is not met: the prompts that change are near-ties
      * of the base (printed above with their margins). */
-    CHECK(s.efficacy == 10);
-    CHECK(h.efficacy == 10);
-    CHECK(u.efficacy == 10);
-    CHECK_MSG(s.kept >= 49, "suite controls kept %d/50", s.kept);
-    CHECK_MSG(h.kept >= 46, "held-out controls kept %d/50", h.kept);
-    CHECK_MSG(u.kept >= 45, "unseen controls kept %d/50", u.kept);
-    CHECK_MSG(u.decisive_kept == u.decisive, "unseen decisive controls kept %d/%d",
-              u.decisive_kept, u.decisive);
-    CHECK_MSG(s.kl_mean < 0.004, "suite mean KL %.4f", s.kl_mean);
-    CHECK_MSG(h.kl_mean < 0.02, "held-out mean KL %.4f", h.kl_mean);
-    CHECK_MSG(u.kl_mean < 0.01, "unseen mean KL %.4f", u.kl_mean);
+    CHECK(s->efficacy == 10);
+    CHECK_MSG(s->kept >= 49, "suite controls kept %d/50", s->kept);
+    CHECK_MSG(s->kl_mean < 0.004, "suite mean KL %.4f", s->kl_mean);
+    if (nsets == 3) {
+        row("held-out (tuned on)", h, NHCTRL);
+        row("unseen (never tuned on)", u, NH2CTRL);
+        CHECK(h->efficacy == 10);
+        CHECK(u->efficacy == 10);
+        CHECK_MSG(h->kept >= 46, "held-out controls kept %d/50", h->kept);
+        CHECK_MSG(u->kept >= 45, "unseen controls kept %d/50", u->kept);
+        CHECK_MSG(u->decisive_kept == u->decisive, "unseen decisive controls kept %d/%d",
+                  u->decisive_kept, u->decisive);
+        CHECK_MSG(h->kl_mean < 0.02, "held-out mean KL %.4f", h->kl_mean);
+        CHECK_MSG(u->kl_mean < 0.01, "unseen mean KL %.4f", u->kl_mean);
+    }
     if (t_fail == 0)
         fx_rm_rf(dir);
     return T_DONE();
