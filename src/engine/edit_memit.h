@@ -13,7 +13,9 @@
  *               found by normalised gradient descent on −log p(target) with the exact
  *               forward pass (base + overlay + δ·vᵀ) and a gradient through the layers
  *               above (their FFNs and norms; attention held fixed for the gradient only;
- *               exact at the last layer);
+ *               exact at the last layer); at the last layer each step is also steered by
+ *               the gradient of the preserved prompts' KL (their output there is exactly
+ *               h_c + (vᵀk_c)·δ), the part orthogonal to the target's gradient and to δ;
  *   update    = down_proj += u vᵀ, i.e. the FFN output gains u · (vᵀ act).
  *
  * Shapes: hidden H, features F of layer L; cov is F×F row-major double. Errors are
@@ -96,10 +98,15 @@ typedef struct eng_insert_opts {
     int n_decoys;
     double decoy_weight;       /* their total weight relative to the corpus (1: equal) */
     double ridge;              /* × mean diagonal of A, added to its diagonal (1e-2) */
-    int max_steps;             /* gradient steps (60) */
+    int max_steps;             /* gradient steps (100) */
     float p_stop;              /* stop once p(target) exceeds it (0.5: top-1 for sure) */
     float step;                /* step length as a fraction of ‖h_L‖ (0.02) */
     float max_norm;            /* ‖δ‖ ≤ max_norm × ‖h_L‖ at the last position (4) */
+    const int32_t *pres_ids;   /* preserved prompts' ids back to back (with BOS) */
+    const int *pres_lens;      /* their lengths [n_pres] */
+    int n_pres;
+    double kl_weight;          /* × their mean KL(now ‖ edited) added to −log p(target);
+                                * applied when layer is the last (0: none) */
 } eng_insert_opts;
 
 typedef struct eng_insert_fact {

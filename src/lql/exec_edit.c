@@ -63,6 +63,9 @@ typedef struct edit_state {
     brw_model *bm;            /* the session's browse model, borrowed on first use */
     brw_edit_overlay *ov;     /* the replayed overlay, NULL when nothing is active */
     edit_site_cache sites[SITE_CACHE]; /* INSERT's per-site statistics, most recent first */
+    int32_t *pres_ids;        /* INSERT: preserved prompts (corpus prefixes), back to back */
+    int *pres_lens;
+    int n_pres;
 } edit_state;
 
 static void state_free(void *p)
@@ -76,6 +79,8 @@ static void state_free(void *p)
         free(es->sites[i].cov);
         free(es->sites[i].frame);
     }
+    free(es->pres_ids);
+    free(es->pres_lens);
     free(es->jpath);
     free(es->jerr);
     free(es);
@@ -541,6 +546,11 @@ static const char *const corpus_starts[] = {
 #define DECOYS 40            /* template neighbours "The {relation} of {W} is" */
 #define FRAME_DECOYS 100     /* "The {w} is": prompts of the fact's frame, any word */
 #define DECOY_WEIGHT 2.0     /* both decoy sets together, relative to the corpus */
+/* Preserved prompts: corpus prefixes whose next-token distribution steers the optimisation
+ * of u (KL, edit_memit.h) — measured (MUTATION.md): mean KL on controls 0.0296 → 0.0146
+ * held-out, 0.0112 → 0.0021 suite; 128 prompts gained 0.001 more for twice the cost. */
+#define PRESERVED 64
+#define KL_WEIGHT 1e5
 
 /* The activation covariance of an edit site (a dense layer, or a routed expert of a MoE
  * layer) and its frame decoys, once per binding and site. */
@@ -563,11 +573,36 @@ static int layer_cov(edit_state *es, eng_model *m, int layer, int expert, const 
                              CORPUS_SEQS, CORPUS_LEN, CORPUS_SEED, &ids, &lens, &ve) ||
              eng_edit_covariance(m, layer, expert, ids, lens, CORPUS_SEQS, &cov, &count, &ve) ||
              eng_edit_frame_decoys(m, layer, expert, FRAME_DECOYS, &frame, &nf, &ve);
+    /* preserved prompts (once per binding, whatever the site): prefixes of spread corpus
+     * texts, 3 to 9 tokens long */
+    const int npres = es->pres_ids ? 0 : PRESERVED;
+    int32_t *pids = rc || !npres ? NULL : malloc((size_t)(npres * 9 + 1) * sizeof *pids);
+    int *plens = rc || !npres ? NULL : malloc((size_t)(npres + 1) * sizeof *plens);
+    if (!rc && npres && (!pids || !plens))
+        rc = vx_errf(&ve, VX_ENOMEM, "out of memory");
+    size_t used = 0;
+    int q = 0;
+    for (int i = 0, off = 0; !rc && q < npres && i < CORPUS_SEQS; off += lens[i++]) {
+        if (i % (CORPUS_SEQS / npres))
+            continue;
+        int len = 3 + q % 7 < lens[i] ? 3 + q % 7 : lens[i];
+        memcpy(pids + used, ids + off, (size_t)len * sizeof *pids);
+        used += (size_t)len;
+        plens[q++] = len;
+    }
     free(ids);
     free(lens);
     if (rc) {
         free(cov);
+        free(frame);
+        free(pids);
+        free(plens);
         return lql_err_vx(e, &ve, &st->at);
+    }
+    if (npres) {
+        es->pres_ids = pids;
+        es->pres_lens = plens;
+        es->n_pres = q;
     }
     free(es->sites[SITE_CACHE - 1].cov);
     free(es->sites[SITE_CACHE - 1].frame);
@@ -1343,7 +1378,8 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         }
         eng_overlay trial = {base ? base->edits : NULL, base ? base->n_edits : 0, lrs, nbase + j};
         eng_insert_opts io = {layer, site, tids[j], sc->cov, keys, nk, decoys, nd, DECOY_WEIGHT,
-                              1e-2, 60, (float)conf, 0.02f, 4.0f};
+                              1e-2, 100, (float)conf, 0.02f, 4.0f, es->pres_ids, es->pres_lens,
+                              es->n_pres, KL_WEIGHT};
         eng_model_set_overlay(m, &trial);
         int ir = eng_edit_insert(m, seq, (int)(n + j), &io, &fx[j], &ve);
         eng_model_set_overlay(m, base);

@@ -191,8 +191,8 @@ static void moe_deepseek(const char *dir)
  * A DELETE of features 64-66 of layer 1 (F 768, H 256): in q8_0, their columns share one
  * 32-wide block of each of down_proj's 256 rows and their gate rows are 8 blocks each, so
  * 256 + 24 = 280 of the two tensors' 12288 blocks change. A rank-1 INSERT at layer 3
- * changes all 6144 blocks of its down_proj, 6041 of them to new bytes (in the other 103 the
- * change is below half a quantisation step). Byte comparison agrees with both counts. */
+ * changes all 6144 blocks of its down_proj, about 6040 of them to new bytes (in the others
+ * the change is below half a quantisation step). Byte comparison agrees with both counts. */
 static void quant_q8(const char *dir)
 {
     CHECK_MSG(lql(dir, "EXTRACT MODEL \\\"" TINY "\\\" INTO \\\"tq.vindex3\\\" WITH INFERENCE; "
@@ -207,9 +207,15 @@ static void quant_q8(const char *dir)
     CHECK(blocks_differ == 280);
     static const char *const ins[] = {"layers.3.ffn.down_proj"};
     edit_compile(dir, "tq", "PROFILE \\\"q8_0\\\"", ZORB, "tq-ins.vindex3", ins, 2, 1);
+    /* a rank-1 update moves every block of down_proj; how many round back to their old
+     * bytes depends on the update's exact values, so the note and the bytes must agree */
     CHECK_HAS(out, "6144 of 6144 blocks of the edited block-quantised tensors changed and were "
-                   "quantised again (6041 of them to new bytes");
-    CHECK_MSG(blocks_differ == 6041, "%zu blocks differ", blocks_differ);
+                   "quantised again (");
+    const char *q = strstr(out, "quantised again (");
+    size_t said = 0;
+    CHECK(q && sscanf(q, "quantised again (%zu of them to new bytes", &said) == 1);
+    CHECK_MSG(blocks_differ == said && said > 6000, "%zu blocks differ, the note says %zu",
+              blocks_differ, said);
 }
 
 int main(void)

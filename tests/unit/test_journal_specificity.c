@@ -1,13 +1,16 @@
 /*
  * test_journal_specificity.c — what INSERT costs the rest of the model, measured through
- * the statement itself on the tiny Llama model, on two sets: the suite's (the set the
- * method was tuned on, test_journal_facts.h) and a held-out one (test_journal_heldout.h).
+ * the statement itself on the tiny Llama model, on three sets: the suite's and the first
+ * held-out one (test_journal_facts.h, test_journal_heldout.h: the method was tuned on
+ * them) and the unseen one (test_journal_heldout2.h, never tuned on).
  * For each set the ten facts are inserted one after another by `lql` into a journal; the
  * journal is then replayed (the overlay INFER applies) and, against the base model:
  *   efficacy     — each fact's canonical prompt answers its target top-1;
- *   paraphrase   — the fact asked two other ways (para_templates) answers it top-1;
- *   specificity  — the set's fifty unrelated prompts keep their base top-1, and the mean
- *                  KL(base ‖ edited) of their next-token distributions.
+ *   paraphrase   — the fact asked two other ways (para_templates, or the set's own
+ *                  wording) answers it top-1;
+ *   specificity  — the set's fifty unrelated prompts keep their base top-1 (also counted
+ *                  over the decisive ones: base top-1 ahead of the second by ≥ 0.01), and
+ *                  the mean KL(base ‖ edited) of their next-token distributions.
  * Prints the table MUTATION.md reports and pins what was measured (bounds at the checks).
  */
 #include "browse.h"
@@ -19,6 +22,7 @@
 #include "test_journal_facts.h"
 #include "test_journal_fx.h"
 #include "test_journal_heldout.h"
+#include "test_journal_heldout2.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -70,14 +74,25 @@ static int32_t first_token(eng_model *m, const char *target)
 }
 
 typedef struct measured {
-    int efficacy, paraphrase, kept;
+    int efficacy, paraphrase, kept, decisive, decisive_kept;
     double kl_mean, kl_max;
 } measured;
 
+/* A testbed: ten facts, their paraphrases (NULL: para_templates), the controls. */
+typedef struct testset {
+    const char *name;
+    const char *const (*facts)[3];
+    const char *const (*paras)[NPARA];
+    const char *const *ctrl;
+    int nctrl;
+} testset;
+
 /* Insert the set's facts with lql into journal j, replay it, measure. */
-static int measure(const char *dir, const char *name, const char *const (*fs)[3],
-                   const char *const *ctrl, int nctrl, measured *out)
+static int measure(const char *dir, const testset *ts, measured *out)
 {
+    const char *name = ts->name, *const *ctrl = ts->ctrl;
+    const char *const (*fs)[3] = ts->facts;
+    const int nctrl = ts->nctrl;
     char base[2200], j[2300];
     snprintf(base, sizeof base, "%s/base.vindex3", dir);
     snprintf(j, sizeof j, "%s/%s.lqljournal", dir, name);
@@ -121,15 +136,18 @@ static int measure(const char *dir, const char *name, const char *const (*fs)[3]
         for (int v = 0; v < V; v++)
             if (pb[v] > 0)
                 kl += pb[v] * (log(pb[v]) - log(fmax(pe[v], 1e-300)));
+        /* how close the base's own top two were */
+        double second = 0;
+        for (int v = 0; v < V; v++)
+            if (v != tb)
+                second = fmax(second, pb[v]);
+        int decisive = pb[tb] - second >= 0.01;
         out->kept += tb == te;
+        out->decisive += decisive;
+        out->decisive_kept += decisive && tb == te;
         out->kl_mean += kl / nctrl;
         out->kl_max = fmax(out->kl_max, kl);
         if (tb != te) {
-            /* how close the base's own top two were */
-            double second = 0;
-            for (int v = 0; v < V; v++)
-                if (v != tb)
-                    second = fmax(second, pb[v]);
             printf("  %s: control changed: \"%s\" (KL %.4f; base top-1 p %.4f, margin over "
                    "the second %.4f)\n", name, ctrl[i], kl, pb[tb], pb[tb] - second);
         }
@@ -147,7 +165,10 @@ static int measure(const char *dir, const char *name, const char *const (*fs)[3]
             char para[256];
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
-            snprintf(para, sizeof para, para_templates[q], fs[f][0], fs[f][1]);
+            if (ts->paras)
+                snprintf(para, sizeof para, "%s", ts->paras[f][q]);
+            else
+                snprintf(para, sizeof para, para_templates[q], fs[f][0], fs[f][1]);
 #pragma GCC diagnostic pop
             ok = dist(m, para, pe) == t;
             out->paraphrase += ok;
@@ -167,30 +188,58 @@ static int measure(const char *dir, const char *name, const char *const (*fs)[3]
     return 0;
 }
 
+static void row(const char *label, const measured *x, int nctrl)
+{
+    printf("| %s | %d/10 | %d/%d | %d/%d | %d/%d | %.4f | %.4f |\n", label, x->efficacy,
+           x->paraphrase, 10 * NPARA, x->kept, nctrl, x->decisive_kept, x->decisive,
+           x->kl_mean, x->kl_max);
+}
+
 int main(void)
 {
     char dir[2048], base[2100];
     if (fx_tiny_dir("h13-specificity", dir, base))
         return 1;
-    measured s, h;
-    CHECK(measure(dir, "suite", facts, controls, NCTRL, &s) == 0);
-    CHECK(measure(dir, "heldout", held_facts, held_controls, NHCTRL, &h) == 0);
-    printf("| set | efficacy (top-1) | paraphrases (top-1) | controls kept (top-1) | mean KL "
-           "on controls | max KL |\n");
-    printf("| suite (tuned on) | %d/10 | %d/%d | %d/%d | %.4f | %.4f |\n", s.efficacy,
-           s.paraphrase, 10 * NPARA, s.kept, NCTRL, s.kl_mean, s.kl_max);
-    printf("| held-out | %d/10 | %d/%d | %d/%d | %.4f | %.4f |\n", h.efficacy, h.paraphrase,
-           10 * NPARA, h.kept, NHCTRL, h.kl_mean, h.kl_max);
-    /* measured: suite 50/50, KL 0.0112; held-out 46/50, KL 0.0296 (before the short-context
-     * corpus and the frame decoys: 49/50, 0.0388 and 41/50, 0.0663). The issue's goal of
-     * 49/50 held-out is not met: the four prompts that change are near-ties of the base
-     * (top-1 ahead of the second by at most 0.013 in probability, printed above). */
-    CHECK(s.efficacy == 10);
-    CHECK(h.efficacy == 10);
-    CHECK_MSG(s.kept >= 49, "suite controls kept %d/50", s.kept);
-    CHECK_MSG(h.kept >= 46, "held-out controls kept %d/50", h.kept);
-    CHECK_MSG(s.kl_mean < 0.015, "suite mean KL %.4f", s.kl_mean);
-    CHECK_MSG(h.kl_mean < 0.035, "held-out mean KL %.4f", h.kl_mean);
+    const testset sets[3] = {
+        {"suite", facts, NULL, controls, NCTRL},
+        {"heldout", held_facts, NULL, held_controls, NHCTRL},
+        {"unseen", held2_facts, held2_paras, held2_controls, NH2CTRL},
+    };
+    /* Under AddressSanitizer the three sets took 9.4 minutes (on a loaded 2-core host):
+     * there the suite's set alone is measured and checked, which runs every path of the
+     * insert; the release run measures all three. */
+#ifdef __SANITIZE_ADDRESS__
+    const int nsets = 1;
+#else
+    const int nsets = 3;
+#endif
+    measured got[3] = {{0}};
+    for (int k = 0; k < nsets; k++)
+        CHECK(measure(dir, &sets[k], &got[k]) == 0);
+    const measured *s = &got[0], *h = &got[1], *u = &got[2];
+    printf("| set | efficacy (top-1) | paraphrases (top-1) | controls kept (top-1) | decisive "
+           "controls kept | mean KL on controls | max KL |\n");
+    row("suite (tuned on)", s, NCTRL);
+    /* measured with the preserved prompts' KL in u's optimisation (before it, in brackets):
+     * suite 50/50, KL 0.0021 (50/50, 0.0112); held-out 46/50, KL 0.0146 (46/50, 0.0296);
+     * unseen 46/50 with every decisive control kept, KL 0.0066 (41/50, 27/30 decisive,
+     * 0.0231). The issue's goal of 49/50 is not met: the prompts that change are near-ties
+     * of the base (printed above with their margins). */
+    CHECK(s->efficacy == 10);
+    CHECK_MSG(s->kept >= 49, "suite controls kept %d/50", s->kept);
+    CHECK_MSG(s->kl_mean < 0.004, "suite mean KL %.4f", s->kl_mean);
+    if (nsets == 3) {
+        row("held-out (tuned on)", h, NHCTRL);
+        row("unseen (never tuned on)", u, NH2CTRL);
+        CHECK(h->efficacy == 10);
+        CHECK(u->efficacy == 10);
+        CHECK_MSG(h->kept >= 46, "held-out controls kept %d/50", h->kept);
+        CHECK_MSG(u->kept >= 45, "unseen controls kept %d/50", u->kept);
+        CHECK_MSG(u->decisive_kept == u->decisive, "unseen decisive controls kept %d/%d",
+                  u->decisive_kept, u->decisive);
+        CHECK_MSG(h->kl_mean < 0.02, "held-out mean KL %.4f", h->kl_mean);
+        CHECK_MSG(u->kl_mean < 0.01, "unseen mean KL %.4f", u->kl_mean);
+    }
     if (t_fail == 0)
         fx_rm_rf(dir);
     return T_DONE();
