@@ -21,6 +21,7 @@
  * last round).
  */
 #include "browse.h"
+#include "child_cost.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -28,10 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 static const struct geom {
@@ -43,75 +41,27 @@ static const struct geom {
     {"3b", 3200, 26, 32, 32, 8640},
 };
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static double load1(void)
 {
     double ld[3];
     return getloadavg(ld, 3) < 0 ? -1 : ld[0];
 }
 
-typedef struct step {
-    double wall, cpu;
-    uint64_t rss;
-} step;
-
-/* Run one step in a child: mode 0 cp + sha256sum, 1 plain encode, 2 encode with down-meta. */
-static int run(int mode, const char *src, const char *out, step *r)
+/* One step: 0 cp + sha256sum, 1 plain encode, 2 encode with down-meta; out removed first. */
+static int run(int mode, const char *src, const char *out, child_cost *r)
 {
     char cmd[5000];
     snprintf(cmd, sizeof cmd, "rm -rf '%.1090s'", out);
     if (system(cmd) != 0) return -1;
-    double t0 = now();
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (mode == 0) {
-            snprintf(cmd, sizeof cmd, "mkdir -p '%.1090s' && cp '%.1090s'/* '%.1090s'/ && sha256sum '%.1090s'/* >/dev/null",
-                     out, src, out, out);
-            execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-            _exit(127);
-        }
-        vx_encode_opts o;
-        vx_encode_opts_init(&o);
-        if (mode == 2) {
-            o.finish = brw_encode_finish;
-            o.finish_ctx = &o;
-        }
-        vx_err err = {0};
-        if (vx_encode(src, out, &o, &err) != 0) {
-            fprintf(stderr, "encode: %s\n", err.msg);
-            _exit(1);
-        }
-        _exit(0);
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    if (mode == 2) {
+        o.finish = brw_encode_finish;
+        o.finish_ctx = &o;
     }
-    int status = 0;
-    struct rusage ru;
-    if (pid < 0 || wait4(pid, &status, 0, &ru) < 0 || !WIFEXITED(status) || WEXITSTATUS(status))
-        return -1;
-    r->wall = now() - t0;
-    r->cpu = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
-             (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
-    r->rss = (uint64_t)ru.ru_maxrss * 1024;
-    return 0;
-}
-
-/* Bytes of the checkpoint's files (what cp copies). */
-static uint64_t dir_bytes(const char *dir)
-{
-    char cmd[PATH_MAX + 32];
-    snprintf(cmd, sizeof cmd, "du -sbL '%s'", dir);
-    FILE *p = popen(cmd, "r");
-    unsigned long long n = 0;
-    if (p) {
-        if (fscanf(p, "%llu", &n) != 1) n = 0;
-        pclose(p);
-    }
-    return n;
+    snprintf(cmd, sizeof cmd, "mkdir -p '%.1090s' && cp '%.1090s'/* '%.1090s'/ && sha256sum '%.1090s'/* >/dev/null",
+             out, src, out, out);
+    return child_run(src, out, &o, mode == 0 ? cmd : NULL, r);
 }
 
 int main(int argc, char **argv)
@@ -152,12 +102,12 @@ int main(int argc, char **argv)
         snprintf(cmd, sizeof cmd, "'%s/mkfixture' --family llama --hidden %d --layers %d --heads %d "
                  "--kv-heads %d --inter %d --vocab 32000 --ctx 2048 --dtype bf16 --seed 7 -o '%s'",
                  dirname(self), g->hidden, g->layers, g->heads, g->kv, g->inter, src);
-        double t0 = now();
+        double t0 = cc_now();
         if (system(cmd) != 0) {
             fprintf(stderr, "encode: generating the checkpoint failed: %s\n", cmd);
             return 1;
         }
-        printf("generated %s in %.1f s\n", src, now() - t0);
+        printf("generated %s in %.1f s\n", src, cc_now() - t0);
     }
     static const char *label[3] = {"cp+sha256", "plain", "meta"};
     for (int k = 0; k < 3; k++) snprintf(out[k], sizeof out[k], "%s/out-%s", dir, label[k]);
@@ -167,7 +117,7 @@ int main(int argc, char **argv)
     printf("%5s %-10s %6s %8s %8s %9s %10s\n", "round", "step", "load", "wall s", "cpu s", "MiB/s",
            "peak RSS");
     for (int r = 0; r < rounds; r++) {
-        step s[3];
+        child_cost s[3];
         double ld[3];
         for (int k = 0; k < 3; k++) {
             ld[k] = load1();
