@@ -11,6 +11,7 @@
  * 256 MiB + one tensor. Prints ratios, asserts nothing.
  */
 #include "st.h"
+#include "child_cost.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -18,59 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static uint64_t dir_bytes(const char *dir)
-{
-    char cmd[PATH_MAX + 32];
-    snprintf(cmd, sizeof cmd, "du -sb '%s'", dir);
-    FILE *p = popen(cmd, "r");
-    unsigned long long n = 0;
-    if (p) {
-        if (fscanf(p, "%llu", &n) != 1)
-            n = 0;
-        pclose(p);
-    }
-    return n;
-}
-
-/* Encode in a child; returns its peak RSS in bytes (0 on failure), the wall time and the
- * CPU time (user + system; the machine is shared, so wall time includes waiting). */
-static uint64_t run(const char *src, const char *out, int dtype, double *secs, double *cpu)
-{
-    double t0 = now();
-    pid_t pid = fork();
-    if (pid == 0) {
-        vx_encode_opts o;
-        vx_encode_opts_init(&o);
-        o.dtype = dtype;
-        vx_err err = {0};
-        if (vx_encode(src, out, &o, &err) < 0) {
-            fprintf(stderr, "encode_rss: %s\n", err.msg);
-            _exit(1);
-        }
-        _exit(0);
-    }
-    int status = 0;
-    struct rusage ru;
-    if (pid < 0 || wait4(pid, &status, 0, &ru) < 0 || !WIFEXITED(status) || WEXITSTATUS(status))
-        return 0;
-    *secs = now() - t0;
-    *cpu = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
-           (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
-    return (uint64_t)ru.ru_maxrss * 1024;
-}
 
 int main(int argc, char **argv)
 {
@@ -96,12 +46,12 @@ int main(int argc, char **argv)
         snprintf(cmd, sizeof cmd, "'%s/mkfixture' --family llama --hidden 2048 --layers 22 --heads 32 "
                  "--kv-heads 4 --inter 5632 --vocab 32000 --ctx 2048 --dtype bf16 --seed 7 -o '%s'",
                  dirname(self), src);
-        double t0 = now();
+        double t0 = cc_now();
         if (system(cmd) != 0) {
             fprintf(stderr, "encode_rss: generating the checkpoint failed: %s\n", cmd);
             return 1;
         }
-        printf("generated %s in %.1f s\n", src, now() - t0);
+        printf("generated %s in %.1f s\n", src, cc_now() - t0);
     }
     st_model *m;
     vx_err err = {0};
@@ -139,17 +89,20 @@ int main(int argc, char **argv)
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", out);
         if (system(cmd) != 0)
             return 1;
-        double secs = 0, cpu = 0;
-        uint64_t rss = run(src, out, modes[k].dtype, &secs, &cpu);
-        if (!rss) {
+        vx_encode_opts o;
+        vx_encode_opts_init(&o);
+        o.dtype = modes[k].dtype;
+        child_cost cc;
+        if (child_run(src, out, &o, NULL, &cc) != 0) {
             fprintf(stderr, "encode_rss: %s failed\n", modes[k].label);
             return 1;
         }
         uint64_t lout = lparams * modes[k].elem, budget = (256ull << 20) + lout;
         uint64_t bytes = dir_bytes(out);
-        printf("%-24s %8.1f %8.1f %9.2f %8.1f MiB %10.1f MiB %12.1f MiB %10.2f\n", modes[k].label, secs,
-               cpu, (double)bytes / 1e9 / cpu, (double)rss / 1048576.0, (double)lout / 1048576.0,
-               (double)budget / 1048576.0, (double)rss / (double)budget);
+        printf("%-24s %8.1f %8.1f %9.2f %8.1f MiB %10.1f MiB %12.1f MiB %10.2f\n", modes[k].label,
+               cc.wall, cc.cpu, (double)bytes / 1e9 / cc.cpu, (double)cc.rss / 1048576.0,
+               (double)lout / 1048576.0, (double)budget / 1048576.0,
+               (double)cc.rss / (double)budget);
         if (!keep && system(cmd) != 0)
             return 1;
     }

@@ -4,19 +4,25 @@
  * final norm), keeping the top BRW_DOWN_TOP_K (id, logit) pairs; then records the layer
  * bands in index.json.
  *
- * This is 2·vocab·hidden·features·layers flops (16 TFLOP for a 1.1B Llama), so it runs in
- * two passes per chunk of FC features:
- *   1. the whole vocabulary is scored by the engine's matrix door (eng_matmul_rows: E read
- *      in place in its stored dtype, the chunk's down columns as the FC activation rows;
- *      the AMX or AVX-512 prefill GEMM at f32 accuracy, on the engine's thread pool), one
- *      vocabulary tile at a time, keeping CAND candidates per feature;
- *   2. the candidates are rescored one row at a time (eng_row_dot, exact weights, f32),
- *      and the best BRW_DOWN_TOP_K of them are written.
- * Layers stream one at a time, chunks one after the other (each product is parallel).
+ * The record is defined by the exact pass: the top k of eng_row_dot(E[v], down[:, f])
+ * (exact weights, f32) over every v, by (logit desc, id asc). Computing that for every v
+ * is 2·vocab·hidden·features·layers flops (16 TFLOP for a 1.1B Llama), so each chunk of
+ * FC features runs two passes that give the same records:
+ *   1. screen: the whole vocabulary is scored by a fast product with a proven error bound
+ *      B per feature — the engine's bf16 product (eng_matmul_bf16: E and the columns
+ *      rounded to bf16, pair products exact, f32 sums) where the CPU has AVX512-BF16, else
+ *      its f32 matrix door (eng_matmul_rows). A token can be in the exact top k only if its
+ *      screened score reaches t − 2(B + R), t the k-th best screened score so far and R the
+ *      bound of the exact pass's own rounding; every such token is a candidate.
+ *   2. the candidates are rescored by the exact pass and the best k written.
+ * B covers the bf16 rounding of both operands (‖e' − e‖·‖d'‖ + ‖e‖·‖d' − d‖, zero for a
+ * bf16 checkpoint), the f32 summation (eng_sum_gamma) and denormal flushing; it uses the
+ * largest embedding row norms, so one threshold serves a feature's whole scan.
  */
 #include "brw_int.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,29 +30,8 @@
 #include <immintrin.h>
 
 #define FC 256          /* features per chunk */
-#define CAND 16         /* candidates per feature kept by the first pass */
 #define VTILE 4096      /* vocabulary rows per product */
-
-/* Insert (id, x) into a descending list of current length *n (capacity k). Ties keep the
- * earlier (lower) id. */
-static inline void topk_insert(int32_t *ids, float *val, int *n, int k, int32_t id, float x)
-{
-    int i = *n;
-    if (i == k) {
-        if (!(x > val[k - 1]))
-            return;
-        i = k - 1;
-    } else {
-        (*n)++;
-    }
-    while (i > 0 && x > val[i - 1]) {
-        val[i] = val[i - 1];
-        ids[i] = ids[i - 1];
-        i--;
-    }
-    val[i] = x;
-    ids[i] = id;
-}
+#define K BRW_DOWN_TOP_K
 
 static void put32(uint8_t *p, uint32_t v)
 {
@@ -71,16 +56,31 @@ typedef struct dm_chunk {
     int nb;
 } dm_chunk;
 
+/* One feature's candidates: every screened score that reached its threshold. */
+typedef struct dm_cands {
+    int32_t *id;
+    float *val;
+    int n, cap;
+} dm_cands;
+
 /* The scratch of the pass: one chunk at a time. */
 typedef struct dm_worker {
     const brw_shape *s;
     uint8_t *rec;            /* the layer's records [features, record bytes] */
     size_t rb;
     float *dcol;             /* [FC, hidden] the chunk's down columns, feature-major */
-    float *cbuf;             /* [FC, VTILE] logits of one vocabulary tile */
-    int32_t *cid;            /* [FC, CAND] */
-    float *cval;
-    int *cn;
+    uint16_t *xb;            /* [FC, hidden] the same rounded to bf16 (bf16 screen) */
+    float *cbuf;             /* [FC, VTILE] screened logits of one vocabulary tile */
+    double *margin;          /* [FC] 2(B + R) */
+    float *thr;              /* [FC] the current admission threshold */
+    float *top;              /* [FC, K] the k best screened scores so far, descending */
+    int *tn;
+    dm_cands *cand;          /* [FC] */
+    /* the embedding as the screen reads it: bf16 rows (in place, or a rounded copy) */
+    int bf16;
+    const uint8_t *eb;
+    uint16_t *eb_copy;
+    double e_max, eb_max, de_max;  /* largest ‖e‖, ‖e'‖, ‖e' − e‖ over the rows */
 } dm_worker;
 
 /* Load the chunk's down columns into w->dcol as f32, feature-major. */
@@ -115,30 +115,201 @@ static void load_cols(dm_worker *w, const dm_chunk *ch)
     }
 }
 
+/* f32 → bf16 as vdpbf16ps sees it: rounded to nearest even, subnormals flushed to zero (the
+ * instruction would treat them as zero anyway; flushing here puts that in the bound). */
+static uint16_t to_bf16(float x, float *back)
+{
+    uint16_t h = vx_f32_to_bf16(x);
+    if (!(h & 0x7f80u)) h &= 0x8000u;
+    *back = vx_bf16_to_f32(h);
+    return h;
+}
+
+/* ‖x‖, ‖x'‖ and ‖x' − x‖ of a row, x' its rounding to bf16 (written to xb) or x itself when
+ * xb is NULL (the row is screened as stored). */
+static void round_row(const float *x, int n, uint16_t *xb, double nrm[3])
+{
+    double nx = 0, nb = 0, nd = 0;
+    for (int i = 0; i < n; i++) {
+        float b = x[i];
+        if (xb) xb[i] = to_bf16(x[i], &b);
+        nx += (double)x[i] * x[i];
+        nb += (double)b * b;
+        nd += ((double)b - x[i]) * ((double)b - x[i]);
+    }
+    nrm[0] = sqrt(nx);
+    nrm[1] = sqrt(nb);
+    nrm[2] = sqrt(nd);
+}
+
+/* The embedding's row norms (and its bf16 copy when it is not stored as bf16). */
+static int prepare_embed(dm_worker *w, vx_err *err)
+{
+    const brw_shape *s = w->s;
+    const vx_tensor *E = s->embed;
+    const int H = s->hidden;
+    const size_t esz = E->dtype == VX_F32 ? 4 : 2;
+    float *row = malloc((size_t)H * sizeof *row);
+    if (!row) return vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
+    w->bf16 = eng_bf16_dot_ready() && H % 2 == 0;
+    if (w->bf16 && E->dtype != VX_BF16 &&
+        !(w->eb_copy = malloc((size_t)s->vocab * (size_t)H * sizeof *w->eb_copy))) {
+        free(row);
+        return vx_errf(err, VX_ENOMEM, "down_meta: out of memory for the embedding's bf16 copy");
+    }
+    w->eb = w->eb_copy ? (const uint8_t *)w->eb_copy : (const uint8_t *)E->data;
+    for (int v = 0; v < s->vocab; v++) {
+        vx_row_to_f32(E->dtype, (const uint8_t *)E->data + (size_t)v * (size_t)H * esz, row,
+                      (size_t)H);
+        double nrm[3];
+        round_row(row, H, w->eb_copy ? w->eb_copy + (size_t)v * (size_t)H : NULL, nrm);
+        w->e_max = fmax(w->e_max, nrm[0]);
+        w->eb_max = fmax(w->eb_max, nrm[1]);
+        w->de_max = fmax(w->de_max, nrm[2]);
+    }
+    free(row);
+    return 0;
+}
+
+/* Round the chunk's columns for the screen and set each feature's margin 2(B + R). */
+static void prepare_chunk(dm_worker *w, const dm_chunk *ch)
+{
+    const int H = w->s->hidden;
+    for (int j = 0; j < ch->nb; j++) {
+        double nrm[3], B;
+        round_row(w->dcol + (size_t)j * (size_t)H, H, w->bf16 ? w->xb + (size_t)j * (size_t)H : NULL,
+                  nrm);
+        const double nd = nrm[0], nb = nrm[1], dd = nrm[2];
+        if (w->bf16)
+            B = eng_sum_gamma(H) * w->eb_max * nb + w->de_max * nb + w->e_max * dd +
+                eng_bf16_sum_slack(H, nb, w->eb_max);
+        else   /* f32 products (AMX's split activations: 2^-20 for a part's underflow) */
+            B = (eng_sum_gamma(H + 64) + ldexp(1.0, -20)) * w->e_max * nd +
+                eng_bf16_sum_slack(H, nd, w->e_max);
+        const double R = eng_sum_gamma(H + 32) * w->e_max * nd + eng_bf16_sum_slack(H, nd, w->e_max);
+        /* the norms were summed in double: 2^-20 more covers their own rounding */
+        double m = 2 * (B + R) * (1 + ldexp(1.0, -20));
+        w->margin[j] = isfinite(m) ? m : INFINITY;
+        w->thr[j] = -INFINITY;
+        w->tn[j] = 0;
+        w->cand[j].n = 0;
+    }
+}
+
+/* The largest float not above t (−∞ when t is not a number: admit everything). */
+static float floor_f32(double t)
+{
+    if (isnan(t)) return -INFINITY;
+    float f = (float)t;
+    return (double)f > t ? nextafterf(f, -INFINITY) : f;
+}
+
+static int cand_push(dm_cands *c, float thr, int32_t id, float val)
+{
+    if (c->n == c->cap) {
+        /* drop what the threshold has passed since it was admitted; grow if that is little */
+        int n = 0;
+        for (int i = 0; i < c->n; i++)
+            if (c->val[i] >= thr) {
+                c->id[n] = c->id[i];
+                c->val[n++] = c->val[i];
+            }
+        c->n = n;
+        if (n >= c->cap / 2) {
+            int cap = c->cap ? 2 * c->cap : 64;
+            int32_t *id2 = realloc(c->id, (size_t)cap * sizeof *id2);
+            if (id2) c->id = id2;
+            float *val2 = id2 ? realloc(c->val, (size_t)cap * sizeof *val2) : NULL;
+            if (!val2) return -1;
+            c->val = val2;
+            c->cap = cap;
+        }
+    }
+    c->id[c->n] = id;
+    c->val[c->n++] = val;
+    return 0;
+}
+
+/* Admit feature j's screened scores of one vocabulary tile. */
+static int scan_row(dm_worker *w, int j, const float *row, int v0, int vt)
+{
+    float *top = w->top + (size_t)j * K, thr = w->thr[j];
+    int *tn = &w->tn[j];
+    for (int c0 = 0; c0 < vt; c0 += 8) {
+        /* most blocks hold nothing at the threshold: test 8 at once */
+        if (c0 + 8 <= vt &&
+            !_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(row + c0), _mm256_set1_ps(thr),
+                                              _CMP_GE_OQ)))
+            continue;
+        for (int v = c0; v < c0 + 8 && v < vt; v++) {
+            const float a = row[v];
+            if (!(a >= thr)) continue;
+            if (*tn < K || a > top[K - 1]) {
+                int i = *tn < K ? (*tn)++ : K - 1;
+                while (i > 0 && a > top[i - 1]) {
+                    top[i] = top[i - 1];
+                    i--;
+                }
+                top[i] = a;
+                if (*tn == K) thr = floor_f32((double)top[K - 1] - w->margin[j]);
+            }
+            if (a >= thr && cand_push(&w->cand[j], thr, v0 + v, a) != 0) return -1;
+        }
+    }
+    w->thr[j] = thr;
+    return 0;
+}
+
+/* Screen the chunk's features over the whole vocabulary. */
+static int screen_chunk(dm_worker *w, const dm_chunk *ch)
+{
+    const brw_shape *s = w->s;
+    const vx_tensor *E = s->embed;
+    const int H = s->hidden, V = s->vocab;
+    const size_t esz = E->dtype == VX_F32 ? 4 : 2;
+    for (int v0 = 0; v0 < V; v0 += VTILE) {
+        const int vt = V - v0 < VTILE ? V - v0 : VTILE;
+        if (!w->bf16)
+            eng_matmul_rows(E->dtype, (const uint8_t *)E->data + (size_t)v0 * H * esz, vt, H,
+                            (size_t)H * esz, w->dcol, ch->nb, w->cbuf);
+        else if (eng_matmul_bf16(w->eb + (size_t)v0 * (size_t)H * 2, vt, H, (size_t)H * 2, w->xb,
+                                 ch->nb, w->cbuf) != 0)
+            return -1;   /* out of memory (its other refusals were checked at prepare_embed) */
+        for (int j = 0; j < ch->nb; j++)
+            if (scan_row(w, j, w->cbuf + (size_t)j * (size_t)vt, v0, vt) != 0) return -1;
+    }
+    return 0;
+}
+
 /* Rescore each feature's candidates exactly and write its record. */
 static void rescore(dm_worker *w, const dm_chunk *ch)
 {
     const brw_shape *s = w->s;
-    int H = s->hidden, k = BRW_DOWN_TOP_K;
-    size_t esz = s->embed->dtype == VX_F32 ? 4 : 2;
+    const int H = s->hidden;
+    const size_t esz = s->embed->dtype == VX_F32 ? 4 : 2;
     for (int j = 0; j < ch->nb; j++) {
-        int32_t ids[CAND];
-        float val[CAND];
+        const dm_cands *c = &w->cand[j];
+        int32_t ids[K];
+        float val[K];
         int n = 0;
-        for (int c = 0; c < w->cn[j]; c++) {
-            int32_t id = w->cid[(size_t)j * CAND + c];
-            float x = eng_row_dot(s->embed->dtype,
-                                  (const uint8_t *)s->embed->data + (size_t)id * (size_t)H * esz,
-                                  w->dcol + (size_t)j * (size_t)H, H);
-            /* insert by (value desc, id asc) so equal logits order by id */
-            int i = n++;
-            while (i > 0 && (x > val[i - 1] || (x == val[i - 1] && id < ids[i - 1]))) {
-                val[i] = val[i - 1];
-                ids[i] = ids[i - 1];
-                i--;
+        for (int i = 0; i < c->n; i++) {
+            /* admitted under an earlier threshold; the final one holds for the whole scan */
+            if (!(c->val[i] >= w->thr[j])) continue;
+            const int32_t id = c->id[i];
+            const float x = eng_row_dot(s->embed->dtype,
+                                        (const uint8_t *)s->embed->data +
+                                            (size_t)id * (size_t)H * esz,
+                                        w->dcol + (size_t)j * (size_t)H, H);
+            /* (value desc, id asc): equal logits order by id */
+            if (n == K && !(x > val[K - 1] || (x == val[K - 1] && id < ids[K - 1]))) continue;
+            int p = n < K ? n++ : K - 1;
+            while (p > 0 && (x > val[p - 1] || (x == val[p - 1] && id < ids[p - 1]))) {
+                val[p] = val[p - 1];
+                ids[p] = ids[p - 1];
+                p--;
             }
-            val[i] = x;
-            ids[i] = id;
+            val[p] = x;
+            ids[p] = id;
         }
         uint8_t *r = w->rec + (size_t)(ch->part->first + ch->f0 + j) * w->rb;
         memset(r, 0, w->rb);
@@ -146,41 +317,9 @@ static void rescore(dm_worker *w, const dm_chunk *ch)
             continue;
         put32(r, (uint32_t)ids[0]);
         putf(r + 4, val[0]);
-        for (int t = 0; t < n && t < k; t++) {
+        for (int t = 0; t < n; t++) {
             put32(r + 8 + 8 * t, (uint32_t)ids[t]);
             putf(r + 12 + 8 * t, val[t]);
-        }
-    }
-}
-
-/* ---------------------------------------------------------------- first pass */
-
-/* Candidates of the chunk's features over the whole vocabulary. */
-static void rank_chunk(dm_worker *w, const dm_chunk *ch)
-{
-    const brw_shape *s = w->s;
-    const vx_tensor *E = s->embed;
-    int H = s->hidden, V = s->vocab;
-    size_t esz = E->dtype == VX_F32 ? 4 : 2;
-    memset(w->cn, 0, (size_t)ch->nb * sizeof *w->cn);
-    for (int v0 = 0; v0 < V; v0 += VTILE) {
-        int vt = V - v0 < VTILE ? V - v0 : VTILE;
-        eng_matmul_rows(E->dtype, (const uint8_t *)E->data + (size_t)v0 * H * esz, vt, H,
-                        (size_t)H * esz, w->dcol, ch->nb, w->cbuf);
-        for (int j = 0; j < ch->nb; j++) {
-            const float *row = w->cbuf + (size_t)j * (size_t)vt;
-            int32_t *ids = w->cid + (size_t)j * CAND;
-            float *val = w->cval + (size_t)j * CAND;
-            for (int c0 = 0; c0 < vt; c0 += 8) {
-                /* most blocks hold nothing above the current threshold: test 8 at once */
-                if (w->cn[j] == CAND && c0 + 8 <= vt &&
-                    !_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(row + c0),
-                                                      _mm256_set1_ps(val[CAND - 1]), _CMP_GT_OQ)))
-                    continue;
-                for (int v = c0; v < c0 + 8 && v < vt; v++)
-                    if (w->cn[j] < CAND || row[v] > val[CAND - 1])
-                        topk_insert(ids, val, &w->cn[j], CAND, v0 + v, row[v]);
-            }
         }
     }
 }
@@ -188,15 +327,23 @@ static void rank_chunk(dm_worker *w, const dm_chunk *ch)
 static void worker_free(dm_worker *w)
 {
     free(w->dcol);
+    free(w->xb);
     free(w->cbuf);
-    free(w->cid);
-    free(w->cval);
-    free(w->cn);
+    free(w->margin);
+    free(w->thr);
+    free(w->top);
+    free(w->tn);
+    for (int j = 0; w->cand && j < FC; j++) {
+        free(w->cand[j].id);
+        free(w->cand[j].val);
+    }
+    free(w->cand);
+    free(w->eb_copy);
 }
 
 static int write_meta(const brw_shape *s, const char *path, vx_err *err)
 {
-    dm_worker w = {.s = s, .rb = 8 + 8 * (size_t)BRW_DOWN_TOP_K};
+    dm_worker w = {.s = s, .rb = 8 + 8 * (size_t)K};
     size_t H = (size_t)s->hidden;
     int rc = -1;
     FILE *f = NULL;
@@ -216,14 +363,20 @@ static int write_meta(const brw_shape *s, const char *path, vx_err *err)
     chunks = malloc((max_chunks + 1) * sizeof *chunks);
     w.rec = malloc((size_t)maxf * w.rb + 1);
     w.dcol = malloc((size_t)FC * H * sizeof *w.dcol);
+    w.xb = malloc((size_t)FC * H * sizeof *w.xb);
     w.cbuf = malloc((size_t)FC * VTILE * sizeof *w.cbuf);
-    w.cid = malloc((size_t)FC * CAND * sizeof *w.cid);
-    w.cval = malloc((size_t)FC * CAND * sizeof *w.cval);
-    w.cn = malloc((size_t)FC * sizeof *w.cn);
-    if (!chunks || !w.rec || !w.dcol || !w.cbuf || !w.cid || !w.cval || !w.cn) {
+    w.margin = malloc((size_t)FC * sizeof *w.margin);
+    w.thr = malloc((size_t)FC * sizeof *w.thr);
+    w.top = malloc((size_t)FC * K * sizeof *w.top);
+    w.tn = malloc((size_t)FC * sizeof *w.tn);
+    w.cand = calloc(FC, sizeof *w.cand);
+    if (!chunks || !w.rec || !w.dcol || !w.xb || !w.cbuf || !w.margin || !w.thr || !w.top ||
+        !w.tn || !w.cand) {
         vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
         goto done;
     }
+    if (prepare_embed(&w, err) != 0)
+        goto done;
     f = fopen(path, "wb");
     if (!f) {
         vx_errf(err, VX_EIO, "down_meta: cannot create \"%s\": %s", path, strerror(errno));
@@ -233,7 +386,7 @@ static int write_meta(const brw_shape *s, const char *path, vx_err *err)
     put32(hdr, BRW_DMET_MAGIC);
     put32(hdr + 4, 1);
     put32(hdr + 8, (uint32_t)s->layers);
-    put32(hdr + 12, BRW_DOWN_TOP_K);
+    put32(hdr + 12, K);
     if (fwrite(hdr, 1, 16, f) != 16) {
         vx_errf(err, VX_EIO, "down_meta: write failed: %s", strerror(errno));
         goto done;
@@ -247,7 +400,11 @@ static int write_meta(const brw_shape *s, const char *path, vx_err *err)
                     (int)(L->parts[p].rows - f0 < FC ? L->parts[p].rows - f0 : FC)};
         for (size_t i = 0; i < n_chunks && !vx_cancel_flag; i++) {
             load_cols(&w, &chunks[i]);
-            rank_chunk(&w, &chunks[i]);
+            prepare_chunk(&w, &chunks[i]);
+            if (screen_chunk(&w, &chunks[i]) != 0) {
+                vx_errf(err, VX_ENOMEM, "down_meta: out of memory screening layer %d", l);
+                goto done;
+            }
             rescore(&w, &chunks[i]);
         }
         if (vx_cancel_flag) {

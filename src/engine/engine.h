@@ -82,6 +82,19 @@ int eng_threads(void);
 void eng_matmul_rows(vx_dtype dt, const void *data, int rows, int cols, size_t row_bytes,
                      const float *x, int n, float *y);
 float eng_row_dot(vx_dtype dt, const void *row, const float *x, int cols);
+/* A screening product for callers that recompute the survivors exactly (down-meta's
+ * candidate pass): y[n, rows] ≈ x[n, cols] · Wᵀ for bf16 W (row r at w + r · row_bytes)
+ * and bf16 x, with AVX512-BF16 on the engine's pool. Products are exact; each sum is
+ * within eng_sum_gamma(cols) · Σ|w·x| + eng_bf16_sum_slack(cols, ‖x‖, ‖w‖) of the exact
+ * sum of the bf16 products. eng_sum_gamma(n) bounds any f32 sum of exact products with at
+ * most n roundings (eng_row_dot: cols + 32; eng_matmul_rows: cols + 64, plus AMX's
+ * activation split). -1 when the CPU lacks AVX512-BF16 (or LQL_NO_AVX512=1),
+ * cols is odd, or memory runs out: the caller then uses eng_matmul_rows. */
+int eng_bf16_dot_ready(void);
+int eng_matmul_bf16(const void *w, int rows, int cols, size_t row_bytes, const uint16_t *x,
+                    int n, float *y);
+double eng_sum_gamma(int n);
+double eng_bf16_sum_slack(int cols, double xnorm, double wnorm);
 /* Run fn(ctx, i, n) for i in 0..n-1 (n at most eng_threads()) on the engine's pool, the
  * caller running part 0; blocks until all parts are done. Not reentrant. */
 void eng_parallel(void (*fn)(void *ctx, int i, int n), void *ctx);

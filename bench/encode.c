@@ -1,0 +1,143 @@
+/*
+ * encode.c — encode speed side by side with copying the checkpoint, alternating in the same
+ * minutes. Each round runs, each in a child process (so its peak RSS and CPU time are its
+ * own):
+ *   cp      `cp` of the checkpoint's files into the work directory, then `sha256sum` of the
+ *           copies (what any tool that writes and fingerprints the bytes must at least do);
+ *   plain   vx_encode (source dtype kept), no hooks;
+ *   meta    vx_encode with the down-meta hook (brw_encode_finish), as `vindex encode` runs.
+ * and prints per round the load average, wall and CPU seconds, MiB/s of checkpoint bytes,
+ * peak RSS, and the ratios issue 12 sets goals for: plain speed / cp speed (goal ≥ 0.8),
+ * meta / plain time (goal ≤ 2), and down-meta's share of the meta encode. Asserts nothing.
+ *
+ *   encode [--geom 0.1b|1.1b|3b] [--rounds 3] [--dir /tmp/lql-bench-encode] [--keep]
+ *
+ * The checkpoint DIR/hf-GEOM is generated on first use with the mkfixture next to this
+ * binary (Llama family, bf16, random weights): 0.1b = hidden 768, 12 layers, inter 2048;
+ * 1.1b = the TinyLlama geometry (hidden 2048, 22 layers, inter 5632); 3b = the OpenLLaMA-3B
+ * geometry (hidden 3200, 26 layers, inter 8640); all with vocab 32000 and an untied head.
+ * Check `df -h` first: the 3b checkpoint is 6.9 GB and a round writes two containers of that
+ * size (each removed before the next step; --keep keeps the checkpoint's containers of the
+ * last round).
+ */
+#include "browse.h"
+#include "child_cost.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const struct geom {
+    const char *name;
+    int hidden, layers, heads, kv, inter;
+} geoms[] = {
+    {"0.1b", 768, 12, 12, 4, 2048},
+    {"1.1b", 2048, 22, 32, 4, 5632},
+    {"3b", 3200, 26, 32, 32, 8640},
+};
+
+static double load1(void)
+{
+    double ld[3];
+    return getloadavg(ld, 3) < 0 ? -1 : ld[0];
+}
+
+/* One step: 0 cp + sha256sum, 1 plain encode, 2 encode with down-meta; out removed first. */
+static int run(int mode, const char *src, const char *out, child_cost *r)
+{
+    char cmd[5000];
+    snprintf(cmd, sizeof cmd, "rm -rf '%.1090s'", out);
+    if (system(cmd) != 0) return -1;
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    if (mode == 2) {
+        o.finish = brw_encode_finish;
+        o.finish_ctx = &o;
+    }
+    snprintf(cmd, sizeof cmd, "mkdir -p '%.1090s' && cp '%.1090s'/* '%.1090s'/ && sha256sum '%.1090s'/* >/dev/null",
+             out, src, out, out);
+    return child_run(src, out, &o, mode == 0 ? cmd : NULL, r);
+}
+
+int main(int argc, char **argv)
+{
+    const char *gname = "1.1b", *dir = "/tmp/lql-bench-encode";
+    int rounds = 3, keep = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--geom") == 0 && i + 1 < argc) gname = argv[++i];
+        else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) dir = argv[++i];
+        else if (strcmp(argv[i], "--keep") == 0) keep = 1;
+        else {
+            fprintf(stderr, "usage: encode [--geom 0.1b|1.1b|3b] [--rounds 3] [--dir DIR] [--keep]\n");
+            return 2;
+        }
+    }
+    const struct geom *g = NULL;
+    for (size_t i = 0; i < sizeof geoms / sizeof *geoms; i++)
+        if (strcmp(geoms[i].name, gname) == 0) g = &geoms[i];
+    if (!g || rounds < 1) {
+        fprintf(stderr, "encode: --geom is 0.1b, 1.1b or 3b and --rounds at least 1\n");
+        return 2;
+    }
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        fprintf(stderr, "encode: cannot create %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    if (strlen(dir) > 900) {
+        fprintf(stderr, "encode: directory name too long: %s\n", dir);
+        return 2;
+    }
+    char src[1000], cfg[1100], out[3][1100];
+    snprintf(src, sizeof src, "%s/hf-%s", dir, g->name);
+    snprintf(cfg, sizeof cfg, "%s/config.json", src);
+    if (access(cfg, F_OK) != 0) {
+        char self[PATH_MAX], cmd[3 * PATH_MAX];
+        snprintf(self, sizeof self, "%s", argv[0]);
+        snprintf(cmd, sizeof cmd, "'%s/mkfixture' --family llama --hidden %d --layers %d --heads %d "
+                 "--kv-heads %d --inter %d --vocab 32000 --ctx 2048 --dtype bf16 --seed 7 -o '%s'",
+                 dirname(self), g->hidden, g->layers, g->heads, g->kv, g->inter, src);
+        double t0 = cc_now();
+        if (system(cmd) != 0) {
+            fprintf(stderr, "encode: generating the checkpoint failed: %s\n", cmd);
+            return 1;
+        }
+        printf("generated %s in %.1f s\n", src, cc_now() - t0);
+    }
+    static const char *label[3] = {"cp+sha256", "plain", "meta"};
+    for (int k = 0; k < 3; k++) snprintf(out[k], sizeof out[k], "%s/out-%s", dir, label[k]);
+    const double mib = (double)dir_bytes(src) / 1048576.0;
+    printf("checkpoint %s: %.1f MiB; %d threads; down-meta screen: %s\n", src, mib, eng_threads(),
+           eng_bf16_dot_ready() ? "bf16 (AVX512-BF16)" : "f32 (eng_matmul_rows)");
+    printf("%5s %-10s %6s %8s %8s %9s %10s\n", "round", "step", "load", "wall s", "cpu s", "MiB/s",
+           "peak RSS");
+    for (int r = 0; r < rounds; r++) {
+        child_cost s[3];
+        double ld[3];
+        for (int k = 0; k < 3; k++) {
+            ld[k] = load1();
+            if (run(k, src, out[k], &s[k]) != 0) {
+                fprintf(stderr, "encode: round %d: %s failed\n", r + 1, label[k]);
+                return 1;
+            }
+            printf("%5d %-10s %6.1f %8.1f %8.1f %9.1f %6.0f MiB\n", r + 1, label[k], ld[k], s[k].wall,
+                   s[k].cpu, mib / s[k].wall, (double)s[k].rss / 1048576.0);
+            fflush(stdout);
+            if (k < 2 || !keep) {
+                char cmd[1200];
+                snprintf(cmd, sizeof cmd, "rm -rf '%.1090s'", out[k]);
+                if (system(cmd) != 0) return 1;
+            }
+        }
+        printf("round %d: plain / cp+sha256 speed %.2f (goal >= 0.8; cpu %.2f); meta / plain time "
+               "%.2f (goal <= 2; cpu %.2f); down-meta %.0f%% of the meta encode\n",
+               r + 1, s[0].wall / s[1].wall, s[0].cpu / s[1].cpu, s[2].wall / s[1].wall,
+               s[2].cpu / s[1].cpu, 100 * (s[2].wall - s[1].wall) / s[2].wall);
+    }
+    return 0;
+}
