@@ -38,9 +38,10 @@ int hf_export_admissible(const vx_container *c, const char *what, vx_err *err)
             continue;
         const char *p = vx_profile(c);
         if (t->dtype == VX_MXFP4)
-            return vx_errf(err, VX_EUNSUPPORTED, "%s: tensor '%s' (%s) is MXFP4-packed; writing "
-                           "packed experts back as blocks and scales is not implemented", what,
-                           t->name, t->object);
+            return vx_errf(err, VX_EUNSUPPORTED, "%s: tensor '%s' (%s) is MXFP4-packed; export "
+                           "refuses packed experts (it writes f32/f16/bf16 tensors as stored and "
+                           "does not re-pack blocks and scales): export a container encoded from "
+                           "the dequantised checkpoint", what, t->name, t->object);
         return vx_errf(err, VX_EUNSUPPORTED, "%s: tensor '%s' (%s) is stored as %s%s%s%s; export "
                        "writes tensors as stored and does not dequantise (the result would not "
                        "re-encode to this container): bind its f32/f16/bf16 representation",
@@ -283,8 +284,8 @@ static int build_plan(const vx_container *c, plan *p, vx_err *err)
             part pt = {t, PX_WHOLE, 0, 0, 0, 0, 0};
             if (cJSON_HasObjectItem(b, "scales"))
                 return vx_errf(err, VX_EUNSUPPORTED, "export: operand '%s' was unpacked from "
-                               "MXFP4 blocks of '%s'; writing packed experts back is not "
-                               "implemented", b->string, src);
+                               "MXFP4 blocks of '%s'; export refuses packed experts (blocks and "
+                               "scales are not re-packed)", b->string, src);
             if (cJSON_HasObjectItem(b, "expert")) {
                 xf = PX_GATHER;
                 pt.expert = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(b, "expert"));

@@ -260,8 +260,8 @@ static void refusals(const char *dir)
 {
     char a[2300], t[2300], msg[1024];
     struct { const char *fam; int gguf; const char *want; } r[] = {
-        {"gpt-oss", 0, "is MXFP4-packed; writing packed experts back as blocks and scales is "
-                       "not implemented"},
+        {"gpt-oss", 0, "is MXFP4-packed; export refuses packed experts (it writes f32/f16/bf16 "
+                       "tensors as stored and does not re-pack blocks and scales)"},
         {"qwen3", 1, "export gguf: family 'qwen3' is not written as GGUF"},
         {"llama3-rope", 1, "export gguf: execution.attention.rope.scaling is set"},
     };
