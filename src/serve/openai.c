@@ -226,9 +226,36 @@ static int bad(srv_job *j, const char *msg, const char *param)
     return -1;
 }
 
+/* Fields honoured (or, "user", harmless to ignore); the route's own input. Any other field
+ * is refused like the refused ones: ignoring it would answer something not asked for. */
+static const char *const honoured[] = {"model", "max_tokens", "max_completion_tokens",
+    "temperature", "top_p", "seed", "stop", "stream", "stream_options", "session", "user"};
+
+static int known(const char *k, int chat)
+{
+    for (size_t i = 0; i < sizeof honoured / sizeof honoured[0]; i++)
+        if (!strcmp(k, honoured[i])) return 1;
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (!strcmp(k, refused[i])) return 1;
+    return !strcmp(k, chat ? "messages" : "prompt");
+}
+
+/* max_tokens, or chat's newer name for it */
+static const cJSON *max_tokens_of(const srv_job *j)
+{
+    const cJSON *v = item(j, "max_tokens");
+    return v && !cJSON_IsNull(v) ? v : item(j, "max_completion_tokens");
+}
+
 int srv_complete_check(srv *S, srv_job *j, int chat)
 {
     char msg[256];
+    for (const cJSON *f = j->req->child; f; f = f->next) {
+        if (known(f->string, chat)) continue;
+        snprintf(msg, sizeof msg, "\"%.100s\" is not supported by this server", f->string);
+        srv_job_error(j, 400, msg, "invalid_request_error", "unsupported_parameter", f->string);
+        return -1;
+    }
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         const cJSON *v = item(j, refused[i]);
         if (v && !harmless(refused[i], v)) {
@@ -266,10 +293,13 @@ int srv_complete_check(srv *S, srv_job *j, int chat)
         if (!cJSON_IsString(p) || !*p->valuestring)
             return bad(j, "\"prompt\" must be a non-empty string", "prompt");
     }
-    const cJSON *v = item(j, "max_tokens");
+    const cJSON *v = item(j, "max_tokens"), *v2 = item(j, "max_completion_tokens");
+    if (v && !cJSON_IsNull(v) && v2 && !cJSON_IsNull(v2))
+        return bad(j, "give one of \"max_tokens\" and \"max_completion_tokens\"", "max_completion_tokens");
+    v = max_tokens_of(j);
     if (v && !cJSON_IsNull(v) && !srv_json_int(v, 1, S->o->tokens_max, NULL)) {
-        snprintf(msg, sizeof msg, "\"max_tokens\" must be an integer in [1, %d]", S->o->tokens_max);
-        return bad(j, msg, "max_tokens");
+        snprintf(msg, sizeof msg, "\"%s\" must be an integer in [1, %d]", v->string, S->o->tokens_max);
+        return bad(j, msg, v->string);
     }
     v = item(j, "temperature");
     if (v && !cJSON_IsNull(v) && (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 2))
@@ -435,7 +465,7 @@ void srv_complete_run(srv *S, srv_job *j)
     int max = 16;
     eng_sampler sp = {1.0f, 0, 1.0f, 0};
     int64_t iv;
-    if (srv_json_int(item(j, "max_tokens"), 1, S->o->tokens_max, &iv)) max = (int)iv;
+    if (srv_json_int(max_tokens_of(j), 1, S->o->tokens_max, &iv)) max = (int)iv;
     if ((v = item(j, "temperature")) && cJSON_IsNumber(v)) sp.temperature = (float)v->valuedouble;
     if ((v = item(j, "top_p")) && cJSON_IsNumber(v)) sp.top_p = (float)v->valuedouble;
     if (srv_json_int(item(j, "seed"), 0, INT64_MAX, &iv)) sp.seed = (uint64_t)iv;

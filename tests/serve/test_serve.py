@@ -288,6 +288,16 @@ try:
         check(s == 400 and b["error"]["param"] == field and field in b["error"]["message"], "%s refused %s" % (field, b))
     s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 513})
     check(s == 400 and b["error"]["param"] == "max_tokens", "max_tokens cap %s" % s)
+    # every other field is refused by name (ignoring it would answer something not asked for);
+    # max_completion_tokens is honoured as max_tokens' newer name, "user" ignored
+    for field, val in (("top_k", 5), ("messages", [{"role": "user", "content": "x"}]), ("repetition_penalty", 1.1)):
+        s, b, _ = req("POST", "/v1/completions", {"prompt": P, field: val})
+        check(s == 400 and b["error"]["param"] == field and b["error"]["code"] == "unsupported_parameter",
+              "unknown field %s refused: %s %s" % (field, s, b))
+    s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_completion_tokens": 3, "temperature": 0, "user": "u"})
+    check(s == 200 and b["usage"]["completion_tokens"] == 3, "max_completion_tokens honoured %s" % b)
+    s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_completion_tokens": 3, "max_tokens": 3})
+    check(s == 400 and b["error"]["param"] == "max_completion_tokens", "both token caps refused %s" % b)
     # numbers no C integer holds are refused, not cast (a cast would be undefined behaviour)
     for field, val in (("max_tokens", 1e300), ("max_tokens", 2.5), ("seed", 1e300), ("seed", -1)):
         s, b, _ = req("POST", "/v1/completions", {"prompt": P, field: val})
