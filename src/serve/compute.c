@@ -33,6 +33,18 @@ void srv_buf_free(srv_buf *b)
     memset(b, 0, sizeof *b);
 }
 
+int srv_json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!cJSON_IsNumber(v)) return 0;
+    double d = v->valuedouble;
+    /* [-2^63, 2^63) holds every double that converts to int64_t */
+    if (!(d >= -0x1p63 && d < 0x1p63) || d != (double)(int64_t)d) return 0;
+    int64_t i = (int64_t)d;
+    if (i < lo || i > hi) return 0;
+    if (out) *out = i;
+    return 1;
+}
+
 double srv_now_ms(void)
 {
     struct timespec ts;
@@ -114,6 +126,7 @@ static void cancel_locked(srv *S, srv_job *j, int why, int *free_it)
         *pp = j->next;
         if (S->tail == j) S->tail = prev;
         S->queued--;
+        S->cancelled++;
         j->state = SRV_DONE;
         unref_locked(j, free_it);
         pthread_cond_broadcast(&S->prog);
@@ -229,6 +242,7 @@ static void *compute_main(void *arg)
 
         pthread_mutex_lock(&S->mu);
         S->running = NULL;
+        S->cancelled += j->cancel != 0;
         vx_cancel_flag = 0;
         j->state = SRV_DONE;
         pthread_cond_broadcast(&S->prog);

@@ -212,12 +212,14 @@ typedef struct jseq { size_t n; jv *v; } jseq;
 typedef struct jmap { size_t n, cap; jv *k, *v; int ns; } jmap;
 
 #define SCOPES_MAX 64
+#define LOOP_BUDGET 100000
 typedef struct rctx {
     jj_arena *ar;
     srv_buf out;
     jmap *scope[SCOPES_MAX];
     int depth;
     int failed;
+    long iterations;            /* loop bodies run so far, against LOOP_BUDGET */
     char *err;
     size_t errn;
 } rctx;
@@ -228,7 +230,8 @@ static jv fail(rctx *r, int line, const char *fmt, ...) __attribute__((format(pr
 static jv fail(rctx *r, int line, const char *fmt, ...)
 {
     if (!r->failed) {
-        int k = snprintf(r->err, r->errn, "line %d: ", line);
+        /* line 0: the variables handed in, not the template */
+        int k = line ? snprintf(r->err, r->errn, "line %d: ", line) : 0;
         va_list ap;
         va_start(ap, fmt);
         if (k >= 0 && (size_t)k < r->errn) vsnprintf(r->err + k, r->errn - (size_t)k, fmt, ap);
@@ -291,8 +294,11 @@ static jv from_json(rctx *r, const cJSON *j)
     if (cJSON_IsBool(j)) return vbool(cJSON_IsTrue(j));
     if (cJSON_IsNull(j)) return (jv){V_NONE, 0, NULL, 0, NULL, NULL};
     if (cJSON_IsNumber(j)) {
-        if (j->valuedouble != (double)(int64_t)j->valuedouble) return fail(r, 0, "non-integer numbers are not supported");
-        return vint((int64_t)j->valuedouble);
+        int64_t i;
+        if (!srv_json_int(j, INT64_MIN, INT64_MAX, &i))
+            return fail(r, 0, "the request holds the number %g: numbers other than 64-bit "
+                        "integers are not supported", j->valuedouble);
+        return vint(i);
     }
     if (cJSON_IsArray(j)) {
         jv l = vlist(r, (size_t)cJSON_GetArraySize(j));
@@ -813,10 +819,16 @@ static jv call(rctx *r, const jj_node *x)
     if (na == 2) a = args[0].i;
     if (na < 1 || na > 2 || args[0].t != V_INT || (na == 2 && args[1].t != V_INT))
         return fail(r, x->line, "range takes one or two integers");
-    if (b - a > 100000) return fail(r, x->line, "range of more than 100000 items");
+    if (b > a && (a < 0 ? b > a + 100000 : b - a > 100000))
+        return fail(r, x->line, "range of more than 100000 items");
     jv out = vlist(r, b > a ? (size_t)(b - a) : 0);
     for (int64_t i = a; i < b && !r->failed; i++) out.l->v[i - a] = vint(i);
     return out;
+}
+
+static jv overflow(rctx *r, int line)
+{
+    return fail(r, line, "integer overflow (this subset's integers are 64-bit)");
 }
 
 static jv binop(rctx *r, const jj_node *x)
@@ -866,13 +878,15 @@ static jv binop(rctx *r, const jj_node *x)
     }
     int ints = (a.t == V_INT || a.t == V_BOOL) && (b.t == V_INT || b.t == V_BOOL);
     if (!ints) return fail(r, x->line, "unsupported operands: %s and %s", type_name(a), type_name(b));
-    int64_t p = a.i, q = b.i;
+    int64_t p = a.i, q = b.i, v;
+    /* Python's integers are unbounded, this subset's are 64-bit: overflow fails closed */
     switch (x->op) {
-    case JO_ADD: return vint(p + q);
-    case JO_SUB: return vint(p - q);
-    case JO_MUL: return vint(p * q);
+    case JO_ADD: return __builtin_add_overflow(p, q, &v) ? overflow(r, x->line) : vint(v);
+    case JO_SUB: return __builtin_sub_overflow(p, q, &v) ? overflow(r, x->line) : vint(v);
+    case JO_MUL: return __builtin_mul_overflow(p, q, &v) ? overflow(r, x->line) : vint(v);
     case JO_FLOORDIV: case JO_MOD: {
         if (q == 0) return fail(r, x->line, "division by zero");
+        if (p == INT64_MIN && q == -1) return overflow(r, x->line);
         int64_t d = p / q, m = p % q;
         if (m != 0 && ((m < 0) != (q < 0))) { d--; m += q; }   /* Python floors */
         return vint(x->op == JO_FLOORDIV ? d : m);
@@ -921,6 +935,7 @@ static jv eval(rctx *r, const jj_node *x)
     case JN_NOT: return vbool(!truthy(eval(r, x->a)));
     case JN_NEG: {
         jv v = eval(r, x->a);
+        if (v.t == V_INT && v.i == INT64_MIN) return overflow(r, x->line);
         return v.t == V_INT ? vint(-v.i) : fail(r, x->line, "unary minus of a %s", type_name(v));
     }
     case JN_AND: { jv a = eval(r, x->a); return truthy(a) ? eval(r, x->b) : a; }
@@ -956,6 +971,12 @@ static void exec_for(rctx *r, const jj_node *x)
     if (r->depth >= SCOPES_MAX) { fail(r, x->line, "loops nest too deeply"); return; }
     size_t n = items.l->n;
     for (size_t i = 0; i < n && !r->failed; i++) {
+        /* nested loops multiply: a budget keeps a render finite (real templates loop once
+         * over the messages) */
+        if (++r->iterations > LOOP_BUDGET) {
+            fail(r, x->line, "the template runs more than %d loop iterations", LOOP_BUDGET);
+            return;
+        }
         jmap *scope = map_new(r), *loop = map_new(r);
         if (!scope || !loop) return;
         static const char *const k[] = {"index", "index0", "first", "last", "length", "revindex", "revindex0"};

@@ -1,9 +1,10 @@
 /*
  * openai.c — the model-facing routes: /v1/models (computed once), /v1/tokenize,
- * /v1/detokenize, /v1/completions (OpenAI's shape, SSE streaming with usage), /v1/trace
+ * /v1/detokenize, /v1/completions and /v1/chat/completions (OpenAI's shape, SSE streaming
+ * with usage), /v1/trace
  * (the bytes TRACE SAVE writes). Each runs the session's effective model when a session is
- * given. Chat completions are refused until the Jinja template subset exists: the server
- * never guesses a template.
+ * given. Chat completions render the container's (or --chat-template's) template with the
+ * Jinja subset of jinja.c; without one they are refused: the server never guesses a template.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -180,16 +181,15 @@ void srv_detokenize_run(srv *S, srv_job *j)
     int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
     if (!ids) { srv_job_error(j, 500, "out of memory", "server_error", "out_of_memory", NULL); return; }
     for (int i = 0; i < n; i++) {
-        const cJSON *v = cJSON_GetArrayItem(t, i);
-        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int32_t)v->valuedouble ||
-            v->valuedouble < 0 || v->valuedouble >= vocab) {
+        int64_t id;
+        if (!srv_json_int(cJSON_GetArrayItem(t, i), 0, vocab - 1, &id)) {
             char msg[128];
             snprintf(msg, sizeof msg, "tokens[%d] is not a token id in [0, %d)", i, vocab);
             srv_job_error(j, 400, msg, "invalid_request_error", "invalid_value", "tokens");
             free(ids);
             return;
         }
-        ids[i] = (int32_t)v->valuedouble;
+        ids[i] = (int32_t)id;
     }
     char *text = NULL;
     vx_err ve = {0};
@@ -226,9 +226,36 @@ static int bad(srv_job *j, const char *msg, const char *param)
     return -1;
 }
 
+/* Fields honoured (or, "user", harmless to ignore); the route's own input. Any other field
+ * is refused like the refused ones: ignoring it would answer something not asked for. */
+static const char *const honoured[] = {"model", "max_tokens", "max_completion_tokens",
+    "temperature", "top_p", "seed", "stop", "stream", "stream_options", "session", "user"};
+
+static int known(const char *k, int chat)
+{
+    for (size_t i = 0; i < sizeof honoured / sizeof honoured[0]; i++)
+        if (!strcmp(k, honoured[i])) return 1;
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (!strcmp(k, refused[i])) return 1;
+    return !strcmp(k, chat ? "messages" : "prompt");
+}
+
+/* max_tokens, or chat's newer name for it */
+static const cJSON *max_tokens_of(const srv_job *j)
+{
+    const cJSON *v = item(j, "max_tokens");
+    return v && !cJSON_IsNull(v) ? v : item(j, "max_completion_tokens");
+}
+
 int srv_complete_check(srv *S, srv_job *j, int chat)
 {
     char msg[256];
+    for (const cJSON *f = j->req->child; f; f = f->next) {
+        if (known(f->string, chat)) continue;
+        snprintf(msg, sizeof msg, "\"%.100s\" is not supported by this server", f->string);
+        srv_job_error(j, 400, msg, "invalid_request_error", "unsupported_parameter", f->string);
+        return -1;
+    }
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         const cJSON *v = item(j, refused[i]);
         if (v && !harmless(refused[i], v)) {
@@ -266,11 +293,13 @@ int srv_complete_check(srv *S, srv_job *j, int chat)
         if (!cJSON_IsString(p) || !*p->valuestring)
             return bad(j, "\"prompt\" must be a non-empty string", "prompt");
     }
-    const cJSON *v = item(j, "max_tokens");
-    if (v && !cJSON_IsNull(v) && (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble ||
-                                   v->valuedouble < 1 || v->valuedouble > S->o->tokens_max)) {
-        snprintf(msg, sizeof msg, "\"max_tokens\" must be an integer in [1, %d]", S->o->tokens_max);
-        return bad(j, msg, "max_tokens");
+    const cJSON *v = item(j, "max_tokens"), *v2 = item(j, "max_completion_tokens");
+    if (v && !cJSON_IsNull(v) && v2 && !cJSON_IsNull(v2))
+        return bad(j, "give one of \"max_tokens\" and \"max_completion_tokens\"", "max_completion_tokens");
+    v = max_tokens_of(j);
+    if (v && !cJSON_IsNull(v) && !srv_json_int(v, 1, S->o->tokens_max, NULL)) {
+        snprintf(msg, sizeof msg, "\"%s\" must be an integer in [1, %d]", v->string, S->o->tokens_max);
+        return bad(j, msg, v->string);
     }
     v = item(j, "temperature");
     if (v && !cJSON_IsNull(v) && (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 2))
@@ -279,8 +308,7 @@ int srv_complete_check(srv *S, srv_job *j, int chat)
     if (v && !cJSON_IsNull(v) && (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble <= 1)))
         return bad(j, "\"top_p\" must be a number in (0, 1]", "top_p");
     v = item(j, "seed");
-    if (v && !cJSON_IsNull(v) && (!cJSON_IsNumber(v) || v->valuedouble < 0 ||
-                                   v->valuedouble != (double)(int64_t)v->valuedouble))
+    if (v && !cJSON_IsNull(v) && !srv_json_int(v, 0, INT64_MAX, NULL))
         return bad(j, "\"seed\" must be a non-negative integer", "seed");
     v = item(j, "stop");
     if (v && !cJSON_IsNull(v)) {
@@ -316,6 +344,7 @@ typedef struct gen {
     char *text;                 /* the decoded continuation (truncated at a stop) */
     size_t emitted;
     int stopped;                /* a stop string ended it */
+    int late;                   /* tokens that arrived after the job was cancelled */
     char id[40];
     long created;
     int chat;                   /* chat.completion shapes */
@@ -385,7 +414,7 @@ static int on_token(void *ctx, int32_t id)
 {
     gen *g = ctx;
     g->ids[g->n++] = id;
-    if (g->j->cancel) return 1;
+    if (g->j->cancel) { g->late++; return 1; }    /* the one in flight: generation ends here */
     char *t = NULL;
     vx_err ve = {0};
     if (eng_tok_decode(g->tok, g->ids, (size_t)g->n, 1, &t, &ve) < 0) return 1;
@@ -435,10 +464,11 @@ void srv_complete_run(srv *S, srv_job *j)
     const cJSON *v;
     int max = 16;
     eng_sampler sp = {1.0f, 0, 1.0f, 0};
-    if ((v = item(j, "max_tokens")) && cJSON_IsNumber(v)) max = (int)v->valuedouble;
+    int64_t iv;
+    if (srv_json_int(max_tokens_of(j), 1, S->o->tokens_max, &iv)) max = (int)iv;
     if ((v = item(j, "temperature")) && cJSON_IsNumber(v)) sp.temperature = (float)v->valuedouble;
     if ((v = item(j, "top_p")) && cJSON_IsNumber(v)) sp.top_p = (float)v->valuedouble;
-    if ((v = item(j, "seed")) && cJSON_IsNumber(v)) sp.seed = (uint64_t)v->valuedouble;
+    if (srv_json_int(item(j, "seed"), 0, INT64_MAX, &iv)) sp.seed = (uint64_t)iv;
     else if (getrandom(&sp.seed, sizeof sp.seed, 0) != (ssize_t)sizeof sp.seed) sp.seed = (uint64_t)time(NULL);
 
     gen g = {.S = S, .j = j, .tok = eng_model_tokenizer(m), .max = max, .created = time(NULL), .chat = chat};
@@ -481,6 +511,10 @@ void srv_complete_run(srv *S, srv_job *j)
     eng_session_free(es);
     free(prompt);
     free(out);
+    pthread_mutex_lock(&S->mu);
+    S->gen_tokens += g.n;
+    if (g.late > S->late_tokens) S->late_tokens = g.late;
+    pthread_mutex_unlock(&S->mu);
     if (rc < 0 || j->cancel) {
         if (j->cancel == SRV_DEADLINE)
             srv_job_error(j, 504, "the request's deadline passed: generation was stopped",

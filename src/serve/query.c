@@ -91,23 +91,25 @@ static void fail(srv_job *j, int status, const char *code, int stmt, const lql_s
     free(t);
 }
 
-/* Why a parsed statement may not run here, or NULL. name receives the operand at fault. */
+/* Why a parsed statement may not run here (in why[200] or a constant), or NULL; status,
+ * code and the span at fault with it. */
 static const char *refusal(srv *S, srv_job *j, const lql_stmt *st, int *status,
-                           const lql_span **at)
+                           const char **code, const lql_span **at, char why[200])
 {
-    static char why[200];
     const lql_stmt_def *d = lql_stmt_def_of(st->kind);
     *status = 403;
+    *code = "forbidden_statement";
     *at = &st->at;
     if (!d || d->cls == LQL_CLASS_LOCAL) {
-        snprintf(why, sizeof why, "%s is not available over HTTP (it binds, writes or lists "
+        snprintf(why, 200, "%s is not available over HTTP (it binds, writes or lists "
                  "paths on the server's host)", lql_kind_name(st->kind));
         return why;
     }
     if (lql_has(st, LQL_C_GENERATE) && st->generate > S->o->tokens_max) {
         *status = 400;
+        *code = "too_many_tokens";
         *at = &st->clause_at[LQL_C_GENERATE];
-        snprintf(why, sizeof why, "GENERATE %lld exceeds the server's cap of %d tokens",
+        snprintf(why, 200, "GENERATE %lld exceeds the server's cap of %d tokens",
                  (long long)st->generate, S->o->tokens_max);
         return why;
     }
@@ -125,6 +127,7 @@ static const char *refusal(srv *S, srv_job *j, const lql_stmt *st, int *status,
     } else if (st->kind == LQL_S_SAVE_PATCH || st->kind == LQL_S_APPLY_PATCH) {
         if (!st->arg) {
             *status = 400;
+            *code = "invalid_file_operand";
             return "SAVE PATCH needs a file name over HTTP: SAVE PATCH \"name.vlp\"";
         }
         files[nf] = st->arg;
@@ -141,9 +144,10 @@ static const char *refusal(srv *S, srv_job *j, const lql_stmt *st, int *status,
         *at = spans[k];
         if (j->sess == S->base)
             return "file operands need a session (its sandbox): POST /v1/sessions";
+        *code = "invalid_file_operand";
         if (!srv_name_ok(files[k])) {
             *status = 400;
-            snprintf(why, sizeof why, "file \"%.64s\" is not a sandbox name "
+            snprintf(why, 200, "file \"%.64s\" is not a sandbox name "
                      "([A-Za-z0-9_-][A-Za-z0-9._-]{0,63})", files[k]);
             return why;
         }
@@ -152,7 +156,7 @@ static const char *refusal(srv *S, srv_job *j, const lql_stmt *st, int *status,
         if (fstatat(j->sess->dirfd, files[k], &lst, AT_SYMLINK_NOFOLLOW) == 0 &&
             !S_ISREG(lst.st_mode)) {
             *status = 400;
-            snprintf(why, sizeof why, "file \"%.64s\" in the session's sandbox is not a "
+            snprintf(why, 200, "file \"%.64s\" in the session's sandbox is not a "
                      "regular file (links are never followed)", files[k]);
             return why;
         }
@@ -202,12 +206,14 @@ static int each_statement(srv *S, srv_job *j, int check,
         }
         for (const lql_stmt *one = st; check && one; one = one->next) {
             int status;
+            const char *code;
             const lql_span *at;
-            const char *why = refusal(S, j, one, &status, &at);
+            char buf[200];
+            const char *why = refusal(S, j, one, &status, &code, &at, buf);
             if (!why) continue;
             lql_errf(&e, LQL_EREFUSED, at, "%s", why);
             place(&e, &c);
-            fail(j, status, status == 403 ? "forbidden_statement" : "invalid_file_operand", k, one, &e);
+            fail(j, status, code, k, one, &e);
             lql_arena_free(ar);
             return -1;
         }

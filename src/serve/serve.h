@@ -37,6 +37,10 @@ void srv_opts_default(srv_opts *o);
 int srv_set_limit(srv_opts *o, const char *kv, char *msg, size_t msgn);
 /* "HOST:PORT", "[v6]:PORT" or "PORT" (host 127.0.0.1) into o; -1 with why in msg. */
 int srv_parse_listen(srv_opts *o, const char *spec, char *msg, size_t msgn);
+/* Whether a request's Host header (h, NULL when absent) may reach a server bound to
+ * bind_host:port (against DNS rebinding): the loopback names with the bound port, and for a
+ * non-loopback bind also any IP literal; never another name. */
+int srv_host_allowed(const char *bind_host, int port, const char *h);
 /* Serve until SIGINT or SIGTERM. Prints `lql: serving http://HOST:PORT` on stderr once
  * listening. Returns 0 after a clean stop, 1 when it could not start (reason on stderr). */
 int srv_run(const srv_opts *o);

@@ -190,9 +190,8 @@ static enum MHD_Result answer_json(struct MHD_Connection *c, int status, cJSON *
 
 /* ---------------------------------------------------------------- checks */
 
-static int host_ok(srv *S, struct MHD_Connection *c, int port)
+int srv_host_allowed(const char *bind_host, int port, const char *h)
 {
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (!h) return 0;
     char name[300];
     const char *colon = h[0] == '[' ? strstr(h, "]:") : strrchr(h, ':');
@@ -208,10 +207,20 @@ static int host_ok(srv *S, struct MHD_Connection *c, int port)
     }
     if (!strcasecmp(name, "localhost") || !strcmp(name, "127.0.0.1") || !strcmp(name, "[::1]"))
         return 1;
-    /* a non-loopback bind is reached by its own address */
-    char bracketed[300];
-    snprintf(bracketed, sizeof bracketed, "[%s]", S->o->host);
-    return !loopback(S->o->host) && (!strcmp(name, S->o->host) || !strcmp(name, bracketed));
+    if (loopback(bind_host)) return 0;
+    /* a non-loopback bind (a wildcard one included) is reached by an address: a DNS
+     * rebinding page names a host, and an IP literal cannot be rebound */
+    unsigned char a[16];
+    if (name[0] == '[' && n > 2 && name[n - 1] == ']') {
+        name[n - 1] = 0;
+        return inet_pton(AF_INET6, name + 1, a) == 1;
+    }
+    return inet_pton(AF_INET, name, a) == 1;
+}
+
+static int host_ok(srv *S, struct MHD_Connection *c, int port)
+{
+    return srv_host_allowed(S->o->host, port, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"));
 }
 
 static int key_ok(srv *S, struct MHD_Connection *c)
@@ -385,8 +394,13 @@ static enum MHD_Result session_route(srv *S, struct MHD_Connection *c, const cha
                 if (k <= 0) break;
                 done += (size_t)k;
             }
+            int err = errno;
             if (fd >= 0) close(fd);
-            if (fd < 0 || done < rq->body.n) {
+            if (fd < 0 && (err == ELOOP || err == EISDIR)) {
+                rc = answer_error(c, 400, "the name is not a regular file in the sandbox (links "
+                                  "are never followed)", "invalid_file_name", "name");
+            } else if (fd < 0 || done < rq->body.n) {
+                errno = err;
                 rc = answer_error(c, 500, strerror(errno), "file_write_failed", "name");
             } else {
                 cJSON *doc = cJSON_CreateObject();
@@ -486,11 +500,15 @@ static enum MHD_Result route(srv *S, struct MHD_Connection *c, const char *url,
     if (!strcmp(url, "/health") && !strcmp(method, "GET")) {
         cJSON *doc = cJSON_CreateObject();
         pthread_mutex_lock(&S->mu);
-        int q = S->queued + (S->running != NULL), ns = S->nsess;
+        int q = S->queued + (S->running != NULL), ns = S->nsess, late = S->late_tokens;
+        double gen = (double)S->gen_tokens, cancelled = (double)S->cancelled;
         pthread_mutex_unlock(&S->mu);
         cJSON_AddStringToObject(doc, "status", "ok");
         cJSON_AddNumberToObject(doc, "busy", q);
         cJSON_AddNumberToObject(doc, "sessions", ns);
+        cJSON_AddNumberToObject(doc, "completion_tokens", gen);
+        cJSON_AddNumberToObject(doc, "cancelled", cancelled);
+        cJSON_AddNumberToObject(doc, "tokens_after_cancel", late);
         return answer_json(c, 200, doc);
     }
     if (!key_ok(S, c))
@@ -505,7 +523,8 @@ static enum MHD_Result route(srv *S, struct MHD_Connection *c, const char *url,
     if (!strcmp(url, "/v1/models") && !strcmp(method, "GET"))
         return answer(c, 200, "application/json", S->models, strlen(S->models), NULL, NULL);
     if (!strcmp(url, "/v1/sessions") && !strcmp(method, "POST")) {
-        if (!is_json_ctype(c) && rq->body.n)
+        /* even without a body: a cross-site form POST (no preflight) must not create one */
+        if (!is_json_ctype(c))
             return answer_error(c, 415, "POST bodies must be Content-Type: application/json",
                                 "unsupported_media_type", NULL);
         srv_sess *x;
@@ -527,6 +546,15 @@ static enum MHD_Result route(srv *S, struct MHD_Connection *c, const char *url,
 }
 
 typedef struct daemon_ctx { srv *S; int port; } daemon_ctx;
+
+/* The URL's %HH escapes decoded, except that one holding an escaped NUL is left as sent: a
+ * decoded NUL would cut the path short ("files/a%00b" naming "a"), while a '%' fails the
+ * file-name rule and matches no route. */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls; (void)c;
+    return strstr(s, "%00") ? strlen(s) : MHD_http_unescape(s);
+}
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url,
                                const char *method, const char *version, const char *upload,
@@ -647,6 +675,7 @@ int srv_run(const srv_opts *o)
     daemon = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, handler, &dc,
                               MHD_OPTION_SOCK_ADDR, sa,
                               MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+                              MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
                               MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
                               MHD_OPTION_END);

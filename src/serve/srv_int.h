@@ -28,6 +28,10 @@ typedef struct srv_buf { char *p; size_t n, cap; } srv_buf;
 int srv_buf_add(srv_buf *b, const void *s, size_t n);
 void srv_buf_free(srv_buf *b);
 
+/* 1 when v is a JSON number holding an integer in [lo, hi] (then *out gets it); checked
+ * before any cast, since a cast of an out-of-range double is undefined behaviour. */
+int srv_json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out);
+
 /* ---------------------------------------------------------------- sessions */
 
 typedef struct srv_sess {
@@ -80,6 +84,10 @@ struct srv {
     srv_sess *table[64];
     int nsess;
     srv_sess *dead;                       /* sessions for the compute thread to free */
+    /* reported by /health: tokens the completion routes generated, jobs stopped by a
+     * cancellation, and the most tokens one completion produced after its cancel */
+    long long gen_tokens, cancelled;
+    int late_tokens;
     char *root;                           /* private temp dir: the base's cwd, sandboxes */
     char *container;                      /* absolute path */
     char *key;                            /* API key, or NULL */

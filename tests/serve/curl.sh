@@ -36,7 +36,8 @@ ok "$(code -N "${J[@]}" -d '{"prompt":"Hi","max_tokens":3,"stream":true}' $U/v1/
 tail -c 20 "$WORK/body" | grep -q 'data: \[DONE\]'; ok $? 0 stream-done
 ok "$(code "${J[@]}" -d '{"messages":[]}' $U/v1/chat/completions)" 400 chat
 ok "$(code "${J[@]}" -d '{"prompt":"The capital"}' $U/v1/trace)" 200 trace
-ok "$(code -X POST $U/v1/sessions)" 201 session
+ok "$(code -X POST $U/v1/sessions)" 415 session-needs-json
+ok "$(code "${J[@]}" -X POST $U/v1/sessions)" 201 session
 SID=$(sed 's/.*"id":"\([0-9a-f]*\)".*/\1/' "$WORK/body")
 ok "$(code -X PUT --data-binary 'abc' $U/v1/sessions/$SID/files/a.txt)" 201 put
 ok "$(code $U/v1/sessions/$SID/files/a.txt)" 200 get-file
@@ -50,12 +51,12 @@ kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
 start 127.0.0.1:0 --read-only --limit session_ttl_s=1 --limit sessions_max=1 --limit trace_max=1000 \
   --limit tokens_max=4 --limit stmts_max=2
 U=http://127.0.0.1:$PORT
-code -X POST $U/v1/sessions >/dev/null
+code "${J[@]}" -X POST $U/v1/sessions >/dev/null
 SID=$(sed 's/.*"id":"\([0-9a-f]*\)".*/\1/' "$WORK/body")
 ok "$(code "${J[@]}" -d "{\"lql\":\"UNDO;\",\"session\":\"$SID\"}" $U/v1/query)" 403 read-only
-ok "$(code -X POST $U/v1/sessions)" 429 sessions_max
+ok "$(code "${J[@]}" -X POST $U/v1/sessions)" 429 sessions_max
 sleep 2.2
-ok "$(code -X POST $U/v1/sessions)" 201 ttl-frees-a-slot
+ok "$(code "${J[@]}" -X POST $U/v1/sessions)" 201 ttl-frees-a-slot
 ok "$(code $U/v1/sessions/$SID)" 404 idle-session-dropped
 ok "$(code "${J[@]}" -d '{"prompt":"The capital"}' $U/v1/trace)" 413 trace_max
 ok "$(code "${J[@]}" -d '{"prompt":"Hi","max_tokens":5}' $U/v1/completions)" 400 tokens_max
@@ -85,6 +86,16 @@ PORT=$(grep -o '[0-9]*$' "$WORK/err" | head -1); U=http://127.0.0.1:$PORT
 code $U/v1/models >/dev/null
 grep -q '"chat_template":"ok"' "$WORK/body"; ok $? 0 template-from-container
 ok "$(code "${J[@]}" -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2}' $U/v1/chat/completions)" 200 chat
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
+
+# a template outside the subset disables chat, and /v1/models says which construct and line
+printf 'x\n{%% macro m() %%}y{%% endmacro %%}' > "$WORK/macro.jinja"
+start 127.0.0.1:0 --chat-template "$WORK/macro.jinja"
+U=http://127.0.0.1:$PORT
+code $U/v1/models >/dev/null
+grep -q '"chat_template":"unsupported: line 2: unsupported tag {% macro %}"' "$WORK/body"; ok $? 0 template-unsupported-status
+ok "$(code "${J[@]}" -d '{"messages":[{"role":"user","content":"Hi"}]}' $U/v1/chat/completions)" 400 chat-disabled
+grep -q 'chat_template_unavailable' "$WORK/body"; ok $? 0 chat-disabled-code
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
 
 # a non-loopback bind without a key does not start

@@ -74,5 +74,25 @@ int main(void)
     CHECK(srv_set_limit(&o, "queue_max=3x", msg, sizeof msg) < 0);
     CHECK(srv_set_limit(&o, "queue=3", msg, sizeof msg) < 0);
     CHECK_HAS(msg, "NAME one of");
+
+    /* the Host header against DNS rebinding: loopback names with the bound port; a
+     * non-loopback bind is also reached by any IP literal (never by another name) */
+    CHECK(srv_host_allowed("127.0.0.1", 8080, "127.0.0.1:8080"));
+    CHECK(srv_host_allowed("127.0.0.1", 8080, "LocalHost:8080"));
+    CHECK(srv_host_allowed("::1", 8080, "[::1]:8080"));
+    CHECK(!srv_host_allowed("127.0.0.1", 8080, "127.0.0.1:8081"));
+    CHECK(!srv_host_allowed("127.0.0.1", 8080, "127.0.0.1:"));
+    CHECK(!srv_host_allowed("127.0.0.1", 8080, "evil.example:8080"));
+    CHECK(!srv_host_allowed("127.0.0.1", 8080, "192.0.2.2:8080"));
+    CHECK(!srv_host_allowed("127.0.0.1", 8080, NULL));
+    CHECK(!srv_host_allowed("127.0.0.1", 8080, ""));
+    CHECK(srv_host_allowed("0.0.0.0", 8080, "192.0.2.2:8080"));
+    CHECK(srv_host_allowed("0.0.0.0", 8080, "[fd00::2]:8080"));
+    CHECK(srv_host_allowed("192.0.2.2", 80, "192.0.2.2"));
+    CHECK(!srv_host_allowed("0.0.0.0", 8080, "evil.example:8080"));
+    CHECK(!srv_host_allowed("0.0.0.0", 8080, "192.0.2.2:9090"));
+    CHECK(!srv_host_allowed("0.0.0.0", 8080, "192.0.2:8080"));
+    CHECK(!srv_host_allowed("::", 8080, "[evil]:8080"));
+    CHECK(!srv_host_allowed("::", 8080, "[]:8080"));
     return T_DONE();
 }

@@ -151,6 +151,19 @@ int main(void)
            "{\"s\": \"\\u00a0 a\\u3000b \\n\\u2009\"}", "[a\u3000b]|a,b|3");
     expect("{{ s | upper }}", "{\"s\": \"caf\\u00e9\"}", "line 1: upper of non-ASCII text is not supported (Unicode case mapping)");
     expect("{{ s.title() }}", "{\"s\": \"hello world\"}", "Hello World");
+    /* 64-bit integers: overflow fails closed (Python's are unbounded), as do numbers a
+     * client sends that are no 64-bit integer; nested loops have a budget */
+    expect("{{ 4611686018427387904 * 2 }}", "{}", "line 1: integer overflow (this subset's integers are 64-bit)");
+    expect("{{ x + 1024 }}", "{\"x\": 9223372036854774784}", "line 1: integer overflow (this subset's integers are 64-bit)");
+    expect("{{ -x }}|{{ x // -1 }}", "{\"x\": -9223372036854775808}", "line 1: integer overflow (this subset's integers are 64-bit)");
+    expect("{{ x % -1 }}|{{ -7 // 2 }}", "{\"x\": -9223372036854775808}", "line 1: integer overflow (this subset's integers are 64-bit)");
+    expect("{{ -7 // 2 }},{{ -7 % 2 }}", "{}", "-4,1");
+    expect("{{ x }}", "{\"x\": 1e300}", "the request holds the number 1e+300: numbers other than 64-bit integers are not supported");
+    expect("{{ range(-9000000000000000000, 9000000000000000000) | length }}", "{}",
+           "line 1: range of more than 100000 items");
+    expect("{% for a in range(1000) %}{% for b in range(1000) %}{% endfor %}{% endfor %}", "{}",
+           "line 1: the template runs more than 100000 loop iterations");
+    expect("{% for a in range(300) %}{% for b in range(300) %}{% endfor %}{% endfor %}ok", "{}", "ok");
     char *o;
     o = render("{{ undefined_thing.attr }}", "{}");
     CHECK_HAS(o, "of an undefined value");
