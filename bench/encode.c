@@ -113,7 +113,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < 3; k++) snprintf(out[k], sizeof out[k], "%s/out-%s", dir, label[k]);
     const double mib = (double)dir_bytes(src) / 1048576.0;
     printf("checkpoint %s: %.1f MiB; %d threads; down-meta screen: %s\n", src, mib, eng_threads(),
-           eng_bf16_dot_ready() ? "bf16 (AVX512-BF16)" : "f32 (eng_matmul_rows)");
+           brw_downmeta_screen(g->hidden));
     printf("%5s %-10s %6s %8s %8s %9s %10s\n", "round", "step", "load", "wall s", "cpu s", "MiB/s",
            "peak RSS");
     for (int r = 0; r < rounds; r++) {

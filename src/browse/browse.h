@@ -65,6 +65,9 @@ int brw_dmet_get(const brw_dmet *d, int layer, int64_t feature, brw_meta *out);
  * >= 0) override the knowledge band; without them, index.encoder.layer_band (recorded by
  * the encoder from the same options) does. Matches vx_encode_opts.finish. */
 int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err);
+/* The screen brw_encode_finish runs for a hidden width on this CPU, for benchmarks' labels:
+ * "int8 (AVX512-VNNI)", "bf16 (AVX512-BF16)" or "f32 (eng_matmul_rows)". */
+const char *brw_downmeta_screen(int hidden);
 
 /* The bands for a depth: syntax = first floor(L/4) layers (at least 1), output = last
  * max(1, L/5) layers, knowledge = the middle; with lo/hi >= 0, knowledge = [lo, hi] and the

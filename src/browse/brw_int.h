@@ -50,6 +50,11 @@ void brw_shape_free(brw_shape *s);
 /* One embedding row as f32 (f32/f16/bf16 storage). */
 int brw_embed_row(const brw_shape *s, int32_t id, float *out, vx_err *err);
 
+/* For tests of down-meta's screen (downmeta.c): screen 0 = the fastest this CPU has,
+ * 1 = f32 (eng_matmul_rows), 2 = bf16 where the CPU has it; no_margin 1 drops the error
+ * bound from the admission threshold (records may then differ from the exact pass). */
+void brw_downmeta_test_set(int screen, int no_margin);
+
 struct brw_model {
     vx_container *c;
     brw_shape s;

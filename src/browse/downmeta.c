@@ -9,20 +9,29 @@
  * is 2·vocab·hidden·features·layers flops (16 TFLOP for a 1.1B Llama), so each chunk of
  * FC features runs two passes that give the same records:
  *   1. screen: the whole vocabulary is scored by a fast product with a proven error bound
- *      B per feature — the engine's bf16 product (eng_matmul_bf16: E and the columns
- *      rounded to bf16, pair products exact, f32 sums) where the CPU has AVX512-BF16, else
- *      its f32 matrix door (eng_matmul_rows). A token can be in the exact top k only if its
- *      screened score reaches t − 2(B + R), t the k-th best screened score so far and R the
- *      bound of the exact pass's own rounding; every such token is a candidate.
+ *      B per feature, the fastest the CPU has of
+ *        int8   (eng_matmul_u8s8, AVX512-VNNI): E's rows and the columns quantised to
+ *               int8 with one f32 scale per row / column; the integer sums are exact, B
+ *               covers both quantisations (‖e − ê‖·‖d̂‖ + ‖e‖·‖d − d̂‖) and the three
+ *               f32 roundings that apply the scales;
+ *        bf16   (eng_matmul_bf16, AVX512-BF16): E and the columns rounded to bf16, pair
+ *               products exact, f32 sums; B covers the rounding of both operands
+ *               (‖e' − e‖·‖d'‖ + ‖e‖·‖d' − d‖, zero for a bf16 checkpoint), the f32
+ *               summation (eng_sum_gamma) and denormal flushing;
+ *        f32    the engine's matrix door (eng_matmul_rows).
+ *      A token can be in the exact top k only if its screened score reaches t − 2(B + R),
+ *      t the k-th best screened score so far and R the bound of the exact pass's own
+ *      rounding; every such token is a candidate. B uses the largest embedding row norms,
+ *      so one threshold serves a feature's whole scan.
  *   2. the candidates are rescored by the exact pass and the best k written.
- * B covers the bf16 rounding of both operands (‖e' − e‖·‖d'‖ + ‖e‖·‖d' − d‖, zero for a
- * bf16 checkpoint), the f32 summation (eng_sum_gamma) and denormal flushing; it uses the
- * largest embedding row norms, so one threshold serves a feature's whole scan.
+ * The product runs on the engine's pool; the admission scan and the rescoring split the
+ * chunk's features over the same pool.
  */
 #include "brw_int.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,30 +66,56 @@ typedef struct dm_chunk {
 } dm_chunk;
 
 /* One feature's candidates: every screened score that reached its threshold. */
+typedef struct dm_cand {
+    float val;
+    int32_t id;
+} dm_cand;
+
 typedef struct dm_cands {
-    int32_t *id;
-    float *val;
+    dm_cand *c;
     int n, cap;
 } dm_cands;
+
+enum { DM_F32 = 1, DM_BF16, DM_I8 };
+
+/* Tests choose the screen (0: the fastest this CPU has) and can drop the bound. */
+static int forced_screen, zero_margin;
+
+void brw_downmeta_test_set(int screen, int no_margin)
+{
+    forced_screen = screen;
+    zero_margin = no_margin;
+}
 
 /* The scratch of the pass: one chunk at a time. */
 typedef struct dm_worker {
     const brw_shape *s;
+    int screen;              /* DM_* */
     uint8_t *rec;            /* the layer's records [features, record bytes] */
     size_t rb;
     float *dcol;             /* [FC, hidden] the chunk's down columns, feature-major */
     uint16_t *xb;            /* [FC, hidden] the same rounded to bf16 (bf16 screen) */
+    int8_t *xq;              /* [FC, hidden] the same quantised (int8 screen) */
+    float *dsc;              /* [FC] their scales */
+    int32_t *dcorr;          /* [FC] 128 · Σ of the quantised column (E is stored + 128) */
+    int32_t *ibuf;           /* [FC, VTILE] the int8 screen's integer sums */
     float *cbuf;             /* [FC, VTILE] screened logits of one vocabulary tile */
     double *margin;          /* [FC] 2(B + R) */
     float *thr;              /* [FC] the current admission threshold */
     float *top;              /* [FC, K] the k best screened scores so far, descending */
     int *tn;
     dm_cands *cand;          /* [FC] */
-    /* the embedding as the screen reads it: bf16 rows (in place, or a rounded copy) */
-    int bf16;
+    /* the embedding as the screen reads it: bf16 rows (in place, or a rounded copy), or
+     * int8 rows stored + 128 with a scale per row */
     const uint8_t *eb;
     uint16_t *eb_copy;
-    double e_max, eb_max, de_max;  /* largest ‖e‖, ‖e'‖, ‖e' − e‖ over the rows */
+    uint8_t *eq;
+    float *esc;
+    double e_max, eb_max, de_max;  /* largest ‖e‖, ‖e'‖, ‖e' − e‖ over the rows (e' = ê) */
+    /* one vocabulary tile's pass over the chunk's features, split over the pool */
+    int nb, v0, vt;
+    const dm_chunk *rch;     /* the chunk being rescored */
+    atomic_int failed;
 } dm_worker;
 
 /* Load the chunk's down columns into w->dcol as f32, feature-major. */
@@ -142,27 +177,76 @@ static void round_row(const float *x, int n, uint16_t *xb, double nrm[3])
     nrm[2] = sqrt(nd);
 }
 
-/* The embedding's row norms (and its bf16 copy when it is not stored as bf16). */
+/* x quantised to int8 with one f32 scale sc = max|x| / 127: out[i] = q_i + bias as a byte,
+ * ê_i = sc · q_i (exact in double). ‖x‖, ‖ê‖ and ‖ê − x‖ go to nrm; returns Σ q_i. */
+static int32_t quant_row(const float *x, int n, uint8_t *out, int bias, float *sc, double nrm[3])
+{
+    float mx = 0;
+    for (int i = 0; i < n; i++) mx = fmaxf(mx, fabsf(x[i]));
+    const float scale = mx / 127;
+    double nx = 0, nq = 0, nd = 0;
+    int32_t sum = 0;
+    for (int i = 0; i < n; i++) {
+        /* any q is sound (the bound uses the q chosen); clamped, non-finite input too */
+        const float r = scale > 0 ? nearbyintf(x[i] / scale) : 0;
+        const int q = r >= 127 ? 127 : r <= -127 ? -127 : r == r ? (int)r : 0;
+        const double e = (double)scale * q;
+        out[i] = (uint8_t)(q + bias);
+        sum += q;
+        nx += (double)x[i] * x[i];
+        nq += e * e;
+        nd += (e - x[i]) * (e - x[i]);
+    }
+    *sc = scale;
+    nrm[0] = sqrt(nx);
+    nrm[1] = sqrt(nq);
+    nrm[2] = sqrt(nd);
+    return sum;
+}
+
+/* The fastest screen this CPU has for the shape (or the one a test forced, if it can). */
+static int pick_screen(int H)
+{
+    const int i8 = eng_u8s8_dot_ready() && H % 4 == 0 && H <= 65536;
+    const int bf = eng_bf16_dot_ready() && H % 2 == 0;
+    if (forced_screen == DM_F32 || (forced_screen == DM_BF16 && bf)) return forced_screen;
+    return i8 ? DM_I8 : bf ? DM_BF16 : DM_F32;
+}
+
+const char *brw_downmeta_screen(int hidden)
+{
+    static const char *name[] = {"", "f32 (eng_matmul_rows)", "bf16 (AVX512-BF16)",
+                                 "int8 (AVX512-VNNI)"};
+    return name[pick_screen(hidden)];
+}
+
+/* The embedding's row norms and the copy the screen reads: bf16 (unless stored so) or int8. */
 static int prepare_embed(dm_worker *w, vx_err *err)
 {
     const brw_shape *s = w->s;
     const vx_tensor *E = s->embed;
     const int H = s->hidden;
-    const size_t esz = E->dtype == VX_F32 ? 4 : 2;
+    const size_t esz = E->dtype == VX_F32 ? 4 : 2, VH = (size_t)s->vocab * (size_t)H;
     float *row = malloc((size_t)H * sizeof *row);
     if (!row) return vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
-    w->bf16 = eng_bf16_dot_ready() && H % 2 == 0;
-    if (w->bf16 && E->dtype != VX_BF16 &&
-        !(w->eb_copy = malloc((size_t)s->vocab * (size_t)H * sizeof *w->eb_copy))) {
+    w->screen = pick_screen(H);
+    if ((w->screen == DM_BF16 && E->dtype != VX_BF16 &&
+         !(w->eb_copy = malloc(VH * sizeof *w->eb_copy))) ||
+        (w->screen == DM_I8 && (!(w->eq = malloc(VH)) ||
+                                !(w->esc = malloc((size_t)s->vocab * sizeof *w->esc))))) {
         free(row);
-        return vx_errf(err, VX_ENOMEM, "down_meta: out of memory for the embedding's bf16 copy");
+        return vx_errf(err, VX_ENOMEM, "down_meta: out of memory for the embedding's %s copy",
+                       w->screen == DM_I8 ? "int8" : "bf16");
     }
     w->eb = w->eb_copy ? (const uint8_t *)w->eb_copy : (const uint8_t *)E->data;
     for (int v = 0; v < s->vocab; v++) {
         vx_row_to_f32(E->dtype, (const uint8_t *)E->data + (size_t)v * (size_t)H * esz, row,
                       (size_t)H);
         double nrm[3];
-        round_row(row, H, w->eb_copy ? w->eb_copy + (size_t)v * (size_t)H : NULL, nrm);
+        if (w->screen == DM_I8)
+            quant_row(row, H, w->eq + (size_t)v * (size_t)H, 128, &w->esc[v], nrm);
+        else
+            round_row(row, H, w->eb_copy ? w->eb_copy + (size_t)v * (size_t)H : NULL, nrm);
         w->e_max = fmax(w->e_max, nrm[0]);
         w->eb_max = fmax(w->eb_max, nrm[1]);
         w->de_max = fmax(w->de_max, nrm[2]);
@@ -175,21 +259,33 @@ static int prepare_embed(dm_worker *w, vx_err *err)
 static void prepare_chunk(dm_worker *w, const dm_chunk *ch)
 {
     const int H = w->s->hidden;
+    const double u = ldexp(1.0, -23);
     for (int j = 0; j < ch->nb; j++) {
         double nrm[3], B;
-        round_row(w->dcol + (size_t)j * (size_t)H, H, w->bf16 ? w->xb + (size_t)j * (size_t)H : NULL,
-                  nrm);
+        const float *d = w->dcol + (size_t)j * (size_t)H;
+        if (w->screen == DM_I8)
+            w->dcorr[j] = 128 * quant_row(d, H, (uint8_t *)w->xq + (size_t)j * (size_t)H, 0,
+                                          &w->dsc[j], nrm);
+        else
+            round_row(d, H, w->screen == DM_BF16 ? w->xb + (size_t)j * (size_t)H : NULL, nrm);
         const double nd = nrm[0], nb = nrm[1], dd = nrm[2];
-        if (w->bf16)
+        if (w->screen == DM_I8)
+            /* the integer sum is exact; fl(fl(fl(I) · sc_e) · sc_d) has three roundings of
+             * at most u/2 relative, and in the subnormal range 2^-149 absolute each, the
+             * first carried through the × sc_d */
+            B = w->de_max * nb + w->e_max * dd + 3 * u * w->eb_max * nb +
+                ldexp(1.0, -148) * (1 + w->dsc[j]);
+        else if (w->screen == DM_BF16)
             B = eng_sum_gamma(H) * w->eb_max * nb + w->de_max * nb + w->e_max * dd +
                 eng_bf16_sum_slack(H, nb, w->eb_max);
         else   /* f32 products (AMX's split activations: 2^-20 for a part's underflow) */
             B = (eng_sum_gamma(H + 64) + ldexp(1.0, -20)) * w->e_max * nd +
                 eng_bf16_sum_slack(H, nd, w->e_max);
         const double R = eng_sum_gamma(H + 32) * w->e_max * nd + eng_bf16_sum_slack(H, nd, w->e_max);
-        /* the norms were summed in double: 2^-20 more covers their own rounding */
+        /* the norms were summed in double: 2^-20 more covers their own rounding; a screened
+         * score that could overflow f32 admits everything */
         double m = 2 * (B + R) * (1 + ldexp(1.0, -20));
-        w->margin[j] = isfinite(m) ? m : INFINITY;
+        w->margin[j] = zero_margin ? 0 : isfinite(m) && w->eb_max * nb < 1e37 ? m : INFINITY;
         w->thr[j] = -INFINITY;
         w->tn[j] = 0;
         w->cand[j].n = 0;
@@ -210,23 +306,17 @@ static int cand_push(dm_cands *c, float thr, int32_t id, float val)
         /* drop what the threshold has passed since it was admitted; grow if that is little */
         int n = 0;
         for (int i = 0; i < c->n; i++)
-            if (c->val[i] >= thr) {
-                c->id[n] = c->id[i];
-                c->val[n++] = c->val[i];
-            }
+            if (c->c[i].val >= thr) c->c[n++] = c->c[i];
         c->n = n;
         if (n >= c->cap / 2) {
             int cap = c->cap ? 2 * c->cap : 64;
-            int32_t *id2 = realloc(c->id, (size_t)cap * sizeof *id2);
-            if (id2) c->id = id2;
-            float *val2 = id2 ? realloc(c->val, (size_t)cap * sizeof *val2) : NULL;
-            if (!val2) return -1;
-            c->val = val2;
+            dm_cand *c2 = realloc(c->c, (size_t)cap * sizeof *c2);
+            if (!c2) return -1;
+            c->c = c2;
             c->cap = cap;
         }
     }
-    c->id[c->n] = id;
-    c->val[c->n++] = val;
+    c->c[c->n++] = (dm_cand){val, id};
     return 0;
 }
 
@@ -260,6 +350,43 @@ static int scan_row(dm_worker *w, int j, const float *row, int v0, int vt)
     return 0;
 }
 
+/* The int8 screen's sums of feature j scaled to logits, fl(fl(fl(I − 128·Σq_d) · sc_e) ·
+ * sc_d), and admitted 16 at a time: most blocks hold nothing at the threshold. */
+__attribute__((target("avx512f"))) static int scan_i8(dm_worker *w, int j, const int32_t *ir,
+                                                     int v0, int vt)
+{
+    const int32_t corr = w->dcorr[j];
+    const float dsc = w->dsc[j], *esc = w->esc + v0;
+    float blk[16];
+    for (int c0 = 0; c0 < vt; c0 += 16) {
+        const int nb = vt - c0 < 16 ? vt - c0 : 16;
+        if (nb == 16) {
+            const __m512 a = _mm512_mul_ps(
+                _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(
+                                  _mm512_loadu_si512((const void *)(ir + c0)),
+                                  _mm512_set1_epi32(corr))),
+                              _mm512_loadu_ps(esc + c0)),
+                _mm512_set1_ps(dsc));
+            if (!_mm512_cmp_ps_mask(a, _mm512_set1_ps(w->thr[j]), _CMP_GE_OQ)) continue;
+            _mm512_storeu_ps(blk, a);
+        } else
+            for (int v = 0; v < nb; v++) blk[v] = (float)(ir[c0 + v] - corr) * esc[c0 + v] * dsc;
+        if (scan_row(w, j, blk, v0 + c0, nb) != 0) return -1;
+    }
+    return 0;
+}
+
+/* One part of a tile's admission: the features j ≡ part (mod parts). */
+static void scan_part(void *ctx, int part, int parts)
+{
+    dm_worker *w = ctx;
+    const int vt = w->vt;
+    for (int j = part; j < w->nb; j += parts)
+        if ((w->screen == DM_I8 ? scan_i8(w, j, w->ibuf + (size_t)j * (size_t)vt, w->v0, vt)
+                                : scan_row(w, j, w->cbuf + (size_t)j * (size_t)vt, w->v0, vt)) != 0)
+            atomic_store(&w->failed, 1);
+}
+
 /* Screen the chunk's features over the whole vocabulary. */
 static int screen_chunk(dm_worker *w, const dm_chunk *ch)
 {
@@ -267,49 +394,85 @@ static int screen_chunk(dm_worker *w, const dm_chunk *ch)
     const vx_tensor *E = s->embed;
     const int H = s->hidden, V = s->vocab;
     const size_t esz = E->dtype == VX_F32 ? 4 : 2;
+    w->nb = ch->nb;
+    atomic_store(&w->failed, 0);
     for (int v0 = 0; v0 < V; v0 += VTILE) {
         const int vt = V - v0 < VTILE ? V - v0 : VTILE;
-        if (!w->bf16)
+        if (w->screen == DM_F32)
             eng_matmul_rows(E->dtype, (const uint8_t *)E->data + (size_t)v0 * H * esz, vt, H,
                             (size_t)H * esz, w->dcol, ch->nb, w->cbuf);
-        else if (eng_matmul_bf16(w->eb + (size_t)v0 * (size_t)H * 2, vt, H, (size_t)H * 2, w->xb,
-                                 ch->nb, w->cbuf) != 0)
-            return -1;   /* out of memory (its other refusals were checked at prepare_embed) */
-        for (int j = 0; j < ch->nb; j++)
-            if (scan_row(w, j, w->cbuf + (size_t)j * (size_t)vt, v0, vt) != 0) return -1;
+        else if (w->screen == DM_BF16 ? eng_matmul_bf16(w->eb + (size_t)v0 * (size_t)H * 2, vt, H,
+                                                        (size_t)H * 2, w->xb, ch->nb, w->cbuf)
+                                      : eng_matmul_u8s8(w->eq + (size_t)v0 * (size_t)H, vt, H,
+                                                        (size_t)H, w->xq, ch->nb, w->ibuf))
+            return -1;   /* out of memory (its other refusals were checked at pick_screen) */
+        w->v0 = v0;
+        w->vt = vt;
+        eng_parallel(scan_part, w);
+        if (atomic_load(&w->failed)) return -1;
     }
     return 0;
 }
 
-/* Rescore each feature's candidates exactly and write its record. */
-static void rescore(dm_worker *w, const dm_chunk *ch)
+/* Feature j's candidate i rescored exactly and merged into its best k (ids, val, *n) by
+ * (logit desc, id asc). */
+static void rescore_one(const dm_worker *w, int j, int32_t id, int32_t *ids, float *val, int *n)
 {
     const brw_shape *s = w->s;
     const int H = s->hidden;
     const size_t esz = s->embed->dtype == VX_F32 ? 4 : 2;
-    for (int j = 0; j < ch->nb; j++) {
-        const dm_cands *c = &w->cand[j];
+    const float x = eng_row_dot(s->embed->dtype,
+                                (const uint8_t *)s->embed->data + (size_t)id * (size_t)H * esz,
+                                w->dcol + (size_t)j * (size_t)H, H);
+    if (*n == K && !(x > val[K - 1] || (x == val[K - 1] && id < ids[K - 1]))) return;
+    int p = *n < K ? (*n)++ : K - 1;
+    while (p > 0 && (x > val[p - 1] || (x == val[p - 1] && id < ids[p - 1]))) {
+        val[p] = val[p - 1];
+        ids[p] = ids[p - 1];
+        p--;
+    }
+    val[p] = x;
+    ids[p] = id;
+}
+
+/* Rescore each feature's candidates exactly and write its record: the features
+ * j ≡ part (mod parts) of the chunk in w->rch. The candidates of the k best screened
+ * scores go first; then, x10 the k-th exact logit so far (the final one is at least
+ * that), a candidate of screened score a has an exact logit of at most a + B + R, so it
+ * can enter only if a ≥ x10 − (B + R): one margin, not the screen's two. The others are
+ * skipped, their rows prefetched ahead of the dot products. */
+static void rescore_part(void *ctx, int part, int parts)
+{
+    dm_worker *w = ctx;
+    const dm_chunk *ch = w->rch;
+    const brw_shape *s = w->s;
+    const size_t rowb = (size_t)s->hidden * (s->embed->dtype == VX_F32 ? 4 : 2);
+    const char *E = s->embed->data;
+    for (int j = part; j < ch->nb; j += parts) {
+        dm_cands *c = &w->cand[j];
         int32_t ids[K];
         float val[K];
         int n = 0;
+        /* admitted under an earlier threshold; the final one holds for the whole scan */
+        const float first = w->tn[j] ? w->top[(size_t)j * K + (size_t)w->tn[j] - 1] : INFINITY;
+        int nc = 0;
         for (int i = 0; i < c->n; i++) {
-            /* admitted under an earlier threshold; the final one holds for the whole scan */
-            if (!(c->val[i] >= w->thr[j])) continue;
-            const int32_t id = c->id[i];
-            const float x = eng_row_dot(s->embed->dtype,
-                                        (const uint8_t *)s->embed->data +
-                                            (size_t)id * (size_t)H * esz,
-                                        w->dcol + (size_t)j * (size_t)H, H);
-            /* (value desc, id asc): equal logits order by id */
-            if (n == K && !(x > val[K - 1] || (x == val[K - 1] && id < ids[K - 1]))) continue;
-            int p = n < K ? n++ : K - 1;
-            while (p > 0 && (x > val[p - 1] || (x == val[p - 1] && id < ids[p - 1]))) {
-                val[p] = val[p - 1];
-                ids[p] = ids[p - 1];
-                p--;
-            }
-            val[p] = x;
-            ids[p] = id;
+            if (!(c->c[i].val >= w->thr[j])) continue;
+            if (c->c[i].val >= first) rescore_one(w, j, c->c[i].id, ids, val, &n);
+            else c->c[nc++] = c->c[i];
+        }
+        const double m1 = w->margin[j] / 2;
+        float stop = n == K ? floor_f32((double)val[K - 1] - m1) : -INFINITY;
+        int next = 0;   /* the next candidate to prefetch */
+        for (int i = 0; i < nc; i++) {
+            if (!(c->c[i].val >= stop)) continue;
+            if (next <= i) next = i + 1;
+            while (next < nc && !(c->c[next].val >= stop)) next++;
+            if (next < nc)
+                for (size_t b = 0; b < rowb; b += 64)
+                    __builtin_prefetch(E + (size_t)c->c[next].id * rowb + b);
+            rescore_one(w, j, c->c[i].id, ids, val, &n);
+            if (n == K) stop = floor_f32((double)val[K - 1] - m1);
         }
         uint8_t *r = w->rec + (size_t)(ch->part->first + ch->f0 + j) * w->rb;
         memset(r, 0, w->rb);
@@ -328,17 +491,22 @@ static void worker_free(dm_worker *w)
 {
     free(w->dcol);
     free(w->xb);
+    free(w->xq);
+    free(w->dsc);
+    free(w->dcorr);
+    free(w->ibuf);
     free(w->cbuf);
     free(w->margin);
     free(w->thr);
     free(w->top);
     free(w->tn);
     for (int j = 0; w->cand && j < FC; j++) {
-        free(w->cand[j].id);
-        free(w->cand[j].val);
+        free(w->cand[j].c);
     }
     free(w->cand);
     free(w->eb_copy);
+    free(w->eq);
+    free(w->esc);
 }
 
 static int write_meta(const brw_shape *s, const char *path, vx_err *err)
@@ -364,14 +532,18 @@ static int write_meta(const brw_shape *s, const char *path, vx_err *err)
     w.rec = malloc((size_t)maxf * w.rb + 1);
     w.dcol = malloc((size_t)FC * H * sizeof *w.dcol);
     w.xb = malloc((size_t)FC * H * sizeof *w.xb);
+    w.xq = malloc((size_t)FC * H);
+    w.dsc = malloc((size_t)FC * sizeof *w.dsc);
+    w.dcorr = malloc((size_t)FC * sizeof *w.dcorr);
+    w.ibuf = malloc((size_t)FC * VTILE * sizeof *w.ibuf);
     w.cbuf = malloc((size_t)FC * VTILE * sizeof *w.cbuf);
     w.margin = malloc((size_t)FC * sizeof *w.margin);
     w.thr = malloc((size_t)FC * sizeof *w.thr);
     w.top = malloc((size_t)FC * K * sizeof *w.top);
     w.tn = malloc((size_t)FC * sizeof *w.tn);
     w.cand = calloc(FC, sizeof *w.cand);
-    if (!chunks || !w.rec || !w.dcol || !w.xb || !w.cbuf || !w.margin || !w.thr || !w.top ||
-        !w.tn || !w.cand) {
+    if (!chunks || !w.rec || !w.dcol || !w.xb || !w.xq || !w.dsc || !w.dcorr || !w.ibuf ||
+        !w.cbuf || !w.margin || !w.thr || !w.top || !w.tn || !w.cand) {
         vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
         goto done;
     }
@@ -405,7 +577,8 @@ static int write_meta(const brw_shape *s, const char *path, vx_err *err)
                 vx_errf(err, VX_ENOMEM, "down_meta: out of memory screening layer %d", l);
                 goto done;
             }
-            rescore(&w, &chunks[i]);
+            w.rch = &chunks[i];
+            eng_parallel(rescore_part, &w);
         }
         if (vx_cancel_flag) {
             vx_errf(err, VX_ECANCEL, "down_meta: cancelled at layer %d", l);

@@ -1,17 +1,21 @@
 /*
- * gemm_bf16.c — a screening product with AVX512-BF16: y[t, r] ≈ Σ_k W[r, k] · X[t, k] for
- * bf16 W and bf16 X, each bf16 pair product exact in f32 (vdpbf16ps) and the sum
- * accumulated in f32 with a stated error bound (eng_sum_gamma). It is not a path of
- * eng_matmul (the executor keeps f32-accurate products): it serves callers that screen
- * candidates and recompute the survivors exactly (down-meta's first pass), and that need
- * twice the f32 GEMM's multiply rate on CPUs without AMX.
+ * gemm_bf16.c — the screening products, for callers that screen candidates and recompute
+ * the survivors exactly (down-meta's first pass); not paths of eng_matmul (the executor
+ * keeps f32-accurate products):
+ *   eng_matmul_bf16  y[t, r] ≈ Σ_k W[r, k] · X[t, k] for bf16 W and X with AVX512-BF16:
+ *                    each bf16 pair product exact in f32 (vdpbf16ps), the sum accumulated
+ *                    in f32 with a stated error bound (eng_sum_gamma); twice the f32
+ *                    GEMM's multiply rate on CPUs without AMX;
+ *   eng_matmul_u8s8  y[t, r] = Σ_k W[r, k] · X[t, k] for unsigned-byte W and signed-byte X
+ *                    with AVX512-VNNI (vpdpbusd), exact in int32; twice the bf16 rate.
  *
  * Layout as gemm.c (the BLIS scheme): X is packed once per call into groups of 64 tokens,
- * k in pairs (xp[(g · kp + k) · 64 + t] holds X[t, 2k] and X[t, 2k + 1] as one 32-bit
+ * k in 32-bit lanes (bf16 pairs or byte quads: xp[(g · kq + k) · 64 + t] holds X[t]'s k-th
  * lane, zero past n). The micro-kernel holds a 6-row × 64-token block of C in 24 registers
- * and, per k pair, broadcasts one bf16 pair of each of the 6 weight rows, read in place.
+ * and, per lane step, broadcasts one lane of each of the 6 weight rows, read in place.
  * A thread takes a tile of weight rows (sized to stay in L2 with one packed group) and
- * runs every group over it; each output is one chain of cols / 2 vdpbf16ps on one lane.
+ * runs every group over it; each output is one chain of cols / 2 vdpbf16ps (or cols / 4
+ * vpdpbusd) on one lane.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -21,6 +25,7 @@
 #include "engine_int.h"
 
 #define TBF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define TVNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 #define MR 6                    /* weight rows per micro-kernel block */
 #define GT 64                   /* tokens per packed group (four 16-lane vectors) */
 #define TILE_W (240 * 1024)     /* weight bytes per tile: stays in L2 beside one group */
@@ -29,6 +34,13 @@ int eng_bf16_dot_ready(void)
 {
     static int cpu = -1;
     if (cpu < 0) cpu = __builtin_cpu_supports("avx512bf16");
+    return cpu && eng_avx512();
+}
+
+int eng_u8s8_dot_ready(void)
+{
+    static int cpu = -1;
+    if (cpu < 0) cpu = __builtin_cpu_supports("avx512vnni");
     return cpu && eng_avx512();
 }
 
@@ -52,13 +64,14 @@ double eng_bf16_sum_slack(int cols, double xnorm, double wnorm)
 }
 
 typedef struct bjob {
+    int u8s8;           /* 0: bf16 × bf16 → f32; 1: u8 × s8 → int32 */
     const uint8_t *w;
     size_t rb;
-    int rows, cols, n, kp, chunk;
+    int rows, bytes, n, kp, chunk;   /* bytes of a row used; kp 32-bit lanes of them */
     const uint32_t *xp;
-    uint8_t *pad;       /* per part: MR rows of cols bf16, for the last short block */
+    uint8_t *pad;       /* per part: MR rows of `bytes`, for the last short block */
     int parts;
-    float *y;
+    void *y;            /* float or int32_t, [n, rows] */
     atomic_int next;
 } bjob;
 
@@ -85,14 +98,38 @@ TBF static void micro(const uint8_t *w, size_t rb, const uint32_t *x, int kp, fl
             _mm512_store_ps(c + i * GT + v * 16, a[i][v]);
 }
 
-static void bf16_part(void *ctx, int part, int parts)
+/* The same block with vpdpbusd: per lane, four unsigned weight bytes times four signed
+ * token bytes, summed into int32 (exact: |Σ| < 2^31 for cols ≤ 65536). */
+TVNNI static void micro_u8s8(const uint8_t *w, size_t rb, const uint32_t *x, int kp, int32_t *c)
+{
+    __m512i a[MR][4];
+    _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++)
+        _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) a[i][v] = _mm512_setzero_si512();
+    for (int k = 0; k < kp; k++) {
+        __m512i xv[4];
+        _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++)
+            xv[v] = _mm512_load_si512(x + (size_t)k * GT + v * 16);
+        _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {
+            int32_t quad;
+            memcpy(&quad, w + (size_t)i * rb + 4 * (size_t)k, 4);
+            const __m512i b = _mm512_set1_epi32(quad);
+            _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++)
+                a[i][v] = _mm512_dpbusd_epi32(a[i][v], b, xv[v]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++)
+        _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++)
+            _mm512_store_si512(c + i * GT + v * 16, a[i][v]);
+}
+
+static void screen_part(void *ctx, int part, int parts)
 {
     bjob *j = ctx;
     (void)parts;
     if (part >= j->parts) return;   /* the pool grew since the call: the others claim it all */
     const int groups = (j->n + GT - 1) / GT;
-    const size_t bytes = (size_t)j->cols * 2;
-    _Alignas(64) float cb[MR * GT];
+    const size_t bytes = (size_t)j->bytes;
+    _Alignas(64) union { float f[MR * GT]; int32_t i[MR * GT]; } cb;
     uint8_t *pad = j->pad + (size_t)part * MR * bytes;
     int lo;
     while ((lo = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed)) < j->rows) {
@@ -112,25 +149,26 @@ static void bf16_part(void *ctx, int part, int parts)
                     w = pad;
                     rb = bytes;
                 }
-                micro(w, rb, xg, j->kp, cb);
+                if (j->u8s8) micro_u8s8(w, rb, xg, j->kp, cb.i);
+                else micro(w, rb, xg, j->kp, cb.f);
+                /* both results are 4-byte words: move them as such */
                 for (int t = 0; t < tn; t++) {
-                    float *yt = j->y + (size_t)(t0 + t) * j->rows + r;
-                    for (int i = 0; i < nr; i++) yt[i] = cb[i * GT + t];
+                    uint32_t *yt = (uint32_t *)j->y + (size_t)(t0 + t) * j->rows + r;
+                    for (int i = 0; i < nr; i++) memcpy(&yt[i], &cb.i[i * GT + t], 4);
                 }
             }
         }
     }
 }
 
-int eng_matmul_bf16(const void *w, int rows, int cols, size_t row_bytes, const uint16_t *x,
-                    int n, float *y)
+/* Run the product of bytes-per-row `bytes` (a multiple of 4) as kp = bytes / 4 lanes. */
+static int screen_run(int u8s8, const void *w, int rows, int bytes, size_t row_bytes,
+                      const void *x, int n, void *y)
 {
-    if (n <= 0 || rows <= 0) return 0;
-    if (cols % 2 || !eng_bf16_dot_ready()) return -1;
-    const int kp = cols / 2, groups = (n + GT - 1) / GT;
+    const int kp = bytes / 4, groups = (n + GT - 1) / GT;
     const int parts = eng_threads();
     uint32_t *xp = aligned_alloc(64, (size_t)groups * kp * GT * sizeof *xp);
-    uint8_t *pad = malloc((size_t)parts * MR * (size_t)cols * 2);
+    uint8_t *pad = malloc((size_t)parts * MR * (size_t)bytes);
     if (!xp || !pad) {
         free(xp);
         free(pad);
@@ -141,21 +179,37 @@ int eng_matmul_bf16(const void *w, int rows, int cols, size_t row_bytes, const u
         const int t0 = g * GT, tn = n - t0 < GT ? n - t0 : GT;
         if (tn < GT) memset(dst, 0, (size_t)kp * GT * sizeof *dst);
         for (int t = 0; t < tn; t++) {
-            const uint16_t *src = x + (size_t)(t0 + t) * cols;
+            const uint8_t *src = (const uint8_t *)x + (size_t)(t0 + t) * (size_t)bytes;
             for (int k = 0; k < kp; k++)
-                dst[(size_t)k * GT + t] = (uint32_t)src[2 * k] | (uint32_t)src[2 * k + 1] << 16;
+                memcpy(&dst[(size_t)k * GT + t], src + 4 * (size_t)k, 4);
         }
     }
-    bjob j = {.w = w, .rb = row_bytes, .rows = rows, .cols = cols, .n = n, .kp = kp,
-              .xp = xp, .pad = pad, .parts = parts, .y = y};
+    bjob j = {.u8s8 = u8s8, .w = w, .rb = row_bytes, .rows = rows, .bytes = bytes, .n = n,
+              .kp = kp, .xp = xp, .pad = pad, .parts = parts, .y = y};
     /* tiles that stay in L2, small enough that a delayed thread's share is taken over */
-    int chunk = (int)(TILE_W / ((size_t)cols * 2)) / MR * MR;
+    int chunk = (int)(TILE_W / (size_t)bytes) / MR * MR;
     const int fair = rows / (parts * 4) / MR * MR;
     chunk = chunk > fair ? fair : chunk;
     j.chunk = chunk < MR ? MR : chunk;
     atomic_init(&j.next, 0);
-    eng_parallel(bf16_part, &j);
+    eng_parallel(screen_part, &j);
     free(xp);
     free(pad);
     return 0;
+}
+
+int eng_matmul_bf16(const void *w, int rows, int cols, size_t row_bytes, const uint16_t *x,
+                    int n, float *y)
+{
+    if (n <= 0 || rows <= 0) return 0;
+    if (cols % 2 || !eng_bf16_dot_ready()) return -1;
+    return screen_run(0, w, rows, cols * 2, row_bytes, x, n, y);
+}
+
+int eng_matmul_u8s8(const uint8_t *w, int rows, int cols, size_t row_bytes, const int8_t *x,
+                    int n, int32_t *y)
+{
+    if (n <= 0 || rows <= 0) return 0;
+    if (cols % 4 || cols > 65536 || !eng_u8s8_dot_ready()) return -1;
+    return screen_run(1, w, rows, cols, row_bytes, x, n, y);
 }

@@ -2,11 +2,12 @@
  * test_browse_screen.c — down-meta's screened pass (downmeta.c) writes exactly the records
  * of the exhaustive one: for every feature of every layer, the top 10 of
  * eng_row_dot(E[v], down[:, f]) over the whole vocabulary by (logit desc, id asc), ids and
- * logits bit for bit. Checked on tinyllama stored as f32 (the bf16 screen reads a rounded
- * copy of the embedding, so its bound carries the rounding of both operands), on
- * tinyllama-bf16 (the embedding read in place, bound = summation only), and on the f32
- * screen (LQL_NO_AVX512=1). Also eng_matmul_bf16 against a float64 product within its
- * stated bound.
+ * logits bit for bit. Checked for every screen the CPU has (int8 with AVX512-VNNI, bf16
+ * with AVX512-BF16, f32) on tinyllama stored as f32 (the int8 and bf16 screens quantise a
+ * copy of the embedding, so their bounds carry the rounding of both operands), on
+ * tinyllama-bf16, and with LQL_NO_AVX512=1; and that without the bound (margin zero) the
+ * fastest screen's records come out wrong. Also eng_matmul_bf16 against a float64 product
+ * within its stated bound and eng_matmul_u8s8 against exact integer sums.
  */
 #include "brw_int.h"
 #include "t.h"
@@ -24,57 +25,87 @@ static float elem(const vx_tensor *t, size_t i)
     return x;
 }
 
-/* Every record of the container's down-meta against the exhaustive exact pass. */
-static void check_exhaustive(const char *dir, const char *what)
+#define NREC 3072   /* tinyllama: 4 layers × 768 features */
+
+/* The exhaustive exact pass's records: ids and logits of every feature, 10 each. */
+typedef struct ref {
+    int32_t id[NREC][10];
+    float lg[NREC][10];
+} ref;
+
+static int open_model(const char *dir, vx_container **c, brw_model **m, const char *what)
 {
     vx_err err = {0};
-    vx_container *c = NULL;
-    brw_model *m = NULL;
-    CHECK_MSG(vx_open(dir, &c, &err) == 0 && brw_open(c, &m, &err) == 0, "%s: %s", what, err.msg);
-    if (!m) {
-        vx_close(c);
-        return;
-    }
+    *c = NULL;
+    *m = NULL;
+    CHECK_MSG(vx_open(dir, c, &err) == 0 && brw_open(*c, m, &err) == 0, "%s: %s", what, err.msg);
+    if (*m) return 0;
+    vx_close(*c);
+    return -1;
+}
+
+static void build_ref(const char *dir, ref *r, const char *what)
+{
+    vx_container *c;
+    brw_model *m;
+    if (open_model(dir, &c, &m, what) != 0) return;
     const vx_tensor *E = m->s.embed;
     const int V = m->s.vocab, H = m->s.hidden;
     const size_t esz = E->dtype == VX_F32 ? 4 : 2;
     float *d = malloc((size_t)H * sizeof *d), *lg = malloc((size_t)V * sizeof *lg);
-    int bad = 0, total = 0;
+    int total = 0;
     for (int l = 0; l < m->s.layers; l++) {
         const vx_tensor *D = m->s.layer[l].parts[0].down;
         const int64_t I = D->shape[1];
-        for (int64_t f = 0; f < I; f++) {
+        for (int64_t f = 0; f < I && total < NREC; f++, total++) {
             for (int h = 0; h < H; h++) d[h] = elem(D, (size_t)h * (size_t)I + (size_t)f);
             for (int v = 0; v < V; v++)
                 lg[v] = eng_row_dot(E->dtype, (const uint8_t *)E->data + (size_t)v * H * esz, d, H);
-            brw_meta md;
-            CHECK(brw_dmet_get(m->dmet, l, f, &md) == 0 && md.present && md.k == 10);
-            int ok = md.top_id == md.ids[0] && md.c_score == md.logits[0];
-            for (int j = 0; j < 10 && ok; j++) {
+            for (int j = 0; j < 10; j++) {
                 int best = -1;   /* the j-th by (logit desc, id asc): strictly after j - 1 */
                 for (int v = 0; v < V; v++) {
-                    if (j > 0 && !(lg[v] < md.logits[j - 1] ||
-                                   (lg[v] == md.logits[j - 1] && v > md.ids[j - 1])))
+                    if (j > 0 && !(lg[v] < r->lg[total][j - 1] ||
+                                   (lg[v] == r->lg[total][j - 1] && v > r->id[total][j - 1])))
                         continue;
                     if (best < 0 || lg[v] > lg[best]) best = v;
                 }
-                ok = md.ids[j] == best && memcmp(&md.logits[j], &lg[best], 4) == 0;
+                r->id[total][j] = best;
+                r->lg[total][j] = lg[best];
             }
-            if (!ok && bad++ < 3)
-                printf("%s: L%d F%lld differs from the exhaustive pass (top %d %.9g)\n", what, l,
-                       (long long)f, md.ids[0], md.logits[0]);
-            total++;
         }
     }
-    CHECK_MSG(bad == 0, "%s: %d of %d records differ from the exhaustive pass", what, bad, total);
-    CHECK(total == 3072);
+    CHECK(total == NREC);
     free(d);
     free(lg);
     brw_close(m);
     vx_close(c);
 }
 
-static void encode_check(const char *src, const char *out, const char *what)
+/* How many of the container's down-meta records differ from the exhaustive pass's. */
+static int count_bad(const char *dir, const ref *r, const char *what)
+{
+    vx_container *c;
+    brw_model *m;
+    if (open_model(dir, &c, &m, what) != 0) return -1;
+    int bad = 0, total = 0;
+    for (int l = 0; l < m->s.layers; l++)
+        for (int64_t f = 0; f < m->s.layer[l].features && total < NREC; f++, total++) {
+            brw_meta md;
+            CHECK(brw_dmet_get(m->dmet, l, f, &md) == 0 && md.present && md.k == 10);
+            int ok = md.top_id == md.ids[0] && md.c_score == md.logits[0];
+            for (int j = 0; j < 10 && ok; j++)
+                ok = md.ids[j] == r->id[total][j] && memcmp(&md.logits[j], &r->lg[total][j], 4) == 0;
+            if (!ok && bad++ < 3)
+                printf("%s: L%d F%lld differs from the exhaustive pass (top %d %.9g)\n", what, l,
+                       (long long)f, md.ids[0], md.logits[0]);
+        }
+    CHECK(total == NREC);
+    brw_close(m);
+    vx_close(c);
+    return bad;
+}
+
+static int encode_meta(const char *src, const char *out, const char *what)
 {
     vx_encode_opts o;
     vx_encode_opts_init(&o);
@@ -82,8 +113,26 @@ static void encode_check(const char *src, const char *out, const char *what)
     o.finish_ctx = &o;
     vx_err err = {0};
     t_rm_rf(out);
-    CHECK_MSG(vx_encode(src, out, &o, &err) == 0, "%s: encode: %s", what, err.msg);
-    check_exhaustive(out, what);
+    const int rc = vx_encode(src, out, &o, &err);
+    CHECK_MSG(rc == 0, "%s: encode: %s", what, err.msg);
+    return rc;
+}
+
+/* Every screen this CPU has writes the exhaustive pass's records bit for bit. */
+static void check_paths(const char *src, const char *out, const char *what, ref *r)
+{
+    static const struct { int screen; const char *name; } paths[] = {
+        {0, "fastest screen"}, {2, "bf16 screen"}, {1, "f32 screen"}};
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        char name[256];
+        snprintf(name, sizeof name, "%s, %s", what, paths[i].name);
+        brw_downmeta_test_set(paths[i].screen, 0);
+        if (encode_meta(src, out, name) != 0) continue;
+        if (i == 0) build_ref(out, r, name);
+        const int bad = count_bad(out, r, name);
+        CHECK_MSG(bad == 0, "%s: %d of %d records differ from the exhaustive pass", name, bad, NREC);
+    }
+    brw_downmeta_test_set(0, 0);
     t_rm_rf(out);
 }
 
@@ -133,16 +182,68 @@ static void check_kernel(void)
     free(y);
 }
 
+/* eng_matmul_u8s8 on awkward sizes against exact integer sums: equal, every one. */
+static void check_kernel_u8s8(void)
+{
+    const int rows = 103, cols = 132, n = 70;
+    uint8_t *w = malloc((size_t)rows * cols);
+    int8_t *x = malloc((size_t)n * cols);
+    int32_t *y = malloc((size_t)n * rows * sizeof *y);
+    uint32_t s = 777;
+    for (int i = 0; i < rows * cols; i++) {
+        s = s * 1664525u + 1013904223u;
+        w[i] = i % 11 == 0 ? 255 : (uint8_t)(s >> 24);   /* the extremes too */
+    }
+    for (int i = 0; i < n * cols; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = i % 13 == 0 ? -127 : (int8_t)((int)(s >> 24) % 255 - 127);
+    }
+    if (eng_matmul_u8s8(w, rows, cols, (size_t)cols, x, n, y) != 0) {
+        printf("eng_matmul_u8s8: not on this CPU (AVX512-VNNI absent or LQL_NO_AVX512=1)\n");
+        CHECK(!eng_u8s8_dot_ready());
+    } else {
+        int bad = 0;
+        for (int t = 0; t < n; t++)
+            for (int r = 0; r < rows; r++) {
+                int64_t ex = 0;
+                for (int k = 0; k < cols; k++) ex += (int64_t)w[r * cols + k] * x[t * cols + k];
+                bad += y[(size_t)t * rows + r] != ex;
+            }
+        CHECK_MSG(bad == 0, "eng_matmul_u8s8: %d of %d sums differ from the exact ones", bad,
+                  rows * n);
+        CHECK(eng_matmul_u8s8(w, rows, cols - 2, (size_t)cols, x, n, y) == -1);
+    }
+    free(w);
+    free(x);
+    free(y);
+}
+
 int main(void)
 {
     char out[4096];
     snprintf(out, sizeof out, "%s/screen-tiny.vindex3", LQL_BINARY_DIR);
-    printf("screen: %s\n", eng_bf16_dot_ready() ? "bf16 (AVX512-BF16)" : "f32 (eng_matmul_rows)");
+    printf("screens: int8 %s, bf16 %s\n", eng_u8s8_dot_ready() ? "yes" : "no",
+           eng_bf16_dot_ready() ? "yes" : "no");
     check_kernel();
-    encode_check(LQL_FIXTURE_DIR "/models/tinyllama", out, "tinyllama f32");
-    encode_check(LQL_FIXTURE_DIR "/models/tinyllama-bf16", out, "tinyllama bf16");
+    check_kernel_u8s8();
+    ref *r = calloc(1, sizeof *r);
+    check_paths(LQL_FIXTURE_DIR "/models/tinyllama", out, "tinyllama f32", r);
+    /* the bound is what makes them exact: without it the fastest screen's records differ
+     * (int8 or bf16 rounding of the f32 embedding; r is tinyllama f32's reference) */
+    if (eng_u8s8_dot_ready() || eng_bf16_dot_ready()) {
+        brw_downmeta_test_set(0, 1);
+        if (encode_meta(LQL_FIXTURE_DIR "/models/tinyllama", out, "zero margin") == 0) {
+            const int bad = count_bad(out, r, "tinyllama f32, fastest screen, zero margin");
+            printf("zero margin: %d of %d records differ\n", bad, NREC);
+            CHECK(bad > 0);
+        }
+        brw_downmeta_test_set(0, 0);
+    }
+    check_paths(LQL_FIXTURE_DIR "/models/tinyllama-bf16", out, "tinyllama bf16", r);
     setenv("LQL_NO_AVX512", "1", 1);
-    encode_check(LQL_FIXTURE_DIR "/models/tinyllama", out, "tinyllama f32, LQL_NO_AVX512=1");
+    check_paths(LQL_FIXTURE_DIR "/models/tinyllama", out, "tinyllama f32, LQL_NO_AVX512=1", r);
     unsetenv("LQL_NO_AVX512");
+    free(r);
+    t_rm_rf(out);
     return T_DONE();
 }
