@@ -92,6 +92,18 @@ void brw_close(brw_model *m);
 int brw_layers(const brw_model *m);
 int64_t brw_features(const brw_model *m, int layer);
 int brw_hidden(const brw_model *m);
+int brw_vocab(const brw_model *m);
+/* The features of routed expert `expert` of a MoE layer: [first, first + rows) of the
+ * layer's expert-major numbering; -1 when the layer has no such expert. */
+int brw_expert_span(const brw_model *m, int layer, int expert, int64_t *first, int64_t *rows);
+/* The stored down column of feature f (f32 view) into col [hidden]; -1 when its part has
+ * no down_proj or (col not NULL) its dtype has no f32 view. col NULL: only checks that
+ * the column exists. */
+int brw_down_column(const brw_model *m, int layer, int64_t f, float *col);
+/* The token a column writes most strongly, as the encoder's down-meta ranks it: argmax
+ * over the vocabulary of E · col (E the unscaled embedding) into *id and *score; -1 when
+ * the embedding has no f32 view (col NULL: only that check). */
+int brw_top_token(const brw_model *m, const float *col, int32_t *id, float *score);
 float brw_embed_scale(const brw_model *m);
 const eng_tokenizer *brw_tokenizer(const brw_model *m);
 const brw_dmet *brw_down_meta(const brw_model *m);   /* NULL when the container has none */
@@ -111,22 +123,8 @@ const char *brw_label(const brw_model *m, int layer, int64_t feature);
 
 /* ---------------------------------------------------------------- overlay */
 
-/* Metadata override for a feature (UPDATE … SET target / confidence): top_id < 0 keeps the
- * base token, has_score 0 keeps the base c_score. */
-typedef struct brw_meta_edit {
-    int layer;
-    int64_t feature;
-    int32_t top_id;
-    int has_score;
-    float c_score;
-} brw_meta_edit;
-
-/* What browse sees of the mutation overlay: eng edits (replacement gate rows are
- * rescored, tombstones dropped) and metadata overrides. Owned by the caller. */
-typedef struct brw_overlay {
-    const eng_overlay *eng;                 /* may be NULL */
-    const brw_meta_edit *meta; size_t n_meta;
-} brw_overlay;
+/* Browse reads the mutation overlay as the engine's type (engine.h eng_overlay): edited
+ * gate rows are rescored, tombstones dropped, metadata overrides shown. NULL: the base. */
 
 /* ---------------------------------------------------------------- gate KNN */
 
@@ -155,11 +153,11 @@ const char *brw_walk_mode_name(brw_walk_mode mode);   /* "hybrid" "pure" "dense"
  * One multi-threaded pass over the gate rows in place (eng_threads()). With ov, features
  * with a replacement gate row are rescored with it and tombstones are dropped. */
 int brw_gate_knn(const brw_model *m, const int *layers, int n_layers, const float *q, int k,
-                 const brw_overlay *ov, brw_hit *hits, int *counts, vx_err *err);
+                 const eng_overlay *ov, brw_hit *hits, int *counts, vx_err *err);
 /* brw_gate_knn ranking by mode (sorted best first by that mode's key, ties by feature
  * ascending); with an overlay, replacement gate and up rows are both used. */
 int brw_gate_knn_mode(const brw_model *m, const int *layers, int n_layers, const float *q,
-                      int k, brw_walk_mode mode, const brw_overlay *ov, brw_hit *hits,
+                      int k, brw_walk_mode mode, const eng_overlay *ov, brw_hit *hits,
                       int *counts, vx_err *err);
 
 /* ---------------------------------------------------------------- queries */
@@ -177,7 +175,7 @@ int brw_entity_query(const brw_model *m, const char *entity, float *q, vx_err *e
 typedef struct brw_walk_opts {
     int top;                /* features per layer (default 10) */
     int layer_lo, layer_hi; /* inclusive; -1 -1 = all layers */
-    const brw_overlay *ov;
+    const eng_overlay *ov;
     brw_walk_mode mode;     /* BRW_HYBRID (0) by default */
 } brw_walk_opts;
 
@@ -196,7 +194,7 @@ int brw_walk_run(const brw_model *m, const char *prompt, const brw_walk_opts *o,
 void brw_walk_free(brw_walk *w);
 
 /* The effective metadata of a feature (overlay first, then base): 0 when present. */
-int brw_feature_meta(const brw_model *m, const brw_overlay *ov, int layer, int64_t feature,
+int brw_feature_meta(const brw_model *m, const eng_overlay *ov, int layer, int64_t feature,
                      brw_meta *out);
 
 /* ---------------------------------------------------------------- describe */
@@ -208,7 +206,7 @@ typedef struct brw_describe_opts {
     int at_layer;           /* >= 0: one layer (with a band: only if the layer is in it) */
     int relations_only;     /* keep labelled edges only */
     int mode;               /* BRW_DESCRIBE_* (caps per band: 10 / 30 / 30, output 5 in brief) */
-    const brw_overlay *ov;
+    const eng_overlay *ov;
 } brw_describe_opts;
 
 #define BRW_ALSO_MAX 5
@@ -274,7 +272,7 @@ typedef struct brw_select_opts {
     int nearest_layer;
     int has_order; brw_field order; int desc;
     int64_t limit;                           /* < 0: the table's default */
-    const brw_overlay *ov;
+    const eng_overlay *ov;
 } brw_select_opts;
 
 /* One row of any table; which fields are meaningful depends on the table. */
@@ -315,14 +313,14 @@ int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
                       brw_rows *out, vx_err *err);
 /* SHOW ENTITIES: capitalised alphabetic top tokens of >= 3 letters (not function words), counted (features)
  * with their max c_score, sorted by features desc; layer < 0 for all layers. */
-int brw_show_entities(const brw_model *m, int layer, int64_t limit, const brw_overlay *ov,
+int brw_show_entities(const brw_model *m, int layer, int64_t limit, const eng_overlay *ov,
                       brw_rows *out, vx_err *err);
 /* SHOW RELATIONS: labels (relation, count) when the container has them; otherwise the
  * top output tokens of the knowledge band (or one layer) among the features whose c_score
  * is in the top 10% of that range (*min_score receives the cut, a relative rule so it
  * holds at any model scale): token, count, max score, first/last layer; also = up to 3
  * example features ("L2 F17"). */
-int brw_show_relations(const brw_model *m, int layer, const brw_overlay *ov, brw_rows *out,
+int brw_show_relations(const brw_model *m, int layer, const eng_overlay *ov, brw_rows *out,
                        int *labelled, float *min_score, vx_err *err);
 
 typedef struct brw_layer_info {
@@ -335,7 +333,7 @@ typedef struct brw_layer_info {
     const char *gate_dtype;
 } brw_layer_info;
 
-int brw_show_layers(const brw_model *m, int lo, int hi, const brw_overlay *ov,
+int brw_show_layers(const brw_model *m, int lo, int hi, const eng_overlay *ov,
                     brw_layer_info **out, size_t *n, vx_err *err);
 
 typedef struct brw_stats {

@@ -273,20 +273,20 @@ static int edits_in_layer(const eng_overlay *ov, int layer)
 }
 
 int brw_gate_knn(const brw_model *m, const int *layers, int n_layers, const float *q, int k,
-                 const brw_overlay *ov, brw_hit *hits, int *counts, vx_err *err)
+                 const eng_overlay *ov, brw_hit *hits, int *counts, vx_err *err)
 {
     return brw_gate_knn_mode(m, layers, n_layers, q, k, BRW_HYBRID, ov, hits, counts, err);
 }
 
 int brw_gate_knn_mode(const brw_model *m, const int *layers, int n_layers, const float *q,
-                      int k, brw_walk_mode mode, const brw_overlay *ov, brw_hit *hits,
+                      int k, brw_walk_mode mode, const eng_overlay *ov, brw_hit *hits,
                       int *counts, vx_err *err)
 {
     if (k <= 0)
         return vx_errf(err, VX_EARG, "gate knn: k must be positive (got %d)", k);
     if (mode != BRW_HYBRID && mode != BRW_PURE && mode != BRW_DENSE)
         return vx_errf(err, VX_EARG, "gate knn: unknown mode %d", (int)mode);
-    const eng_overlay *eo = ov ? ov->eng : NULL;
+    const eng_overlay *eo = ov;
     scan s = {.m = m, .layers = layers, .n_layers = n_layers, .q = q, .mode = mode};
     s.kk = calloc((size_t)n_layers + 1, sizeof *s.kk);
     size_t n_items = 0;

@@ -5,6 +5,7 @@
  */
 #include "brw_int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,6 +233,72 @@ int64_t brw_features(const brw_model *m, int layer)
     return layer >= 0 && layer < m->s.layers ? m->s.layer[layer].features : 0;
 }
 
+int brw_vocab(const brw_model *m) { return m->s.vocab; }
+
+int brw_expert_span(const brw_model *m, int layer, int expert, int64_t *first, int64_t *rows)
+{
+    if (layer < 0 || layer >= m->s.layers)
+        return -1;
+    const brw_layer *bl = &m->s.layer[layer];
+    if (expert < 0 || bl->n_parts < 2 || expert >= bl->n_parts)
+        return -1;
+    *first = bl->parts[expert].first;
+    *rows = bl->parts[expert].rows;
+    return 0;
+}
+
+static size_t plain_size(vx_dtype t)
+{
+    return t == VX_F32 ? 4 : t == VX_F16 || t == VX_BF16 ? 2 : 0;
+}
+
+int brw_down_column(const brw_model *m, int layer, int64_t f, float *col)
+{
+    if (layer < 0 || layer >= m->s.layers)
+        return -1;
+    const brw_layer *bl = &m->s.layer[layer];
+    const brw_part *pt = NULL;
+    for (int p = 0; p < bl->n_parts && !pt; p++)
+        if (f >= bl->parts[p].first && f < bl->parts[p].first + bl->parts[p].rows)
+            pt = &bl->parts[p];
+    const vx_tensor *dn = pt ? pt->down : NULL;
+    const int H = m->s.hidden;
+    if (!dn || dn->ndim != 2 || dn->shape[0] != H || f - pt->first >= dn->shape[1])
+        return -1;
+    const int64_t lf = f - pt->first;
+    const size_t esz = plain_size(dn->dtype);
+    for (int h = 0; col && h < H; h++) {
+        const uint8_t *at = (const uint8_t *)dn->data +
+                            ((uint64_t)h * (uint64_t)dn->shape[1] + (uint64_t)lf) * esz;
+        if (esz == 0 || vx_row_to_f32(dn->dtype, at, &col[h], 1) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int brw_top_token(const brw_model *m, const float *col, int32_t *id, float *score)
+{
+    const vx_tensor *E = m->s.embed;
+    const int H = m->s.hidden, V = m->s.vocab;
+    const size_t esz = E ? plain_size(E->dtype) : 0;
+    if (esz == 0)
+        return -1;
+    if (!col)
+        return 0;
+    int32_t best = -1;
+    float bx = -INFINITY;
+    for (int v = 0; v < V; v++) {
+        float x = eng_row_dot(E->dtype, (const uint8_t *)E->data + (size_t)v * H * esz, col, H);
+        if (x > bx) {
+            bx = x;
+            best = v;
+        }
+    }
+    *id = best;
+    *score = bx;
+    return 0;
+}
+
 void brw_bands(const brw_model *m, int band[3][2])
 {
     memcpy(band, m->band, sizeof m->band);
@@ -327,7 +394,7 @@ int brw_entity_query(const brw_model *m, const char *entity, float *q, vx_err *e
     return 0;
 }
 
-int brw_feature_meta(const brw_model *m, const brw_overlay *ov, int layer, int64_t feature,
+int brw_feature_meta(const brw_model *m, const eng_overlay *ov, int layer, int64_t feature,
                      brw_meta *out)
 {
     memset(out, 0, sizeof *out);
@@ -335,7 +402,7 @@ int brw_feature_meta(const brw_model *m, const brw_overlay *ov, int layer, int64
         brw_dmet_get(m->dmet, layer, feature, out);
     if (ov)
         for (size_t i = 0; i < ov->n_meta; i++) {
-            const brw_meta_edit *e = &ov->meta[i];
+            const eng_meta_edit *e = &ov->meta[i];
             if (e->layer != layer || e->feature != feature)
                 continue;
             if (e->top_id >= 0) {
@@ -350,10 +417,10 @@ int brw_feature_meta(const brw_model *m, const brw_overlay *ov, int layer, int64
                 out->present = 1;
             }
         }
-    if (ov && ov->eng)
-        for (size_t i = 0; i < ov->eng->n_edits; i++)
-            if (ov->eng->edits[i].layer == layer && ov->eng->edits[i].feature == feature &&
-                ov->eng->edits[i].tombstone) {
+    if (ov)
+        for (size_t i = 0; i < ov->n_edits; i++)
+            if (ov->edits[i].layer == layer && ov->edits[i].feature == feature &&
+                ov->edits[i].tombstone) {
                 memset(out, 0, sizeof *out);
                 break;
             }

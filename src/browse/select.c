@@ -356,7 +356,7 @@ static int drop_rows(rowvec *rv)
 }
 
 /* Fill a row's metadata fields from a feature; 0 when it has metadata. */
-static int fill_meta(const brw_model *m, const brw_overlay *ov, brw_row *r, int layer,
+static int fill_meta(const brw_model *m, const eng_overlay *ov, brw_row *r, int layer,
                      int64_t f)
 {
     brw_meta md;
@@ -701,7 +701,7 @@ int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
     return 0;
 }
 
-int brw_show_entities(const brw_model *m, int layer, int64_t limit, const brw_overlay *ov,
+int brw_show_entities(const brw_model *m, int layer, int64_t limit, const eng_overlay *ov,
                       brw_rows *out, vx_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -724,7 +724,7 @@ static int cmp_float(const void *pa, const void *pb)
 }
 
 /* The 90th percentile of c_score over layers lo..hi (features with metadata). */
-static float score_p90(const brw_model *m, const brw_overlay *ov, int lo, int hi)
+static float score_p90(const brw_model *m, const eng_overlay *ov, int lo, int hi)
 {
     size_t n = 0, cap = 0;
     for (int l = lo; l <= hi; l++)
@@ -747,7 +747,7 @@ static float score_p90(const brw_model *m, const brw_overlay *ov, int lo, int hi
     return p;
 }
 
-int brw_show_relations(const brw_model *m, int layer, const brw_overlay *ov, brw_rows *out,
+int brw_show_relations(const brw_model *m, int layer, const eng_overlay *ov, brw_rows *out,
                        int *labelled, float *min_score, vx_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -825,7 +825,7 @@ int brw_show_relations(const brw_model *m, int layer, const brw_overlay *ov, brw
     return 0;
 }
 
-int brw_show_layers(const brw_model *m, int lo, int hi, const brw_overlay *ov,
+int brw_show_layers(const brw_model *m, int lo, int hi, const eng_overlay *ov,
                     brw_layer_info **out, size_t *n, vx_err *err)
 {
     *out = NULL;

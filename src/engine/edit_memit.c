@@ -771,7 +771,8 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
     if (nb)
         memcpy(lr, base->lowrank, nb * sizeof *lr);
     lr[nb] = (eng_lowrank){o->layer, 1, out->u, out->v, o->expert};
-    eng_overlay trial = {base ? base->edits : NULL, base ? base->n_edits : 0, lr, nb + 1};
+    eng_overlay trial = {base ? base->edits : NULL, base ? base->n_edits : 0, lr, nb + 1,
+                         NULL, 0};
     eng_model_set_overlay(m, &trial);
 
     capture c = {.layer = o->layer, .H = H, .F = F, .n_layers = nl, .off = off, .x = x,

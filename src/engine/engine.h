@@ -160,9 +160,23 @@ typedef struct eng_lowrank {
                                * expert e's down_proj += u · vᵀ */
 } eng_lowrank;
 
+/* Metadata override for a feature (UPDATE … SET target / confidence, an insert's
+ * down_meta): top_id < 0 keeps the base token, has_score 0 keeps the base c_score. The
+ * forward pass does not read it: browse shows it and COMPILE writes it into the down-meta. */
+typedef struct eng_meta_edit {
+    int layer;
+    int64_t feature;
+    int32_t top_id;
+    int has_score;
+    float c_score;
+} eng_meta_edit;
+
+/* The one overlay type: the mutation layer (src/edit) builds it from the journal, the
+ * executor applies its edits and low-rank deltas, browse reads all of it. */
 typedef struct eng_overlay {
     const eng_feature_edit *edits; size_t n_edits;
     const eng_lowrank *lowrank;    size_t n_lowrank;
+    const eng_meta_edit *meta;     size_t n_meta;
 } eng_overlay;
 
 /* Attach (or with NULL detach) an overlay; later forward passes see base + overlay. */

@@ -1,7 +1,7 @@
 /*
  * conds.h — the one conversion of a parsed WHERE list into browse conditions, shared by
  * the browse statements (exec_browse.c) and the mutation statements' feature selection
- * (exec_edit.c).
+ * (exec_delete.c).
  */
 #ifndef LQL_CONDS_H
 #define LQL_CONDS_H

@@ -14,7 +14,7 @@
 
 #include "browse.h"
 #include "conds.h"
-#include "edit.h"
+#include "exec_edit.h"
 #include "files.h"
 
 #include <math.h>
@@ -74,15 +74,6 @@ static int session_features(lql_session *s, const lql_stmt *st, brw_model **out,
     }
     return lql_errf(e, LQL_EEXEC, &st->at, "this model has no FFN features to browse: every "
                     "layer's channel mixer is 'none' (token mixers: %s)", kinds);
-}
-
-/* The mutation overlay as browse sees it (edited gates, tombstones, metadata overrides);
- * with nothing edited, the base. */
-static brw_overlay overlay_of(const lql_session *s)
-{
-    const brw_overlay *ov = lql_edit_overlay(s);
-    brw_overlay none = {NULL, NULL, 0};
-    return ov ? *ov : none;
 }
 
 static const lql_span *clause_at(const lql_stmt *st, lql_clause_kind c)
@@ -171,7 +162,7 @@ static void down_list(const brw_model *m, const brw_meta *md, int k, char *buf, 
 
 /* ---------------------------------------------------------------- WALK */
 
-static int walk_table(const brw_model *m, const brw_overlay *ov, const brw_walk *w,
+static int walk_table(const brw_model *m, const eng_overlay *ov, const brw_walk *w,
                       const char *title, int verbose, lql_result *r)
 {
     int dense = w->mode == BRW_DENSE;
@@ -243,8 +234,8 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
                : st->mode == LQL_MODE_DENSE ? BRW_DENSE : BRW_HYBRID;
     if (layer_range(st, brw_layers(m), &o.layer_lo, &o.layer_hi, e) != 0)
         return -1;
-    brw_overlay ov = overlay_of(s);
-    o.ov = &ov;
+    const eng_overlay *ov = lql_edit_overlay(s);
+    o.ov = ov;
     brw_walk w;
     vx_err ve = {0};
     if (brw_walk_run(m, st->arg, &o, &w, &ve) != 0)
@@ -275,7 +266,7 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
                  w.mode == BRW_DENSE ? "gate and up rows" : "gate rows");
         lql_cell_text(pt, d);
     }
-    if (walk_table(m, &ov, &w, explain ? "hits" : NULL, verbose, r) != 0)
+    if (walk_table(m, ov, &w, explain ? "hits" : NULL, verbose, r) != 0)
         rc = oom(e);
     if (rc == 0 && !explain && lql_has(st, LQL_C_COMPARE)) {
         brw_walk b;
@@ -330,8 +321,8 @@ int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e
     if (!brw_down_meta(m))
         return lql_errf(e, LQL_EEXEC, &st->at, "the container has no down-meta "
                         "(browse/down_meta.bin): re-extract WITH BROWSE");
-    brw_overlay ov = overlay_of(s);
-    brw_describe_opts o = {.band = -1, .at_layer = -1, .ov = &ov};
+    const eng_overlay *ov = lql_edit_overlay(s);
+    brw_describe_opts o = {.band = -1, .at_layer = -1, .ov = ov};
     if (lql_has(st, LQL_C_BAND))
         o.band = band_of_clause(st->band);
     if (at_layer(st, m, &o.at_layer, e) != 0)
@@ -570,8 +561,8 @@ int lql_h_select(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
             return lql_err_vx(e, &ve, &st->fields_at[i]);
         nf++;
     }
-    brw_overlay ov = overlay_of(s);
-    brw_select_opts o = {.ov = &ov};
+    const eng_overlay *ov = lql_edit_overlay(s);
+    brw_select_opts o = {.ov = ov};
     if (limit_of(st, &o.limit, e) != 0)
         return -1;
     if (lql_has(st, LQL_C_ORDER)) {
@@ -599,8 +590,8 @@ int lql_h_show_features(lql_session *s, const lql_stmt *st, lql_result *r, lql_e
     if (st->n < 0 || st->n >= brw_layers(m))
         return lql_errf(e, LQL_EEXEC, &st->at, "layer %lld is out of range (the model has %d "
                         "layers: 0-%d)", (long long)st->n, brw_layers(m), brw_layers(m) - 1);
-    brw_overlay ov = overlay_of(s);
-    brw_select_opts o = {.ov = &ov};
+    const eng_overlay *ov = lql_edit_overlay(s);
+    brw_select_opts o = {.ov = ov};
     if (limit_of(st, &o.limit, e) != 0)
         return -1;
     brw_field f[] = {BRW_F_FEATURE, BRW_F_TOKEN, BRW_F_SCORE, BRW_F_ALSO, BRW_F_RELATION};
@@ -621,12 +612,12 @@ int lql_h_show_relations(lql_session *s, const lql_stmt *st, lql_result *r, lql_
     int layer;
     if (show_at(s, st, &m, &layer, e) != 0)
         return -1;
-    brw_overlay ov = overlay_of(s);
+    const eng_overlay *ov = lql_edit_overlay(s);
     brw_rows rows;
     int labelled;
     float cut;
     vx_err ve = {0};
-    if (brw_show_relations(m, layer, &ov, &rows, &labelled, &cut, &ve) != 0)
+    if (brw_show_relations(m, layer, ov, &rows, &labelled, &cut, &ve) != 0)
         return lql_err_vx(e, &ve, &st->at);
     int ex = lql_has(st, LQL_C_WITH_EXAMPLES);
     lql_colspec cols[] = {{labelled ? "relation" : "token", LQL_TEXT, 0},
@@ -676,10 +667,10 @@ int lql_h_show_entities(lql_session *s, const lql_stmt *st, lql_result *r, lql_e
     int64_t limit;
     if (limit_of(st, &limit, e) != 0)
         return -1;
-    brw_overlay ov = overlay_of(s);
+    const eng_overlay *ov = lql_edit_overlay(s);
     brw_rows rows;
     vx_err ve = {0};
-    if (brw_show_entities(m, layer, limit, &ov, &rows, &ve) != 0)
+    if (brw_show_entities(m, layer, limit, ov, &rows, &ve) != 0)
         return lql_err_vx(e, &ve, &st->at);
     brw_field f[] = {BRW_F_ENTITY, BRW_F_COUNT, BRW_F_SCORE};
     int rc = emit_rows(&rows, f, 3, NULL, r, e);

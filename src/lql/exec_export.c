@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "edit.h"
+#include "exec_edit.h"
 #include "interp.h"
 #include "result.h"
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "edit.h"
+#include "exec_edit.h"
 #include "interp.h"
 
 #define DEFAULT_TOP 5

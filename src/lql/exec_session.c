@@ -15,7 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "browse.h"
-#include "edit.h"
+#include "exec_edit.h"
 #include "files.h"
 #include "interp.h"
 #include "journal.h"

@@ -9,8 +9,12 @@
  *   exec_infer.c    INFER, EXPLAIN INFER (prediction part)         (language, "h5")
  *   exec_browse.c   WALK, EXPLAIN WALK, DESCRIBE, SELECT, SHOW FEATURES/RELATIONS/
  *                   ENTITIES, TRACE, EXPLAIN INFER's per-layer part (browse, "h7")
- *   exec_edit.c     INSERT, DELETE, UPDATE, patches, UNDO, ROLLBACK, SHOW PATCHES/
- *                   HISTORY, DIFF, COMPILE, COMPACT, the USE hook   (mutation, "h8")
+ *   exec_insert.c   INSERT                                          (mutation, "h8")
+ *   exec_delete.c   DELETE, UPDATE
+ *   exec_patch.c    patches, UNDO, ROLLBACK, SHOW PATCHES/HISTORY
+ *   exec_diff.c     DIFF
+ *   exec_compile.c  COMPILE, COMPACT (exec_export.c: INTO MODEL)
+ *   exec_edit.c     the USE hook and the binding's ed_model (src/edit, edit.h)
  *
  * Handler contract: `int h(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)`
  * returns 0 after adding zero or more tables / notes to r, or -1 with e filled (a
@@ -46,13 +50,13 @@ typedef struct lql_session {
      * binding, browse); the model and browse borrow it, so it is freed after them. */
     eng_tokenizer *tok;
 
-    /* Effective-weight corrections of the overlay (journal replay), owned by exec_edit.c's
-     * state; NULL: the base model. lql_session_model attaches it when binding; whoever
+    /* Effective-weight corrections of the overlay (journal replay), owned by the binding's
+     * ed_model (src/edit); NULL: the base model. lql_session_model attaches it when binding; whoever
      * changes it calls lql_session_set_overlay so a bound model sees the change. */
     const eng_overlay *overlay;
 
-    /* Per-layer state, created lazily by exec_browse.c / exec_edit.c and freed (by the
-     * session, through the matching free function) when the binding changes. */
+    /* Per-layer state, created lazily by exec_browse.c / exec_edit.c (an ed_model) and
+     * freed (by the session, through the matching free function) when the binding changes. */
     void *browse;
     void (*browse_free)(void *browse);
     void *edit;
@@ -132,7 +136,7 @@ int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
  * ATTENTION the most-attended token and lens top-1), honouring TOP, band and LAYERS. */
 int lql_explain_infer_layers(lql_session *s, const lql_stmt *st, const int32_t *ids, int n,
                              lql_result *r, lql_err *e);
-/* exec_edit.c */
+/* exec_insert.c, exec_delete.c, exec_patch.c, exec_diff.c, exec_compile.c */
 int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
 int lql_h_delete(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
 int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);

@@ -151,9 +151,8 @@ int main(void)
     int64_t weak = all[999].feature;
     eng_feature_edit ed[2] = {{.layer = 0, .feature = base[0].feature, .tombstone = 1},
                               {.layer = 0, .feature = weak, .gate = q}};
-    eng_overlay eo = {ed, 2, NULL, 0};
-    brw_overlay ov = {&eo, NULL, 0};
-    CHECK(brw_gate_knn(&m, want_layers, 1, q, K, &ov, hits, counts, &err) == 0);
+    eng_overlay eo = {ed, 2, NULL, 0, NULL, 0};
+    CHECK(brw_gate_knn(&m, want_layers, 1, q, K, &eo, hits, counts, &err) == 0);
     double qq = 0;
     for (int i = 0; i < H; i++)
         qq += (double)q[i] * q[i];

@@ -90,9 +90,8 @@ static void tiny(void)
         up[i] = (float)(10.0 * q[i] / qq);
     eng_feature_edit ed[2] = {{.layer = 0, .feature = 5, .up = up},
                               {.layer = 0, .feature = (int)second, .tombstone = 1}};
-    eng_overlay eo = {ed, 2, NULL, 0};
-    brw_overlay ov = {&eo, NULL, 0};
-    o.ov = &ov;
+    eng_overlay eo = {ed, 2, NULL, 0, NULL, 0};
+    o.ov = &eo;
     CHECK(brw_walk_run(m, p, &o, &w, &err) == 0);
     double g5 = wr_dot64(m->s.layer[0].parts[0].gate, 5, q, m->s.hidden);
     double a5 = wr_act64(0, g5) * 10;

@@ -13,7 +13,7 @@
  * existing target is refused by name; in place, a junk file goes and the identity stays.
  */
 #include "browse.h"
-#include "edit_compact.h"
+#include "compact.h"
 #include "engine.h"
 #include "t.h"
 #include "test_journal_fx.h"
@@ -143,9 +143,9 @@ int main(void)
     file_sha(base, "tokenizer.json", tok_a);
 
     vx_container *c = NULL;
-    brw_compact_report rep;
+    ed_compact_report rep;
     CHECK(vx_open(base, &c, &e) == 0);
-    int rc = brw_compact(c, out, &rep, &e);
+    int rc = ed_compact(c, out, &rep, &e);
     CHECK_MSG(rc == 0, "compact: %s", e.msg);
     if (rc == 0) {
         CHECK(rep.n_entries == 4);
@@ -168,7 +168,7 @@ int main(void)
         }
         CHECK(rep.entries[0].bytes == 10 && rep.entries[1].bytes == 8);
     }
-    brw_compact_report_free(&rep);
+    ed_compact_report_free(&rep);
     CHECK(!exists(out, "notes.txt") && !exists(out, "browse/stale.bin"));
     CHECK(!exists(out, "segments/target.decoder_stack.001.bin"));
     CHECK(exists(out, "browse/down_meta.bin") && exists(out, "tokenizer_config.json"));
@@ -206,21 +206,21 @@ int main(void)
     CHECK(exists(base, "segments/target.decoder_stack.001.bin") && exists(base, "notes.txt"));
     free(base_id2);
     /* an existing target is refused */
-    CHECK(brw_compact(c, out, &rep, &e) == -1);
+    CHECK(ed_compact(c, out, &rep, &e) == -1);
     {
         char msg[4400];
         snprintf(msg, sizeof msg, "compact: '%s' already exists", out);
         CHECK_STR(e.msg, msg);
     }
-    brw_compact_report_free(&rep);
+    ed_compact_report_free(&rep);
     vx_close(c);
 
     /* compacting a compact container changes nothing */
     c = NULL;
     CHECK(vx_open(out, &c, &e) == 0);
-    CHECK(c && brw_compact(c, again, &rep, &e) == 0);
+    CHECK(c && ed_compact(c, again, &rep, &e) == 0);
     CHECK(rep.n_entries == 0 && rep.index_rewritten == 0 && rep.tensors_checked == 39);
-    brw_compact_report_free(&rep);
+    ed_compact_report_free(&rep);
     vx_close(c);
     char *id_out = index_sha(out), *id_again = index_sha(again);
     CHECK_STR(id_again, id_out);
@@ -232,9 +232,9 @@ int main(void)
         CHECK(system(cmd) == 0);
     }
     put(inplace, "segments/old.bin", "junk");
-    CHECK_MSG(brw_compact_in_place(inplace, &rep, &e) == 0, "in place: %s", e.msg);
+    CHECK_MSG(ed_compact_in_place(inplace, &rep, &e) == 0, "in place: %s", e.msg);
     CHECK(rep.n_dropped == 1 && rep.entries && !strcmp(rep.entries[0].path, "segments/old.bin"));
-    brw_compact_report_free(&rep);
+    ed_compact_report_free(&rep);
     CHECK(!exists(inplace, "segments/old.bin") && exists(inplace, "segments/target.embedding.bin"));
     char *id_in = index_sha(inplace);
     CHECK_STR(id_in, id_out);

@@ -9,7 +9,7 @@
  * and compiling into an existing directory is refused by name.
  */
 #include "browse.h"
-#include "edit_compile.h"
+#include "compile.h"
 #include "engine.h"
 #include "t.h"
 #include "test_journal_fx.h"
@@ -80,14 +80,13 @@ int main(void)
         {3, 20, 0, NULL, NULL, down},       /* replaced down column */
     };
     eng_lowrank lr[] = {{1, 2, u, v, -1}};
-    eng_overlay ov = {edits, 4, lr, 1};
-    const brw_overlay bov = {&ov, NULL, 0};
+    eng_overlay ov = {edits, 4, lr, 1, NULL, 0};
     eng_model_set_overlay(m, &ov);
 
     cJSON *prov = cJSON_CreateObject();
     cJSON_AddStringToObject(prov, "journal", "test");
-    brw_compile_report rep;
-    int rc = brw_edit_compile(c, &bov, out, prov, &rep, &e);
+    ed_compile_report rep;
+    int rc = ed_compile(c, &ov, out, prov, &rep, &e);
     CHECK_MSG(rc == 0, "compile: %s", e.msg);
     CHECK(rep.segments_rewritten == 1 && rep.tensors_rewritten == 4);
     printf("compiled: %zu tensors in %zu segments rewritten, %zu files linked\n",
@@ -139,7 +138,7 @@ int main(void)
     CHECK_STR(seg_after, seg_before);
 
     /* an existing output directory is refused */
-    CHECK(brw_edit_compile(c, &bov, out, NULL, &rep, &e) == -1);
+    CHECK(ed_compile(c, &ov, out, NULL, &rep, &e) == -1);
     char want[4300];
     snprintf(want, sizeof want, "compile: '%s' already exists", out);
     CHECK_STR(e.msg, want);

@@ -11,8 +11,8 @@
  *     (same top token, c_score within 1e-4: f32 storage).
  */
 #include "browse.h"
-#include "edit_compile.h"
-#include "edit_overlay.h"
+#include "compile.h"
+#include "overlay.h"
 #include "engine.h"
 #include "t.h"
 #include "test_journal_fx.h"
@@ -68,14 +68,14 @@ int main(void)
     ops[1].meta_id = 42;
     ops[1].meta_c = 0.25;
 
-    brw_edit_overlay *ov = NULL;
-    CHECK_MSG(brw_edit_overlay_build(bm, ops, 2, &ov, &e) == 0, "build: %s", e.msg);
+    ed_overlay *ov = NULL;
+    CHECK_MSG(ed_overlay_build(bm, ops, 2, &ov, &e) == 0, "build: %s", e.msg);
     if (!ov)
         return T_DONE();
-    brw_edit_counts cnt;
-    brw_edit_overlay_counts(ov, &cnt);
+    ed_counts cnt;
+    ed_overlay_counts(ov, &cnt);
     CHECK(cnt.meta == 1 && cnt.recomputed == 7 && cnt.features == 1);
-    const brw_overlay *bo = brw_edit_overlay_browse(ov);
+    const eng_overlay *bo = ed_overlay_eng(ov);
     brw_meta md;
     for (int i = 0; i < 4; i++) {
         CHECK(brw_feature_meta(bm, bo, 3, loaded[i], &md) == 0 && md.present);
@@ -118,8 +118,8 @@ int main(void)
     brw_rows_free(&rows);
 
     /* COMPILE writes DMET records that agree with the overlay on the moved features */
-    brw_compile_report rep;
-    CHECK_MSG(brw_edit_compile(c, brw_edit_overlay_browse(ov), out, NULL, &rep, &e) == 0,
+    ed_compile_report rep;
+    CHECK_MSG(ed_compile(c, ed_overlay_eng(ov), out, NULL, &rep, &e) == 0,
               "compile: %s", e.msg);
     vx_container *c2 = NULL;
     brw_model *bm2 = NULL;
@@ -133,7 +133,7 @@ int main(void)
     }
     brw_close(bm2);
     vx_close(c2);
-    brw_edit_overlay_free(ov);
+    ed_overlay_free(ov);
     vx_op_clear(&ops[0]);
     vx_op_clear(&ops[1]);
     free(u);

@@ -88,7 +88,7 @@ int main(void)
     eng_lowrank lr[NFACTS];
     eng_insert_fact fx[NFACTS];
     float *keys = malloc((size_t)NFACTS * F * sizeof *keys);
-    eng_overlay ov = {NULL, 0, lr, 0};
+    eng_overlay ov = {NULL, 0, lr, 0, NULL, 0};
     for (int f = 0; f < NFACTS; f++) {
         char *prompt = eng_edit_prompt(facts[f][1], facts[f][0]);
         size_t n, nt;

@@ -9,7 +9,7 @@
  * Metadata overrides reach browse; ops that do not fit the model are refused by name.
  */
 #include "browse.h"
-#include "edit_overlay.h"
+#include "overlay.h"
 #include "engine.h"
 #include "journal.h"
 #include "t.h"
@@ -65,16 +65,16 @@ static double max_diff(const float *a, const float *b, int n)
 }
 
 /* Replay the journal into a fresh overlay and attach it. */
-static brw_edit_overlay *replay(vx_journal *j, const brw_model *bm, eng_model *m)
+static ed_overlay *replay(vx_journal *j, const brw_model *bm, eng_model *m)
 {
     vx_op *ops;
     size_t n;
     vx_err e = {0};
-    brw_edit_overlay *ov = NULL;
-    if (vx_journal_active_ops(j, &ops, &n, &e) || brw_edit_overlay_build(bm, ops, n, &ov, &e))
+    ed_overlay *ov = NULL;
+    if (vx_journal_active_ops(j, &ops, &n, &e) || ed_overlay_build(bm, ops, n, &ov, &e))
         fprintf(stderr, "replay: %s\n", e.msg);
     vx_ops_free(ops, n);
-    eng_model_set_overlay(m, ov ? brw_edit_overlay_eng(ov) : NULL);
+    eng_model_set_overlay(m, ov ? ed_overlay_eng(ov) : NULL);
     return ov;
 }
 
@@ -142,14 +142,14 @@ int main(void)
     op.layer = LAYER;
     op.feature = f;
     record1(j, &op);
-    brw_edit_overlay *ov = replay(j, bm, m);
+    ed_overlay *ov = replay(j, bm, m);
     float *tomb = logits_of(m, ids, (int)nid, NULL);
     double d_tomb = max_diff(base, tomb, V);
     CHECK_MSG(d_tomb > 1e-3, "tombstoning the strongest feature changed logits by %g", d_tomb);
-    brw_edit_counts cnt;
-    brw_edit_overlay_counts(ov, &cnt);
+    ed_counts cnt;
+    ed_overlay_counts(ov, &cnt);
     CHECK(cnt.ops == 1 && cnt.tombstones == 1 && cnt.features == 1);
-    CHECK(brw_edit_is_tombstone(ov, LAYER, f) && !brw_edit_is_tombstone(ov, LAYER, f + 1));
+    CHECK(ed_is_tombstone(ov, LAYER, f) && !ed_is_tombstone(ov, LAYER, f + 1));
     /* browse drops the tombstone from gate KNN */
     {
         float *q = malloc((size_t)H * sizeof *q);
@@ -157,7 +157,7 @@ int main(void)
         int layers[1] = {LAYER}, counts[1];
         brw_hit hits[2000];
         CHECK(brw_walk_query(bm, PROMPT, q, &tok, &e) == 0);
-        CHECK(brw_gate_knn(bm, layers, 1, q, F, brw_edit_overlay_browse(ov), hits, counts, &e) == 0);
+        CHECK(brw_gate_knn(bm, layers, 1, q, F, ed_overlay_eng(ov), hits, counts, &e) == 0);
         int seen = 0;
         for (int i = 0; i < counts[0]; i++)
             seen |= hits[i].feature == f;
@@ -165,15 +165,15 @@ int main(void)
         free(q);
     }
     undo1(j);
-    brw_edit_overlay_free(ov);
+    ed_overlay_free(ov);
     ov = replay(j, bm, m);
     float *again = logits_of(m, ids, (int)nid, NULL);
-    brw_edit_overlay_counts(ov, &cnt);
-    CHECK(cnt.ops == 0 && cnt.features == 0 && brw_edit_overlay_eng(ov)->n_edits == 0);
+    ed_overlay_counts(ov, &cnt);
+    CHECK(cnt.ops == 0 && cnt.features == 0 && ed_overlay_eng(ov)->n_edits == 0);
     CHECK_MSG(max_diff(base, again, V) == 0, "after UNDO logits differ by %g",
               max_diff(base, again, V));
     free(again);
-    brw_edit_overlay_free(ov);
+    ed_overlay_free(ov);
 
     /* 2. a replacement down column of zeros silences it the same way */
     vx_op_clear(&op);
@@ -187,7 +187,7 @@ int main(void)
     CHECK_MSG(max_diff(tomb, zcol, V) < 1e-4, "zero column vs tombstone: %g",
               max_diff(tomb, zcol, V));
     undo1(j);
-    brw_edit_overlay_free(ov);
+    ed_overlay_free(ov);
 
     /* 3. the base column itself changes nothing */
     vx_op_set_vec(&op, "down", 1, H, col, NULL);
@@ -196,7 +196,7 @@ int main(void)
     float *same = logits_of(m, ids, (int)nid, NULL);
     CHECK_MSG(max_diff(base, same, V) < 1e-4, "identical column: %g", max_diff(base, same, V));
     undo1(j);
-    brw_edit_overlay_free(ov);
+    ed_overlay_free(ov);
 
     /* 4. a rank-1 delta cancelling the column: u = -down[:, f], v = e_f */
     vx_op_clear(&op);
@@ -211,12 +211,12 @@ int main(void)
     vx_op_set_vec(&op, "v", F, 1, v, NULL);
     record1(j, &op);
     ov = replay(j, bm, m);
-    brw_edit_overlay_counts(ov, &cnt);
+    ed_overlay_counts(ov, &cnt);
     CHECK(cnt.lowrank == 1 && cnt.features == 0);
     float *lr = logits_of(m, ids, (int)nid, NULL);
     CHECK_MSG(max_diff(tomb, lr, V) < 1e-4, "low-rank cancel vs tombstone: %g",
               max_diff(tomb, lr, V));
-    brw_edit_overlay_free(ov);
+    ed_overlay_free(ov);
     ov = NULL;
 
     /* 5. metadata overrides reach browse; an insert clears a tombstone */
@@ -237,34 +237,34 @@ int main(void)
     record1(j, &op);
     ov = replay(j, bm, m);
     brw_meta md;
-    CHECK(brw_feature_meta(bm, brw_edit_overlay_browse(ov), 1, 5, &md) == 0);
+    CHECK(brw_feature_meta(bm, ed_overlay_eng(ov), 1, 5, &md) == 0);
     CHECK(md.present && md.top_id == 1234);
     CHECK_NEAR(md.c_score, 0.5, 0);
-    CHECK(!brw_edit_is_tombstone(ov, 1, 5));
-    brw_edit_overlay_counts(ov, &cnt);
+    CHECK(!ed_is_tombstone(ov, 1, 5));
+    ed_overlay_counts(ov, &cnt);
     CHECK(cnt.ops == 3 && cnt.meta == 1 && cnt.lowrank == 1 && cnt.tombstones == 0);
-    brw_edit_overlay_free(ov);
+    ed_overlay_free(ov);
 
     /* 6. operations that do not fit the model */
     vx_op_clear(&op);
     vx_op_init(&op, VX_OP_DELETE);
     op.layer = 4;
     op.feature = 0;
-    CHECK(brw_edit_check_op(bm, &op, "operation 1", &e) == -1);
+    CHECK(ed_check_op(bm, &op, "operation 1", &e) == -1);
     CHECK_STR(e.msg, "operation 1 (delete): layer 4 is out of range (the model has layers 0-3)");
     op.layer = 0;
     op.feature = F;
-    CHECK(brw_edit_check_op(bm, &op, "operation 1", &e) == -1);
+    CHECK(ed_check_op(bm, &op, "operation 1", &e) == -1);
     CHECK_STR(e.msg, "operation 1 (delete): feature 768 is out of range (layer 0 has features 0-767)");
     op.kind = VX_OP_UPDATE;
     op.feature = 0;
     vx_op_set_vec(&op, "gate", 1, 8, zero, NULL);
-    CHECK(brw_edit_check_op(bm, &op, "operation 2", &e) == -1);
+    CHECK(ed_check_op(bm, &op, "operation 2", &e) == -1);
     CHECK_STR(e.msg, "operation 2 (update): the gate vector holds 8 floats; the model's hidden size is 256");
     vx_op_clear(&op);
     vx_op_init(&op, VX_OP_INSERT_KNN);
     op.layer = 0;
-    CHECK(brw_edit_check_op(bm, &op, "operation 3", &e) == -1);
+    CHECK(ed_check_op(bm, &op, "operation 3", &e) == -1);
     CHECK_STR(e.msg, "operation 3 (insert_knn): the key must hold 256 floats (the model's hidden size)");
     CHECK(e.code == VX_EFORMAT);
     vx_op_clear(&op);
@@ -272,7 +272,7 @@ int main(void)
     op.layer = 0;
     vx_op_set_vec(&op, "u", H, 2, u, NULL);
     vx_op_set_vec(&op, "v", F, 1, v, NULL);
-    CHECK(brw_edit_check_op(bm, &op, "operation 4", &e) == -1);
+    CHECK(ed_check_op(bm, &op, "operation 4", &e) == -1);
     CHECK_STR(e.msg, "operation 4 (insert): low-rank shapes u [256, 2] and v [768, 1] do not "
                      "fit layer 0 (hidden 256, 768 features)");
     vx_op_clear(&op);

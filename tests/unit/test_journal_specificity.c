@@ -15,7 +15,7 @@
  */
 #include "browse.h"
 #include "edit_memit.h"
-#include "edit_overlay.h"
+#include "overlay.h"
 #include "engine.h"
 #include "journal.h"
 #include "t.h"
@@ -115,12 +115,12 @@ static int measure(const char *dir, const testset *ts, measured *out)
     vx_journal *jr = NULL;
     vx_op *ops = NULL;
     size_t nops = 0;
-    brw_edit_overlay *ov = NULL;
+    ed_overlay *ov = NULL;
     if (vx_open(base, &c, &e) || eng_model_bind(c, &m, &e) ||
         brw_open_tok(c, eng_model_tokenizer(m), &bm, &e) ||
         vx_journal_open(j, vx_index_sha256(c), "tinyllama", &jr, &e) ||
         vx_journal_active_ops(jr, &ops, &nops, &e) ||
-        brw_edit_overlay_build(bm, ops, nops, &ov, &e)) {
+        ed_overlay_build(bm, ops, nops, &ov, &e)) {
         fprintf(stderr, "%s: replay: %s\n", name, e.msg);
         return -1;
     }
@@ -130,7 +130,7 @@ static int measure(const char *dir, const testset *ts, measured *out)
     for (int i = 0; i < nctrl; i++) {
         eng_model_set_overlay(m, NULL);
         int32_t tb = dist(m, ctrl[i], pb);
-        eng_model_set_overlay(m, brw_edit_overlay_eng(ov));
+        eng_model_set_overlay(m, ed_overlay_eng(ov));
         int32_t te = dist(m, ctrl[i], pe);
         double kl = 0;
         for (int v = 0; v < V; v++)
@@ -152,7 +152,7 @@ static int measure(const char *dir, const testset *ts, measured *out)
                    "the second %.4f)\n", name, ctrl[i], kl, pb[tb], pb[tb] - second);
         }
     }
-    eng_model_set_overlay(m, brw_edit_overlay_eng(ov));
+    eng_model_set_overlay(m, ed_overlay_eng(ov));
     for (int f = 0; f < 10; f++) {
         int32_t t = first_token(m, fs[f][2]);
         char *prompt = eng_edit_prompt(fs[f][1], fs[f][0]);
@@ -179,7 +179,7 @@ static int measure(const char *dir, const testset *ts, measured *out)
     eng_model_set_overlay(m, NULL);
     free(pb);
     free(pe);
-    brw_edit_overlay_free(ov);
+    ed_overlay_free(ov);
     vx_ops_free(ops, nops);
     vx_journal_close(jr);
     brw_close(bm);

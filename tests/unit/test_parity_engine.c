@@ -318,21 +318,21 @@ static void test_overlay(const char *dir)
     logits_of(m, base);
 
     eng_feature_edit same = {l, f, 0, gate, up, down};
-    eng_overlay ov = {&same, 1, NULL, 0};
+    eng_overlay ov = {&same, 1, NULL, 0, NULL, 0};
     eng_model_set_overlay(m, &ov);
     logits_of(m, lg);
     CHECK_NEAR(maxdiff(lg, base, V), 0, 1e-5);
 
     eng_feature_edit tomb = {l, f, 1, NULL, NULL, NULL};
-    ov = (eng_overlay){&tomb, 1, NULL, 0};
+    ov = (eng_overlay){&tomb, 1, NULL, 0, NULL, 0};
     logits_of(m, lg);
     CHECK(maxdiff(lg, base, V) > 1e-4);
     eng_feature_edit zdown = {l, f, 0, NULL, NULL, zero};
-    ov = (eng_overlay){&zdown, 1, NULL, 0};
+    ov = (eng_overlay){&zdown, 1, NULL, 0, NULL, 0};
     logits_of(m, lg2);
     CHECK_NEAR(maxdiff(lg, lg2, V), 0, 1e-5);
     eng_lowrank lr = {l, 1, u, v, -1};
-    ov = (eng_overlay){NULL, 0, &lr, 1};
+    ov = (eng_overlay){NULL, 0, &lr, 1, NULL, 0};
     logits_of(m, lg2);
     CHECK_NEAR(maxdiff(lg, lg2, V), 0, 1e-5);
 
@@ -340,7 +340,7 @@ static void test_overlay(const char *dir)
     float *g2 = malloc(H * 4);
     for (int i = 0; i < H; i++) g2[i] = -gate[i];
     eng_feature_edit ng = {l, f, 0, g2, NULL, NULL};
-    ov = (eng_overlay){&ng, 1, NULL, 0};
+    ov = (eng_overlay){&ng, 1, NULL, 0, NULL, 0};
     logits_of(m, lg2);
     CHECK(maxdiff(lg2, base, V) > 1e-4);
 

@@ -1,11 +1,11 @@
 /*
- * edit_compact.c — COMPACT (edit_compact.h): what a container's files are, decided from
+ * compact.c — COMPACT (compact.h): what a container's files are, decided from
  * what its metadata names; shard segments merged through the segment writer; the result
  * compared byte for byte with the source before it is published.
  */
 #define _GNU_SOURCE   /* renameat2 */
-#include "edit_compact.h"
-#include "edit_compile.h"
+#include "compact.h"
+#include "compile.h"
 #include "vx_int.h"
 
 #include <cjson/cJSON.h>
@@ -61,18 +61,18 @@ typedef struct compact_ctx {
     const strs *refs;          /* referenced paths */
     const strs *rewritten;     /* written anew into tmp */
     int carry_index;
-    brw_compact_report *rep;
+    ed_compact_report *rep;
     vx_err *err;
 } compact_ctx;
 
-static int add_entry(brw_compact_report *rep, const char *path, uint64_t bytes,
+static int add_entry(ed_compact_report *rep, const char *path, uint64_t bytes,
                      const char *merged_into)
 {
-    brw_compact_entry *v = realloc(rep->entries, (rep->n_entries + 1) * sizeof *v);
+    ed_compact_entry *v = realloc(rep->entries, (rep->n_entries + 1) * sizeof *v);
     if (!v)
         return -1;
     rep->entries = v;
-    brw_compact_entry *e = &v[rep->n_entries];
+    ed_compact_entry *e = &v[rep->n_entries];
     e->path = strdup(path);
     e->merged_into = merged_into ? strdup(merged_into) : NULL;
     e->bytes = bytes;
@@ -128,7 +128,7 @@ static int view_of(const vx_container *c, const char *rel, vx_segment_view *v)
 /* Merge representation r's shards into one segment at its first shard's path when they
  * fit under the cap; *merged says whether it did. */
 static int merge(const vx_container *c, const char *tmp, const char *id, cJSON *r,
-                 cJSON *segs, strs *rewritten, brw_compact_report *rep, int *merged,
+                 cJSON *segs, strs *rewritten, ed_compact_report *rep, int *merged,
                  vx_err *err)
 {
     *merged = 0;
@@ -273,11 +273,11 @@ static int same_tensors(const vx_container *a, const vx_container *b, size_t *ch
 
 static int by_path(const void *a, const void *b)
 {
-    return strcmp(((const brw_compact_entry *)a)->path, ((const brw_compact_entry *)b)->path);
+    return strcmp(((const ed_compact_entry *)a)->path, ((const ed_compact_entry *)b)->path);
 }
 
-int brw_compact(const vx_container *c, const char *out_dir, brw_compact_report *rep,
-                vx_err *err)
+int ed_compact(const vx_container *c, const char *out_dir, ed_compact_report *rep,
+               vx_err *err)
 {
     memset(rep, 0, sizeof *rep);
     if (brw_out_dir_check(out_dir, vx_dir(c), "compact", err))
@@ -369,7 +369,7 @@ done:
     return rc;
 }
 
-int brw_compact_in_place(const char *dir, brw_compact_report *rep, vx_err *err)
+int ed_compact_in_place(const char *dir, ed_compact_report *rep, vx_err *err)
 {
     memset(rep, 0, sizeof *rep);
     char side[4200];
@@ -378,7 +378,7 @@ int brw_compact_in_place(const char *dir, brw_compact_report *rep, vx_err *err)
     vx_container *c = NULL;
     if (vx_open(dir, &c, err))
         return -1;
-    int rc = brw_compact(c, side, rep, err);
+    int rc = ed_compact(c, side, rep, err);
     vx_close(c);
     if (rc)
         return -1;
@@ -392,7 +392,7 @@ int brw_compact_in_place(const char *dir, brw_compact_report *rep, vx_err *err)
     return 0;
 }
 
-void brw_compact_report_free(brw_compact_report *rep)
+void ed_compact_report_free(ed_compact_report *rep)
 {
     for (size_t i = 0; i < rep->n_entries; i++) {
         free(rep->entries[i].path);

@@ -1,5 +1,5 @@
 /*
- * edit_compile.h — COMPILE: materialise a base container plus an overlay (tombstones,
+ * compile.h — COMPILE: materialise a base container plus an overlay (tombstones,
  * replaced gate/up/down rows, low-rank down_proj deltas) as a new standalone container
  * stamped `authority: derived`. The base is never written: untouched files are hard-linked
  * (copied across file systems), segments holding an edited tensor are rewritten through
@@ -15,7 +15,7 @@
  *   low-rank   → down_proj += U·Vᵀ.
  * Quantised FFN tensors, MoE layers and bank-shape containers (FFN weights in LYRW bank
  * files, which are not rewritten) are refused by name; COMPILE fails when fewer FFN
- * tensors were rewritten than the overlay edits. The statement (exec_edit.c) gates the
+ * tensors were rewritten than the overlay edits. COMPILE (derive.c) gates the
  * result against the overlay. LQL_TEST_COMPILE_FAULT (tests only) corrupts one written
  * value so that gate can be shown to fail.
  */
@@ -31,8 +31,8 @@
 /* The effective value of one stored tensor under an overlay, as f32 ([nelems], malloc'd
  * into *out); *edited is 1 when the overlay changes it. Tensors whose dtype has no f32
  * view (quantised) fail with VX_EUNSUPPORTED. ov may be NULL (the stored values). */
-int brw_edit_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_tensor *t,
-                        float **out, int *edited, vx_err *err);
+int ed_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_tensor *t,
+                  float **out, int *edited, vx_err *err);
 
 /* Helpers COMPILE shares with COMPACT (edit_compact.c). */
 /* Hard-link src to dst (parents created), or copy it when linking is not possible. */
@@ -54,7 +54,7 @@ int brw_index_write(const char *dir, const cJSON *index, vx_err *err);
  * from the files under dir. */
 int brw_payload_sha256(const char *dir, const cJSON *rep, char hex[65], vx_err *err);
 
-typedef struct brw_compile_report {
+typedef struct ed_compile_report {
     size_t tensors_rewritten;     /* edited tensors */
     size_t segments_rewritten;    /* segment files written anew (LYRW bank files included) */
     size_t bank_files_rewritten;  /* of them, LYRW bank files */
@@ -67,12 +67,12 @@ typedef struct brw_compile_report {
                                         * others keep their bytes) */
     size_t blocks_new_bytes;      /* re-quantised blocks whose bytes differ from the base's
                                    * (a change below half a quantisation step rounds back) */
-} brw_compile_report;
+} ed_compile_report;
 
 /* Compile c + ov (its weights edits and its metadata overrides) into out_dir (which must
  * not exist). provenance (may be NULL) is added to index.json as "derived_from" (copied).
  * Metadata overrides without a down-meta file in c are refused. */
-int brw_edit_compile(const vx_container *c, const brw_overlay *ov, const char *out_dir,
-                     const cJSON *provenance, brw_compile_report *rep, vx_err *err);
+int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir,
+               const cJSON *provenance, ed_compile_report *rep, vx_err *err);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * edit_overlay.h — the effective model of the mutation layer: the journal's active
+ * overlay.h — the effective model of the mutation layer: the journal's active
  * operations (storage/journal.h) replayed in seq order into what the executor and browse
  * consume — an eng_overlay (tombstones, replaced gate/up/down rows, low-rank down_proj
  * deltas) and browse's metadata overrides.
@@ -15,8 +15,9 @@
  * their down-meta recomputed from the effective column (E · column, as the encoder's
  * down-meta and so COMPILE's), unless an operation set their metadata.
  *
- * Ownership: the overlay owns copies of every vector; the eng_overlay and brw_overlay it
- * hands out point into it and live until brw_edit_overlay_free.
+ * Ownership: the overlay owns copies of every vector; the eng_overlay it hands out (the one
+ * overlay type: the executor applies it, browse and COMPILE read it) points into it and
+ * lives until ed_overlay_free.
  */
 #ifndef LQL_EDIT_OVERLAY_H
 #define LQL_EDIT_OVERLAY_H
@@ -27,24 +28,23 @@
 #include "engine.h"
 #include "journal.h"
 
-typedef struct brw_edit_overlay brw_edit_overlay;
+typedef struct ed_overlay ed_overlay;
 
 /* Check one operation against the model's geometry (layer and feature in range, vectors
  * of hidden floats, u [hidden, r] with v [features, r], an executable kind); where names
  * the operation in the message ("operation 3"). */
-int brw_edit_check_op(const brw_model *m, const vx_op *op, const char *where, vx_err *err);
+int ed_check_op(const brw_model *m, const vx_op *op, const char *where, vx_err *err);
 
 /* Replay ops[0..n) (checked as above) into a new overlay. */
-int brw_edit_overlay_build(const brw_model *m, const vx_op *ops, size_t n,
-                           brw_edit_overlay **out, vx_err *err);
-void brw_edit_overlay_free(brw_edit_overlay *o);
+int ed_overlay_build(const brw_model *m, const vx_op *ops, size_t n, ed_overlay **out,
+                     vx_err *err);
+void ed_overlay_free(ed_overlay *o);
 
-/* What the executor applies (never NULL for a built overlay). */
-const eng_overlay *brw_edit_overlay_eng(const brw_edit_overlay *o);
-/* What browse applies: the eng overlay plus metadata overrides. */
-const brw_overlay *brw_edit_overlay_browse(const brw_edit_overlay *o);
+/* What the executor applies and browse reads: edits, low-rank deltas and metadata
+ * overrides (never NULL for a built overlay). */
+const eng_overlay *ed_overlay_eng(const ed_overlay *o);
 
-typedef struct brw_edit_counts {
+typedef struct ed_counts {
     size_t ops;               /* operations replayed */
     size_t features;          /* distinct feature slots touched */
     size_t tombstones;        /* of which tombstoned */
@@ -53,23 +53,23 @@ typedef struct brw_edit_counts {
     size_t lowrank;           /* low-rank deltas */
     size_t knn;               /* residual-key store entries */
     size_t recomputed;        /* features whose down-meta a low-rank delta's move recomputed */
-} brw_edit_counts;
+} ed_counts;
 
-void brw_edit_overlay_counts(const brw_edit_overlay *o, brw_edit_counts *out);
+void ed_overlay_counts(const ed_overlay *o, ed_counts *out);
 /* The residual-key store (INSERT … MODE KNN): at inference the residual at the entry's
  * layer (last position) is compared by cosine with every key of that layer; the best match
- * above BRW_KNN_THRESHOLD overrides the prediction with its target. */
-#define BRW_KNN_THRESHOLD 0.75
-typedef struct brw_knn_entry {
+ * above ED_KNN_THRESHOLD overrides the prediction with its target. */
+#define ED_KNN_THRESHOLD 0.75
+typedef struct ed_knn_entry {
     int layer;
     int32_t target_id;
     const float *key;         /* [hidden], unit length */
     const char *entity, *target;
-} brw_knn_entry;
+} ed_knn_entry;
 /* The store's entries in journal order (*n of them; NULL/0 for a NULL overlay). */
-const brw_knn_entry *brw_edit_knn(const brw_edit_overlay *o, size_t *n);
+const ed_knn_entry *ed_knn(const ed_overlay *o, size_t *n);
 
 /* Is (layer, feature) tombstoned in the overlay? */
-int brw_edit_is_tombstone(const brw_edit_overlay *o, int layer, int64_t feature);
+int ed_is_tombstone(const ed_overlay *o, int layer, int64_t feature);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * edit_compact.h — COMPACT: reorganise a container's storage without changing what it
+ * compact.h — COMPACT: reorganise a container's storage without changing what it
  * means. A representation stored as several shard segments whose tensors fit one segment
  * under the shard cap (vx_shard_cap) is rewritten as one segment (same tensor bytes, same
  * table order, so its payload_sha256 is unchanged); every file that index.json, the system
@@ -24,14 +24,14 @@
 
 #include "vindex.h"
 
-typedef struct brw_compact_entry {
+typedef struct ed_compact_entry {
     char *path;              /* container-relative */
     uint64_t bytes;
     char *merged_into;       /* NULL for a dropped unreferenced file */
-} brw_compact_entry;
+} ed_compact_entry;
 
-typedef struct brw_compact_report {
-    brw_compact_entry *entries;  /* dropped and merged-away files, sorted by path */
+typedef struct ed_compact_report {
+    ed_compact_entry *entries;  /* dropped and merged-away files, sorted by path */
     size_t n_entries;
     size_t n_dropped;            /* entries with merged_into NULL */
     size_t reps_merged;          /* representations whose shards became one segment */
@@ -40,19 +40,19 @@ typedef struct brw_compact_report {
     size_t tensors_checked;      /* stored tensors compared byte for byte */
     uint64_t bytes_dropped;      /* sizes of the dropped files */
     int index_rewritten;         /* 0: index.json carried byte-identically */
-} brw_compact_report;
+} ed_compact_report;
 
 /* Compact c into out_dir, which must not exist. On failure nothing exists at out_dir (the
  * temporary sibling is removed) and err says why. rep is filled on success and must be
- * released with brw_compact_report_free (also after a failure). */
-int brw_compact(const vx_container *c, const char *out_dir, brw_compact_report *rep,
-                vx_err *err);
+ * released with ed_compact_report_free (also after a failure). */
+int ed_compact(const vx_container *c, const char *out_dir, ed_compact_report *rep,
+               vx_err *err);
 
 /* Compact the container at dir in place: compacted into a temporary sibling, checked as
  * above, then exchanged with dir in one atomic rename (renameat2 RENAME_EXCHANGE), and the
  * old tree removed. A reader sees either the old container or the new one, never a mix. */
-int brw_compact_in_place(const char *dir, brw_compact_report *rep, vx_err *err);
+int ed_compact_in_place(const char *dir, ed_compact_report *rep, vx_err *err);
 
-void brw_compact_report_free(brw_compact_report *rep);
+void ed_compact_report_free(ed_compact_report *rep);
 
 #endif

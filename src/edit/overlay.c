@@ -1,10 +1,9 @@
 /*
- * edit_overlay.c — replaying journal operations into the effective-model overlay (rules
- * in edit_overlay.h). Slots are found through a small open-addressing table keyed by
+ * overlay.c — replaying journal operations into the effective-model overlay (rules
+ * in overlay.h). Slots are found through a small open-addressing table keyed by
  * (layer, feature), so a replay is linear in the number of operations.
  */
-#include "edit_overlay.h"
-#include "brw_int.h"
+#include "overlay.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -24,7 +23,7 @@ typedef struct slot {
     float c_score;
 } slot;
 
-struct brw_edit_overlay {
+struct ed_overlay {
     slot *slots;
     size_t n_slots, cap_slots;
     size_t *table;            /* slot index + 1, 0 = empty */
@@ -32,16 +31,15 @@ struct brw_edit_overlay {
     eng_lowrank *lowrank;
     size_t n_lowrank;
     eng_feature_edit *edits;
-    brw_meta_edit *meta;
+    eng_meta_edit *meta;
     size_t n_ops;
     eng_overlay eng;
-    brw_overlay brw;
-    brw_knn_entry *knn;       /* the residual-key store, keys unit length */
+    ed_knn_entry *knn;       /* the residual-key store, keys unit length */
     size_t n_knn;
     int hidden;
 };
 
-int brw_edit_check_op(const brw_model *m, const vx_op *op, const char *where, vx_err *err)
+int ed_check_op(const brw_model *m, const vx_op *op, const char *where, vx_err *err)
 {
     const char *kind = vx_op_kind_name(op->kind);
     int L = brw_layers(m), H = brw_hidden(m);
@@ -57,9 +55,9 @@ int brw_edit_check_op(const brw_model *m, const vx_op *op, const char *where, vx
         if (!k || k->rows * k->cols != H)
             return vx_errf(err, VX_EFORMAT, "%s (%s): the key must hold %d floats (the "
                            "model's hidden size)", where, kind, H);
-        if (op->target_id < 0 || op->target_id >= m->s.vocab)
+        if (op->target_id < 0 || op->target_id >= brw_vocab(m))
             return vx_errf(err, VX_EARG, "%s (%s): target id %lld is out of range (vocabulary "
-                           "0-%d)", where, kind, (long long)op->target_id, m->s.vocab - 1);
+                           "0-%d)", where, kind, (long long)op->target_id, brw_vocab(m) - 1);
         return 0;
     }
     int64_t F = brw_features(m, op->layer);
@@ -69,13 +67,13 @@ int brw_edit_check_op(const brw_model *m, const vx_op *op, const char *where, vx
             return vx_errf(err, VX_EFORMAT, "%s (%s): a low-rank delta needs both u and v on "
                            "an insert", where, kind);
         /* an expert-addressed delta spans that expert's features (one part of the layer) */
-        const brw_layer *bl = &m->s.layer[op->layer];
-        if (op->expert >= 0 && (bl->n_parts < 2 || op->expert >= bl->n_parts))
+        int64_t first, rows;
+        if (op->expert >= 0 && brw_expert_span(m, op->layer, op->expert, &first, &rows))
             return vx_errf(err, VX_EARG, "%s (%s): expert %d: layer %d %s", where, kind,
-                           op->expert, op->layer, bl->n_parts < 2 ? "has no routed experts"
-                           : "has fewer experts");
+                           op->expert, op->layer, brw_expert_span(m, op->layer, 0, &first,
+                           &rows) ? "has no routed experts" : "has fewer experts");
         if (op->expert >= 0)
-            F = bl->parts[op->expert].rows;
+            F = rows;
         /* one key per rank component (a multi-token target has one per token) */
         const vx_opvec *k = vx_op_vec(op, "key");
         if (k && (k->rows != u->cols || k->cols != F))
@@ -117,7 +115,7 @@ static uint64_t mix(int layer, int64_t feature)
     return k;
 }
 
-static int grow_table(brw_edit_overlay *o)
+static int grow_table(ed_overlay *o)
 {
     size_t size = o->table_size ? o->table_size * 2 : 64;
     size_t *t = calloc(size, sizeof *t);
@@ -136,7 +134,7 @@ static int grow_table(brw_edit_overlay *o)
 }
 
 /* The slot of (layer, feature), created empty when absent; NULL on out-of-memory. */
-static slot *find_slot(brw_edit_overlay *o, int layer, int64_t feature)
+static slot *find_slot(ed_overlay *o, int layer, int64_t feature)
 {
     if (o->table_size) {
         size_t h = mix(layer, feature) & (o->table_size - 1);
@@ -184,7 +182,7 @@ static int take_vec(float **dst, const vx_op *op, const char *role)
     return 0;
 }
 
-static int add_lowrank(brw_edit_overlay *o, const vx_op *op)
+static int add_lowrank(ed_overlay *o, const vx_op *op)
 {
     const vx_opvec *u = vx_op_vec(op, "u"), *v = vx_op_vec(op, "v");
     eng_lowrank *nl = realloc(o->lowrank, (o->n_lowrank + 1) * sizeof *nl);
@@ -205,7 +203,7 @@ static int add_lowrank(brw_edit_overlay *o, const vx_op *op)
 }
 
 /* insert_knn appends a unit-length key; delete_knn drops every entry of its entity. */
-static int apply_knn(brw_edit_overlay *o, const vx_op *op)
+static int apply_knn(ed_overlay *o, const vx_op *op)
 {
     if (op->kind == VX_OP_DELETE_KNN) {
         size_t k = 0;
@@ -222,7 +220,7 @@ static int apply_knn(brw_edit_overlay *o, const vx_op *op)
         return 0;
     }
     const vx_opvec *kv = vx_op_vec(op, "key");
-    brw_knn_entry *nk = realloc(o->knn, (o->n_knn + 1) * sizeof *nk);
+    ed_knn_entry *nk = realloc(o->knn, (o->n_knn + 1) * sizeof *nk);
     if (!nk)
         return -1;
     o->knn = nk;
@@ -240,11 +238,11 @@ static int apply_knn(brw_edit_overlay *o, const vx_op *op)
     float inv = nn > 0 ? (float)(1.0 / sqrt(nn)) : 0.0f;
     for (int h = 0; h < o->hidden; h++)
         key[h] = kv->data[h] * inv;
-    nk[o->n_knn++] = (brw_knn_entry){op->layer, (int32_t)op->target_id, key, ent, tgt};
+    nk[o->n_knn++] = (ed_knn_entry){op->layer, (int32_t)op->target_id, key, ent, tgt};
     return 0;
 }
 
-static int apply(brw_edit_overlay *o, const vx_op *op)
+static int apply(ed_overlay *o, const vx_op *op)
 {
     if (op->kind == VX_OP_INSERT_KNN || op->kind == VX_OP_DELETE_KNN)
         return apply_knn(o, op);
@@ -273,57 +271,29 @@ static int apply(brw_edit_overlay *o, const vx_op *op)
 }
 
 /* Bytes per element of a dtype with a plain f32 view (f32, f16, bf16), else 0. */
-static size_t plain_size(vx_dtype t)
-{
-    return t == VX_F32 ? 4 : t == VX_F16 || t == VX_BF16 ? 2 : 0;
-}
-
-/* Which part (dense matrix or routed expert) holds feature f of a layer, or NULL. */
-static const brw_part *part_of(const brw_model *m, int layer, int64_t f)
-{
-    const brw_layer *bl = &m->s.layer[layer];
-    for (int p = 0; p < bl->n_parts; p++)
-        if (f >= bl->parts[p].first && f < bl->parts[p].first + bl->parts[p].rows)
-            return &bl->parts[p];
-    return NULL;
-}
-
 /* Row of v for feature f of a low-rank delta (a delta addressed to an expert spans that
  * expert's features only), or -1 when the delta does not reach f. */
 static int64_t lowrank_row(const brw_model *m, const eng_lowrank *lr, int64_t f)
 {
     if (lr->expert < 0)
         return f;
-    const brw_layer *bl = &m->s.layer[lr->layer];
-    if (lr->expert >= bl->n_parts)
+    int64_t first, rows;
+    if (brw_expert_span(m, lr->layer, lr->expert, &first, &rows))
         return -1;
-    const brw_part *p = &bl->parts[lr->expert];
-    return f >= p->first && f < p->first + p->rows ? f - p->first : -1;
+    return f >= first && f < first + rows ? f - first : -1;
 }
 
 /* The effective down column of feature f at layer (base or replaced, plus every low-rank
  * delta reaching it) into col [hidden]; -1 when its part has no stored down_proj or its
  * dtype has no f32 view. */
-static int down_column(const brw_model *m, const brw_edit_overlay *o, const slot *s, int layer,
+static int down_column(const brw_model *m, const ed_overlay *o, const slot *s, int layer,
                        int64_t f, float *col)
 {
-    const brw_part *pt = part_of(m, layer, f);
-    const vx_tensor *dn = pt ? pt->down : NULL;
-    int H = m->s.hidden;
-    if (!dn || dn->ndim != 2 || dn->shape[0] != H || f - pt->first >= dn->shape[1])
+    const int H = brw_hidden(m);
+    if (brw_down_column(m, layer, f, s && s->down ? NULL : col))
         return -1;
-    const int64_t lf = f - pt->first;
-    size_t esz = plain_size(dn->dtype);
-    if (s && s->down) {
+    if (s && s->down)
         memcpy(col, s->down, (size_t)H * sizeof *col);
-    } else {
-        for (int h = 0; h < H; h++) {
-            const uint8_t *at = (const uint8_t *)dn->data +
-                                ((uint64_t)h * (uint64_t)dn->shape[1] + (uint64_t)lf) * esz;
-            if (esz == 0 || vx_row_to_f32(dn->dtype, at, &col[h], 1) < 0)
-                return -1;
-        }
-    }
     for (size_t i = 0; i < o->n_lowrank; i++) {
         const eng_lowrank *lr = &o->lowrank[i];
         int64_t vr = lr->layer == layer ? lowrank_row(m, lr, f) : -1;
@@ -337,17 +307,15 @@ static int down_column(const brw_model *m, const brw_edit_overlay *o, const slot
 }
 
 /* After a low-rank INSERT the features whose down column moved most — the top
- * BRW_MOVED_FEATURES of each delta by |v_f|·|u| — get their output token recomputed from
+ * ED_MOVED_FEATURES of each delta by |v_f|·|u| — get their output token recomputed from
  * the effective column exactly as the encoder's down-meta does (argmax over the vocabulary
  * of E · column, E the unscaled embedding), so WALK / DESCRIBE / SELECT show the new edge.
  * A slot whose metadata an operation set keeps it; tombstones are skipped. */
-#define BRW_MOVED_FEATURES 8
-static int recompute_moved(brw_edit_overlay *o, const brw_model *m)
+#define ED_MOVED_FEATURES 8
+static int recompute_moved(ed_overlay *o, const brw_model *m)
 {
-    const vx_tensor *E = m->s.embed;
-    int H = m->s.hidden, V = m->s.vocab;
-    size_t esz = E ? plain_size(E->dtype) : 0;
-    if (!E || esz == 0 || !o->n_lowrank)
+    const int H = brw_hidden(m);
+    if (!o->n_lowrank || brw_top_token(m, NULL, NULL, NULL))
         return 0;
     float *col = malloc((size_t)H * sizeof *col);
     if (!col)
@@ -355,22 +323,20 @@ static int recompute_moved(brw_edit_overlay *o, const brw_model *m)
     int rc = 0;
     for (size_t i = 0; i < o->n_lowrank && rc == 0; i++) {
         const eng_lowrank *lr = &o->lowrank[i];
-        int64_t F = brw_features(m, lr->layer), f0 = 0;
-        if (lr->expert >= 0 && lr->expert < m->s.layer[lr->layer].n_parts) {
-            f0 = m->s.layer[lr->layer].parts[lr->expert].first;
-            F = m->s.layer[lr->layer].parts[lr->expert].rows;
-        }
-        int64_t top[BRW_MOVED_FEATURES];
-        double mv[BRW_MOVED_FEATURES];
+        int64_t F = brw_features(m, lr->layer), f0 = 0, rows;
+        if (lr->expert >= 0 && brw_expert_span(m, lr->layer, lr->expert, &f0, &rows) == 0)
+            F = rows;
+        int64_t top[ED_MOVED_FEATURES];
+        double mv[ED_MOVED_FEATURES];
         int nt = 0;
         for (int64_t f = 0; f < F; f++) {   /* |u| is common to the delta: rank by |v_f| */
             double x = 0;
             for (int r = 0; r < lr->rank; r++)
                 x += (double)lr->v[(size_t)f * lr->rank + r] * lr->v[(size_t)f * lr->rank + r];
-            int k = nt < BRW_MOVED_FEATURES ? nt++ : BRW_MOVED_FEATURES;
-            if (k == BRW_MOVED_FEATURES && x <= mv[k - 1])
+            int k = nt < ED_MOVED_FEATURES ? nt++ : ED_MOVED_FEATURES;
+            if (k == ED_MOVED_FEATURES && x <= mv[k - 1])
                 continue;
-            if (k == BRW_MOVED_FEATURES)
+            if (k == ED_MOVED_FEATURES)
                 k--;
             while (k > 0 && x > mv[k - 1]) {
                 mv[k] = mv[k - 1];
@@ -390,14 +356,7 @@ static int recompute_moved(brw_edit_overlay *o, const brw_model *m)
                 continue;
             int32_t best = -1;
             float bx = -INFINITY;
-            for (int v = 0; v < V; v++) {
-                float x = eng_row_dot(E->dtype, (const uint8_t *)E->data + (size_t)v * H * esz,
-                                      col, H);
-                if (x > bx) {
-                    bx = x;
-                    best = v;
-                }
-            }
+            brw_top_token(m, col, &best, &bx);
             sl->has_meta = 2;
             sl->top_id = best;
             sl->has_score = 1;
@@ -409,7 +368,7 @@ static int recompute_moved(brw_edit_overlay *o, const brw_model *m)
 }
 
 /* Build the arrays the engine and browse read from the slots. */
-static int publish(brw_edit_overlay *o)
+static int publish(ed_overlay *o)
 {
     size_t ne = 0, nm = 0;
     o->edits = calloc(o->n_slots + 1, sizeof *o->edits);
@@ -422,44 +381,43 @@ static int publish(brw_edit_overlay *o)
             o->edits[ne++] = (eng_feature_edit){s->layer, (int)s->feature, s->tombstone,
                                                 s->gate, s->up, s->down};
         if (s->has_meta)
-            o->meta[nm++] = (brw_meta_edit){s->layer, s->feature, s->top_id, s->has_score,
+            o->meta[nm++] = (eng_meta_edit){s->layer, s->feature, s->top_id, s->has_score,
                                             s->c_score};
     }
-    o->eng = (eng_overlay){o->edits, ne, o->lowrank, o->n_lowrank};
-    o->brw = (brw_overlay){&o->eng, o->meta, nm};
+    o->eng = (eng_overlay){o->edits, ne, o->lowrank, o->n_lowrank, o->meta, nm};
     return 0;
 }
 
-int brw_edit_overlay_build(const brw_model *m, const vx_op *ops, size_t n,
-                           brw_edit_overlay **out, vx_err *err)
+int ed_overlay_build(const brw_model *m, const vx_op *ops, size_t n, ed_overlay **out,
+                     vx_err *err)
 {
     *out = NULL;
-    brw_edit_overlay *o = calloc(1, sizeof *o);
+    ed_overlay *o = calloc(1, sizeof *o);
     if (!o)
         return vx_errf(err, VX_ENOMEM, "out of memory building the overlay");
     o->hidden = brw_hidden(m);
     for (size_t i = 0; i < n; i++) {
         char where[64];
         snprintf(where, sizeof where, "journal operation %lld", (long long)ops[i].seq);
-        if (brw_edit_check_op(m, &ops[i], where, err)) {
-            brw_edit_overlay_free(o);
+        if (ed_check_op(m, &ops[i], where, err)) {
+            ed_overlay_free(o);
             return -1;
         }
         if (apply(o, &ops[i])) {
-            brw_edit_overlay_free(o);
+            ed_overlay_free(o);
             return vx_errf(err, VX_ENOMEM, "out of memory building the overlay");
         }
     }
     o->n_ops = n;
     if (recompute_moved(o, m) || publish(o)) {
-        brw_edit_overlay_free(o);
+        ed_overlay_free(o);
         return vx_errf(err, VX_ENOMEM, "out of memory building the overlay");
     }
     *out = o;
     return 0;
 }
 
-void brw_edit_overlay_free(brw_edit_overlay *o)
+void ed_overlay_free(ed_overlay *o)
 {
     if (!o)
         return;
@@ -486,17 +444,12 @@ void brw_edit_overlay_free(brw_edit_overlay *o)
     free(o);
 }
 
-const eng_overlay *brw_edit_overlay_eng(const brw_edit_overlay *o)
+const eng_overlay *ed_overlay_eng(const ed_overlay *o)
 {
     return &o->eng;
 }
 
-const brw_overlay *brw_edit_overlay_browse(const brw_edit_overlay *o)
-{
-    return &o->brw;
-}
-
-void brw_edit_overlay_counts(const brw_edit_overlay *o, brw_edit_counts *out)
+void ed_overlay_counts(const ed_overlay *o, ed_counts *out)
 {
     memset(out, 0, sizeof *out);
     out->ops = o->n_ops;
@@ -514,7 +467,7 @@ void brw_edit_overlay_counts(const brw_edit_overlay *o, brw_edit_counts *out)
     }
 }
 
-int brw_edit_is_tombstone(const brw_edit_overlay *o, int layer, int64_t feature)
+int ed_is_tombstone(const ed_overlay *o, int layer, int64_t feature)
 {
     if (!o || !o->table_size)
         return 0;
@@ -527,7 +480,7 @@ int brw_edit_is_tombstone(const brw_edit_overlay *o, int layer, int64_t feature)
     return 0;
 }
 
-const brw_knn_entry *brw_edit_knn(const brw_edit_overlay *o, size_t *n)
+const ed_knn_entry *ed_knn(const ed_overlay *o, size_t *n)
 {
     *n = o ? o->n_knn : 0;
     return o ? o->knn : NULL;

@@ -1,10 +1,10 @@
 /*
- * edit_compile.c — COMPILE (edit_compile.h): a derived container from a base and an
+ * compile.c — COMPILE (compile.h): a derived container from a base and an
  * overlay. The order of materialisation mirrors the executor's overlay: replaced rows and
  * columns first, then the low-rank deltas, then tombstones last (so a tombstoned feature
  * contributes nothing even where a low-rank delta reads it).
  */
-#include "edit_compile.h"
+#include "compile.h"
 #include "browse.h"
 #include "lyrw.h"
 #include "vx_int.h"
@@ -154,8 +154,8 @@ static void store(vx_dtype t, const float *src, void *dst, size_t n)
         d[i] = t == VX_F16 ? vx_f32_to_f16(src[i]) : vx_f32_to_bf16(src[i]);
 }
 
-int brw_edit_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_tensor *t,
-                        float **out, int *changed, vx_err *err)
+int ed_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_tensor *t,
+                  float **out, int *changed, vx_err *err)
 {
     *out = NULL;
     *changed = 0;
@@ -393,7 +393,7 @@ int brw_out_dir_check(const char *out_dir, const char *base_dir, const char *wha
  * skips — and a tombstone has no output tokens (an all-zero record). DMET layout: four
  * u32 header words — magic, version, layers, top_k — then per layer a u32 count and count
  * records of 8 + 8·top_k bytes. */
-static int write_meta(const char *path, const brw_overlay *bov, vx_err *err)
+static int write_meta(const char *path, const eng_overlay *bov, vx_err *err)
 {
     FILE *f = fopen(path, "r+b");
     if (!f)
@@ -405,11 +405,11 @@ static int write_meta(const char *path, const brw_overlay *bov, vx_err *err)
         return vx_errf(err, VX_EFORMAT, "compile: '%s' is not a down-meta file", path);
     }
     const long rec = 8 + 8 * (long)hdr[3];
-    const eng_overlay *ov = bov->eng;
+    const eng_overlay *ov = bov;
     const size_t ne = ov ? ov->n_edits : 0, n = bov->n_meta + ne;
     for (size_t i = 0; i < n && rc == 0; i++) {
         /* metadata first, tombstones last: a tombstone wins, as in brw_feature_meta */
-        const brw_meta_edit *me = i < bov->n_meta ? &bov->meta[i] : NULL;
+        const eng_meta_edit *me = i < bov->n_meta ? &bov->meta[i] : NULL;
         const eng_feature_edit *te = me ? NULL : &ov->edits[i - bov->n_meta];
         int layer = me ? me->layer : te->layer;
         int64_t feature = me ? me->feature : te->feature;
@@ -462,7 +462,7 @@ static int write_meta(const char *path, const brw_overlay *bov, vx_err *err)
  * whose values the edit changed (f against the decoded orig) is quantised again, every
  * other block keeps its bytes. -1 when the codec cannot encode (the decode-only K-quants). */
 static int requantise(vx_dtype dt, const char *name, const float *f, const float *orig,
-                      size_t n, void *out, brw_compile_report *rep, vx_err *err)
+                      size_t n, void *out, ed_compile_report *rep, vx_err *err)
 {
     unsigned be, bb;
     vx_quant_block(dt, &be, &bb);
@@ -490,7 +490,7 @@ static int requantise(vx_dtype dt, const char *name, const float *f, const float
  * bound profile reads it (its dtype sets the gate's tolerance). */
 static int materialise(const eng_overlay *ov, const site *st, const char *name, vx_dtype dt,
                        const int64_t *shape, uint64_t length, const unsigned char *src,
-                       unsigned char *out, int active, brw_compile_report *rep, vx_err *err)
+                       unsigned char *out, int active, ed_compile_report *rep, vx_err *err)
 {
     const int64_t rows = shape[0], cols = shape[1];
     const size_t n = (size_t)(rows * cols);
@@ -538,7 +538,7 @@ static int materialise(const eng_overlay *ov, const site *st, const char *name, 
 
 /* Rewrite one segment with its edited tensors materialised; fills sha and bytes. */
 static int rewrite(const vx_container *c, const vx_segment_view *v, const eng_overlay *ov,
-                   const char *tmp, char sha[65], uint64_t *bytes, brw_compile_report *rep,
+                   const char *tmp, char sha[65], uint64_t *bytes, ed_compile_report *rep,
                    vx_err *err)
 {
     const vx_segment_hdr *h = v->hdr;
@@ -592,7 +592,7 @@ typedef struct bank_ctx {
     const vx_container *c;
     const char *rel;
     const eng_overlay *ov;
-    brw_compile_report *rep;
+    ed_compile_report *rep;
     unsigned char *buf;
 } bank_ctx;
 
@@ -684,12 +684,11 @@ static int bank_file_edited(const vx_container *c, const eng_overlay *ov, const 
     return 0;
 }
 
-int brw_edit_compile(const vx_container *c, const brw_overlay *bov, const char *out_dir,
-                     const cJSON *provenance, brw_compile_report *rep, vx_err *err)
+int ed_compile(const vx_container *c, const eng_overlay *bov, const char *out_dir,
+               const cJSON *provenance, ed_compile_report *rep, vx_err *err)
 {
     memset(rep, 0, sizeof *rep);
-    static const eng_overlay none = {0};
-    const eng_overlay *ov = bov->eng ? bov->eng : &none;
+    const eng_overlay *ov = bov;
     if (brw_out_dir_check(out_dir, vx_dir(c), "compile", err) || check_layers(c, ov, err))
         return -1;
     const cJSON *base = vx_index_json(c);

@@ -1,0 +1,484 @@
+/*
+ * insert.c — INSERT on the effective model (edit.h): the default MEMIT path (per-site
+ * activation covariance and decoys cached per binding, one rank-1 update per target token
+ * computed by engine/edit_memit.h, journaled as a low-rank insert per edit site) and
+ * MODE KNN (a key of the overlay's residual-key store). MODE COMPOSE is compose.c.
+ */
+#include "ed_int.h"
+#include "edit_memit.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Texts the covariance corpus is sampled from (each followed by 8 sampled tokens: what is
+ * preserved is mostly prompts, whose activations are short-context ones — measured on the
+ * held-out set, 256 texts of 8 tokens kept more unseen prompts than 32 of 48). */
+static const char *const corpus_starts[] = {
+    "The", "In", "A", "It", "He", "She", "We", "Once", "This", "There", "I", "They",
+    "When", "My", "All", "What",
+};
+#define CORPUS_SEQS 256
+#define CORPUS_LEN 8
+#define CORPUS_SEED 1
+#define DECOYS 40            /* template neighbours "The {relation} of {W} is" */
+#define FRAME_DECOYS 100     /* "The {w} is": prompts of the fact's frame, any word */
+#define DECOY_WEIGHT 2.0     /* both decoy sets together, relative to the corpus */
+/* Preserved prompts: corpus prefixes whose next-token distribution steers the optimisation
+ * of u (KL, edit_memit.h) — measured (MUTATION.md): mean KL on controls 0.0296 → 0.0146
+ * held-out, 0.0112 → 0.0021 suite; 128 prompts gained 0.001 more for twice the cost. */
+#define PRESERVED 64
+#define KL_WEIGHT 1e5
+
+/* The activation covariance of an edit site (a dense layer, or a routed expert of a MoE
+ * layer) and its frame decoys, once per binding and site. */
+static int layer_cov(ed_model *es, eng_model *m, int layer, int expert, ed_insert_res *res,
+                     vx_err *e, const edit_site_cache **out)
+{
+    for (int i = 0; i < SITE_CACHE; i++)
+        if (es->sites[i].cov && es->sites[i].layer == layer && es->sites[i].expert == expert) {
+            *out = &es->sites[i];
+            return 0;
+        }
+    int32_t *ids = NULL;
+    int *lens = NULL;
+    double *cov = NULL;
+    float *frame = NULL;
+    int64_t count = 0;
+    int nf = 0;
+    vx_err ve = {0};
+    ed_site_note *notes = realloc(res->sites, (size_t)(res->n_sites + 1) * sizeof *notes);
+    if (!notes)
+        return vx_errf(e, VX_ENOMEM, "out of memory");
+    res->sites = notes;
+    int rc = eng_edit_corpus(m, corpus_starts, (int)(sizeof corpus_starts / sizeof *corpus_starts),
+                             CORPUS_SEQS, CORPUS_LEN, CORPUS_SEED, &ids, &lens, &ve) ||
+             eng_edit_covariance(m, layer, expert, ids, lens, CORPUS_SEQS, &cov, &count, &ve) ||
+             eng_edit_frame_decoys(m, layer, expert, FRAME_DECOYS, &frame, &nf, &ve);
+    /* preserved prompts (once per binding, whatever the site): prefixes of spread corpus
+     * texts, 3 to 9 tokens long */
+    const int npres = es->pres_ids ? 0 : PRESERVED;
+    int32_t *pids = rc || !npres ? NULL : malloc((size_t)(npres * 9 + 1) * sizeof *pids);
+    int *plens = rc || !npres ? NULL : malloc((size_t)(npres + 1) * sizeof *plens);
+    if (!rc && npres && (!pids || !plens))
+        rc = vx_errf(&ve, VX_ENOMEM, "out of memory");
+    size_t used = 0;
+    int q = 0;
+    for (int i = 0, off = 0; !rc && q < npres && i < CORPUS_SEQS; off += lens[i++]) {
+        if (i % (CORPUS_SEQS / npres))
+            continue;
+        int len = 3 + q % 7 < lens[i] ? 3 + q % 7 : lens[i];
+        memcpy(pids + used, ids + off, (size_t)len * sizeof *pids);
+        used += (size_t)len;
+        plens[q++] = len;
+    }
+    free(ids);
+    free(lens);
+    if (rc) {
+        free(cov);
+        free(frame);
+        free(pids);
+        free(plens);
+        *e = ve;
+        return -1;
+    }
+    if (npres) {
+        es->pres_ids = pids;
+        es->pres_lens = plens;
+        es->n_pres = q;
+    }
+    free(es->sites[SITE_CACHE - 1].cov);
+    free(es->sites[SITE_CACHE - 1].frame);
+    memmove(es->sites + 1, es->sites, (SITE_CACHE - 1) * sizeof *es->sites);
+    const int F = expert >= 0 ? eng_model_expert_features(m) : eng_model_ffn_features(m, layer);
+    es->sites[0] = (edit_site_cache){cov, layer, expert, F, count, frame, nf};
+    *out = &es->sites[0];
+    /* a dense layer's covariance may be 128 MB (4096 features): keep what fits the budget */
+    size_t bytes = 0;
+    for (int i = 0; i < SITE_CACHE; i++) {
+        bytes += (size_t)es->sites[i].F * (size_t)es->sites[i].F * sizeof(double);
+        if (i > 0 && bytes > SITE_CACHE_BYTES) {
+            free(es->sites[i].cov);
+            free(es->sites[i].frame);
+            es->sites[i] = (edit_site_cache){0};
+        }
+    }
+    res->sites[res->n_sites++] = (ed_site_note){layer, expert, (long long)count, CORPUS_SEQS};
+    return 0;
+}
+
+/* Keys of the active low-rank inserts at a site (layer, expert): [*n × F], malloc'd. */
+static int layer_keys(ed_model *es, int layer, int expert, int F, float **keys, int *n,
+                      vx_err *e)
+{
+    vx_op *ops = NULL;
+    size_t nops = 0;
+    *keys = NULL;
+    *n = 0;
+    if (ed_active_ops(es, &ops, &nops, e))
+        return -1;
+    size_t rows = 0;
+    for (size_t i = 0; i < nops; i++) {
+        const vx_opvec *key = vx_op_vec(&ops[i], "key");
+        if (ops[i].kind == VX_OP_INSERT && ops[i].layer == layer &&
+            ops[i].expert == expert && key && key->cols == F)
+            rows += (size_t)key->rows;
+    }
+    float *k = malloc((rows + 1) * (size_t)F * sizeof *k);
+    if (!k) {
+        vx_ops_free(ops, nops);
+        return vx_errf(e, VX_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < nops; i++) {
+        const vx_opvec *key = vx_op_vec(&ops[i], "key");
+        if (ops[i].kind != VX_OP_INSERT || ops[i].layer != layer || ops[i].expert != expert ||
+            !key || key->cols != F)
+            continue;
+        memcpy(k + (size_t)*n * F, key->data, (size_t)key->rows * F * sizeof *k);
+        *n += (int)key->rows;
+    }
+    vx_ops_free(ops, nops);
+    *keys = k;
+    return 0;
+}
+
+/* What every INSERT mode starts with: the install layer (the request's, else the mode's
+ * default) checked against the model — and against what the mode edits (edits) — and the
+ * target's id. */
+int ed_insert_setup(ed_model *es, eng_model *m, const ed_insert_req *st,
+                      insert_default dflt, edit_site edits, int *layer, int32_t *tid,
+                      ed_err *e)
+{
+    const int L = eng_model_layers(m);
+    if (st->layer_given) {
+        *layer = st->layer;
+    } else if (dflt == INSERT_AT_LAST) {
+        *layer = L - 1;
+    } else {
+        int band[3][2];
+        brw_bands(es->bm, band);
+        *layer = band[1][1] - 1 >= 0 ? band[1][1] - 1 : 0;
+    }
+    e->at = ED_AT_LAYER;
+    if (*layer < 0 || *layer >= L)
+        return vx_errf(&e->vx, VX_EARG, "layer %d is out of range (the model has layers 0-%d)",
+                       *layer, L - 1);
+    if ((edits == SITE_DENSE && eng_edit_check_layer(m, *layer, &e->vx)) ||
+        (edits == SITE_ROUTED && eng_edit_check_site(m, *layer, 0, &e->vx)))
+        return -1;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    e->at = ED_AT_TARGET;
+    if (ed_target_ids(eng_model_tokenizer(m), st->target, &ids, &n, &e->vx))
+        return -1;
+    *tid = ids[0];
+    free(ids);
+    /* KNN overrides one prediction and COMPOSE writes one feature's token */
+    if (n > 1 && st->mode != ED_MEMIT && st->mode_named)
+        return vx_errf(&e->vx, VX_EARG, "target \"%s\" is %zu tokens; MODE %s writes one "
+                       "token (the default MODE MEMIT writes them all)", st->target, n,
+                       st->mode == ED_KNN ? "KNN" : "COMPOSE");
+    e->at = ED_AT_REQUEST;
+    return 0;
+}
+
+/* INSERT … MODE KNN: the residual after `layer` at the canonical prompt's last position,
+ * through the effective model, journaled as an insert_knn (key stored as captured; the
+ * store normalises it). Default layer: the knowledge band's last layer − 1, as the
+ * reference. */
+static int insert_knn(ed_model *es, eng_model *m, const ed_insert_req *st, ed_insert_res *r,
+                      ed_err *e)
+{
+    int layer;
+    int32_t tid;
+    if (ed_insert_setup(es, m, st, INSERT_AT_KNOWLEDGE, SITE_NONE, &layer, &tid, e))
+        return -1;
+    const int L = eng_model_layers(m), H = eng_model_hidden(m);
+    double conf = !isnan(st->confidence) ? st->confidence : 1.0;
+    char *prompt = eng_edit_prompt(st->relation, st->entity);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    float *res = malloc((size_t)L * H * sizeof *res);
+    vx_err ve = {0};
+    vx_op op;
+    vx_op_init(&op, VX_OP_INSERT_KNN);
+    int rc = -1;
+    if (!prompt || !res) {
+        vx_errf(&e->vx, VX_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (eng_tok_encode(eng_model_tokenizer(m), prompt, strlen(prompt), 1, &ids, &n, &ve) ||
+        ed_last_residuals(m, ids, n, res, NULL, &ve)) {
+        e->vx = ve;
+        e->at = ED_AT_ENTITY;
+        goto done;
+    }
+    op.layer = layer;
+    op.confidence = conf;
+    op.target_id = tid;
+    if (vx_op_set_str(&op.entity, st->entity, &ve) ||
+        vx_op_set_str(&op.relation, st->relation, &ve) ||
+        vx_op_set_str(&op.target, st->target, &ve) || vx_op_set_str(&op.mode, "knn", &ve) ||
+        vx_op_set_vec(&op, "key", 1, H, res + (size_t)layer * H, &ve)) {
+        e->vx = ve;
+        goto done;
+    }
+    r->layer = layer;
+    if (ed_record(es, st->text, &op, 1, &r->info, &e->vx))
+        goto done;
+    ed_counts cnt;
+    ed_overlay_counts(es->ov, &cnt);
+    r->knn_entries = cnt.knn;
+    r->prompt = prompt;
+    prompt = NULL;
+    rc = 0;
+done:
+    vx_op_clear(&op);
+    free(prompt);
+    free(ids);
+    free(res);
+    return rc;
+}
+/* INSERT (MODE MEMIT, the default): one rank-1 covariance-whitened down_proj update per
+ * target token (engine/edit_memit.h), journaled as a low-rank insert per edit site. */
+static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_insert_res *r,
+                        ed_err *e)
+{
+    double conf = !isnan(st->confidence) ? st->confidence : 0.5;
+    int layer;
+    int32_t tid;
+    if (ed_insert_setup(es, m, st, INSERT_AT_LAST, SITE_ROUTED, &layer, &tid, e))
+        return -1;
+    vx_err ve = {0};
+    const int H = eng_model_hidden(m), K = eng_model_top_k(m);
+    char *prompt = eng_edit_prompt(st->relation, st->entity);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    float *keys = NULL, *decoys = NULL;
+    int nk = 0, nd = 0, rc = -1, F = 0, site = -2;
+    const edit_site_cache *sc = NULL;
+    int32_t *tids = NULL, *seq = NULL;
+    size_t nt = 0, nops = 0;
+    eng_insert_fact *fx = NULL;
+    eng_lowrank *lrs = NULL;
+    int *experts = NULL;
+    float *wroute = NULL;
+    /* the overlay the statement starts from (the journal's), restored after each trial */
+    const eng_overlay *base = es->ov ? ed_overlay_eng(es->ov) : NULL;
+    const size_t nbase = base ? base->n_lowrank : 0;
+    vx_op *ops = NULL;
+    r->layer = layer;
+    if (!prompt) {
+        vx_errf(&e->vx, VX_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (eng_tok_encode(eng_model_tokenizer(m), prompt, strlen(prompt), 1, &ids, &n, &ve)) {
+        e->vx = ve;
+        e->at = ED_AT_ENTITY;
+        goto done;
+    }
+    /* a target of several tokens is one rank-1 update per token, each keyed on the prompt
+     * followed by the target's earlier tokens and protecting the keys before it, so that
+     * greedy generation writes the whole target; journaled as one insert per edit site */
+    if (ed_target_ids(eng_model_tokenizer(m), st->target, &tids, &nt, &e->vx)) {
+        e->at = ED_AT_TARGET;
+        goto done;
+    }
+    seq = malloc((n + nt) * sizeof *seq);
+    fx = calloc(nt, sizeof *fx);
+    lrs = malloc((nbase + nt + 1) * sizeof *lrs);
+    experts = malloc((nt * (size_t)(K + 1) + 1) * sizeof *experts);
+    wroute = malloc((nt * (size_t)(K + 1) + 1) * sizeof *wroute);
+    ops = calloc(nt, sizeof *ops);
+    if (!seq || !fx || !lrs || !experts || !wroute || !ops) {
+        vx_errf(&e->vx, VX_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t j = 0; j < nt; j++)
+        vx_op_init(&ops[j], VX_OP_INSERT);
+    memcpy(seq, ids, n * sizeof *seq);
+    if (nt > 1)
+        memcpy(seq + n, tids, (nt - 1) * sizeof *seq);
+    if (nbase)
+        memcpy(lrs, base->lowrank, nbase * sizeof *lrs);
+    double p_before = 1, p_after = 1;
+    int steps = 0;
+    for (size_t j = 0; j < nt; j++) {
+        /* the edit site: the layer, or on a MoE layer the top-1 expert the token's key
+         * routes to (the router's first choice; an edit of the layer's FFN cannot change
+         * the routing at that layer, so the expert stays the one the key reaches) */
+        int *ex = experts + j * (size_t)(K + 1);
+        float *wx = wroute + j * (size_t)(K + 1);
+        int nr = eng_edit_route(m, layer, seq, (int)(n + j), ex, wx, &ve);
+        if (nr < 0) {
+            e->vx = ve;
+            goto done;
+        }
+        ex[K] = nr > 0 ? ex[0] : -1;
+        const int want = ex[K];
+        if (want != site) {
+            free(keys);
+            free(decoys);
+            keys = decoys = NULL;
+            nk = nd = 0;
+            site = want;
+            F = site >= 0 ? eng_model_expert_features(m) : eng_model_ffn_features(m, layer);
+            if (layer_cov(es, m, layer, site, r, &e->vx, &sc) ||
+                layer_keys(es, layer, site, F, &keys, &nk, &e->vx))
+                goto done;
+            if (eng_edit_decoys(m, layer, site, st->relation, st->entity, DECOYS, &decoys,
+                                &nd, &ve)) {
+                e->vx = ve;
+                goto done;
+            }
+            float *all = realloc(decoys, (size_t)(nd + sc->n_frame + 1) * F * sizeof *all);
+            float *grown = realloc(keys, (size_t)(nk + (int)nt + 1) * F * sizeof *keys);
+            decoys = all ? all : decoys;
+            keys = grown ? grown : keys;
+            if (!all || !grown) {
+                vx_errf(&e->vx, VX_ENOMEM, "out of memory");
+                goto done;
+            }
+            memcpy(decoys + (size_t)nd * F, sc->frame, (size_t)sc->n_frame * F * sizeof *decoys);
+            nd += sc->n_frame;
+            /* the statement's earlier tokens written at this site are protected too */
+            for (size_t i = 0; i < j; i++)
+                if (experts[i * (size_t)(K + 1) + K] == site)
+                    memcpy(keys + (size_t)nk++ * F, fx[i].key, (size_t)F * sizeof *keys);
+        }
+        eng_overlay trial = {base ? base->edits : NULL, base ? base->n_edits : 0, lrs, nbase + j,
+                             NULL, 0};
+        eng_insert_opts io = {layer, site, tids[j], sc->cov, keys, nk, decoys, nd, DECOY_WEIGHT,
+                              1e-2, 100, (float)conf, 0.02f, 4.0f, es->pres_ids, es->pres_lens,
+                              es->n_pres, KL_WEIGHT};
+        eng_model_set_overlay(m, &trial);
+        int ir = eng_edit_insert(m, seq, (int)(n + j), &io, &fx[j], &ve);
+        eng_model_set_overlay(m, base);
+        if (ir) {
+            e->vx = ve;
+            goto done;
+        }
+        if (!(fx[j].p_after > conf)) {
+            const char *piece = eng_tok_piece(eng_model_tokenizer(m), tids[j]);
+            e->at = ED_AT_TARGET;
+            vx_errf(&e->vx, VX_EARG, "could not make \"%s\" reach p %.2f after \"%s\" in %d "
+                    "steps at layer %d (token %zu of %zu, '%s': p %.4f); nothing inserted",
+                    st->target, conf, prompt, fx[j].steps, layer, j + 1, nt,
+                    piece ? piece : "?", fx[j].p_after);
+            goto done;
+        }
+        memcpy(keys + (size_t)nk++ * F, fx[j].key, (size_t)F * sizeof *keys);
+        lrs[nbase + j] = (eng_lowrank){layer, 1, fx[j].u, fx[j].v, site};
+        p_before *= fx[j].p_before;
+        p_after *= fx[j].p_after;
+        steps += fx[j].steps;
+    }
+    /* one insert per edit site, its columns the site's tokens in order (a dense layer, or
+     * every token routed to the same expert: one op of rank nt) */
+    for (size_t j = 0; j < nt; j++) {
+        const int sj = experts[j * (size_t)(K + 1) + K];
+        int done_site = 0;
+        for (size_t i = 0; i < j && !done_site; i++)
+            done_site = experts[i * (size_t)(K + 1) + K] == sj;
+        if (done_site)
+            continue;
+        size_t cols = 0;
+        for (size_t i = j; i < nt; i++)
+            cols += experts[i * (size_t)(K + 1) + K] == sj;
+        const int Fs = fx[j].features;
+        float *U = malloc((size_t)H * cols * sizeof *U), *Vm = malloc((size_t)Fs * cols * sizeof *Vm);
+        float *Km = malloc((size_t)Fs * cols * sizeof *Km);
+        vx_op *op = &ops[nops++];
+        vx_err oe = {0};
+        int bad = !U || !Vm || !Km;
+        for (size_t i = j, c = 0; i < nt && !bad; i++) {
+            if (experts[i * (size_t)(K + 1) + K] != sj)
+                continue;
+            for (int h = 0; h < H; h++)
+                U[(size_t)h * cols + c] = fx[i].u[h];
+            for (int f = 0; f < Fs; f++)
+                Vm[(size_t)f * cols + c] = fx[i].v[f];
+            memcpy(Km + c * Fs, fx[i].key, (size_t)Fs * sizeof *Km);
+            c++;
+        }
+        op->layer = layer;
+        op->expert = sj;
+        op->confidence = conf;
+        if (bad) {
+            vx_errf(&oe, VX_ENOMEM, "out of memory");
+        } else if (vx_op_set_str(&op->entity, st->entity, &oe) ||
+                   vx_op_set_str(&op->relation, st->relation, &oe) ||
+                   vx_op_set_str(&op->target, st->target, &oe) ||
+                   vx_op_set_str(&op->mode, "memit", &oe) ||
+                   vx_op_set_vec(op, "u", H, (int64_t)cols, U, &oe) ||
+                   vx_op_set_vec(op, "v", Fs, (int64_t)cols, Vm, &oe) ||
+                   vx_op_set_vec(op, "key", (int64_t)cols, Fs, Km, &oe)) {
+            bad = 1;
+        }
+        free(U);
+        free(Vm);
+        free(Km);
+        if (bad) {
+            e->vx = oe;
+            goto done;
+        }
+    }
+    r->feature = -1;
+    r->p_before = p_before;
+    r->p_after = p_after;
+    r->steps = steps;
+    r->n_tokens = nt;
+    r->computed = 1;
+    if (ed_record(es, st->text, ops, nops, &r->info, &e->vx))
+        goto done;
+    r->prompt = prompt;
+    prompt = NULL;
+    r->top_k = K;
+    r->experts = experts;
+    r->weights = wroute;
+    experts = NULL;
+    wroute = NULL;
+    rc = 0;
+done:
+    for (size_t j = 0; ops && j < nt; j++)
+        vx_op_clear(&ops[j]);
+    free(ops);
+    for (size_t j = 0; fx && j < nt; j++)
+        eng_insert_fact_free(&fx[j]);
+    free(fx);
+    free(lrs);
+    free(seq);
+    free(tids);
+    free(experts);
+    free(wroute);
+    free(prompt);
+    free(ids);
+    free(keys);
+    free(decoys);
+    return rc;
+}
+
+int ed_insert(ed_model *ed, eng_model *m, const ed_insert_req *req, ed_insert_res *res,
+              ed_err *err)
+{
+    memset(res, 0, sizeof *res);
+    memset(err, 0, sizeof *err);
+    res->feature = -1;
+    if (ed_journal_open(ed, 0, &err->vx))
+        return -1;
+    switch (req->mode) {
+    case ED_KNN: return insert_knn(ed, m, req, res, err);
+    case ED_COMPOSE: return ed_insert_compose(ed, m, req, res, err);
+    default: return insert_memit(ed, m, req, res, err);
+    }
+}
+
+void ed_insert_res_free(ed_insert_res *res)
+{
+    free(res->prompt);
+    free(res->sites);
+    free(res->experts);
+    free(res->weights);
+    memset(res, 0, sizeof *res);
+}
