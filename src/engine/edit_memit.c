@@ -92,6 +92,7 @@ typedef struct capture {
     float *ffn;               /* [n_layers × H] FFN branch output, last position */
     float *rows;              /* covariance: every position's activations at `layer` */
     size_t n_rows, cap_rows;
+    int inputs;               /* rows hold the FFN inputs [H] instead of activations [F] */
     int oom;
 } capture;
 
@@ -107,9 +108,10 @@ static void on_ffn(void *ctx, int layer, int pos0, int n, const float *in, const
     if (c->key)
         memcpy(c->key, act + (size_t)(n - 1) * features + c->off, (size_t)c->F * sizeof(float));
     if (c->rows || c->cap_rows) {
+        const int w = c->inputs ? c->H : c->F;
         if (c->n_rows + (size_t)n > c->cap_rows) {
             size_t cap = (c->n_rows + (size_t)n) * 2;
-            float *nr = realloc(c->rows, cap * (size_t)c->F * sizeof *nr);
+            float *nr = realloc(c->rows, cap * (size_t)w * sizeof *nr);
             if (!nr) {
                 c->oom = 1;
                 return;
@@ -118,8 +120,9 @@ static void on_ffn(void *ctx, int layer, int pos0, int n, const float *in, const
             c->cap_rows = cap;
         }
         for (int t = 0; t < n; t++)
-            memcpy(c->rows + (c->n_rows + (size_t)t) * c->F, act + (size_t)t * features + c->off,
-                   (size_t)c->F * sizeof(float));
+            memcpy(c->rows + (c->n_rows + (size_t)t) * w,
+                   c->inputs ? in + (size_t)t * c->H : act + (size_t)t * features + c->off,
+                   (size_t)w * sizeof(float));
         c->n_rows += (size_t)n;
     }
 }
@@ -275,6 +278,28 @@ int eng_edit_covariance(eng_model *m, int layer, int expert, const int32_t *ids,
     return 0;
 }
 
+int eng_edit_inputs(eng_model *m, int layer, const int32_t *ids, const int *lens, int nseq,
+                    float **rows, int64_t *count, vx_err *err)
+{
+    *rows = NULL;
+    *count = 0;
+    if (eng_edit_check_layer(m, layer, err))
+        return -1;
+    capture c = {.layer = layer, .H = m->hidden, .F = m->layers[layer].mlp.inter,
+                 .n_layers = m->n_layers, .cap_rows = 1, .inputs = 1};
+    size_t off = 0;
+    for (int i = 0; i < nseq; i++) {
+        if (lens[i] > 0 && run(m, ids + off, lens[i], &c, NULL, err)) {
+            free(c.rows);
+            return -1;
+        }
+        off += (size_t)lens[i];
+    }
+    *rows = c.rows;
+    *count = (int64_t)c.n_rows;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- prompts and decoys */
 
 char *eng_edit_prompt(const char *relation, const char *entity)
@@ -313,7 +338,8 @@ static const char *vocab_word(const char *piece, int capital)
  * canonical prompt of relation with a capitalised word as entity (entity itself skipped),
  * or with relation NULL "The {w} is" for lower-case words. */
 static int word_keys(eng_model *m, int layer, int expert, const char *relation,
-                     const char *entity, int n, float **keys, int *count, vx_err *err)
+                     const char *entity, int n, int inputs, float **keys, int *count,
+                     vx_err *err)
 {
     *keys = NULL;
     *count = 0;
@@ -322,7 +348,7 @@ static int word_keys(eng_model *m, int layer, int expert, const char *relation,
     if (!m->tok)
         return vx_errf(err, VX_EMISSING, "the container has no tokenizer for decoy prompts");
     int off;
-    const int F = site_features(m, layer, expert, &off);
+    const int F = inputs ? m->hidden : site_features(m, layer, expert, &off);
     float *k = malloc((size_t)(n > 0 ? n : 1) * F * sizeof *k);
     if (!k)
         return vx_errf(err, VX_ENOMEM, "out of memory for decoy keys");
@@ -343,7 +369,8 @@ static int word_keys(eng_model *m, int layer, int expert, const char *relation,
         int rc = !prompt ? vx_errf(err, VX_ENOMEM, "out of memory")
                          : eng_tok_encode(m->tok, prompt, strlen(prompt), 1, &ids, &ni, err);
         if (!rc)
-            rc = site_key(m, layer, expert, ids, (int)ni, k + (size_t)got * F, err);
+            rc = inputs ? eng_edit_ffn_in(m, layer, ids, (int)ni, k + (size_t)got * F, NULL, err)
+                        : site_key(m, layer, expert, ids, (int)ni, k + (size_t)got * F, err);
         if (prompt != frame)
             free(prompt);
         free(ids);
@@ -361,13 +388,19 @@ static int word_keys(eng_model *m, int layer, int expert, const char *relation,
 int eng_edit_frame_decoys(eng_model *m, int layer, int expert, int n, float **keys, int *count,
                           vx_err *err)
 {
-    return word_keys(m, layer, expert, NULL, NULL, n, keys, count, err);
+    return word_keys(m, layer, expert, NULL, NULL, n, 0, keys, count, err);
 }
 
 int eng_edit_decoys(eng_model *m, int layer, int expert, const char *relation,
                     const char *entity, int n, float **keys, int *count, vx_err *err)
 {
-    return word_keys(m, layer, expert, relation, entity, n, keys, count, err);
+    return word_keys(m, layer, expert, relation, entity, n, 0, keys, count, err);
+}
+
+int eng_edit_decoy_inputs(eng_model *m, int layer, const char *relation, const char *entity,
+                          int n, float **x, int *count, vx_err *err)
+{
+    return word_keys(m, layer, -1, relation, entity, n, 1, x, count, err);
 }
 
 /* ---------------------------------------------------------------- the whitened direction */

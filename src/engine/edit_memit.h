@@ -62,6 +62,11 @@ int eng_edit_corpus(eng_model *m, const char *const *starts, int n_starts, int n
 int eng_edit_covariance(eng_model *m, int layer, int expert, const int32_t *ids, const int *lens,
                         int nseq, double **cov, int64_t *count, vx_err *err);
 
+/* The FFN inputs (after the FFN norm) of dense layer `layer` at every position of the
+ * corpus: *rows [*count × H] malloc'd. */
+int eng_edit_inputs(eng_model *m, int layer, const int32_t *ids, const int *lens, int nseq,
+                    float **rows, int64_t *count, vx_err *err);
+
 /* The FFN input (after the FFN norm) of `layer` at the last position of ids, into x [H];
  * logits (may be NULL) gets the next-token logits. The model's overlay applies. */
 int eng_edit_ffn_in(eng_model *m, int layer, const int32_t *ids, int n, float *x,
@@ -86,6 +91,11 @@ int eng_edit_decoys(eng_model *m, int layer, int expert, const char *relation,
  * depend on the fact, so a session computes them once per layer. */
 int eng_edit_frame_decoys(eng_model *m, int layer, int expert, int n, float **keys, int *count,
                           vx_err *err);
+
+/* The FFN inputs [H] at dense layer `layer` of the same prompts as eng_edit_decoys
+ * (relation given) or eng_edit_frame_decoys (relation NULL): *x [*count × H] malloc'd. */
+int eng_edit_decoy_inputs(eng_model *m, int layer, const char *relation, const char *entity,
+                          int n, float **x, int *count, vx_err *err);
 
 typedef struct eng_insert_opts {
     int layer;
