@@ -27,8 +27,22 @@ int eng_edit_gate_ok(const eng_model *m, int layer)
 
 void eng_gate_slot_free(eng_gate_slot *s)
 {
-    if (s)
-        free(s->gate);
+    if (!s)
+        return;
+    free(s->gate);
+    free(s->para_ids);
+    free(s->para_lens);
+    free(s->para_ratio);
+    s->gate = s->up = s->down = s->para_ratio = NULL;
+    s->para_ids = NULL;
+    s->para_lens = NULL;
+}
+
+void eng_edit_gate_down(const eng_model *m, int layer, eng_gate_slot *s, const float *delta)
+{
+    const eng_mlp *b = &m->layers[layer].mlp;
+    for (int h = 0; h < m->hidden; h++)
+        s->down[h] = (delta[h] + s->a_old * eng_w_at(&b->down, h, s->feature)) / s->a_prompt;
 }
 
 /* Negatives X [n × H] and positives P [np × H]: the L2-SVM without bias,
@@ -158,8 +172,8 @@ static float feature_act(const eng_model *m, float z, float wx)
     return z * wx;
 }
 
-int eng_edit_gate(eng_model *m, const int32_t *ids, int n, const float *delta,
-                  const eng_gate_opts *o, eng_gate_slot *out, vx_err *err)
+int eng_edit_gate_fit(eng_model *m, const int32_t *ids, int n, const eng_gate_opts *o,
+                      eng_gate_slot *out, vx_err *err)
 {
     memset(out, 0, sizeof *out);
     const int layer = o->layer;
@@ -227,35 +241,43 @@ int eng_edit_gate(eng_model *m, const int32_t *ids, int n, const float *delta,
         free(oi);
     }
     /* positives: the prompt, then the templates followed by the target's earlier tokens */
-    const int npara = (int)(sizeof para_style / sizeof *para_style);
+    const int npara = o->para ? (int)(sizeof para_style / sizeof *para_style) : 0;
     pos = malloc((size_t)(npara + 1) * H * sizeof *pos);
-    if (!pos) {
+    out->para_ids = malloc(((size_t)npara * (64 + (size_t)o->tail) + 1) * sizeof *out->para_ids);
+    out->para_lens = malloc(((size_t)npara + 1) * sizeof *out->para_lens);
+    out->para_ratio = malloc(((size_t)npara + 1) * sizeof *out->para_ratio);
+    if (!pos || !out->para_ids || !out->para_lens || !out->para_ratio) {
         vx_errf(err, VX_ENOMEM, "out of memory for a gated slot");
         goto done;
     }
     memcpy(pos, xs + (size_t)(nx - 1) * H, (size_t)H * sizeof *pos);
-    for (int i = 0; i < npara && o->para; i++) {
+    size_t at = 0;
+    for (int i = 0; i < npara; i++) {
         char *t = fill(para_style[i], o->relation, o->entity);
         int32_t *pi = NULL;
         size_t pn = 0;
         int32_t *all = NULL;
         int bad = !t || eng_tok_encode(m->tok, t, strlen(t), 1, &pi, &pn, err);
-        if (!bad && !(all = malloc((pn + (size_t)o->tail + 1) * sizeof *all)))
-            bad = vx_errf(err, VX_ENOMEM, "out of memory");
+        if (!bad && pn > 64)
+            bad = vx_errf(err, VX_EARG, "a paraphrase template of the fact is %zu tokens "
+                          "(at most 64)", pn);
+        all = bad ? NULL : out->para_ids + at;
         if (!bad) {
             memcpy(all, pi, pn * sizeof *all);
             memcpy(all + pn, ids + n - o->tail, (size_t)o->tail * sizeof *all);
+            out->para_lens[i] = (int)pn + o->tail;
+            at += pn + (size_t)o->tail;
             bad = eng_edit_ffn_in(m, layer, all, (int)pn + o->tail, pos + (size_t)(i + 1) * H,
                                   NULL, err);
         }
         free(t);
         free(pi);
-        free(all);
         if (bad)
             goto done;
     }
+    out->n_para = npara;
     const float *xp = pos;
-    if (fit_gate(neg, k, pos, o->para ? npara + 1 : 1, H, g, err))
+    if (fit_gate(neg, k, pos, npara + 1, H, g, err))
         goto done;
     float *gate = g, *up = g + H, *down = g + 2 * H;
     cblas_sscal(H, o->margin, gate, 1);
@@ -276,21 +298,26 @@ int eng_edit_gate(eng_model *m, const int32_t *ids, int n, const float *delta,
         rc = 1;
         goto done;
     }
+    /* each template's activation relative to the prompt's: the share of d it receives */
+    for (int i = 0; i < npara; i++)
+        out->para_ratio[i] = feature_act(m, cblas_sdot(H, gate, 1, pos + (size_t)(i + 1) * H, 1),
+                                         cblas_sdot(H, up, 1, pos + (size_t)(i + 1) * H, 1)) / ap;
     /* the replaced feature's own output at the prompt is folded into d */
     double zo = 0, wo = 0;
     for (int h = 0; h < H; h++) {
         zo += (double)eng_w_at(&b->gate, out->feature, h) * xp[h];
         wo += (double)eng_w_at(&b->up, out->feature, h) * xp[h];
     }
-    const float aold = feature_act(m, (float)zo, (float)wo);
-    for (int h = 0; h < H; h++)
-        down[h] = (delta[h] + aold * eng_w_at(&b->down, h, out->feature)) / ap;
+    out->a_old = feature_act(m, (float)zo, (float)wo);
+    out->a_prompt = ap;
     out->gate = g;
     out->up = up;
     out->down = down;
     g = NULL;
     rc = 0;
 done:
+    if (rc)
+        eng_gate_slot_free(out);
     free(xs);
     free(dec);
     free(neg);

@@ -7,12 +7,15 @@
  * f(z) ≈ 0 for z ≪ 0 (SiLU(−8) = −0.003). The slot:
  *   g  = a max-margin separator (L2-SVM, no bias: the norm output's near-constant
  *        component serves as one) with g·x ≥ +1 on the prompt's last position and
- *        g·x ≤ −1 on the negatives — every position of a sampled corpus, the prompt's
- *        earlier positions, template and frame decoys, other facts' prompts — then
- *        scaled by `margin`;
+ *        on fixed paraphrase-style templates of the fact (positives too), and g·x ≤ −1 on
+ *        the negatives — every position of a sampled corpus, the prompt's earlier
+ *        positions, template and frame decoys, other facts' prompts — then scaled by
+ *        `margin`;
  *   w  = x_p / ‖x_p‖² (w·x_p = 1);
  *   d  = (δ + a_old·d_old) / f(g·x_p): exactly δ at the prompt, δ found by the same
- *        optimisation as the rank-1 insert (edit_memit.h).
+ *        optimisation as the rank-1 insert (edit_memit.h), which at the last layer also
+ *        raises the target on the paraphrase-style positives (their output there is
+ *        h_t + ratio_t·δ).
  * It replaces a feature of the layer: the unclaimed one with the least output energy on
  * the corpus (E[act_f²]·‖d_f‖², from the covariance diagonal), whose own output at the
  * prompt is folded into d. Journaled as a slot insert (gate/up/down rows), which replay,
@@ -46,18 +49,29 @@ typedef struct eng_gate_opts {
 
 typedef struct eng_gate_slot {
     int feature;
-    float *gate, *up, *down;    /* [H] each, one malloc'd block at gate */
+    float *gate, *up, *down;    /* [H] each, one malloc'd block at gate (down: set by
+                                 * eng_edit_gate_down) */
     float z_prompt;             /* g·x on the prompt */
+    float a_prompt, a_old;      /* the slot's activation on the prompt; the replaced
+                                 * feature's there */
+    int32_t *para_ids;          /* the paraphrase-style positives' ids back to back */
+    int *para_lens;
+    float *para_ratio;          /* each one's activation / a_prompt: its share of δ */
+    int n_para;
     int64_t n_neg;              /* negatives the separator was fitted on */
     int64_t n_open;             /* of them, with g·x > −margin/2 (f no longer ≈ 0) */
 } eng_gate_slot;
 
-/* The gated slot that adds delta [H] to layer o->layer's FFN output at the last of
- * ids[0..n) (through m, its overlay applying: its edits' features are claimed). Returns
- * 1, saying why in err, when no gate keeps the prompt on and 99 % of the negatives off
- * (then no slot is written: the layer cannot tell the prompt from ordinary text). */
-int eng_edit_gate(eng_model *m, const int32_t *ids, int n, const float *delta,
-                  const eng_gate_opts *o, eng_gate_slot *out, vx_err *err);
+/* The gate and up rows of a slot for the last of ids[0..n) at layer o->layer (through m,
+ * its overlay applying: its edits' features are claimed), and the paraphrase-style
+ * positives with their share of δ (the δ optimisation can raise the target there too).
+ * Returns 1, saying why in err, when no gate keeps the prompt on and 99 % of the
+ * negatives off (the layer cannot tell the prompt from ordinary text). */
+int eng_edit_gate_fit(eng_model *m, const int32_t *ids, int n, const eng_gate_opts *o,
+                      eng_gate_slot *out, vx_err *err);
+/* The down column that makes the fitted slot add delta [H] to the FFN output at the
+ * prompt. */
+void eng_edit_gate_down(const eng_model *m, int layer, eng_gate_slot *s, const float *delta);
 void eng_gate_slot_free(eng_gate_slot *s);
 
 #endif

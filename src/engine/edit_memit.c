@@ -237,6 +237,22 @@ fail:
     return -1;
 }
 
+/* Every text of a corpus through the capture c (its rows freed on failure). */
+static int run_corpus(eng_model *m, const int32_t *ids, const int *lens, int nseq, capture *c,
+                      vx_err *err)
+{
+    size_t off = 0;
+    for (int i = 0; i < nseq; i++) {
+        if (lens[i] > 0 && run(m, ids + off, lens[i], c, NULL, err)) {
+            free(c->rows);
+            c->rows = NULL;
+            return -1;
+        }
+        off += (size_t)lens[i];
+    }
+    return 0;
+}
+
 int eng_edit_covariance(eng_model *m, int layer, int expert, const int32_t *ids, const int *lens,
                         int nseq, double **cov, int64_t *count, vx_err *err)
 {
@@ -246,14 +262,8 @@ int eng_edit_covariance(eng_model *m, int layer, int expert, const int32_t *ids,
         return -1;
     capture c = {.layer = layer, .H = m->hidden, .n_layers = m->n_layers, .cap_rows = 1};
     const int F = c.F = site_features(m, layer, expert, &c.off);
-    size_t off = 0;
-    for (int i = 0; i < nseq; i++) {
-        if (lens[i] > 0 && run(m, ids + off, lens[i], &c, NULL, err)) {
-            free(c.rows);
-            return -1;
-        }
-        off += (size_t)lens[i];
-    }
+    if (run_corpus(m, ids, lens, nseq, &c, err))
+        return -1;
     if (c.n_rows == 0) {
         free(c.rows);
         return vx_errf(err, VX_EARG, "the corpus is empty");
@@ -287,14 +297,8 @@ int eng_edit_inputs(eng_model *m, int layer, const int32_t *ids, const int *lens
         return -1;
     capture c = {.layer = layer, .H = m->hidden, .F = m->layers[layer].mlp.inter,
                  .n_layers = m->n_layers, .cap_rows = 1, .inputs = 1};
-    size_t off = 0;
-    for (int i = 0; i < nseq; i++) {
-        if (lens[i] > 0 && run(m, ids + off, lens[i], &c, NULL, err)) {
-            free(c.rows);
-            return -1;
-        }
-        off += (size_t)lens[i];
-    }
+    if (run_corpus(m, ids, lens, nseq, &c, err))
+        return -1;
     *rows = c.rows;
     *count = (int64_t)c.n_rows;
     return 0;
@@ -697,10 +701,12 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
     /* the preserved prompts' KL applies where the update's effect on them is exact: at
      * the last layer, the output there is h + (vᵀk)·u */
     const int npres = o->n_pres > 0 && o->kl_weight > 0 && o->layer == nl - 1 ? o->n_pres : 0;
+    /* so do the fact's other wordings: their output there is h + r·δ */
+    const int naux = o->n_aux > 0 && o->layer == nl - 1 ? o->n_aux : 0;
     /* x, ffn [nl × H]; logits, raw, dz [V]; z, y, dy, h2, g, hc, gc [H]; gp, up, dm [FB];
      * row [max(FB, H)]; preserved prompts' h [npres × H], key [npres × F], s [npres] */
     size_t total = (size_t)nl * H * 2 + (size_t)V * 3 + (size_t)H * 7 + (size_t)FB * 3 + wide +
-                   (size_t)npres * (H + F + 1);
+                   (size_t)npres * (H + F + 1) + (size_t)(naux + 1) * H;
     float *buf = calloc(total, sizeof *buf);
     double *pq = calloc((size_t)npres * V + 1, sizeof *pq);
     const eng_overlay *base = m->overlay;
@@ -724,6 +730,7 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
     s.dm = s.up + FB;
     s.row = s.dm + FB;
     float *ph = s.row + wide, *pk = ph + (size_t)npres * H, *ps = pk + (size_t)npres * F;
+    float *ah = ps + npres, *ag = ah + (size_t)naux * H;   /* aux residuals, their gradient */
     /* the preserved prompts through the effective model: key, last residual, and the
      * next-token distribution the KL holds them to */
     for (int c = 0, at = 0; c < npres; at += o->pres_lens[c++]) {
@@ -739,6 +746,13 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
             sum += (q[v] = exp(logits[v] - mx));
         for (int v = 0; v < V; v++)
             q[v] /= sum;
+    }
+    for (int c = 0, at = 0; c < naux; at += o->aux_lens[c++]) {
+        capture ac = {.layer = o->layer, .H = H, .F = F, .n_layers = nl, .off = off, .x = x,
+                      .ffn = ffn};
+        if (run(m, o->aux_ids + at, o->aux_lens[c], &ac, NULL, err))
+            goto done;
+        memcpy(ah + (size_t)c * H, x + (size_t)(nl - 1) * H, (size_t)H * sizeof *ah);
     }
     /* the key, and the prompt's earlier positions: protected too, so prompts sharing
      * the fact's prefix ("The capital of") see no change there */
@@ -812,7 +826,7 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
     float step_len = 0, cap = 0;
     /* steered first; should the steer keep the target from p_stop (measured on a
      * random-weight Granite: p 0.002 after 100 steps), the descent reruns unsteered */
-    int steer = npres > 0;
+    int steer = npres > 0 || naux > 0;
     for (int step = 0;; step++) {
         if (steer && step > o->max_steps) {
             steer = 0;
@@ -839,7 +853,21 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
         }
         out->p_after = p;
         out->steps = step;
-        if (p > o->p_stop || (!steer && step >= o->max_steps))
+        /* the other wordings: their mean p(target) and the gradient of their mean −log p;
+         * the descent goes on until they reach p_stop too, or the steps run out */
+        double aux_p = 1;
+        if (steer && naux) {
+            aux_p = 0;
+            memset(ag, 0, (size_t)H * sizeof *ag);
+            for (int q = 0; q < naux; q++) {
+                for (int i = 0; i < H; i++)
+                    hc[i] = ah[(size_t)q * H + i] + m->residual_scale * o->aux_ratio[q] * out->u[i];
+                aux_p += head_grad(m, hc, o->target, NULL, gc, &s) / naux;
+                cblas_saxpy(H, o->aux_ratio[q] / (float)naux, gc, 1, ag, 1);
+            }
+        }
+        if ((p > o->p_stop && (aux_p > o->p_stop || step >= o->max_steps)) ||
+            (!steer && step >= o->max_steps))
             break;
         if (step >= o->max_steps)
             continue;
@@ -847,6 +875,8 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
          * directions that matter (sign-like optimisers spread it over every coordinate,
          * and a longer δ leaks further through vᵀ act on other prompts) */
         backward(m, o->layer, x, ffn, o->target, g, &s);
+        if (steer && naux)
+            cblas_saxpy(H, 1.0f, ag, 1, g, 1);
         double gn = 0, norm = 0;
         for (int i = 0; i < H; i++)
             gn += (double)g[i] * g[i];

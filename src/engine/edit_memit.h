@@ -16,6 +16,8 @@
  *               exact at the last layer); at the last layer each step is also steered by
  *               the gradient of the preserved prompts' KL (their output there is exactly
  *               h_c + (vᵀk_c)·δ), the part orthogonal to the target's gradient and to δ;
+ *               and, given other wordings of the fact with their share r of δ (a gated
+ *               slot's, edit_gate.h), their mean −log p(target) at h + r·δ joins the loss;
  *   update    = down_proj += u vᵀ, i.e. the FFN output gains u · (vᵀ act).
  *
  * Shapes: hidden H, features F of layer L; cov is F×F row-major double. Errors are
@@ -117,6 +119,11 @@ typedef struct eng_insert_opts {
     int n_pres;
     double kl_weight;          /* × their mean KL(now ‖ edited) added to −log p(target);
                                 * applied when layer is the last (0: none) */
+    const int32_t *aux_ids;    /* the fact asked other ways (with BOS), back to back: the
+                                * mean of their −log p(target) is added to the loss */
+    const int *aux_lens;
+    const float *aux_ratio;    /* the share of δ each one's output receives */
+    int n_aux;                 /* applied when layer is the last (0: none) */
 } eng_insert_opts;
 
 typedef struct eng_insert_fact {

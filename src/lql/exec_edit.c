@@ -1449,15 +1449,25 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         eng_overlay trial = {eds, nbe + (gated ? j : 0), lrs, nbase + (gated ? 0 : j)};
         eng_insert_opts io = {layer, site, tids[j], sc->cov, keys, nk, decoys, nd, DECOY_WEIGHT,
                               1e-2, 100, (float)conf, 0.02f, 4.0f, es->pres_ids, es->pres_lens,
-                              es->n_pres, gated ? 0 : KL_WEIGHT};
+                              es->n_pres, gated ? 0 : KL_WEIGHT, NULL, NULL, NULL, 0};
         eng_model_set_overlay(m, &trial);
-        int ir = eng_edit_insert(m, seq, (int)(n + j), &io, &fx[j], &ve);
-        if (!ir && gated && fx[j].p_after > conf) {
+        /* gated: the gate first, so that δ can also raise the target on the fact's other
+         * wordings (each receives its share of δ) */
+        int ir = 0;
+        if (gated) {
             eng_gate_opts go = {layer, sc->cov, sc->xin, sc->n_xin, st->relation_v, st->entity,
                                 DECOYS, (const char *const *)others, nothers, GATE_MARGIN,
                                 (int)j, 1};
-            ir = eng_edit_gate(m, seq, (int)(n + j), fx[j].u, &go, &gs[j], &ve);
+            ir = eng_edit_gate_fit(m, seq, (int)(n + j), &go, &gs[j], &ve);
+            io.aux_ids = gs[j].para_ids;
+            io.aux_lens = gs[j].para_lens;
+            io.aux_ratio = gs[j].para_ratio;
+            io.n_aux = gs[j].n_para;
         }
+        if (!ir)
+            ir = eng_edit_insert(m, seq, (int)(n + j), &io, &fx[j], &ve);
+        if (!ir && gated && fx[j].p_after > conf)
+            eng_edit_gate_down(m, layer, &gs[j], fx[j].u);
         eng_model_set_overlay(m, base);
         if (ir == 1) {
             /* no gate tells this prompt apart: the whole statement as rank-1 updates */

@@ -146,10 +146,16 @@ static void tiny(const char *root)
     eng_gate_slot gs;
     eng_gate_opts go = {LAYER, cov, neg, nneg, "capital", "Zorbania", 20, NULL, 0, 8.0f, 0, 1};
     eng_model_set_overlay(m, &held);
-    int rc = eng_edit_gate(m, ids, (int)n, delta, &go, &gs, &e);
+    int rc = eng_edit_gate_fit(m, ids, (int)n, &go, &gs, &e);
     eng_model_set_overlay(m, NULL);
-    CHECK_MSG(rc == 0, "eng_edit_gate: %s", e.msg);
+    CHECK_MSG(rc == 0, "eng_edit_gate_fit: %s", e.msg);
     if (rc == 0) {
+        eng_edit_gate_down(m, LAYER, &gs, delta);
+        /* the five paraphrase-style positives, each with its share of δ */
+        CHECK(gs.n_para == 5);
+        for (int i = 0; i < gs.n_para; i++)
+            CHECK_MSG(gs.para_ratio[i] > 0.05f && gs.para_ratio[i] < 5.0f,
+                      "positive %d receives %.3f of δ", i, gs.para_ratio[i]);
         CHECK(gs.feature > 0);
         CHECK_MSG(gs.z_prompt >= 7.9f, "gate pre-activation on the prompt %.3f", gs.z_prompt);
         CHECK_MSG(gs.n_open == 0, "%lld of %lld negatives open", (long long)gs.n_open,
@@ -199,23 +205,19 @@ static void granite_dense(const char *root)
     CHECK(m != NULL);
     if (!m)
         return;
-    const int H = eng_model_hidden(m);
     double *cov = NULL;
     float *neg = NULL;
     int64_t nneg = 0;
     CHECK(statistics(m, &cov, &neg, &nneg) == 0);
     size_t n = 0;
     int32_t *ids = encode(m, "The capital of Atlantis is", &n);
-    float *delta = calloc((size_t)H, sizeof *delta);
-    delta[0] = 1;
     vx_err e = {0};
     eng_gate_slot gs;
     eng_gate_opts go = {LAYER, cov, neg, nneg, "capital", "Atlantis", 20, NULL, 0, 8.0f, 0, 1};
-    CHECK(eng_edit_gate(m, ids, (int)n, delta, &go, &gs, &e) == 1);
+    CHECK(eng_edit_gate_fit(m, ids, (int)n, &go, &gs, &e) == 1);
     CHECK_HAS(e.msg, "no gate at layer 3 keeps the prompt on");
     eng_gate_slot_free(&gs);
     free(ids);
-    free(delta);
     free(cov);
     free(neg);
     eng_model_free(m);

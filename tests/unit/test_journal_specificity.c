@@ -220,14 +220,15 @@ int main(void)
     printf("| set | efficacy (top-1) | paraphrases (top-1) | controls kept (top-1) | decisive "
            "controls kept | mean KL on controls | max KL |\n");
     row("suite (tuned on)", s, NCTRL);
-    /* measured with the gated slot (edit_gate.h; the rank-1 update before it, in
-     * brackets): suite 50/50, mean KL 0.0002, paraphrases 9/20 (50/50, 0.0021, 4/20);
-     * held-out 49/50 — the one change a tie of the base, margin 0.0001 — KL 0.0002, 7/20
-     * (46/50, 0.0146, 3/20); unseen 50/50, KL 0.0003, 7/20 (46/50, 0.0066, 3/20). */
+    /* measured with the gated slot, δ raised on the paraphrase-style templates too
+     * (edit_gate.h; the rank-1 update before it, in brackets): suite 50/50, mean KL
+     * 0.0007, paraphrases 10/20 (50/50, 0.0021, 4/20); held-out 49/50 — the one change a
+     * tie of the base, margin 0.0001 — KL 0.0002, 10/20 (46/50, 0.0146, 3/20); unseen
+     * 50/50, KL 0.0003, 7/20 (46/50, 0.0066, 3/20). */
     CHECK(s->efficacy == 10);
     CHECK_MSG(s->kept >= 49, "suite controls kept %d/50", s->kept);
-    CHECK_MSG(s->kl_mean < 0.001, "suite mean KL %.4f", s->kl_mean);
-    CHECK_MSG(s->paraphrase >= 7, "suite paraphrases %d/20", s->paraphrase);
+    CHECK_MSG(s->kl_mean < 0.002, "suite mean KL %.4f", s->kl_mean);
+    CHECK_MSG(s->paraphrase >= 8, "suite paraphrases %d/20", s->paraphrase);
     if (nsets == 3) {
         row("held-out (tuned on)", h, NHCTRL);
         row("unseen (never tuned on)", u, NH2CTRL);
@@ -241,7 +242,7 @@ int main(void)
                   u->decisive_kept, u->decisive);
         CHECK_MSG(h->kl_mean < 0.001, "held-out mean KL %.4f", h->kl_mean);
         CHECK_MSG(u->kl_mean < 0.001, "unseen mean KL %.4f", u->kl_mean);
-        CHECK_MSG(h->paraphrase >= 5 && u->paraphrase >= 5, "paraphrases held-out %d/20, "
+        CHECK_MSG(h->paraphrase >= 8 && u->paraphrase >= 5, "paraphrases held-out %d/20, "
                   "unseen %d/20", h->paraphrase, u->paraphrase);
     }
     if (t_fail == 0)
