@@ -15,6 +15,9 @@ typedef struct edit_site_cache {
     int64_t count;            /* corpus positions behind it */
     float *frame;             /* keys of "The {w} is" at the site [n_frame × F] */
     int n_frame;
+    float *xin;               /* a gated dense layer: the FFN inputs of the corpus and of
+                               * "The {w} is", a gated slot's negatives [n_xin × H] */
+    int64_t n_xin;
 } edit_site_cache;
 #define SITE_CACHE 8          /* a multi-token target on a MoE layer visits several experts */
 #define SITE_CACHE_BYTES ((size_t)256 << 20)   /* older sites beyond it are dropped */

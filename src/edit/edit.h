@@ -140,6 +140,14 @@ typedef struct ed_site_note {
     int seqs;
 } ed_site_note;
 
+/* A target token written as a gated feature: its slot, the gate's pre-activation on the
+ * prompt, the bound it keeps under on the negatives and how many of them do. */
+typedef struct ed_gate_note {
+    int feature;
+    double z_prompt, z_off;
+    long long n_off, n_neg;
+} ed_gate_note;
+
 typedef struct ed_insert_res {
     int layer;
     int feature;              /* COMPOSE's slot; -1 for the modes that edit no one feature */
@@ -161,6 +169,10 @@ typedef struct ed_insert_res {
     double norms[3];          /* COMPOSE: |gate| |up| |down| */
     double d_ref;             /* COMPOSE: the down reference norm */
     double alpha;             /* COMPOSE: the ALPHA used */
+    /* MEMIT on a dense gated FFN: each target token written as a gated feature */
+    int gated;
+    ed_gate_note *gates;      /* [n_tokens] malloc'd when gated */
+    char fallback[VX_ERR_MAX + 32]; /* why a gate could not be fitted ("" none): rank-1 instead */
 } ed_insert_res;
 
 /* Insert a fact through m (the effective model: the current overlay attached). */

@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,7 @@ static const char *const corpus_starts[] = {
  * held-out, 0.0112 → 0.0021 suite; 128 prompts gained 0.001 more for twice the cost. */
 #define PRESERVED 64
 #define KL_WEIGHT 1e5
+#define GATE_MARGIN 8.0f     /* a gated slot: SiLU(−8) = −0.003 of SiLU(8) off its prompt */
 
 /* The activation covariance of an edit site (a dense layer, or a routed expert of a MoE
  * layer) and its frame decoys, once per binding and site. */
@@ -44,9 +46,9 @@ static int layer_cov(ed_model *es, eng_model *m, int layer, int expert, ed_inser
     int32_t *ids = NULL;
     int *lens = NULL;
     double *cov = NULL;
-    float *frame = NULL;
-    int64_t count = 0;
-    int nf = 0;
+    float *frame = NULL, *xin = NULL, *xfr = NULL;
+    int64_t count = 0, nxin = 0;
+    int nf = 0, nxf = 0;
     vx_err ve = {0};
     ed_site_note *notes = realloc(res->sites, (size_t)(res->n_sites + 1) * sizeof *notes);
     if (!notes)
@@ -56,6 +58,21 @@ static int layer_cov(ed_model *es, eng_model *m, int layer, int expert, ed_inser
                              CORPUS_SEQS, CORPUS_LEN, CORPUS_SEED, &ids, &lens, &ve) ||
              eng_edit_covariance(m, layer, expert, ids, lens, CORPUS_SEQS, &cov, &count, &ve) ||
              eng_edit_frame_decoys(m, layer, expert, FRAME_DECOYS, &frame, &nf, &ve);
+    /* a gated slot's negatives: the corpus and the frame decoys at the FFN input */
+    if (!rc && expert < 0 && eng_edit_gate_ok(m, layer)) {
+        rc = eng_edit_inputs(m, layer, ids, lens, CORPUS_SEQS, &xin, &nxin, &ve) ||
+             eng_edit_decoy_inputs(m, layer, NULL, NULL, FRAME_DECOYS, &xfr, &nxf, &ve);
+        const int H = eng_model_hidden(m);
+        float *all = rc ? NULL : realloc(xin, (size_t)(nxin + nxf) * H * sizeof *all);
+        if (!rc && !all)
+            rc = vx_errf(&ve, VX_ENOMEM, "out of memory");
+        if (all) {
+            memcpy(all + (size_t)nxin * H, xfr, (size_t)nxf * H * sizeof *all);
+            xin = all;
+            nxin += nxf;
+        }
+        free(xfr);
+    }
     /* preserved prompts (once per binding, whatever the site): prefixes of spread corpus
      * texts, 3 to 9 tokens long */
     const int npres = es->pres_ids ? 0 : PRESERVED;
@@ -78,6 +95,7 @@ static int layer_cov(ed_model *es, eng_model *m, int layer, int expert, ed_inser
     if (rc) {
         free(cov);
         free(frame);
+        free(xin);
         free(pids);
         free(plens);
         *e = ve;
@@ -90,9 +108,10 @@ static int layer_cov(ed_model *es, eng_model *m, int layer, int expert, ed_inser
     }
     free(es->sites[SITE_CACHE - 1].cov);
     free(es->sites[SITE_CACHE - 1].frame);
+    free(es->sites[SITE_CACHE - 1].xin);
     memmove(es->sites + 1, es->sites, (SITE_CACHE - 1) * sizeof *es->sites);
     const int F = expert >= 0 ? eng_model_expert_features(m) : eng_model_ffn_features(m, layer);
-    es->sites[0] = (edit_site_cache){cov, layer, expert, F, count, frame, nf};
+    es->sites[0] = (edit_site_cache){cov, layer, expert, F, count, frame, nf, xin, nxin};
     *out = &es->sites[0];
     /* a dense layer's covariance may be 128 MB (4096 features): keep what fits the budget */
     size_t bytes = 0;
@@ -101,6 +120,7 @@ static int layer_cov(ed_model *es, eng_model *m, int layer, int expert, ed_inser
         if (i > 0 && bytes > SITE_CACHE_BYTES) {
             free(es->sites[i].cov);
             free(es->sites[i].frame);
+            free(es->sites[i].xin);
             es->sites[i] = (edit_site_cache){0};
         }
     }
@@ -140,6 +160,38 @@ static int layer_keys(ed_model *es, int layer, int expert, int F, float **keys, 
     }
     vx_ops_free(ops, nops);
     *keys = k;
+    return 0;
+}
+
+/* The canonical prompts of the active inserts at dense layer `layer` other than prompt
+ * (a gated slot stays off on them): *out [*n] malloc'd strings. */
+static int fact_prompts(ed_model *es, int layer, const char *prompt, char ***out, int *n,
+                        vx_err *e)
+{
+    vx_op *ops = NULL;
+    size_t nops = 0;
+    *out = NULL;
+    *n = 0;
+    if (ed_active_ops(es, &ops, &nops, e))
+        return -1;
+    char **p = malloc((nops + 1) * sizeof *p);
+    for (size_t i = 0; p && i < nops; i++) {
+        if (ops[i].kind != VX_OP_INSERT || ops[i].layer != layer || ops[i].expert >= 0 ||
+            !ops[i].entity || !ops[i].relation)
+            continue;
+        char *q = eng_edit_prompt(ops[i].relation, ops[i].entity);
+        int dup = q && !strcmp(q, prompt);
+        for (int k = 0; q && k < *n && !dup; k++)
+            dup = !strcmp(q, p[k]);
+        if (dup || !q)
+            free(q);
+        else
+            p[(*n)++] = q;
+    }
+    vx_ops_free(ops, nops);
+    if (!p)
+        return vx_errf(e, VX_ENOMEM, "out of memory");
+    *out = p;
     return 0;
 }
 
@@ -266,7 +318,14 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
     float *wroute = NULL;
     /* the overlay the statement starts from (the journal's), restored after each trial */
     const eng_overlay *base = es->ov ? ed_overlay_eng(es->ov) : NULL;
-    const size_t nbase = base ? base->n_lowrank : 0;
+    const size_t nbase = base ? base->n_lowrank : 0, nbe = base ? base->n_edits : 0;
+    /* a dense gated FFN gets one gated feature per target token (edit_memit.h), else
+     * (MoE experts, plain MLPs) a rank-1 down_proj update */
+    int gated = eng_edit_gate_ok(m, layer);
+    eng_feature_edit *eds = NULL;
+    eng_gate_slot *gs = NULL;
+    char **others = NULL;
+    int nothers = 0;
     vx_op *ops = NULL;
     r->layer = layer;
     if (!prompt) {
@@ -291,7 +350,10 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
     experts = malloc((nt * (size_t)(K + 1) + 1) * sizeof *experts);
     wroute = malloc((nt * (size_t)(K + 1) + 1) * sizeof *wroute);
     ops = calloc(nt, sizeof *ops);
-    if (!seq || !fx || !lrs || !experts || !wroute || !ops) {
+    eds = malloc((nbe + nt + 1) * sizeof *eds);
+    gs = calloc(nt, sizeof *gs);
+    r->gates = calloc(nt, sizeof *r->gates);
+    if (!seq || !fx || !lrs || !experts || !wroute || !ops || !eds || !gs || !r->gates) {
         vx_errf(&e->vx, VX_ENOMEM, "out of memory");
         goto done;
     }
@@ -302,6 +364,10 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
         memcpy(seq + n, tids, (nt - 1) * sizeof *seq);
     if (nbase)
         memcpy(lrs, base->lowrank, nbase * sizeof *lrs);
+    if (nbe)
+        memcpy(eds, base->edits, nbe * sizeof *eds);
+    if (gated && fact_prompts(es, layer, prompt, &others, &nothers, &e->vx))
+        goto done;
     double p_before = 1, p_after = 1;
     int steps = 0;
     for (size_t j = 0; j < nt; j++) {
@@ -347,14 +413,39 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
                 if (experts[i * (size_t)(K + 1) + K] == site)
                     memcpy(keys + (size_t)nk++ * F, fx[i].key, (size_t)F * sizeof *keys);
         }
-        eng_overlay trial = {base ? base->edits : NULL, base ? base->n_edits : 0, lrs, nbase + j,
-                             NULL, 0};
+        eng_overlay trial = {eds, nbe + (gated ? j : 0), lrs, nbase + (gated ? 0 : j), NULL, 0};
         eng_insert_opts io = {layer, site, tids[j], sc->cov, keys, nk, decoys, nd, DECOY_WEIGHT,
                               1e-2, 100, (float)conf, 0.02f, 4.0f, es->pres_ids, es->pres_lens,
-                              es->n_pres, KL_WEIGHT};
+                              es->n_pres, gated ? 0 : KL_WEIGHT, NULL, NULL, NULL, 0};
         eng_model_set_overlay(m, &trial);
-        int ir = eng_edit_insert(m, seq, (int)(n + j), &io, &fx[j], &ve);
+        /* gated: the gate first, so that δ can also raise the target on the fact's other
+         * wordings (each receives its share of δ) */
+        int ir = 0;
+        if (gated) {
+            eng_gate_opts go = {layer, sc->cov, sc->xin, sc->n_xin, st->relation, st->entity,
+                                DECOYS, (const char *const *)others, nothers, GATE_MARGIN,
+                                (int)j, 1};
+            ir = eng_edit_gate_fit(m, seq, (int)(n + j), &go, &gs[j], &ve);
+            io.aux_ids = gs[j].para_ids;
+            io.aux_lens = gs[j].para_lens;
+            io.aux_ratio = gs[j].para_ratio;
+            io.n_aux = gs[j].n_para;
+        }
+        if (!ir)
+            ir = eng_edit_insert(m, seq, (int)(n + j), &io, &fx[j], &ve);
+        if (!ir && gated && fx[j].p_after > conf)
+            eng_edit_gate_down(m, layer, &gs[j], fx[j].u);
         eng_model_set_overlay(m, base);
+        if (ir == 1) {
+            /* no gate tells this prompt apart: the whole statement as rank-1 updates */
+            snprintf(r->fallback, sizeof r->fallback, "%s: a rank-1 update instead", ve.msg);
+            for (size_t i = 0; i <= j; i++)
+                eng_insert_fact_free(&fx[i]);
+            gated = 0;
+            site = -2;
+            j = (size_t)-1;
+            continue;
+        }
         if (ir) {
             e->vx = ve;
             goto done;
@@ -370,13 +461,41 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
         }
         memcpy(keys + (size_t)nk++ * F, fx[j].key, (size_t)F * sizeof *keys);
         lrs[nbase + j] = (eng_lowrank){layer, 1, fx[j].u, fx[j].v, site};
+        if (gated)
+            eds[nbe + j] = (eng_feature_edit){layer, gs[j].feature, 0, gs[j].gate, gs[j].up,
+                                              gs[j].down};
         p_before *= fx[j].p_before;
         p_after *= fx[j].p_after;
         steps += fx[j].steps;
     }
-    /* one insert per edit site, its columns the site's tokens in order (a dense layer, or
-     * every token routed to the same expert: one op of rank nt) */
-    for (size_t j = 0; j < nt; j++) {
+    /* gated: one slot insert per target token, mode "gated" (replayed as the slot's rows) */
+    for (size_t j = 0; gated && j < nt; j++) {
+        vx_op *op = &ops[nops++];
+        const char *piece = eng_tok_piece(eng_model_tokenizer(m), tids[j]);
+        op->layer = layer;
+        op->feature = gs[j].feature;
+        op->confidence = conf;
+        op->has_meta = 1;
+        op->meta_id = tids[j];
+        op->meta_c = conf;
+        if (vx_op_set_str(&op->entity, st->entity, &ve) ||
+            vx_op_set_str(&op->relation, st->relation, &ve) ||
+            vx_op_set_str(&op->target, st->target, &ve) || vx_op_set_str(&op->mode, "gated", &ve) ||
+            vx_op_set_str(&op->meta_token, piece ? piece : "", &ve) ||
+            vx_op_set_vec(op, "gate", 1, H, gs[j].gate, &ve) ||
+            vx_op_set_vec(op, "up", 1, H, gs[j].up, &ve) ||
+            vx_op_set_vec(op, "down", 1, H, gs[j].down, &ve)) {
+            e->vx = ve;
+            goto done;
+        }
+        r->gates[j] = (ed_gate_note){gs[j].feature, gs[j].z_prompt, -0.5 * GATE_MARGIN,
+                                     (long long)(gs[j].n_neg - gs[j].n_open),
+                                     (long long)gs[j].n_neg};
+    }
+    r->gated = gated;
+    /* rank-1: one insert per edit site, its columns the site's tokens in order (a dense
+     * layer, or every token routed to the same expert: one op of rank nt) */
+    for (size_t j = 0; !gated && j < nt; j++) {
         const int sj = experts[j * (size_t)(K + 1) + K];
         int done_site = 0;
         for (size_t i = 0; i < j && !done_site; i++)
@@ -446,6 +565,13 @@ done:
     free(ops);
     for (size_t j = 0; fx && j < nt; j++)
         eng_insert_fact_free(&fx[j]);
+    for (size_t j = 0; gs && j < nt; j++)
+        eng_gate_slot_free(&gs[j]);
+    for (int i = 0; i < nothers; i++)
+        free(others[i]);
+    free(others);
+    free(gs);
+    free(eds);
     free(fx);
     free(lrs);
     free(seq);
@@ -480,5 +606,6 @@ void ed_insert_res_free(ed_insert_res *res)
     free(res->sites);
     free(res->experts);
     free(res->weights);
+    free(res->gates);
     memset(res, 0, sizeof *res);
 }

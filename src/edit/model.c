@@ -60,6 +60,7 @@ void ed_model_free(ed_model *ed)
     for (int i = 0; i < SITE_CACHE; i++) {
         free(ed->sites[i].cov);
         free(ed->sites[i].frame);
+        free(ed->sites[i].xin);
     }
     free(ed->pres_ids);
     free(ed->pres_lens);

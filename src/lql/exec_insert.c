@@ -80,17 +80,26 @@ static void inserted_notes(const lql_stmt *st, const ed_model *ed, const ed_inse
     const size_t nt = x->n_tokens;
     const int *experts = x->experts;
     const char *what = experts[K] >= 0 ? "expert down_proj" : "down_proj";
-    if (nt == 1)
-        lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d (rank-1 %s update keyed on "
-                        "\"%s\"; history %lld, patch %s)", st->entity, st->relation_v,
-                        st->target, x->layer, what, x->prompt, (long long)info->history_n,
-                        info->patch_name);
-    else
-        lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d (rank-%zu %s update, one per "
-                        "target token, keyed on \"%s\" and the target's first %zu tokens; "
-                        "p_before and p_after are of the whole target; history %lld, patch %s)",
-                        st->entity, st->relation_v, st->target, x->layer, nt, what, x->prompt,
-                        nt - 1, (long long)info->history_n, info->patch_name);
+    for (size_t j = 0; x->gated && j < nt; j++)
+        lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d: token %zu of %zu as gated "
+                        "feature %d (gate pre-activation %.1f on its prompt, at most %.1f on %lld "
+                        "of %lld negatives; history %lld, patch %s)", st->entity, st->relation_v,
+                        st->target, x->layer, j + 1, nt, x->gates[j].feature,
+                        x->gates[j].z_prompt, x->gates[j].z_off, x->gates[j].n_off,
+                        x->gates[j].n_neg, (long long)info->history_n, info->patch_name);
+    if (!x->gated) {
+        if (nt == 1)
+            lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d (rank-1 %s update keyed on "
+                            "\"%s\"; history %lld, patch %s)", st->entity, st->relation_v,
+                            st->target, x->layer, what, x->prompt, (long long)info->history_n,
+                            info->patch_name);
+        else
+            lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d (rank-%zu %s update, one per "
+                            "target token, keyed on \"%s\" and the target's first %zu tokens; "
+                            "p_before and p_after are of the whole target; history %lld, patch %s)",
+                            st->entity, st->relation_v, st->target, x->layer, nt, what, x->prompt,
+                            nt - 1, (long long)info->history_n, info->patch_name);
+    }
     for (size_t j = 0; K > 0 && j < nt && experts[K] >= 0; j++) {
         const int *ex = experts + j * (size_t)(K + 1);
         const float *wx = x->weights + j * (size_t)(K + 1);
@@ -141,6 +150,8 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     int rc = ed_insert(ed, m, &req, &x, &ee);
     free(text);
     /* what was computed shows also when the statement fails after it */
+    if (x.fallback[0])
+        lql_result_note(r, "%s", x.fallback);
     for (int i = 0; i < x.n_sites; i++) {
         const ed_site_note *n = &x.sites[i];
         if (n->expert >= 0)

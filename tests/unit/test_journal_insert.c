@@ -97,7 +97,7 @@ int main(void)
         int nd;
         CHECK(eng_edit_decoys(m, LAYER, -1, facts[f][1], facts[f][0], 40, &decoys, &nd, &e) == 0);
         eng_insert_opts io = {LAYER, -1, tid[0], cov, keys, f, decoys, nd, 1.0, 1e-2, 60, 0.5f,
-                              0.02f, 4.0f, NULL, NULL, 0, 0};
+                              0.02f, 4.0f, NULL, NULL, 0, 0, NULL, NULL, NULL, 0};
         int rc = eng_edit_insert(m, ids, (int)n, &io, &fx[f], &e);
         CHECK_MSG(rc == 0, "insert %d: %s", f, e.msg);
         if (rc == 0) {
