@@ -155,7 +155,7 @@ static void edited_round_trip(const char *dir)
     snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/check_gguf.py' '%s' '%s' 2>&1",
              LQL_SOURCE_DIR, gg, hf);
     CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf: %s", out);
-    CHECK_HAS(out, "ok: GGUF v3, 25 metadata keys, 39 tensors equal");
+    CHECK_HAS(out, "ok: GGUF v3 llama, 25 metadata keys, 39 tensors equal");
     CHECK_HAS(out, "4096 tokens, gpt2 tokenizer, 3839 merges");
     printf("%s", out);
     /* the reader can fail: one byte of the last tensor flipped */
@@ -237,7 +237,8 @@ static void sentencepiece_gguf(const char *dir)
 static void family_round_trips(const char *dir)
 {
     static const char *const fams[] = {"qwen3", "qwen2-moe", "phi3", "gpt2", "mamba2",
-                                       "deepseek-v3-lite", "granite-hybrid", "gpt-oss-bf16"};
+                                       "deepseek-v3-lite", "granite-hybrid", "gpt-oss-bf16",
+                                       "gpt-oss"};
     for (size_t i = 0; i < sizeof fams / sizeof *fams; i++) {
         char src[2300], a[2300], hf[2300], b[2300], msg[1024];
         snprintf(src, sizeof src, "%s/%s", FAMILIES, fams[i]);
@@ -256,14 +257,69 @@ static void family_round_trips(const char *dir)
     }
 }
 
+/* GGUF beyond llama: each family llama.cpp has an architecture for, exported as a
+ * Hugging Face directory and as a GGUF from the same container, the GGUF read by
+ * check_gguf.py against the directory (names, shapes, metadata and bytes under each
+ * architecture's layout); a byte flipped inside Mixtral's stacked experts fails it. */
+static void gguf_families(const char *dir)
+{
+    static const struct { const char *fam, *arch; int tensors; } f[] = {
+        {"qwen2", "qwen2", 39}, {"phi3", "phi3", 15}, {"gpt2", "gpt2", 29}, {"mixtral", "llama", 23},
+    };
+    char cmd[16384], bad[2400];
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+        char src[2300], a[2300], hf[2300], gg[2300], msg[1024], want[128];
+        snprintf(src, sizeof src, "%s/%s", FAMILIES, f[i].fam);
+        snprintf(a, sizeof a, "%s/%s.g.vindex3", dir, f[i].fam);
+        snprintf(hf, sizeof hf, "%s/%s.g.hf", dir, f[i].fam);
+        snprintf(gg, sizeof gg, "%s/%s.gguf", dir, f[i].fam);
+        CHECK(encode(src, a) == 0);
+        fx_rm_rf(hf);
+        unlink(gg);
+        CHECK_MSG(export_to(a, hf, 0, msg, sizeof msg) == 0, "%s: %s", f[i].fam, msg);
+        CHECK_MSG(export_to(a, gg, 1, msg, sizeof msg) == 0, "%s gguf: %s", f[i].fam, msg);
+        snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/check_gguf.py' '%s' '%s' 2>&1",
+                 LQL_SOURCE_DIR, gg, hf);
+        CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf %s: %s", f[i].fam, out);
+        snprintf(want, sizeof want, "ok: GGUF v3 %s, ", f[i].arch);
+        CHECK_HAS(out, want);
+        snprintf(want, sizeof want, " %d tensors equal", f[i].tensors);
+        CHECK_HAS(out, want);
+        printf("%s: %s", f[i].fam, out);
+    }
+    snprintf(bad, sizeof bad, "%s/bad-mixtral.gguf", dir);
+    snprintf(cmd, sizeof cmd, "cp '%s/mixtral.gguf' '%s' && printf '\\377' | dd of='%s' "
+             "bs=1 seek=$(($(stat -c %%s '%s') - 700000)) conv=notrunc 2>/dev/null && python3 "
+             "'%s/tests/export/check_gguf.py' '%s' '%s/mixtral.g.hf' 2>&1", dir, bad, bad, bad,
+             LQL_SOURCE_DIR, bad, dir);
+    CHECK(fx_run(cmd, out, sizeof out) != 0);
+    CHECK_HAS(out, "FAIL: blk.0.ffn_down_exps.weight: bytes differ from "
+                   "model.layers.0.block_sparse_moe.experts.0.w2.weight");
+}
+
 static void refusals(const char *dir)
 {
     char a[2300], t[2300], msg[1024];
     struct { const char *fam; int gguf; const char *want; } r[] = {
-        {"gpt-oss", 0, "is MXFP4-packed; export refuses packed experts (it writes f32/f16/bf16 "
-                       "tensors as stored and does not re-pack blocks and scales)"},
-        {"qwen3", 1, "export gguf: family 'qwen3' is not written as GGUF"},
-        {"llama3-rope", 1, "export gguf: execution.attention.rope.scaling is set"},
+        {"gpt-oss", 1, "export gguf: family 'gpt_oss' is not written as GGUF: attention sinks, "
+                       "clamped SwiGLU experts and YaRN rope"},
+        {"qwen3", 1, "export gguf: family 'qwen3' is not written as GGUF: q/k head norms: "
+                     "llama.cpp's qwen3 architecture is newer than the llama.cpp the writer is "
+                     "checked against"},
+        {"llama3-rope", 1, "export gguf: family 'llama': execution.attention.rope.scaling is "
+                           "set; llama.cpp's llama architecture has no form for it"},
+        {"mistral-swa", 1, "export gguf: family 'mistral': layer 0 has a sliding window of 8; "
+                           "llama.cpp's llama architecture attends to the whole context"},
+        {"olmo2", 1, "export gguf: family 'olmo2': 2 kv heads for 4 query heads (grouped-query "
+                     "attention); llama.cpp's olmo2 architecture sizes k and its norm by the "
+                     "hidden size"},
+        {"gemma2", 1, "export gguf: family 'gemma2' is not written as GGUF: the query scale "
+                      "1/sqrt(query_pre_attn_scalar): llama.cpp's gemma2 derives it from the "
+                      "model size"},
+        {"qwen2-moe", 1, "export gguf: family 'qwen2_moe' is not written as GGUF: dense layers "
+                         "between MoE layers"},
+        {"deepseek-v3-lite", 1, "export gguf: family 'deepseek_v3' is not written as GGUF: "
+                                "multi-head latent attention"},
     };
     for (size_t i = 0; i < sizeof r / sizeof *r; i++) {
         char src[2300];
@@ -300,6 +356,22 @@ static void refusals(const char *dir)
     CHECK(c && vx_export_hf(c, t, &rep, &e) < 0);
     CHECK_HAS(e.msg, "is stored as q8_0 (profile 'q8'); export writes tensors as stored and "
                      "does not dequantise");
+    vx_close(c);
+    /* MXFP4 experts re-represented as f32 (as an edit would leave them): no longer the
+     * checkpoint's blocks and scales, and not re-packed */
+    snprintf(a, sizeof a, "%s/gpt-oss.vindex3", dir);
+    snprintf(t, sizeof t, "%s/oss-f32.hf", dir);
+    CHECK_MSG(vx_represent(a, "target.decoder_stack", VX_F32, &in, &e) == 0, "%s", e.msg);
+    sel.representation = in.id;
+    CHECK_MSG(vx_profile_add(a, "f32", &sel, 1, 0, &e) == 0, "%s", e.msg);
+    c = NULL;
+    CHECK_MSG(vx_open_profile(a, "f32", NULL, 0, &c, &e) == 0, "%s", e.msg);
+    CHECK(c && vx_export_hf(c, t, &rep, &e) < 0);
+    CHECK_HAS(e.msg, "export: operand 'layers.0.ffn.experts.0.gate_proj' is bound to the MXFP4 "
+                     "blocks of 'model.layers.0.mlp.experts.gate_up_proj_blocks' but stored as "
+                     "f32 (edited or re-represented); export writes MXFP4 experts back only as "
+                     "stored and does not re-pack blocks and scales");
+    CHECK(leftovers(dir, "oss-f32") == 0);
     vx_close(c);
 }
 
@@ -346,6 +418,7 @@ int main(void)
     edited_round_trip(dir);
     sentencepiece_gguf(dir);
     family_round_trips(dir);
+    gguf_families(dir);
     refusals(dir);
     disk_full(dir);
     return T_DONE();
