@@ -59,8 +59,8 @@ int lql_export_run(lql_session *s, const lql_stmt *st, const char *dir, lql_resu
     }
     if (st->format == LQL_FORMAT_GGUF)
         lql_result_note(r, "exported: %s (GGUF v3 for llama.cpp; %zu tensors in llama.cpp's "
-                        "layout for the family, bytes as stored; %zu metadata keys)", st->arg2,
-                        rep.tensors, rep.files);
+                        "layout for the family; %zu metadata keys)", st->arg2, rep.tensors,
+                        rep.files);
     else
         lql_result_note(r, "exported: %s (model.safetensors: %zu tensors as stored, under the "
                         "checkpoint's names; %zu files from the container's snapshots; %s)",

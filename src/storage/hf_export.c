@@ -343,6 +343,32 @@ static const char *st_dtype(vx_dtype t)
     return t == VX_F32 ? "F32" : t == VX_F16 ? "F16" : t == VX_MXFP4 ? "U8" : "BF16";
 }
 
+/* A tensor scattered back from gathered operands, as n units of `unit` bytes (elements,
+ * or MXFP4 rows), each of which must be written exactly once (seen). */
+static int scatter_start(const src_tensor *s, uint64_t n, size_t unit, unsigned char **out,
+                         unsigned char **seen, vx_err *err)
+{
+    *out = malloc((size_t)(n * unit) + 1);
+    *seen = calloc((size_t)n + 1, 1);
+    return *out && *seen ? 0 : vx_errf(err, VX_ENOMEM, "export: out of memory for '%s'", s->name);
+}
+
+/* Check that every unit was written, write the bytes (rc == 0), free both buffers. */
+static int scatter_end(int fd, const src_tensor *s, unsigned char *out, unsigned char *seen,
+                       uint64_t n, size_t unit, int rc, const char *path, vx_err *err)
+{
+    for (uint64_t i = 0; i < n && rc == 0; i++)
+        if (!seen[i])
+            rc = vx_errf(err, VX_EFORMAT, "export: the gathered operands of '%s' leave %s %llu "
+                         "unwritten", s->name, unit == vx_dtype_block_bytes(s->dtype) ?
+                         "element" : "row", (unsigned long long)i);
+    if (rc == 0)
+        rc = hf_export_write(fd, out, n * unit, path, err);
+    free(out);
+    free(seen);
+    return rc;
+}
+
 /* A source tensor's bytes in the checkpoint (MXFP4 blocks and scales are U8). */
 static uint64_t src_bytes(const src_tensor *s)
 {
@@ -362,10 +388,8 @@ static int write_mxfp4(int fd, const src_tensor *s, const char *path, vx_err *er
     const int blocks = s->parts[0].xf == PX_BLOCKS;
     const uint64_t E = (uint64_t)s->shape[0], R = (uint64_t)s->shape[1];
     const uint64_t nb = (uint64_t)s->shape[2], rb = nb * (blocks ? 16 : 1);
-    unsigned char *out = malloc((size_t)(E * R * rb) + 1), *seen = calloc((size_t)(E * R) + 1, 1);
-    int rc = 0;
-    if (!out || !seen)
-        rc = vx_errf(err, VX_ENOMEM, "export: out of memory for '%s'", s->name);
+    unsigned char *out, *seen;
+    int rc = scatter_start(s, E * R, rb, &out, &seen, err);
     for (size_t p = 0; p < s->n && rc == 0; p++) {
         const part *q = &s->parts[p];
         const unsigned char *d = q->t->data;
@@ -400,15 +424,7 @@ static int write_mxfp4(int fd, const src_tensor *s, const char *path, vx_err *er
             }
         }
     }
-    for (uint64_t r = 0; r < E * R && rc == 0; r++)
-        if (!seen[r])
-            rc = vx_errf(err, VX_EFORMAT, "export: the MXFP4 operands of '%s' leave row %llu "
-                         "unwritten", s->name, (unsigned long long)r);
-    if (rc == 0)
-        rc = hf_export_write(fd, out, E * R * rb, path, err);
-    free(out);
-    free(seen);
-    return rc;
+    return scatter_end(fd, s, out, seen, E * R, rb, rc, path, err);
 }
 
 /* A stacked-experts tensor [E, R, C] ([E, N]: R = N, C = 1) scattered back from its
@@ -419,10 +435,8 @@ static int write_gathered(int fd, const src_tensor *s, const char *path, vx_err 
     const size_t es = vx_dtype_block_bytes(s->dtype);
     const uint64_t E = (uint64_t)s->shape[0], R = (uint64_t)s->shape[1];
     const uint64_t C = s->ndim == 3 ? (uint64_t)s->shape[2] : 1, n = E * R * C;
-    unsigned char *out = malloc((size_t)(n ? n : 1) * es), *seen = calloc((size_t)(n ? n : 1), 1);
-    int rc = 0;
-    if (!out || !seen)
-        rc = vx_errf(err, VX_ENOMEM, "export: out of memory for '%s'", s->name);
+    unsigned char *out, *seen;
+    int rc = scatter_start(s, n, es, &out, &seen, err);
     for (size_t p = 0; p < s->n && rc == 0; p++) {
         const part *q = &s->parts[p];
         const unsigned char *d = q->t->data;
@@ -445,15 +459,7 @@ static int write_gathered(int fd, const src_tensor *s, const char *path, vx_err 
             }
         }
     }
-    for (uint64_t i = 0; i < n && rc == 0; i++)
-        if (!seen[i])
-            rc = vx_errf(err, VX_EFORMAT, "export: the gathered operands of '%s' leave element "
-                         "%llu unwritten", s->name, (unsigned long long)i);
-    if (rc == 0)
-        rc = hf_export_write(fd, out, n * es, path, err);
-    free(out);
-    free(seen);
-    return rc;
+    return scatter_end(fd, s, out, seen, n, es, rc, path, err);
 }
 
 /* A source tensor's bytes: the parts in order (whole, or row slices concatenated),

@@ -1,16 +1,18 @@
 /*
  * hf_gguf.c — a container as a GGUF v3 file for llama.cpp (vindex.h, vx_export_gguf).
- * Family llama only: the execution surface is checked to be exactly what llama.cpp's
- * LLM_ARCH_LLAMA computes (RMSNorm, rotate-half RoPE without scaling, gated SiLU FFN, no
- * biases, windows, soft-caps, MoE or MLA), and every departure is refused by name.
+ * The family's llama.cpp architecture (the table below: llama, qwen2, phi3, olmo2, gpt2,
+ * gemma2) must compute exactly what the container's execution surface says; every departure
+ * is refused naming family and construct, and families with no such architecture are
+ * refused with the reason. Tensors are laid out as convert_hf_to_gguf.py lays them out: llama.cpp's
+ * names, q|k|v and gate|up rows fused where the architecture fuses them, experts stacked.
  * Tensors keep their stored dtype (F32, F16, BF16) and bytes, except 16-bit vectors (norm
  * weights), widened exactly to F32 because ggml multiplies only by F32 vectors (as
- * convert_hf_to_gguf.py writes them), and q_proj and k_proj, whose rows are permuted as
+ * convert_hf_to_gguf.py writes them), and llama's q_proj and k_proj, whose rows are permuted as
  * convert_hf_to_gguf.py's LlamaModel.permute does: per head, HF's rotate-half order
  * [first halves | second halves] becomes llama.cpp's interleaved pairs (new row
  * h·d + 2i + j = old row h·d + j·d/2 + i). The tokenizer travels as tokenizer.ggml.*
- * metadata: a byte-level BPE tokenizer.json (model "gpt2", pre-tokenizer "gpt-2" or
- * Llama 3's "llama-bpe", merges) or Llama 2's SentencePiece BPE (model "llama", scores
+ * metadata: a byte-level BPE tokenizer.json (model "gpt2", pre-tokenizer "gpt-2", Llama
+ * 3's "llama-bpe" or Qwen2's "qwen2", merges) or Llama 2's SentencePiece BPE (model "llama", scores
  * from the merge ranks), tokens by id, token types, bos/eos and add_bos. Layout (ggml's
  * docs/gguf.md): header, key-values, tensor infos, padding to general.alignment (32), then
  * each tensor's data padded to the alignment.
@@ -119,6 +121,7 @@ typedef struct garch {
     int full_heads;                    /* the loader wants heads·head_dim = hidden */
     int moe;                           /* MoE layers allowed (ffn_*_exps stacked) */
     int mha;                           /* the loader sizes k and its norm by the hidden size */
+    int gemma2;                        /* norms 1 + w, windows on even layers, size-set scale */
     const char *const *want;           /* "path=value" of the surface; '-' absent/false */
 } garch;
 
@@ -141,6 +144,14 @@ static const char *const want_olmo2[] = {ROPE_RMS_SILU, "pre_norms.attn=-", "pre
                                          "post_norms.attn=+", "post_norms.ffn=+",
                                          "attention.qkv_bias=-", "attention.qk_norm=projection",
                                          "moe=-", NULL};
+static const char *const want_gemma2[] = {
+    "norm.kind=rms", "norm.bias=-", "norm.weight_offset=1", "embedding.positions=-",
+    "attention.rope.style=rotate_half", "attention.rope.scaling=-", "attention.output_gate=-",
+    "attention.sinks=-", "attention.qkv_bias=-", "attention.out_bias=-", "attention.qk_norm=-",
+    "ffn.kind=gated", "ffn.activation=gelu_tanh", "ffn.bias=-", "mla=-", "moe=-", "mamba2=-",
+    "gated_deltanet=-", "residual_scale=-", "lm_head.logits_divisor=-", "lm_head.tied=+",
+    "pre_norms.attn=+", "pre_norms.ffn=+", "post_norms.attn=+", "post_norms.ffn=+",
+    "final_norm=+", NULL};
 static const char *const want_gpt2[] = {
     "norm.kind=layer", "norm.bias=+", "embedding.scale=1", "embedding.positions=learned",
     "attention.rope=-", "attention.softcap=-", "attention.qk_norm=-", "attention.output_gate=-",
@@ -156,11 +167,12 @@ static const char *const want_moe[] = {
     "moe.expert_activation=-", NULL};
 
 static const garch archs[] = {
-    {"llama", {"llama", "mistral", "mixtral"}, 1, 0, 0, 0, 0, 1, 0, want_llama},
-    {"qwen2", {"qwen2"}, 0, 0, 0, 0, 1, 0, 0, want_qwen2},
-    {"phi3", {"phi3"}, 0, 1, 1, 1, 1, 0, 0, want_phi3},
-    {"olmo2", {"olmo2"}, 0, 0, 0, 1, 1, 0, 1, want_olmo2},
-    {"gpt2", {"gpt2"}, 0, 1, 0, 1, 1, 0, 1, want_gpt2},
+    {"llama", {"llama", "mistral", "mixtral"}, 1, 0, 0, 0, 0, 1, 0, 0, want_llama},
+    {"qwen2", {"qwen2"}, 0, 0, 0, 0, 1, 0, 0, 0, want_qwen2},
+    {"phi3", {"phi3"}, 0, 1, 1, 1, 1, 0, 0, 0, want_phi3},
+    {"olmo2", {"olmo2"}, 0, 0, 0, 1, 1, 0, 1, 0, want_olmo2},
+    {"gpt2", {"gpt2"}, 0, 1, 0, 1, 1, 0, 1, 0, want_gpt2},
+    {"gemma2", {"gemma2"}, 0, 0, 0, 0, 0, 0, 0, 1, want_gemma2},
 };
 
 /* Families with no GGUF form here, and the construct that keeps them out. */
@@ -171,8 +183,6 @@ static const struct { const char *family, *why; } refused[] = {
                   "architecture is newer than the llama.cpp the writer is checked against"},
     {"qwen2_moe", "dense layers between MoE layers (mlp_only_layers) and the sigmoid-gated "
                   "shared expert: llama.cpp's qwen2moe makes every layer MoE"},
-    {"gemma2", "the query scale 1/sqrt(query_pre_attn_scalar): llama.cpp's gemma2 derives it "
-               "from the model size (26, 42 or 46 layers) and aborts on any other"},
     {"gemma3_text", "no gemma3 architecture in the llama.cpp the writer is checked against"},
     {"deepseek_v3", "multi-head latent attention and the grouped sigmoid router"},
     {"gpt_oss", "attention sinks, clamped SwiGLU experts and YaRN rope"},
@@ -200,7 +210,7 @@ static int want_ok(const cJSON *x, const char *w, char *path, size_t n, const ch
 /* The architecture that computes what the container does; refuse the first thing that
  * differs, naming the family and the construct. */
 static int gguf_arch(const vx_container *c, const cJSON *x, const cJSON *comp,
-                     const garch **out, vx_err *err)
+                     const garch **out, double *window, vx_err *err)
 {
     const char *family = vx_json_str(vx_index_json(c), "family");
     const garch *a = NULL;
@@ -228,17 +238,30 @@ static int gguf_arch(const vx_container *c, const cJSON *x, const cJSON *comp,
             const cJSON *v = jp(x, path);
             char *have = v && !cJSON_IsObject(v) ? cJSON_PrintUnformatted(v) : NULL;
             vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': execution.%s is %s; "
-                    "llama.cpp's %s architecture %s%s", family, path, have ? have : v ? "set" : "absent",
+                    "llama.cpp's %s architecture %s%s", family, path,
+                    have ? have : v ? "set" : "absent",
                     a->name, !strcmp(val, "-") ? "has no form for it" : "computes ",
                     !strcmp(val, "-") ? "" : !strcmp(val, "+") ? "it" : val);
             free(have);
             return -1;
         }
-    const double hd = jnum(x, "attention.head_dim");
-    if (fabs(jnum(x, "attention.scale") * sqrt(hd) - 1) > 1e-6)
+    const double hd = jnum(x, "attention.head_dim"), hidden = jnum(comp, "hidden_size");
+    const double layers = jnum(comp, "num_layers");
+    if (a->gemma2 && layers != 26 && layers != 42 && layers != 46)
+        return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': %g layers; llama.cpp's "
+                       "gemma2 architecture sets its query scale by the model size (26, 42 or 46 "
+                       "layers) and aborts on any other", family, layers);
+    /* gemma2's 27B (46 layers) scales queries by 1/sqrt(hidden / heads) */
+    const double sd = a->gemma2 && layers == 46 ? hidden / jnum(x, "attention.heads") : hd;
+    if (fabs(jnum(x, "attention.scale") * sqrt(sd) - 1) > 1e-6)
         return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': attention.scale %g is "
-                       "not 1/sqrt(head_dim); llama.cpp's %s architecture has no other", family,
-                       jnum(x, "attention.scale"), a->name);
+                       "not 1/sqrt(%g); llama.cpp's %s architecture has no other", family,
+                       jnum(x, "attention.scale"), sd, a->name);
+    if (a->gemma2 && (fabs(jnum(x, "embedding.scale") - sqrt(hidden)) > 1e-6 * sqrt(hidden) ||
+                      jnum(x, "attention.softcap") <= 0 || jnum(x, "lm_head.softcap") <= 0))
+        return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': llama.cpp's gemma2 "
+                       "architecture scales the embedding by sqrt(hidden) and soft-caps both "
+                       "attention and logits", family);
     if (jp(x, "attention.rope") && !cJSON_IsNull(jp(x, "attention.rope")) &&
         jnum(x, "attention.rope.rotary_dim") != hd)
         return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': rope covers %g of %g "
@@ -266,10 +289,19 @@ static int gguf_arch(const vx_container *c, const cJSON *x, const cJSON *comp,
         if (!op || strcmp(op, "softmax_attention") != 0)
             return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': layer %d is %s, "
                            "not softmax attention", family, i, op ? op : "?");
-        if (w && !cJSON_IsNull(w))
+        /* gemma2: a window on every even layer (one size), none on odd ones */
+        const double win = cJSON_IsNumber(w) ? w->valuedouble : 0;
+        if (a->gemma2 && (i % 2 ? win != 0 : win <= 0 || (*window && win != *window)))
+            return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': layer %d has %s "
+                           "window; llama.cpp's gemma2 architecture has one sliding window on "
+                           "the even layers and full attention on the odd ones", family, i,
+                           win ? "a" : "no");
+        if (!a->gemma2 && win)
             return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': layer %d has a "
                            "sliding window of %g; llama.cpp's %s architecture attends to the "
-                           "whole context", family, i, cJSON_GetNumberValue(w), a->name);
+                           "whole context", family, i, win, a->name);
+        if (a->gemma2 && i % 2 == 0)
+            *window = win;
         if (r && !cJSON_IsNull(r))
             return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': layer %d has its "
                            "own rope; llama.cpp's %s architecture has one", family, i, a->name);
@@ -436,9 +468,10 @@ static int tokenizer_kv(const vx_container *c, const cJSON *special, int vocab, 
                   (norm && !cJSON_IsNull(norm) && !nfc)))) {
         cJSON_Delete(tj);
         return vx_errf(err, VX_EUNSUPPORTED, "export gguf: tokenizer.json is neither a "
-                       "byte-level BPE without a normalizer pre-tokenized as GPT-2, Llama 3 or Qwen2 "
-                       "(llama.cpp's gpt2 tokenizer) nor a Llama 2 SentencePiece BPE with byte "
-                       "fallback (llama.cpp's llama tokenizer) (model %s)", mt ? mt : "absent");
+                       "byte-level BPE without a normalizer (Qwen2's NFC aside) pre-tokenized as "
+                       "GPT-2, Llama 3 or Qwen2 (llama.cpp's gpt2 tokenizer) nor a Llama 2 "
+                       "SentencePiece BPE with byte fallback (llama.cpp's llama tokenizer) "
+                       "(model %s)", mt ? mt : "absent");
     }
     const char **tok = calloc((size_t)vocab, sizeof *tok);
     int32_t *type = calloc((size_t)vocab, sizeof *type);
@@ -550,6 +583,7 @@ typedef struct gt {
     int stacked;                 /* experts: a new outer dimension */
     int heads;                   /* q/k: heads whose rows are permuted; 0 = as stored */
     int widen;                   /* 16-bit vectors written as F32 */
+    int offset;                  /* gemma2's norms: 1 + w written, as F32 */
     int ndim;
     int64_t shape[VX_MAX_DIMS];  /* as written, outermost first */
     vx_dtype dtype;
@@ -653,11 +687,15 @@ static int write_gt(int fd, const gt *g, const char *path, vx_err *err)
         const vx_tensor *t = g->part[s];
         int rc;
         if (g->widen) {
-            float *f = malloc((size_t)vx_tensor_nelems(t) * 4 + 1);
+            const size_t n = (size_t)vx_tensor_nelems(t);
+            float *f = malloc(n * 4 + 1);
             rc = !f ? vx_errf(err, VX_ENOMEM, "export gguf: out of memory")
-                    : vx_row_to_f32(t->dtype, t->data, f, (size_t)vx_tensor_nelems(t)) < 0
+                    : vx_row_to_f32(t->dtype, t->data, f, n) < 0
                     ? vx_errf(err, VX_EUNSUPPORTED, "export gguf: cannot widen '%s'", t->name)
-                    : hf_export_write(fd, f, vx_tensor_nelems(t) * 4, path, err);
+                    : 0;
+            for (size_t k = 0; rc == 0 && g->offset && k < n; k++)
+                f[k] += 1.0f;
+            rc = rc ? rc : hf_export_write(fd, f, n * 4, path, err);
             free(f);
         } else {
             rc = g->heads ? write_permuted(fd, t, g->heads, path, err)
@@ -718,9 +756,10 @@ static int plan_gts(const vx_container *c, const garch *a, int heads, int kv, in
             g[k].nslot = slot + 1;
         }
         if (g[k].part[slot]) {
+            vx_errf(err, VX_EFORMAT, "export gguf: operands '%s' and '%s' both map to '%s'",
+                    g[k].part[slot]->name, t->name, name);
             gts_free(g, n);
-            return vx_errf(err, VX_EFORMAT, "export gguf: operands '%s' and '%s' both map to "
-                           "'%s'", g[k].part[slot]->name, t->name, name);
+            return -1;
         }
         g[k].part[slot] = t;
     }
@@ -765,7 +804,8 @@ static int plan_gts(const vx_container *c, const garch *a, int heads, int kv, in
             x->shape[0] += x->part[s]->shape[0];
         /* ggml multiplies by F32 vectors only (norm weights, biases): widened, exactly, as
          * convert_hf_to_gguf.py does */
-        x->widen = t0->ndim == 1 && t0->dtype != VX_F32;
+        x->offset = a->gemma2 && t0->ndim == 1 && strstr(x->name, "norm.weight");
+        x->widen = t0->ndim == 1 && (t0->dtype != VX_F32 || x->offset);
         x->nbytes = 0;
         for (int s = 0; s < x->nslot; s++)
             x->nbytes += x->widen ? vx_tensor_nelems(x->part[s]) * 4 : x->part[s]->nbytes;
@@ -783,8 +823,9 @@ int vx_export_gguf(const vx_container *c, const char *out_path, vx_export_report
                                                                             "components"), 0);
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(comp, "execution");
     const garch *a = NULL;
+    double window = 0;
     if (vx_export_target_check(out_path, 0, "export gguf", err) ||
-        gguf_arch(c, x, comp, &a, err) || hf_export_admissible(c, 0, "export gguf", err))
+        gguf_arch(c, x, comp, &a, &window, err) || hf_export_admissible(c, 0, "export gguf", err))
         return -1;
     const int layers = (int)jnum(comp, "num_layers"), hidden = (int)jnum(comp, "hidden_size");
     const int vocab = (int)jnum(comp, "vocab_size"), heads = (int)jnum(x, "attention.heads");
@@ -842,8 +883,12 @@ int vx_export_gguf(const vx_container *c, const char *out_path, vx_export_report
         kv_u32(&b, &nkv, AK("expert_used_count"), (uint32_t)jnum(x, "moe.top_k"));
     }
     /* phi3's loader wants the key; 0 is "no window" (the surface check refused windows) */
-    if (!strcmp(a->name, "phi3"))
-        kv_u32(&b, &nkv, AK("attention.sliding_window"), 0);
+    if (!strcmp(a->name, "phi3") || a->gemma2)
+        kv_u32(&b, &nkv, AK("attention.sliding_window"), (uint32_t)window);
+    if (a->gemma2) {
+        kv_f32(&b, &nkv, AK("attn_logit_softcapping"), (float)jnum(x, "attention.softcap"));
+        kv_f32(&b, &nkv, AK("final_logit_softcapping"), (float)jnum(x, "lm_head.softcap"));
+    }
 #undef AK
     if ((rc = tokenizer_kv(c, cJSON_GetObjectItemCaseSensitive(x, "special_tokens"), vocab, &b,
                            &nkv, err)))

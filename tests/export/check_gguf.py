@@ -5,7 +5,7 @@ GGUF that `COMPILE … INTO MODEL … FORMAT GGUF` wrote, against the Hugging Fa
 re-encodes to the container's payload hashes, so it stands for the container here).
 
 Checks: the GGUF v3 header and alignment; the architecture named for the checkpoint's
-model_type (llama for llama / mistral / mixtral, qwen2, phi3, olmo2, gpt2) and its
+model_type (llama for llama / mistral / mixtral, qwen2, phi3, olmo2, gpt2, gemma2) and its
 hyper-parameters against config.json; the tokenizer metadata against tokenizer.json (every
 token by id and type; a byte-level BPE's pre-tokenizer and every merge, or a SentencePiece
 BPE's scores = -(merge rank); bos/eos); every tensor under llama.cpp's name with ggml's
@@ -13,7 +13,7 @@ reversed dimensions and type, aligned, and its bytes equal to the checkpoint's t
 convert_hf_to_gguf.py's transforms: llama's q_proj / k_proj rows permuted as
 LlamaModel.permute, GPT-2's Conv1D weights transposed, Mixtral's experts stacked into
 ffn_*_exps, a tied model's embedding written again as output where the architecture wants
-one, 16-bit vectors widened to F32. Prints `ok: …` and exits 0, else names the first
+one, Gemma 2's norm weights w written as 1 + w, 16-bit vectors widened to F32. Prints `ok: …` and exits 0, else names the first
 difference and exits 1.
 """
 import json
@@ -69,7 +69,7 @@ def safetensors(path):
 
 
 ARCH = {"llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen2": "qwen2", "phi3": "phi3",
-        "olmo2": "olmo2", "gpt2": "gpt2"}
+        "olmo2": "olmo2", "gpt2": "gpt2", "gemma2": "gemma2"}
 OUTPUT_REQUIRED = ("phi3", "olmo2", "gpt2")
 
 
@@ -99,7 +99,8 @@ def gguf_name(arch, hf):
            "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
            "self_attn.qkv_proj": "attn_qkv", "self_attn.q_norm": "attn_q_norm",
            "self_attn.k_norm": "attn_k_norm",
-           "post_attention_layernorm": "post_attention_norm" if arch == "olmo2" else "ffn_norm",
+           "post_attention_layernorm": "post_attention_norm" if arch in ("olmo2", "gemma2") else "ffn_norm",
+           "pre_feedforward_layernorm": "ffn_norm",
            "post_feedforward_layernorm": "post_ffw_norm", "mlp.gate_proj": "ffn_gate",
            "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down", "mlp.gate_up_proj": "ffn_up",
            "block_sparse_moe.gate": "ffn_gate_inp"}[inner]
@@ -182,11 +183,16 @@ def main():
         want.update({"expert_count": cfg["num_local_experts"], "expert_used_count": cfg["num_experts_per_tok"]})
     if arch == "phi3":
         want["attention.sliding_window"] = 0
+    if arch == "gemma2":
+        want["attention.sliding_window"] = cfg["sliding_window"]
     for k, v in want.items():
         if kv.get(arch + "." + k) != v:
             fail("metadata %s.%s = %r, want %r" % (arch, k, kv.get(arch + "." + k), v))
     floats = [("attention.layer_norm_epsilon", cfg.get("layer_norm_epsilon"))] if arch == "gpt2" else \
         [("attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"]), ("rope.freq_base", cfg.get("rope_theta", 10000.0))]
+    if arch == "gemma2":
+        floats += [("attn_logit_softcapping", cfg["attn_logit_softcapping"]),
+                   ("final_logit_softcapping", cfg["final_logit_softcapping"])]
     for k, v in floats:
         got = kv.get(arch + "." + k, -1)
         if abs(got - v) > 1e-6 * max(1.0, abs(v)):
@@ -275,6 +281,9 @@ def main():
         want_t = dt
         if len(shape) == 1 and dt != "F32":
             want_raw, want_t = widen(dt, want_raw), "F32"
+        if arch == "gemma2" and gn.endswith("norm.weight"):
+            vals = struct.unpack("<%df" % (len(want_raw) // 4), want_raw)
+            want_raw = struct.pack("<%df" % len(vals), *[v + 1.0 for v in vals])
         if GGML.get(gt, ("?",))[0] != want_t:
             fail("%s: ggml type %d, want %s" % (gn, gt, want_t))
         got = data[start + off:start + off + len(want_raw)]

@@ -12,14 +12,20 @@
  *
  * Round trip without an edit, through the C call: qwen3, qwen2-moe, phi3 (fused rows),
  * gpt2 (transposed Conv1D), mamba2 (reshaped conv), deepseek-v3-lite (MLA + MoE),
- * granite-hybrid (per-expert row slices) and gpt-oss-bf16 (gathered experts) each encode →
+ * granite-hybrid (per-expert row slices), gpt-oss-bf16 (gathered experts) and gpt-oss
+ * (MXFP4 blocks and scales) each encode →
  * export → encode to the same payload hashes as the direct encode, and every exported
  * tensor equals the source checkpoint's (dtype, shape, bytes).
  *
+ * GGUF beyond llama: qwen2, phi3, gpt2, Mixtral, a 26-layer Gemma 2 (tools/mkfixture) and an
+ * MHA OLMo 2 (tests/export/mha_variant.py), each read by check_gguf.py against its exported
+ * directory. MXFP4 experts (gpt-oss) go back as blocks and scales.
+ *
  * Refusals by name: a non-empty target directory, an existing GGUF file, a path whose
- * parent is missing (and nothing left behind), MXFP4 experts, GGUF of a non-llama family,
- * GGUF of llama with rope scaling, a bank-shape container, a q8_0 profile; a full disk
- * midway (RLIMIT_FSIZE) fails by name and leaves nothing.
+ * parent is missing (and nothing left behind), GGUF of families llama.cpp has no form for
+ * and of constructs an architecture lacks (rope scaling, a window, GQA under olmo2, a
+ * 3-layer gemma2), a bank-shape container, a q8_0 profile, MXFP4 experts stored as f32; a
+ * full disk midway (RLIMIT_FSIZE) fails by name and leaves nothing.
  */
 #include "st.h"
 #include "t.h"
@@ -264,7 +270,8 @@ static void family_round_trips(const char *dir)
 static void gguf_families(const char *dir)
 {
     static const struct { const char *fam, *arch; int tensors; } f[] = {
-        {"qwen2", "qwen2", 39}, {"phi3", "phi3", 15}, {"gpt2", "gpt2", 29}, {"mixtral", "llama", 23},
+        {"qwen2", "qwen2", 39}, {"phi3", "phi3", 15}, {"gpt2", "gpt2", 29},
+        {"mixtral", "llama", 23},
     };
     char cmd[16384], bad[2400];
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
@@ -287,6 +294,49 @@ static void gguf_families(const char *dir)
         CHECK_HAS(out, want);
         printf("%s: %s", f[i].fam, out);
     }
+    /* Gemma 2 at a size llama.cpp knows (26 layers: query scale 1/sqrt(head_dim)), with the
+     * fixture's SentencePiece tokenizer: norms written as 1 + w, windows on even layers */
+    char src[2300], a[2300], hf[2300], gg[2300], msg[1024];
+    snprintf(src, sizeof src, "%s/gemma2-26", dir);
+    snprintf(a, sizeof a, "%s/gemma2-26.vindex3", dir);
+    snprintf(hf, sizeof hf, "%s/gemma2-26.hf", dir);
+    snprintf(gg, sizeof gg, "%s/gemma2-26.gguf", dir);
+    fx_rm_rf(src);
+    fx_rm_rf(hf);
+    unlink(gg);
+    snprintf(cmd, sizeof cmd, "'%s/mkfixture' --family gemma2 --layers 26 --hidden 64 --heads 4 "
+             "--kv-heads 2 --head-dim 16 --inter 128 --vocab 512 --tokenizer "
+             "'%s/gemma2/tokenizer.json' -o '%s' 2>&1", LQL_BINARY_DIR, FAMILIES, src);
+    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "mkfixture: %s", out);
+    CHECK(encode(src, a) == 0);
+    CHECK_MSG(export_to(a, hf, 0, msg, sizeof msg) == 0, "gemma2-26: %s", msg);
+    CHECK_MSG(export_to(a, gg, 1, msg, sizeof msg) == 0, "gemma2-26 gguf: %s", msg);
+    snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/check_gguf.py' '%s' '%s' 2>&1",
+             LQL_SOURCE_DIR, gg, hf);
+    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf gemma2-26: %s", out);
+    CHECK_HAS(out, "ok: GGUF v3 gemma2, 29 metadata keys, 288 tensors equal");
+    CHECK_HAS(out, "512 tokens, llama tokenizer");
+    printf("gemma2-26: %s", out);
+    /* OLMo 2 with multi-head attention (tests/export/mha_variant.py regrows the fixture's
+     * k/v): q/k norms, post norms without pre-norms, the BOS its tokenizer's template adds */
+    snprintf(src, sizeof src, "%s/olmo2-mha", dir);
+    snprintf(a, sizeof a, "%s/olmo2-mha.vindex3", dir);
+    snprintf(hf, sizeof hf, "%s/olmo2-mha.hf", dir);
+    snprintf(gg, sizeof gg, "%s/olmo2-mha.gguf", dir);
+    fx_rm_rf(src);
+    fx_rm_rf(hf);
+    unlink(gg);
+    snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/mha_variant.py' '%s/olmo2' '%s' 2>&1",
+             LQL_SOURCE_DIR, FAMILIES, src);
+    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "mha_variant: %s", out);
+    CHECK(encode(src, a) == 0);
+    CHECK_MSG(export_to(a, hf, 0, msg, sizeof msg) == 0, "olmo2-mha: %s", msg);
+    CHECK_MSG(export_to(a, gg, 1, msg, sizeof msg) == 0, "olmo2-mha gguf: %s", msg);
+    snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/check_gguf.py' '%s' '%s' 2>&1",
+             LQL_SOURCE_DIR, gg, hf);
+    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf olmo2-mha: %s", out);
+    CHECK_HAS(out, "ok: GGUF v3 olmo2, 25 metadata keys, 36 tensors equal");
+    printf("olmo2-mha: %s", out);
     snprintf(bad, sizeof bad, "%s/bad-mixtral.gguf", dir);
     snprintf(cmd, sizeof cmd, "cp '%s/mixtral.gguf' '%s' && printf '\\377' | dd of='%s' "
              "bs=1 seek=$(($(stat -c %%s '%s') - 700000)) conv=notrunc 2>/dev/null && python3 "
@@ -313,9 +363,9 @@ static void refusals(const char *dir)
         {"olmo2", 1, "export gguf: family 'olmo2': 2 kv heads for 4 query heads (grouped-query "
                      "attention); llama.cpp's olmo2 architecture sizes k and its norm by the "
                      "hidden size"},
-        {"gemma2", 1, "export gguf: family 'gemma2' is not written as GGUF: the query scale "
-                      "1/sqrt(query_pre_attn_scalar): llama.cpp's gemma2 derives it from the "
-                      "model size"},
+        {"gemma2", 1, "export gguf: family 'gemma2': 3 layers; llama.cpp's gemma2 architecture "
+                      "sets its query scale by the model size (26, 42 or 46 layers) and aborts on "
+                      "any other"},
         {"qwen2-moe", 1, "export gguf: family 'qwen2_moe' is not written as GGUF: dense layers "
                          "between MoE layers"},
         {"deepseek-v3-lite", 1, "export gguf: family 'deepseek_v3' is not written as GGUF: "
