@@ -216,28 +216,42 @@ static int same_checkpoint(const char *exported, const char *source, size_t *n)
     return ok;
 }
 
+/* Checkpoint src (made first by the shell command make, when not NULL) encoded into dir,
+ * exported as a Hugging Face directory and as a GGUF, and the GGUF read by check_gguf.py
+ * against the directory; its report must hold want. The GGUF's path in gg. */
+static void gguf_checked(const char *dir, const char *src, const char *make, const char *name,
+                         const char *want, char *gg, size_t ng)
+{
+    char cmd[8192], a[2300], hf[2300], msg[1024];
+    snprintf(a, sizeof a, "%s/%s.g.vindex3", dir, name);
+    snprintf(hf, sizeof hf, "%s/%s.g.hf", dir, name);
+    snprintf(gg, ng, "%s/%s.gguf", dir, name);
+    fx_rm_rf(hf);
+    unlink(gg);
+    if (make) {
+        fx_rm_rf(src);
+        CHECK_MSG(fx_run(make, out, sizeof out) == 0, "%s: %s", name, out);
+    }
+    CHECK(encode(src, a) == 0);
+    CHECK_MSG(export_to(a, hf, 0, msg, sizeof msg) == 0, "%s: %s", name, msg);
+    CHECK_MSG(export_to(a, gg, 1, msg, sizeof msg) == 0, "%s gguf: %s", name, msg);
+    snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/check_gguf.py' '%s' '%s' 2>&1",
+             LQL_SOURCE_DIR, gg, hf);
+    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf %s: %s", name, out);
+    CHECK_HAS(out, want);
+    printf("%s: %s", name, out);
+}
+
 /* A llama with Llama 2's SentencePiece tokenizer (tools/mkfixture, 32000 tokens): the GGUF
  * carries llama.cpp's llama tokenizer (scores from the merge ranks, byte tokens). */
 static void sentencepiece_gguf(const char *dir)
 {
-    char cmd[8192], src[2300], a[2300], hf[2300], gg[2300], msg[1024];
+    char make[8192], src[2300], gg[2300];
     snprintf(src, sizeof src, "%s/llama-spm", dir);
-    snprintf(a, sizeof a, "%s/llama-spm.vindex3", dir);
-    snprintf(hf, sizeof hf, "%s/llama-spm.hf", dir);
-    snprintf(gg, sizeof gg, "%s/llama-spm.gguf", dir);
-    fx_rm_rf(src);
-    snprintf(cmd, sizeof cmd, "'%s/mkfixture' --family llama --vocab 32000 --hidden 64 --layers 2 "
-             "--heads 4 --kv-heads 2 --inter 128 --tokenizer '%s/llama2/tokenizer.json' -o '%s' "
-             "2>&1", LQL_BINARY_DIR, LQL_TOKENIZER_DIR, src);
-    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "mkfixture: %s", out);
-    CHECK(encode(src, a) == 0);
-    CHECK_MSG(export_to(a, hf, 0, msg, sizeof msg) == 0, "%s", msg);
-    CHECK_MSG(export_to(a, gg, 1, msg, sizeof msg) == 0, "%s", msg);
-    snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/check_gguf.py' '%s' '%s' 2>&1",
-             LQL_SOURCE_DIR, gg, hf);
-    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf: %s", out);
-    CHECK_HAS(out, "32000 tokens, llama tokenizer");
-    printf("%s", out);
+    snprintf(make, sizeof make, "'%s/mkfixture' --family llama --vocab 32000 --hidden 64 "
+             "--layers 2 --heads 4 --kv-heads 2 --inter 128 --tokenizer "
+             "'%s/llama2/tokenizer.json' -o '%s' 2>&1", LQL_BINARY_DIR, LQL_TOKENIZER_DIR, src);
+    gguf_checked(dir, src, make, "llama-spm", "32000 tokens, llama tokenizer", gg, sizeof gg);
 }
 
 static void family_round_trips(const char *dir)
@@ -269,74 +283,34 @@ static void family_round_trips(const char *dir)
  * architecture's layout); a byte flipped inside Mixtral's stacked experts fails it. */
 static void gguf_families(const char *dir)
 {
-    static const struct { const char *fam, *arch; int tensors; } f[] = {
-        {"qwen2", "qwen2", 39}, {"phi3", "phi3", 15}, {"gpt2", "gpt2", 29},
-        {"mixtral", "llama", 23},
+    static const struct { const char *fam, *want; } f[] = {
+        {"qwen2", "ok: GGUF v3 qwen2, 25 metadata keys, 39 tensors equal"},
+        {"phi3", "ok: GGUF v3 phi3, 26 metadata keys, 15 tensors equal"},
+        {"gpt2", "ok: GGUF v3 gpt2, 23 metadata keys, 29 tensors equal"},
+        {"mixtral", "ok: GGUF v3 llama, 27 metadata keys, 23 tensors equal"},
     };
-    char cmd[16384], bad[2400];
+    char src[2300], make[8192], gg[2300];
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
-        char src[2300], a[2300], hf[2300], gg[2300], msg[1024], want[128];
         snprintf(src, sizeof src, "%s/%s", FAMILIES, f[i].fam);
-        snprintf(a, sizeof a, "%s/%s.g.vindex3", dir, f[i].fam);
-        snprintf(hf, sizeof hf, "%s/%s.g.hf", dir, f[i].fam);
-        snprintf(gg, sizeof gg, "%s/%s.gguf", dir, f[i].fam);
-        CHECK(encode(src, a) == 0);
-        fx_rm_rf(hf);
-        unlink(gg);
-        CHECK_MSG(export_to(a, hf, 0, msg, sizeof msg) == 0, "%s: %s", f[i].fam, msg);
-        CHECK_MSG(export_to(a, gg, 1, msg, sizeof msg) == 0, "%s gguf: %s", f[i].fam, msg);
-        snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/check_gguf.py' '%s' '%s' 2>&1",
-                 LQL_SOURCE_DIR, gg, hf);
-        CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf %s: %s", f[i].fam, out);
-        snprintf(want, sizeof want, "ok: GGUF v3 %s, ", f[i].arch);
-        CHECK_HAS(out, want);
-        snprintf(want, sizeof want, " %d tensors equal", f[i].tensors);
-        CHECK_HAS(out, want);
-        printf("%s: %s", f[i].fam, out);
+        gguf_checked(dir, src, NULL, f[i].fam, f[i].want, gg, sizeof gg);
     }
     /* Gemma 2 at a size llama.cpp knows (26 layers: query scale 1/sqrt(head_dim)), with the
      * fixture's SentencePiece tokenizer: norms written as 1 + w, windows on even layers */
-    char src[2300], a[2300], hf[2300], gg[2300], msg[1024];
     snprintf(src, sizeof src, "%s/gemma2-26", dir);
-    snprintf(a, sizeof a, "%s/gemma2-26.vindex3", dir);
-    snprintf(hf, sizeof hf, "%s/gemma2-26.hf", dir);
-    snprintf(gg, sizeof gg, "%s/gemma2-26.gguf", dir);
-    fx_rm_rf(src);
-    fx_rm_rf(hf);
-    unlink(gg);
-    snprintf(cmd, sizeof cmd, "'%s/mkfixture' --family gemma2 --layers 26 --hidden 64 --heads 4 "
-             "--kv-heads 2 --head-dim 16 --inter 128 --vocab 512 --tokenizer "
+    snprintf(make, sizeof make, "'%s/mkfixture' --family gemma2 --layers 26 --hidden 64 "
+             "--heads 4 --kv-heads 2 --head-dim 16 --inter 128 --vocab 512 --tokenizer "
              "'%s/gemma2/tokenizer.json' -o '%s' 2>&1", LQL_BINARY_DIR, FAMILIES, src);
-    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "mkfixture: %s", out);
-    CHECK(encode(src, a) == 0);
-    CHECK_MSG(export_to(a, hf, 0, msg, sizeof msg) == 0, "gemma2-26: %s", msg);
-    CHECK_MSG(export_to(a, gg, 1, msg, sizeof msg) == 0, "gemma2-26 gguf: %s", msg);
-    snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/check_gguf.py' '%s' '%s' 2>&1",
-             LQL_SOURCE_DIR, gg, hf);
-    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf gemma2-26: %s", out);
-    CHECK_HAS(out, "ok: GGUF v3 gemma2, 29 metadata keys, 288 tensors equal");
+    gguf_checked(dir, src, make, "gemma2-26", "ok: GGUF v3 gemma2, 29 metadata keys, 288 "
+                 "tensors equal", gg, sizeof gg);
     CHECK_HAS(out, "512 tokens, llama tokenizer");
-    printf("gemma2-26: %s", out);
     /* OLMo 2 with multi-head attention (tests/export/mha_variant.py regrows the fixture's
      * k/v): q/k norms, post norms without pre-norms, the BOS its tokenizer's template adds */
     snprintf(src, sizeof src, "%s/olmo2-mha", dir);
-    snprintf(a, sizeof a, "%s/olmo2-mha.vindex3", dir);
-    snprintf(hf, sizeof hf, "%s/olmo2-mha.hf", dir);
-    snprintf(gg, sizeof gg, "%s/olmo2-mha.gguf", dir);
-    fx_rm_rf(src);
-    fx_rm_rf(hf);
-    unlink(gg);
-    snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/mha_variant.py' '%s/olmo2' '%s' 2>&1",
+    snprintf(make, sizeof make, "python3 '%s/tests/export/mha_variant.py' '%s/olmo2' '%s' 2>&1",
              LQL_SOURCE_DIR, FAMILIES, src);
-    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "mha_variant: %s", out);
-    CHECK(encode(src, a) == 0);
-    CHECK_MSG(export_to(a, hf, 0, msg, sizeof msg) == 0, "olmo2-mha: %s", msg);
-    CHECK_MSG(export_to(a, gg, 1, msg, sizeof msg) == 0, "olmo2-mha gguf: %s", msg);
-    snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/check_gguf.py' '%s' '%s' 2>&1",
-             LQL_SOURCE_DIR, gg, hf);
-    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf olmo2-mha: %s", out);
-    CHECK_HAS(out, "ok: GGUF v3 olmo2, 25 metadata keys, 36 tensors equal");
-    printf("olmo2-mha: %s", out);
+    gguf_checked(dir, src, make, "olmo2-mha", "ok: GGUF v3 olmo2, 25 metadata keys, 36 tensors "
+                 "equal", gg, sizeof gg);
+    char cmd[16384], bad[2400];
     snprintf(bad, sizeof bad, "%s/bad-mixtral.gguf", dir);
     snprintf(cmd, sizeof cmd, "cp '%s/mixtral.gguf' '%s' && printf '\\377' | dd of='%s' "
              "bs=1 seek=$(($(stat -c %%s '%s') - 700000)) conv=notrunc 2>/dev/null && python3 "
