@@ -119,7 +119,6 @@ typedef struct garch {
     int fused_qkv, fused_gate_up;      /* attn_qkv = q|k|v rows, ffn_up = gate|up rows */
     int output_required;               /* a tied model writes token_embd again as output */
     int full_heads;                    /* the loader wants heads·head_dim = hidden */
-    int moe;                           /* MoE layers allowed (ffn_*_exps stacked) */
     int mha;                           /* the loader sizes k and its norm by the hidden size */
     int gemma2;                        /* norms 1 + w, windows on even layers, size-set scale */
     const char *const *want;           /* "path=value" of the surface; '-' absent/false */
@@ -167,12 +166,14 @@ static const char *const want_moe[] = {
     "moe.expert_activation=-", NULL};
 
 static const garch archs[] = {
-    {"llama", {"llama", "mistral", "mixtral"}, 1, 0, 0, 0, 0, 1, 0, 0, want_llama},
-    {"qwen2", {"qwen2"}, 0, 0, 0, 0, 1, 0, 0, 0, want_qwen2},
-    {"phi3", {"phi3"}, 0, 1, 1, 1, 1, 0, 0, 0, want_phi3},
-    {"olmo2", {"olmo2"}, 0, 0, 0, 1, 1, 0, 1, 0, want_olmo2},
-    {"gpt2", {"gpt2"}, 0, 1, 0, 1, 1, 0, 1, 0, want_gpt2},
-    {"gemma2", {"gemma2"}, 0, 0, 0, 0, 0, 0, 0, 1, want_gemma2},
+    /* name, families, permute, fused_qkv, fused_gate_up, output_required, full_heads, mha,
+     * gemma2, want; MoE (want_moe) only where want does not say "moe=-" */
+    {"llama", {"llama", "mistral", "mixtral"}, 1, 0, 0, 0, 0, 0, 0, want_llama},
+    {"qwen2", {"qwen2"}, 0, 0, 0, 0, 1, 0, 0, want_qwen2},
+    {"phi3", {"phi3"}, 0, 1, 1, 1, 1, 0, 0, want_phi3},
+    {"olmo2", {"olmo2"}, 0, 0, 0, 1, 1, 1, 0, want_olmo2},
+    {"gpt2", {"gpt2"}, 0, 1, 0, 1, 1, 1, 0, want_gpt2},
+    {"gemma2", {"gemma2"}, 0, 0, 0, 0, 0, 0, 1, want_gemma2},
 };
 
 /* Families with no GGUF form here, and the construct that keeps them out. */
@@ -277,9 +278,6 @@ static int gguf_arch(const vx_container *c, const cJSON *x, const cJSON *comp,
                        "sizes k%s by the hidden size", family, jnum(x, "attention.kv_heads"),
                        jnum(x, "attention.heads"), a->name,
                        cJSON_IsString(jp(x, "attention.qk_norm")) ? " and its norm" : "");
-    if (moe && !a->moe)
-        return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s' has MoE layers; "
-                       "llama.cpp's %s architecture has none", family, a->name);
     const cJSON *l;
     int i = 0;
     cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(comp, "layers")) {
