@@ -58,8 +58,8 @@ int lql_export_run(lql_session *s, const lql_stmt *st, const char *dir, lql_resu
         lql_cell_int(t, (int64_t)rep.bytes);
     }
     if (st->format == LQL_FORMAT_GGUF)
-        lql_result_note(r, "exported: %s (GGUF v3 for llama.cpp; %zu tensors as stored, q/k rows "
-                        "in llama.cpp's rope order; %zu metadata keys)", st->arg2, rep.tensors,
+        lql_result_note(r, "exported: %s (GGUF v3 for llama.cpp; %zu tensors in llama.cpp's "
+                        "layout for the family; %zu metadata keys)", st->arg2, rep.tensors,
                         rep.files);
     else
         lql_result_note(r, "exported: %s (model.safetensors: %zu tensors as stored, under the "

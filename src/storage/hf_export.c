@@ -6,10 +6,11 @@
  * tensor that was not stored whole. So a rename is written as it is stored, row slices of a
  * fused tensor (Phi-3 qkv / gate_up, Granite's per-expert rows) are concatenated back,
  * Conv1D transposes are undone, a [C, K] conv weight gets its [C, 1, K] back, experts
- * gathered from a stacked tensor (gpt-oss) are scattered back into it; packed MXFP4 has no
- * inverse here and is refused by name. Tensors
- * keep their stored bytes and dtype, so `vindex encode` of the directory reproduces the
- * container's payload hashes.
+ * gathered from a stacked tensor (gpt-oss) are scattered back into it, and MXFP4 experts
+ * (stored source-exact as [scale | 16 nibble bytes] blocks) are split back into the
+ * checkpoint's `*_blocks` and `*_scales` with its nibble order. Tensors keep their stored
+ * bytes and dtype, so `vindex encode` of the directory reproduces the container's payload
+ * hashes.
  */
 #define _GNU_SOURCE   /* renameat2 */
 #include "hf_int.h"
@@ -26,7 +27,7 @@
 
 /* ---------------------------------------------------------------- shared with hf_gguf.c */
 
-int hf_export_admissible(const vx_container *c, const char *what, vx_err *err)
+int hf_export_admissible(const vx_container *c, int mxfp4, const char *what, vx_err *err)
 {
     if (vx_container_shape(c) == VX_SHAPE_BANK)
         return vx_errf(err, VX_EUNSUPPORTED, "%s: '%s' is bank-shape: its experts live in LYRW "
@@ -34,14 +35,14 @@ int hf_export_admissible(const vx_container *c, const char *what, vx_err *err)
                        "it was imported from", what, vx_dir(c));
     for (size_t i = 0; i < vx_tensor_count(c); i++) {
         const vx_tensor *t = vx_tensor_at(c, i);
-        if (t->dtype == VX_F32 || t->dtype == VX_F16 || t->dtype == VX_BF16)
+        if (t->dtype == VX_F32 || t->dtype == VX_F16 || t->dtype == VX_BF16 ||
+            (t->dtype == VX_MXFP4 && mxfp4))
             continue;
         const char *p = vx_profile(c);
         if (t->dtype == VX_MXFP4)
-            return vx_errf(err, VX_EUNSUPPORTED, "%s: tensor '%s' (%s) is MXFP4-packed; export "
-                           "refuses packed experts (it writes f32/f16/bf16 tensors as stored and "
-                           "does not re-pack blocks and scales): export a container encoded from "
-                           "the dequantised checkpoint", what, t->name, t->object);
+            return vx_errf(err, VX_EUNSUPPORTED, "%s: tensor '%s' (%s) is MXFP4-packed; GGUF "
+                           "export writes f32/f16/bf16 tensors (export FORMAT SAFETENSORS keeps "
+                           "the checkpoint's MXFP4 blocks and scales)", what, t->name, t->object);
         return vx_errf(err, VX_EUNSUPPORTED, "%s: tensor '%s' (%s) is stored as %s%s%s%s; export "
                        "writes tensors as stored and does not dequantise (the result would not "
                        "re-encode to this container): bind its f32/f16/bf16 representation",
@@ -117,13 +118,15 @@ int hf_export_sync_dir(const char *path, vx_err *err)
 
 /* ---------------------------------------------------------------- the inverse mapping */
 
-enum { PX_WHOLE, PX_ROWS, PX_T, PX_COLS_T, PX_GATHER };
+/* PX_BLOCKS / PX_SCALES: an MXFP4 operand's codes / scales gathered from the
+ * checkpoint's [E, R, nb, 16] blocks / [E, R, nb] scales */
+enum { PX_WHOLE, PX_ROWS, PX_T, PX_COLS_T, PX_GATHER, PX_BLOCKS, PX_SCALES };
 
 typedef struct part {
     const vx_tensor *t;
     int xf;
     int64_t lo, hi;
-    int expert, step, transpose;     /* PX_GATHER */
+    int expert, step, transpose;     /* PX_GATHER, PX_BLOCKS, PX_SCALES */
 } part;
 
 typedef struct src_tensor {
@@ -232,8 +235,9 @@ static int settle(src_tensor *s, const cJSON *shapes, vx_err *err)
     uint64_t n = 1, have = 0;
     for (int d = 0; d < s->ndim; d++)
         n *= (uint64_t)s->shape[d];
+    /* an MXFP4 value is half a block byte; a 32-value block has one scale byte */
     for (size_t i = 0; i < s->n; i++)
-        have += vx_tensor_nelems(s->parts[i].t);
+        have += vx_tensor_nelems(s->parts[i].t) / (xf == PX_BLOCKS ? 2 : xf == PX_SCALES ? 32 : 1);
     if (n != have)
         return vx_errf(err, VX_EFORMAT, "export: checkpoint tensor '%s' has %llu elements but "
                        "its operands hold %llu", s->name, (unsigned long long)n,
@@ -253,6 +257,10 @@ static int settle(src_tensor *s, const cJSON *shapes, vx_err *err)
     }
     if (xf == PX_T && (s->ndim != 2 || t0->ndim != 2))
         return vx_errf(err, VX_EFORMAT, "export: transposed tensor '%s' is not 2-D", s->name);
+    if ((xf == PX_BLOCKS && (s->ndim != 4 || s->shape[3] != 16)) ||
+        (xf == PX_SCALES && s->ndim != 3))
+        return vx_errf(err, VX_EFORMAT, "export: MXFP4 tensor '%s' is not [experts, rows, "
+                       "blocks%s]", s->name, xf == PX_BLOCKS ? ", 16" : "");
     if (xf == PX_GATHER && s->ndim != 3 && !(s->ndim == 2 && !s->parts[0].transpose))
         return vx_errf(err, VX_EFORMAT, "export: gathered tensor '%s' is not [experts, rows, "
                        "cols] (or [experts, n] for vectors)", s->name);
@@ -282,12 +290,18 @@ static int build_plan(const vx_container *c, plan *p, vx_err *err)
             const cJSON *cols = cJSON_GetObjectItemCaseSensitive(b, "cols");
             const cJSON *rc = rows ? rows : cols;
             part pt = {t, PX_WHOLE, 0, 0, 0, 0, 0};
-            if (cJSON_HasObjectItem(b, "scales"))
-                return vx_errf(err, VX_EUNSUPPORTED, "export: operand '%s' was unpacked from "
-                               "MXFP4 blocks of '%s'; export refuses packed experts (blocks and "
-                               "scales are not re-packed)", b->string, src);
+            const char *scales = vx_json_str(b, "scales");
+            if (scales && t->dtype != VX_MXFP4)
+                return vx_errf(err, VX_EUNSUPPORTED, "export: operand '%s' is bound to the MXFP4 "
+                               "blocks of '%s' but stored as %s (edited or re-represented); "
+                               "export writes MXFP4 experts back only as stored and does not "
+                               "re-pack blocks and scales", b->string, src,
+                               vx_dtype_name(t->dtype) ? vx_dtype_name(t->dtype) : "another type");
+            if (t->dtype == VX_MXFP4 && (!scales || !cJSON_HasObjectItem(b, "expert")))
+                return vx_errf(err, VX_EUNSUPPORTED, "export: MXFP4 operand '%s' has no "
+                               "checkpoint blocks and scales to go back to", b->string);
             if (cJSON_HasObjectItem(b, "expert")) {
-                xf = PX_GATHER;
+                xf = scales ? PX_BLOCKS : PX_GATHER;
                 pt.expert = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(b, "expert"));
                 pt.step = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(b, "step"));
                 pt.transpose = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "transpose"));
@@ -308,6 +322,11 @@ static int build_plan(const vx_container *c, plan *p, vx_err *err)
             src_tensor *s = plan_get(p, src, err);
             if (!s || add_part(s, &pt, err))
                 return -1;
+            if (scales) {
+                pt.xf = PX_SCALES;
+                if (!(s = plan_get(p, scales, err)) || add_part(s, &pt, err))
+                    return -1;
+            }
         }
     }
     const cJSON *shapes = cJSON_GetObjectItemCaseSensitive(
@@ -321,7 +340,91 @@ static int build_plan(const vx_container *c, plan *p, vx_err *err)
 
 static const char *st_dtype(vx_dtype t)
 {
-    return t == VX_F32 ? "F32" : t == VX_F16 ? "F16" : "BF16";
+    return t == VX_F32 ? "F32" : t == VX_F16 ? "F16" : t == VX_MXFP4 ? "U8" : "BF16";
+}
+
+/* A tensor scattered back from gathered operands, as n units of `unit` bytes (elements,
+ * or MXFP4 rows), each of which must be written exactly once (seen). */
+static int scatter_start(const src_tensor *s, uint64_t n, size_t unit, unsigned char **out,
+                         unsigned char **seen, vx_err *err)
+{
+    *out = malloc((size_t)(n * unit) + 1);
+    *seen = calloc((size_t)n + 1, 1);
+    return *out && *seen ? 0 : vx_errf(err, VX_ENOMEM, "export: out of memory for '%s'", s->name);
+}
+
+/* Check that every unit was written, write the bytes (rc == 0), free both buffers. */
+static int scatter_end(int fd, const src_tensor *s, unsigned char *out, unsigned char *seen,
+                       uint64_t n, size_t unit, int rc, const char *path, vx_err *err)
+{
+    for (uint64_t i = 0; i < n && rc == 0; i++)
+        if (!seen[i])
+            rc = vx_errf(err, VX_EFORMAT, "export: the gathered operands of '%s' leave %s %llu "
+                         "unwritten", s->name, unit == vx_dtype_block_bytes(s->dtype) ?
+                         "element" : "row", (unsigned long long)i);
+    if (rc == 0)
+        rc = hf_export_write(fd, out, n * unit, path, err);
+    free(out);
+    free(seen);
+    return rc;
+}
+
+/* A source tensor's bytes in the checkpoint (MXFP4 blocks and scales are U8). */
+static uint64_t src_bytes(const src_tensor *s)
+{
+    uint64_t n = s->dtype == VX_MXFP4 ? 1 : vx_dtype_block_bytes(s->dtype);
+    for (int d = 0; d < s->ndim; d++)
+        n *= (uint64_t)s->shape[d];
+    return n;
+}
+
+/* The checkpoint's MXFP4 blocks [E, R, nb, 16] or scales [E, R, nb] back from the stored
+ * operands, whose rows are nb blocks of [scale | 16 bytes] with value j in the low nibble
+ * of byte j and value j + 16 in its high nibble (encode.c); the checkpoint packs values 2j
+ * (low) and 2j + 1 (high) in byte j. Operand row i of expert e is checkpoint row
+ * lo + i·step; every row must be written exactly once. */
+static int write_mxfp4(int fd, const src_tensor *s, const char *path, vx_err *err)
+{
+    const int blocks = s->parts[0].xf == PX_BLOCKS;
+    const uint64_t E = (uint64_t)s->shape[0], R = (uint64_t)s->shape[1];
+    const uint64_t nb = (uint64_t)s->shape[2], rb = nb * (blocks ? 16 : 1);
+    unsigned char *out, *seen;
+    int rc = scatter_start(s, E * R, rb, &out, &seen, err);
+    for (size_t p = 0; p < s->n && rc == 0; p++) {
+        const part *q = &s->parts[p];
+        const unsigned char *d = q->t->data;
+        const uint64_t rows = (uint64_t)q->t->shape[0];
+        if ((uint64_t)q->expert >= E || q->t->ndim != 2 || (uint64_t)q->t->shape[1] != nb * 32) {
+            rc = vx_errf(err, VX_EFORMAT, "export: MXFP4 operand '%s' does not fit expert %d of "
+                         "'%s'", q->t->name, q->expert, s->name);
+            break;
+        }
+        for (uint64_t i = 0; i < rows && rc == 0; i++) {
+            const uint64_t k = (uint64_t)q->lo + i * (uint64_t)q->step;
+            const uint64_t r = (uint64_t)q->expert * R + k;
+            if (k >= R || seen[r]++) {
+                rc = vx_errf(err, VX_EFORMAT, "export: the MXFP4 operands of '%s' overlap or "
+                             "overrun at row %llu", s->name, (unsigned long long)r);
+                break;
+            }
+            for (uint64_t b = 0; b < nb; b++) {
+                const unsigned char *blk = d + (i * nb + b) * 17;
+                unsigned char *o = out + r * rb + b * (blocks ? 16 : 1);
+                if (!blocks) {
+                    o[0] = blk[0];
+                    continue;
+                }
+                unsigned char v[32];
+                for (int j = 0; j < 16; j++) {
+                    v[j] = blk[1 + j] & 0x0f;
+                    v[j + 16] = blk[1 + j] >> 4;
+                }
+                for (int j = 0; j < 16; j++)
+                    o[j] = (unsigned char)(v[2 * j] | v[2 * j + 1] << 4);
+            }
+        }
+    }
+    return scatter_end(fd, s, out, seen, E * R, rb, rc, path, err);
 }
 
 /* A stacked-experts tensor [E, R, C] ([E, N]: R = N, C = 1) scattered back from its
@@ -332,10 +435,8 @@ static int write_gathered(int fd, const src_tensor *s, const char *path, vx_err 
     const size_t es = vx_dtype_block_bytes(s->dtype);
     const uint64_t E = (uint64_t)s->shape[0], R = (uint64_t)s->shape[1];
     const uint64_t C = s->ndim == 3 ? (uint64_t)s->shape[2] : 1, n = E * R * C;
-    unsigned char *out = malloc((size_t)(n ? n : 1) * es), *seen = calloc((size_t)(n ? n : 1), 1);
-    int rc = 0;
-    if (!out || !seen)
-        rc = vx_errf(err, VX_ENOMEM, "export: out of memory for '%s'", s->name);
+    unsigned char *out, *seen;
+    int rc = scatter_start(s, n, es, &out, &seen, err);
     for (size_t p = 0; p < s->n && rc == 0; p++) {
         const part *q = &s->parts[p];
         const unsigned char *d = q->t->data;
@@ -358,15 +459,7 @@ static int write_gathered(int fd, const src_tensor *s, const char *path, vx_err 
             }
         }
     }
-    for (uint64_t i = 0; i < n && rc == 0; i++)
-        if (!seen[i])
-            rc = vx_errf(err, VX_EFORMAT, "export: the gathered operands of '%s' leave element "
-                         "%llu unwritten", s->name, (unsigned long long)i);
-    if (rc == 0)
-        rc = hf_export_write(fd, out, n * es, path, err);
-    free(out);
-    free(seen);
-    return rc;
+    return scatter_end(fd, s, out, seen, n, es, rc, path, err);
 }
 
 /* A source tensor's bytes: the parts in order (whole, or row slices concatenated),
@@ -377,6 +470,8 @@ static int write_tensor(int fd, const src_tensor *s, const char *path, vx_err *e
     const size_t es = vx_dtype_block_bytes(s->dtype);
     if (s->parts[0].xf == PX_GATHER)
         return write_gathered(fd, s, path, err);
+    if (s->parts[0].xf == PX_BLOCKS || s->parts[0].xf == PX_SCALES)
+        return write_mxfp4(fd, s, path, err);
     if (s->parts[0].xf == PX_WHOLE || s->parts[0].xf == PX_ROWS) {
         for (size_t i = 0; i < s->n; i++)
             if (hf_export_write(fd, s->parts[i].t->data, s->parts[i].t->nbytes, path, err))
@@ -412,9 +507,7 @@ static int write_safetensors(const plan *p, const char *path, vx_export_report *
     uint64_t off = 0;
     for (size_t i = 0; i < p->n; i++) {
         const src_tensor *s = &p->s[i];
-        uint64_t n = 0;
-        for (size_t k = 0; k < s->n; k++)
-            n += s->parts[k].t->nbytes;
+        const uint64_t n = src_bytes(s);
         cJSON *e = cJSON_AddObjectToObject(h, s->name);
         cJSON_AddStringToObject(e, "dtype", st_dtype(s->dtype));
         cJSON *sh = cJSON_AddArrayToObject(e, "shape");
@@ -467,7 +560,8 @@ int vx_export_hf(const vx_container *c, const char *out_dir, vx_export_report *r
 {
     memset(rep, 0, sizeof *rep);
     char cfg[4200], tmp[4200], path[4300];
-    if (vx_export_target_check(out_dir, 1, "export", err) || hf_export_admissible(c, "export", err))
+    if (vx_export_target_check(out_dir, 1, "export", err) ||
+        hf_export_admissible(c, 1, "export", err))
         return -1;
     snprintf(cfg, sizeof cfg, "%s/config.json", vx_dir(c));
     if (access(cfg, R_OK) != 0)

@@ -1,16 +1,18 @@
 /*
  * hf_gguf.c — a container as a GGUF v3 file for llama.cpp (vindex.h, vx_export_gguf).
- * Family llama only: the execution surface is checked to be exactly what llama.cpp's
- * LLM_ARCH_LLAMA computes (RMSNorm, rotate-half RoPE without scaling, gated SiLU FFN, no
- * biases, windows, soft-caps, MoE or MLA), and every departure is refused by name.
+ * The family's llama.cpp architecture (the table below: llama, qwen2, phi3, olmo2, gpt2,
+ * gemma2) must compute exactly what the container's execution surface says; every departure
+ * is refused naming family and construct, and families with no such architecture are
+ * refused with the reason. Tensors are laid out as convert_hf_to_gguf.py lays them out: llama.cpp's
+ * names, q|k|v and gate|up rows fused where the architecture fuses them, experts stacked.
  * Tensors keep their stored dtype (F32, F16, BF16) and bytes, except 16-bit vectors (norm
  * weights), widened exactly to F32 because ggml multiplies only by F32 vectors (as
- * convert_hf_to_gguf.py writes them), and q_proj and k_proj, whose rows are permuted as
+ * convert_hf_to_gguf.py writes them), and llama's q_proj and k_proj, whose rows are permuted as
  * convert_hf_to_gguf.py's LlamaModel.permute does: per head, HF's rotate-half order
  * [first halves | second halves] becomes llama.cpp's interleaved pairs (new row
  * h·d + 2i + j = old row h·d + j·d/2 + i). The tokenizer travels as tokenizer.ggml.*
- * metadata: a byte-level BPE tokenizer.json (model "gpt2", pre-tokenizer "gpt-2" or
- * Llama 3's "llama-bpe", merges) or Llama 2's SentencePiece BPE (model "llama", scores
+ * metadata: a byte-level BPE tokenizer.json (model "gpt2", pre-tokenizer "gpt-2", Llama
+ * 3's "llama-bpe" or Qwen2's "qwen2", merges) or Llama 2's SentencePiece BPE (model "llama", scores
  * from the merge ranks), tokens by id, token types, bos/eos and add_bos. Layout (ggml's
  * docs/gguf.md): header, key-values, tensor infos, padding to general.alignment (32), then
  * each tensor's data padded to the alignment.
@@ -106,80 +108,230 @@ static double jnum(const cJSON *o, const char *path)
     return cJSON_IsNumber(v) ? v->valuedouble : -1;
 }
 
-/* The surface must be LLM_ARCH_LLAMA's; refuse the first thing that is not. */
-static int llama_surface(const vx_container *c, const cJSON *x, const cJSON *comp, vx_err *err)
+/* llama.cpp architectures the writer targets, each checked by hand against llama.cpp
+ * (docs/lql/MUTATION.md "Export"): what the container's execution surface must be for
+ * llama.cpp's graph of that architecture to compute the same function, and how the
+ * tensors are laid out there. */
+typedef struct garch {
+    const char *name;                  /* general.architecture and the key prefix */
+    const char *families[4];           /* index.json families written as this architecture */
+    int permute;                       /* rope LLAMA_ROPE_TYPE_NORM: q/k rows interleaved */
+    int fused_qkv, fused_gate_up;      /* attn_qkv = q|k|v rows, ffn_up = gate|up rows */
+    int output_required;               /* a tied model writes token_embd again as output */
+    int full_heads;                    /* the loader wants heads·head_dim = hidden */
+    int mha;                           /* the loader sizes k and its norm by the hidden size */
+    int gemma2;                        /* norms 1 + w, windows on even layers, size-set scale */
+    const char *const *want;           /* "path=value" of the surface; '-' absent/false */
+} garch;
+
+/* what every rotary, RMS-normed, gated-SiLU architecture below computes */
+#define ROPE_RMS_SILU "norm.kind=rms", "norm.bias=-", "norm.weight_offset=0", \
+    "embedding.scale=1", "embedding.positions=-", "attention.rope.style=rotate_half", \
+    "attention.rope.scaling=-", "attention.softcap=-", "attention.output_gate=-", \
+    "attention.sinks=-", "attention.out_bias=-", "ffn.kind=gated", "ffn.activation=silu", \
+    "ffn.bias=-", "mla=-", "mamba2=-", "gated_deltanet=-", "residual_scale=-", \
+    "lm_head.softcap=-", "lm_head.logits_divisor=-", "final_norm=+"
+#define PRE_NORMS "pre_norms.attn=+", "pre_norms.ffn=+", "post_norms.attn=-", "post_norms.ffn=-"
+
+static const char *const want_llama[] = {ROPE_RMS_SILU, PRE_NORMS, "attention.qkv_bias=-",
+                                         "attention.qk_norm=-", NULL};
+static const char *const want_qwen2[] = {ROPE_RMS_SILU, PRE_NORMS, "attention.qkv_bias=+",
+                                         "attention.qk_norm=-", "moe=-", NULL};
+static const char *const want_phi3[] = {ROPE_RMS_SILU, PRE_NORMS, "attention.qkv_bias=-",
+                                        "attention.qk_norm=-", "moe=-", NULL};
+static const char *const want_olmo2[] = {ROPE_RMS_SILU, "pre_norms.attn=-", "pre_norms.ffn=-",
+                                         "post_norms.attn=+", "post_norms.ffn=+",
+                                         "attention.qkv_bias=-", "attention.qk_norm=projection",
+                                         "moe=-", NULL};
+static const char *const want_gemma2[] = {
+    "norm.kind=rms", "norm.bias=-", "norm.weight_offset=1", "embedding.positions=-",
+    "attention.rope.style=rotate_half", "attention.rope.scaling=-", "attention.output_gate=-",
+    "attention.sinks=-", "attention.qkv_bias=-", "attention.out_bias=-", "attention.qk_norm=-",
+    "ffn.kind=gated", "ffn.activation=gelu_tanh", "ffn.bias=-", "mla=-", "moe=-", "mamba2=-",
+    "gated_deltanet=-", "residual_scale=-", "lm_head.logits_divisor=-", "lm_head.tied=+",
+    "pre_norms.attn=+", "pre_norms.ffn=+", "post_norms.attn=+", "post_norms.ffn=+",
+    "final_norm=+", NULL};
+static const char *const want_gpt2[] = {
+    "norm.kind=layer", "norm.bias=+", "embedding.scale=1", "embedding.positions=learned",
+    "attention.rope=-", "attention.softcap=-", "attention.qk_norm=-", "attention.output_gate=-",
+    "attention.sinks=-", "attention.qkv_bias=+", "attention.out_bias=+", "ffn.kind=plain",
+    "ffn.activation=gelu_tanh", "ffn.bias=+", "mla=-", "moe=-", "mamba2=-",
+    "gated_deltanet=-", "residual_scale=-", "lm_head.softcap=-", "lm_head.logits_divisor=-",
+    "final_norm=+", PRE_NORMS, NULL};
+/* llama.cpp's llama MoE (Mixtral): softmax over the router, top-k renormalised, no
+ * shared expert, no biases */
+static const char *const want_moe[] = {
+    "moe.scoring=softmax", "moe.normalise=+", "moe.n_group=1", "moe.routed_scaling=1",
+    "moe.shared=-", "moe.router_bias=-", "moe.expert_bias=-", "moe.score_correction_bias=-",
+    "moe.expert_activation=-", NULL};
+
+static const garch archs[] = {
+    /* name, families, permute, fused_qkv, fused_gate_up, output_required, full_heads, mha,
+     * gemma2, want; MoE (want_moe) only where want does not say "moe=-" */
+    {"llama", {"llama", "mistral", "mixtral"}, 1, 0, 0, 0, 0, 0, 0, want_llama},
+    {"qwen2", {"qwen2"}, 0, 0, 0, 0, 1, 0, 0, want_qwen2},
+    {"phi3", {"phi3"}, 0, 1, 1, 1, 1, 0, 0, want_phi3},
+    {"olmo2", {"olmo2"}, 0, 0, 0, 1, 1, 1, 0, want_olmo2},
+    {"gpt2", {"gpt2"}, 0, 1, 0, 1, 1, 1, 0, want_gpt2},
+    {"gemma2", {"gemma2"}, 0, 0, 0, 0, 0, 0, 1, want_gemma2},
+};
+
+/* Families with no GGUF form here, and the construct that keeps them out. */
+static const struct { const char *family, *why; } refused[] = {
+    {"qwen3", "q/k head norms: llama.cpp's qwen3 architecture is newer than the llama.cpp the "
+              "writer is checked against"},
+    {"qwen3_moe", "q/k head norms and dense layers between MoE layers: llama.cpp's qwen3moe "
+                  "architecture is newer than the llama.cpp the writer is checked against"},
+    {"qwen2_moe", "dense layers between MoE layers (mlp_only_layers) and the sigmoid-gated "
+                  "shared expert: llama.cpp's qwen2moe makes every layer MoE"},
+    {"gemma3_text", "no gemma3 architecture in the llama.cpp the writer is checked against"},
+    {"deepseek_v3", "multi-head latent attention and the grouped sigmoid router"},
+    {"gpt_oss", "attention sinks, clamped SwiGLU experts and YaRN rope"},
+    {"granitemoehybrid", "Mamba2 layers"},
+    {"mamba2", "Mamba2 layers"},
+    {"qwen3_next", "gated DeltaNet layers"},
+};
+
+/* One "path=value" requirement: '-' absent, null or false; '+' true; a number; a string. */
+static int want_ok(const cJSON *x, const char *w, char *path, size_t n, const char **val)
 {
-    static const struct { const char *path; const char *want; } must[] = {
-        {"norm.kind", "rms"}, {"attention.rope.style", "rotate_half"}, {"ffn.kind", "gated"},
-        {"ffn.activation", "silu"},
-    };
-    static const char *const none[] = {
-        "attention.rope.scaling", "attention.softcap", "attention.qk_norm", "attention.output_gate",
-        "embedding.positions", "mla", "moe", "mamba2", "gated_deltanet", "residual_scale",
-        "lm_head.softcap", "lm_head.logits_divisor",
-    };
-    static const char *const off[] = {
-        "norm.bias", "attention.qkv_bias", "attention.out_bias", "attention.sinks", "ffn.bias",
-        "post_norms.attn", "post_norms.ffn",
-    };
+    const char *eq = strchr(w, '=');
+    snprintf(path, n, "%.*s", (int)(eq - w), w);
+    *val = eq + 1;
+    const cJSON *v = jp(x, path);
+    if (!strcmp(*val, "-"))
+        return !v || cJSON_IsNull(v) || cJSON_IsFalse(v);
+    if (!strcmp(*val, "+"))
+        return cJSON_IsTrue(v);
+    if (cJSON_IsNumber(v))
+        return v->valuedouble == atof(*val);
+    return cJSON_IsString(v) && !strcmp(v->valuestring, *val);
+}
+
+/* The architecture that computes what the container does; refuse the first thing that
+ * differs, naming the family and the construct. */
+static int gguf_arch(const vx_container *c, const cJSON *x, const cJSON *comp,
+                     const garch **out, double *window, vx_err *err)
+{
     const char *family = vx_json_str(vx_index_json(c), "family");
-    if (!family || strcmp(family, "llama") != 0)
-        return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s' is not written as GGUF; "
-                       "lql writes the llama family (export FORMAT SAFETENSORS and convert it "
-                       "with llama.cpp's convert_hf_to_gguf.py)", family ? family : "?");
-    for (size_t i = 0; i < sizeof must / sizeof *must; i++) {
-        const char *v = cJSON_GetStringValue(jp(x, must[i].path));
-        if (!v || strcmp(v, must[i].want) != 0)
-            return vx_errf(err, VX_EUNSUPPORTED, "export gguf: execution.%s is %s; llama.cpp's "
-                           "llama architecture computes %s", must[i].path, v ? v : "absent",
-                           must[i].want);
+    const garch *a = NULL;
+    for (size_t i = 0; !a && family && i < sizeof archs / sizeof *archs; i++)
+        for (int k = 0; k < 4 && archs[i].families[k]; k++)
+            if (!strcmp(family, archs[i].families[k]))
+                a = &archs[i];
+    if (!a) {
+        for (size_t i = 0; family && i < sizeof refused / sizeof *refused; i++)
+            if (!strcmp(family, refused[i].family))
+                return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s' is not written "
+                               "as GGUF: %s (export FORMAT SAFETENSORS and convert it with "
+                               "llama.cpp's convert_hf_to_gguf.py)", family, refused[i].why);
+        return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s' has no GGUF mapping in "
+                       "lql (export FORMAT SAFETENSORS and convert it with llama.cpp's "
+                       "convert_hf_to_gguf.py)", family ? family : "?");
     }
-    for (size_t i = 0; i < sizeof none / sizeof *none; i++)
-        if (jp(x, none[i]) && !cJSON_IsNull(jp(x, none[i])))
-            return vx_errf(err, VX_EUNSUPPORTED, "export gguf: execution.%s is set; the GGUF "
-                           "writer has no llama.cpp form for it", none[i]);
-    for (size_t i = 0; i < sizeof off / sizeof *off; i++)
-        if (cJSON_IsTrue(jp(x, off[i])))
-            return vx_errf(err, VX_EUNSUPPORTED, "export gguf: execution.%s is true; the GGUF "
-                           "writer has no llama.cpp form for it", off[i]);
-    if (jnum(x, "norm.weight_offset") != 0 || jnum(x, "embedding.scale") != 1 ||
-        !cJSON_IsTrue(jp(x, "pre_norms.attn")) || !cJSON_IsTrue(jp(x, "pre_norms.ffn")) ||
-        !cJSON_IsTrue(jp(x, "final_norm")) ||
-        jnum(x, "attention.rope.rotary_dim") != jnum(x, "attention.head_dim"))
-        return vx_errf(err, VX_EUNSUPPORTED, "export gguf: the norms, embedding scale or rotary "
-                       "width differ from llama.cpp's llama architecture");
-    double hd = jnum(x, "attention.head_dim");
-    if (fabs(jnum(x, "attention.scale") * sqrt(hd) - 1) > 1e-6)
-        return vx_errf(err, VX_EUNSUPPORTED, "export gguf: attention.scale %g is not "
-                       "1/sqrt(head_dim); llama.cpp's llama architecture has no other",
-                       jnum(x, "attention.scale"));
+    const int moe = jp(x, "moe") && !cJSON_IsNull(jp(x, "moe"));
+    for (int pass = 0; pass < 1 + moe; pass++)
+        for (const char *const *w = pass ? want_moe : a->want; *w; w++) {
+            char path[64];
+            const char *val;
+            if (want_ok(x, *w, path, sizeof path, &val))
+                continue;
+            const cJSON *v = jp(x, path);
+            char *have = v && !cJSON_IsObject(v) ? cJSON_PrintUnformatted(v) : NULL;
+            vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': execution.%s is %s; "
+                    "llama.cpp's %s architecture %s%s", family, path,
+                    have ? have : v ? "set" : "absent",
+                    a->name, !strcmp(val, "-") ? "has no form for it" : "computes ",
+                    !strcmp(val, "-") ? "" : !strcmp(val, "+") ? "it" : val);
+            free(have);
+            return -1;
+        }
+    const double hd = jnum(x, "attention.head_dim"), hidden = jnum(comp, "hidden_size");
+    const double layers = jnum(comp, "num_layers");
+    if (a->gemma2 && layers != 26 && layers != 42 && layers != 46)
+        return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': %g layers; llama.cpp's "
+                       "gemma2 architecture sets its query scale by the model size (26, 42 or 46 "
+                       "layers) and aborts on any other", family, layers);
+    /* gemma2's 27B (46 layers) scales queries by 1/sqrt(hidden / heads) */
+    const double sd = a->gemma2 && layers == 46 ? hidden / jnum(x, "attention.heads") : hd;
+    if (fabs(jnum(x, "attention.scale") * sqrt(sd) - 1) > 1e-6)
+        return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': attention.scale %g is "
+                       "not 1/sqrt(%g); llama.cpp's %s architecture has no other", family,
+                       jnum(x, "attention.scale"), sd, a->name);
+    if (a->gemma2 && (fabs(jnum(x, "embedding.scale") - sqrt(hidden)) > 1e-6 * sqrt(hidden) ||
+                      jnum(x, "attention.softcap") <= 0 || jnum(x, "lm_head.softcap") <= 0))
+        return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': llama.cpp's gemma2 "
+                       "architecture scales the embedding by sqrt(hidden) and soft-caps both "
+                       "attention and logits", family);
+    if (jp(x, "attention.rope") && !cJSON_IsNull(jp(x, "attention.rope")) &&
+        jnum(x, "attention.rope.rotary_dim") != hd)
+        return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': rope covers %g of %g "
+                       "head dimensions; the writer rotates whole heads", family,
+                       jnum(x, "attention.rope.rotary_dim"), hd);
+    if (a->full_heads && jnum(x, "attention.heads") * hd != jnum(comp, "hidden_size"))
+        return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': heads x head_dim is not "
+                       "the hidden size; llama.cpp's %s architecture sizes q by the hidden "
+                       "size", family, a->name);
+    if (a->mha && jnum(x, "attention.kv_heads") != jnum(x, "attention.heads"))
+        return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': %g kv heads for %g "
+                       "query heads (grouped-query attention); llama.cpp's %s architecture "
+                       "sizes k%s by the hidden size", family, jnum(x, "attention.kv_heads"),
+                       jnum(x, "attention.heads"), a->name,
+                       cJSON_IsString(jp(x, "attention.qk_norm")) ? " and its norm" : "");
     const cJSON *l;
+    int i = 0;
     cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(comp, "layers")) {
         const char *op = vx_json_str(l, "operator"), *ffn = vx_json_str(l, "ffn");
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(l, "window");
-        if (!op || strcmp(op, "softmax_attention") || !ffn || strcmp(ffn, "dense") ||
-            (w && !cJSON_IsNull(w)) ||
-            (cJSON_GetObjectItemCaseSensitive(l, "rope") &&
-             !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(l, "rope"))))
-            return vx_errf(err, VX_EUNSUPPORTED, "export gguf: a layer is not full softmax "
-                           "attention with a dense FFN and the global rope");
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(l, "rope");
+        if (!op || strcmp(op, "softmax_attention") != 0)
+            return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': layer %d is %s, "
+                           "not softmax attention", family, i, op ? op : "?");
+        /* gemma2: a window on every even layer (one size), none on odd ones */
+        const double win = cJSON_IsNumber(w) ? w->valuedouble : 0;
+        if (a->gemma2 && (i % 2 ? win != 0 : win <= 0 || (*window && win != *window)))
+            return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': layer %d has %s "
+                           "window; llama.cpp's gemma2 architecture has one sliding window on "
+                           "the even layers and full attention on the odd ones", family, i,
+                           win ? "a" : "no");
+        if (!a->gemma2 && win)
+            return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': layer %d has a "
+                           "sliding window of %g; llama.cpp's %s architecture attends to the "
+                           "whole context", family, i, win, a->name);
+        if (a->gemma2 && i % 2 == 0)
+            *window = win;
+        if (r && !cJSON_IsNull(r))
+            return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': layer %d has its "
+                           "own rope; llama.cpp's %s architecture has one", family, i, a->name);
+        /* llama.cpp's llama is MoE on every layer or on none */
+        if (!ffn || strcmp(ffn, moe ? "moe" : "dense") != 0)
+            return vx_errf(err, VX_EUNSUPPORTED, "export gguf: family '%s': layer %d is %s "
+                           "among %s layers; llama.cpp's %s architecture has one FFN kind",
+                           family, i, ffn ? ffn : "?", moe ? "moe" : "dense", a->name);
+        i++;
     }
     if (vx_graph_json(c) && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(vx_graph_json(c),
                                                                                "components")) > 1)
         return vx_errf(err, VX_EUNSUPPORTED, "export gguf: the container has an auxiliary "
-                       "component (multi-token prediction) GGUF's llama architecture cannot hold");
+                       "component (multi-token prediction) that GGUF's %s architecture cannot "
+                       "hold", a->name);
+    *out = a;
     return 0;
 }
 
 /* ---------------------------------------------------------------- tokenizer */
 
 /* llama.cpp's pre-tokenizer for a byte-level tokenizer.json, or NULL: GPT-2's ByteLevel
- * regex ("gpt-2"), or Llama 3's Split regex before a regex-free ByteLevel ("llama-bpe"). */
+ * regex ("gpt-2"), or a Split regex before a regex-free ByteLevel: Llama 3's
+ * ("llama-bpe") or Qwen2's, which splits digits singly ("qwen2"). */
 static const char *pre_type(const cJSON *pt)
 {
     static const char llama3[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
                                  "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
                                  "\\s+(?!\\S)|\\s+";
+    static const char qwen2[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+                                "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+                                "\\s+(?!\\S)|\\s+";
     const char *t = vx_json_str(pt, "type");
     if (t && strcmp(t, "ByteLevel") == 0)
         return cJSON_IsFalse(jp(pt, "use_regex")) ? NULL : "gpt-2";
@@ -187,12 +339,12 @@ static const char *pre_type(const cJSON *pt)
     const cJSON *split = cJSON_GetArrayItem(seq, 0), *bl = cJSON_GetArrayItem(seq, 1);
     const char *re = cJSON_GetStringValue(jp(split, "pattern.Regex"));
     if (!t || strcmp(t, "Sequence") != 0 || cJSON_GetArraySize(seq) != 2 || !re ||
-        strcmp(re, llama3) != 0 || !vx_json_str(split, "behavior") ||
+        (strcmp(re, llama3) != 0 && strcmp(re, qwen2) != 0) || !vx_json_str(split, "behavior") ||
         strcmp(vx_json_str(split, "behavior"), "Isolated") != 0 ||
         !vx_json_str(bl, "type") || strcmp(vx_json_str(bl, "type"), "ByteLevel") != 0 ||
         !cJSON_IsFalse(jp(bl, "use_regex")))
         return NULL;
-    return "llama-bpe";
+    return strcmp(re, qwen2) == 0 ? "qwen2" : "llama-bpe";
 }
 
 /* Llama 2's SentencePiece BPE as tokenizer.json writes it: byte fallback, the normalizer
@@ -262,6 +414,27 @@ static int spm_scores(const cJSON *merges, const char *const *tok, int *order, f
     return 0;
 }
 
+/* The id a TemplateProcessing post-processor puts first in a single sequence, or -1: the
+ * BOS of a checkpoint whose config names none (OLMo 2) — llama.cpp would add its default. */
+static int template_bos(const cJSON *tj)
+{
+    const cJSON *pp = cJSON_GetObjectItemCaseSensitive(tj, "post_processor");
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(pp, "processors");
+    const int n = list ? cJSON_GetArraySize(list) : 1;
+    for (int i = 0; i < n; i++) {
+        const cJSON *p = list ? cJSON_GetArrayItem(list, i) : pp;
+        const char *t = vx_json_str(p, "type");
+        const cJSON *first = jp(p, "single.0.SpecialToken.id");
+        if (!t || strcmp(t, "TemplateProcessing") != 0 || !cJSON_IsString(first))
+            continue;
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(jp(p, "special_tokens"),
+                                                           first->valuestring);
+        const cJSON *id = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(sp, "ids"), 0);
+        return cJSON_IsNumber(id) ? id->valueint : -1;
+    }
+    return -1;
+}
+
 /* tokenizer.ggml.* from the container's tokenizer.json (byte-level BPE only). */
 static int tokenizer_kv(const vx_container *c, const cJSON *special, int vocab, buf *b,
                         size_t *nkv, vx_err *err)
@@ -284,14 +457,19 @@ static int tokenizer_kv(const vx_container *c, const cJSON *special, int vocab, 
     const char *pre = pre_type(cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer"));
     const int spm = is_spm(tj);
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(tj, "normalizer");
+    /* Qwen2's NFC normalizer: llama.cpp's qwen2 tokenizer does not normalise (nor does its
+     * converter keep it), so text that NFC changes tokenizes differently there */
+    const int nfc = pre && !strcmp(pre, "qwen2") && vx_json_str(norm, "type") &&
+                    !strcmp(vx_json_str(norm, "type"), "NFC");
     if (!mt || strcmp(mt, "BPE") != 0 || !cJSON_IsObject(vmap) || !cJSON_IsArray(merges) ||
         (!spm && (!pre || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")) ||
-                  (norm && !cJSON_IsNull(norm))))) {
+                  (norm && !cJSON_IsNull(norm) && !nfc)))) {
         cJSON_Delete(tj);
         return vx_errf(err, VX_EUNSUPPORTED, "export gguf: tokenizer.json is neither a "
-                       "byte-level BPE without a normalizer pre-tokenized as GPT-2 or Llama 3 "
-                       "(llama.cpp's gpt2 tokenizer) nor a Llama 2 SentencePiece BPE with byte "
-                       "fallback (llama.cpp's llama tokenizer) (model %s)", mt ? mt : "absent");
+                       "byte-level BPE without a normalizer (Qwen2's NFC aside) pre-tokenized as "
+                       "GPT-2, Llama 3 or Qwen2 (llama.cpp's gpt2 tokenizer) nor a Llama 2 "
+                       "SentencePiece BPE with byte fallback (llama.cpp's llama tokenizer) "
+                       "(model %s)", mt ? mt : "absent");
     }
     const char **tok = calloc((size_t)vocab, sizeof *tok);
     int32_t *type = calloc((size_t)vocab, sizeof *type);
@@ -370,8 +548,9 @@ static int tokenizer_kv(const vx_container *c, const cJSON *special, int vocab, 
                      cJSON_GetStringValue(cJSON_GetArrayItem(v, 1)) : "");
         str(b, m);
     }
-    if (jnum(special, "bos") >= 0)
-        kv_u32(b, nkv, "tokenizer.ggml.bos_token_id", (uint32_t)jnum(special, "bos"));
+    const int bos = jnum(special, "bos") >= 0 ? (int)jnum(special, "bos") : template_bos(tj);
+    if (bos >= 0)
+        kv_u32(b, nkv, "tokenizer.ggml.bos_token_id", (uint32_t)bos);
     if (jnum(special, "eos.0") >= 0)
         kv_u32(b, nkv, "tokenizer.ggml.eos_token_id", (uint32_t)jnum(special, "eos.0"));
     kv_bool(b, nkv, "tokenizer.ggml.add_bos_token", cJSON_IsTrue(jp(special, "add_bos")));
@@ -393,11 +572,19 @@ done:
 
 /* ---------------------------------------------------------------- tensors */
 
+/* One GGUF tensor: a stored tensor, or several joined along their first dimension (fused
+ * attn_qkv / ffn_up rows, or experts stacked into ffn_*_exps), in slot order. */
 typedef struct gt {
-    const vx_tensor *t;
     char name[64];
+    const vx_tensor **part;      /* [nslot], by slot */
+    int nslot;
+    int stacked;                 /* experts: a new outer dimension */
     int heads;                   /* q/k: heads whose rows are permuted; 0 = as stored */
-    int widen;                   /* a 16-bit vector written as F32 */
+    int widen;                   /* 16-bit vectors written as F32 */
+    int offset;                  /* gemma2's norms: 1 + w written, as F32 */
+    int ndim;
+    int64_t shape[VX_MAX_DIMS];  /* as written, outermost first */
+    vx_dtype dtype;
     uint64_t off, nbytes;        /* as written */
 } gt;
 
@@ -406,39 +593,72 @@ static uint32_t ggml_type(vx_dtype t)
     return t == VX_F32 ? 0 : t == VX_F16 ? 1 : 30;   /* GGML_TYPE_F32, F16, BF16 */
 }
 
-/* canonical operand → llama.cpp tensor name (and the rope permutation it needs) */
-static int gguf_name(const vx_tensor *t, int heads, int kv_heads, gt *g)
+/* canonical operand → llama.cpp tensor (name, slot in a fused or stacked tensor, rope
+ * permutation); -1 when the architecture has none. */
+static int gguf_name(const garch *a, const vx_tensor *t, char *name, size_t n, int *slot,
+                     int *stacked, int *perm)
 {
     static const struct { const char *op, *gg; int perm; } map[] = {
         {"attn_norm", "attn_norm", 0}, {"attn.q_proj", "attn_q", 1}, {"attn.k_proj", "attn_k", 2},
-        {"attn.v_proj", "attn_v", 0}, {"attn.o_proj", "attn_output", 0}, {"ffn_norm", "ffn_norm", 0},
-        {"ffn.gate_proj", "ffn_gate", 0}, {"ffn.up_proj", "ffn_up", 0},
-        {"ffn.down_proj", "ffn_down", 0},
+        {"attn.v_proj", "attn_v", 0}, {"attn.o_proj", "attn_output", 0},
+        {"attn.q_norm", "attn_q_norm", 0}, {"attn.k_norm", "attn_k_norm", 0},
+        {"ffn_norm", "ffn_norm", 0}, {"post_attn_norm", "post_attention_norm", 0},
+        {"post_ffn_norm", "post_ffw_norm", 0}, {"ffn.gate_proj", "ffn_gate", 0},
+        {"ffn.up_proj", "ffn_up", 0}, {"ffn.down_proj", "ffn_down", 0},
+        {"ffn.router", "ffn_gate_inp", 0},
     };
-    int layer, at = 0;
-    g->t = t;
-    g->heads = 0;
-    if (strcmp(t->object, "target.embedding") == 0 && strcmp(t->name, "weight") == 0) {
-        snprintf(g->name, sizeof g->name, "token_embd.weight");
-        return 0;
+    char op[64];
+    int layer, at = 0, expert, eat = 0;
+    *slot = *stacked = *perm = 0;
+    /* a bias is its weight's operand + ".bias" */
+    size_t len = strlen(t->name);
+    const int bias = len > 5 && strcmp(t->name + len - 5, ".bias") == 0;
+    const char *kind = bias ? "bias" : "weight";
+    if (strcmp(t->object, "target.embedding") == 0) {
+        const char *e = !strcmp(t->name, "weight") ? "token_embd" :
+                        !strcmp(t->name, "positions") ? "position_embd" : NULL;
+        return e ? (snprintf(name, n, "%s.weight", e), 0) : -1;
     }
     if (strcmp(t->object, "target.output_head") == 0) {
-        const char *n = !strcmp(t->name, "final_norm") ? "output_norm" :
+        const char *o = !strncmp(t->name, "final_norm", 10) ? "output_norm" :
                         !strcmp(t->name, "lm_head") ? "output" : NULL;
-        if (!n)
-            return -1;
-        snprintf(g->name, sizeof g->name, "%s.weight", n);
-        return 0;
+        return o ? (snprintf(name, n, "%s.%s", o, kind), 0) : -1;
     }
     if (strcmp(t->object, "target.decoder_stack") != 0 ||
         sscanf(t->name, "layers.%d.%n", &layer, &at) != 1 || !at)
         return -1;
-    for (size_t i = 0; i < sizeof map / sizeof *map; i++)
-        if (strcmp(t->name + at, map[i].op) == 0) {
-            snprintf(g->name, sizeof g->name, "blk.%d.%s.weight", layer, map[i].gg);
-            g->heads = map[i].perm == 1 ? heads : map[i].perm == 2 ? kv_heads : 0;
-            return 0;
+    snprintf(op, sizeof op, "%.*s", (int)(len - (size_t)at - (bias ? 5 : 0)), t->name + at);
+    /* ffn.experts.E.x_proj: expert E of a MoE layer, stacked into ffn_x_exps */
+    if (sscanf(op, "ffn.experts.%d.%n", &expert, &eat) == 1 && eat) {
+        static const char *const ex[] = {"gate_proj", "ffn_gate_exps", "up_proj", "ffn_up_exps",
+                                         "down_proj", "ffn_down_exps"};
+        for (int i = 0; i < 6 && !bias; i += 2)
+            if (strcmp(op + eat, ex[i]) == 0) {
+                snprintf(name, n, "blk.%d.%s.weight", layer, ex[i + 1]);
+                *slot = expert;
+                *stacked = 1;
+                return 0;
+            }
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
+        if (strcmp(op, map[i].op) != 0)
+            continue;
+        const char *gg = map[i].gg;
+        const int qkv = !strcmp(gg, "attn_q") ? 0 : !strcmp(gg, "attn_k") ? 1 :
+                        !strcmp(gg, "attn_v") ? 2 : -1;
+        if (a->fused_qkv && qkv >= 0) {
+            *slot = qkv;
+            gg = "attn_qkv";
+        } else if (a->fused_gate_up && (!strcmp(gg, "ffn_gate") || !strcmp(gg, "ffn_up"))) {
+            *slot = !strcmp(gg, "ffn_up");
+            gg = "ffn_up";
+        } else if (a->permute && !bias) {
+            *perm = map[i].perm;
         }
+        snprintf(name, n, "blk.%d.%s.%s", layer, gg, kind);
+        return 0;
+    }
     return -1;
 }
 
@@ -458,87 +678,225 @@ static int write_permuted(int fd, const vx_tensor *t, int heads, const char *pat
     return 0;
 }
 
+/* A GGUF tensor's data: its parts in slot order, each permuted, widened or as stored. */
+static int write_gt(int fd, const gt *g, const char *path, vx_err *err)
+{
+    for (int s = 0; s < g->nslot; s++) {
+        const vx_tensor *t = g->part[s];
+        int rc;
+        if (g->widen) {
+            const size_t n = (size_t)vx_tensor_nelems(t);
+            float *f = malloc(n * 4 + 1);
+            rc = !f ? vx_errf(err, VX_ENOMEM, "export gguf: out of memory")
+                    : vx_row_to_f32(t->dtype, t->data, f, n) < 0
+                    ? vx_errf(err, VX_EUNSUPPORTED, "export gguf: cannot widen '%s'", t->name)
+                    : 0;
+            for (size_t k = 0; rc == 0 && g->offset && k < n; k++)
+                f[k] += 1.0f;
+            rc = rc ? rc : hf_export_write(fd, f, n * 4, path, err);
+            free(f);
+        } else {
+            rc = g->heads ? write_permuted(fd, t, g->heads, path, err)
+                          : hf_export_write(fd, t->data, t->nbytes, path, err);
+        }
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
+static void gts_free(gt *g, size_t n)
+{
+    for (size_t i = 0; g && i < n; i++)
+        free(g[i].part);
+    free(g);
+}
+
+/* The GGUF tensors of container c under architecture a, in the order of their first
+ * operand; every slot of a fused or stacked tensor filled, with one dtype and one shape. */
+static int plan_gts(const vx_container *c, const garch *a, int heads, int kv, int tied, gt **out,
+                    size_t *nout, vx_err *err)
+{
+    const size_t nt = vx_tensor_count(c);
+    gt *g = calloc(nt + 1, sizeof *g);
+    size_t n = 0;
+    const vx_tensor *embd = NULL;
+    if (!g)
+        return vx_errf(err, VX_ENOMEM, "export gguf: out of memory");
+    for (size_t i = 0; i < nt; i++) {
+        const vx_tensor *t = vx_tensor_at(c, i);
+        char name[64];
+        int slot, stacked, perm;
+        if (gguf_name(a, t, name, sizeof name, &slot, &stacked, &perm)) {
+            gts_free(g, n);
+            return vx_errf(err, VX_EUNSUPPORTED, "export gguf: operand '%s' of '%s' has no "
+                           "tensor in llama.cpp's %s architecture", t->name, t->object, a->name);
+        }
+        if (!strcmp(name, "token_embd.weight"))
+            embd = t;
+        size_t k = 0;
+        while (k < n && strcmp(g[k].name, name) != 0)
+            k++;
+        if (k == n) {
+            snprintf(g[n].name, sizeof g[n].name, "%s", name);
+            g[n].stacked = stacked;
+            g[n].heads = perm == 1 ? heads : perm == 2 ? kv : 0;
+            n++;
+        }
+        if (slot >= g[k].nslot) {
+            const vx_tensor **p = realloc(g[k].part, (size_t)(slot + 1) * sizeof *p);
+            if (!p) {
+                gts_free(g, n);
+                return vx_errf(err, VX_ENOMEM, "export gguf: out of memory");
+            }
+            memset(p + g[k].nslot, 0, (size_t)(slot + 1 - g[k].nslot) * sizeof *p);
+            g[k].part = p;
+            g[k].nslot = slot + 1;
+        }
+        if (g[k].part[slot]) {
+            vx_errf(err, VX_EFORMAT, "export gguf: operands '%s' and '%s' both map to '%s'",
+                    g[k].part[slot]->name, t->name, name);
+            gts_free(g, n);
+            return -1;
+        }
+        g[k].part[slot] = t;
+    }
+    /* llama.cpp's loader for this architecture wants output.weight even when tied (its
+     * converter writes the embedding twice) */
+    if (tied && a->output_required && embd) {
+        snprintf(g[n].name, sizeof g[n].name, "output.weight");
+        g[n].part = malloc(sizeof *g[n].part);
+        if (!g[n].part) {
+            gts_free(g, n);
+            return vx_errf(err, VX_ENOMEM, "export gguf: out of memory");
+        }
+        g[n].part[0] = embd;
+        g[n++].nslot = 1;
+    }
+    for (size_t k = 0; k < n; k++) {
+        gt *x = &g[k];
+        const vx_tensor *t0 = x->part[0];
+        for (int s = 0; s < x->nslot; s++) {
+            const vx_tensor *t = x->part[s];
+            const int same_inner = t && t->ndim == t0->ndim && t->dtype == t0->dtype &&
+                                   (t->ndim < 2 || t->shape[1] == t0->shape[1]) &&
+                                   (!x->stacked || t->shape[0] == t0->shape[0]);
+            if (!same_inner) {
+                gts_free(g, n);
+                return vx_errf(err, VX_EFORMAT, "export gguf: '%s' is built from %d operands "
+                               "but part %d is %s", x->name, x->nslot, s,
+                               t ? "of another dtype or shape" : "missing");
+            }
+        }
+        if (x->heads && (t0->ndim != 2 || t0->shape[0] % (2 * x->heads))) {
+            gts_free(g, n);
+            return vx_errf(err, VX_EFORMAT, "export gguf: '%s' does not split into %d heads of "
+                           "even size", t0->name, x->heads);
+        }
+        x->dtype = t0->dtype;
+        x->ndim = t0->ndim + x->stacked;
+        memcpy(x->shape + x->stacked, t0->shape, (size_t)t0->ndim * sizeof *x->shape);
+        if (x->stacked)
+            x->shape[0] = x->nslot;
+        for (int s = 1; s < x->nslot && !x->stacked; s++)
+            x->shape[0] += x->part[s]->shape[0];
+        /* ggml multiplies by F32 vectors only (norm weights, biases): widened, exactly, as
+         * convert_hf_to_gguf.py does */
+        x->offset = a->gemma2 && t0->ndim == 1 && strstr(x->name, "norm.weight");
+        x->widen = t0->ndim == 1 && (t0->dtype != VX_F32 || x->offset);
+        x->nbytes = 0;
+        for (int s = 0; s < x->nslot; s++)
+            x->nbytes += x->widen ? vx_tensor_nelems(x->part[s]) * 4 : x->part[s]->nbytes;
+    }
+    *out = g;
+    *nout = n;
+    return 0;
+}
+
 int vx_export_gguf(const vx_container *c, const char *out_path, vx_export_report *rep,
                    vx_err *err)
 {
     memset(rep, 0, sizeof *rep);
-    if (vx_export_target_check(out_path, 0, "export gguf", err) ||
-        hf_export_admissible(c, "export gguf", err))
-        return -1;
     const cJSON *comp = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(vx_graph_json(c),
                                                                             "components"), 0);
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(comp, "execution");
-    if (llama_surface(c, x, comp, err))
+    const garch *a = NULL;
+    double window = 0;
+    if (vx_export_target_check(out_path, 0, "export gguf", err) ||
+        gguf_arch(c, x, comp, &a, &window, err) || hf_export_admissible(c, 0, "export gguf", err))
         return -1;
     const int layers = (int)jnum(comp, "num_layers"), hidden = (int)jnum(comp, "hidden_size");
     const int vocab = (int)jnum(comp, "vocab_size"), heads = (int)jnum(x, "attention.heads");
     const int kv = (int)jnum(x, "attention.kv_heads"), hd = (int)jnum(x, "attention.head_dim");
-    const int inter = (int)jnum(x, "ffn.intermediate");
-    size_t nt = vx_tensor_count(c);
-    gt *g = calloc(nt ? nt : 1, sizeof *g);
-    if (!g)
-        return vx_errf(err, VX_ENOMEM, "export gguf: out of memory");
+    const int moe = jnum(x, "moe.experts") > 0;
+    /* llama.cpp's llama sizes its experts by feed_forward_length */
+    const int inter = (int)jnum(x, moe ? "moe.expert_intermediate" : "ffn.intermediate");
+    gt *g = NULL;
+    size_t nt = 0;
+    if (plan_gts(c, a, heads, kv, cJSON_IsTrue(jp(x, "lm_head.tied")), &g, &nt, err))
+        return -1;
     buf b = {0};
     size_t nkv = 0, nf32 = 0, n16 = 0, nbf = 0;
     uint64_t off = 0;
     int rc = 0, fd = -1;
-    char tmp[4200];
+    char tmp[4200], k[96];
     tmp[0] = '\0';
     for (size_t i = 0; i < nt; i++) {
-        const vx_tensor *t = vx_tensor_at(c, i);
-        if (gguf_name(t, heads, kv, &g[i])) {
-            rc = vx_errf(err, VX_EUNSUPPORTED, "export gguf: operand '%s' of '%s' has no "
-                         "tensor in llama.cpp's llama architecture", t->name, t->object);
-            goto done;
-        }
-        if (g[i].heads && (t->ndim != 2 || t->shape[0] % (2 * g[i].heads))) {
-            rc = vx_errf(err, VX_EFORMAT, "export gguf: '%s' does not split into %d heads of "
-                         "even size", t->name, g[i].heads);
-            goto done;
-        }
-        /* ggml multiplies by F32 vectors only (norm weights): widened, exactly, as
-         * convert_hf_to_gguf.py does */
-        g[i].widen = t->ndim == 1 && t->dtype != VX_F32;
-        g[i].nbytes = g[i].widen ? vx_tensor_nelems(t) * 4 : t->nbytes;
         g[i].off = off;
         off = (off + g[i].nbytes + ALIGN - 1) / ALIGN * ALIGN;
-        nf32 += t->dtype == VX_F32 && t->ndim == 2;
-        n16 += t->dtype == VX_F16;
-        nbf += t->dtype == VX_BF16;
+        nf32 += g[i].dtype == VX_F32 && g[i].ndim >= 2;
+        n16 += g[i].dtype == VX_F16;
+        nbf += g[i].dtype == VX_BF16;
     }
+#define AK(key) (snprintf(k, sizeof k, "%s.%s", a->name, key), k)
     /* header and key-values (kv count patched below) */
     put(&b, "GGUF", 4);
     u32(&b, 3);
     u64(&b, (uint64_t)nt);
     u64(&b, 0);
     const char *model = vx_json_str(vx_index_json(c), "model");
-    kv_str(&b, &nkv, "general.architecture", "llama");
+    kv_str(&b, &nkv, "general.architecture", a->name);
     kv_str(&b, &nkv, "general.name", model ? model : "lql export");
     kv_u32(&b, &nkv, "general.alignment", ALIGN);
     /* LLAMA_FTYPE_ALL_F32 0, MOSTLY_F16 1, MOSTLY_BF16 32: what most matrices are */
     kv_u32(&b, &nkv, "general.file_type", nbf > n16 && nbf > nf32 ? 32 : n16 > nf32 ? 1 : 0);
-    kv_u32(&b, &nkv, "llama.vocab_size", (uint32_t)vocab);
-    kv_u32(&b, &nkv, "llama.context_length", (uint32_t)jnum(x, "context_length"));
-    kv_u32(&b, &nkv, "llama.embedding_length", (uint32_t)hidden);
-    kv_u32(&b, &nkv, "llama.block_count", (uint32_t)layers);
-    kv_u32(&b, &nkv, "llama.feed_forward_length", (uint32_t)inter);
-    kv_u32(&b, &nkv, "llama.attention.head_count", (uint32_t)heads);
-    kv_u32(&b, &nkv, "llama.attention.head_count_kv", (uint32_t)kv);
-    kv_u32(&b, &nkv, "llama.attention.key_length", (uint32_t)hd);
-    kv_u32(&b, &nkv, "llama.attention.value_length", (uint32_t)hd);
-    kv_u32(&b, &nkv, "llama.rope.dimension_count", (uint32_t)hd);
-    kv_f32(&b, &nkv, "llama.rope.freq_base", (float)jnum(x, "attention.rope.theta"));
-    kv_f32(&b, &nkv, "llama.attention.layer_norm_rms_epsilon", (float)jnum(x, "norm.eps"));
+    kv_u32(&b, &nkv, AK("vocab_size"), (uint32_t)vocab);
+    kv_u32(&b, &nkv, AK("context_length"), (uint32_t)jnum(x, "context_length"));
+    kv_u32(&b, &nkv, AK("embedding_length"), (uint32_t)hidden);
+    kv_u32(&b, &nkv, AK("block_count"), (uint32_t)layers);
+    kv_u32(&b, &nkv, AK("feed_forward_length"), (uint32_t)inter);
+    kv_u32(&b, &nkv, AK("attention.head_count"), (uint32_t)heads);
+    kv_u32(&b, &nkv, AK("attention.head_count_kv"), (uint32_t)kv);
+    kv_u32(&b, &nkv, AK("attention.key_length"), (uint32_t)hd);
+    kv_u32(&b, &nkv, AK("attention.value_length"), (uint32_t)hd);
+    if (!strcmp(vx_json_str(jp(x, "norm"), "kind"), "layer")) {
+        kv_f32(&b, &nkv, AK("attention.layer_norm_epsilon"), (float)jnum(x, "norm.eps"));
+    } else {
+        kv_f32(&b, &nkv, AK("attention.layer_norm_rms_epsilon"), (float)jnum(x, "norm.eps"));
+        kv_u32(&b, &nkv, AK("rope.dimension_count"), (uint32_t)hd);
+        kv_f32(&b, &nkv, AK("rope.freq_base"), (float)jnum(x, "attention.rope.theta"));
+    }
+    if (moe) {
+        kv_u32(&b, &nkv, AK("expert_count"), (uint32_t)jnum(x, "moe.experts"));
+        kv_u32(&b, &nkv, AK("expert_used_count"), (uint32_t)jnum(x, "moe.top_k"));
+    }
+    /* phi3's loader wants the key; 0 is "no window" (the surface check refused windows) */
+    if (!strcmp(a->name, "phi3") || a->gemma2)
+        kv_u32(&b, &nkv, AK("attention.sliding_window"), (uint32_t)window);
+    if (a->gemma2) {
+        kv_f32(&b, &nkv, AK("attn_logit_softcapping"), (float)jnum(x, "attention.softcap"));
+        kv_f32(&b, &nkv, AK("final_logit_softcapping"), (float)jnum(x, "lm_head.softcap"));
+    }
+#undef AK
     if ((rc = tokenizer_kv(c, cJSON_GetObjectItemCaseSensitive(x, "special_tokens"), vocab, &b,
                            &nkv, err)))
         goto done;
     for (size_t i = 0; i < nt; i++) {
-        const vx_tensor *t = g[i].t;
         str(&b, g[i].name);
-        u32(&b, (uint32_t)t->ndim);
-        for (int d = t->ndim - 1; d >= 0; d--)      /* ggml's ne: innermost first */
-            u64(&b, (uint64_t)t->shape[d]);
-        u32(&b, ggml_type(g[i].widen ? VX_F32 : t->dtype));
+        u32(&b, (uint32_t)g[i].ndim);
+        for (int d = g[i].ndim - 1; d >= 0; d--)      /* ggml's ne: innermost first */
+            u64(&b, (uint64_t)g[i].shape[d]);
+        u32(&b, ggml_type(g[i].widen ? VX_F32 : g[i].dtype));
         u64(&b, g[i].off);
     }
     static const unsigned char zero[ALIGN] = {0};
@@ -563,18 +921,7 @@ int vx_export_gguf(const vx_container *c, const char *out_path, vx_export_report
     }
     rc = hf_export_write(fd, b.p, b.n, tmp, err);
     for (size_t i = 0; i < nt && rc == 0; i++) {
-        const vx_tensor *t = g[i].t;
-        if (g[i].widen) {
-            float *f = malloc((size_t)g[i].nbytes);
-            rc = !f ? vx_errf(err, VX_ENOMEM, "export gguf: out of memory")
-                    : vx_row_to_f32(t->dtype, t->data, f, (size_t)vx_tensor_nelems(t)) < 0
-                    ? vx_errf(err, VX_EUNSUPPORTED, "export gguf: cannot widen '%s'", t->name)
-                    : hf_export_write(fd, f, g[i].nbytes, tmp, err);
-            free(f);
-        } else {
-            rc = g[i].heads ? write_permuted(fd, t, g[i].heads, tmp, err)
-                            : hf_export_write(fd, t->data, t->nbytes, tmp, err);
-        }
+        rc = write_gt(fd, &g[i], tmp, err);
         if (rc == 0)
             rc = hf_export_write(fd, zero, (ALIGN - g[i].nbytes % ALIGN) % ALIGN, tmp, err);
         rep->bytes += g[i].nbytes;
@@ -593,6 +940,6 @@ done:
     if (tmp[0])
         unlink(tmp);
     free(b.p);
-    free(g);
+    gts_free(g, nt);
     return rc ? -1 : 0;
 }

@@ -292,19 +292,23 @@ int vx_export_target_check(const char *out, int dir, const char *what, vx_err *e
 /* Write c's stored tensors back as the Hugging Face checkpoint directory it was encoded
  * from: model.safetensors under the source tensor names (the inverse of the encoder's
  * source_bindings: renames, row slices re-concatenated, transposes undone, gathered experts
- * scattered back), config.json and the tokenizer files from the container's snapshots, so
- * `vindex encode` of the directory gives the same payload hashes. out_dir must be absent or an empty directory; the
- * directory is written as a temporary sibling and renamed into place. What the format
- * cannot hold is refused by name (bank shape, quantised or MXFP4 tensors, a container
- * without config.json). */
+ * scattered back, MXFP4 experts split back into blocks and scales), config.json and the
+ * tokenizer files from the container's snapshots, so `vindex encode` of the directory gives
+ * the same payload hashes. out_dir must be absent or an empty directory; the directory is
+ * written as a temporary sibling and renamed into place. What the format cannot hold is
+ * refused by name (bank shape, block-quantised tensors, MXFP4 operands not stored as the
+ * checkpoint's blocks, a container without config.json). */
 int vx_export_hf(const vx_container *c, const char *out_dir, vx_export_report *rep,
                  vx_err *err);
 
 /* Write c as a GGUF v3 file out_path (must not exist; temporary sibling, then linked into
- * place) for llama.cpp: family llama only, tensors in their stored dtype (f32, f16, bf16;
- * 16-bit vectors widened to f32), q_proj / k_proj rows permuted to llama.cpp's rope layout,
- * the tokenizer (byte-level BPE as llama.cpp's gpt2, Llama 2 SentencePiece BPE as its
- * llama) as tokenizer.ggml.* metadata. Anything else is refused by name. */
+ * place) for llama.cpp's architecture of its family (llama for llama / mistral / mixtral,
+ * qwen2, phi3, olmo2, gpt2, gemma2), tensors in their stored dtype (f32, f16, bf16; 16-bit
+ * vectors widened to f32) in that architecture's layout (fused q|k|v and gate|up rows,
+ * stacked experts, llama's q_proj / k_proj rows permuted to its rope layout, gemma2's norms
+ * as 1 + w), the tokenizer
+ * (byte-level BPE as llama.cpp's gpt2, Llama 2 SentencePiece BPE as its llama) as
+ * tokenizer.ggml.* metadata. Any other family or construct is refused by name. */
 int vx_export_gguf(const vx_container *c, const char *out_path, vx_export_report *rep,
                    vx_err *err);
 

@@ -4,12 +4,16 @@ GGUF that `COMPILE … INTO MODEL … FORMAT GGUF` wrote, against the Hugging Fa
 `COMPILE … INTO MODEL` wrote from the same container (test_export.c shows that directory
 re-encodes to the container's payload hashes, so it stands for the container here).
 
-Checks: the GGUF v3 header and alignment; the llama hyper-parameters against config.json;
-the tokenizer metadata against tokenizer.json (every token by id and type; a byte-level
-BPE's every merge, or a SentencePiece BPE's scores = -(merge rank); bos/eos); every tensor under llama.cpp's name with ggml's reversed dimensions and
-type, aligned, and its bytes equal to the safetensors tensor after the documented
-transforms: q_proj / k_proj rows permuted as convert_hf_to_gguf.py's LlamaModel.permute,
-16-bit vectors widened to F32. Prints `ok: …` and exits 0, else names the first
+Checks: the GGUF v3 header and alignment; the architecture named for the checkpoint's
+model_type (llama for llama / mistral / mixtral, qwen2, phi3, olmo2, gpt2, gemma2) and its
+hyper-parameters against config.json; the tokenizer metadata against tokenizer.json (every
+token by id and type; a byte-level BPE's pre-tokenizer and every merge, or a SentencePiece
+BPE's scores = -(merge rank); bos/eos); every tensor under llama.cpp's name with ggml's
+reversed dimensions and type, aligned, and its bytes equal to the checkpoint's tensors after
+convert_hf_to_gguf.py's transforms: llama's q_proj / k_proj rows permuted as
+LlamaModel.permute, GPT-2's Conv1D weights transposed, Mixtral's experts stacked into
+ffn_*_exps, a tied model's embedding written again as output where the architecture wants
+one, Gemma 2's norm weights w written as 1 + w, 16-bit vectors widened to F32. Prints `ok: …` and exits 0, else names the first
 difference and exits 1.
 """
 import json
@@ -64,19 +68,66 @@ def safetensors(path):
             for k, v in head.items()}
 
 
-def gguf_name(hf):
+ARCH = {"llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen2": "qwen2", "phi3": "phi3",
+        "olmo2": "olmo2", "gpt2": "gpt2", "gemma2": "gemma2"}
+OUTPUT_REQUIRED = ("phi3", "olmo2", "gpt2")
+
+
+def gguf_name(arch, hf):
+    """(llama.cpp name, slot in a stacked tensor or None, transform) of a checkpoint tensor."""
     fixed = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-             "lm_head.weight": "output.weight"}
+             "lm_head.weight": "output.weight", "transformer.wte.weight": "token_embd.weight",
+             "transformer.wpe.weight": "position_embd.weight",
+             "transformer.ln_f.weight": "output_norm.weight", "transformer.ln_f.bias": "output_norm.bias"}
     if hf in fixed:
-        return fixed[hf]
+        return fixed[hf], None, None
     parts = hf.split(".")
+    kind = parts[-1]
+    if parts[:2] == ["transformer", "h"]:
+        sub = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output",
+               "ln_2": "ffn_norm", "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}[".".join(parts[3:-1])]
+        # Conv1D [in, out] -> [out, in]
+        return "blk.%s.%s.%s" % (parts[2], sub, kind), None, "T" if kind == "weight" else None
     if parts[:2] != ["model", "layers"]:
-        return None
+        return None, None, None
+    inner = ".".join(parts[3:-1])
+    if inner.startswith("block_sparse_moe.experts."):
+        e, w = parts[5], parts[6]
+        return "blk.%s.%s.weight" % (parts[2], {"w1": "ffn_gate_exps", "w3": "ffn_up_exps",
+                                                 "w2": "ffn_down_exps"}[w]), int(e), None
     sub = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
            "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-           "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-           "mlp.down_proj": "ffn_down"}[".".join(parts[3:-1])]
-    return "blk.%s.%s.weight" % (parts[2], sub)
+           "self_attn.qkv_proj": "attn_qkv", "self_attn.q_norm": "attn_q_norm",
+           "self_attn.k_norm": "attn_k_norm",
+           "post_attention_layernorm": "post_attention_norm" if arch in ("olmo2", "gemma2") else "ffn_norm",
+           "pre_feedforward_layernorm": "ffn_norm",
+           "post_feedforward_layernorm": "post_ffw_norm", "mlp.gate_proj": "ffn_gate",
+           "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down", "mlp.gate_up_proj": "ffn_up",
+           "block_sparse_moe.gate": "ffn_gate_inp"}[inner]
+    perm = arch == "llama" and kind == "weight" and sub in ("attn_q", "attn_k")
+    return "blk.%s.%s.%s" % (parts[2], sub, kind), None, sub if perm else None
+
+
+def transpose(data, shape, size):
+    rows, cols = shape
+    return b"".join(data[(r * cols + c) * size:(r * cols + c + 1) * size]
+                    for c in range(cols) for r in range(rows))
+
+
+def template_bos(tj):
+    pp = tj.get("post_processor") or {}
+    for p in pp.get("processors", [pp]):
+        if p.get("type") == "TemplateProcessing" and "SpecialToken" in p["single"][0]:
+            return p["special_tokens"][p["single"][0]["SpecialToken"]["id"]]["ids"][0]
+    return None
+
+
+def pre_type(tj):
+    pt = tj.get("pre_tokenizer") or {}
+    if pt.get("type") == "ByteLevel":
+        return "gpt-2"
+    rx = pt["pretokenizers"][0]["pattern"]["Regex"]
+    return "llama-bpe" if "\\p{N}{1,3}" in rx else "qwen2"
 
 
 def permute(data, rows, heads):
@@ -113,23 +164,45 @@ def main():
         k = r.string()
         kv[k] = r.value(r.take("I"))
     align = kv.get("general.alignment", 32)
-    want = {"general.architecture": "llama", "llama.embedding_length": cfg["hidden_size"],
-            "llama.block_count": cfg["num_hidden_layers"],
-            "llama.feed_forward_length": cfg["intermediate_size"],
-            "llama.attention.head_count": cfg["num_attention_heads"],
-            "llama.attention.head_count_kv": cfg.get("num_key_value_heads", cfg["num_attention_heads"]),
-            "llama.vocab_size": cfg["vocab_size"]}
+    arch = ARCH.get(cfg["model_type"])
+    if kv.get("general.architecture") != arch:
+        fail("general.architecture %r for model_type %r" % (kv.get("general.architecture"), cfg["model_type"]))
+
+    def hp(*names, default=None):
+        for n in names:
+            if cfg.get(n) is not None:
+                return cfg[n]
+        return default
+
+    heads = hp("num_attention_heads", "n_head")
+    want = {"embedding_length": hp("hidden_size", "n_embd"), "block_count": hp("num_hidden_layers", "n_layer"),
+            "feed_forward_length": hp("intermediate_size", "n_inner", default=4 * hp("hidden_size", "n_embd")),
+            "attention.head_count": heads, "attention.head_count_kv": hp("num_key_value_heads", default=heads),
+            "vocab_size": cfg["vocab_size"]}
+    if "num_local_experts" in cfg:
+        want.update({"expert_count": cfg["num_local_experts"], "expert_used_count": cfg["num_experts_per_tok"]})
+    if arch == "phi3":
+        want["attention.sliding_window"] = 0
+    if arch == "gemma2":
+        want["attention.sliding_window"] = cfg["sliding_window"]
     for k, v in want.items():
-        if kv.get(k) != v:
-            fail("metadata %s = %r, want %r" % (k, kv.get(k), v))
-    for k, v in (("llama.attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"]),
-                 ("llama.rope.freq_base", cfg.get("rope_theta", 10000.0))):
-        if abs(kv.get(k, -1) - v) > 1e-6 * max(1.0, abs(v)):
-            fail("metadata %s = %r, want %r" % (k, kv.get(k), v))
+        if kv.get(arch + "." + k) != v:
+            fail("metadata %s.%s = %r, want %r" % (arch, k, kv.get(arch + "." + k), v))
+    floats = [("attention.layer_norm_epsilon", cfg.get("layer_norm_epsilon"))] if arch == "gpt2" else \
+        [("attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"]), ("rope.freq_base", cfg.get("rope_theta", 10000.0))]
+    if arch == "gemma2":
+        floats += [("attn_logit_softcapping", cfg["attn_logit_softcapping"]),
+                   ("final_logit_softcapping", cfg["final_logit_softcapping"])]
+    for k, v in floats:
+        got = kv.get(arch + "." + k, -1)
+        if abs(got - v) > 1e-6 * max(1.0, abs(v)):
+            fail("metadata %s.%s = %r, want %r" % (arch, k, got, v))
     # tokenizer: gpt2 (byte-level BPE, merges) or llama (SentencePiece BPE, scores)
     spm = bool(tj["model"].get("byte_fallback"))
     if kv.get("tokenizer.ggml.model") != ("llama" if spm else "gpt2"):
         fail("tokenizer.ggml.model %r" % kv.get("tokenizer.ggml.model"))
+    if not spm and kv.get("tokenizer.ggml.pre") != pre_type(tj):
+        fail("tokenizer.ggml.pre %r, tokenizer.json's pre-tokenizer is %r" % (kv.get("tokenizer.ggml.pre"), pre_type(tj)))
     inv = {i: t for t, i in tj["model"]["vocab"].items()}
     special = {}
     for a in tj.get("added_tokens", []):
@@ -163,7 +236,8 @@ def main():
     elif kv["tokenizer.ggml.merges"] != merges:
         fail("merges differ from tokenizer.json")
     eos = cfg["eos_token_id"] if isinstance(cfg["eos_token_id"], int) else cfg["eos_token_id"][0]
-    if kv.get("tokenizer.ggml.bos_token_id") != cfg["bos_token_id"] or kv.get("tokenizer.ggml.eos_token_id") != eos:
+    bos = cfg["bos_token_id"] if cfg.get("bos_token_id") is not None else template_bos(tj)
+    if kv.get("tokenizer.ggml.bos_token_id") != bos or kv.get("tokenizer.ggml.eos_token_id") != eos:
         fail("bos/eos %r/%r" % (kv.get("tokenizer.ggml.bos_token_id"), kv.get("tokenizer.ggml.eos_token_id")))
     # tensors
     infos = {}
@@ -173,33 +247,51 @@ def main():
         ne = [r.take("Q") for _ in range(nd)]
         infos[name] = (ne, r.take("I"), r.take("Q"))
     start = (r.o + align - 1) // align * align
-    if len(infos) != len(st):
-        fail("%d tensors in the GGUF, %d in model.safetensors" % (len(infos), len(st)))
-    heads = {"attn_q": cfg["num_attention_heads"],
-             "attn_k": cfg.get("num_key_value_heads", cfg["num_attention_heads"])}
+    # what each GGUF tensor must hold: its checkpoint parts (stacked experts by slot)
+    size = {"F32": 4, "F16": 2, "BF16": 2}
+    expect = {}
     for hn, (dt, shape, raw) in st.items():
-        gn = gguf_name(hn)
+        gn, slot, xf = gguf_name(arch, hn)
+        if gn is None:
+            fail("%s: no llama.cpp tensor for it" % hn)
+        if xf in ("attn_q", "attn_k"):
+            raw = permute(raw, shape[0], heads if xf == "attn_q" else hp("num_key_value_heads", default=heads))
+        elif xf == "T" and len(shape) == 2:
+            raw, shape = transpose(raw, shape, size[dt]), [shape[1], shape[0]]
+        expect.setdefault(gn, {})[slot] = (dt, shape, raw, hn)
+    if arch in OUTPUT_REQUIRED and "output.weight" not in expect:
+        expect["output.weight"] = dict(expect["token_embd.weight"])
+    if len(infos) != len(expect):
+        fail("%d tensors in the GGUF, %d expected from model.safetensors" % (len(infos), len(expect)))
+    for gn, parts in expect.items():
         if gn not in infos:
-            fail("%s: no GGUF tensor %s" % (hn, gn))
+            fail("no GGUF tensor %s (from %s)" % (gn, ", ".join(p[3] for p in parts.values())))
+        slots = sorted(parts, key=lambda k: -1 if k is None else k)
+        dt, shape = parts[slots[0]][0], list(parts[slots[0]][1])
+        if slots != [None]:
+            if slots != list(range(len(slots))):
+                fail("%s: experts %r" % (gn, slots))
+            shape = [len(slots)] + shape
+        want_raw = b"".join(parts[k][2] for k in slots)
         ne, gt, off = infos[gn]
         if ne != list(reversed(shape)):
             fail("%s: ne %r for shape %r" % (gn, ne, shape))
         if off % align:
             fail("%s: offset %d not aligned to %d" % (gn, off, align))
-        want_raw, want_t = raw, dt
-        kind = gn.split(".")[-2]
-        if kind in heads:
-            want_raw = permute(raw, shape[0], heads[kind])
+        want_t = dt
         if len(shape) == 1 and dt != "F32":
-            want_raw, want_t = widen(dt, raw), "F32"
+            want_raw, want_t = widen(dt, want_raw), "F32"
+        if arch == "gemma2" and gn.endswith("norm.weight"):
+            vals = struct.unpack("<%df" % (len(want_raw) // 4), want_raw)
+            want_raw = struct.pack("<%df" % len(vals), *[v + 1.0 for v in vals])
         if GGML.get(gt, ("?",))[0] != want_t:
             fail("%s: ggml type %d, want %s" % (gn, gt, want_t))
         got = data[start + off:start + off + len(want_raw)]
         if got != want_raw:
-            fail("%s: bytes differ from %s%s" % (gn, hn, " (permuted)" if kind in heads else ""))
-    print("ok: GGUF v3, %d metadata keys, %d tensors equal to %s (q/k permuted, vectors F32), "
-          "%d tokens, %s tokenizer, %d merges" % (nkv, nt, os.path.join(hf, "model.safetensors"), len(toks),
-                                                  "llama" if spm else "gpt2", len(merges)))
+            fail("%s: bytes differ from %s" % (gn, ", ".join(p[3] for p in parts.values())))
+    print("ok: GGUF v3 %s, %d metadata keys, %d tensors equal to %s (as convert_hf_to_gguf.py lays them "
+          "out), %d tokens, %s tokenizer, %d merges" % (arch, nkv, nt, os.path.join(hf, "model.safetensors"),
+                                                        len(toks), "llama" if spm else "gpt2", len(merges)))
 
 
 if __name__ == "__main__":

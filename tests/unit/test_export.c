@@ -12,14 +12,20 @@
  *
  * Round trip without an edit, through the C call: qwen3, qwen2-moe, phi3 (fused rows),
  * gpt2 (transposed Conv1D), mamba2 (reshaped conv), deepseek-v3-lite (MLA + MoE),
- * granite-hybrid (per-expert row slices) and gpt-oss-bf16 (gathered experts) each encode →
+ * granite-hybrid (per-expert row slices), gpt-oss-bf16 (gathered experts) and gpt-oss
+ * (MXFP4 blocks and scales) each encode →
  * export → encode to the same payload hashes as the direct encode, and every exported
  * tensor equals the source checkpoint's (dtype, shape, bytes).
  *
+ * GGUF beyond llama: qwen2, phi3, gpt2, Mixtral, a 26-layer Gemma 2 (tools/mkfixture) and an
+ * MHA OLMo 2 (tests/export/mha_variant.py), each read by check_gguf.py against its exported
+ * directory. MXFP4 experts (gpt-oss) go back as blocks and scales.
+ *
  * Refusals by name: a non-empty target directory, an existing GGUF file, a path whose
- * parent is missing (and nothing left behind), MXFP4 experts, GGUF of a non-llama family,
- * GGUF of llama with rope scaling, a bank-shape container, a q8_0 profile; a full disk
- * midway (RLIMIT_FSIZE) fails by name and leaves nothing.
+ * parent is missing (and nothing left behind), GGUF of families llama.cpp has no form for
+ * and of constructs an architecture lacks (rope scaling, a window, GQA under olmo2, a
+ * 3-layer gemma2), a bank-shape container, a q8_0 profile, MXFP4 experts stored as f32; a
+ * full disk midway (RLIMIT_FSIZE) fails by name and leaves nothing.
  */
 #include "st.h"
 #include "t.h"
@@ -155,7 +161,7 @@ static void edited_round_trip(const char *dir)
     snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/check_gguf.py' '%s' '%s' 2>&1",
              LQL_SOURCE_DIR, gg, hf);
     CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf: %s", out);
-    CHECK_HAS(out, "ok: GGUF v3, 25 metadata keys, 39 tensors equal");
+    CHECK_HAS(out, "ok: GGUF v3 llama, 25 metadata keys, 39 tensors equal");
     CHECK_HAS(out, "4096 tokens, gpt2 tokenizer, 3839 merges");
     printf("%s", out);
     /* the reader can fail: one byte of the last tensor flipped */
@@ -210,34 +216,49 @@ static int same_checkpoint(const char *exported, const char *source, size_t *n)
     return ok;
 }
 
+/* Checkpoint src (made first by the shell command make, when not NULL) encoded into dir,
+ * exported as a Hugging Face directory and as a GGUF, and the GGUF read by check_gguf.py
+ * against the directory; its report must hold want. The GGUF's path in gg. */
+static void gguf_checked(const char *dir, const char *src, const char *make, const char *name,
+                         const char *want, char *gg, size_t ng)
+{
+    char cmd[8192], a[2300], hf[2300], msg[1024];
+    snprintf(a, sizeof a, "%s/%s.g.vindex3", dir, name);
+    snprintf(hf, sizeof hf, "%s/%s.g.hf", dir, name);
+    snprintf(gg, ng, "%s/%s.gguf", dir, name);
+    fx_rm_rf(hf);
+    unlink(gg);
+    if (make) {
+        fx_rm_rf(src);
+        CHECK_MSG(fx_run(make, out, sizeof out) == 0, "%s: %s", name, out);
+    }
+    CHECK(encode(src, a) == 0);
+    CHECK_MSG(export_to(a, hf, 0, msg, sizeof msg) == 0, "%s: %s", name, msg);
+    CHECK_MSG(export_to(a, gg, 1, msg, sizeof msg) == 0, "%s gguf: %s", name, msg);
+    snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/check_gguf.py' '%s' '%s' 2>&1",
+             LQL_SOURCE_DIR, gg, hf);
+    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf %s: %s", name, out);
+    CHECK_HAS(out, want);
+    printf("%s: %s", name, out);
+}
+
 /* A llama with Llama 2's SentencePiece tokenizer (tools/mkfixture, 32000 tokens): the GGUF
  * carries llama.cpp's llama tokenizer (scores from the merge ranks, byte tokens). */
 static void sentencepiece_gguf(const char *dir)
 {
-    char cmd[8192], src[2300], a[2300], hf[2300], gg[2300], msg[1024];
+    char make[8192], src[2300], gg[2300];
     snprintf(src, sizeof src, "%s/llama-spm", dir);
-    snprintf(a, sizeof a, "%s/llama-spm.vindex3", dir);
-    snprintf(hf, sizeof hf, "%s/llama-spm.hf", dir);
-    snprintf(gg, sizeof gg, "%s/llama-spm.gguf", dir);
-    fx_rm_rf(src);
-    snprintf(cmd, sizeof cmd, "'%s/mkfixture' --family llama --vocab 32000 --hidden 64 --layers 2 "
-             "--heads 4 --kv-heads 2 --inter 128 --tokenizer '%s/llama2/tokenizer.json' -o '%s' "
-             "2>&1", LQL_BINARY_DIR, LQL_TOKENIZER_DIR, src);
-    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "mkfixture: %s", out);
-    CHECK(encode(src, a) == 0);
-    CHECK_MSG(export_to(a, hf, 0, msg, sizeof msg) == 0, "%s", msg);
-    CHECK_MSG(export_to(a, gg, 1, msg, sizeof msg) == 0, "%s", msg);
-    snprintf(cmd, sizeof cmd, "python3 '%s/tests/export/check_gguf.py' '%s' '%s' 2>&1",
-             LQL_SOURCE_DIR, gg, hf);
-    CHECK_MSG(fx_run(cmd, out, sizeof out) == 0, "check_gguf: %s", out);
-    CHECK_HAS(out, "32000 tokens, llama tokenizer");
-    printf("%s", out);
+    snprintf(make, sizeof make, "'%s/mkfixture' --family llama --vocab 32000 --hidden 64 "
+             "--layers 2 --heads 4 --kv-heads 2 --inter 128 --tokenizer "
+             "'%s/llama2/tokenizer.json' -o '%s' 2>&1", LQL_BINARY_DIR, LQL_TOKENIZER_DIR, src);
+    gguf_checked(dir, src, make, "llama-spm", "32000 tokens, llama tokenizer", gg, sizeof gg);
 }
 
 static void family_round_trips(const char *dir)
 {
     static const char *const fams[] = {"qwen3", "qwen2-moe", "phi3", "gpt2", "mamba2",
-                                       "deepseek-v3-lite", "granite-hybrid", "gpt-oss-bf16"};
+                                       "deepseek-v3-lite", "granite-hybrid", "gpt-oss-bf16",
+                                       "gpt-oss"};
     for (size_t i = 0; i < sizeof fams / sizeof *fams; i++) {
         char src[2300], a[2300], hf[2300], b[2300], msg[1024];
         snprintf(src, sizeof src, "%s/%s", FAMILIES, fams[i]);
@@ -256,14 +277,73 @@ static void family_round_trips(const char *dir)
     }
 }
 
+/* GGUF beyond llama: each family llama.cpp has an architecture for, exported as a
+ * Hugging Face directory and as a GGUF from the same container, the GGUF read by
+ * check_gguf.py against the directory (names, shapes, metadata and bytes under each
+ * architecture's layout); a byte flipped inside Mixtral's stacked experts fails it. */
+static void gguf_families(const char *dir)
+{
+    static const struct { const char *fam, *want; } f[] = {
+        {"qwen2", "ok: GGUF v3 qwen2, 25 metadata keys, 39 tensors equal"},
+        {"phi3", "ok: GGUF v3 phi3, 26 metadata keys, 15 tensors equal"},
+        {"gpt2", "ok: GGUF v3 gpt2, 23 metadata keys, 29 tensors equal"},
+        {"mixtral", "ok: GGUF v3 llama, 27 metadata keys, 23 tensors equal"},
+    };
+    char src[2300], make[8192], gg[2300];
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+        snprintf(src, sizeof src, "%s/%s", FAMILIES, f[i].fam);
+        gguf_checked(dir, src, NULL, f[i].fam, f[i].want, gg, sizeof gg);
+    }
+    /* Gemma 2 at a size llama.cpp knows (26 layers: query scale 1/sqrt(head_dim)), with the
+     * fixture's SentencePiece tokenizer: norms written as 1 + w, windows on even layers */
+    snprintf(src, sizeof src, "%s/gemma2-26", dir);
+    snprintf(make, sizeof make, "'%s/mkfixture' --family gemma2 --layers 26 --hidden 64 "
+             "--heads 4 --kv-heads 2 --head-dim 16 --inter 128 --vocab 512 --tokenizer "
+             "'%s/gemma2/tokenizer.json' -o '%s' 2>&1", LQL_BINARY_DIR, FAMILIES, src);
+    gguf_checked(dir, src, make, "gemma2-26", "ok: GGUF v3 gemma2, 29 metadata keys, 288 "
+                 "tensors equal", gg, sizeof gg);
+    CHECK_HAS(out, "512 tokens, llama tokenizer");
+    /* OLMo 2 with multi-head attention (tests/export/mha_variant.py regrows the fixture's
+     * k/v): q/k norms, post norms without pre-norms, the BOS its tokenizer's template adds */
+    snprintf(src, sizeof src, "%s/olmo2-mha", dir);
+    snprintf(make, sizeof make, "python3 '%s/tests/export/mha_variant.py' '%s/olmo2' '%s' 2>&1",
+             LQL_SOURCE_DIR, FAMILIES, src);
+    gguf_checked(dir, src, make, "olmo2-mha", "ok: GGUF v3 olmo2, 25 metadata keys, 36 tensors "
+                 "equal", gg, sizeof gg);
+    char cmd[16384], bad[2400];
+    snprintf(bad, sizeof bad, "%s/bad-mixtral.gguf", dir);
+    snprintf(cmd, sizeof cmd, "cp '%s/mixtral.gguf' '%s' && printf '\\377' | dd of='%s' "
+             "bs=1 seek=$(($(stat -c %%s '%s') - 700000)) conv=notrunc 2>/dev/null && python3 "
+             "'%s/tests/export/check_gguf.py' '%s' '%s/mixtral.g.hf' 2>&1", dir, bad, bad, bad,
+             LQL_SOURCE_DIR, bad, dir);
+    CHECK(fx_run(cmd, out, sizeof out) != 0);
+    CHECK_HAS(out, "FAIL: blk.0.ffn_down_exps.weight: bytes differ from "
+                   "model.layers.0.block_sparse_moe.experts.0.w2.weight");
+}
+
 static void refusals(const char *dir)
 {
     char a[2300], t[2300], msg[1024];
     struct { const char *fam; int gguf; const char *want; } r[] = {
-        {"gpt-oss", 0, "is MXFP4-packed; export refuses packed experts (it writes f32/f16/bf16 "
-                       "tensors as stored and does not re-pack blocks and scales)"},
-        {"qwen3", 1, "export gguf: family 'qwen3' is not written as GGUF"},
-        {"llama3-rope", 1, "export gguf: execution.attention.rope.scaling is set"},
+        {"gpt-oss", 1, "export gguf: family 'gpt_oss' is not written as GGUF: attention sinks, "
+                       "clamped SwiGLU experts and YaRN rope"},
+        {"qwen3", 1, "export gguf: family 'qwen3' is not written as GGUF: q/k head norms: "
+                     "llama.cpp's qwen3 architecture is newer than the llama.cpp the writer is "
+                     "checked against"},
+        {"llama3-rope", 1, "export gguf: family 'llama': execution.attention.rope.scaling is "
+                           "set; llama.cpp's llama architecture has no form for it"},
+        {"mistral-swa", 1, "export gguf: family 'mistral': layer 0 has a sliding window of 8; "
+                           "llama.cpp's llama architecture attends to the whole context"},
+        {"olmo2", 1, "export gguf: family 'olmo2': 2 kv heads for 4 query heads (grouped-query "
+                     "attention); llama.cpp's olmo2 architecture sizes k and its norm by the "
+                     "hidden size"},
+        {"gemma2", 1, "export gguf: family 'gemma2': 3 layers; llama.cpp's gemma2 architecture "
+                      "sets its query scale by the model size (26, 42 or 46 layers) and aborts on "
+                      "any other"},
+        {"qwen2-moe", 1, "export gguf: family 'qwen2_moe' is not written as GGUF: dense layers "
+                         "between MoE layers"},
+        {"deepseek-v3-lite", 1, "export gguf: family 'deepseek_v3' is not written as GGUF: "
+                                "multi-head latent attention"},
     };
     for (size_t i = 0; i < sizeof r / sizeof *r; i++) {
         char src[2300];
@@ -300,6 +380,22 @@ static void refusals(const char *dir)
     CHECK(c && vx_export_hf(c, t, &rep, &e) < 0);
     CHECK_HAS(e.msg, "is stored as q8_0 (profile 'q8'); export writes tensors as stored and "
                      "does not dequantise");
+    vx_close(c);
+    /* MXFP4 experts re-represented as f32 (as an edit would leave them): no longer the
+     * checkpoint's blocks and scales, and not re-packed */
+    snprintf(a, sizeof a, "%s/gpt-oss.vindex3", dir);
+    snprintf(t, sizeof t, "%s/oss-f32.hf", dir);
+    CHECK_MSG(vx_represent(a, "target.decoder_stack", VX_F32, &in, &e) == 0, "%s", e.msg);
+    sel.representation = in.id;
+    CHECK_MSG(vx_profile_add(a, "f32", &sel, 1, 0, &e) == 0, "%s", e.msg);
+    c = NULL;
+    CHECK_MSG(vx_open_profile(a, "f32", NULL, 0, &c, &e) == 0, "%s", e.msg);
+    CHECK(c && vx_export_hf(c, t, &rep, &e) < 0);
+    CHECK_HAS(e.msg, "export: operand 'layers.0.ffn.experts.0.gate_proj' is bound to the MXFP4 "
+                     "blocks of 'model.layers.0.mlp.experts.gate_up_proj_blocks' but stored as "
+                     "f32 (edited or re-represented); export writes MXFP4 experts back only as "
+                     "stored and does not re-pack blocks and scales");
+    CHECK(leftovers(dir, "oss-f32") == 0);
     vx_close(c);
 }
 
@@ -346,6 +442,7 @@ int main(void)
     edited_round_trip(dir);
     sentencepiece_gguf(dir);
     family_round_trips(dir);
+    gguf_families(dir);
     refusals(dir);
     disk_full(dir);
     return T_DONE();
