@@ -22,7 +22,7 @@ int lql_export_check(const lql_stmt *st, lql_err *e)
 {
     vx_err ve = {0};
     /* a Hugging Face checkpoint is a directory; a GGUF is one file */
-    if (vx_export_target_check(st->arg2, st->format != LQL_FORMAT_GGUF, "export", &ve))
+    if (vx_cw_check(st->arg2, NULL, st->format == LQL_FORMAT_GGUF ? VX_CW_FILE : 0, "export", &ve))
         return lql_err_vx(e, &ve, &st->arg2_at);
     return 0;
 }

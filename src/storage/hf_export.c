@@ -12,7 +12,6 @@
  * bytes and dtype, so `vindex encode` of the directory reproduces the container's payload
  * hashes.
  */
-#define _GNU_SOURCE   /* renameat2 */
 #include "hf_int.h"
 #include "vx_int.h"
 
@@ -49,70 +48,6 @@ int hf_export_admissible(const vx_container *c, int mxfp4, const char *what, vx_
                        what, t->name, t->object, vx_dtype_name(t->dtype) ? vx_dtype_name(t->dtype)
                        : "a block-quantised type", p ? " (profile '" : "", p ? p : "", p ? "')" : "");
     }
-    return 0;
-}
-
-int vx_export_target_check(const char *out, int dir, const char *what, vx_err *err)
-{
-    struct stat sb;
-    if (!out || !*out)
-        return vx_errf(err, VX_EARG, "%s: an output path is required", what);
-    if (lstat(out, &sb) != 0) {
-        if (errno != ENOENT)
-            return vx_errf(err, VX_EIO, "%s: cannot check '%s': %s", what, out, strerror(errno));
-        /* the temporary sibling is written beside it: its parent must be a directory */
-        char parent[4200];
-        snprintf(parent, sizeof parent, "%s", out);
-        char *slash = strrchr(parent, '/');
-        if (!slash)
-            return 0;
-        slash[slash == parent] = '\0';
-        int e = stat(parent, &sb) != 0 ? errno : !S_ISDIR(sb.st_mode) ? ENOTDIR : 0;
-        return e ? vx_errf(err, VX_EARG, "%s: cannot write '%s': its parent '%s' is not a "
-                           "directory (%s)", what, out, parent, strerror(e)) : 0;
-    }
-    if (!dir || !S_ISDIR(sb.st_mode))
-        return vx_errf(err, VX_EARG, "%s: '%s' already exists; lql does not overwrite it", what,
-                       out);
-    DIR *d = opendir(out);
-    if (!d)
-        return vx_errf(err, VX_EIO, "%s: cannot list '%s': %s", what, out, strerror(errno));
-    struct dirent *de;
-    int n = 0;
-    while ((de = readdir(d)))
-        n += strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
-    closedir(d);
-    return n ? vx_errf(err, VX_EARG, "%s: '%s' is a directory that is not empty; lql writes "
-                       "a model only into a new or empty directory", what, out) : 0;
-}
-
-int hf_export_write(int fd, const void *p, uint64_t n, const char *path, vx_err *err)
-{
-    const unsigned char *b = p;
-    while (n) {
-        size_t k = n > (1u << 30) ? (1u << 30) : (size_t)n;
-        ssize_t w = write(fd, b, k);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return vx_errf(err, VX_EIO, "export: cannot write '%s': %s", path,
-                           w < 0 ? strerror(errno) : "short write");
-        b += w;
-        n -= (uint64_t)w;
-    }
-    return 0;
-}
-
-int hf_export_sync_dir(const char *path, vx_err *err)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return vx_errf(err, VX_EIO, "export: cannot sync '%s': %s", path, strerror(e));
-    }
-    close(fd);
     return 0;
 }
 
@@ -363,7 +298,7 @@ static int scatter_end(int fd, const src_tensor *s, unsigned char *out, unsigned
                          "unwritten", s->name, unit == vx_dtype_block_bytes(s->dtype) ?
                          "element" : "row", (unsigned long long)i);
     if (rc == 0)
-        rc = hf_export_write(fd, out, n * unit, path, err);
+        rc = vx_write_all(fd, out, n * unit, "export", path, err);
     free(out);
     free(seen);
     return rc;
@@ -474,7 +409,7 @@ static int write_tensor(int fd, const src_tensor *s, const char *path, vx_err *e
         return write_mxfp4(fd, s, path, err);
     if (s->parts[0].xf == PX_WHOLE || s->parts[0].xf == PX_ROWS) {
         for (size_t i = 0; i < s->n; i++)
-            if (hf_export_write(fd, s->parts[i].t->data, s->parts[i].t->nbytes, path, err))
+            if (vx_write_all(fd, s->parts[i].t->data, s->parts[i].t->nbytes, "export", path, err))
                 return -1;
         return 0;
     }
@@ -492,7 +427,7 @@ static int write_tensor(int fd, const src_tensor *s, const char *path, vx_err *e
             for (int64_t k = 0; k < t->shape[0]; k++, c++)
                 memcpy(row + (size_t)c * es, d + ((size_t)k * (size_t)R + (size_t)r) * es, es);
         }
-        rc = hf_export_write(fd, row, (uint64_t)C * es, path, err);
+        rc = vx_write_all(fd, row, (uint64_t)C * es, "export", path, err);
     }
     free(row);
     return rc;
@@ -531,8 +466,9 @@ static int write_safetensors(const plan *p, const char *path, vx_export_report *
     unsigned char len[8];
     for (int i = 0; i < 8; i++)
         len[i] = (unsigned char)((uint64_t)hl >> (8 * i));
-    rc = hf_export_write(fd, len, 8, path, err) || hf_export_write(fd, text, tl, path, err) ||
-         hf_export_write(fd, "        ", hl - tl, path, err);
+    rc = vx_write_all(fd, len, 8, "export", path, err) ||
+         vx_write_all(fd, text, tl, "export", path, err) ||
+         vx_write_all(fd, "        ", hl - tl, "export", path, err);
     free(text);
     for (size_t i = 0; i < p->n && rc == 0; i++)
         rc = write_tensor(fd, &p->s[i], path, err);
@@ -544,23 +480,12 @@ static int write_safetensors(const plan *p, const char *path, vx_export_report *
     return rc ? -1 : 0;
 }
 
-/* Rename tmp onto out: out absent, or an empty directory (replaced atomically). */
-static int publish_dir(const char *tmp, const char *out, vx_err *err)
-{
-    struct stat sb;
-    if (lstat(out, &sb) == 0 ? rename(tmp, out) != 0
-                             : renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_NOREPLACE) != 0)
-        return vx_errf(err, VX_EIO, "export: cannot rename '%s' to '%s': %s", tmp, out,
-                       strerror(errno));
-    return 0;
-}
-
 int vx_export_hf(const vx_container *c, const char *out_dir, vx_export_report *rep,
                  vx_err *err)
 {
     memset(rep, 0, sizeof *rep);
-    char cfg[4200], tmp[4200], path[4300];
-    if (vx_export_target_check(out_dir, 1, "export", err) ||
+    char cfg[4200], path[4300];
+    if (vx_cw_check(out_dir, vx_dir(c), 0, "export", err) ||
         hf_export_admissible(c, 1, "export", err))
         return -1;
     snprintf(cfg, sizeof cfg, "%s/config.json", vx_dir(c));
@@ -568,34 +493,27 @@ int vx_export_hf(const vx_container *c, const char *out_dir, vx_export_report *r
         return vx_errf(err, VX_EMISSING, "export: '%s' has no config.json snapshot (the encoder "
                        "copies it from the checkpoint); a Hugging Face directory needs one",
                        vx_dir(c));
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_dir, (long)getpid()) >= sizeof tmp)
-        return vx_errf(err, VX_EARG, "export: output path '%s' is too long", out_dir);
     plan p = {0};
-    if (build_plan(c, &p, err)) {
+    vx_cw *w = NULL;
+    if (build_plan(c, &p, err) || vx_cw_open(&w, out_dir, vx_dir(c), "export", err) ||
+        vx_cw_path(w, "model.safetensors", path, sizeof path, err)) {
         plan_free(&p);
+        vx_cw_abort(w);
         return -1;
     }
-    vx_rmtree(tmp);
-    if (mkdir(tmp, 0755) != 0) {
-        plan_free(&p);
-        return vx_errf(err, VX_EIO, "export: cannot create '%s': %s", tmp, strerror(errno));
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     int rc = write_safetensors(&p, path, rep, err);
     for (size_t i = 0; rc == 0 && vx_hf_snapshots[i]; i++) {
         char have[4300];
         snprintf(have, sizeof have, "%s/%s", vx_dir(c), vx_hf_snapshots[i]);
         if (access(have, F_OK) != 0)
             continue;
-        rc = vx_copy_snapshot(vx_dir(c), tmp, vx_hf_snapshots[i], err);
+        rc = vx_copy_snapshot(vx_dir(c), vx_cw_dir(w), vx_hf_snapshots[i], err);
         rep->files += rc == 0;
     }
     plan_free(&p);
-    if (rc == 0)
-        rc = hf_export_sync_dir(tmp, err);
-    if (rc == 0)
-        rc = publish_dir(tmp, out_dir, err);
-    if (rc)
-        vx_rmtree(tmp);
-    return rc ? -1 : 0;
+    if (rc) {
+        vx_cw_abort(w);
+        return -1;
+    }
+    return vx_cw_commit(w, err) ? -1 : 0;
 }

@@ -672,7 +672,7 @@ static int write_permuted(int fd, const vx_tensor *t, int heads, const char *pat
             for (int64_t j = 0; j < 2; j++) {
                 const unsigned char *src = (const unsigned char *)t->data +
                                            (size_t)(h * d + j * (d / 2) + i) * rb;
-                if (hf_export_write(fd, src, rb, path, err))
+                if (vx_write_all(fd, src, rb, "export gguf", path, err))
                     return -1;
             }
     return 0;
@@ -693,11 +693,11 @@ static int write_gt(int fd, const gt *g, const char *path, vx_err *err)
                     : 0;
             for (size_t k = 0; rc == 0 && g->offset && k < n; k++)
                 f[k] += 1.0f;
-            rc = rc ? rc : hf_export_write(fd, f, n * 4, path, err);
+            rc = rc ? rc : vx_write_all(fd, f, n * 4, "export gguf", path, err);
             free(f);
         } else {
             rc = g->heads ? write_permuted(fd, t, g->heads, path, err)
-                          : hf_export_write(fd, t->data, t->nbytes, path, err);
+                          : vx_write_all(fd, t->data, t->nbytes, "export gguf", path, err);
         }
         if (rc)
             return -1;
@@ -822,7 +822,7 @@ int vx_export_gguf(const vx_container *c, const char *out_path, vx_export_report
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(comp, "execution");
     const garch *a = NULL;
     double window = 0;
-    if (vx_export_target_check(out_path, 0, "export gguf", err) ||
+    if (vx_cw_check(out_path, vx_dir(c), VX_CW_FILE, "export gguf", err) ||
         gguf_arch(c, x, comp, &a, &window, err) || hf_export_admissible(c, 0, "export gguf", err))
         return -1;
     const int layers = (int)jnum(comp, "num_layers"), hidden = (int)jnum(comp, "hidden_size");
@@ -838,9 +838,9 @@ int vx_export_gguf(const vx_container *c, const char *out_path, vx_export_report
     buf b = {0};
     size_t nkv = 0, nf32 = 0, n16 = 0, nbf = 0;
     uint64_t off = 0;
-    int rc = 0, fd = -1;
-    char tmp[4200], k[96];
-    tmp[0] = '\0';
+    int rc = 0;
+    vx_afile f = {.fd = -1};
+    char k[96];
     for (size_t i = 0; i < nt; i++) {
         g[i].off = off;
         off = (off + g[i].nbytes + ALIGN - 1) / ALIGN * ALIGN;
@@ -907,38 +907,22 @@ int vx_export_gguf(const vx_container *c, const char *out_path, vx_export_report
     }
     uint64_t kvn = nkv;
     memcpy(b.p + 16, &kvn, 8);
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_path, (long)getpid()) >= sizeof tmp) {
-        rc = vx_errf(err, VX_EARG, "export gguf: output path '%s' is too long", out_path);
-        tmp[0] = '\0';
+    if ((rc = vx_afile_open(&f, out_path, 0, "export gguf", err)))
         goto done;
-    }
-    unlink(tmp);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = vx_errf(err, VX_EIO, "export gguf: cannot create '%s': %s", tmp, strerror(errno));
-        tmp[0] = '\0';
-        goto done;
-    }
-    rc = hf_export_write(fd, b.p, b.n, tmp, err);
+    rc = vx_afile_write(&f, b.p, b.n, err);
     for (size_t i = 0; i < nt && rc == 0; i++) {
-        rc = write_gt(fd, &g[i], tmp, err);
+        rc = write_gt(f.fd, &g[i], f.tmp, err);
         if (rc == 0)
-            rc = hf_export_write(fd, zero, (ALIGN - g[i].nbytes % ALIGN) % ALIGN, tmp, err);
+            rc = vx_afile_write(&f, zero, (ALIGN - g[i].nbytes % ALIGN) % ALIGN, err);
         rep->bytes += g[i].nbytes;
     }
-    if (rc == 0 && fsync(fd) != 0)
-        rc = vx_errf(err, VX_EIO, "export gguf: cannot sync '%s': %s", tmp, strerror(errno));
-    /* linked into place: never replaces a file that appeared meanwhile */
-    if (rc == 0 && link(tmp, out_path) != 0)
-        rc = vx_errf(err, VX_EIO, "export gguf: cannot create '%s': %s", out_path,
-                     strerror(errno));
     rep->tensors = nt;
     rep->files = nkv;
+    /* linked into place: never replaces a file that appeared meanwhile */
+    if (rc == 0)
+        rc = vx_afile_commit(&f, err);
 done:
-    if (fd >= 0)
-        close(fd);
-    if (tmp[0])
-        unlink(tmp);
+    vx_afile_abort(&f);
     free(b.p);
     gts_free(g, nt);
     return rc ? -1 : 0;

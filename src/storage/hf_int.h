@@ -152,11 +152,9 @@ void hf_emit_recur(cJSON *x, const arch *a);
 int hf_bind_mtp(judge *j, fam f, const arch *a, const cJSON *special);
 void hf_layer_state(cJSON *state, const arch *a, int i);
 
-/* ---- hf_export.c, shared with hf_gguf.c: export's refusals and file writing. ---- */
+/* ---- hf_export.c, shared with hf_gguf.c: export's refusals. ---- */
 /* Refuse what no checkpoint format holds: bank shape, block-quantised tensors, and MXFP4
  * tensors unless mxfp4 (the Hugging Face export writes them back as blocks and scales). */
 int hf_export_admissible(const vx_container *c, int mxfp4, const char *what, vx_err *err);
-int hf_export_write(int fd, const void *p, uint64_t n, const char *path, vx_err *err);
-int hf_export_sync_dir(const char *path, vx_err *err);
 
 #endif

@@ -285,9 +285,6 @@ typedef struct vx_export_report {
     size_t files;            /* snapshot files copied (HF) / metadata keys written (GGUF) */
 } vx_export_report;
 
-/* An export target must not exist; with dir, an absent path or an empty directory is
- * accepted (what names the statement in the message). */
-int vx_export_target_check(const char *out, int dir, const char *what, vx_err *err);
 
 /* Write c's stored tensors back as the Hugging Face checkpoint directory it was encoded
  * from: model.safetensors under the source tensor names (the inverse of the encoder's
@@ -310,6 +307,71 @@ int vx_export_hf(const vx_container *c, const char *out_dir, vx_export_report *r
  * (byte-level BPE as llama.cpp's gpt2, Llama 2 SentencePiece BPE as its llama) as
  * tokenizer.ggml.* metadata. Any other family or construct is refused by name. */
 int vx_export_gguf(const vx_container *c, const char *out_path, vx_export_report *rep,
+                   vx_err *err);
+
+/* ---------------------------------------------------------------- writing (cwriter.c;
+ * docs/lql/CONTAINER.md "Writing a container")
+ * The one container writer: every derived or encoded container (encode, bank import,
+ * COMPILE, COMPACT, export to a directory) is built in `<target>.tmp.<pid>` and renamed
+ * into place when complete, so a killed process leaves the target absent or whole. */
+typedef struct vx_cw vx_cw;
+enum { VX_CW_FILE = 1 };     /* vx_cw_check: the target is one file, not a directory */
+
+/* The target rule, without side effects: an output path is required; it must not exist,
+ * or (a directory target) be an empty directory; its parent must be a directory; with
+ * base_dir, it must not be base_dir or below it (symlinks and ".." resolved). what names
+ * the statement in the message ("compile: '…' already exists; lql does not overwrite it").
+ * Every writer (directory and single-file) checks its target with it. */
+int vx_cw_check(const char *target, const char *base_dir, unsigned flags, const char *what,
+                vx_err *err);
+/* Check the target (vx_cw_check) and create its temporary sibling. base_dir (may be NULL)
+ * is the container vx_cw_carry links files from. */
+int vx_cw_open(vx_cw **out, const char *target, const char *base_dir, const char *what,
+               vx_err *err);
+/* The temporary directory (what an encode finish hook writes into). */
+const char *vx_cw_dir(const vx_cw *w);
+/* The full path of container path rel in the temporary tree, its parents created. */
+int vx_cw_path(const vx_cw *w, const char *rel, char *out, size_t n, vx_err *err);
+/* base/rel into the tree unchanged: hard-linked, copied when linking is not possible. */
+int vx_cw_carry(vx_cw *w, const char *rel, vx_err *err);
+/* Write rel as a fresh file (an earlier one is replaced, a link to the base never written
+ * through), fsynced; vx_cw_json prints json (cJSON_Print, a final newline). */
+int vx_cw_file(vx_cw *w, const char *rel, const void *data, size_t n, vx_err *err);
+int vx_cw_json(vx_cw *w, const char *rel, const cJSON *json, vx_err *err);
+int vx_cw_index(vx_cw *w, const cJSON *index, vx_err *err);
+/* Publish: every directory of the tree fsynced, renamed onto the target (never replacing
+ * anything but the empty directory accepted at open), the parent fsynced. Frees w; on
+ * failure the temporary tree is removed. vx_cancel_flag set: VX_ECANCEL. */
+int vx_cw_commit(vx_cw *w, vx_err *err);
+/* Give up: the temporary tree removed, w freed (NULL is fine). */
+void vx_cw_abort(vx_cw *w);
+
+/* Write all n bytes to fd (EINTR and short writes retried); errors name path, prefixed
+ * "what: " when what is not NULL. */
+int vx_write_all(int fd, const void *data, uint64_t n, const char *what, const char *path,
+                 vx_err *err);
+/* Copy src to dst (created exclusively, fsynced; copy_file_range where it can). */
+int vx_file_copy(const char *src, const char *dst, vx_err *err);
+/* Call fn for every entry under root that is not a directory (stat'd, symlinks followed),
+ * rel its root-relative path and path its full one; stops at the first nonzero return. */
+struct stat;
+typedef int (*vx_tree_fn)(void *ctx, const char *rel, const char *path, const struct stat *sb);
+int vx_tree_files(const char *root, vx_tree_fn fn, void *ctx, vx_err *err);
+
+/* One file written atomically: `<path>.tmp.<pid>`, fsynced, then linked into place (an
+ * existing file is never replaced) or, with replace, renamed over it; the parent fsynced. */
+typedef struct vx_afile {
+    int fd, replace;
+    const char *what;        /* prefixes write errors ("export gguf: cannot write …") */
+    char path[4096], tmp[4128];
+} vx_afile;
+int vx_afile_open(vx_afile *f, const char *path, int replace, const char *what, vx_err *err);
+int vx_afile_write(vx_afile *f, const void *data, uint64_t n, vx_err *err);
+/* Publish (fsync, link or rename, parent fsynced); the temporary file is gone either way. */
+int vx_afile_commit(vx_afile *f, vx_err *err);
+void vx_afile_abort(vx_afile *f);
+/* The three in one call, for a file held in memory. */
+int vx_atomic_file(const char *path, const void *data, size_t n, int replace, const char *what,
                    vx_err *err);
 
 /* Remove dir and everything below it, best effort, not following symlinks (a writer's

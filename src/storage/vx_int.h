@@ -138,6 +138,10 @@ int vx_segw_write(vx_segw *w, const void *data, size_t n, vx_err *err);
 int vx_segw_close(vx_segw *w, char sha[65], uint64_t *bytes, vx_err *err);
 /* Abandon (error paths): closes and frees; the caller removes the file. NULL is fine. */
 void vx_segw_abort(vx_segw *w);
+/* A segment rel of a container being written (cwriter.c): vx_segw_open on its path in
+ * the temporary tree, parent directories created. */
+int vx_cw_segment(vx_cw *w, const char *rel, const char *object, const char *representation,
+                  const vx_segw_tensor *t, size_t n, vx_segw **out, vx_err *err);
 /* The container-relative name of shard `index` of a segment stem: "segments/<stem>.bin"
  * for the first, "segments/<stem>.NNN.bin" after (CONTAINER.md's naming). */
 void vx_shard_name(char *rel, size_t size, const char *stem, size_t index);

@@ -178,8 +178,7 @@ static void edited_round_trip(const char *dir)
     snprintf(cmd, sizeof cmd, "'%s/lql' -c 'USE \"%s/base.vindex3\" JOURNAL \":memory:\"; "
              "COMPILE CURRENT INTO MODEL \"%s\";' 2>&1", LQL_BINARY_DIR, dir, hf);
     CHECK(fx_run(cmd, out, sizeof out) != 0);
-    CHECK_HAS(out, "is a directory that is not empty; lql writes a model only into a new or "
-                   "empty directory");
+    CHECK_HAS(out, "already exists; lql does not overwrite it");
     snprintf(cmd, sizeof cmd, "'%s/lql' -c 'USE \"%s/base.vindex3\" JOURNAL \":memory:\"; "
              "COMPILE CURRENT INTO MODEL \"%s\" FORMAT GGUF;' 2>&1", LQL_BINARY_DIR, dir, gg);
     CHECK(fx_run(cmd, out, sizeof out) != 0);
