@@ -6,11 +6,10 @@
  * from the checkpoint's mmap into segment files (converting dtype when asked, splitting
  * fused tensors, transposing Conv1D weights), hashing as it writes. Pages of the source are
  * released as soon as a chunk is written, so resident memory stays at a few chunk buffers
- * however large the model is. Everything goes into `<out>.tmp-<pid>`; index.json is
- * written last, the finish hook runs, and only then is the directory renamed into place.
- * Any failure (or vx_cancel_flag) removes the temporary directory.
+ * however large the model is. Everything goes through the container writer (cwriter.c)
+ * into `<out>.tmp.<pid>`; index.json is written last, the finish hook runs, and only then
+ * is the directory committed. Any failure (or vx_cancel_flag) removes the temporary tree.
  */
-#define _GNU_SOURCE   /* renameat2 */
 #include "hf_admit.h"
 #include "vx_int.h"
 
@@ -265,60 +264,6 @@ static int write_operand(enc *e, vx_segw *w, const hf_operand *op)
 
 /* ---------------------------------------------------------------- files */
 
-
-static int sync_path(const char *path, vx_err *err)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return vx_errf(err, VX_EIO, "cannot open '%s' to sync: %s", path, strerror(errno));
-    int rc = fsync(fd);
-    close(fd);
-    if (rc < 0 && errno != EINVAL)
-        return vx_errf(err, VX_EIO, "cannot sync '%s': %s", path, strerror(errno));
-    return 0;
-}
-
-static int write_file(const char *path, const void *data, size_t n, vx_err *err)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return vx_errf(err, VX_EIO, "cannot create '%s': %s", path, strerror(errno));
-    const char *p = data;
-    while (n) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            int e = errno;
-            close(fd);
-            return vx_errf(err, VX_EIO, "cannot write '%s': %s", path, k < 0 ? strerror(e) : "short write");
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    if (fsync(fd) < 0) {
-        int e = errno;
-        close(fd);
-        return vx_errf(err, VX_EIO, "cannot sync '%s': %s", path, strerror(e));
-    }
-    close(fd);
-    return 0;
-}
-
-static int write_json(const char *dir, const char *name, const cJSON *j, vx_err *err)
-{
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    char *z = cJSON_Print(j);
-    if (!z)
-        return vx_errf(err, VX_ENOMEM, "encode: out of memory printing %s", name);
-    size_t n = strlen(z);
-    z[n] = '\n';   /* replaces the NUL; the length below includes it */
-    int rc = write_file(path, z, n + 1, err);
-    free(z);
-    return rc;
-}
-
 /* Tokenizer and config files in every form the hub ships them (tokenizer.json is the one
  * lql's tokenizer reads; the others keep the container self-contained): the encoder copies
  * them in, export (hf_export.c) copies them back out. */
@@ -334,27 +279,9 @@ int vx_copy_snapshot(const char *from_dir, const char *to_dir, const char *name,
     if (snprintf(src, sizeof src, "%s/%s", from_dir, name) >= (int)sizeof src ||
         snprintf(dst, sizeof dst, "%s/%s", to_dir, name) >= (int)sizeof dst)
         return vx_errf(err, VX_EARG, "path too long: '%s/%s'", from_dir, name);
-    FILE *in = fopen(src, "rb");
-    if (!in)
-        return errno == ENOENT ? 0 : vx_errf(err, VX_EIO, "cannot open '%s': %s", src, strerror(errno));
-    int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        fclose(in);
-        return vx_errf(err, VX_EIO, "cannot create '%s': %s", dst, strerror(errno));
-    }
-    char buf[1 << 16];
-    size_t n;
-    int rc = 0;
-    while (rc == 0 && (n = fread(buf, 1, sizeof buf, in)) > 0)
-        if (write(fd, buf, n) != (ssize_t)n)
-            rc = vx_errf(err, VX_EIO, "cannot write '%s': %s", dst, strerror(errno));
-    if (rc == 0 && ferror(in))
-        rc = vx_errf(err, VX_EIO, "cannot read '%s'", src);
-    if (rc == 0 && fsync(fd) < 0)
-        rc = vx_errf(err, VX_EIO, "cannot sync '%s': %s", dst, strerror(errno));
-    fclose(in);
-    close(fd);
-    return rc;
+    if (access(src, F_OK) != 0 && errno == ENOENT)
+        return 0;
+    return vx_file_copy(src, dst, err);
 }
 
 /* ---------------------------------------------------------------- objects */
@@ -372,7 +299,7 @@ static int fidelity(vx_dtype from, vx_dtype to)
 
 /* Encode one object: its operands into segments/<id>[.NNN].bin, recording segments and
  * the representation in index, the object in objects. */
-static int encode_object(enc *e, const char *tmp, const hf_object *ob, cJSON *index, cJSON *objects)
+static int encode_object(enc *e, vx_cw *cw, const hf_object *ob, cJSON *index, cJSON *objects)
 {
     uint64_t by[VX_DTYPE_COUNT] = {0};
     int fid = EXACT;
@@ -430,14 +357,10 @@ static int encode_object(enc *e, const char *tmp, const hf_object *ob, cJSON *in
         if ((rc = vx_segw_fit(tt + i, ob->n - i, cap, "encode", ob->id, &fit, e->err)) < 0)
             break;
         size_t k = i + fit;
-        char rel[256], path[PATH_MAX];
+        char rel[256];
         vx_shard_name(rel, sizeof rel, ob->id, (size_t)nfile);
-        if ((size_t)snprintf(path, sizeof path, "%s/%s", tmp, rel) >= sizeof path) {
-            rc = vx_errf(e->err, VX_EARG, "encode: output path '%s' is too long", tmp);
-            break;
-        }
         vx_segw *w;
-        if ((rc = vx_segw_open(&w, path, ob->id, rid, tt + i, k - i, e->err)) < 0)
+        if ((rc = vx_cw_segment(cw, rel, ob->id, rid, tt + i, k - i, &w, e->err)) < 0)
             break;
         for (size_t j = i; rc == 0 && j < k; j++)
             rc = write_operand(e, w, &ob->op[j]);
@@ -502,22 +425,6 @@ static int encode_object(enc *e, const char *tmp, const hf_object *ob, cJSON *in
 
 /* ---------------------------------------------------------------- entry */
 
-static int rename_noreplace(const char *from, const char *to, vx_err *err)
-{
-    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
-        return 0;
-    if (errno == EEXIST || errno == ENOTEMPTY)
-        return vx_errf(err, VX_EARG, "encode: output '%s' appeared while encoding; not replaced", to);
-    if (errno != EINVAL && errno != ENOSYS)
-        return vx_errf(err, VX_EIO, "cannot rename '%s' to '%s': %s", from, to, strerror(errno));
-    struct stat st;
-    if (lstat(to, &st) == 0)
-        return vx_errf(err, VX_EARG, "encode: output '%s' appeared while encoding; not replaced", to);
-    if (rename(from, to) < 0)
-        return vx_errf(err, VX_EIO, "cannot rename '%s' to '%s': %s", from, to, strerror(errno));
-    return 0;
-}
-
 static cJSON *make_index(const hf_plan *p, const char *model, const char *source, const vx_encode_opts *o)
 {
     cJSON *x = cJSON_CreateObject();
@@ -549,23 +456,7 @@ static cJSON *make_index(const hf_plan *p, const char *model, const char *source
     return x;
 }
 
-static int encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opts, vx_err *err);
-
 int vx_encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opts, vx_err *err)
-{
-    /* "out/" names the same directory as "out"; the temporary sibling needs the latter. */
-    char out[PATH_MAX];
-    if (out_dir && strlen(out_dir) >= sizeof out)
-        return vx_errf(err, VX_EARG, "encode: output path '%s' is too long", out_dir);
-    if (out_dir) {
-        snprintf(out, sizeof out, "%s", out_dir);
-        for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--)
-            out[n - 1] = '\0';
-    }
-    return encode(hf_dir, out_dir ? out : NULL, opts, err);
-}
-
-static int encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opts, vx_err *err)
 {
     vx_encode_opts defaults;
     if (!opts) {
@@ -581,9 +472,8 @@ static int encode(const char *hf_dir, const char *out_dir, const vx_encode_opts 
     if (opts->layer_lo >= 0 && opts->layer_hi < opts->layer_lo)
         return vx_errf(err, VX_EARG, "encode: layer band [%d, %d] is empty", opts->layer_lo,
                        opts->layer_hi);
-    struct stat st;
-    if (lstat(out_dir, &st) == 0)
-        return vx_errf(err, VX_EARG, "encode: output '%s' already exists", out_dir);
+    if (vx_cw_check(out_dir, NULL, 0, "encode", err) < 0)
+        return -1;
     char src[PATH_MAX];
     if (!realpath(hf_dir, src))
         return vx_errf(err, VX_EIO, "encode: cannot open checkpoint directory '%s': %s", hf_dir,
@@ -604,26 +494,12 @@ static int encode(const char *hf_dir, const char *out_dir, const vx_encode_opts 
                        opts->layer_lo, opts->layer_hi, plan.num_layers - 1);
     }
 
-    char tmp[PATH_MAX], segdir[PATH_MAX];
     int rc = 0;
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out_dir, (long)getpid()) >= sizeof tmp - 64 ||
-        (size_t)snprintf(segdir, sizeof segdir, "%s/segments", tmp) >= sizeof segdir) {
-        hf_plan_free(&plan);
-        st_close(m);
-        return vx_errf(err, VX_EARG, "encode: output path '%s' is too long", out_dir);
-    }
-    int made = 0;
     enc e = {.o = opts, .m = m, .err = err};
     cJSON *index = NULL, *graph = NULL;
-    if (mkdir(tmp, 0755) < 0) {
-        rc = vx_errf(err, VX_EIO, "encode: cannot create '%s': %s", tmp, strerror(errno));
+    vx_cw *cw = NULL;
+    if ((rc = vx_cw_open(&cw, out_dir, NULL, "encode", err)) < 0)
         goto out;
-    }
-    made = 1;
-    if (mkdir(segdir, 0755) < 0) {
-        rc = vx_errf(err, VX_EIO, "encode: cannot create '%s': %s", segdir, strerror(errno));
-        goto out;
-    }
     e.f32 = malloc(CHUNK_ELEMS * sizeof(float));
     e.cbuf = malloc(CHUNK_ELEMS * 4);
     e.gbuf = malloc(CHUNK_ELEMS * 4);
@@ -657,37 +533,26 @@ static int encode(const char *hf_dir, const char *out_dir, const vx_encode_opts 
     plan.edges = NULL;
     for (int i = 0; i < HF_NOBJ && rc == 0; i++)
         if (plan.obj[i].n)
-            rc = encode_object(&e, tmp, &plan.obj[i], index, objects);
+            rc = encode_object(&e, cw, &plan.obj[i], index, objects);
     if (rc < 0)
         goto out;
     for (size_t i = 0; vx_hf_snapshots[i] && rc == 0; i++)
-        rc = vx_copy_snapshot(src, tmp, vx_hf_snapshots[i], err);
+        rc = vx_copy_snapshot(src, vx_cw_dir(cw), vx_hf_snapshots[i], err);
     if (rc == 0)
-        rc = write_json(tmp, "system_graph.json", graph, err);
+        rc = vx_cw_json(cw, "system_graph.json", graph, err);
     if (rc == 0)
-        rc = write_json(tmp, "index.json", index, err);
+        rc = vx_cw_index(cw, index, err);
     if (rc == 0 && opts->finish) {
-        rc = opts->finish(opts->finish_ctx, tmp, index, err);
+        rc = opts->finish(opts->finish_ctx, vx_cw_dir(cw), index, err);
         if (rc == 0)
-            rc = write_json(tmp, "index.json", index, err);
+            rc = vx_cw_index(cw, index, err);
     }
-    if (rc == 0 && vx_cancel_flag)
-        rc = vx_errf(err, VX_ECANCEL, "encode: cancelled");
-    if (rc == 0)
-        rc = sync_path(segdir, err);
-    if (rc == 0)
-        rc = sync_path(tmp, err);
-    if (rc == 0)
-        rc = rename_noreplace(tmp, out_dir, err);
     if (rc == 0) {
-        made = 0;
-        char parent[PATH_MAX];
-        snprintf(parent, sizeof parent, "%s", out_dir);
-        rc = sync_path(dirname(parent), err);
+        rc = vx_cw_commit(cw, err);
+        cw = NULL;
     }
 out:
-    if (rc < 0 && made)
-        vx_rmtree(tmp);
+    vx_cw_abort(cw);
     cJSON_Delete(index);
     cJSON_Delete(graph);
     free(e.f32);

@@ -105,7 +105,7 @@ static cJSON *graph(const char *name, const cJSON **x, const cJSON **layers)
     return g;
 }
 
-/* No "<name>.tmp-*" sibling and no <name> left in tmp. */
+/* No "<name>.tmp.*" sibling and no <name> left in tmp. */
 static int leftovers(const char *name)
 {
     DIR *d = opendir(tmp);
@@ -299,7 +299,7 @@ static void tinyllama(void)
     /* Existing output refused. */
     CHECK(vx_encode(LQL_FIXTURE_DIR "/models/tinyllama", out, NULL, &err) == -1);
     char want[512];
-    snprintf(want, sizeof want, "encode: output '%s' already exists", out);
+    snprintf(want, sizeof want, "encode: '%s' already exists; lql does not overwrite it", out);
     CHECK_STR(err.msg, want);
 }
 
