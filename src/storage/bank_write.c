@@ -6,7 +6,7 @@
  * rewritten into fresh tensor-table segments; moe_manifest.json describes each layer's
  * programme; every other file is hard-linked (copied when linking fails). Regions are
  * streamed from the source mapping, so memory holds the tables only. The result is
- * built in a temporary sibling and renamed into place when complete.
+ * built through the container writer (cwriter.c) and published when complete.
  */
 #include "vindex.h"
 #include "vx_int.h"
@@ -14,7 +14,6 @@
 #include "st.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -28,7 +27,8 @@ static const char *const roles[3] = {"gate_proj", "up_proj", "down_proj"};
 
 typedef struct importer {
     const vx_container *c;
-    const char *src, *tmp, *object, *rep;
+    const char *src, *out, *object, *rep;
+    vx_cw *cw;
     char *moved;                 /* per vx_tensor_at index: goes into a bank */
     cJSON *index, *manifest_layers;
     vx_bank_info *info;
@@ -40,63 +40,21 @@ typedef struct importer {
 
 /* ---------------------------------------------------------------- files */
 
-static int copy_file(const char *src, const char *dst, vx_err *err)
-{
-    if (link(src, dst) == 0)
-        return 0;
-    int in = open(src, O_RDONLY | O_CLOEXEC), rc = -1;
-    if (in < 0)
-        return vx_errf(err, VX_EIO, "bank import: cannot read '%s': %s", src, strerror(errno));
-    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (out >= 0) {
-        char buf[1 << 16];
-        ssize_t k;
-        while ((k = read(in, buf, sizeof buf)) > 0 && write(out, buf, (size_t)k) == k)
-            ;
-        rc = k == 0 && fsync(out) == 0 ? 0 : -1;
-        close(out);
-    }
-    close(in);
-    return rc == 0 ? 0 : vx_errf(err, VX_EIO, "bank import: cannot copy '%s' to '%s': %s", src, dst, strerror(errno));
-}
-
 /* Carry every regular file of the source tree except index.json and the skipped
- * segments (the decoder representation's, rewritten here). Depth is bounded. */
-static int carry_tree(importer *im, const char *rel, int depth)
+ * segments (the decoder representation's, rewritten here). */
+static int carry(void *ctx, const char *rel, const char *path, const struct stat *sb)
 {
-    char sdir[PATH_MAX], ddir[PATH_MAX];
-    snprintf(sdir, sizeof sdir, "%s%s%s", im->src, *rel ? "/" : "", rel);
-    snprintf(ddir, sizeof ddir, "%s%s%s", im->tmp, *rel ? "/" : "", rel);
-    if (*rel && mkdir(ddir, 0755) != 0 && errno != EEXIST)
-        return vx_errf(im->err, VX_EIO, "bank import: cannot create '%s': %s", ddir, strerror(errno));
-    struct dirent **ent = NULL;
-    int n = scandir(sdir, &ent, NULL, alphasort), rc = 0;
-    if (n < 0)
-        return vx_errf(im->err, VX_EIO, "bank import: cannot list '%s': %s", sdir, strerror(errno));
-    for (int i = 0; i < n; i++) {
-        const char *nm = ent[i]->d_name;
-        char r[PATH_MAX], sp[PATH_MAX], dp[PATH_MAX];
-        struct stat st;
-        if ((size_t)snprintf(r, sizeof r, "%s%s%s", rel, *rel ? "/" : "", nm) >= sizeof r ||
-            (size_t)snprintf(sp, sizeof sp, "%s/%s", sdir, nm) >= sizeof sp ||
-            (size_t)snprintf(dp, sizeof dp, "%s/%s", ddir, nm) >= sizeof dp)
-            rc = rc ? rc : vx_errf(im->err, VX_EARG, "bank import: path '%s/%s' is too long", sdir, nm);
-        int skip = strcmp(nm, ".") == 0 || strcmp(nm, "..") == 0 || strcmp(r, "index.json") == 0;
-        for (size_t s = 0; !skip && s < vx_segment_count(im->c); s++) {
-            vx_segment_view v;
-            vx_segment_at(im->c, s, &v);
-            skip = strcmp(v.representation, im->rep) == 0 && strcmp(v.rel, r) == 0;
-        }
-        if (rc == 0 && !skip && lstat(sp, &st) == 0) {
-            if (S_ISDIR(st.st_mode))
-                rc = depth < 8 ? carry_tree(im, r, depth + 1) : 0;
-            else if (S_ISREG(st.st_mode))
-                rc = copy_file(sp, dp, im->err);
-        }
-        free(ent[i]);
+    importer *im = ctx;
+    (void)path;
+    if (!S_ISREG(sb->st_mode) || strcmp(rel, "index.json") == 0)
+        return 0;
+    for (size_t s = 0; s < vx_segment_count(im->c); s++) {
+        vx_segment_view v;
+        vx_segment_at(im->c, s, &v);
+        if (strcmp(v.representation, im->rep) == 0 && strcmp(v.rel, rel) == 0)
+            return 0;
     }
-    free(ent);
-    return rc;
+    return vx_cw_carry(im->cw, rel, im->err);
 }
 
 /* ---------------------------------------------------------------- planning */
@@ -202,8 +160,7 @@ static int record_file(importer *im, const char *rel, const char *schema, int ve
 {
     char path[PATH_MAX], sha[65];
     struct stat st;
-    snprintf(path, sizeof path, "%s/%s", im->tmp, rel);
-    if (vx_sha256_file(path, sha, err) < 0)
+    if (vx_cw_path(im->cw, rel, path, sizeof path, err) < 0 || vx_sha256_file(path, sha, err) < 0)
         return -1;
     if (stat(path, &st) < 0)
         return vx_errf(err, VX_EIO, "bank import: cannot stat '%s': %s", path, strerror(errno));
@@ -307,7 +264,8 @@ static int write_layer(importer *im, int layer, const bank_plan *p, int np)
 {
     char rel[64], path[PATH_MAX];
     snprintf(rel, sizeof rel, "banks/layer_%03d.lyrw", layer);
-    snprintf(path, sizeof path, "%s/%s", im->tmp, rel);
+    if (vx_cw_path(im->cw, rel, path, sizeof path, im->err) < 0)
+        return -1;
     vx_lyrw_schema sch[3][4];
     vx_lyrw_bank_spec spec[3];
     /* Plain: gate, up, down (+ bias: one row [gate | up | down biases], programme
@@ -403,10 +361,6 @@ static int write_layer(importer *im, int layer, const bank_plan *p, int np)
 static int write_banks(importer *im)
 {
     const vx_graph_shape *sh = vx_shape_of(im->c);
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/banks", im->tmp);
-    if (mkdir(dir, 0755) != 0)
-        return vx_errf(im->err, VX_EIO, "bank import: cannot create '%s': %s", dir, strerror(errno));
     for (int layer = 0; layer < sh->layers; layer++) {
         bank_plan p[2];
         int np = 0, rc;
@@ -522,11 +476,10 @@ static int write_graph_segments(importer *im)
         size_t fit;
         if ((rc = vx_segw_fit(tt + i, n - i, cap, "bank import", im->object, &fit, im->err)) < 0)
             break;
-        char rel[256], path[PATH_MAX];
+        char rel[256];
         vx_shard_name(rel, sizeof rel, im->object, nfile);
-        snprintf(path, sizeof path, "%s/%s", im->tmp, rel);
         vx_segw *w;
-        if ((rc = vx_segw_open(&w, path, im->object, im->rep, tt + i, fit, im->err)) < 0)
+        if ((rc = vx_cw_segment(im->cw, rel, im->object, im->rep, tt + i, fit, &w, im->err)) < 0)
             break;
         for (size_t j = i; rc == 0 && j < i + fit; j++) {
             rc = vx_segw_write(w, src[j]->data, (size_t)src[j]->nbytes, im->err);
@@ -540,9 +493,9 @@ static int write_graph_segments(importer *im)
             vx_segw_abort(w);
             break;
         }
-        if ((rc = vx_segw_close(w, sha, &bytes, im->err)) < 0 ||
-            (rc = record_file(im, rel, "tensor-table", 1, im->err)) < 0)
+        if ((rc = vx_segw_close(w, sha, &bytes, im->err)) < 0)
             break;
+        vx_segment_record(segs, rel, "tensor-table", 1, bytes, sha);
         cJSON_AddItemToArray(list, cJSON_CreateString(rel));
         i += fit;
     }
@@ -557,19 +510,6 @@ static int write_graph_segments(importer *im)
     free(tt);
     free(src);
     return rc;
-}
-
-static int write_json(const char *dir, const char *rel, const cJSON *json, vx_err *err)
-{
-    char path[PATH_MAX], *text = cJSON_Print(json);
-    if (!text)
-        return vx_errf(err, VX_ENOMEM, "bank import: out of memory printing %s", rel);
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
-    FILE *f = fopen(path, "wx");
-    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    ok = f && fclose(f) == 0 && ok;
-    free(text);
-    return ok ? 0 : vx_errf(err, VX_EIO, "bank import: cannot write '%s': %s", path, strerror(errno));
 }
 
 /* The decoder object: the one holding the first router operand. */
@@ -604,19 +544,19 @@ static int import(importer *im)
         return vx_errf(im->err, VX_EUNSUPPORTED,
                        "bank import: object '%s' has representations beside '%s'; import a container with one", im->object,
                        im->rep);
-    if (mkdir(im->tmp, 0755) != 0)
-        return vx_errf(im->err, VX_EIO, "bank import: cannot create '%s': %s", im->tmp, strerror(errno));
+    if (vx_cw_open(&im->cw, im->out, im->src, "bank import", im->err) < 0)
+        return -1;
     cJSON *manifest = cJSON_CreateObject();
     cJSON_AddNumberToObject(manifest, "schema", VX_MANIFEST_SCHEMA);
     cJSON_AddStringToObject(manifest, "object", im->object);
     im->manifest_layers = cJSON_AddArrayToObject(manifest, "layers");
-    int rc = carry_tree(im, "", 0);
+    int rc = vx_tree_files(im->src, carry, im, im->err);
     if (rc == 0)
         rc = write_banks(im);
     if (rc == 0)
         rc = write_graph_segments(im);
     if (rc == 0)
-        rc = write_json(im->tmp, "moe_manifest.json", manifest, im->err);
+        rc = vx_cw_json(im->cw, "moe_manifest.json", manifest, im->err);
     if (rc == 0) {
         cJSON *rep = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(im->index, "representations"), im->rep);
@@ -633,7 +573,7 @@ static int import(importer *im)
         rc = record_file(im, "moe_manifest.json", "moe-manifest", VX_MANIFEST_SCHEMA, im->err);
     }
     if (rc == 0)
-        rc = write_json(im->tmp, "index.json", im->index, im->err);
+        rc = vx_cw_index(im->cw, im->index, im->err);
     cJSON_Delete(manifest);
     return rc;
 }
@@ -643,31 +583,25 @@ int vx_bank_import(const char *src_dir, const char *out_dir, unsigned flags, vx_
                    vx_err *err)
 {
     vx_bank_info scratch;
-    struct stat st;
     if (!info)
         info = &scratch;
     memset(info, 0, sizeof *info);
     if (!src_dir || !out_dir || !*out_dir)
         return vx_errf(err, VX_EARG, "bank import: a source container and an output directory are required");
-    if (lstat(out_dir, &st) == 0)
-        return vx_errf(err, VX_EARG, "bank import: '%s' already exists", out_dir);
+    if (vx_cw_check(out_dir, src_dir, 0, "bank import", err) < 0)
+        return -1;
     vx_container *c;
     if (vx_open(src_dir, &c, err) < 0)
         return -1;
-    char tmp[PATH_MAX];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp-bank-%ld", out_dir, (long)getpid()) >= sizeof tmp) {
-        vx_close(c);
-        return vx_errf(err, VX_EARG, "bank import: output path '%s' is too long", out_dir);
-    }
-    importer im = {.c = c, .src = src_dir, .tmp = tmp, .info = info, .err = err,
+    importer im = {.c = c, .src = src_dir, .out = out_dir, .info = info, .err = err,
                    .fused = (flags & VX_BANK_FUSED) != 0,
                    .moved = calloc(vx_tensor_count(c) + 1, 1),
                    .index = cJSON_Duplicate(vx_index_json(c), 1)};
     int rc = !im.moved || !im.index ? vx_errf(err, VX_ENOMEM, "bank import: out of memory") : import(&im);
-    if (rc == 0 && rename(tmp, out_dir) != 0)
-        rc = vx_errf(err, VX_EIO, "bank import: cannot rename '%s' to '%s': %s", tmp, out_dir, strerror(errno));
-    if (rc < 0)
-        vx_rmtree(tmp);
+    if (rc == 0)
+        rc = vx_cw_commit(im.cw, err);
+    else
+        vx_cw_abort(im.cw);
     free(im.moved);
     free(im.buf);
     cJSON_Delete(im.index);

@@ -443,7 +443,7 @@ static void importer_refusals(void)
     snprintf(gdir, sizeof gdir, "%s/mixtral.graph", tmp);
     snprintf(out, sizeof out, "%s/mixtral.bank", tmp);
     CHECK(vx_bank_import(gdir, out, 0, NULL, &err) == -1);
-    snprintf(want, sizeof want, "bank import: '%s' already exists", out);
+    snprintf(want, sizeof want, "bank import: '%s' already exists; lql does not overwrite it", out);
     CHECK_STR(err.msg, want);
     snprintf(out, sizeof out, "%s/again.bank", tmp);
     snprintf(gdir, sizeof gdir, "%s/qwen2-moe.bank", tmp);
@@ -461,7 +461,7 @@ static void importer_refusals(void)
              gdir);
     CHECK_STR(err.msg, want);
     CHECK(access(out, F_OK) != 0);
-    snprintf(want, sizeof want, "%s.tmp-bank-%ld", out, (long)getpid());
+    snprintf(want, sizeof want, "%s.tmp.%ld", out, (long)getpid());
     CHECK(access(want, F_OK) != 0);     /* the temporary sibling is removed */
 }
 

@@ -86,7 +86,7 @@ int main(void)
     CHECK(run("bank %s %s", g, b) == 2);
     CHECK_STR(errtxt, "vindex bank: usage: vindex bank PATH | vindex bank import CONTAINER -o OUT\n");
     CHECK(run("bank import %s -o %s", g, b) == 1);
-    snprintf(want, sizeof want, "vindex bank: bank import: '%s' already exists\n", b);
+    snprintf(want, sizeof want, "vindex bank: bank import: '%s' already exists; lql does not overwrite it\n", b);
     CHECK_STR(errtxt, want);
     CHECK(run("bank import %s -o %s/again", b, tmp) == 1);
     snprintf(want, sizeof want, "vindex bank: bank import: '%s' is already a bank-shape container\n", b);
