@@ -57,9 +57,9 @@ static int collect(const cJSON *j, strs *s)
 }
 
 typedef struct compact_ctx {
-    const char *tmp;
+    vx_cw *cw;
     const strs *refs;          /* referenced paths */
-    const strs *rewritten;     /* written anew into tmp */
+    const strs *rewritten;     /* written anew */
     int carry_index;
     ed_compact_report *rep;
     vx_err *err;
@@ -105,11 +105,10 @@ static int visit(void *ctx, const char *rel, const char *src, const struct stat 
             return 0;   /* written anew */
         referenced = 1;
     }
+    (void)src;
     if (referenced && S_ISREG(sb->st_mode)) {
-        char dst[4200];
-        snprintf(dst, sizeof dst, "%s/%s", w->tmp, rel);
         w->rep->files_carried++;
-        return brw_file_carry(src, dst, w->err);
+        return vx_cw_carry(w->cw, rel, w->err);
     }
     if (add_entry(w->rep, rel, (uint64_t)sb->st_size, NULL))
         return vx_errf(w->err, VX_ENOMEM, "compact: out of memory");
@@ -127,7 +126,7 @@ static int view_of(const vx_container *c, const char *rel, vx_segment_view *v)
 
 /* Merge representation r's shards into one segment at its first shard's path when they
  * fit under the cap; *merged says whether it did. */
-static int merge(const vx_container *c, const char *tmp, const char *id, cJSON *r,
+static int merge(const vx_container *c, vx_cw *cw, const char *id, cJSON *r,
                  cJSON *segs, strs *rewritten, ed_compact_report *rep, int *merged,
                  vx_err *err)
 {
@@ -170,22 +169,10 @@ static int merge(const vx_container *c, const char *tmp, const char *id, cJSON *
     const char *object = v[0].hdr->object ? v[0].hdr->object : v[0].object;
     if (vx_segw_fit(t, nt, vx_shard_cap(), id, object, &fit, &quiet) || fit < nt)
         goto done;   /* over the cap: the shards stay as they are */
-    char path[4200];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", tmp, first) >= sizeof path) {
-        rc = vx_errf(err, VX_EARG, "compact: path too long under '%s'", tmp);
-        goto done;
-    }
-    char *slash = strrchr(path, '/');
-    *slash = '\0';
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-        rc = vx_errf(err, VX_EIO, "compact: cannot create '%s': %s", path, strerror(errno));
-        goto done;
-    }
-    *slash = '/';
     vx_segw *w = NULL;
-    if ((rc = vx_segw_open(&w, path, object,
-                           v[0].hdr->representation ? v[0].hdr->representation : id, t, nt,
-                           err)))
+    if ((rc = vx_cw_segment(cw, first, object,
+                            v[0].hdr->representation ? v[0].hdr->representation : id, t, nt,
+                            &w, err)))
         goto done;
     for (int i = 0; i < ns && rc == 0; i++) {
         const unsigned char *payload = (const unsigned char *)v[i].data + v[i].hdr->payload_off;
@@ -280,13 +267,9 @@ int ed_compact(const vx_container *c, const char *out_dir, ed_compact_report *re
                vx_err *err)
 {
     memset(rep, 0, sizeof *rep);
-    if (brw_out_dir_check(out_dir, vx_dir(c), "compact", err))
+    vx_cw *cw = NULL;
+    if (vx_cw_open(&cw, out_dir, vx_dir(c), "compact", err))
         return -1;
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_dir, (long)getpid());
-    vx_rmtree(tmp);
-    if (mkdir(tmp, 0755) != 0)
-        return vx_errf(err, VX_EIO, "compact: cannot create '%s': %s", tmp, strerror(errno));
     cJSON *index = cJSON_Duplicate(vx_index_json(c), 1), *manifest = NULL;
     strs refs = {0}, rewritten = {0};
     vx_container *c2 = NULL;
@@ -299,7 +282,7 @@ int ed_compact(const vx_container *c, const char *out_dir, ed_compact_report *re
     cJSON *segs = cJSON_GetObjectItemCaseSensitive(index, "segments"), *r;
     cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(index, "representations")) {
         int merged = 0;
-        if (merge(c, tmp, r->string, r, segs, &rewritten, rep, &merged, err))
+        if (merge(c, cw, r->string, r, segs, &rewritten, rep, &merged, err))
             goto fail;
         rep->reps_merged += (size_t)merged;
     }
@@ -322,18 +305,18 @@ int ed_compact(const vx_container *c, const char *out_dir, ed_compact_report *re
         vx_errf(err, VX_ENOMEM, "compact: out of memory");
         goto fail;
     }
-    compact_ctx w = {tmp, &refs, &rewritten, !rep->index_rewritten, rep, err};
-    if (brw_tree_files(vx_dir(c), visit, &w, err))
+    compact_ctx w = {cw, &refs, &rewritten, !rep->index_rewritten, rep, err};
+    if (vx_tree_files(vx_dir(c), visit, &w, err))
         goto fail;
     if (rep->index_rewritten) {
-        if (brw_index_write(tmp, index, err))
+        if (vx_cw_index(cw, index, err))
             goto fail;
         cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(index, "representations")) {
             const char *want = vx_json_str(r, "payload_sha256");
             char hex[65];
             if (!want || cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "segments")) != 1)
                 continue;
-            if (brw_payload_sha256(tmp, r, hex, err))
+            if (brw_payload_sha256(vx_cw_dir(cw), r, hex, err))
                 goto fail;
             if (strcmp(hex, want) != 0) {
                 vx_errf(err, VX_EFORMAT, "compact: representation '%s' payload hash changed "
@@ -342,23 +325,22 @@ int ed_compact(const vx_container *c, const char *out_dir, ed_compact_report *re
             }
         }
     }
-    if (vx_open(tmp, &c2, err) || same_tensors(c, c2, &rep->tensors_checked, err))
+    if (vx_open(vx_cw_dir(cw), &c2, err) || same_tensors(c, c2, &rep->tensors_checked, err))
         goto fail;
     rep->segments_after = vx_segment_count(c2);
     vx_close(c2);
     c2 = NULL;
-    if (rename(tmp, out_dir) != 0) {
-        vx_errf(err, VX_EIO, "compact: cannot rename '%s' to '%s': %s", tmp, out_dir,
-                strerror(errno));
+    rc = vx_cw_commit(cw, err);
+    cw = NULL;
+    if (rc)
         goto fail;
-    }
     if (rep->n_entries)
         qsort(rep->entries, rep->n_entries, sizeof *rep->entries, by_path);
     rc = 0;
     goto done;
 fail:
     vx_close(c2);
-    vx_rmtree(tmp);
+    vx_cw_abort(cw);
 done:
     cJSON_Delete(index);
     cJSON_Delete(manifest);

@@ -181,89 +181,8 @@ int ed_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_tensor 
 
 /* ---------------------------------------------------------------- files */
 
-static int mkdirs_for(const char *path, vx_err *err)
-{
-    char d[4096];
-    snprintf(d, sizeof d, "%s", path);
-    for (char *p = d + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(d, 0755) != 0 && errno != EEXIST)
-            return vx_errf(err, VX_EIO, "cannot create '%s': %s", d, strerror(errno));
-        *p = '/';
-    }
-    return 0;
-}
-
-int brw_file_carry(const char *src, const char *dst, vx_err *err)
-{
-    if (mkdirs_for(dst, err))
-        return -1;
-    if (link(src, dst) == 0)
-        return 0;
-    int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
-    if (in < 0)
-        return vx_errf(err, VX_EIO, "cannot read '%s': %s", src, strerror(errno));
-    out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (out < 0) {
-        vx_errf(err, VX_EIO, "cannot write '%s': %s", dst, strerror(errno));
-        goto done;
-    }
-    char buf[1 << 16];
-    ssize_t k;
-    while ((k = read(in, buf, sizeof buf)) > 0)
-        if (write(out, buf, (size_t)k) != k) {
-            vx_errf(err, VX_EIO, "cannot write '%s': %s", dst, strerror(errno));
-            goto done;
-        }
-    if (k < 0 || fsync(out) != 0) {
-        vx_errf(err, VX_EIO, "copying '%s' failed: %s", src, strerror(errno));
-        goto done;
-    }
-    rc = 0;
-done:
-    close(in);
-    if (out >= 0)
-        close(out);
-    return rc;
-}
-
-static int tree_at(const char *root, const char *rel, brw_tree_fn fn, void *ctx, vx_err *err)
-{
-    char dir[8300];
-    if ((size_t)snprintf(dir, sizeof dir, "%s%s%s", root, *rel ? "/" : "", rel) >= sizeof dir)
-        return vx_errf(err, VX_EARG, "path too long under '%s'", root);
-    DIR *d = opendir(dir);
-    if (!d)
-        return vx_errf(err, VX_EIO, "cannot list '%s': %s", dir, strerror(errno));
-    struct dirent *de;
-    int rc = 0;
-    while (rc == 0 && (de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        char sub[4096], src[8300];
-        if ((size_t)snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", de->d_name) >=
-            sizeof sub || (size_t)snprintf(src, sizeof src, "%s/%s", root, sub) >= sizeof src) {
-            rc = vx_errf(err, VX_EARG, "path too long under '%s'", dir);
-            break;
-        }
-        struct stat sb;
-        if (stat(src, &sb) != 0)
-            continue;
-        rc = S_ISDIR(sb.st_mode) ? tree_at(root, sub, fn, ctx, err) : fn(ctx, sub, src, &sb);
-    }
-    closedir(d);
-    return rc;
-}
-
-int brw_tree_files(const char *root, brw_tree_fn fn, void *ctx, vx_err *err)
-{
-    return tree_at(root, "", fn, ctx, err);
-}
-
 typedef struct walk_ctx {
-    const char *tmp;
+    vx_cw *w;
     const char *const *skip;   /* container-relative paths not to carry over */
     size_t n_skip;
     size_t linked;
@@ -279,10 +198,9 @@ static int carry(void *ctx, const char *rel, const char *src, const struct stat 
             return 0;
     if (!S_ISREG(sb->st_mode))
         return 0;
-    char dst[4200];
-    snprintf(dst, sizeof dst, "%s/%s", w->tmp, rel);
+    (void)src;
     w->linked++;
-    return brw_file_carry(src, dst, w->err);
+    return vx_cw_carry(w->w, rel, w->err);
 }
 
 int brw_payload_sha256(const char *dir, const cJSON *rep, char hex[65], vx_err *err)
@@ -324,63 +242,6 @@ int brw_payload_sha256(const char *dir, const cJSON *rep, char hex[65], vx_err *
         munmap(map, (size_t)sb.st_size);
     }
     vx_sha256_final(&ctx, hex);
-    return 0;
-}
-
-int brw_index_write(const char *dir, const cJSON *index, vx_err *err)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/index.json", dir);
-    char *text = cJSON_Print(index);
-    if (!text)
-        return vx_errf(err, VX_ENOMEM, "out of memory writing index.json");
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), rc = 0;
-    size_t n = strlen(text);
-    if (fd < 0 || write(fd, text, n) != (ssize_t)n || write(fd, "\n", 1) != 1 || fsync(fd) != 0)
-        rc = vx_errf(err, VX_EIO, "cannot write '%s': %s", path, strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    free(text);
-    return rc;
-}
-
-int brw_out_dir_check(const char *out_dir, const char *base_dir, const char *what,
-                      vx_err *err)
-{
-    struct stat sb;
-    if (stat(out_dir, &sb) == 0)
-        return vx_errf(err, VX_EARG, "%s: '%s' already exists", what, out_dir);
-    /* the new directory's place: its parent resolved (symlinks, "..") plus its name */
-    char parent[4096], rp[PATH_MAX], rb[PATH_MAX], full[PATH_MAX + 256];
-    if ((size_t)snprintf(parent, sizeof parent, "%s", out_dir) >= sizeof parent)
-        return vx_errf(err, VX_EARG, "%s: path too long: '%s'", what, out_dir);
-    size_t len = strlen(parent);
-    while (len > 1 && parent[len - 1] == '/')
-        parent[--len] = '\0';
-    char *slash = strrchr(parent, '/');
-    const char *name = slash ? slash + 1 : parent;
-    if (!*name || !strcmp(name, ".") || !strcmp(name, ".."))
-        return vx_errf(err, VX_EARG, "%s: '%s' does not name a new directory", what, out_dir);
-    char nm[256];
-    if ((size_t)snprintf(nm, sizeof nm, "%s", name) >= sizeof nm)
-        return vx_errf(err, VX_EARG, "%s: name too long: '%s'", what, out_dir);
-    if (!slash)
-        snprintf(parent, sizeof parent, ".");
-    else if (slash == parent)
-        parent[1] = '\0';
-    else
-        *slash = '\0';
-    if (!realpath(parent, rp))
-        return vx_errf(err, VX_EIO, "%s: the directory of '%s' cannot be used: %s", what,
-                       out_dir, strerror(errno));
-    if (!realpath(base_dir, rb))
-        return vx_errf(err, VX_EIO, "%s: cannot resolve '%s': %s", what, base_dir,
-                       strerror(errno));
-    snprintf(full, sizeof full, "%s/%s", strcmp(rp, "/") ? rp : "", nm);
-    size_t nb = strlen(rb);
-    if (strncmp(full, rb, nb) == 0 && (full[nb] == '/' || full[nb] == '\0'))
-        return vx_errf(err, VX_EARG, "%s: '%s' is inside the container it is made from ('%s'); "
-                       "write it outside", what, out_dir, base_dir);
     return 0;
 }
 
@@ -538,15 +399,10 @@ static int materialise(const eng_overlay *ov, const site *st, const char *name, 
 
 /* Rewrite one segment with its edited tensors materialised; fills sha and bytes. */
 static int rewrite(const vx_container *c, const vx_segment_view *v, const eng_overlay *ov,
-                   const char *tmp, char sha[65], uint64_t *bytes, ed_compile_report *rep,
+                   vx_cw *cw, char sha[65], uint64_t *bytes, ed_compile_report *rep,
                    vx_err *err)
 {
     const vx_segment_hdr *h = v->hdr;
-    char path[4200];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", tmp, v->rel) >= sizeof path)
-        return vx_errf(err, VX_EARG, "compile: path too long under '%s'", tmp);
-    if (mkdirs_for(path, err))
-        return -1;
     vx_segw_tensor *t = calloc(h->n + 1, sizeof *t);
     if (!t)
         return vx_errf(err, VX_ENOMEM, "compile: out of memory");
@@ -557,8 +413,8 @@ static int rewrite(const vx_container *c, const vx_segment_view *v, const eng_ov
         memcpy(t[i].shape, h->t[i].shape, sizeof t[i].shape);
     }
     vx_segw *w = NULL;
-    int rc = vx_segw_open(&w, path, h->object ? h->object : v->object,
-                          h->representation ? h->representation : "", t, h->n, err);
+    int rc = vx_cw_segment(cw, v->rel, h->object ? h->object : v->object,
+                           h->representation ? h->representation : "", t, h->n, &w, err);
     free(t);
     if (rc)
         return -1;
@@ -689,7 +545,7 @@ int ed_compile(const vx_container *c, const eng_overlay *bov, const char *out_di
 {
     memset(rep, 0, sizeof *rep);
     const eng_overlay *ov = bov;
-    if (brw_out_dir_check(out_dir, vx_dir(c), "compile", err) || check_layers(c, ov, err))
+    if (vx_cw_check(out_dir, vx_dir(c), 0, "compile", err) || check_layers(c, ov, err))
         return -1;
     const cJSON *base = vx_index_json(c);
     const char *dmet = vx_json_str(cJSON_GetObjectItemCaseSensitive(base, "browse"), "down_meta");
@@ -698,11 +554,9 @@ int ed_compile(const vx_container *c, const eng_overlay *bov, const char *out_di
                        "feature%s (UPDATE or an insert's metadata) but '%s' has no down-meta "
                        "file to carry it", bov->n_meta, bov->n_meta == 1 ? "" : "s", vx_dir(c));
     rep->meta_written = dmet ? bov->n_meta : 0;
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_dir, (long)getpid());
-    vx_rmtree(tmp);
-    if (mkdir(tmp, 0755) != 0)
-        return vx_errf(err, VX_EIO, "compile: cannot create '%s': %s", tmp, strerror(errno));
+    vx_cw *cw = NULL;
+    if (vx_cw_open(&cw, out_dir, vx_dir(c), "compile", err))
+        return -1;
     cJSON *index = cJSON_Duplicate(base, 1);
     size_t nseg = vx_segment_count(c), nbank = vx_bank_file_count(vx_container_bank(c));
     const char **skip = calloc(nseg + nbank + 3, sizeof *skip);
@@ -731,7 +585,7 @@ int ed_compile(const vx_container *c, const eng_overlay *bov, const char *out_di
             continue;
         char sha[65];
         uint64_t bytes = 0;
-        if (rewrite(c, &v, ov, tmp, sha, &bytes, rep, err))
+        if (rewrite(c, &v, ov, cw, sha, &bytes, rep, err))
             goto fail;
         rep->segments_rewritten++;
         skip[ns++] = v.rel;
@@ -749,13 +603,13 @@ int ed_compile(const vx_container *c, const eng_overlay *bov, const char *out_di
             continue;
         char src[4200], dst[4200], sha[65];
         uint64_t bytes = 0;
-        if ((size_t)snprintf(src, sizeof src, "%s/%s", vx_dir(c), rel) >= sizeof src ||
-            (size_t)snprintf(dst, sizeof dst, "%s/%s", tmp, rel) >= sizeof dst) {
-            vx_errf(err, VX_EARG, "compile: path too long under '%s'", tmp);
+        if ((size_t)snprintf(src, sizeof src, "%s/%s", vx_dir(c), rel) >= sizeof src) {
+            vx_errf(err, VX_EARG, "compile: path too long under '%s'", vx_dir(c));
             goto fail;
         }
         bank_ctx bc = {c, rel, ov, rep, NULL};
-        int br = mkdirs_for(dst, err) || vx_lyrw_rewrite(src, dst, bank_region, &bc, sha, &bytes, err);
+        int br = vx_cw_path(cw, rel, dst, sizeof dst, err) ||
+                 vx_lyrw_rewrite(src, dst, bank_region, &bc, sha, &bytes, err);
         free(bc.buf);
         if (br)
             goto fail;
@@ -774,8 +628,8 @@ int ed_compile(const vx_container *c, const eng_overlay *bov, const char *out_di
                 edited_tensors(c, ov), vx_dir(c));
         goto fail;
     }
-    walk_ctx w = {tmp, skip, ns, 0, err};
-    if (brw_tree_files(vx_dir(c), carry, &w, err))
+    walk_ctx w = {cw, skip, ns, 0, err};
+    if (vx_tree_files(vx_dir(c), carry, &w, err))
         goto fail;
     rep->files_linked = w.linked;
     /* representations over rewritten segments get a fresh payload hash */
@@ -795,7 +649,7 @@ int ed_compile(const vx_container *c, const eng_overlay *bov, const char *out_di
         if (!hit)
             continue;
         char hex[65];
-        if (brw_payload_sha256(tmp, r, hex, err))
+        if (brw_payload_sha256(vx_cw_dir(cw), r, hex, err))
             goto fail;
         cJSON_ReplaceItemInObjectCaseSensitive(r, "payload_sha256", cJSON_CreateString(hex));
         if (cJSON_HasObjectItem(r, "fidelity"))
@@ -808,13 +662,13 @@ int ed_compile(const vx_container *c, const eng_overlay *bov, const char *out_di
     cJSON_DeleteItemFromObjectCaseSensitive(index, "derived_from");
     if (provenance)
         cJSON_AddItemToObject(index, "derived_from", cJSON_Duplicate(provenance, 1));
-    if (brw_index_write(tmp, index, err))
+    if (vx_cw_index(cw, index, err))
         goto fail;
     /* the down-meta of the edited weights; the base's bands are kept */
     if (dmet) {
         cJSON *bands = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(browse, "layer_bands"), 1);
         cJSON *rule = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(browse, "band_rule"), 1);
-        int fr = brw_encode_finish(NULL, tmp, index, err);
+        int fr = brw_encode_finish(NULL, vx_cw_dir(cw), index, err);
         cJSON *nb = cJSON_GetObjectItemCaseSensitive(index, "browse");
         if (fr == 0 && nb && bands)
             cJSON_ReplaceItemInObjectCaseSensitive(nb, "layer_bands", bands);
@@ -827,29 +681,19 @@ int ed_compile(const vx_container *c, const eng_overlay *bov, const char *out_di
         char mpath[4200];
         const char *mrel = fr == 0 && vx_json_str(nb, "down_meta") ? vx_json_str(nb, "down_meta")
                                                                    : dmet;
-        if ((size_t)snprintf(mpath, sizeof mpath, "%s/%s", tmp, mrel) >= sizeof mpath) {
-            vx_errf(err, VX_EARG, "compile: path too long under '%s'", tmp);
-            goto fail;
-        }
         char hex[65];
-        if (fr || write_meta(mpath, bov, err) || vx_sha256_file(mpath, hex, err))
+        if (fr || vx_cw_path(cw, mrel, mpath, sizeof mpath, err) || write_meta(mpath, bov, err) || vx_sha256_file(mpath, hex, err))
             goto fail;
         /* the records were rewritten after the encode hook hashed them */
         if (nb && cJSON_HasObjectItem(nb, "down_meta_sha256"))
             cJSON_ReplaceItemInObjectCaseSensitive(nb, "down_meta_sha256", cJSON_CreateString(hex));
-        if (brw_index_write(tmp, index, err))
+        if (vx_cw_index(cw, index, err))
             goto fail;
     }
-    if (rename(tmp, out_dir) != 0) {
-        vx_errf(err, VX_EIO, "compile: cannot rename '%s' to '%s': %s", tmp, out_dir,
-                strerror(errno));
-        goto fail;
-    }
-    rc = 0;
-    goto done;
+    rc = vx_cw_commit(cw, err);
+    cw = NULL;
 fail:
-    vx_rmtree(tmp);
-done:
+    vx_cw_abort(cw);
     cJSON_Delete(index);
     free(skip);
     return rc;

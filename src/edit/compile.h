@@ -34,22 +34,7 @@
 int ed_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_tensor *t,
                   float **out, int *edited, vx_err *err);
 
-/* Helpers COMPILE shares with COMPACT (edit_compact.c). */
-/* Hard-link src to dst (parents created), or copy it when linking is not possible. */
-int brw_file_carry(const char *src, const char *dst, vx_err *err);
-/* Call fn for every entry under root that is not a directory (stat'd, symlinks followed),
- * rel its root-relative path and path its full one; stops at the first nonzero return. */
-struct stat;
-typedef int (*brw_tree_fn)(void *ctx, const char *rel, const char *path, const struct stat *sb);
-int brw_tree_files(const char *root, brw_tree_fn fn, void *ctx, vx_err *err);
-/* An output container directory must be new and outside the container it is made from
- * (else COMPILE or COMPACT would carry its own temporary tree into itself): refuses an
- * existing out_dir and one at or under base_dir (symlinks and ".." resolved); what names
- * the statement in the message. */
-int brw_out_dir_check(const char *out_dir, const char *base_dir, const char *what,
-                      vx_err *err);
-/* Write index as dir/index.json (fsynced). */
-int brw_index_write(const char *dir, const cJSON *index, vx_err *err);
+/* Shared with COMPACT (edit_compact.c). */
 /* sha256 of a representation's payload: its segments' tensor bytes in table order, read
  * from the files under dir. */
 int brw_payload_sha256(const char *dir, const cJSON *rep, char hex[65], vx_err *err);

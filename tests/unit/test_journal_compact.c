@@ -209,7 +209,7 @@ int main(void)
     CHECK(ed_compact(c, out, &rep, &e) == -1);
     {
         char msg[4400];
-        snprintf(msg, sizeof msg, "compact: '%s' already exists", out);
+        snprintf(msg, sizeof msg, "compact: '%s' already exists; lql does not overwrite it", out);
         CHECK_STR(e.msg, msg);
     }
     ed_compact_report_free(&rep);

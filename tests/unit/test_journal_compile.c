@@ -140,7 +140,7 @@ int main(void)
     /* an existing output directory is refused */
     CHECK(ed_compile(c, &ov, out, NULL, &rep, &e) == -1);
     char want[4300];
-    snprintf(want, sizeof want, "compile: '%s' already exists", out);
+    snprintf(want, sizeof want, "compile: '%s' already exists; lql does not overwrite it", out);
     CHECK_STR(e.msg, want);
 
     cJSON_Delete(prov);
