@@ -226,7 +226,7 @@ int vx_patch_read(const char *path, int hidden, vx_patch *out, vx_err *err);
 /* Serialise to malloc'd JSON text (pretty, stable key order). */
 char *vx_patch_to_json(const vx_patch *p, vx_err *err);
 /* Write atomically (temporary sibling, fsync, link into place): an existing path is never
- * replaced ("cannot write patch 'p': File exists"). */
+ * replaced ("patch: cannot create 'p': File exists"). */
 int vx_patch_write(const char *path, const vx_patch *p, vx_err *err);
 void vx_patch_free(vx_patch *p);
 

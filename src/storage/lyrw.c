@@ -579,8 +579,8 @@ typedef struct wbank {
 } wbank;
 
 struct vx_lyrw_writer {
-    int fd;
-    char *path, *tmp;
+    vx_afile f;               /* path.tmp.<pid>, renamed into place at close */
+    char *path;
     uint16_t nbanks;
     wbank *banks;
     uint64_t pos;             /* bytes written so far */
@@ -591,18 +591,9 @@ struct vx_lyrw_writer {
 
 static int put(vx_lyrw_writer *w, const void *data, size_t n, vx_err *err)
 {
-    const unsigned char *p = data;
-    while (n) {
-        ssize_t k = write(w->fd, p, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return vx_errf(err, VX_EIO, "%s: write failed at byte %llu: %s", w->tmp,
-                           (ull)w->pos, k < 0 ? strerror(errno) : "no progress");
-        p += k;
-        n -= (size_t)k;
-        w->pos += (uint64_t)k;
-    }
+    if (vx_afile_write(&w->f, data, n, err) != 0)
+        return -1;
+    w->pos += n;
     return 0;
 }
 
@@ -619,15 +610,11 @@ void vx_lyrw_writer_abort(vx_lyrw_writer *w)
 {
     if (!w)
         return;
-    if (w->fd >= 0) {
-        close(w->fd);
-        unlink(w->tmp);
-    }
+    vx_afile_abort(&w->f);
     for (unsigned i = 0; i < w->nbanks && w->banks; i++)
         free(w->banks[i].len);
     free(w->banks);
     free(w->path);
-    free(w->tmp);
     free(w);
 }
 
@@ -775,24 +762,19 @@ int vx_lyrw_writer_open(const char *path, uint32_t layer, uint32_t flags,
     vx_lyrw_writer *w = calloc(1, sizeof *w);
     if (!w)
         return vx_errf(err, VX_ENOMEM, "%s: out of memory", path);
-    w->fd = -1;
+    w->f.fd = -1;
     w->nbanks = nbanks;
     w->path = strdup(path);
-    size_t tl = strlen(path) + 5;
-    w->tmp = malloc(tl);
     w->banks = calloc(nbanks, sizeof *w->banks);
-    if (!w->path || !w->tmp || !w->banks) {
+    if (!w->path || !w->banks) {
         vx_lyrw_writer_abort(w);
         return vx_errf(err, VX_ENOMEM, "%s: out of memory", path);
     }
-    snprintf(w->tmp, tl, "%s.tmp", path);
     if (writer_layout(w, flags, banks, err) != 0) {
         vx_lyrw_writer_abort(w);
         return -1;
     }
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (w->fd < 0) {
-        vx_errf(err, VX_EIO, "%s: cannot create: %s", w->tmp, strerror(errno));
+    if (vx_afile_open(&w->f, path, 1, NULL, err) != 0) {
         vx_lyrw_writer_abort(w);
         return -1;
     }
@@ -833,17 +815,8 @@ int vx_lyrw_writer_close(vx_lyrw_writer *w, vx_err *err)
     if (w->bank < w->nbanks)
         rc = vx_errf(err, VX_EARG, "%s: closed before every region was written (next: bank "
                      "index %d entry %u schema %u)", w->path, w->bank, w->entry, w->schema);
-    else if (fsync(w->fd) != 0)
-        rc = vx_errf(err, VX_EIO, "%s: fsync failed: %s", w->tmp, strerror(errno));
-    else if (close(w->fd) != 0)
-        rc = vx_errf(err, VX_EIO, "%s: close failed: %s", w->tmp, strerror(errno));
-    if (rc == 0) {
-        w->fd = -1;
-        if (rename(w->tmp, w->path) != 0) {
-            rc = vx_errf(err, VX_EIO, "%s: cannot rename into place: %s", w->path, strerror(errno));
-            unlink(w->tmp);
-        }
-    }
+    else
+        rc = vx_afile_commit(&w->f, err);
     vx_lyrw_writer_abort(w);
     return rc;
 }

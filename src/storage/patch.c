@@ -792,41 +792,11 @@ int vx_patch_write(const char *path, const vx_patch *p, vx_err *err)
     char *text = vx_patch_to_json(p, err);
     if (!text)
         return -1;
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp) {
-        free(text);
-        return vx_errf(err, VX_EARG, "patch path too long: '%s'", path);
-    }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        int e = errno;
-        free(text);
-        return vx_errf(err, VX_EIO, "cannot write patch '%s': %s", path, strerror(e));
-    }
-    size_t len = strlen(text), off = 0;
-    int e = 0;
-    while (off < len) {
-        ssize_t w = write(fd, text + off, len - off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            e = errno;
-            break;
-        }
-        off += (size_t)w;
-    }
-    if (!e && (write(fd, "\n", 1) != 1 || fsync(fd) != 0))
-        e = errno ? errno : EIO;
-    if (close(fd) != 0 && !e)
-        e = errno;
-    free(text);
-    /* link, not rename: the complete file appears at once, and an existing one (even one
+    size_t len = strlen(text);
+    text[len] = '\n';   /* replaces the NUL: the file ends with a newline */
+    /* linked into place: the complete file appears at once, and an existing one (even one
      * created since the caller checked) is never replaced */
-    if (!e && link(tmp, path) != 0)
-        e = errno;
-    unlink(tmp);
-    if (e) {
-        return vx_errf(err, VX_EIO, "cannot write patch '%s': %s", path, strerror(e));
-    }
-    return 0;
+    int rc = vx_atomic_file(path, text, len + 1, 0, "patch", err);
+    free(text);
+    return rc;
 }

@@ -146,40 +146,17 @@ int vx_profile_authority(const cJSON *index, const cJSON *graph, const char *pro
 
 int vx_json_replace(const char *dir, const char *rel, const cJSON *json, vx_err *err)
 {
-    char path[PATH_MAX], tmp[PATH_MAX];
+    char path[PATH_MAX];
     if (vx_resolve_in(dir, rel, path, sizeof path, err) < 0)
         return -1;
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return vx_errf(err, VX_EARG, "path too long: '%s'", path);
     char *text = cJSON_Print(json);
     if (!text)
         return vx_errf(err, VX_ENOMEM, "out of memory printing %s", rel);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        free(text);
-        return vx_errf(err, VX_EIO, "cannot create '%s': %s", tmp, strerror(errno));
-    }
-    size_t n = strlen(text), done = 0;
-    text[n++] = '\n';            /* replaces the NUL: the file ends with a newline */
-    while (done < n) {
-        ssize_t k = write(fd, text + done, n - done);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        done += (size_t)k;
-    }
+    size_t n = strlen(text);
+    text[n] = '\n';   /* replaces the NUL: the file ends with a newline */
+    int rc = vx_atomic_file(path, text, n + 1, 1, NULL, err);
     free(text);
-    int ok = done == n && fsync(fd) == 0;
-    int e = errno;
-    close(fd);
-    if (!ok || rename(tmp, path) < 0) {
-        if (ok)
-            e = errno;
-        unlink(tmp);
-        return vx_errf(err, VX_EIO, "cannot replace '%s': %s", path, strerror(e));
-    }
-    return 0;
+    return rc;
 }
 
 /* Reads dir's index.json and system_graph.json (caller frees both). */

@@ -383,7 +383,7 @@ static void writer_errors(void)
     CHECK_STR(err.msg, want);
     CHECK(access(path, F_OK) != 0);      /* nothing renamed into place */
     char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     CHECK(access(tmp, F_OK) != 0);       /* and the temporary is gone */
     /* An unsizable schema without an explicit length. */
     b[1].region_bytes = NULL;

@@ -123,7 +123,7 @@ static void test_round_trip(void)
     /* an existing file is never replaced, and no temporary is left beside it */
     CHECK(vx_patch_write(path, &p, &err) == -1);
     char want[400], tmp[320];
-    snprintf(want, sizeof want, "cannot write patch '%s': File exists", path);
+    snprintf(want, sizeof want, "patch: cannot create '%s': File exists", path);
     CHECK_STR(err.msg, want);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     CHECK(access(tmp, F_OK) != 0);
@@ -273,7 +273,7 @@ static void test_hostile(void)
     CHECK(vx_patch_read("/nonexistent/x.vlp", H, &p, &err) == -1);
     CHECK_STR(err.msg, "cannot open patch '/nonexistent/x.vlp': No such file or directory");
     CHECK(vx_patch_write("/nonexistent/x.vlp", &p, &err) == -1);
-    CHECK_STR(err.msg, "cannot write patch '/nonexistent/x.vlp': No such file or directory");
+    CHECK_STR(err.msg, "patch: cannot create '/nonexistent/x.vlp': No such file or directory");
 
     /* op helpers refuse bad input */
     vx_op op;
