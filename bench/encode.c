@@ -10,7 +10,9 @@
  * peak RSS, and the ratios issue 12 sets goals for: plain speed / cp speed (goal ≥ 0.8),
  * meta / plain time (goal ≤ 2), and down-meta's share of the meta encode. Asserts nothing.
  *
- *   encode [--geom 0.1b|1.1b|3b] [--rounds 3] [--dir /tmp/lql-bench-encode] [--keep]
+ *   encode [--geom 0.1b|1.1b|3b] [--rounds 3] [--dir /tmp/lql-bench-encode] [--keep] [--no-meta]
+ *
+ * --no-meta skips the third step (the plain-encode goal alone, in a fraction of the time).
  *
  * The checkpoint DIR/hf-GEOM is generated on first use with the mkfixture next to this
  * binary (Llama family, bf16, random weights): 0.1b = hidden 768, 12 layers, inter 2048;
@@ -67,14 +69,16 @@ static int run(int mode, const char *src, const char *out, child_cost *r)
 int main(int argc, char **argv)
 {
     const char *gname = "1.1b", *dir = "/tmp/lql-bench-encode";
-    int rounds = 3, keep = 0;
+    int rounds = 3, keep = 0, steps = 3;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--geom") == 0 && i + 1 < argc) gname = argv[++i];
         else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) dir = argv[++i];
         else if (strcmp(argv[i], "--keep") == 0) keep = 1;
+        else if (strcmp(argv[i], "--no-meta") == 0) steps = 2;
         else {
-            fprintf(stderr, "usage: encode [--geom 0.1b|1.1b|3b] [--rounds 3] [--dir DIR] [--keep]\n");
+            fprintf(stderr, "usage: encode [--geom 0.1b|1.1b|3b] [--rounds 3] [--dir DIR] [--keep] "
+                    "[--no-meta]\n");
             return 2;
         }
     }
@@ -119,7 +123,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < rounds; r++) {
         child_cost s[3];
         double ld[3];
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < steps; k++) {
             ld[k] = load1();
             if (run(k, src, out[k], &s[k]) != 0) {
                 fprintf(stderr, "encode: round %d: %s failed\n", r + 1, label[k]);
@@ -133,6 +137,11 @@ int main(int argc, char **argv)
                 snprintf(cmd, sizeof cmd, "rm -rf '%.1090s'", out[k]);
                 if (system(cmd) != 0) return 1;
             }
+        }
+        if (steps == 2) {
+            printf("round %d: plain / cp+sha256 speed %.2f (goal >= 0.8; cpu %.2f)\n", r + 1,
+                   s[0].wall / s[1].wall, s[0].cpu / s[1].cpu);
+            continue;
         }
         printf("round %d: plain / cp+sha256 speed %.2f (goal >= 0.8; cpu %.2f); meta / plain time "
                "%.2f (goal <= 2; cpu %.2f); down-meta %.0f%% of the meta encode\n",

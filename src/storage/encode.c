@@ -43,6 +43,7 @@ typedef struct enc {
     unsigned char *cbuf;         /* CHUNK_ELEMS * 4: converted output */
     unsigned char *gbuf;         /* CHUNK_ELEMS * 4: gathered (transposed) source */
     unsigned char *hashed;       /* per checkpoint tensor: in this representation's source hash */
+    int *fd;                     /* per shard: read descriptors for copy_file_range */
     vx_sha256_ctx pay, src;      /* representation payload / source payload */
     int src_is_pay;              /* every operand a whole, unconverted, distinct tensor:
                                   * the source hash is the payload hash (one pass saved) */
@@ -100,6 +101,21 @@ static int emit(enc *e, vx_segw *w, const void *p, size_t n)
         return vx_errf(e->err, VX_ECANCEL, "encode: cancelled");
     vx_sha256_update(&e->pay, p, n);
     if (vx_segw_write(w, p, n, e->err) < 0)
+        return -1;
+    e->done += n;
+    if (e->o->progress)
+        e->o->progress(e->o->progress_ctx, e->done, e->total);
+    return 0;
+}
+
+/* Emit n bytes stored as the checkpoint stores them (t's bytes from offset at): copied file
+ * to file in the kernel, hashed from the mapping. */
+static int emit_copy(enc *e, vx_segw *w, const st_tensor *t, uint64_t at, size_t n)
+{
+    if (vx_cancel_flag)
+        return vx_errf(e->err, VX_ECANCEL, "encode: cancelled");
+    vx_sha256_update(&e->pay, t->data + at, n);
+    if (vx_segw_copy(w, e->fd[t->shard], t->file_offset + at, t->data + at, n, e->err) < 0)
         return -1;
     e->done += n;
     if (e->o->progress)
@@ -220,13 +236,14 @@ static int write_operand(enc *e, vx_segw *w, const hf_operand *op)
             const unsigned char *p = t->data + at;
             if (inline_hash && !e->src_is_pay)
                 vx_sha256_update(&e->src, p, n * es);
-            const void *outp = p;
-            if (from != to) {
+            if (from == to) {
+                if (emit_copy(e, w, t, at, n * es) < 0)
+                    return -1;
+            } else {
                 convert(e, from, p, to, e->cbuf, n);
-                outp = e->cbuf;
+                if (emit(e, w, e->cbuf, n * eo) < 0)
+                    return -1;
             }
-            if (emit(e, w, outp, n * eo) < 0)
-                return -1;
             st_release(p, n * es);
             at += n * es;
         }
@@ -504,10 +521,19 @@ int vx_encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opt
     e.cbuf = malloc(CHUNK_ELEMS * 4);
     e.gbuf = malloc(CHUNK_ELEMS * 4);
     e.hashed = calloc(st_count(m) + 1, 1);
-    if (!e.f32 || !e.cbuf || !e.gbuf || !e.hashed) {
+    e.fd = malloc((size_t)st_shard_count(m) * sizeof *e.fd + 1);
+    if (!e.f32 || !e.cbuf || !e.gbuf || !e.hashed || !e.fd) {
         rc = vx_errf(err, VX_ENOMEM, "encode: out of memory");
         goto out;
     }
+    for (int i = 0; i < st_shard_count(m); i++)
+        e.fd[i] = -1;
+    for (int i = 0; i < st_shard_count(m) && rc == 0; i++)
+        if ((e.fd[i] = open(st_shard_path(m, i), O_RDONLY | O_CLOEXEC)) < 0)
+            rc = vx_errf(err, VX_EIO, "encode: cannot open '%s': %s", st_shard_path(m, i),
+                         strerror(errno));
+    if (rc < 0)
+        goto out;
     for (int i = 0; i < HF_NOBJ; i++)
         for (size_t k = 0; k < plan.obj[i].n; k++)
             e.total += op_bytes(&plan.obj[i].op[k], out_dtype(&e, &plan.obj[i].op[k]));
@@ -559,6 +585,10 @@ out:
     free(e.cbuf);
     free(e.gbuf);
     free(e.hashed);
+    for (int i = 0; e.fd && i < st_shard_count(m); i++)
+        if (e.fd[i] >= 0)
+            close(e.fd[i]);
+    free(e.fd);
     hf_plan_free(&plan);
     st_close(m);
     return rc < 0 ? -1 : 0;
