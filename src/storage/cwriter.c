@@ -79,13 +79,14 @@ int vx_cw_check(const char *target, const char *base_dir, unsigned flags, const 
         if (!d || n)
             return vx_errf(err, VX_EARG, "%s: '%s' already exists; lql does not overwrite it",
                            what, target);
-    } else if (errno != ENOENT) {
+    } else if (errno != ENOENT && errno != ENOTDIR) {   /* ENOTDIR: said of the parent below */
         return vx_errf(err, VX_EIO, "%s: cannot check '%s': %s", what, target, strerror(errno));
     }
     /* the temporary sibling is written beside it: its parent must be a directory */
     char rp[PATH_MAX];
-    if (!realpath(parent, rp) || (stat(rp, &sb) == 0 && !S_ISDIR(sb.st_mode))) {
-        int e = errno ? errno : ENOTDIR;
+    int e = !realpath(parent, rp) ? errno : stat(rp, &sb) != 0 ? errno
+                                          : !S_ISDIR(sb.st_mode) ? ENOTDIR : 0;
+    if (e) {
         return vx_errf(err, VX_EARG, "%s: cannot write '%s': its parent '%s' is not a "
                        "directory (%s)", what, target, parent, strerror(e));
     }
