@@ -186,6 +186,14 @@ static int sync_path(const char *path, vx_err *err)
     return 0;
 }
 
+/* fsync the directory holding path: what makes a rename or link into it durable. */
+static int sync_parent(const char *path, vx_err *err)
+{
+    char parent[PATH_MAX];
+    split_parent(path, parent, sizeof parent);
+    return sync_path(parent, err);
+}
+
 static int tree_at(const char *root, const char *rel, vx_tree_fn fn, void *ctx, vx_err *err)
 {
     char dir[PATH_MAX];
@@ -370,9 +378,7 @@ int vx_cw_commit(vx_cw *w, vx_err *err)
                          w->target, strerror(errno));
     }
     if (rc == 0) {
-        char parent[PATH_MAX];
-        split_parent(w->target, parent, sizeof parent);
-        rc = sync_path(parent, err);
+        rc = sync_parent(w->target, err);
         free(w);
         return rc;
     }
@@ -437,11 +443,8 @@ int vx_afile_commit(vx_afile *f, vx_err *err)
                      sep, f->path, strerror(errno));
     if (rc == 0 && f->replace)
         f->tmp[0] = '\0';
-    if (rc == 0) {
-        char parent[PATH_MAX];
-        split_parent(f->path, parent, sizeof parent);
-        rc = sync_path(parent, err);
-    }
+    if (rc == 0)
+        rc = sync_parent(f->path, err);
     vx_afile_abort(f);
     return rc;
 }

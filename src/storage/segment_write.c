@@ -271,7 +271,10 @@ int vx_segw_open(vx_segw **out, const char *path, const char *object, const char
     return 0;
 }
 
-int vx_segw_write(vx_segw *w, const void *data, size_t n, vx_err *err)
+/* Append n bytes of the current tensor(s): through the write buffer (fd < 0), or copied
+ * from file fd at off in the kernel (no copy through user space; where the file systems
+ * cannot, the mapped bytes are written). Hashed from data either way. */
+static int append(vx_segw *w, int fd, uint64_t off, const void *data, size_t n, vx_err *err)
 {
     const unsigned char *p = data;
     /* every writer of segments (encode, REPRESENT, COMPILE, COMPACT) is cancellable here */
@@ -284,8 +287,35 @@ int vx_segw_write(vx_segw *w, const void *data, size_t n, vx_err *err)
         uint64_t room = w->len[w->cur] - w->done;
         size_t k = room < n ? (size_t)room : n;
         vx_sha256_update(&w->th, p, k);
-        if (put(w, p, k, err) < 0)
-            return -1;
+        if (fd < 0) {
+            if (put(w, p, k, err) < 0)
+                return -1;
+        } else {
+            if (flush(w, err) < 0)
+                return -1;
+            loff_t in = (loff_t)off;
+            size_t left = k;
+            while (w->fd_copy && left) {
+                ssize_t c = copy_file_range(fd, &in, w->fd, NULL, left, 0);
+                if (c < 0 && errno == EINTR)
+                    continue;
+                if (c <= 0) {
+                    if (c < 0 && left == k && (errno == EXDEV || errno == EINVAL ||
+                                               errno == ENOSYS || errno == EOPNOTSUPP)) {
+                        w->fd_copy = 0;
+                        break;
+                    }
+                    return vx_errf(err, VX_EIO, "cannot copy into '%s': %s", w->path,
+                                   c < 0 ? strerror(errno) : "short copy");
+                }
+                left -= (size_t)c;
+            }
+            if (left && vx_write_all(w->fd, p, k, NULL, w->path, err) < 0)
+                return -1;
+            w->flushed += k;
+            kick(w, 0);
+            off += k;
+        }
         w->done += k;
         w->pos += k;
         p += k;
@@ -300,58 +330,14 @@ int vx_segw_write(vx_segw *w, const void *data, size_t n, vx_err *err)
     return 0;
 }
 
+int vx_segw_write(vx_segw *w, const void *data, size_t n, vx_err *err)
+{
+    return append(w, -1, 0, data, n, err);
+}
+
 int vx_segw_copy(vx_segw *w, int fd, uint64_t off, const void *data, size_t n, vx_err *err)
 {
-    const unsigned char *p = data;
-    if (vx_cancel_flag)
-        return vx_errf(err, VX_ECANCEL, "segment '%s': cancelled", w->path);
-    while (n) {
-        if (w->cur >= w->n)
-            return vx_errf(err, VX_EARG, "segment '%s': %zu bytes written past the last tensor",
-                           w->path, n);
-        uint64_t room = w->len[w->cur] - w->done;
-        size_t k = room < n ? (size_t)room : n;
-        vx_sha256_update(&w->th, p, k);
-        if (flush(w, err) < 0)
-            return -1;
-        /* the bytes go file to file in the kernel (no copy through user space); where the
-         * file systems cannot, the mapped bytes are written */
-        loff_t in = (loff_t)off;
-        size_t left = k;
-        while (w->fd_copy && left) {
-            ssize_t c = copy_file_range(fd, &in, w->fd, NULL, left, 0);
-            if (c < 0 && errno == EINTR)
-                continue;
-            if (c <= 0) {
-                if (c < 0 && left == k && (errno == EXDEV || errno == EINVAL ||
-                                           errno == ENOSYS || errno == EOPNOTSUPP)) {
-                    w->fd_copy = 0;
-                    break;
-                }
-                return vx_errf(err, VX_EIO, "cannot copy into '%s': %s", w->path,
-                               c < 0 ? strerror(errno) : "short copy");
-            }
-            left -= (size_t)c;
-        }
-        if (left) {
-            if (vx_write_all(w->fd, p, k, NULL, w->path, err) < 0)
-                return -1;
-        }
-        w->flushed += k;
-        kick(w, 0);
-        w->done += k;
-        w->pos += k;
-        p += k;
-        off += k;
-        n -= k;
-        if (w->done == w->len[w->cur]) {
-            vx_sha256_final(&w->th, w->hex[w->cur]);
-            w->cur++;
-            if (begin(w, err) < 0)
-                return -1;
-        }
-    }
-    return 0;
+    return append(w, fd, off, data, n, err);
 }
 
 /* sha256 of the written file's first n bytes, read through a mapping (no copy). */
