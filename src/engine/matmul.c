@@ -505,8 +505,44 @@ static void exact_part(void *ctx, int i, int nparts)
                                                      j->x + (size_t)t * w->cols, w->cols);
 }
 
+/* LQL_PREFILL_BF16=1 (read per call): prefill on bf16 weights rounds the activations to
+ * bf16 and runs eng_matmul_bf16 (vdpbf16ps, twice the f32 GEMM's rate on CPUs without
+ * AMX). Opt-in because it is not f32-accurate: each x loses its low 16 mantissa bits
+ * (relative error up to 2^-9), which the parity goldens do not allow; bench/decode prints
+ * the KL of its logits to the default path's. */
+int eng_prefill_bf16_optin(void)
+{
+    const char *e = getenv("LQL_PREFILL_BF16");
+    return e && *e == '1' && eng_bf16_dot_ready();
+}
+
+#define TBF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* x to bf16, round to nearest even (vcvtneps2bf16: denormals flush to zero). */
+TBF static void round_bf16(const float *x, uint16_t *dst, size_t n)
+{
+    size_t k = 0;
+    for (; k + 16 <= n; k += 16)
+        _mm256_storeu_si256((__m256i *)(dst + k), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + k)));
+    for (; k < n; k++) dst[k] = vx_f32_to_bf16(x[k]);
+}
+
+/* The opt-in product; -1 when it does not apply or memory runs out (the caller goes on). */
+static int matmul_bf16_acts(const eng_w *w, const float *x, int n, float *y)
+{
+    if (n <= SMALL_N || w->dt != VX_BF16 || !eng_prefill_bf16_optin()) return -1;
+    uint16_t *xb = malloc((size_t)n * w->cols * sizeof *xb);
+    if (!xb) return -1;
+    round_bf16(x, xb, (size_t)n * w->cols);
+    int rc = eng_matmul_bf16(w->data, w->rows, w->cols, w->row_bytes, xb, n, y);
+    free(xb);
+    return rc;
+}
+
 const char *eng_prefill_path(vx_dtype dt)
 {
+    if (dt == VX_BF16 && eng_prefill_bf16_optin())
+        return "AVX512-BF16 vdpbf16ps on bf16-rounded activations (LQL_PREFILL_BF16=1, not f32-accurate)";
     if ((dt == VX_BF16 || dt == VX_F16) && eng_amx_ready())
         return "AMX tiles (split bf16 parts, f32 accuracy)";
     if (eng_avx512()) return "AVX-512 f32 GEMM on exact f32 weight tiles";
@@ -563,6 +599,7 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
         if (done < w->rows) rows_avx512(w, done, w->rows, x, n, y);
         return;
     }
+    if (!src && matmul_bf16_acts(w, x, n, y) == 0) return;
     job j = {w, src, x, NULL, NULL, eng_avx512(), y, n, 16, 0};
     float *xp = NULL;
     eng_xpack pk = {0};
