@@ -171,12 +171,24 @@ float eng_w_dot_row(const eng_w *w, int r, const float *x)
 
 /* ---------------------------------------------------------------- streaming rows */
 
+/* How far ahead the streaming kernels prefetch each of their four row streams: the next
+ * 4-row group's same position when rows are at most a page (the group is contiguous, so
+ * every stream runs one group ahead; a page ahead would land on the next row, already being
+ * read, for three of the four streams), else one page ahead within the row. Software
+ * prefetch because the hardware prefetchers stop at page edges of the file mapping and
+ * decode streams every weight from DRAM (qkernels.c). */
+static inline size_t prefetch_distance(size_t row_bytes)
+{
+    return row_bytes <= 4096 ? 4 * row_bytes : 4096;
+}
+
 /* y[t, r] for r in [r0, r1), t < n: four weight rows at a time, each converted once per x
  * row while it sits in L1; LANES weights per step. One body for two instruction sets. */
 #define ROWS_KERNEL(NAME, ATTR, VEC, LANES, ZERO, LOADX, LOADW, FMA, HSUM)                     \
 ATTR static void NAME(const eng_w *w, int r0, int r1, const float *x, int n, float *y)          \
 {                                                                                               \
     const int cols = w->cols, cv = cols / LANES * LANES;                                        \
+    const size_t es = w->dt == VX_F32 ? 4 : 2, pfd = prefetch_distance(w->row_bytes);           \
     int r = r0;                                                                                 \
     for (; r + 4 <= r1; r += 4) {                                                               \
         const char *p0 = (const char *)w->data + (size_t)r * w->row_bytes;                      \
@@ -186,6 +198,9 @@ ATTR static void NAME(const eng_w *w, int r0, int r1, const float *x, int n, flo
             const float *xt = x + (size_t)t * cols;                                             \
             VEC a0 = ZERO(), a1 = a0, a2 = a0, a3 = a0;                                         \
             for (int k = 0; k < cv; k += LANES) {                                               \
+                if (t == 0 && ((size_t)k * es & 63) == 0)                                       \
+                    for (int i = 0; i < 4; i++)                                                 \
+                        _mm_prefetch((const char *)p[i] + (size_t)k * es + pfd, _MM_HINT_T0);   \
                 VEC xv = LOADX(xt + k);                                                         \
                 a0 = FMA(LOADW(w->dt, p[0], k), xv, a0);                                        \
                 a1 = FMA(LOADW(w->dt, p[1], k), xv, a1);                                        \
@@ -217,6 +232,7 @@ T512 static void rows_bf16_512(const eng_w *w, int r0, int r1, const float *x, c
 {
     const int cols = w->cols, c32 = cols & ~31;
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    const size_t pfd = prefetch_distance(w->row_bytes);
     int r = r0;
     for (; r + 4 <= r1; r += 4) {
         const char *p0 = (const char *)w->data + (size_t)r * w->row_bytes;
@@ -228,10 +244,8 @@ T512 static void rows_bf16_512(const eng_w *w, int r0, int r1, const float *x, c
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
             for (int k = 0; k < c32; k += 32) {
-                /* one 4 KiB page ahead: the hardware prefetchers stop at page edges of the
-                 * file mapping, and decode streams every weight from DRAM (qkernels.c). */
                 for (int i = 0; i < 4; i++)
-                    _mm_prefetch((const char *)(p[i] + k / 32) + 4096, _MM_HINT_T0);
+                    _mm_prefetch((const char *)(p[i] + k / 32) + pfd, _MM_HINT_T0);
                 __m512 xe = _mm512_loadu_ps(xt + k), xo = _mm512_loadu_ps(xt + k + 16);
                 __m512i v0 = _mm512_loadu_si512(p[0] + k / 32), v1 = _mm512_loadu_si512(p[1] + k / 32);
                 __m512i v2 = _mm512_loadu_si512(p[2] + k / 32), v3 = _mm512_loadu_si512(p[3] + k / 32);
