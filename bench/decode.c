@@ -43,6 +43,7 @@ typedef struct fmt {
     const char *profile;    /* NULL: the container's own dtype */
     double pp[MAX_ROUNDS], tg[MAX_ROUNDS], ppeer[MAX_ROUNDS], tpeer[MAX_ROUNDS];
     double bw[MAX_ROUNDS];  /* the round's probe */
+    double ppx[MAX_ROUNDS], kl[MAX_ROUNDS];   /* bf16 with LQL_PREFILL_BF16=1: t/s, KL */
     uint64_t wbytes;        /* weight bytes streamed per decoded token */
 } fmt;
 
@@ -59,8 +60,31 @@ static double load1(void)
     return getloadavg(ld, 3) < 0 ? -1 : ld[0];
 }
 
-/* lql on one format: prompt and decode tokens/s (and CPU ms per decoded token). */
-static int lql_run(fmt *f, int n_prompt, int n_gen, double *pps, double *dps, double *cpu_ms)
+/* KL(p || q) in nats of the softmaxes of logits a (p) and b (q). */
+static double kl_logits(const float *a, const float *b, int n)
+{
+    double ma = a[0], mb = b[0], za = 0, zb = 0, kl = 0;
+    for (int i = 1; i < n; i++) {
+        ma = a[i] > ma ? a[i] : ma;
+        mb = b[i] > mb ? b[i] : mb;
+    }
+    for (int i = 0; i < n; i++) {
+        za += exp(a[i] - ma);
+        zb += exp(b[i] - mb);
+    }
+    for (int i = 0; i < n; i++) {
+        double la = a[i] - ma - log(za), lb = b[i] - mb - log(zb);
+        kl += exp(la) * (la - lb);
+    }
+    return kl;
+}
+
+/* lql on one format: prompt and decode tokens/s (and CPU ms per decoded token). For bf16
+ * on a CPU where the LQL_PREFILL_BF16=1 opt-in applies, the prompt is run a second time
+ * with it: *ppx its tokens/s, *kl the KL of the default prompt's last-token distribution
+ * to the opt-in's (else both -1). */
+static int lql_run(fmt *f, int n_prompt, int n_gen, double *pps, double *dps, double *cpu_ms,
+                   double *ppx, double *kl)
 {
     vx_container *c = NULL;
     eng_model *m = NULL;
@@ -88,6 +112,19 @@ static int lql_run(fmt *f, int n_prompt, int n_gen, double *pps, double *dps, do
     double t0 = bw_now();
     if (!rc && eng_forward(s, ids, n_prompt, logits, NULL, &err) < 0) rc = -1;
     double tp = bw_now() - t0;
+    *ppx = *kl = -1;
+    setenv("LQL_PREFILL_BF16", "1", 1);
+    float *opt = !rc && !f->profile && !strcmp(f->name, "bf16") && eng_prefill_bf16_optin() &&
+                 !eng_amx_ready() ? malloc((size_t)vocab * sizeof *opt) : NULL;
+    if (opt) {
+        eng_session_reset(s);
+        t0 = bw_now();
+        if (eng_forward(s, ids, n_prompt, opt, NULL, &err) < 0) rc = -1;
+        *ppx = n_prompt / (bw_now() - t0);
+        *kl = kl_logits(logits, opt, vocab);
+        free(opt);
+    }
+    unsetenv("LQL_PREFILL_BF16");
     eng_session_reset(s);
     t0 = bw_now();
     double c0 = cpu_now();
@@ -285,7 +322,9 @@ int main(int argc, char **argv)
             f->bw[r] = bw;
             for (int side = 0; side < 2; side++) {
                 int lql_turn = (side == 0) == (r % 2 == 0);
-                if (lql_turn && lql_run(f, n_prompt, n_gen, &f->pp[r], &f->tg[r], &cpu_ms)) return 1;
+                if (lql_turn && lql_run(f, n_prompt, n_gen, &f->pp[r], &f->tg[r], &cpu_ms, &f->ppx[r],
+                                        &f->kl[r]))
+                    return 1;
                 if (!lql_turn && !no_peer &&
                     peer_run(lb, models, f->name, threads, n_prompt, n_gen, &f->ppeer[r], &f->tpeer[r]))
                     return 1;
@@ -298,11 +337,16 @@ int main(int argc, char **argv)
                 printf("%-5d %-4s %5.2f %6.1f | %8.1f %8.1f %5.2f | %7.2f %7.2f %5.2f | %5.2f %5.2f %6.1f\n",
                        r + 1, f->name, ld, bw, f->pp[r], f->ppeer[r], f->pp[r] / f->ppeer[r], f->tg[r],
                        f->tpeer[r], f->tg[r] / f->tpeer[r], gb * f->tg[r] / bw, gb * f->tpeer[r] / bw, cpu_ms);
+            if (f->ppx[r] > 0)
+                printf("%-5d %-4s LQL_PREFILL_BF16=1 (opt-in): pp lql %.1f, ratio %s%.2f, KL to default %.2e nats\n",
+                       r + 1, f->name, f->ppx[r], no_peer ? "- " : "",
+                       no_peer ? f->ppx[r] / f->pp[r] : f->ppx[r] / f->ppeer[r], f->kl[r]);
             fflush(stdout);
         }
     }
     printf("(pp/tg: tokens/s; ratio: lql / llama.cpp; bw l/p: weight bytes streamed per second in decode\n"
-           " as a fraction of the round's probe, for lql and the peer; cpu ms: lql CPU per decoded token)\n");
+           " as a fraction of the round's probe, for lql and the peer; cpu ms: lql CPU per decoded token;\n"
+           " opt-in lines: ratio to llama.cpp, or with --no-peer to lql's default prompt)\n");
     for (int k = 0; k < nf && !no_peer; k++) {
         double rp[MAX_ROUNDS], rt[MAX_ROUNDS], fb[MAX_ROUNDS], a, lo, hi, b, lo2, hi2, c, lo3, hi3;
         for (int r = 0; r < rounds; r++) {
@@ -315,6 +359,16 @@ int main(int argc, char **argv)
         stats(fb, rounds, &c, &lo3, &hi3);
         printf("%-4s  prompt ratio median %.2f (%.2f-%.2f)   decode ratio median %.2f (%.2f-%.2f)   "
                "decode/probe %.2f (%.2f-%.2f)\n", F[k].name, a, lo, hi, b, lo2, hi2, c, lo3, hi3);
+        if (F[k].ppx[0] > 0) {
+            double kmax = 0;
+            for (int r = 0; r < rounds; r++) {
+                rp[r] = F[k].ppx[r] / F[k].ppeer[r];
+                kmax = F[k].kl[r] > kmax ? F[k].kl[r] : kmax;
+            }
+            stats(rp, rounds, &a, &lo, &hi);
+            printf("%-4s  prompt ratio with LQL_PREFILL_BF16=1 median %.2f (%.2f-%.2f), KL to default at most %.2e nats\n",
+                   F[k].name, a, lo, hi, kmax);
+        }
     }
     printf("AMX %s on this host\n", eng_amx_ready() ? "present and used" : "absent (or LQL_NO_AMX=1)");
     return 0;

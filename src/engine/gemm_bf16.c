@@ -1,7 +1,8 @@
 /*
  * gemm_bf16.c — the screening products, for callers that screen candidates and recompute
- * the survivors exactly (down-meta's first pass); not paths of eng_matmul (the executor
- * keeps f32-accurate products):
+ * the survivors exactly (down-meta's first pass); not default paths of eng_matmul (the
+ * executor keeps f32-accurate products; it calls eng_matmul_bf16 only for bf16 prefill
+ * under the LQL_PREFILL_BF16=1 opt-in, matmul.c):
  *   eng_matmul_bf16  y[t, r] ≈ Σ_k W[r, k] · X[t, k] for bf16 W and X with AVX512-BF16:
  *                    each bf16 pair product exact in f32 (vdpbf16ps), the sum accumulated
  *                    in f32 with a stated error bound (eng_sum_gamma); twice the f32

@@ -171,12 +171,24 @@ float eng_w_dot_row(const eng_w *w, int r, const float *x)
 
 /* ---------------------------------------------------------------- streaming rows */
 
+/* How far ahead the streaming kernels prefetch each of their four row streams: the next
+ * 4-row group's same position when rows are at most a page (the group is contiguous, so
+ * every stream runs one group ahead; a page ahead would land on the next row, already being
+ * read, for three of the four streams), else one page ahead within the row. Software
+ * prefetch because the hardware prefetchers stop at page edges of the file mapping and
+ * decode streams every weight from DRAM (qkernels.c). */
+static inline size_t prefetch_distance(size_t row_bytes)
+{
+    return row_bytes <= 4096 ? 4 * row_bytes : 4096;
+}
+
 /* y[t, r] for r in [r0, r1), t < n: four weight rows at a time, each converted once per x
  * row while it sits in L1; LANES weights per step. One body for two instruction sets. */
 #define ROWS_KERNEL(NAME, ATTR, VEC, LANES, ZERO, LOADX, LOADW, FMA, HSUM)                     \
 ATTR static void NAME(const eng_w *w, int r0, int r1, const float *x, int n, float *y)          \
 {                                                                                               \
     const int cols = w->cols, cv = cols / LANES * LANES;                                        \
+    const size_t es = w->dt == VX_F32 ? 4 : 2, pfd = prefetch_distance(w->row_bytes);           \
     int r = r0;                                                                                 \
     for (; r + 4 <= r1; r += 4) {                                                               \
         const char *p0 = (const char *)w->data + (size_t)r * w->row_bytes;                      \
@@ -186,6 +198,9 @@ ATTR static void NAME(const eng_w *w, int r0, int r1, const float *x, int n, flo
             const float *xt = x + (size_t)t * cols;                                             \
             VEC a0 = ZERO(), a1 = a0, a2 = a0, a3 = a0;                                         \
             for (int k = 0; k < cv; k += LANES) {                                               \
+                if (t == 0 && ((size_t)k * es & 63) == 0)                                       \
+                    for (int i = 0; i < 4; i++)                                                 \
+                        _mm_prefetch((const char *)p[i] + (size_t)k * es + pfd, _MM_HINT_T0);   \
                 VEC xv = LOADX(xt + k);                                                         \
                 a0 = FMA(LOADW(w->dt, p[0], k), xv, a0);                                        \
                 a1 = FMA(LOADW(w->dt, p[1], k), xv, a1);                                        \
@@ -217,6 +232,7 @@ T512 static void rows_bf16_512(const eng_w *w, int r0, int r1, const float *x, c
 {
     const int cols = w->cols, c32 = cols & ~31;
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    const size_t pfd = prefetch_distance(w->row_bytes);
     int r = r0;
     for (; r + 4 <= r1; r += 4) {
         const char *p0 = (const char *)w->data + (size_t)r * w->row_bytes;
@@ -228,10 +244,8 @@ T512 static void rows_bf16_512(const eng_w *w, int r0, int r1, const float *x, c
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
             for (int k = 0; k < c32; k += 32) {
-                /* one 4 KiB page ahead: the hardware prefetchers stop at page edges of the
-                 * file mapping, and decode streams every weight from DRAM (qkernels.c). */
                 for (int i = 0; i < 4; i++)
-                    _mm_prefetch((const char *)(p[i] + k / 32) + 4096, _MM_HINT_T0);
+                    _mm_prefetch((const char *)(p[i] + k / 32) + pfd, _MM_HINT_T0);
                 __m512 xe = _mm512_loadu_ps(xt + k), xo = _mm512_loadu_ps(xt + k + 16);
                 __m512i v0 = _mm512_loadu_si512(p[0] + k / 32), v1 = _mm512_loadu_si512(p[1] + k / 32);
                 __m512i v2 = _mm512_loadu_si512(p[2] + k / 32), v3 = _mm512_loadu_si512(p[3] + k / 32);
@@ -505,8 +519,44 @@ static void exact_part(void *ctx, int i, int nparts)
                                                      j->x + (size_t)t * w->cols, w->cols);
 }
 
+/* LQL_PREFILL_BF16=1 (read per call): prefill on bf16 weights rounds the activations to
+ * bf16 and runs eng_matmul_bf16 (vdpbf16ps, twice the f32 GEMM's rate on CPUs without
+ * AMX). Opt-in because it is not f32-accurate: each x loses its low 16 mantissa bits
+ * (relative error up to 2^-9), which the parity goldens do not allow; bench/decode prints
+ * the KL of its logits to the default path's. */
+int eng_prefill_bf16_optin(void)
+{
+    const char *e = getenv("LQL_PREFILL_BF16");
+    return e && *e == '1' && eng_bf16_dot_ready();
+}
+
+#define TBF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* x to bf16, round to nearest even (vcvtneps2bf16: denormals flush to zero). */
+TBF static void round_bf16(const float *x, uint16_t *dst, size_t n)
+{
+    size_t k = 0;
+    for (; k + 16 <= n; k += 16)
+        _mm256_storeu_si256((__m256i *)(dst + k), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + k)));
+    for (; k < n; k++) dst[k] = vx_f32_to_bf16(x[k]);
+}
+
+/* The opt-in product; -1 when it does not apply or memory runs out (the caller goes on). */
+static int matmul_bf16_acts(const eng_w *w, const float *x, int n, float *y)
+{
+    if (n <= SMALL_N || w->dt != VX_BF16 || !eng_prefill_bf16_optin()) return -1;
+    uint16_t *xb = malloc((size_t)n * w->cols * sizeof *xb);
+    if (!xb) return -1;
+    round_bf16(x, xb, (size_t)n * w->cols);
+    int rc = eng_matmul_bf16(w->data, w->rows, w->cols, w->row_bytes, xb, n, y);
+    free(xb);
+    return rc;
+}
+
 const char *eng_prefill_path(vx_dtype dt)
 {
+    if (dt == VX_BF16 && eng_prefill_bf16_optin())
+        return "AVX512-BF16 vdpbf16ps on bf16-rounded activations (LQL_PREFILL_BF16=1, not f32-accurate)";
     if ((dt == VX_BF16 || dt == VX_F16) && eng_amx_ready())
         return "AMX tiles (split bf16 parts, f32 accuracy)";
     if (eng_avx512()) return "AVX-512 f32 GEMM on exact f32 weight tiles";
@@ -563,6 +613,7 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
         if (done < w->rows) rows_avx512(w, done, w->rows, x, n, y);
         return;
     }
+    if (!src && matmul_bf16_acts(w, x, n, y) == 0) return;
     job j = {w, src, x, NULL, NULL, eng_avx512(), y, n, 16, 0};
     float *xp = NULL;
     eng_xpack pk = {0};

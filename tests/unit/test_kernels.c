@@ -3,7 +3,7 @@
  * every dtype on both paths (streaming GEMV for few rows, the AVX-512 GEMM or tiled sgemm
  * for many — each run with and without LQL_NO_AVX512; odd widths, row counts that are not
  * a multiple of the 6-row block and token counts past one 64-token group exercise the
- * tails), the transposed f32 view, norms, rope styles, activations,
+ * tails), the LQL_PREFILL_BF16=1 opt-in's bound, the transposed f32 view, norms, rope styles, activations,
  * softcap, softmax, and the sampler's determinism and filters.
  */
 #include <stdlib.h>
@@ -30,7 +30,9 @@ static eng_w store(vx_dtype dt, float *m, int rows, int cols, void *buf)
     return w;
 }
 
-static double matmul_err(vx_dtype dt, int rows, int cols, int n)
+/* Worst error of eng_matmul relative to 1 + |exact|; *vs_abs (if not NULL): the worst
+ * relative to Σ|w·x|. */
+static double matmul_err(vx_dtype dt, int rows, int cols, int n, double *vs_abs)
 {
     float *m = malloc((size_t)rows * cols * 4), *x = malloc((size_t)n * cols * 4);
     float *y = malloc((size_t)n * rows * 4);
@@ -39,15 +41,21 @@ static double matmul_err(vx_dtype dt, int rows, int cols, int n)
     for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = rnd();
     eng_w w = store(dt, m, rows, cols, buf);
     eng_matmul(&w, x, n, y);
-    double worst = 0;
+    double worst = 0, worst_abs = 0;
     for (int t = 0; t < n; t++)
         for (int r = 0; r < rows; r++) {
-            double s = 0;
-            for (int c = 0; c < cols; c++) s += (double)m[(size_t)r * cols + c] * x[(size_t)t * cols + c];
-            double e = fabs(s - y[(size_t)t * rows + r]) / (1 + fabs(s));
-            if (e > worst) worst = e;
+            double s = 0, a = 0;
+            for (int c = 0; c < cols; c++) {
+                double p = (double)m[(size_t)r * cols + c] * x[(size_t)t * cols + c];
+                s += p;
+                a += fabs(p);
+            }
+            double e = fabs(s - y[(size_t)t * rows + r]);
+            worst = fmax(worst, e / (1 + fabs(s)));
+            worst_abs = fmax(worst_abs, e / a);
         }
     free(m); free(x); free(y); free(buf);
+    if (vs_abs) *vs_abs = worst_abs;
     return worst;
 }
 
@@ -59,7 +67,7 @@ static void test_matmul(void)
                              {131, 300, 70}, {13, 2048, 64}, {200, 520, 129}};
     for (int d = 0; d < 3; d++)
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
-            double e = matmul_err(dts[d], shapes[s][0], shapes[s][1], shapes[s][2]);
+            double e = matmul_err(dts[d], shapes[s][0], shapes[s][1], shapes[s][2], NULL);
             CHECK_MSG(e < 2e-5, "%s rows %d cols %d n %d: rel err %g", vx_dtype_name(dts[d]),
                       shapes[s][0], shapes[s][1], shapes[s][2], e);
         }
@@ -97,6 +105,33 @@ static void test_matmul(void)
     double dref = 0;
     for (int i = 0; i < 37; i++) { da[i] = rnd(); db[i] = rnd(); dref += (double)da[i] * db[i]; }
     CHECK_NEAR(eng_dot(da, db, 37), dref, 1e-5);
+}
+
+/* LQL_PREFILL_BF16=1: bf16 prefill products round x to bf16 (relative error at most 2^-9
+ * per element, products exact, f32 sums), so each output is within 2^-8 · Σ|w·x| of the
+ * exact one — and, on a CPU with AVX512-BF16, measurably off the f32 path (the opt-in
+ * ran). Decode (n <= 8), odd widths and other dtypes stay f32-accurate. */
+static void test_prefill_bf16_optin(void)
+{
+    const int shapes[][3] = {{131, 300, 70}, {13, 2048, 64}, {97, 203, 9}, {64, 256, 8}};
+    setenv("LQL_PREFILL_BF16", "1", 1);
+    const int on = eng_prefill_bf16_optin();
+    CHECK(!on || strstr(eng_prefill_path(VX_BF16), "LQL_PREFILL_BF16"));
+    CHECK(!strstr(eng_prefill_path(VX_F16), "LQL_PREFILL_BF16"));
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        const int rows = shapes[k][0], cols = shapes[k][1], n = shapes[k][2];
+        const int rounded = on && n > 8 && cols % 2 == 0;
+        double worst, worst_f32 = matmul_err(VX_BF16, rows, cols, n, &worst);
+        if (rounded) {
+            CHECK_MSG(worst <= ldexp(1.0, -8), "rows %d cols %d n %d: err / sum|wx| %g", rows, cols, n, worst);
+            CHECK_MSG(worst_f32 > 2e-5, "rows %d cols %d n %d: rel err %g, the opt-in did not run", rows,
+                      cols, n, worst_f32);
+        } else {
+            CHECK_MSG(worst_f32 < 2e-5, "rows %d cols %d n %d: rel err %g", rows, cols, n, worst_f32);
+        }
+    }
+    unsetenv("LQL_PREFILL_BF16");
+    CHECK(!eng_prefill_bf16_optin());
 }
 
 /* Block-quantised weights go through the block kernels: compare with the dequantised
@@ -280,5 +315,6 @@ int main(void)
     test_act();
     test_sample();
     test_split();
+    test_prefill_bf16_optin();
     return T_DONE();
 }
