@@ -162,11 +162,13 @@ done:
 
 
 /* DELETE and UPDATE start alike: the effective model with browse, the journal if it exists,
- * and the live features the WHERE conditions select. */
+ * and the live features the WHERE conditions select; when some are, the journal is opened
+ * (created) before anything is reported, so an edit that cannot be recorded reports none. */
 static int select_live(lql_session *s, const lql_stmt *st, ed_model **ed, fvec *sel, lql_err *e)
 {
     return lql_edit_model(s, st, 1, ed, e) || lql_edit_journal(st, *ed, 0, e) ||
-                   select_features(st, *ed, sel, e) ? -1 : 0;
+                   select_features(st, *ed, sel, e) ||
+                   (sel->n && lql_edit_journal(st, *ed, 1, e)) ? -1 : 0;
 }
 
 /* Record through call (ed_delete / ed_update's result), then the statement's note. */
