@@ -286,10 +286,10 @@ static int read_line(int fd, char *buf, size_t n, int ms)
     return (int)k;
 }
 
-/* lql with a FIFO as stdin: each statement's answer arrives before the next is written. */
-static void fifo_conversation(const char *box)
+/* `lql -json box` reading the FIFO fifo (made here): its pid, *w the FIFO's write end and
+ * *r the read end of its stdout. */
+static pid_t lql_on_fifo(const char *fifo, const char *box, int *w, int *r)
 {
-    char fifo[] = DIR "/conv.fifo";
     unlink(fifo);
     CHECK(mkfifo(fifo, 0600) == 0);
     int outp[2];
@@ -304,10 +304,20 @@ static void fifo_conversation(const char *box)
         _exit(127);
     }
     close(outp[1]);
-    int w = open(fifo, O_WRONLY);
+    *w = open(fifo, O_WRONLY);
+    *r = outp[0];
+    return pid;
+}
+
+/* lql with a FIFO as stdin: each statement's answer arrives before the next is written. */
+static void fifo_conversation(const char *box)
+{
+    char fifo[] = DIR "/conv.fifo";
+    int w, r;
+    pid_t pid = lql_on_fifo(fifo, box, &w, &r);
     char line[1 << 16];
     /* the USE frame of the container argument comes first */
-    CHECK(read_line(outp[0], line, sizeof line, 30000) > 0);
+    CHECK(read_line(r, line, sizeof line, 30000) > 0);
     CHECK_HAS(line, "\"statement\": \"USE ");
     static const char *const say[] = {"TOKENIZE \"Paris\";\n", "INFER \"The capital of\n",
                                       "France is\" TOP 1;\n", "STATS;\n"};
@@ -317,14 +327,32 @@ static void fifo_conversation(const char *box)
     for (int i = 0; i < 4; i++) {
         CHECK(write(w, say[i], strlen(say[i])) == (ssize_t)strlen(say[i]));
         if (!want[i]) continue;         /* an unfinished statement: no answer yet */
-        int got = read_line(outp[0], line, sizeof line, 30000);
+        int got = read_line(r, line, sizeof line, 30000);
         CHECK_MSG(got > 0, "no answer to %s within 30 s", say[i]);
         if (got > 0) CHECK_HAS(line, want[i]);
     }
     close(w);
     /* end of input: lql exits */
     CHECK(wait_bounded(pid, 30000) == 0);
-    close(outp[0]);
+    close(r);
+
+    /* an edit answered is journaled: lql killed right after answering it (as a pipeline
+     * interrupted as a whole would be) still leaves it in the history */
+    pid = lql_on_fifo(fifo, box, &w, &r);
+    CHECK(read_line(r, line, sizeof line, 30000) > 0);          /* USE */
+    static const char del[] = "DELETE FROM EDGES WHERE layer = 1 AND feature = 7;\n";
+    CHECK(write(w, del, sizeof del - 1) == (ssize_t)(sizeof del - 1));
+    CHECK(read_line(r, line, sizeof line, 30000) > 0);
+    CHECK_HAS(line, "\"error\": null");
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(w);
+    close(r);
+    char cmd[4096], *out, *err;
+    snprintf(cmd, sizeof cmd, LQL " '%s' -c 'SHOW HISTORY;'", box);
+    CHECK(sh(cmd, &out, &err) == 0);
+    CHECK_HAS(out, "DELETE FROM EDGES WHERE layer = 1 AND feature = 7\tauto-1\t1\tactive");
+    free(out); free(err);
     unlink(fifo);
 }
 
