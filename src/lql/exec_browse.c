@@ -455,12 +455,12 @@ int lql_browse_conds(const lql_cond *where, brw_from from, const char *(*alias)(
     return 0;
 }
 
-static const lql_span *cond_span(const lql_stmt *st, const vx_err *ve)
+const lql_span *lql_cond_span(const lql_cond *where, const vx_err *ve, const lql_span *other)
 {
-    for (const lql_cond *c = st->where; c; c = c->next)
+    for (const lql_cond *c = where; c; c = c->next)
         if (strstr(ve->msg, c->field) == ve->msg)
             return &c->field_at;
-    return &st->at;
+    return other;
 }
 
 static void rows_table(const brw_rows *rows, const brw_field *f, int nf, lql_table *t)
@@ -534,7 +534,8 @@ static int run_rows(const lql_stmt *st, const brw_model *m, brw_from from, int s
     int rc = show_layer >= 0 ? brw_show_features(m, show_layer, o, &rows, &ve)
                              : brw_select(m, from, o, &rows, &ve);
     if (rc != 0)
-        rc = lql_err_vx(e, &ve, o->nearest ? clause_at(st, LQL_C_NEAREST) : cond_span(st, &ve));
+        rc = lql_err_vx(e, &ve, o->nearest ? clause_at(st, LQL_C_NEAREST)
+                                                : lql_cond_span(st->where, &ve, &st->at));
     else {
         rc = emit_rows(&rows, f, nf, NULL, r, e);
         brw_rows_free(&rows);

@@ -96,7 +96,7 @@ static int select_slots(const ed_model *es, const lql_cond *where, fvec *out, lq
     free(conds);
     free(vals);
     if (bad_range)
-        return lql_err_vx(e, &ve, &where->field_at);
+        return lql_err_vx(e, &ve, lql_cond_span(where, &ve, &where->field_at));
     for (int l = 0; l < brw_layers(ed_model_browse(es)); l++) {
         int64_t nf = brw_features(ed_model_browse(es), l);
         int layer_ok = 1;
@@ -145,7 +145,7 @@ static int select_features(const lql_stmt *st, const ed_model *es, fvec *out, lq
     brw_rows rows;
     vx_err ve = {0};
     if (brw_select(ed_model_browse(es), BRW_FEATURES, &o, &rows, &ve)) {
-        lql_err_vx(e, &ve, &st->where->field_at);
+        lql_err_vx(e, &ve, lql_cond_span(st->where, &ve, &st->where->field_at));
         goto done;
     }
     rc = 0;
@@ -162,11 +162,13 @@ done:
 
 
 /* DELETE and UPDATE start alike: the effective model with browse, the journal if it exists,
- * and the live features the WHERE conditions select. */
+ * and the live features the WHERE conditions select; when some are, the journal is opened
+ * (created) before anything is reported, so an edit that cannot be recorded reports none. */
 static int select_live(lql_session *s, const lql_stmt *st, ed_model **ed, fvec *sel, lql_err *e)
 {
     return lql_edit_model(s, st, 1, ed, e) || lql_edit_journal(st, *ed, 0, e) ||
-                   select_features(st, *ed, sel, e) ? -1 : 0;
+                   select_features(st, *ed, sel, e) ||
+                   (sel->n && lql_edit_journal(st, *ed, 1, e)) ? -1 : 0;
 }
 
 /* Record through call (ed_delete / ed_update's result), then the statement's note. */

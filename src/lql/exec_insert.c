@@ -133,7 +133,9 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                         "probability the target must reach: at least 0.5 and below 1");
     ed_model *ed = NULL;
     eng_model *m = NULL;
+    /* no place for a journal: refused before the edit is computed, not after */
     if (lql_edit_model(s, st, 1, &ed, e) || lql_edit_journal(st, ed, 0, e) ||
+        (!ed_journal_place(ed) && lql_edit_journal(st, ed, 1, e)) ||
         lql_session_model(s, st, &m, e))
         return -1;
     char *text = lql_edit_text(st);

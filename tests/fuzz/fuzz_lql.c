@@ -22,7 +22,13 @@ static void count(void *ctx, const char *kw)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const char *text = (const char *)data;
+    /* lql_split and lql_complete lex up to the NUL sentinel after the text (ast.h), as
+     * every caller's buffer has it: the input is given one */
+    char *z = malloc(size + 1);
+    if (!z) return 0;
+    memcpy(z, data, size);
+    z[size] = 0;
+    const char *text = z;
     size_t off = 0;
     /* statement by statement, as the shell splits a script */
     while (off < size) {
@@ -30,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         lql_split(text + off, size - off, &len);
         if (len == 0) break;
         lql_arena *ar = lql_arena_new();
-        if (!ar) return 0;
+        if (!ar) break;
         lql_stmt *st = NULL;
         lql_err e;
         if (lql_parse(text + off, len, ar, &st, &e) < 0) {
@@ -43,13 +49,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         lql_arena_free(ar);
         off += len;
     }
-    char *z = malloc(size + 1);
-    if (!z) return 0;
-    memcpy(z, data, size);
-    z[size] = 0;
     (void)lql_complete(z);
-    free(z);
     int seen = 0, n = lql_next_keywords((const char *)data, size < 200 ? size : 200, count, &seen);
     if (n >= 0 && n != seen) abort();
+    free(z);
     return 0;
 }

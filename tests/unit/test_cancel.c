@@ -8,8 +8,9 @@
  * non-zero status; for the statements built to run long it also printed no result and left
  * no output container, for the others a container published before the cancel must
  * verify. Statements: GENERATE, TRACE (positions × layers lens), EXTRACT (encode +
- * down-meta), INSERT, COMPILE, COMPACT. A statement whose uninterrupted run is too short to interrupt reliably on this
- * machine is reported, not checked (the lines say which).
+ * down-meta), INSERT, COMPILE, COMPACT (of a sharded container, which it merges). A
+ * statement whose uninterrupted run is too short to interrupt reliably on this machine is
+ * reported, not checked (the lines say which).
  */
 #include "browse.h"
 #include "t.h"
@@ -191,6 +192,14 @@ int main(void)
     o.finish = brw_encode_finish;
     vx_err err = {0};
     CHECK_MSG(vx_encode(hf, vx, &o, &err) == 0, "encode: %s", err.msg);
+    /* COMPACT's source: the same model in shards it merges (rewrites), so it runs long
+     * enough to interrupt; an unsharded container is only linked */
+    char vxs[2048];
+    snprintf(vxs, sizeof vxs, "%s/cancel-shards.vindex3", LQL_BINARY_DIR);
+    t_rm_rf(vxs);
+    setenv("LQL_SHARD_CAP", "4300000", 1);
+    CHECK_MSG(vx_encode(hf, vxs, &o, &err) == 0, "encode: %s", err.msg);
+    unsetenv("LQL_SHARD_CAP");
 
     /* a long prompt for TRACE: 300 words */
     prompt[0] = 0;
@@ -219,7 +228,7 @@ int main(void)
             snprintf(stmt, sizeof stmt, "DELETE FROM EDGES WHERE layer = 1 AND feature < 300; "
                      "COMPILE CURRENT INTO VINDEX \"%s\";", out);
         else if (i == 5)
-            snprintf(stmt, sizeof stmt, "COMPACT \"%s\" INTO VINDEX \"%s\";", vx, out);
+            snprintf(stmt, sizeof stmt, "COMPACT \"%s\" INTO VINDEX \"%s\";", vxs, out);
         else
             snprintf(stmt, sizeof stmt, "%s", cases[i].stmt);
         snprintf(script, sizeof script, "USE \"%s\" JOURNAL \":memory:\"; %s", vx, stmt);
@@ -233,5 +242,6 @@ int main(void)
     }
     t_rm_rf(hf);
     t_rm_rf(vx);
+    t_rm_rf(vxs);
     return T_DONE();
 }

@@ -81,6 +81,14 @@ static void options(void)
     CHECK_STR(out, "container\tformat\tmodel\tlayers\n");
     free(out); free(err);
 
+    /* .once sends the next statement's results to a file, the one after it to stdout */
+    CHECK(sh(LQL " -c '.once " DIR "/once.txt' -c 'SHOW MODELS;' -c '.print after'", &out, &err) == 0);
+    CHECK_STR(out, "after\n");
+    char *once = slurp(DIR "/once.txt");
+    CHECK_STR(once, "container\tformat\tmodel\tlayers\n");
+    free(once);
+    free(out); free(err);
+
     /* modes and headers from the command line */
     CHECK(sh(LQL " -noheader -c 'SHOW MODELS;'", &out, &err) == 0);
     CHECK_STR(out, "");
@@ -278,10 +286,10 @@ static int read_line(int fd, char *buf, size_t n, int ms)
     return (int)k;
 }
 
-/* lql with a FIFO as stdin: each statement's answer arrives before the next is written. */
-static void fifo_conversation(const char *box)
+/* `lql -json box` reading the FIFO fifo (made here): its pid, *w the FIFO's write end and
+ * *r the read end of its stdout. */
+static pid_t lql_on_fifo(const char *fifo, const char *box, int *w, int *r)
 {
-    char fifo[] = DIR "/conv.fifo";
     unlink(fifo);
     CHECK(mkfifo(fifo, 0600) == 0);
     int outp[2];
@@ -296,10 +304,20 @@ static void fifo_conversation(const char *box)
         _exit(127);
     }
     close(outp[1]);
-    int w = open(fifo, O_WRONLY);
+    *w = open(fifo, O_WRONLY);
+    *r = outp[0];
+    return pid;
+}
+
+/* lql with a FIFO as stdin: each statement's answer arrives before the next is written. */
+static void fifo_conversation(const char *box)
+{
+    char fifo[] = DIR "/conv.fifo";
+    int w, r;
+    pid_t pid = lql_on_fifo(fifo, box, &w, &r);
     char line[1 << 16];
     /* the USE frame of the container argument comes first */
-    CHECK(read_line(outp[0], line, sizeof line, 30000) > 0);
+    CHECK(read_line(r, line, sizeof line, 30000) > 0);
     CHECK_HAS(line, "\"statement\": \"USE ");
     static const char *const say[] = {"TOKENIZE \"Paris\";\n", "INFER \"The capital of\n",
                                       "France is\" TOP 1;\n", "STATS;\n"};
@@ -309,14 +327,32 @@ static void fifo_conversation(const char *box)
     for (int i = 0; i < 4; i++) {
         CHECK(write(w, say[i], strlen(say[i])) == (ssize_t)strlen(say[i]));
         if (!want[i]) continue;         /* an unfinished statement: no answer yet */
-        int got = read_line(outp[0], line, sizeof line, 30000);
+        int got = read_line(r, line, sizeof line, 30000);
         CHECK_MSG(got > 0, "no answer to %s within 30 s", say[i]);
         if (got > 0) CHECK_HAS(line, want[i]);
     }
     close(w);
     /* end of input: lql exits */
     CHECK(wait_bounded(pid, 30000) == 0);
-    close(outp[0]);
+    close(r);
+
+    /* an edit answered is journaled: lql killed right after answering it (as a pipeline
+     * interrupted as a whole would be) still leaves it in the history */
+    pid = lql_on_fifo(fifo, box, &w, &r);
+    CHECK(read_line(r, line, sizeof line, 30000) > 0);          /* USE */
+    static const char del[] = "DELETE FROM EDGES WHERE layer = 1 AND feature = 7;\n";
+    CHECK(write(w, del, sizeof del - 1) == (ssize_t)(sizeof del - 1));
+    CHECK(read_line(r, line, sizeof line, 30000) > 0);
+    CHECK_HAS(line, "\"error\": null");
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(w);
+    close(r);
+    char cmd[4096], *out, *err;
+    snprintf(cmd, sizeof cmd, LQL " '%s' -c 'SHOW HISTORY;'", box);
+    CHECK(sh(cmd, &out, &err) == 0);
+    CHECK_HAS(out, "DELETE FROM EDGES WHERE layer = 1 AND feature = 7\tauto-1\t1\tactive");
+    free(out); free(err);
     unlink(fifo);
 }
 
@@ -337,14 +373,10 @@ static int read_until(int fd, char *buf, size_t n, const char *want, int ms)
     return strstr(buf, want) != NULL;
 }
 
-/* The interactive shell on a pseudo-terminal: ~/.lqlrc runs, a multi-line statement is one
- * history entry after a restart, and Ctrl-D at `...>` runs the unfinished statement. */
-static void interactive(void)
+/* An interactive lql on a pseudo-terminal (HOME = DIR/home, cwd DIR/empty): its pid. */
+static pid_t shell_on_pty(int *master)
 {
-    mkdir(DIR "/home", 0755);
-    write_file(DIR "/home/.lqlrc", ".print from-rc\n", 15);
-    int master;
-    pid_t pid = forkpty(&master, NULL, NULL, NULL);
+    pid_t pid = forkpty(master, NULL, NULL, NULL);
     if (pid == 0) {
         setenv("HOME", DIR "/home", 1);
         setenv("TERM", "dumb", 1);
@@ -352,6 +384,17 @@ static void interactive(void)
         execl(LQL, "lql", (char *)NULL);
         _exit(127);
     }
+    return pid;
+}
+
+/* The interactive shell on a pseudo-terminal: ~/.lqlrc runs, a multi-line statement is one
+ * history entry after a restart, and Ctrl-D at `...>` runs the unfinished statement. */
+static void interactive(void)
+{
+    mkdir(DIR "/home", 0755);
+    write_file(DIR "/home/.lqlrc", ".print from-rc\n", 15);
+    int master;
+    pid_t pid = shell_on_pty(&master);
     CHECK(pid > 0);
     if (pid <= 0) return;
     static char buf[1 << 16];
@@ -370,6 +413,21 @@ static void interactive(void)
     char *hist = slurp(DIR "/home/.lql_history");
     CHECK_STR(hist, "SHOW\x01 MODELS;\nSHOW MODELS\n");
     free(hist);
+
+    /* after a restart the two-line statement comes back whole: two steps back in the
+     * history (Ctrl-P) are "SHOW MODELS" then "SHOW\n MODELS;", which runs; were its lines
+     * two entries, the second step would be " MODELS;", a syntax error */
+    pid = shell_on_pty(&master);
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    CHECK(read_until(master, buf, sizeof buf, "lql> ", 20000));
+    CHECK(write(master, "\x10\x10\r", 3) == 3);
+    CHECK_MSG(read_until(master, buf, sizeof buf, "(0 rows)", 20000),
+              "the recalled multi-line statement did not run: %s", buf);
+    CHECK(!strstr(buf, "error"));
+    CHECK(write(master, "\x04", 1) == 1);
+    CHECK(wait_bounded(pid, 20000) == 0);
+    close(master);
 }
 
 int main(void)

@@ -101,6 +101,25 @@ int main(void)
              "writable and neither XDG_DATA_HOME nor HOME is set (use USE ... JOURNAL "
              "\"path\")", base, ro);
     CHECK_HAS(out, want);
+    CHECK(!strstr(out, "-- deleted\n"));   /* nothing is reported as deleted */
+    /* UPDATE likewise; INSERT is refused before it computes the edit */
+    snprintf(script, sizeof script, "USE \"%s\"; UPDATE EDGES SET confidence = 0.5 WHERE "
+             "layer = 1 AND feature = 0;", base);
+    CHECK(run_lql(script, NULL) != 0);
+    CHECK_HAS(out, want);
+    CHECK(!strstr(out, "-- updated\n"));
+    snprintf(script, sizeof script, "USE \"%s\"; INSERT INTO EDGES (entity, relation, target) "
+             "VALUES (\"Quintara\", \"capital\", \"Boston\");", base);
+    CHECK(run_lql(script, NULL) != 0);
+    CHECK_HAS(out, want);
+    CHECK(!strstr(out, "-- inserted\n") && !strstr(out, "covariance"));
+    /* a HOME where no directory can be made: USE and INFER work, the first edit says why */
+    snprintf(script, sizeof script, "USE \"%s\"; INFER \"The capital of France is\" TOP 1; "
+             "DELETE FROM EDGES WHERE layer = 1 AND feature = 0;", base);
+    CHECK(run_lql(script, "/nonexistent") != 0);
+    CHECK_HAS(out, "Par");
+    CHECK_HAS(out, "cannot create journal directory '/nonexistent': Permission denied");
+    CHECK(!strstr(out, "-- deleted\n"));
 
     /* read-only directory, writable HOME: statements that only read create nothing */
     snprintf(script, sizeof script,
