@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <immintrin.h>
 
 #define FC 256          /* features per chunk */
@@ -592,7 +593,8 @@ static int write_meta(const brw_shape *s, const char *path, vx_err *err)
             goto done;
         }
     }
-    if (fflush(f) != 0 || ferror(f)) {
+    /* synced before the container around it is committed: its hash is in the index */
+    if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0) {
         vx_errf(err, VX_EIO, "down_meta: write failed: %s", strerror(errno));
         goto done;
     }

@@ -570,6 +570,7 @@ int ed_compile(const vx_container *c, const eng_overlay *bov, const char *out_di
     const cJSON *browse = cJSON_GetObjectItemCaseSensitive(base, "browse");
     if (dmet)
         skip[ns++] = dmet;
+    const size_t first_new = ns;     /* skip[first_new..ns): segments and bank files written anew */
     cJSON *segs = cJSON_GetObjectItemCaseSensitive(index, "segments");
     for (size_t i = 0; i < nseg; i++) {
         vx_segment_view v;
@@ -638,11 +639,11 @@ int ed_compile(const vx_container *c, const eng_overlay *bov, const char *out_di
         int hit = 0;
         const cJSON *sp;
         cJSON_ArrayForEach(sp, cJSON_GetObjectItemCaseSensitive(r, "segments"))
-            for (size_t k = 2; k < ns && cJSON_IsString(sp); k++)
+            for (size_t k = first_new; k < ns && cJSON_IsString(sp); k++)
                 hit |= strcmp(sp->valuestring, skip[k]) == 0;
         int bank_hit = 0;   /* its bank files (payload_sha256 covers the table segments) */
         cJSON_ArrayForEach(sp, cJSON_GetObjectItemCaseSensitive(r, "bank_storage"))
-            for (size_t k = 2; k < ns && cJSON_IsString(sp); k++)
+            for (size_t k = first_new; k < ns && cJSON_IsString(sp); k++)
                 bank_hit |= strcmp(sp->valuestring, skip[k]) == 0;
         if (bank_hit && !hit && cJSON_HasObjectItem(r, "fidelity"))
             cJSON_ReplaceItemInObjectCaseSensitive(r, "fidelity", cJSON_CreateString("derived"));

@@ -13,8 +13,9 @@
  *                activation and its contribution are both zero, as in the overlay;
  *   gate/up/down replacements → the rows / column are written;
  *   low-rank   → down_proj += U·Vᵀ.
- * Quantised FFN tensors, MoE layers and bank-shape containers (FFN weights in LYRW bank
- * files, which are not rewritten) are refused by name; COMPILE fails when fewer FFN
+ * Block-quantised representations re-quantise only the blocks whose values changed, MoE
+ * edits rewrite only the edited experts' matrices, and bank-shape containers get each
+ * edited layer's LYRW file written anew (MUTATION.md); COMPILE fails when fewer FFN
  * tensors were rewritten than the overlay edits. COMPILE (derive.c) gates the
  * result against the overlay. LQL_TEST_COMPILE_FAULT (tests only) corrupts one written
  * value so that gate can be shown to fail.

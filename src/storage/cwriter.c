@@ -156,8 +156,14 @@ int vx_file_copy(const char *src, const char *dst, vx_err *err)
      * file systems do not support it */
     ssize_t k;
     int rc = 0;
-    while ((k = copy_file_range(in, NULL, out, NULL, 1u << 30, 0)) > 0)
+    while ((k = copy_file_range(in, NULL, out, NULL, 1u << 30, 0)) > 0 ||
+           (k < 0 && errno == EINTR && !vx_cancel_flag))
         ;
+    if (k < 0 && errno == EINTR) {
+        close(in);
+        close(out);
+        return vx_errf(err, VX_ECANCEL, "copying '%s': cancelled", src);
+    }
     if (k < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
         char buf[1 << 16];
         while (rc == 0 && ((k = read(in, buf, sizeof buf)) > 0 || (k < 0 && errno == EINTR)))
@@ -335,6 +341,8 @@ static int sync_dir(const char *path, const struct stat *sb, int flag, struct FT
     (void)ftw;
     if (flag == FTW_D || flag == FTW_DP)
         sync_rc = sync_path(path, sync_err);
+    else if (flag == FTW_DNR || flag == FTW_NS)
+        sync_rc = vx_errf(sync_err, VX_EIO, "cannot read '%s' to sync it", path);
     return sync_rc;
 }
 
@@ -356,7 +364,9 @@ int vx_cw_commit(vx_cw *w, vx_err *err)
         vx_err local = {0};
         sync_err = &local;
         sync_rc = 0;
-        nftw(w->tmp, sync_dir, 16, FTW_PHYS);
+        if (nftw(w->tmp, sync_dir, 16, FTW_PHYS) != 0 && sync_rc == 0)
+            sync_rc = vx_errf(&local, VX_EIO, "%s: cannot walk '%s' to sync it: %s", w->what,
+                              w->tmp, strerror(errno));
         if ((rc = sync_rc) < 0)
             *err = local;
     }

@@ -9,6 +9,8 @@
 #include "t.h"
 #include "test_journal_fx.h"
 
+#include <cjson/cJSON.h>
+
 #include <string.h>
 #include <unistd.h>
 
@@ -111,6 +113,12 @@ static void edit_compile(const char *dir, const char *name, const char *use, con
     memcpy(notes, out, sizeof notes);
     blocks_differ = 0;
     CHECK_MSG(changed(a, b, want) == nwant, "%s: %d tensors should differ", cmp, nwant);
+    /* every recorded hash of the output holds: the representations over the rewritten
+     * segments got fresh payload hashes (with or without down-meta in the base) */
+    cJSON *rep = NULL;
+    vx_err ve = {0};
+    CHECK_MSG(vx_verify(b, NULL, &rep, &ve) == 0, "%s: verify: %s", cmp, ve.msg);
+    cJSON_Delete(rep);
     snprintf(stmts, sizeof stmts, "USE \\\"%s\\\" %s JOURNAL \\\":memory:\\\"; INFER \\\"The "
              "capital of Zorbania is\\\" GENERATE 4;", cmp, use);
     if (recall) {
