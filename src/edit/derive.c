@@ -182,6 +182,16 @@ int ed_compile_current(ed_model *es, eng_model *m, const char *out, ed_conflict 
         rc = ed_gate_run(m, out, (const char *const *)prompts, np, g, e);
     eng_model_set_overlay(m, ed_overlay_eng(es->ov));
     ed_overlay_free(hov);
+    if (rc != 0) {
+        /* a check that could not run (cancelled, out of memory, the output unreadable)
+         * leaves no unchecked container behind */
+        char why[VX_ERR_MAX];
+        snprintf(why, sizeof why, "%s", e->vx.msg);
+        vx_rmtree(out);
+        e->at = ED_AT_OUTPUT;
+        vx_errf(&e->vx, e->vx.code ? e->vx.code : VX_EIO, "compile: removed '%s', whose check "
+                "against the overlay could not run: %s", out, why);
+    }
     double tol = g->rel * fmax(g->scale, 1.0);
     if (rc == 0 && (g->logit > tol || g->lens > tol || g->walk_bad[0] || g->meta_bad[0])) {
         char what[256];

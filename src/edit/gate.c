@@ -159,9 +159,13 @@ int ed_gate_run(eng_model *m, const char *out, const char *const *prompts, int n
     if (g->bm)
         meta_compare(g->bm, g->ov, b2, g->meta_bad, sizeof g->meta_bad);
     int rc = 0;
-    if (!pa.logits || !pa.resid || !pa.lens || !pb.logits || !pb.resid || !pb.lens ||
-        eng_model_layers(m2) != (int)L || eng_model_vocab(m2) != (int)V)
+    if (!pa.logits || !pa.resid || !pa.lens || !pb.logits || !pb.resid || !pb.lens)
         rc = vx_errf(&e->vx, VX_ENOMEM, "out of memory");
+    else if (eng_model_layers(m2) != (int)L || eng_model_vocab(m2) != (int)V ||
+             eng_model_hidden(m2) != (int)H)
+        rc = vx_errf(&e->vx, VX_EFORMAT, "'%s' has %d layers, hidden %d, vocabulary %d; the "
+                     "bound model has %zu, %zu, %zu", out, eng_model_layers(m2),
+                     eng_model_hidden(m2), eng_model_vocab(m2), L, H, V);
     for (int i = 0; i < np && rc == 0; i++) {
         if (probe_run(m, prompts[i], &pa, &ve) || probe_run(m2, prompts[i], &pb, &ve)) {
             e->vx = ve;

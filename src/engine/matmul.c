@@ -569,10 +569,11 @@ static int matmul_bf16_acts(const eng_w *w, const float *x, int n, float *y)
 
 const char *eng_prefill_path(vx_dtype dt)
 {
-    if (dt == VX_BF16 && eng_prefill_bf16_optin())
-        return "AVX512-BF16 vdpbf16ps on bf16-rounded activations (LQL_PREFILL_BF16=1, not f32-accurate)";
+    /* in eng_matmul's order: AMX first, then the opt-in */
     if ((dt == VX_BF16 || dt == VX_F16) && eng_amx_ready())
         return "AMX tiles (split bf16 parts, f32 accuracy)";
+    if (dt == VX_BF16 && eng_prefill_bf16_optin())
+        return "AVX512-BF16 vdpbf16ps on bf16-rounded activations (LQL_PREFILL_BF16=1, not f32-accurate)";
     if (eng_avx512()) return "AVX-512 f32 GEMM on exact f32 weight tiles";
     return "f32 weight tiles + OpenBLAS sgemm";
 }

@@ -176,8 +176,10 @@ static int recorded(const lql_stmt *st, const ed_model *ed, int rc, const vx_err
                     const vx_record_info *info, const char *what, size_t n, lql_result *r,
                     lql_err *e)
 {
-    if (rc)
+    if (rc) {
+        lql_result_drop_tables(r);     /* nothing was deleted or updated */
         return lql_err_vx(e, ve, &st->at);
+    }
     lql_edit_note_recorded(r, ed, info);
     lql_result_note(r, "%s %zu feature%s (history %lld, patch %s)", what, n, n == 1 ? "" : "s",
                     (long long)info->history_n, info->patch_name);

@@ -151,7 +151,7 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     ed_err ee;
     int rc = ed_insert(ed, m, &req, &x, &ee);
     free(text);
-    /* what was computed shows also when the statement fails after it */
+    /* the fallback and statistics notes show also when the statement fails after them */
     if (x.fallback[0])
         lql_result_note(r, "%s", x.fallback);
     for (int i = 0; i < x.n_sites; i++) {
@@ -164,11 +164,11 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
             lql_result_note(r, "layer %d: activation covariance over %lld positions of %d "
                             "sampled texts (once per session)", n->layer, n->positions, n->seqs);
     }
-    if (x.computed && inserted_row(r, st, x.layer, mode == ED_COMPOSE ? x.feature : -1,
-                                   x.p_before, x.p_after, x.steps, e) < 0)
+    if (rc)
+        insert_err(st, &ee, e);     /* no 'inserted' row: nothing was journaled */
+    else if (x.computed && inserted_row(r, st, x.layer, mode == ED_COMPOSE ? x.feature : -1,
+                                        x.p_before, x.p_after, x.steps, e) < 0)
         rc = -1;
-    else if (rc)
-        insert_err(st, &ee, e);
     else
         inserted_notes(st, ed, &x, mode, r);
     ed_insert_res_free(&x);

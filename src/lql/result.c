@@ -22,9 +22,8 @@ lql_result *lql_result_new(void)
     return calloc(1, sizeof(lql_result));
 }
 
-void lql_result_free(lql_result *r)
+void lql_result_drop_tables(lql_result *r)
 {
-    if (!r) return;
     for (size_t i = 0; i < r->ntables; i++) {
         lql_table *t = r->tables[i];
         for (size_t k = 0; k < t->ncells; k++) free(t->cells[k].text);
@@ -32,6 +31,13 @@ void lql_result_free(lql_result *r)
         free(t->cells); free(t->cols); free(t->names); free(t->title);
         free(t);
     }
+    r->ntables = 0;
+}
+
+void lql_result_free(lql_result *r)
+{
+    if (!r) return;
+    lql_result_drop_tables(r);
     for (size_t i = 0; i < r->nnotes; i++) free(r->notes[i]);
     free(r->tables); free(r->notes);
     free(r);

@@ -30,6 +30,9 @@ void lql_result_free(lql_result *r);
 /* Add a table (title may be NULL). Returns NULL only on out-of-memory. */
 lql_table *lql_result_table(lql_result *r, const char *title, int ncols,
                             const lql_colspec *cols);
+/* Remove every table added so far (notes stay): a statement whose tables would claim what
+ * its failure undid, such as an edit that could not be journaled. */
+void lql_result_drop_tables(lql_result *r);
 /* Append a note line (printed after the tables; "-- " prefixed in tsv/csv). */
 void lql_result_note(lql_result *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
