@@ -17,7 +17,7 @@ int srv_buf_add(srv_buf *b, const void *s, size_t n)
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + n + 1) cap *= 2;
         char *p = realloc(b->p, cap);
-        if (!p) return -1;
+        if (!p) { b->oom = 1; return -1; }
         b->p = p;
         b->cap = cap;
     }

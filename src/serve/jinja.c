@@ -213,6 +213,9 @@ typedef struct jmap { size_t n, cap; jv *k, *v; int ns; } jmap;
 
 #define SCOPES_MAX 64
 #define LOOP_BUDGET 100000
+/* Every string a render makes stays in its arena until the end: a budget keeps a template
+ * that doubles a string in a loop from taking the memory (real chat renders make < 1 MiB). */
+#define KEPT_BUDGET ((size_t)64 << 20)
 typedef struct rctx {
     jj_arena *ar;
     srv_buf out;
@@ -220,6 +223,7 @@ typedef struct rctx {
     int depth;
     int failed;
     long iterations;            /* loop bodies run so far, against LOOP_BUDGET */
+    size_t kept;                /* bytes of strings made so far, against KEPT_BUDGET */
     char *err;
     size_t errn;
 } rctx;
@@ -247,6 +251,8 @@ static jv vbool(int b) { return (jv){V_BOOL, b != 0, NULL, 0, NULL, NULL}; }
 
 static jv vlist(rctx *r, size_t n)
 {
+    if (n > KEPT_BUDGET / sizeof(jv) || (r->kept += n * sizeof(jv)) > KEPT_BUDGET)
+        return fail(r, 0, "the template's lists exceed %zu MiB", KEPT_BUDGET >> 20);
     jseq *l = jj_alloc(&r->ar, sizeof *l);
     jv *v = n ? jj_alloc(&r->ar, n * sizeof *v) : NULL;
     if (!l || (n && !v)) return fail(r, 0, "out of memory");
@@ -513,6 +519,12 @@ static jv json_of(rctx *r, jv v, srv_buf *b, int line)
 
 static jv keep(rctx *r, srv_buf *b, int line)
 {
+    if (b->oom) { srv_buf_free(b); return fail(r, line, "out of memory"); }
+    r->kept += b->n;
+    if (r->kept > KEPT_BUDGET) {
+        srv_buf_free(b);
+        return fail(r, line, "the template's strings exceed %zu MiB", KEPT_BUDGET >> 20);
+    }
     char *s = jj_alloc(&r->ar, b->n + 1);
     if (!s) { srv_buf_free(b); return fail(r, line, "out of memory"); }
     if (b->n) memcpy(s, b->p, b->n);
@@ -1018,6 +1030,7 @@ static void exec_body(rctx *r, const jj_node *x)
         }
         default: fail(r, x->line, "unsupported statement"); break;
         }
+        if (r->out.oom) fail(r, x->line, "out of memory");
         if (r->out.n > (16u << 20)) fail(r, x->line, "the rendered text exceeds 16 MiB");
     }
 }

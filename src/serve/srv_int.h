@@ -23,8 +23,9 @@
 
 /* ---------------------------------------------------------------- buffers */
 
-typedef struct srv_buf { char *p; size_t n, cap; } srv_buf;
-/* Append (NUL kept after the bytes); -1 on out-of-memory. */
+typedef struct srv_buf { char *p; size_t n, cap; int oom; } srv_buf;
+/* Append (NUL kept after the bytes); -1 on out-of-memory, which also sets oom, so a caller
+ * appending many pieces can check once. */
 int srv_buf_add(srv_buf *b, const void *s, size_t n);
 void srv_buf_free(srv_buf *b);
 

@@ -164,6 +164,16 @@ int main(void)
     expect("{% for a in range(1000) %}{% for b in range(1000) %}{% endfor %}{% endfor %}", "{}",
            "line 1: the template runs more than 100000 loop iterations");
     expect("{% for a in range(300) %}{% for b in range(300) %}{% endfor %}{% endfor %}ok", "{}", "ok");
+    /* a string or list doubled in a loop stays within the loop budget but not the memory
+     * budget: it fails closed instead of taking the machine's memory */
+    expect("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+           "{% endfor %}{{ ns.s | length }}", "{}", "line 1: the template's strings exceed 64 MiB");
+    expect("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+           "{% endfor %}{{ ns.s | length }}", "{}", "line 1: the template's strings exceed 64 MiB");
+    expect("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}"
+           "{% endfor %}{{ ns.l | length }}", "{}", "the template's lists exceed 64 MiB");
+    expect("{% set ns = namespace(s='x') %}{% for i in range(16) %}{% set ns.s = ns.s ~ ns.s %}"
+           "{% endfor %}{{ ns.s | length }}", "{}", "65536");
     char *o;
     o = render("{{ undefined_thing.attr }}", "{}");
     CHECK_HAS(o, "of an undefined value");
