@@ -263,7 +263,7 @@ typedef struct ed_tensor_diff {
     const char *object, *name;    /* the sides' own strings */
     int64_t changed;              /* values that differ */
     double max_abs;
-    int has_max;                  /* 0: no value comparison (quantised, or one side only) */
+    int has_max;                  /* 0: no value comparison (undecodable, or one side only) */
     const char *status;           /* modified, bytes differ, shape differs, only in a/b */
 } ed_tensor_diff;
 

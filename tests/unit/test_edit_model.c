@@ -145,6 +145,37 @@ int main(void)
     eng_model_free(m);
     brw_close(bm);
     vx_close(c);
+
+    /* DIFF of a q8_0-bound base against its effective model: the edited tensors are decoded
+     * and compared (both sides' bytes are equal; they were left out before) */
+    CHECK_MSG(vx_represent(base, "target.decoder_stack", VX_Q8_0, NULL, &e) == 0, "%s", e.msg);
+    vx_select sel = {"target.decoder_stack", "target.decoder_stack.q8_0"};
+    c = NULL;
+    bm = NULL;
+    CHECK_MSG(vx_open_profile(base, NULL, &sel, 1, &c, &e) == 0 && brw_open(c, &bm, &e) == 0,
+              "%s", e.msg);
+    a = (attached){0, NULL, NULL};
+    CHECK_MSG(c && bm && ed_model_new(c, ":memory:", attach, &a, &ed, &e) == 0, "%s", e.msg);
+    if (ed) {
+        ed_model_set_browse(ed, bm);
+        CHECK_MSG(ed_model_load(ed, &e) == 0, "%s", e.msg);
+        CHECK_MSG(ed_delete(ed, "DELETE …", &del, 1, &info, &e) == 0, "%s", e.msg);
+        ed_side sa = {"stored", c, bm, 0, NULL, NULL}, sb;
+        ed_tensor_diff *td = NULL;
+        size_t nt = 0;
+        CHECK_MSG(ed_side_open(ed, NULL, &sb, &e) == 0 &&
+                  ed_diff_tensors(&sa, &sb, 1, &td, &nt, &e) == 0, "%s", e.msg);
+        CHECK(nt == 2);
+        for (size_t i = 0; i < nt; i++) {
+            CHECK(!strcmp(td[i].status, "modified") && td[i].has_max && td[i].changed > 0);
+            CHECK(!strcmp(td[i].name, "layers.1.ffn.gate_proj") ||
+                  !strcmp(td[i].name, "layers.1.ffn.down_proj"));
+        }
+        free(td);
+        ed_model_free(ed);
+    }
+    brw_close(bm);
+    vx_close(c);
     fx_rm_rf(dir);
     return T_DONE();
 }
