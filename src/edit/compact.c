@@ -351,11 +351,53 @@ done:
     return rc;
 }
 
-int ed_compact_in_place(const char *dir, ed_compact_report *rep, vx_err *err)
+/* fsync the directory holding path, so a rename inside it survives a power loss. */
+static int sync_parent(const char *path, vx_err *err)
+{
+    char parent[4200];
+    snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (!slash)
+        snprintf(parent, sizeof parent, ".");
+    else if (slash == parent)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return vx_errf(err, VX_EIO, "compact: cannot sync directory '%s': %s", parent,
+                       strerror(e));
+    }
+    close(fd);
+    return 0;
+}
+
+static int exchange(const char *a, const char *b, vx_err *err)
+{
+    if (renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) != 0) {
+        int e = errno;
+        if (e == EINVAL || e == ENOSYS)
+            return vx_errf(err, VX_EUNSUPPORTED, "compact: the file system of '%s' cannot "
+                           "exchange two directories atomically (renameat2 RENAME_EXCHANGE: "
+                           "%s), so it cannot be compacted in place; compact it into another "
+                           "path (COMPACT \"%s\" INTO VINDEX \"out\") and replace it yourself",
+                           b, strerror(e), b);
+        return vx_errf(err, VX_EIO, "compact: cannot exchange '%s' with its compacted copy: %s",
+                       b, strerror(e));
+    }
+    return sync_parent(b, err);
+}
+
+int ed_compact_in_place(const char *dir, ed_compact_check check, void *ctx,
+                        ed_compact_report *rep, vx_err *err)
 {
     memset(rep, 0, sizeof *rep);
     char side[4200];
-    snprintf(side, sizeof side, "%s.compact.%ld", dir, (long)getpid());
+    if (snprintf(side, sizeof side, "%s.compact.%ld", dir, (long)getpid()) >= (int)sizeof side)
+        return vx_errf(err, VX_EARG, "compact: path too long: '%s'", dir);
     vx_rmtree(side);
     vx_container *c = NULL;
     if (vx_open(dir, &c, err))
@@ -364,13 +406,20 @@ int ed_compact_in_place(const char *dir, ed_compact_report *rep, vx_err *err)
     vx_close(c);
     if (rc)
         return -1;
-    if (renameat2(AT_FDCWD, side, AT_FDCWD, dir, RENAME_EXCHANGE) != 0) {
-        int e = errno;
+    if (exchange(side, dir, err)) {
         vx_rmtree(side);
-        return vx_errf(err, VX_EIO, "compact: cannot exchange '%s' with its compacted copy: %s",
-                       dir, strerror(e));
+        return -1;
     }
-    vx_rmtree(side);   /* now the old tree */
+    /* side is now the old tree: kept until the check passes, so a failure can swap back */
+    if (check && check(ctx, err)) {
+        vx_err first = *err, xe = {0};
+        if (exchange(side, dir, &xe))
+            return vx_errf(err, first.code, "%s; and the old container could not be put back "
+                           "(%s): it is at '%s'", first.msg, xe.msg, side);
+        vx_rmtree(side);
+        return -1;
+    }
+    vx_rmtree(side);
     return 0;
 }
 

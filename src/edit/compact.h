@@ -48,10 +48,18 @@ typedef struct ed_compact_report {
 int ed_compact(const vx_container *c, const char *out_dir, ed_compact_report *rep,
                vx_err *err);
 
+/* Called after the exchange, with the compacted container at dir and the old one still
+ * kept aside; a nonzero return (err set) undoes the exchange. */
+typedef int (*ed_compact_check)(void *ctx, vx_err *err);
+
 /* Compact the container at dir in place: compacted into a temporary sibling, checked as
- * above, then exchanged with dir in one atomic rename (renameat2 RENAME_EXCHANGE), and the
- * old tree removed. A reader sees either the old container or the new one, never a mix. */
-int ed_compact_in_place(const char *dir, ed_compact_report *rep, vx_err *err);
+ * above, then exchanged with dir in one atomic rename (renameat2 RENAME_EXCHANGE) and the
+ * parent fsynced. check (may be NULL) then runs on the new dir: when it fails the two are
+ * exchanged back and the compacted copy removed; otherwise the old tree is removed. A reader
+ * sees either the old container or the new one, never a mix. A file system without
+ * RENAME_EXCHANGE is refused (VX_EUNSUPPORTED) with nothing changed. */
+int ed_compact_in_place(const char *dir, ed_compact_check check, void *ctx,
+                        ed_compact_report *rep, vx_err *err);
 
 void ed_compact_report_free(ed_compact_report *rep);
 

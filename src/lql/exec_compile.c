@@ -3,7 +3,7 @@
  * derived container and gates it (ed_compile_current: INFER logits, TRACE lens and WALK
  * hits of its probes must agree with the overlay's within a storage-dependent tolerance,
  * or the output is removed), or reorganises a container's storage (compact.h) and gates
- * the answers; here the clauses are read and the reports rendered. INTO MODEL exports
+ * the answers (a failure removes the output, or in place exchanges the old tree back); here the clauses are read and the reports rendered. INTO MODEL exports
  * through exec_export.c.
  */
 #include <math.h>
@@ -122,6 +122,34 @@ static void compact_rows(const ed_compact_report *rep, lql_result *r)
     }
 }
 
+/* COMPACT's probe gate: the compacted container must answer exactly as its source. */
+typedef struct compact_gate {
+    eng_model *m;      /* the source, kept mapped across an in-place exchange */
+    const char *out;
+    ed_gate g;
+    ed_err ge;
+    int failed;        /* the gate failed (as opposed to the compaction) */
+} compact_gate;
+
+static int compact_check(void *ctx, vx_err *err)
+{
+    static const char *const prompts[] = {"The capital of France is", "Once upon a time"};
+    compact_gate *k = ctx;
+    k->failed = 1;
+    if (ed_gate_run(k->m, k->out, prompts, 2, &k->g, &k->ge)) {
+        *err = k->ge.vx;
+        return -1;
+    }
+    double worst = fmax(k->g.logit, k->g.lens);
+    if (worst != 0) {
+        k->ge.at = ED_AT_REQUEST;
+        return vx_errf(err, VX_EVERIFY, "compact: '%s' answers differently from its source "
+                       "(max logit difference %g)", k->out, worst);
+    }
+    k->failed = 0;
+    return 0;
+}
+
 int lql_h_compact(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     const char *src = st->arg ? st->arg : s->vx ? vx_dir(s->vx) : NULL;
@@ -145,27 +173,22 @@ int lql_h_compact(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     }
     ed_compact_report rep;
     const char *out = st->into ? st->into : src;
-    int rc = st->into ? ed_compact(c, out, &rep, &ve) : ed_compact_in_place(src, &rep, &ve);
-    if (rc) {
-        rc = lql_err_vx(e, &ve, st->into ? &st->clause_at[LQL_C_INTO_VINDEX] : at);
-        goto done;
+    const lql_span *out_at = st->into ? &st->clause_at[LQL_C_INTO_VINDEX] : at;
+    compact_gate k = {.m = m, .out = out};
+    /* in place, a failed gate exchanges the old tree back; INTO removes the output */
+    int rc = st->into ? ed_compact(c, out, &rep, &ve)
+                      : ed_compact_in_place(src, compact_check, &k, &rep, &ve);
+    if (rc == 0 && st->into && compact_check(&k, &ve)) {
+        vx_rmtree(out);
+        rc = -1;
     }
-    compact_rows(&rep, r);
-    static const char *const prompts[] = {"The capital of France is", "Once upon a time"};
+    if (rc == 0)
+        compact_rows(&rep, r);
     static const char *const names[3] = {"compacted vs source", "source", "compacted"};
-    ed_gate g = {0};
-    ed_err ge = {0};
-    rc = ed_gate_run(m, out, prompts, 2, &g, &ge);
-    gate_rows(&g, names, r);
-    ed_gate_free(&g);
+    gate_rows(&k.g, names, r);
+    ed_gate_free(&k.g);
     if (rc) {
-        rc = lql_err_vx(e, &ge.vx, ge.at == ED_AT_OUTPUT ? &st->arg2_at : &st->at);
-        goto done;
-    }
-    double worst = fmax(g.logit, g.lens);
-    if (worst != 0) {
-        rc = lql_errf(e, LQL_EEXEC, &st->at, "compact: '%s' answers differently from its "
-                      "source (max logit difference %g)", out, worst);
+        rc = lql_err_vx(e, &ve, !k.failed || k.ge.at == ED_AT_OUTPUT ? out_at : &st->at);
         goto done;
     }
     lql_result_note(r, "compacted: %s (%zu segments -> %zu, %zu representation%s merged, %zu "

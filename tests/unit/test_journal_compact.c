@@ -103,6 +103,12 @@ static const char *decoder_payload(const cJSON *index)
     return cJSON_GetStringValue(cJSON_GetObjectItem(r, "payload_sha256"));
 }
 
+static int refuse(void *ctx, vx_err *err)
+{
+    (void)ctx;
+    return vx_errf(err, VX_EVERIFY, "refused by the check");
+}
+
 int main(void)
 {
     char base[2048], out[4096], again[2048], inplace[2048];
@@ -232,7 +238,18 @@ int main(void)
         CHECK(system(cmd) == 0);
     }
     put(inplace, "segments/old.bin", "junk");
-    CHECK_MSG(ed_compact_in_place(inplace, &rep, &e) == 0, "in place: %s", e.msg);
+    /* a check that fails after the exchange puts the old tree back and leaves no sibling */
+    CHECK(ed_compact_in_place(inplace, refuse, NULL, &rep, &e) != 0);
+    CHECK(strstr(e.msg, "refused by the check") != NULL);
+    ed_compact_report_free(&rep);
+    CHECK(exists(inplace, "segments/old.bin"));
+    {
+        char side[4300];
+        snprintf(side, sizeof side, "%s.compact.%ld", inplace, (long)getpid());
+        struct stat sb;
+        CHECK(stat(side, &sb) != 0);
+    }
+    CHECK_MSG(ed_compact_in_place(inplace, NULL, NULL, &rep, &e) == 0, "in place: %s", e.msg);
     CHECK(rep.n_dropped == 1 && rep.entries && !strcmp(rep.entries[0].path, "segments/old.bin"));
     ed_compact_report_free(&rep);
     CHECK(!exists(inplace, "segments/old.bin") && exists(inplace, "segments/target.embedding.bin"));
