@@ -63,71 +63,41 @@ static int text_ffn_in(eng_model *m, int layer, const char *text, float *x, floa
     return rc ? -1 : 0;
 }
 
-/* p(tid) after prompt through m as it is now (its overlay attached). */
-static int prompt_p(eng_model *m, const char *prompt, int32_t tid, float *scratch_h,
-                    float *logits, float *p, vx_err *ve)
+/* p(tid) after prompt through m as it is now (its overlay attached). The pass captures at
+ * the install layer, already checked: any other layer may be one it cannot capture at. */
+static int prompt_p(eng_model *m, int layer, const char *prompt, int32_t tid,
+                    float *scratch_h, float *logits, float *p, vx_err *ve)
 {
-    if (text_ffn_in(m, 0, prompt, scratch_h, logits, ve))
+    if (text_ffn_in(m, layer, prompt, scratch_h, logits, ve))
         return -1;
     *p = eng_edit_p(logits, eng_model_vocab(m), tid);
     return 0;
 }
 
-/* A stored tensor's values as f32 (malloc'd); NULL when its dtype has no f32 view. */
-static float *stored_f32(const vx_tensor *t, vx_err *ve)
-{
-    uint64_t n = vx_tensor_nelems(t);
-    if (n > ((uint64_t)1 << 34) / sizeof(float)) {
-        vx_errf(ve, VX_EARG, "tensor '%s' is too large to view as f32", t->name);
-        return NULL;
-    }
-    float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
-    if (!f) {
-        vx_errf(ve, VX_ENOMEM, "out of memory for tensor '%s'", t->name);
-        return NULL;
-    }
-    if (vx_row_to_f32(t->dtype, t->data, f, (size_t)n) < 0) {
-        free(f);
-        vx_errf(ve, VX_EUNSUPPORTED, "tensor '%s' is stored as %s, which has no f32 view here",
-                t->name, vx_dtype_name(t->dtype));
-        return NULL;
-    }
-    return f;
-}
-
 /* Row norms medians of the first 100 features of a layer's gate and up rows and down
- * columns (base weights). */
-static int compose_refs(const vx_container *c, int layer, int F, int H, float ref[3],
+ * columns (base weights, read through their bindings, so quantised ones too). */
+static int compose_refs(const eng_model *m, int layer, int F, int H, float ref[3],
                         vx_err *ve)
 {
-    static const char *const roles[] = {"gate_proj", "up_proj", "down_proj"};
+    if (!eng_edit_gate_ok(m, layer))
+        return vx_errf(ve, VX_EUNSUPPORTED, "MODE COMPOSE installs a gated FFN feature: "
+                       "layer %d has no gated dense FFN without biases", layer);
+    const eng_mlp *b = &m->layers[layer].mlp;
+    const eng_w *w[3] = {&b->gate, &b->up, &b->down};
     int n = F < 100 ? F : 100;
     float *nv = malloc((size_t)n * sizeof *nv);
     if (!nv)
         return vx_errf(ve, VX_ENOMEM, "out of memory");
     for (int r = 0; r < 3; r++) {
-        const vx_tensor *t = vx_findf(c, "target.decoder_stack", "layers.%d.ffn.%s", layer,
-                                      roles[r]);
-        if (!t || t->ndim != 2) {
-            free(nv);
-            return vx_errf(ve, VX_EUNSUPPORTED, "MODE COMPOSE installs a gated FFN feature: "
-                           "layer %d has no dense ffn.%s", layer, roles[r]);
-        }
-        float *w = stored_f32(t, ve);
-        if (!w) {
-            free(nv);
-            return -1;
-        }
         for (int f = 0; f < n; f++) {
             double q = 0;
             for (int k = 0; k < H; k++) {
-                double v = r < 2 ? w[(size_t)f * H + k] : w[(size_t)k * F + f];
+                double v = r < 2 ? eng_w_at(w[r], f, k) : eng_w_at(w[r], k, f);
                 q += v * v;
             }
             nv[f] = (float)sqrt(q);
         }
         ref[r] = median(nv, n);
-        free(w);
     }
     free(nv);
     return 0;
@@ -198,7 +168,7 @@ int eng_compose(eng_model *m, const eng_compose_opts *o, eng_compose_out *out, v
     out->up = up;
     out->down = down;
     /* 1. capture: the canonical prompt's FFN input and the decoys' (effective model) */
-    if (compose_refs(eng_model_container(m), layer, F, H, ref, &ve) ||
+    if (compose_refs(m, layer, F, H, ref, &ve) ||
         text_ffn_in(m, layer, prompt, x, logits, &ve))
         goto fail;
     p_before = eng_edit_p(logits, V, tid);
@@ -247,7 +217,7 @@ int eng_compose(eng_model *m, const eng_compose_opts *o, eng_compose_out *out, v
     eng_model_set_overlay(m, &trial);
     int stale = 0;
     for (steps = 1; steps <= COMPOSE_BALANCE; steps++) {
-        if (prompt_p(m, prompt, tid, scratch, logits, &p, &ve))
+        if (prompt_p(m, layer, prompt, tid, scratch, logits, &p, &ve))
             break;
         if (p > best_p) {
             best_p = p;
@@ -270,7 +240,8 @@ int eng_compose(eng_model *m, const eng_compose_opts *o, eng_compose_out *out, v
         int low = 0;
         float q = 0;
         for (int i = 0; i < o->n_recent && !low; i++) {
-            if (prompt_p(m, o->recent[i].prompt, o->recent[i].tid, scratch, logits, &q, &ve))
+            if (prompt_p(m, layer, o->recent[i].prompt, o->recent[i].tid, scratch, logits,
+                         &q, &ve))
                 break;
             low = q < 0.20f;
         }
@@ -279,7 +250,7 @@ int eng_compose(eng_model *m, const eng_compose_opts *o, eng_compose_out *out, v
         set_len(down, H, norm2(down, H) * 0.7);
     }
     if (!ve.msg[0])
-        prompt_p(m, prompt, tid, scratch, logits, &p, &ve);
+        prompt_p(m, layer, prompt, tid, scratch, logits, &p, &ve);
     eng_model_set_overlay(m, cur);
     if (ve.msg[0])
         goto fail;
