@@ -23,10 +23,7 @@ static int compose_slot(const ed_model *es, const eng_overlay *cur, int layer, i
     int best = -1;
     float best_c = INFINITY;
     for (int f = 0; f < F; f++) {
-        int claimed = 0;
-        for (size_t i = 0; cur && i < cur->n_edits && !claimed; i++)
-            claimed = cur->edits[i].layer == layer && cur->edits[i].feature == f;
-        if (claimed)
+        if (eng_edit_claimed(cur, layer, f))
             continue;
         brw_meta md;
         if (brw_feature_meta(es->bm, NULL, layer, f, &md) != 0 || !md.present)
@@ -56,12 +53,8 @@ static int recent_composes(const ed_model *es, eng_model *m, eng_compose_fact *o
             continue;
         int32_t *ids = NULL;
         size_t ni = 0;
-        char *sp = malloc(strlen(o->target) + 2);
-        if (sp)
-            snprintf(sp, strlen(o->target) + 2, " %s", o->target);
-        int ok = sp && eng_tok_encode(eng_model_tokenizer(m), sp, strlen(sp), 0, &ids, &ni,
-                                      ve) == 0 && ni > 0;
-        free(sp);
+        /* the target's first piece as INSERT resolved it (a lone word boundary skipped) */
+        int ok = ed_target_ids(eng_model_tokenizer(m), o->target, &ids, &ni, ve) == 0;
         if (ok && (out[*n].prompt = eng_edit_prompt(o->relation, o->entity))) {
             out[*n].tid = ids[0];
             (*n)++;

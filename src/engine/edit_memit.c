@@ -957,6 +957,14 @@ int eng_edit_gate_ok(const eng_model *m, int layer)
     return b->gate.data && !b->gate_b && !b->up_b;
 }
 
+int eng_edit_claimed(const eng_overlay *ov, int layer, int64_t f)
+{
+    for (size_t i = 0; ov && i < ov->n_edits; i++)
+        if (ov->edits[i].layer == layer && ov->edits[i].feature == f)
+            return 1;
+    return 0;
+}
+
 void eng_gate_slot_free(eng_gate_slot *s)
 {
     if (!s)
@@ -1120,10 +1128,7 @@ int eng_edit_gate_fit(eng_model *m, const int32_t *ids, int n, const eng_gate_op
     double least = INFINITY;
     out->feature = -1;
     for (int f = 0; f < F; f++) {
-        int claimed = 0;
-        for (size_t i = 0; ov && i < ov->n_edits && !claimed; i++)
-            claimed = ov->edits[i].layer == layer && ov->edits[i].feature == f;
-        if (claimed)
+        if (eng_edit_claimed(ov, layer, f))
             continue;
         double dd = 0;
         for (int r = 0; r < H; r++) {

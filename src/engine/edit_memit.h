@@ -168,6 +168,8 @@ void eng_insert_fact_free(eng_insert_fact *f);
 /* Can a gated slot be written at `layer`: a dense gated FFN (gate and up rows, no
  * biases) that eng_edit_check_layer accepts? */
 int eng_edit_gate_ok(const eng_model *m, int layer);
+/* Does ov (may be NULL) edit feature f of layer, so a slot insert must not take it? */
+int eng_edit_claimed(const eng_overlay *ov, int layer, int64_t f);
 
 typedef struct eng_gate_opts {
     int layer;
