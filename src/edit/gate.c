@@ -196,6 +196,10 @@ int ed_gate_run(eng_model *m, const char *out, const char *const *prompts, int n
             break;
         }
         *row = (ed_probe_row){strdup(prompts[i]), "", "", dl, dn, wd, !ta, !tb};
+        if (!row->prompt) {
+            rc = vx_errf(&e->vx, VX_ENOMEM, "out of memory");
+            break;
+        }
         snprintf(row->top_a, sizeof row->top_a, "%s", ta ? ta : "");
         snprintf(row->top_b, sizeof row->top_b, "%s", tb ? tb : "");
     }
@@ -211,12 +215,6 @@ int ed_gate_run(eng_model *m, const char *out, const char *const *prompts, int n
     return rc;
 }
 
-
-/* The gate's tolerance relative to the logit scale, from the dtypes of the tensors COMPILE
- * rewrote: 1e-5 when all are f32 (exact materialisation; what remains is summation order),
- * looser where COMPILE rounds the edited tensors once (f16 keeps 11 significant bits, bf16
- * 8; a block-quantised tensor's edited blocks are quantised again: q8_0 rounds each weight
- * to 1/254 of its block's largest magnitude, 4-bit codecs to about 1/30). */
 void ed_gate_free(ed_gate *g)
 {
     for (size_t i = 0; i < g->n_rows; i++)
@@ -226,6 +224,11 @@ void ed_gate_free(ed_gate *g)
     g->n_rows = 0;
 }
 
+/* The gate's tolerance relative to the logit scale, from the dtypes of the tensors COMPILE
+ * rewrote: 1e-5 when all are f32 (exact materialisation; what remains is summation order),
+ * looser where COMPILE rounds the edited tensors once (f16 keeps 11 significant bits, bf16
+ * 8; a block-quantised tensor's edited blocks are quantised again: q8_0 rounds each weight
+ * to 1/254 of its block's largest magnitude, 4-bit codecs to about 1/30). */
 double ed_gate_tolerance(const ed_compile_report *rep, const char **why)
 {
     static const struct { unsigned mask; double rel; const char *why; } tols[] = {

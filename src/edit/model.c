@@ -32,7 +32,11 @@ int ed_model_new(vx_container *c, const char *journal, ed_attach_fn attach, void
     char path[4096];
     vx_err ve = {0};
     if (journal) {
-        snprintf(path, sizeof path, "%s", journal);
+        if (snprintf(path, sizeof path, "%s", journal) >= (int)sizeof path) {
+            ed_model_free(ed);
+            return vx_errf(err, VX_EARG, "journal path too long (%zu bytes; at most %zu)",
+                           strlen(journal), sizeof path - 1);
+        }
     } else if (vx_journal_locate(vx_dir(c), vx_index_sha256(c), path, sizeof path, &ve)) {
         /* no place for a journal is no reason to refuse reading: the first edit says it */
         if (!(ed->jerr = strdup(ve.msg))) {

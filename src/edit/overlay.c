@@ -270,7 +270,6 @@ static int apply(ed_overlay *o, const vx_op *op)
     return 0;
 }
 
-/* Bytes per element of a dtype with a plain f32 view (f32, f16, bf16), else 0. */
 /* Row of v for feature f of a low-rank delta (a delta addressed to an expert spans that
  * expert's features only), or -1 when the delta does not reach f. */
 static int64_t lowrank_row(const brw_model *m, const eng_lowrank *lr, int64_t f)

@@ -134,8 +134,10 @@ int ed_remove_patch(ed_model *ed, const char *text, const char *name, vx_err *er
     if (ed_journal_open(ed, 0, err))
         return -1;
     if (!ed->j)
-        return vx_errf(err, VX_EARG, "no patch named '%s' (nothing has been edited: the "
-                       "journal %s does not exist)", name, ed->jpath);
+        return ed->jpath ? vx_errf(err, VX_EARG, "no patch named '%s' (nothing has been "
+                                   "edited: the journal %s does not exist)", name, ed->jpath)
+                         : vx_errf(err, VX_EARG, "no patch named '%s' (nothing has been "
+                                   "edited: %s)", name, ed->jerr);
     int64_t pid;
     return vx_journal_remove_patch(ed->j, text, name, &pid, err) || ed_refresh(ed, err) ? -1 : 0;
 }

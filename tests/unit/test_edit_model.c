@@ -134,6 +134,19 @@ int main(void)
     ed_insert_res_free(&x);
     ed_model_free(ed);
 
+    /* an explicit journal path longer than a path buffer is refused, not truncated */
+    {
+        char *lp = malloc(5000);
+        if (lp) {
+            memset(lp, 'j', 4999);
+            lp[4999] = '\0';
+            ed = NULL;
+            CHECK(ed_model_new(c, lp, attach, &a, &ed, &e) == -1 && ed == NULL);
+            CHECK_HAS(e.msg, "journal path too long");
+            free(lp);
+        }
+    }
+
     /* a change without the browse model is refused by name */
     a = (attached){0, NULL, NULL};
     CHECK(ed_model_new(c, other, attach, &a, &ed, &e) == 0);
