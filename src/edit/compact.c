@@ -356,6 +356,8 @@ static int sync_parent(const char *path, vx_err *err)
 {
     char parent[4200];
     snprintf(parent, sizeof parent, "%s", path);
+    for (size_t n = strlen(parent); n > 1 && parent[n - 1] == '/';)
+        parent[--n] = '\0';
     char *slash = strrchr(parent, '/');
     if (!slash)
         snprintf(parent, sizeof parent, ".");
