@@ -113,7 +113,7 @@ int main(int argc, char **argv)
                 return 1;
             }
     }
-    if (vx_lyrw_writer_close(w, &err) != 0) {
+    if (vx_lyrw_writer_close(w, NULL, NULL, &err) != 0) {
         fprintf(stderr, "lyrw_write: %s\n", err.msg);
         return 1;
     }

@@ -46,7 +46,8 @@ static int carry(void *ctx, const char *rel, const char *path, const struct stat
 {
     importer *im = ctx;
     (void)path;
-    if (!S_ISREG(sb->st_mode) || strcmp(rel, "index.json") == 0)
+    (void)sb;   /* a regular file: vx_tree_files refuses anything else */
+    if (strcmp(rel, "index.json") == 0)
         return 0;
     for (size_t s = 0; s < vx_segment_count(im->c); s++) {
         vx_segment_view v;
@@ -350,8 +351,12 @@ static int write_layer(importer *im, int layer, const bank_plan *p, int np)
         }
         im->info->banks[p[i].slot]++;
     }
-    if (vx_lyrw_writer_close(w, im->err) < 0 || record_file(im, rel, "lyrw", 2, im->err) < 0)
+    char sha[65];
+    uint64_t size = 0;
+    if (vx_lyrw_writer_close(w, sha, &size, im->err) < 0)
         return -1;
+    vx_segment_record(cJSON_GetObjectItemCaseSensitive(im->index, "segments"), rel, "lyrw", 2,
+                      size, sha);
     cJSON_AddItemToArray(im->manifest_layers, layer_json(im, layer, p, np, rel));
     im->info->layers++;
     return 0;

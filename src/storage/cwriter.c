@@ -86,10 +86,13 @@ int vx_cw_check(const char *target, const char *base_dir, unsigned flags, const 
     char rp[PATH_MAX];
     int e = !realpath(parent, rp) ? errno : stat(rp, &sb) != 0 ? errno
                                           : !S_ISDIR(sb.st_mode) ? ENOTDIR : 0;
-    if (e) {
-        return vx_errf(err, VX_EARG, "%s: cannot write '%s': its parent '%s' is not a "
-                       "directory (%s)", what, target, parent, strerror(e));
-    }
+    if (e == ENOENT || e == EACCES || e == ENOTDIR)
+        return vx_errf(err, VX_EARG, "%s: cannot write '%s': its parent '%s' %s", what, target,
+                       parent, e == ENOENT ? "does not exist" : e == EACCES
+                           ? "cannot be searched (permission denied)" : "is not a directory");
+    if (e)
+        return vx_errf(err, VX_EIO, "%s: cannot write '%s': cannot resolve its parent '%s': %s",
+                       what, target, parent, strerror(e));
     if (base_dir) {
         char rb[PATH_MAX], full[PATH_MAX + 256];
         if (!realpath(base_dir, rb))
@@ -107,17 +110,17 @@ int vx_cw_check(const char *target, const char *base_dir, unsigned flags, const 
 /* ---------------------------------------------------------------- files */
 
 /* Create every missing directory above path (below an existing prefix). */
-static int mkdirs_for(const char *path, vx_err *err)
+static int mkdirs_for(const char *path, const char *what, vx_err *err)
 {
     char d[PATH_MAX];
     if ((size_t)snprintf(d, sizeof d, "%s", path) >= sizeof d)
-        return vx_errf(err, VX_EARG, "path too long: '%s'", path);
+        return vx_errf(err, VX_EARG, "%s: path too long: '%s'", what, path);
     for (char *p = d + 1; *p; p++) {
         if (*p != '/')
             continue;
         *p = '\0';
         if (mkdir(d, 0755) != 0 && errno != EEXIST)
-            return vx_errf(err, VX_EIO, "cannot create '%s': %s", d, strerror(errno));
+            return vx_errf(err, VX_EIO, "%s: cannot create '%s': %s", what, d, strerror(errno));
         *p = '/';
     }
     return 0;
@@ -219,10 +222,20 @@ static int tree_at(const char *root, const char *rel, vx_tree_fn fn, void *ctx, 
             rc = vx_errf(err, VX_EARG, "path too long under '%s'", dir);
             break;
         }
+        /* lstat: a link is refused, not followed (the carry would link the link itself,
+         * the copy fallback its target); nothing is skipped, or the result would lack it */
         struct stat sb;
-        if (stat(src, &sb) != 0)
-            continue;
-        rc = S_ISDIR(sb.st_mode) ? tree_at(root, sub, fn, ctx, err) : fn(ctx, sub, src, &sb);
+        if (lstat(src, &sb) != 0)
+            rc = vx_errf(err, VX_EIO, "cannot examine '%s': %s", src, strerror(errno));
+        else if (S_ISDIR(sb.st_mode))
+            rc = tree_at(root, sub, fn, ctx, err);
+        else if (S_ISREG(sb.st_mode))
+            rc = fn(ctx, sub, src, &sb);
+        else
+            rc = vx_errf(err, VX_EUNSUPPORTED, "'%s' is %s; a container holds only regular "
+                         "files and directories", src, S_ISLNK(sb.st_mode) ? "a symbolic link"
+                         : S_ISFIFO(sb.st_mode) ? "a FIFO" : S_ISSOCK(sb.st_mode) ? "a socket"
+                         : "a device");
     }
     closedir(d);
     return rc;
@@ -254,9 +267,9 @@ int vx_cw_open(vx_cw **out, const char *target, const char *base_dir, const char
     vx_rmtree(w->tmp);   /* left by a killed process that had this pid */
     if (mkdir(w->tmp, 0755) != 0) {
         int e = errno;
+        vx_errf(err, VX_EIO, "%s: cannot create '%s': %s", what, w->tmp, strerror(e));
         free(w);
-        return vx_errf(err, VX_EIO, "%s: cannot create '%s.tmp.%ld': %s", what, target,
-                       (long)getpid(), strerror(e));
+        return -1;
     }
     *out = w;
     return 0;
@@ -271,7 +284,7 @@ int vx_cw_path(const vx_cw *w, const char *rel, char *out, size_t n, vx_err *err
 {
     if ((size_t)snprintf(out, n, "%s/%s", w->tmp, rel) >= n)
         return vx_errf(err, VX_EARG, "%s: path too long under '%s'", w->what, w->tmp);
-    return mkdirs_for(out, err);
+    return mkdirs_for(out, w->what, err);
 }
 
 int vx_cw_carry(vx_cw *w, const char *rel, vx_err *err)
@@ -306,10 +319,11 @@ int vx_cw_file(vx_cw *w, const char *rel, const void *data, size_t n, vx_err *er
     unlink(path);   /* a fresh inode: never writes through a link to the base */
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
-        return vx_errf(err, VX_EIO, "cannot create '%s': %s", path, strerror(errno));
+        return vx_errf(err, VX_EIO, "%s: cannot create '%s': %s", w->what, path,
+                       strerror(errno));
     int rc = vx_write_all(fd, data, n, w->what, path, err);
     if (rc == 0 && fsync(fd) < 0)
-        rc = vx_errf(err, VX_EIO, "cannot sync '%s': %s", path, strerror(errno));
+        rc = vx_errf(err, VX_EIO, "%s: cannot sync '%s': %s", w->what, path, strerror(errno));
     close(fd);
     return rc;
 }
@@ -446,13 +460,25 @@ int vx_afile_commit(vx_afile *f, vx_err *err)
     if (close(f->fd) != 0 && rc == 0)
         rc = vx_errf(err, VX_EIO, "%s%scannot close '%s': %s", w, sep, f->tmp, strerror(errno));
     f->fd = -1;
-    /* replace: renamed over the old file; else linked, so the complete file appears at
-     * once and one created since the caller checked is never replaced */
-    if (rc == 0 && (f->replace ? rename(f->tmp, f->path) : link(f->tmp, f->path)) != 0)
-        rc = vx_errf(err, errno == EEXIST ? VX_EARG : VX_EIO, "%s%scannot create '%s': %s", w,
-                     sep, f->path, strerror(errno));
-    if (rc == 0 && f->replace)
-        f->tmp[0] = '\0';
+    /* replace: renamed over the old file; else renamed without replacing, so the complete
+     * file appears at once and one created since the caller checked is never replaced
+     * (file systems without hard links, e.g. vfat and exFAT, have this rename). Where the
+     * rename has no RENAME_NOREPLACE, a hard link does the same. */
+    int r = 0;
+    if (rc == 0 && f->replace) {
+        if ((r = rename(f->tmp, f->path)) != 0)
+            rc = vx_errf(err, VX_EIO, "%s%scannot replace '%s': %s", w, sep, f->path,
+                         strerror(errno));
+    } else if (rc == 0) {
+        r = renameat2(AT_FDCWD, f->tmp, AT_FDCWD, f->path, RENAME_NOREPLACE);
+        int linked = r != 0 && (errno == EINVAL || errno == ENOSYS) &&
+                     link(f->tmp, f->path) == 0;   /* the temporary name is removed below */
+        if (r != 0 && !linked)
+            rc = vx_errf(err, errno == EEXIST ? VX_EARG : VX_EIO, "%s%scannot create '%s': %s",
+                         w, sep, f->path, strerror(errno));
+    }
+    if (rc == 0 && r == 0)
+        f->tmp[0] = '\0';   /* renamed: nothing left to remove */
     if (rc == 0)
         rc = sync_parent(f->path, err);
     vx_afile_abort(f);

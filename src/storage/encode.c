@@ -95,27 +95,15 @@ static void convert(enc *e, vx_dtype from, const void *src, vx_dtype to, void *d
     }
 }
 
-static int emit(enc *e, vx_segw *w, const void *p, size_t n)
+/* Emit n bytes p. fd >= 0: they are file fd's bytes at off as the checkpoint stores them,
+ * copied file to file in the kernel and hashed from the mapping p. The cancel check is
+ * the segment writer's too; this one names the statement. */
+static int emit(enc *e, vx_segw *w, int fd, uint64_t off, const void *p, size_t n)
 {
     if (vx_cancel_flag)
         return vx_errf(e->err, VX_ECANCEL, "encode: cancelled");
     vx_sha256_update(&e->pay, p, n);
-    if (vx_segw_write(w, p, n, e->err) < 0)
-        return -1;
-    e->done += n;
-    if (e->o->progress)
-        e->o->progress(e->o->progress_ctx, e->done, e->total);
-    return 0;
-}
-
-/* Emit n bytes stored as the checkpoint stores them (t's bytes from offset at): copied file
- * to file in the kernel, hashed from the mapping. */
-static int emit_copy(enc *e, vx_segw *w, const st_tensor *t, uint64_t at, size_t n)
-{
-    if (vx_cancel_flag)
-        return vx_errf(e->err, VX_ECANCEL, "encode: cancelled");
-    vx_sha256_update(&e->pay, t->data + at, n);
-    if (vx_segw_copy(w, e->fd[t->shard], t->file_offset + at, t->data + at, n, e->err) < 0)
+    if ((fd < 0 ? vx_segw_write(w, p, n, e->err) : vx_segw_copy(w, fd, off, p, n, e->err)) < 0)
         return -1;
     e->done += n;
     if (e->o->progress)
@@ -146,7 +134,7 @@ static int emit_gathered(enc *e, vx_segw *w, vx_dtype from, vx_dtype to, size_t 
         convert(e, from, e->gbuf, to, e->cbuf, n);
         outp = e->cbuf;
     }
-    return emit(e, w, outp, n * vx_dtype_block_bytes(to));
+    return emit(e, w, -1, 0, outp, n * vx_dtype_block_bytes(to));
 }
 
 /* MXFP4 rows from blocks [E, R, nb, 16] + scales [E, R, nb]: each 32-value block becomes
@@ -171,7 +159,7 @@ static int write_mxfp4_rows(enc *e, vx_segw *w, const hf_operand *op)
             for (int k = 0; k < 16; k++)
                 out[1 + k] = (unsigned char)(v[k] | v[k + 16] << 4);
         }
-        if (emit(e, w, e->cbuf, (size_t)(nb * 17)) < 0)
+        if (emit(e, w, -1, 0, e->cbuf, (size_t)(nb * 17)) < 0)
             return -1;
     }
     return 0;
@@ -237,11 +225,11 @@ static int write_operand(enc *e, vx_segw *w, const hf_operand *op)
             if (inline_hash && !e->src_is_pay)
                 vx_sha256_update(&e->src, p, n * es);
             if (from == to) {
-                if (emit_copy(e, w, t, at, n * es) < 0)
+                if (emit(e, w, e->fd[t->shard], t->file_offset + at, p, n * es) < 0)
                     return -1;
             } else {
                 convert(e, from, p, to, e->cbuf, n);
-                if (emit(e, w, e->cbuf, n * eo) < 0)
+                if (emit(e, w, -1, 0, e->cbuf, n * eo) < 0)
                     return -1;
             }
             st_release(p, n * es);

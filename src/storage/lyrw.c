@@ -5,6 +5,7 @@
  * caller hands over). Layout in lyrw.h; the rules and messages in docs/lql/LYRW.md.
  */
 #include "lyrw.h"
+#include "vx_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -584,6 +585,7 @@ struct vx_lyrw_writer {
     uint16_t nbanks;
     wbank *banks;
     uint64_t pos;             /* bytes written so far */
+    vx_sha256_ctx h;          /* of those bytes: written strictly in order, never re-read */
     int bank;                 /* cursor: next region */
     uint32_t entry;
     uint16_t schema;
@@ -593,6 +595,7 @@ static int put(vx_lyrw_writer *w, const void *data, size_t n, vx_err *err)
 {
     if (vx_afile_write(&w->f, data, n, err) != 0)
         return -1;
+    vx_sha256_update(&w->h, data, n);
     w->pos += n;
     return 0;
 }
@@ -611,6 +614,7 @@ void vx_lyrw_writer_abort(vx_lyrw_writer *w)
     if (!w)
         return;
     vx_afile_abort(&w->f);
+    vx_sha256_free(&w->h);
     for (unsigned i = 0; i < w->nbanks && w->banks; i++)
         free(w->banks[i].len);
     free(w->banks);
@@ -774,7 +778,7 @@ int vx_lyrw_writer_open(const char *path, uint32_t layer, uint32_t flags,
         vx_lyrw_writer_abort(w);
         return -1;
     }
-    if (vx_afile_open(&w->f, path, 1, NULL, err) != 0) {
+    if (vx_sha256_init(&w->h, err) != 0 || vx_afile_open(&w->f, path, 1, NULL, err) != 0) {
         vx_lyrw_writer_abort(w);
         return -1;
     }
@@ -809,7 +813,7 @@ int vx_lyrw_write_region(vx_lyrw_writer *w, const void *data, uint64_t n, vx_err
     return 0;
 }
 
-int vx_lyrw_writer_close(vx_lyrw_writer *w, vx_err *err)
+int vx_lyrw_writer_close(vx_lyrw_writer *w, char sha[65], uint64_t *bytes, vx_err *err)
 {
     int rc = 0;
     if (w->bank < w->nbanks)
@@ -817,6 +821,10 @@ int vx_lyrw_writer_close(vx_lyrw_writer *w, vx_err *err)
                      "index %d entry %u schema %u)", w->path, w->bank, w->entry, w->schema);
     else
         rc = vx_afile_commit(&w->f, err);
+    if (rc == 0 && sha)
+        vx_sha256_final(&w->h, sha);
+    if (rc == 0 && bytes)
+        *bytes = w->pos;
     vx_lyrw_writer_abort(w);
     return rc;
 }
@@ -870,13 +878,8 @@ int vx_lyrw_rewrite(const char *src, const char *dst, vx_lyrw_region_fn fn, void
                 goto done;
         }
     }
-    rc = vx_lyrw_writer_close(w, err);
+    rc = vx_lyrw_writer_close(w, sha, bytes, err);
     w = NULL;
-    struct stat sb;
-    if (rc == 0 && (vx_sha256_file(dst, sha, err) || stat(dst, &sb) != 0))
-        rc = -1;
-    else if (rc == 0)
-        *bytes = (uint64_t)sb.st_size;
 done:
     if (w)
         vx_lyrw_writer_abort(w);

@@ -153,8 +153,10 @@ int vx_lyrw_writer_open(const char *path, uint32_t layer, uint32_t flags,
 int vx_lyrw_write_region(vx_lyrw_writer *w, const void *data, uint64_t n, vx_err *err);
 /* Next region the writer expects (for callers that produce regions lazily). */
 void vx_lyrw_writer_next(const vx_lyrw_writer *w, int *bank, uint32_t *entry, uint16_t *schema);
-/* Check every region arrived, flush, rename into place, free w (also on failure). */
-int vx_lyrw_writer_close(vx_lyrw_writer *w, vx_err *err);
+/* Check every region arrived, flush, rename into place, free w (also on failure). sha and
+ * bytes (either may be NULL) receive the file's sha256 and size, hashed as it was
+ * written. */
+int vx_lyrw_writer_close(vx_lyrw_writer *w, char sha[65], uint64_t *bytes, vx_err *err);
 /* Remove the temporary file and free w. */
 void vx_lyrw_writer_abort(vx_lyrw_writer *w);
 

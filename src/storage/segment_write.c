@@ -247,8 +247,8 @@ int vx_segw_open(vx_segw **out, const char *path, const char *object, const char
     w->fd_copy = 1;
     w->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w->fd < 0) {
-        free(z);
         int e = errno;
+        free(z);
         vx_segw_abort(w);
         return vx_errf(err, VX_EIO, "cannot create segment '%s': %s", path, strerror(e));
     }
@@ -366,10 +366,22 @@ int vx_segw_close(vx_segw *w, char sha[65], uint64_t *bytes, vx_err *err)
     if (rc == 0)
         rc = flush(w, err);
     char *z = rc == 0 ? print_header(w) : NULL;
-    if (rc == 0 && (!z || strlen(z) > w->hlen))
+    if (rc == 0 && !z)
+        rc = vx_errf(err, VX_ENOMEM, "segment '%s': out of memory adding the tensor hashes",
+                     w->path);
+    size_t zn = z ? strlen(z) : 0, put_n = 0;
+    if (rc == 0 && zn > w->hlen)
         rc = vx_errf(err, VX_EIO, "segment '%s': header changed size when hashes were added", w->path);
-    if (rc == 0 && pwrite(w->fd, z, strlen(z), 8) != (ssize_t)strlen(z))
-        rc = vx_errf(err, VX_EIO, "cannot write '%s': %s", w->path, strerror(errno));
+    while (rc == 0 && put_n < zn) {
+        ssize_t k = pwrite(w->fd, z + put_n, zn - put_n, (off_t)(8 + put_n));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            rc = vx_errf(err, VX_EIO, "cannot write '%s': %s", w->path,
+                         k < 0 ? strerror(errno) : "short write");
+        else
+            put_n += (size_t)k;
+    }
     free(z);
     /* the whole file hashed from the page cache while its writeback runs, then synced */
     kick(w, 1);

@@ -352,14 +352,17 @@ int vx_write_all(int fd, const void *data, uint64_t n, const char *what, const c
                  vx_err *err);
 /* Copy src to dst (created exclusively, fsynced; copy_file_range where it can). */
 int vx_file_copy(const char *src, const char *dst, vx_err *err);
-/* Call fn for every entry under root that is not a directory (stat'd, symlinks followed),
- * rel its root-relative path and path its full one; stops at the first nonzero return. */
+/* Call fn for every regular file under root (lstat'd), rel its root-relative path and
+ * path its full one; stops at the first nonzero return. Anything else that is not a
+ * directory (a symbolic link, a FIFO, a device), or an entry that cannot be examined,
+ * fails the walk: a copy made from it would lack a file. */
 struct stat;
 typedef int (*vx_tree_fn)(void *ctx, const char *rel, const char *path, const struct stat *sb);
 int vx_tree_files(const char *root, vx_tree_fn fn, void *ctx, vx_err *err);
 
-/* One file written atomically: `<path>.tmp.<pid>`, fsynced, then linked into place (an
- * existing file is never replaced) or, with replace, renamed over it; the parent fsynced. */
+/* One file written atomically: `<path>.tmp.<pid>`, fsynced, then renamed into place with
+ * RENAME_NOREPLACE, or linked where the rename lacks it (an existing file is never
+ * replaced), or with replace renamed over it; the parent fsynced. */
 typedef struct vx_afile {
     int fd, replace;
     const char *what;        /* prefixes write errors ("export gguf: cannot write …") */

@@ -316,7 +316,7 @@ static void layer0_with_roles(const uint16_t *roles, int n)
     CHECK(vx_lyrw_writer_open(path, 0, 0, &spec, 1, &w, &err) == 0);
     for (int i = 0; i < 8 * n; i++)
         CHECK(vx_lyrw_write_region(w, zero, sizeof zero, &err) == 0);
-    CHECK(vx_lyrw_writer_close(w, &err) == 0);
+    CHECK(vx_lyrw_writer_close(w, NULL, NULL, &err) == 0);
     FILE *f = fopen(path, "rb");
     fseek(f, 0, SEEK_END);
     long size = ftell(f);

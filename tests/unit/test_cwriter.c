@@ -10,6 +10,7 @@
 #include "vx_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -17,6 +18,19 @@
 #include <unistd.h>
 
 static char dir[512];
+
+/* A file system without hard links (vfat, exFAT): set, the writer's link() fails as it
+ * does there. This definition takes the place of libc's in this executable. */
+static int no_links;
+
+int link(const char *from, const char *to)
+{
+    if (no_links) {
+        errno = EPERM;
+        return -1;
+    }
+    return linkat(AT_FDCWD, from, AT_FDCWD, to, 0);
+}
 
 static void put(const char *path, const char *text)
 {
@@ -62,16 +76,33 @@ static void target_rule(void)
     snprintf(out, sizeof out, "%s/x", path);
     CHECK(vx_cw_check(out, NULL, 0, "export", &e) == -1);
     snprintf(want, sizeof want, "export: cannot write '%s': its parent '%s' is not a "
-             "directory (Not a directory)", out, path);
+             "directory", out, path);
     CHECK_STR(e.msg, want);
     snprintf(out, sizeof out, "%s/no/such", dir);
     CHECK(vx_cw_check(out, NULL, 0, "export", &e) == -1);
-    CHECK_HAS(e.msg, "is not a directory (No such file or directory)");
+    snprintf(want, sizeof want, "export: cannot write '%s': its parent '%s/no' does not exist",
+             out, dir);
+    CHECK_STR(e.msg, want);
+    /* a parent that cannot be searched (root searches everything: not checked then) */
+    char locked[700];
+    snprintf(locked, sizeof locked, "%s/locked", dir);
+    mkdir(locked, 0755);
+    snprintf(out, sizeof out, "%s/sub/x", locked);
+    snprintf(path, sizeof path, "%s/sub", locked);
+    mkdir(path, 0755);
+    chmod(locked, 0);
+    if (geteuid() != 0) {
+        CHECK(vx_cw_check(out, NULL, 0, "export", &e) == -1);
+        snprintf(want, sizeof want, "export: cannot write '%s': its parent '%s' cannot be "
+                 "searched (permission denied)", out, path);
+        CHECK_STR(e.msg, want);
+    }
+    chmod(locked, 0755);
 }
 
 static void write_commit_abort(void)
 {
-    char base[600], out[700], tmp[800], p[900], q[900];
+    char base[600], out[700], tmp[800], p[900], q[900], want[2048];
     vx_err e = {0};
     snprintf(base, sizeof base, "%s/base", dir);
     snprintf(out, sizeof out, "%s/out.vx/", dir);   /* a trailing slash names the same */
@@ -95,6 +126,13 @@ static void write_commit_abort(void)
     CHECK_STR(got, "base file\n");
     t_read_into(q, got, sizeof got);
     CHECK_STR(got, "new\n");
+    /* the messages name the statement: a file, and a parent directory, under a file */
+    CHECK(vx_cw_file(w, "a.txt/f", "x", 1, &e) == -1);
+    snprintf(want, sizeof want, "t: cannot create '%s/a.txt/f': Not a directory", tmp);
+    CHECK_STR(e.msg, want);
+    CHECK(vx_cw_file(w, "a.txt/d/f", "x", 1, &e) == -1);
+    snprintf(want, sizeof want, "t: cannot create '%s/a.txt/d': Not a directory", tmp);
+    CHECK_STR(e.msg, want);
     /* parents are created; JSON ends with a newline */
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "version", 4);
@@ -119,7 +157,6 @@ static void write_commit_abort(void)
     snprintf(q, sizeof q, "%s/someone-elses", out);
     put(q, "theirs");
     CHECK(w && vx_cw_commit(w, &e) == -1);
-    char want[2048];
     snprintf(want, sizeof want, "t: output '%s' appeared while writing; not replaced", out);
     CHECK_STR(e.msg, want);
     CHECK(exists(q) && !exists(tmp));
@@ -190,6 +227,50 @@ static void killed(void)
     printf("killed: %d absent, %d whole\n", absent, whole);
 }
 
+static int count_file(void *ctx, const char *rel, const char *path, const struct stat *sb)
+{
+    (void)rel;
+    (void)path;
+    *(int *)ctx += S_ISREG(sb->st_mode);
+    return 0;
+}
+
+/* The walk every carry uses: regular files and directories only; a link, or an entry that
+ * cannot be examined, fails it instead of leaving a file out of the copy. */
+static void tree_walk(void)
+{
+    char root[600], p[700], want[2048];
+    vx_err e = {0};
+    int n = 0;
+    snprintf(root, sizeof root, "%s/tree", dir);
+    mkdir(root, 0755);
+    snprintf(p, sizeof p, "%s/sub", root);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/sub/f", root);
+    put(p, "f");
+    CHECK(vx_tree_files(root, count_file, &n, &e) == 0 && n == 1);
+    snprintf(p, sizeof p, "%s/sub/dangling", root);
+    CHECK(symlink("no-such-file", p) == 0);
+    n = 0;
+    CHECK(vx_tree_files(root, count_file, &n, &e) == -1);
+    snprintf(want, sizeof want, "'%s' is a symbolic link; a container holds only regular "
+             "files and directories", p);
+    CHECK_STR(e.msg, want);
+    unlink(p);
+    CHECK(symlink("f", p) == 0);   /* to a file: refused too, not followed */
+    CHECK(vx_tree_files(root, count_file, &n, &e) == -1 && e.code == VX_EUNSUPPORTED);
+    unlink(p);
+    /* a directory that cannot be searched: its entries cannot be examined */
+    snprintf(p, sizeof p, "%s/sub", root);
+    chmod(p, 0644);
+    if (geteuid() != 0) {
+        CHECK(vx_tree_files(root, count_file, &n, &e) == -1);
+        snprintf(want, sizeof want, "cannot examine '%s/f': Permission denied", p);
+        CHECK_STR(e.msg, want);
+    }
+    chmod(p, 0755);
+}
+
 static void single_file(void)
 {
     char p[700], tmp[800], got[64], want[2048];
@@ -212,6 +293,28 @@ static void single_file(void)
     CHECK(!exists(tmp));
     t_read_into(p, got, sizeof got);
     CHECK_STR(got, "two\n");
+    /* without hard links a new file is still published, and still never replaces one */
+    no_links = 1;
+    snprintf(p, sizeof p, "%s/nolinks.txt", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", p, (long)getpid());
+    CHECK_MSG(vx_atomic_file(p, "one\n", 4, 0, "patch", &e) == 0, "%s", e.msg);
+    t_read_into(p, got, sizeof got);
+    CHECK_STR(got, "one\n");
+    CHECK(vx_atomic_file(p, "two\n", 4, 0, "patch", &e) == -1 && e.code == VX_EARG);
+    snprintf(want, sizeof want, "patch: cannot create '%s': File exists", p);
+    CHECK_STR(e.msg, want);
+    t_read_into(p, got, sizeof got);
+    CHECK_STR(got, "one\n");
+    CHECK(!exists(tmp));
+    no_links = 0;
+    /* a replacing rename that fails says so */
+    snprintf(p, sizeof p, "%s/nolinks.dir", dir);
+    mkdir(p, 0755);
+    snprintf(tmp, sizeof tmp, "%s/inside", p);
+    put(tmp, "x");
+    CHECK(vx_atomic_file(p, "two\n", 4, 1, "profile", &e) == -1);
+    snprintf(want, sizeof want, "profile: cannot replace '%s': Is a directory", p);
+    CHECK_STR(e.msg, want);
 }
 
 int main(void)
@@ -225,6 +328,7 @@ int main(void)
     target_rule();
     write_commit_abort();
     killed();
+    tree_walk();
     single_file();
     if (t_fail == 0)
         t_rm_rf(dir);

@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static const char *const prompts[] = {
     "The capital of France is", "Once upon a time there was", "A baby cat is called a",
@@ -142,6 +143,18 @@ int main(void)
     char want[4300];
     snprintf(want, sizeof want, "compile: '%s' already exists; lql does not overwrite it", out);
     CHECK_STR(e.msg, want);
+    /* a file of the base it cannot carry (a dangling link) fails COMPILE; it was left out */
+    char link_path[4200], out2[4200];
+    snprintf(link_path, sizeof link_path, "%s/notes.txt", base);
+    snprintf(out2, sizeof out2, "%s/h8-compile-out2.vindex3", LQL_BINARY_DIR);
+    fx_rm_rf(out2);
+    CHECK(symlink("no-such-file", link_path) == 0);
+    CHECK(ed_compile(c, &ov, out2, NULL, &rep, &e) == -1);
+    snprintf(want, sizeof want, "'%s' is a symbolic link; a container holds only regular "
+             "files and directories", link_path);
+    CHECK_STR(e.msg, want);
+    CHECK(access(out2, F_OK) != 0);
+    unlink(link_path);
 
     cJSON_Delete(prov);
     eng_model_free(m2);

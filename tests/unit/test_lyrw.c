@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[256];
@@ -74,7 +75,7 @@ static int write_file(const char *path, uint32_t flags, uint32_t first, uint32_t
             return -1;
         }
     }
-    return vx_lyrw_writer_close(w, err);
+    return vx_lyrw_writer_close(w, NULL, NULL, err);
 }
 
 static int regions_match(const vx_lyrw *l, int bank_index, uint16_t bank_id, uint32_t first,
@@ -171,7 +172,14 @@ static void round_trip(void)
     CHECK(vx_lyrw_write_region(w, zeros, 8 * 8 * 17, &err) == 0);
     CHECK(vx_lyrw_write_region(w, zeros, 2048, &err) == 0);
     CHECK(vx_lyrw_write_region(w, zeros, 100, &err) == 0);
-    CHECK(vx_lyrw_writer_close(w, &err) == 0);
+    /* hashed as written: the file's own hash and size */
+    char sha[65] = "", file_sha[65] = "";
+    uint64_t bytes = 0;
+    struct stat sb;
+    CHECK(vx_lyrw_writer_close(w, sha, &bytes, &err) == 0);
+    CHECK(vx_sha256_file(p2, file_sha, &err) == 0 && stat(p2, &sb) == 0);
+    CHECK_STR(sha, file_sha);
+    CHECK(bytes == (uint64_t)sb.st_size);
     CHECK(vx_lyrw_open(p2, &l, &err) == 0);
     if (l) {
         CHECK(vx_lyrw_check(l, &vendor, 1, &err) == -1);
@@ -377,7 +385,7 @@ static void writer_errors(void)
              "table says 576", path);
     CHECK_STR(err.msg, want);
     CHECK(vx_lyrw_write_region(w, buf, 576, &err) == 0);
-    CHECK(vx_lyrw_writer_close(w, &err) == -1);
+    CHECK(vx_lyrw_writer_close(w, NULL, NULL, &err) == -1);
     snprintf(want, sizeof want, "%s: closed before every region was written (next: bank index "
              "0 entry 0 schema 1)", path);
     CHECK_STR(err.msg, want);

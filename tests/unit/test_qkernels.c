@@ -225,7 +225,7 @@ static void through_lyrw(void)
         CHECK(vx_lyrw_writer_open(path, 0, 0, &b, 1, &wr, &err) == 0);
         CHECK(vx_lyrw_write_region(wr, w, len, &err) == 0);
         CHECK(vx_lyrw_write_region(wr, w, len, &err) == 0);
-        CHECK(vx_lyrw_writer_close(wr, &err) == 0);
+        CHECK(vx_lyrw_writer_close(wr, NULL, NULL, &err) == 0);
         vx_lyrw *l;
         vx_tensor t;
         CHECK(vx_lyrw_open(path, &l, &err) == 0);
