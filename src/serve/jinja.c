@@ -451,12 +451,15 @@ static int space_at(const char *s, size_t n, size_t i, size_t *len)
     return py_space(cp_at(s, n, i, len));
 }
 
-/* The start of the character that ends at s[b - 1]. */
-static size_t char_before(const char *s, size_t b)
+/* The start of the character that ends at s[b - 1]: a lead byte whose sequence ends
+ * exactly there, else the byte itself (a stray continuation byte counts as itself, as
+ * cp_at reads it; backing over it onto an earlier character would split that one). */
+static size_t char_before(const char *s, size_t n, size_t b)
 {
-    size_t a = b - 1;
+    size_t a = b - 1, len;
     while (a > 0 && b - a < 4 && ((unsigned char)s[a] & 0xC0) == 0x80) a--;
-    return a;
+    cp_at(s, n, a, &len);
+    return a + len == b ? a : b - 1;
 }
 
 /* Python's str.strip family: which = 1 left, 2 right, 3 both; chars NULL = whitespace. */
@@ -469,7 +472,9 @@ static jv strip(jv s, const char *chars, size_t nchars, int which)
         return vstr(s.s + a, b - a);
     }
     if (which & 1) while (a < b && space_at(s.s, s.n, a, &k)) a += k;
-    if (which & 2) while (b > a && space_at(s.s, s.n, char_before(s.s, b), &k)) b = char_before(s.s, b);
+    if (which & 2)
+        for (size_t c; b > a && (c = char_before(s.s, s.n, b)) >= a && space_at(s.s, s.n, c, &k);)
+            b = c;
     return vstr(s.s + a, b - a);
 }
 

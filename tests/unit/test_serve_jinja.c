@@ -164,6 +164,18 @@ int main(void)
     expect("{% for a in range(1000) %}{% for b in range(1000) %}{% endfor %}{% endfor %}", "{}",
            "line 1: the template runs more than 100000 loop iterations");
     expect("{% for a in range(300) %}{% for b in range(300) %}{% endfor %}{% endfor %}ok", "{}", "ok");
+    /* strip over a stray UTF-8 continuation byte between whitespace (fuzz_serve_jinja: the
+     * right strip backed over the stray byte onto a tab left of where the left strip
+     * stopped, and copied a negative length) */
+    expect("[{{ s.strip() }}]", "{\"s\": \"\\t\\t\\t\"}", "[]");
+    {
+        char *o2 = render("[{{ '\t\t\t\x89\t\t\n'.strip() }}]", "{}");
+        CHECK_MSG(o2 && !strcmp(o2, "[\x89]"), "stray byte: %s", o2 ? o2 : "(null)");
+        free(o2);
+        o2 = render("[{{ '\t\x89\xc2\x85'.rstrip() }}|{{ '\xc2\x85\x89\t'.lstrip() }}]", "{}");
+        CHECK_MSG(o2 && !strcmp(o2, "[\t\x89|\x89\t]"), "stray byte and NEL: %s", o2 ? o2 : "(null)");
+        free(o2);
+    }
     /* a string or list doubled in a loop stays within the loop budget but not the memory
      * budget: it fails closed instead of taking the machine's memory */
     expect("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
