@@ -253,7 +253,7 @@ int brw_payload_sha256(const char *dir, const cJSON *rep, char hex[65], vx_err *
  * skips — and a tombstone has no output tokens (an all-zero record). DMET layout: four
  * u32 header words — magic, version, layers, top_k — then per layer a u32 count and count
  * records of 8 + 8·top_k bytes. */
-static int write_meta(const char *path, const eng_overlay *bov, vx_err *err)
+static int write_meta(const char *path, const eng_overlay *ov, vx_err *err)
 {
     FILE *f = fopen(path, "r+b");
     if (!f)
@@ -265,12 +265,11 @@ static int write_meta(const char *path, const eng_overlay *bov, vx_err *err)
         return vx_errf(err, VX_EFORMAT, "compile: '%s' is not a down-meta file", path);
     }
     const long rec = 8 + 8 * (long)hdr[3];
-    const eng_overlay *ov = bov;
-    const size_t ne = ov ? ov->n_edits : 0, n = bov->n_meta + ne;
+    const size_t ne = ov->n_edits, n = ov->n_meta + ne;
     for (size_t i = 0; i < n && rc == 0; i++) {
         /* metadata first, tombstones last: a tombstone wins, as in brw_feature_meta */
-        const eng_meta_edit *me = i < bov->n_meta ? &bov->meta[i] : NULL;
-        const eng_feature_edit *te = me ? NULL : &ov->edits[i - bov->n_meta];
+        const eng_meta_edit *me = i < ov->n_meta ? &ov->meta[i] : NULL;
+        const eng_feature_edit *te = me ? NULL : &ov->edits[i - ov->n_meta];
         int layer = me ? me->layer : te->layer;
         int64_t feature = me ? me->feature : te->feature;
         if ((te && !te->tombstone) || layer < 0 || (uint32_t)layer >= hdr[2])
@@ -553,20 +552,19 @@ static int bank_file_edited(const vx_container *c, const eng_overlay *ov, const 
     return 0;
 }
 
-int ed_compile(const vx_container *c, const eng_overlay *bov, const char *out_dir,
+int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir,
                const cJSON *provenance, ed_compile_report *rep, vx_err *err)
 {
     memset(rep, 0, sizeof *rep);
-    const eng_overlay *ov = bov;
     if (vx_cw_check(out_dir, vx_dir(c), 0, "compile", err) || check_layers(c, ov, err))
         return -1;
     const cJSON *base = vx_index_json(c);
     const char *dmet = vx_json_str(cJSON_GetObjectItemCaseSensitive(base, "browse"), "down_meta");
-    if (bov->n_meta && !dmet)
+    if (ov->n_meta && !dmet)
         return vx_errf(err, VX_EUNSUPPORTED, "compile: the overlay sets the down-meta of %zu "
                        "feature%s (UPDATE or an insert's metadata) but '%s' has no down-meta "
-                       "file to carry it", bov->n_meta, bov->n_meta == 1 ? "" : "s", vx_dir(c));
-    rep->meta_written = dmet ? bov->n_meta : 0;
+                       "file to carry it", ov->n_meta, ov->n_meta == 1 ? "" : "s", vx_dir(c));
+    rep->meta_written = dmet ? ov->n_meta : 0;
     vx_cw *cw = NULL;
     if (vx_cw_open(&cw, out_dir, vx_dir(c), "compile", err))
         return -1;
@@ -696,7 +694,7 @@ int ed_compile(const vx_container *c, const eng_overlay *bov, const char *out_di
         const char *mrel = fr == 0 && vx_json_str(nb, "down_meta") ? vx_json_str(nb, "down_meta")
                                                                    : dmet;
         char hex[65];
-        if (fr || vx_cw_path(cw, mrel, mpath, sizeof mpath, err) || write_meta(mpath, bov, err) || vx_sha256_file(mpath, hex, err))
+        if (fr || vx_cw_path(cw, mrel, mpath, sizeof mpath, err) || write_meta(mpath, ov, err) || vx_sha256_file(mpath, hex, err))
             goto fail;
         /* the records were rewritten after the encode hook hashed them */
         if (nb && cJSON_HasObjectItem(nb, "down_meta_sha256"))

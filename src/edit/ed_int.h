@@ -26,8 +26,8 @@ struct ed_model {
     vx_container *c;          /* the base, borrowed */
     char *jpath;              /* the journal's path (explicit or located); NULL: no place */
     char *jerr;               /* why there is no place (said by the first edit), or NULL */
-    int located;              /* jpath is the default place (its directory may be missing) */
-    int explicit_journal;     /* the caller named the journal */
+    int explicit_journal;     /* the caller named the journal; else jpath is the default place,
+                               * whose directory may be missing */
     vx_journal *j;            /* NULL until opened */
     brw_model *bm;            /* the caller's browse model, borrowed (ed_model_set_browse) */
     ed_overlay *ov;           /* the replayed overlay, NULL when nothing is active */

@@ -46,7 +46,6 @@ int ed_model_new(vx_container *c, const char *journal, ed_attach_fn attach, void
         *out = ed;
         return 0;
     }
-    ed->located = !journal;
     if (!(ed->jpath = strdup(path))) {
         ed_model_free(ed);
         return vx_errf(err, VX_ENOMEM, "out of memory");
@@ -93,7 +92,7 @@ int ed_journal_open(ed_model *ed, int create, vx_err *err)
         return create ? vx_errf(err, VX_EARG, "%s", ed->jerr) : 0;
     if (!create && strcmp(ed->jpath, ":memory:") != 0 && access(ed->jpath, F_OK) != 0)
         return 0;
-    if ((ed->located && vx_journal_create_dir(ed->jpath, err)) ||
+    if ((!ed->explicit_journal && vx_journal_create_dir(ed->jpath, err)) ||
         vx_journal_open(ed->jpath, vx_index_sha256(ed->c), ed_model_name(ed->c), &ed->j, err))
         return -1;
     return 0;
