@@ -78,7 +78,9 @@ int eng_avx512(void);
  * x [n, cols] once per product, with scratch for every pool part (-1 when out of memory:
  * the caller takes another path). Inside eng_parallel, part `part` then claims chunks of
  * weight rows from *next (zero before the product) until all `rows` are taken, computing
- * y[t, r] (row stride rows) from each row produced as exact f32 by row(ctx, r, dst). */
+ * y[t, r] (row stride rows) from each row produced as exact f32 by row(ctx, r, dst). src
+ * and src_rb (the stored rows' base and stride, or NULL) let a part fetch the rows of its
+ * next chunk into L2 while it computes the current one. */
 typedef struct eng_xpack {
     float *p, *scratch;
     int n, cols, parts;
@@ -87,7 +89,8 @@ typedef struct eng_xpack {
 int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols);
 void eng_xpack_free(eng_xpack *xp);
 void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, float *y,
-                   void (*row)(const void *ctx, int r, float *dst), const void *ctx);
+                   void (*row)(const void *ctx, int r, float *dst), const void *ctx,
+                   const void *src, size_t src_rb);
 /* 1 when LQL_PREFILL_BF16=1 asks for bf16-rounded activations in bf16 prefill products and
  * the CPU has AVX512-BF16 (read per call; matmul.c says why it is opt-in). */
 int eng_prefill_bf16_optin(void);

@@ -113,10 +113,16 @@ MICRO(4)
 
 /* y for weight rows [r0, r1), r1 - r0 <= tile_rows(cols), with the part's scratch. */
 static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, float *wt, float *cb,
-                      void (*row)(const void *ctx, int r, float *dst), const void *ctx)
+                      void (*row)(const void *ctx, int r, float *dst), const void *ctx,
+                      const char *pf, size_t pf_bytes)
 {
     const int cols = xp->cols, groups = (xp->n + GT - 1) / GT;
     const int tr = r1 - r0, trp = (tr + MR - 1) / MR * MR;
+    /* the next tile's stored bytes, asked into L2 a slice per micro-kernel call, so its
+     * conversion does not wait on DRAM */
+    const int calls = groups * ((cols + KC - 1) / KC) * (trp / MR);
+    const size_t pf_step = (pf_bytes / (size_t)calls + 63) & ~(size_t)63;
+    const char *pf_end = pf ? pf + pf_bytes : NULL;
     for (int i = 0; i < tr; i++) row(ctx, r0 + i, wt + (size_t)i * cols);
     if (trp > tr) memset(wt + (size_t)tr * cols, 0, (size_t)(trp - tr) * cols * sizeof *wt);
     for (int g = 0; g < groups; g++) {
@@ -125,6 +131,8 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
         for (int k0 = 0; k0 < cols; k0 += KC) {
             const int kn = cols - k0 < KC ? cols - k0 : KC;
             for (int b = 0; b < trp; b += MR) {
+                for (size_t o = 0; pf < pf_end && o < pf_step; o += 64, pf += 64)
+                    _mm_prefetch(pf, _MM_HINT_T1);
                 const float *w = wt + (size_t)b * cols + k0;
                 const float *x = xg + (size_t)k0 * GT;
                 float *c = cb + (size_t)b * GT;
@@ -145,16 +153,25 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
 }
 
 void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, float *y,
-                   void (*row)(const void *ctx, int r, float *dst), const void *ctx)
+                   void (*row)(const void *ctx, int r, float *dst), const void *ctx,
+                   const void *src, size_t src_rb)
 {
     const int rt = tile_rows(xp->cols);
     if (part >= xp->parts) return;   /* the pool grew since packing: the others claim it all */
     float *wt = xp->scratch + (size_t)part * xp->scratch_floats;
     float *cb = wt + ((size_t)rt * xp->cols + 15) / 16 * 16;
-    /* chunks of at most one tile, small enough that a delayed thread's share is taken over */
+    /* chunks of at most one tile, small enough that a delayed thread's share is taken over;
+     * each part claims its next chunk before computing the current one, so that chunk's
+     * rows can be fetched while this one computes */
     int chunk = rows / (xp->parts * 4) / MR * MR;
     chunk = chunk < MR ? MR : chunk > rt ? rt : chunk;
-    int lo;
-    while ((lo = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed)) < rows)
-        gemm_tile(xp, lo, lo + chunk < rows ? lo + chunk : rows, y, rows, wt, cb, row, ctx);
+    int lo = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
+    while (lo < rows) {
+        const int hi = lo + chunk < rows ? lo + chunk : rows;
+        const int nlo = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
+        const int nhi = nlo + chunk < rows ? nlo + chunk : rows;
+        const char *pf = src && nlo < rows ? (const char *)src + (size_t)nlo * src_rb : NULL;
+        gemm_tile(xp, lo, hi, y, rows, wt, cb, row, ctx, pf, pf ? (size_t)(nhi - nlo) * src_rb : 0);
+        lo = nlo;
+    }
 }

@@ -147,11 +147,18 @@ static float row_dot(vx_dtype dt, const void *row, const float *x, int cols)
         const int k = cols & ~31;
         return dot_row512(dt, row, x, cols) + tail_dot(dt, row, x, k, cols);
     }
-    __m256 acc = _mm256_setzero_ps();
+    /* two chains, so the loop is not bound by one multiply-add's latency */
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     int k = 0;
-    for (; k + 8 <= cols; k += 8)
-        acc = _mm256_fmadd_ps(load8(dt, row, k), _mm256_loadu_ps(x + k), acc);
-    return eng_hsum256(acc) + tail_dot(dt, row, x, k, cols);
+    for (; k + 16 <= cols; k += 16) {
+        a0 = _mm256_fmadd_ps(load8(dt, row, k), _mm256_loadu_ps(x + k), a0);
+        a1 = _mm256_fmadd_ps(load8(dt, row, k + 8), _mm256_loadu_ps(x + k + 8), a1);
+    }
+    if (k + 8 <= cols) {
+        a0 = _mm256_fmadd_ps(load8(dt, row, k), _mm256_loadu_ps(x + k), a0);
+        k += 8;
+    }
+    return eng_hsum256(_mm256_add_ps(a0, a1)) + tail_dot(dt, row, x, k, cols);
 }
 
 float eng_row_dot(vx_dtype dt, const void *row, const float *x, int cols)
@@ -171,118 +178,59 @@ float eng_w_dot_row(const eng_w *w, int r, const float *x)
 
 /* ---------------------------------------------------------------- streaming rows */
 
-/* How far ahead the streaming kernels prefetch each of their row streams: the next group's
- * same position when rows are at most a page (a group of g rows is contiguous, so every
- * stream runs one group ahead; a page ahead would land on the next row, already being read,
- * for most of the streams), else one page ahead within the row. Software prefetch because
- * the hardware prefetchers stop at page edges of the file mapping and decode streams every
- * weight from DRAM (qkernels.c). */
-static inline size_t prefetch_distance(size_t row_bytes, int g)
+/* Decode reads every weight byte from DRAM once per token, so its speed is how well the
+ * memory system is kept streaming. One row at a time, front to back, is one sequential
+ * stream per thread that the hardware prefetchers follow, and few instructions per cache
+ * line let the core keep more lines in flight. The earlier groups of 8 rows (8 streams a
+ * page apart, software prefetch a page ahead) capped near 34 GB/s on this host in minutes
+ * when a one-row kernel streamed 41-44; in slower minutes the two are within a few per
+ * cent (2026-12-02, ENGINE.md "Decode kernels"). Rows are claimed in contiguous chunks
+ * (run_part), so each thread's stream runs over whole pages. */
+
+/* y[t, r] for r in [r0, r1), t < n, f32/f16/bf16 rows: the exact row dot (row_dot), the
+ * row in L1 for every x row after the first. */
+static void rows_dot(const eng_w *w, int r0, int r1, const float *x, int n, float *y)
 {
-    return row_bytes <= 4096 ? (size_t)g * row_bytes : 4096;
-}
-
-/* Decode is bound by the work a core does per weight byte as much as by DRAM: the GEMV's
- * instructions compete with its misses for the core. A group of 8 rows shares each x load
- * among twice the rows of a 4-row group and keeps twice the independent FMA chains; on the
- * 1.1B geometry's [5632, 2048] bf16 matrices, 2 threads, it streamed 0.83-0.91 of a plain
- * read of the same file mapping against 0.64-0.80 with 4 rows (2026-12-02). Each row keeps
- * its own accumulators in the same order in any group, so a row's result does not depend
- * on the group it fell in, and is as before. */
-#define GROUP_MAX 8
-/* the group loops unrolled, so the accumulators live in registers, not on the stack */
-#define UNROLL _Pragma("GCC unroll 8")
-
-/* y[t, r] for r in [r0, r1), t < n: G weight rows at a time (then 4, then one), each
- * converted once per x row while it sits in L1; LANES weights per step. One body for two
- * instruction sets. */
-#define ROWS_KERNEL(NAME, ATTR, VEC, LANES, ZERO, LOADX, LOADW, FMA, HSUM, G)                   \
-ATTR static inline __attribute__((always_inline)) void NAME##_group(                            \
-    const eng_w *w, int r, int g, const float *x, int n, float *y)                              \
-{                                                                                               \
-    const int cols = w->cols, cv = cols / LANES * LANES;                                        \
-    const size_t es = w->dt == VX_F32 ? 4 : 2, pfd = prefetch_distance(w->row_bytes, g);        \
-    const char *p[GROUP_MAX];                                                                   \
-    UNROLL for (int i = 0; i < g; i++)                                                          \
-        p[i] = (const char *)w->data + (size_t)(r + i) * w->row_bytes;                          \
-    for (int t = 0; t < n; t++) {                                                               \
-        const float *xt = x + (size_t)t * cols;                                                 \
-        VEC a[GROUP_MAX];                                                                       \
-        UNROLL for (int i = 0; i < g; i++) a[i] = ZERO();                                       \
-        for (int k = 0; k < cv; k += LANES) {                                                   \
-            if (t == 0 && ((size_t)k * es & 63) == 0)                                           \
-                UNROLL for (int i = 0; i < g; i++)                                              \
-                    _mm_prefetch(p[i] + (size_t)k * es + pfd, _MM_HINT_T0);                     \
-            VEC xv = LOADX(xt + k);                                                             \
-            UNROLL for (int i = 0; i < g; i++) a[i] = FMA(LOADW(w->dt, p[i], k), xv, a[i]);     \
-        }                                                                                       \
-        float *yt = y + (size_t)t * w->rows + r;                                                \
-        UNROLL for (int i = 0; i < g; i++)                                                      \
-            yt[i] = HSUM(a[i]) + tail_dot(w->dt, p[i], xt, cv, cols);                           \
-    }                                                                                           \
-}                                                                                               \
-ATTR static void NAME(const eng_w *w, int r0, int r1, const float *x, int n, float *y)          \
-{                                                                                               \
-    int r = r0;                                                                                 \
-    for (; r + G <= r1; r += G) NAME##_group(w, r, G, x, n, y);                                 \
-    for (; r + 4 <= r1; r += 4) NAME##_group(w, r, 4, x, n, y);                                 \
-    for (; r < r1; r++)                                                                         \
-        for (int t = 0; t < n; t++)                                                             \
-            y[(size_t)t * w->rows + r] = eng_w_dot_row(w, r, x + (size_t)t * w->cols);          \
-}
-
-/* AVX2 has 16 vector registers: 4 rows; AVX-512's 32 hold 8 */
-ROWS_KERNEL(rows_avx2, , __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps, load8, _mm256_fmadd_ps,
-            eng_hsum256, 4)
-ROWS_KERNEL(rows_avx512, T512, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, load16,
-            _mm512_fmadd_ps, _mm512_reduce_add_ps, GROUP_MAX)
-
-/* bf16 rows with AVX-512: 32 weights are one 64-byte load; the even elements become f32
- * by a shift, the odd ones by a masked move, so no shuffle is needed when x has been
- * permuted to match (xp: per 32-block, the 16 even elements then the 16 odd ones). The
- * mask lives in a mask register: as a vector constant, GCC kept it on the stack beside 16
- * accumulators and reloaded it for every row. */
-#define ODD16 0xAAAAAAAAu   /* the high bf16 of each 32-bit lane */
-
-T512 static inline __attribute__((always_inline)) void bf16_group(const eng_w *w, int r, int g,
-                                                                  const float *x, const float *xp,
-                                                                  int n, float *y)
-{
-    const int cols = w->cols, c32 = cols & ~31;
-    const size_t pfd = prefetch_distance(w->row_bytes, g);
-    const __m512i *p[GROUP_MAX];
-    UNROLL for (int i = 0; i < g; i++)
-        p[i] = (const __m512i *)((const char *)w->data + (size_t)(r + i) * w->row_bytes);
-    for (int t = 0; t < n; t++) {
-        const float *xt = xp + (size_t)t * cols;
-        __m512 a[GROUP_MAX], b[GROUP_MAX];
-        UNROLL for (int i = 0; i < g; i++) a[i] = b[i] = _mm512_setzero_ps();
-        for (int k = 0; k < c32; k += 32) {
-            UNROLL for (int i = 0; i < g; i++)
-                _mm_prefetch((const char *)(p[i] + k / 32) + pfd, _MM_HINT_T0);
-            __m512 xe = _mm512_loadu_ps(xt + k), xo = _mm512_loadu_ps(xt + k + 16);
-            UNROLL for (int i = 0; i < g; i++) {
-                __m512i v = _mm512_loadu_si512(p[i] + k / 32);
-                a[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), xe, a[i]);
-                b[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_maskz_mov_epi16(ODD16, v)), xo, b[i]);
-            }
-        }
-        const float *xr = x + (size_t)t * cols;
-        float *yt = y + (size_t)t * w->rows + r;
-        UNROLL for (int i = 0; i < g; i++)
-            yt[i] = _mm512_reduce_add_ps(_mm512_add_ps(a[i], b[i])) + tail_dot(w->dt, p[i], xr, c32, cols);
+    for (int r = r0; r < r1; r++) {
+        const char *row = (const char *)w->data + (size_t)r * w->row_bytes;
+        for (int t = 0; t < n; t++)
+            y[(size_t)t * w->rows + r] = row_dot(w->dt, row, x + (size_t)t * w->cols, w->cols);
     }
 }
+
+/* bf16 rows with AVX-512: 32 weights are one 64-byte line; the even elements become f32
+ * by a shift, the odd ones by a masked load, each folded into its load, so no shuffle is
+ * needed when x has been permuted to match (xp: per 32-block, the 16 even elements then
+ * the 16 odd ones). Two lines per step, the even and odd sums in two f32 chains. */
+#define ODD16 0xAAAAAAAAu   /* the high bf16 of each 32-bit lane */
+#define BF_EVEN(p) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(p), 16))
+#define BF_ODD(p) _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(ODD16, p))
 
 T512 static void rows_bf16_512(const eng_w *w, int r0, int r1, const float *x, const float *xp,
                                int n, float *y)
 {
-    int r = r0;
-    for (; r + GROUP_MAX <= r1; r += GROUP_MAX) bf16_group(w, r, GROUP_MAX, x, xp, n, y);
-    for (; r + 4 <= r1; r += 4) bf16_group(w, r, 4, x, xp, n, y);
-    for (; r < r1; r++)
-        for (int t = 0; t < n; t++)
-            y[(size_t)t * w->rows + r] = eng_w_dot_row(w, r, x + (size_t)t * w->cols);
+    const int cols = w->cols, c32 = cols & ~31, c64 = cols & ~63;
+    for (int r = r0; r < r1; r++) {
+        const char *row = (const char *)w->data + (size_t)r * w->row_bytes;
+        for (int t = 0; t < n; t++) {
+            const float *xt = xp + (size_t)t * cols;
+            const char *p = row;
+            __m512 a = _mm512_setzero_ps(), b = a;
+            int k = 0;
+            for (; k < c64; k += 64, p += 128) {
+                a = _mm512_fmadd_ps(BF_EVEN(p), _mm512_loadu_ps(xt + k), a);
+                b = _mm512_fmadd_ps(BF_ODD(p), _mm512_loadu_ps(xt + k + 16), b);
+                a = _mm512_fmadd_ps(BF_EVEN(p + 64), _mm512_loadu_ps(xt + k + 32), a);
+                b = _mm512_fmadd_ps(BF_ODD(p + 64), _mm512_loadu_ps(xt + k + 48), b);
+            }
+            if (k < c32) {
+                a = _mm512_fmadd_ps(BF_EVEN(p), _mm512_loadu_ps(xt + k), a);
+                b = _mm512_fmadd_ps(BF_ODD(p), _mm512_loadu_ps(xt + k + 16), b);
+            }
+            y[(size_t)t * w->rows + r] = _mm512_reduce_add_ps(_mm512_add_ps(a, b)) +
+                                         tail_dot(w->dt, row, x + (size_t)t * cols, c32, cols);
+        }
+    }
 }
 
 /* ---------------------------------------------------------------- row conversion */
@@ -367,8 +315,7 @@ static void mxfp4_row_bf16(const eng_w *w, int r, float *tmp, uint16_t *dst)
 static void stream_rows(const job *j, const eng_w *w, int r0, int r1, float *y)
 {
     if (j->xp) rows_bf16_512(w, r0, r1, j->x, j->xp, j->n, y);
-    else if (j->wide) rows_avx512(w, r0, r1, j->x, j->n, y);
-    else rows_avx2(w, r0, r1, j->x, j->n, y);
+    else rows_dot(w, r0, r1, j->x, j->n, y);
 }
 
 /* Source-exact MXFP4 rows [lo, hi) decoded to bf16 DEC_ROWS at a time (a multiple of the
@@ -420,7 +367,7 @@ static void run_part(void *ctx, int i, int nparts)
         return;
     }
     if (j->pk) {
-        eng_gemm_part(j->pk, i, &j->next, j->w->rows, j->y, gemm_row, j->w);
+        eng_gemm_part(j->pk, i, &j->next, j->w->rows, j->y, gemm_row, j->w, j->w->data, j->w->row_bytes);
         return;
     }
     eng_split(j->w->rows, i, nparts, 16, &lo, &hi);
@@ -433,7 +380,7 @@ static void run_part(void *ctx, int i, int nparts)
     float *buf = malloc((size_t)j->tile * (size_t)j->w->cols * sizeof(float));
     if (!buf) {
         /* without a tile buffer fall back to the streaming kernel: slower, not wrong */
-        rows_avx2(j->w, lo, hi, j->x, j->n, j->y);
+        rows_dot(j->w, lo, hi, j->x, j->n, j->y);
         return;
     }
     tile_gemm(j->w, lo, hi, j->x, j->n, j->y, buf, j->tile);
@@ -625,7 +572,7 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
     if (n > SMALL_N && (w->dt == VX_BF16 || w->dt == VX_F16) && w->cols % 32 == 0 &&
         eng_amx_rows(w) > 0 && eng_amx_ready() && eng_amx_matmul(w, x, n, y) == 0) {
         int done = eng_amx_rows(w);
-        if (done < w->rows) rows_avx512(w, done, w->rows, x, n, y);
+        if (done < w->rows) rows_dot(w, done, w->rows, x, n, y);
         return;
     }
     if (!src && matmul_bf16_acts(w, x, n, y) == 0) return;
