@@ -2,7 +2,8 @@
  * knn.c — gate KNN: for each requested layer, the features whose gate row has the largest
  * |gate·q| (sign kept), or by the WALK modes' keys (signed gate·q, or the activation
  * with the up rows). One pass over the gate rows read in place from the mmap, each row
- * dotted with q by the engine's row kernel (eng_row_dot: f16/bf16 widened in registers with
+ * dotted with q by the engine's row kernel (eng_row_dot, a chunk of rows per eng_rows_dot
+ * call on the hot path: f16/bf16 widened in registers with
  * AVX-512 where present, so the scan runs at memory bandwidth; block-quantised rows with
  * exact weights and f32 products, nothing copied, no separate index). Rows are cut into
  * chunks that the engine pool's parts (eng_parallel) pull from a shared counter; each part
@@ -107,12 +108,16 @@ const char *brw_walk_mode_name(brw_walk_mode mode)
     return mode == BRW_PURE ? "pure" : mode == BRW_DENSE ? "dense" : "hybrid";
 }
 
-/* Row r of a [rows, hidden] operand (hidden a multiple of the block size: checked by the
- * container reader). */
+/* The bytes of one row of a [rows, hidden] operand (hidden a multiple of the block size:
+ * checked by the container reader), and row r. */
+static size_t row_bytes_of(const vx_tensor *t, int hidden)
+{
+    return (size_t)hidden / vx_dtype_block_elems(t->dtype) * vx_dtype_block_bytes(t->dtype);
+}
+
 static const void *row_of(const vx_tensor *t, int64_t r, int hidden)
 {
-    size_t row = (size_t)hidden / vx_dtype_block_elems(t->dtype) * vx_dtype_block_bytes(t->dtype);
-    return (const uint8_t *)t->data + (size_t)r * row;
+    return (const uint8_t *)t->data + (size_t)r * row_bytes_of(t, hidden);
 }
 
 /* Element r of an f32/f16/bf16 vector operand; 0 without one. */
@@ -195,11 +200,14 @@ static void run_part(void *ctx, int part, int nparts)
         heap *hp = &s->heaps[(size_t)part * (size_t)s->n_layers + (size_t)x->li];
         int layer = s->layers[x->li];
         if (s->mode == BRW_HYBRID) {
-            /* the hot path: one dot per row, nothing else */
+            /* the hot path: the chunk's dots in one engine call, then the heap */
             const vx_tensor *g = x->part->gate;
+            float d[CHUNK_ROWS];
+            eng_rows_dot(g->dtype, row_of(g, x->r0, hidden), row_bytes_of(g, hidden),
+                         (int)(x->r1 - x->r0), s->q, hidden, d);
             for (int64_t r = x->r0; r < x->r1; r++) {
-                float d = eng_row_dot(g->dtype, row_of(g, r, hidden), s->q, hidden) + vec_at(x->part->gate_b, r);
-                brw_hit h = {layer, x->part->first + r, d, d};
+                float v = d[r - x->r0] + vec_at(x->part->gate_b, r);
+                brw_hit h = {layer, x->part->first + r, v, v};
                 heap_push(hp, &h);
             }
             continue;

@@ -82,6 +82,10 @@ int eng_threads(void);
 void eng_matmul_rows(vx_dtype dt, const void *data, int rows, int cols, size_t row_bytes,
                      const float *x, int n, float *y);
 float eng_row_dot(vx_dtype dt, const void *row, const float *x, int cols);
+/* y[i] = eng_row_dot of row i < n of a stored matrix (row i at data + i · row_bytes): the
+ * same results, the CPU checks made once for all n rows (a scan's chunk; safe anywhere). */
+void eng_rows_dot(vx_dtype dt, const void *data, size_t row_bytes, int n, const float *x, int cols,
+                  float *y);
 /* A screening product for callers that recompute the survivors exactly (down-meta's
  * candidate pass): y[n, rows] ≈ x[n, cols] · Wᵀ for bf16 W (row r at w + r · row_bytes)
  * and bf16 x, with AVX512-BF16 on the engine's pool. Products are exact; each sum is

@@ -139,11 +139,12 @@ T512 static float dot_row512(vx_dtype dt, const void *row, const float *x, int c
     return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
-/* Stored row (cols elements in dt) · x: exact weights, f32 products. */
-static float row_dot(vx_dtype dt, const void *row, const float *x, int cols)
+/* Stored row (cols elements in dt) · x: exact weights, f32 products; wide: eng_avx512(),
+ * read once by a caller that dots many rows. */
+static float row_dot_k(vx_dtype dt, const void *row, const float *x, int cols, int wide)
 {
     if (is_block(dt)) return eng_qdot(dt, row, x, cols);
-    if (cols >= 32 && eng_avx512()) {
+    if (cols >= 32 && wide) {
         const int k = cols & ~31;
         return dot_row512(dt, row, x, cols) + tail_dot(dt, row, x, k, cols);
     }
@@ -161,9 +162,22 @@ static float row_dot(vx_dtype dt, const void *row, const float *x, int cols)
     return eng_hsum256(_mm256_add_ps(a0, a1)) + tail_dot(dt, row, x, k, cols);
 }
 
+static float row_dot(vx_dtype dt, const void *row, const float *x, int cols)
+{
+    return row_dot_k(dt, row, x, cols, eng_avx512());
+}
+
 float eng_row_dot(vx_dtype dt, const void *row, const float *x, int cols)
 {
     return row_dot(dt, row, x, cols);
+}
+
+void eng_rows_dot(vx_dtype dt, const void *data, size_t row_bytes, int n, const float *x, int cols,
+                  float *y)
+{
+    const int wide = eng_avx512();
+    for (int i = 0; i < n; i++)
+        y[i] = row_dot_k(dt, (const char *)data + (size_t)i * row_bytes, x, cols, wide);
 }
 
 float eng_w_dot_row(const eng_w *w, int r, const float *x)
@@ -191,10 +205,11 @@ float eng_w_dot_row(const eng_w *w, int r, const float *x)
  * row in L1 for every x row after the first. */
 static void rows_dot(const eng_w *w, int r0, int r1, const float *x, int n, float *y)
 {
+    const int wide = eng_avx512();
     for (int r = r0; r < r1; r++) {
         const char *row = (const char *)w->data + (size_t)r * w->row_bytes;
         for (int t = 0; t < n; t++)
-            y[(size_t)t * w->rows + r] = row_dot(w->dt, row, x + (size_t)t * w->cols, w->cols);
+            y[(size_t)t * w->rows + r] = row_dot_k(w->dt, row, x + (size_t)t * w->cols, w->cols, wide);
     }
 }
 

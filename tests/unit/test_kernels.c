@@ -302,11 +302,45 @@ static void test_split(void)
     CHECK(total == 100 && prev == 100);
 }
 
+/* eng_rows_dot gives eng_row_dot's results bit for bit, and so does the decode GEMV on
+ * f32/f16 rows (bf16 decode sums even and odd elements in two chains: only near). */
+static void test_rows_dot(void)
+{
+    const vx_dtype dts[3] = {VX_F32, VX_F16, VX_BF16};
+    const int colss[] = {5, 37, 64, 100, 2048};
+    enum { ROWS = 19 };
+    for (int d = 0; d < 3; d++)
+        for (size_t c = 0; c < sizeof colss / sizeof *colss; c++) {
+            const int cols = colss[c];
+            float *m = malloc((size_t)ROWS * cols * 4), *x = malloc((size_t)cols * 4);
+            float y[ROWS], ym[ROWS];
+            void *buf = malloc((size_t)ROWS * cols * 4);
+            for (size_t i = 0; i < (size_t)ROWS * cols; i++) m[i] = rnd();
+            for (int i = 0; i < cols; i++) x[i] = rnd();
+            eng_w w = store(dts[d], m, ROWS, cols, buf);
+            eng_rows_dot(w.dt, w.data, w.row_bytes, ROWS, x, cols, y);
+            eng_matmul(&w, x, 1, ym);
+            for (int r = 0; r < ROWS; r++) {
+                const float e = eng_row_dot(w.dt, (const char *)w.data + (size_t)r * w.row_bytes, x, cols);
+                CHECK_MSG(y[r] == e, "%s cols %d row %d: rows_dot %.9g row_dot %.9g",
+                          vx_dtype_name(dts[d]), cols, r, y[r], e);
+                if (dts[d] != VX_BF16)
+                    CHECK_MSG(ym[r] == e, "%s cols %d row %d: decode %.9g row_dot %.9g",
+                              vx_dtype_name(dts[d]), cols, r, ym[r], e);
+                else
+                    CHECK_NEAR(ym[r], e, 1e-5 * (1 + fabsf(e)));
+            }
+            free(m); free(x); free(buf);
+        }
+}
+
 int main(void)
 {
     test_matmul();
+    test_rows_dot();
     setenv("LQL_NO_AVX512", "1", 1);   /* the sgemm prefill and the AVX2 GEMV */
     test_matmul();
+    test_rows_dot();
     test_quant_dispatch();
     unsetenv("LQL_NO_AVX512");
     test_quant_dispatch();
