@@ -80,7 +80,8 @@ int eng_avx512(void);
  * weight rows from *next (zero before the product) until all `rows` are taken, computing
  * y[t, r] (row stride rows) from each row produced as exact f32 by row(ctx, r, dst). src
  * and src_rb (the stored rows' base and stride, or NULL) let a part fetch the rows of its
- * next chunk into L2 while it computes the current one. */
+ * next chunk into L2 while it computes the current one; when src_dt is f16 or bf16 the
+ * micro-kernel reads those rows in place (widened in registers) and row is not called. */
 typedef struct eng_xpack {
     float *p, *scratch;
     int n, cols, parts;
@@ -90,7 +91,7 @@ int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols);
 void eng_xpack_free(eng_xpack *xp);
 void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, float *y,
                    void (*row)(const void *ctx, int r, float *dst), const void *ctx,
-                   const void *src, size_t src_rb);
+                   vx_dtype src_dt, const void *src, size_t src_rb);
 /* 1 when LQL_PREFILL_BF16=1 asks for bf16-rounded activations in bf16 prefill products and
  * the CPU has AVX512-BF16 (read per call; matmul.c says why it is opt-in). */
 int eng_prefill_bf16_optin(void);

@@ -382,7 +382,8 @@ static void run_part(void *ctx, int i, int nparts)
         return;
     }
     if (j->pk) {
-        eng_gemm_part(j->pk, i, &j->next, j->w->rows, j->y, gemm_row, j->w, j->w->data, j->w->row_bytes);
+        eng_gemm_part(j->pk, i, &j->next, j->w->rows, j->y, gemm_row, j->w, j->w->dt, j->w->data,
+                      j->w->row_bytes);
         return;
     }
     eng_split(j->w->rows, i, nparts, 16, &lo, &hi);

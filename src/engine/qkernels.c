@@ -760,7 +760,7 @@ static void part(void *ctx, int i, int n)
     job *j = ctx;
     int lo, hi;
     if (j->pk.p) {
-        eng_gemm_part(&j->pk, i, &j->next, j->rows, j->Y, gemm_row, j, j->W, j->row_bytes);
+        eng_gemm_part(&j->pk, i, &j->next, j->rows, j->Y, gemm_row, j, j->dt, j->W, j->row_bytes);
         return;
     }
     eng_split(j->rows, i, n, 4, &lo, &hi);
