@@ -172,14 +172,6 @@ float eng_row_dot(vx_dtype dt, const void *row, const float *x, int cols)
     return row_dot(dt, row, x, cols);
 }
 
-void eng_rows_dot(vx_dtype dt, const void *data, size_t row_bytes, int n, const float *x, int cols,
-                  float *y)
-{
-    const int wide = eng_avx512();
-    for (int i = 0; i < n; i++)
-        y[i] = row_dot_k(dt, (const char *)data + (size_t)i * row_bytes, x, cols, wide);
-}
-
 float eng_w_dot_row(const eng_w *w, int r, const float *x)
 {
     if (w->trans) {
@@ -201,16 +193,22 @@ float eng_w_dot_row(const eng_w *w, int r, const float *x)
  * cent (2026-12-02, ENGINE.md "Decode kernels"). Rows are claimed in contiguous chunks
  * (run_part), so each thread's stream runs over whole pages. */
 
-/* y[t, r] for r in [r0, r1), t < n, f32/f16/bf16 rows: the exact row dot (row_dot), the
- * row in L1 for every x row after the first. */
-static void rows_dot(const eng_w *w, int r0, int r1, const float *x, int n, float *y)
+/* y[t, r] for r in [r0, r1), t < n: the exact row dot (row_dot_k; wide is eng_avx512(),
+ * read once per product), the row in L1 for every x row after the first. */
+static void rows_dot(const eng_w *w, int r0, int r1, const float *x, int n, float *y, int wide)
 {
-    const int wide = eng_avx512();
     for (int r = r0; r < r1; r++) {
         const char *row = (const char *)w->data + (size_t)r * w->row_bytes;
         for (int t = 0; t < n; t++)
             y[(size_t)t * w->rows + r] = row_dot_k(w->dt, row, x + (size_t)t * w->cols, w->cols, wide);
     }
+}
+
+void eng_rows_dot(vx_dtype dt, const void *data, size_t row_bytes, int n, const float *x, int cols,
+                  float *y)
+{
+    const eng_w w = {.dt = dt, .data = data, .rows = n, .cols = cols, .row_bytes = row_bytes};
+    rows_dot(&w, 0, n, x, 1, y, eng_avx512());
 }
 
 /* bf16 rows with AVX-512: 32 weights are one 64-byte line; the even elements become f32
@@ -330,7 +328,7 @@ static void mxfp4_row_bf16(const eng_w *w, int r, float *tmp, uint16_t *dst)
 static void stream_rows(const job *j, const eng_w *w, int r0, int r1, float *y)
 {
     if (j->xp) rows_bf16_512(w, r0, r1, j->x, j->xp, j->n, y);
-    else rows_dot(w, r0, r1, j->x, j->n, y);
+    else rows_dot(w, r0, r1, j->x, j->n, y, j->wide);
 }
 
 /* Source-exact MXFP4 rows [lo, hi) decoded to bf16 DEC_ROWS at a time (a multiple of the
@@ -396,7 +394,7 @@ static void run_part(void *ctx, int i, int nparts)
     float *buf = malloc((size_t)j->tile * (size_t)j->w->cols * sizeof(float));
     if (!buf) {
         /* without a tile buffer fall back to the streaming kernel: slower, not wrong */
-        rows_dot(j->w, lo, hi, j->x, j->n, j->y);
+        rows_dot(j->w, lo, hi, j->x, j->n, j->y, j->wide);
         return;
     }
     tile_gemm(j->w, lo, hi, j->x, j->n, j->y, buf, j->tile);
@@ -588,7 +586,7 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
     if (n > SMALL_N && (w->dt == VX_BF16 || w->dt == VX_F16) && w->cols % 32 == 0 &&
         eng_amx_rows(w) > 0 && eng_amx_ready() && eng_amx_matmul(w, x, n, y) == 0) {
         int done = eng_amx_rows(w);
-        if (done < w->rows) rows_dot(w, done, w->rows, x, n, y);
+        if (done < w->rows) rows_dot(w, done, w->rows, x, n, y, 1);   /* AMX implies AVX-512 */
         return;
     }
     if (!src && matmul_bf16_acts(w, x, n, y) == 0) return;
