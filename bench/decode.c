@@ -32,6 +32,7 @@
 #include <unistd.h>
 #include "vindex.h"
 #include "engine_int.h"
+#include "qkernels.h"
 #include "bandwidth.h"
 #include "ckpt.h"
 
@@ -43,7 +44,8 @@ typedef struct fmt {
     const char *profile;    /* NULL: the container's own dtype */
     double pp[MAX_ROUNDS], tg[MAX_ROUNDS], ppeer[MAX_ROUNDS], tpeer[MAX_ROUNDS];
     double bw[MAX_ROUNDS];  /* the round's probe */
-    double ppx[MAX_ROUNDS], kl[MAX_ROUNDS];   /* bf16 with LQL_PREFILL_BF16=1: t/s, KL */
+    const char *alt;        /* the prompt's second run: "LQL_PREFILL_BF16" or "LQL_QEXACT" */
+    double ppx[MAX_ROUNDS], kl[MAX_ROUNDS];   /* that run's t/s and KL, or -1 */
     uint64_t wbytes;        /* weight bytes streamed per decoded token */
 } fmt;
 
@@ -79,10 +81,26 @@ static double kl_logits(const float *a, const float *b, int n)
     return kl;
 }
 
-/* lql on one format: prompt and decode tokens/s (and CPU ms per decoded token). For bf16
- * on a CPU where the LQL_PREFILL_BF16=1 opt-in applies, the prompt is run a second time
- * with it: *ppx its tokens/s, *kl the KL of the default prompt's last-token distribution
- * to the opt-in's (else both -1). */
+/* The variable of the prompt's second run for a format on this host, or NULL: bf16 where
+ * the LQL_PREFILL_BF16=1 opt-in applies (its speed and its KL to the default), and Q8_0
+ * where the default prefill quantises activations as decode does (LQL_QEXACT=1 is then the
+ * exact reference it is measured against). */
+static const char *alt_of(const fmt *f)
+{
+    if (!f->profile && !strcmp(f->name, "bf16") && eng_prefill_bf16_optin() && !eng_amx_ready())
+        return "LQL_PREFILL_BF16";
+    if (f->profile && !strcmp(f->name, "q8_0") && eng_qprefill_int(VX_Q8_0)) return "LQL_QEXACT";
+    return NULL;
+}
+
+static const char *alt_what(const fmt *f)
+{
+    return !strcmp(f->alt, "LQL_QEXACT") ? "exact f32 prefill, the reference" : "opt-in, not f32-accurate";
+}
+
+/* lql on one format: prompt and decode tokens/s (and CPU ms per decoded token). With
+ * alt_of, the prompt is run a second time with that variable set to 1: *ppx its tokens/s,
+ * *kl the KL of the default prompt's last-token distribution to that run's (else both -1). */
 static int lql_run(fmt *f, int n_prompt, int n_gen, double *pps, double *dps, double *cpu_ms,
                    double *ppx, double *kl)
 {
@@ -113,9 +131,9 @@ static int lql_run(fmt *f, int n_prompt, int n_gen, double *pps, double *dps, do
     if (!rc && eng_forward(s, ids, n_prompt, logits, NULL, &err) < 0) rc = -1;
     double tp = bw_now() - t0;
     *ppx = *kl = -1;
-    setenv("LQL_PREFILL_BF16", "1", 1);
-    float *opt = !rc && !f->profile && !strcmp(f->name, "bf16") && eng_prefill_bf16_optin() &&
-                 !eng_amx_ready() ? malloc((size_t)vocab * sizeof *opt) : NULL;
+    f->alt = alt_of(f);
+    float *opt = !rc && f->alt ? malloc((size_t)vocab * sizeof *opt) : NULL;
+    if (opt) setenv(f->alt, "1", 1);
     if (opt) {
         eng_session_reset(s);
         t0 = bw_now();
@@ -123,8 +141,8 @@ static int lql_run(fmt *f, int n_prompt, int n_gen, double *pps, double *dps, do
         *ppx = n_prompt / (bw_now() - t0);
         *kl = kl_logits(logits, opt, vocab);
         free(opt);
+        unsetenv(f->alt);
     }
-    unsetenv("LQL_PREFILL_BF16");
     eng_session_reset(s);
     t0 = bw_now();
     double c0 = cpu_now();
@@ -338,15 +356,16 @@ int main(int argc, char **argv)
                        r + 1, f->name, ld, bw, f->pp[r], f->ppeer[r], f->pp[r] / f->ppeer[r], f->tg[r],
                        f->tpeer[r], f->tg[r] / f->tpeer[r], gb * f->tg[r] / bw, gb * f->tpeer[r] / bw, cpu_ms);
             if (f->ppx[r] > 0)
-                printf("%-5d %-4s LQL_PREFILL_BF16=1 (opt-in): pp lql %.1f, ratio %s%.2f, KL to default %.2e nats\n",
-                       r + 1, f->name, f->ppx[r], no_peer ? "- " : "",
+                printf("%-5d %-4s %s=1 (%s): pp lql %.1f, ratio %s%.2f, KL default||it %.2e nats\n",
+                       r + 1, f->name, f->alt, alt_what(f), f->ppx[r], no_peer ? "- " : "",
                        no_peer ? f->ppx[r] / f->pp[r] : f->ppx[r] / f->ppeer[r], f->kl[r]);
             fflush(stdout);
         }
     }
     printf("(pp/tg: tokens/s; ratio: lql / llama.cpp; bw l/p: weight bytes streamed per second in decode\n"
            " as a fraction of the round's probe, for lql and the peer; cpu ms: lql CPU per decoded token;\n"
-           " opt-in lines: ratio to llama.cpp, or with --no-peer to lql's default prompt)\n");
+           " second-run lines: the prompt again with the variable set, its ratio to llama.cpp (with\n"
+           " --no-peer to lql's default prompt) and the KL of the default's last-token distribution to it)\n");
     for (int k = 0; k < nf && !no_peer; k++) {
         double rp[MAX_ROUNDS], rt[MAX_ROUNDS], fb[MAX_ROUNDS], a, lo, hi, b, lo2, hi2, c, lo3, hi3;
         for (int r = 0; r < rounds; r++) {
@@ -366,8 +385,8 @@ int main(int argc, char **argv)
                 kmax = F[k].kl[r] > kmax ? F[k].kl[r] : kmax;
             }
             stats(rp, rounds, &a, &lo, &hi);
-            printf("%-4s  prompt ratio with LQL_PREFILL_BF16=1 median %.2f (%.2f-%.2f), KL to default at most %.2e nats\n",
-                   F[k].name, a, lo, hi, kmax);
+            printf("%-4s  prompt ratio with %s=1 (%s) median %.2f (%.2f-%.2f), KL default||it at most %.2e nats\n",
+                   F[k].name, F[k].alt, alt_what(&F[k]), a, lo, hi, kmax);
         }
     }
     printf("AMX %s on this host\n", eng_amx_ready() ? "present and used" : "absent (or LQL_NO_AMX=1)");

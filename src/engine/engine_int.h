@@ -84,10 +84,17 @@ int eng_avx512(void);
  * micro-kernel reads those rows in place (widened in registers) and row is not called. */
 typedef struct eng_xpack {
     float *p, *scratch;
+    uint8_t *q8;             /* eng_xpack_make_q8: activations as offset bytes (p NULL) */
+    float *q8d;              /* and their block scales */
     int n, cols, parts;
     size_t scratch_floats;   /* per part */
 } eng_xpack;
 int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols);
+/* The same for Q8_0 weights (src_dt VX_Q8_0, src the stored rows) against activations
+ * already quantised to 8-bit blocks of 32 — d [n, cols / 32] scales, q [n, cols] values —
+ * on a CPU with AVX-512 VNNI (the caller checks): the integer products of the decode
+ * kernels, at GEMM speed. */
+int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, int n, int cols);
 void eng_xpack_free(eng_xpack *xp);
 void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, float *y,
                    void (*row)(const void *ctx, int r, float *dst), const void *ctx,

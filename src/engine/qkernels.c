@@ -79,28 +79,75 @@ static int act_block(vx_dtype dt)
 #endif
 }
 
-/* Scale amax/127, values rounded to nearest; 0 and all-zero for a zero block. A block
- * holding a NaN or an infinity gets a NaN scale, so the non-finite value reaches every
- * output it touches instead of being rounded away. */
-static void quantise_acts(const float *x, int cols, const acts *a, float *d, int8_t *q,
-                          int16_t *bs)
+/* One block: scale amax/127, values rounded to nearest (even, lrintf in the default
+ * mode); 0 and all-zero for a zero block. A block holding a NaN or an infinity gets a NaN
+ * scale, so the non-finite value reaches every output it touches instead of being rounded
+ * away. bs gets the sums of each 16 values. */
+static void quantise_block(const float *xb, int blk, float *d, int8_t *q, int16_t *bs)
+{
+    float amax = 0;
+    for (int i = 0; i < blk; i++)
+        amax = fabsf(xb[i]) > amax || xb[i] != xb[i] ? fabsf(xb[i]) : amax;
+    int finite = isfinite(amax);
+    float id = finite && amax > 0 ? 127.f / amax : 0.f;
+    *d = finite ? amax / 127.f : NAN;
+    for (int i = 0; i < blk; i++)
+        q[i] = (int8_t)lrintf(xb[i] * id);
+    for (int g = 0; g < blk / 16; g++) {
+        int sum = 0;
+        for (int i = 0; i < 16; i++)
+            sum += q[16 * g + i];
+        bs[g] = (int16_t)sum;
+    }
+}
+
+#ifdef __AVX2__
+/* quantise_block 32 values at a time, bit-identical (vcvtps2dq rounds to nearest even as
+ * lrintf does); 0 without writing when the block holds a non-finite value, which the
+ * scalar code then takes. Prefill quantises every token, so this runs on its critical path. */
+static int quantise_block_avx2(const float *xb, int blk, float *d, int8_t *q, int16_t *bs)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
+    __m256 m = zero, z = zero;
+    for (int i = 0; i < blk; i += 8) {
+        __m256 v = _mm256_loadu_ps(xb + i);
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v));
+        z = _mm256_fmadd_ps(v, zero, z);        /* NaN once any value is inf or NaN */
+    }
+    if (_mm256_movemask_ps(_mm256_cmp_ps(z, z, _CMP_UNORD_Q)))
+        return 0;
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps(h, h, 1)));
+    const __m256 id = _mm256_set1_ps(amax > 0 ? 127.f / amax : 0.f);
+    *d = amax / 127.f;
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int i = 0; i < blk; i += 32) {
+        __m256i v[4];
+        for (int k = 0; k < 4; k++)
+            v[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + i + 8 * k), id));
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+        p = _mm256_permutevar8x32_epi32(p, order);   /* the packs interleave 128-bit lanes */
+        _mm256_storeu_si256((__m256i *)(void *)(q + i), p);
+        __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p), _mm256_set1_epi16(1));
+        __m128i s = _mm_hadd_epi32(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+        s = _mm_hadd_epi32(s, s);
+        bs[i / 16] = (int16_t)_mm_cvtsi128_si32(s);
+        bs[i / 16 + 1] = (int16_t)_mm_extract_epi32(s, 1);
+    }
+    return 1;
+}
+#endif
+
+static void quantise_acts(const float *x, const acts *a, float *d, int8_t *q, int16_t *bs)
 {
     for (int b = 0; b < a->nb; b++) {
-        const float *xb = x + (size_t)b * a->blk;
-        float amax = 0;
-        for (int i = 0; i < a->blk; i++)
-            amax = fabsf(xb[i]) > amax || xb[i] != xb[i] ? fabsf(xb[i]) : amax;
-        int finite = isfinite(amax);
-        float id = finite && amax > 0 ? 127.f / amax : 0.f;
-        d[b] = finite ? amax / 127.f : NAN;
-        for (int i = 0; i < a->blk; i++)
-            q[(size_t)b * a->blk + i] = (int8_t)lrintf(xb[i] * id);
-    }
-    for (int g = 0; g < cols / 16; g++) {
-        int s = 0;
-        for (int i = 0; i < 16; i++)
-            s += q[16 * g + i];
-        bs[g] = (int16_t)s;
+        const size_t o = (size_t)b * a->blk;
+#ifdef __AVX2__
+        if (quantise_block_avx2(x + o, a->blk, d + b, q + o, bs + o / 16))
+            continue;
+#endif
+        quantise_block(x + o, a->blk, d + b, q + o, bs + o / 16);
     }
 }
 
@@ -117,7 +164,7 @@ static int acts_make(acts *a, int blk, const float *X, int n, int cols)
     a->bs = (int16_t *)(a->d + nd);
     a->q = (int8_t *)(a->bs + ns);
     for (int t = 0; t < n; t++)
-        quantise_acts(X + (size_t)t * cols, cols, a, a->d + (size_t)t * a->nb,
+        quantise_acts(X + (size_t)t * cols, a, a->d + (size_t)t * a->nb,
                       a->q + (size_t)t * cols, a->bs + (size_t)t * (cols / 16));
     return 0;
 }
@@ -691,7 +738,7 @@ typedef struct job {
     const float *X;
     float *Y;
     const acts *a;            /* NULL: the f32 block path */
-    eng_xpack pk;             /* prefill on AVX-512: X packed for eng_gemm_part (p NULL: sgemm) */
+    eng_xpack pk;             /* prefill on AVX-512: X packed for eng_gemm_part (p, q8 NULL: sgemm) */
     atomic_int next;          /* eng_gemm_part's first unclaimed row */
 } job;
 
@@ -759,13 +806,33 @@ static void part(void *ctx, int i, int n)
 {
     job *j = ctx;
     int lo, hi;
-    if (j->pk.p) {
+    if (j->pk.p || j->pk.q8) {
         eng_gemm_part(&j->pk, i, &j->next, j->rows, j->Y, gemm_row, j, j->dt, j->W, j->row_bytes);
         return;
     }
     eng_split(j->rows, i, n, 4, &lo, &hi);
     if (lo < hi)
         run(j, lo, hi);
+}
+
+/* LQL_QEXACT=1: the activations stay in f32 (exact weights, f32 products) at every batch
+ * size, for analyses that must not see activation rounding; read per call. */
+static int qexact(void)
+{
+    const char *ex = getenv("LQL_QEXACT");
+    return ex && *ex == '1';
+}
+
+/* Q8_0 on AVX-512 VNNI keeps decode's integer products (quantised activations) in prefill,
+ * at GEMM speed; every other case multiplies exact f32 weight tiles. */
+int eng_qprefill_int(vx_dtype dt)
+{
+#ifdef __AVX2__
+    return dt == VX_Q8_0 && !qexact() && wide_ok();
+#else
+    (void)dt;
+    return 0;
+#endif
 }
 
 /* Prepares the job: activations quantised when dt has an integer kernel and the batch is
@@ -778,19 +845,22 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
     vx_quant_block(dt, &be, &bb);
     *j = (job){dt, W, (size_t)(cols / (int)be) * bb, rows, cols, n, X, Y, NULL, {0}, 0};
     a->mem = NULL;
+    int blk = qexact() ? 0 : act_block(dt);
     if (n > GEMM_N) {
         if (!blas_single) {
             openblas_set_num_threads(1);
             blas_single = 1;
         }
         /* pack only for eng_qgemm's parts: eng_qgemm_rows already runs inside one */
+        if (pack && eng_qprefill_int(dt) && acts_make(a, blk, X, n, cols) == 0) {
+            int ok = eng_xpack_make_q8(&j->pk, a->d, a->q, n, cols) == 0;
+            free(a->mem);
+            a->mem = NULL;
+            if (ok) return;
+        }
         if (pack && eng_avx512() && eng_xpack_make(&j->pk, X, n, cols) < 0) j->pk.p = NULL;
         return;
     }
-    /* LQL_QEXACT=1: decode keeps the activations in f32 too (exact weights, f32 products),
-     * for analyses that must not see activation rounding; read per call. */
-    const char *ex = getenv("LQL_QEXACT");
-    int blk = ex && *ex == '1' ? 0 : act_block(dt);
     if (blk && acts_make(a, blk, X, n, cols) == 0) {
 #ifdef __AVX2__
         a->wide = wide_ok();

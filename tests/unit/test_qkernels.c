@@ -70,14 +70,22 @@ static unsigned char *make_w(vx_dtype dt, int rows, int cols, float **ref)
 
 static double worst;   /* largest error / bound seen */
 
-/* Checks y (one output row per weight row) against ref·x. */
-static int check_rows(vx_dtype dt, const float *ref, int r0, int r1, int cols, const float *x,
-                      const float *y, int stride, int n)
+/* The activation block of the integer path eng_qgemm takes for n rows (0: activations
+ * kept in f32, the tight bound): up to 8 rows every integer codec; past 8 (prefill) Q8_0
+ * on AVX-512 VNNI; none with LQL_QEXACT=1. eng_qgemm_rows past 8 rows is exact (gemm 0). */
+static int int_block(vx_dtype dt, int n, int gemm)
 {
-    /* Past 8 activation rows, or with LQL_QEXACT=1, the kernels keep activations in f32:
-     * the tight bound. */
     const char *ex = getenv("LQL_QEXACT");
-    int ok = 1, blk = n > 8 || (ex && *ex == '1') ? 0 : act_block(dt);
+    if (ex && *ex == '1') return 0;
+    if (n <= 8) return act_block(dt);
+    return gemm && dt == VX_Q8_0 && eng_avx512() && __builtin_cpu_supports("avx512vnni") ? 32 : 0;
+}
+
+/* Checks y (one output row per weight row) against ref·x; blk as int_block gives it. */
+static int check_rows(vx_dtype dt, const float *ref, int r0, int r1, int cols, const float *x,
+                      const float *y, int stride, int blk)
+{
+    int ok = 1;
     for (int r = r0; r < r1; r++) {
         const float *w = ref + (size_t)r * cols;
         double exact = 0, mag = 0, qerr = 0;
@@ -121,18 +129,36 @@ static void one(vx_dtype dt, int rows, int cols, int n)
         X[i] = blk % 5 == 3 ? 0.f : urand() * (blk % 3 == 0 ? 50.f : 1.f);
     }
     eng_qgemv(dt, w, rows, cols, X, Y);
-    CHECK_MSG(check_rows(dt, ref, 0, rows, cols, X, Y, 1, 1), "%s gemv %dx%d", vx_quant_name(dt),
+    CHECK_MSG(check_rows(dt, ref, 0, rows, cols, X, Y, 1, int_block(dt, 1, 1)), "%s gemv %dx%d", vx_quant_name(dt),
               rows, cols);
     eng_qgemm(dt, w, rows, cols, X, n, Y);
     for (int t = 0; t < n; t++)
-        CHECK_MSG(check_rows(dt, ref, 0, rows, cols, X + (size_t)t * cols, Y + (size_t)t * rows, 1, n),
+        CHECK_MSG(check_rows(dt, ref, 0, rows, cols, X + (size_t)t * cols, Y + (size_t)t * rows, 1,
+                             int_block(dt, n, 1)),
                   "%s gemm row %d", vx_quant_name(dt), t);
+    if (n > 8 && int_block(dt, n, 1)) {
+        /* the prefill GEMM takes decode's integer products: each token's row agrees with
+         * its own GEMV up to the order of the f32 sums, far inside the quantisation bound */
+        float *y1 = malloc(sizeof(float) * (size_t)rows);
+        for (int t = 0; t < n; t++) {
+            eng_qgemv(dt, w, rows, cols, X + (size_t)t * cols, y1);
+            for (int r = 0; r < rows; r++) {
+                double mag = 0;
+                for (int c = 0; c < cols; c++)
+                    mag += fabs((double)ref[(size_t)r * cols + c] * X[(size_t)t * cols + c]);
+                CHECK_MSG(fabs((double)Y[(size_t)t * rows + r] - y1[r]) <= 1e-5 * mag + 1e-30,
+                          "%s prefill token %d row %d: %.9g, decode %.9g", vx_quant_name(dt), t, r,
+                          Y[(size_t)t * rows + r], y1[r]);
+            }
+        }
+        free(y1);
+    }
     for (int i = 0; i < n * rows; i++)
         Y[i] = -12345.f;
     eng_qgemm_rows(dt, w, 2, 5, rows, cols, X, n, Y);
     CHECK(Y[0] == -12345.f && Y[1] == -12345.f && Y[5] == -12345.f);
-    CHECK(check_rows(dt, ref, 2, 5, cols, X, Y, 1, n));
-    CHECK(check_rows(dt, ref, 2, 5, cols, X + cols, Y + rows, 1, n));
+    CHECK(check_rows(dt, ref, 2, 5, cols, X, Y, 1, int_block(dt, n, 0)));
+    CHECK(check_rows(dt, ref, 2, 5, cols, X + cols, Y + rows, 1, int_block(dt, n, 0)));
     /* eng_qdot: exact weights in f32, the tight bound. */
     unsigned be, bb;
     vx_quant_block(dt, &be, &bb);
@@ -261,10 +287,13 @@ static void every_codec(void)
         CHECK(eng_qsupported(all[i]));
         one(all[i], 37, 512, 3);     /* serial (small) */
         one(all[i], 300, 1024, 3);   /* threaded */
-        one(all[i], 40, 256, 70);    /* prefill: exact f32 tiles + sgemm */
+        one(all[i], 40, 256, 70);    /* prefill: exact f32 tiles, Q8_0's integer GEMM */
         one(all[i], 300, 512, 20);   /* the same, threaded */
-        if (act_block(all[i]) == 32)
+        if (act_block(all[i]) == 32) {
             one(all[i], 37, 32 * 13, 3);  /* 8-block steps and a 5-block tail */
+            one(all[i], 37, 32 * 13, 21); /* the same in prefill, and a token-vector tail */
+            one(all[i], 43, 32 * 21, 21); /* prefill: 16-block steps and a tail */
+        }
     }
 }
 
@@ -295,6 +324,45 @@ static void mxfp4_codes(void)
     CHECK(isnan(wide[8]) && isnan(narrow[8]));
 }
 
+/* Q8_0 unit rows (row r picks element r: d = 1, q = 1) return each activation exactly as
+ * the integer path quantised it, d_x · q_x (x itself on the exact path). Against the scalar rule (amax / 127, lrintf
+ * of x · 127 / amax, ties to even), bit for bit, in decode (1 token) and prefill (20), with
+ * exact ties (amax 127 makes x · id = x) and a block of ordinary values. */
+static void quantise_exact(void)
+{
+    enum { C = 64, N = 20 };
+    unsigned char w[C][2 * 34];
+    memset(w, 0, sizeof w);
+    for (int r = 0; r < C; r++) {
+        w[r][(r / 32) * 34] = 0x00;
+        w[r][(r / 32) * 34 + 1] = 0x3c;        /* f16 1.0 */
+        w[r][(r / 32) * 34 + 2 + r % 32] = 1;
+    }
+    float x[N * C], y[N * C], want[C];
+    for (int i = 0; i < 32; i++)
+        x[i] = i == 5 ? -127.f : (float)(i % 9) - 4.5f + (i % 2 ? 0.f : 0.25f * (float)(i % 3));
+    for (int i = 32; i < C; i++)
+        x[i] = urand() * 3.f;
+    for (int b = 0; b < 2; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++)
+            amax = fmaxf(amax, fabsf(x[32 * b + i]));
+        for (int i = 0; i < 32; i++)
+            want[32 * b + i] = amax / 127.f * (float)lrintf(x[32 * b + i] * (127.f / amax));
+    }
+    for (int t = 1; t < N; t++)
+        memcpy(x + t * C, x, sizeof(float) * C);
+    for (int n = 1; n <= N; n += N - 1) {
+        eng_qgemm(VX_Q8_0, w, C, C, x, n, y);
+        int same = 1, quant = int_block(VX_Q8_0, n, 1) != 0;   /* else exact: y = x */
+        for (int t = 0; t < n; t++)
+            for (int r = 0; r < C; r++)
+                same &= y[t * C + r] == (quant ? want[r] : x[r]);
+        CHECK_MSG(same, "q8_0 activation quantisation (n %d, LQL_NO_AVX512=%s)", n,
+                  getenv("LQL_NO_AVX512"));
+    }
+}
+
 int main(void)
 {
     reference_vectors();
@@ -302,8 +370,10 @@ int main(void)
     /* Both integer kernel families: AVX2, then AVX-512 VNNI where the CPU has it. */
     setenv("LQL_NO_AVX512", "1", 1);
     every_codec();
+    quantise_exact();
     setenv("LQL_NO_AVX512", "0", 1);
     every_codec();
+    quantise_exact();
     mxfp4_codes();
     /* Exact decode: f32 activations on every path, held to the tight bound. */
     setenv("LQL_QEXACT", "1", 1);
