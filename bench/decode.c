@@ -15,8 +15,8 @@
  * Each round: the load average, the streaming-read bandwidth probe, then per format lql and
  * llama-bench (-r 1) one after the other, the order flipped every round. lql measures like
  * llama-bench: the prompt is one forward of --prompt tokens into an empty cache, decode is
- * --gen single-token forwards from an empty cache; a warm-up forward pages the weights in
- * first. Every ratio is printed, then per format the median and range. The weights are
+ * --gen single-token forwards from an empty cache; first the same warm-up as llama-bench's
+ * (one prompt, then one decoded token), which also pages the weights in. Every ratio is printed, then per format the median and range. The weights are
  * random (speed does not depend on them); llama.cpp's default KV cache is f16, lql's f32.
  * lql's q8_0/q4_k are REPRESENT profiles of the bf16 container (decoder stack and head;
  * the embedding stays bf16, one row read per token); the peer's q4_k is `--pure`.
@@ -82,14 +82,20 @@ static double kl_logits(const float *a, const float *b, int n)
 }
 
 /* The variable of the prompt's second run for a format on this host, or NULL: bf16 where
- * the LQL_PREFILL_BF16=1 opt-in applies (its speed and its KL to the default), and Q8_0
- * where the default prefill quantises activations as decode does (LQL_QEXACT=1 is then the
- * exact reference it is measured against). */
+ * the LQL_PREFILL_BF16=1 opt-in applies (its speed and its KL to the default), and Q8_0 and
+ * Q4_K where the default prefill quantises activations as decode does (LQL_QEXACT=1 is then
+ * the exact reference it is measured against). */
 static const char *alt_of(const fmt *f)
 {
-    if (!f->profile && !strcmp(f->name, "bf16") && eng_prefill_bf16_optin() && !eng_amx_ready())
-        return "LQL_PREFILL_BF16";
-    if (f->profile && !strcmp(f->name, "q8_0") && eng_qprefill_int(VX_Q8_0)) return "LQL_QEXACT";
+    if (!f->profile && !strcmp(f->name, "bf16") && !eng_amx_ready()) {
+        setenv("LQL_PREFILL_BF16", "1", 1);     /* the opt-in applies only once asked for */
+        int on = eng_prefill_bf16_optin();
+        unsetenv("LQL_PREFILL_BF16");
+        return on ? "LQL_PREFILL_BF16" : NULL;
+    }
+    if (f->profile && ((!strcmp(f->name, "q8_0") && eng_qprefill_int(VX_Q8_0)) ||
+                       (!strcmp(f->name, "q4_k") && eng_qprefill_int(VX_Q4_K))))
+        return "LQL_QEXACT";
     return NULL;
 }
 
@@ -125,7 +131,10 @@ static int lql_run(fmt *f, int n_prompt, int n_gen, double *pps, double *dps, do
     int32_t *ids = malloc((size_t)nmax * sizeof *ids);
     float *logits = malloc((size_t)vocab * sizeof *logits);
     for (int i = 0; ids && i < nmax; i++) ids[i] = (int32_t)((i * 7919 + 13) % vocab);
-    if (!ids || !logits || eng_forward(s, ids, 1, logits, NULL, &err) < 0) rc = -1;
+    /* the warm-up llama-bench does: one prompt, then one decoded token */
+    if (!ids || !logits || eng_forward(s, ids, n_prompt, logits, NULL, &err) < 0 ||
+        eng_forward(s, ids + n_prompt % nmax, 1, logits, NULL, &err) < 0)
+        rc = -1;
     eng_session_reset(s);
     double t0 = bw_now();
     if (!rc && eng_forward(s, ids, n_prompt, logits, NULL, &err) < 0) rc = -1;

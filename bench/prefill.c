@@ -2,7 +2,8 @@
  * prefill.c — GFLOP/s of eng_matmul's many-row product (prefill) per weight dtype, on the
  * shapes of the 1.1B benchmark model's MLP (5632 × 2048 and 2048 × 5632), with the kernel
  * paths alternated in the same minutes: the default path of this host, the exact f32 path
- * LQL_QEXACT=1 selects for Q8_0 (whose default keeps decode's quantised activations), and
+ * LQL_QEXACT=1 selects for the block formats (whose default, on AVX-512 VNNI, keeps
+ * decode's quantised activations), and
  * the fallback LQL_NO_AVX512=1 selects (OpenBLAS sgemm on f32 weight tiles). Best of --reps
  * runs each: the machine is shared, and the best run is the least disturbed one.
  *

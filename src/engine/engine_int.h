@@ -84,17 +84,22 @@ int eng_avx512(void);
  * micro-kernel reads those rows in place (widened in registers) and row is not called. */
 typedef struct eng_xpack {
     float *p, *scratch;
-    uint8_t *q8;             /* eng_xpack_make_q8: activations as offset bytes (p NULL) */
-    float *q8d;              /* and their block scales */
+    uint8_t *q8;             /* eng_xpack_make_q8: activations as offset bytes (p NULL), */
+    float *q8d, *q8s;        /* their block scales, and scale × block sum (or NULL) */
+    /* integer formats not read in place (set by the caller after packing; NULL for Q8_0):
+     * row r as int8 values per 32-block, each block's scale d and min m (w = d·q + m) */
+    void (*row_i8)(const void *ctx, int r, int8_t *q, float *d, float *m);
     int n, cols, parts;
     size_t scratch_floats;   /* per part */
 } eng_xpack;
 int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols);
-/* The same for Q8_0 weights (src_dt VX_Q8_0, src the stored rows) against activations
- * already quantised to 8-bit blocks of 32 — d [n, cols / 32] scales, q [n, cols] values —
- * on a CPU with AVX-512 VNNI (the caller checks): the integer products of the decode
- * kernels, at GEMM speed. */
-int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, int n, int cols);
+/* The same for integer products, on a CPU with AVX-512 VNNI (the caller checks), against
+ * activations already quantised to 8-bit blocks of blk (32 or 256) — d [n, cols / blk]
+ * scales, q [n, cols] values — with, when sums, each 32-block's scale × value sum for
+ * formats with block mins: the integer products of the decode kernels, at GEMM speed.
+ * Q8_0 (src_dt) is read in place; other formats need xp->row_i8. */
+int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, int n, int cols, int blk,
+                      int sums);
 void eng_xpack_free(eng_xpack *xp);
 void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, float *y,
                    void (*row)(const void *ctx, int r, float *dst), const void *ctx,

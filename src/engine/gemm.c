@@ -17,12 +17,13 @@
  * C is parked in a small buffer between chunks. Accuracy: exact weights and activations,
  * f32 FMA accumulation — the same class as sgemm (only the summation order differs).
  *
- * Q8_0 weights with activations quantised to 8-bit blocks (eng_xpack_make_q8; the numerics
- * of the integer decode kernels, qkernels.h) take an integer micro-kernel instead: the
- * weights are read in place, four int8 at a time broadcast against four bytes of each of 16
- * tokens (vpdpbusd: the activations offset by 128 to be unsigned, the offset taken back
- * through each block's weight sum), one f32 scale product per block. 2.9× the f32 kernel's
- * multiply-adds per second on one core in cache (161 vs 55 G/s).
+ * Block formats with activations quantised to 8-bit blocks (eng_xpack_make_q8; the numerics
+ * of the integer decode kernels, qkernels.h) take an integer micro-kernel instead: Q8_0
+ * weights read in place, other formats from an int8 tile the codec unpacks, four int8 at a
+ * time broadcast against four bytes of each of 16 tokens (vpdpbusd: the activations offset
+ * by 128 to be unsigned, the offset taken back through each block's weight sum), one f32
+ * scale product per block. 2.9× the f32 kernel's multiply-adds per second on one core in
+ * cache (161 vs 55 G/s).
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -86,31 +87,42 @@ int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols)
     return 0;
 }
 
-int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, int n, int cols)
+int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, int n, int cols, int blk,
+                      int sums)
 {
-    const int nb = cols / 32, nv = (n + 15) / 16, rt = tile_rows(cols);
+    const int nb = cols / 32, nv = (n + 15) / 16, rt = tile_rows(cols), per = blk / 32;
     *xp = (eng_xpack){.n = n, .cols = cols, .parts = eng_threads()};
     xp->scratch_floats = ((size_t)rt * cols + 15) / 16 * 16 + (size_t)rt * GT;
+    const size_t nd = (size_t)nv * nb * 16;
     xp->q8 = aligned_alloc(64, (size_t)nv * nb * 512);
-    xp->q8d = aligned_alloc(64, (size_t)nv * nb * 16 * sizeof(float));
+    xp->q8d = aligned_alloc(64, nd * sizeof(float));
+    xp->q8s = sums ? aligned_alloc(64, nd * sizeof(float)) : NULL;
     xp->scratch = aligned_alloc(64, (size_t)xp->parts * xp->scratch_floats * sizeof(float));
-    if (!xp->q8 || !xp->q8d || !xp->scratch) {
+    if (!xp->q8 || !xp->q8d || (sums && !xp->q8s) || !xp->scratch) {
         eng_xpack_free(xp);
         return -1;
     }
     /* tokens past n: value 0 (byte 0x80) and scale 0, so they add nothing */
     memset(xp->q8, 0x80, (size_t)nv * nb * 512);
-    memset(xp->q8d, 0, (size_t)nv * nb * 16 * sizeof(float));
+    memset(xp->q8d, 0, nd * sizeof(float));
+    if (sums) memset(xp->q8s, 0, nd * sizeof(float));
     for (int t = 0; t < n; t++) {
         const int v = t / 16, l = t % 16;
         for (int b = 0; b < nb; b++) {
+            const int8_t *src = q + (size_t)t * cols + 32 * b;
             uint8_t *dst = xp->q8 + ((size_t)v * nb + b) * 512 + 4 * l;
             uint32_t four[8];
             _mm256_storeu_si256((__m256i *)(void *)four,
-                                _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)(q + (size_t)t * cols + 32 * b)),
+                                _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)src),
                                                  _mm256_set1_epi8((char)0x80)));
             for (int j = 0; j < 8; j++) memcpy(dst + 64 * j, four + j, 4);
-            xp->q8d[((size_t)v * nb + b) * 16 + l] = d[(size_t)t * nb + b];
+            const size_t at = ((size_t)v * nb + b) * 16 + l;
+            xp->q8d[at] = d[(size_t)t * (cols / blk) + b / per];
+            if (sums) {
+                int sum = 0;
+                for (int k = 0; k < 32; k++) sum += src[k];
+                xp->q8s[at] = xp->q8d[at] * (float)sum;
+            }
         }
     }
     return 0;
@@ -121,10 +133,12 @@ void eng_xpack_free(eng_xpack *xp)
     free(xp->p);
     free(xp->q8);
     free(xp->q8d);
+    free(xp->q8s);
     free(xp->scratch);
     xp->p = NULL;
     xp->q8 = NULL;
     xp->q8d = NULL;
+    xp->q8s = NULL;
     xp->scratch = NULL;
 }
 
@@ -181,18 +195,21 @@ static void micro_run(vx_dtype dt, const void *w, size_t ldw, const float *x, in
 #undef MICRO_NV
 }
 
-/* C[MRQ][NV · 16] (+)= Q8_0 rows (in place, stride rb, from block b0) · the packed
- * activations of NV token vectors over nbk blocks. Per block, each row's int32 sums start
- * at corr (−128 × the block's weight sum, which removes the activations' +128 offset), take
- * eight vpdpbusd steps, and are scaled by the row's weight scale dw times each token's
- * activation scale. */
-#define MICRO_Q8(NV)                                                                           \
-T512V static void micro_q8_##NV(const uint8_t *w, size_t rb, const int32_t *corr,              \
-                                const float *dw, int nb, const uint8_t *xq, const float *xd,   \
-                                int b0, int nbk, float *c, int first)                          \
+/* C[MRQ][NV · 16] (+)= int8 weight rows (row stride rb, blocks of 32 values bst bytes
+ * apart: Q8_0 in place, or a tile unpacked by row_i8) · the packed activations of NV token
+ * vectors over nbk blocks from b0. Per block, each row's int32 sums start at corr (−128 ×
+ * the block's weight sum, which removes the activations' +128 offset), take eight vpdpbusd
+ * steps, and are scaled by the row's block scale dw times each token's activation scale;
+ * with MIN the block's min mn times each token's scaled activation sum is added too. */
+#define MICRO_Q8(NAME, NV, MIN)                                                                \
+T512V static void NAME##_##NV(const uint8_t *w, size_t rb, size_t bst, const int32_t *corr,    \
+                              const float *dw, const float *mn, int nb, const uint8_t *xq,     \
+                              const float *xd, const float *xs, int b0, int nbk, float *c,     \
+                              int first)                                                       \
 {                                                                                              \
     const size_t vq = (size_t)nb * 512, vd = (size_t)nb * 16;                                  \
     __m512 a[MRQ][NV];                                                                         \
+    (void)mn; (void)xs;                                                                        \
     _Pragma("GCC unroll 4") for (int i = 0; i < MRQ; i++)                                      \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                   \
             a[i][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(c + i * GT + v * 16);       \
@@ -201,7 +218,7 @@ T512V static void micro_q8_##NV(const uint8_t *w, size_t rb, const int32_t *corr
         _Pragma("GCC unroll 4") for (int i = 0; i < MRQ; i++)                                  \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                               \
                 s[i][v] = _mm512_set1_epi32(corr[i * nb + b]);                                 \
-        const uint8_t *wb = w + (size_t)b * Q8B + 2;                                           \
+        const uint8_t *wb = w + (size_t)b * bst;                                               \
         _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                                  \
             __m512i xv[NV];                                                                    \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                               \
@@ -216,20 +233,28 @@ T512V static void micro_q8_##NV(const uint8_t *w, size_t rb, const int32_t *corr
         }                                                                                      \
         _Pragma("GCC unroll 4") for (int i = 0; i < MRQ; i++) {                                \
             const __m512 dv = _mm512_set1_ps(dw[i * nb + b]);                                  \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                               \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                             \
                 a[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][v]),                         \
                                           _mm512_mul_ps(dv, _mm512_load_ps(xd + v * vd + (size_t)b * 16)), \
                                           a[i][v]);                                            \
+                if (MIN)                                                                       \
+                    a[i][v] = _mm512_fmadd_ps(_mm512_set1_ps(mn[i * nb + b]),                  \
+                                              _mm512_load_ps(xs + v * vd + (size_t)b * 16), a[i][v]); \
+            }                                                                                  \
         }                                                                                      \
     }                                                                                          \
     _Pragma("GCC unroll 4") for (int i = 0; i < MRQ; i++)                                      \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                   \
             _mm512_store_ps(c + i * GT + v * 16, a[i][v]);                                     \
 }
-MICRO_Q8(1) MICRO_Q8(2) MICRO_Q8(3) MICRO_Q8(4)
+#define MICROS_Q8(NAME, MIN) \
+    MICRO_Q8(NAME, 1, MIN) MICRO_Q8(NAME, 2, MIN) MICRO_Q8(NAME, 3, MIN) MICRO_Q8(NAME, 4, MIN)
+MICROS_Q8(micro_q8, 0)
+MICROS_Q8(micro_q8m, 1)
 
-/* Per block of one Q8_0 row: corr = −128 × Σ of its 32 weights, dw = its scale as f32. */
-T512V static void q8_row_prep(const uint8_t *w, int nb, int32_t *corr, float *dw)
+/* corr[b] = −128 × Σ of block b's 32 int8 values (q: block 0's first value, blocks bst
+ * bytes apart). */
+T512V static void block_corr(const uint8_t *q, size_t bst, int nb, int32_t *corr)
 {
     const __m256i ones = _mm256_set1_epi8(1);
     int b = 0;
@@ -237,7 +262,7 @@ T512V static void q8_row_prep(const uint8_t *w, int nb, int32_t *corr, float *dw
         __m256i p[8];
         for (int i = 0; i < 8; i++)
             p[i] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones,
-                                       _mm256_loadu_si256((const __m256i *)(const void *)(w + (size_t)(b + i) * Q8B + 2)));
+                                       _mm256_loadu_si256((const __m256i *)(const void *)(q + (size_t)(b + i) * bst)));
         /* hadd pairs twice: each 128-bit half then holds four blocks' partial sums */
         __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
         __m256i e = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
@@ -248,33 +273,45 @@ T512V static void q8_row_prep(const uint8_t *w, int nb, int32_t *corr, float *dw
     }
     for (; b < nb; b++) {
         int sum = 0;
-        for (int k = 0; k < 32; k++) sum += (int8_t)w[(size_t)b * Q8B + 2 + k];
+        for (int k = 0; k < 32; k++) sum += (int8_t)q[(size_t)b * bst + k];
         corr[b] = -128 * sum;
     }
-    /* the f16 scales of 16 blocks in one gather */
+}
+
+/* The f16 scales of one Q8_0 row's blocks as f32. */
+T512V static void q8_scales(const uint8_t *w, int nb, float *dw)
+{
+    /* 16 blocks' scales in one gather */
     const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                           _mm512_set1_epi32(Q8B));
-    for (b = 0; b + 16 <= nb; b += 16)
+    int b = 0;
+    for (; b + 16 <= nb; b += 16)
         _mm512_storeu_ps(dw + b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
                                      _mm512_i32gather_epi32(at, (const void *)(w + (size_t)b * Q8B), 1))));
     for (; b < nb; b++)
         dw[b] = _cvtsh_ss((unsigned short)(w[(size_t)b * Q8B] | w[(size_t)b * Q8B + 1] << 8));
 }
 
-static void micro_q8(const uint8_t *w, size_t rb, const int32_t *corr, const float *dw, int nb,
-                     const uint8_t *xq, const float *xd, int b0, int nbk, float *c, int first, int nv)
+static void micro_q8(int min, const uint8_t *w, size_t rb, size_t bst, const int32_t *corr,
+                     const float *dw, const float *mn, int nb, const uint8_t *xq, const float *xd,
+                     const float *xs, int b0, int nbk, float *c, int first, int nv)
 {
-    switch (nv) {
-    case 1: micro_q8_1(w, rb, corr, dw, nb, xq, xd, b0, nbk, c, first); break;
-    case 2: micro_q8_2(w, rb, corr, dw, nb, xq, xd, b0, nbk, c, first); break;
-    case 3: micro_q8_3(w, rb, corr, dw, nb, xq, xd, b0, nbk, c, first); break;
-    default: micro_q8_4(w, rb, corr, dw, nb, xq, xd, b0, nbk, c, first); break;
+#define MICRO_Q8_NV(NAME)                                                                      \
+    switch (nv) {                                                                              \
+    case 1: NAME##_1(w, rb, bst, corr, dw, mn, nb, xq, xd, xs, b0, nbk, c, first); break;      \
+    case 2: NAME##_2(w, rb, bst, corr, dw, mn, nb, xq, xd, xs, b0, nbk, c, first); break;      \
+    case 3: NAME##_3(w, rb, bst, corr, dw, mn, nb, xq, xd, xs, b0, nbk, c, first); break;      \
+    default: NAME##_4(w, rb, bst, corr, dw, mn, nb, xq, xd, xs, b0, nbk, c, first); break;     \
     }
+    if (min) MICRO_Q8_NV(micro_q8m)
+    else MICRO_Q8_NV(micro_q8)
+#undef MICRO_Q8_NV
 }
 
 /* y for weight rows [r0, r1), r1 - r0 <= tile_rows(cols), with the part's scratch. The rows
  * are read where they are stored when src_dt is f16 or bf16, or Q8_0 against activations
- * packed by eng_xpack_make_q8 (a short last block from a zero-padded copy in wt), else
+ * packed by eng_xpack_make_q8 (a short last block from a zero-padded copy in wt); the other
+ * integer formats are unpacked to an int8 tile in wt by xp->row_i8; everything else is
  * converted to an f32 tile in wt by row(). */
 static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, float *wt, float *cb,
                       void (*row)(const void *ctx, int r, float *dst), const void *ctx,
@@ -283,28 +320,44 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
 {
     const int cols = xp->cols, groups = (xp->n + GT - 1) / GT, nb = cols / 32;
     const int tr = r1 - r0, trp = (tr + MR - 1) / MR * MR;
-    const int q8 = xp->q8 != NULL;
+    const int q8 = xp->q8 != NULL, unpacked = q8 && xp->row_i8;
     const int direct = q8 || (src && (src_dt == VX_BF16 || src_dt == VX_F16));
     /* the next tile's stored bytes, asked into L2 a slice per micro-kernel call, so its
      * rows are in L2 when that tile starts */
     const int calls = groups * ((cols + KC - 1) / KC) * (trp / MR);
     const size_t pf_step = (pf_bytes / (size_t)calls + 63) & ~(size_t)63;
     const char *pf_end = pf ? pf + pf_bytes : NULL;
-    /* direct: the last block's rows, zero-padded to MR (zero Q8_0 blocks add nothing) */
+    /* read in place: the last block's rows, zero-padded to MR (zero Q8_0 blocks add nothing) */
     char *pad = (char *)wt;
     const size_t pad_rb = q8 ? src_rb : (size_t)cols * sizeof(uint16_t);
     const int full = tr / MR * MR;
-    if (direct && full < trp) {
+    if (direct && !unpacked && full < trp) {
         memset(pad, 0, MR * pad_rb);
         for (int i = 0; i < tr - full; i++)
             memcpy(pad + (size_t)i * pad_rb, src + (size_t)(r0 + full + i) * src_rb, pad_rb);
     }
-    /* Q8_0: each row's block corrections and scales, after the padded copy */
-    int32_t *corr = (int32_t *)(void *)(pad + (MR * pad_rb + 63) / 64 * 64);
-    float *dw = (float *)(corr + (size_t)trp * nb);
-    for (int i = 0; q8 && i < trp; i++)
-        q8_row_prep((const uint8_t *)(i < full ? src + (size_t)(r0 + i) * src_rb : pad + (size_t)(i - full) * pad_rb),
-                    nb, corr + (size_t)i * nb, dw + (size_t)i * nb);
+    /* integer kernel: the int8 tile (unpacked formats), then per row and block the
+     * correction, scale and min */
+    uint8_t *qt = (uint8_t *)wt;
+    char *meta = unpacked ? (char *)wt + ((size_t)trp * cols + 63) / 64 * 64
+                          : pad + (MR * pad_rb + 63) / 64 * 64;
+    int32_t *corr = (int32_t *)(void *)meta;
+    float *dw = (float *)(corr + (size_t)trp * nb), *mn = dw + (size_t)trp * nb;
+    if (unpacked) {
+        for (int i = 0; i < tr; i++)
+            xp->row_i8(ctx, r0 + i, (int8_t *)qt + (size_t)i * cols, dw + (size_t)i * nb, mn + (size_t)i * nb);
+        memset(qt + (size_t)tr * cols, 0, (size_t)(trp - tr) * cols);
+        memset(dw + (size_t)tr * nb, 0, (size_t)(trp - tr) * nb * sizeof *dw);
+        memset(mn + (size_t)tr * nb, 0, (size_t)(trp - tr) * nb * sizeof *mn);
+        for (int i = 0; i < trp; i++) block_corr(qt + (size_t)i * cols, 32, nb, corr + (size_t)i * nb);
+    } else if (q8) {
+        for (int i = 0; i < trp; i++) {
+            const uint8_t *w = (const uint8_t *)(i < full ? src + (size_t)(r0 + i) * src_rb
+                                                          : pad + (size_t)(i - full) * pad_rb);
+            block_corr(w + 2, Q8B, nb, corr + (size_t)i * nb);
+            q8_scales(w, nb, dw + (size_t)i * nb);
+        }
+    }
     if (!direct) {
         for (int i = 0; i < tr; i++) row(ctx, r0 + i, wt + (size_t)i * cols);
         if (trp > tr) memset(wt + (size_t)tr * cols, 0, (size_t)(trp - tr) * cols * sizeof *wt);
@@ -320,12 +373,19 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
                 const char *ws = b < full ? src + (size_t)(r0 + b) * src_rb : pad;
                 const size_t wrb = b < full ? src_rb : pad_rb;
                 if (q8) {
-                    const uint8_t *xq = xp->q8 + (size_t)(4 * g) * nb * 512;
-                    const float *xd = xp->q8d + (size_t)(4 * g) * nb * 16;
-                    for (int h = 0; h < MR; h += MRQ)
-                        micro_q8((const uint8_t *)ws + h * wrb, wrb, corr + (size_t)(b + h) * nb,
-                                 dw + (size_t)(b + h) * nb, nb, xq, xd, k0 / 32, kn / 32,
-                                 c + h * GT, k0 == 0, nv);
+                    const size_t vo = (size_t)(4 * g) * nb;
+                    for (int h = 0; h < MR; h += MRQ) {
+                        const size_t mo = (size_t)(b + h) * nb;
+                        if (unpacked)
+                            micro_q8(xp->q8s != NULL, qt + (size_t)(b + h) * cols, (size_t)cols, 32,
+                                     corr + mo, dw + mo, mn + mo, nb, xp->q8 + vo * 512, xp->q8d + vo * 16,
+                                     xp->q8s ? xp->q8s + vo * 16 : NULL, k0 / 32, kn / 32, c + h * GT,
+                                     k0 == 0, nv);
+                        else
+                            micro_q8(0, (const uint8_t *)ws + h * wrb + 2, wrb, Q8B, corr + mo, dw + mo,
+                                     NULL, nb, xp->q8 + vo * 512, xp->q8d + vo * 16, NULL, k0 / 32,
+                                     kn / 32, c + h * GT, k0 == 0, nv);
+                    }
                     continue;
                 }
                 const float *x = xp->p + (size_t)g * cols * GT + (size_t)k0 * GT;

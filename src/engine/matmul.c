@@ -536,7 +536,9 @@ const char *eng_prefill_path(vx_dtype dt)
     if (dt == VX_BF16 && eng_prefill_bf16_optin())
         return "AVX512-BF16 vdpbf16ps on bf16-rounded activations (LQL_PREFILL_BF16=1, not f32-accurate)";
     if (eng_qprefill_int(dt))
-        return "AVX-512 VNNI int8 GEMM on Q8_0 in place, activations quantised to 8-bit blocks as in decode";
+        return dt == VX_Q8_0
+                   ? "AVX-512 VNNI int8 GEMM, Q8_0 read in place, activations quantised as in decode"
+                   : "AVX-512 VNNI int8 GEMM on int8 tiles, activations quantised as in decode";
     if (eng_avx512()) return "AVX-512 f32 GEMM on exact f32 weight tiles";
     return "f32 weight tiles + OpenBLAS sgemm";
 }

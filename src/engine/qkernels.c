@@ -774,6 +774,48 @@ static void gemm_row(const void *ctx, int r, float *dst)
     eng_qrow_f32(j->dt, j->W + (size_t)r * j->row_bytes, dst, j->cols);
 }
 
+#ifdef __AVX2__
+/* Row r of the job's Q4_0, MXFP4 or Q4_K weights for the integer prefill kernel: per
+ * 32-block the int8 values the decode kernels multiply, with the block's scale d and min
+ * m (w = d·q + m): Q4_0 nibble − 8 and its scale; MXFP4 the doubled E2M1 value and the
+ * halved E8M0 scale; Q4_K the nibble, d·sc and −dmin·m of its sub-block. */
+static void int8_row(const void *ctx, int r, int8_t *q, float *d, float *m)
+{
+    static const int8_t doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    const job *j = ctx;
+    const unsigned char *w = j->W + (size_t)r * j->row_bytes;
+    const int nb = j->cols / 32;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    if (j->dt == VX_Q4_K) {
+        for (int sb = 0; sb < nb / 8; sb++, w += 144, q += 256, d += 8, m += 8) {
+            uint8_t sm[16];
+            q4k_unpack(w + 4, sm);
+            const float dd = h2f(w), dm = h2f(w + 2);
+            for (int k = 0; k < 4; k++) {
+                __m256i v = load32(w + 16 + 32 * k);
+                _mm256_storeu_si256((__m256i *)(void *)(q + 64 * k), _mm256_and_si256(v, m4));
+                _mm256_storeu_si256((__m256i *)(void *)(q + 64 * k + 32),
+                                    _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            }
+            for (int k = 0; k < 8; k++) {
+                d[k] = dd * (float)sm[k];
+                m[k] = -dm * (float)sm[8 + k];
+            }
+        }
+        return;
+    }
+    const int mx = j->dt == VX_MXFP4;
+    const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)doubled));
+    for (int b = 0; b < nb; b++, w += mx ? 17 : 18) {
+        __m256i v = mx ? _mm256_shuffle_epi8(tab, nibbles(w + 1))
+                       : _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8));
+        _mm256_storeu_si256((__m256i *)(void *)(q + 32 * b), v);
+        d[b] = mx ? e8m0_half(w[0]) : h2f(w);
+        m[b] = 0;
+    }
+}
+#endif
+
 static void run_tiles(const job *j, int r0, int r1)
 {
     int per = (int)(TILE_BYTES / ((size_t)j->cols * sizeof(float)));
@@ -823,12 +865,14 @@ static int qexact(void)
     return ex && *ex == '1';
 }
 
-/* Q8_0 on AVX-512 VNNI keeps decode's integer products (quantised activations) in prefill,
- * at GEMM speed; every other case multiplies exact f32 weight tiles. */
+/* Q8_0, Q4_0, MXFP4 and Q4_K on AVX-512 VNNI keep decode's integer products (quantised
+ * activations) in prefill, at GEMM speed; every other case multiplies exact f32 weight
+ * tiles. (Q6_K's scales cover 16 values, finer than the kernel's 32-value blocks.) */
 int eng_qprefill_int(vx_dtype dt)
 {
 #ifdef __AVX2__
-    return dt == VX_Q8_0 && !qexact() && wide_ok();
+    return (dt == VX_Q8_0 || dt == VX_Q4_0 || dt == VX_MXFP4 || dt == VX_Q4_K) && !qexact() &&
+           wide_ok();
 #else
     (void)dt;
     return 0;
@@ -853,10 +897,15 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
         }
         /* pack only for eng_qgemm's parts: eng_qgemm_rows already runs inside one */
         if (pack && eng_qprefill_int(dt) && acts_make(a, blk, X, n, cols) == 0) {
-            int ok = eng_xpack_make_q8(&j->pk, a->d, a->q, n, cols) == 0;
+            int ok = eng_xpack_make_q8(&j->pk, a->d, a->q, n, cols, blk, dt == VX_Q4_K) == 0;
             free(a->mem);
             a->mem = NULL;
-            if (ok) return;
+            if (ok) {
+#ifdef __AVX2__
+                if (dt != VX_Q8_0) j->pk.row_i8 = int8_row;   /* Q8_0 is read in place */
+#endif
+                return;
+            }
         }
         if (pack && eng_avx512() && eng_xpack_make(&j->pk, X, n, cols) < 0) j->pk.p = NULL;
         return;
