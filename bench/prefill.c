@@ -50,7 +50,7 @@ int main(int argc, char **argv)
     }
     if (n < 1 || reps < 1) { fprintf(stderr, "prefill: counts must be positive\n"); return 2; }
     const int shapes[2][2] = {{5632, 2048}, {2048, 5632}};
-    const vx_dtype dts[5] = {VX_BF16, VX_F16, VX_F32, VX_Q8_0, VX_Q4_K};
+    const vx_dtype dts[6] = {VX_BF16, VX_F16, VX_F32, VX_Q8_0, VX_Q4_K, VX_Q6_K};
     double ld[3] = {0};
     if (getloadavg(ld, 3) < 0) ld[0] = -1;
     printf("threads %d, n %d, best of %d, load %.2f\n", eng_threads(), n, reps, ld[0]);
@@ -63,7 +63,7 @@ int main(int argc, char **argv)
         void *buf = malloc((size_t)rows * cols * 4);
         if (!x || !y || !row || !buf) { fprintf(stderr, "prefill: out of memory\n"); return 1; }
         for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = rnd();
-        for (int d = 0; d < 5; d++) {
+        for (int d = 0; d < 6; d++) {
             unsigned be = 1, bb = 0;
             const int quant = vx_quant_block(dts[d], &be, &bb) == 0;
             const size_t rb = quant ? (size_t)cols / be * bb : (size_t)cols * (dts[d] == VX_F32 ? 4 : 2);

@@ -82,13 +82,16 @@ int eng_avx512(void);
  * and src_rb (the stored rows' base and stride, or NULL) let a part fetch the rows of its
  * next chunk into L2 while it computes the current one; when src_dt is f16 or bf16 the
  * micro-kernel reads those rows in place (widened in registers) and row is not called. */
+enum { ROW_I8_PLAIN, ROW_I8_MIN, ROW_I8_HALF };
 typedef struct eng_xpack {
     float *p, *scratch;
     uint8_t *q8;             /* eng_xpack_make_q8: activations as offset bytes (p NULL), */
     float *q8d, *q8s;        /* their block scales, and scale × block sum (or NULL) */
     /* integer formats not read in place (set by the caller after packing; NULL for Q8_0):
-     * row r as int8 values per 32-block, each block's scale d and min m (w = d·q + m) */
+     * row r as int8 values per 32-block, each block's scale d and min m (w = d·q + m), or
+     * for ROW_I8_HALF a scale per 16 values (2 · cols / 32 of them) and no min */
     void (*row_i8)(const void *ctx, int r, int8_t *q, float *d, float *m);
+    int row_i8_kind;         /* ROW_I8_PLAIN, ROW_I8_MIN (needs sums) or ROW_I8_HALF */
     int n, cols, parts;
     size_t scratch_floats;   /* per part */
 } eng_xpack;

@@ -200,46 +200,51 @@ static void micro_run(vx_dtype dt, const void *w, size_t ldw, const float *x, in
  * vectors over nbk blocks from b0. Per block, each row's int32 sums start at corr (−128 ×
  * the block's weight sum, which removes the activations' +128 offset), take eight vpdpbusd
  * steps, and are scaled by the row's block scale dw times each token's activation scale;
- * with MIN the block's min mn times each token's scaled activation sum is added too. */
-#define MICRO_Q8(NAME, NV, MIN)                                                                \
+ * with MIN the block's min mn times each token's scaled activation sum is added too; with
+ * HALF each 16 values of a block have their own correction and scale (Q6_K). */
+#define MICRO_Q8(NAME, NV, MIN, HALF)                                                          \
 T512V static void NAME##_##NV(const uint8_t *w, size_t rb, size_t bst, const int32_t *corr,    \
                               const float *dw, const float *mn, int nb, const uint8_t *xq,     \
                               const float *xd, const float *xs, int b0, int nbk, float *c,     \
                               int first)                                                       \
 {                                                                                              \
     const size_t vq = (size_t)nb * 512, vd = (size_t)nb * 16;                                  \
+    const int sn = HALF ? 2 * nb : nb;   /* scales (and corrections) per row */                \
     __m512 a[MRQ][NV];                                                                         \
     (void)mn; (void)xs;                                                                        \
     _Pragma("GCC unroll 4") for (int i = 0; i < MRQ; i++)                                      \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                   \
             a[i][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(c + i * GT + v * 16);       \
     for (int b = b0; b < b0 + nbk; b++) {                                                      \
-        __m512i s[MRQ][NV];                                                                    \
-        _Pragma("GCC unroll 4") for (int i = 0; i < MRQ; i++)                                  \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                               \
-                s[i][v] = _mm512_set1_epi32(corr[i * nb + b]);                                 \
         const uint8_t *wb = w + (size_t)b * bst;                                               \
-        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                                  \
-            __m512i xv[NV];                                                                    \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                               \
-                xv[v] = _mm512_load_si512((const void *)(xq + v * vq + (size_t)b * 512 + j * 64)); \
-            _Pragma("GCC unroll 4") for (int i = 0; i < MRQ; i++) {                            \
-                int32_t w4;                                                                    \
-                memcpy(&w4, wb + i * rb + 4 * j, 4);                                           \
-                const __m512i wv = _mm512_set1_epi32(w4);                                      \
+        _Pragma("GCC unroll 2") for (int h = 0; h < (HALF ? 2 : 1); h++) {                     \
+            const int sb = HALF ? 2 * b + h : b;                                               \
+            __m512i s[MRQ][NV];                                                                \
+            _Pragma("GCC unroll 4") for (int i = 0; i < MRQ; i++)                              \
                 _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                           \
-                    s[i][v] = _mm512_dpbusd_epi32(s[i][v], xv[v], wv);                         \
+                    s[i][v] = _mm512_set1_epi32(corr[i * sn + sb]);                            \
+            _Pragma("GCC unroll 8") for (int j = HALF ? 4 * h : 0; j < (HALF ? 4 * h + 4 : 8); j++) { \
+                __m512i xv[NV];                                                                \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                           \
+                    xv[v] = _mm512_load_si512((const void *)(xq + v * vq + (size_t)b * 512 + j * 64)); \
+                _Pragma("GCC unroll 4") for (int i = 0; i < MRQ; i++) {                        \
+                    int32_t w4;                                                                \
+                    memcpy(&w4, wb + i * rb + 4 * j, 4);                                       \
+                    const __m512i wv = _mm512_set1_epi32(w4);                                  \
+                    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                       \
+                        s[i][v] = _mm512_dpbusd_epi32(s[i][v], xv[v], wv);                     \
+                }                                                                              \
             }                                                                                  \
-        }                                                                                      \
-        _Pragma("GCC unroll 4") for (int i = 0; i < MRQ; i++) {                                \
-            const __m512 dv = _mm512_set1_ps(dw[i * nb + b]);                                  \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                             \
-                a[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][v]),                         \
-                                          _mm512_mul_ps(dv, _mm512_load_ps(xd + v * vd + (size_t)b * 16)), \
-                                          a[i][v]);                                            \
-                if (MIN)                                                                       \
-                    a[i][v] = _mm512_fmadd_ps(_mm512_set1_ps(mn[i * nb + b]),                  \
-                                              _mm512_load_ps(xs + v * vd + (size_t)b * 16), a[i][v]); \
+            _Pragma("GCC unroll 4") for (int i = 0; i < MRQ; i++) {                            \
+                const __m512 dv = _mm512_set1_ps(dw[i * sn + sb]);                             \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                         \
+                    a[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][v]),                     \
+                                              _mm512_mul_ps(dv, _mm512_load_ps(xd + v * vd + (size_t)b * 16)), \
+                                              a[i][v]);                                        \
+                    if (MIN)                                                                   \
+                        a[i][v] = _mm512_fmadd_ps(_mm512_set1_ps(mn[i * nb + b]),              \
+                                                  _mm512_load_ps(xs + v * vd + (size_t)b * 16), a[i][v]); \
+                }                                                                              \
             }                                                                                  \
         }                                                                                      \
     }                                                                                          \
@@ -247,10 +252,12 @@ T512V static void NAME##_##NV(const uint8_t *w, size_t rb, size_t bst, const int
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                   \
             _mm512_store_ps(c + i * GT + v * 16, a[i][v]);                                     \
 }
-#define MICROS_Q8(NAME, MIN) \
-    MICRO_Q8(NAME, 1, MIN) MICRO_Q8(NAME, 2, MIN) MICRO_Q8(NAME, 3, MIN) MICRO_Q8(NAME, 4, MIN)
-MICROS_Q8(micro_q8, 0)
-MICROS_Q8(micro_q8m, 1)
+#define MICROS_Q8(NAME, MIN, HALF)                                                             \
+    MICRO_Q8(NAME, 1, MIN, HALF) MICRO_Q8(NAME, 2, MIN, HALF) MICRO_Q8(NAME, 3, MIN, HALF)     \
+    MICRO_Q8(NAME, 4, MIN, HALF)
+MICROS_Q8(micro_q8, 0, 0)
+MICROS_Q8(micro_q8m, 1, 0)
+MICROS_Q8(micro_q8h, 0, 1)
 
 /* corr[b] = −128 × Σ of block b's 32 int8 values (q: block 0's first value, blocks bst
  * bytes apart). */
@@ -278,6 +285,21 @@ T512V static void block_corr(const uint8_t *q, size_t bst, int nb, int32_t *corr
     }
 }
 
+/* corr[g] = −128 × Σ of each 16 values of a contiguous int8 row of nb blocks of 32. */
+T512V static void half_corr(const uint8_t *q, int nb, int32_t *corr)
+{
+    for (int b = 0; b < nb; b++) {
+        /* byte sums of each 8 values, offset to unsigned */
+        __m256i t = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)(q + 32 * b)),
+                                                     _mm256_set1_epi8((char)0x80)),
+                                    _mm256_setzero_si256());
+        int64_t l[4];
+        _mm256_storeu_si256((__m256i *)(void *)l, t);
+        corr[2 * b] = -128 * (int32_t)(l[0] + l[1] - 128 * 16);
+        corr[2 * b + 1] = -128 * (int32_t)(l[2] + l[3] - 128 * 16);
+    }
+}
+
 /* The f16 scales of one Q8_0 row's blocks as f32. */
 T512V static void q8_scales(const uint8_t *w, int nb, float *dw)
 {
@@ -292,7 +314,7 @@ T512V static void q8_scales(const uint8_t *w, int nb, float *dw)
         dw[b] = _cvtsh_ss((unsigned short)(w[(size_t)b * Q8B] | w[(size_t)b * Q8B + 1] << 8));
 }
 
-static void micro_q8(int min, const uint8_t *w, size_t rb, size_t bst, const int32_t *corr,
+static void micro_q8(int kind, const uint8_t *w, size_t rb, size_t bst, const int32_t *corr,
                      const float *dw, const float *mn, int nb, const uint8_t *xq, const float *xd,
                      const float *xs, int b0, int nbk, float *c, int first, int nv)
 {
@@ -303,7 +325,8 @@ static void micro_q8(int min, const uint8_t *w, size_t rb, size_t bst, const int
     case 3: NAME##_3(w, rb, bst, corr, dw, mn, nb, xq, xd, xs, b0, nbk, c, first); break;      \
     default: NAME##_4(w, rb, bst, corr, dw, mn, nb, xq, xd, xs, b0, nbk, c, first); break;     \
     }
-    if (min) MICRO_Q8_NV(micro_q8m)
+    if (kind == ROW_I8_MIN) MICRO_Q8_NV(micro_q8m)
+    else if (kind == ROW_I8_HALF) MICRO_Q8_NV(micro_q8h)
     else MICRO_Q8_NV(micro_q8)
 #undef MICRO_Q8_NV
 }
@@ -341,15 +364,20 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
     uint8_t *qt = (uint8_t *)wt;
     char *meta = unpacked ? (char *)wt + ((size_t)trp * cols + 63) / 64 * 64
                           : pad + (MR * pad_rb + 63) / 64 * 64;
+    const int kind = unpacked ? xp->row_i8_kind : ROW_I8_PLAIN;
+    const int sn = kind == ROW_I8_HALF ? 2 * nb : nb;   /* scales and corrections per row */
     int32_t *corr = (int32_t *)(void *)meta;
-    float *dw = (float *)(corr + (size_t)trp * nb), *mn = dw + (size_t)trp * nb;
+    float *dw = (float *)(corr + (size_t)trp * sn), *mn = dw + (size_t)trp * sn;
     if (unpacked) {
         for (int i = 0; i < tr; i++)
-            xp->row_i8(ctx, r0 + i, (int8_t *)qt + (size_t)i * cols, dw + (size_t)i * nb, mn + (size_t)i * nb);
+            xp->row_i8(ctx, r0 + i, (int8_t *)qt + (size_t)i * cols, dw + (size_t)i * sn, mn + (size_t)i * nb);
         memset(qt + (size_t)tr * cols, 0, (size_t)(trp - tr) * cols);
-        memset(dw + (size_t)tr * nb, 0, (size_t)(trp - tr) * nb * sizeof *dw);
+        memset(dw + (size_t)tr * sn, 0, (size_t)(trp - tr) * sn * sizeof *dw);
         memset(mn + (size_t)tr * nb, 0, (size_t)(trp - tr) * nb * sizeof *mn);
-        for (int i = 0; i < trp; i++) block_corr(qt + (size_t)i * cols, 32, nb, corr + (size_t)i * nb);
+        for (int i = 0; i < trp; i++) {
+            if (kind == ROW_I8_HALF) half_corr(qt + (size_t)i * cols, nb, corr + (size_t)i * sn);
+            else block_corr(qt + (size_t)i * cols, 32, nb, corr + (size_t)i * nb);
+        }
     } else if (q8) {
         for (int i = 0; i < trp; i++) {
             const uint8_t *w = (const uint8_t *)(i < full ? src + (size_t)(r0 + i) * src_rb
@@ -375,14 +403,14 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
                 if (q8) {
                     const size_t vo = (size_t)(4 * g) * nb;
                     for (int h = 0; h < MR; h += MRQ) {
-                        const size_t mo = (size_t)(b + h) * nb;
+                        const size_t mo = (size_t)(b + h) * nb, so = (size_t)(b + h) * sn;
                         if (unpacked)
-                            micro_q8(xp->q8s != NULL, qt + (size_t)(b + h) * cols, (size_t)cols, 32,
-                                     corr + mo, dw + mo, mn + mo, nb, xp->q8 + vo * 512, xp->q8d + vo * 16,
+                            micro_q8(kind, qt + (size_t)(b + h) * cols, (size_t)cols, 32,
+                                     corr + so, dw + so, mn + mo, nb, xp->q8 + vo * 512, xp->q8d + vo * 16,
                                      xp->q8s ? xp->q8s + vo * 16 : NULL, k0 / 32, kn / 32, c + h * GT,
                                      k0 == 0, nv);
                         else
-                            micro_q8(0, (const uint8_t *)ws + h * wrb + 2, wrb, Q8B, corr + mo, dw + mo,
+                            micro_q8(ROW_I8_PLAIN, (const uint8_t *)ws + h * wrb + 2, wrb, Q8B, corr + mo, dw + mo,
                                      NULL, nb, xp->q8 + vo * 512, xp->q8d + vo * 16, NULL, k0 / 32,
                                      kn / 32, c + h * GT, k0 == 0, nv);
                     }

@@ -775,10 +775,33 @@ static void gemm_row(const void *ctx, int r, float *dst)
 }
 
 #ifdef __AVX2__
-/* Row r of the job's Q4_0, MXFP4 or Q4_K weights for the integer prefill kernel: per
+/* One Q6_K row (nsb super-blocks) as int8 q − 32 in element order (the value assembly
+ * of dot_q6_k_wide) with each 16 values' scale d·sc. */
+T512 static void q6k_row_i8(const unsigned char *w, int nsb, int8_t *q, float *d)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3), off = _mm512_set1_epi8(32);
+    for (int sb = 0; sb < nsb; sb++, w += 210, q += 256, d += 16) {
+        for (int n = 0; n < 2; n++) {
+            __m512i l = _mm512_loadu_si512((const void *)(w + 64 * n));
+            __m256i h = load32(w + 128 + 32 * n);
+            __m512i hx = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
+            __m512i v01 = _mm512_or_si512(_mm512_and_si512(l, m4),
+                                          _mm512_slli_epi16(_mm512_and_si512(hx, m2), 4));
+            __m512i v23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hx, 4), m2), 4));
+            _mm512_storeu_si512((void *)(q + 128 * n), _mm512_sub_epi8(v01, off));
+            _mm512_storeu_si512((void *)(q + 128 * n + 64), _mm512_sub_epi8(v23, off));
+        }
+        const float dd = h2f(w + 208);
+        for (int g = 0; g < 16; g++) d[g] = dd * (float)(int8_t)w[192 + g];
+    }
+}
+
+/* Row r of the job's Q4_0, MXFP4, Q4_K or Q6_K weights for the integer prefill kernel: per
  * 32-block the int8 values the decode kernels multiply, with the block's scale d and min
  * m (w = d·q + m): Q4_0 nibble − 8 and its scale; MXFP4 the doubled E2M1 value and the
- * halved E8M0 scale; Q4_K the nibble, d·sc and −dmin·m of its sub-block. */
+ * halved E8M0 scale; Q4_K the nibble, d·sc and −dmin·m of its sub-block; Q6_K q − 32 with
+ * a scale per 16 values (ROW_I8_HALF, no min). */
 static void int8_row(const void *ctx, int r, int8_t *q, float *d, float *m)
 {
     static const int8_t doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -786,6 +809,10 @@ static void int8_row(const void *ctx, int r, int8_t *q, float *d, float *m)
     const unsigned char *w = j->W + (size_t)r * j->row_bytes;
     const int nb = j->cols / 32;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
+    if (j->dt == VX_Q6_K) {
+        q6k_row_i8(w, nb / 8, q, d);
+        return;
+    }
     if (j->dt == VX_Q4_K) {
         for (int sb = 0; sb < nb / 8; sb++, w += 144, q += 256, d += 8, m += 8) {
             uint8_t sm[16];
@@ -865,14 +892,14 @@ static int qexact(void)
     return ex && *ex == '1';
 }
 
-/* Q8_0, Q4_0, MXFP4 and Q4_K on AVX-512 VNNI keep decode's integer products (quantised
- * activations) in prefill, at GEMM speed; every other case multiplies exact f32 weight
- * tiles. (Q6_K's scales cover 16 values, finer than the kernel's 32-value blocks.) */
+/* Every format with an integer decode kernel (Q8_0, Q4_0, MXFP4, Q4_K, Q6_K) keeps decode's
+ * integer products (quantised activations) in prefill on AVX-512 VNNI, at GEMM speed; every
+ * other case multiplies exact f32 weight tiles. */
 int eng_qprefill_int(vx_dtype dt)
 {
 #ifdef __AVX2__
-    return (dt == VX_Q8_0 || dt == VX_Q4_0 || dt == VX_MXFP4 || dt == VX_Q4_K) && !qexact() &&
-           wide_ok();
+    return (dt == VX_Q8_0 || dt == VX_Q4_0 || dt == VX_MXFP4 || dt == VX_Q4_K || dt == VX_Q6_K) &&
+           !qexact() && wide_ok();
 #else
     (void)dt;
     return 0;
@@ -903,6 +930,7 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
             if (ok) {
 #ifdef __AVX2__
                 if (dt != VX_Q8_0) j->pk.row_i8 = int8_row;   /* Q8_0 is read in place */
+                j->pk.row_i8_kind = dt == VX_Q4_K ? ROW_I8_MIN : dt == VX_Q6_K ? ROW_I8_HALF : ROW_I8_PLAIN;
 #endif
                 return;
             }

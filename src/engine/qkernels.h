@@ -21,10 +21,11 @@
  *         |y - exact| <= Σ_i |W[r,i]| · amax_B(i)(x) / 254  +  1e-5 · Σ_i |W[r,i]·x[i]|
  *     where B(i) is the activation block of element i (docs/lql/QUANT.md). Q2_K, Q3_K and
  *     Q5_K dequantise one block at a time and use f32 products (bounded by the second term
- *     alone), as does eng_qdot for every format. Above 8 rows (prefill) Q8_0, Q4_0, MXFP4
- *     and Q4_K on a CPU with AVX-512 VNNI keep the same integer products (eng_gemm_part's
- *     integer kernel: the whole bound); every other case, and eng_qgemm_rows, dequantises
- *     tiles of weight rows exactly and multiplies them in f32: the second term alone. LQL_QEXACT=1 (read per
+ *     alone), as does eng_qdot for every format. Above 8 rows (prefill) the formats with
+ *     an integer kernel keep the same integer products on a CPU with AVX-512 VNNI
+ *     (eng_gemm_part's integer kernel: the whole bound); every other case, and
+ *     eng_qgemm_rows, dequantises tiles of weight rows exactly and multiplies them in f32:
+ *     the second term alone. LQL_QEXACT=1 (read per
  *     call) keeps every batch size in f32.
  *   - They never fail: if the activation copy or a weight tile cannot be allocated, the f32
  *     block path (no memory needed) runs instead.
@@ -41,8 +42,8 @@ void eng_qgemv(vx_dtype dt, const void *W, int rows, int cols, const float *x, f
 void eng_qgemm(vx_dtype dt, const void *W, int rows, int cols, const float *X, int n,
                float *Y);
 /* 1 when eng_qgemm past 8 activation rows takes the integer path on this host (Q8_0, Q4_0,
- * MXFP4 or Q4_K with AVX-512 VNNI, LQL_QEXACT not 1): activations quantised as in decode;
- * 0: exact tiles. */
+ * MXFP4, Q4_K or Q6_K with AVX-512 VNNI, LQL_QEXACT not 1): activations quantised as in
+ * decode; 0: exact tiles. */
 int eng_qprefill_int(vx_dtype dt);
 /* Serial form of eng_qgemm over weight rows [r0, r1): writes Y[t, r] for those rows only. */
 void eng_qgemm_rows(vx_dtype dt, const void *W, int r0, int r1, int rows, int cols,

@@ -71,14 +71,14 @@ static unsigned char *make_w(vx_dtype dt, int rows, int cols, float **ref)
 static double worst;   /* largest error / bound seen */
 
 /* The activation block of the integer path eng_qgemm takes for n rows (0: activations
- * kept in f32, the tight bound): up to 8 rows every integer codec; past 8 (prefill) Q8_0,
- * Q4_0, MXFP4 and Q4_K on AVX-512 VNNI; none with LQL_QEXACT=1. eng_qgemm_rows past 8 rows is exact (gemm 0). */
+ * kept in f32, the tight bound): up to 8 rows every integer codec; past 8 (prefill) the
+ * same codecs on AVX-512 VNNI; none with LQL_QEXACT=1. eng_qgemm_rows past 8 rows is exact (gemm 0). */
 static int int_block(vx_dtype dt, int n, int gemm)
 {
     const char *ex = getenv("LQL_QEXACT");
     if (ex && *ex == '1') return 0;
     if (n <= 8) return act_block(dt);
-    int integer = dt == VX_Q8_0 || dt == VX_Q4_0 || dt == VX_MXFP4 || dt == VX_Q4_K;
+    int integer = dt == VX_Q8_0 || dt == VX_Q4_0 || dt == VX_MXFP4 || dt == VX_Q4_K || dt == VX_Q6_K;
     return gemm && integer && eng_avx512() && __builtin_cpu_supports("avx512vnni") ? act_block(dt) : 0;
 }
 
