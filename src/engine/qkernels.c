@@ -540,13 +540,25 @@ T512 static float dot_q4_k_wide(const unsigned char *w, const float *d, const in
     return _mm512_reduce_add_ps(acc) - eng_hsum256(accm);
 }
 
-/* Q6_K 64 values per step: the 4 low bits of two ql runs in one load, the 2 high bits from
- * the qh run and the same run shifted by 2 side by side, so the values come out in element
- * order and the activations load straight. */
+/* Half n of a Q6_K super-block's values (0..63, unsigned) in element order: v01 its first
+ * 64, v23 the next 64. The 4 low bits of two ql runs come in one load, the 2 high bits
+ * from the qh run and the same run shifted by 2 side by side. */
+T512 static void q6k_values(const unsigned char *w, int n, __m512i *v01, __m512i *v23)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
+    __m512i l = _mm512_loadu_si512((const void *)(w + 64 * n));
+    __m256i h = load32(w + 128 + 32 * n);
+    __m512i hx = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
+    *v01 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(hx, m2), 4));
+    *v23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hx, 4), m2), 4));
+}
+
+/* Q6_K 64 values per step, assembled in element order by q6k_values, so the activations
+ * load straight. */
 T512 static float dot_q6_k_wide(const unsigned char *w, const float *d, const int8_t *q,
                                 const int16_t *bs, int nb)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
     __m512i idx[4];
     kidx(VX_Q6_K, idx);
     __m512 acc = _mm512_setzero_ps();
@@ -560,14 +572,8 @@ T512 static float dot_q6_k_wide(const unsigned char *w, const float *d, const in
             _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)sc)));
         __m512i isum = _mm512_setzero_si512();
         for (int n = 0; n < 2; n++) {
-            __m512i l = _mm512_loadu_si512((const void *)(w + 64 * n));
-            __m256i h = load32(w + 128 + 32 * n);
-            __m512i hx = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
-            __m512i v01 = _mm512_or_si512(_mm512_and_si512(l, m4),
-                                          _mm512_slli_epi16(_mm512_and_si512(hx, m2), 4));
-            __m512i h23 = _mm512_and_si512(_mm512_srli_epi16(hx, 4), m2);
-            __m512i v23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                          _mm512_slli_epi16(h23, 4));
+            __m512i v01, v23;
+            q6k_values(w, n, &v01, &v23);
             __m512i x01 = _mm512_loadu_si512((const void *)(q + 128 * n));
             __m512i x23 = _mm512_loadu_si512((const void *)(q + 128 * n + 64));
             isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(v01, x01),
@@ -775,20 +781,15 @@ static void gemm_row(const void *ctx, int r, float *dst)
 }
 
 #ifdef __AVX2__
-/* One Q6_K row (nsb super-blocks) as int8 q − 32 in element order (the value assembly
- * of dot_q6_k_wide) with each 16 values' scale d·sc. */
+/* One Q6_K row (nsb super-blocks) as int8 q − 32 in element order with each 16 values'
+ * scale d·sc. */
 T512 static void q6k_row_i8(const unsigned char *w, int nsb, int8_t *q, float *d)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3), off = _mm512_set1_epi8(32);
+    const __m512i off = _mm512_set1_epi8(32);
     for (int sb = 0; sb < nsb; sb++, w += 210, q += 256, d += 16) {
         for (int n = 0; n < 2; n++) {
-            __m512i l = _mm512_loadu_si512((const void *)(w + 64 * n));
-            __m256i h = load32(w + 128 + 32 * n);
-            __m512i hx = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
-            __m512i v01 = _mm512_or_si512(_mm512_and_si512(l, m4),
-                                          _mm512_slli_epi16(_mm512_and_si512(hx, m2), 4));
-            __m512i v23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hx, 4), m2), 4));
+            __m512i v01, v23;
+            q6k_values(w, n, &v01, &v23);
             _mm512_storeu_si512((void *)(q + 128 * n), _mm512_sub_epi8(v01, off));
             _mm512_storeu_si512((void *)(q + 128 * n + 64), _mm512_sub_epi8(v23, off));
         }
