@@ -98,11 +98,12 @@ typedef struct eng_xpack {
 int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols);
 /* The same for integer products, on a CPU with AVX-512 VNNI (the caller checks), against
  * activations already quantised to 8-bit blocks of blk (32 or 256) — d [n, cols / blk]
- * scales, q [n, cols] values — with, when sums, each 32-block's scale × value sum for
- * formats with block mins: the integer products of the decode kernels, at GEMM speed.
- * Q8_0 (src_dt) is read in place; other formats need xp->row_i8. */
-int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, int n, int cols, int blk,
-                      int sums);
+ * scales, q [n, cols] values — and, for formats with block mins, bs [n, cols / 16] the sums
+ * of each 16 values (NULL otherwise), from which each 32-block's scale × value sum is
+ * packed: the integer products of the decode kernels, at GEMM speed. Q8_0 (src_dt) is
+ * read in place; other formats need xp->row_i8. */
+int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, const int16_t *bs, int n,
+                      int cols, int blk);
 void eng_xpack_free(eng_xpack *xp);
 void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, float *y,
                    void (*row)(const void *ctx, int r, float *dst), const void *ctx,

@@ -87,9 +87,10 @@ int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols)
     return 0;
 }
 
-int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, int n, int cols, int blk,
-                      int sums)
+int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, const int16_t *bs, int n,
+                      int cols, int blk)
 {
+    const int sums = bs != NULL;
     const int nb = cols / 32, nv = (n + 15) / 16, rt = tile_rows(cols), per = blk / 32;
     *xp = (eng_xpack){.n = n, .cols = cols, .parts = eng_threads()};
     xp->scratch_floats = ((size_t)rt * cols + 15) / 16 * 16 + (size_t)rt * GT;
@@ -119,9 +120,8 @@ int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, int n, int
             const size_t at = ((size_t)v * nb + b) * 16 + l;
             xp->q8d[at] = d[(size_t)t * (cols / blk) + b / per];
             if (sums) {
-                int sum = 0;
-                for (int k = 0; k < 32; k++) sum += src[k];
-                xp->q8s[at] = xp->q8d[at] * (float)sum;
+                const int16_t *s16 = bs + (size_t)t * (cols / 16) + 2 * b;
+                xp->q8s[at] = xp->q8d[at] * (float)(s16[0] + s16[1]);
             }
         }
     }

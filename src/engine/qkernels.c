@@ -223,12 +223,28 @@ static float dot_q8_0(const unsigned char *w, const float *d, const int8_t *q, i
     return eng_hsum256(_mm256_add_ps(acc[0], acc[1]));
 }
 
+/* The E2M1 codes as doubled values (so every one is an integer): MXFP4's int8 operands. */
+static const int8_t e2m1_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* A Q4_0 block's 32 values as int8 (nibble − 8), and an MXFP4 block's (doubled E2M1). */
+static __m256i q4_0_values(const unsigned char *w)
+{
+    return _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8));
+}
+
+static __m256i mxfp4_values(const unsigned char *w)
+{
+    return _mm256_shuffle_epi8(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)e2m1_doubled)),
+        nibbles(w + 1));
+}
+
 static float dot_q4_0(const unsigned char *w, const float *d, const int8_t *q, int nb)
 {
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int b = 0; b < nb; b++, w += 18) {
         ahead(w, 18);
-        __m256i v = _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8));
+        __m256i v = q4_0_values(w);
         acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]),
                                      mul_i8(v, load32(q + 32 * b)), acc[b & 1]);
     }
@@ -249,12 +265,10 @@ static float e8m0_half(unsigned e)
 
 static float dot_mxfp4(const unsigned char *w, const float *d, const int8_t *q, int nb)
 {
-    static const int8_t doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-    const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)doubled));
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int b = 0; b < nb; b++, w += 17) {
         ahead(w, 17);
-        __m256i v = _mm256_shuffle_epi8(tab, nibbles(w + 1));
+        __m256i v = mxfp4_values(w);
         acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(e8m0_half(w[0]) * d[b]),
                                      mul_i8(v, load32(q + 32 * b)), acc[b & 1]);
     }
@@ -627,15 +641,13 @@ static void store32(__m256i q, const __m256 sc[2], const __m256 sub[2], float *o
 /* Dequantise one block in registers, bit-equal to the codec; 0 when dt has no such path. */
 static int deq_block_fast(vx_dtype dt, const unsigned char *w, float *out)
 {
-    static const int8_t e2m1[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
     const __m256 zero[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     switch (dt) {
     case VX_Q8_0:
     case VX_Q4_0: {
         float d = h2f(w);
-        __m256i q = dt == VX_Q8_0 ? load32(w + 2)
-                                  : _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8));
+        __m256i q = dt == VX_Q8_0 ? load32(w + 2) : q4_0_values(w);
         __m256 sc[2] = {_mm256_set1_ps(d), _mm256_set1_ps(d)};
         store32(q, sc, zero, out);
         return 1;
@@ -647,9 +659,7 @@ static int deq_block_fast(vx_dtype dt, const unsigned char *w, float *out)
             return 1;
         }
         float d = e8m0_half(w[0]);
-        __m256i nib = nibbles(w + 1);
-        __m256i q = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(
-            _mm_loadu_si128((const __m128i *)(const void *)e2m1)), nib);
+        __m256i nib = nibbles(w + 1), q = mxfp4_values(w);
         __m256 sc[2] = {_mm256_set1_ps(d), _mm256_set1_ps(d)};
         store32(q, sc, zero, out);
         /* Code 8 is -0: OR the nibble's sign bit (moved to bit 7, then sign-extended to bit
@@ -805,7 +815,6 @@ T512 static void q6k_row_i8(const unsigned char *w, int nsb, int8_t *q, float *d
  * a scale per 16 values (ROW_I8_HALF, no min). */
 static void int8_row(const void *ctx, int r, int8_t *q, float *d, float *m)
 {
-    static const int8_t doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
     const job *j = ctx;
     const unsigned char *w = j->W + (size_t)r * j->row_bytes;
     const int nb = j->cols / 32;
@@ -833,11 +842,8 @@ static void int8_row(const void *ctx, int r, int8_t *q, float *d, float *m)
         return;
     }
     const int mx = j->dt == VX_MXFP4;
-    const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)doubled));
     for (int b = 0; b < nb; b++, w += mx ? 17 : 18) {
-        __m256i v = mx ? _mm256_shuffle_epi8(tab, nibbles(w + 1))
-                       : _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8));
-        _mm256_storeu_si256((__m256i *)(void *)(q + 32 * b), v);
+        _mm256_storeu_si256((__m256i *)(void *)(q + 32 * b), mx ? mxfp4_values(w) : q4_0_values(w));
         d[b] = mx ? e8m0_half(w[0]) : h2f(w);
         m[b] = 0;
     }
@@ -893,14 +899,13 @@ static int qexact(void)
     return ex && *ex == '1';
 }
 
-/* Every format with an integer decode kernel (Q8_0, Q4_0, MXFP4, Q4_K, Q6_K) keeps decode's
+/* Every format with an integer decode kernel (act_block: Q8_0, Q4_0, MXFP4, Q4_K, Q6_K) keeps decode's
  * integer products (quantised activations) in prefill on AVX-512 VNNI, at GEMM speed; every
  * other case multiplies exact f32 weight tiles. */
 int eng_qprefill_int(vx_dtype dt)
 {
 #ifdef __AVX2__
-    return (dt == VX_Q8_0 || dt == VX_Q4_0 || dt == VX_MXFP4 || dt == VX_Q4_K || dt == VX_Q6_K) &&
-           !qexact() && wide_ok();
+    return act_block(dt) && !qexact() && wide_ok();
 #else
     (void)dt;
     return 0;
@@ -925,7 +930,7 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
         }
         /* pack only for eng_qgemm's parts: eng_qgemm_rows already runs inside one */
         if (pack && eng_qprefill_int(dt) && acts_make(a, blk, X, n, cols) == 0) {
-            int ok = eng_xpack_make_q8(&j->pk, a->d, a->q, n, cols, blk, dt == VX_Q4_K) == 0;
+            int ok = eng_xpack_make_q8(&j->pk, a->d, a->q, dt == VX_Q4_K ? a->bs : NULL, n, cols, blk) == 0;
             free(a->mem);
             a->mem = NULL;
             if (ok) {
