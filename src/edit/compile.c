@@ -417,23 +417,12 @@ static int rewrite(const vx_container *c, const vx_segment_view *v, const eng_ov
     if (rc)
         return -1;
     const unsigned char *payload = (const unsigned char *)v->data + h->payload_off;
-    /* unedited tensors are copied from the base's file in the kernel (hashed from the
-     * mapping); written from the mapping when the file cannot be opened as the one mapped */
-    char src[PATH_MAX];
-    struct stat sb;
-    int fd = vx_resolve_in(vx_dir(c), v->rel, src, sizeof src, NULL) == 0
-                 ? open(src, O_RDONLY | O_CLOEXEC) : -1;
-    if (fd >= 0 && (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != v->size)) {
-        close(fd);
-        fd = -1;
-    }
+    /* unedited tensors are written from the base's mapping */
     for (size_t i = 0; i < h->n && rc == 0; i++) {
         const vx_seg_tensor *x = &h->t[i];
         site st = site_of(c, v->object, x->name, x->shape, x->ndim);
         if (!edited(ov, &st)) {
-            rc = fd < 0 ? vx_segw_write(w, payload + x->offset, (size_t)x->length, err)
-                        : vx_segw_copy(w, fd, h->payload_off + x->offset, payload + x->offset,
-                                       (size_t)x->length, err);
+            rc = vx_segw_write(w, payload + x->offset, (size_t)x->length, err);
             continue;
         }
         unsigned char *out = malloc((size_t)x->length ? (size_t)x->length : 1);
@@ -447,8 +436,6 @@ static int rewrite(const vx_container *c, const vx_segment_view *v, const eng_ov
             rc = vx_segw_write(w, out, (size_t)x->length, err);
         free(out);
     }
-    if (fd >= 0)
-        close(fd);
     if (rc) {
         vx_segw_abort(w);
         return -1;

@@ -43,7 +43,6 @@ typedef struct enc {
     unsigned char *cbuf;         /* CHUNK_ELEMS * 4: converted output */
     unsigned char *gbuf;         /* CHUNK_ELEMS * 4: gathered (transposed) source */
     unsigned char *hashed;       /* per checkpoint tensor: in this representation's source hash */
-    int *fd;                     /* per shard: read descriptors for copy_file_range */
     vx_sha256_ctx pay, src;      /* representation payload / source payload */
     int src_is_pay;              /* every operand a whole, unconverted, distinct tensor:
                                   * the source hash is the payload hash (one pass saved) */
@@ -95,15 +94,14 @@ static void convert(enc *e, vx_dtype from, const void *src, vx_dtype to, void *d
     }
 }
 
-/* Emit n bytes p. fd >= 0: they are file fd's bytes at off as the checkpoint stores them,
- * copied file to file in the kernel and hashed from the mapping p. The cancel check is
- * the segment writer's too; this one names the statement. */
-static int emit(enc *e, vx_segw *w, int fd, uint64_t off, const void *p, size_t n)
+/* Emit n bytes p. The cancel check is the segment writer's too; this one names the
+ * statement. */
+static int emit(enc *e, vx_segw *w, const void *p, size_t n)
 {
     if (vx_cancel_flag)
         return vx_errf(e->err, VX_ECANCEL, "encode: cancelled");
     vx_sha256_update(&e->pay, p, n);
-    if ((fd < 0 ? vx_segw_write(w, p, n, e->err) : vx_segw_copy(w, fd, off, p, n, e->err)) < 0)
+    if (vx_segw_write(w, p, n, e->err) < 0)
         return -1;
     e->done += n;
     if (e->o->progress)
@@ -134,7 +132,7 @@ static int emit_gathered(enc *e, vx_segw *w, vx_dtype from, vx_dtype to, size_t 
         convert(e, from, e->gbuf, to, e->cbuf, n);
         outp = e->cbuf;
     }
-    return emit(e, w, -1, 0, outp, n * vx_dtype_block_bytes(to));
+    return emit(e, w, outp, n * vx_dtype_block_bytes(to));
 }
 
 /* MXFP4 rows from blocks [E, R, nb, 16] + scales [E, R, nb]: each 32-value block becomes
@@ -159,7 +157,7 @@ static int write_mxfp4_rows(enc *e, vx_segw *w, const hf_operand *op)
             for (int k = 0; k < 16; k++)
                 out[1 + k] = (unsigned char)(v[k] | v[k + 16] << 4);
         }
-        if (emit(e, w, -1, 0, e->cbuf, (size_t)(nb * 17)) < 0)
+        if (emit(e, w, e->cbuf, (size_t)(nb * 17)) < 0)
             return -1;
     }
     return 0;
@@ -225,11 +223,11 @@ static int write_operand(enc *e, vx_segw *w, const hf_operand *op)
             if (inline_hash && !e->src_is_pay)
                 vx_sha256_update(&e->src, p, n * es);
             if (from == to) {
-                if (emit(e, w, e->fd[t->shard], t->file_offset + at, p, n * es) < 0)
+                if (emit(e, w, p, n * es) < 0)
                     return -1;
             } else {
                 convert(e, from, p, to, e->cbuf, n);
-                if (emit(e, w, -1, 0, e->cbuf, n * eo) < 0)
+                if (emit(e, w, e->cbuf, n * eo) < 0)
                     return -1;
             }
             st_release(p, n * es);
@@ -509,19 +507,10 @@ int vx_encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opt
     e.cbuf = malloc(CHUNK_ELEMS * 4);
     e.gbuf = malloc(CHUNK_ELEMS * 4);
     e.hashed = calloc(st_count(m) + 1, 1);
-    e.fd = malloc((size_t)st_shard_count(m) * sizeof *e.fd + 1);
-    if (!e.f32 || !e.cbuf || !e.gbuf || !e.hashed || !e.fd) {
+    if (!e.f32 || !e.cbuf || !e.gbuf || !e.hashed) {
         rc = vx_errf(err, VX_ENOMEM, "encode: out of memory");
         goto out;
     }
-    for (int i = 0; i < st_shard_count(m); i++)
-        e.fd[i] = -1;
-    for (int i = 0; i < st_shard_count(m) && rc == 0; i++)
-        if ((e.fd[i] = open(st_shard_path(m, i), O_RDONLY | O_CLOEXEC)) < 0)
-            rc = vx_errf(err, VX_EIO, "encode: cannot open '%s': %s", st_shard_path(m, i),
-                         strerror(errno));
-    if (rc < 0)
-        goto out;
     for (int i = 0; i < HF_NOBJ; i++)
         for (size_t k = 0; k < plan.obj[i].n; k++)
             e.total += op_bytes(&plan.obj[i].op[k], out_dtype(&e, &plan.obj[i].op[k]));
@@ -573,10 +562,6 @@ out:
     free(e.cbuf);
     free(e.gbuf);
     free(e.hashed);
-    for (int i = 0; e.fd && i < st_shard_count(m); i++)
-        if (e.fd[i] >= 0)
-            close(e.fd[i]);
-    free(e.fd);
     hf_plan_free(&plan);
     st_close(m);
     return rc < 0 ? -1 : 0;

@@ -436,6 +436,7 @@ int vx_lyrw_open(const char *path, vx_lyrw **out, vx_err *err)
             close(fd);
             return vx_errf(err, VX_EIO, "%s: cannot map: %s", path, strerror(errno));
         }
+        madvise(map, (size_t)st.st_size, MADV_HUGEPAGE);   /* as container.c's segments */
     }
     close(fd);
     static const unsigned char empty[1];

@@ -456,11 +456,6 @@ const st_tensor *st_at(const st_model *m, size_t i)
     return i < m->n ? &m->t[i] : NULL;
 }
 
-const char *st_shard_path(const st_model *m, int i)
-{
-    return i >= 0 && i < m->nsh ? m->sh[i].path : NULL;
-}
-
 int st_shard_count(const st_model *m)
 {
     return m->nsh;

@@ -6,15 +6,18 @@
  * padding between]. The table is known before any payload byte, so the header is written
  * first with placeholder per-tensor sha256 fields; they have a fixed width (64 hex), so
  * patching in the real hashes at close leaves every offset unchanged. Memory use is one
- * 1 MiB write buffer, whatever the segment size. Bytes that already sit in a file (the
- * checkpoint's, unconverted) are copied in the kernel (vx_segw_copy) instead of through
- * write(), which on ext4 cost six times the CPU (ENCODE.md "Where the CPU goes").
+ * 2 MiB write buffer, whatever the segment size. Every write() but the last is 2 MiB at a
+ * 2 MiB-aligned file offset: the page cache then holds the file in 2 MiB folios, which a
+ * reader's mapping (the engine's, straight after encode or COMPILE) maps with one TLB
+ * entry each. Written in 1 MiB pieces, or copied in the kernel (copy_file_range), the same
+ * bytes sat in small folios and decode streamed them 15% slower; the huge folios cost the
+ * write more kernel time on the measured VM (ENCODE.md "Huge folios": both measured).
  *
  * Also the two steps every writer of segments shares (encoder, representation adder,
  * bank importer): recording a written file in index.json's "segments", and removing a
  * temporary container directory when a write fails.
  */
-#define _GNU_SOURCE   /* nftw, copy_file_range, sync_file_range */
+#define _GNU_SOURCE   /* nftw, sync_file_range */
 #include "vx_int.h"
 
 #include <cjson/cJSON.h>
@@ -27,7 +30,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define WBUF (1u << 20)
+#define WBUF (2u << 20)       /* the huge folio size; see above */
 #define KICK (64u << 20)      /* writeback started every KICK bytes (sync_file_range) */
 
 struct vx_segw {
@@ -44,7 +47,6 @@ struct vx_segw {
     unsigned char *buf;
     size_t nbuf;
     uint64_t flushed, kicked;    /* file bytes written / handed to writeback */
-    int fd_copy;                 /* copy_file_range works between these files */
 };
 
 static const char zero_hex[] =
@@ -125,6 +127,17 @@ static int put(vx_segw *w, const void *data, size_t n, vx_err *err)
 {
     const unsigned char *p = data;
     while (n) {
+        if (p && !w->nbuf && n >= WBUF) {
+            /* whole buffers' worth straight from the caller's bytes: still aligned */
+            size_t k = n & ~(size_t)(WBUF - 1);
+            if (vx_write_all(w->fd, p, k, NULL, w->path, err) < 0)
+                return -1;
+            w->flushed += k;
+            kick(w, 0);
+            p += k;
+            n -= k;
+            continue;
+        }
         size_t k = WBUF - w->nbuf < n ? WBUF - w->nbuf : n;
         if (p)
             memcpy(w->buf + w->nbuf, p, k);
@@ -244,7 +257,6 @@ int vx_segw_open(vx_segw **out, const char *path, const char *object, const char
     }
     uint64_t raw = strlen(z);
     w->hlen = ((8 + raw + 63) & ~(uint64_t)63) - 8;
-    w->fd_copy = 1;
     w->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w->fd < 0) {
         int e = errno;
@@ -271,10 +283,8 @@ int vx_segw_open(vx_segw **out, const char *path, const char *object, const char
     return 0;
 }
 
-/* Append n bytes of the current tensor(s): through the write buffer (fd < 0), or copied
- * from file fd at off in the kernel (no copy through user space; where the file systems
- * cannot, the mapped bytes are written). Hashed from data either way. */
-static int append(vx_segw *w, int fd, uint64_t off, const void *data, size_t n, vx_err *err)
+/* Append n bytes of the current tensor(s), hashed as they pass. */
+int vx_segw_write(vx_segw *w, const void *data, size_t n, vx_err *err)
 {
     const unsigned char *p = data;
     /* every writer of segments (encode, REPRESENT, COMPILE, COMPACT) is cancellable here */
@@ -287,35 +297,8 @@ static int append(vx_segw *w, int fd, uint64_t off, const void *data, size_t n, 
         uint64_t room = w->len[w->cur] - w->done;
         size_t k = room < n ? (size_t)room : n;
         vx_sha256_update(&w->th, p, k);
-        if (fd < 0) {
-            if (put(w, p, k, err) < 0)
-                return -1;
-        } else {
-            if (flush(w, err) < 0)
-                return -1;
-            loff_t in = (loff_t)off;
-            size_t left = k;
-            while (w->fd_copy && left) {
-                ssize_t c = copy_file_range(fd, &in, w->fd, NULL, left, 0);
-                if (c < 0 && errno == EINTR)
-                    continue;
-                if (c <= 0) {
-                    if (c < 0 && left == k && (errno == EXDEV || errno == EINVAL ||
-                                               errno == ENOSYS || errno == EOPNOTSUPP)) {
-                        w->fd_copy = 0;
-                        break;
-                    }
-                    return vx_errf(err, VX_EIO, "cannot copy into '%s': %s", w->path,
-                                   c < 0 ? strerror(errno) : "short copy");
-                }
-                left -= (size_t)c;
-            }
-            if (left && vx_write_all(w->fd, p, k, NULL, w->path, err) < 0)
-                return -1;
-            w->flushed += k;
-            kick(w, 0);
-            off += k;
-        }
+        if (put(w, p, k, err) < 0)
+            return -1;
         w->done += k;
         w->pos += k;
         p += k;
@@ -328,16 +311,6 @@ static int append(vx_segw *w, int fd, uint64_t off, const void *data, size_t n, 
         }
     }
     return 0;
-}
-
-int vx_segw_write(vx_segw *w, const void *data, size_t n, vx_err *err)
-{
-    return append(w, -1, 0, data, n, err);
-}
-
-int vx_segw_copy(vx_segw *w, int fd, uint64_t off, const void *data, size_t n, vx_err *err)
-{
-    return append(w, fd, off, data, n, err);
 }
 
 /* sha256 of the written file's first n bytes, read through a mapping (no copy). */

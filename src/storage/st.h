@@ -44,8 +44,7 @@ void st_close(st_model *m);
 const st_tensor *st_find(const st_model *m, const char *name);
 size_t st_count(const st_model *m);
 const st_tensor *st_at(const st_model *m, size_t i);   /* sorted by name */
-/* Path of shard i (as opened) and the number of shards. */
-const char *st_shard_path(const st_model *m, int i);
+/* The number of shards. */
 int st_shard_count(const st_model *m);
 
 /* Parse a safetensors header held in memory (the fuzz entry point): buf is the whole

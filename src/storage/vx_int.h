@@ -134,10 +134,6 @@ int vx_segw_open(vx_segw **out, const char *path, const char *object, const char
                  const vx_segw_tensor *t, size_t n, vx_err *err);
 /* Append the next bytes of the current tensor. */
 int vx_segw_write(vx_segw *w, const void *data, size_t n, vx_err *err);
-/* Append the next n bytes of the current tensor(s), which are the n bytes of file fd at
- * offset off and are mapped at data: copied file to file in the kernel (copy_file_range;
- * written from data where the file systems cannot), hashed from data. */
-int vx_segw_copy(vx_segw *w, int fd, uint64_t off, const void *data, size_t n, vx_err *err);
 /* Finish: every tensor must be complete. Fills the file's sha256 and size, frees w. */
 int vx_segw_close(vx_segw *w, char sha[65], uint64_t *bytes, vx_err *err);
 /* Abandon (error paths): closes and frees; the caller removes the file. NULL is fine. */
