@@ -136,13 +136,11 @@ int main(int argc, char **argv)
         return bench_encode(argv[2], argv[3], argc == 5 ? argv[4] : NULL);
     const char *def[] = {"/tmp/lql-bench-1b-bf16.vindex3", "/tmp/lql-bench-1b-f16.vindex3"};
     size_t n_arr = ((size_t)2 << 30) / sizeof(float);
-    float *arr = aligned_alloc(64, n_arr * sizeof(float));
+    float *arr = bw_array(n_arr);
     if (!arr) {
         fprintf(stderr, "walk: cannot allocate the 2 GB probe array\n");
         return 1;
     }
-    for (size_t i = 0; i < n_arr; i++)
-        arr[i] = (float)(i & 7);
     int rc = 0;
     if (argc > 1)
         for (int i = 1; i < argc; i++)
@@ -150,6 +148,5 @@ int main(int argc, char **argv)
     else
         for (int i = 0; i < 2; i++)
             rc |= bench_one(def[i], arr, n_arr);
-    free(arr);
     return rc;
 }
