@@ -626,6 +626,26 @@ static float dot_row(vx_dtype dt, const unsigned char *w, const acts *a, int t, 
 
 /* ---------------------------------------------------------------- exact-weight blocks */
 
+/* A Q4_K super-block as eight runs of 32 unsigned nibbles in element order, each run's
+ * scale d·sc and min dmin·m (w = scale·q − min): the dequantiser's and the integer
+ * prefill's unpack. */
+static void q4k_block(const unsigned char *w, __m256i v[8], float sc[8], float mn[8])
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    uint8_t sm[16];
+    q4k_unpack(w + 4, sm);
+    const float d = h2f(w), dmin = h2f(w + 2);
+    for (int j = 0; j < 4; j++) {
+        __m256i x = load32(w + 16 + 32 * j);
+        v[2 * j] = _mm256_and_si256(x, m4);
+        v[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+    }
+    for (int k = 0; k < 8; k++) {
+        sc[k] = d * (float)sm[k];
+        mn[k] = dmin * (float)sm[8 + k];
+    }
+}
+
 /* out[0..32) = sc·q − sub for 32 int8 values q, the first 16 with sc[0]/sub[0] and the last
  * 16 with sc[1]/sub[1]: a product then a difference, exactly as the codec forms them. */
 static void store32(__m256i q, const __m256 sc[2], const __m256 sub[2], float *out)
@@ -642,7 +662,6 @@ static void store32(__m256i q, const __m256 sc[2], const __m256 sub[2], float *o
 static int deq_block_fast(vx_dtype dt, const unsigned char *w, float *out)
 {
     const __m256 zero[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
     switch (dt) {
     case VX_Q8_0:
     case VX_Q4_0: {
@@ -674,19 +693,13 @@ static int deq_block_fast(vx_dtype dt, const unsigned char *w, float *out)
         return 1;
     }
     case VX_Q4_K: {
-        uint8_t sm[16];
-        q4k_unpack(w + 4, sm);
-        float d = h2f(w), dmin = h2f(w + 2);
-        for (int j = 0; j < 4; j++) {
-            __m256i v = load32(w + 16 + 32 * j);
-            __m256i half[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
-            for (int h = 0; h < 2; h++) {
-                int s = 2 * j + h;
-                __m256 sc[2] = {_mm256_set1_ps(d * (float)sm[s]), _mm256_set1_ps(d * (float)sm[s])};
-                __m256 mn[2] = {_mm256_set1_ps(dmin * (float)sm[8 + s]),
-                                _mm256_set1_ps(dmin * (float)sm[8 + s])};
-                store32(half[h], sc, mn, out + 64 * j + 32 * h);
-            }
+        __m256i v[8];
+        float scale[8], min[8];
+        q4k_block(w, v, scale, min);
+        for (int s = 0; s < 8; s++) {
+            __m256 sc[2] = {_mm256_set1_ps(scale[s]), _mm256_set1_ps(scale[s])};
+            __m256 mn[2] = {_mm256_set1_ps(min[s]), _mm256_set1_ps(min[s])};
+            store32(v[s], sc, mn, out + 32 * s);
         }
         return 1;
     }
@@ -818,25 +831,17 @@ static void int8_row(const void *ctx, int r, int8_t *q, float *d, float *m)
     const job *j = ctx;
     const unsigned char *w = j->W + (size_t)r * j->row_bytes;
     const int nb = j->cols / 32;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
     if (j->dt == VX_Q6_K) {
         q6k_row_i8(w, nb / 8, q, d);
         return;
     }
     if (j->dt == VX_Q4_K) {
         for (int sb = 0; sb < nb / 8; sb++, w += 144, q += 256, d += 8, m += 8) {
-            uint8_t sm[16];
-            q4k_unpack(w + 4, sm);
-            const float dd = h2f(w), dm = h2f(w + 2);
-            for (int k = 0; k < 4; k++) {
-                __m256i v = load32(w + 16 + 32 * k);
-                _mm256_storeu_si256((__m256i *)(void *)(q + 64 * k), _mm256_and_si256(v, m4));
-                _mm256_storeu_si256((__m256i *)(void *)(q + 64 * k + 32),
-                                    _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
-            }
+            __m256i v[8];
+            q4k_block(w, v, d, m);
             for (int k = 0; k < 8; k++) {
-                d[k] = dd * (float)sm[k];
-                m[k] = -dm * (float)sm[8 + k];
+                _mm256_storeu_si256((__m256i *)(void *)(q + 32 * k), v[k]);
+                m[k] = -m[k];
             }
         }
         return;
@@ -930,13 +935,16 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
         }
         /* pack only for eng_qgemm's parts: eng_qgemm_rows already runs inside one */
         if (pack && eng_qprefill_int(dt) && acts_make(a, blk, X, n, cols) == 0) {
-            int ok = eng_xpack_make_q8(&j->pk, a->d, a->q, dt == VX_Q4_K ? a->bs : NULL, n, cols, blk) == 0;
+            /* Q4_K's mins take the activations' block sums; Q6_K has a scale per 16 values */
+            const int kind = dt == VX_Q4_K ? ROW_I8_MIN : dt == VX_Q6_K ? ROW_I8_HALF : ROW_I8_PLAIN;
+            int ok = eng_xpack_make_q8(&j->pk, a->d, a->q, kind == ROW_I8_MIN ? a->bs : NULL, n, cols,
+                                       blk) == 0;
             free(a->mem);
             a->mem = NULL;
             if (ok) {
+                j->pk.row_i8_kind = kind;
 #ifdef __AVX2__
                 if (dt != VX_Q8_0) j->pk.row_i8 = int8_row;   /* Q8_0 is read in place */
-                j->pk.row_i8_kind = dt == VX_Q4_K ? ROW_I8_MIN : dt == VX_Q6_K ? ROW_I8_HALF : ROW_I8_PLAIN;
 #endif
                 return;
             }

@@ -113,13 +113,21 @@ static void kick(vx_segw *w, int all)
     }
 }
 
+/* n bytes to the file at its end, writeback started as they accumulate. */
+static int write_out(vx_segw *w, const void *p, size_t n, vx_err *err)
+{
+    if (vx_write_all(w->fd, p, n, NULL, w->path, err) < 0)
+        return -1;
+    w->flushed += n;
+    kick(w, 0);
+    return 0;
+}
+
 static int flush(vx_segw *w, vx_err *err)
 {
-    if (vx_write_all(w->fd, w->buf, w->nbuf, NULL, w->path, err) < 0)
+    if (write_out(w, w->buf, w->nbuf, err) < 0)
         return -1;
-    w->flushed += w->nbuf;
     w->nbuf = 0;
-    kick(w, 0);
     return 0;
 }
 
@@ -130,10 +138,8 @@ static int put(vx_segw *w, const void *data, size_t n, vx_err *err)
         if (p && !w->nbuf && n >= WBUF) {
             /* whole buffers' worth straight from the caller's bytes: still aligned */
             size_t k = n & ~(size_t)(WBUF - 1);
-            if (vx_write_all(w->fd, p, k, NULL, w->path, err) < 0)
+            if (write_out(w, p, k, err) < 0)
                 return -1;
-            w->flushed += k;
-            kick(w, 0);
             p += k;
             n -= k;
             continue;
