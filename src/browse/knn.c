@@ -315,6 +315,7 @@ int brw_gate_knn_mode(const brw_model *m, const int *layers, int n_layers, const
         s.threads = n_items ? (int)n_items : 1;
     s.items = malloc((n_items + 1) * sizeof *s.items);
     s.heaps = calloc((size_t)s.threads * (size_t)n_layers + 1, sizeof *s.heaps);
+    float *qa = NULL;
     int rc = -1;
     if (!s.kk || !s.items || !s.heaps) {
         vx_errf(err, VX_ENOMEM, "gate knn: out of memory");
@@ -344,6 +345,10 @@ int brw_gate_knn_mode(const brw_model *m, const int *layers, int n_layers, const
     }
     s.n_items = n_items;
 
+    /* q is read once per gate row: from an aligned copy when it is not aligned */
+    qa = m->s.hidden % 16 == 0 ? eng_x_aligned(q, (size_t)m->s.hidden) : NULL;
+    if (qa)
+        s.q = qa;
     int nt = s.threads;
     eng_parallel(run_part, &s);
 
@@ -379,5 +384,6 @@ done:
     free(s.heaps);
     free(s.items);
     free(s.kk);
+    free(qa);
     return rc;
 }

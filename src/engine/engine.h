@@ -86,6 +86,10 @@ float eng_row_dot(vx_dtype dt, const void *row, const float *x, int cols);
  * same results, the CPU checks made once for all n rows (a scan's chunk; safe anywhere). */
 void eng_rows_dot(vx_dtype dt, const void *data, size_t row_bytes, int n, const float *x, int cols,
                   float *y);
+/* A 64-byte-aligned copy of x[n] for a caller about to stream many rows against it (the
+ * row kernels load x in 64-byte vectors, and one straddling two cache lines costs two),
+ * or NULL when x is aligned already or memory is short: then use x itself. free() it. */
+float *eng_x_aligned(const float *x, size_t n);
 /* A screening product for callers that recompute the survivors exactly (down-meta's
  * candidate pass): y[n, rows] ≈ x[n, cols] · Wᵀ for bf16 W (row r at w + r · row_bytes)
  * and bf16 x, with AVX512-BF16 on the engine's pool. Products are exact; each sum is

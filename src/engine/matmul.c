@@ -120,7 +120,7 @@ float eng_dot(const float *a, const float *b, int n)
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
-T512 static inline __m512 load16(vx_dtype dt, const void *p, int k)
+T512 static inline __attribute__((always_inline)) __m512 load16(vx_dtype dt, const void *p, int k)
 {
     if (dt == VX_F32) return _mm512_loadu_ps((const float *)p + k);
     __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + k));
@@ -128,15 +128,33 @@ T512 static inline __m512 load16(vx_dtype dt, const void *p, int k)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* A f32/f16/bf16 row · x with AVX-512, two accumulators; the first cols - cols % 32. */
-T512 static float dot_row512(vx_dtype dt, const void *row, const float *x, int cols)
+/* A f32/f16/bf16 row · x with AVX-512; the first cols - cols % 32. Four chains of 16-lane
+ * products, 64 weights a step: over the bench's bf16 and f16 stacks this streamed 4-6 %
+ * more of the memory's bandwidth than two chains (2026-12-02, ENGINE.md session 9).
+ * Inlined once per dtype (dot_row512), so the loop holds no dtype test. */
+T512 static inline __attribute__((always_inline)) float dot512(vx_dtype dt, const void *row,
+                                                               const float *x, int cols)
 {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-    for (int k = 0; k + 32 <= cols; k += 32) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int k = 0;
+    for (; k + 64 <= cols; k += 64) {
+        a0 = _mm512_fmadd_ps(load16(dt, row, k), _mm512_loadu_ps(x + k), a0);
+        a1 = _mm512_fmadd_ps(load16(dt, row, k + 16), _mm512_loadu_ps(x + k + 16), a1);
+        a2 = _mm512_fmadd_ps(load16(dt, row, k + 32), _mm512_loadu_ps(x + k + 32), a2);
+        a3 = _mm512_fmadd_ps(load16(dt, row, k + 48), _mm512_loadu_ps(x + k + 48), a3);
+    }
+    if (k + 32 <= cols) {
         a0 = _mm512_fmadd_ps(load16(dt, row, k), _mm512_loadu_ps(x + k), a0);
         a1 = _mm512_fmadd_ps(load16(dt, row, k + 16), _mm512_loadu_ps(x + k + 16), a1);
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+T512 static float dot_row512(vx_dtype dt, const void *row, const float *x, int cols)
+{
+    if (dt == VX_BF16) return dot512(VX_BF16, row, x, cols);
+    if (dt == VX_F16) return dot512(VX_F16, row, x, cols);
+    return dot512(VX_F32, row, x, cols);
 }
 
 /* Stored row (cols elements in dt) · x: exact weights, f32 products; wide: eng_avx512(),
@@ -204,46 +222,19 @@ static void rows_dot(const eng_w *w, int r0, int r1, const float *x, int n, floa
     }
 }
 
+float *eng_x_aligned(const float *x, size_t n)
+{
+    if (!((uintptr_t)x & 63)) return NULL;
+    float *a = aligned_alloc(64, (n * sizeof *a + 63) & ~(size_t)63);
+    if (a) memcpy(a, x, n * sizeof *a);
+    return a;
+}
+
 void eng_rows_dot(vx_dtype dt, const void *data, size_t row_bytes, int n, const float *x, int cols,
                   float *y)
 {
     const eng_w w = {.dt = dt, .data = data, .rows = n, .cols = cols, .row_bytes = row_bytes};
     rows_dot(&w, 0, n, x, 1, y, eng_avx512());
-}
-
-/* bf16 rows with AVX-512: 32 weights are one 64-byte line; the even elements become f32
- * by a shift, the odd ones by a masked load, each folded into its load, so no shuffle is
- * needed when x has been permuted to match (xp: per 32-block, the 16 even elements then
- * the 16 odd ones). Two lines per step, the even and odd sums in two f32 chains. */
-#define ODD16 0xAAAAAAAAu   /* the high bf16 of each 32-bit lane */
-#define BF_EVEN(p) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(p), 16))
-#define BF_ODD(p) _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(ODD16, p))
-
-T512 static void rows_bf16_512(const eng_w *w, int r0, int r1, const float *x, const float *xp,
-                               int n, float *y)
-{
-    const int cols = w->cols, c32 = cols & ~31, c64 = cols & ~63;
-    for (int r = r0; r < r1; r++) {
-        const char *row = (const char *)w->data + (size_t)r * w->row_bytes;
-        for (int t = 0; t < n; t++) {
-            const float *xt = xp + (size_t)t * cols;
-            const char *p = row;
-            __m512 a = _mm512_setzero_ps(), b = a;
-            int k = 0;
-            for (; k < c64; k += 64, p += 128) {
-                a = _mm512_fmadd_ps(BF_EVEN(p), _mm512_loadu_ps(xt + k), a);
-                b = _mm512_fmadd_ps(BF_ODD(p), _mm512_loadu_ps(xt + k + 16), b);
-                a = _mm512_fmadd_ps(BF_EVEN(p + 64), _mm512_loadu_ps(xt + k + 32), a);
-                b = _mm512_fmadd_ps(BF_ODD(p + 64), _mm512_loadu_ps(xt + k + 48), b);
-            }
-            if (k < c32) {
-                a = _mm512_fmadd_ps(BF_EVEN(p), _mm512_loadu_ps(xt + k), a);
-                b = _mm512_fmadd_ps(BF_ODD(p), _mm512_loadu_ps(xt + k + 16), b);
-            }
-            y[(size_t)t * w->rows + r] = _mm512_reduce_add_ps(_mm512_add_ps(a, b)) +
-                                         tail_dot(w->dt, row, x + (size_t)t * cols, c32, cols);
-        }
-    }
 }
 
 /* ---------------------------------------------------------------- row conversion */
@@ -304,7 +295,7 @@ static void tile_gemm(const eng_w *w, int r0, int r1, const float *x, int n, flo
 typedef struct job {
     const eng_w *w;
     const eng_w *src;      /* source-exact MXFP4 rows that w (their bf16 shape) decodes, or NULL */
-    const float *x, *xp;   /* xp: x permuted for rows_bf16_512, or NULL */
+    const float *x;
     const eng_xpack *pk;   /* x packed for eng_gemm_rows, or NULL */
     int wide;              /* eng_avx512(), read once per product */
     float *y;
@@ -327,8 +318,7 @@ static void mxfp4_row_bf16(const eng_w *w, int r, float *tmp, uint16_t *dst)
 /* Rows [r0, r1) of the streaming path, from view w (y is the product's, row stride w->rows). */
 static void stream_rows(const job *j, const eng_w *w, int r0, int r1, float *y)
 {
-    if (j->xp) rows_bf16_512(w, r0, r1, j->x, j->xp, j->n, y);
-    else rows_dot(w, r0, r1, j->x, j->n, y, j->wide);
+    rows_dot(w, r0, r1, j->x, j->n, y, j->wide);
 }
 
 /* Source-exact MXFP4 rows [lo, hi) decoded to bf16 DEC_ROWS at a time (a multiple of the
@@ -594,26 +584,18 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
         return;
     }
     if (!src && matmul_bf16_acts(w, x, n, y) == 0) return;
-    job j = {w, src, x, NULL, NULL, eng_avx512(), y, n, 16, 0};
-    float *xp = NULL;
+    job j = {w, src, x, NULL, eng_avx512(), y, n, 16, 0};
     eng_xpack pk = {0};
     if (n > SMALL_N && j.wide && eng_xpack_make(&pk, x, n, w->cols) == 0) j.pk = &pk;
-    if (n <= SMALL_N && w->dt == VX_BF16 && w->cols >= 32 && j.wide &&
-        (xp = malloc((size_t)n * w->cols * sizeof *xp))) {
-        for (int t = 0; t < n; t++)
-            for (int k = 0; k + 32 <= w->cols; k += 32)
-                for (int i = 0; i < 16; i++) {
-                    xp[(size_t)t * w->cols + k + i] = x[(size_t)t * w->cols + k + 2 * i];
-                    xp[(size_t)t * w->cols + k + 16 + i] = x[(size_t)t * w->cols + k + 2 * i + 1];
-                }
-        j.xp = xp;
-    }
+    /* decode streamed 15-20 % slower with x 16 bytes off a cache line (bf16, 2026-12-02) */
+    float *xa = n <= SMALL_N && w->cols % 16 == 0 ? eng_x_aligned(x, (size_t)n * w->cols) : NULL;
+    if (xa) j.x = xa;
     int per = (int)(TILE_BYTES / ((size_t)w->cols * sizeof(float)));
     j.tile = per < 16 ? 16 : per & ~15;
 
     /* tiny products are not worth waking the pool */
     if ((size_t)w->rows * (size_t)w->cols * (size_t)n < 32768) run_part(&j, 0, 1);
     else eng_parallel(run_part, &j);
-    free(xp);
+    free(xa);
     eng_xpack_free(&pk);
 }
