@@ -25,6 +25,7 @@
  * scale product per block. 2.9× the f32 kernel's multiply-adds per second on one core in
  * cache (161 vs 55 G/s).
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,77 @@ static int tile_rows(int cols)
     return rt < MR ? MR : rt;
 }
 
+/* Prefill packs a few hundred KiB per product, hundreds of products a second on small
+ * models: fresh allocations that size are fresh mappings, so each product paid page
+ * faults on its packing, and under ASan an mmap, a munmap and a TLB shootdown (on this
+ * VM the sanitizer suite's edit tests spent most of their time there). Freed buffers are
+ * kept in a few slots for the next product; a slot's size is a lower bound of its buffer. */
+#define KEEP 4
+#define KEEP_MAX ((size_t)64 << 20)
+static struct {
+    pthread_mutex_t mu;
+    void *p[KEEP];
+    size_t cap[KEEP];
+} keep = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void *buf_take(size_t bytes)
+{
+    void *p = NULL;
+    int best = -1;
+    pthread_mutex_lock(&keep.mu);
+    for (int i = 0; i < KEEP; i++)
+        if (keep.p[i] && keep.cap[i] >= bytes && (best < 0 || keep.cap[i] < keep.cap[best])) best = i;
+    if (best >= 0) {
+        p = keep.p[best];
+        keep.p[best] = NULL;
+    }
+    pthread_mutex_unlock(&keep.mu);
+    return p ? p : aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+}
+
+/* Keep p (at least bytes long) in an empty slot or in place of a smaller buffer. */
+static void buf_give(void *p, size_t bytes)
+{
+    if (!p || bytes > KEEP_MAX) {
+        free(p);
+        return;
+    }
+    int slot = 0;
+    pthread_mutex_lock(&keep.mu);
+    for (int i = 1; i < KEEP; i++)
+        if (keep.p[slot] && (!keep.p[i] || keep.cap[i] < keep.cap[slot])) slot = i;
+    void *out = p;
+    if (!keep.p[slot] || keep.cap[slot] < bytes) {
+        out = keep.p[slot];
+        keep.p[slot] = p;
+        keep.cap[slot] = bytes;
+    }
+    pthread_mutex_unlock(&keep.mu);
+    free(out);
+}
+
+/* The packings' sizes, from n, cols and parts: activations (f32 or offset bytes), the
+ * per-block floats of the byte packing, and the parts' scratch. */
+static size_t p_bytes(const eng_xpack *xp)
+{
+    return (size_t)((xp->n + GT - 1) / GT) * xp->cols * GT * sizeof(float);
+}
+
+static size_t q8_bytes(const eng_xpack *xp)
+{
+    return (size_t)((xp->n + 15) / 16) * (xp->cols / 32) * 512;
+}
+
+static size_t q8f_bytes(const eng_xpack *xp)
+{
+    return (size_t)((xp->n + 15) / 16) * (xp->cols / 32) * 16 * sizeof(float);
+}
+
+static size_t scratch_bytes(const eng_xpack *xp)
+{
+    return (size_t)xp->parts * xp->scratch_floats * sizeof(float);
+}
+
 int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols)
 {
     const int groups = (n + GT - 1) / GT, rt = tile_rows(cols);
@@ -65,8 +137,10 @@ int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols)
     xp->parts = eng_threads();
     /* per part: the weight tile, then C (aligned to 64 bytes for the micro-kernel) */
     xp->scratch_floats = ((size_t)rt * cols + 15) / 16 * 16 + (size_t)rt * GT;
-    xp->p = aligned_alloc(64, (size_t)groups * cols * GT * sizeof(float));
-    xp->scratch = aligned_alloc(64, (size_t)xp->parts * xp->scratch_floats * sizeof(float));
+    xp->q8 = NULL;
+    xp->q8d = xp->q8s = NULL;
+    xp->p = buf_take(p_bytes(xp));
+    xp->scratch = buf_take(scratch_bytes(xp));
     if (!xp->p || !xp->scratch) {
         eng_xpack_free(xp);
         return -1;
@@ -95,10 +169,10 @@ int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, const int1
     *xp = (eng_xpack){.n = n, .cols = cols, .parts = eng_threads()};
     xp->scratch_floats = ((size_t)rt * cols + 15) / 16 * 16 + (size_t)rt * GT;
     const size_t nd = (size_t)nv * nb * 16;
-    xp->q8 = aligned_alloc(64, (size_t)nv * nb * 512);
-    xp->q8d = aligned_alloc(64, nd * sizeof(float));
-    xp->q8s = sums ? aligned_alloc(64, nd * sizeof(float)) : NULL;
-    xp->scratch = aligned_alloc(64, (size_t)xp->parts * xp->scratch_floats * sizeof(float));
+    xp->q8 = buf_take(q8_bytes(xp));
+    xp->q8d = buf_take(q8f_bytes(xp));
+    xp->q8s = sums ? buf_take(q8f_bytes(xp)) : NULL;
+    xp->scratch = buf_take(scratch_bytes(xp));
     if (!xp->q8 || !xp->q8d || (sums && !xp->q8s) || !xp->scratch) {
         eng_xpack_free(xp);
         return -1;
@@ -130,11 +204,11 @@ int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, const int1
 
 void eng_xpack_free(eng_xpack *xp)
 {
-    free(xp->p);
-    free(xp->q8);
-    free(xp->q8d);
-    free(xp->q8s);
-    free(xp->scratch);
+    buf_give(xp->p, p_bytes(xp));
+    buf_give(xp->q8, q8_bytes(xp));
+    buf_give(xp->q8d, q8f_bytes(xp));
+    buf_give(xp->q8s, q8f_bytes(xp));
+    buf_give(xp->scratch, scratch_bytes(xp));
     xp->p = NULL;
     xp->q8 = NULL;
     xp->q8d = NULL;
