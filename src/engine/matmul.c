@@ -587,15 +587,19 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
     job j = {w, src, x, NULL, eng_avx512(), y, n, 16, 0};
     eng_xpack pk = {0};
     if (n > SMALL_N && j.wide && eng_xpack_make(&pk, x, n, w->cols) == 0) j.pk = &pk;
-    /* decode streamed 15-20 % slower with x 16 bytes off a cache line (bf16, 2026-12-02) */
-    float *xa = n <= SMALL_N && w->cols % 16 == 0 ? eng_x_aligned(x, (size_t)n * w->cols) : NULL;
-    if (xa) j.x = xa;
     int per = (int)(TILE_BYTES / ((size_t)w->cols * sizeof(float)));
     j.tile = per < 16 ? 16 : per & ~15;
 
-    /* tiny products are not worth waking the pool */
-    if ((size_t)w->rows * (size_t)w->cols * (size_t)n < 32768) run_part(&j, 0, 1);
-    else eng_parallel(run_part, &j);
+    /* tiny products are not worth waking the pool (nor copying x for) */
+    float *xa = NULL;
+    if ((size_t)w->rows * (size_t)w->cols * (size_t)n < 32768) {
+        run_part(&j, 0, 1);
+    } else {
+        /* decode streamed 15-20 % slower with x 16 bytes off a cache line (bf16, 2026-12-02) */
+        if (n <= SMALL_N && w->cols % 16 == 0 && (xa = eng_x_aligned(x, (size_t)n * w->cols)))
+            j.x = xa;
+        eng_parallel(run_part, &j);
+    }
     free(xa);
     eng_xpack_free(&pk);
 }
