@@ -129,16 +129,19 @@ static size_t scratch_bytes(const eng_xpack *xp)
     return (size_t)xp->parts * xp->scratch_floats * sizeof(float);
 }
 
+/* An empty packing of n × cols for the pool's parts, its scratch sized: per part the
+ * weight tile, then C (aligned to 64 bytes for the micro-kernel). */
+static void xpack_init(eng_xpack *xp, int n, int cols)
+{
+    const size_t rt = (size_t)tile_rows(cols);
+    *xp = (eng_xpack){.n = n, .cols = cols, .parts = eng_threads(),
+                      .scratch_floats = (rt * cols + 15) / 16 * 16 + rt * GT};
+}
+
 int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols)
 {
-    const int groups = (n + GT - 1) / GT, rt = tile_rows(cols);
-    xp->n = n;
-    xp->cols = cols;
-    xp->parts = eng_threads();
-    /* per part: the weight tile, then C (aligned to 64 bytes for the micro-kernel) */
-    xp->scratch_floats = ((size_t)rt * cols + 15) / 16 * 16 + (size_t)rt * GT;
-    xp->q8 = NULL;
-    xp->q8d = xp->q8s = NULL;
+    const int groups = (n + GT - 1) / GT;
+    xpack_init(xp, n, cols);
     xp->p = buf_take(p_bytes(xp));
     xp->scratch = buf_take(scratch_bytes(xp));
     if (!xp->p || !xp->scratch) {
@@ -165,9 +168,8 @@ int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, const int1
                       int cols, int blk)
 {
     const int sums = bs != NULL;
-    const int nb = cols / 32, nv = (n + 15) / 16, rt = tile_rows(cols), per = blk / 32;
-    *xp = (eng_xpack){.n = n, .cols = cols, .parts = eng_threads()};
-    xp->scratch_floats = ((size_t)rt * cols + 15) / 16 * 16 + (size_t)rt * GT;
+    const int nb = cols / 32, nv = (n + 15) / 16, per = blk / 32;
+    xpack_init(xp, n, cols);
     const size_t nd = (size_t)nv * nb * 16;
     xp->q8 = buf_take(q8_bytes(xp));
     xp->q8d = buf_take(q8f_bytes(xp));
