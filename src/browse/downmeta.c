@@ -40,7 +40,7 @@
 #include <immintrin.h>
 
 #define FC 256          /* features per chunk */
-#define VTILE 4096      /* vocabulary rows per product */
+#define VTILE 4080      /* vocabulary rows per product */
 #define K BRW_DOWN_TOP_K
 
 static void put32(uint8_t *p, uint32_t v)
@@ -115,6 +115,7 @@ typedef struct dm_worker {
     double e_max, eb_max, de_max;  /* largest ‖e‖, ‖e'‖, ‖e' − e‖ over the rows (e' = ê) */
     /* one vocabulary tile's pass over the chunk's features, split over the pool */
     int nb, v0, vt;
+    float esc_max;           /* the int8 screen: the largest row scale of the tile */
     const dm_chunk *rch;     /* the chunk being rescored */
     atomic_int failed;
 } dm_worker;
@@ -321,11 +322,39 @@ static int cand_push(dm_cands *c, float thr, int32_t id, float val)
     return 0;
 }
 
-/* Admit feature j's screened scores of one vocabulary tile. */
+/* A lower bound of the k-th best of row[0, vt): the k-th largest of its 16-value blocks'
+ * maxima (k values of the row are at least that); −∞ when it has fewer than k blocks.
+ * NaN scores, never admitted, are skipped (vmaxps returns its second operand for them). */
+__attribute__((target("avx512f"))) static float kth_block_max(const float *row, int vt)
+{
+    float best[K];
+    int n = 0;
+    for (int c0 = 0; c0 + 16 <= vt; c0 += 16) {
+        const float m = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_loadu_ps(row + c0),
+                                                           _mm512_set1_ps(-INFINITY)));
+        if (n == K && !(m > best[K - 1])) continue;
+        int i = n < K ? n++ : K - 1;
+        while (i > 0 && m > best[i - 1]) {
+            best[i] = best[i - 1];
+            i--;
+        }
+        best[i] = m;
+    }
+    return n == K ? best[K - 1] : -INFINITY;
+}
+
+/* Admit feature j's screened scores of one vocabulary tile. Until the feature has k
+ * scores its threshold would start at −∞ and admit most of the first tile, so the tile's
+ * k-th block maximum gives it a start (any lower bound of the final k-th best screened
+ * score is a sound t); the threshold only rises. */
 static int scan_row(dm_worker *w, int j, const float *row, int v0, int vt)
 {
     float *top = w->top + (size_t)j * K, thr = w->thr[j];
     int *tn = &w->tn[j];
+    if (*tn < K) {
+        const float lb = floor_f32((double)kth_block_max(row, vt) - w->margin[j]);
+        thr = lb > thr ? lb : thr;
+    }
     for (int c0 = 0; c0 < vt; c0 += 8) {
         /* most blocks hold nothing at the threshold: test 8 at once */
         if (c0 + 8 <= vt &&
@@ -342,7 +371,10 @@ static int scan_row(dm_worker *w, int j, const float *row, int v0, int vt)
                     i--;
                 }
                 top[i] = a;
-                if (*tn == K) thr = floor_f32((double)top[K - 1] - w->margin[j]);
+                if (*tn == K) {
+                    const float t = floor_f32((double)top[K - 1] - w->margin[j]);
+                    thr = t > thr ? t : thr;
+                }
             }
             if (a >= thr && cand_push(&w->cand[j], thr, v0 + v, a) != 0) return -1;
         }
@@ -351,30 +383,58 @@ static int scan_row(dm_worker *w, int j, const float *row, int v0, int vt)
     return 0;
 }
 
+/* The integer sum I a score fl(fl(fl(I − corr) · sc_e) · sc_d) must reach to be at least a
+ * positive threshold thr, or less (any lower limit is sound; INT64_MIN: no test). For
+ * D = I − corr > 0 the score is at most (D · esc_max · (1 + u)² + 2^-149) · sc_d · (1 + u),
+ * u = 2^-24 (the middle product may be subnormal); D ≤ 0 scores at most 0. */
+static int64_t lim_i8(float thr, float esc_max, float dsc, int32_t corr)
+{
+    const double s = (double)esc_max * dsc;
+    if (!(thr > 1e-30f) || !isfinite(thr) || !(s > 0) || !isfinite(s)) return INT64_MIN;
+    double d = floor(((double)thr * (1 - ldexp(1.0, -20)) - ldexp((double)dsc, -149)) / s) - 1;
+    d = d > 4e9 ? 4e9 : d < -4e9 ? -4e9 : d;
+    return (int64_t)corr + (int64_t)d;
+}
+
 /* The int8 screen's sums of feature j scaled to logits, fl(fl(fl(I − 128·Σq_d) · sc_e) ·
- * sc_d), and admitted 16 at a time: most blocks hold nothing at the threshold. */
+ * sc_d), and admitted 16 at a time. Most blocks hold nothing at the threshold, which an
+ * integer comparison shows before any scaling (lim_i8). A feature's first tile is scaled
+ * whole first, for scan_row's starting threshold. */
 __attribute__((target("avx512f"))) static int scan_i8(dm_worker *w, int j, const int32_t *ir,
                                                      int v0, int vt)
 {
     const int32_t corr = w->dcorr[j];
     const float dsc = w->dsc[j], *esc = w->esc + v0;
-    float blk[16];
+    const int whole = w->tn[j] < K;
+    float blk[VTILE];
+    float thr = w->thr[j];
+    int64_t lim = lim_i8(thr, w->esc_max, dsc, corr);
     for (int c0 = 0; c0 < vt; c0 += 16) {
         const int nb = vt - c0 < 16 ? vt - c0 : 16;
+        float *b = whole ? blk + c0 : blk;
         if (nb == 16) {
+            const __m512i iv = _mm512_loadu_si512((const void *)(ir + c0));
+            if (!whole && lim > INT32_MAX) break;
+            if (!whole && lim > INT32_MIN &&
+                !_mm512_cmpge_epi32_mask(iv, _mm512_set1_epi32((int32_t)lim)))
+                continue;
             const __m512 a = _mm512_mul_ps(
-                _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(
-                                  _mm512_loadu_si512((const void *)(ir + c0)),
-                                  _mm512_set1_epi32(corr))),
+                _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(iv, _mm512_set1_epi32(corr))),
                               _mm512_loadu_ps(esc + c0)),
                 _mm512_set1_ps(dsc));
-            if (!_mm512_cmp_ps_mask(a, _mm512_set1_ps(w->thr[j]), _CMP_GE_OQ)) continue;
-            _mm512_storeu_ps(blk, a);
+            if (!whole && !_mm512_cmp_ps_mask(a, _mm512_set1_ps(thr), _CMP_GE_OQ)) continue;
+            _mm512_storeu_ps(b, a);
         } else
-            for (int v = 0; v < nb; v++) blk[v] = (float)(ir[c0 + v] - corr) * esc[c0 + v] * dsc;
-        if (scan_row(w, j, blk, v0 + c0, nb) != 0) return -1;
+            for (int v = 0; v < nb; v++) b[v] = (float)(ir[c0 + v] - corr) * esc[c0 + v] * dsc;
+        if (!whole) {
+            if (scan_row(w, j, blk, v0 + c0, nb) != 0) return -1;
+            if (w->thr[j] != thr) {
+                thr = w->thr[j];
+                lim = lim_i8(thr, w->esc_max, dsc, corr);
+            }
+        }
     }
-    return 0;
+    return whole ? scan_row(w, j, blk, v0, vt) : 0;
 }
 
 /* One part of a tile's admission: the features j ≡ part (mod parts). */
@@ -408,6 +468,9 @@ static int screen_chunk(dm_worker *w, const dm_chunk *ch)
                                                         (size_t)H, w->xq, ch->nb, w->ibuf))
             return -1;   /* out of memory (its other refusals were checked at pick_screen) */
         w->v0 = v0;
+        w->esc_max = 0;
+        for (int v = 0; w->screen == DM_I8 && v < vt; v++)
+            w->esc_max = fmaxf(w->esc_max, w->esc[v0 + v]);
         w->vt = vt;
         eng_parallel(scan_part, w);
         if (atomic_load(&w->failed)) return -1;

@@ -96,6 +96,13 @@ typedef struct eng_xpack {
     size_t scratch_floats;   /* per part */
 } eng_xpack;
 int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols);
+/* Scratch for a product (64-byte aligned): taken from the few kept buffers when one is
+ * large enough, given back for the next product (gemm.c says why). */
+void *eng_buf_take(size_t bytes);
+void eng_buf_give(void *p, size_t bytes);
+/* y[t · ys + i] = c[i · 64 + t] for i < nr, t < tn: a C tile of nr rows of 64 tokens
+ * (its buffer a multiple of 16 rows long) into [token][row] output. AVX-512 only. */
+void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys);
 /* The same for integer products, on a CPU with AVX-512 VNNI (the caller checks), against
  * activations already quantised to 8-bit blocks of blk (32 or 256) — d [n, cols / blk]
  * scales, q [n, cols] values — and, for formats with block mins, bs [n, cols / 16] the sums

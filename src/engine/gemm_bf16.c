@@ -71,6 +71,8 @@ typedef struct bjob {
     int rows, bytes, n, kp, chunk;   /* bytes of a row used; kp 32-bit lanes of them */
     const uint32_t *xp;
     uint8_t *pad;       /* per part: MR rows of `bytes`, for the last short block */
+    uint32_t *cbuf;     /* per part: C of a tile's row blocks, [crows][GT] */
+    int crows;
     int parts;
     void *y;            /* float or int32_t, [n, rows] */
     atomic_int next;
@@ -130,34 +132,31 @@ static void screen_part(void *ctx, int part, int parts)
     if (part >= j->parts) return;   /* the pool grew since the call: the others claim it all */
     const int groups = (j->n + GT - 1) / GT;
     const size_t bytes = (size_t)j->bytes;
-    _Alignas(64) union { float f[MR * GT]; int32_t i[MR * GT]; } cb;
     uint8_t *pad = j->pad + (size_t)part * MR * bytes;
+    uint32_t *cb = j->cbuf + (size_t)part * (size_t)j->crows * GT;
     int lo;
     while ((lo = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed)) < j->rows) {
         const int hi = lo + j->chunk < j->rows ? lo + j->chunk : j->rows;
+        const int blocks = (hi - lo + MR - 1) / MR, last = hi - lo - (blocks - 1) * MR;
+        if (last < MR) {
+            const uint8_t *w = j->w + (size_t)(hi - last) * j->rb;
+            for (int i = 0; i < MR; i++) {
+                if (i < last) memcpy(pad + i * bytes, w + i * j->rb, bytes);
+                else memset(pad + i * bytes, 0, bytes);
+            }
+        }
         for (int g = 0; g < groups; g++) {
             const int t0 = g * GT, tn = j->n - t0 < GT ? j->n - t0 : GT;
             const uint32_t *xg = j->xp + (size_t)g * j->kp * GT;
-            for (int r = lo; r < hi; r += MR) {
-                const int nr = hi - r < MR ? hi - r : MR;
-                const uint8_t *w = j->w + (size_t)r * j->rb;
-                size_t rb = j->rb;
-                if (nr < MR) {
-                    for (int i = 0; i < MR; i++) {
-                        if (i < nr) memcpy(pad + i * bytes, w + i * j->rb, bytes);
-                        else memset(pad + i * bytes, 0, bytes);
-                    }
-                    w = pad;
-                    rb = bytes;
-                }
-                if (j->u8s8) micro_u8s8(w, rb, xg, j->kp, cb.i);
-                else micro(w, rb, xg, j->kp, cb.f);
-                /* both results are 4-byte words: move them as such */
-                for (int t = 0; t < tn; t++) {
-                    uint32_t *yt = (uint32_t *)j->y + (size_t)(t0 + t) * j->rows + r;
-                    for (int i = 0; i < nr; i++) memcpy(&yt[i], &cb.i[i * GT + t], 4);
-                }
+            for (int b = 0; b < blocks; b++) {
+                const int pb = b == blocks - 1 && last < MR;
+                const uint8_t *w = pb ? pad : j->w + (size_t)(lo + b * MR) * j->rb;
+                uint32_t *c = cb + (size_t)b * MR * GT;
+                if (j->u8s8) micro_u8s8(w, pb ? bytes : j->rb, xg, j->kp, (int32_t *)(void *)c);
+                else micro(w, pb ? bytes : j->rb, xg, j->kp, (float *)(void *)c);
             }
+            /* both results are 4-byte words: move them as such */
+            eng_store_t(cb, hi - lo, tn, (uint32_t *)j->y + (size_t)t0 * j->rows + lo, (size_t)j->rows);
         }
     }
 }
@@ -168,35 +167,41 @@ static int screen_run(int u8s8, const void *w, int rows, int bytes, size_t row_b
 {
     const int kp = bytes / 4, groups = (n + GT - 1) / GT;
     const int parts = eng_threads();
-    uint32_t *xp = aligned_alloc(64, (size_t)groups * kp * GT * sizeof *xp);
-    uint8_t *pad = malloc((size_t)parts * MR * (size_t)bytes);
-    if (!xp || !pad) {
-        free(xp);
-        free(pad);
-        return -1;
-    }
-    for (int g = 0; g < groups; g++) {
-        uint32_t *dst = xp + (size_t)g * kp * GT;
-        const int t0 = g * GT, tn = n - t0 < GT ? n - t0 : GT;
-        if (tn < GT) memset(dst, 0, (size_t)kp * GT * sizeof *dst);
-        for (int t = 0; t < tn; t++) {
-            const uint8_t *src = (const uint8_t *)x + (size_t)(t0 + t) * (size_t)bytes;
-            for (int k = 0; k < kp; k++)
-                memcpy(&dst[(size_t)k * GT + t], src + 4 * (size_t)k, 4);
-        }
-    }
     bjob j = {.u8s8 = u8s8, .w = w, .rb = row_bytes, .rows = rows, .bytes = bytes, .n = n,
-              .kp = kp, .xp = xp, .pad = pad, .parts = parts, .y = y};
+              .kp = kp, .parts = parts, .y = y};
     /* tiles that stay in L2, small enough that a delayed thread's share is taken over */
     int chunk = (int)(TILE_W / (size_t)bytes) / MR * MR;
     const int fair = rows / (parts * 4) / MR * MR;
     chunk = chunk > fair ? fair : chunk;
     j.chunk = chunk < MR ? MR : chunk;
-    atomic_init(&j.next, 0);
-    eng_parallel(screen_part, &j);
-    free(xp);
-    free(pad);
-    return 0;
+    j.crows = (j.chunk + 15) / 16 * 16;   /* rows padded for eng_store_t */
+    const size_t xp_b = (size_t)groups * kp * GT * sizeof *j.xp,
+                 pad_b = (size_t)parts * MR * (size_t)bytes,
+                 cb_b = (size_t)parts * (size_t)j.crows * GT * sizeof *j.cbuf;
+    uint32_t *xp = eng_buf_take(xp_b);
+    j.pad = eng_buf_take(pad_b);
+    j.cbuf = eng_buf_take(cb_b);
+    int rc = -1;
+    if (xp && j.pad && j.cbuf) {
+        for (int g = 0; g < groups; g++) {
+            uint32_t *dst = xp + (size_t)g * kp * GT;
+            const int t0 = g * GT, tn = n - t0 < GT ? n - t0 : GT;
+            if (tn < GT) memset(dst, 0, (size_t)kp * GT * sizeof *dst);
+            for (int t = 0; t < tn; t++) {
+                const uint8_t *src = (const uint8_t *)x + (size_t)(t0 + t) * (size_t)bytes;
+                for (int k = 0; k < kp; k++)
+                    memcpy(&dst[(size_t)k * GT + t], src + 4 * (size_t)k, 4);
+            }
+        }
+        j.xp = xp;
+        atomic_init(&j.next, 0);
+        eng_parallel(screen_part, &j);
+        rc = 0;
+    }
+    eng_buf_give(xp, xp_b);
+    eng_buf_give(j.pad, pad_b);
+    eng_buf_give(j.cbuf, cb_b);
+    return rc;
 }
 
 int eng_matmul_bf16(const void *w, int rows, int cols, size_t row_bytes, const uint16_t *x,
