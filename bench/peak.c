@@ -1,0 +1,165 @@
+/*
+ * peak.c — the multiply-add ceilings of this CPU next to down-meta's screening products, in
+ * the same minutes: a register-only loop of each instruction (vfmadd231ps, vdpbf16ps,
+ * vpdpbusd) on 12 independent accumulators (fewer leave a single core latency-bound: an
+ * earlier 3.56 G/s figure for vpdpbusd came from such a loop), on one thread and on the
+ * engine's pool; then eng_matmul_u8s8 and eng_matmul_bf16 on a down-meta tile (4080
+ * vocabulary rows × hidden, 256 features) as a share of the pool's ceiling.
+ *
+ *   peak [--hidden 2048] [--reps 8]
+ *
+ * Multiply-adds per second: 16 per vfmadd231ps, 32 per vdpbf16ps, 64 per vpdpbusd. Wall
+ * clock, printed, never asserted.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <immintrin.h>
+#include "engine_int.h"
+#include "bandwidth.h"
+
+#define STEPS 40000000L   /* loop iterations per thread, 12 instructions each */
+
+enum { FMA, BF16, VNNI };
+static const char *const iname[] = {"vfmadd231ps", "vdpbf16ps", "vpdpbusd"};
+static const int macs[] = {16, 32, 64};
+
+/* the barrier keeps all 12 accumulators in registers and every step live */
+#define KEEP12(a)                                                                              \
+    __asm__ volatile("" : "+v"(a##0), "+v"(a##1), "+v"(a##2), "+v"(a##3), "+v"(a##4),         \
+                          "+v"(a##5), "+v"(a##6), "+v"(a##7), "+v"(a##8), "+v"(a##9),         \
+                          "+v"(a##10), "+v"(a##11))
+#define STEP12(a, OP)                                                                          \
+    a##0 = OP(a##0); a##1 = OP(a##1); a##2 = OP(a##2); a##3 = OP(a##3); a##4 = OP(a##4);      \
+    a##5 = OP(a##5); a##6 = OP(a##6); a##7 = OP(a##7); a##8 = OP(a##8); a##9 = OP(a##9);      \
+    a##10 = OP(a##10); a##11 = OP(a##11)
+
+static volatile float sinkf;
+static volatile int sinki;
+
+__attribute__((target("avx512f"))) static void loop_fma(void)
+{
+    __m512 c0 = _mm512_set1_ps(0.f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+           c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+    const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
+#define OPF(a) _mm512_fmadd_ps(a, x, y)
+    for (long k = 0; k < STEPS; k++) {
+        STEP12(c, OPF);
+        KEEP12(c);
+    }
+    sinkf = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c11), c5));
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static void loop_bf16(void)
+{
+    __m512 c0 = _mm512_set1_ps(0.f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+           c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+    const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3a83);
+#define OPB(a) _mm512_dpbf16_ps(a, x, y)
+    for (long k = 0; k < STEPS; k++) {
+        STEP12(c, OPB);
+        KEEP12(c);
+    }
+    sinkf = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c11), c5));
+}
+
+__attribute__((target("avx512f,avx512vnni"))) static void loop_vnni(void)
+{
+    __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+            c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+    const __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
+#define OPV(a) _mm512_dpbusd_epi32(a, x, y)
+    for (long k = 0; k < STEPS; k++) {
+        STEP12(c, OPV);
+        KEEP12(c);
+    }
+    sinki = _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c11), c5));
+}
+
+static void run_loop(void *ctx, int part, int parts)
+{
+    (void)part;
+    (void)parts;
+    const int which = *(const int *)ctx;
+    if (which == FMA) loop_fma();
+    else if (which == BF16) loop_bf16();
+    else loop_vnni();
+}
+
+/* G multiply-adds per second of one instruction's loop, on one thread or on the pool. */
+static double ceiling(int which, int pool)
+{
+    const double t0 = bw_now();
+    if (pool) eng_parallel(run_loop, &which);
+    else run_loop(&which, 0, 1);
+    const double t = bw_now() - t0;
+    return (double)STEPS * 12 * macs[which] * (pool ? eng_threads() : 1) / t / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    int hidden = 2048, reps = 8;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--hidden")) hidden = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        else { fprintf(stderr, "peak: unknown option %s\n", argv[i]); return 2; }
+    }
+    if (hidden < 4 || hidden % 4 || hidden > 65536 || reps < 1) {
+        fprintf(stderr, "peak: --hidden must be a positive multiple of 4 up to 65536, --reps positive\n");
+        return 2;
+    }
+    if (!eng_avx512() || !eng_u8s8_dot_ready() || !eng_bf16_dot_ready()) {
+        fprintf(stderr, "peak: needs AVX-512 with VNNI and BF16 (this CPU, or LQL_NO_AVX512, says no)\n");
+        return 1;
+    }
+    double ld[3] = {0};
+    if (getloadavg(ld, 3) < 0) ld[0] = -1;
+    printf("threads %d, load %.2f\n", eng_threads(), ld[0]);
+    double pool_ceil[3];
+    for (int w = FMA; w <= VNNI; w++) {
+        const double one = ceiling(w, 0);
+        pool_ceil[w] = ceiling(w, 1);
+        printf("%-12s one thread %7.1f G multiply-adds/s (%.2f G instr/s)   pool %7.1f G/s (%.2f G instr/s)\n",
+               iname[w], one, one / macs[w], pool_ceil[w], pool_ceil[w] / macs[w]);
+    }
+    /* down-meta's tile: vocabulary rows × hidden against 256 features */
+    const int rows = 4080, n = 256;
+    uint8_t *w8 = malloc((size_t)rows * hidden);
+    int8_t *x8 = malloc((size_t)n * hidden);
+    uint16_t *wb = malloc((size_t)rows * hidden * 2), *xb = malloc((size_t)n * hidden * 2);
+    void *y = malloc((size_t)n * rows * 4);
+    if (!w8 || !x8 || !wb || !xb || !y) { fprintf(stderr, "peak: out of memory\n"); return 1; }
+    uint32_t s = 12345;
+    for (size_t i = 0; i < (size_t)rows * hidden; i++) {
+        s = s * 1664525u + 1013904223u;
+        w8[i] = (uint8_t)(s >> 24);
+        wb[i] = (uint16_t)(0x3c00 | (s >> 25));
+    }
+    for (size_t i = 0; i < (size_t)n * hidden; i++) {
+        s = s * 1664525u + 1013904223u;
+        x8[i] = (int8_t)((s >> 24) % 255 - 127);
+        xb[i] = (uint16_t)(0xbc00 | (s >> 25));
+    }
+    const double work = (double)rows * hidden * n;
+    double best8 = 1e30, bestb = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = bw_now();
+        if (eng_matmul_u8s8(w8, rows, hidden, (size_t)hidden, x8, n, y) != 0) return 1;
+        double t = bw_now() - t0;
+        best8 = t < best8 ? t : best8;
+        t0 = bw_now();
+        if (eng_matmul_bf16(wb, rows, hidden, (size_t)hidden * 2, xb, n, y) != 0) return 1;
+        t = bw_now() - t0;
+        bestb = t < bestb ? t : bestb;
+    }
+    printf("eng_matmul_u8s8 %d x %d, %d features: %7.1f G multiply-adds/s, %.2f of the pool's vpdpbusd\n",
+           rows, hidden, n, work / best8 / 1e9, work / best8 / 1e9 / pool_ceil[VNNI]);
+    printf("eng_matmul_bf16 %d x %d, %d features: %7.1f G multiply-adds/s, %.2f of the pool's vdpbf16ps\n",
+           rows, hidden, n, work / bestb / 1e9, work / bestb / 1e9 / pool_ceil[BF16]);
+    free(w8);
+    free(x8);
+    free(wb);
+    free(xb);
+    free(y);
+    return 0;
+}
