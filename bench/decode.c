@@ -12,8 +12,10 @@
  * refuses (a remembered figure is never a valid denominator: the machine's bandwidth moves
  * 2x between minutes), unless --no-peer asks for lql's figures alone.
  *
- * Each round: the load average, the streaming-read bandwidth probe, then per format lql and
- * llama-bench (-r 1) one after the other, the order flipped every round. lql measures like
+ * Each round, per format: the load average, the streaming-read bandwidth probe, then lql and
+ * llama-bench (-r 1) one after the other, the order flipped every round. The probe is taken
+ * again before each format's pair, not once a round: a probe 30 s away from the decode it
+ * divides measured other minutes (this host's bandwidth halved within one round). lql measures like
  * llama-bench: the prompt is one forward of --prompt tokens into an empty cache, decode is
  * --gen single-token forwards from an empty cache; first the same warm-up as llama-bench's
  * (one prompt, then one decoded token), which also pages the weights in. Every ratio is printed, then per format the median and range. The weights are
@@ -43,7 +45,7 @@ typedef struct fmt {
     char vx[2048];          /* container */
     const char *profile;    /* NULL: the container's own dtype */
     double pp[MAX_ROUNDS], tg[MAX_ROUNDS], ppeer[MAX_ROUNDS], tpeer[MAX_ROUNDS];
-    double bw[MAX_ROUNDS];  /* the round's probe */
+    double bw[MAX_ROUNDS];  /* the probe just before the round's pair */
     const char *alt;        /* the prompt's second run: "LQL_PREFILL_BF16" or "LQL_QEXACT" */
     double ppx[MAX_ROUNDS], kl[MAX_ROUNDS];   /* that run's t/s and KL, or -1 */
     uint64_t wbytes;        /* weight bytes streamed per decoded token */
@@ -342,10 +344,9 @@ int main(int argc, char **argv)
     printf("%-5s %-4s %5s %6s | %8s %8s %5s | %7s %7s %5s | %5s %5s %6s\n", "round", "fmt", "load",
            "probe", "pp lql", "pp peer", "ratio", "tg lql", "tg peer", "ratio", "bw l", "bw p", "cpu ms");
     for (int r = 0; r < rounds; r++) {
-        double bw = bw_probe(threads);
         for (int k = 0; k < nf; k++) {
             fmt *f = &F[k];
-            double ld = load1(), cpu_ms = 0;
+            double ld = load1(), cpu_ms = 0, bw = bw_probe(threads);
             f->bw[r] = bw;
             for (int side = 0; side < 2; side++) {
                 int lql_turn = (side == 0) == (r % 2 == 0);
@@ -372,7 +373,7 @@ int main(int argc, char **argv)
         }
     }
     printf("(pp/tg: tokens/s; ratio: lql / llama.cpp; bw l/p: weight bytes streamed per second in decode\n"
-           " as a fraction of the round's probe, for lql and the peer; cpu ms: lql CPU per decoded token;\n"
+           " as a fraction of the probe before the pair, for lql and the peer; cpu ms: lql CPU per decoded token;\n"
            " second-run lines: the prompt again with the variable set, its ratio to llama.cpp (with\n"
            " --no-peer to lql's default prompt) and the KL of the default's last-token distribution to it)\n");
     for (int k = 0; k < nf && !no_peer; k++) {

@@ -10,17 +10,18 @@
  * peak RSS, and the ratios issue 12 sets goals for: plain speed / cp speed (goal ≥ 0.8),
  * meta / plain time (goal ≤ 2), and down-meta's share of the meta encode. Asserts nothing.
  *
- *   encode [--geom 0.1b|1.1b|3b] [--rounds 3] [--dir /tmp/lql-bench-encode] [--keep] [--no-meta]
+ *   encode [--geom 0.1b|1.1b|3b|8b] [--rounds 3] [--dir /tmp/lql-bench-encode] [--keep] [--no-meta]
  *
  * --no-meta skips the third step (the plain-encode goal alone, in a fraction of the time).
  *
  * The checkpoint DIR/hf-GEOM is generated on first use with the mkfixture next to this
  * binary (Llama family, bf16, random weights): 0.1b = hidden 768, 12 layers, inter 2048;
  * 1.1b = the TinyLlama geometry (hidden 2048, 22 layers, inter 5632); 3b = the OpenLLaMA-3B
- * geometry (hidden 3200, 26 layers, inter 8640); all with vocab 32000 and an untied head.
- * Check `df -h` first: the 3b checkpoint is 6.9 GB and a round writes two containers of that
- * size (each removed before the next step; --keep keeps the checkpoint's containers of the
- * last round).
+ * geometry (hidden 3200, 26 layers, inter 8640), these three with vocab 32000; 8b = the
+ * Llama-3-8B geometry (hidden 4096, 32 layers, 8 KV heads, inter 14336, vocab 128256); all
+ * with an untied head. Check `df -h` first: the 3b checkpoint is 6.9 GB, the 8b one 16 GB,
+ * and a round writes two more copies of that size (each removed before the next step;
+ * --keep keeps the checkpoint's containers of the last round).
  */
 #include "browse.h"
 #include "child_cost.h"
@@ -36,11 +37,12 @@
 
 static const struct geom {
     const char *name;
-    int hidden, layers, heads, kv, inter;
+    int hidden, layers, heads, kv, inter, vocab;
 } geoms[] = {
-    {"0.1b", 768, 12, 12, 4, 2048},
-    {"1.1b", 2048, 22, 32, 4, 5632},
-    {"3b", 3200, 26, 32, 32, 8640},
+    {"0.1b", 768, 12, 12, 4, 2048, 32000},
+    {"1.1b", 2048, 22, 32, 4, 5632, 32000},
+    {"3b", 3200, 26, 32, 32, 8640, 32000},
+    {"8b", 4096, 32, 32, 8, 14336, 128256},
 };
 
 static double load1(void)
@@ -77,7 +79,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--keep") == 0) keep = 1;
         else if (strcmp(argv[i], "--no-meta") == 0) steps = 2;
         else {
-            fprintf(stderr, "usage: encode [--geom 0.1b|1.1b|3b] [--rounds 3] [--dir DIR] [--keep] "
+            fprintf(stderr, "usage: encode [--geom 0.1b|1.1b|3b|8b] [--rounds 3] [--dir DIR] [--keep] "
                     "[--no-meta]\n");
             return 2;
         }
@@ -86,7 +88,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof geoms / sizeof *geoms; i++)
         if (strcmp(geoms[i].name, gname) == 0) g = &geoms[i];
     if (!g || rounds < 1) {
-        fprintf(stderr, "encode: --geom is 0.1b, 1.1b or 3b and --rounds at least 1\n");
+        fprintf(stderr, "encode: --geom is 0.1b, 1.1b, 3b or 8b and --rounds at least 1\n");
         return 2;
     }
     if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
@@ -104,8 +106,8 @@ int main(int argc, char **argv)
         char self[PATH_MAX], cmd[3 * PATH_MAX];
         snprintf(self, sizeof self, "%s", argv[0]);
         snprintf(cmd, sizeof cmd, "'%s/mkfixture' --family llama --hidden %d --layers %d --heads %d "
-                 "--kv-heads %d --inter %d --vocab 32000 --ctx 2048 --dtype bf16 --seed 7 -o '%s'",
-                 dirname(self), g->hidden, g->layers, g->heads, g->kv, g->inter, src);
+                 "--kv-heads %d --inter %d --vocab %d --ctx 2048 --dtype bf16 --seed 7 -o '%s'",
+                 dirname(self), g->hidden, g->layers, g->heads, g->kv, g->inter, g->vocab, src);
         double t0 = cc_now();
         if (system(cmd) != 0) {
             fprintf(stderr, "encode: generating the checkpoint failed: %s\n", cmd);
