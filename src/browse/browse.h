@@ -63,7 +63,8 @@ int brw_dmet_get(const brw_dmet *d, int layer, int64_t feature, brw_meta *out);
  * browse/down_meta.bin; record index.browse {down_meta, down_top_k, layer_bands,
  * band_rule}. ctx is NULL or a const vx_encode_opts * whose layer_lo/layer_hi (when both
  * >= 0) override the knowledge band; without them, index.encoder.layer_band (recorded by
- * the encoder from the same options) does. Matches vx_encode_opts.finish. */
+ * the encoder from the same options) does; its progress, when set, hears stage
+ * "down-meta" in features screened. Matches vx_encode_opts.finish. */
 int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err);
 /* The screen brw_encode_finish runs for a hidden width on this CPU, for benchmarks' labels:
  * "int8 (AVX512-VNNI)", "bf16 (AVX512-BF16)" or "f32 (eng_matmul_rows)". */

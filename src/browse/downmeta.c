@@ -573,7 +573,8 @@ static void worker_free(dm_worker *w)
     free(w->esc);
 }
 
-static int write_meta(const brw_shape *s, const char *path, vx_err *err)
+/* The records of every layer into path; progress (o may be NULL) in features screened. */
+static int write_meta(const brw_shape *s, const char *path, const vx_encode_opts *o, vx_err *err)
 {
     dm_worker w = {.s = s, .rb = 8 + 8 * (size_t)K};
     size_t H = (size_t)s->hidden;
@@ -581,9 +582,13 @@ static int write_meta(const brw_shape *s, const char *path, vx_err *err)
     FILE *f = NULL;
     dm_chunk *chunks = NULL;
     int64_t maxf = 0;
-    for (int l = 0; l < s->layers; l++)
+    uint64_t done = 0, total = 0;
+    for (int l = 0; l < s->layers; l++) {
         if (s->layer[l].features > maxf)
             maxf = s->layer[l].features;
+        total += (uint64_t)s->layer[l].features;
+    }
+    vx_progress_fn progress = o ? o->progress : NULL;
     size_t max_chunks = 0;
     for (int l = 0; l < s->layers; l++) {
         size_t n = 0;
@@ -611,6 +616,8 @@ static int write_meta(const brw_shape *s, const char *path, vx_err *err)
         vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
         goto done;
     }
+    if (progress)
+        progress(o->progress_ctx, "down-meta", 0, total);
     if (prepare_embed(&w, err) != 0)
         goto done;
     f = fopen(path, "wb");
@@ -643,6 +650,9 @@ static int write_meta(const brw_shape *s, const char *path, vx_err *err)
             }
             w.rch = &chunks[i];
             eng_parallel(rescore_part, &w);
+            done += (uint64_t)chunks[i].nb;
+            if (progress)
+                progress(o->progress_ctx, "down-meta", done, total);
         }
         if (vx_cancel_flag) {
             vx_errf(err, VX_ECANCEL, "down_meta: cancelled at layer %d", l);
@@ -722,7 +732,7 @@ int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
     }
     snprintf(path, sizeof path, "%s/down_meta.bin", dir);
     char hex[65];
-    if (write_meta(&s, path, err) != 0 || vx_sha256_file(path, hex, err) != 0)
+    if (write_meta(&s, path, o, err) != 0 || vx_sha256_file(path, hex, err) != 0)
         goto done;
     /* the band override: from the options when given as ctx, else as the encoder
      * recorded it (index.encoder.layer_band) */

@@ -540,7 +540,8 @@ static int bank_file_edited(const vx_container *c, const eng_overlay *ov, const 
 }
 
 int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir,
-               const cJSON *provenance, ed_compile_report *rep, vx_err *err)
+               const cJSON *provenance, vx_progress_fn progress, void *progress_ctx,
+               ed_compile_report *rep, vx_err *err)
 {
     memset(rep, 0, sizeof *rep);
     if (vx_cw_check(out_dir, vx_dir(c), 0, "compile", err) || check_layers(c, ov, err))
@@ -667,7 +668,11 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
     if (dmet) {
         cJSON *bands = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(browse, "layer_bands"), 1);
         cJSON *rule = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(browse, "band_rule"), 1);
-        int fr = brw_encode_finish(NULL, vx_cw_dir(cw), index, err);
+        vx_encode_opts hook;   /* only its progress: the bands come from the base, below */
+        vx_encode_opts_init(&hook);
+        hook.progress = progress;
+        hook.progress_ctx = progress_ctx;
+        int fr = brw_encode_finish(&hook, vx_cw_dir(cw), index, err);
         cJSON *nb = cJSON_GetObjectItemCaseSensitive(index, "browse");
         if (fr == 0 && nb && bands)
             cJSON_ReplaceItemInObjectCaseSensitive(nb, "layer_bands", bands);

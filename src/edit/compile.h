@@ -57,8 +57,10 @@ typedef struct ed_compile_report {
 
 /* Compile c + ov (its weights edits and its metadata overrides) into out_dir (which must
  * not exist). provenance (may be NULL) is added to index.json as "derived_from" (copied).
- * Metadata overrides without a down-meta file in c are refused. */
+ * Metadata overrides without a down-meta file in c are refused. progress (may be NULL)
+ * hears the down-meta recomputed for the compiled weights, stage "down-meta". */
 int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir,
-               const cJSON *provenance, ed_compile_report *rep, vx_err *err);
+               const cJSON *provenance, vx_progress_fn progress, void *progress_ctx,
+               ed_compile_report *rep, vx_err *err);
 
 #endif

@@ -342,7 +342,7 @@ typedef struct ed_compile_res {
  * the inserted facts' prompts and three fixed ones; a container that does not answer as
  * the overlay does is removed and refused. */
 int ed_compile_current(ed_model *ed, eng_model *m, const char *out, ed_conflict policy,
-                       ed_compile_res *res, ed_err *err);
+                       vx_progress_fn progress, void *progress_ctx, ed_compile_res *res, ed_err *err);
 void ed_compile_res_free(ed_compile_res *res);
 
 #endif

@@ -60,7 +60,7 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                        : ED_LAST_WINS;
     ed_compile_res x;
     ed_err ee;
-    int rc = ed_compile_current(ed, m, out, policy, &x, &ee);
+    int rc = ed_compile_current(ed, m, out, policy, s->progress, s->progress_ctx, &x, &ee);
     for (size_t i = 0; i < x.n_aside; i++) {
         const ed_set_aside *a = &x.aside[i];
         lql_result_note(r, "ON CONFLICT HIGHEST_CONFIDENCE: layer %d feature %d: operation "

@@ -144,7 +144,7 @@ int lql_h_tokenize(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e
 /* ---------------------------------------------------------------- EXTRACT */
 
 int lql_encode_container(const char *hf_dir, const char *out_dir, int dtype,
-                         void (*progress)(void *, uint64_t, uint64_t), void *progress_ctx,
+                         vx_progress_fn progress, void *progress_ctx,
                          vx_err *err)
 {
     vx_encode_opts o;
@@ -153,6 +153,7 @@ int lql_encode_container(const char *hf_dir, const char *out_dir, int dtype,
     o.progress = progress;
     o.progress_ctx = progress_ctx;
     o.finish = brw_encode_finish;     /* down-meta and bands for browse */
+    o.finish_ctx = &o;                /* so down-meta reports its progress too */
     return vx_encode(hf_dir, out_dir, &o, err);
 }
 

@@ -63,7 +63,7 @@ typedef struct lql_session {
     void (*edit_free)(void *edit);
 
     /* Long work reports progress here (the shell draws a bar on a terminal); may be NULL. */
-    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    vx_progress_fn progress;
     void *progress_ctx;
 
     /* INFER … GENERATE hands each token here as it is chosen (the HTTP server streams
@@ -160,8 +160,7 @@ int lql_edit_on_use(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
  * browse); dtype -1 keeps the source dtypes. Shared by EXTRACT and the golden runner's
  * `require container`. */
 int lql_encode_container(const char *hf_dir, const char *out_dir, int dtype,
-                         void (*progress)(void *ctx, uint64_t done, uint64_t total),
-                         void *progress_ctx, vx_err *err);
+                         vx_progress_fn progress, void *progress_ctx, vx_err *err);
 
 /* ---------------------------------------------------------------- the statement table */
 

@@ -38,13 +38,14 @@ static void usage(FILE *f)
                "  --version          print the version           -h, --help     this text\n");
 }
 
-/* A progress bar on stderr, drawn only when stderr is a terminal. */
-static void progress(void *ctx, uint64_t done, uint64_t total)
+/* A progress bar on stderr, drawn only when stderr is a terminal, named by its stage. */
+static void progress(void *ctx, const char *stage, uint64_t done, uint64_t total)
 {
     (void)ctx;
     if (total == 0) return;
     int pct = (int)(done * 100 / total), bars = pct * 30 / 100;
-    fprintf(stderr, "\r[%.*s%*s] %3d%%", bars, "##############################", 30 - bars, "", pct);
+    fprintf(stderr, "\r%-9s [%.*s%*s] %3d%%", stage, bars, "##############################", 30 - bars, "",
+            pct);
     if (done >= total) fputs("\r\033[K", stderr);
     fflush(stderr);
 }

@@ -105,7 +105,7 @@ static int emit(enc *e, vx_segw *w, const void *p, size_t n)
         return -1;
     e->done += n;
     if (e->o->progress)
-        e->o->progress(e->o->progress_ctx, e->done, e->total);
+        e->o->progress(e->o->progress_ctx, "encode", e->done, e->total);
     return 0;
 }
 

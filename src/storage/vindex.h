@@ -389,12 +389,18 @@ int vx_sha256_file(const char *path, char hex[65], vx_err *err);
 
 /* ---------------------------------------------------------------- encode */
 
+/* Progress of long work: done of total in the unit of its stage ("encode": bytes written;
+ * "down-meta": features screened). */
+typedef void (*vx_progress_fn)(void *ctx, const char *stage, uint64_t done, uint64_t total);
+
 typedef struct vx_encode_opts {
     int dtype;               /* -1: keep each tensor's source dtype; else a vx_dtype to convert to */
     int layer_lo, layer_hi;  /* band override for browse: -1 = derive from depth */
     const char *model_name;  /* NULL: basename of the checkpoint directory */
-    /* Progress: called with done/total bytes; NULL for none. */
-    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    /* Progress, NULL for none: stage "encode" counts bytes written; a finish hook that
+     * takes these options as its ctx reports its own stage after it (brw_encode_finish:
+     * "down-meta", features screened), which on an 8B checkpoint is most of the time. */
+    vx_progress_fn progress;
     void *progress_ctx;
     /* Called once everything is written into the temporary directory, with index.json
      * already present there and `index` its parsed form. The hook may add files under

@@ -19,12 +19,18 @@ static void on_sigint(int sig)
     vx_cancel_flag = 1;
 }
 
-static void progress(void *ctx, uint64_t done, uint64_t total)
+static void progress(void *ctx, const char *stage, uint64_t done, uint64_t total)
 {
     (void)ctx;
+    const int pct = total ? (int)(100.0 * done / total) : 100;
+    if (strcmp(stage, "encode") != 0) {
+        fprintf(stderr, "\r%s %3d%%  %llu of %llu features              ", stage, pct,
+                (unsigned long long)done, (unsigned long long)total);
+        return;
+    }
     char a[32], b[32];
-    fprintf(stderr, "\rencoding %3d%%  %s of %s   ", total ? (int)(100.0 * done / total) : 100,
-            vindex_bytes(done, a, sizeof a), vindex_bytes(total, b, sizeof b));
+    fprintf(stderr, "\rencoding %3d%%  %s of %s   ", pct, vindex_bytes(done, a, sizeof a),
+            vindex_bytes(total, b, sizeof b));
 }
 
 static double now(void)

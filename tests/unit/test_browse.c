@@ -70,6 +70,25 @@ static void check_down_meta(const brw_model *m, int layer, int64_t f)
     free(lg);
 }
 
+/* What the encode's progress heard: the encoder's bytes, then down-meta's features. */
+static struct {
+    int calls[2], bad;
+    uint64_t last[2], total[2];
+} prog;
+
+static void record_progress(void *ctx, const char *stage, uint64_t done, uint64_t total)
+{
+    (void)ctx;
+    int k = strcmp(stage, "down-meta") == 0;
+    if (!k && strcmp(stage, "encode") != 0) prog.bad++;
+    if (k && prog.calls[0] && prog.last[0] != prog.total[0]) prog.bad++;   /* encode first, whole */
+    if (!k && prog.calls[1]) prog.bad++;
+    if (done > total || (prog.calls[k] && (done < prog.last[k] || total != prog.total[k]))) prog.bad++;
+    prog.calls[k]++;
+    prog.last[k] = done;
+    prog.total[k] = total;
+}
+
 int main(void)
 {
     char out[4096], plain[4096];
@@ -85,10 +104,14 @@ int main(void)
     double t_plain = now() - t0;
     o.finish = brw_encode_finish;
     o.finish_ctx = &o;
+    o.progress = record_progress;
     t0 = now();
     int enc = vx_encode(TINY, out, &o, &err);
     double t_browse = now() - t0;
     CHECK_MSG(enc == 0, "encode: %s", err.msg);
+    /* down-meta reports its own stage after the bytes, up to every feature of every layer */
+    CHECK(prog.bad == 0 && prog.calls[0] > 0 && prog.calls[1] > 1);
+    CHECK(prog.total[1] == 4 * 768 && prog.last[1] == prog.total[1]);
     if (enc != 0)
         return T_DONE();
     printf("encode tinyllama: %.3f s without down-meta, %.3f s with\n", t_plain, t_browse);

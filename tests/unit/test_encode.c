@@ -698,16 +698,18 @@ static void synthetic(void)
 }
 
 static uint64_t seen_done;
-static void progress(void *ctx, uint64_t done, uint64_t total)
+static void progress(void *ctx, const char *stage, uint64_t done, uint64_t total)
 {
     (void)ctx;
+    CHECK_STR(stage, "encode");
     CHECK(done <= total);
     seen_done = done;
 }
 
-static void cancel_progress(void *ctx, uint64_t done, uint64_t total)
+static void cancel_progress(void *ctx, const char *stage, uint64_t done, uint64_t total)
 {
     (void)ctx;
+    (void)stage;
     if (done > total / 3)
         vx_cancel_flag = 1;
 }

@@ -119,7 +119,7 @@ int main(void)
 
     /* COMPILE writes DMET records that agree with the overlay on the moved features */
     ed_compile_report rep;
-    CHECK_MSG(ed_compile(c, ed_overlay_eng(ov), out, NULL, &rep, &e) == 0,
+    CHECK_MSG(ed_compile(c, ed_overlay_eng(ov), out, NULL, NULL, NULL, &rep, &e) == 0,
               "compile: %s", e.msg);
     vx_container *c2 = NULL;
     brw_model *bm2 = NULL;
