@@ -24,6 +24,7 @@
  * the embedding stays bf16, one row read per token); the peer's q4_k is `--pure`.
  * Wall-clock numbers are printed, never asserted.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,11 +107,39 @@ static const char *alt_what(const fmt *f)
     return !strcmp(f->alt, "LQL_QEXACT") ? "exact f32 prefill, the reference" : "opt-in, not f32-accurate";
 }
 
+/* The share of the container's resident pages that this process maps 2 MiB at a time
+ * (FilePmdMapped / Rss over its mappings in /proc/self/smaps), or -1. It depends on how the
+ * page cache last filled those pages: a bf16 stack at 92 % read 10 % slower than the f16
+ * one at 94 %, and as fast once both were evicted and faulted in again at 100 % (ENGINE.md,
+ * session 11), so a reader of a slow round can tell the page cache from the kernel. */
+static double pmd_share(const char *dir)
+{
+    char abs[PATH_MAX], line[PATH_MAX + 256];
+    FILE *fp = realpath(dir, abs) ? fopen("/proc/self/smaps", "r") : NULL;
+    if (!fp) return -1;
+    const size_t n = strlen(abs);
+    double rss = 0, pmd = 0;
+    int in = 0;
+    while (fgets(line, sizeof line, fp)) {
+        unsigned long kb;
+        if ((line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f')) {
+            const char *path = strchr(line, '/');   /* a mapping's header line */
+            in = path && strncmp(path, abs, n) == 0 && path[n] == '/';
+        } else if (in && sscanf(line, "Rss: %lu kB", &kb) == 1) {
+            rss += (double)kb;
+        } else if (in && sscanf(line, "FilePmdMapped: %lu kB", &kb) == 1) {
+            pmd += (double)kb;
+        }
+    }
+    fclose(fp);
+    return rss > 0 ? pmd / rss : -1;
+}
+
 /* lql on one format: prompt and decode tokens/s (and CPU ms per decoded token). With
  * alt_of, the prompt is run a second time with that variable set to 1: *ppx its tokens/s,
  * *kl the KL of the default prompt's last-token distribution to that run's (else both -1). */
 static int lql_run(fmt *f, int n_prompt, int n_gen, double *pps, double *dps, double *cpu_ms,
-                   double *ppx, double *kl)
+                   double *ppx, double *kl, double *pmd)
 {
     vx_container *c = NULL;
     eng_model *m = NULL;
@@ -161,6 +190,7 @@ static int lql_run(fmt *f, int n_prompt, int n_gen, double *pps, double *dps, do
         if (eng_forward(s, ids + i, 1, logits, NULL, &err) < 0) rc = -1;
     double td = bw_now() - t0;
     *cpu_ms = (cpu_now() - c0) / n_gen * 1e3;
+    *pmd = pmd_share(f->vx);
     if (rc) fprintf(stderr, "decode: %s: %s\n", f->name, err.msg[0] ? err.msg : "out of memory");
     *pps = n_prompt / tp;
     *dps = n_gen / td;
@@ -341,17 +371,17 @@ int main(int argc, char **argv)
            eng_prefill_path(VX_F16), eng_prefill_path(VX_Q8_0), eng_prefill_path(VX_Q4_K));
     printf("model        TinyLlama-1.1B geometry, %d layers; prompt %d tokens, decode %d tokens, "
            "%d threads, %d rounds\n", layers, n_prompt, n_gen, threads, rounds);
-    printf("%-5s %-4s %5s %6s | %8s %8s %5s | %7s %7s %5s | %5s %5s %6s\n", "round", "fmt", "load",
-           "probe", "pp lql", "pp peer", "ratio", "tg lql", "tg peer", "ratio", "bw l", "bw p", "cpu ms");
+    printf("%-5s %-4s %5s %6s | %8s %8s %5s | %7s %7s %5s | %5s %5s %6s %4s\n", "round", "fmt", "load",
+           "probe", "pp lql", "pp peer", "ratio", "tg lql", "tg peer", "ratio", "bw l", "bw p", "cpu ms", "pmd");
     for (int r = 0; r < rounds; r++) {
         for (int k = 0; k < nf; k++) {
             fmt *f = &F[k];
-            double ld = load1(), cpu_ms = 0, bw = bw_probe(threads);
+            double ld = load1(), cpu_ms = 0, pmd = -1, bw = bw_probe(threads);
             f->bw[r] = bw;
             for (int side = 0; side < 2; side++) {
                 int lql_turn = (side == 0) == (r % 2 == 0);
                 if (lql_turn && lql_run(f, n_prompt, n_gen, &f->pp[r], &f->tg[r], &cpu_ms, &f->ppx[r],
-                                        &f->kl[r]))
+                                        &f->kl[r], &pmd))
                     return 1;
                 if (!lql_turn && !no_peer &&
                     peer_run(lb, models, f->name, threads, n_prompt, n_gen, &f->ppeer[r], &f->tpeer[r]))
@@ -359,12 +389,13 @@ int main(int argc, char **argv)
             }
             double gb = (double)f->wbytes / 1e9;
             if (no_peer)
-                printf("%-5d %-4s %5.2f %6.1f | %8.1f %8s %5s | %7.2f %7s %5s | %5.2f %5s %6.1f\n", r + 1,
-                       f->name, ld, bw, f->pp[r], "-", "-", f->tg[r], "-", "-", gb * f->tg[r] / bw, "-", cpu_ms);
+                printf("%-5d %-4s %5.2f %6.1f | %8.1f %8s %5s | %7.2f %7s %5s | %5.2f %5s %6.1f %4.2f\n", r + 1,
+                       f->name, ld, bw, f->pp[r], "-", "-", f->tg[r], "-", "-", gb * f->tg[r] / bw, "-", cpu_ms,
+                       pmd);
             else
-                printf("%-5d %-4s %5.2f %6.1f | %8.1f %8.1f %5.2f | %7.2f %7.2f %5.2f | %5.2f %5.2f %6.1f\n",
+                printf("%-5d %-4s %5.2f %6.1f | %8.1f %8.1f %5.2f | %7.2f %7.2f %5.2f | %5.2f %5.2f %6.1f %4.2f\n",
                        r + 1, f->name, ld, bw, f->pp[r], f->ppeer[r], f->pp[r] / f->ppeer[r], f->tg[r],
-                       f->tpeer[r], f->tg[r] / f->tpeer[r], gb * f->tg[r] / bw, gb * f->tpeer[r] / bw, cpu_ms);
+                       f->tpeer[r], f->tg[r] / f->tpeer[r], gb * f->tg[r] / bw, gb * f->tpeer[r] / bw, cpu_ms, pmd);
             if (f->ppx[r] > 0)
                 printf("%-5d %-4s %s=1 (%s): pp lql %.1f, ratio %s%.2f, KL default||it %.2e nats\n",
                        r + 1, f->name, f->alt, alt_what(f), f->ppx[r], no_peer ? "- " : "",
@@ -374,6 +405,7 @@ int main(int argc, char **argv)
     }
     printf("(pp/tg: tokens/s; ratio: lql / llama.cpp; bw l/p: weight bytes streamed per second in decode\n"
            " as a fraction of the probe before the pair, for lql and the peer; cpu ms: lql CPU per decoded token;\n"
+           " pmd: the share of lql's resident container pages mapped 2 MiB at a time, -1 unknown;\n"
            " second-run lines: the prompt again with the variable set, its ratio to llama.cpp (with\n"
            " --no-peer to lql's default prompt) and the KL of the default's last-token distribution to it)\n");
     for (int k = 0; k < nf && !no_peer; k++) {
