@@ -112,10 +112,10 @@ typedef struct dm_worker {
     uint16_t *eb_copy;
     uint8_t *eq;
     float *esc;
+    float *esc_tile;         /* [vocab / VTILE rounded up] the largest row scale of each tile */
     double e_max, eb_max, de_max;  /* largest ‖e‖, ‖e'‖, ‖e' − e‖ over the rows (e' = ê) */
     /* one vocabulary tile's pass over the chunk's features, split over the pool */
     int nb, v0, vt;
-    float esc_max;           /* the int8 screen: the largest row scale of the tile */
     const dm_chunk *rch;     /* the chunk being rescored */
     atomic_int failed;
 } dm_worker;
@@ -235,7 +235,9 @@ static int prepare_embed(dm_worker *w, vx_err *err)
     if ((w->screen == DM_BF16 && E->dtype != VX_BF16 &&
          !(w->eb_copy = malloc(VH * sizeof *w->eb_copy))) ||
         (w->screen == DM_I8 && (!(w->eq = malloc(VH)) ||
-                                !(w->esc = malloc((size_t)s->vocab * sizeof *w->esc))))) {
+                                !(w->esc = malloc((size_t)s->vocab * sizeof *w->esc)) ||
+                                !(w->esc_tile = calloc((size_t)(s->vocab + VTILE - 1) / VTILE,
+                                                       sizeof *w->esc_tile))))) {
         free(row);
         return vx_errf(err, VX_ENOMEM, "down_meta: out of memory for the embedding's %s copy",
                        w->screen == DM_I8 ? "int8" : "bf16");
@@ -245,9 +247,10 @@ static int prepare_embed(dm_worker *w, vx_err *err)
         vx_row_to_f32(E->dtype, (const uint8_t *)E->data + (size_t)v * (size_t)H * esz, row,
                       (size_t)H);
         double nrm[3];
-        if (w->screen == DM_I8)
+        if (w->screen == DM_I8) {
             quant_row(row, H, w->eq + (size_t)v * (size_t)H, 128, &w->esc[v], nrm);
-        else
+            w->esc_tile[v / VTILE] = fmaxf(w->esc_tile[v / VTILE], w->esc[v]);
+        } else
             round_row(row, H, w->eb_copy ? w->eb_copy + (size_t)v * (size_t)H : NULL, nrm);
         w->e_max = fmax(w->e_max, nrm[0]);
         w->eb_max = fmax(w->eb_max, nrm[1]);
@@ -408,7 +411,8 @@ __attribute__((target("avx512f"))) static int scan_i8(dm_worker *w, int j, const
     const int whole = w->tn[j] < K;
     float blk[VTILE];
     float thr = w->thr[j];
-    int64_t lim = lim_i8(thr, w->esc_max, dsc, corr);
+    const float emax = w->esc_tile[v0 / VTILE];   /* v0 starts a tile */
+    int64_t lim = lim_i8(thr, emax, dsc, corr);
     for (int c0 = 0; c0 < vt; c0 += 16) {
         const int nb = vt - c0 < 16 ? vt - c0 : 16;
         float *b = whole ? blk + c0 : blk;
@@ -430,7 +434,7 @@ __attribute__((target("avx512f"))) static int scan_i8(dm_worker *w, int j, const
             if (scan_row(w, j, blk, v0 + c0, nb) != 0) return -1;
             if (w->thr[j] != thr) {
                 thr = w->thr[j];
-                lim = lim_i8(thr, w->esc_max, dsc, corr);
+                lim = lim_i8(thr, emax, dsc, corr);
             }
         }
     }
@@ -468,9 +472,6 @@ static int screen_chunk(dm_worker *w, const dm_chunk *ch)
                                                         (size_t)H, w->xq, ch->nb, w->ibuf))
             return -1;   /* out of memory (its other refusals were checked at pick_screen) */
         w->v0 = v0;
-        w->esc_max = 0;
-        for (int v = 0; w->screen == DM_I8 && v < vt; v++)
-            w->esc_max = fmaxf(w->esc_max, w->esc[v0 + v]);
         w->vt = vt;
         eng_parallel(scan_part, w);
         if (atomic_load(&w->failed)) return -1;
@@ -571,6 +572,7 @@ static void worker_free(dm_worker *w)
     free(w->eb_copy);
     free(w->eq);
     free(w->esc);
+    free(w->esc_tile);
 }
 
 /* The records of every layer into path; progress (o may be NULL) in features screened. */
