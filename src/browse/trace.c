@@ -80,6 +80,9 @@ static float norm2(const float *x, int n)
 static int answer_id(const eng_model *em, const char *t, int32_t *out, vx_err *err)
 {
     size_t len = strlen(t);
+    /* " " alone would silently trace the space token */
+    if (len == 0)
+        return vx_errf(err, VX_EARG, "FOR needs a non-empty token");
     char *s = malloc(len + 2);
     if (!s)
         return vx_errf(err, VX_ENOMEM, "trace: out of memory");
@@ -202,6 +205,11 @@ int brw_trace_run(eng_model *em, const char *prompt, const brw_trace_opts *o,
     if (n == 0) {
         free(ids);
         return vx_errf(err, VX_EARG, "the prompt \"%s\" has no tokens", prompt);
+    }
+    if (n > (size_t)eng_model_context(em)) {
+        free(ids);
+        return vx_errf(err, VX_EARG, "prompt has %zu tokens, more than the model's context of %d",
+                       n, eng_model_context(em));
     }
     out->ids = ids;
     out->n_tokens = (int)n;

@@ -344,10 +344,10 @@ int main(void)
         CHECK(t.n_rows == 12 && t.rows[0].pos == 0 && t.rows[0].layer == 1 &&
               t.rows[11].pos == 5 && t.rows[11].layer == 2);
         brw_trace_free(&t);
-        /* the answer id is the last id of encode(" t"): FOR "" is the bare space token */
+        /* FOR "" would track the bare space token of encode(" "): refused, nothing kept */
         to.for_token = "";
-        CHECK(brw_trace_run(em, "x", &to, &t, &err) == 0 && t.target == 33);
-        brw_trace_free(&t);
+        CHECK(brw_trace_run(em, "x", &to, &t, &err) == -1);
+        CHECK_STR(err.msg, "FOR needs a non-empty token");
 
         /* EXPLAIN INFER: the features that fired carry down-meta; attention sums to 1 */
         int32_t ids[6] = {0, 283, 308, 269, 3993, 265};
