@@ -203,6 +203,14 @@ int ed_insert_setup(ed_model *es, eng_model *m, const ed_insert_req *st,
                       ed_err *e)
 {
     const int L = eng_model_layers(m);
+    /* the fact's prompt is "The <relation> of <entity> is": a blank part leaves a prompt
+     * that names nothing */
+    e->at = ED_AT_ENTITY;
+    if (!st->entity[strspn(st->entity, " \t\r\n")])
+        return vx_errf(&e->vx, VX_EARG, "INSERT needs a non-empty entity");
+    e->at = ED_AT_REQUEST;
+    if (!st->relation[strspn(st->relation, " \t\r\n")])
+        return vx_errf(&e->vx, VX_EARG, "INSERT needs a non-empty relation");
     if (st->layer_given) {
         *layer = st->layer;
     } else if (dflt == INSERT_AT_LAST) {
