@@ -51,7 +51,8 @@ loop:
                             lx->cur = (const char *)cur; goto loop; }
         "--" [^\n\x00]*   { lx->cur = (const char *)cur; goto loop; }
         ident             { code = lql_keyword_code((const char *)tok, (int)(cur - tok)); goto done; }
-        [0-9]+ "." [0-9]+ { code = LQL_TK_FLOAT; goto done; }
+        [0-9]+ "." [0-9]+ ([eE] [+-]? [0-9]+)? | [0-9]+ [eE] [+-]? [0-9]+
+                          { code = LQL_TK_FLOAT; goto done; }
         [0-9]+            { code = LQL_TK_INT; goto done; }
         dstr | sstr       { code = LQL_TK_STRING; goto done; }
         ["']              { code = LQL_TK_UNTERMINATED; goto done; }

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,13 +239,21 @@ range:;
     return -1;
 }
 
-static double float_of(const lql_token *t)
+/* A number token's value, read whole (a long literal must not be cut short); one too
+ * large for a double (1e309) is refused, not made infinite. */
+static int float_of(lql_pctx *p, const lql_token *t, double *out)
 {
-    char buf[64];
-    int n = t->n < 63 ? t->n : 63;
-    memcpy(buf, t->z, (size_t)n);
-    buf[n] = 0;
-    return strtod(buf, NULL);
+    char *buf = alloc(p, (size_t)t->n + 1);
+    if (!buf) return -1;
+    memcpy(buf, t->z, (size_t)t->n);
+    buf[t->n] = 0;
+    *out = strtod(buf, NULL);
+    if (isinf(*out)) {
+        char b[64];
+        lql_p_error(p, t, "number out of range: %s", tok_text(t, b, sizeof b));
+        return -1;
+    }
+    return 0;
 }
 
 /* ---------------------------------------------------------------- clauses */
@@ -279,7 +288,7 @@ lql_clause *lql_b_int(lql_pctx *p, lql_clause_kind k, const lql_token *kw, const
 lql_clause *lql_b_num(lql_pctx *p, lql_clause_kind k, const lql_token *kw, const lql_token *num)
 {
     lql_clause *c = clause(p, k, kw);
-    if (c) c->f = float_of(num);
+    if (c && float_of(p, num, &c->f) < 0) return NULL;
     return c;
 }
 
@@ -398,10 +407,11 @@ lql_value *lql_b_value(lql_pctx *p, const lql_token *minus, const lql_token *lit
         v->s = unquote(p, lit);
         return v->s ? v : NULL;
     }
-    int is_float = memchr(lit->z, '.', (size_t)lit->n) != NULL;
-    if (is_float) {
+    /* an INT token is digits only; a FLOAT has a point or an exponent */
+    if (strspn(lit->z, "0123456789") < (size_t)lit->n) {
         v->kind = LQL_V_FLOAT;
-        v->f = float_of(lit) * (minus ? -1 : 1);
+        if (float_of(p, lit, &v->f) < 0) return NULL;
+        v->f *= minus ? -1 : 1;
     } else {
         v->kind = LQL_V_INT;
         if (int_of(p, lit, minus != NULL, &v->i) < 0) return NULL;

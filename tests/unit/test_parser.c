@@ -122,6 +122,14 @@ static void browse_statements(void)
           && st->where->val.n == 3 && st->where->val.items[2].i == 3);
     CHECK(st && st->where && st->where->next && st->where->next->val.kind == LQL_V_FLOAT
           && st->where->next->val.f == -0.5 && st->where->next->op == LQL_OP_GT);
+    /* exponents, and a literal longer than any fixed buffer read whole */
+    st = P("SELECT * FROM EDGES WHERE score > 2.5e-1 AND score < -1E3 AND score != 1e+2");
+    CHECK(st && st->where && st->where->val.kind == LQL_V_FLOAT && st->where->val.f == 0.25
+          && st->where->next->val.f == -1000.0 && st->where->next->next->val.f == 100.0);
+    st = P("SELECT * FROM EDGES WHERE score < 1000000000000000000000000000000000000000000000000000000000000000000000.5");
+    CHECK(st && st->where && st->where->val.f == 1e69);
+    CHECK_STR(E("SELECT * FROM EDGES WHERE score > 1e309"), "1:35: number out of range: 1e309");
+    CHECK_STR(E("SELECT * FROM EDGES WHERE score > 1e"), "1:36: near \"e\": expected AND, LIMIT, NEAREST, ORDER, WHERE, |>, ; or end of input");
     st = P("SELECT entity FROM ENTITIES NEAREST TO 'Paris' AT LAYER 5 LIMIT 4");
     CHECK(st && st->from == LQL_FROM_ENTITIES && HAS(st, NEAREST) && st->layer == 5 && st->limit == 4);
     CHECK_STR(st ? st->nearest : NULL, "Paris");
