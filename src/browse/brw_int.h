@@ -71,6 +71,12 @@ struct brw_model {
 /* Is t (trimmed) an English function word ("the", "which", …)? Case-insensitive. */
 int brw_stop_word(const char *t);
 
+/* Text order ignoring case code point by code point ("État" = "état"), as SELECT compares. */
+int brw_fold_cmp(const char *a, const char *b);
+
+/* SQL LIKE ignoring case: % any run, _ one character, \ makes the next one literal. */
+int brw_like(const char *s, const char *p);
+
 /* Is a layer inside [lo, hi] (-1 -1 = all)? */
 static inline int brw_in_range(int layer, int lo, int hi)
 {

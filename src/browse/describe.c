@@ -115,6 +115,11 @@ int brw_describe_run(const brw_model *m, const char *entity, const brw_describe_
     brw_trim(entity, ent, sizeof ent);
     if (!ent[0])
         return vx_errf(err, VX_EARG, "DESCRIBE needs a non-empty entity");
+    /* without labels every edge would be filtered away: "no edges found" would be a lie */
+    if (o->relations_only && !m->labels && !m->clusters)
+        return vx_errf(err, VX_EMISSING, "RELATIONS ONLY needs relation labels "
+                       "(feature_labels.json or relation_clusters.json); this container has "
+                       "none");
     int L = m->s.layers, *layers = malloc((size_t)L * sizeof *layers), n_layers = 0;
     if (!layers)
         return vx_errf(err, VX_ENOMEM, "describe: out of memory");

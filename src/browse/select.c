@@ -18,13 +18,14 @@
  * defaults to 20. NEAREST TO "x" AT LAYER n ranks the whole layer by gate·q of x's query.
  */
 #include "brw_int.h"
-
 #include <ctype.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <utf8proc.h>
 
 #define DEFAULT_LIMIT 20
 
@@ -141,24 +142,70 @@ static const char *text_of(const brw_row *r, brw_field f)
     }
 }
 
-/* SQL LIKE, case-insensitive: % any run, _ one byte. */
-static int like(const char *s, const char *p)
+/* The code point at s lower-cased, its length in *len; an invalid byte stands alone (as a
+ * negative value no code point has). */
+static int32_t folded_cp(const char *s, int *len)
 {
-    for (; *p; p++, s++) {
-        if (*p == '%') {
-            while (p[1] == '%')
-                p++;
-            if (!p[1])
-                return 1;
-            for (; *s; s++)
-                if (like(s, p + 1))
-                    return 1;
-            return like(s, p + 1);
-        }
-        if (!*s || (*p != '_' && tolower((unsigned char)*p) != tolower((unsigned char)*s)))
-            return 0;
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s, -1, &cp);
+    if (k <= 0) {
+        *len = 1;
+        return -1 - (int32_t)(unsigned char)*s;
     }
-    return *s == 0;
+    *len = (int)k;
+    return utf8proc_tolower(cp);
+}
+
+int brw_fold_cmp(const char *a, const char *b)
+{
+    while (*a && *b) {
+        int la, lb;
+        int32_t x = folded_cp(a, &la), y = folded_cp(b, &lb);
+        if (x != y)
+            return x < y ? -1 : 1;
+        a += la;
+        b += lb;
+    }
+    return (*a != 0) - (*b != 0);
+}
+
+/* Greedy with one backtrack point (the last %), so each pattern position costs at most one
+ * pass over the text: "%a%a%a…" cannot make it exponential. */
+int brw_like(const char *s, const char *p)
+{
+    const char *star_p = NULL, *star_s = NULL;
+    while (*s) {
+        int ls, lp;
+        if (*p == '%') {
+            while (*p == '%')
+                p++;
+            star_p = p;
+            star_s = s;
+            continue;
+        }
+        int32_t c = folded_cp(s, &ls);
+        if (*p == '_') {
+            p++;
+            s += ls;
+            continue;
+        }
+        if (*p) {
+            const char *q = p + (*p == '\\' && p[1]);
+            if (folded_cp(q, &lp) == c) {
+                p = q + lp;
+                s += ls;
+                continue;
+            }
+        }
+        if (!star_p)
+            return 0;
+        folded_cp(star_s, &ls);
+        s = star_s += ls;
+        p = star_p;
+    }
+    while (*p == '%')
+        p++;
+    return *p == 0;
 }
 
 static int cmp_num(double a, brw_op op, double b)
@@ -182,12 +229,12 @@ static int match_one(const brw_row *r, brw_field f, brw_op op, const brw_value *
     char buf[256];
     brw_trim(t ? t : "", buf, sizeof buf);
     if (op == BRW_LIKE)
-        return t && like(buf, v->str);
+        return t && brw_like(buf, v->str);
     if (!t)
         return op == BRW_NE;
     char want[256];
     brw_trim(v->str, want, sizeof want);
-    int c = strcasecmp(buf, want);
+    int c = brw_fold_cmp(buf, want);
     switch (op) {
     case BRW_EQ: case BRW_IN: return c == 0;
     case BRW_NE: return c != 0;
@@ -579,7 +626,7 @@ static int cmp_rows(const void *pa, const void *pb)
             c = -c;
     } else {
         const char *x = text_of(a, sort_field), *y = text_of(b, sort_field);
-        c = strcasecmp(x ? x : "", y ? y : "");
+        c = brw_fold_cmp(x ? x : "", y ? y : "");
         if (sort_desc)
             c = -c;
     }
@@ -612,7 +659,7 @@ static int repeated(const brw_cond *c, size_t i)
     brw_trim(c->vals[i].str, a, sizeof a);
     for (size_t j = 0; j < i; j++) {
         brw_trim(c->vals[j].str, b, sizeof b);
-        if (strcasecmp(a, b) == 0)
+        if (brw_fold_cmp(a, b) == 0)
             return 1;
     }
     return 0;

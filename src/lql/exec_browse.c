@@ -142,6 +142,28 @@ static void token_text(const brw_model *m, int32_t id, char *buf, size_t n)
     brw_trim(brw_token_text(m, id), buf, n);
 }
 
+/* A token's text for a quoted label in a note or title (query token "\n"): untrimmed, so a
+ * whitespace token is not shown as "", with quotes, backslashes and control bytes escaped
+ * (a cell needs none of this: the renderer shows its control bytes). */
+static void token_label(const char *piece, char *buf, size_t n)
+{
+    size_t o = 0;
+    for (const unsigned char *c = (const unsigned char *)piece; *c && o + 5 < n; c++) {
+        if (*c == '"' || *c == '\\')
+            o += (size_t)snprintf(buf + o, n - o, "\\%c", *c);
+        else if (*c == '\n' || *c == '\t' || *c == '\r')
+            o += (size_t)snprintf(buf + o, n - o, "\\%c",
+                                  *c == '\n' ? 'n' : *c == '\t' ? 't' : 'r');
+        else if (*c < 0x20 || *c == 0x7f)
+            o += (size_t)snprintf(buf + o, n - o, "\\x%02x", *c);
+        else if (*c >= 0xc0 && o + (*c >= 0xf0 ? 4u : *c >= 0xe0 ? 3u : 2u) >= n)
+            break; /* a cut never splits a UTF-8 sequence */
+        else
+            buf[o++] = (char)*c;
+    }
+    buf[o] = 0;
+}
+
 /* The first k readable down tokens other than the top one, ", "-joined. */
 static void down_list(const brw_model *m, const brw_meta *md, int k, char *buf, size_t n)
 {
@@ -241,7 +263,7 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
     if (brw_walk_run(m, st->arg, &o, &w, &ve) != 0)
         return lql_err_vx(e, &ve, &st->arg_at);
     char tok[128];
-    token_text(m, w.token, tok, sizeof tok);
+    token_label(brw_token_text(m, w.token), tok, sizeof tok);
     int rc = 0;
     if (explain) {
         lql_colspec pc[] = {{"step", LQL_TEXT, 0}, {"detail", LQL_TEXT, 0}};
@@ -251,8 +273,8 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
             return oom(e);
         lql_row(pt);
         lql_cell_text(pt, "query");
-        snprintf(d, sizeof d, "embedding of \"%s\" (id %d) x %g", tok, w.token,
-                 (double)brw_embed_scale(m));
+        snprintf(d, sizeof d, "embedding of \"%s\" (id %d) x %g", brw_token_text(m, w.token),
+                 w.token, (double)brw_embed_scale(m));
         lql_cell_text(pt, d);
         lql_row(pt);
         lql_cell_text(pt, "layers");
@@ -333,7 +355,8 @@ int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e
     brw_describe d;
     vx_err ve = {0};
     if (brw_describe_run(m, st->arg, &o, &d, &ve) != 0)
-        return lql_err_vx(e, &ve, &st->arg_at);
+        return lql_err_vx(e, &ve, ve.code == VX_EMISSING && o.relations_only
+                                      ? &st->clause_at[LQL_C_RELATIONS_ONLY] : &st->arg_at);
     int brief = o.mode == BRW_DESCRIBE_BRIEF, raw = o.mode == BRW_DESCRIBE_RAW;
     lql_colspec all[] = {{"band", LQL_TEXT, 0}, {"relation", LQL_TEXT, 0},
                          {"target", LQL_TEXT, 0}, {"gate", LQL_FLOAT, 4},
@@ -494,12 +517,14 @@ static lql_coltype field_type(brw_field f)
     }
 }
 
-static int emit_rows(const brw_rows *rows, const brw_field *f, int nf, const char *title,
-                     lql_result *r, lql_err *e)
+/* names: the columns as the statement spelt them (a synonym such as c_score or token heads
+ * its column under that name, as SQL does), or NULL for the fields' own names. */
+static int emit_rows(const brw_rows *rows, const brw_field *f, const char *const *names, int nf,
+                     const char *title, lql_result *r, lql_err *e)
 {
     lql_colspec cols[16];
     for (int i = 0; i < nf && i < 16; i++)
-        cols[i] = (lql_colspec){brw_field_name(f[i]), field_type(f[i]), 4};
+        cols[i] = (lql_colspec){names ? names[i] : brw_field_name(f[i]), field_type(f[i]), 4};
     lql_table *t = lql_result_table(r, title, nf, cols);
     if (!t)
         return oom(e);
@@ -537,7 +562,8 @@ static int run_rows(const lql_stmt *st, const brw_model *m, brw_from from, int s
         rc = lql_err_vx(e, &ve, o->nearest ? clause_at(st, LQL_C_NEAREST)
                                                 : lql_cond_span(st->where, &ve, &st->at));
     else {
-        rc = emit_rows(&rows, f, nf, NULL, r, e);
+        rc = emit_rows(&rows, f, show_layer < 0 && st->nfields ? st->fields : NULL, nf, NULL,
+                       r, e);
         brw_rows_free(&rows);
     }
     free(conds);
@@ -674,7 +700,7 @@ int lql_h_show_entities(lql_session *s, const lql_stmt *st, lql_result *r, lql_e
     if (brw_show_entities(m, layer, limit, ov, &rows, &ve) != 0)
         return lql_err_vx(e, &ve, &st->at);
     brw_field f[] = {BRW_F_ENTITY, BRW_F_COUNT, BRW_F_SCORE};
-    int rc = emit_rows(&rows, f, 3, NULL, r, e);
+    int rc = emit_rows(&rows, f, NULL, 3, NULL, r, e);
     brw_rows_free(&rows);
     return rc;
 }
@@ -744,7 +770,9 @@ int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         vx_err de;
         if (eng_tok_decode(tok, &t.target, 1, 0, &piece, &de) != 0)
             piece = NULL;
-        snprintf(title, sizeof title, "FOR \"%s\" (id %d)", piece ? piece : "", t.target);
+        char label[128];
+        token_label(piece ? piece : "", label, sizeof label);
+        snprintf(title, sizeof title, "FOR \"%s\" (id %d)", label, t.target);
         free(piece);
         tf = lql_result_table(r, title, allpos ? 7 : 6, allpos ? fc : fc + 1);
     }
