@@ -189,19 +189,26 @@ int ed_gate_run(eng_model *m, const char *out, const char *const *prompts, int n
         g->lens = fmax(g->lens, dn);
         g->walk = fmax(g->walk, wd);
         ed_probe_row *row = probe_row(g);
-        const char *ta = eng_tok_piece(eng_model_tokenizer(m), argmax(pa.logits, (int)V));
-        const char *tb = eng_tok_piece(eng_model_tokenizer(m2), argmax(pb.logits, (int)V));
-        if (!row) {
+        /* the top tokens as text (" Paris"), as INFER shows them, not vocabulary pieces */
+        const int32_t ia = argmax(pa.logits, (int)V), ib = argmax(pb.logits, (int)V);
+        char *ta = NULL, *tb = NULL;
+        vx_err de;
+        if (eng_tok_decode(eng_model_tokenizer(m), &ia, 1, 0, &ta, &de) < 0)
+            ta = NULL;
+        if (eng_tok_decode(eng_model_tokenizer(m2), &ib, 1, 0, &tb, &de) < 0)
+            tb = NULL;
+        if (row)
+            *row = (ed_probe_row){strdup(prompts[i]), "", "", dl, dn, wd, !ta, !tb};
+        if (row && row->prompt) {
+            snprintf(row->top_a, sizeof row->top_a, "%s", ta ? ta : "");
+            snprintf(row->top_b, sizeof row->top_b, "%s", tb ? tb : "");
+        }
+        free(ta);
+        free(tb);
+        if (!row || !row->prompt) {
             rc = vx_errf(&e->vx, VX_ENOMEM, "out of memory");
             break;
         }
-        *row = (ed_probe_row){strdup(prompts[i]), "", "", dl, dn, wd, !ta, !tb};
-        if (!row->prompt) {
-            rc = vx_errf(&e->vx, VX_ENOMEM, "out of memory");
-            break;
-        }
-        snprintf(row->top_a, sizeof row->top_a, "%s", ta ? ta : "");
-        snprintf(row->top_b, sizeof row->top_b, "%s", tb ? tb : "");
     }
     free(pa.logits);
     free(pa.resid);

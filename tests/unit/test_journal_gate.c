@@ -46,6 +46,8 @@ int main(void)
              "COMPILE CURRENT INTO VINDEX \\\"%s\\\";\" 2>&1", LQL_BINARY_DIR, base, stmts, ok);
     CHECK(fx_run(cmd, out, sizeof out) == 0);
     CHECK_HAS(out, "prompt\toverlay\tcompiled\tmax_logit_diff\tmax_lens_diff\tmax_walk_diff\n");
+    /* top tokens as text, as INFER shows them (" Par"), not vocabulary pieces ("ĠPar") */
+    CHECK_HAS(out, "The capital of France is\t Par\t Par\t");
     CHECK_HAS(out, "-- compile gate: INFER logits, TRACE lens (every layer) and WALK hits (top "
                    "10 per layer) of 4 probes agree within 1e-5 (f32 storage) x the logit scale; the "
                    "down-meta of every edited feature is equal\n");
