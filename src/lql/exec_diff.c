@@ -88,8 +88,11 @@ static int diff_patch(const lql_stmt *st, const ed_side *A, const ed_side *B,
     if (ed_diff_patch(A, B, rows, n, st->into, &written, &skipped, &ve))
         return lql_err_vx(e, &ve, ve.code == VX_ENOMEM ? &st->at
                                                        : &st->clause_at[LQL_C_INTO_PATCH]);
-    lql_result_note(r, "wrote %zu operations to %s%s", written, st->into,
-                    skipped ? " (restored features have no vector-free form: skipped)" : "");
+    /* said every time: the tensors table above may show weights this file does not carry */
+    lql_result_note(r, "wrote %zu operations to %s: vector-free (deletes and down-meta "
+                    "updates), weight changes are not carried (SAVE PATCH and COMPILE carry "
+                    "them)%s", written, st->into,
+                    skipped ? "; restored features have no vector-free form: skipped" : "");
     return 0;
 }
 

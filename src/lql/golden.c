@@ -274,6 +274,29 @@ static int require(lql_shell *sh, const char *header, var *v, char *err, size_t 
     return 0;
 }
 
+/* The inverse for an output: each variable's value written back as ${NAME} (the longest
+ * matching value first), so a note naming the scratch directory or a container's path can
+ * be pinned. malloc'd. */
+static char *unexpand(const char *text, const var *vars, int nvars)
+{
+    char *out = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&out, &n);
+    if (!f) return NULL;
+    for (const char *p = text; *p;) {
+        int best = -1;
+        size_t bl = 0;
+        for (int i = 0; i < nvars; i++) {
+            size_t vl = strlen(vars[i].value);
+            if (vl > bl && strncmp(p, vars[i].value, vl) == 0) { best = i; bl = vl; }
+        }
+        if (best >= 0) { fprintf(f, "${%s}", vars[best].name); p += bl; }
+        else fputc(*p++, f);
+    }
+    if (fclose(f) != 0) { free(out); return NULL; }
+    return out;
+}
+
 /* Replace ${NAME} by the variables' values. malloc'd. */
 static char *expand(const char *text, const var *vars, int nvars)
 {
@@ -387,6 +410,11 @@ int lql_golden(const char *path, int update)
         got = rc < 0 ? errs : acc;
         if (rc < 0) free(acc); else free(errs);
         if (!got) got = strdup("");
+        if (got) {
+            char *g = unexpand(got, vars, nvars);
+            free(got);
+            got = g;
+        }
         for (size_t gl = got ? strlen(got) : 0; gl && got[gl - 1] == '\n';) got[--gl] = 0;
         if (ok && want_error) {
             if (rc == 0) { printf("%s:%d: statement succeeded, expected an error\n", path, r->line); ok = 0; }
