@@ -702,8 +702,23 @@ int hf_admit(const char *dir, const st_model *m, hf_plan *p, vx_err *err)
     int tied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(p->component, "execution"),
                                          "lm_head"), "tied"));
+    /* a tied head's own copy is dropped only when it is the embedding, byte for byte: a
+     * different one would be a second output projection the graph never runs */
+    const st_tensor *emb = NULL;
+    for (size_t k = 0; k < p->obj[0].n && !emb; k++)
+        if (strcmp(p->obj[0].op[k].name, "weight") == 0)
+            emb = p->obj[0].op[k].src;
     for (size_t i = 0; i < st_count(m); i++) {
         const st_tensor *t = st_at(m, i);
+        if (!j.bound[i] && tied && strcmp(t->name, "lm_head.weight") == 0 && emb &&
+            (t->dtype != emb->dtype || t->nbytes != emb->nbytes ||
+             memcmp(t->data, emb->data, t->nbytes) != 0)) {
+            vx_errf(err, VX_EUNSUPPORTED, "checkpoint: tie_word_embeddings is true but tensor "
+                    "'lm_head.weight' differs from '%s' (family '%s'): the tied head would "
+                    "drop it; set tie_word_embeddings to false if it is the output projection",
+                    emb->name, p->family);
+            goto out;
+        }
         if (!j.bound[i] && !ignorable(t->name, tied)) {
             vx_errf(err, VX_EUNSUPPORTED, "checkpoint: tensor '%s' is not bound to any operand of "
                     "family '%s' (lql refuses to drop weights silently)", t->name, p->family);

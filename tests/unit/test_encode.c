@@ -796,6 +796,25 @@ static void refuse(const char *name, const char *want)
     CHECK(stat(out, &st) != 0);
 }
 
+/* Overwrite dir/model.safetensors' lm_head.weight with its embedding's bytes; 0 when done. */
+static int head_is_embedding(const char *dir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%.512s/model.safetensors", dir);
+    st_model *m;
+    if (st_open_file(path, &m, &err))
+        return -1;
+    const st_tensor *e = st_find(m, "model.embed_tokens.weight"), *h = st_find(m, "lm_head.weight");
+    int rc = -1, fd = open(path, O_WRONLY);
+    if (e && h && e->nbytes == h->nbytes && fd >= 0 &&
+        pwrite(fd, e->data, e->nbytes, (off_t)h->file_offset) == (ssize_t)e->nbytes)
+        rc = 0;
+    if (fd >= 0)
+        close(fd);
+    st_close(m);
+    return rc;
+}
+
 static void refusals(void)
 {
     variant("llama-gqa", "dynamic", "s/\"rope_scaling\": null/\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 4.0}/");
@@ -863,6 +882,19 @@ static void refusals(void)
            "of family 'llama' (lql refuses to drop weights silently)");
     variant("llama-gqa", "more", "s/\"num_hidden_layers\": 3/\"num_hidden_layers\": 4/");
     refuse("more", "checkpoint: tensor 'model.layers.3.input_layernorm.weight' is missing (family 'llama')");
+    /* a tied model's own lm_head.weight is dropped only when it is the embedding's copy */
+    variant("llama-gqa", "tiedhead", "s/\"tie_word_embeddings\": false/\"tie_word_embeddings\": true/");
+    refuse("tiedhead", "checkpoint: tie_word_embeddings is true but tensor 'lm_head.weight' differs "
+           "from 'model.embed_tokens.weight' (family 'llama'): the tied head would drop it; set "
+           "tie_word_embeddings to false if it is the output projection");
+    snprintf(want, sizeof want, "%s/tiedhead", tmp);
+    CHECK(head_is_embedding(want) == 0);
+    if (encode_ok(want, "tiedhead.vx", NULL) == 0) {
+        const cJSON *x, *layers;
+        cJSON *g = graph("tiedhead.vx", &x, &layers);
+        CHECK(jtrue(x, "lm_head.tied"));
+        cJSON_Delete(g);
+    }
     variant("llama-gqa", "untied", NULL);
     CHECK(sh("rm '%s/untied/model.safetensors'", tmp) == 0);
     snprintf(want, sizeof want, "'%s/untied' has neither model.safetensors nor model.safetensors.index.json",
