@@ -148,7 +148,8 @@ typedef struct tok_pat {
     int (*fn)(int32_t cp);
 } tok_pat;
 
-/* Compile a regex (UTF, UCP, JIT when available); NULL with err filled on a bad pattern. */
+/* Compile a regex (UTF, UCP, JIT when available), its \s and \p{L} / \p{N} matched to
+ * Oniguruma / Unicode 17 (see tok_util.c); NULL with err filled on a bad pattern. */
 pcre2_code *tok_re_compile(const char *src, const char *where, vx_err *err);
 /* Cover s[0..n) with spans alternating non-matches and matches (HF find_matches).
  * md is scratch match data for regex patterns. */

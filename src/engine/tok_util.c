@@ -415,20 +415,122 @@ int tok_is_punct(int32_t c)
 
 /* ---------------------------------------------------------------- patterns */
 
-pcre2_code *tok_re_compile(const char *src, const char *where, vx_err *err)
+/* Code points that are letters (\p{L}) / numbers (\p{N}) in Unicode 17, the tables of the
+ * regexes in @huggingface/tokenizers (node 20's ICU), but not in PCRE2 10.42's Unicode 14:
+ * the Unicode 15-17 additions (CJK extensions H-J, Kawi, Garay, ...). Redundant, so
+ * harmless, with a newer PCRE2. */
+static const char new_letters[] =
+    "\\x{88F}\\x{C5C}\\x{CDC}\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CF}\\x{A7D2}\\x{A7D4}"
+    "\\x{A7DA}-\\x{A7DC}\\x{A7F1}\\x{105C0}-\\x{105F3}\\x{10940}-\\x{10959}"
+    "\\x{10D4A}-\\x{10D65}\\x{10D6F}-\\x{10D85}\\x{10EC2}-\\x{10EC7}\\x{1123F}-\\x{11240}"
+    "\\x{11380}-\\x{11389}\\x{1138B}\\x{1138E}\\x{11390}-\\x{113B5}\\x{113B7}\\x{113D1}"
+    "\\x{113D3}\\x{11BC0}-\\x{11BE0}\\x{11DB0}-\\x{11DDB}\\x{11F02}\\x{11F04}-\\x{11F10}"
+    "\\x{11F12}-\\x{11F33}\\x{1342F}\\x{13441}-\\x{13446}\\x{13460}-\\x{143FA}"
+    "\\x{16100}-\\x{1611D}\\x{16D40}-\\x{16D6C}\\x{16EA0}-\\x{16EB8}\\x{16EBB}-\\x{16ED3}"
+    "\\x{16FF2}-\\x{16FF3}\\x{187F8}-\\x{187FF}\\x{18CFF}\\x{18D09}-\\x{18D1E}"
+    "\\x{18D80}-\\x{18DF2}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}\\x{1E030}-\\x{1E06D}"
+    "\\x{1E4D0}-\\x{1E4EB}\\x{1E5D0}-\\x{1E5ED}\\x{1E5F0}\\x{1E6C0}-\\x{1E6DE}"
+    "\\x{1E6E0}-\\x{1E6E2}\\x{1E6E4}-\\x{1E6E5}\\x{1E6E7}-\\x{1E6ED}\\x{1E6F0}-\\x{1E6F4}"
+    "\\x{1E6FE}-\\x{1E6FF}\\x{2B739}-\\x{2B73F}\\x{2CEA2}-\\x{2CEAD}\\x{2EBF0}-\\x{2EE5D}"
+    "\\x{31350}-\\x{33479}";
+static const char new_numbers[] =
+    "\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}\\x{11DE0}-\\x{11DE9}"
+    "\\x{11F50}-\\x{11F59}\\x{16130}-\\x{16139}\\x{16D70}-\\x{16D79}\\x{16FF4}-\\x{16FF6}"
+    "\\x{1CCF0}-\\x{1CCF9}\\x{1D2C0}-\\x{1D2D3}\\x{1E4F0}-\\x{1E4F9}\\x{1E5F1}-\\x{1E5FA}";
+
+static int put_str(tok_buf *b, const char *s)
+{
+    return tok_buf_put(b, s, strlen(s));
+}
+
+/* The length of the POSIX class ("[:alpha:]", "[:^digit:]") at s, or 0. */
+static size_t posix_class(const char *s)
+{
+    if (s[0] != '[' || s[1] != ':')
+        return 0;
+    size_t k = 2 + (s[2] == '^');
+    k += strspn(s + k, "abcdefghijklmnopqrstuvwxyz");
+    return s[k] == ':' && s[k + 1] == ']' ? k + 2 : 0;
+}
+
+/* src with \p{L} / \p{N} widened by the code points above (added to the enclosing character
+ * class, or made one), and \s / \S spelled \p{White_Space} / \P{White_Space}: PCRE2's \s
+ * also matches U+180E (its \h list predates Unicode 6.3), Oniguruma's and JS's do not.
+ * 0, or -1 when out of memory. */
+static int re_widen(const char *src, tok_buf *out)
+{
+    int in_class = 0;
+    for (const char *s = src; *s; s++) {
+        int rc;
+        if (*s == '\\' && (s[1] == 's' || s[1] == 'S')) {
+            rc = put_str(out, s[1] == 's' ? "\\p{White_Space}" : "\\P{White_Space}");
+            s++;
+        } else if (strncmp(s, "\\p{L}", 5) == 0 || strncmp(s, "\\p{N}", 5) == 0) {
+            rc = (!in_class && tok_buf_putc(out, '[')) || tok_buf_put(out, s, 5) ||
+                 put_str(out, s[3] == 'L' ? new_letters : new_numbers) ||
+                 (!in_class && tok_buf_putc(out, ']'));
+            s += 4;
+        } else if (strncmp(s, "\\Q", 2) == 0) {
+            /* quoted up to \E: copied as it is */
+            const char *e = strstr(s, "\\E");
+            size_t k = e ? (size_t)(e - s) + 2 : strlen(s);
+            rc = tok_buf_put(out, s, k);
+            s += k - 1;
+        } else if (*s == '\\' && s[1]) {
+            rc = tok_buf_put(out, s, 2);
+            s++;
+        } else if (!in_class && *s == '[') {
+            /* a ']' first in the class (after an optional '^') is a literal */
+            size_t k = 1 + (s[1] == '^');
+            k += s[k] == ']';
+            rc = tok_buf_put(out, s, k);
+            s += k - 1;
+            in_class = 1;
+        } else if (in_class && posix_class(s)) {
+            rc = tok_buf_put(out, s, posix_class(s));
+            s += posix_class(s) - 1;
+        } else {
+            in_class &= *s != ']';
+            rc = tok_buf_putc(out, *s);
+        }
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
+static pcre2_code *re_compile(const char *src, size_t n, const char *where, vx_err *err)
 {
     int code;
     PCRE2_SIZE off;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)src, PCRE2_ZERO_TERMINATED,
-                                   PCRE2_UTF | PCRE2_UCP, &code, &off, NULL);
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)src, n, PCRE2_UTF | PCRE2_UCP, &code, &off,
+                                   NULL);
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof msg);
-        vx_errf(err, VX_EFORMAT, "%s: bad regex '%s' at offset %zu: %s", where, src,
+        vx_errf(err, VX_EFORMAT, "%s: bad regex '%.*s' at offset %zu: %s", where, (int)n, src,
                 (size_t)off, (const char *)msg);
+    }
+    return re;
+}
+
+pcre2_code *tok_re_compile(const char *src, const char *where, vx_err *err)
+{
+    /* The pattern as written is compiled first so that an error names its own offsets. */
+    pcre2_code *re = re_compile(src, strlen(src), where, err);
+    if (!re)
+        return NULL;
+    pcre2_code_free(re);
+    tok_buf w = {0};
+    if (re_widen(src, &w) < 0) {
+        tok_buf_free(&w);
+        vx_errf(err, VX_ENOMEM, "out of memory");
         return NULL;
     }
-    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);   /* the interpreter is the fallback */
+    re = re_compile(w.n ? w.p : "", w.n, where, err);
+    tok_buf_free(&w);
+    if (re)
+        pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);   /* the interpreter is the fallback */
     return re;
 }
 

@@ -606,6 +606,67 @@ static void edges(const char *shared)
     }
 }
 
+/* Encode text (add_special) and compare the ids with want[0..n). */
+static void check_enc(const eng_tokenizer *t, const char *name, const char *text,
+                      const int32_t *want, size_t n)
+{
+    int32_t *ids = NULL;
+    size_t k = 0;
+    vx_err err = {0};
+    char got[512], exp[512];
+    CHECK_MSG(eng_tok_encode(t, text, strlen(text), 1, &ids, &k, &err) == 0, "%s", err.msg);
+    ids_str(ids, k, got, sizeof got);
+    ids_str(want, n, exp, sizeof exp);
+    CHECK_MSG(strcmp(got, exp) == 0, "%s \"%s\"\n   got: [%s]\n  want: [%s]", name, text, got,
+              exp);
+    free(ids);
+}
+
+/* Regex classes as @huggingface/tokenizers@0.2.0 sees them (the expected ids are its
+ * output): \s is White_Space, so not U+180E (PCRE2's \s is); \p{L} and \p{N} are Unicode
+ * 17's, so U+31350 (CJK extension H) is a letter and U+16D70 (a Kirat Rai digit) a number,
+ * which PCRE2 10.42 (Unicode 14) does not know. Each string splits differently otherwise. */
+static void unicode_classes(void)
+{
+    static const char *text[] = {"x\xE1\xA0\x8E's", "\xF0\xB1\x8D\x90's",
+                                 "\xF0\x96\xB5\xB0's"};
+    static const struct {
+        const char *name;
+        int32_t ids[3][6];
+        size_t n[3];
+    } cases[] = {
+        {"gpt2", {{87, 157, 254, 236, 6, 82}, {172, 109, 235, 238, 338},
+                  {172, 244, 113, 108, 338}}, {6, 5, 5}},
+        {"llama3", {{87, 157, 254, 236, 6, 82}, {172, 109, 235, 238, 596},
+                    {172, 244, 113, 108, 596}}, {6, 5, 5}},
+        {"qwen3", {{87, 123970, 236, 6, 82}, {172, 109, 235, 238, 594},
+                   {125427, 113, 108, 594}}, {5, 5, 4}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[1024];
+        eng_tokenizer *t = NULL;
+        vx_err err = {0};
+        snprintf(dir, sizeof dir, "%s/%s", LQL_TOKENIZER_DIR, cases[i].name);
+        CHECK_MSG(eng_tok_load_dir(dir, &t, &err) == 0, "%s", err.msg);
+        for (size_t j = 0; t && j < 3; j++)
+            check_enc(t, cases[i].name, text[j], cases[i].ids[j], cases[i].n[j]);
+        eng_tok_free(t);
+    }
+    /* The widening keeps character-class syntax: a leading ']' is a literal, \p{L} inside
+     * a class joins it, \p{N} after \Q..\E gets a class of its own. [0, 1] is what
+     * @huggingface/tokenizers gives for the same pattern spelled "[]\p{L}]+|\[\p{N}" (it
+     * has no \Q). */
+    eng_tokenizer *t = load_json("widen",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a]\xF0\xB1\x8D\x90\": 0, "
+        "\"[\xF0\x96\xB5\xB0\": 1, \"a\": 2, \"]\": 3, \"[\": 4, \"\xF0\xB1\x8D\x90\": 5, "
+        "\"\xF0\x96\xB5\xB0\": 6}, \"merges\": [], \"ignore_merges\": true},"
+        "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": "
+        "\"[]\\\\p{L}]+|\\\\Q[\\\\E\\\\p{N}\"}, \"behavior\": \"Isolated\"}}");
+    if (t)
+        check_enc(t, "widen", "a]\xF0\xB1\x8D\x90[\xF0\x96\xB5\xB0", (const int32_t[]){0, 1}, 2);
+    eng_tok_free(t);
+}
+
 /* Run a shell command, returning its stdout (caller frees) and exit status. */
 static char *run(const char *cmd, int *status)
 {
@@ -692,6 +753,7 @@ int main(void)
     synthetic();
     config();
     edges(shared);
+    unicode_classes();
     cli(shared);
     return T_DONE();
 }
