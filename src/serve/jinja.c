@@ -6,10 +6,13 @@
  * out, hence namespace()), if blocks are not.
  */
 #define _GNU_SOURCE             /* memmem */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <utf8proc.h>
 
 #include "jinja.h"
 #include "jinja_gram.h"
@@ -199,14 +202,15 @@ void srv_tmpl_free(srv_tmpl *t)
 
 /* ---------------------------------------------------------------- values */
 
-typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_STR, V_LIST, V_DICT } vtype;
+typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_STR, V_LIST, V_DICT, V_FLOAT } vtype;
 typedef struct jv {
     vtype t;
-    int64_t i;                  /* BOOL, INT */
+    int64_t i;                  /* BOOL, INT; FLOAT: 1 for a whole number beyond 64 bits */
     const char *s;              /* STR */
     size_t n;                   /* STR bytes */
     struct jseq *l;             /* LIST */
     struct jmap *d;             /* DICT */
+    double f;                   /* FLOAT: a request's fraction (never made by the template) */
 } jv;
 typedef struct jseq { size_t n; jv *v; } jseq;
 typedef struct jmap { size_t n, cap; jv *k, *v; int ns; } jmap;
@@ -216,6 +220,7 @@ typedef struct jmap { size_t n, cap; jv *k, *v; int ns; } jmap;
 /* Every string a render makes stays in its arena until the end: a budget keeps a template
  * that doubles a string in a loop from taking the memory (real chat renders make < 1 MiB). */
 #define KEPT_BUDGET ((size_t)64 << 20)
+#define OUT_MAX ((size_t)16 << 20)   /* the rendered text */
 typedef struct rctx {
     jj_arena *ar;
     srv_buf out;
@@ -228,7 +233,7 @@ typedef struct rctx {
     size_t errn;
 } rctx;
 
-static const jv undef = {V_UNDEF, 0, NULL, 0, NULL, NULL};
+static const jv undef = {V_UNDEF, 0, NULL, 0, NULL, NULL, 0};
 
 static jv fail(rctx *r, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static jv fail(rctx *r, int line, const char *fmt, ...)
@@ -245,9 +250,9 @@ static jv fail(rctx *r, int line, const char *fmt, ...)
     return undef;
 }
 
-static jv vstr(const char *s, size_t n) { return (jv){V_STR, 0, s, n, NULL, NULL}; }
-static jv vint(int64_t i) { return (jv){V_INT, i, NULL, 0, NULL, NULL}; }
-static jv vbool(int b) { return (jv){V_BOOL, b != 0, NULL, 0, NULL, NULL}; }
+static jv vstr(const char *s, size_t n) { return (jv){V_STR, 0, s, n, NULL, NULL, 0}; }
+static jv vint(int64_t i) { return (jv){V_INT, i, NULL, 0, NULL, NULL, 0}; }
+static jv vbool(int b) { return (jv){V_BOOL, b != 0, NULL, 0, NULL, NULL, 0}; }
 
 static jv vlist(rctx *r, size_t n)
 {
@@ -258,7 +263,7 @@ static jv vlist(rctx *r, size_t n)
     if (!l || (n && !v)) return fail(r, 0, "out of memory");
     l->n = n;
     l->v = v;
-    return (jv){V_LIST, 0, NULL, 0, l, NULL};
+    return (jv){V_LIST, 0, NULL, 0, l, NULL, 0};
 }
 
 static jmap *map_new(rctx *r)
@@ -298,13 +303,15 @@ static jv from_json(rctx *r, const cJSON *j)
 {
     if (cJSON_IsString(j)) return vstr(j->valuestring, strlen(j->valuestring));
     if (cJSON_IsBool(j)) return vbool(cJSON_IsTrue(j));
-    if (cJSON_IsNull(j)) return (jv){V_NONE, 0, NULL, 0, NULL, NULL};
+    if (cJSON_IsNull(j)) return (jv){V_NONE, 0, NULL, 0, NULL, NULL, 0};
     if (cJSON_IsNumber(j)) {
         int64_t i;
-        if (!srv_json_int(j, INT64_MIN, INT64_MAX, &i))
-            return fail(r, 0, "the request holds the number %g: numbers other than 64-bit "
-                        "integers are not supported", j->valuedouble);
-        return vint(i);
+        double d = j->valuedouble;
+        /* a fraction (a tool call's argument, say) is a Python float, printed as its repr; a
+         * whole number beyond 64 bits is an int or a float (cJSON does not say which), so
+         * printing it fails, but only if the template prints it */
+        if (srv_json_int(j, INT64_MIN, INT64_MAX, &i)) return vint(i);
+        return (jv){V_FLOAT, !(isfinite(d) && d != floor(d)), NULL, 0, NULL, NULL, d};
     }
     if (cJSON_IsArray(j)) {
         jv l = vlist(r, (size_t)cJSON_GetArraySize(j));
@@ -315,13 +322,14 @@ static jv from_json(rctx *r, const cJSON *j)
     jmap *m = map_new(r);
     for (const cJSON *x = j->child; m && x && !r->failed; x = x->next)
         map_set(r, m, vstr(x->string, strlen(x->string)), from_json(r, x));
-    return m ? (jv){V_DICT, 0, NULL, 0, NULL, m} : undef;
+    return m ? (jv){V_DICT, 0, NULL, 0, NULL, m, 0} : undef;
 }
 
 static int truthy(jv v)
 {
     switch (v.t) {
     case V_BOOL: case V_INT: return v.i != 0;
+    case V_FLOAT: return v.f != 0;
     case V_STR: return v.n > 0;
     case V_LIST: return v.l->n > 0;
     case V_DICT: return v.d->n > 0;
@@ -331,12 +339,85 @@ static int truthy(jv v)
 
 static const char *type_name(jv v)
 {
-    static const char *const names[] = {"undefined", "none", "bool", "int", "string", "list", "dict"};
-    return names[v.t];
+    static const char *const names[] = {"undefined", "none", "bool", "int", "string", "list", "dict", "float"};
+    return v.t == V_FLOAT && v.i ? "whole number beyond 64 bits" : names[v.t];
 }
 
-/* Text of a value as {{ }} prints it; -1 for lists and dicts (no Python repr here). */
-static int to_text(rctx *r, jv v, srv_buf *b)
+static uint32_t cp_at(const char *s, size_t n, size_t i, size_t *len);
+
+/* Python's repr() of a string: single quotes unless the text holds ' and no ", the quote
+ * and backslash escaped, \t \n \r, other ASCII controls as \xNN, and what
+ * str.isprintable() rejects (Unicode categories C* and Z* but the space) as \xNN, \uNNNN
+ * or \UNNNNNNNN; the rest as it is. */
+static void repr_str(jv v, srv_buf *b)
+{
+    char q = v.n && memchr(v.s, '\'', v.n) && !memchr(v.s, '"', v.n) ? '"' : '\'', esc[16];
+    srv_buf_add(b, &q, 1);
+    for (size_t i = 0, len; i < v.n; i += len) {
+        uint32_t c = cp_at(v.s, v.n, i, &len);
+        utf8proc_category_t cat = utf8proc_category((utf8proc_int32_t)c);
+        int shown = c >= 0x80 ? !(cat == UTF8PROC_CATEGORY_CC || cat == UTF8PROC_CATEGORY_CF ||
+                                  cat == UTF8PROC_CATEGORY_CS || cat == UTF8PROC_CATEGORY_CO ||
+                                  cat == UTF8PROC_CATEGORY_CN || cat == UTF8PROC_CATEGORY_ZS ||
+                                  cat == UTF8PROC_CATEGORY_ZL || cat == UTF8PROC_CATEGORY_ZP)
+                              : c >= 0x20 && c < 0x7F;
+        if (c == (uint32_t)q || c == '\\') { esc[0] = '\\'; esc[1] = (char)c; srv_buf_add(b, esc, 2); }
+        else if (c == '\t' || c == '\n' || c == '\r')
+            srv_buf_add(b, c == '\t' ? "\\t" : c == '\n' ? "\\n" : "\\r", 2);
+        else if (shown) srv_buf_add(b, v.s + i, len);
+        else srv_buf_add(b, esc, (size_t)snprintf(esc, sizeof esc, c <= 0xFF ? "\\x%02x" : c <= 0xFFFF ?
+                                                  "\\u%04x" : "\\U%08x", (unsigned)c));
+    }
+    srv_buf_add(b, &q, 1);
+}
+
+static int to_text(jv v, srv_buf *b);
+
+/* Python's repr() of a float (str() and json.dumps give the same): the fewest digits that
+ * read back as the same double; positional for exponents -4..15 (with ".0" when whole),
+ * else d.ddde+XX. */
+static int float_repr(double d, srv_buf *b)
+{
+    char e[40], o[400];
+    int p = 1;
+    while (p < 17 && (snprintf(e, sizeof e, "%.*e", p - 1, d), strtod(e, NULL) != d)) p++;
+    snprintf(e, sizeof e, "%.*e", p - 1, d);
+    char *x = strchr(e, 'e'), digits[20];
+    int exp = atoi(x + 1), nd = 0, k = 0;
+    for (const char *c = e; c < x; c++) if (*c >= '0' && *c <= '9') digits[nd++] = *c;
+    if (d < 0) o[k++] = '-';
+    if (exp < -4 || exp >= 16) {
+        o[k++] = digits[0];
+        if (nd > 1) { o[k++] = '.'; memcpy(o + k, digits + 1, (size_t)nd - 1); k += nd - 1; }
+        k += snprintf(o + k, sizeof o - (size_t)k, "e%c%02d", exp < 0 ? '-' : '+', abs(exp));
+    } else if (exp < 0) {
+        o[k++] = '0';
+        o[k++] = '.';
+        for (int i = exp + 1; i < 0; i++) o[k++] = '0';
+        memcpy(o + k, digits, (size_t)nd);
+        k += nd;
+    } else {
+        for (int i = 0; i <= exp; i++) o[k++] = i < nd ? digits[i] : '0';
+        o[k++] = '.';
+        if (nd > exp + 1) { memcpy(o + k, digits + exp + 1, (size_t)(nd - exp - 1)); k += nd - exp - 1; }
+        else o[k++] = '0';
+    }
+    return srv_buf_add(b, o, (size_t)k);
+}
+
+/* Python's repr() of an item inside a printed list or dict; -1 for what has no repr here
+ * (an undefined item, a namespace) and past the 16 MiB a render may give (a list holding
+ * one long string many times would otherwise print without bound). */
+static int repr_of(jv v, srv_buf *b)
+{
+    if (b->n > OUT_MAX || v.t == V_UNDEF) return -1;
+    if (v.t == V_STR) { repr_str(v, b); return 0; }
+    return to_text(v, b);
+}
+
+/* Text of a value as {{ }} prints it: Python's str(), so a list or dict (a message's
+ * content parts, say) prints as its repr, as jinja2 does. -1 when that is not possible. */
+static int to_text(jv v, srv_buf *b)
 {
     char num[32];
     switch (v.t) {
@@ -345,21 +426,35 @@ static int to_text(rctx *r, jv v, srv_buf *b)
     case V_BOOL: return srv_buf_add(b, v.i ? "True" : "False", v.i ? 4 : 5);
     case V_INT: snprintf(num, sizeof num, "%lld", (long long)v.i); return srv_buf_add(b, num, strlen(num));
     case V_STR: return srv_buf_add(b, v.s, v.n);
-    default: (void)r; return -1;
+    case V_FLOAT: return v.i ? -1 : float_repr(v.f, b);
+    case V_LIST:
+        srv_buf_add(b, "[", 1);
+        for (size_t i = 0; i < v.l->n; i++)
+            if ((i && srv_buf_add(b, ", ", 2)) || repr_of(v.l->v[i], b) < 0) return -1;
+        return srv_buf_add(b, "]", 1);
+    case V_DICT:
+        if (v.d->ns) return -1;
+        srv_buf_add(b, "{", 1);
+        for (size_t i = 0; i < v.d->n; i++)
+            if ((i && srv_buf_add(b, ", ", 2)) || repr_of(v.d->k[i], b) < 0 || srv_buf_add(b, ": ", 2) ||
+                repr_of(v.d->v[i], b) < 0)
+                return -1;
+        return srv_buf_add(b, "}", 1);
+    default: return -1;
     }
 }
+
+static jv keep(rctx *r, srv_buf *b, int line);
 
 static jv as_str(rctx *r, jv v, int line)
 {
     if (v.t == V_STR) return v;
     srv_buf b = {0};
-    if (to_text(r, v, &b) < 0) { srv_buf_free(&b); return fail(r, line, "cannot turn a %s into text", type_name(v)); }
-    char *s = jj_alloc(&r->ar, b.n + 1);
-    if (!s) { srv_buf_free(&b); return fail(r, line, "out of memory"); }
-    if (b.n) memcpy(s, b.p, b.n);
-    jv out = vstr(s, b.n);
-    srv_buf_free(&b);
-    return out;
+    if (to_text(v, &b) < 0 && !b.oom) {
+        srv_buf_free(&b);
+        return fail(r, line, "cannot turn a %s into text", type_name(v));
+    }
+    return keep(r, &b, line);   /* a repr can be long: it counts against the budget */
 }
 
 static int equal(jv a, jv b)
@@ -368,6 +463,7 @@ static int equal(jv a, jv b)
     if (a.t != b.t) return 0;
     switch (a.t) {
     case V_UNDEF: case V_NONE: return 1;
+    case V_FLOAT: return a.f == b.f;    /* never equal to an int: floats here are fractions */
     case V_STR: return a.n == b.n && !memcmp(a.s, b.s, a.n);
     case V_LIST:
         if (a.l->n != b.l->n) return 0;
@@ -485,6 +581,10 @@ static jv json_of(rctx *r, jv v, srv_buf *b, int line)
     case V_NONE: srv_buf_add(b, "null", 4); break;
     case V_BOOL: srv_buf_add(b, v.i ? "true" : "false", v.i ? 4 : 5); break;
     case V_INT: snprintf(num, sizeof num, "%lld", (long long)v.i); srv_buf_add(b, num, strlen(num)); break;
+    case V_FLOAT:
+        if (v.i) return fail(r, line, "the request's number %g: whole numbers beyond 64 bits are not supported", v.f);
+        float_repr(v.f, b);
+        break;
     case V_STR:
         /* json.dumps(ensure_ascii=False): quotes, backslash and controls escaped */
         srv_buf_add(b, "\"", 1);
@@ -582,7 +682,9 @@ static jv filter(rctx *r, const jj_node *x)
         if (v.t != V_LIST) return fail(r, x->line, "join of a %s", type_name(v));
         jv sep = na ? as_str(r, args[0], x->line) : vstr("", 0);
         srv_buf b = {0};
-        for (size_t i = 0; i < v.l->n && !r->failed; i++) {
+        /* past the budget keep() refuses it: stop there (a list repeating a long string
+         * would otherwise join without bound first) */
+        for (size_t i = 0; i < v.l->n && !r->failed && b.n <= KEPT_BUDGET; i++) {
             if (i) srv_buf_add(&b, sep.s, sep.n);
             jv s = as_str(r, v.l->v[i], x->line);
             srv_buf_add(&b, s.s, s.n);
@@ -622,7 +724,8 @@ static int test(rctx *r, const jj_node *x)
     if (IS("undefined")) return v.t == V_UNDEF;
     if (IS("none")) return v.t == V_NONE;
     if (IS("string")) return v.t == V_STR;
-    if (IS("number") || IS("integer")) return v.t == V_INT;
+    if (IS("number")) return v.t == V_INT || v.t == V_FLOAT;
+    if (IS("integer")) return v.t == V_INT;
     if (IS("boolean")) return v.t == V_BOOL;
     if (IS("true")) return v.t == V_BOOL && v.i;
     if (IS("false")) return v.t == V_BOOL && !v.i;
@@ -743,7 +846,7 @@ static jv method(rctx *r, const jj_node *x)
     if (self.t == V_DICT) {
         if (IS("get")) {
             jv *o = na && args[0].t == V_STR ? map_find(self.d, args[0].s, args[0].n) : NULL;
-            return o ? *o : na > 1 ? args[1] : (jv){V_NONE, 0, NULL, 0, NULL, NULL};
+            return o ? *o : na > 1 ? args[1] : (jv){V_NONE, 0, NULL, 0, NULL, NULL, 0};
         }
         if (IS("keys") || IS("values") || IS("items")) {
             jv out = vlist(r, self.d->n);
@@ -779,7 +882,7 @@ static jv method(rctx *r, const jj_node *x)
     if (IS("replace")) {
         if (na != 2 || args[0].n == 0) return fail(r, x->line, "replace takes two strings, the first not empty");
         srv_buf b = {0};
-        for (size_t i = 0; i < self.n;) {
+        for (size_t i = 0; i < self.n && b.n <= KEPT_BUDGET;) {    /* keep() refuses more */
             if (i + args[0].n <= self.n && !memcmp(self.s + i, args[0].s, args[0].n)) {
                 srv_buf_add(&b, args[1].s, args[1].n);
                 i += args[0].n;
@@ -822,7 +925,7 @@ static jv call(rctx *r, const jj_node *x)
             if (g->k != JN_KWARG) return fail(r, x->line, "namespace() takes keyword arguments");
             map_set(r, m, vstr(g->s, g->n), eval(r, g->a));
         }
-        return (jv){V_DICT, 0, NULL, 0, NULL, m};
+        return (jv){V_DICT, 0, NULL, 0, NULL, m, 0};
     }
     jv args[4];
     int na = eval_args(r, x->b, args, 4, x->line);
@@ -924,7 +1027,7 @@ static jv eval(rctx *r, const jj_node *x)
     case JN_INT: return vint(x->i);
     case JN_TRUE: return vbool(1);
     case JN_FALSE: return vbool(0);
-    case JN_NONE: return (jv){V_NONE, 0, NULL, 0, NULL, NULL};
+    case JN_NONE: return (jv){V_NONE, 0, NULL, 0, NULL, NULL, 0};
     case JN_NAME: return lookup(r, x->s, x->n);
     case JN_LIST: {
         size_t n = 0;
@@ -1000,7 +1103,7 @@ static void exec_for(rctx *r, const jj_node *x)
         jv v[] = {vint((int64_t)i + 1), vint((int64_t)i), vbool(i == 0), vbool(i + 1 == n), vint((int64_t)n),
                   vint((int64_t)(n - i)), vint((int64_t)(n - i - 1))};
         for (int j = 0; j < 7; j++) map_set(r, loop, vstr(k[j], strlen(k[j])), v[j]);
-        map_set(r, scope, vstr("loop", 4), (jv){V_DICT, 0, NULL, 0, NULL, loop});
+        map_set(r, scope, vstr("loop", 4), (jv){V_DICT, 0, NULL, 0, NULL, loop, 0});
         map_set(r, scope, vstr(x->s, x->n), items.l->v[i]);
         r->scope[r->depth++] = scope;
         exec_body(r, x->b);
@@ -1015,8 +1118,7 @@ static void exec_body(rctx *r, const jj_node *x)
         case JN_TEXT: srv_buf_add(&r->out, x->s, x->n); break;
         case JN_OUT: {
             jv v = eval(r, x->a);
-            if (!r->failed && to_text(r, v, &r->out) < 0)
-                fail(r, x->line, "cannot print a %s (no Python repr in this subset)", type_name(v));
+            if (!r->failed && to_text(v, &r->out) < 0) fail(r, x->line, "cannot print a %s", type_name(v));
             break;
         }
         case JN_IF: exec_body(r, truthy(eval(r, x->a)) ? x->b : x->c); break;
@@ -1036,7 +1138,7 @@ static void exec_body(rctx *r, const jj_node *x)
         default: fail(r, x->line, "unsupported statement"); break;
         }
         if (r->out.oom) fail(r, x->line, "out of memory");
-        if (r->out.n > (16u << 20)) fail(r, x->line, "the rendered text exceeds 16 MiB");
+        if (r->out.n > OUT_MAX) fail(r, x->line, "the rendered text exceeds 16 MiB");
     }
 }
 

@@ -151,14 +151,19 @@ int main(void)
            "{\"s\": \"\\u00a0 a\\u3000b \\n\\u2009\"}", "[a\u3000b]|a,b|3");
     expect("{{ s | upper }}", "{\"s\": \"caf\\u00e9\"}", "line 1: upper of non-ASCII text is not supported (Unicode case mapping)");
     expect("{{ s.title() }}", "{\"s\": \"hello world\"}", "Hello World");
-    /* 64-bit integers: overflow fails closed (Python's are unbounded), as do numbers a
-     * client sends that are no 64-bit integer; nested loops have a budget */
+    /* 64-bit integers: overflow fails closed (Python's are unbounded); nested loops have a
+     * budget */
     expect("{{ 4611686018427387904 * 2 }}", "{}", "line 1: integer overflow (this subset's integers are 64-bit)");
     expect("{{ x + 1024 }}", "{\"x\": 9223372036854774784}", "line 1: integer overflow (this subset's integers are 64-bit)");
     expect("{{ -x }}|{{ x // -1 }}", "{\"x\": -9223372036854775808}", "line 1: integer overflow (this subset's integers are 64-bit)");
     expect("{{ x % -1 }}|{{ -7 // 2 }}", "{\"x\": -9223372036854775808}", "line 1: integer overflow (this subset's integers are 64-bit)");
     expect("{{ -7 // 2 }},{{ -7 % 2 }}", "{}", "-4,1");
-    expect("{{ x }}", "{\"x\": 1e300}", "the request holds the number 1e+300: numbers other than 64-bit integers are not supported");
+    /* a whole number beyond 64 bits is an int or a float in Python (cJSON does not say
+     * which): printing it fails, a template that does not print it renders */
+    expect("{{ x }}", "{\"x\": 1e300}", "line 1: cannot print a whole number beyond 64 bits");
+    expect("{{ [x] | tojson }}", "{\"x\": 1e300}",
+           "line 1: the request's number 1e+300: whole numbers beyond 64 bits are not supported");
+    expect("{% if x %}ok{% endif %}", "{\"x\": 1e300}", "ok");
     expect("{{ range(-9000000000000000000, 9000000000000000000) | length }}", "{}",
            "line 1: range of more than 100000 items");
     expect("{% for a in range(1000) %}{% for b in range(1000) %}{% endfor %}{% endfor %}", "{}",
@@ -186,6 +191,33 @@ int main(void)
            "{% endfor %}{{ ns.l | length }}", "{}", "the template's lists exceed 64 MiB");
     expect("{% set ns = namespace(s='x') %}{% for i in range(16) %}{% set ns.s = ns.s ~ ns.s %}"
            "{% endfor %}{{ ns.s | length }}", "{}", "65536");
+    /* Printing a list or dict gives Python's repr, as jinja2 does: content parts through
+     * Llama-3's `message['content'] | trim` (the render failed instead). Quote choice,
+     * escapes, str.isprintable(); expected strings from python3-jinja2 3.1.6 (Python 3.11,
+     * tests/serve/jinja_ref.py's environment) */
+    expect("{{ m | trim }}|{{ 'x' ~ m[1:] }}|{{ n }}",
+           "{\"m\": [{\"type\": \"text\", \"text\": \"it's \\\"q\\\" \\\\ \\n\\t\\u0001\\u007f\\u00a0\u00e9"
+           "\\u200d\U0001F600\"}, {\"type\": \"image\", \"n\": null, \"b\": true, \"i\": -3}], "
+           "\"n\": {\"k\": [\"a'b\", [], {}]}}",
+           "[{'type': 'text', 'text': 'it\\'s \"q\" \\\\ \\n\\t\\x01\\x7f\\xa0\u00e9\\u200d\U0001F600'}, "
+           "{'type': 'image', 'n': None, 'b': True, 'i': -3}]|x[{'type': 'image', 'n': None, 'b': True, 'i': -3}]|"
+           "{'k': [\"a'b\", [], {}]}");
+    /* A fraction in the request (a tool call's arguments, say) is a Python float: str(),
+     * repr and json.dumps give the shortest round-trip digits (the render failed instead).
+     * Expected strings from python3-jinja2 */
+    expect("{{ x }}|{{ xs | tojson }}|{{ xs }}|{{ x is number }}{{ x is integer }}",
+           "{\"x\": 0.1, \"xs\": [1e-7, -2.5, 123456789.125, 1.25e-20, 1234567890123456.5, 0.0001]}",
+           "0.1|[1e-07, -2.5, 123456789.125, 1.25e-20, 1234567890123456.5, 0.0001]|"
+           "[1e-07, -2.5, 123456789.125, 1.25e-20, 1234567890123456.5, 0.0001]|TrueFalse");
+    /* a list repeating a 16 MiB string 16384 times: printing or joining it stops at the
+     * budget instead of building terabytes */
+#define LONG_LIST "{% set ns = namespace(s='x') %}{% for i in range(24) %}{% set ns.s = ns.s ~ ns.s %}" \
+                  "{% endfor %}{% set ns.l = [ns.s] %}{% for i in range(14) %}{% set ns.l = ns.l + ns.l %}{% endfor %}"
+    expect(LONG_LIST "{{ ns.l }}", "{}", "line 1: cannot print a list");
+    expect(LONG_LIST "{{ ns.l | join }}", "{}", "line 1: the template's strings exceed 64 MiB");
+    expect("{% set ns = namespace(s='x') %}{% for i in range(24) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+           "{{ ns.s.replace('x', ns.s) }}", "{}", "line 1: the template's strings exceed 64 MiB");
+#undef LONG_LIST
     char *o;
     o = render("{{ undefined_thing.attr }}", "{}");
     CHECK_HAS(o, "of an undefined value");
