@@ -410,11 +410,8 @@ int lql_golden(const char *path, int update)
         got = rc < 0 ? errs : acc;
         if (rc < 0) free(acc); else free(errs);
         if (!got) got = strdup("");
-        if (got) {
-            char *g = unexpand(got, vars, nvars);
-            free(got);
-            got = g;
-        }
+        char *g = got ? unexpand(got, vars, nvars) : NULL;
+        if (g) { free(got); got = g; }
         for (size_t gl = got ? strlen(got) : 0; gl && got[gl - 1] == '\n';) got[--gl] = 0;
         if (ok && want_error) {
             if (rc == 0) { printf("%s:%d: statement succeeded, expected an error\n", path, r->line); ok = 0; }
