@@ -36,6 +36,10 @@ int eng_tok_encode(const eng_tokenizer *t, const char *text, size_t len, int add
 /* Decode ids to malloc'd NUL-terminated UTF-8; skip_special drops special tokens. */
 int eng_tok_decode(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
                    char **out, vx_err *err);
+/* The same with the text's length in *len: a token can decode to U+0000 (byte-level "Ā",
+ * "<0x00>"), which the terminator alone would hide. */
+int eng_tok_decode_len(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                       char **out, size_t *len, vx_err *err);
 /* The vocabulary string of an id (e.g. "Ġworld", "▁Hello", "<0x0A>"), NULL if out of range. */
 const char *eng_tok_piece(const eng_tokenizer *t, int32_t id);
 /* Id of an exact vocabulary string (added tokens included), or -1. */

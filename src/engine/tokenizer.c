@@ -525,7 +525,15 @@ int eng_tok_encode(const eng_tokenizer *t, const char *text, size_t len, int add
 int eng_tok_decode(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
                    char **out, vx_err *err)
 {
+    size_t len;
+    return eng_tok_decode_len(t, ids, n, skip_special, out, &len, err);
+}
+
+int eng_tok_decode_len(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                       char **out, size_t *len, vx_err *err)
+{
     *out = NULL;
+    *len = 0;
     tok_pieces toks = {0};
     tok_buf s = {0};
     for (size_t i = 0; i < n; i++) {
@@ -554,6 +562,7 @@ int eng_tok_decode(const eng_tokenizer *t, const int32_t *ids, size_t n, int ski
         return -1;
     }
     *out = s.p;
+    *len = s.n;
     return 0;
 }
 

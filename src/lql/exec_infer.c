@@ -87,12 +87,15 @@ static int top_k(const float *probs, int vocab, int k, scored *out)
     return 0;
 }
 
-static char *piece_text(const eng_tokenizer *tok, int32_t id)
+/* A token's decoded text as a cell, NULs kept (the byte-level "Ā" decodes to U+0000). */
+static void token_cell(lql_table *t, const eng_tokenizer *tok, int32_t id)
 {
     char *text = NULL;
+    size_t len = 0;
     vx_err ve = {0};
-    if (eng_tok_decode(tok, &id, 1, 0, &text, &ve) < 0) return NULL;
-    return text;
+    if (eng_tok_decode_len(tok, &id, 1, 0, &text, &len, &ve) < 0) lql_cell_text(t, "");
+    else lql_cell_textn(t, text, len);
+    free(text);
 }
 
 /* The distribution table (and with COMPARE the base model's beside it). */
@@ -118,17 +121,13 @@ static int predictions(lql_session *s, const lql_stmt *st, eng_model *m, const i
         lql_table *t = lql_result_table(r, NULL, compare ? 5 : 3, cols);
         const eng_tokenizer *tok = eng_model_tokenizer(m);
         for (int i = 0; i < k; i++) {
-            char *a = piece_text(tok, top[i].id);
             lql_row(t);
             lql_cell_int(t, i + 1);
-            lql_cell_text(t, a ? a : "");
+            token_cell(t, tok, top[i].id);
             lql_cell_float(t, top[i].p);
-            free(a);
             if (compare) {
-                char *b = piece_text(tok, top[k + i].id);
-                lql_cell_text(t, b ? b : "");
+                token_cell(t, tok, top[k + i].id);
                 lql_cell_float(t, top[k + i].p);
-                free(b);
             }
         }
         if (compare && !s->overlay) lql_result_note(r, "no overlay: base and effective model are the same");
@@ -179,7 +178,9 @@ static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int3
     eng_session_free(es);
     if (rc < 0) { free(out); return lql_err_vx(e, &ve, &st->at); }
     char *text = NULL;
-    if (eng_tok_decode(eng_model_tokenizer(m), out, (size_t)n_out, 1, &text, &ve) < 0) {
+    size_t text_len = 0;
+    if (eng_tok_decode_len(eng_model_tokenizer(m), out, (size_t)n_out, 1, &text, &text_len,
+                           &ve) < 0) {
         free(out);
         return lql_err_vx(e, &ve, &st->at);
     }
@@ -195,7 +196,7 @@ static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int3
     lql_table *t = lql_result_table(r, NULL, 4, cols);
     lql_row(t);
     lql_cell_text(t, st->arg);
-    lql_cell_text(t, text);
+    lql_cell_textn(t, text, text_len);
     lql_cell_int(t, n_out);
     lql_cell_text(t, idtext ? idtext : "");
     free(idtext);

@@ -35,15 +35,19 @@ int lql_outmode_human(lql_outmode m)
     return m == LQL_OUT_TABLE || m == LQL_OUT_BOX || m == LQL_OUT_MARKDOWN;
 }
 
-/* A cell's text: a float column's number round-trips when exact, else the stored text. */
-static const char *cell(const lql_table *t, size_t r, int c, int exact, char *buf, size_t n)
+/* A cell's text and its length (decoded text can hold a NUL): a float column's number
+ * round-trips when exact, else the stored text. */
+static const char *cell(const lql_table *t, size_t r, int c, int exact, char *buf, size_t n,
+                        size_t *len)
 {
     const lql_cell *x = &t->cells[r * (size_t)t->ncols + (size_t)c];
     if (exact && !x->null && t->cols[c].type == LQL_FLOAT) {
         lql_format_exact(x->num, buf, n);
+        *len = strlen(buf);
         return buf;
     }
-    return lql_table_cell(t, r, c);
+    *len = x->null || !x->text ? 0 : x->len;
+    return x->null || !x->text ? "" : x->text;
 }
 
 /* ---------------------------------------------------------------- table, box, markdown */
@@ -72,12 +76,11 @@ static int width(const char *s) { return width_upto(s, -1, NULL); }
 
 /* Text of a cell for the people modes: control characters made visible, `|` escaped in
  * markdown, cut to `cut` columns with "…" (0: no limit). malloc'd. */
-static char *visible(const char *s, int md, int cut)
+static char *visible(const char *s, size_t n, int md, int cut)
 {
-    size_t n = strlen(s);
     char *v = malloc(n * 4 + 4), *o = v;
     if (!v) return NULL;
-    for (; *s; s++) {
+    for (const char *e = s + n; s < e; s++) {
         unsigned char c = (unsigned char)*s;
         if (c == '\n') { *o++ = '\\'; *o++ = 'n'; }
         else if (c == '\t') { *o++ = '\\'; *o++ = 't'; }
@@ -139,8 +142,11 @@ static void render_grid(FILE *f, const lql_table *t, const lql_render_opts *o)
     if (!cells || !w) { free(cells); free(w); fputs("(out of memory)\n", f); return; }
     for (size_t r = 0; r <= nrows; r++)
         for (int c = 0; c < nc; c++) {
-            const char *s = r == 0 ? t->cols[c].name : lql_table_cell(t, r - 1, c);
-            char *v = visible(s, md, t->cols[c].type == LQL_TEXT ? cut : 0);   /* numbers whole */
+            char buf[40];
+            size_t n = 0;
+            const char *s = r == 0 ? t->cols[c].name : cell(t, r - 1, c, 0, buf, sizeof buf, &n);
+            if (r == 0) n = strlen(s);
+            char *v = visible(s, n, md, t->cols[c].type == LQL_TEXT ? cut : 0);   /* numbers whole */
             cells[r * (size_t)nc + (size_t)c] = v;
             int cw = v ? width(v) : 0;
             if ((r > 0 || head) && cw > w[c]) w[c] = cw;
@@ -174,10 +180,11 @@ static void render_grid(FILE *f, const lql_table *t, const lql_render_opts *o)
 
 /* ---------------------------------------------------------------- tsv, csv */
 
-static void tsv_field(FILE *f, const char *s)
+static void tsv_field(FILE *f, const char *s, size_t n)
 {
-    for (; *s; s++) {
+    for (const char *e = s + n; s < e; s++) {
         switch (*s) {
+        case '\0': fputs("\\0", f); break;
         case '\t': fputs("\\t", f); break;
         case '\n': fputs("\\n", f); break;
         case '\r': fputs("\\r", f); break;
@@ -187,11 +194,14 @@ static void tsv_field(FILE *f, const char *s)
     }
 }
 
-static void csv_field(FILE *f, const char *s)
+static void csv_field(FILE *f, const char *s, size_t n)
 {
-    if (!strpbrk(s, ",\"\r\n")) { fputs(s, f); return; }
+    int quote = 0;
+    for (size_t i = 0; i < n; i++)
+        quote |= s[i] == ',' || s[i] == '"' || s[i] == '\r' || s[i] == '\n';
+    if (!quote) { fwrite(s, 1, n, f); return; }
     fputc('"', f);
-    for (; *s; s++) {
+    for (const char *e = s + n; s < e; s++) {
         if (*s == '"') fputc('"', f);
         fputc(*s, f);
     }
@@ -202,7 +212,7 @@ static void render_sep(FILE *f, FILE *notes, const lql_table *t, const lql_rende
 {
     int csv = o->mode == LQL_OUT_CSV;
     const char *sep = csv ? "," : "\t", *eol = csv ? "\r\n" : "\n";
-    void (*field)(FILE *, const char *) = csv ? csv_field : tsv_field;
+    void (*field)(FILE *, const char *, size_t) = csv ? csv_field : tsv_field;
     char buf[40];
     if (t->title) {
         if (notes != f) fflush(f);          /* in order when both streams reach one terminal */
@@ -211,7 +221,7 @@ static void render_sep(FILE *f, FILE *notes, const lql_table *t, const lql_rende
     if (!o->noheader) {
         for (int c = 0; c < t->ncols; c++) {
             if (c) fputs(sep, f);
-            field(f, t->cols[c].name);
+            field(f, t->cols[c].name, strlen(t->cols[c].name));
         }
         fputs(eol, f);
     }
@@ -219,7 +229,9 @@ static void render_sep(FILE *f, FILE *notes, const lql_table *t, const lql_rende
     for (size_t r = 0; r < nrows; r++) {
         for (int c = 0; c < t->ncols; c++) {
             if (c) fputs(sep, f);
-            field(f, cell(t, r, c, o->exact, buf, sizeof buf));
+            size_t n;
+            const char *v = cell(t, r, c, o->exact, buf, sizeof buf, &n);
+            field(f, v, n);
         }
         fputs(eol, f);
     }
@@ -227,13 +239,14 @@ static void render_sep(FILE *f, FILE *notes, const lql_table *t, const lql_rende
 
 /* ---------------------------------------------------------------- json */
 
-static void json_string(FILE *f, const char *s)
+/* n bytes of s as a JSON string (a NUL is \u0000). */
+static void json_stringn(FILE *f, const char *s, size_t n)
 {
     fputc('"', f);
-    const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)s;
-    while (*p) {
+    const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)s, *e = p + n;
+    while (p < e) {
         utf8proc_int32_t cp;
-        utf8proc_ssize_t k = utf8proc_iterate(p, -1, &cp);
+        utf8proc_ssize_t k = utf8proc_iterate(p, e - p, &cp);
         if (k <= 0) { fputs("\\ufffd", f); p++; continue; }   /* invalid UTF-8 byte */
         if (cp == '"') fputs("\\\"", f);
         else if (cp == '\\') fputs("\\\\", f);
@@ -247,12 +260,18 @@ static void json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
+static void json_string(FILE *f, const char *s)
+{
+    json_stringn(f, s, strlen(s));
+}
+
 static void json_value(FILE *f, const lql_table *t, size_t r, int c, int exact)
 {
     char buf[40];
-    const char *v = cell(t, r, c, exact, buf, sizeof buf);
+    size_t n;
+    const char *v = cell(t, r, c, exact, buf, sizeof buf, &n);
     if (lql_table_cell_is_null(t, r, c)) fputs("null", f);
-    else if (t->cols[c].type == LQL_TEXT) json_string(f, v);
+    else if (t->cols[c].type == LQL_TEXT) json_stringn(f, v, n);
     else if (strcmp(v, "nan") == 0 || strcmp(v, "inf") == 0 || strcmp(v, "-inf") == 0) fputs("null", f);
     else fputs(v, f);
 }

@@ -8,8 +8,8 @@
  *   box       the same inside Unicode box-drawing lines.
  *   markdown  a GitHub pipe table (`|` escaped in cells), never cut.
  * For programs (stdout carries only results: titles and notes go to the notes stream):
- *   tsv       header line then rows, tab-separated; \t \n \r \\ escaped in cells. The
- *             default in batch.
+ *   tsv       header line then rows, tab-separated; \t \n \r \\ (and a NUL, as \0)
+ *             escaped in cells. The default in batch.
  *   csv       RFC 4180: fields holding , " CR or LF are quoted with "" doubled; CRLF.
  *   json      one frame per statement on one line (lql_render_frame):
  *             {"statement": …, "tables": [{"title", "columns", "rows"}], "notes": [...],

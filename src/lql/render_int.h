@@ -11,6 +11,7 @@
 
 typedef struct lql_cell {
     char *text;             /* as printed; NULL for a null cell */
+    size_t len;             /* text's bytes: a decoded token can hold a NUL */
     int null;
     double num;             /* the value of a numeric cell */
 } lql_cell;

@@ -111,7 +111,7 @@ void lql_row(lql_table *t)
     t->nrows++;
 }
 
-static void put(lql_table *t, char *text, int null, double num)
+static void putn(lql_table *t, char *text, size_t len, int null, double num)
 {
     if (!t || t->oom) { free(text); return; }
     if (t->nrows == 0 || t->ncells >= t->nrows * (size_t)t->ncols) {
@@ -122,8 +122,14 @@ static void put(lql_table *t, char *text, int null, double num)
     if (!text && !null) { t->oom = 1; return; }
     lql_cell *c = &t->cells[t->ncells++];
     c->text = text;
+    c->len = len;
     c->null = null;
     c->num = num;
+}
+
+static void put(lql_table *t, char *text, int null, double num)
+{
+    putn(t, text, text ? strlen(text) : 0, null, num);
 }
 
 void lql_cell_int(lql_table *t, int64_t v)
@@ -166,6 +172,13 @@ void lql_cell_text(lql_table *t, const char *s)
 {
     if (!s) { put(t, NULL, 1, 0); return; }
     put(t, dup(s), 0, 0);
+}
+
+void lql_cell_textn(lql_table *t, const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d) { memcpy(d, s, n); d[n] = 0; }
+    putn(t, d, n, 0, 0);
 }
 
 void lql_cell_null(lql_table *t)

@@ -42,6 +42,8 @@ void lql_row(lql_table *t);
 void lql_cell_int(lql_table *t, int64_t v);
 void lql_cell_float(lql_table *t, double v);
 void lql_cell_text(lql_table *t, const char *s);   /* NULL prints as empty */
+/* n bytes of s, which may hold NULs (decoded text): printed escaped, \u0000 in json. */
+void lql_cell_textn(lql_table *t, const char *s, size_t n);
 void lql_cell_null(lql_table *t);
 
 /* Readers, for the renderer and tests. */

@@ -127,6 +127,24 @@ static void errors(void)
 }
 
 /* r rendered with o, notes inline, compared with want. */
+/* Text with a NUL (a decoded token can be U+0000): every mode prints all of it, escaped
+ * where the mode escapes (\0 in tsv, \x00 for people, \u0000 in json). */
+static void nul_text(void)
+{
+    lql_result *r = lql_result_new();
+    static const lql_colspec cols[] = {{"continuation", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, NULL, 1, cols);
+    lql_row(t);
+    lql_cell_textn(t, "a\0b", 3);
+    check_mode(r, LQL_OUT_TSV, "continuation\na\\0b\n");
+    check_mode(r, LQL_OUT_JSONL, "{\"continuation\": \"a\\u0000b\"}\n");
+    check_mode(r, LQL_OUT_TABLE, "continuation\n------------\na\\x00b\n(1 row)\n");
+    char *csv = lql_render(r, LQL_OUT_CSV);
+    CHECK(csv && strcmp(csv, "continuation\r\na") == 0 && memcmp(csv + 15, "\0b\r\n", 4) == 0);
+    free(csv);
+    lql_result_free(r);
+}
+
 static void check_opts(const lql_result *r, lql_render_opts o, const char *want)
 {
     char *got = NULL;
@@ -410,6 +428,7 @@ int main(void)
     if (!mkdtemp(cwd) || chdir(cwd) != 0)
         return 1;
     modes();
+    nul_text();
     modes_more();
     echo_window();
     stream();

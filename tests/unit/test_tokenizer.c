@@ -667,6 +667,23 @@ static void unicode_classes(void)
     eng_tok_free(t);
 }
 
+/* Byte-level "Ā" (gpt2 id 188) is the byte 0: eng_tok_decode_len's length keeps it, where
+ * the terminator alone would end the text there. */
+static void nul_decode(void)
+{
+    char dir[1024], *s = NULL;
+    size_t len = 99;
+    eng_tokenizer *t = NULL;
+    vx_err err = {0};
+    const int32_t ids[] = {71, 188, 72};   /* "h", NUL, "i" */
+    snprintf(dir, sizeof dir, "%s/gpt2", LQL_TOKENIZER_DIR);
+    CHECK_MSG(eng_tok_load_dir(dir, &t, &err) == 0, "%s", err.msg);
+    CHECK(t && eng_tok_decode_len(t, ids, 3, 0, &s, &len, &err) == 0 && len == 3 &&
+          memcmp(s, "h\0i", 4) == 0);
+    free(s);
+    eng_tok_free(t);
+}
+
 /* Run a shell command, returning its stdout (caller frees) and exit status. */
 static char *run(const char *cmd, int *status)
 {
@@ -754,6 +771,7 @@ int main(void)
     config();
     edges(shared);
     unicode_classes();
+    nul_decode();
     cli(shared);
     return T_DONE();
 }
