@@ -881,6 +881,7 @@ int lql_explain_infer_layers(lql_session *s, const lql_stmt *st, const int32_t *
         brw_explain_free(&x);
         return oom(e);
     }
+    char no_attn[256] = "";     /* layers whose token mixer has no attention weights */
     for (int i = 0; i < x.n_layers; i++) {
         const brw_explain_layer *L = &x.layers[i];
         for (int j = 0; j < L->n_fired; j++) {
@@ -904,13 +905,27 @@ int lql_explain_infer_layers(lql_session *s, const lql_stmt *st, const int32_t *
             brw_trim(brw_token_text(m, L->lens_id), lens, sizeof lens);
             lql_row(ta);
             lql_cell_int(ta, L->layer);
-            lql_cell_text(ta, L->attended_id >= 0 ? att : NULL);
-            lql_cell_int(ta, L->attended_pos);
-            lql_cell_float(ta, L->attended_weight);
+            if (L->attended_id >= 0) {
+                lql_cell_text(ta, att);
+                lql_cell_int(ta, L->attended_pos);
+                lql_cell_float(ta, L->attended_weight);
+            } else {
+                /* a recurrent mixer (Mamba2, Gated DeltaNet) weighs no positions: null, not
+                 * a position -1 of weight 0 */
+                lql_cell_null(ta);
+                lql_cell_null(ta);
+                lql_cell_null(ta);
+                size_t k = strlen(no_attn);
+                snprintf(no_attn + k, sizeof no_attn - k, "%s%d", k ? ", " : "", L->layer);
+            }
             lql_cell_text(ta, lens);
             lql_cell_float(ta, L->lens_prob);
         }
     }
+    if (no_attn[0])
+        lql_result_note(r, "no attention weights in layer%s %s (a recurrent token mixer): "
+                        "attended, pos and weight are null", strchr(no_attn, ',') ? "s" : "",
+                        no_attn);
     brw_explain_free(&x);
     return 0;
 }
