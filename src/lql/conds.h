@@ -16,7 +16,9 @@
 int lql_browse_conds(const lql_cond *where, brw_from from, const char *(*alias)(const char *),
                      brw_cond **conds, size_t *n, brw_value **vals, lql_err *e);
 /* The span of the condition a browse error names (its message starts with the condition's
- * field: "layer 99 is out of range …"), else other. */
-const lql_span *lql_cond_span(const lql_cond *where, const vx_err *ve, const lql_span *other);
+ * field as written or as `from` names it: "layer 99 is out of range …", "target IN …" for
+ * a `token` condition on EDGES), else other. */
+const lql_span *lql_cond_span(const lql_cond *where, brw_from from, const vx_err *ve,
+                              const lql_span *other);
 
 #endif

@@ -478,11 +478,24 @@ int lql_browse_conds(const lql_cond *where, brw_from from, const char *(*alias)(
     return 0;
 }
 
-const lql_span *lql_cond_span(const lql_cond *where, const vx_err *ve, const lql_span *other)
+/* Does msg start with the word w? */
+static int starts_with_word(const char *msg, const char *w)
 {
-    for (const lql_cond *c = where; c; c = c->next)
-        if (strstr(ve->msg, c->field) == ve->msg)
+    size_t n = strlen(w);
+    return strncmp(msg, w, n) == 0 && (msg[n] == ' ' || msg[n] == 0);
+}
+
+const lql_span *lql_cond_span(const lql_cond *where, brw_from from, const vx_err *ve,
+                              const lql_span *other)
+{
+    for (const lql_cond *c = where; c; c = c->next) {
+        brw_field f;
+        vx_err ignored;
+        if (starts_with_word(ve->msg, c->field) ||
+            (brw_field_parse(from, c->field, &f, &ignored) == 0 &&
+             starts_with_word(ve->msg, brw_field_name(f))))
             return &c->field_at;
+    }
     return other;
 }
 
@@ -560,7 +573,7 @@ static int run_rows(const lql_stmt *st, const brw_model *m, brw_from from, int s
                              : brw_select(m, from, o, &rows, &ve);
     if (rc != 0)
         rc = lql_err_vx(e, &ve, o->nearest ? clause_at(st, LQL_C_NEAREST)
-                                                : lql_cond_span(st->where, &ve, &st->at));
+                                                : lql_cond_span(st->where, from, &ve, &st->at));
     else {
         rc = emit_rows(&rows, f, show_layer < 0 && st->nfields ? st->fields : NULL, nf, NULL,
                        r, e);

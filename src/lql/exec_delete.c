@@ -96,7 +96,7 @@ static int select_slots(const ed_model *es, const lql_cond *where, fvec *out, lq
     free(conds);
     free(vals);
     if (bad_range)
-        return lql_err_vx(e, &ve, lql_cond_span(where, &ve, &where->field_at));
+        return lql_err_vx(e, &ve, lql_cond_span(where, BRW_FEATURES, &ve, &where->field_at));
     for (int l = 0; l < brw_layers(ed_model_browse(es)); l++) {
         int64_t nf = brw_features(ed_model_browse(es), l);
         int layer_ok = 1;
@@ -145,7 +145,7 @@ static int select_features(const lql_stmt *st, const ed_model *es, fvec *out, lq
     brw_rows rows;
     vx_err ve = {0};
     if (brw_select(ed_model_browse(es), BRW_FEATURES, &o, &rows, &ve)) {
-        lql_err_vx(e, &ve, lql_cond_span(st->where, &ve, &st->where->field_at));
+        lql_err_vx(e, &ve, lql_cond_span(st->where, BRW_FEATURES, &ve, &st->where->field_at));
         goto done;
     }
     rc = 0;
