@@ -20,6 +20,32 @@ float eng_glu_clamped(float g, float u, float alpha, float limit)
     return gv / (1.0f + expf(-alpha * gv)) * (uv + 1.0f);
 }
 
+/* act ← act(g) · act (clamped for GPT-OSS experts), or act(act) without a gate, over len
+ * values. A prompt's is split over the pool: run serially, its expf left the other thread
+ * idle for ~6 % of a 64-token prefill. */
+typedef struct glu_job {
+    int act;
+    const eng_mlp *b;
+    float *g, *act_v;
+    size_t len;
+} glu_job;
+#define GLU_PAR 65536
+
+static void glu_part(void *ctx, int i, int parts)
+{
+    const glu_job *j = ctx;
+    const size_t lo = j->len * (size_t)i / (size_t)parts, hi = j->len * (size_t)(i + 1) / (size_t)parts;
+    float *g = j->g, *a = j->act_v;
+    if (g && j->b->limit > 0) {
+        for (size_t k = lo; k < hi; k++) a[k] = eng_glu_clamped(g[k], a[k], j->b->alpha, j->b->limit);
+    } else if (g) {
+        eng_act(j->act, g + lo, hi - lo);
+        for (size_t k = lo; k < hi; k++) a[k] *= g[k];
+    } else {
+        eng_act(j->act, a + lo, hi - lo);
+    }
+}
+
 int eng_mlp_run(const eng_model *m, int layer, const eng_mlp *b, int f0, const float *h,
                 int n, const float *rowscale, float *act, float *out, vx_err *err)
 {
@@ -51,16 +77,10 @@ int eng_mlp_run(const eng_model *m, int layer, const eng_mlp *b, int f0, const f
             }
         }
     }
-    if (g && b->limit > 0) {
-        for (size_t i = 0; i < (size_t)n * I; i++) act[i] = eng_glu_clamped(g[i], act[i], b->alpha, b->limit);
-        free(g);
-    } else if (g) {
-        eng_act(m->act, g, (size_t)n * I);
-        for (size_t i = 0; i < (size_t)n * I; i++) act[i] *= g[i];
-        free(g);
-    } else {
-        eng_act(m->act, act, (size_t)n * I);
-    }
+    glu_job gj = {m->act, b, g, act, (size_t)n * I};
+    if (gj.len >= GLU_PAR) eng_parallel(glu_part, &gj);
+    else glu_part(&gj, 0, 1);
+    free(g);
     if (rowscale)
         for (int t = 0; t < n; t++)
             for (int i = 0; i < I; i++) act[(size_t)t * I + i] *= rowscale[t];

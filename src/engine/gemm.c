@@ -145,7 +145,38 @@ static void xpack_init(eng_xpack *xp, int n, int cols)
                                         (size_t)(rt > DIRECT_ROWS ? (rt + 15) / 16 * 16 : DIRECT_ROWS) * GT};
 }
 
-int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols)
+/* Transposes a 16 × 16 block of 32-bit values in registers: v[i] holds row i on entry and
+ * column i (lane j = row j) on return. */
+T512 static inline void t16(__m512i v[16])
+{
+    __m512i u[16];
+    for (int i = 0; i < 16; i += 2) {
+        u[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+        u[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4)
+        for (int h = 0; h < 2; h++) {
+            v[i + h] = _mm512_unpacklo_epi64(u[i + h], u[i + 2 + h]);
+            v[i + 2 + h] = _mm512_unpackhi_epi64(u[i + h], u[i + 2 + h]);
+        }
+    /* v[4q + e] holds, per 128-bit lane L, rows 4q .. 4q + 3 of column 4L + tk[e] */
+    static const int tk[4] = {0, 2, 1, 3};
+    for (int q = 0; q < 4; q += 2)
+        for (int e = 0; e < 4; e++) {
+            u[4 * q + e] = _mm512_shuffle_i32x4(v[4 * q + e], v[4 * q + 4 + e], 0x88);
+            u[4 * q + 4 + e] = _mm512_shuffle_i32x4(v[4 * q + e], v[4 * q + 4 + e], 0xdd);
+        }
+    /* u[e] and u[8 + e]: lanes 0 and 2 of the row quads; u[4 + e], u[12 + e]: 1 and 3 */
+    for (int e = 0; e < 4; e++)
+        for (int h = 0; h < 2; h++) {
+            v[4 * h + tk[e]] = _mm512_shuffle_i32x4(u[4 * h + e], u[8 + 4 * h + e], 0x88);
+            v[8 + 4 * h + tk[e]] = _mm512_shuffle_i32x4(u[4 * h + e], u[8 + 4 * h + e], 0xdd);
+        }
+}
+
+/* Serial, so a scalar transpose here left the other thread idle for ~5 % of a 64-token
+ * f16 prefill; 16 × 16 blocks transposed in registers (t16) move the same bits. */
+T512 int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols)
 {
     const int groups = (n + GT - 1) / GT;
     xpack_init(xp, n, cols);
@@ -159,14 +190,23 @@ int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols)
         float *dst = xp->p + (size_t)g * cols * GT;
         const int t0 = g * GT, tn = n - t0 < GT ? n - t0 : GT;
         if (tn < GT) memset(dst, 0, (size_t)cols * GT * sizeof(float));
-        /* 16 k at a time per token keeps both sides of the transpose in cache lines */
-        for (int k0 = 0; k0 < cols; k0 += 16) {
-            const int kn = cols - k0 < 16 ? cols - k0 : 16;
-            for (int t = 0; t < tn; t++) {
-                const float *src = x + (size_t)(t0 + t) * cols + k0;
-                for (int k = 0; k < kn; k++) dst[(size_t)(k0 + k) * GT + t] = src[k];
+        for (int b = 0; b < tn; b += 16)   /* 16 token rows streamed at a time */
+            for (int k0 = 0; k0 < cols; k0 += 16) {
+                const int kn = cols - k0 < 16 ? cols - k0 : 16;
+                const __mmask16 km = kn == 16 ? 0xffff : (__mmask16)((1u << kn) - 1);
+                const float *src = x + (size_t)(t0 + b) * cols + k0;
+                __m512i v[16];
+                if (kn == 16 && tn - b >= 16) {   /* the common whole block, without tests */
+                    for (int i = 0; i < 16; i++) v[i] = _mm512_loadu_si512(src + (size_t)i * cols);
+                    t16(v);
+                    for (int k = 0; k < 16; k++) _mm512_store_si512(dst + (size_t)(k0 + k) * GT + b, v[k]);
+                    continue;
+                }
+                for (int i = 0; i < 16; i++)
+                    v[i] = b + i < tn ? _mm512_maskz_loadu_epi32(km, src + (size_t)i * cols) : _mm512_setzero_si512();
+                t16(v);
+                for (int k = 0; k < kn; k++) _mm512_store_si512(dst + (size_t)(k0 + k) * GT + b, v[k]);
             }
-        }
     }
     return 0;
 }
@@ -422,30 +462,9 @@ T512 void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys)
     for (int r0 = 0; r0 < nr; r0 += 16) {
         const __mmask16 m = nr - r0 >= 16 ? 0xffff : (__mmask16)((1u << (nr - r0)) - 1);
         for (int t0 = 0; t0 < tn; t0 += 16) {
-            __m512i v[16], u[16];
+            __m512i v[16];
             for (int i = 0; i < 16; i++) v[i] = _mm512_load_si512(c + (size_t)(r0 + i) * GT + t0);
-            for (int i = 0; i < 16; i += 2) {
-                u[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
-                u[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
-            }
-            for (int i = 0; i < 16; i += 4)
-                for (int h = 0; h < 2; h++) {
-                    v[i + h] = _mm512_unpacklo_epi64(u[i + h], u[i + 2 + h]);
-                    v[i + 2 + h] = _mm512_unpackhi_epi64(u[i + h], u[i + 2 + h]);
-                }
-            /* v[4q + e] holds, per 128-bit lane L, rows 4q .. 4q + 3 of token 4L + tk[e] */
-            static const int tk[4] = {0, 2, 1, 3};
-            for (int q = 0; q < 4; q += 2)
-                for (int e = 0; e < 4; e++) {
-                    u[4 * q + e] = _mm512_shuffle_i32x4(v[4 * q + e], v[4 * q + 4 + e], 0x88);
-                    u[4 * q + 4 + e] = _mm512_shuffle_i32x4(v[4 * q + e], v[4 * q + 4 + e], 0xdd);
-                }
-            /* u[e] and u[8 + e]: lanes 0 and 2 of the row quads; u[4 + e], u[12 + e]: 1 and 3 */
-            for (int e = 0; e < 4; e++)
-                for (int h = 0; h < 2; h++) {
-                    v[4 * h + tk[e]] = _mm512_shuffle_i32x4(u[4 * h + e], u[8 + 4 * h + e], 0x88);
-                    v[8 + 4 * h + tk[e]] = _mm512_shuffle_i32x4(u[4 * h + e], u[8 + 4 * h + e], 0xdd);
-                }
+            t16(v);
             for (int t = 0; t < 16 && t0 + t < tn; t++)
                 _mm512_mask_storeu_epi32(y + (size_t)(t0 + t) * ys + r0, m, v[t]);
         }

@@ -334,6 +334,55 @@ static void test_rows_dot(void)
         }
 }
 
+/* eng_mlp_run against float64 on a prompt-sized product (n · inter at least 65536, so the
+ * activation is split over the pool): gated SiLU, the clamped SwiGLU and a plain GELU MLP. */
+static void test_mlp_split(void)
+{
+    enum { H = 32, I = 1024, N = 70 };
+    float *wg = malloc(sizeof(float) * I * H), *wu = malloc(sizeof(float) * I * H);
+    float *wd = malloc(sizeof(float) * H * I), *h = malloc(sizeof(float) * N * H);
+    float *act = malloc(sizeof(float) * N * I), *out = malloc(sizeof(float) * N * H);
+    double *ref = malloc(sizeof(double) * I);
+    for (int i = 0; i < I * H; i++) { wg[i] = rnd() * 0.5f; wu[i] = rnd() * 0.5f; wd[i] = rnd() * 0.1f; }
+    for (int i = 0; i < N * H; i++) h[i] = rnd() * 3;
+    for (int kind = 0; kind < 3; kind++) {
+        eng_model m = {0};
+        m.hidden = H;
+        m.act = kind == 2 ? ACT_GELU : ACT_SILU;
+        eng_mlp b = {0};
+        b.inter = I;
+        b.up = (eng_w){VX_F32, wu, I, H, H * sizeof(float), 0, 0};
+        b.down = (eng_w){VX_F32, wd, H, I, I * sizeof(float), 0, 0};
+        if (kind < 2) b.gate = (eng_w){VX_F32, wg, I, H, H * sizeof(float), 0, 0};
+        if (kind == 1) { b.alpha = 1.702f; b.limit = 1.5f; }
+        vx_err err = {0};
+        CHECK(eng_mlp_run(&m, 0, &b, -1, h, N, NULL, act, out, &err) == 0);
+        double worst = 0;
+        for (int t = 0; t < N; t++) {
+            for (int f = 0; f < I; f++) {
+                double g = 0, u = 0;
+                for (int k = 0; k < H; k++) {
+                    g += (double)wg[f * H + k] * h[t * H + k];
+                    u += (double)wu[f * H + k] * h[t * H + k];
+                }
+                if (kind == 0) ref[f] = g / (1 + exp(-g)) * u;
+                else if (kind == 1) {
+                    double gc = fmin(g, 1.5), uc = fmax(-1.5, fmin(u, 1.5));
+                    ref[f] = gc / (1 + exp(-1.702 * gc)) * (uc + 1);
+                } else ref[f] = 0.5 * u * (1 + erf(u / sqrt(2.0)));
+                worst = fmax(worst, fabs(ref[f] - act[t * I + f]) / (1 + fabs(ref[f])));
+            }
+            for (int r = 0; r < H; r++) {
+                double o = 0;
+                for (int f = 0; f < I; f++) o += (double)wd[r * I + f] * ref[f];
+                worst = fmax(worst, fabs(o - out[t * H + r]) / (1 + fabs(o)));
+            }
+        }
+        CHECK_MSG(worst < 2e-5, "mlp kind %d: rel err %g", kind, worst);
+    }
+    free(wg); free(wu); free(wd); free(h); free(act); free(out); free(ref);
+}
+
 int main(void)
 {
     test_matmul();
@@ -347,6 +396,7 @@ int main(void)
     test_norm();
     test_rope();
     test_act();
+    test_mlp_split();
     test_sample();
     test_split();
     test_prefill_bf16_optin();
