@@ -383,13 +383,97 @@ static void test_mlp_split(void)
     free(wg); free(wu); free(wd); free(h); free(act); free(out); free(ref);
 }
 
+/* eng_attend against float64: GQA groups, keys past whole 16-key blocks, a window, sinks
+ * and a softcap, head widths the AVX-512 kernel unrolls (64), does not (48) and unequal
+ * (MLA's 96 / 64), and the per-head probabilities an observer receives. */
+typedef struct probs_seen { int heads, n, n_keys; double worst; const double *ref; } probs_seen;
+
+static void on_probs(void *ctx, int layer, int head, int pos0, int n, int n_keys, const float *pr)
+{
+    probs_seen *ps = ctx;
+    (void)layer; (void)pos0;
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < n_keys; j++)
+            ps->worst = fmax(ps->worst, fabs(pr[(size_t)t * n_keys + j] -
+                                             ps->ref[((size_t)t * ps->heads + head) * n_keys + j]));
+}
+
+static void attend_case(int heads, int kvh, int kd, int vd, int n, int pos0, int window, int sinks,
+                        float softcap)
+{
+    const int nk = pos0 + n;
+    eng_model m = {0};
+    m.heads = heads;
+    m.attn_scale = 1.0f / sqrtf((float)kd);
+    m.attn_softcap = softcap;
+    eng_layer L = {0};
+    L.window = window;
+    float sk[64];
+    for (int h = 0; h < heads; h++) sk[h] = rnd() * 2;
+    L.sinks = sinks ? sk : NULL;
+    float *k = malloc(sizeof(float) * nk * kvh * kd), *v = malloc(sizeof(float) * nk * kvh * vd);
+    float *q = malloc(sizeof(float) * n * heads * kd), *out = malloc(sizeof(float) * n * heads * vd);
+    double *pr = malloc(sizeof(double) * n * heads * nk), *ref = malloc(sizeof(double) * n * heads * vd);
+    for (int i = 0; i < nk * kvh * kd; i++) k[i] = rnd() * 2;
+    for (int i = 0; i < nk * kvh * vd; i++) v[i] = rnd();
+    for (int i = 0; i < n * heads * kd; i++) q[i] = rnd() * 2;
+    eng_kv kv = {k, v, kd, vd, kvh, kvh * vd};
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < heads; h++) {
+            const int i = pos0 + t, g = h / (heads / kvh), lo = window && i - window + 1 > 0 ? i - window + 1 : 0;
+            double *p = pr + ((size_t)t * heads + h) * nk, mx = sinks ? sk[h] : -INFINITY, sum = 0;
+            for (int j = 0; j < nk; j++) p[j] = 0;
+            for (int j = lo; j <= i; j++) {
+                double s = 0;
+                for (int d = 0; d < kd; d++) s += (double)q[((size_t)t * heads + h) * kd + d] * k[((size_t)j * kvh + g) * kd + d];
+                s *= m.attn_scale;
+                if (softcap > 0) s = softcap * tanh(s / softcap);
+                p[j] = s;
+                mx = fmax(mx, s);
+            }
+            if (sinks) sum = exp(sk[h] - mx);
+            for (int j = lo; j <= i; j++) sum += (p[j] = exp(p[j] - mx));
+            for (int j = lo; j <= i; j++) p[j] /= sum;
+            for (int d = 0; d < vd; d++) {
+                double o = 0;
+                for (int j = lo; j <= i; j++) o += p[j] * v[((size_t)j * kvh + g) * vd + d];
+                ref[((size_t)t * heads + h) * vd + d] = o;
+            }
+        }
+    for (int obs = 0; obs < 2; obs++) {
+        probs_seen ps = {heads, n, nk, 0, pr};
+        eng_observer ob = {0};
+        ob.ctx = &ps;
+        ob.on_attn = on_probs;
+        eng_attend(&m, &L, 0, &kv, q, n, pos0, out, obs ? &ob : NULL);
+        double worst = 0;
+        for (int i = 0; i < n * heads * vd; i++) worst = fmax(worst, fabs(out[i] - ref[i]));
+        CHECK_MSG(worst < 2e-6, "attend heads %d/%d widths %d/%d n %d pos0 %d window %d sinks %d cap %g obs %d: "
+                  "err %g", heads, kvh, kd, vd, n, pos0, window, sinks, softcap, obs, worst);
+        if (obs) CHECK_MSG(ps.worst < 2e-6, "attend probs: err %g", ps.worst);
+    }
+    free(k); free(v); free(q); free(out); free(pr); free(ref);
+}
+
+static void test_attend(void)
+{
+    attend_case(8, 2, 64, 64, 1, 40, 0, 0, 0);      /* decode, 2.5 blocks of keys */
+    attend_case(8, 2, 64, 64, 21, 19, 0, 0, 0);     /* prefill after a cache */
+    attend_case(8, 8, 64, 64, 33, 0, 7, 1, 0);      /* window and sinks, no GQA */
+    attend_case(4, 1, 48, 48, 18, 3, 0, 0, 30);     /* MQA, a width not unrolled, softcap */
+    attend_case(6, 2, 96, 64, 5, 60, 20, 1, 0);     /* unequal widths */
+    attend_case(4, 2, 20, 12, 9, 4, 0, 0, 0);       /* widths off 16 lanes: the scalar loop */
+}
+
 int main(void)
 {
     test_matmul();
     test_rows_dot();
-    setenv("LQL_NO_AVX512", "1", 1);   /* the sgemm prefill and the AVX2 GEMV */
+    test_attend();
+    setenv("LQL_NO_AVX512", "1", 1);   /* the sgemm prefill, the AVX2 GEMV, scalar attention */
     test_matmul();
     test_rows_dot();
+    test_attend();
     test_quant_dispatch();
     unsetenv("LQL_NO_AVX512");
     test_quant_dispatch();
