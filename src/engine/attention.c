@@ -123,10 +123,10 @@ T512 static inline __attribute__((always_inline)) void heads512(const att *a, in
                     }
                 } else {
                     for (int r = 0; r < 16; r++) {
-                        const float *k = kbase + (size_t)(j0 + r) * kst;
                         acc[r] = _mm512_setzero_ps();
                         for (int c = 0; r < nb && c < nk; c++)
-                            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c), _mm512_loadu_ps(k + 16 * c), acc[r]);
+                            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c),
+                                                     _mm512_loadu_ps(kbase + (size_t)(j0 + r) * kst + 16 * c), acc[r]);
                     }
                 }
                 _mm512_mask_storeu_ps(p + (size_t)(h - h0) * n_keys + j0, km, _mm512_mul_ps(hsum16(acc), scale));
@@ -164,15 +164,19 @@ T512 static inline __attribute__((always_inline)) void heads512(const att *a, in
             const int nb = i - j0 + 1 < 16 ? i - j0 + 1 : 16;
             for (int h = h0; h < h1; h++) {
                 const float *ph = p + (size_t)(h - h0) * n_keys + j0;
-                float *out = a->out + (size_t)t * heads * vd + (size_t)h * vd;
-                __m512 o[16];
-                for (int c = 0; c < nv; c++) o[c] = _mm512_loadu_ps(out + 16 * c);
-                for (int r = 0; r < nb; r++) {
-                    const float *v = vbase + (size_t)(j0 + r) * vst;
-                    const __m512 w = _mm512_set1_ps(ph[r]);
-                    for (int c = 0; c < nv; c++) o[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16 * c), o[c]);
+                /* at most 16 vectors of sums at a time (MLA's latent values are 32) */
+                for (int c0 = 0; c0 < nv; c0 += 16) {
+                    const int cn = nv - c0 < 16 ? nv - c0 : 16;
+                    float *out = a->out + (size_t)t * heads * vd + (size_t)h * vd + 16 * c0;
+                    __m512 o[16];
+                    for (int c = 0; c < cn; c++) o[c] = _mm512_loadu_ps(out + 16 * c);
+                    for (int r = 0; r < nb; r++) {
+                        const float *v = vbase + (size_t)(j0 + r) * vst + 16 * c0;
+                        const __m512 w = _mm512_set1_ps(ph[r]);
+                        for (int c = 0; c < cn; c++) o[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16 * c), o[c]);
+                    }
+                    for (int c = 0; c < cn; c++) _mm512_storeu_ps(out + 16 * c, o[c]);
                 }
-                for (int c = 0; c < nv; c++) _mm512_storeu_ps(out + 16 * c, o[c]);
             }
         }
         if (a->probs) {   /* one head at a time (eng_attend) */
@@ -218,7 +222,7 @@ void eng_attend(const eng_model *m, const eng_layer *L, int layer, const eng_kv 
 {
     att a = {m, L, kv, q, out, NULL, n, pos0, 0, 0};
     const int n_keys = pos0 + n;
-    a.wide = kv->kdim % 16 == 0 && kv->vdim % 16 == 0 && kv->kdim <= 256 && kv->vdim <= 256 && eng_avx512();
+    a.wide = kv->kdim % 16 == 0 && kv->vdim % 16 == 0 && eng_avx512();
     if (obs && obs->on_attn) {
         float *p = malloc((size_t)n_keys * sizeof *p);
         a.probs = malloc((size_t)n * n_keys * sizeof *a.probs);

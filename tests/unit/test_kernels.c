@@ -462,6 +462,7 @@ static void test_attend(void)
     attend_case(8, 8, 64, 64, 33, 0, 7, 1, 0);      /* window and sinks, no GQA */
     attend_case(4, 1, 48, 48, 18, 3, 0, 0, 30);     /* MQA, a width not unrolled, softcap */
     attend_case(6, 2, 96, 64, 5, 60, 20, 1, 0);     /* unequal widths */
+    attend_case(2, 1, 576, 512, 3, 17, 0, 0, 0);    /* MLA's latent widths (DeepSeek-V3) */
     attend_case(4, 2, 20, 12, 9, 4, 0, 0, 0);       /* widths off 16 lanes: the scalar loop */
 }
 
