@@ -46,6 +46,10 @@ typedef struct brw_shape {
  * missing operand or a shape that does not agree, naming it. */
 int brw_shape_read(const vx_container *c, brw_shape *s, vx_err *err);
 void brw_shape_free(brw_shape *s);
+/* The tensors browse reads (the embedding, then each part's gate, up and bias rows and
+ * expert biases), which brw_open checks on first touch: a malloc'd array of *n, or NULL
+ * when memory runs out. */
+const vx_tensor **brw_shape_tensors(const brw_shape *s, size_t *n);
 
 /* One embedding row as f32 (f32/f16/bf16 storage). */
 int brw_embed_row(const brw_shape *s, int32_t id, float *out, vx_err *err);

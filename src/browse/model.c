@@ -100,22 +100,17 @@ drop:
     m->clusters = NULL;
 }
 
-/* First touch of the weights browse reads (embeddings, gate, up and bias rows): refused
- * when their bytes differ from the recorded hashes (vx_tensor_check, once per container
- * and process). The down rows are only read by the encode hook and COMPILE. */
+/* First touch of the weights browse reads (brw_shape_tensors): refused when their bytes
+ * differ from the recorded hashes (eng_tensors_check, once per container and process). The
+ * down rows are only read by the encode hook and COMPILE. */
 static int check_bound(const brw_shape *s, const vx_container *c, vx_err *err)
 {
-    if (vx_tensor_check(c, s->embed, err) != 0)
-        return -1;
-    for (int l = 0; l < s->layers; l++)
-        for (int e = 0; e < s->layer[l].n_parts; e++) {
-            const brw_part *p = &s->layer[l].parts[e];
-            if (vx_tensor_check(c, p->gate, err) != 0 ||
-                (p->up && vx_tensor_check(c, p->up, err) != 0) ||
-                (p->bias && vx_tensor_check(c, p->bias, err) != 0))
-                return -1;
-        }
-    return 0;
+    size_t n;
+    const vx_tensor **t = brw_shape_tensors(s, &n);
+    if (!t) return vx_errf(err, VX_ENOMEM, "integrity check: out of memory");
+    int rc = eng_tensors_check(c, t, n, err);
+    free(t);
+    return rc;
 }
 
 int brw_open(vx_container *c, brw_model **out, vx_err *err)

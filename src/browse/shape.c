@@ -214,3 +214,21 @@ void brw_trim(const char *s, char *buf, size_t n)
     memcpy(buf, s, len);
     buf[len] = 0;
 }
+
+const vx_tensor **brw_shape_tensors(const brw_shape *s, size_t *n)
+{
+    size_t cap = 1;
+    for (int l = 0; l < s->layers; l++) cap += 5 * (size_t)s->layer[l].n_parts;
+    const vx_tensor **t = malloc(cap * sizeof *t);
+    if (!t) return NULL;
+    *n = 0;
+    t[(*n)++] = s->embed;
+    for (int l = 0; l < s->layers; l++)
+        for (int e = 0; e < s->layer[l].n_parts; e++) {
+            const brw_part *p = &s->layer[l].parts[e];
+            const vx_tensor *read[5] = {p->gate, p->up, p->bias, p->gate_b, p->up_b};
+            for (int k = 0; k < 5; k++)
+                if (read[k]) t[(*n)++] = read[k];
+        }
+    return t;
+}

@@ -118,6 +118,10 @@ double eng_bf16_sum_slack(int cols, double xnorm, double wnorm);
 /* Run fn(ctx, i, n) for i in 0..n-1 (n at most eng_threads()) on the engine's pool, the
  * caller running part 0; blocks until all parts are done. Not reentrant. */
 void eng_parallel(void (*fn)(void *ctx, int i, int n), void *ctx);
+/* vx_tensor_check (first-touch integrity) of t[0..n), or of every tensor of c when t is
+ * NULL, split over the pool; on failure the error of the first failing tensor in that
+ * order, as checking them in turn would give. Not from inside eng_parallel. */
+int eng_tensors_check(const vx_container *c, const vx_tensor *const *t, size_t n, vx_err *err);
 /* The FFN activation in place: act 0 silu, 1 gelu_tanh, 2 gelu (execution.ffn.activation). */
 void eng_act(int act, float *x, size_t n);
 /* GPT-OSS's clamped SwiGLU of one feature: min(g, limit)·σ(alpha·min(g, limit)) ·

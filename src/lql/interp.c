@@ -252,7 +252,7 @@ int lql_session_model(lql_session *s, const lql_stmt *st, eng_model **out, lql_e
     if (!s->model) {
         vx_err ve = {0};
         /* the forward pass reads every bound weight: all are checked on this first touch */
-        if (vx_object_check(c, NULL, &ve) < 0 || session_tok(s, c, 1, &ve) < 0 ||
+        if (eng_tensors_check(c, NULL, 0, &ve) < 0 || session_tok(s, c, 1, &ve) < 0 ||
             eng_model_bind_tok(c, s->tok, &s->model, &ve) < 0) {
             s->model = NULL;
             return lql_err_vx(e, &ve, st ? &st->at : NULL);

@@ -25,6 +25,7 @@
 #include "engine_int.h"
 #include "qkernels.h"
 #include "browse.h"
+#include "brw_int.h"
 
 static char tmp[] = "/tmp/lql-gptoss-XXXXXX";
 
@@ -301,6 +302,32 @@ static int short_sinks(const char *src, char *dir, size_t n)
     return rc;
 }
 
+/* browse's first touch checks what WALK reads of the experts, their biases included */
+static void check_browse_touch(const vx_container *c)
+{
+    vx_err err = {0};
+    brw_shape s;
+    CHECK_MSG(brw_shape_read(c, &s, &err) == 0, "%s", err.msg);
+    if (err.code) return;
+    size_t n = 0, biases = 0;
+    const vx_tensor **t = brw_shape_tensors(&s, &n);
+    CHECK(t != NULL);
+    for (int l = 0; t && l < s.layers; l++)
+        for (int e = 0; e < s.layer[l].n_parts; e++) {
+            const brw_part *p = &s.layer[l].parts[e];
+            const vx_tensor *want[2] = {p->gate_b, p->up_b};
+            for (int k = 0; k < 2; k++) {
+                int found = 0;
+                for (size_t i = 0; want[k] && i < n; i++) found |= t[i] == want[k];
+                CHECK_MSG(!want[k] || found, "layer %d part %d: expert bias %d not checked", l, e, k);
+                biases += want[k] != NULL;
+            }
+        }
+    CHECK(biases > 0);
+    free(t);
+    brw_shape_free(&s);
+}
+
 int main(void)
 {
     if (!mkdtemp(tmp)) { perror("mkdtemp"); return 1; }
@@ -321,6 +348,7 @@ int main(void)
         check_experts(q, b);
         check_logits(q, b, golden);
         check_walk(q);
+        check_browse_touch(q);
     }
     cJSON *rep = NULL;
     CHECK_MSG(vx_verify(oq, sq, &rep, &err) == 0, "verify: %s", err.msg);

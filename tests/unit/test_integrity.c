@@ -7,7 +7,8 @@
  * a gate — fails naming the segment and tensor, while statements that do not read it still
  * answer. A NaN written with its recorded hash updated (as a container without hashes, or
  * an overflow, would present it) is refused by the forward pass naming the layer or the
- * output head; a trace file holding NaN states is refused by TRACE FROM.
+ * output head; a trace file holding NaN states is refused by TRACE FROM. With two tensors
+ * corrupted, the check over the engine's pool names the one a check in turn meets first.
  */
 #include "brw_int.h"
 #include "shell.h"
@@ -242,6 +243,21 @@ int main(void)
     snprintf(use, sizeof use, "USE \"%s\" JOURNAL \":memory:\";", dir);
     CHECK(run(dir, use, msg, sizeof msg) == -1);
     CHECK_HAS(msg, want);
+
+    /* the output head corrupted too: the check over the pool (eng_tensors_check) names the
+     * tensor a check in turn meets first, the gate */
+    off = tensor_at(dir, "target.output_head", "lm_head", &len, seg, sizeof seg);
+    CHECK(off > 0 && flip_byte(seg, off + 5) == 0);
+    vx_container *c1 = NULL, *c2 = NULL;
+    vx_err e1 = {0}, e2 = {0};
+    CHECK(vx_open(dir, &c1, &err) == 0 && vx_open(dir, &c2, &err) == 0);
+    if (c1 && c2) {
+        CHECK(vx_object_check(c1, NULL, &e1) == -1 && eng_tensors_check(c2, NULL, 0, &e2) == -1);
+        CHECK_MSG(strcmp(e1.msg, e2.msg) == 0, "in turn: %s; over the pool: %s", e1.msg, e2.msg);
+        CHECK_HAS(e2.msg, want);
+    }
+    if (c1) vx_close(c1);
+    if (c2) vx_close(c2);
 
     /* a NaN whose hash was updated: the forward pass names where it appeared */
     CHECK(copy_container(dir) == 0);
