@@ -110,7 +110,7 @@ T512 static inline __attribute__((always_inline)) void heads512(const att *a, in
         /* scores */
         for (int j0 = lo; j0 <= i; j0 += 16) {
             const int nb = i - j0 + 1 < 16 ? i - j0 + 1 : 16;
-            const __mmask16 km = nb == 16 ? 0xffff : (__mmask16)((1u << nb) - 1);
+            const __mmask16 km = eng_lanes16(nb);
             for (int h = h0; h < h1; h++) {
                 const float *q = a->q + (size_t)t * heads * kd + (size_t)h * kd;
                 __m512 acc[16];
@@ -140,21 +140,21 @@ T512 static inline __attribute__((always_inline)) void heads512(const att *a, in
             const float *sink = a->L->sinks ? &a->L->sinks[h] : NULL;
             __m512 mv = _mm512_set1_ps(sink ? *sink : -INFINITY);
             for (int j = lo; j <= i; j += 16) {
-                const __mmask16 km = i - j >= 15 ? 0xffff : (__mmask16)((1u << (i - j + 1)) - 1);
+                const __mmask16 km = eng_lanes16(i - j + 1);
                 mv = _mm512_mask_max_ps(mv, km, mv, _mm512_maskz_loadu_ps(km, ph + j));
             }
             const float mx = _mm512_reduce_max_ps(mv);
             mv = _mm512_set1_ps(mx);
             __m512 sv = _mm512_setzero_ps();
             for (int j = lo; j <= i; j += 16) {
-                const __mmask16 km = i - j >= 15 ? 0xffff : (__mmask16)((1u << (i - j + 1)) - 1);
+                const __mmask16 km = eng_lanes16(i - j + 1);
                 const __m512 e = _mm512_maskz_mov_ps(km, _ZGVeN16v_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(km, ph + j), mv)));
                 _mm512_mask_storeu_ps(ph + j, km, e);
                 sv = _mm512_add_ps(sv, e);
             }
             const __m512 inv = _mm512_set1_ps(1.0f / (_mm512_reduce_add_ps(sv) + (sink ? expf(*sink - mx) : 0)));
             for (int j = lo; j <= i; j += 16) {
-                const __mmask16 km = i - j >= 15 ? 0xffff : (__mmask16)((1u << (i - j + 1)) - 1);
+                const __mmask16 km = eng_lanes16(i - j + 1);
                 _mm512_mask_storeu_ps(ph + j, km, _mm512_mul_ps(_mm512_maskz_loadu_ps(km, ph + j), inv));
             }
         }

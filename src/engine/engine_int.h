@@ -27,6 +27,12 @@ static inline float eng_hsum256(__m256 v)
 }
 #endif
 
+/* The AVX-512 mask of the first n of 16 lanes (all 16 for n >= 16): a block's tail. */
+static inline uint16_t eng_lanes16(int n)
+{
+    return n >= 16 ? 0xffff : (uint16_t)((1u << n) - 1);
+}
+
 /* ---------------------------------------------------------------- weights */
 
 /* A borrowed matrix. trans == 0: rows = out features, each row `cols` elements in `dt`,

@@ -193,15 +193,9 @@ T512 int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols)
         for (int b = 0; b < tn; b += 16)   /* 16 token rows streamed at a time */
             for (int k0 = 0; k0 < cols; k0 += 16) {
                 const int kn = cols - k0 < 16 ? cols - k0 : 16;
-                const __mmask16 km = kn == 16 ? 0xffff : (__mmask16)((1u << kn) - 1);
+                const __mmask16 km = eng_lanes16(kn);
                 const float *src = x + (size_t)(t0 + b) * cols + k0;
                 __m512i v[16];
-                if (kn == 16 && tn - b >= 16) {   /* the common whole block, without tests */
-                    for (int i = 0; i < 16; i++) v[i] = _mm512_loadu_si512(src + (size_t)i * cols);
-                    t16(v);
-                    for (int k = 0; k < 16; k++) _mm512_store_si512(dst + (size_t)(k0 + k) * GT + b, v[k]);
-                    continue;
-                }
                 for (int i = 0; i < 16; i++)
                     v[i] = b + i < tn ? _mm512_maskz_loadu_epi32(km, src + (size_t)i * cols) : _mm512_setzero_si512();
                 t16(v);
@@ -460,7 +454,7 @@ static void micro_q8(int kind, const uint8_t *w, size_t rb, size_t bst, const in
 T512 void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys)
 {
     for (int r0 = 0; r0 < nr; r0 += 16) {
-        const __mmask16 m = nr - r0 >= 16 ? 0xffff : (__mmask16)((1u << (nr - r0)) - 1);
+        const __mmask16 m = eng_lanes16(nr - r0);
         for (int t0 = 0; t0 < tn; t0 += 16) {
             __m512i v[16];
             for (int i = 0; i < 16; i++) v[i] = _mm512_load_si512(c + (size_t)(r0 + i) * GT + t0);

@@ -46,8 +46,7 @@ static const char *cell(const lql_table *t, size_t r, int c, int exact, char *bu
         *len = strlen(buf);
         return buf;
     }
-    *len = x->null || !x->text ? 0 : x->len;
-    return x->null || !x->text ? "" : x->text;
+    return lql_table_celln(t, r, c, len);
 }
 
 /* ---------------------------------------------------------------- table, box, markdown */
@@ -142,9 +141,8 @@ static void render_grid(FILE *f, const lql_table *t, const lql_render_opts *o)
     if (!cells || !w) { free(cells); free(w); fputs("(out of memory)\n", f); return; }
     for (size_t r = 0; r <= nrows; r++)
         for (int c = 0; c < nc; c++) {
-            char buf[40];
             size_t n = 0;
-            const char *s = r == 0 ? t->cols[c].name : cell(t, r - 1, c, 0, buf, sizeof buf, &n);
+            const char *s = r == 0 ? t->cols[c].name : lql_table_celln(t, r - 1, c, &n);
             if (r == 0) n = strlen(s);
             char *v = visible(s, n, md, t->cols[c].type == LQL_TEXT ? cut : 0);   /* numbers whole */
             cells[r * (size_t)nc + (size_t)c] = v;

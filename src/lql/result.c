@@ -207,11 +207,19 @@ size_t lql_table_nrows(const lql_table *t)
 {
     return t && t->ncols ? t->ncells / (size_t)t->ncols : 0;
 }
-const char *lql_table_cell(const lql_table *t, size_t row, int col)
+const char *lql_table_celln(const lql_table *t, size_t row, int col, size_t *len)
 {
+    *len = 0;
     if (!t || col < 0 || col >= t->ncols || row >= lql_table_nrows(t)) return "";
     const lql_cell *c = &t->cells[row * (size_t)t->ncols + (size_t)col];
-    return c->null || !c->text ? "" : c->text;
+    if (c->null || !c->text) return "";
+    *len = c->len;
+    return c->text;
+}
+const char *lql_table_cell(const lql_table *t, size_t row, int col)
+{
+    size_t len;
+    return lql_table_celln(t, row, col, &len);
 }
 int lql_table_cell_is_null(const lql_table *t, size_t row, int col)
 {

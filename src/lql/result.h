@@ -58,6 +58,8 @@ size_t lql_table_nrows(const lql_table *t);
 /* Cell text exactly as every mode prints it (numbers formatted with the column's
  * precision; NULL cells as ""). Pointer valid while the result lives. */
 const char *lql_table_cell(const lql_table *t, size_t row, int col);
+/* The same with the text's length in *len (a decoded token can hold a NUL). */
+const char *lql_table_celln(const lql_table *t, size_t row, int col, size_t *len);
 int lql_table_cell_is_null(const lql_table *t, size_t row, int col);
 
 #endif

@@ -205,7 +205,7 @@ void srv_tmpl_free(srv_tmpl *t)
 typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_STR, V_LIST, V_DICT, V_FLOAT } vtype;
 typedef struct jv {
     vtype t;
-    int64_t i;                  /* BOOL, INT; FLOAT: 1 for a whole number beyond 64 bits */
+    int64_t i;                  /* BOOL, INT */
     const char *s;              /* STR */
     size_t n;                   /* STR bytes */
     struct jseq *l;             /* LIST */
@@ -233,7 +233,7 @@ typedef struct rctx {
     size_t errn;
 } rctx;
 
-static const jv undef = {V_UNDEF, 0, NULL, 0, NULL, NULL, 0};
+static const jv undef = {.t = V_UNDEF};
 
 static jv fail(rctx *r, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static jv fail(rctx *r, int line, const char *fmt, ...)
@@ -250,9 +250,11 @@ static jv fail(rctx *r, int line, const char *fmt, ...)
     return undef;
 }
 
-static jv vstr(const char *s, size_t n) { return (jv){V_STR, 0, s, n, NULL, NULL, 0}; }
-static jv vint(int64_t i) { return (jv){V_INT, i, NULL, 0, NULL, NULL, 0}; }
-static jv vbool(int b) { return (jv){V_BOOL, b != 0, NULL, 0, NULL, NULL, 0}; }
+static jv vstr(const char *s, size_t n) { return (jv){.t = V_STR, .s = s, .n = n}; }
+static jv vint(int64_t i) { return (jv){.t = V_INT, .i = i}; }
+static jv vbool(int b) { return (jv){.t = V_BOOL, .i = b != 0}; }
+static jv vdict(jmap *m) { return (jv){.t = V_DICT, .d = m}; }
+static const jv none = {.t = V_NONE};
 
 static jv vlist(rctx *r, size_t n)
 {
@@ -263,7 +265,7 @@ static jv vlist(rctx *r, size_t n)
     if (!l || (n && !v)) return fail(r, 0, "out of memory");
     l->n = n;
     l->v = v;
-    return (jv){V_LIST, 0, NULL, 0, l, NULL, 0};
+    return (jv){.t = V_LIST, .l = l};
 }
 
 static jmap *map_new(rctx *r)
@@ -303,15 +305,14 @@ static jv from_json(rctx *r, const cJSON *j)
 {
     if (cJSON_IsString(j)) return vstr(j->valuestring, strlen(j->valuestring));
     if (cJSON_IsBool(j)) return vbool(cJSON_IsTrue(j));
-    if (cJSON_IsNull(j)) return (jv){V_NONE, 0, NULL, 0, NULL, NULL, 0};
+    if (cJSON_IsNull(j)) return none;
     if (cJSON_IsNumber(j)) {
         int64_t i;
-        double d = j->valuedouble;
         /* a fraction (a tool call's argument, say) is a Python float, printed as its repr; a
          * whole number beyond 64 bits is an int or a float (cJSON does not say which), so
          * printing it fails, but only if the template prints it */
         if (srv_json_int(j, INT64_MIN, INT64_MAX, &i)) return vint(i);
-        return (jv){V_FLOAT, !(isfinite(d) && d != floor(d)), NULL, 0, NULL, NULL, d};
+        return (jv){.t = V_FLOAT, .f = j->valuedouble};
     }
     if (cJSON_IsArray(j)) {
         jv l = vlist(r, (size_t)cJSON_GetArraySize(j));
@@ -322,7 +323,7 @@ static jv from_json(rctx *r, const cJSON *j)
     jmap *m = map_new(r);
     for (const cJSON *x = j->child; m && x && !r->failed; x = x->next)
         map_set(r, m, vstr(x->string, strlen(x->string)), from_json(r, x));
-    return m ? (jv){V_DICT, 0, NULL, 0, NULL, m, 0} : undef;
+    return m ? vdict(m) : undef;
 }
 
 static int truthy(jv v)
@@ -337,10 +338,15 @@ static int truthy(jv v)
     }
 }
 
+/* A request's float that is not a fraction: a whole number beyond 64 bits (or one cJSON read
+ * as infinite), which may have been an int or a float (cJSON does not say), so it has no
+ * repr here. */
+static int float_whole(jv v) { return !isfinite(v.f) || v.f == floor(v.f); }
+
 static const char *type_name(jv v)
 {
     static const char *const names[] = {"undefined", "none", "bool", "int", "string", "list", "dict", "float"};
-    return v.t == V_FLOAT && v.i ? "whole number beyond 64 bits" : names[v.t];
+    return v.t == V_FLOAT && float_whole(v) ? "whole number beyond 64 bits" : names[v.t];
 }
 
 static uint32_t cp_at(const char *s, size_t n, size_t i, size_t *len);
@@ -426,7 +432,7 @@ static int to_text(jv v, srv_buf *b)
     case V_BOOL: return srv_buf_add(b, v.i ? "True" : "False", v.i ? 4 : 5);
     case V_INT: snprintf(num, sizeof num, "%lld", (long long)v.i); return srv_buf_add(b, num, strlen(num));
     case V_STR: return srv_buf_add(b, v.s, v.n);
-    case V_FLOAT: return v.i ? -1 : float_repr(v.f, b);
+    case V_FLOAT: return float_whole(v) ? -1 : float_repr(v.f, b);
     case V_LIST:
         srv_buf_add(b, "[", 1);
         for (size_t i = 0; i < v.l->n; i++)
@@ -582,7 +588,7 @@ static jv json_of(rctx *r, jv v, srv_buf *b, int line)
     case V_BOOL: srv_buf_add(b, v.i ? "true" : "false", v.i ? 4 : 5); break;
     case V_INT: snprintf(num, sizeof num, "%lld", (long long)v.i); srv_buf_add(b, num, strlen(num)); break;
     case V_FLOAT:
-        if (v.i) return fail(r, line, "the request's number %g: whole numbers beyond 64 bits are not supported", v.f);
+        if (float_whole(v)) return fail(r, line, "the request's number %g: whole numbers beyond 64 bits are not supported", v.f);
         float_repr(v.f, b);
         break;
     case V_STR:
@@ -846,7 +852,7 @@ static jv method(rctx *r, const jj_node *x)
     if (self.t == V_DICT) {
         if (IS("get")) {
             jv *o = na && args[0].t == V_STR ? map_find(self.d, args[0].s, args[0].n) : NULL;
-            return o ? *o : na > 1 ? args[1] : (jv){V_NONE, 0, NULL, 0, NULL, NULL, 0};
+            return o ? *o : na > 1 ? args[1] : none;
         }
         if (IS("keys") || IS("values") || IS("items")) {
             jv out = vlist(r, self.d->n);
@@ -925,7 +931,7 @@ static jv call(rctx *r, const jj_node *x)
             if (g->k != JN_KWARG) return fail(r, x->line, "namespace() takes keyword arguments");
             map_set(r, m, vstr(g->s, g->n), eval(r, g->a));
         }
-        return (jv){V_DICT, 0, NULL, 0, NULL, m, 0};
+        return vdict(m);
     }
     jv args[4];
     int na = eval_args(r, x->b, args, 4, x->line);
@@ -1027,7 +1033,7 @@ static jv eval(rctx *r, const jj_node *x)
     case JN_INT: return vint(x->i);
     case JN_TRUE: return vbool(1);
     case JN_FALSE: return vbool(0);
-    case JN_NONE: return (jv){V_NONE, 0, NULL, 0, NULL, NULL, 0};
+    case JN_NONE: return none;
     case JN_NAME: return lookup(r, x->s, x->n);
     case JN_LIST: {
         size_t n = 0;
@@ -1103,7 +1109,7 @@ static void exec_for(rctx *r, const jj_node *x)
         jv v[] = {vint((int64_t)i + 1), vint((int64_t)i), vbool(i == 0), vbool(i + 1 == n), vint((int64_t)n),
                   vint((int64_t)(n - i)), vint((int64_t)(n - i - 1))};
         for (int j = 0; j < 7; j++) map_set(r, loop, vstr(k[j], strlen(k[j])), v[j]);
-        map_set(r, scope, vstr("loop", 4), (jv){V_DICT, 0, NULL, 0, NULL, loop, 0});
+        map_set(r, scope, vstr("loop", 4), vdict(loop));
         map_set(r, scope, vstr(x->s, x->n), items.l->v[i]);
         r->scope[r->depth++] = scope;
         exec_body(r, x->b);
