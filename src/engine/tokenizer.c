@@ -19,14 +19,16 @@
 #include <string.h>
 #include <unistd.h>
 
-/* tokenizer.json or tokenizer_config.json as a JSON object; the path labels errors. */
+/* tokenizer.json or tokenizer_config.json as a JSON object; the path labels errors. A
+ * string holding U+0000 loads cut there (a vocabulary may hold one; transformers loads it)
+ * rather than refusing the model's tokenizer. */
 static int parse_json(const char *path, cJSON **out, vx_err *err)
 {
     char *text = NULL;
     size_t n = 0;
     if (vx_read_small_file(path, path, &text, &n, err) < 0)
         return -1;
-    int rc = vx_json_parse(path, text, n, out, err);
+    int rc = vx_json_parse_as(path, text, n, 1, out, err);
     free(text);
     return rc;
 }
@@ -376,12 +378,12 @@ int eng_tok_load(const char *tokenizer_json, const char *config_path, eng_tokeni
     int fast = tok_fast_scan(text, n, &raw, &rest), rc = 0;
     if (fast < 0)
         rc = vx_errf(err, VX_ENOMEM, "out of memory reading '%s'", tokenizer_json);
-    if (fast == 1 && vx_json_parse(tokenizer_json, rest.p, rest.n, &root, NULL) < 0) {
+    if (fast == 1 && vx_json_parse_as(tokenizer_json, rest.p, rest.n, 1, &root, NULL) < 0) {
         tok_raw_free(&raw);
         fast = 0;
     }
     if (rc == 0 && fast == 0)
-        rc = vx_json_parse(tokenizer_json, text, n, &root, err);
+        rc = vx_json_parse_as(tokenizer_json, text, n, 1, &root, err);
     free(text);
     tok_buf_free(&rest);
     if (rc == 0)

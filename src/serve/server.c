@@ -458,6 +458,12 @@ static enum MHD_Result post_route(srv *S, struct MHD_Connection *c, const char *
         cJSON_Delete(body);
         return answer_error(c, 400, "the body is not a JSON object", "invalid_json", NULL);
     }
+    if (vx_json_nul_at(rq->body.p, rq->body.n) != (size_t)-1) {
+        /* cJSON would cut the string there: a prompt would lose its tail unseen */
+        cJSON_Delete(body);
+        return answer_error(c, 400, "a string in the body holds U+0000, which no prompt, "
+                            "name or value may hold", "invalid_value", NULL);
+    }
     const cJSON *sid = cJSON_GetObjectItemCaseSensitive(body, "session");
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(body, "stream");
     srv_sess *x = S->base;

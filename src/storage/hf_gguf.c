@@ -444,7 +444,7 @@ static int tokenizer_kv(const vx_container *c, const cJSON *special, int vocab, 
     cJSON *tj = NULL;
     snprintf(path, sizeof path, "%s/tokenizer.json", vx_dir(c));
     if (vx_read_small_file(path, "export gguf: tokenizer.json", &text, &n, err) ||
-        vx_json_parse("export gguf: tokenizer.json", text, n, &tj, err)) {
+        vx_json_parse_as("export gguf: tokenizer.json", text, n, 1, &tj, err)) {
         free(text);
         return -1;
     }

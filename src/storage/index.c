@@ -52,22 +52,66 @@ int vx_read_small_file(const char *path, const char *label, char **out, size_t *
     return 0;
 }
 
+size_t vx_json_nul_at(const char *text, size_t n)
+{
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)text[i];
+        if (!in_str) {
+            in_str = ch == '"';
+        } else if (ch == '"') {
+            in_str = 0;
+        } else if (ch == 0) {
+            return i;
+        } else if (ch == '\\' && i + 1 < n) {
+            if (text[i + 1] == 'u' && n - i >= 6 && memcmp(text + i + 2, "0000", 4) == 0)
+                return i;
+            i++;   /* the escaped character cannot end the string */
+        }
+    }
+    return (size_t)-1;
+}
+
+/* 1-based line and column of byte pos of text. */
+static void line_col(const char *text, size_t pos, unsigned *line, unsigned *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < pos; i++) {
+        if (text[i] == '\n') {
+            ++*line;
+            *col = 1;
+        } else {
+            ++*col;
+        }
+    }
+}
+
 int vx_json_parse(const char *label, const char *text, size_t n, cJSON **out, vx_err *err)
 {
+    return vx_json_parse_as(label, text, n, 0, out, err);
+}
+
+int vx_json_parse_as(const char *label, const char *text, size_t n, int nul_ok, cJSON **out,
+                     vx_err *err)
+{
     const char *end = NULL;
+    unsigned line, col;
     *out = cJSON_ParseWithLengthOpts(text, n, &end, 0);
     if (!*out) {
-        size_t pos = end && end >= text && end <= text + n ? (size_t)(end - text) : n;
-        unsigned line = 1, col = 1;
-        for (size_t i = 0; i < pos; i++) {
-            if (text[i] == '\n') {
-                line++;
-                col = 1;
-            } else {
-                col++;
-            }
-        }
+        line_col(text, end && end >= text && end <= text + n ? (size_t)(end - text) : n, &line,
+                 &col);
         return vx_errf(err, VX_EFORMAT, "%s: malformed json at line %u:%u", label, line, col);
+    }
+    /* cJSON's strings end at their first NUL: one inside a name or value would silently
+     * become a shorter one */
+    size_t nul = nul_ok ? (size_t)-1 : vx_json_nul_at(text, (size_t)(end - text));
+    if (nul != (size_t)-1) {
+        cJSON_Delete(*out);
+        *out = NULL;
+        line_col(text, nul, &line, &col);
+        return vx_errf(err, VX_EFORMAT, "%s: a string holds U+0000 at line %u:%u; names and "
+                       "values cannot hold NUL", label, line, col);
     }
     /* Anything after the value other than whitespace is not JSON either. */
     for (const char *p = end; p && p < text + n; p++) {

@@ -531,6 +531,12 @@ int vx_patch_parse(const char *text, size_t len, const char *where, int hidden, 
         size_t at = end && end >= text ? (size_t)(end - text) : 0;
         return vx_errf(err, VX_EFORMAT, "%s: not valid JSON (near byte %zu)", c.where, at);
     }
+    size_t nul = vx_json_nul_at(text, (size_t)(end - text));
+    if (nul != (size_t)-1) {
+        cJSON_Delete(root);
+        return vx_errf(err, VX_EFORMAT, "%s: a string holds U+0000 (near byte %zu); patch "
+                       "strings cannot hold NUL", c.where, nul);
+    }
     int rc = -1;
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
     const cJSON *tags = cJSON_GetObjectItemCaseSensitive(root, "tags");

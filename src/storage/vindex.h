@@ -58,6 +58,11 @@ typedef struct vx_err {
 int vx_errf(vx_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The offset of the first NUL inside a string of n bytes of JSON text (the backslash of a
+ * \u0000 escape, or a raw zero byte), (size_t)-1 when none: cJSON ends its strings
+ * there, so readers refuse such text rather than take a shorter string. */
+size_t vx_json_nul_at(const char *text, size_t n);
+
 /* ---------------------------------------------------------------- dtypes */
 
 typedef enum vx_dtype {

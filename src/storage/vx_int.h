@@ -37,8 +37,13 @@ int vx_sha256_mapped(vx_sha256_ctx *ctx, const void *p, uint64_t n, int release,
  * (*out, caller frees). `label` names it in errors ("index.json"). */
 int vx_read_small_file(const char *path, const char *label, char **out, size_t *n, vx_err *err);
 /* Parse n bytes as one JSON object (trailing whitespace allowed). Malformed input fails
- * with "<label>: malformed json at line L:C". *out is owned by the caller. */
+ * with "<label>: malformed json at line L:C", and so does a string holding NUL (cJSON would
+ * end it there). *out is owned by the caller. */
 int vx_json_parse(const char *label, const char *text, size_t n, cJSON **out, vx_err *err);
+/* The same; nul_ok takes a NUL-holding string as cJSON does, cut at the NUL: for
+ * tokenizer.json, whose vocabulary may hold U+0000 and which transformers loads. */
+int vx_json_parse_as(const char *label, const char *text, size_t n, int nul_ok, cJSON **out,
+                     vx_err *err);
 /* A non-negative integer that a double holds exactly (<= 2^53); -1 otherwise. */
 int vx_json_u64(const cJSON *item, uint64_t *out);
 /* obj[key] when it is a string, else NULL. */

@@ -223,6 +223,15 @@ try:
     check(s == 400 and b["error"]["param"] == "lql", "lql not a string %s" % s)
     s, b, _ = req("POST", "/v1/query", '{"lql": ', )
     check(s == 400 and b["error"]["code"] == "invalid_json", "bad json %s" % s)
+    # a NUL would cut the prompt short unseen (cJSON's strings end there): refused, escaped
+    # or raw; an escaped backslash before "u0000" is ordinary text
+    for body in ('{"prompt":"The capital of\\u0000 France is","max_tokens":1}',
+                 '{"prompt":"The capital of\x00 France is","max_tokens":1}'):
+        s, b, _ = req("POST", "/v1/completions", body)
+        check(s == 400 and b["error"]["code"] == "invalid_value" and "U+0000" in
+              b["error"]["message"], "NUL in a prompt %s %s" % (s, b))
+    s, b, _ = req("POST", "/v1/completions", '{"prompt":"a\\\\u0000","max_tokens":1}')
+    check(s == 200, "escaped backslash before u0000 %s %s" % (s, b))
     s, b, _ = req("POST", "/v1/query", '{"lql":"STATS;"}', headers={"Content-Type": "text/plain"})
     check(s == 415, "content type %s" % s)
     # a body declared over 1 MiB is refused before a byte of it is sent

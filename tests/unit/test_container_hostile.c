@@ -74,6 +74,10 @@ static void test_malformed(void)
     CHECK_STR(fx_open_err(&f), "index.json: trailing bytes after the json value (at byte 15)");
     put_text("index.json", "");
     CHECK_STR(fx_open_err(&f), "index.json: malformed json at line 1:1");
+    /* a name holding NUL would reach every reader as its shorter prefix */
+    put_text("index.json", "{\"version\": 4,\n \"system_graph\": \"system_graph.json\\u0000x\"}");
+    CHECK_STR(fx_open_err(&f), "index.json: a string holds U+0000 at line 2:36; names and values "
+                               "cannot hold NUL");
     done();
 
     fresh();

@@ -256,6 +256,30 @@ static void test_hostile(void)
     refuse("{\"op\": \"update\", \"layer\": 0, \"feature\": 0, \"down_meta\": {\"t\": \"x\"}}",
            H, "bad.vlp: operation 1 (update): missing field 'i'");
     refuse("7", H, "bad.vlp: operation 1 (?): must be an object");
+    /* a NUL would end the entity there (cJSON's strings are C strings): refused, whether
+     * escaped or raw; an escaped backslash before "u0000" is six ordinary characters */
+    refuse("{\"op\": \"delete_knn\", \"entity\": \"Zor\\u0000bania\"}", H,
+           "bad.vlp: a string holds U+0000 (near byte 117); patch strings cannot hold NUL");
+    {
+        static const char raw[] = "{\"version\": 1, \"base_model\": \"m\", \"created_at\": "
+                                  "\"now\", \"operations\": [{\"op\": \"delete_knn\", "
+                                  "\"entity\": \"Zor\0bania\"}]}";
+        vx_patch p;
+        vx_err err = {0};
+        CHECK(vx_patch_parse(raw, sizeof raw - 1, "raw.vlp", H, &p, &err) == -1);
+        CHECK_STR(err.msg, "raw.vlp: a string holds U+0000 (near byte 105); patch strings "
+                           "cannot hold NUL");
+        static const char lit[] = "{\"version\": 1, \"base_model\": \"m\", \"created_at\": "
+                                  "\"now\", \"operations\": [{\"op\": \"delete_knn\", "
+                                  "\"entity\": \"a\\\\u0000\"}]}";
+        CHECK(vx_patch_parse(lit, sizeof lit - 1, "lit.vlp", H, &p, &err) == 0);
+        CHECK(p.nops == 1 && strcmp(p.ops[0].entity, "a\\u0000") == 0);
+        vx_patch_free(&p);
+    }
+    CHECK(vx_json_nul_at("\"\\\"\\u0000\"", 11) == 3);
+    CHECK(vx_json_nul_at("[\"\\\\u0000\"]", 11) == (size_t)-1);
+    CHECK(vx_json_nul_at("{\"a\\u00000\": 1}", 15) == 3);
+    CHECK(vx_json_nul_at("{\"a\\u0001\": 1}", 14) == (size_t)-1);
 
     vx_patch p;
     vx_err err = {0};
