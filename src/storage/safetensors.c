@@ -181,6 +181,13 @@ static int parse_image(st_model *m, const unsigned char *buf, uint64_t size, con
         cJSON_Delete(h);
         return vx_errf(err, VX_EFORMAT, "'%s': header is not a JSON object", label);
     }
+    size_t nul = vx_json_nul_at((const char *)buf + 8, (size_t)(end - (const char *)buf - 8));
+    if (nul != (size_t)-1) {
+        /* a tensor name cut at its NUL could pass for another tensor */
+        cJSON_Delete(h);
+        return vx_errf(err, VX_EFORMAT, "'%s': header holds a string with U+0000 (near byte "
+                       "%zu); tensor names cannot hold NUL", label, nul + 8);
+    }
     size_t first = m->n;
     const unsigned char *data = buf + 8 + hlen;
     uint64_t dsize = size - 8 - hlen;

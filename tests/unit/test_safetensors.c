@@ -105,6 +105,11 @@ static void hostile(void)
     refused(good("notjson.safetensors", "{\"a\": ", 0), "header is not valid JSON (near byte 13)",
             VX_EFORMAT);
     refused(good("array.safetensors", "[1, 2]  ", 0), "header is not a JSON object", VX_EFORMAT);
+    /* "a\u0000b" would be read as tensor "a" */
+    refused(good("nul.safetensors", "{\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[1],"
+                 "\"data_offsets\":[0,4]}}", 4),
+            "header holds a string with U+0000 (near byte 11); tensor names cannot hold NUL",
+            VX_EFORMAT);
     refused(good("f64.safetensors", "{\"a\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}", 16),
             "tensor 'a' has dtype 'F64', which lql does not read (F32, F16, BF16, I32, I64, U8, BOOL)",
             VX_EUNSUPPORTED);
