@@ -167,13 +167,20 @@ static int wrap(eng_tokenizer *t, const tok_ids *pre, const tok_ids *post, vx_er
     return 0;
 }
 
+/* Is v the id of a token (the id table has holes: an id no vocab entry or added token
+ * gives would encode to what nothing can decode)? */
+static int token_id(const eng_tokenizer *t, const cJSON *v)
+{
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < (double)t->n_ids &&
+           v->valuedouble == (double)(int32_t)v->valuedouble && t->piece[(int32_t)v->valuedouble];
+}
+
 static int special_pair(eng_tokenizer *t, const cJSON *o, const char *key, const char *where,
                         int32_t *id, vx_err *err)
 {
     const cJSON *p = tok_jget(o, key);
     const cJSON *v = cJSON_IsArray(p) && cJSON_GetArraySize(p) == 2 ? p->child->next : NULL;
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= (double)t->n_ids ||
-        v->valuedouble != (double)(int32_t)v->valuedouble)
+    if (!token_id(t, v))
         return vx_errf(err, VX_EFORMAT, "%s: %s.%s must be [token, id] with an id in the vocab",
                        t->path, where, key);
     *id = (int32_t)v->valuedouble;
@@ -191,8 +198,7 @@ static int template_ids(eng_tokenizer *t, const cJSON *specials, const char *nam
         return vx_errf(err, VX_EFORMAT, "%s: post_processor.special_tokens['%s'].ids must be "
                        "an array (got %s)", t->path, name, tok_jtype(ids));
     cJSON_ArrayForEach(e, ids) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= (double)t->n_ids ||
-            e->valuedouble != (double)(int32_t)e->valuedouble)
+        if (!token_id(t, e))
             return vx_errf(err, VX_EFORMAT, "%s: post_processor.special_tokens['%s'].ids holds "
                            "a value that is not an id in the vocab", t->path, name);
         if (tok_ids_add(to, (int32_t)e->valuedouble) < 0)

@@ -275,6 +275,15 @@ static void hostile(void)
                      "model.vocab['a'] must be an id in 0..16777215 (got a number out of range)");
     check_load_error("vocabneg", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}}}",
                      "model.vocab['a'] must be an id in 0..16777215 (got a number out of range)");
+    /* a template id inside the id table's range that no token has: ids 0-3 and 6 exist */
+    check_load_error("holeid", "{\"added_tokens\": [{\"id\": 6, \"content\": \"<s>\", "
+                     "\"special\": true}], \"post_processor\": {\"type\": \"TemplateProcessing\", "
+                     "\"single\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, "
+                     "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], \"special_tokens\": "
+                     "{\"<s>\": {\"id\": \"<s>\", \"ids\": [5], \"tokens\": [\"<s>\"]}}}, "
+                     "\"model\": {\"type\": \"BPE\", " VOCAB_AB ", \"merges\": []}}",
+                     "post_processor.special_tokens['<s>'].ids holds a value that is not an id in "
+                     "the vocab");
     check_load_error("mergesobj", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB ", \"merges\": {}}}",
                      "model.merges must be an array (got object)");
     check_load_error("mergeout", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
