@@ -288,6 +288,18 @@ static int moe_keys(judge *j, fam f, arch *a)
         if (a->experts % a->n_group || a->topk_group > a->n_group)
             return vx_errf(j->err, VX_EFORMAT, "config.json: n_routed_experts %d, n_group %d and "
                            "topk_group %d do not form groups", a->experts, a->n_group, a->topk_group);
+        /* the reference ranks a group by the sum of its two best experts, then picks the
+         * top_k among the kept groups' experts: both need enough experts (the executor
+         * refuses such a graph, so it is refused here, by its keys) */
+        int per = a->experts / a->n_group;
+        if (a->n_group > 1 && per < 2)
+            return vx_errf(j->err, VX_EFORMAT, "config.json: n_group %d leaves groups of %d "
+                           "expert (n_routed_experts %d); a group is ranked by its two best",
+                           a->n_group, per, a->experts);
+        if (a->top_k > a->topk_group * per)
+            return vx_errf(j->err, VX_EFORMAT, "config.json: num_experts_per_tok %d is more "
+                           "than the %d experts of the topk_group %d groups routing keeps",
+                           a->top_k, a->topk_group * per, a->topk_group);
         a->sigmoid = a->score_bias = 1;
         if ((long)a->expert_inter * nshared > DIM_MAX)
             return hf_bad_type(j, "n_shared_experts", "small enough for a shared MLP width within 2^28");

@@ -826,6 +826,14 @@ static void refusals(void)
     refuse("yarn", "config.json: rope_scaling.factor 4 differs from max_position_embeddings / "
            "original_max_position_embeddings = 8; transformers versions disagree on which applies "
            "(family 'llama')");
+    /* group-limited routing that cannot fill top_k, or groups too small to rank: the
+     * executor would refuse the graph, so encode refuses the config (found by fuzz_encode) */
+    variant("deepseek-v3-lite", "fewgroups", "s/\"num_experts_per_tok\": 2/\"num_experts_per_tok\": 5/");
+    refuse("fewgroups", "config.json: num_experts_per_tok 5 is more than the 4 experts of the "
+           "topk_group 2 groups routing keeps");
+    variant("deepseek-v3-lite", "onegroup", "s/\"n_group\": 4/\"n_group\": 8/");
+    refuse("onegroup", "config.json: n_group 8 leaves groups of 1 expert (n_routed_experts 8); a "
+           "group is ranked by its two best");
     variant("llama-gqa", "unknown", "s/\"vocab_size\": 512/\"vocab_size\": 512, \"foo_gate\": 3/");
     refuse("unknown", "config.json: key 'foo_gate' changes execution and is not admitted for family 'llama'");
     variant("llama-gqa", "relu", "s/\"hidden_act\": \"silu\"/\"hidden_act\": \"relu\"/");
