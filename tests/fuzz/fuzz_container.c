@@ -6,6 +6,7 @@
  * touched at both ends so ASan sees any out-of-bounds pointer, and the first-touch
  * integrity check runs twice over every tensor (same answer; a refusal names the segment).
  */
+#include "fuzz_files.h"
 #include "vindex.h"
 
 #include <limits.h>
@@ -25,68 +26,31 @@ static const char *files[] = {"index.json", "system_graph.json",
                               "segments/target.output_head.bin"};
 #define NFILES (sizeof files / sizeof files[0])
 
-static void put(const char *rel, const uint8_t *p, size_t n)
-{
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
-    if (!p) {
-        unlink(path);
-        return;
-    }
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        abort();
-    if (n)
-        fwrite(p, 1, n, f);
-    fclose(f);
-}
-
 /* Removes the scratch directory when libFuzzer exits. */
 static void cleanup(void)
 {
     char sub[PATH_MAX];
     for (size_t i = 0; i < NFILES; i++)
-        put(files[i], NULL, 0);
+        fz_put(dir, files[i], NULL, 0);
     snprintf(sub, sizeof sub, "%s/segments", dir);
     rmdir(sub);
     rmdir(dir);
 }
 
-/* First occurrence of the separator in [p, end), or NULL. */
-static const uint8_t *find_sep(const uint8_t *p, const uint8_t *end, const char *sep, size_t n)
-{
-    for (; (size_t)(end - p) >= n; p++) {
-        if (memcmp(p, sep, n) == 0)
-            return p;
-    }
-    return NULL;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!dir[0]) {
-        /* tmpfs when there is one: every input is five file writes and an open. */
-        struct stat st;
-        snprintf(dir, sizeof dir, "%s/lql_fuzz_container_XXXXXX",
-                 stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp");
         char sub[PATH_MAX];
-        if (!mkdtemp(dir))
-            abort();
+        fz_scratch(dir, sizeof dir, "fuzz_container");
         snprintf(sub, sizeof sub, "%s/segments", dir);
         mkdir(sub, 0755);
         atexit(cleanup);
     }
-    static const char sep[] = "\n%%\n";
-    const uint8_t *p = data, *end = data + size;
+    const uint8_t *p = data;
     for (size_t i = 0; i < NFILES; i++) {
-        if (!p) {
-            put(files[i], NULL, 0);
-            continue;
-        }
-        const uint8_t *q = find_sep(p, end, sep, sizeof sep - 1);
-        size_t n = q ? (size_t)(q - p) : (size_t)(end - p);
-        put(files[i], p, n);
-        p = q ? q + sizeof sep - 1 : NULL;
+        size_t n;
+        const uint8_t *a = fz_part(&p, data + size, &n);
+        fz_put(dir, files[i], a, n);
     }
     vx_container *c = NULL;
     vx_err err;

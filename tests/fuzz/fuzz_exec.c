@@ -1,0 +1,130 @@
+/*
+ * fuzz_exec.c — libFuzzer over statements that run: the input is LQL text, split and
+ * parsed as the shell does, and every statement chain that only reads (class READ, no
+ * file written: what `lql --serve` lets anyone run) is executed against a small model
+ * (tests/fixtures/models/families/llama-gqa: hidden 64, 3 layers, vocab 512, with its
+ * tokenizer), encoded once into a scratch directory. A failure must say why; a result
+ * must render in every mode, and its json frame must parse back as JSON.
+ *   scripts/fuzz SECONDS fuzz_exec      (from the repository root, where the fixture is)
+ */
+#include "ast.h"
+#include "fuzz_files.h"
+#include "interp.h"
+#include "render.h"
+#include "shell.h"
+
+#include <cjson/cJSON.h>
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static char dir[64];
+static lql_session *S;
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* Removes the scratch directory (the container and anything a statement left) at exit. */
+static void cleanup(void)
+{
+    lql_session_free(S);
+    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void setup(void)
+{
+    char model[PATH_MAX], use[PATH_MAX + 16];
+    const char *src = getenv("LQL_FUZZ_CHECKPOINT");
+    vx_err err = {0};
+    fz_scratch(dir, sizeof dir, "fuzz_exec");
+    snprintf(model, sizeof model, "%s/m.vindex3", dir);
+    if (lql_encode_container(src ? src : "tests/fixtures/models/families/llama-gqa", model, -1,
+                             NULL, NULL, &err) != 0) {
+        fprintf(stderr, "fuzz_exec: %s (run from the repository root)\n", err.msg);
+        abort();
+    }
+    S = lql_session_new();
+    char *out = NULL;
+    lql_err e = {0};
+    snprintf(use, sizeof use, "USE \"%s\";", model);
+    if (!S || lql_eval(S, use, strlen(use), LQL_OUT_TSV, &out, &e) != 0)
+        abort();
+    free(out);
+    atexit(cleanup);
+}
+
+/* May the harness run this chain: every statement reads only and writes no file. */
+static int read_only(const lql_stmt *st)
+{
+    for (; st; st = st->next) {
+        const lql_stmt_def *d = lql_stmt_def_of(st->kind);
+        if (!d || d->cls != LQL_CLASS_READ || lql_stmt_writes(st))
+            return 0;
+    }
+    return 1;
+}
+
+static void render_all(const lql_result *r, const char *stmt, size_t n)
+{
+    for (int m = 0; m < LQL_OUT_COUNT; m++)
+        free(lql_render(r, (lql_outmode)m));
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        abort();
+    lql_render_opts o = {.mode = LQL_OUT_JSON, .exact = 1};
+    lql_render_frame(f, r, &o, stmt, n, NULL, 0, 0);
+    fclose(f);
+    cJSON *j = cJSON_ParseWithLength(buf, len);
+    if (!j) {
+        fprintf(stderr, "json frame does not parse: %.*s\n", (int)(len < 2000 ? len : 2000), buf);
+        abort();
+    }
+    cJSON_Delete(j);
+    free(buf);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (!S)
+        setup();
+    char *text = malloc(size + 1);
+    if (!text)
+        return 0;
+    memcpy(text, data, size);
+    text[size] = 0;   /* the lexer's sentinel */
+    size_t off = 0;
+    while (off < size) {
+        size_t end;
+        lql_split(text + off, size - off, &end);
+        lql_arena *a = lql_arena_new();
+        lql_stmt *st = NULL;
+        lql_err e = {0};
+        if (!a)
+            break;
+        if (lql_parse(text + off, end, a, &st, &e) != 0) {
+            if (!e.msg[0])
+                abort();
+        } else if (st && read_only(st)) {
+            lql_result *r = lql_result_new();
+            if (!r)
+                abort();
+            if (lql_exec(S, st, r, &e) != 0 && !e.msg[0])
+                abort();   /* a failure says why */
+            render_all(r, text + off, end);
+            lql_result_free(r);
+        }
+        lql_arena_free(a);
+        off += end ? end : size - off;
+    }
+    free(text);
+    return 0;
+}

@@ -1,0 +1,59 @@
+/*
+ * fuzz_files.h — what the harnesses that fuzz whole files share: one input cut into parts
+ * at "\n%%\n", and a scratch directory (tmpfs when there is one: every input is a few file
+ * writes) to write them into.
+ */
+#ifndef LQL_FUZZ_FILES_H
+#define LQL_FUZZ_FILES_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Make dir (n bytes) a fresh scratch directory named after tag; aborts when it cannot. */
+static inline void fz_scratch(char *dir, size_t n, const char *tag)
+{
+    struct stat st;
+    snprintf(dir, n, "%s/lql_%s_XXXXXX",
+             stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp", tag);
+    if (!mkdtemp(dir))
+        abort();
+}
+
+/* Write n bytes of p to dir/rel, or remove it when p is NULL. */
+static inline void fz_put(const char *dir, const char *rel, const uint8_t *p, size_t n)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    if (!p) {
+        unlink(path);
+        return;
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f || (n && fwrite(p, 1, n, f) != n) || fclose(f) != 0)
+        abort();
+}
+
+/* The next part of [*p, end): its start (NULL when the input has no more parts) and length
+ * in *n; *p moves past the separator that ends it (NULL after the last part). */
+static inline const uint8_t *fz_part(const uint8_t **p, const uint8_t *end, size_t *n)
+{
+    static const char sep[] = "\n%%\n";
+    const uint8_t *a = *p, *q = a;
+    *n = 0;
+    if (!a)
+        return NULL;
+    while ((size_t)(end - q) >= 4 && memcmp(q, sep, 4) != 0)
+        q++;
+    if ((size_t)(end - q) < 4)
+        q = end;
+    *n = (size_t)(q - a);
+    *p = q < end ? q + 4 : NULL;
+    return a;
+}
+
+#endif
