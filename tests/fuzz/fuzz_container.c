@@ -19,33 +19,18 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char dir[64];
 static const char *files[] = {"index.json", "system_graph.json",
                               "segments/target.embedding.bin",
                               "segments/target.decoder_stack.bin",
                               "segments/target.output_head.bin"};
 #define NFILES (sizeof files / sizeof files[0])
 
-/* Removes the scratch directory when libFuzzer exits. */
-static void cleanup(void)
-{
-    char sub[PATH_MAX];
-    for (size_t i = 0; i < NFILES; i++)
-        fz_put(dir, files[i], NULL, 0);
-    snprintf(sub, sizeof sub, "%s/segments", dir);
-    rmdir(sub);
-    rmdir(dir);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!dir[0]) {
-        char sub[PATH_MAX];
-        fz_scratch(dir, sizeof dir, "fuzz_container");
-        snprintf(sub, sizeof sub, "%s/segments", dir);
-        mkdir(sub, 0755);
-        atexit(cleanup);
-    }
+    const char *dir = fz_scratch("fuzz_container");
+    char sub[PATH_MAX];
+    snprintf(sub, sizeof sub, "%s/segments", dir);
+    mkdir(sub, 0755);   /* (exists after the first input) */
     const uint8_t *p = data;
     for (size_t i = 0; i < NFILES; i++) {
         size_t n;

@@ -11,7 +11,6 @@
 #include "engine.h"
 #include "fuzz_files.h"
 
-#include <ftw.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,24 +19,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char dir[64], ckpt[PATH_MAX], out[PATH_MAX];
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static void rm_tree(const char *path)
-{
-    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* Removes the scratch directory when libFuzzer exits. */
-static void cleanup(void)
-{
-    rm_tree(dir);
-}
+static char ckpt[PATH_MAX], out[PATH_MAX];
 
 static void run(vx_container *c)
 {
@@ -63,13 +45,12 @@ static void run(vx_container *c)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!dir[0]) {
-        fz_scratch(dir, sizeof dir, "fuzz_encode");
+    if (!ckpt[0]) {
+        const char *dir = fz_scratch("fuzz_encode");
         snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
         snprintf(out, sizeof out, "%s/out.vindex3", dir);
         if (mkdir(ckpt, 0755) != 0)
             abort();
-        atexit(cleanup);
     }
     const uint8_t *p = data;
     size_t nc, nw;
@@ -95,6 +76,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     run(c);
     vx_close(c);
-    rm_tree(out);
+    fz_rm_tree(out);
     return 0;
 }

@@ -14,7 +14,6 @@
 #include "shell.h"
 
 #include <cjson/cJSON.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,20 +21,12 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char dir[64];
 static lql_session *S;
 
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-/* Removes the scratch directory (the container and anything a statement left) at exit. */
+/* Frees the session at exit (before fuzz_files.h removes the scratch directory). */
 static void cleanup(void)
 {
     lql_session_free(S);
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static void setup(void)
@@ -43,8 +34,7 @@ static void setup(void)
     char model[PATH_MAX], use[PATH_MAX + 16];
     const char *src = getenv("LQL_FUZZ_CHECKPOINT");
     vx_err err = {0};
-    fz_scratch(dir, sizeof dir, "fuzz_exec");
-    snprintf(model, sizeof model, "%s/m.vindex3", dir);
+    snprintf(model, sizeof model, "%s/m.vindex3", fz_scratch("fuzz_exec"));
     if (lql_encode_container(src ? src : "tests/fixtures/models/families/llama-gqa", model, -1,
                              NULL, NULL, &err) != 0) {
         fprintf(stderr, "fuzz_exec: %s (run from the repository root)\n", err.msg);

@@ -6,6 +6,7 @@
 #ifndef LQL_FUZZ_FILES_H
 #define LQL_FUZZ_FILES_H
 
+#include <ftw.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,14 +15,38 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Make dir (n bytes) a fresh scratch directory named after tag; aborts when it cannot. */
-static inline void fz_scratch(char *dir, size_t n, const char *tag)
+static char fz_dir[64];
+
+static int fz_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
-    struct stat st;
-    snprintf(dir, n, "%s/lql_%s_XXXXXX",
-             stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp", tag);
-    if (!mkdtemp(dir))
-        abort();
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* Remove path and everything below it. */
+static inline void fz_rm_tree(const char *path)
+{
+    nftw(path, fz_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void fz_rm_scratch(void)
+{
+    fz_rm_tree(fz_dir);
+}
+
+/* The harness's scratch directory, named after tag: made on the first call (aborting when
+ * it cannot be) and removed with everything in it when libFuzzer exits. */
+static inline const char *fz_scratch(const char *tag)
+{
+    if (!fz_dir[0]) {
+        struct stat st;
+        snprintf(fz_dir, sizeof fz_dir, "%s/lql_%s_XXXXXX",
+                 stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp", tag);
+        if (!mkdtemp(fz_dir))
+            abort();
+        atexit(fz_rm_scratch);
+    }
+    return fz_dir;
 }
 
 /* Write n bytes of p to dir/rel, or remove it when p is NULL. */

@@ -18,16 +18,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char dir[64];
-
-/* Removes the scratch directory when libFuzzer exits. */
-static void cleanup(void)
-{
-    fz_put(dir, "tokenizer.json", NULL, 0);
-    fz_put(dir, "tokenizer_config.json", NULL, 0);
-    rmdir(dir);
-}
-
 static void roundtrip(const eng_tokenizer *t, const char *text, size_t len, int special)
 {
     int32_t *ids = NULL;
@@ -59,10 +49,7 @@ static void roundtrip(const eng_tokenizer *t, const char *text, size_t len, int 
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!dir[0]) {
-        fz_scratch(dir, sizeof dir, "fuzz_tok");
-        atexit(cleanup);
-    }
+    const char *dir = fz_scratch("fuzz_tok");
     const uint8_t *p = data;
     size_t nj, nt, nc;
     const uint8_t *json = fz_part(&p, data + size, &nj), *text = fz_part(&p, data + size, &nt),
