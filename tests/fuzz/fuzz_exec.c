@@ -1,10 +1,13 @@
 /*
  * fuzz_exec.c — libFuzzer over statements that run: the input is LQL text, split and
- * parsed as the shell does, and every statement chain that only reads (class READ, no
- * file written: what `lql --serve` lets anyone run) is executed against a small model
- * (tests/fixtures/models/families/llama-gqa: hidden 64, 3 layers, vocab 512, with its
- * tokenizer), encoded once into a scratch directory. A failure must say why; a result
- * must render in every mode, and its json frame must parse back as JSON.
+ * parsed as the shell does, and every statement chain that reads without writing a file
+ * (class READ: what `lql --serve` lets anyone run) or edits quickly (DELETE, UPDATE, the
+ * KNN and COMPOSE INSERTs, patches applied from files, UNDO, ROLLBACK; not the gated or
+ * MEMIT INSERT, which fit over a corpus and take seconds here) is executed against a
+ * small model (tests/fixtures/models/families/llama-gqa: hidden 64, 3 layers, vocab 512,
+ * with its tokenizer), encoded once into a scratch directory. An input that edited is
+ * followed by a fresh session and journal, so each input starts from the base. A failure
+ * must say why; a result must render in every mode, and its json frame must parse back.
  *   scripts/fuzz SECONDS fuzz_exec      (from the repository root, where the fixture is)
  */
 #include "ast.h"
@@ -29,34 +32,53 @@ static void cleanup(void)
     lql_session_free(S);
 }
 
+static char model[PATH_MAX], journal[PATH_MAX + 16];
+
+/* A session with the model bound, the journal gone: the base state. */
+static void fresh(void)
+{
+    char use[PATH_MAX + 16], *out = NULL;
+    lql_err e = {0};
+    lql_session_free(S);
+    remove(journal);
+    S = lql_session_new();
+    snprintf(use, sizeof use, "USE \"%s\";", model);
+    if (!S || lql_eval(S, use, strlen(use), LQL_OUT_TSV, &out, &e) != 0)
+        abort();
+    free(out);
+}
+
 static void setup(void)
 {
-    char model[PATH_MAX], use[PATH_MAX + 16];
     const char *src = getenv("LQL_FUZZ_CHECKPOINT");
     vx_err err = {0};
     snprintf(model, sizeof model, "%s/m.vindex3", fz_scratch("fuzz_exec"));
+    snprintf(journal, sizeof journal, "%s.lqljournal", model);
     if (lql_encode_container(src ? src : "tests/fixtures/models/families/llama-gqa", model, -1,
                              NULL, NULL, &err) != 0) {
         fprintf(stderr, "fuzz_exec: %s (run from the repository root)\n", err.msg);
         abort();
     }
-    S = lql_session_new();
-    char *out = NULL;
-    lql_err e = {0};
-    snprintf(use, sizeof use, "USE \"%s\";", model);
-    if (!S || lql_eval(S, use, strlen(use), LQL_OUT_TSV, &out, &e) != 0)
-        abort();
-    free(out);
+    fresh();
     atexit(cleanup);
 }
 
-/* May the harness run this chain: every statement reads only and writes no file. */
-static int read_only(const lql_stmt *st)
+/* May the harness run this chain (see the top); *edits is set when it changes the journal. */
+static int runnable(const lql_stmt *st, int *edits)
 {
     for (; st; st = st->next) {
         const lql_stmt_def *d = lql_stmt_def_of(st->kind);
-        if (!d || d->cls != LQL_CLASS_READ || lql_stmt_writes(st))
+        if (!d)
             return 0;
+        if (d->cls == LQL_CLASS_EDIT) {
+            if (st->kind == LQL_S_SAVE_PATCH ||
+                (st->kind == LQL_S_INSERT && st->mode != LQL_MODE_KNN &&
+                 st->mode != LQL_MODE_COMPOSE))
+                return 0;
+            *edits = 1;
+        } else if (d->cls != LQL_CLASS_READ || lql_stmt_writes(st)) {
+            return 0;
+        }
     }
     return 1;
 }
@@ -92,6 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(text, data, size);
     text[size] = 0;   /* the lexer's sentinel */
     size_t off = 0;
+    int edited = 0;
     while (off < size) {
         size_t end;
         lql_split(text + off, size - off, &end);
@@ -103,7 +126,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (lql_parse(text + off, end, a, &st, &e) != 0) {
             if (!e.msg[0])
                 abort();
-        } else if (st && read_only(st)) {
+        } else if (st && runnable(st, &edited)) {
             lql_result *r = lql_result_new();
             if (!r)
                 abort();
@@ -116,5 +139,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         off += end ? end : size - off;
     }
     free(text);
+    if (edited)
+        fresh();
     return 0;
 }
