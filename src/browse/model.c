@@ -140,12 +140,15 @@ int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_
     }
     for (int32_t id = 0; id < m->s.vocab; id++) {
         vx_err e2;
-        if (eng_tok_decode(m->tok, &id, 1, 0, &m->text[id], &e2) != 0)
+        size_t len = 0;
+        if (eng_tok_decode_len(m->tok, &id, 1, 0, &m->text[id], &len, &e2) != 0)
             m->text[id] = NULL;
-        /* a lone byte of a multi-byte character decodes to U+FFFD: show its piece
-         * ("<0xE2>", "â") instead, so distinct tokens stay distinguishable */
+        /* a lone byte of a multi-byte character decodes to U+FFFD, and "<0x00>" or
+         * byte-level "Ā" to a NUL the C string would hide: show the piece ("<0xE2>", "â",
+         * "<0x00>") instead, so distinct tokens stay distinguishable */
         const char *piece = eng_tok_piece(m->tok, id);
-        if (m->text[id] && strstr(m->text[id], "\xEF\xBF\xBD") && piece) {
+        if (m->text[id] && piece &&
+            (strstr(m->text[id], "\xEF\xBF\xBD") || strlen(m->text[id]) != len)) {
             char *p = strdup(piece);
             if (p) {
                 free(m->text[id]);

@@ -801,26 +801,19 @@ int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     }
     for (size_t i = 0; i < t.n_rows; i++) {
         const brw_trace_row *x = &t.rows[i];
-        char lab[16], *top = NULL, *ptok = NULL;
+        char lab[16];
         layer_label(x->layer, lab, sizeof lab);
-        vx_err de;
-        if (eng_tok_decode(tok, &x->top_id, 1, 0, &top, &de) != 0)
-            top = NULL;
         lql_row(tb);
         if (allpos) {
             lql_cell_int(tb, x->pos);
-            if (eng_tok_decode(tok, &t.ids[x->pos], 1, 0, &ptok, &de) != 0)
-                ptok = NULL;
-            lql_cell_text(tb, ptok);
+            lql_cell_token(tb, tok, t.ids[x->pos]);
         }
         lql_cell_text(tb, lab);
-        lql_cell_text(tb, top);
+        lql_cell_token(tb, tok, x->top_id);
         lql_cell_int(tb, x->top_id);
         lql_cell_float(tb, x->top_prob);
         lql_cell_float(tb, x->attn_norm);
         lql_cell_float(tb, x->ffn_norm);
-        free(top);
-        free(ptok);
         if (tf) {
             lql_row(tf);
             if (allpos)

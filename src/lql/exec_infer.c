@@ -87,17 +87,6 @@ static int top_k(const float *probs, int vocab, int k, scored *out)
     return 0;
 }
 
-/* A token's decoded text as a cell, NULs kept (the byte-level "Ā" decodes to U+0000). */
-static void token_cell(lql_table *t, const eng_tokenizer *tok, int32_t id)
-{
-    char *text = NULL;
-    size_t len = 0;
-    vx_err ve = {0};
-    if (eng_tok_decode_len(tok, &id, 1, 0, &text, &len, &ve) < 0) lql_cell_text(t, "");
-    else lql_cell_textn(t, text, len);
-    free(text);
-}
-
 /* The distribution table (and with COMPARE the base model's beside it). */
 static int predictions(lql_session *s, const lql_stmt *st, eng_model *m, const int32_t *ids,
                        size_t n, lql_result *r, lql_err *e)
@@ -123,10 +112,10 @@ static int predictions(lql_session *s, const lql_stmt *st, eng_model *m, const i
         for (int i = 0; i < k; i++) {
             lql_row(t);
             lql_cell_int(t, i + 1);
-            token_cell(t, tok, top[i].id);
+            lql_cell_token(t, tok, top[i].id);
             lql_cell_float(t, top[i].p);
             if (compare) {
-                token_cell(t, tok, top[k + i].id);
+                lql_cell_token(t, tok, top[k + i].id);
                 lql_cell_float(t, top[k + i].p);
             }
         }

@@ -290,6 +290,16 @@ int lql_err_vx(lql_err *e, const vx_err *ve, const lql_span *at)
     return lql_errf(e, code, at, "%s", ve->msg[0] ? ve->msg : "failed (no reason given)");
 }
 
+void lql_cell_token(lql_table *t, const eng_tokenizer *tok, int32_t id)
+{
+    char *text = NULL;
+    size_t len = 0;
+    vx_err ve = {0};
+    if (eng_tok_decode_len(tok, &id, 1, 0, &text, &len, &ve) < 0) lql_cell_text(t, "");
+    else lql_cell_textn(t, text, len);
+    free(text);
+}
+
 int lql_refuse(lql_err *e, const lql_stmt *st, const char *why)
 {
     return lql_errf(e, LQL_EREFUSED, &st->at, "%s is not available in this build: %s",

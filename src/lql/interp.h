@@ -162,6 +162,10 @@ int lql_edit_on_use(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
 int lql_encode_container(const char *hf_dir, const char *out_dir, int dtype,
                          vx_progress_fn progress, void *progress_ctx, vx_err *err);
 
+/* A token's decoded text as a cell, NULs kept (the byte-level "Ā" decodes to U+0000); ""
+ * for an id the tokenizer cannot decode. */
+void lql_cell_token(lql_table *t, const eng_tokenizer *tok, int32_t id);
+
 /* ---------------------------------------------------------------- the statement table */
 
 /* What a statement may touch, for callers that run statements on someone else's behalf

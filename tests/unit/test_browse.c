@@ -155,6 +155,10 @@ int main(void)
 
     check_down_meta(m, 2, 100);
     check_down_meta(m, 0, 767);
+    /* byte-level "Ā" (id 1) decodes to a NUL the C string would hide as "": its piece
+     * shows instead, as for a lone byte that decodes to U+FFFD */
+    CHECK_STR(brw_token_text(m, 1), "\xC4\x80");
+    CHECK_STR(brw_token_text(m, 2), "\x01");
 
     /* WALK: query = embedding of the last token of "The capital of France is" (id 265) */
     brw_walk w;
