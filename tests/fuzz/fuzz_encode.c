@@ -3,14 +3,16 @@
  * points EXTRACT at. The input is split at "\n%%\n" into config.json and model.safetensors
  * (a tiny model of some family, mutated), written into a scratch checkpoint directory and
  * encoded as EXTRACT does (vx_encode with browse's down-meta hook). A refusal must say why
- * and leave no output behind; an encoded container must open, pass its integrity check,
- * bind to the engine (what encode admits, the executor runs) and run a two-token forward
- * (which may refuse non-finite values, saying where).
+ * and leave no output behind; an encoded container must verify against the checkpoint it
+ * came from (vindex verify), open, pass its integrity check, bind to the engine (what
+ * encode admits, the executor runs) and run a two-token forward (which may refuse
+ * non-finite values, saying where).
  */
 #include "browse.h"
 #include "engine.h"
 #include "fuzz_files.h"
 
+#include <cjson/cJSON.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -70,10 +72,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     vx_container *c = NULL;
-    if (vx_open(out, &c, &err) != 0 || vx_object_check(c, NULL, &err) != 0) {
+    cJSON *report = NULL;
+    if (vx_verify(out, ckpt, &report, &err) != 0 || vx_open(out, &c, &err) != 0 ||
+        vx_object_check(c, NULL, &err) != 0) {
         fprintf(stderr, "encoded, but: %s\n", err.msg);
         abort();
     }
+    cJSON_Delete(report);
     run(c);
     vx_close(c);
     fz_rm_tree(out);
