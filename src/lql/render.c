@@ -263,6 +263,17 @@ static void json_string(FILE *f, const char *s)
     json_stringn(f, s, strlen(s));
 }
 
+char *lql_json_quote(const char *s, size_t n)
+{
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!f) return NULL;
+    json_stringn(f, s, n);
+    if (fclose(f) != 0) { free(out); return NULL; }
+    return out;
+}
+
 static void json_value(FILE *f, const lql_table *t, size_t r, int c, int exact)
 {
     char buf[40];

@@ -63,4 +63,9 @@ void lql_render_frame(FILE *f, const lql_result *r, const lql_render_opts *o, co
  * as a malloc'd string (the caller frees it); NULL only on out-of-memory. */
 char *lql_render(const lql_result *r, lql_outmode m);
 
+/* n bytes of s (which may hold NULs) as a JSON string literal, quotes included, as json
+ * mode writes it: a NUL is \u0000, an invalid UTF-8 byte \ufffd. malloc'd; NULL on
+ * out-of-memory. */
+char *lql_json_quote(const char *s, size_t n);
+
 #endif

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "render.h"
 #include "srv_int.h"
 
 int srv_buf_add(srv_buf *b, const void *s, size_t n)
@@ -43,6 +44,14 @@ int srv_json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
     if (i < lo || i > hi) return 0;
     if (out) *out = i;
     return 1;
+}
+
+cJSON *srv_json_add_text(cJSON *obj, const char *key, const char *s, size_t n)
+{
+    char *q = lql_json_quote(s, n);
+    cJSON *it = q ? cJSON_AddRawToObject(obj, key, q) : NULL;
+    free(q);
+    return it;
 }
 
 double srv_now_ms(void)

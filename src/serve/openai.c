@@ -6,6 +6,7 @@
  * given. Chat completions render the container's (or --chat-template's) template with the
  * Jinja subset of jinja.c; without one they are refused: the server never guesses a template.
  */
+#define _GNU_SOURCE             /* memmem */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,13 +193,16 @@ void srv_detokenize_run(srv *S, srv_job *j)
         ids[i] = (int32_t)id;
     }
     char *text = NULL;
+    size_t len = 0;
     vx_err ve = {0};
-    int rc = eng_tok_decode(eng_model_tokenizer(m), ids, (size_t)n, sk && cJSON_IsTrue(sk), &text, &ve);
+    int rc = eng_tok_decode_len(eng_model_tokenizer(m), ids, (size_t)n, sk && cJSON_IsTrue(sk), &text,
+                                &len, &ve);
     free(ids);
     if (rc < 0) { srv_job_error(j, 400, ve.msg, "invalid_request_error", "detokenize_failed", "tokens"); return; }
     cJSON *doc = cJSON_CreateObject();
-    cJSON_AddStringToObject(doc, "text", text);
+    int oom = !srv_json_add_text(doc, "text", text, len);
     free(text);
+    if (oom) { cJSON_Delete(doc); srv_job_error(j, 500, "out of memory", "server_error", "out_of_memory", NULL); return; }
     srv_job_json(j, 200, doc);
 }
 
@@ -342,6 +346,7 @@ typedef struct gen {
     int nstops;
     size_t hold;                /* bytes held back while they may start a stop string */
     char *text;                 /* the decoded continuation (truncated at a stop) */
+    size_t len;                 /* its bytes: a token may decode to a NUL */
     size_t emitted;
     int stopped;                /* a stop string ended it */
     int late;                   /* tokens that arrived after the job was cancelled */
@@ -366,16 +371,15 @@ static cJSON *answer_head(const gen *g, int chunk)
 static cJSON *choice(const gen *g, const char *text, size_t n, const char *finish, int chunk)
 {
     cJSON *ch = cJSON_CreateObject();
-    char *t = strndup(text, n);
     cJSON_AddNumberToObject(ch, "index", 0);
     if (g->chat) {
         cJSON *m = cJSON_AddObjectToObject(ch, chunk ? "delta" : "message");
         if (!chunk || !g->emitted) cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON_AddStringToObject(m, "content", t ? t : "");
-    } else {
-        cJSON_AddStringToObject(ch, "text", t ? t : "");
+        if (!srv_json_add_text(m, "content", text, n)) { cJSON_Delete(ch); return NULL; }
+    } else if (!srv_json_add_text(ch, "text", text, n)) {
+        cJSON_Delete(ch);
+        return NULL;
     }
-    free(t);
     cJSON_AddNullToObject(ch, "logprobs");
     if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
     else cJSON_AddNullToObject(ch, "finish_reason");
@@ -384,19 +388,19 @@ static cJSON *choice(const gen *g, const char *text, size_t n, const char *finis
 
 static void emit_chunk(gen *g, const char *text, size_t n, const char *finish)
 {
-    cJSON *doc = answer_head(g, 1);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(doc, "choices"), choice(g, text, n, finish, 1));
-    char *ev = cJSON_PrintUnformatted(doc);
-    if (ev) srv_emit(g->S, g->j, ev);
+    cJSON *doc = answer_head(g, 1), *ch = choice(g, text, n, finish, 1);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(doc, "choices"), ch);
+    char *ev = ch ? cJSON_PrintUnformatted(doc) : NULL;
+    srv_emit(g->S, g->j, ev ? ev : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}");
     free(ev);
     cJSON_Delete(doc);
 }
 
-size_t srv_text_ready(const char *text, size_t n)
+size_t srv_text_ready(const char *text, size_t len, size_t n)
 {
-    while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80) n--;
+    while (n > 0 && n < len && ((unsigned char)text[n] & 0xC0) == 0x80) n--;
     const char *fffd = "\xEF\xBF\xBD", *bad = NULL;
-    for (const char *p = strstr(text, fffd); p && (size_t)(p - text) < n; p = strstr(p + 1, fffd))
+    for (const char *p = text; (p = memmem(p, len - (size_t)(p - text), fffd, 3)) && (size_t)(p - text) < n; p++)
         bad = p;
     return bad ? (size_t)(bad - text) : n;
 }
@@ -405,9 +409,9 @@ size_t srv_text_ready(const char *text, size_t n)
  * unfinished character. */
 static size_t safe_len(const gen *g, int final)
 {
-    size_t n = strlen(g->text);
+    size_t n = g->len;
     if (final) return n;
-    return srv_text_ready(g->text, n > g->hold ? n - g->hold : 0);
+    return srv_text_ready(g->text, n, n > g->hold ? n - g->hold : 0);
 }
 
 static int on_token(void *ctx, int32_t id)
@@ -416,13 +420,15 @@ static int on_token(void *ctx, int32_t id)
     g->ids[g->n++] = id;
     if (g->j->cancel) { g->late++; return 1; }    /* the one in flight: generation ends here */
     char *t = NULL;
+    size_t len = 0;
     vx_err ve = {0};
-    if (eng_tok_decode(g->tok, g->ids, (size_t)g->n, 1, &t, &ve) < 0) return 1;
+    if (eng_tok_decode_len(g->tok, g->ids, (size_t)g->n, 1, &t, &len, &ve) < 0) return 1;
     free(g->text);
     g->text = t;
+    g->len = len;
     for (int k = 0; k < g->nstops; k++) {
-        char *at = strstr(g->text, g->stops[k]);
-        if (at) { *at = 0; g->stopped = 1; }
+        char *at = memmem(g->text, g->len, g->stops[k], strlen(g->stops[k]));
+        if (at) { *at = 0; g->len = (size_t)(at - g->text); g->stopped = 1; }
     }
     if (g->j->stream) {
         size_t n = safe_len(g, g->stopped);
@@ -532,13 +538,13 @@ void srv_complete_run(srv *S, srv_job *j)
     for (int e = 0; n_out > 0 && eng_model_eos(m, e) >= 0; e++) eos |= g.ids[n_out - 1] == eng_model_eos(m, e);
     const char *finish = g.stopped || eos ? "stop" : "length";
     const char *text = g.text ? g.text : "";
+    size_t text_len = g.text ? g.len : 0;
     cJSON *usage = cJSON_CreateObject();
     cJSON_AddNumberToObject(usage, "prompt_tokens", (double)np);
     cJSON_AddNumberToObject(usage, "completion_tokens", n_out);
     cJSON_AddNumberToObject(usage, "total_tokens", (double)np + n_out);
     if (j->stream) {
-        size_t n = strlen(text);
-        emit_chunk(&g, text + g.emitted, n > g.emitted ? n - g.emitted : 0, finish);
+        emit_chunk(&g, text + g.emitted, text_len > g.emitted ? text_len - g.emitted : 0, finish);
         const cJSON *so = item(j, "stream_options");
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"))) {
             cJSON *doc = answer_head(&g, 1);
@@ -553,10 +559,14 @@ void srv_complete_run(srv *S, srv_job *j)
         cJSON_Delete(usage);
         srv_emit(S, j, "[DONE]");
     } else {
-        cJSON *doc = answer_head(&g, 0);
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(doc, "choices"), choice(&g, text, strlen(text), finish, 0));
+        cJSON *doc = answer_head(&g, 0), *ch = choice(&g, text, text_len, finish, 0);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(doc, "choices"), ch);
         cJSON_AddItemToObject(doc, "usage", usage);
-        srv_job_json(j, 200, doc);
+        if (ch) srv_job_json(j, 200, doc);
+        else {
+            cJSON_Delete(doc);
+            srv_job_error(j, 500, "out of memory", "server_error", "out_of_memory", NULL);
+        }
     }
     free(g.ids);
     free(g.text);

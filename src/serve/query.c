@@ -274,16 +274,17 @@ static int stream_token(void *ctx, int32_t id)
     if (ts->n == (int)(sizeof ts->ids / sizeof ts->ids[0])) return 0;
     ts->ids[ts->n++] = id;
     char *t = NULL;
+    size_t len = 0;
     vx_err ve = {0};
-    if (eng_tok_decode(ts->tok, ts->ids, (size_t)ts->n, 1, &t, &ve) < 0) return 0;
-    size_t ready = srv_text_ready(t, strlen(t));
+    if (eng_tok_decode_len(ts->tok, ts->ids, (size_t)ts->n, 1, &t, &len, &ve) < 0) return 0;
+    size_t ready = srv_text_ready(t, len, len);
     cJSON *ev = cJSON_CreateObject();
     cJSON_AddNumberToObject(ev, "index", ts->stmt);
     cJSON_AddNumberToObject(ev, "token", id);
-    t[ready] = 0;
-    cJSON_AddStringToObject(ev, "text", ready > ts->sent ? t + ts->sent : "");
+    int ok = ready > ts->sent ? srv_json_add_text(ev, "text", t + ts->sent, ready - ts->sent) != NULL
+                              : cJSON_AddStringToObject(ev, "text", "") != NULL;
     if (ready > ts->sent) ts->sent = ready;
-    char *e = cJSON_PrintUnformatted(ev);
+    char *e = ok ? cJSON_PrintUnformatted(ev) : NULL;
     if (e) srv_emit(ts->S, ts->j, e);
     free(e);
     cJSON_Delete(ev);

@@ -33,6 +33,10 @@ void srv_buf_free(srv_buf *b);
  * before any cast, since a cast of an out-of-range double is undefined behaviour. */
 int srv_json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out);
 
+/* Add n bytes of decoded text (which may hold NULs: cJSON's strings end at one) to obj
+ * under key, escaped as lql's json mode escapes it; NULL on out-of-memory. */
+cJSON *srv_json_add_text(cJSON *obj, const char *key, const char *s, size_t n);
+
 /* ---------------------------------------------------------------- sessions */
 
 typedef struct srv_sess {
@@ -159,9 +163,10 @@ void srv_complete_run(srv *S, srv_job *j);
 void srv_tokenize_run(srv *S, srv_job *j);
 void srv_detokenize_run(srv *S, srv_job *j);
 void srv_trace_run(srv *S, srv_job *j);
-/* How much of decoded text[0..n) may be streamed: up to a character the decoder has not
- * finished (shown as U+FFFD until its last byte arrives). */
-size_t srv_text_ready(const char *text, size_t n);
+/* How much of text[0..n) may be streamed, text being len decoded bytes (n <= len; NULs
+ * possible): up to a character the decoder has not finished (shown as U+FFFD until its
+ * last byte arrives). */
+size_t srv_text_ready(const char *text, size_t len, size_t n);
 /* GET /v1/models, computed once at start from the base model (never queued). */
 int srv_models_init(srv *S, lql_err *e);
 

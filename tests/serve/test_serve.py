@@ -264,6 +264,9 @@ try:
     check(s == 200 and toks == want, "tokenize %s vs %s" % (b, want))
     s, b, _ = req("POST", "/v1/detokenize", {"tokens": toks, "skip_special": True})
     check(s == 200 and b["text"] == "Hello world", "detokenize %s" % b)
+    # id 1 of this byte-level vocabulary ('Ā') decodes to a NUL byte: the text keeps it
+    s, b, _ = req("POST", "/v1/detokenize", {"tokens": [1] + toks + [1], "skip_special": True})
+    check(s == 200 and b["text"] == "\x00Hello world\x00", "detokenize a NUL %s %s" % (s, b))
     s, b, _ = req("POST", "/v1/detokenize", {"tokens": [99999]})
     check(s == 400 and b["error"]["param"] == "tokens", "detokenize range %s" % s)
     s, b, _ = req("POST", "/v1/tokenize", {"text": 5})

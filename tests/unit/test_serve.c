@@ -32,6 +32,15 @@ int main(void)
                   "%s changes the overlay", edit[i]);
     CHECK(lql_stmt_def_find("INFER")->cls == LQL_CLASS_READ);
 
+    /* decoded text holds NULs where a token decodes to one; streaming stops before an
+     * unfinished character (U+FFFD) or a cut one, wherever the NULs are */
+    CHECK(srv_text_ready("a\0b", 3, 3) == 3);
+    CHECK(srv_text_ready("a\0b\xEF\xBF\xBD" "c", 7, 7) == 3);
+    CHECK(srv_text_ready("\xEF\xBF\xBD\0a\xEF\xBF\xBD", 8, 8) == 5);
+    CHECK(srv_text_ready("\xEF\xBF\xBD\0a\xEF\xBF\xBD", 8, 5) == 0);
+    CHECK(srv_text_ready("\0\xC3\xA9", 3, 2) == 1);
+    CHECK(srv_text_ready("\0\xC3\xA9", 3, 3) == 3);
+
     CHECK(srv_name_ok("a"));
     CHECK(srv_name_ok("trace_1.npy"));
     CHECK(srv_name_ok("-x.vlp"));
