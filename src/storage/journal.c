@@ -8,6 +8,7 @@
  */
 #include "journal.h"
 #include "journal_int.h"
+#include "vx_int.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -516,6 +517,101 @@ static int parse_metadata(const char *text, vx_op *op)
     return rc;
 }
 
+/* ---------------------------------------------------------------- op digests */
+
+/* An operation's digest (ops.digest, schema 3): sha256 over what its row stores (kind,
+ * numbers, strings, metadata; a NULL distinct from any value) and then its vectors' roles,
+ * shapes and little-endian bytes in stored order. The database checks its pages' structure
+ * only (quick_check), so this is what turns a changed byte in a vector into a refusal
+ * rather than a different edit replayed. */
+static void dg_u64(vx_sha256_ctx *h, uint64_t v)
+{
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+    vx_sha256_update(h, b, 8);
+}
+
+static void dg_mark(vx_sha256_ctx *h, int present)
+{
+    uint8_t b = present ? 1 : 0;
+    vx_sha256_update(h, &b, 1);
+}
+
+static void dg_str(vx_sha256_ctx *h, const char *s)
+{
+    dg_mark(h, s != NULL);
+    if (s) {
+        dg_u64(h, strlen(s));
+        vx_sha256_update(h, s, strlen(s));
+    }
+}
+
+/* bind_int's rule: a negative number is stored as NULL */
+static void dg_int(vx_sha256_ctx *h, int64_t v)
+{
+    dg_mark(h, v >= 0);
+    if (v >= 0)
+        dg_u64(h, (uint64_t)v);
+}
+
+/* bind_real's rule: NaN is NULL; SQLite may store a whole REAL as an integer, so -0 reads
+ * back as +0 */
+static void dg_real(vx_sha256_ctx *h, double v)
+{
+    dg_mark(h, !isnan(v));
+    if (!isnan(v)) {
+        if (v == 0)
+            v = 0;
+        uint64_t u;
+        memcpy(&u, &v, sizeof u);
+        dg_u64(h, u);
+    }
+}
+
+static int dg_row(vx_sha256_ctx *h, const char *kind, const vx_op *op, const char *meta,
+                  vx_err *err)
+{
+    if (vx_sha256_init(h, err))
+        return -1;
+    dg_str(h, kind);
+    dg_int(h, op->layer);
+    dg_int(h, op->feature);
+    dg_int(h, op->expert);
+    dg_str(h, op->entity);
+    dg_str(h, op->relation);
+    dg_str(h, op->target);
+    dg_real(h, op->confidence);
+    dg_real(h, op->alpha);
+    dg_str(h, op->mode);
+    dg_str(h, meta);
+    return 0;
+}
+
+static void dg_vec(vx_sha256_ctx *h, const char *role, int64_t rows, int64_t cols,
+                   const void *le, size_t bytes)
+{
+    dg_str(h, role);
+    dg_int(h, rows);
+    dg_int(h, cols);
+    vx_sha256_update(h, le, bytes);
+}
+
+/* ov's floats little-endian in *buf (grown as needed). */
+static int vec_le(uint8_t **buf, size_t *cap, const vx_opvec *ov, vx_err *err)
+{
+    size_t nf = (size_t)(ov->rows * ov->cols);
+    if (nf * 4 > *cap) {
+        uint8_t *nb = realloc(*buf, nf * 4);
+        if (!nb)
+            return vx_errf(err, VX_ENOMEM, "out of memory recording vector '%s'", ov->role);
+        *buf = nb;
+        *cap = nf * 4;
+    }
+    vx_f32_store_le(*buf, ov->data, nf);
+    return 0;
+}
+
 /* Insert n ops (and their vectors) under a history entry and a patch; inside a
  * transaction the caller owns. */
 static int insert_ops(vx_journal *j, int64_t hist, int64_t patch, const vx_op *ops, size_t n,
@@ -525,8 +621,8 @@ static int insert_ops(vx_journal *j, int64_t hist, int64_t patch, const vx_op *o
     vx_utc_now(now);
     sqlite3_stmt *ins = prep(j,
         "INSERT INTO ops(history_n, patch_id, kind, layer, feature, entity, relation, target,"
-        " confidence, alpha, mode, metadata, created, expert)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)", err);
+        " confidence, alpha, mode, metadata, created, expert, digest)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)", err);
     sqlite3_stmt *vec = prep(j,
         "INSERT INTO vectors(op_seq, role, rows, cols, data) VALUES (?1, ?2, ?3, ?4, ?5)", err);
     int rc = -1;
@@ -546,6 +642,23 @@ static int insert_ops(vx_journal *j, int64_t hist, int64_t patch, const vx_op *o
             vx_errf(err, VX_ENOMEM, "out of memory");
             goto done;
         }
+        vx_sha256_ctx h = {0};
+        char digest[65];
+        if (dg_row(&h, vx_op_kind_name(op->kind), op, meta, err)) {
+            free(meta);
+            goto done;
+        }
+        for (int v = 0; v < op->nvec; v++) {
+            const vx_opvec *ov = &op->vec[v];
+            size_t nf = (size_t)(ov->rows * ov->cols);
+            if (vec_le(&buf, &bufcap, ov, err)) {
+                vx_sha256_free(&h);
+                free(meta);
+                goto done;
+            }
+            dg_vec(&h, ov->role, ov->rows, ov->cols, buf, nf * 4);
+        }
+        vx_sha256_final(&h, digest);
         sqlite3_reset(ins);
         sqlite3_bind_int64(ins, 1, hist);
         sqlite3_bind_int64(ins, 2, patch);
@@ -561,6 +674,7 @@ static int insert_ops(vx_journal *j, int64_t hist, int64_t patch, const vx_op *o
         bind_text(ins, 12, meta);
         bind_text(ins, 13, now);
         bind_int(ins, 14, op->expert);
+        bind_text(ins, 15, digest);
         int st = sqlite3_step(ins);
         free(meta);
         if (st != SQLITE_DONE) {
@@ -571,16 +685,8 @@ static int insert_ops(vx_journal *j, int64_t hist, int64_t patch, const vx_op *o
         for (int v = 0; v < op->nvec; v++) {
             const vx_opvec *ov = &op->vec[v];
             size_t nf = (size_t)(ov->rows * ov->cols);
-            if (nf * 4 > bufcap) {
-                uint8_t *nb = realloc(buf, nf * 4);
-                if (!nb) {
-                    vx_errf(err, VX_ENOMEM, "out of memory recording vector '%s'", ov->role);
-                    goto done;
-                }
-                buf = nb;
-                bufcap = nf * 4;
-            }
-            vx_f32_store_le(buf, ov->data, nf);
+            if (vec_le(&buf, &bufcap, ov, err))
+                goto done;
             sqlite3_reset(vec);
             sqlite3_bind_int64(vec, 1, seq);
             bind_text(vec, 2, ov->role);
@@ -1057,7 +1163,7 @@ static int read_ops(vx_journal *j, int64_t patch_id, vx_op **out, size_t *n, vx_
     *n = 0;
     sqlite3_stmt *st = prep(j,
         "SELECT o.seq, o.history_n, o.patch_id, o.kind, o.layer, o.feature, o.entity,"
-        " o.relation, o.target, o.confidence, o.alpha, o.mode, o.metadata, o.expert"
+        " o.relation, o.target, o.confidence, o.alpha, o.mode, o.metadata, o.expert, o.digest"
         " FROM ops o JOIN history h ON h.n = o.history_n JOIN patches p ON p.id = o.patch_id"
         " WHERE h.undone = 0 AND (?1 = 0 AND p.applied = 1 OR o.patch_id = ?1)"
         " ORDER BY o.seq", err);
@@ -1066,8 +1172,13 @@ static int read_ops(vx_journal *j, int64_t patch_id, vx_op **out, size_t *n, vx_
     vx_op *ops = NULL;
     size_t cnt = 0, cap = 0;
     int rc = SQLITE_DONE, ok = 0;
-    if (!st || !vs)
+    vx_sha256_ctx h = {0};
+    char *from_text = NULL;
+    if (!st || !vs || meta_get(j, "ops_digest_from", &from_text, err))
         goto done;
+    /* operations recorded before schema 3 carry no digest; absent, the key demands one of all */
+    int64_t digest_from = from_text ? strtoll(from_text, NULL, 10) : 1;
+    free(from_text);
     sqlite3_bind_int64(st, 1, patch_id);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (cnt == cap) {
@@ -1109,6 +1220,10 @@ static int read_ops(vx_journal *j, int64_t patch_id, vx_op **out, size_t *n, vx_
                     j->path, (long long)op->seq);
             goto done;
         }
+        const char *want = (const char *)sqlite3_column_text(st, 14);
+        int checked = want != NULL || op->seq >= digest_from;
+        if (checked && dg_row(&h, kname, op, meta, err))
+            goto done;
         sqlite3_reset(vs);
         sqlite3_bind_int64(vs, 1, op->seq);
         int vr;
@@ -1124,20 +1239,38 @@ static int read_ops(vx_journal *j, int64_t patch_id, vx_op **out, size_t *n, vx_
                         (long long)op->seq, (long long)bytes, (long long)rows, (long long)cols);
                 goto done;
             }
+            if (checked)
+                dg_vec(&h, role, rows, cols, blob, (size_t)bytes);
             float *f = malloc((size_t)bytes);
             if (!f) {
                 vx_errf(err, VX_ENOMEM, "out of memory reading the journal");
                 goto done;
             }
             vx_f32_load_le(f, blob, (size_t)(rows * cols));
-            int sr = vx_op_set_vec(op, role ? role : "", rows, cols, f, err);
+            vx_err ve = {0};
+            int sr = vx_op_set_vec(op, role ? role : "", rows, cols, f, &ve);
             free(f);
-            if (sr)
+            if (sr) {
+                vx_errf(err, ve.code, "journal '%s': operation %lld: %s", j->path,
+                        (long long)op->seq, ve.msg);
                 goto done;
+            }
         }
         if (vr != SQLITE_DONE) {
             dberr(j, "reading vectors", err);
             goto done;
+        }
+        if (checked) {
+            char got[65];
+            vx_sha256_final(&h, got);
+            if (!want || strcmp(got, want) != 0) {
+                vx_errf(err, VX_EVERIFY, "journal '%s': operation %lld (history %lld) %s: the "
+                        "file was changed after it was written; nothing was replayed (move it away "
+                        "or name another journal)", j->path,
+                        (long long)op->seq, (long long)op->history_n,
+                        want ? "does not match the sha256 recorded with it" : "has no sha256");
+                goto done;
+            }
         }
     }
     if (rc != SQLITE_DONE) {
@@ -1146,6 +1279,7 @@ static int read_ops(vx_journal *j, int64_t patch_id, vx_op **out, size_t *n, vx_
     }
     ok = 1;
 done:
+    vx_sha256_free(&h);
     sqlite3_finalize(st);
     sqlite3_finalize(vs);
     if (!ok) {

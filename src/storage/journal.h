@@ -91,7 +91,7 @@ int vx_op_copy(vx_op *dst, const vx_op *src, vx_err *err);
 typedef struct vx_journal vx_journal;
 
 /* The current schema version (PRAGMA user_version). */
-#define VX_JOURNAL_SCHEMA 2
+#define VX_JOURNAL_SCHEMA 3
 
 /* Where the journal of a container lives by default: "<parent>/<name>.lqljournal" beside
  * the container directory when its parent directory is writable, else

@@ -53,6 +53,12 @@ static const char *const steps[VX_JOURNAL_SCHEMA] = {
     /* 1 -> 2: a low-rank insert may address one routed expert of a MoE layer (its v spans
      * that expert's features); NULL for every earlier operation, which stays layer-wide */
     "ALTER TABLE ops ADD COLUMN expert INTEGER;",
+    /* 2 -> 3: each operation's sha256 over its fields and vectors (journal.c, op_digest), so
+     * bytes damaged after the commit refuse instead of replaying a different edit. Rows
+     * recorded before this step have none; every later one must. */
+    "ALTER TABLE ops ADD COLUMN digest TEXT;"
+    "INSERT INTO meta(key, value) SELECT 'ops_digest_from', CAST(coalesce(max(seq), 0) + 1 AS TEXT)"
+    "  FROM ops;",
 };
 
 int vx_journal_migrate(sqlite3 *db, const char *path, int from, vx_err *err)

@@ -130,7 +130,7 @@ static void test_open_and_record(void)
     sql_text(p, "PRAGMA journal_mode", buf, sizeof buf);
     CHECK_STR(buf, "wal");
     sql_text(p, "PRAGMA user_version", buf, sizeof buf);
-    CHECK_STR(buf, "2");
+    CHECK_STR(buf, "3");
     sql_text(p, "SELECT value FROM meta WHERE key = 'base_sha256'", buf, sizeof buf);
     CHECK_STR(buf, SHA_A);
     CHECK(vx_journal_recording(j) == 0);
@@ -272,7 +272,7 @@ static void test_open_and_record(void)
     sql_exec(p, "PRAGMA user_version = 7");
     CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == -1);
     snprintf(want, sizeof want, "journal '%s' has schema version 7, newer than this lql "
-             "supports (2): use a newer lql or another journal", p);
+             "supports (3): use a newer lql or another journal", p);
     CHECK_STR(e.msg, want);
 }
 
@@ -299,8 +299,9 @@ static void test_migrate_v1(void)
     vx_record_info info;
     CHECK(vx_journal_record(j, "INSERT ...", &op, 1, &info, &e) == 0);
     vx_journal_close(j);
-    /* what a version-1 lql wrote: no expert column */
-    sql_exec(p, "ALTER TABLE ops DROP COLUMN expert; PRAGMA user_version = 1");
+    /* what a version-1 lql wrote: no expert column (nor schema 3's digests) */
+    sql_exec(p, "ALTER TABLE ops DROP COLUMN expert; ALTER TABLE ops DROP COLUMN digest;"
+                " DELETE FROM meta WHERE key = 'ops_digest_from'; PRAGMA user_version = 1");
     sql_text(p, "PRAGMA user_version", buf, sizeof buf);
     CHECK_STR(buf, "1");
     CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == 0);
@@ -321,7 +322,130 @@ static void test_migrate_v1(void)
     vx_journal_close(j);
     vx_op_clear(&op);
     sql_text(p, "PRAGMA user_version", buf, sizeof buf);
-    CHECK_STR(buf, "2");
+    CHECK_STR(buf, "3");
+}
+
+/* A sha256 over every field and vector of the active ops: equal fingerprints, equal
+ * replays. NULL when they cannot be read. */
+static char *ops_fingerprint(vx_journal *j, char hex[65], vx_err *e)
+{
+    vx_op *ops;
+    size_t n;
+    if (vx_journal_active_ops(j, &ops, &n, e))
+        return NULL;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    for (size_t i = 0; i < n; i++) {
+        const vx_op *o = &ops[i];
+        fprintf(f, "%d %d %d %d %s|%s|%s|%s|%s|%s %a %a %d %lld %a %lld;", (int)o->kind,
+                o->layer, o->feature, o->expert, o->entity ? o->entity : "-",
+                o->relation ? o->relation : "-", o->target ? o->target : "-",
+                o->mode ? o->mode : "-", o->reason ? o->reason : "-",
+                o->meta_token ? o->meta_token : "-", o->confidence, o->alpha, o->has_meta,
+                (long long)o->meta_id, o->meta_c, (long long)o->target_id);
+        for (int v = 0; v < o->nvec; v++) {
+            fprintf(f, "%s %lld %lld:", o->vec[v].role, (long long)o->vec[v].rows,
+                    (long long)o->vec[v].cols);
+            fwrite(o->vec[v].data, sizeof(float), (size_t)(o->vec[v].rows * o->vec[v].cols), f);
+        }
+    }
+    fclose(f);
+    vx_sha256_hex(text, len, hex);
+    free(text);
+    vx_ops_free(ops, n);
+    return hex;
+}
+
+/* Schema 3 records each operation's sha256: a byte changed in a vector or a field after
+ * the commit refuses the replay by operation and history number. A version-2 journal
+ * migrates; its operations, which carry none, replay unchecked, and every later one has
+ * one. */
+static void test_digests(void)
+{
+    char p[300], want[600], hex[65], hex2[65];
+    vx_err e = {0};
+    vx_journal *j;
+    path_in(p, sizeof p, "digest.lqljournal");
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == 0);
+    if (!j)
+        return;
+    vx_op ops[2];
+    make_ops(ops, 1, 2, 3.0f);
+    ops[1].confidence = -0.0;      /* SQLite may store a whole REAL as the integer 0 */
+    ops[1].alpha = 2.0;
+    vx_record_info info;
+    CHECK(vx_journal_record(j, "stmt", ops, 2, &info, &e) == 0);
+    CHECK(vx_journal_record(j, "stmt", ops, 2, &info, &e) == 0);
+    CHECK(ops_fingerprint(j, hex, &e) != NULL);
+    vx_journal_close(j);
+    char buf[128];
+    sql_text(p, "SELECT count(*) FROM ops WHERE length(digest) = 64", buf, sizeof buf);
+    CHECK_STR(buf, "4");
+
+    /* one float of operation 4's gate, changed in place */
+    sql_exec(p, "UPDATE vectors SET data = CAST(substr(data, 1, 16) || x'0000803f' ||"
+                " substr(data, 21) AS BLOB) WHERE op_seq = 4");
+    sql_text(p, "SELECT hex(substr(data, 17, 4)) FROM vectors WHERE op_seq = 4", buf, sizeof buf);
+    CHECK_STR(buf, "0000803F");
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == 0);
+    if (j) {
+        CHECK(ops_fingerprint(j, hex2, &e) == NULL);
+        vx_op *got;
+        size_t n;
+        CHECK(vx_journal_active_ops(j, &got, &n, &e) == -1);
+        snprintf(want, sizeof want, "journal '%s': operation 4 (history 2) does not match the "
+                 "sha256 recorded with it: the file was changed after it was written; nothing "
+                 "was replayed (move it away or name another journal)", p);
+        CHECK_STR(e.msg, want);
+        CHECK(e.code == VX_EVERIFY);
+        vx_journal_close(j);
+    }
+    /* a field: the layer of operation 1; then the digest itself gone */
+    sql_exec(p, "UPDATE vectors SET data = (SELECT data FROM vectors WHERE op_seq = 2)"
+                " WHERE op_seq = 4; UPDATE ops SET layer = 2 WHERE seq = 1");
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == 0);
+    if (j) {
+        CHECK(ops_fingerprint(j, hex2, &e) == NULL);
+        vx_op *got;
+        size_t n;
+        CHECK(vx_journal_active_ops(j, &got, &n, &e) == -1);
+        CHECK_HAS(e.msg, "operation 1 (history 1) does not match the sha256 recorded with it");
+        vx_journal_close(j);
+    }
+    sql_exec(p, "UPDATE ops SET layer = 1 WHERE seq = 1; UPDATE ops SET digest = NULL WHERE seq = 3");
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == 0);
+    if (j) {
+        vx_op *got;
+        size_t n;
+        CHECK(vx_journal_active_ops(j, &got, &n, &e) == -1);
+        CHECK_HAS(e.msg, "operation 3 (history 2) has no sha256");
+        vx_journal_close(j);
+    }
+
+    /* what a version-2 lql wrote: no digests; they replay, and what follows has them */
+    sql_exec(p, "ALTER TABLE ops DROP COLUMN digest; DELETE FROM meta WHERE key = "
+                "'ops_digest_from'; PRAGMA user_version = 2");
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == 0);
+    if (j) {
+        CHECK(ops_fingerprint(j, hex2, &e) != NULL && !strcmp(hex, hex2));
+        CHECK(vx_journal_record(j, "stmt", ops, 2, &info, &e) == 0);
+        CHECK(active_count(j) == 6);
+        vx_journal_close(j);
+    }
+    sql_text(p, "SELECT value FROM meta WHERE key = 'ops_digest_from'", buf, sizeof buf);
+    CHECK_STR(buf, "5");
+    sql_text(p, "SELECT group_concat(seq) FROM ops WHERE digest IS NOT NULL", buf, sizeof buf);
+    CHECK_STR(buf, "5,6");
+    /* a legacy operation may change unseen; a later one may not lose its digest */
+    sql_exec(p, "UPDATE ops SET digest = NULL WHERE seq = 6");
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &j, &e) == 0);
+    if (j) {
+        CHECK(active_count(j) == -1);
+        vx_journal_close(j);
+    }
+    vx_op_clear(&ops[0]);
+    vx_op_clear(&ops[1]);
 }
 
 static void test_refusals(void)
@@ -396,6 +520,8 @@ static void test_damage(void)
         CHECK(vx_journal_record(j, "stmt", ops, 2, &info, &e) == 0);
     vx_op_clear(&ops[0]);
     vx_op_clear(&ops[1]);
+    char hex[65], hex2[65];
+    CHECK(ops_fingerprint(j, hex, &e) != NULL);
     vx_journal_close(j);   /* the last close checkpoints the WAL into the file */
     FILE *f = fopen(p, "rb");
     fseek(f, 0, SEEK_END);
@@ -404,7 +530,7 @@ static void test_damage(void)
     fseek(f, 0, SEEK_SET);
     CHECK(fread(img, 1, (size_t)size, f) == (size_t)size);
     fclose(f);
-    int refused = 0, opened = 0;
+    int refused = 0, opened = 0, unread = 0;
     unsigned seed = 7;
     for (int round = 0; round < 40; round++) {
         path_in(q, sizeof q, "damaged.lqljournal");
@@ -420,10 +546,11 @@ static void test_damage(void)
         fclose(f);
         free(copy);
         if (vx_journal_open(q, SHA_A, "tiny", &j, &e) == 0) {
-            vx_op *got;
-            size_t n;
-            if (vx_journal_active_ops(j, &got, &n, &e) == 0)
-                vx_ops_free(got, n);
+            /* what opens replays exactly what was recorded, or refuses to */
+            if (ops_fingerprint(j, hex2, &e))
+                CHECK_MSG(!strcmp(hex, hex2), "round %d replays other operations", round);
+            else
+                unread++;
             vx_journal_close(j);
             opened++;
         } else {
@@ -439,7 +566,8 @@ static void test_damage(void)
         snprintf(side, sizeof side, "%s-shm", q);
         remove(side);
     }
-    printf("damaged journals: %d refused, %d opened\n", refused, opened);
+    printf("damaged journals: %d refused, %d opened (%d of them refused their replay)\n",
+           refused, opened, unread);
     CHECK(refused > 0);
     free(img);
 }
@@ -477,6 +605,7 @@ int main(void)
     test_open_and_record();
     test_refusals();
     test_migrate_v1();
+    test_digests();
     test_memory();
     test_damage();
     char cmd[400];
