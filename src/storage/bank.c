@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,9 @@ struct vx_bank {
     vx_manifest m;
     vx_lyrw **files;
     const char **rel;          /* into the manifest JSON */
+    const char **sha;          /* index.json's recorded sha256 of each file (or NULL) */
+    unsigned char *file_ok;    /* the file hashed to it (first touch; under file_mu[i]) */
+    pthread_mutex_t *file_mu;  /* one per file, made once every file is open */
     size_t nfiles;
     vx_tensor *t;
     char (*names)[NAME_MAX_LEN];
@@ -70,12 +74,20 @@ static int open_file(vx_bank *b, const char *dir, const cJSON *index, const char
                        rel, (uint64_t)st.st_size < recorded ? "truncated" : "longer than recorded",
                        (unsigned long long)st.st_size, (unsigned long long)recorded);
     vx_lyrw **f = realloc(b->files, (b->nfiles + 1) * sizeof *f);
-    const char **r = f ? realloc(b->rel, (b->nfiles + 1) * sizeof *r) : NULL;
     if (f)
         b->files = f;
-    if (!r)
+    const char **r = f ? realloc(b->rel, (b->nfiles + 1) * sizeof *r) : NULL;
+    if (r)
+        b->rel = r;
+    const char **h = r ? realloc(b->sha, (b->nfiles + 1) * sizeof *h) : NULL;
+    if (h)
+        b->sha = h;
+    unsigned char *ok = h ? realloc(b->file_ok, b->nfiles + 1) : NULL;
+    if (!ok)
         return vx_errf(err, VX_ENOMEM, "out of memory opening bank file '%s'", rel);
-    b->rel = r;
+    b->file_ok = ok;
+    b->sha[b->nfiles] = vx_json_str(rec, "sha256");
+    b->file_ok[b->nfiles] = 0;
     if (vx_lyrw_open(path, &b->files[b->nfiles], err) < 0)
         return -1;
     b->rel[b->nfiles] = rel;
@@ -289,10 +301,14 @@ int vx_bank_load(const char *dir, const cJSON *index, const cJSON *graph,
                 rc = load_bank(b, dir, index, L, s, err);
         }
     }
+    if (rc == 0 && !(b->file_mu = calloc(b->nfiles ? b->nfiles : 1, sizeof *b->file_mu)))
+        rc = vx_errf(err, VX_ENOMEM, "out of memory reading %s", rel);
     if (rc < 0) {
         vx_bank_free(b);
         return -1;
     }
+    for (size_t i = 0; i < b->nfiles; i++)
+        pthread_mutex_init(&b->file_mu[i], NULL);
     for (size_t i = 0; i < b->nt; i++)
         b->t[i].object = b->m.object;
     *out = b;
@@ -307,6 +323,11 @@ void vx_bank_free(vx_bank *b)
         vx_lyrw_free(b->files[i]);
     free(b->files);
     free(b->rel);
+    free(b->sha);
+    free(b->file_ok);
+    for (size_t i = 0; b->file_mu && i < b->nfiles; i++)
+        pthread_mutex_destroy(&b->file_mu[i]);
+    free(b->file_mu);
     free(b->t);
     free(b->names);
     vx_manifest_free(&b->m);
@@ -315,6 +336,38 @@ void vx_bank_free(vx_bank *b)
 
 size_t vx_bank_tensor_count(const vx_bank *b) { return b ? b->nt : 0; }
 const vx_tensor *vx_bank_tensor_at(const vx_bank *b, size_t i) { return i < b->nt ? &b->t[i] : NULL; }
+int vx_bank_tensor_check(vx_bank *b, const vx_tensor *t, const char *dir, vx_err *err)
+{
+    size_t f = 0;
+    while (f < b->nfiles && strcmp(b->rel[f], t->segment) != 0)
+        f++;
+    if (f == b->nfiles)
+        return 0;   /* not a bank file's view */
+    /* one thread hashes a file; the pool's others reading views of it wait for the answer */
+    pthread_mutex_lock(&b->file_mu[f]);
+    int rc = 0;
+    if (!b->file_ok[f] && b->sha[f]) {
+        vx_sha256_ctx ctx;
+        char hex[65], what[VX_ERR_MAX];
+        snprintf(what, sizeof what, "checking bank file '%s'", b->rel[f]);
+        rc = vx_sha256_init(&ctx, err);
+        if (rc == 0 && (rc = vx_sha256_mapped(&ctx, b->files[f]->data, b->files[f]->size, 0, what,
+                                              err)) < 0)
+            vx_sha256_free(&ctx);
+        if (rc == 0) {
+            vx_sha256_final(&ctx, hex);
+            if (strcmp(hex, b->sha[f]) != 0)
+                rc = vx_errf(err, VX_EVERIFY, "bank file '%s' is corrupted: it does not match its "
+                             "recorded sha256 (read for tensor '%s' of object '%s'; vindex verify "
+                             "%s checks every byte)", b->rel[f], t->name, t->object, dir);
+        }
+    }
+    if (rc == 0)
+        b->file_ok[f] = 1;
+    pthread_mutex_unlock(&b->file_mu[f]);
+    return rc;
+}
+
 size_t vx_bank_file_count(const vx_bank *b) { return b ? b->nfiles : 0; }
 const char *vx_bank_file_at(const vx_bank *b, size_t i) { return i < b->nfiles ? b->rel[i] : NULL; }
 const vx_manifest *vx_bank_manifest(const vx_bank *b) { return &b->m; }

@@ -231,6 +231,10 @@ size_t vx_bank_tensor_count(const vx_bank *b);
 const vx_tensor *vx_bank_tensor_at(const vx_bank *b, size_t i);
 /* The bank of the open container, NULL for a graph-shape container. */
 const vx_bank *vx_container_bank(const vx_container *c);
+/* vx_tensor_check for a view into a bank file (t->segment names it): the whole file is
+ * hashed against index.json's record the first time any of its views is checked, once
+ * however many threads ask; 0 when t is no bank file's or the file has no record. */
+int vx_bank_tensor_check(vx_bank *b, const vx_tensor *t, const char *dir, vx_err *err);
 /* The LYRW files of a loaded bank, container-relative, in manifest order. */
 size_t vx_bank_file_count(const vx_bank *b);
 const char *vx_bank_file_at(const vx_bank *b, size_t i);

@@ -399,6 +399,16 @@ static void hostile(void)
     CHECK(vx_verify(bank, NULL, &rep, &err) == -1 && err.code == VX_EVERIFY);
     CHECK_HAS(err.msg, "segment 'banks/layer_000.lyrw': encoded != recorded (sha256 ");
     cJSON_Delete(rep);
+    /* ... and so does the first touch (INFER's and browse's check), by the file's record:
+     * its views have no hash of their own */
+    CHECK_MSG(vx_open(bank, &c, &err) == 0, "open: %s", err.msg);
+    if (c) {
+        CHECK(vx_object_check(c, NULL, &err) == -1 && err.code == VX_EVERIFY);
+        CHECK_HAS(err.msg, "bank file 'banks/layer_000.lyrw' is corrupted: it does not match its "
+                  "recorded sha256 (read for tensor 'layers.0.ffn.experts.0.");
+        CHECK(vx_object_check(c, NULL, &err) == -1);   /* a failure is not remembered as checked */
+        vx_close(c);
+    }
     f = fopen(l0, "r+b");
     if (f && fseek(f, 4096, SEEK_SET) == 0)
         fputc(ch, f);
@@ -406,6 +416,11 @@ static void hostile(void)
         fclose(f);
     CHECK_MSG(vx_verify(bank, NULL, &rep, &err) == 0, "restored: %s", err.msg);
     cJSON_Delete(rep);
+    CHECK_MSG(vx_open(bank, &c, &err) == 0, "open: %s", err.msg);
+    if (c) {
+        CHECK_MSG(vx_object_check(c, NULL, &err) == 0, "restored: %s", err.msg);
+        vx_close(c);
+    }
 
     /* A bank file shorter than index.json records. */
     CHECK(truncate(path, 4096) == 0);
