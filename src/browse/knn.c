@@ -4,7 +4,8 @@
  * with the up rows). One pass over the gate rows read in place from the mmap, each row
  * dotted with q by the engine's row kernel (eng_row_dot, a chunk of rows per eng_rows_dot
  * call on the hot path: f16/bf16 widened in registers with
- * AVX-512 where present, so the scan runs at memory bandwidth; block-quantised rows with
+ * AVX-512 where present, q for bf16 rows paired once per scan (eng_x_pairs), so the scan
+ * runs at memory bandwidth; block-quantised rows with
  * exact weights and f32 products, nothing copied, no separate index). Rows are cut into
  * chunks that the engine pool's parts (eng_parallel) pull from a shared counter; each part
  * keeps a bounded min-heap per layer, merged at the end.
@@ -176,6 +177,7 @@ typedef struct scan {
     const int *layers;
     int n_layers;
     const float *q;
+    const float *qp;           /* q for bf16 gate rows (eng_x_pairs), or NULL */
     brw_walk_mode mode;
     item *items;
     size_t n_items;
@@ -204,7 +206,7 @@ static void run_part(void *ctx, int part, int nparts)
             const vx_tensor *g = x->part->gate;
             float d[CHUNK_ROWS];
             eng_rows_dot(g->dtype, row_of(g, x->r0, hidden), row_bytes_of(g, hidden),
-                         (int)(x->r1 - x->r0), s->q, hidden, d);
+                         (int)(x->r1 - x->r0), s->q, s->qp, hidden, d);
             for (int64_t r = x->r0; r < x->r1; r++) {
                 float v = d[r - x->r0] + vec_at(x->part->gate_b, r);
                 brw_hit h = {layer, x->part->first + r, v, v};
@@ -315,7 +317,7 @@ int brw_gate_knn_mode(const brw_model *m, const int *layers, int n_layers, const
         s.threads = n_items ? (int)n_items : 1;
     s.items = malloc((n_items + 1) * sizeof *s.items);
     s.heaps = calloc((size_t)s.threads * (size_t)n_layers + 1, sizeof *s.heaps);
-    float *qa = NULL;
+    float *qa = NULL, *qp = NULL;
     int rc = -1;
     if (!s.kk || !s.items || !s.heaps) {
         vx_errf(err, VX_ENOMEM, "gate knn: out of memory");
@@ -349,6 +351,7 @@ int brw_gate_knn_mode(const brw_model *m, const int *layers, int n_layers, const
     qa = m->s.hidden % 16 == 0 ? eng_x_aligned(q, (size_t)m->s.hidden) : NULL;
     if (qa)
         s.q = qa;
+    s.qp = qp = eng_x_pairs(q, m->s.hidden);
     int nt = s.threads;
     eng_parallel(run_part, &s);
 
@@ -385,5 +388,6 @@ done:
     free(s.items);
     free(s.kk);
     free(qa);
+    free(qp);
     return rc;
 }

@@ -87,9 +87,14 @@ void eng_matmul_rows(vx_dtype dt, const void *data, int rows, int cols, size_t r
                      const float *x, int n, float *y);
 float eng_row_dot(vx_dtype dt, const void *row, const float *x, int cols);
 /* y[i] = eng_row_dot of row i < n of a stored matrix (row i at data + i · row_bytes): the
- * same results, the CPU checks made once for all n rows (a scan's chunk; safe anywhere). */
-void eng_rows_dot(vx_dtype dt, const void *data, size_t row_bytes, int n, const float *x, int cols,
-                  float *y);
+ * same results, the CPU checks made once for all n rows (a scan's chunk; safe anywhere).
+ * xp: eng_x_pairs(x, cols) when the caller dots many chunks against one x, or NULL. */
+void eng_rows_dot(vx_dtype dt, const void *data, size_t row_bytes, int n, const float *x,
+                  const float *xp, int cols, float *y);
+/* x in the order the bf16 row kernel reads it (each 32-block's even elements, then its odd
+ * ones), 64-byte aligned, for eng_rows_dot over bf16 rows; NULL when that kernel reads x
+ * as it is (no AVX-512, cols % 32 != 0) or memory is short. free() it. */
+float *eng_x_pairs(const float *x, int cols);
 /* A 64-byte-aligned copy of x[n] for a caller about to stream many rows against it (the
  * row kernels load x in 64-byte vectors, and one straddling two cache lines costs two),
  * or NULL when x is aligned already or memory is short: then use x itself. free() it. */

@@ -150,9 +150,76 @@ T512 static inline __attribute__((always_inline)) float dot512(vx_dtype dt, cons
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
+/* A bf16 row · x by pairs: a 64-byte load holds 16 pairs of bf16; the even ones become f32
+ * by a shift, the odd ones by a mask, so no weight is widened by a shuffle (vpmovzxwd took
+ * the decode GEMV to 0.68-0.85 of a plain read on a Zen 4 host where this ran 0.87-0.93,
+ * 2026-12-03, ENGINE.md session 16). x is read as each 32-block's even elements, then its
+ * odd ones: pre-permuted (x_pairs, once per product) or permuted here in registers, the
+ * same products summed in the same order either way, so a row gives one value whichever
+ * path reads it. The first cols - cols % 32. */
+T512 static inline __attribute__((always_inline)) void x_evod(const float *x, int k, int perm,
+                                                              __m512 *e, __m512 *o)
+{
+    if (perm) {
+        *e = _mm512_loadu_ps(x + k);
+        *o = _mm512_loadu_ps(x + k + 16);
+        return;
+    }
+    const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    __m512 a = _mm512_loadu_ps(x + k), b = _mm512_loadu_ps(x + k + 16);
+    *e = _mm512_permutex2var_ps(a, ie, b);
+    *o = _mm512_permutex2var_ps(a, io, b);
+}
+
+T512 static inline __attribute__((always_inline)) float dot_pairs(const void *row, const float *x,
+                                                                  int cols, int perm)
+{
+    const uint16_t *w = row;
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, e, o;
+    int k = 0;
+    for (; k + 64 <= cols; k += 64) {
+        __m512i v = _mm512_loadu_si512(w + k), u = _mm512_loadu_si512(w + k + 32);
+        x_evod(x, k, perm, &e, &o);
+        a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), e, a0);
+        a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), o, a1);
+        x_evod(x, k + 32, perm, &e, &o);
+        a2 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(u, 16)), e, a2);
+        a3 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(u, hi)), o, a3);
+    }
+    if (k + 32 <= cols) {
+        __m512i v = _mm512_loadu_si512(w + k);
+        x_evod(x, k, perm, &e, &o);
+        a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), e, a0);
+        a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), o, a1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+T512 static float dot_pairs_perm(const void *row, const float *xp, int cols)
+{
+    return dot_pairs(row, xp, cols, 1);
+}
+
+/* x (n rows of cols, cols % 32 == 0) in dot_pairs' order, 64-byte aligned; NULL without
+ * memory (the caller then reads x as it is). */
+static float *x_pairs(const float *x, int n, int cols)
+{
+    size_t len = (size_t)n * (size_t)cols;
+    float *p = aligned_alloc(64, (len * sizeof *p + 63) & ~(size_t)63);
+    if (!p) return NULL;
+    for (size_t k = 0; k < len; k += 32)
+        for (int i = 0; i < 16; i++) {
+            p[k + (size_t)i] = x[k + 2 * (size_t)i];
+            p[k + 16 + (size_t)i] = x[k + 2 * (size_t)i + 1];
+        }
+    return p;
+}
+
 T512 static float dot_row512(vx_dtype dt, const void *row, const float *x, int cols)
 {
-    if (dt == VX_BF16) return dot512(VX_BF16, row, x, cols);
+    if (dt == VX_BF16) return dot_pairs(row, x, cols, 0);
     if (dt == VX_F16) return dot512(VX_F16, row, x, cols);
     return dot512(VX_F32, row, x, cols);
 }
@@ -212,14 +279,25 @@ float eng_w_dot_row(const eng_w *w, int r, const float *x)
  * (run_part), so each thread's stream runs over whole pages. */
 
 /* y[t, r] for r in [r0, r1), t < n: the exact row dot (row_dot_k; wide is eng_avx512(),
- * read once per product), the row in L1 for every x row after the first. */
-static void rows_dot(const eng_w *w, int r0, int r1, const float *x, int n, float *y, int wide)
+ * read once per product), the row in L1 for every x row after the first. xp: x in
+ * dot_pairs' order (bf16 rows, cols % 32 == 0, AVX-512), or NULL. */
+static void rows_dot(const eng_w *w, int r0, int r1, const float *x, const float *xp, int n,
+                     float *y, int wide)
 {
     for (int r = r0; r < r1; r++) {
         const char *row = (const char *)w->data + (size_t)r * w->row_bytes;
         for (int t = 0; t < n; t++)
-            y[(size_t)t * w->rows + r] = row_dot_k(w->dt, row, x + (size_t)t * w->cols, w->cols, wide);
+            y[(size_t)t * w->rows + r] =
+                xp ? dot_pairs_perm(row, xp + (size_t)t * w->cols, w->cols)
+                   : row_dot_k(w->dt, row, x + (size_t)t * w->cols, w->cols, wide);
     }
+}
+
+/* x in the order the streaming kernel reads it, when that is not x's own: bf16 rows under
+ * AVX-512 with cols % 32 == 0. */
+static int wants_pairs(vx_dtype dt, int cols, int wide)
+{
+    return dt == VX_BF16 && wide && cols % 32 == 0;
 }
 
 float *eng_x_aligned(const float *x, size_t n)
@@ -230,11 +308,17 @@ float *eng_x_aligned(const float *x, size_t n)
     return a;
 }
 
-void eng_rows_dot(vx_dtype dt, const void *data, size_t row_bytes, int n, const float *x, int cols,
-                  float *y)
+float *eng_x_pairs(const float *x, int cols)
+{
+    return wants_pairs(VX_BF16, cols, eng_avx512()) ? x_pairs(x, 1, cols) : NULL;
+}
+
+void eng_rows_dot(vx_dtype dt, const void *data, size_t row_bytes, int n, const float *x,
+                  const float *xp, int cols, float *y)
 {
     const eng_w w = {.dt = dt, .data = data, .rows = n, .cols = cols, .row_bytes = row_bytes};
-    rows_dot(&w, 0, n, x, 1, y, eng_avx512());
+    const int wide = eng_avx512();
+    rows_dot(&w, 0, n, x, wants_pairs(dt, cols, wide) ? xp : NULL, 1, y, wide);
 }
 
 /* ---------------------------------------------------------------- row conversion */
@@ -296,6 +380,7 @@ typedef struct job {
     const eng_w *w;
     const eng_w *src;      /* source-exact MXFP4 rows that w (their bf16 shape) decodes, or NULL */
     const float *x;
+    const float *xp;       /* x in dot_pairs' order for the streaming path, or NULL */
     const eng_xpack *pk;   /* x packed for eng_gemm_rows, or NULL */
     int wide;              /* eng_avx512(), read once per product */
     float *y;
@@ -318,7 +403,7 @@ static void mxfp4_row_bf16(const eng_w *w, int r, float *tmp, uint16_t *dst)
 /* Rows [r0, r1) of the streaming path, from view w (y is the product's, row stride w->rows). */
 static void stream_rows(const job *j, const eng_w *w, int r0, int r1, float *y)
 {
-    rows_dot(w, r0, r1, j->x, j->n, y, j->wide);
+    rows_dot(w, r0, r1, j->x, j->xp, j->n, y, j->wide);
 }
 
 /* Source-exact MXFP4 rows [lo, hi) decoded to bf16 DEC_ROWS at a time (a multiple of the
@@ -384,7 +469,7 @@ static void run_part(void *ctx, int i, int nparts)
     float *buf = malloc((size_t)j->tile * (size_t)j->w->cols * sizeof(float));
     if (!buf) {
         /* without a tile buffer fall back to the streaming kernel: slower, not wrong */
-        rows_dot(j->w, lo, hi, j->x, j->n, j->y, j->wide);
+        rows_dot(j->w, lo, hi, j->x, NULL, j->n, j->y, j->wide);
         return;
     }
     tile_gemm(j->w, lo, hi, j->x, j->n, j->y, buf, j->tile);
@@ -580,11 +665,11 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
     if (n > SMALL_N && (w->dt == VX_BF16 || w->dt == VX_F16) && w->cols % 32 == 0 &&
         eng_amx_rows(w) > 0 && eng_amx_ready() && eng_amx_matmul(w, x, n, y) == 0) {
         int done = eng_amx_rows(w);
-        if (done < w->rows) rows_dot(w, done, w->rows, x, n, y, 1);   /* AMX implies AVX-512 */
+        if (done < w->rows) rows_dot(w, done, w->rows, x, NULL, n, y, 1);   /* AMX implies AVX-512 */
         return;
     }
     if (!src && matmul_bf16_acts(w, x, n, y) == 0) return;
-    job j = {w, src, x, NULL, eng_avx512(), y, n, 16, 0};
+    job j = {w, src, x, NULL, NULL, eng_avx512(), y, n, 16, 0};
     eng_xpack pk = {0};
     if (n > SMALL_N && j.wide && eng_xpack_make(&pk, x, n, w->cols) == 0) j.pk = &pk;
     int per = (int)(TILE_BYTES / ((size_t)w->cols * sizeof(float)));
@@ -595,8 +680,11 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
     if ((size_t)w->rows * (size_t)w->cols * (size_t)n < 32768) {
         run_part(&j, 0, 1);
     } else {
-        /* decode streamed 15-20 % slower with x 16 bytes off a cache line (bf16, 2026-12-02) */
-        if (n <= SMALL_N && w->cols % 16 == 0 && (xa = eng_x_aligned(x, (size_t)n * w->cols)))
+        /* decode streamed 15-20 % slower with x 16 bytes off a cache line (bf16, 2026-12-02);
+         * bf16 rows read x in pairs' order, an aligned copy */
+        if (n <= SMALL_N && wants_pairs(w->dt, w->cols, j.wide))
+            j.xp = xa = x_pairs(x, n, w->cols);
+        else if (n <= SMALL_N && w->cols % 16 == 0 && (xa = eng_x_aligned(x, (size_t)n * w->cols)))
             j.x = xa;
         eng_parallel(run_part, &j);
     }
