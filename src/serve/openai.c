@@ -538,13 +538,12 @@ void srv_complete_run(srv *S, srv_job *j)
     for (int e = 0; n_out > 0 && eng_model_eos(m, e) >= 0; e++) eos |= g.ids[n_out - 1] == eng_model_eos(m, e);
     const char *finish = g.stopped || eos ? "stop" : "length";
     const char *text = g.text ? g.text : "";
-    size_t text_len = g.text ? g.len : 0;
     cJSON *usage = cJSON_CreateObject();
     cJSON_AddNumberToObject(usage, "prompt_tokens", (double)np);
     cJSON_AddNumberToObject(usage, "completion_tokens", n_out);
     cJSON_AddNumberToObject(usage, "total_tokens", (double)np + n_out);
     if (j->stream) {
-        emit_chunk(&g, text + g.emitted, text_len > g.emitted ? text_len - g.emitted : 0, finish);
+        emit_chunk(&g, text + g.emitted, g.len > g.emitted ? g.len - g.emitted : 0, finish);
         const cJSON *so = item(j, "stream_options");
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"))) {
             cJSON *doc = answer_head(&g, 1);
@@ -559,7 +558,7 @@ void srv_complete_run(srv *S, srv_job *j)
         cJSON_Delete(usage);
         srv_emit(S, j, "[DONE]");
     } else {
-        cJSON *doc = answer_head(&g, 0), *ch = choice(&g, text, text_len, finish, 0);
+        cJSON *doc = answer_head(&g, 0), *ch = choice(&g, text, g.len, finish, 0);
         cJSON_AddItemToArray(cJSON_AddArrayToObject(doc, "choices"), ch);
         cJSON_AddItemToObject(doc, "usage", usage);
         if (ch) srv_job_json(j, 200, doc);

@@ -21,14 +21,20 @@
 
 #define NAME_MAX_LEN 80
 
+/* One LYRW file of the bank. */
+typedef struct bank_file {
+    vx_lyrw *lyrw;
+    const char *rel;           /* into the manifest JSON */
+    const char *sha;           /* index.json's recorded sha256 of the file, or NULL */
+    int ok;                    /* hashed to it (first touch; under mu) */
+    pthread_mutex_t mu;        /* initialised once every file is open (the array moves before) */
+} bank_file;
+
 struct vx_bank {
     vx_manifest m;
-    vx_lyrw **files;
-    const char **rel;          /* into the manifest JSON */
-    const char **sha;          /* index.json's recorded sha256 of each file (or NULL) */
-    unsigned char *file_ok;    /* the file hashed to it (first touch; under file_mu[i]) */
-    pthread_mutex_t *file_mu;  /* one per file, made once every file is open */
+    bank_file *files;
     size_t nfiles;
+    int mu_ready;              /* every files[i].mu is initialised */
     vx_tensor *t;
     char (*names)[NAME_MAX_LEN];
     size_t nt, capt;
@@ -45,15 +51,23 @@ static void operand_name(char *out, size_t n, int slot, uint32_t layer, uint32_t
         snprintf(out, n, "layers.%u.ffn.%s", layer, role);
 }
 
+/* The index of the bank file `rel`, or b->nfiles. */
+static size_t file_index(const vx_bank *b, const char *rel)
+{
+    size_t i = 0;
+    while (i < b->nfiles && strcmp(b->files[i].rel, rel) != 0)
+        i++;
+    return i;
+}
+
 /* Open (once per path) the LYRW file `rel`, checking index.json's byte count first. */
 static int open_file(vx_bank *b, const char *dir, const cJSON *index, const char *rel,
                      const char *where, vx_lyrw **out, vx_err *err)
 {
-    for (size_t i = 0; i < b->nfiles; i++) {
-        if (strcmp(b->rel[i], rel) == 0) {
-            *out = b->files[i];
-            return 0;
-        }
+    size_t i = file_index(b, rel);
+    if (i < b->nfiles) {
+        *out = b->files[i].lyrw;
+        return 0;
     }
     const cJSON *rec = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(index, "segments"), rel);
@@ -73,25 +87,16 @@ static int open_file(vx_bank *b, const char *dir, const cJSON *index, const char
         return vx_errf(err, VX_EFORMAT, "bank file '%s' is %s: %llu bytes on disk, index.json records %llu",
                        rel, (uint64_t)st.st_size < recorded ? "truncated" : "longer than recorded",
                        (unsigned long long)st.st_size, (unsigned long long)recorded);
-    vx_lyrw **f = realloc(b->files, (b->nfiles + 1) * sizeof *f);
-    if (f)
-        b->files = f;
-    const char **r = f ? realloc(b->rel, (b->nfiles + 1) * sizeof *r) : NULL;
-    if (r)
-        b->rel = r;
-    const char **h = r ? realloc(b->sha, (b->nfiles + 1) * sizeof *h) : NULL;
-    if (h)
-        b->sha = h;
-    unsigned char *ok = h ? realloc(b->file_ok, b->nfiles + 1) : NULL;
-    if (!ok)
+    bank_file *f = realloc(b->files, (b->nfiles + 1) * sizeof *f);
+    if (!f)
         return vx_errf(err, VX_ENOMEM, "out of memory opening bank file '%s'", rel);
-    b->file_ok = ok;
-    b->sha[b->nfiles] = vx_json_str(rec, "sha256");
-    b->file_ok[b->nfiles] = 0;
-    if (vx_lyrw_open(path, &b->files[b->nfiles], err) < 0)
+    b->files = f;
+    bank_file *nf = &b->files[b->nfiles];
+    *nf = (bank_file){.rel = rel, .sha = vx_json_str(rec, "sha256")};
+    if (vx_lyrw_open(path, &nf->lyrw, err) < 0)
         return -1;
-    b->rel[b->nfiles] = rel;
-    *out = b->files[b->nfiles++];
+    b->nfiles++;
+    *out = nf->lyrw;
     return 0;
 }
 
@@ -301,14 +306,13 @@ int vx_bank_load(const char *dir, const cJSON *index, const cJSON *graph,
                 rc = load_bank(b, dir, index, L, s, err);
         }
     }
-    if (rc == 0 && !(b->file_mu = calloc(b->nfiles ? b->nfiles : 1, sizeof *b->file_mu)))
-        rc = vx_errf(err, VX_ENOMEM, "out of memory reading %s", rel);
     if (rc < 0) {
         vx_bank_free(b);
         return -1;
     }
     for (size_t i = 0; i < b->nfiles; i++)
-        pthread_mutex_init(&b->file_mu[i], NULL);
+        pthread_mutex_init(&b->files[i].mu, NULL);
+    b->mu_ready = 1;
     for (size_t i = 0; i < b->nt; i++)
         b->t[i].object = b->m.object;
     *out = b;
@@ -319,15 +323,12 @@ void vx_bank_free(vx_bank *b)
 {
     if (!b)
         return;
-    for (size_t i = 0; i < b->nfiles; i++)
-        vx_lyrw_free(b->files[i]);
+    for (size_t i = 0; i < b->nfiles; i++) {
+        vx_lyrw_free(b->files[i].lyrw);
+        if (b->mu_ready)
+            pthread_mutex_destroy(&b->files[i].mu);
+    }
     free(b->files);
-    free(b->rel);
-    free(b->sha);
-    free(b->file_ok);
-    for (size_t i = 0; b->file_mu && i < b->nfiles; i++)
-        pthread_mutex_destroy(&b->file_mu[i]);
-    free(b->file_mu);
     free(b->t);
     free(b->names);
     vx_manifest_free(&b->m);
@@ -338,36 +339,34 @@ size_t vx_bank_tensor_count(const vx_bank *b) { return b ? b->nt : 0; }
 const vx_tensor *vx_bank_tensor_at(const vx_bank *b, size_t i) { return i < b->nt ? &b->t[i] : NULL; }
 int vx_bank_tensor_check(vx_bank *b, const vx_tensor *t, const char *dir, vx_err *err)
 {
-    size_t f = 0;
-    while (f < b->nfiles && strcmp(b->rel[f], t->segment) != 0)
-        f++;
-    if (f == b->nfiles)
+    size_t i = file_index(b, t->segment);
+    if (i == b->nfiles)
         return 0;   /* not a bank file's view */
+    bank_file *f = &b->files[i];
     /* one thread hashes a file; the pool's others reading views of it wait for the answer */
-    pthread_mutex_lock(&b->file_mu[f]);
+    pthread_mutex_lock(&f->mu);
     int rc = 0;
-    if (!b->file_ok[f] && b->sha[f]) {
+    if (!f->ok && f->sha) {
         vx_sha256_ctx ctx;
         char hex[65], what[VX_ERR_MAX];
-        snprintf(what, sizeof what, "checking bank file '%s'", b->rel[f]);
+        snprintf(what, sizeof what, "checking bank file '%s'", f->rel);
         rc = vx_sha256_init(&ctx, err);
-        if (rc == 0 && (rc = vx_sha256_mapped(&ctx, b->files[f]->data, b->files[f]->size, 0, what,
-                                              err)) < 0)
+        if (rc == 0 && (rc = vx_sha256_mapped(&ctx, f->lyrw->data, f->lyrw->size, 0, what, err)) < 0)
             vx_sha256_free(&ctx);
         if (rc == 0) {
             vx_sha256_final(&ctx, hex);
-            if (strcmp(hex, b->sha[f]) != 0)
+            if (strcmp(hex, f->sha) != 0)
                 rc = vx_errf(err, VX_EVERIFY, "bank file '%s' is corrupted: it does not match its "
                              "recorded sha256 (read for tensor '%s' of object '%s'; vindex verify "
-                             "%s checks every byte)", b->rel[f], t->name, t->object, dir);
+                             "%s checks every byte)", f->rel, t->name, t->object, dir);
         }
     }
     if (rc == 0)
-        b->file_ok[f] = 1;
-    pthread_mutex_unlock(&b->file_mu[f]);
+        f->ok = 1;
+    pthread_mutex_unlock(&f->mu);
     return rc;
 }
 
 size_t vx_bank_file_count(const vx_bank *b) { return b ? b->nfiles : 0; }
-const char *vx_bank_file_at(const vx_bank *b, size_t i) { return i < b->nfiles ? b->rel[i] : NULL; }
+const char *vx_bank_file_at(const vx_bank *b, size_t i) { return i < b->nfiles ? b->files[i].rel : NULL; }
 const vx_manifest *vx_bank_manifest(const vx_bank *b) { return &b->m; }

@@ -542,8 +542,9 @@ static void dg_str(vx_sha256_ctx *h, const char *s)
 {
     dg_mark(h, s != NULL);
     if (s) {
-        dg_u64(h, strlen(s));
-        vx_sha256_update(h, s, strlen(s));
+        size_t n = strlen(s);
+        dg_u64(h, n);
+        vx_sha256_update(h, s, n);
     }
 }
 
@@ -597,18 +598,23 @@ static void dg_vec(vx_sha256_ctx *h, const char *role, int64_t rows, int64_t col
     vx_sha256_update(h, le, bytes);
 }
 
-/* ov's floats little-endian in *buf (grown as needed). */
-static int vec_le(uint8_t **buf, size_t *cap, const vx_opvec *ov, vx_err *err)
+/* Every vector of op as little-endian floats in *buf (grown as needed), vector v at bytes
+ * [off[v], off[v + 1]): what the digest covers and the rows store, converted once. */
+static int op_le(const vx_op *op, uint8_t **buf, size_t *cap, size_t off[VX_OP_MAX_VECS + 1],
+                 vx_err *err)
 {
-    size_t nf = (size_t)(ov->rows * ov->cols);
-    if (nf * 4 > *cap) {
-        uint8_t *nb = realloc(*buf, nf * 4);
+    off[0] = 0;
+    for (int v = 0; v < op->nvec; v++)
+        off[v + 1] = off[v] + (size_t)(op->vec[v].rows * op->vec[v].cols) * 4;
+    if (off[op->nvec] > *cap) {
+        uint8_t *nb = realloc(*buf, off[op->nvec]);
         if (!nb)
-            return vx_errf(err, VX_ENOMEM, "out of memory recording vector '%s'", ov->role);
+            return vx_errf(err, VX_ENOMEM, "out of memory recording an operation's vectors");
         *buf = nb;
-        *cap = nf * 4;
+        *cap = off[op->nvec];
     }
-    vx_f32_store_le(*buf, ov->data, nf);
+    for (int v = 0; v < op->nvec; v++)
+        vx_f32_store_le(*buf + off[v], op->vec[v].data, (off[v + 1] - off[v]) / 4);
     return 0;
 }
 
@@ -644,20 +650,14 @@ static int insert_ops(vx_journal *j, int64_t hist, int64_t patch, const vx_op *o
         }
         vx_sha256_ctx h = {0};
         char digest[65];
-        if (dg_row(&h, vx_op_kind_name(op->kind), op, meta, err)) {
+        size_t off[VX_OP_MAX_VECS + 1];
+        if (op_le(op, &buf, &bufcap, off, err) || dg_row(&h, vx_op_kind_name(op->kind), op, meta, err)) {
             free(meta);
             goto done;
         }
-        for (int v = 0; v < op->nvec; v++) {
-            const vx_opvec *ov = &op->vec[v];
-            size_t nf = (size_t)(ov->rows * ov->cols);
-            if (vec_le(&buf, &bufcap, ov, err)) {
-                vx_sha256_free(&h);
-                free(meta);
-                goto done;
-            }
-            dg_vec(&h, ov->role, ov->rows, ov->cols, buf, nf * 4);
-        }
+        for (int v = 0; v < op->nvec; v++)
+            dg_vec(&h, op->vec[v].role, op->vec[v].rows, op->vec[v].cols, buf + off[v],
+                   off[v + 1] - off[v]);
         vx_sha256_final(&h, digest);
         sqlite3_reset(ins);
         sqlite3_bind_int64(ins, 1, hist);
@@ -684,15 +684,12 @@ static int insert_ops(vx_journal *j, int64_t hist, int64_t patch, const vx_op *o
         int64_t seq = sqlite3_last_insert_rowid(j->db);
         for (int v = 0; v < op->nvec; v++) {
             const vx_opvec *ov = &op->vec[v];
-            size_t nf = (size_t)(ov->rows * ov->cols);
-            if (vec_le(&buf, &bufcap, ov, err))
-                goto done;
             sqlite3_reset(vec);
             sqlite3_bind_int64(vec, 1, seq);
             bind_text(vec, 2, ov->role);
             sqlite3_bind_int64(vec, 3, ov->rows);
             sqlite3_bind_int64(vec, 4, ov->cols);
-            sqlite3_bind_blob64(vec, 5, buf, nf * 4, SQLITE_STATIC);
+            sqlite3_bind_blob64(vec, 5, buf + off[v], off[v + 1] - off[v], SQLITE_STATIC);
             if (sqlite3_step(vec) != SQLITE_DONE) {
                 dberr(j, "recording a vector", err);
                 goto done;
