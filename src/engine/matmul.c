@@ -128,51 +128,11 @@ T512 static inline __attribute__((always_inline)) __m512 load16(vx_dtype dt, con
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* A f32/f16/bf16 row · x with AVX-512; the first cols - cols % 32. Four chains of 16-lane
- * products, 64 weights a step: over the bench's bf16 and f16 stacks this streamed 4-6 %
- * more of the memory's bandwidth than two chains (2026-12-02, ENGINE.md session 9).
- * Inlined once per dtype (dot_row512), so the loop holds no dtype test. */
-T512 static inline __attribute__((always_inline)) float dot512(vx_dtype dt, const void *row,
-                                                               const float *x, int cols)
-{
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int k = 0;
-    for (; k + 64 <= cols; k += 64) {
-        if (dt == VX_F16) {
-            /* one 64-byte load, its halves converted: 0.72-0.96 of a plain read against
-             * 0.69-0.93 for two 32-byte loads, alternated on a Zen 4-class host (ENGINE.md
-             * session 16); the same products in the same chains */
-            const uint16_t *h = (const uint16_t *)row + k;
-            __m512i v = _mm512_loadu_si512(h), u = _mm512_loadu_si512(h + 32);
-            a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_loadu_ps(x + k), a0);
-            a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)),
-                                 _mm512_loadu_ps(x + k + 16), a1);
-            a2 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(u)), _mm512_loadu_ps(x + k + 32), a2);
-            a3 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(u, 1)),
-                                 _mm512_loadu_ps(x + k + 48), a3);
-            continue;
-        }
-        a0 = _mm512_fmadd_ps(load16(dt, row, k), _mm512_loadu_ps(x + k), a0);
-        a1 = _mm512_fmadd_ps(load16(dt, row, k + 16), _mm512_loadu_ps(x + k + 16), a1);
-        a2 = _mm512_fmadd_ps(load16(dt, row, k + 32), _mm512_loadu_ps(x + k + 32), a2);
-        a3 = _mm512_fmadd_ps(load16(dt, row, k + 48), _mm512_loadu_ps(x + k + 48), a3);
-    }
-    if (k + 32 <= cols) {
-        a0 = _mm512_fmadd_ps(load16(dt, row, k), _mm512_loadu_ps(x + k), a0);
-        a1 = _mm512_fmadd_ps(load16(dt, row, k + 16), _mm512_loadu_ps(x + k + 16), a1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
+#define AI __attribute__((always_inline))
 
-/* A bf16 row · x by pairs: a 64-byte load holds 16 pairs of bf16; the even ones become f32
- * by a shift, the odd ones by a mask, so no weight is widened by a shuffle (vpmovzxwd took
- * the decode GEMV to 0.68-0.85 of a plain read on a Zen 4 host where this ran 0.87-0.93,
- * 2026-12-03, ENGINE.md session 16). x is read as each 32-block's even elements, then its
- * odd ones: pre-permuted (x_pairs, once per product) or permuted here in registers, the
- * same products summed in the same order either way, so a row gives one value whichever
- * path reads it. The first cols - cols % 32. */
-T512 static inline __attribute__((always_inline)) void x_evod(const float *x, int k, int perm,
-                                                              __m512 *e, __m512 *o)
+/* x's even and odd elements of the 32-block at k (dot by pairs, below): pre-permuted
+ * (x_pairs, once per product) or permuted here in registers. */
+T512 static inline AI void x_evod(const float *x, int k, int perm, __m512 *e, __m512 *o)
 {
     if (perm) {
         *e = _mm512_loadu_ps(x + k);
@@ -186,37 +146,81 @@ T512 static inline __attribute__((always_inline)) void x_evod(const float *x, in
     *o = _mm512_permutex2var_ps(a, io, b);
 }
 
-T512 static inline __attribute__((always_inline)) float dot_pairs(const void *row, const float *x,
-                                                                  int cols, int perm)
+/* One 32-column step of a row's dot into chains c0 (the even/low half) and c1. */
+T512 static inline AI void step32(vx_dtype dt, int perm, const void *row, const float *x, int k,
+                                  __m512 *c0, __m512 *c1)
 {
-    const uint16_t *w = row;
-    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, e, o;
-    int k = 0;
-    for (; k + 64 <= cols; k += 64) {
-        __m512i v = _mm512_loadu_si512(w + k), u = _mm512_loadu_si512(w + k + 32);
+    if (dt == VX_BF16) {
+        /* by pairs: a 64-byte load holds 16 pairs of bf16; the even ones become f32 by a
+         * shift, the odd ones by a mask, so no weight is widened by a shuffle (vpmovzxwd
+         * took the decode GEMV to 0.68-0.85 of a plain read on a Zen 4 host where this ran
+         * 0.87-0.93, ENGINE.md session 16); x is read as the block's even elements, then
+         * its odd ones */
+        const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+        __m512i v = _mm512_loadu_si512((const uint16_t *)row + k);
+        __m512 e, o;
         x_evod(x, k, perm, &e, &o);
-        a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), e, a0);
-        a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), o, a1);
-        x_evod(x, k + 32, perm, &e, &o);
-        a2 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(u, 16)), e, a2);
-        a3 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(u, hi)), o, a3);
+        *c0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), e, *c0);
+        *c1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), o, *c1);
+    } else if (dt == VX_F16) {
+        /* one 64-byte load, its halves converted: 0.72-0.96 of a plain read against
+         * 0.69-0.93 for two 32-byte loads, alternated on a Zen 4-class host (ENGINE.md
+         * session 16); the same products in the same chains */
+        __m512i v = _mm512_loadu_si512((const uint16_t *)row + k);
+        *c0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_loadu_ps(x + k), *c0);
+        *c1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)),
+                              _mm512_loadu_ps(x + k + 16), *c1);
+    } else {
+        *c0 = _mm512_fmadd_ps(load16(dt, row, k), _mm512_loadu_ps(x + k), *c0);
+        *c1 = _mm512_fmadd_ps(load16(dt, row, k + 16), _mm512_loadu_ps(x + k + 16), *c1);
     }
-    if (k + 32 <= cols) {
-        __m512i v = _mm512_loadu_si512(w + k);
-        x_evod(x, k, perm, &e, &o);
-        a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), e, a0);
-        a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), o, a1);
+}
+
+/* A f32/f16/bf16 row · x with AVX-512, as four chains of 16-lane products, 64 weights a
+ * step (over the bench's bf16 and f16 stacks this streamed 4-6 % more of the memory's
+ * bandwidth than two chains, ENGINE.md session 9): span512 runs the 64-column steps in
+ * [k0, k1) on chains a[0..3], finish512 the last 32-column step and the sum. A whole row
+ * is span512(0, cols) then finish512; the split decode (split_rows) pauses the chains
+ * between parts, so every path sums the same products in the same order and a row gives
+ * one value whichever path reads it. pf: where the next run of a split decode starts,
+ * fetched into L2 in step with this run, or NULL. Inlined per dtype, so no loop holds a
+ * dtype test. The first cols - cols % 32; perm: x in pairs' order (bf16 only). */
+T512 static inline AI void span512(vx_dtype dt, int perm, const void *row, const float *x,
+                                   int k0, int k1, __m512 *a, const char *pf)
+{
+    const int es = dt == VX_F32 ? 4 : 2;
+    __m512 a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+    for (int k = k0; k + 64 <= k1; k += 64) {
+        if (pf)
+            for (int b = 0; b < 64 * es; b += 64)
+                _mm_prefetch(pf + (size_t)(k - k0) * es + b, _MM_HINT_T1);
+        step32(dt, perm, row, x, k, &a0, &a1);
+        step32(dt, perm, row, x, k + 32, &a2, &a3);
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3;
+}
+
+T512 static inline AI float finish512(vx_dtype dt, int perm, const void *row, const float *x,
+                                      int cols, __m512 *a)
+{
+    const int k = cols & ~63;
+    if (k + 32 <= cols) step32(dt, perm, row, x, k, &a[0], &a[1]);
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+}
+
+T512 static inline AI float dot512(vx_dtype dt, int perm, const void *row, const float *x, int cols)
+{
+    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    span512(dt, perm, row, x, 0, cols, a, NULL);
+    return finish512(dt, perm, row, x, cols, a);
 }
 
 T512 static float dot_pairs_perm(const void *row, const float *xp, int cols)
 {
-    return dot_pairs(row, xp, cols, 1);
+    return dot512(VX_BF16, 1, row, xp, cols);
 }
 
-/* x (n rows of cols, cols % 32 == 0) in dot_pairs' order, 64-byte aligned; NULL without
+/* x (n rows of cols, cols % 32 == 0) in the pairs' order of step32, 64-byte aligned; NULL without
  * memory (the caller then reads x as it is). */
 static float *x_pairs(const float *x, int n, int cols)
 {
@@ -233,9 +237,9 @@ static float *x_pairs(const float *x, int n, int cols)
 
 T512 static float dot_row512(vx_dtype dt, const void *row, const float *x, int cols)
 {
-    if (dt == VX_BF16) return dot_pairs(row, x, cols, 0);
-    if (dt == VX_F16) return dot512(VX_F16, row, x, cols);
-    return dot512(VX_F32, row, x, cols);
+    if (dt == VX_BF16) return dot512(VX_BF16, 0, row, x, cols);
+    if (dt == VX_F16) return dot512(VX_F16, 0, row, x, cols);
+    return dot512(VX_F32, 0, row, x, cols);
 }
 
 /* Stored row (cols elements in dt) · x: exact weights, f32 products; wide: eng_avx512(),
@@ -292,12 +296,68 @@ float eng_w_dot_row(const eng_w *w, int r, const float *x)
  * cent (2026-12-02, ENGINE.md "Decode kernels"). Rows are claimed in contiguous chunks
  * (run_part), so each thread's stream runs over whole pages. */
 
+/* Decode (one x row) of rows wider than SPLIT_COLS: x's f32 footprint (over 16 KiB) and
+ * the streaming row evict each other from L1, so x is read from L2 on every row; a
+ * 5632-column f16 down projection streamed 13-23 GB/s where the stack's other shapes ran
+ * 26-40. So the rows are read in panels of PANEL rows, a part of at most SPLIT_COLS
+ * columns at a time, the x part staying in L1, each row's chains kept between its parts
+ * (span512). The row stream then has gaps the hardware prefetchers do not follow, so each
+ * run fetches the next into L2 as it goes (into L1 it evicts x again): the same rows ran
+ * 26-33 GB/s against 13-23 read whole, alternated; without the prefetch 12-18
+ * (ENGINE.md session 17). */
+#define SPLIT_COLS 4096
+#define PANEL 16
+
+T512 static inline AI void split_rows(vx_dtype dt, int perm, const eng_w *w, int r0, int r1,
+                                      const float *x, float *y)
+{
+    const int cols = w->cols, parts = (cols + SPLIT_COLS - 1) / SPLIT_COLS;
+    const int width = (cols / parts) & ~63, es = dt == VX_F32 ? 4 : 2;
+    const char *base = w->data;
+#define ROW(r) (base + (size_t)(r) * w->row_bytes)
+    __m512 acc[PANEL][4];
+    for (int p0 = r0; p0 < r1; p0 += PANEL) {
+        const int p1 = r1 - p0 < PANEL ? r1 : p0 + PANEL;
+        for (int r = 0; r < p1 - p0; r++)
+            for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
+        for (int q = 0; q < parts; q++) {
+            const int k0 = q * width, k1 = q + 1 < parts ? k0 + width : cols;
+            for (int r = p0; r < p1; r++) {
+                const char *pf = r + 1 < p1     ? ROW(r + 1) + (size_t)k0 * es
+                                 : q + 1 < parts ? ROW(p0) + (size_t)k1 * es
+                                 : p1 < r1       ? ROW(p1)
+                                                 : NULL;
+                span512(dt, perm, ROW(r), x, k0, k1, acc[r - p0], pf);
+            }
+        }
+        for (int r = p0; r < p1; r++) {
+            float s = finish512(dt, perm, ROW(r), x, cols, acc[r - p0]);
+            if (!perm) s += tail_dot(dt, ROW(r), x, cols & ~31, cols);   /* as row_dot_k */
+            y[r] = s;
+        }
+    }
+#undef ROW
+}
+
+T512 static void rows_split(const eng_w *w, int r0, int r1, const float *x, const float *xp, float *y)
+{
+    if (w->dt == VX_BF16 && xp) split_rows(VX_BF16, 1, w, r0, r1, xp, y);
+    else if (w->dt == VX_BF16) split_rows(VX_BF16, 0, w, r0, r1, x, y);
+    else if (w->dt == VX_F16) split_rows(VX_F16, 0, w, r0, r1, x, y);
+    else split_rows(VX_F32, 0, w, r0, r1, x, y);
+}
+
 /* y[t, r] for r in [r0, r1), t < n: the exact row dot (row_dot_k; wide is eng_avx512(),
  * read once per product), the row in L1 for every x row after the first. xp: x in
- * dot_pairs' order (bf16 rows, cols % 32 == 0, AVX-512), or NULL. */
+ * the pairs' order of step32 (bf16 rows, cols % 32 == 0, AVX-512), or NULL. One x row
+ * over rows wider than SPLIT_COLS goes part by part (split_rows), to the same values. */
 static void rows_dot(const eng_w *w, int r0, int r1, const float *x, const float *xp, int n,
                      float *y, int wide)
 {
+    if (n == 1 && wide && w->cols > SPLIT_COLS && !is_block(w->dt)) {
+        rows_split(w, r0, r1, x, xp, y);
+        return;
+    }
     for (int r = r0; r < r1; r++) {
         const char *row = (const char *)w->data + (size_t)r * w->row_bytes;
         for (int t = 0; t < n; t++)
@@ -394,7 +454,7 @@ typedef struct job {
     const eng_w *w;
     const eng_w *src;      /* source-exact MXFP4 rows that w (their bf16 shape) decodes, or NULL */
     const float *x;
-    const float *xp;       /* x in dot_pairs' order for the streaming path, or NULL */
+    const float *xp;       /* x in the pairs' order of step32 for the streaming path, or NULL */
     const eng_xpack *pk;   /* x packed for eng_gemm_rows, or NULL */
     int wide;              /* eng_avx512(), read once per product */
     float *y;

@@ -304,11 +304,14 @@ static void test_split(void)
 
 /* eng_rows_dot (x as it is, or paired by eng_x_pairs) and the decode GEMV give
  * eng_row_dot's results bit for bit: bf16 rows are dotted by pairs on every path, x
- * permuted once or in registers, the same products in the same order. */
+ * permuted once or in registers, the same products in the same order; rows wider than
+ * 4096 columns are read part by part in panels of 16 (split_rows), their chains kept
+ * between parts (19 rows: a whole panel and a partial one; 2 and 3 parts, with and
+ * without a tail). */
 static void test_rows_dot(void)
 {
     const vx_dtype dts[3] = {VX_F32, VX_F16, VX_BF16};
-    const int colss[] = {5, 37, 64, 100, 2048};
+    const int colss[] = {5, 37, 64, 100, 2048, 4096, 4100, 5632, 12317};
     enum { ROWS = 19 };
     for (int d = 0; d < 3; d++)
         for (size_t c = 0; c < sizeof colss / sizeof *colss; c++) {
