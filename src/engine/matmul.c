@@ -299,8 +299,9 @@ float eng_w_dot_row(const eng_w *w, int r, const float *x)
 /* Decode (one x row) of rows wider than SPLIT_COLS: x's f32 footprint (over 16 KiB) and
  * the streaming row evict each other from L1, so x is read from L2 on every row; a
  * 5632-column f16 down projection streamed 13-23 GB/s where the stack's other shapes ran
- * 26-40. So the rows are read in panels of PANEL rows, a part of at most SPLIT_COLS
- * columns at a time, the x part staying in L1, each row's chains kept between its parts
+ * 26-40. So the rows are read in panels of PANEL rows, a part of about SPLIT_COLS columns
+ * or fewer at a time (cols / parts, rounded down to 64; the last takes the rest), the x
+ * part staying in L1, each row's chains kept between its parts
  * (span512). The row stream then has gaps the hardware prefetchers do not follow, so each
  * run fetches the next into L2 as it goes (into L1 it evicts x again): the same rows ran
  * 26-33 GB/s against 13-23 read whole, alternated; without the prefetch 12-18

@@ -2,13 +2,15 @@
  * fuzz_exec.c — libFuzzer over statements that run: the input is LQL text, split and
  * parsed as the shell does, and every statement chain that reads without writing a file
  * (class READ: what `lql --serve` lets anyone run) or edits quickly (DELETE, UPDATE, the
- * KNN and COMPOSE INSERTs, patches applied from files, UNDO, ROLLBACK; not the gated or
- * MEMIT INSERT, which fit over a corpus and take seconds here) is executed against a
+ * KNN and COMPOSE INSERTs, patches applied from files, UNDO, ROLLBACK; the gated and
+ * MEMIT INSERTs, which fit over a corpus and take seconds here, only when
+ * LQL_FUZZ_SLOW_INSERTS=1 asks for them) is executed against a
  * small model (tests/fixtures/models/families/llama-gqa: hidden 64, 3 layers, vocab 512,
  * with its tokenizer), encoded once into a scratch directory. An input that edited is
  * followed by a fresh session and journal, so each input starts from the base. A failure
  * must say why; a result must render in every mode, and its json frame must parse back.
  *   scripts/fuzz SECONDS fuzz_exec      (from the repository root, where the fixture is)
+ *   LQL_FUZZ_SLOW_INSERTS=1 scripts/fuzz SECONDS fuzz_exec
  */
 #include "ast.h"
 #include "fuzz_files.h"
@@ -66,13 +68,18 @@ static void setup(void)
 /* May the harness run this chain (see the top); *edits is set when it changes the journal. */
 static int runnable(const lql_stmt *st, int *edits)
 {
+    static int slow = -1;
+    if (slow < 0) {
+        const char *v = getenv("LQL_FUZZ_SLOW_INSERTS");
+        slow = v && !strcmp(v, "1");
+    }
     for (; st; st = st->next) {
         const lql_stmt_def *d = lql_stmt_def_of(st->kind);
         if (!d)
             return 0;
         if (d->cls == LQL_CLASS_EDIT) {
             if (st->kind == LQL_S_SAVE_PATCH ||
-                (st->kind == LQL_S_INSERT && st->mode != LQL_MODE_KNN &&
+                (!slow && st->kind == LQL_S_INSERT && st->mode != LQL_MODE_KNN &&
                  st->mode != LQL_MODE_COMPOSE))
                 return 0;
             *edits = 1;
