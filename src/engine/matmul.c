@@ -348,6 +348,72 @@ T512 static void rows_split(const eng_w *w, int r0, int r1, const float *x, cons
     else split_rows(VX_F32, 0, w, r0, r1, x, y);
 }
 
+/* A few x rows (2 <= n <= SMALL_N: a short prompt, INFER's usual case) against R rows at a
+ * time: each weight vector is loaded and widened once for all n tokens, and each x vector
+ * once for the R rows, one chain per (row, token). Dotting each token in turn (the n = 1
+ * kernel n times) read all of x from L2 for every row and widened each weight n times:
+ * compute-bound, 34 ms more per token on the 1.1B bench model (ENGINE.md session 17).
+ * Every row has the same chains whether it is one of a pair or the last, so a row's value
+ * does not depend on where its chunk starts. x: pairs' order for bf16 (cols % 32 == 0),
+ * else as stored; the last cols % 32 by tail_dot. */
+T512 static inline AI void few_w(vx_dtype dt, const char *row, int k, __m512 *w0, __m512 *w1)
+{
+    if (dt == VX_BF16) {
+        __m512i v = _mm512_loadu_si512(row + (size_t)k * 2);
+        *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+        *w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
+    } else if (dt == VX_F16) {
+        __m512i v = _mm512_loadu_si512(row + (size_t)k * 2);
+        *w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(v));
+        *w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1));
+    } else {
+        *w0 = _mm512_loadu_ps((const float *)row + k);
+        *w1 = _mm512_loadu_ps((const float *)row + k + 16);
+    }
+}
+
+T512 static inline AI void few_block(vx_dtype dt, int R, const eng_w *w, int r, const float *x,
+                                     const float *xt, int n, float *y)
+{
+    const int cols = w->cols, k32 = cols & ~31;
+    const char *row[2] = {(const char *)w->data + (size_t)r * w->row_bytes,
+                          (const char *)w->data + (size_t)(r + R - 1) * w->row_bytes};
+    __m512 acc[2][SMALL_N];
+    for (int i = 0; i < R; i++)
+        for (int t = 0; t < SMALL_N; t++) acc[i][t] = _mm512_setzero_ps();
+    for (int k = 0; k < k32; k += 32) {
+        __m512 w0[2], w1[2];
+        for (int i = 0; i < R; i++) few_w(dt, row[i], k, &w0[i], &w1[i]);
+        for (int t = 0; t < SMALL_N; t++) {
+            if (t >= n) break;
+            const __m512 x0 = _mm512_loadu_ps(x + (size_t)t * cols + k);
+            const __m512 x1 = _mm512_loadu_ps(x + (size_t)t * cols + k + 16);
+            for (int i = 0; i < R; i++)
+                acc[i][t] = _mm512_fmadd_ps(w1[i], x1, _mm512_fmadd_ps(w0[i], x0, acc[i][t]));
+        }
+    }
+    for (int i = 0; i < R; i++)
+        for (int t = 0; t < n; t++)
+            y[(size_t)t * w->rows + r + i] =
+                _mm512_reduce_add_ps(acc[i][t]) + tail_dot(dt, row[i], xt + (size_t)t * cols, k32, cols);
+}
+
+T512 static inline AI void few_rows(vx_dtype dt, const eng_w *w, int r0, int r1, const float *x,
+                                    const float *xt, int n, float *y)
+{
+    int r = r0;
+    for (; r + 2 <= r1; r += 2) few_block(dt, 2, w, r, x, xt, n, y);
+    if (r < r1) few_block(dt, 1, w, r, x, xt, n, y);
+}
+
+T512 static void rows_few(const eng_w *w, int r0, int r1, const float *x, const float *xp, int n,
+                          float *y)
+{
+    if (w->dt == VX_BF16) few_rows(VX_BF16, w, r0, r1, xp, x, n, y);
+    else if (w->dt == VX_F16) few_rows(VX_F16, w, r0, r1, x, x, n, y);
+    else few_rows(VX_F32, w, r0, r1, x, x, n, y);
+}
+
 /* y[t, r] for r in [r0, r1), t < n: the exact row dot (row_dot_k; wide is eng_avx512(),
  * read once per product), the row in L1 for every x row after the first. xp: x in
  * the pairs' order of step32 (bf16 rows, cols % 32 == 0, AVX-512), or NULL. One x row
@@ -357,6 +423,10 @@ static void rows_dot(const eng_w *w, int r0, int r1, const float *x, const float
 {
     if (n == 1 && wide && w->cols > SPLIT_COLS && !is_block(w->dt)) {
         rows_split(w, r0, r1, x, xp, y);
+        return;
+    }
+    if (n > 1 && n <= SMALL_N && wide && !is_block(w->dt) && (w->dt != VX_BF16 || xp)) {
+        rows_few(w, r0, r1, x, xp, n, y);
         return;
     }
     for (int r = r0; r < r1; r++) {

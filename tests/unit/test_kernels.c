@@ -71,6 +71,18 @@ static void test_matmul(void)
             CHECK_MSG(e < 2e-5, "%s rows %d cols %d n %d: rel err %g", vx_dtype_name(dts[d]),
                       shapes[s][0], shapes[s][1], shapes[s][2], e);
         }
+    /* 2-8 tokens against rows two at a time (an odd last row; x in pairs' order for bf16),
+     * also past the split's width and with a tail: error against Σ|w·x|, which a long dot's
+     * f32 sums keep near 1e-7 whatever the exact value (relative to 1 + |exact| they reach
+     * 2e-5 on some draws at 2048 columns on every path) */
+    const int few[][3] = {{97, 512, 5}, {64, 5632, 7}, {33, 4100, 2}, {18, 64, 8}, {3, 96, 3}};
+    for (int d = 0; d < 3; d++)
+        for (size_t s = 0; s < sizeof few / sizeof *few; s++) {
+            double a;
+            matmul_err(dts[d], few[s][0], few[s][1], few[s][2], &a);
+            CHECK_MSG(a < 1e-6, "%s rows %d cols %d n %d: err / sum|w x| %g", vx_dtype_name(dts[d]),
+                      few[s][0], few[s][1], few[s][2], a);
+        }
     /* transposed f32 view: W stored [cols, rows] */
     float st[3 * 2] = {1, 2, 3, 4, 5, 6};     /* [cols=3, rows=2] */
     eng_w w = {VX_F32, st, 2, 3, 0, 1, 0};
