@@ -348,14 +348,15 @@ T512 static void rows_split(const eng_w *w, int r0, int r1, const float *x, cons
     else split_rows(VX_F32, 0, w, r0, r1, x, y);
 }
 
-/* A few x rows (2 <= n <= SMALL_N: a short prompt, INFER's usual case) against R rows at a
- * time: each weight vector is loaded and widened once for all n tokens, and each x vector
- * once for the R rows, one chain per (row, token). Dotting each token in turn (the n = 1
- * kernel n times) read all of x from L2 for every row and widened each weight n times:
- * compute-bound, 34 ms more per token on the 1.1B bench model (ENGINE.md session 17).
- * Every row has the same chains whether it is one of a pair or the last, so a row's value
- * does not depend on where its chunk starts. x: pairs' order for bf16 (cols % 32 == 0),
- * else as stored; the last cols % 32 by tail_dot. */
+/* A few x rows (2 <= n <= SMALL_N: a short prompt, INFER's usual case) in blocks of FEW_R
+ * rows by FEW_T tokens: each weight vector is loaded and widened once per block for its
+ * tokens, each x vector once for the block's rows, one chain per (row, token) — 16
+ * accumulators. Dotting each token in turn (the n = 1 kernel n times) read all of x from
+ * L2 for every row and widened each weight n times: compute-bound, 34 ms more per token on
+ * the 1.1B bench model; blocks of 2 rows by all n tokens were 10-65 % slower than these
+ * (ENGINE.md session 17). Every (row, token) has the same chain whatever block holds it, so
+ * a row's value does not depend on where its chunk starts. x: pairs' order for bf16
+ * (cols % 32 == 0), else as stored; the last cols % 32 by tail_dot. */
 T512 static inline AI void few_w(vx_dtype dt, const char *row, int k, __m512 *w0, __m512 *w1)
 {
     if (dt == VX_BF16) {
@@ -372,38 +373,45 @@ T512 static inline AI void few_w(vx_dtype dt, const char *row, int k, __m512 *w0
     }
 }
 
+#define FEW_R 4   /* rows a block */
+#define FEW_T 4   /* tokens a block */
 T512 static inline AI void few_block(vx_dtype dt, int R, const eng_w *w, int r, const float *x,
-                                     const float *xt, int n, float *y)
+                                     const float *xt, int t0, int tn, float *y)
 {
     const int cols = w->cols, k32 = cols & ~31;
-    const char *row[2] = {(const char *)w->data + (size_t)r * w->row_bytes,
-                          (const char *)w->data + (size_t)(r + R - 1) * w->row_bytes};
-    __m512 acc[2][SMALL_N];
+    const char *row[FEW_R];
+    for (int i = 0; i < R; i++) row[i] = (const char *)w->data + (size_t)(r + i) * w->row_bytes;
+    __m512 acc[FEW_R][FEW_T];
     for (int i = 0; i < R; i++)
-        for (int t = 0; t < SMALL_N; t++) acc[i][t] = _mm512_setzero_ps();
+        for (int t = 0; t < FEW_T; t++) acc[i][t] = _mm512_setzero_ps();
     for (int k = 0; k < k32; k += 32) {
-        __m512 w0[2], w1[2];
+        __m512 w0[FEW_R], w1[FEW_R];
         for (int i = 0; i < R; i++) few_w(dt, row[i], k, &w0[i], &w1[i]);
-        for (int t = 0; t < SMALL_N; t++) {
-            if (t >= n) break;
-            const __m512 x0 = _mm512_loadu_ps(x + (size_t)t * cols + k);
-            const __m512 x1 = _mm512_loadu_ps(x + (size_t)t * cols + k + 16);
+        for (int t = 0; t < FEW_T; t++) {
+            if (t >= tn) break;
+            const __m512 x0 = _mm512_loadu_ps(x + (size_t)(t0 + t) * cols + k);
+            const __m512 x1 = _mm512_loadu_ps(x + (size_t)(t0 + t) * cols + k + 16);
             for (int i = 0; i < R; i++)
                 acc[i][t] = _mm512_fmadd_ps(w1[i], x1, _mm512_fmadd_ps(w0[i], x0, acc[i][t]));
         }
     }
     for (int i = 0; i < R; i++)
-        for (int t = 0; t < n; t++)
-            y[(size_t)t * w->rows + r + i] =
-                _mm512_reduce_add_ps(acc[i][t]) + tail_dot(dt, row[i], xt + (size_t)t * cols, k32, cols);
+        for (int t = 0; t < tn; t++)
+            y[(size_t)(t0 + t) * w->rows + r + i] =
+                _mm512_reduce_add_ps(acc[i][t]) +
+                tail_dot(dt, row[i], xt + (size_t)(t0 + t) * cols, k32, cols);
 }
 
 T512 static inline AI void few_rows(vx_dtype dt, const eng_w *w, int r0, int r1, const float *x,
                                     const float *xt, int n, float *y)
 {
     int r = r0;
-    for (; r + 2 <= r1; r += 2) few_block(dt, 2, w, r, x, xt, n, y);
-    if (r < r1) few_block(dt, 1, w, r, x, xt, n, y);
+    for (; r + FEW_R <= r1; r += FEW_R)
+        for (int t0 = 0; t0 < n; t0 += FEW_T)
+            few_block(dt, FEW_R, w, r, x, xt, t0, n - t0 < FEW_T ? n - t0 : FEW_T, y);
+    for (; r < r1; r++)
+        for (int t0 = 0; t0 < n; t0 += FEW_T)
+            few_block(dt, 1, w, r, x, xt, t0, n - t0 < FEW_T ? n - t0 : FEW_T, y);
 }
 
 T512 static void rows_few(const eng_w *w, int r0, int r1, const float *x, const float *xp, int n,
