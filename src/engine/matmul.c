@@ -119,16 +119,15 @@ float eng_dot(const float *a, const float *b, int n)
 }
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define AI __attribute__((always_inline))
 
-T512 static inline __attribute__((always_inline)) __m512 load16(vx_dtype dt, const void *p, int k)
+T512 static inline AI __m512 load16(vx_dtype dt, const void *p, int k)
 {
     if (dt == VX_F32) return _mm512_loadu_ps((const float *)p + k);
     __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + k));
     if (dt == VX_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-
-#define AI __attribute__((always_inline))
 
 /* x's even and odd elements of the 32-block at k (dot by pairs, below): pre-permuted
  * (x_pairs, once per product) or permuted here in registers. */
@@ -146,34 +145,44 @@ T512 static inline AI void x_evod(const float *x, int k, int perm, __m512 *e, __
     *o = _mm512_permutex2var_ps(a, io, b);
 }
 
-/* One 32-column step of a row's dot into chains c0 (the even/low half) and c1. */
+/* The 32 weights of a row at column k as two f32 vectors: w0 pairs with x[k, k + 16) (for
+ * bf16, the block's even elements), w1 with the rest. bf16 by pairs: a 64-byte load holds
+ * 16 pairs; the even ones become f32 by a shift, the odd ones by a mask, so no weight is
+ * widened by a shuffle (vpmovzxwd took the decode GEMV to 0.68-0.85 of a plain read on a
+ * Zen 4 host where this ran 0.87-0.93, ENGINE.md session 16). f16: one 64-byte load, its
+ * halves converted (0.72-0.96 of a plain read against 0.69-0.93 for two 32-byte loads,
+ * alternated on that host). */
+T512 static inline AI void widen32(vx_dtype dt, const void *row, int k, __m512 *w0, __m512 *w1)
+{
+    if (dt == VX_BF16) {
+        __m512i v = _mm512_loadu_si512((const uint16_t *)row + k);
+        *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+        *w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
+    } else if (dt == VX_F16) {
+        __m512i v = _mm512_loadu_si512((const uint16_t *)row + k);
+        *w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(v));
+        *w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1));
+    } else {
+        *w0 = load16(dt, row, k);
+        *w1 = load16(dt, row, k + 16);
+    }
+}
+
+/* One 32-column step of a row's dot into chains c0 and c1; x in pairs' order for bf16
+ * when perm, else permuted here. */
 T512 static inline AI void step32(vx_dtype dt, int perm, const void *row, const float *x, int k,
                                   __m512 *c0, __m512 *c1)
 {
+    __m512 w0, w1, x0, x1;
+    widen32(dt, row, k, &w0, &w1);
     if (dt == VX_BF16) {
-        /* by pairs: a 64-byte load holds 16 pairs of bf16; the even ones become f32 by a
-         * shift, the odd ones by a mask, so no weight is widened by a shuffle (vpmovzxwd
-         * took the decode GEMV to 0.68-0.85 of a plain read on a Zen 4 host where this ran
-         * 0.87-0.93, ENGINE.md session 16); x is read as the block's even elements, then
-         * its odd ones */
-        const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
-        __m512i v = _mm512_loadu_si512((const uint16_t *)row + k);
-        __m512 e, o;
-        x_evod(x, k, perm, &e, &o);
-        *c0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), e, *c0);
-        *c1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), o, *c1);
-    } else if (dt == VX_F16) {
-        /* one 64-byte load, its halves converted: 0.72-0.96 of a plain read against
-         * 0.69-0.93 for two 32-byte loads, alternated on a Zen 4-class host (ENGINE.md
-         * session 16); the same products in the same chains */
-        __m512i v = _mm512_loadu_si512((const uint16_t *)row + k);
-        *c0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_loadu_ps(x + k), *c0);
-        *c1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)),
-                              _mm512_loadu_ps(x + k + 16), *c1);
+        x_evod(x, k, perm, &x0, &x1);
     } else {
-        *c0 = _mm512_fmadd_ps(load16(dt, row, k), _mm512_loadu_ps(x + k), *c0);
-        *c1 = _mm512_fmadd_ps(load16(dt, row, k + 16), _mm512_loadu_ps(x + k + 16), *c1);
+        x0 = _mm512_loadu_ps(x + k);
+        x1 = _mm512_loadu_ps(x + k + 16);
     }
+    *c0 = _mm512_fmadd_ps(w0, x0, *c0);
+    *c1 = _mm512_fmadd_ps(w1, x1, *c1);
 }
 
 /* A f32/f16/bf16 row · x with AVX-512, as four chains of 16-lane products, 64 weights a
@@ -220,8 +229,8 @@ T512 static float dot_pairs_perm(const void *row, const float *xp, int cols)
     return dot512(VX_BF16, 1, row, xp, cols);
 }
 
-/* x (n rows of cols, cols % 32 == 0) in the pairs' order of step32, 64-byte aligned; NULL without
- * memory (the caller then reads x as it is). */
+/* x (n rows of cols, cols % 32 == 0) in pairs' order (widen32), 64-byte aligned; NULL
+ * without memory (the caller then reads x as it is). */
 static float *x_pairs(const float *x, int n, int cols)
 {
     size_t len = (size_t)n * (size_t)cols;
@@ -357,22 +366,6 @@ T512 static void rows_split(const eng_w *w, int r0, int r1, const float *x, cons
  * (ENGINE.md session 17). Every (row, token) has the same chain whatever block holds it, so
  * a row's value does not depend on where its chunk starts. x: pairs' order for bf16
  * (cols % 32 == 0), else as stored; the last cols % 32 by tail_dot. */
-T512 static inline AI void few_w(vx_dtype dt, const char *row, int k, __m512 *w0, __m512 *w1)
-{
-    if (dt == VX_BF16) {
-        __m512i v = _mm512_loadu_si512(row + (size_t)k * 2);
-        *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-        *w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
-    } else if (dt == VX_F16) {
-        __m512i v = _mm512_loadu_si512(row + (size_t)k * 2);
-        *w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(v));
-        *w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1));
-    } else {
-        *w0 = _mm512_loadu_ps((const float *)row + k);
-        *w1 = _mm512_loadu_ps((const float *)row + k + 16);
-    }
-}
-
 #define FEW_R 4   /* rows a block */
 #define FEW_T 4   /* tokens a block */
 T512 static inline AI void few_block(vx_dtype dt, int R, const eng_w *w, int r, const float *x,
@@ -386,7 +379,7 @@ T512 static inline AI void few_block(vx_dtype dt, int R, const eng_w *w, int r, 
         for (int t = 0; t < FEW_T; t++) acc[i][t] = _mm512_setzero_ps();
     for (int k = 0; k < k32; k += 32) {
         __m512 w0[FEW_R], w1[FEW_R];
-        for (int i = 0; i < R; i++) few_w(dt, row[i], k, &w0[i], &w1[i]);
+        for (int i = 0; i < R; i++) widen32(dt, row[i], k, &w0[i], &w1[i]);
         for (int t = 0; t < FEW_T; t++) {
             if (t >= tn) break;
             const __m512 x0 = _mm512_loadu_ps(x + (size_t)(t0 + t) * cols + k);
@@ -424,7 +417,7 @@ T512 static void rows_few(const eng_w *w, int r0, int r1, const float *x, const 
 
 /* y[t, r] for r in [r0, r1), t < n: the exact row dot (row_dot_k; wide is eng_avx512(),
  * read once per product), the row in L1 for every x row after the first. xp: x in
- * the pairs' order of step32 (bf16 rows, cols % 32 == 0, AVX-512), or NULL. One x row
+ * pairs' order (widen32; bf16 rows, cols % 32 == 0, AVX-512), or NULL. One x row
  * over rows wider than SPLIT_COLS goes part by part (split_rows), to the same values. */
 static void rows_dot(const eng_w *w, int r0, int r1, const float *x, const float *xp, int n,
                      float *y, int wide)
@@ -533,7 +526,7 @@ typedef struct job {
     const eng_w *w;
     const eng_w *src;      /* source-exact MXFP4 rows that w (their bf16 shape) decodes, or NULL */
     const float *x;
-    const float *xp;       /* x in the pairs' order of step32 for the streaming path, or NULL */
+    const float *xp;       /* x in pairs' order (widen32) for the streaming path, or NULL */
     const eng_xpack *pk;   /* x packed for eng_gemm_rows, or NULL */
     int wide;              /* eng_avx512(), read once per product */
     float *y;
