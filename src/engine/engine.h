@@ -20,6 +20,8 @@
 /* ---------------------------------------------------------------- tokenizer */
 
 typedef struct eng_tokenizer eng_tokenizer;
+/* Every function below takes t == NULL (a container without a tokenizer): encode and
+ * decode refuse with VX_EMISSING, the lookups answer NULL, -1 or 0. */
 
 /* Load from a tokenizer.json (and, when config_path is not NULL and exists, its
  * tokenizer_config.json for clean_up_tokenization_spaces / add_bos overrides). */
@@ -40,7 +42,8 @@ int eng_tok_decode(const eng_tokenizer *t, const int32_t *ids, size_t n, int ski
  * "<0x00>"), which the terminator alone would hide. */
 int eng_tok_decode_len(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
                        char **out, size_t *len, vx_err *err);
-/* The vocabulary string of an id (e.g. "Ġworld", "▁Hello", "<0x0A>"), NULL if out of range. */
+/* The vocabulary string of an id (e.g. "Ġworld", "▁Hello", "<0x0A>"), NULL if out of range
+ * or there is no tokenizer. */
 const char *eng_tok_piece(const eng_tokenizer *t, int32_t id);
 /* Id of an exact vocabulary string (added tokens included), or -1. */
 int32_t eng_tok_lookup(const eng_tokenizer *t, const char *piece);

@@ -486,11 +486,21 @@ static int encode_segment(tok_ctx *c, const char *s, size_t n, int first, tok_id
     return rc;
 }
 
+/* A container need not carry a tokenizer (the model still runs on ids); the text doors
+ * refuse on it by name rather than reading through NULL. */
+static int no_tokenizer(vx_err *err, const char *what)
+{
+    return vx_errf(err, VX_EMISSING, "this container has no tokenizer (no tokenizer.json in "
+                   "its directory): %s", what);
+}
+
 int eng_tok_encode(const eng_tokenizer *t, const char *text, size_t len, int add_special,
                    int32_t **ids, size_t *n, vx_err *err)
 {
     *ids = NULL;
     *n = 0;
+    if (!t)
+        return no_tokenizer(err, "text cannot be turned into token ids");
     if (!text && len)
         return vx_errf(err, VX_EARG, "encode: NULL text of %zu bytes", len);
     tok_ctx c = {.t = t, .err = err};
@@ -542,6 +552,8 @@ int eng_tok_decode_len(const eng_tokenizer *t, const int32_t *ids, size_t n, int
 {
     *out = NULL;
     *len = 0;
+    if (!t)
+        return no_tokenizer(err, "token ids cannot be turned into text");
     tok_pieces toks = {0};
     tok_buf s = {0};
     for (size_t i = 0; i < n; i++) {
@@ -576,11 +588,13 @@ int eng_tok_decode_len(const eng_tokenizer *t, const int32_t *ids, size_t n, int
 
 const char *eng_tok_piece(const eng_tokenizer *t, int32_t id)
 {
-    return id >= 0 && (size_t)id < t->n_ids ? t->piece[id] : NULL;
+    return t && id >= 0 && (size_t)id < t->n_ids ? t->piece[id] : NULL;
 }
 
 int32_t eng_tok_lookup(const eng_tokenizer *t, const char *piece)
 {
+    if (!t)
+        return -1;
     size_t n = strlen(piece);
     int32_t id = tok_smap_get(&t->added_map, piece, n);
     return id >= 0 ? id : tok_smap_get(&t->vocab, piece, n);
@@ -588,10 +602,10 @@ int32_t eng_tok_lookup(const eng_tokenizer *t, const char *piece)
 
 size_t eng_tok_vocab_size(const eng_tokenizer *t)
 {
-    return t->n_ids;
+    return t ? t->n_ids : 0;
 }
 
 int eng_tok_is_special(const eng_tokenizer *t, int32_t id)
 {
-    return id >= 0 && (size_t)id < t->n_ids && t->special[id];
+    return t && id >= 0 && (size_t)id < t->n_ids && t->special[id];
 }

@@ -253,6 +253,31 @@ static void with_model(const char *box)
     free(out); free(err);
 }
 
+/* A container without tokenizer.json (the model still runs on ids): every statement that
+ * needs text refuses by name with status 1, never a crash; what needs none still runs. */
+static void without_tokenizer(const char *box)
+{
+    char cmd[4096], *out, *err;
+    snprintf(cmd, sizeof cmd, "cp -r '%s' " DIR "/notok.vindex3 && rm " DIR "/notok.vindex3/tokenizer.json", box);
+    CHECK(sh(cmd, NULL, NULL) == 0);
+    static const char *const needs_text[] = {
+        "INFER \"The capital of France is\" TOP 2;", "INFER \"Once\" GENERATE 4;",
+        "EXPLAIN INFER \"Once\" TOP 1;", "TRACE \"Once\";", "WALK \"Once\" TOP 3;",
+        "DESCRIBE \"France\";",
+        "INSERT INTO EDGES (entity, relation, target) VALUES (\"A\", \"b\", \"C\");"};
+    for (size_t i = 0; i < sizeof needs_text / sizeof *needs_text; i++) {
+        snprintf(cmd, sizeof cmd, LQL " " DIR "/notok.vindex3 -c '%s'", needs_text[i]);
+        CHECK_MSG(sh(cmd, &out, &err) == 1, "%s: not refused with status 1", needs_text[i]);
+        CHECK_HAS(err, "tokenizer");
+        CHECK(!strstr(err, "Segmentation") && !strstr(err, "runtime error"));
+        free(out); free(err);
+    }
+    snprintf(cmd, sizeof cmd, LQL " " DIR "/notok.vindex3 -c 'SHOW LAYERS;'");
+    CHECK(sh(cmd, &out, &err) == 0);
+    CHECK_HAS(out, "softmax_attention");
+    free(out); free(err);
+}
+
 /* The exit status of child pid, waiting at most ms (then it is killed: -1). */
 static int wait_bounded(pid_t pid, int ms)
 {
@@ -448,6 +473,7 @@ int main(void)
     char box[] = DIR "/tiny.vindex3";
     if (fx_encode_tiny(box, NULL) == 0) {
         with_model(box);
+        without_tokenizer(box);
         fifo_conversation(box);
     } else {
         CHECK_MSG(0, "could not encode the tinyllama fixture");
