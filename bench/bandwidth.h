@@ -8,12 +8,15 @@
 #ifndef LQL_BENCH_BANDWIDTH_H
 #define LQL_BENCH_BANDWIDTH_H
 
+#include <fcntl.h>
+#include <ftw.h>
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -142,6 +145,27 @@ static inline double bw_probe(int threads)
     if (pid > 0)
         waitpid(pid, NULL, 0);
     return bw;
+}
+
+static int bw_drop_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    int fd = type == FTW_F ? open(path, O_RDONLY) : -1;
+    if (fd >= 0) {
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
+    return 0;
+}
+
+/* Drop the page cache of a file, or of every file under a directory (pages some process
+ * has mapped stay). Each program then reads its weights in with its own reader: a copy
+ * left in the cache by `cp` or `cat` sits in 4 KiB folios, which a mapping can only map
+ * 4 KiB at a time (decode 15-20 % slower, ENGINE.md "Huge folios"). */
+static inline void bw_drop_cache(const char *path)
+{
+    nftw(path, bw_drop_one, 16, FTW_PHYS);
 }
 
 #endif

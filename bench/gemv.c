@@ -54,6 +54,7 @@ int main(int argc, char **argv)
         else dir = argv[i];
     }
     if (rounds < 1) rounds = 1;
+    bw_drop_cache(dir);     /* as bench/decode: the container cached by its own mapping */
     vx_container *c;
     vx_err err = {0};
     if (vx_open(dir, &c, &err)) {

@@ -142,6 +142,11 @@ int main(int argc, char **argv)
         return 1;
     }
     int rc = 0;
+    for (int i = 1; i < argc; i++)      /* as bench/decode: each container cached by its own mapping */
+        bw_drop_cache(argv[i]);
+    if (argc == 1)
+        for (int i = 0; i < 2; i++)
+            bw_drop_cache(def[i]);
     if (argc > 1)
         for (int i = 1; i < argc; i++)
             rc |= bench_one(argv[i], arr, n_arr);
