@@ -133,6 +133,11 @@ const char *eng_prefill_path(vx_dtype dt);
 /* (eng_parallel, the pool's entry, is public: engine.h.) [lo, hi) of part i of n over
  * count items, split in multiples of `align`. */
 void eng_split(int count, int i, int n, int align, int *lo, int *hi);
+/* The next [*lo, *hi) of `rows` claimed from *next, in chunks of about rows / (nparts · 8)
+ * (a multiple of 16, at least 16); 0 when none is left. Decode's parts claim their rows so
+ * a thread the scheduler delays leaves its share to the others instead of stalling the
+ * product, and each chunk is still one sequential stream the prefetchers follow. */
+int eng_claim_rows(atomic_int *next, int rows, int nparts, int *lo, int *hi);
 
 /* ---------------------------------------------------------------- plan */
 

@@ -575,14 +575,9 @@ static void run_part(void *ctx, int i, int nparts)
     job *j = ctx;
     int lo, hi;
     if (j->n <= SMALL_N) {
-        /* rows are claimed in chunks, so a thread the scheduler delays leaves its share
-         * to the others instead of stalling the product */
-        int chunk = j->w->rows / (nparts * 8);
-        chunk = chunk < 16 ? 16 : chunk & ~15;
         uint16_t *buf = j->src ? malloc((size_t)j->w->cols * (DEC_ROWS * sizeof(uint16_t) + sizeof(float)))
                                : NULL;
-        while ((lo = atomic_fetch_add_explicit(&j->next, chunk, memory_order_relaxed)) < j->w->rows) {
-            hi = lo + chunk < j->w->rows ? lo + chunk : j->w->rows;
+        while (eng_claim_rows(&j->next, j->w->rows, nparts, &lo, &hi)) {
             if (!j->src) {
                 stream_rows(j, j->w, lo, hi, j->y);
             } else if (buf) {

@@ -127,3 +127,14 @@ void eng_split(int count, int i, int n, int align, int *lo, int *hi)
     *lo = b0 * align < count ? b0 * align : count;
     *hi = b1 * align < count ? b1 * align : count;
 }
+
+int eng_claim_rows(atomic_int *next, int rows, int nparts, int *lo, int *hi)
+{
+    int chunk = rows / (nparts * 8);
+    chunk = chunk < 16 ? 16 : chunk & ~15;
+    *lo = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
+    if (*lo >= rows)
+        return 0;
+    *hi = rows - *lo < chunk ? rows : *lo + chunk;
+    return 1;
+}
