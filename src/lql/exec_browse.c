@@ -335,6 +335,115 @@ static int band_of_clause(lql_band b)
     }
 }
 
+/* One row of DESCRIBE's inserted table: facts merged by (layer, relation, target, mode). */
+typedef struct fact_row {
+    const char *relation, *target, *mode;
+    int layer, count;
+    int64_t feature;              /* the first slot's, -1 for a low-rank update or a KNN key */
+} fact_row;
+
+static int same_text(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && strcasecmp(a, b) == 0);
+}
+
+static void fact_add(fact_row *f, size_t *n, const char *relation, const char *target,
+                     const char *mode, int layer, int64_t feature)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (f[i].layer == layer && same_text(f[i].relation, relation) &&
+            same_text(f[i].target, target) && same_text(f[i].mode, mode)) {
+            f[i].count++;
+            return;
+        }
+    f[(*n)++] = (fact_row){relation, target, mode, layer, 1, feature};
+}
+
+/* Does layer l pass DESCRIBE's AT LAYER and band clauses? */
+static int describe_layer_ok(const brw_model *m, const brw_describe_opts *o, int l)
+{
+    return l >= 0 && l < brw_layers(m) && (o->at_layer < 0 || l == o->at_layer) &&
+           (o->band < 0 || brw_band_of(m, l) == o->band);
+}
+
+/* DESCRIBE's second table: the journal's inserted facts about ent (INSERT in every mode,
+ * and APPLY PATCH's inserts), from the entity, relation and target each was made from.
+ * The walk finds features by the entity's embedding, which a fact keyed on its prompt's
+ * residual need not match (a gated feature, a low-rank update, a KNN key), so without this
+ * `DESCRIBE "e"` would not show what `INSERT … VALUES ("e", …)` just taught the model.
+ * Deleted features and KNN entries are left out; *shown counts the rows. */
+static int describe_inserted(lql_session *s, const lql_stmt *st, const brw_model *m,
+                             const char *ent, const brw_describe_opts *o, lql_result *r,
+                             size_t *shown, lql_err *e)
+{
+    *shown = 0;
+    ed_model *ed;
+    if (lql_edit_model(s, st, 0, &ed, e) != 0)
+        return -1;
+    vx_op *ops = NULL;
+    size_t n = 0, nk = 0, nf = 0;
+    vx_err ve = {0};
+    if (ed_active_ops(ed, &ops, &n, &ve) != 0)
+        return lql_err_vx(e, &ve, &st->at);
+    const ed_overlay *cur = ed_current(ed);
+    const ed_knn_entry *kn = ed_knn(cur, &nk);
+    fact_row *f = calloc(n + nk + 1, sizeof *f);
+    if (!f) {
+        vx_ops_free(ops, n);
+        return oom(e);
+    }
+    char t[256];
+    for (size_t i = 0; i < n; i++) {
+        const vx_op *op = &ops[i];
+        if (op->kind != VX_OP_INSERT || !op->entity || !describe_layer_ok(m, o, op->layer))
+            continue;
+        brw_trim(op->entity, t, sizeof t);
+        if (strcasecmp(t, ent) != 0 || (op->feature >= 0 && ed_is_tombstone(cur, op->layer, op->feature)))
+            continue;
+        fact_add(f, &nf, op->relation, op->target, op->mode ? op->mode : "insert", op->layer,
+                 op->feature);
+    }
+    for (size_t i = 0; i < nk; i++) {
+        brw_trim(kn[i].entity, t, sizeof t);
+        if (strcasecmp(t, ent) == 0 && describe_layer_ok(m, o, kn[i].layer))
+            fact_add(f, &nf, NULL, kn[i].target, "knn", kn[i].layer, -1);
+    }
+    int rc = 0;
+    if (nf) {
+        /* the KNN store keeps no relation: it is read from the journal's insert_knn op */
+        for (size_t k = 0; k < nf; k++)
+            for (size_t i = 0; !f[k].relation && strcmp(f[k].mode, "knn") == 0 && i < n; i++)
+                if (ops[i].kind == VX_OP_INSERT_KNN && ops[i].layer == f[k].layer &&
+                    ops[i].entity && same_text(ops[i].target, f[k].target)) {
+                    brw_trim(ops[i].entity, t, sizeof t);
+                    if (strcasecmp(t, ent) == 0)
+                        f[k].relation = ops[i].relation;
+                }
+        static const lql_colspec cols[] = {{"band", LQL_TEXT, 0}, {"relation", LQL_TEXT, 0},
+            {"target", LQL_TEXT, 0}, {"layer", LQL_INT, 0}, {"feature", LQL_INT, 0},
+            {"mode", LQL_TEXT, 0}, {"count", LQL_INT, 0}};
+        lql_table *tb = lql_result_table(r, "inserted", 7, cols);
+        for (size_t k = 0; tb && k < nf; k++) {
+            lql_row(tb);
+            lql_cell_text(tb, brw_band_name(brw_band_of(m, f[k].layer)));
+            lql_cell_text(tb, f[k].relation);
+            lql_cell_text(tb, f[k].target);
+            lql_cell_int(tb, f[k].layer);
+            if (f[k].feature >= 0)
+                lql_cell_int(tb, f[k].feature);
+            else
+                lql_cell_null(tb);
+            lql_cell_text(tb, f[k].mode);
+            lql_cell_int(tb, f[k].count);
+        }
+        rc = tb ? 0 : oom(e);
+        *shown = nf;
+    }
+    free(f);
+    vx_ops_free(ops, n);
+    return rc;
+}
+
 int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     brw_model *m = NULL;
@@ -407,13 +516,18 @@ int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e
     }
     char ent[256];
     brw_trim(st->arg, ent, sizeof ent);
-    if (d.n_edges == 0)
+    size_t facts = 0;
+    int rc = describe_inserted(s, st, m, ent, &o, r, &facts, e);
+    if (rc == 0 && d.n_edges == 0)
         lql_result_note(r, "%s: no edges found", ent);
-    else
+    else if (rc == 0)
         lql_result_note(r, "%s: signal %s (%zu edges, %zu shown, max gate %.4f)", ent, d.signal,
                         d.total_edges, d.n_edges, (double)d.max_gate);
+    if (rc == 0 && facts)
+        lql_result_note(r, "%s: %zu inserted fact%s in the journal (the 'inserted' table)", ent,
+                        facts, facts == 1 ? "" : "s");
     brw_describe_free(&d);
-    return 0;
+    return rc;
 }
 
 /* ---------------------------------------------------------------- SELECT */
