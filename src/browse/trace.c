@@ -76,27 +76,20 @@ static float norm2(const float *x, int n)
     return (float)sqrt(s);
 }
 
-/* Resolve FOR "t" to its id: first id of encode(" t") without specials. */
+/* Resolve FOR "t" to the first id of the answer " t" (eng_tok_answer_ids, as INSERT
+ * reads a target): the token the model must produce next to say it. */
 static int answer_id(const eng_model *em, const char *t, int32_t *out, vx_err *err)
 {
-    size_t len = strlen(t);
     /* " " alone would silently trace the space token */
-    if (len == 0)
+    if (!t[0])
         return vx_errf(err, VX_EARG, "FOR needs a non-empty token");
-    char *s = malloc(len + 2);
-    if (!s)
-        return vx_errf(err, VX_ENOMEM, "trace: out of memory");
-    s[0] = ' ';
-    memcpy(s + 1, t, len + 1);
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = eng_tok_encode(eng_model_tokenizer(em), s, len + 1, 0, &ids, &n, err);
-    free(s);
-    if (rc != 0)
+    if (eng_tok_answer_ids(eng_model_tokenizer(em), t, &ids, &n, err) != 0)
         return -1;
     if (n == 0) {
         free(ids);
-        return vx_errf(err, VX_EARG, "FOR \"%s\" has no tokens", t);
+        return vx_errf(err, VX_EARG, "FOR \"%s\" has no tokens but spaces", t);
     }
     *out = ids[0];
     free(ids);

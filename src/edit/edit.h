@@ -112,8 +112,7 @@ typedef struct ed_update_row {
 int ed_update(ed_model *ed, const char *text, const ed_slot *sel, size_t n, int32_t tid,
               double conf, ed_update_row *rows, vx_record_info *info, vx_err *err);
 
-/* The token ids of " target" (no specials) as a model writes them after a prompt, leading
- * lone word-boundary pieces skipped: *out malloc'd, *n ≥ 1. */
+/* eng_tok_answer_ids, refused when it leaves no token: *out malloc'd, *n ≥ 1. */
 int ed_target_ids(const eng_tokenizer *tok, const char *target, int32_t **out, size_t *n,
                   vx_err *err);
 

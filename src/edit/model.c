@@ -219,28 +219,13 @@ int ed_update(ed_model *ed, const char *text, const ed_slot *sel, size_t n, int3
 int ed_target_ids(const eng_tokenizer *tok, const char *target, int32_t **out, size_t *n,
                   vx_err *err)
 {
-    size_t len = strlen(target);
-    char *text = malloc(len + 2);
-    if (!text)
-        return vx_errf(err, VX_ENOMEM, "out of memory");
-    text[0] = ' ';
-    memcpy(text + 1, target, len + 1);
-    int32_t *ids = NULL;
-    int rc = eng_tok_encode(tok, text, len + 1, 0, &ids, n, err);
-    free(text);
-    if (rc)
+    if (eng_tok_answer_ids(tok, target, out, n, err))
         return -1;
-    size_t skip = 0;
-    for (const char *p; skip < *n && (p = eng_tok_piece(tok, ids[skip])) &&
-                        (!strcmp(p, "\xe2\x96\x81") || !strcmp(p, "\xc4\xa0") || !strcmp(p, " "));)
-        skip++;
-    if (skip == *n) {
-        free(ids);
+    if (*n == 0) {
+        free(*out);
+        *out = NULL;
         return vx_errf(err, VX_EARG, "target \"%s\" has no tokens", target);
     }
-    memmove(ids, ids + skip, (*n - skip) * sizeof *ids);
-    *n -= skip;
-    *out = ids;
     return 0;
 }
 

@@ -48,6 +48,13 @@ const char *eng_tok_piece(const eng_tokenizer *t, int32_t id);
 /* Id of an exact vocabulary string (added tokens included), or -1. */
 int32_t eng_tok_lookup(const eng_tokenizer *t, const char *piece);
 size_t eng_tok_vocab_size(const eng_tokenizer *t);
+/* The ids a model writes to say " text" after a prompt (no specials): encode(" " + text),
+ * one space the caller wrote counted as that space, leading pieces of only word-start
+ * marks and spaces ("▁", "▁▁", "Ġ", " ") skipped, since a dummy-prefix tokenizer spells " Paris" as "▁" "▁Paris".
+ * *ids malloc'd (non-NULL); *n may be 0 when text is only spaces. The one reading of an
+ * answer for INSERT's targets and TRACE's FOR. */
+int eng_tok_answer_ids(const eng_tokenizer *t, const char *text, int32_t **ids, size_t *n,
+                       vx_err *err);
 int eng_tok_is_special(const eng_tokenizer *t, int32_t id);
 
 /* ---------------------------------------------------------------- model */

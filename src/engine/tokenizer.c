@@ -609,3 +609,45 @@ int eng_tok_is_special(const eng_tokenizer *t, int32_t id)
 {
     return t && id >= 0 && (size_t)id < t->n_ids && t->special[id];
 }
+
+/* Is a vocabulary piece only word-start marks ("▁", "Ġ") and spaces ("▁▁" included)? */
+static int blank_piece(const char *p)
+{
+    if (!p || !*p)
+        return 0;
+    while (*p)
+        if (!strncmp(p, "\xe2\x96\x81", 3))
+            p += 3;
+        else if (!strncmp(p, "\xc4\xa0", 2))
+            p += 2;
+        else if (*p == ' ')
+            p++;
+        else
+            return 0;
+    return 1;
+}
+
+int eng_tok_answer_ids(const eng_tokenizer *t, const char *text, int32_t **ids, size_t *n,
+                       vx_err *err)
+{
+    *ids = NULL;
+    *n = 0;
+    /* a space the caller wrote is the space the model says, not a second one */
+    const char *w = text[0] == ' ' && text[1] ? text + 1 : text;
+    size_t len = strlen(w);
+    char *s = malloc(len + 2);
+    if (!s)
+        return vx_errf(err, VX_ENOMEM, "out of memory");
+    s[0] = ' ';
+    memcpy(s + 1, w, len + 1);
+    int rc = eng_tok_encode(t, s, len + 1, 0, ids, n, err);
+    free(s);
+    if (rc)
+        return -1;
+    size_t skip = 0;
+    while (skip < *n && blank_piece(eng_tok_piece(t, (*ids)[skip])))
+        skip++;
+    memmove(*ids, *ids + skip, (*n - skip) * sizeof **ids);
+    *n -= skip;
+    return 0;
+}

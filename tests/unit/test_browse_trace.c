@@ -2,11 +2,13 @@
  * test_browse_trace.c — the TRACE SAVE file reader (brw_trace_parse) on synthetic images
  * for a 2-layer, 4-wide, 32-token model: a valid image round-trips every id and state;
  * every refusal is pinned (header, version, shape, size, FOR id and prompt ids outside the
- * vocabulary, which a FROM file could otherwise pass to the lens and the decoder).
+ * vocabulary, which a FROM file could otherwise pass to the lens and the decoder); and
+ * FOR's token on a SentencePiece vocabulary (a generated llama with Llama 2's tokenizer).
  */
 #include "brw_int.h"
 #include "t.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,8 +48,49 @@ static void refused(const uint8_t *b, size_t n, const char *want)
     CHECK(!t.ids && !t.states);
 }
 
+/* FOR "Paris" with Llama 2's tokenizer, whose dummy prefix spells "Paris" as "▁Paris" but
+ * " Paris" as "▁" "▁Paris": the id the model must produce to say " Paris" is "▁Paris",
+ * written either way, not the lone "▁" (a 1-layer llama of 32000 tokens from mkfixture). */
+static void for_sentencepiece(void)
+{
+    const char *dir = LQL_BINARY_DIR "/trace-spm";
+    char cmd[4096], hf[1024], vx[1024];
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    snprintf(vx, sizeof vx, "%s/c.vindex3", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && '%s/mkfixture' --family llama "
+             "--vocab 32000 --hidden 16 --layers 1 --heads 2 --kv-heads 1 --inter 32 "
+             "--tokenizer '%s/llama2/tokenizer.json' -o '%s' >/dev/null 2>&1", dir, dir,
+             LQL_BINARY_DIR, LQL_TOKENIZER_DIR, hf);
+    CHECK(system(cmd) == 0);
+    vx_err err = {0};
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    vx_container *c = NULL;
+    eng_model *em = NULL;
+    CHECK_MSG(vx_encode(hf, vx, &o, &err) == 0 && vx_open(vx, &c, &err) == 0 &&
+              eng_model_bind(c, &em, &err) == 0, "%s", err.msg);
+    if (em) {
+        int32_t want = eng_tok_lookup(eng_model_tokenizer(em), "\xe2\x96\x81Paris");
+        CHECK(want >= 0 && want != eng_tok_lookup(eng_model_tokenizer(em), "\xe2\x96\x81"));
+        static const char *const spell[] = {"Paris", " Paris"};
+        for (int i = 0; i < 2; i++) {
+            brw_trace t;
+            brw_trace_opts to = {.for_token = spell[i], .layer_lo = -1, .layer_hi = -1};
+            CHECK_MSG(brw_trace_run(em, "The capital of France is", &to, &t, &err) == 0, "%s",
+                      err.msg);
+            CHECK_MSG(t.target == want, "FOR \"%s\": id %d, want %d", spell[i], t.target, want);
+            brw_trace_free(&t);
+        }
+    }
+    eng_model_free(em);
+    vx_close(c);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void)
 {
+    for_sentencepiece();
     static uint8_t b[SIZE + 4];
     image(b);
     brw_trace t;

@@ -754,6 +754,45 @@ static void cli(const char *shared)
     free(out);
 }
 
+/* eng_tok_answer_ids: the ids of the answer " text" on Llama 2's dummy-prefix
+ * SentencePiece (where " Paris" alone encodes as "▁" "▁Paris") and GPT-2's byte-level BPE,
+ * with and without a space written in the text; a blank text leaves no id; no tokenizer
+ * is refused. */
+static void answers(void)
+{
+    static const struct { const char *tok, *piece; } cases[] = {
+        {"llama2", "\xe2\x96\x81Paris"}, {"gpt2", "\xc4\xa0Paris"}};
+    static const char *const spell[] = {"Paris", " Paris"};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/%s", LQL_TOKENIZER_DIR, cases[c].tok);
+        eng_tokenizer *t = NULL;
+        vx_err err = {0};
+        CHECK(eng_tok_load_dir(dir, &t, &err) == 0);
+        if (!t)
+            continue;
+        int32_t want = eng_tok_lookup(t, cases[c].piece);
+        CHECK(want >= 0);
+        for (int i = 0; i < 2; i++) {
+            int32_t *ids = NULL;
+            size_t n = 0;
+            CHECK(eng_tok_answer_ids(t, spell[i], &ids, &n, &err) == 0);
+            CHECK_MSG(n == 1 && ids[0] == want, "%s \"%s\": %zu ids, first %d, want %d",
+                      cases[c].tok, spell[i], n, n ? ids[0] : -1, want);
+            free(ids);
+        }
+        int32_t *ids = NULL;
+        size_t n = 9;
+        CHECK(eng_tok_answer_ids(t, " ", &ids, &n, &err) == 0 && n == 0 && ids);
+        free(ids);
+        eng_tok_free(t);
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    vx_err err = {0};
+    CHECK(eng_tok_answer_ids(NULL, "Paris", &ids, &n, &err) == -1 && err.code == VX_EMISSING);
+}
+
 int main(void)
 {
     const char *shared = LQL_FIXTURE_DIR;
@@ -787,6 +826,7 @@ int main(void)
     edges(shared);
     unicode_classes();
     nul_decode();
+    answers();
     cli(shared);
     return T_DONE();
 }
