@@ -351,6 +351,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "decode: the peer's model %s is missing (--peer-models DIR or LQL_PEER_MODELS)\n", g);
                 return 2;
             }
+            bw_drop_cache(g);   /* read in by llama.cpp's own loader, as lql's containers below */
         }
     }
     char th[16];
@@ -366,16 +367,11 @@ int main(int argc, char **argv)
         }
     }
 
-    /* both programs' weights start out of the page cache, so each is cached by its own
-     * reader (lql's mapping asks for 2 MiB folios) and not by whatever copied it there */
-    for (int k = 0; k < nf; k++) {
+    /* lql's weights start out of the page cache too (the GGUFs were dropped above), so each
+     * program caches its own through its reader (lql's mapping asks for 2 MiB folios), not
+     * by whatever copied it there */
+    for (int k = 0; k < nf; k++)
         bw_drop_cache(F[k].vx);
-        if (!no_peer) {
-            char g[4200];
-            snprintf(g, sizeof g, "%s/bench-1b-%.7s.gguf", models, F[k].name);
-            bw_drop_cache(g);
-        }
-    }
     char cpu[256], flags[512];
     cpu_note(cpu, sizeof cpu, flags, sizeof flags);
     printf("cpu          %s\nflags        %s\n", cpu, flags);

@@ -40,6 +40,7 @@ static int bench_one(const char *path, const float *arr, size_t n_arr)
     vx_container *c = NULL;
     brw_model *m = NULL;
     vx_err err = {0};
+    bw_drop_cache(path);    /* as bench/decode: the container cached by its own mapping */
     if (vx_open(path, &c, &err) != 0 || brw_open(c, &m, &err) != 0) {
         fprintf(stderr, "walk: %s: %s\n", path, err.msg);
         vx_close(c);
@@ -142,11 +143,6 @@ int main(int argc, char **argv)
         return 1;
     }
     int rc = 0;
-    for (int i = 1; i < argc; i++)      /* as bench/decode: each container cached by its own mapping */
-        bw_drop_cache(argv[i]);
-    if (argc == 1)
-        for (int i = 0; i < 2; i++)
-            bw_drop_cache(def[i]);
     if (argc > 1)
         for (int i = 1; i < argc; i++)
             rc |= bench_one(argv[i], arr, n_arr);

@@ -211,6 +211,7 @@ static int apply_knn(ed_overlay *o, const vx_op *op)
             if (strcasecmp(o->knn[i].entity, op->entity) == 0) {
                 free((float *)o->knn[i].key);
                 free((char *)o->knn[i].entity);
+                free((char *)o->knn[i].relation);
                 free((char *)o->knn[i].target);
             } else {
                 o->knn[k++] = o->knn[i];
@@ -226,10 +227,12 @@ static int apply_knn(ed_overlay *o, const vx_op *op)
     o->knn = nk;
     float *key = malloc((size_t)o->hidden * sizeof *key);
     char *ent = strdup(op->entity ? op->entity : ""), *tgt = strdup(op->target ? op->target : "");
-    if (!key || !ent || !tgt) {
+    char *rel = strdup(op->relation ? op->relation : "");
+    if (!key || !ent || !tgt || !rel) {
         free(key);
         free(ent);
         free(tgt);
+        free(rel);
         return -1;
     }
     double nn = 0;
@@ -238,7 +241,7 @@ static int apply_knn(ed_overlay *o, const vx_op *op)
     float inv = nn > 0 ? (float)(1.0 / sqrt(nn)) : 0.0f;
     for (int h = 0; h < o->hidden; h++)
         key[h] = kv->data[h] * inv;
-    nk[o->n_knn++] = (ed_knn_entry){op->layer, (int32_t)op->target_id, key, ent, tgt};
+    nk[o->n_knn++] = (ed_knn_entry){op->layer, (int32_t)op->target_id, key, ent, rel, tgt};
     return 0;
 }
 
@@ -432,6 +435,7 @@ void ed_overlay_free(ed_overlay *o)
     for (size_t i = 0; i < o->n_knn; i++) {
         free((float *)o->knn[i].key);
         free((char *)o->knn[i].entity);
+        free((char *)o->knn[i].relation);
         free((char *)o->knn[i].target);
     }
     free(o->knn);

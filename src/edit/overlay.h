@@ -64,7 +64,7 @@ typedef struct ed_knn_entry {
     int layer;
     int32_t target_id;
     const float *key;         /* [hidden], unit length */
-    const char *entity, *target;
+    const char *entity, *relation, *target;   /* as inserted; relation "" when none */
 } ed_knn_entry;
 /* The store's entries in journal order (*n of them; NULL/0 for a NULL overlay). */
 const ed_knn_entry *ed_knn(const ed_overlay *o, size_t *n);

@@ -406,19 +406,11 @@ static int describe_inserted(lql_session *s, const lql_stmt *st, const brw_model
     for (size_t i = 0; i < nk; i++) {
         brw_trim(kn[i].entity, t, sizeof t);
         if (strcasecmp(t, ent) == 0 && describe_layer_ok(m, o, kn[i].layer))
-            fact_add(f, &nf, NULL, kn[i].target, "knn", kn[i].layer, -1);
+            fact_add(f, &nf, kn[i].relation[0] ? kn[i].relation : NULL, kn[i].target, "knn",
+                     kn[i].layer, -1);
     }
     int rc = 0;
     if (nf) {
-        /* the KNN store keeps no relation: it is read from the journal's insert_knn op */
-        for (size_t k = 0; k < nf; k++)
-            for (size_t i = 0; !f[k].relation && strcmp(f[k].mode, "knn") == 0 && i < n; i++)
-                if (ops[i].kind == VX_OP_INSERT_KNN && ops[i].layer == f[k].layer &&
-                    ops[i].entity && same_text(ops[i].target, f[k].target)) {
-                    brw_trim(ops[i].entity, t, sizeof t);
-                    if (strcasecmp(t, ent) == 0)
-                        f[k].relation = ops[i].relation;
-                }
         static const lql_colspec cols[] = {{"band", LQL_TEXT, 0}, {"relation", LQL_TEXT, 0},
             {"target", LQL_TEXT, 0}, {"layer", LQL_INT, 0}, {"feature", LQL_INT, 0},
             {"mode", LQL_TEXT, 0}, {"count", LQL_INT, 0}};
@@ -517,17 +509,20 @@ int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e
     char ent[256];
     brw_trim(st->arg, ent, sizeof ent);
     size_t facts = 0;
-    int rc = describe_inserted(s, st, m, ent, &o, r, &facts, e);
-    if (rc == 0 && d.n_edges == 0)
+    if (describe_inserted(s, st, m, ent, &o, r, &facts, e) != 0) {
+        brw_describe_free(&d);
+        return -1;
+    }
+    if (d.n_edges == 0)
         lql_result_note(r, "%s: no edges found", ent);
-    else if (rc == 0)
+    else
         lql_result_note(r, "%s: signal %s (%zu edges, %zu shown, max gate %.4f)", ent, d.signal,
                         d.total_edges, d.n_edges, (double)d.max_gate);
-    if (rc == 0 && facts)
+    if (facts)
         lql_result_note(r, "%s: %zu inserted fact%s in the journal (the 'inserted' table)", ent,
                         facts, facts == 1 ? "" : "s");
     brw_describe_free(&d);
-    return rc;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- SELECT */
