@@ -345,6 +345,8 @@ typedef struct brw_stats {
     uint64_t gate_bytes, container_bytes;
     const char *gate_dtype;
     int labelled;           /* feature labels present */
+    const char *bands_note; /* why index.browse.layer_bands was ignored (bands then follow
+                             * depth), or "" */
 } brw_stats;
 
 int brw_stats_get(const brw_model *m, brw_stats *out, vx_err *err);

@@ -66,6 +66,7 @@ struct brw_model {
     eng_tokenizer *own_tok;   /* loaded by brw_open, freed by brw_close; NULL if borrowed */
     brw_dmet *dmet;
     int band[3][2];
+    char bands_note[128];    /* why index.browse.layer_bands was not used, or "" */
     char **text;             /* [vocab] lazily decoded token texts */
     cJSON *labels;           /* feature_labels.json ("L{l}_F{f}" or "l:f" keys), or NULL */
     cJSON *clusters;         /* relation_clusters.json (labels[c]), or NULL */

@@ -10,26 +10,43 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Bands from index.browse.layer_bands when recorded and valid; else from depth. */
+/* Bands from index.browse.layer_bands when recorded and valid; else from depth, and
+ * m->bands_note says why the recorded ones were not used (STATS shows it: a container
+ * whose bands are silently replaced would label its layers with no sign of it). */
 static void read_bands(brw_model *m)
 {
     brw_bands_for_depth(m->s.layers, -1, -1, m->band);
     const cJSON *br = cJSON_GetObjectItemCaseSensitive(vx_index_json(m->c), "browse");
     const cJSON *lb = cJSON_GetObjectItemCaseSensitive(br, "layer_bands");
-    if (!cJSON_IsObject(lb))
+    if (!lb)
         return;
+    if (!cJSON_IsObject(lb)) {
+        snprintf(m->bands_note, sizeof m->bands_note, "it is not an object");
+        return;
+    }
     int band[3][2];
     for (int b = 0; b < 3; b++) {
-        const cJSON *r = cJSON_GetObjectItemCaseSensitive(lb, brw_band_name(b));
+        const char *name = brw_band_name(b);
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(lb, name);
         band[b][0] = band[b][1] = -1;
         if (cJSON_IsNull(r) || !r)
             continue;
-        if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) != 2)
-            return;
         const cJSON *a = cJSON_GetArrayItem(r, 0), *z = cJSON_GetArrayItem(r, 1);
-        if (!cJSON_IsNumber(a) || !cJSON_IsNumber(z) || a->valuedouble < -1 ||
-            z->valuedouble < a->valuedouble || z->valuedouble >= m->s.layers)
+        if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) != 2 || !cJSON_IsNumber(a) ||
+            !cJSON_IsNumber(z)) {
+            snprintf(m->bands_note, sizeof m->bands_note, "'%s' is not [first, last]", name);
             return;
+        }
+        if (a->valuedouble == -1 && z->valuedouble == -1)
+            continue;   /* [-1, -1]: no such band, as null */
+        if (a->valuedouble < 0 || z->valuedouble < a->valuedouble ||
+            z->valuedouble >= m->s.layers || a->valuedouble != (int)a->valuedouble ||
+            z->valuedouble != (int)z->valuedouble) {
+            snprintf(m->bands_note, sizeof m->bands_note,
+                     "'%s' [%.17g, %.17g] is not a layer range in 0-%d", name, a->valuedouble,
+                     z->valuedouble, m->s.layers - 1);
+            return;
+        }
         band[b][0] = (int)a->valuedouble;
         band[b][1] = (int)z->valuedouble;
     }

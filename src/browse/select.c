@@ -929,6 +929,7 @@ int brw_stats_get(const brw_model *m, brw_stats *out, vx_err *err)
     out->hidden = m->s.hidden;
     out->vocab = m->s.vocab;
     memcpy(out->band, m->band, sizeof m->band);
+    out->bands_note = m->bands_note;
     out->labelled = m->labels != NULL || m->clusters != NULL;
     out->gate_dtype = "";
     for (int l = 0; l < m->s.layers && !*out->gate_dtype; l++)

@@ -255,6 +255,9 @@ int lql_h_stats(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
            (long long)bs.features);
         kv(t, "gate rows", "%llu bytes (%s)", (unsigned long long)bs.gate_bytes, bs.gate_dtype);
         kv(t, "relation labels", "%s", bs.labelled ? "yes" : "no");
+        if (bs.bands_note[0])
+            lql_result_note(r, "index.json's browse.layer_bands is ignored (%s): the bands "
+                            "follow depth", bs.bands_note);
     } else {
         lql_result_note(r, "no browse view: %s", be.msg[0] ? be.msg : ve.msg);
     }

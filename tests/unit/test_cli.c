@@ -278,6 +278,35 @@ static void without_tokenizer(const char *box)
     free(out); free(err);
 }
 
+/* index.json's browse.layer_bands out of range: STATS says the recorded bands are ignored
+ * and shows the depth rule's, instead of replacing them without a word. */
+static void bad_bands(const char *box)
+{
+    char cmd[4096], path[4096], *out, *err;
+    snprintf(cmd, sizeof cmd, "cp -r '%s' " DIR "/bands.vindex3", box);
+    CHECK(sh(cmd, NULL, NULL) == 0);
+    snprintf(path, sizeof path, DIR "/bands.vindex3/index.json");
+    char *text = slurp(path);
+    cJSON *idx = cJSON_Parse(text);
+    cJSON *lb = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(idx, "browse"),
+                                                 "layer_bands");
+    CHECK(cJSON_IsObject(lb));
+    cJSON *r = cJSON_CreateArray();
+    cJSON_AddItemToArray(r, cJSON_CreateNumber(5));
+    cJSON_AddItemToArray(r, cJSON_CreateNumber(9));
+    cJSON_ReplaceItemInObjectCaseSensitive(lb, "syntax", r);
+    char *bad = cJSON_Print(idx);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && bad && fputs(bad, f) >= 0);
+    if (f) fclose(f);
+    snprintf(cmd, sizeof cmd, LQL " " DIR "/bands.vindex3 -c 'STATS;'");
+    CHECK(sh(cmd, &out, &err) == 0);
+    CHECK_HAS(err, "browse.layer_bands is ignored ('syntax' [5, 9] is not a layer range in 0-3)");
+    CHECK_HAS(out, "syntax\tlayers 0-");
+    free(out); free(err); free(bad); free(text);
+    cJSON_Delete(idx);
+}
+
 /* The exit status of child pid, waiting at most ms (then it is killed: -1). */
 static int wait_bounded(pid_t pid, int ms)
 {
@@ -474,6 +503,7 @@ int main(void)
     if (fx_encode_tiny(box, NULL) == 0) {
         with_model(box);
         without_tokenizer(box);
+        bad_bands(box);
         fifo_conversation(box);
     } else {
         CHECK_MSG(0, "could not encode the tinyllama fixture");
