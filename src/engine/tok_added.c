@@ -85,11 +85,6 @@ static int32_t char_before(const char *s, size_t end, size_t *w)
     return cp;
 }
 
-static int is_word(int32_t cp)
-{
-    return cp == '_' || tok_is_alnum(cp);
-}
-
 int tok_added_split(const eng_tokenizer *t, const tok_trie *tr, const char *s, size_t n,
                     tok_spans *out)
 {
@@ -107,8 +102,8 @@ int tok_added_split(const eng_tokenizer *t, const tok_trie *tr, const char *s, s
         i = me;
         const tok_added *a = &t->added[idx];
         if (a->single_word) {
-            int left = ms > 0 && is_word(char_before(s, ms, &w));
-            int right = me < n && (tok_utf8_next(s + me, n - me, &cp), is_word(cp));
+            int left = ms > 0 && tok_is_word(char_before(s, ms, &w));
+            int right = me < n && (tok_utf8_next(s + me, n - me, &cp), tok_is_word(cp));
             if (left || right)
                 continue;
         }

@@ -131,7 +131,7 @@ size_t tok_utf8_next(const char *s, size_t n, int32_t *cp);
 size_t tok_utf8_put(int32_t cp, char out[4]);
 int tok_is_ws(int32_t cp);      /* Rust char::is_whitespace (White_Space) */
 int tok_is_num(int32_t cp);     /* Rust char::is_numeric (Nd, Nl, No) */
-int tok_is_alnum(int32_t cp);   /* letters and numbers */
+int tok_is_word(int32_t cp);    /* Rust regex \w: letters, marks, Nd, Nl, Pc, joiners */
 int tok_is_punct(int32_t cp);   /* ASCII punctuation or a P* category */
 
 /* ---------------------------------------------------------------- patterns */

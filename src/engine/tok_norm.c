@@ -1,7 +1,8 @@
 /*
  * tok_norm.c — normalizers: tokenizer.json "normalizer" parsed into a flat list of steps
  * (Sequence nests are flattened) and applied to one text segment at a time. Unicode
- * normal forms come from utf8proc; Lowercase maps code point by code point; Strip removes
+ * normal forms come from utf8proc; Lowercase maps code point by code point (full mappings,
+ * as Rust's char::to_lowercase, so without the final-sigma rule); Strip removes
  * White_Space characters; Prepend adds its text only to a non-empty segment, as Hugging
  * Face does (so an empty string never gains a '▁').
  */
@@ -87,13 +88,37 @@ static int unicode_form(int kind, const char *s, size_t n, tok_buf *out)
     return rc;
 }
 
+/* The lowercase of one code point as Rust's char::to_lowercase gives it. utf8proc has the
+ * simple mappings only (U+0130 'İ', the one character whose full lowercase is two, "i"
+ * U+0307, is done in lower()) and lacks the case pairs of Unicode 16-17, which utf8proc 2.8
+ * (Unicode 15) does not know and @huggingface/tokenizers (node 20's ICU, Unicode 17) has. */
+static int32_t lower_cp(int32_t c)
+{
+    static const int32_t pairs[][2] = {
+        {0x1C89, 0x1C8A}, {0xA7CB, 0x0264}, {0xA7CC, 0xA7CD}, {0xA7CE, 0xA7CF},
+        {0xA7D2, 0xA7D3}, {0xA7D4, 0xA7D5}, {0xA7DA, 0xA7DB}, {0xA7DC, 0x019B}};
+    if (c >= 0x10D50 && c <= 0x10D65)   /* Garay */
+        return c + 0x20;
+    if (c >= 0x16EA0 && c <= 0x16EB8)   /* Beria Erfe */
+        return c + 0x1B;
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+        if (c == pairs[i][0])
+            return pairs[i][1];
+    return utf8proc_tolower(c);
+}
+
 static int lower(const char *s, size_t n, tok_buf *out)
 {
     for (size_t i = 0; i < n;) {
         int32_t cp;
         char u[4];
         i += tok_utf8_next(s + i, n - i, &cp);
-        if (tok_buf_put(out, u, tok_utf8_put(utf8proc_tolower(cp), u)) < 0)
+        if (cp == 0x130) {
+            if (tok_buf_put(out, "i\xCC\x87", 3) < 0)
+                return -1;
+            continue;
+        }
+        if (tok_buf_put(out, u, tok_utf8_put(lower_cp(cp), u)) < 0)
             return -1;
     }
     return 0;

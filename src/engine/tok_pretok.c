@@ -16,8 +16,13 @@
 /* GPT-2's pre-tokenizer regex (ByteLevel use_regex). */
 static const char gpt2_regex[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-/* HF Whitespace: keep runs of word characters and runs of other non-space characters. */
-static const char ws_regex[] = "\\w+|[^\\w\\s]+";
+/* HF Whitespace: keep runs of word characters and runs of other non-space characters.
+ * Its regex runs in Rust's regex crate, whose \w is Unicode's (UTS #18): Alphabetic, marks,
+ * decimal digits, connector punctuation and the joiners, so "e\u0301" and "नमस्ते" are one
+ * word and "²" is not. PCRE2 10.42's \w is \p{L}, \p{N} and '_', hence the class spelled
+ * out (\p{L} as well, so that it gains the letters of Unicode 15-17 like every \p{L}). */
+#define WS_WORD "\\p{L}\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
+static const char ws_regex[] = "[" WS_WORD "]+|[^" WS_WORD "\\s]+";
 
 /* ---------------------------------------------------------------- bytes_to_unicode */
 

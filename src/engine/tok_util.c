@@ -398,10 +398,16 @@ int tok_is_num(int32_t c)
     return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
 }
 
-int tok_is_alnum(int32_t c)
+/* Rust's regex crate \w (UTS #18), which single_word tests: Alphabetic (letters, Nl, and
+ * the circled / squared letters of So), marks, decimal digits, connector punctuation, the
+ * joiners. */
+int tok_is_word(int32_t c)
 {
     utf8proc_category_t k = utf8proc_category(c);
-    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || tok_is_num(c);
+    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_ND) ||
+           k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_PC || c == 0x200C || c == 0x200D ||
+           (c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) ||
+           (c >= 0x1F150 && c <= 0x1F169) || (c >= 0x1F170 && c <= 0x1F189);
 }
 
 int tok_is_punct(int32_t c)

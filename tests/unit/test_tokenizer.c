@@ -682,6 +682,55 @@ static void unicode_classes(void)
     eng_tok_free(t);
 }
 
+/* Lowercase is Rust's char::to_lowercase: U+0130 'İ' becomes "i" U+0307 (its full
+ * mapping), and the case pairs of Unicode 16-17 that utf8proc 2.8 lacks are mapped (Ꟍ, Garay
+ * 𐵐, Ɤ, ꟝). The ids are what @huggingface/tokenizers@0.2.0 gives for the same tokenizer.json. */
+static void lowercase(void)
+{
+    eng_tokenizer *t = load_json("lower",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"i\": 0, \"\\u0307\": 1, "
+        "\"i\\u0307\": 2, \"\\ua7cd\": 3, \"\\ud803\\udd70\": 4, \"\\u0264\": 5, "
+        "\"\\u019b\": 6, \"<unk>\": 7}, \"merges\": [\"i \\u0307\"], \"unk_token\": \"<unk>\"},"
+        "\"normalizer\": {\"type\": \"Lowercase\"}}");
+    if (t) {
+        check_enc(t, "lower", "\xC4\xB0", (const int32_t[]){2}, 1);
+        check_enc(t, "lower", "\xEA\x9F\x8C\xF0\x90\xB5\x90\xEA\x9F\x8B\xEA\x9F\x9C",
+                  (const int32_t[]){3, 4, 5, 6}, 4);
+    }
+    eng_tok_free(t);
+}
+
+/* Word characters as Rust's regex crate has them (\w of UTS #18: letters, marks, decimal
+ * digits, connector punctuation, joiners), for the Whitespace pre-tokenizer's regex and the
+ * single_word test. A combining mark is inside a word and "²" (No) is not. These are
+ * Hugging Face tokenizers' semantics, not the JS library's: @huggingface/tokenizers@0.2.0
+ * runs Whitespace with JavaScript's ASCII \w (it gives [1, 2, 3, 4] for "e\u0301x ²") and
+ * ignores single_word (it gives [5, 2, 6] for "e\u0301ab"). */
+static void word_chars(void)
+{
+    eng_tokenizer *t = load_json("wsword",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"e\\u0301x\": 0, \"e\": 1, "
+        "\"\\u0301\": 2, \"x\": 3, \"\\u00b2\": 4, \"<unk>\": 5, \"x\\u00b2\": 6}, "
+        "\"merges\": [], \"unk_token\": \"<unk>\", \"ignore_merges\": true},"
+        "\"pre_tokenizer\": {\"type\": \"Whitespace\"}}");
+    if (t) {
+        check_enc(t, "wsword", "e\xCC\x81x \xC2\xB2", (const int32_t[]){0, 4}, 2);
+        check_enc(t, "wsword", "x\xC2\xB2", (const int32_t[]){3, 4}, 2);
+    }
+    eng_tok_free(t);
+    t = load_json("singleword",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"\\u0301\": 2, "
+        "\"\\u00b2\": 3, \"<unk>\": 4, \"e\": 5}, \"merges\": [], \"unk_token\": \"<unk>\"},"
+        "\"added_tokens\": [{\"id\": 6, \"content\": \"ab\", \"single_word\": true, "
+        "\"special\": false}],"
+        "\"pre_tokenizer\": {\"type\": \"WhitespaceSplit\"}}");
+    if (t) {
+        check_enc(t, "singleword", "e\xCC\x81" "ab", (const int32_t[]){5, 2, 0, 1}, 4);
+        check_enc(t, "singleword", "\xC2\xB2" "ab", (const int32_t[]){3, 6}, 2);
+    }
+    eng_tok_free(t);
+}
+
 /* Byte-level "Ā" (gpt2 id 188) is the byte 0: eng_tok_decode_len's length keeps it, where
  * the terminator alone would end the text there. */
 static void nul_decode(void)
@@ -825,6 +874,8 @@ int main(void)
     config();
     edges(shared);
     unicode_classes();
+    lowercase();
+    word_chars();
     nul_decode();
     answers();
     cli(shared);
