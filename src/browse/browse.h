@@ -117,10 +117,20 @@ const char *brw_band_name(int band);                  /* "syntax" "knowledge" "o
 const char *brw_token_text(const brw_model *m, int32_t id);
 /* s with surrounding whitespace removed, into buf (truncated to n - 1 bytes). */
 void brw_trim(const char *s, char *buf, size_t n);
-/* A label for (layer, feature), NULL when none: the probe label of feature_labels.json
- * ("L26_F9515" or "26:9515" keys) first, else the cluster label (relation_clusters.json
- * labels[c] for the c that feature_clusters.jsonl gives the feature). */
-const char *brw_label(const brw_model *m, int layer, int64_t feature);
+/* A label for (layer, feature), NULL when none: the relation of the insert that wrote the
+ * feature (ov, may be NULL) first, then the probe label of feature_labels.json ("L26_F9515"
+ * or "26:9515" keys), else the cluster label (relation_clusters.json labels[c] for the c
+ * that feature_clusters.jsonl gives the feature). */
+const char *brw_label(const brw_model *m, const eng_overlay *ov, int layer, int64_t feature);
+/* Can any feature have a label: the container's labels or clusters, or an insert's relation
+ * in ov? */
+int brw_has_labels(const brw_model *m, const eng_overlay *ov);
+/* The feature labels a container compiled from c with ov should hold: c's
+ * feature_labels.json with every live inserted feature's relation set ("L{l}_F{f}"), in
+ * *out (the caller deletes it); *out NULL when ov names no relation (c's file, if any, is
+ * then carried as it is). */
+int brw_labels_compiled(const vx_container *c, const eng_overlay *ov, cJSON **out,
+                        vx_err *err);
 
 /* ---------------------------------------------------------------- overlay */
 

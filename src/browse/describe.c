@@ -116,7 +116,7 @@ int brw_describe_run(const brw_model *m, const char *entity, const brw_describe_
     if (!ent[0])
         return vx_errf(err, VX_EARG, "DESCRIBE needs a non-empty entity");
     /* without labels every edge would be filtered away: "no edges found" would be a lie */
-    if (o->relations_only && !m->labels && !m->clusters)
+    if (o->relations_only && !brw_has_labels(m, o->ov))
         return vx_errf(err, VX_EMISSING, "RELATIONS ONLY needs relation labels "
                        "(feature_labels.json or relation_clusters.json); this container has "
                        "none");
@@ -242,7 +242,7 @@ int brw_describe_run(const brw_model *m, const char *entity, const brw_describe_
             const cand *c = &cs[k];
             if (brw_band_of(m, c->layer) != b)
                 continue;
-            const char *label = brw_label(m, c->layer, c->feature);
+            const char *label = brw_label(m, o->ov, c->layer, c->feature);
             if (o->relations_only && !label)
                 continue;
             out->total_edges++;

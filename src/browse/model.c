@@ -334,10 +334,74 @@ const char *brw_token_text(const brw_model *m, int32_t id)
     return m->text[id];
 }
 
-const char *brw_label(const brw_model *m, int layer, int64_t feature)
+/* The relation ov's insert named for (layer, feature), or NULL. */
+static const char *inserted_relation(const eng_overlay *ov, int layer, int64_t feature)
+{
+    for (size_t i = 0; ov && i < ov->n_meta; i++)
+        if (ov->meta[i].relation && ov->meta[i].layer == layer && ov->meta[i].feature == feature)
+            return ov->meta[i].relation;
+    return NULL;
+}
+
+static int names_relations(const eng_overlay *ov)
+{
+    for (size_t i = 0; ov && i < ov->n_meta; i++)
+        if (ov->meta[i].relation)
+            return 1;
+    return 0;
+}
+
+int brw_has_labels(const brw_model *m, const eng_overlay *ov)
+{
+    return m->labels || m->clusters || names_relations(ov);
+}
+
+int brw_labels_compiled(const vx_container *c, const eng_overlay *ov, cJSON **out,
+                        vx_err *err)
+{
+    *out = NULL;
+    if (!names_relations(ov))
+        return 0;
+    char path[4096];
+    vx_err e;
+    cJSON *labels = NULL;
+    if (vx_resolve(c, "feature_labels.json", path, sizeof path, &e) == 0)
+        labels = read_json_file(path);
+    if (!cJSON_IsObject(labels)) {   /* absent, or malformed as browse ignores it */
+        cJSON_Delete(labels);
+        labels = cJSON_CreateObject();
+    }
+    for (size_t i = 0; labels && i < ov->n_meta; i++) {
+        const eng_meta_edit *me = &ov->meta[i];
+        int dead = 0;
+        for (size_t k = 0; k < ov->n_edits && !dead; k++)
+            dead = ov->edits[k].tombstone && ov->edits[k].layer == me->layer &&
+                   ov->edits[k].feature == me->feature;
+        if (!me->relation || dead)
+            continue;
+        char k1[64], k2[64];
+        snprintf(k1, sizeof k1, "L%d_F%lld", me->layer, (long long)me->feature);
+        snprintf(k2, sizeof k2, "%d:%lld", me->layer, (long long)me->feature);
+        cJSON_DeleteItemFromObjectCaseSensitive(labels, k1);
+        cJSON_DeleteItemFromObjectCaseSensitive(labels, k2);
+        if (!cJSON_AddStringToObject(labels, k1, me->relation)) {
+            cJSON_Delete(labels);
+            labels = NULL;
+        }
+    }
+    if (!labels)
+        return vx_errf(err, VX_ENOMEM, "compile: out of memory writing the feature labels");
+    *out = labels;
+    return 0;
+}
+
+const char *brw_label(const brw_model *m, const eng_overlay *ov, int layer, int64_t feature)
 {
     if (layer < 0 || layer >= m->s.layers || feature < 0 || feature >= m->s.layer[layer].features)
         return NULL;
+    const char *ins = inserted_relation(ov, layer, feature);
+    if (ins)
+        return ins;
     char k1[64], k2[64];
     snprintf(k1, sizeof k1, "L%d_F%lld", layer, (long long)feature);
     snprintf(k2, sizeof k2, "%d:%lld", layer, (long long)feature);

@@ -295,7 +295,7 @@ int brw_select_check(const brw_model *m, brw_from from, const brw_select_opts *o
                      vx_err *err)
 {
     for (size_t i = 0; i < o->n_conds; i++)
-        if (o->conds[i].field == BRW_F_RELATION && !m->labels && !m->clusters)
+        if (o->conds[i].field == BRW_F_RELATION && !brw_has_labels(m, o->ov))
             return vx_errf(err, VX_EMISSING, "relation conditions need relation labels "
                            "(feature_labels.json or relation_clusters.json); this container "
                            "has none");
@@ -432,7 +432,7 @@ static int fill_meta(const brw_model *m, const eng_overlay *ov, brw_row *r, int 
         na++;
     }
     r->also = dup(also);
-    r->relation = dup(brw_label(m, layer, f));
+    r->relation = dup(brw_label(m, ov, layer, f));
     return 0;
 }
 
@@ -821,7 +821,7 @@ int brw_show_relations(const brw_model *m, int layer, const eng_overlay *ov, brw
         for (int64_t f = 0; f < m->s.layer[l].features; f++) {
             brw_meta md;
             char t[256];
-            const char *lab = brw_label(m, l, f);
+            const char *lab = brw_label(m, ov, l, f);
             if (*labelled) {
                 if (!lab)
                     continue;

@@ -628,6 +628,17 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
                 edited_tensors(c, ov), vx_dir(c));
         goto fail;
     }
+    /* an insert's relation labels its feature in the compiled container as on the overlay */
+    cJSON *labels = NULL;
+    if (brw_labels_compiled(c, ov, &labels, err))
+        goto fail;
+    if (labels) {
+        int lr = vx_cw_json(cw, "feature_labels.json", labels, err);
+        cJSON_Delete(labels);
+        if (lr)
+            goto fail;
+        skip[ns++] = "feature_labels.json";
+    }
     walk_ctx w = {cw, skip, ns, 0, err};
     if (vx_tree_files(vx_dir(c), carry, &w, err))
         goto fail;

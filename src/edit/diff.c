@@ -79,7 +79,7 @@ int ed_diff_features(const ed_side *A, const ed_side *B, int layer, const char *
                 continue;
             }
             if (relation) {
-                const char *la = brw_label(A->bm, l, f), *lb = brw_label(B->bm, l, f);
+                const char *la = brw_label(A->bm, A->ov, l, f), *lb = brw_label(B->bm, B->ov, l, f);
                 if (!(la && !strcasecmp(la, relation)) && !(lb && !strcasecmp(lb, relation)))
                     continue;
             }

@@ -18,6 +18,7 @@ typedef struct slot {
     int tombstone;
     float *gate, *up, *down;
     int has_meta;             /* 1: an operation's down_meta; 2: recomputed (moved column) */
+    char *relation;           /* the latest insert's relation when it carried down_meta, or NULL */
     int32_t top_id;
     int has_score;
     float c_score;
@@ -263,6 +264,13 @@ static int apply(ed_overlay *o, const vx_op *op)
     if (take_vec(&s->gate, op, "gate") || take_vec(&s->up, op, "up") ||
         take_vec(&s->down, op, "down"))
         return -1;
+    if (op->kind == VX_OP_INSERT) {
+        /* an UPDATE keeps the relation; a later insert into the slot names its own */
+        free(s->relation);
+        s->relation = NULL;
+        if (op->has_meta && op->relation && op->relation[0] && !(s->relation = strdup(op->relation)))
+            return -1;
+    }
     if (op->has_meta) {
         s->has_meta = 1;
         if (op->meta_id >= 0 && op->meta_id <= INT32_MAX)
@@ -384,7 +392,7 @@ static int publish(ed_overlay *o)
                                                 s->gate, s->up, s->down};
         if (s->has_meta)
             o->meta[nm++] = (eng_meta_edit){s->layer, s->feature, s->top_id, s->has_score,
-                                            s->c_score};
+                                            s->c_score, s->relation};
     }
     o->eng = (eng_overlay){o->edits, ne, o->lowrank, o->n_lowrank, o->meta, nm};
     return 0;
@@ -427,6 +435,7 @@ void ed_overlay_free(ed_overlay *o)
         free(o->slots[i].gate);
         free(o->slots[i].up);
         free(o->slots[i].down);
+        free(o->slots[i].relation);
     }
     for (size_t i = 0; i < o->n_lowrank; i++) {
         free((float *)o->lowrank[i].u);

@@ -200,6 +200,8 @@ typedef struct eng_meta_edit {
     int32_t top_id;
     int has_score;
     float c_score;
+    const char *relation;     /* the relation the insert that wrote the feature named (browse
+                               * labels the feature with it), or NULL */
 } eng_meta_edit;
 
 /* The one overlay type: the mutation layer (src/edit) builds it from the journal, the

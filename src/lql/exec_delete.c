@@ -90,7 +90,7 @@ static int select_slots(const ed_model *es, const lql_cond *where, fvec *out, lq
     size_t nc = 0;
     if (lql_browse_conds(where, BRW_FEATURES, NULL, &conds, &nc, &vals, e))
         return -1;
-    brw_select_opts o = {.conds = conds, .n_conds = nc};
+    brw_select_opts o = {.conds = conds, .n_conds = nc, .ov = ed_model_overlay(es)};
     vx_err ve = {0};
     int bad_range = brw_select_check(ed_model_browse(es), BRW_FEATURES, &o, &ve);
     free(conds);

@@ -443,10 +443,10 @@ int main(void)
         brw_model *lm = NULL;
         CHECK(brw_open(c, &lm, &err) == 0);
         if (lm) {
-            CHECK_STR(brw_label(lm, 2, 100), "capital");
-            CHECK_STR(brw_label(lm, 3, 7), "river");
-            CHECK_STR(brw_label(lm, 3, 5), "born in");
-            CHECK(brw_label(lm, 3, 6) == NULL && brw_label(lm, 9, 1) == NULL);
+            CHECK_STR(brw_label(lm, NULL, 2, 100), "capital");
+            CHECK_STR(brw_label(lm, NULL, 3, 7), "river");
+            CHECK_STR(brw_label(lm, NULL, 3, 5), "born in");
+            CHECK(brw_label(lm, NULL, 3, 6) == NULL && brw_label(lm, NULL, 9, 1) == NULL);
             brw_rows rr;
             int labelled = 0;
             float cut;

@@ -104,7 +104,8 @@ int main(void)
     CHECK(text && strstr(text, "gate_vector_b64") && strstr(text, "up_vector_b64") &&
           strstr(text, "down_vector_b64"));
     free(text);
-    /* ALPHA's validated range; the installed slot carries the target in DESCRIBE */
+    /* ALPHA's validated range; the installed slot carries the target in DESCRIBE, labelled
+     * with the insert's relation */
     snprintf(cmd, sizeof cmd, "'%s/lql' -c 'USE \"%s\" JOURNAL \":memory:\"; INSERT INTO "
              "EDGES (entity, relation, target) VALUES (\"Zorbania\", \"capital\", \"London\") "
              "MODE COMPOSE ALPHA 0.5; INSERT INTO EDGES (entity, relation, target) VALUES "
@@ -112,7 +113,7 @@ int main(void)
              LQL_BINARY_DIR, base);
     CHECK(fx_run(cmd, out, sizeof out) != 0);
     CHECK_HAS(out, "ALPHA must be between 0.05 and 0.30 (got 0.5)\n");
-    CHECK_HAS(out, "knowledge\t\tLondon\t");
+    CHECK_HAS(out, "knowledge\tcapital\tLondon\t");
     if (t_fail)
         fputs(out, stderr);
     else
