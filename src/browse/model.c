@@ -334,6 +334,23 @@ const char *brw_token_text(const brw_model *m, int32_t id)
     return m->text[id];
 }
 
+/* feature_labels.json's two spellings of a feature's key: "L{l}_F{f}" and "{l}:{f}". */
+static void label_keys(int layer, int64_t feature, char k1[64], char k2[64])
+{
+    snprintf(k1, 64, "L%d_F%lld", layer, (long long)feature);
+    snprintf(k2, 64, "%d:%lld", layer, (long long)feature);
+}
+
+/* Is (layer, feature) tombstoned in ov? */
+static int tombstoned(const eng_overlay *ov, int layer, int64_t feature)
+{
+    for (size_t i = 0; ov && i < ov->n_edits; i++)
+        if (ov->edits[i].tombstone && ov->edits[i].layer == layer &&
+            ov->edits[i].feature == feature)
+            return 1;
+    return 0;
+}
+
 /* The relation ov's insert named for (layer, feature), or NULL. */
 static const char *inserted_relation(const eng_overlay *ov, int layer, int64_t feature)
 {
@@ -373,15 +390,10 @@ int brw_labels_compiled(const vx_container *c, const eng_overlay *ov, cJSON **ou
     }
     for (size_t i = 0; labels && i < ov->n_meta; i++) {
         const eng_meta_edit *me = &ov->meta[i];
-        int dead = 0;
-        for (size_t k = 0; k < ov->n_edits && !dead; k++)
-            dead = ov->edits[k].tombstone && ov->edits[k].layer == me->layer &&
-                   ov->edits[k].feature == me->feature;
-        if (!me->relation || dead)
+        if (!me->relation || tombstoned(ov, me->layer, me->feature))
             continue;
         char k1[64], k2[64];
-        snprintf(k1, sizeof k1, "L%d_F%lld", me->layer, (long long)me->feature);
-        snprintf(k2, sizeof k2, "%d:%lld", me->layer, (long long)me->feature);
+        label_keys(me->layer, me->feature, k1, k2);
         cJSON_DeleteItemFromObjectCaseSensitive(labels, k1);
         cJSON_DeleteItemFromObjectCaseSensitive(labels, k2);
         if (!cJSON_AddStringToObject(labels, k1, me->relation)) {
@@ -403,8 +415,7 @@ const char *brw_label(const brw_model *m, const eng_overlay *ov, int layer, int6
     if (ins)
         return ins;
     char k1[64], k2[64];
-    snprintf(k1, sizeof k1, "L%d_F%lld", layer, (long long)feature);
-    snprintf(k2, sizeof k2, "%d:%lld", layer, (long long)feature);
+    label_keys(layer, feature, k1, k2);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->labels, k1);
     if (!cJSON_IsString(v))
         v = cJSON_GetObjectItemCaseSensitive(m->labels, k2);
@@ -496,12 +507,7 @@ int brw_feature_meta(const brw_model *m, const eng_overlay *ov, int layer, int64
                 out->present = 1;
             }
         }
-    if (ov)
-        for (size_t i = 0; i < ov->n_edits; i++)
-            if (ov->edits[i].layer == layer && ov->edits[i].feature == feature &&
-                ov->edits[i].tombstone) {
-                memset(out, 0, sizeof *out);
-                break;
-            }
+    if (tombstoned(ov, layer, feature))
+        memset(out, 0, sizeof *out);
     return out->present ? 0 : -1;
 }

@@ -259,12 +259,11 @@ static int apply(ed_overlay *o, const vx_op *op)
         s->tombstone = 1;
         return 0;
     }
-    if (op->kind == VX_OP_INSERT)
-        s->tombstone = 0;
     if (take_vec(&s->gate, op, "gate") || take_vec(&s->up, op, "up") ||
         take_vec(&s->down, op, "down"))
         return -1;
     if (op->kind == VX_OP_INSERT) {
+        s->tombstone = 0;
         /* an UPDATE keeps the relation; a later insert into the slot names its own */
         free(s->relation);
         s->relation = NULL;
