@@ -326,7 +326,8 @@ int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
  * with their max c_score, sorted by features desc; layer < 0 for all layers. */
 int brw_show_entities(const brw_model *m, int layer, int64_t limit, const eng_overlay *ov,
                       brw_rows *out, vx_err *err);
-/* SHOW RELATIONS: labels (relation, count) when the container has them; otherwise the
+/* SHOW RELATIONS: labels (relation, count) of every layer (or one) when the container or
+ * the overlay's inserts have them (brw_has_labels); otherwise the
  * top output tokens of the knowledge band (or one layer) among the features whose c_score
  * is in the top 10% of that range (*min_score receives the cut, a relative rule so it
  * holds at any model scale): token, count, max score, first/last layer; also = up to 3

@@ -804,9 +804,13 @@ int brw_show_relations(const brw_model *m, int layer, const eng_overlay *ov, brw
         return -1;
     if (no_meta(m, err))
         return -1;
+    /* an insert's relation labels its features (brw_label), as COMPILE's labels will */
+    *labelled = brw_has_labels(m, ov);
+    /* labels are read wherever they are (an insert goes to the last layer by default);
+     * the token listing keeps to the knowledge band */
     int lo = layer, hi = layer;
     if (layer < 0) {
-        lo = m->band[BRW_KNOWLEDGE][0];
+        lo = *labelled ? -1 : m->band[BRW_KNOWLEDGE][0];
         hi = m->band[BRW_KNOWLEDGE][1];
         if (lo < 0) {
             lo = 0;
@@ -814,7 +818,6 @@ int brw_show_relations(const brw_model *m, int layer, const eng_overlay *ov, brw
         }
     }
     rowvec rv = {0};
-    *labelled = m->labels != NULL || m->clusters != NULL;
     if (!*labelled)
         *min_score = score_p90(m, ov, lo, hi);
     for (int l = lo; l <= hi; l++)

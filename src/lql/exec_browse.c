@@ -792,6 +792,10 @@ int lql_h_show_relations(lql_session *s, const lql_stmt *st, lql_result *r, lql_
         if (ex)
             lql_cell_text(t, x->also);
     }
+    if (labelled && !brw_has_labels(m, NULL))
+        lql_result_note(r, "no relation labels in this container: the relations of this "
+                        "session's inserts label their features (COMPILE writes them into "
+                        "feature_labels.json)");
     if (!labelled) {
         int band[3][2];
         brw_bands(m, band);

@@ -70,6 +70,15 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     }
     static const char *const heads[3] = {"compiled vs overlay", "overlay", "compiled"};
     gate_rows(&x.gate, heads, r);
+    if (rc && model && ee.at == ED_AT_OUTPUT) {
+        /* the staging path is not one the user wrote: say what it was for */
+        char m2[sizeof ee.vx.msg + 96];
+        int k = snprintf(m2, sizeof m2, "compiling the overlay into a staging container "
+                         "before the export: %s", ee.vx.msg);
+        k = k < (int)sizeof ee.vx.msg ? k : (int)sizeof ee.vx.msg - 1;
+        memcpy(ee.vx.msg, m2, (size_t)k);
+        ee.vx.msg[k] = 0;
+    }
     if (rc)
         lql_err_vx(e, &ee.vx, ee.at == ED_AT_OUTPUT ? &st->arg2_at
                             : ee.at == ED_AT_CONFLICT ? &st->clause_at[LQL_C_ON_CONFLICT]

@@ -431,6 +431,17 @@ static void disk_full(const char *dir)
         CHECK(access(target, F_OK) != 0 && leftovers(dir, gguf ? "full.gguf" : "full.hf") == 0);
         printf("disk full (%s): %s\n", gguf ? "gguf" : "safetensors", msg + 3);
     }
+    /* COMPILE INTO MODEL with an edit stages a compiled container beside the target first:
+     * the error says so rather than naming only a path the user never wrote */
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "ulimit -f 2048; trap '' XFSZ; '%s/lql' -c 'USE \"%s/base.vindex3\" "
+             "JOURNAL \":memory:\"; INSERT INTO EDGES (entity, relation, target) VALUES "
+             "(\"Zorbania\", \"capital\", \"London\"); COMPILE CURRENT INTO MODEL "
+             "\"%s/fullc.hf\";' 2>&1", LQL_BINARY_DIR, dir, dir);
+    CHECK(fx_run(cmd, out, sizeof out) != 0);
+    CHECK_HAS(out, "compiling the overlay into a staging container before the export: ");
+    CHECK_HAS(out, "File too large");
+    CHECK(leftovers(dir, "fullc.hf") == 0);
 }
 
 int main(void)
