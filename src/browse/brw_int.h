@@ -69,6 +69,7 @@ struct brw_model {
     char bands_note[128];    /* why index.browse.layer_bands was not used, or "" */
     char **text;             /* [vocab] lazily decoded token texts */
     cJSON *labels;           /* feature_labels.json ("L{l}_F{f}" or "l:f" keys), or NULL */
+    const char ***label_of;  /* [layers][features] its string, or NULL (layers without one) */
     cJSON *clusters;         /* relation_clusters.json (labels[c]), or NULL */
     int32_t **cluster_of;    /* [layers][features] cluster id or -1 (feature_clusters.jsonl) */
 };

@@ -74,6 +74,51 @@ static cJSON *read_json_file(const char *path)
     return j;
 }
 
+/* feature_labels.json's two spellings of a feature's key: "L{l}_F{f}" and "{l}:{f}". */
+static void label_keys(int layer, int64_t feature, char k1[64], char k2[64])
+{
+    snprintf(k1, 64, "L%d_F%lld", layer, (long long)feature);
+    snprintf(k2, 64, "%d:%lld", layer, (long long)feature);
+}
+
+/* m->label_of from feature_labels.json, so a label costs one load, not a search of the
+ * object's keys (SHOW RELATIONS asks for every feature). Only the two spellings as
+ * label_keys writes them count; "L…_F…" wins over "l:f" and the first of equal keys wins,
+ * as looking the keys up did. Anything but an object is ignored (no labels). */
+static int index_labels(brw_model *m)
+{
+    if (!cJSON_IsObject(m->labels)) {
+        cJSON_Delete(m->labels);
+        m->labels = NULL;
+        return 0;
+    }
+    m->label_of = calloc((size_t)m->s.layers + 1, sizeof *m->label_of);
+    if (!m->label_of)
+        return -1;
+    for (int form = 0; form < 2; form++) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, m->labels) {
+            int l, n = 0;
+            long long f;
+            char k[2][64];
+            if (!cJSON_IsString(it) || !it->string ||
+                (form == 0 ? sscanf(it->string, "L%d_F%lld%n", &l, &f, &n)
+                           : sscanf(it->string, "%d:%lld%n", &l, &f, &n)) != 2 ||
+                l < 0 || l >= m->s.layers || f < 0 || f >= m->s.layer[l].features)
+                continue;
+            label_keys(l, f, k[0], k[1]);
+            if (strcmp(it->string, k[form]) != 0)
+                continue;
+            if (!m->label_of[l] &&
+                !(m->label_of[l] = calloc((size_t)m->s.layer[l].features, sizeof(char *))))
+                return -1;
+            if (!m->label_of[l][f])
+                m->label_of[l][f] = it->valuestring;
+        }
+    }
+    return 0;
+}
+
 /* relation_clusters.json ({labels: [...]}) plus feature_clusters.jsonl (one {"l", "f",
  * "c"} per line): optional, and ignored when either is absent or malformed. */
 static void read_clusters(brw_model *m)
@@ -209,6 +254,10 @@ int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_
     vx_err e3;
     if (vx_resolve(c, "feature_labels.json", path, sizeof path, &e3) == 0)
         m->labels = read_json_file(path);
+    if (index_labels(m) != 0) {
+        vx_errf(err, VX_ENOMEM, "browse: out of memory indexing feature_labels.json");
+        goto fail;
+    }
     read_clusters(m);
     *out = m;
     return 0;
@@ -228,6 +277,10 @@ void brw_close(brw_model *m)
     brw_dmet_free(m->dmet);
     eng_tok_free(m->own_tok);
     cJSON_Delete(m->labels);
+    if (m->label_of)
+        for (int l = 0; l < m->s.layers; l++)
+            free((void *)m->label_of[l]);
+    free((void *)m->label_of);
     cJSON_Delete(m->clusters);
     if (m->cluster_of)
         for (int l = 0; l < m->s.layers; l++)
@@ -334,12 +387,6 @@ const char *brw_token_text(const brw_model *m, int32_t id)
     return m->text[id];
 }
 
-/* feature_labels.json's two spellings of a feature's key: "L{l}_F{f}" and "{l}:{f}". */
-static void label_keys(int layer, int64_t feature, char k1[64], char k2[64])
-{
-    snprintf(k1, 64, "L%d_F%lld", layer, (long long)feature);
-    snprintf(k2, 64, "%d:%lld", layer, (long long)feature);
-}
 
 /* Is (layer, feature) tombstoned in ov? */
 static int tombstoned(const eng_overlay *ov, int layer, int64_t feature)
@@ -414,17 +461,12 @@ const char *brw_label(const brw_model *m, const eng_overlay *ov, int layer, int6
     const char *ins = inserted_relation(ov, layer, feature);
     if (ins)
         return ins;
-    char k1[64], k2[64];
-    label_keys(layer, feature, k1, k2);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->labels, k1);
-    if (!cJSON_IsString(v))
-        v = cJSON_GetObjectItemCaseSensitive(m->labels, k2);
-    if (cJSON_IsString(v))
-        return v->valuestring;   /* a probe label wins over a cluster */
+    if (m->label_of && m->label_of[layer] && m->label_of[layer][feature])
+        return m->label_of[layer][feature];   /* a probe label wins over a cluster */
     if (!m->clusters || !m->cluster_of || !m->cluster_of[layer] ||
         m->cluster_of[layer][feature] < 0)
         return NULL;
-    v = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m->clusters, "labels"),
+    const cJSON *v = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m->clusters, "labels"),
                            m->cluster_of[layer][feature]);
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }

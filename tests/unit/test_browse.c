@@ -428,7 +428,12 @@ int main(void)
     {
         char path[4300];
         const char *files[3][2] = {
-            {"feature_labels.json", "{\"L2_F100\": \"capital\", \"3:7\": \"river\"}"},
+            /* both spellings; "L…_F…" wins over "l:f" and the first of equal keys wins;
+             * a non-canonical key, one out of range and a non-string value are no labels */
+            {"feature_labels.json", "{\"L2_F100\": \"capital\", \"3:7\": \"river\", "
+                                    "\"1:9\": \"lost\", \"L1_F9\": \"won\", \"L1_F9\": \"again\", "
+                                    "\"L01_F8\": \"padded\", \"1: 8\": \"spaced\", "
+                                    "\"L1_F99999\": \"far\", \"L1_F7\": 3, \"1:7\": \"text\"}"},
             {"relation_clusters.json", "{\"k\": 2, \"labels\": [\"located in\", \"born in\"]}"},
             {"feature_clusters.jsonl", "{\"l\": 3, \"f\": 5, \"c\": 1}\n{\"l\": 2, \"f\": 100, "
                                        "\"c\": 0}\n{\"l\": 9, \"f\": 1, \"c\": 0}\nnot json\n"}};
@@ -447,6 +452,9 @@ int main(void)
             CHECK_STR(brw_label(lm, NULL, 3, 7), "river");
             CHECK_STR(brw_label(lm, NULL, 3, 5), "born in");
             CHECK(brw_label(lm, NULL, 3, 6) == NULL && brw_label(lm, NULL, 9, 1) == NULL);
+            CHECK_STR(brw_label(lm, NULL, 1, 9), "won");
+            CHECK(brw_label(lm, NULL, 1, 8) == NULL);
+            CHECK_STR(brw_label(lm, NULL, 1, 7), "text");
             brw_rows rr;
             int labelled = 0;
             float cut;
