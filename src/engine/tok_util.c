@@ -459,9 +459,31 @@ static size_t posix_class(const char *s)
     return s[k] == ':' && s[k + 1] == ']' ? k + 2 : 0;
 }
 
+/* The word characters of Oniguruma 6.9.8 (the onig crate's, which Hugging Face's Rust crate
+ * runs Split patterns on): Alphabetic, marks, decimal digits, connector punctuation, and,
+ * for \w, \W and \b outside a class only (its Latin-1 table), '²' '³' '¹' '¼' '½' '¾'; not
+ * the joiners (tok_is_word's Rust regex crate has them). PCRE2 10.42's \w is letters, all
+ * numbers and '_'. A class of its own when `open` ("[" or "[^") is given, else the items. */
+static int put_word(tok_buf *b, const char *open)
+{
+    return (open && put_str(b, open)) || put_str(b, "\\p{Alphabetic}") ||
+           put_str(b, new_letters) || put_str(b, "\\p{M}\\p{Nd}\\p{Pc}") ||
+           (open && (put_str(b, "\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}") ||
+                     tok_buf_putc(b, ']')));
+}
+
+/* \b (or \B when `not`) on the word characters of put_word. */
+static int put_boundary(tok_buf *b, int not)
+{
+    return put_str(b, "(?:(?<=") || put_word(b, "[") || put_str(b, not ? ")(?=" : ")(?!") ||
+           put_word(b, "[") || put_str(b, ")|(?<!") || put_word(b, "[") ||
+           put_str(b, not ? ")(?!" : ")(?=") || put_word(b, "[") || put_str(b, "))");
+}
+
 /* src with \p{L} / \p{N} widened by the code points above (added to the enclosing character
- * class, or made one), and \s / \S spelled \p{White_Space} / \P{White_Space}: PCRE2's \s
- * also matches U+180E (its \h list predates Unicode 6.3), Oniguruma's and JS's do not.
+ * class, or made one), \s / \S spelled \p{White_Space} / \P{White_Space} (PCRE2's \s also
+ * matches U+180E: its \h list predates Unicode 6.3; Oniguruma's and JS's do not), and \w,
+ * \W, \b, \B on Oniguruma's word characters (put_word); \W inside a class stays PCRE2's.
  * 0, or -1 when out of memory. */
 static int re_widen(const char *src, tok_buf *out)
 {
@@ -470,6 +492,12 @@ static int re_widen(const char *src, tok_buf *out)
         int rc;
         if (*s == '\\' && (s[1] == 's' || s[1] == 'S')) {
             rc = put_str(out, s[1] == 's' ? "\\p{White_Space}" : "\\P{White_Space}");
+            s++;
+        } else if (*s == '\\' && (s[1] == 'w' || (s[1] == 'W' && !in_class))) {
+            rc = put_word(out, in_class ? NULL : s[1] == 'w' ? "[" : "[^");
+            s++;
+        } else if (*s == '\\' && (s[1] == 'b' || s[1] == 'B') && !in_class) {
+            rc = put_boundary(out, s[1] == 'B');
             s++;
         } else if (strncmp(s, "\\p{L}", 5) == 0 || strncmp(s, "\\p{N}", 5) == 0) {
             rc = (!in_class && tok_buf_putc(out, '[')) || tok_buf_put(out, s, 5) ||

@@ -731,6 +731,31 @@ static void word_chars(void)
     eng_tok_free(t);
 }
 
+/* A Split pattern's \w is Oniguruma's, as Hugging Face's Rust crate runs it (ids checked
+ * against Oniguruma 6.9.8, the onig crate's): marks, connector punctuation and Alphabetic
+ * symbols ('Ⓐ') are word characters, the joiners are not, and outside a class so are '²'
+ * and '½' (its Latin-1 table), inside one not. PCRE2's own \w gave [6, 7, 8, 1, 3]. */
+static void split_word(void)
+{
+    static const char *pat[2] = {"\\\\w+", "[\\\\w]+"};
+    static const int32_t want[2][4] = {{0, 1, 2, 3}, {0, 4, 2, 3}};
+    for (int i = 0; i < 2; i++) {
+        char json[1024];
+        snprintf(json, sizeof json,
+                 "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"e\\u0301x\\u203fy\": 0, "
+                 "\"\\u00b2z\": 1, \"\\u24b6\": 2, \"q\": 3, \"z\": 4, \"<unk>\": 5, \"e\": 6, "
+                 "\"x\": 7, \"y\": 8}, \"merges\": [], \"unk_token\": \"<unk>\", "
+                 "\"ignore_merges\": true}, \"pre_tokenizer\": {\"type\": \"Split\", "
+                 "\"pattern\": {\"Regex\": \"%s\"}, \"behavior\": \"Removed\", "
+                 "\"invert\": true}}", pat[i]);
+        eng_tokenizer *t = load_json("splitword", json);
+        if (t)
+            check_enc(t, pat[i], "e\xCC\x81x\xE2\x80\xBFy \xC2\xB2z \xE2\x92\xB6\xE2\x80\x8Dq",
+                      want[i], 4);
+        eng_tok_free(t);
+    }
+}
+
 /* Byte-level "Ā" (gpt2 id 188) is the byte 0: eng_tok_decode_len's length keeps it, where
  * the terminator alone would end the text there. */
 static void nul_decode(void)
@@ -876,6 +901,7 @@ int main(void)
     unicode_classes();
     lowercase();
     word_chars();
+    split_word();
     nul_decode();
     answers();
     cli(shared);
