@@ -191,6 +191,25 @@ typedef struct ed_knn_hit {
 int ed_knn_lookup(const ed_model *ed, eng_model *m, const int32_t *ids, size_t n,
                   ed_knn_hit *hit, vx_err *err);
 
+/* The store during generation: ed_knn_gen_hooks sets h's observer, which keeps each layer's
+ * last-position residual, and its pick, which replaces each sampled token by the target of
+ * the best key above the threshold, as INFER's look-up does for one prediction. Nothing is
+ * set when the store is empty. The counts say what happened, for the caller's note. */
+typedef struct ed_knn_gen {
+    const ed_knn_entry *keys;
+    size_t n_keys;
+    int layers, hidden;
+    float *res;                  /* [layers × hidden] */
+    eng_observer obs;
+    int steps;                   /* tokens picked */
+    int overridden;              /* of them, set by a key */
+    int first_step;              /* the first one so set (0-based), -1 when none */
+    ed_knn_hit first;
+} ed_knn_gen;
+int ed_knn_gen_hooks(ed_knn_gen *g, const ed_model *ed, const eng_model *m, eng_gen_hooks *h,
+                     vx_err *err);
+void ed_knn_gen_free(ed_knn_gen *g);
+
 /* The residual after every layer at the last of ids through m (its overlay attached) into
  * res [layers × hidden]; logits (may be NULL) gets the next-token logits. */
 int ed_last_residuals(eng_model *m, const int32_t *ids, size_t n, float *res, float *logits,

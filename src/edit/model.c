@@ -231,21 +231,41 @@ int ed_target_ids(const eng_tokenizer *tok, const char *target, int32_t **out, s
 
 /* ---------------------------------------------------------------- the KNN store */
 
-/* The residual after every layer at the last position of a forward pass. */
-typedef struct resid_cap {
-    int H;
-    float *out;               /* [layers, H] */
-} resid_cap;
-
+/* The residual after every layer at the last position of a forward pass, into a
+ * [layers × hidden] buffer; ctx is an ed_knn_gen (only its hidden and res are used). */
 static void cap_layer(void *ctx, int layer, int pos0, int n, const float *attn,
                       const float *ffn, const float *resid)
 {
     (void)pos0;
     (void)attn;
     (void)ffn;
-    resid_cap *c = ctx;
-    memcpy(c->out + (size_t)layer * c->H, resid + (size_t)(n - 1) * c->H,
-           (size_t)c->H * sizeof *c->out);
+    const ed_knn_gen *c = ctx;
+    memcpy(c->res + (size_t)layer * c->hidden, resid + (size_t)(n - 1) * c->hidden,
+           (size_t)c->hidden * sizeof *c->res);
+}
+
+/* The best key of k[0..nk) above the threshold for the residuals res [L × H]. */
+static void best_key(const ed_knn_entry *k, size_t nk, const float *res, int L, int H,
+                     ed_knn_hit *hit)
+{
+    double best = ED_KNN_THRESHOLD;
+    hit->entry = NULL;
+    for (size_t i = 0; i < nk; i++) {
+        if (k[i].layer < 0 || k[i].layer >= L)
+            continue;
+        const float *x = res + (size_t)k[i].layer * H;
+        double dot = 0, nn = 0;
+        for (int h = 0; h < H; h++) {
+            dot += (double)x[h] * k[i].key[h];
+            nn += (double)x[h] * x[h];
+        }
+        double cosv = nn > 0 ? dot / sqrt(nn) : 0;
+        if (cosv > best) {
+            best = cosv;
+            hit->entry = &k[i];
+        }
+    }
+    hit->cosine = best;
 }
 
 int ed_last_residuals(eng_model *m, const int32_t *ids, size_t n, float *res, float *logits,
@@ -253,7 +273,7 @@ int ed_last_residuals(eng_model *m, const int32_t *ids, size_t n, float *res, fl
 {
     float *lg = logits ? logits : malloc((size_t)eng_model_vocab(m) * sizeof *lg);
     eng_session *ss = NULL;
-    resid_cap cap = {eng_model_hidden(m), res};
+    ed_knn_gen cap = {.hidden = eng_model_hidden(m), .res = res};
     eng_observer obs = {&cap, NULL, cap_layer, NULL, NULL};
     int rc = !lg ? vx_errf(ve, VX_ENOMEM, "out of memory")
                  : eng_session_new(m, (int)n, &ss, ve) ||
@@ -281,23 +301,49 @@ int ed_knn_lookup(const ed_model *ed, eng_model *m, const int32_t *ids, size_t n
         free(res);
         return -1;
     }
-    double best = ED_KNN_THRESHOLD;
-    for (size_t i = 0; i < nk; i++) {
-        if (k[i].layer < 0 || k[i].layer >= L)
-            continue;
-        const float *x = res + (size_t)k[i].layer * H;
-        double dot = 0, nn = 0;
-        for (int h = 0; h < H; h++) {
-            dot += (double)x[h] * k[i].key[h];
-            nn += (double)x[h] * x[h];
-        }
-        double cosv = nn > 0 ? dot / sqrt(nn) : 0;
-        if (cosv > best) {
-            best = cosv;
-            hit->entry = &k[i];
-        }
-    }
-    hit->cosine = best;
+    best_key(k, nk, res, L, H, hit);
     free(res);
     return 0;
+}
+
+static int knn_pick(void *ctx, int32_t *id, vx_err *err)
+{
+    (void)err;
+    ed_knn_gen *g = ctx;
+    ed_knn_hit hit;
+    best_key(g->keys, g->n_keys, g->res, g->layers, g->hidden, &hit);
+    if (hit.entry) {
+        *id = hit.entry->target_id;
+        if (!g->overridden++) {
+            g->first = hit;
+            g->first_step = g->steps;
+        }
+    }
+    g->steps++;
+    return 0;
+}
+
+int ed_knn_gen_hooks(ed_knn_gen *g, const ed_model *ed, const eng_model *m, eng_gen_hooks *h,
+                     vx_err *err)
+{
+    memset(g, 0, sizeof *g);
+    g->first_step = -1;
+    g->keys = ed_knn(ed ? ed->ov : NULL, &g->n_keys);
+    if (!g->n_keys)
+        return 0;
+    g->layers = eng_model_layers(m);
+    g->hidden = eng_model_hidden(m);
+    if (!(g->res = calloc((size_t)g->layers * g->hidden, sizeof *g->res)))
+        return vx_errf(err, VX_ENOMEM, "out of memory");
+    g->obs = (eng_observer){g, NULL, cap_layer, NULL, NULL};
+    h->obs = &g->obs;
+    h->pick = knn_pick;
+    h->pick_ctx = g;
+    return 0;
+}
+
+void ed_knn_gen_free(ed_knn_gen *g)
+{
+    free(g->res);
+    g->res = NULL;
 }

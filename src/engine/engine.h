@@ -260,5 +260,19 @@ int eng_generate(eng_session *s, const int32_t *prompt, int n_prompt, int max_ne
 int eng_generate_each(eng_session *s, const int32_t *prompt, int n_prompt, int max_new,
                       const eng_sampler *sp, int (*on_token)(void *ctx, int32_t id), void *ctx,
                       int32_t *out, int *n_out, vx_err *err);
+/* eng_generate_each with a caller's look at every forward pass (obs, the prompt's and each
+ * decoded token's) and a say in the next token: pick, called after each sample, may replace
+ * *id (the edit layer's residual-key store does); nonzero from pick is an error it wrote to
+ * err. Either may be NULL. */
+typedef struct eng_gen_hooks {
+    int (*on_token)(void *ctx, int32_t id);
+    void *token_ctx;
+    const eng_observer *obs;
+    int (*pick)(void *ctx, int32_t *id, vx_err *err);
+    void *pick_ctx;
+} eng_gen_hooks;
+int eng_generate_with(eng_session *s, const int32_t *prompt, int n_prompt, int max_new,
+                      const eng_sampler *sp, const eng_gen_hooks *h, int32_t *out, int *n_out,
+                      vx_err *err);
 
 #endif

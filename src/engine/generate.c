@@ -1,7 +1,7 @@
 /*
  * generate.c — eng_generate: prefill the prompt as one batch, then decode one token at a
- * time, sampling with eng_sample and stopping after an eos id (which is kept) or when the
- * caller's token hook says so.
+ * time, sampling with eng_sample (a caller's pick may replace the token) and stopping after
+ * an eos id (which is kept) or when the caller's token hook says so.
  */
 #include <stdlib.h>
 #include "engine_int.h"
@@ -23,22 +23,34 @@ int eng_generate_each(eng_session *s, const int32_t *prompt, int n_prompt, int m
                       const eng_sampler *sp, int (*on_token)(void *ctx, int32_t id), void *ctx,
                       int32_t *out, int *n_out, vx_err *err)
 {
+    const eng_gen_hooks h = {on_token, ctx, NULL, NULL, NULL};
+    return eng_generate_with(s, prompt, n_prompt, max_new, sp, &h, out, n_out, err);
+}
+
+int eng_generate_with(eng_session *s, const int32_t *prompt, int n_prompt, int max_new,
+                      const eng_sampler *sp, const eng_gen_hooks *h, int32_t *out, int *n_out,
+                      vx_err *err)
+{
     const eng_model *m = s->m;
     *n_out = 0;
     if (max_new <= 0) return 0;
     float *logits = malloc((size_t)m->vocab * sizeof *logits);
     if (!logits) return vx_errf(err, VX_ENOMEM, "out of memory for logits");
     uint64_t rng = seed_state(sp ? sp->seed : 0);
-    int rc = n_prompt > 0 ? eng_forward(s, prompt, n_prompt, logits, NULL, err) : 0;
+    int rc = n_prompt > 0 ? eng_forward(s, prompt, n_prompt, logits, h->obs, err) : 0;
     if (!rc && n_prompt <= 0) rc = vx_errf(err, VX_EARG, "generate: empty prompt");
     for (int i = 0; !rc && i < max_new; i++) {
         int32_t id = eng_sample(sp, logits, m->vocab, &rng);
+        if (h->pick && h->pick(h->pick_ctx, &id, err)) {
+            rc = -1;
+            break;
+        }
         out[(*n_out)++] = id;
         int stop = 0;
         for (int e = 0; e < m->n_eos; e++) stop |= id == m->eos[e];
-        if (on_token && on_token(ctx, id)) stop = 1;
+        if (h->on_token && h->on_token(h->token_ctx, id)) stop = 1;
         if (stop || i + 1 == max_new) break;
-        rc = eng_forward(s, &id, 1, logits, NULL, err);
+        rc = eng_forward(s, &id, 1, logits, h->obs, err);
     }
     free(logits);
     return rc;

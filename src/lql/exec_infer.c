@@ -160,12 +160,20 @@ static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int3
     int32_t *out = malloc((size_t)max_new * sizeof *out);
     int n_out = 0;
     if (!out) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
-    int rc = eng_session_new(m, (int)n + max_new, &es, &ve);
-    if (rc == 0)
-        rc = eng_generate_each(es, ids, (int)n, max_new, &sp, s->on_token, s->token_ctx, out,
-                               &n_out, &ve);
+    /* the KNN store overrides each prediction it matches, as at INFER … TOP */
+    eng_gen_hooks h = {s->on_token, s->token_ctx, NULL, NULL, NULL};
+    ed_knn_gen kg;
+    int rc = ed_knn_gen_hooks(&kg, s->edit, m, &h, &ve);
+    if (rc == 0) rc = eng_session_new(m, (int)n + max_new, &es, &ve);
+    if (rc == 0) rc = eng_generate_with(es, ids, (int)n, max_new, &sp, &h, out, &n_out, &ve);
     eng_session_free(es);
+    ed_knn_gen_free(&kg);
     if (rc < 0) { free(out); return lql_err_vx(e, &ve, &st->at); }
+    if (kg.overridden)
+        lql_result_note(r, "KNN override: %d of %d tokens set by the store (the first, token %d, "
+                        "by the key of %s at layer %d, cos %.4f)", kg.overridden, kg.steps,
+                        kg.first_step + 1, kg.first.entry->entity, kg.first.entry->layer,
+                        kg.first.cosine);
     char *text = NULL;
     size_t text_len = 0;
     if (eng_tok_decode_len(eng_model_tokenizer(m), out, (size_t)n_out, 1, &text, &text_len,
