@@ -100,15 +100,18 @@ int ed_journal_open(ed_model *ed, int create, vx_err *err)
 
 int ed_model_has_journal(const ed_model *ed)
 {
-    return ed->jpath && (ed->explicit_journal || access(ed->jpath, F_OK) == 0);
+    return ed->jpath && ((ed->explicit_journal && strcmp(ed->jpath, ":memory:") == 0) ||
+                         access(ed->jpath, F_OK) == 0);
 }
 
 int ed_model_load(ed_model *ed, vx_err *err)
 {
-    /* an existing journal (or an explicit one) is opened now so its edits apply from the
-     * first statement; otherwise the first edit creates it */
+    /* an existing journal (or an in-memory one) is opened now so its edits apply from the
+     * first statement; otherwise the first edit creates it, so a session that only reads
+     * creates nothing. A named one must be creatable: said now, not at the first edit. */
     if (!ed_model_has_journal(ed))
-        return 0;
+        return ed->explicit_journal ? vx_cw_check(ed->jpath, NULL, VX_CW_FILE, "journal", err)
+                                    : 0;
     return ed_journal_open(ed, 1, err) || ed_refresh(ed, err) ? -1 : 0;
 }
 

@@ -97,7 +97,7 @@ int lql_edit_on_use(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
         return lql_err_vx(e, &ve, at);
     s->edit = ed;
     s->edit_free = model_free;
-    if (!ed_model_has_journal(ed))
+    if (!ed_model_has_journal(ed) && !s->journal)
         return 0;
     if (lql_edit_model(s, st, 1, &ed, e) || (ed_model_load(ed, &ve) &&
                                              lql_err_vx(e, &ve, &st->at))) {

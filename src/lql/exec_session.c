@@ -73,22 +73,31 @@ static char *sdup(const char *z)
 }
 
 /* Binds an open container c (owned from here on) at path, with the journal and profile
- * names given, replacing the session's binding; the note names the model and the profile
- * with its derived authority. */
+ * names given, replacing the session's binding only once the new one (its journal
+ * included) is whole: a USE that fails leaves the session as it was. The note names the
+ * model and the profile with its derived authority. */
 static int bind(lql_session *s, const lql_stmt *st, vx_container *c, const char *path,
                 const char *journal, const char *profile, lql_result *r, lql_err *e)
 {
     char *p = sdup(path), *j = journal ? sdup(journal) : NULL, *pr = profile ? sdup(profile) : NULL;
-    lql_session_unbind(s);
+    lql_session old = *s;   /* the binding's fields, released on success, put back on failure */
     s->vx = c;
     s->path = p;
     s->journal = j;
     s->profile = pr;
-    if (!p || (journal && !j) || (profile && !pr)) {
-        lql_session_unbind(s);
-        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    s->model = NULL;
+    s->tok = NULL;
+    s->overlay = NULL;
+    s->browse = s->edit = NULL;
+    s->browse_free = s->edit_free = NULL;
+    int rc = !p || (journal && !j) || (profile && !pr)
+                 ? lql_errf(e, LQL_ENOMEM, NULL, "out of memory")
+                 : lql_edit_on_use(s, st, r, e);
+    lql_session_unbind(rc < 0 ? s : &old);
+    if (rc < 0) {
+        *s = old;
+        return -1;
     }
-    if (lql_edit_on_use(s, st, r, e) < 0) { lql_session_unbind(s); return -1; }
     const vx_graph_shape *g = vx_shape_of(c);
     lql_result_note(r, "using %s (%d layers, %d hidden, %lld features, model: %s)", path,
                     g->layers, g->hidden, (long long)g->features, jstr(vx_index_json(c), "model", "?"));

@@ -326,8 +326,8 @@ static int prepare_schema(vx_journal *j, const char *sha, const char *model, vx_
     } else if (strcmp(have_sha, sha) != 0) {
         vx_errf(err, VX_EVERIFY,
                 "journal '%s' belongs to another base: it was recorded for model '%s' (index "
-                "sha256 %.16s...) but the bound container is model '%s' (index sha256 %.16s...); "
-                "move it away or name another journal",
+                "sha256 %.16s...) but the container it is opened with is model '%s' (index "
+                "sha256 %.16s...); move it away or name another journal",
                 j->path, have_model ? have_model : "?", have_sha, model, sha);
         rc = -1;
     }

@@ -263,7 +263,7 @@ static void test_open_and_record(void)
     char want[700];
     snprintf(want, sizeof want,
              "journal '%s' belongs to another base: it was recorded for model 'tiny' (index "
-             "sha256 aaaaaaaaaaaaaaaa...) but the bound container is model 'other' (index "
+             "sha256 aaaaaaaaaaaaaaaa...) but the container it is opened with is model 'other' (index "
              "sha256 bbbbbbbbbbbbbbbb...); move it away or name another journal", p);
     CHECK_STR(e.msg, want);
     CHECK(e.code == VX_EVERIFY);

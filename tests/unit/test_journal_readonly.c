@@ -8,7 +8,8 @@
  *   - the same with a writable HOME: reading (INFER, SELECT, SHOW HISTORY / PATCHES, UNDO,
  *     COMPILE with nothing to compile, a DELETE / UPDATE that matches nothing) leaves
  *     ~/.local/share/lql absent; the first DELETE creates it and the journal;
- *   - a writable directory: reading leaves no .lqljournal beside the container.
+ *   - a writable directory: reading leaves no .lqljournal beside the container, nor a
+ *     journal USE … JOURNAL names; the first edit creates it.
  */
 #include "t.h"
 #include "test_journal_fx.h"
@@ -151,6 +152,24 @@ int main(void)
              "DELETE FROM EDGES WHERE layer = 2 AND token = \"zzzqqq\";", wbase);
     CHECK(run_lql(script, home) == 0);
     CHECK(!exists(j));
+
+    /* a journal named by USE … JOURNAL likewise: reading creates nothing (it used to be
+     * created by the USE, in a -readonly shell too), the first edit does; a place where it
+     * could not be created is refused by the USE */
+    char named[2300];
+    snprintf(named, sizeof named, "%s/named.j", wr);
+    snprintf(script, sizeof script, "USE \"%s\" JOURNAL \"%s\"; INFER \"Once upon a time\" "
+             "TOP 1; SHOW HISTORY;", wbase, named);
+    CHECK(run_lql(script, home) == 0);
+    CHECK(!exists(named));
+    snprintf(script, sizeof script, "USE \"%s\" JOURNAL \"%s\"; DELETE FROM EDGES WHERE "
+             "layer = 1 AND feature = 0;", wbase, named);
+    CHECK(run_lql(script, home) == 0);
+    CHECK(exists(named));
+    snprintf(script, sizeof script, "USE \"%s\" JOURNAL \"%s/no/j\";", wbase, wr);
+    CHECK(run_lql(script, home) != 0);
+    CHECK_HAS(out, "journal: cannot write '");
+    CHECK_HAS(out, "/no/j': its parent '");
 
     chmod(ro, 0755);
     fx_rm_rf(dir);
