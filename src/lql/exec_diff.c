@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "exec_edit.h"
 #include "files.h"
@@ -77,6 +78,45 @@ static int diff_segments(const ed_side *A, const ed_side *B, lql_result *r, lql_
 }
 
 
+/* The KNN store (INSERT … MODE KNN) changes predictions without a weight, so neither
+ * table above shows it: its entries on each side, when the sides' stores differ (only
+ * CURRENT has one). RELATION and LAYER filter them as they filter features. */
+static int diff_knn(const lql_stmt *st, const ed_side *A, const ed_side *B, lql_result *r,
+                    lql_err *e)
+{
+    if (A->edit == B->edit)
+        return 0;
+    const ed_side *side[2] = {A, B};
+    size_t shown = 0;
+    lql_table *t = NULL;
+    for (int i = 0; i < 2; i++) {
+        size_t nk = 0;
+        const ed_knn_entry *k = ed_knn(side[i]->edit, &nk);
+        for (size_t j = 0; j < nk; j++) {
+            if ((lql_has(st, LQL_C_LAYER) && k[j].layer != st->layer) ||
+                (lql_has(st, LQL_C_RELATION) && strcasecmp(k[j].relation, st->relation)))
+                continue;
+            static const lql_colspec cols[] = {
+                {"side", LQL_TEXT, 0}, {"entity", LQL_TEXT, 0}, {"relation", LQL_TEXT, 0},
+                {"target", LQL_TEXT, 0}, {"layer", LQL_INT, 0}};
+            if (!t && !(t = lql_result_table(r, "knn store", 5, cols)))
+                return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+            lql_row(t);
+            lql_cell_text(t, i ? "b" : "a");
+            lql_cell_text(t, k[j].entity);
+            lql_cell_text(t, k[j].relation);
+            lql_cell_text(t, k[j].target);
+            lql_cell_int(t, k[j].layer);
+            shown++;
+        }
+    }
+    if (shown)
+        lql_result_note(r, "%zu KNN-store entr%s on one side only (INSERT … MODE KNN: a residual "
+                        "key that overrides INFER's and GENERATE's prediction, no weight)",
+                        shown, shown == 1 ? "y" : "ies");
+    return 0;
+}
+
 /* INTO PATCH: the feature differences as vector-free operations on side a. */
 static int diff_patch(const lql_stmt *st, const ed_side *A, const ed_side *B,
                       const ed_diff_row *rows, size_t n, lql_result *r, lql_err *e)
@@ -114,17 +154,12 @@ int lql_h_diff(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     ed_diff_row *rows = NULL;
     size_t n = 0;
     int rc = -1;
-    if (lql_has(st, LQL_C_RELATION)) {
-        brw_stats sa, sb;
-        if (brw_stats_get(A.bm, &sa, &ve) || brw_stats_get(B.bm, &sb, &ve)) {
-            lql_err_vx(e, &ve, &st->at);
-            goto done;
-        }
-        if (!sa.labelled && !sb.labelled) {
-            lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_RELATION], "RELATION needs relation "
-                     "labels: neither side has feature labels");
-            goto done;
-        }
+    /* CURRENT's inserts label the features they wrote, as SELECT and DELETE read them */
+    if (lql_has(st, LQL_C_RELATION) && !brw_has_labels(A.bm, A.ov) &&
+        !brw_has_labels(B.bm, B.ov)) {
+        lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_RELATION], "RELATION needs relation "
+                 "labels: neither side has feature labels or an inserted relation");
+        goto done;
     }
     if (ed_diff_features(&A, &B, lql_has(st, LQL_C_LAYER) ? (int)st->layer : -1,
                          lql_has(st, LQL_C_RELATION) ? st->relation : NULL, &rows, &n, &ve)) {
@@ -154,8 +189,10 @@ int lql_h_diff(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         lql_cell_float(t, rows[i].b.c_score);
         lql_cell_text(t, rows[i].status);
     }
-    lql_result_note(r, "%zu feature%s differ%s", n, n == 1 ? "" : "s",
+    lql_result_note(r, "%zu feature%s%s", n, n == 1 ? " differs" : "s differ",
                     n > limit ? " (LIMIT shows the first ones)" : "");
+    if (diff_knn(st, &A, &B, r, e))
+        goto done;
     if ((lql_has(st, LQL_C_PHYSICAL) ? diff_segments(&A, &B, r, e) : diff_tensors(st, &A, &B, r, e)) ||
         (lql_has(st, LQL_C_INTO_PATCH) && diff_patch(st, &A, &B, rows, n, r, e)))
         goto done;
