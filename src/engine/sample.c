@@ -76,12 +76,14 @@ int32_t eng_sample(const eng_sampler *sp, float *logits, int n, uint64_t *rng_st
     }
     cand *c = malloc((size_t)n * sizeof *c);
     if (!c) return argmax(logits, n);   /* no memory for the candidate list: greedy */
-    for (int i = 0; i < n; i++) { c[i].p = logits[i] / sp->temperature; c[i].id = i; }
+    /* the maximum is taken out before dividing: logit / T overflows to inf for a tiny T,
+     * and inf - inf would make every probability NaN */
+    float mx = logits[argmax(logits, n)];
+    for (int i = 0; i < n; i++) { c[i].p = (logits[i] - mx) / sp->temperature; c[i].id = i; }
     qsort(c, (size_t)n, sizeof *c, by_prob);
     int k = sp->top_k > 0 && sp->top_k < n ? sp->top_k : n;
-    float mx = c[0].p;
     double sum = 0;
-    for (int i = 0; i < k; i++) { c[i].p = expf(c[i].p - mx); sum += c[i].p; }
+    for (int i = 0; i < k; i++) { c[i].p = expf(c[i].p); sum += c[i].p; }
     double mass = 0;
     int keep = k;
     for (int i = 0; i < k; i++) {

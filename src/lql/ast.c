@@ -240,7 +240,8 @@ range:;
 }
 
 /* A number token's value, read whole (a long literal must not be cut short); one too
- * large for a double (1e309) is refused, not made infinite. */
+ * large for a double (1e309) is refused, not made infinite, and so is a nonzero one too
+ * small (1e-400), not made 0: a later check would report 0, a value never written. */
 static int float_of(lql_pctx *p, const lql_token *t, double *out)
 {
     char *buf = alloc(p, (size_t)t->n + 1);
@@ -248,7 +249,8 @@ static int float_of(lql_pctx *p, const lql_token *t, double *out)
     memcpy(buf, t->z, (size_t)t->n);
     buf[t->n] = 0;
     *out = strtod(buf, NULL);
-    if (isinf(*out)) {
+    size_t mantissa = strcspn(buf, "eE");
+    if (isinf(*out) || (*out == 0 && strcspn(buf, "123456789") < mantissa)) {
         char b[64];
         lql_p_error(p, t, "number out of range: %s", tok_text(t, b, sizeof b));
         return -1;

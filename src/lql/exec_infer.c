@@ -4,6 +4,7 @@
  * distribution as rank / token / prob, and GENERATE's continuation (greedy, or sampled
  * with TEMPERATURE / TOP_P / SEED; the default seed is 0 so a sampled run repeats).
  */
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,14 @@ static int predictions(lql_session *s, const lql_stmt *st, eng_model *m, const i
     return rc;
 }
 
+/* The sampler computes in float: a positive TEMPERATURE or TOP_P below float's range
+ * (1e-300) stays positive, as written, instead of becoming 0 (greedy, no nucleus). */
+static float sampler_float(double x)
+{
+    float f = (float)x;
+    return x > 0 && f < FLT_MIN ? FLT_MIN : f;
+}
+
 /* GENERATE n: the continuation as text and ids. */
 static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int32_t *ids,
                     size_t n, lql_result *r, lql_err *e)
@@ -141,12 +150,12 @@ static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int3
     if (lql_has(st, LQL_C_TEMPERATURE)) {
         if (st->temperature < 0)
             return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_TEMPERATURE], "TEMPERATURE must be >= 0");
-        sp.temperature = (float)st->temperature;
+        sp.temperature = sampler_float(st->temperature);
     }
     if (lql_has(st, LQL_C_TOP_P)) {
         if (!(st->top_p > 0 && st->top_p <= 1))
             return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_TOP_P], "TOP_P must be in (0, 1], got %g", st->top_p);
-        sp.top_p = (float)st->top_p;
+        sp.top_p = sampler_float(st->top_p);
     }
     if (lql_has(st, LQL_C_SEED)) sp.seed = st->seed;
     /* greedy decoding never samples: a seed or nucleus there would be ignored */

@@ -300,6 +300,10 @@ static void test_sample(void)
         bad += x != 1 && x != 2;
     }
     CHECK(bad == 0);
+    /* a temperature so small that logit / T overflows: the best token, not NaN's pick */
+    eng_sampler tiny = {1e-38f, 0, 0.5f, 0};
+    float big[3] = {90.0f, 100.0f, 80.0f};
+    CHECK(eng_sample(&tiny, big, 3, &a) == 1);
 }
 
 static void test_split(void)

@@ -129,6 +129,10 @@ static void browse_statements(void)
     st = P("SELECT * FROM EDGES WHERE score < 1000000000000000000000000000000000000000000000000000000000000000000000.5");
     CHECK(st && st->where && st->where->val.f == 1e69);
     CHECK_STR(E("SELECT * FROM EDGES WHERE score > 1e309"), "1:35: number out of range: 1e309");
+    /* underflow: a nonzero literal that would read as 0 is refused; a zero one is 0 */
+    CHECK_STR(E("SELECT * FROM EDGES WHERE score > 1e-400"), "1:35: number out of range: 1e-400");
+    st = P("SELECT * FROM EDGES WHERE score > 0.000e-400 AND score > 1e-310");
+    CHECK(st && st->where && st->where->val.f == 0 && st->where->next->val.f > 0);
     CHECK_STR(E("SELECT * FROM EDGES WHERE score > 1e"), "1:36: near \"e\": expected AND, LIMIT, NEAREST, ORDER, WHERE, |>, ; or end of input");
     st = P("SELECT entity FROM ENTITIES NEAREST TO 'Paris' AT LAYER 5 LIMIT 4");
     CHECK(st && st->from == LQL_FROM_ENTITIES && HAS(st, NEAREST) && st->layer == 5 && st->limit == 4);
