@@ -604,6 +604,7 @@ lql_stmt *lql_b_stmt_n(lql_pctx *p, lql_stmt *st, lql_kind k, const lql_token *k
 {
     if (!lql_b_stmt(p, st, k, kw, NULL, NULL)) return NULL;
     if (int_of(p, num, 0, &st->n) < 0) return NULL;
+    st->n_at = span_of(num);
     if (k == LQL_S_SHOW_FEATURES) st->layer = st->n;
     return st;
 }
@@ -647,8 +648,10 @@ lql_stmt *lql_b_insert(lql_pctx *p, lql_stmt *st, const lql_token *kw, lql_names
         *slot_at[j] = vals->at[i];
     }
     if (cols->n != 3 || vals->n != 3) {
-        lql_p_error(p, kw, "INSERT INTO EDGES needs 3 columns (entity, relation, target) and 3 values, got %d and %d",
-                    cols->n, vals->n);
+        /* at the list that is off: its first extra item, or its last when one is missing */
+        const lql_names *l = cols->n != 3 ? cols : vals;
+        error_at(p, &l->at[l->n > 3 ? 3 : l->n - 1], "INSERT INTO EDGES needs 3 columns "
+                 "(entity, relation, target) and 3 values, got %d and %d", cols->n, vals->n);
         return NULL;
     }
     return st;

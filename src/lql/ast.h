@@ -229,6 +229,7 @@ typedef struct lql_stmt {
 
     /* ROLLBACK TO n / SHOW FEATURES n (the layer) / SHOW LAYERS range (in `layers`). */
     int64_t n;
+    lql_span n_at;
 
     /* Clauses. */
     uint64_t has;                          /* bit (1 << LQL_C_x) per clause given */

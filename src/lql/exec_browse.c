@@ -87,22 +87,11 @@ static int layer_range(const lql_stmt *st, int layers, int *lo, int *hi, lql_err
     *lo = *hi = -1;
     if (!lql_has(st, LQL_C_LAYERS) || st->layers.all)
         return 0;
-    if (st->layers.hi >= layers)
-        return lql_errf(e, LQL_EEXEC, clause_at(st, LQL_C_LAYERS),
-                        "layer range %d-%d is out of range (the model has %d layers: 0-%d)",
-                        st->layers.lo, st->layers.hi, layers, layers - 1);
+    if (lql_check_layers(e, clause_at(st, LQL_C_LAYERS), st->layers.lo, st->layers.hi,
+                         layers) != 0)
+        return -1;
     *lo = st->layers.lo;
     *hi = st->layers.hi;
-    return 0;
-}
-
-static int check_layer(const lql_stmt *st, lql_clause_kind c, int64_t layer, int layers,
-                       lql_err *e)
-{
-    if (layer < 0 || layer >= layers)
-        return lql_errf(e, LQL_EEXEC, clause_at(st, c),
-                        "layer %lld is out of range (the model has %d layers: 0-%d)",
-                        (long long)layer, layers, layers - 1);
     return 0;
 }
 
@@ -112,7 +101,8 @@ static int at_layer(const lql_stmt *st, const brw_model *m, int *layer, lql_err 
     *layer = -1;
     if (!lql_has(st, LQL_C_AT_LAYER))
         return 0;
-    if (check_layer(st, LQL_C_AT_LAYER, st->layer, brw_layers(m), e) != 0)
+    if (lql_check_layers(e, clause_at(st, LQL_C_AT_LAYER), st->layer, st->layer,
+                         brw_layers(m)) != 0)
         return -1;
     *layer = (int)st->layer;
     return 0;
@@ -721,7 +711,8 @@ int lql_h_select(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         o.desc = st->order_desc;
     }
     if (lql_has(st, LQL_C_NEAREST)) {
-        if (check_layer(st, LQL_C_NEAREST, st->layer, brw_layers(m), e) != 0)
+        if (lql_check_layers(e, clause_at(st, LQL_C_NEAREST), st->layer, st->layer,
+                             brw_layers(m)) != 0)
             return -1;
         o.nearest = st->nearest;
         o.nearest_layer = (int)st->layer;
@@ -736,9 +727,8 @@ int lql_h_show_features(lql_session *s, const lql_stmt *st, lql_result *r, lql_e
     brw_model *m = NULL;
     if (session_features(s, st, &m, e) != 0)
         return -1;
-    if (st->n < 0 || st->n >= brw_layers(m))
-        return lql_errf(e, LQL_EEXEC, &st->at, "layer %lld is out of range (the model has %d "
-                        "layers: 0-%d)", (long long)st->n, brw_layers(m), brw_layers(m) - 1);
+    if (lql_check_layers(e, &st->n_at, st->n, st->n, brw_layers(m)) != 0)
+        return -1;
     const eng_overlay *ov = lql_edit_overlay(s);
     brw_select_opts o = {.ov = ov};
     if (limit_of(st, &o.limit, e) != 0)

@@ -138,6 +138,10 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         (!ed_journal_place(ed) && lql_edit_journal(st, ed, 1, e)) ||
         lql_session_model(s, st, &m, e))
         return -1;
+    if (lql_has(st, LQL_C_AT_LAYER) && lql_check_layers(e, &st->clause_at[LQL_C_AT_LAYER],
+                                                        st->layer, st->layer,
+                                                        eng_model_layers(m)))
+        return -1;
     char *text = lql_edit_text(st);
     if (!text)
         return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");

@@ -122,7 +122,7 @@ int lql_h_rollback(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e
     int64_t count = 0;
     vx_err ve = {0};
     if (ed_rollback(ed, st->n, &count, &ve))
-        return lql_err_vx(e, &ve, &st->at);
+        return lql_err_vx(e, &ve, &st->n_at);
     lql_result_note(r, "rolled back to %lld (%lld statement%s undone)", (long long)st->n,
                     (long long)count, count == 1 ? "" : "s");
     return 0;

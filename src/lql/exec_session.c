@@ -54,14 +54,6 @@ static uint64_t tensor_bytes(const vx_container *c, const char *object, const ch
     return sum;
 }
 
-/* "no such layer" for a range outside 0..layers-1, at the clause. */
-static int check_range(const lql_range *r, int layers, lql_err *e)
-{
-    if (r->all || r->hi < layers) return 0;
-    return lql_errf(e, LQL_EEXEC, &r->at, "no such layer: %d (model has layers 0-%d)",
-                    r->hi, layers - 1);
-}
-
 /* ---------------------------------------------------------------- USE */
 
 static char *sdup(const char *z)
@@ -184,11 +176,17 @@ int lql_h_extract(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
             return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_DTYPE], "unknown dtype: %s", st->dtype);
         dtype = (int)d;
     }
+    vx_err ve = {0};
+    /* the encoder's refusals at what they are about: the DTYPE and the target checked
+     * first, so what is left to fail is the checkpoint (or a cancel, the statement's) */
+    if (vx_encode_dtype_check(dtype, &ve) < 0)
+        return lql_err_vx(e, &ve, &st->clause_at[LQL_C_DTYPE]);
+    if (vx_cw_check(st->arg2, NULL, 0, "encode", &ve) < 0)
+        return lql_err_vx(e, &ve, &st->arg2_at);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    vx_err ve = {0};
     if (lql_encode_container(st->arg, st->arg2, dtype, s->progress, s->progress_ctx, &ve) < 0)
-        return lql_err_vx(e, &ve, &st->at);
+        return lql_err_vx(e, &ve, ve.code == VX_ECANCEL ? &st->at : &st->arg_at);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     vx_container *c = NULL;
@@ -286,8 +284,8 @@ int lql_h_show_layers(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
     const vx_graph_shape *g = vx_shape_of(c);
     int lo = 0, hi = g->layers - 1;
     if (lql_has(st, LQL_C_LAYERS)) {
-        if (check_range(&st->layers, g->layers, e) < 0) return -1;
         if (!st->layers.all) { lo = st->layers.lo; hi = st->layers.hi; }
+        if (lql_check_layers(e, &st->layers.at, lo, hi, g->layers) < 0) return -1;
     }
     /* browse's per-layer view (band, most frequent down-meta top token, features with
      * down-meta as the overlay leaves them, gate dtype) when browse can open the container */

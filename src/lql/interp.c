@@ -300,6 +300,16 @@ void lql_cell_token(lql_table *t, const eng_tokenizer *tok, int32_t id)
     free(text);
 }
 
+int lql_check_layers(lql_err *e, const lql_span *at, int64_t lo, int64_t hi, int layers)
+{
+    if (lo >= 0 && hi < layers) return 0;
+    if (lo == hi)
+        return lql_errf(e, LQL_EEXEC, at, "layer %lld is out of range (the model has %d "
+                        "layers: 0-%d)", (long long)lo, layers, layers - 1);
+    return lql_errf(e, LQL_EEXEC, at, "layer range %lld-%lld is out of range (the model has "
+                    "%d layers: 0-%d)", (long long)lo, (long long)hi, layers, layers - 1);
+}
+
 int lql_refuse(lql_err *e, const lql_stmt *st, const char *why)
 {
     return lql_errf(e, LQL_EREFUSED, &st->at, "%s is not available in this build: %s",

@@ -95,6 +95,10 @@ void lql_session_set_overlay(lql_session *s, const eng_overlay *ov);
 /* Copy a storage/engine error into e at span `at` (NULL: the whole statement); -1. The
  * code maps VX_ECANCEL to LQL_ECANCEL, VX_EUNSUPPORTED to LQL_EREFUSED, others LQL_EEXEC. */
 int lql_err_vx(lql_err *e, const vx_err *ve, const lql_span *at);
+/* 0 when layers lo..hi (lo == hi: one layer) exist in a model of `layers`; otherwise -1
+ * with the wording every statement gives, at `at`: `layer 9 is out of range (the model
+ * has 4 layers: 0-3)`, `layer range 5-6 is out of range (…)`. */
+int lql_check_layers(lql_err *e, const lql_span *at, int64_t lo, int64_t hi, int layers);
 /* `<STATEMENT> is not available in this build: <why>` at the statement keyword; -1. */
 int lql_refuse(lql_err *e, const lql_stmt *st, const char *why);
 /* `<clause> is not available in this build: <why>` at the clause; -1. */

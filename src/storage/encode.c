@@ -459,6 +459,15 @@ static cJSON *make_index(const hf_plan *p, const char *model, const char *source
     return x;
 }
 
+int vx_encode_dtype_check(int dtype, vx_err *err)
+{
+    if (dtype >= 0 && dtype != VX_F32 && dtype != VX_F16 && dtype != VX_BF16)
+        return vx_errf(err, VX_EARG, "encode: dtype '%s' is not an encode target (f32, f16 or bf16; "
+                       "quantised representations are made from a container)",
+                       vx_dtype_name((vx_dtype)dtype) ? vx_dtype_name((vx_dtype)dtype) : "?");
+    return 0;
+}
+
 int vx_encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opts, vx_err *err)
 {
     vx_encode_opts defaults;
@@ -468,10 +477,8 @@ int vx_encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opt
     }
     if (!hf_dir || !out_dir || !*out_dir)
         return vx_errf(err, VX_EARG, "encode: a checkpoint directory and an output path are required");
-    if (opts->dtype >= 0 && opts->dtype != VX_F32 && opts->dtype != VX_F16 && opts->dtype != VX_BF16)
-        return vx_errf(err, VX_EARG, "encode: dtype '%s' is not an encode target (f32, f16 or bf16; "
-                       "quantised representations are made from a container)",
-                       vx_dtype_name((vx_dtype)opts->dtype) ? vx_dtype_name((vx_dtype)opts->dtype) : "?");
+    if (vx_encode_dtype_check(opts->dtype, err) < 0)
+        return -1;
     if (opts->layer_lo >= 0 && opts->layer_hi < opts->layer_lo)
         return vx_errf(err, VX_EARG, "encode: layer band [%d, %d] is empty", opts->layer_lo,
                        opts->layer_hi);

@@ -423,6 +423,9 @@ void vx_encode_opts_init(vx_encode_opts *o);
  * tensor at a time; writes into a temporary sibling and renames into place only when
  * complete; refuses if out_dir exists. */
 int vx_encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opts, vx_err *err);
+/* vx_encode's dtype rule alone (-1: keep the source's; else f32, f16 or bf16), so a caller
+ * can refuse a DTYPE before anything is read. */
+int vx_encode_dtype_check(int dtype, vx_err *err);
 
 /* Verify a container against its recorded hashes (segments, payloads, and when the
  * recorded source checkpoint is present and readable, the source payloads). The report

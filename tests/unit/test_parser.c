@@ -326,7 +326,16 @@ static void errors(void)
     CHECK_STR(E("SHOW TABLES"), "1:6: near \"TABLES\": expected COMPONENTS, ENTITIES, FEATURES, HISTORY, LAYERS, MODELS, PATCHES, RELATIONS or REPRESENTATIONS");
     CHECK_STR(E("SHOW FEATURES"), "1:14: incomplete input: expected an integer");
     CHECK_STR(E("INSERT INTO EDGES (entity, relation) VALUES ('a', 'b')"),
-              "1:1: INSERT INTO EDGES needs 3 columns (entity, relation, target) and 3 values, got 2 and 2");
+              "1:28: INSERT INTO EDGES needs 3 columns (entity, relation, target) and 3 values, got 2 and 2");
+    /* at the list that is off: its last item when one is missing, else its first extra */
+    CHECK_STR(E("INSERT INTO EDGES (entity, relation, target) VALUES ('a', 'b')"),
+              "1:59: INSERT INTO EDGES needs 3 columns (entity, relation, target) and 3 values, got 3 and 2");
+    CHECK_STR(E("INSERT INTO EDGES (entity, relation, target) VALUES ('a', 'b', 'c', 'd')"),
+              "1:69: INSERT INTO EDGES needs 3 columns (entity, relation, target) and 3 values, got 3 and 4");
+    {
+        lql_stmt *sf = P("SHOW FEATURES 12");
+        CHECK(sf && sf->n == 12 && sf->n_at.col == 15 && sf->n_at.len == 2);
+    }
     CHECK_STR(E("INSERT INTO EDGES (entity, relation, colour) VALUES ('a', 'b', 'c')"),
               "1:38: unknown column: colour (INSERT INTO EDGES takes entity, relation, target)");
     CHECK_STR(E("INSERT INTO EDGES (entity, entity, target) VALUES ('a', 'b', 'c')"),
