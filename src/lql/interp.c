@@ -310,14 +310,8 @@ int lql_check_layers(lql_err *e, const lql_span *at, int64_t lo, int64_t hi, int
                     "%d layers: 0-%d)", (long long)lo, (long long)hi, layers, layers - 1);
 }
 
-int lql_refuse(lql_err *e, const lql_stmt *st, const char *why)
-{
-    return lql_errf(e, LQL_EREFUSED, &st->at, "%s is not available in this build: %s",
-                    lql_kind_name(st->kind), why);
-}
-
 int lql_refuse_clause(lql_err *e, const lql_stmt *st, lql_clause_kind c, const char *why)
 {
-    return lql_errf(e, LQL_EREFUSED, &st->clause_at[c], "%s … %s is not available in this build: %s",
+    return lql_errf(e, LQL_EREFUSED, &st->clause_at[c], "%s … %s is refused: %s",
                     lql_kind_name(st->kind), lql_clause_text(c), why);
 }

@@ -99,9 +99,8 @@ int lql_err_vx(lql_err *e, const vx_err *ve, const lql_span *at);
  * with the wording every statement gives, at `at`: `layer 9 is out of range (the model
  * has 4 layers: 0-3)`, `layer range 5-6 is out of range (…)`. */
 int lql_check_layers(lql_err *e, const lql_span *at, int64_t lo, int64_t hi, int layers);
-/* `<STATEMENT> is not available in this build: <why>` at the statement keyword; -1. */
-int lql_refuse(lql_err *e, const lql_stmt *st, const char *why);
-/* `<clause> is not available in this build: <why>` at the clause; -1. */
+/* `<STATEMENT> … <clause> is refused: <why>` at the clause, for a clause that parses but
+ * that lql does not carry out by design (why says what to do instead); -1. */
 int lql_refuse_clause(lql_err *e, const lql_stmt *st, lql_clause_kind c, const char *why);
 
 /* ---------------------------------------------------------------- handlers */
