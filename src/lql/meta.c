@@ -165,7 +165,10 @@ static int m_read(lql_shell *sh, int argc, char **argv, char *err, size_t errsz)
         return -1;
     }
     FILE *f = fopen(argv[1], "rb");
-    if (!f) { snprintf(err, errsz, "cannot read \"%s\"", argv[1]); return -1; }
+    if (!f) {
+        snprintf(err, errsz, "cannot read \"%s\": %s", argv[1], strerror(errno));
+        return -1;
+    }
     sh->depth++;
     int rc = lql_shell_run_stream(sh, argv[1], f);
     sh->depth--;
