@@ -534,13 +534,43 @@ lql_stmt *lql_b_opts(lql_pctx *p)
     return alloc(p, sizeof(lql_stmt));
 }
 
-lql_stmt *lql_b_add(lql_pctx *p, lql_stmt *st, lql_clause *c)
+/* A band as the user writes it: LQL_C_BAND's own name ("band") is nobody's word. */
+static const char *band_text(int band)
 {
-    if (p->failed || !st || !c) return NULL;
+    static const char *const text[] = {"", "ALL LAYERS", "SYNTAX", "KNOWLEDGE", "OUTPUT"};
+    return text[band];
+}
+
+/* Two clauses that set the same thing (a band, DESCRIBE's detail) are refused naming both
+ * as written, whichever words they are; one given twice is a duplicate. */
+static int clash(lql_pctx *p, const lql_stmt *st, const lql_clause *c)
+{
+    const uint64_t detail = (1ull << LQL_C_BRIEF) | (1ull << LQL_C_VERBOSE) | (1ull << LQL_C_RAW);
+    const uint64_t other = st->has & detail & ~(1ull << c->kind);
+    if (c->kind == LQL_C_BAND && lql_has(st, LQL_C_BAND)) {
+        if ((int)st->band == c->e)
+            error_at(p, &c->at, "duplicate clause: %s", band_text(c->e));
+        else
+            error_at(p, &c->at, "%s and %s both name a band; give one", band_text(st->band),
+                     band_text(c->e));
+        return -1;
+    }
+    if (((detail >> c->kind) & 1) && other) {
+        error_at(p, &c->at, "%s and %s both set the detail; give one",
+                 lql_clause_text((lql_clause_kind)__builtin_ctzll(other)),
+                 lql_clause_text(c->kind));
+        return -1;
+    }
     if (lql_has(st, c->kind)) {
         error_at(p, &c->at, "duplicate clause: %s", lql_clause_text(c->kind));
-        return NULL;
+        return -1;
     }
+    return 0;
+}
+
+lql_stmt *lql_b_add(lql_pctx *p, lql_stmt *st, lql_clause *c)
+{
+    if (p->failed || !st || !c || clash(p, st, c)) return NULL;
     st->has |= (uint64_t)1 << c->kind;
     st->clause_at[c->kind] = c->at;
     switch (c->kind) {

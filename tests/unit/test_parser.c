@@ -291,6 +291,16 @@ static void errors(void)
     CHECK_STR(E("WALK 'x' TOP 3.5"), "1:14: near \"3.5\": expected an integer");
     CHECK_STR(E("WALK 'x' TOP -3"), "1:14: near \"-\": expected an integer");
     CHECK_STR(E("WALK 'x' TOP 3 TOP 4"), "1:16: duplicate clause: TOP");
+    /* two words for one setting name both as written, not an internal clause name */
+    CHECK_STR(E("DESCRIBE 'x' SYNTAX OUTPUT"),
+              "1:21: SYNTAX and OUTPUT both name a band; give one");
+    CHECK_STR(E("DESCRIBE 'x' ALL LAYERS SYNTAX"),
+              "1:25: ALL LAYERS and SYNTAX both name a band; give one");
+    CHECK_STR(E("EXPLAIN INFER 'x' KNOWLEDGE KNOWLEDGE"), "1:29: duplicate clause: KNOWLEDGE");
+    CHECK_STR(E("DESCRIBE 'x' BRIEF VERBOSE"),
+              "1:20: BRIEF and VERBOSE both set the detail; give one");
+    CHECK_STR(E("DESCRIBE 'x' VERBOSE AT LAYER 2 RAW"),
+              "1:33: VERBOSE and RAW both set the detail; give one");
     CHECK_STR(E("WALK 'x' LAYERS 5-2"), "1:17: invalid range 5-2: start is after end");
     CHECK_STR(E("WALK 'x' LAYERS 5"), "1:18: incomplete input: expected -");
     CHECK_STR(E("WALK 'x' MODE FAST"), "1:15: near \"FAST\": expected DENSE, HYBRID or PURE");
