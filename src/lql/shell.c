@@ -87,7 +87,7 @@ int lql_eval_to(lql_session *s, const char *text, size_t n, const lql_eval_opts 
                 FILE *notes, lql_err *e)
 {
     const lql_render_opts *ro = &o->render;
-    int json = ro->mode == LQL_OUT_JSON, human = lql_outmode_human(ro->mode);
+    int json = ro->mode == LQL_OUT_JSON;
     lql_arena *ar = lql_arena_new();
     if (!ar) return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     lql_stmt *st = NULL;
@@ -99,8 +99,9 @@ int lql_eval_to(lql_session *s, const char *text, size_t n, const lql_eval_opts 
             lql_render_frame(out, NULL, ro, text, n, e->msg, e->line, e->col);
         }
     }
-    /* `a |> b`: each statement's result is rendered in turn, so notes stay with theirs */
-    int shown = 0;              /* a blank line separates statements' outputs, as tables */
+    /* `a |> b`: each statement's result is rendered in turn, so notes stay with theirs,
+     * and framed as `a; b` would be: nothing between them that a reader would take for
+     * a table boundary */
     for (const lql_stmt *one = st; rc == 0 && one; one = one->next) {
         lql_result *r = lql_result_new();
         if (!r) { rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory"); break; }
@@ -117,9 +118,6 @@ int lql_eval_to(lql_session *s, const char *text, size_t n, const lql_eval_opts 
             lql_render_frame(out, r, ro, one->src, one->nsrc, rc < 0 ? e->msg : NULL, e->line, e->col);
         } else if (rc == 0 || lql_result_ntables(r) || lql_result_nnotes(r)) {
             /* a failed statement still shows what it produced before failing */
-            int printed = lql_result_ntables(r) || (lql_result_nnotes(r) && (human || notes == out));
-            if (printed && shown++ && ro->mode != LQL_OUT_JSONL)
-                fputs(ro->mode == LQL_OUT_CSV ? "\r\n" : "\n", out);
             lql_render_to(r, ro, out, notes);
         }
         lql_result_free(r);

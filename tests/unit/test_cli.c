@@ -239,6 +239,17 @@ static void with_model(const char *box)
     double tprob = p ? strtod(p + 1, &end) : -2;
     CHECK_MSG(end && end - p - 1 > 8, "prob printed with %d characters", end ? (int)(end - p - 1) : 0);
     CHECK(tprob == jprob);          /* both the shortest round-trip text of one double */
+
+    /* a chain is framed as `a; b` is: no blank line a tsv reader would take for a table
+     * boundary between the two statements' tables */
+    char *chain_out, *chain_err, *seq_out, *seq_err;
+    snprintf(cmd, sizeof cmd, LQL " '%s' -c 'TOKENIZE \"a\" |> TOKENIZE \"b\";'", box);
+    CHECK(sh(cmd, &chain_out, &chain_err) == 0);
+    snprintf(cmd, sizeof cmd, LQL " '%s' -c 'TOKENIZE \"a\"; TOKENIZE \"b\";'", box);
+    CHECK(sh(cmd, &seq_out, &seq_err) == 0);
+    CHECK_STR(chain_out, seq_out);
+    CHECK(!strstr(chain_out, "\n\n"));
+    free(chain_out); free(chain_err); free(seq_out); free(seq_err);
     free(out); free(err);
 
     /* jsonl: every stdout line one row object */
