@@ -154,6 +154,10 @@ int lql_h_diff(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     ed_diff_row *rows = NULL;
     size_t n = 0;
     int rc = -1;
+    if (lql_has(st, LQL_C_LAYER) &&
+        lql_check_layers(e, &st->clause_at[LQL_C_LAYER], st->layer, st->layer,
+                         brw_layers(A.bm)))
+        goto done;
     /* CURRENT's inserts label the features they wrote, as SELECT and DELETE read them */
     if (lql_has(st, LQL_C_RELATION) && !brw_has_labels(A.bm, A.ov) &&
         !brw_has_labels(B.bm, B.ov)) {
