@@ -68,8 +68,6 @@ size_t brw_default_fields(brw_from from, brw_field *out, size_t max)
 {
     size_t n;
     const brw_field *f = table_fields(from, &n);
-    if (from == BRW_EDGES)   /* band is selectable but not a default column */
-        n--;
     for (size_t i = 0; i < n && i < max; i++)
         out[i] = f[i];
     return n < max ? n : max;
