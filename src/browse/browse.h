@@ -270,9 +270,12 @@ typedef struct brw_cond {
     size_t n_vals;
 } brw_cond;
 
-/* Field name → field for a table; -1 with an error naming the field and the table's
- * fields when unknown. */
+/* Field name → a column of the table (SELECT's list, ORDER BY); -1 with an error naming
+ * the field and the table's fields when unknown. */
 int brw_field_parse(brw_from from, const char *name, brw_field *out, vx_err *err);
+/* The same for a condition's field: ENTITIES also takes layer and feature, which pick the
+ * features counted. */
+int brw_cond_field_parse(brw_from from, const char *name, brw_field *out, vx_err *err);
 const char *brw_field_name(brw_field f);
 /* The default columns of a table, in order. */
 size_t brw_default_fields(brw_from from, brw_field *out, size_t max);

@@ -73,7 +73,10 @@ size_t brw_default_fields(brw_from from, brw_field *out, size_t max)
     return n < max ? n : max;
 }
 
-int brw_field_parse(brw_from from, const char *name, brw_field *out, vx_err *err)
+/* cond: the field of a WHERE condition, where ENTITIES also takes layer and feature (they
+ * pick the features counted; as columns they would have no value). */
+static int field_lookup(brw_from from, const char *name, int cond, brw_field *out,
+                        vx_err *err)
 {
     size_t n;
     const brw_field *f = table_fields(from, &n);
@@ -92,8 +95,8 @@ int brw_field_parse(brw_from from, const char *name, brw_field *out, vx_err *err
         want = BRW_F_SCORE;
     if (from == BRW_ENTITIES && want == BRW_F_TOKEN)
         want = BRW_F_ENTITY;
-    if (from == BRW_ENTITIES && (want == BRW_F_LAYER || want == BRW_F_FEATURE)) {
-        *out = want;   /* filters the features counted */
+    if (cond && from == BRW_ENTITIES && (want == BRW_F_LAYER || want == BRW_F_FEATURE)) {
+        *out = want;
         return 0;
     }
     for (size_t i = 0; i < n; i++)
@@ -108,6 +111,16 @@ int brw_field_parse(brw_from from, const char *name, brw_field *out, vx_err *err
     }
     return vx_errf(err, VX_EARG, "unknown field \"%s\" for %s (fields: %s)", name,
                    table_name(from), list);
+}
+
+int brw_field_parse(brw_from from, const char *name, brw_field *out, vx_err *err)
+{
+    return field_lookup(from, name, 0, out, err);
+}
+
+int brw_cond_field_parse(brw_from from, const char *name, brw_field *out, vx_err *err)
+{
+    return field_lookup(from, name, 1, out, err);
 }
 
 static int numeric(brw_field f)
@@ -301,7 +314,7 @@ int brw_select_check(const brw_model *m, brw_from from, const brw_select_opts *o
     for (size_t i = 0; i < o->n_conds; i++) {
         const brw_cond *c = &o->conds[i];
         brw_field f;
-        if (brw_field_parse(from, brw_field_name(c->field), &f, err) != 0)
+        if (brw_cond_field_parse(from, brw_field_name(c->field), &f, err) != 0)
             return -1;
         if (c->n_vals == 0 || (c->op != BRW_IN && c->n_vals != 1))
             return vx_errf(err, VX_EARG, "condition on %s needs %s", brw_field_name(c->field),

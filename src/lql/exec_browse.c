@@ -558,7 +558,7 @@ int lql_browse_conds(const lql_cond *where, brw_from from, const char *(*alias)(
     for (const lql_cond *c = where; c; c = c->next) {
         brw_cond *x = &(*conds)[(*n)++];
         vx_err ve = {0};
-        if (brw_field_parse(from, alias ? alias(c->field) : c->field, &x->field, &ve) != 0) {
+        if (brw_cond_field_parse(from, alias ? alias(c->field) : c->field, &x->field, &ve) != 0) {
             free(*conds);
             free(*vals);
             return lql_err_vx(e, &ve, &c->field_at);
@@ -591,7 +591,7 @@ const lql_span *lql_cond_span(const lql_cond *where, brw_from from, const vx_err
         brw_field f;
         vx_err ignored;
         if (starts_with_word(ve->msg, c->field) ||
-            (brw_field_parse(from, c->field, &f, &ignored) == 0 &&
+            (brw_cond_field_parse(from, c->field, &f, &ignored) == 0 &&
              starts_with_word(ve->msg, brw_field_name(f))))
             return &c->field_at;
     }

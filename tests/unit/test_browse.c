@@ -214,6 +214,11 @@ int main(void)
     CHECK(brw_field_parse(BRW_FEATURES, "colour", &fld, &err) == -1);
     CHECK_STR(err.msg, "unknown field \"colour\" for FEATURES (fields: layer, feature, token, "
                        "relation, score, also, band)");
+    /* ENTITIES: layer and feature are conditions (the features counted), never columns */
+    CHECK(brw_field_parse(BRW_ENTITIES, "layer", &fld, &err) == -1);
+    CHECK_STR(err.msg, "unknown field \"layer\" for ENTITIES (fields: entity, count, score)");
+    CHECK(brw_cond_field_parse(BRW_ENTITIES, "feature", &fld, &err) == 0 &&
+          fld == BRW_F_FEATURE);
 
     /* SELECT FROM FEATURES WHERE layer = 3 AND feature < 4: exactly features 0-3 of L3 */
     brw_value v3 = {0, 3, NULL}, v4 = {0, 4, NULL};
