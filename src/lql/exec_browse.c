@@ -953,23 +953,37 @@ int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 
 /* ---------------------------------------------------------------- EXPLAIN INFER */
 
-int lql_explain_infer_layers(lql_session *s, const lql_stmt *st, const int32_t *ids, int n,
-                             lql_result *r, lql_err *e)
+/* EXPLAIN INFER's per-layer options from its clauses, checked against the bound model. */
+static int explain_opts(lql_session *s, const lql_stmt *st, eng_model **em, brw_model **m,
+                        brw_explain_opts *o, lql_err *e)
 {
-    eng_model *em;
-    if (lql_session_model(s, st, &em, e) != 0)
+    if (lql_session_model(s, st, em, e) != 0 || lql_session_browse(s, st, m, e) != 0)
         return -1;
-    brw_model *m = NULL;
-    if (lql_session_browse(s, st, &m, e) != 0)
-        return -1;
-    brw_explain_opts o = {.top = lql_has(st, LQL_C_TOP) ? (int)st->top : 3,
-                          .attention = lql_has(st, LQL_C_WITH_ATTENTION), .band = -1};
+    *o = (brw_explain_opts){.top = lql_has(st, LQL_C_TOP) ? (int)st->top : 3,
+                            .attention = lql_has(st, LQL_C_WITH_ATTENTION), .band = -1};
     if (lql_has(st, LQL_C_TOP) && (st->top <= 0 || st->top > 1000))
         return lql_errf(e, LQL_EEXEC, clause_at(st, LQL_C_TOP),
                         "TOP must be between 1 and 1000 (got %lld)", (long long)st->top);
     if (lql_has(st, LQL_C_BAND))
-        o.band = band_of_clause(st->band);
-    if (layer_range(st, eng_model_layers(em), &o.layer_lo, &o.layer_hi, e) != 0)
+        o->band = band_of_clause(st->band);
+    return layer_range(st, eng_model_layers(*em), &o->layer_lo, &o->layer_hi, e);
+}
+
+int lql_explain_infer_check(lql_session *s, const lql_stmt *st, lql_err *e)
+{
+    eng_model *em;
+    brw_model *m;
+    brw_explain_opts o;
+    return explain_opts(s, st, &em, &m, &o, e);
+}
+
+int lql_explain_infer_layers(lql_session *s, const lql_stmt *st, const int32_t *ids, int n,
+                             lql_result *r, lql_err *e)
+{
+    eng_model *em;
+    brw_model *m = NULL;
+    brw_explain_opts o;
+    if (explain_opts(s, st, &em, &m, &o, e) != 0)
         return -1;
     brw_explain x;
     vx_err ve = {0};

@@ -136,9 +136,9 @@ static float sampler_float(double x)
     return x > 0 && f < FLT_MIN ? FLT_MIN : f;
 }
 
-/* GENERATE n: the continuation as text and ids. */
-static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int32_t *ids,
-                    size_t n, lql_result *r, lql_err *e)
+/* GENERATE's clauses checked against the model and the prompt's n tokens, into *sp: done
+ * before anything runs, so a bad clause never follows printed predictions. */
+static int sampler_of(const lql_stmt *st, eng_model *m, size_t n, eng_sampler *sp, lql_err *e)
 {
     int max_new = (int)st->generate;
     if (max_new < 1) return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_GENERATE], "GENERATE needs at least 1 token");
@@ -146,24 +146,32 @@ static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int3
         return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_GENERATE],
                         "prompt (%zu tokens) + GENERATE %d exceeds the model's context of %d",
                         n, max_new, eng_model_context(m));
-    eng_sampler sp = {0.0f, 0, 1.0f, 0};
+    *sp = (eng_sampler){0.0f, 0, 1.0f, 0};
     if (lql_has(st, LQL_C_TEMPERATURE)) {
         if (st->temperature < 0)
             return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_TEMPERATURE], "TEMPERATURE must be >= 0");
-        sp.temperature = sampler_float(st->temperature);
+        sp->temperature = sampler_float(st->temperature);
     }
     if (lql_has(st, LQL_C_TOP_P)) {
         if (!(st->top_p > 0 && st->top_p <= 1))
             return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_TOP_P], "TOP_P must be in (0, 1], got %g", st->top_p);
-        sp.top_p = sampler_float(st->top_p);
+        sp->top_p = sampler_float(st->top_p);
     }
-    if (lql_has(st, LQL_C_SEED)) sp.seed = st->seed;
+    if (lql_has(st, LQL_C_SEED)) sp->seed = st->seed;
     /* greedy decoding never samples: a seed or nucleus there would be ignored */
     static const lql_clause_kind sampling[] = {LQL_C_TOP_P, LQL_C_SEED};
-    for (size_t i = 0; sp.temperature == 0 && i < 2; i++)
+    for (size_t i = 0; sp->temperature == 0 && i < 2; i++)
         if (lql_has(st, sampling[i]))
             return lql_errf(e, LQL_EEXEC, &st->clause_at[sampling[i]],
                             "%s applies to sampling: add TEMPERATURE x with x > 0", lql_clause_text(sampling[i]));
+    return 0;
+}
+
+/* GENERATE n with the checked sampler sp: the continuation as text and ids. */
+static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int32_t *ids,
+                    size_t n, const eng_sampler *sp, lql_result *r, lql_err *e)
+{
+    int max_new = (int)st->generate;
     eng_session *es = NULL;
     vx_err ve = {0};
     int32_t *out = malloc((size_t)max_new * sizeof *out);
@@ -174,7 +182,7 @@ static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int3
     ed_knn_gen kg;
     int rc = ed_knn_gen_hooks(&kg, s->edit, m, &h, &ve);
     if (rc == 0) rc = eng_session_new(m, (int)n + max_new, &es, &ve);
-    if (rc == 0) rc = eng_generate_with(es, ids, (int)n, max_new, &sp, &h, out, &n_out, &ve);
+    if (rc == 0) rc = eng_generate_with(es, ids, (int)n, max_new, sp, &h, out, &n_out, &ve);
     eng_session_free(es);
     ed_knn_gen_free(&kg);
     if (rc < 0) { free(out); return lql_err_vx(e, &ve, &st->at); }
@@ -227,10 +235,11 @@ int lql_h_infer(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     int32_t *ids = NULL;
     size_t n = 0;
     if (prompt_ids(s, st, &m, &ids, &n, e) < 0) return -1;
-    int rc = 0;
-    if (!lql_has(st, LQL_C_GENERATE) || lql_has(st, LQL_C_TOP))
+    eng_sampler sp = {0};
+    int rc = lql_has(st, LQL_C_GENERATE) ? sampler_of(st, m, n, &sp, e) : 0;
+    if (rc == 0 && (!lql_has(st, LQL_C_GENERATE) || lql_has(st, LQL_C_TOP)))
         rc = predictions(s, st, m, ids, n, r, e);
-    if (rc == 0 && lql_has(st, LQL_C_GENERATE)) rc = generate(s, st, m, ids, n, r, e);
+    if (rc == 0 && lql_has(st, LQL_C_GENERATE)) rc = generate(s, st, m, ids, n, &sp, r, e);
     free(ids);
     return rc;
 }
@@ -241,7 +250,8 @@ int lql_h_explain_infer(lql_session *s, const lql_stmt *st, lql_result *r, lql_e
     int32_t *ids = NULL;
     size_t n = 0;
     if (prompt_ids(s, st, &m, &ids, &n, e) < 0) return -1;
-    int rc = predictions(s, st, m, ids, n, r, e);
+    int rc = lql_explain_infer_check(s, st, e);
+    if (rc == 0) rc = predictions(s, st, m, ids, n, r, e);
     if (rc == 0) rc = lql_explain_infer_layers(s, st, ids, (int)n, r, e);
     free(ids);
     return rc;

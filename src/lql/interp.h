@@ -139,6 +139,9 @@ int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
  * ATTENTION the most-attended token and lens top-1), honouring TOP, band and LAYERS. */
 int lql_explain_infer_layers(lql_session *s, const lql_stmt *st, const int32_t *ids, int n,
                              lql_result *r, lql_err *e);
+/* Its clauses (TOP, band, LAYERS) checked against the bound model, for lql_h_explain_infer
+ * to call before the predictions run: a bad clause never follows printed results. */
+int lql_explain_infer_check(lql_session *s, const lql_stmt *st, lql_err *e);
 /* exec_insert.c, exec_delete.c, exec_patch.c, exec_diff.c, exec_compile.c */
 int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
 int lql_h_delete(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
