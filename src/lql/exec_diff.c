@@ -117,12 +117,11 @@ static int diff_knn(const lql_stmt *st, const ed_side *A, const ed_side *B, lql_
     return 0;
 }
 
-/* INTO PATCH: the feature differences as vector-free operations on side a. */
+/* INTO PATCH: the feature differences as vector-free operations on side a (the path was
+ * checked before the diff ran). */
 static int diff_patch(const lql_stmt *st, const ed_side *A, const ed_side *B,
                       const ed_diff_row *rows, size_t n, lql_result *r, lql_err *e)
 {
-    if (lql_output_path(st->into, "DIFF INTO PATCH", &st->clause_at[LQL_C_INTO_PATCH], e))
-        return -1;
     size_t written = 0, skipped = 0;
     vx_err ve = {0};
     if (ed_diff_patch(A, B, rows, n, st->into, &written, &skipped, &ve))
@@ -141,6 +140,10 @@ int lql_h_diff(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     ed_model *ed = NULL;
     ed_side A, B;
     vx_err ve = {0};
+    /* the output path first: an existing file must not cost (and print) the whole diff */
+    if (lql_has(st, LQL_C_INTO_PATCH) &&
+        lql_output_path(st->into, "DIFF INTO PATCH", &st->clause_at[LQL_C_INTO_PATCH], e))
+        return -1;
     if (lql_edit_model(s, st, 1, &ed, e))
         return -1;
     if (ed_journal(ed) && ed_refresh(ed, &ve))

@@ -318,16 +318,18 @@ static void bad_bands(const char *box)
     cJSON_Delete(idx);
 }
 
-/* A refused clause is refused before anything runs: status 1 and nothing on stdout, never
- * a printed result followed by the error. */
+/* A refused clause or output file is refused before anything runs: status 1 and nothing on
+ * stdout, never a printed result followed by the error. */
 static void refused_first(const char *box)
 {
     static const char *const bad[] = {
         "INFER \"abc\" TOP 2 GENERATE 0;", "INFER \"abc\" TOP 2 GENERATE 3 SEED 1;",
-        "INFER \"abc\" TOP 2 GENERATE 300;", "EXPLAIN INFER \"abc\" TOP 1 LAYERS 5-6;"};
+        "INFER \"abc\" TOP 2 GENERATE 300;", "EXPLAIN INFER \"abc\" TOP 1 LAYERS 5-6;",
+        "DIFF CURRENT CURRENT INTO PATCH \"" DIR "/tiny.vindex3/index.json\";"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char cmd[4096], *out, *err;
-        snprintf(cmd, sizeof cmd, LQL " '%s' -c '%s'", box, bad[i]);
+        snprintf(cmd, sizeof cmd, LQL " -c 'USE \"%s\" JOURNAL \":memory:\";' -c '%s'", box,
+                 bad[i]);
         CHECK_MSG(sh(cmd, &out, &err) == 1, "%s: not refused with status 1", bad[i]);
         CHECK_MSG(!*out, "%s: printed before its refusal: %s", bad[i], out);
         CHECK_HAS(err, "error: ");
