@@ -91,8 +91,12 @@ static int field_lookup(brw_from from, const char *name, int cond, brw_field *ou
         want = BRW_F_TARGET;
     if (from == BRW_FEATURES && want == BRW_F_TARGET)
         want = BRW_F_TOKEN;
-    if (from == BRW_FEATURES && want == BRW_F_CONFIDENCE)
-        want = BRW_F_SCORE;
+    /* FEATURES' confidence (c_score) is the feature's own; its score is too, except under
+     * NEAREST TO, where it is the dot product with the query, as EDGES' walked score */
+    if (from == BRW_FEATURES && want == BRW_F_CONFIDENCE) {
+        *out = want;
+        return 0;
+    }
     if (from == BRW_ENTITIES && want == BRW_F_TOKEN)
         want = BRW_F_ENTITY;
     if (cond && from == BRW_ENTITIES && (want == BRW_F_LAYER || want == BRW_F_FEATURE)) {
