@@ -222,8 +222,8 @@ int ed_insert_setup(ed_model *es, eng_model *m, const ed_insert_req *st,
     }
     e->at = ED_AT_LAYER;
     if (*layer < 0 || *layer >= L)
-        return vx_errf(&e->vx, VX_EARG, "layer %d is out of range (the model has layers 0-%d)",
-                       *layer, L - 1);
+        return vx_errf(&e->vx, VX_EARG, "layer %d is out of range (the model has %d layers: "
+                       "0-%d)", *layer, L, L - 1);
     if ((edits == SITE_DENSE && eng_edit_check_layer(m, *layer, &e->vx)) ||
         (edits == SITE_ROUTED && eng_edit_check_site(m, *layer, 0, &e->vx)))
         return -1;

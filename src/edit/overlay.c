@@ -49,8 +49,8 @@ int ed_check_op(const brw_model *m, const vx_op *op, const char *where, vx_err *
     if (op->kind == VX_OP_DELETE_KNN)
         return op->entity ? 0 : vx_errf(err, VX_EFORMAT, "%s (%s) names no entity", where, kind);
     if (op->layer < 0 || op->layer >= L)
-        return vx_errf(err, VX_EARG, "%s (%s): layer %d is out of range (the model has "
-                       "layers 0-%d)", where, kind, op->layer, L - 1);
+        return vx_errf(err, VX_EARG, "%s (%s): layer %d is out of range (the model has %d "
+                       "layers: 0-%d)", where, kind, op->layer, L, L - 1);
     if (op->kind == VX_OP_INSERT_KNN) {
         const vx_opvec *k = vx_op_vec(op, "key");
         if (!k || k->rows * k->cols != H)

@@ -39,8 +39,8 @@ static int post_normed(const eng_model *m, int layer, vx_err *err)
 int eng_edit_check_layer(const eng_model *m, int layer, vx_err *err)
 {
     if (layer < 0 || layer >= m->n_layers)
-        return vx_errf(err, VX_EARG, "layer %d is out of range (the model has layers 0-%d)",
-                       layer, m->n_layers - 1);
+        return vx_errf(err, VX_EARG, "layer %d is out of range (the model has %d layers: 0-%d)",
+                       layer, m->n_layers, m->n_layers - 1);
     const eng_layer *L = &m->layers[layer];
     if (L->ffn_none)
         return vx_errf(err, VX_EUNSUPPORTED, "layer %d is a %s layer with no FFN: INSERT edits "

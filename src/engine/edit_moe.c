@@ -11,8 +11,8 @@ int eng_edit_route(eng_model *m, int layer, const int32_t *ids, int n, int *expe
                    float *weights, vx_err *err)
 {
     if (layer < 0 || layer >= m->n_layers)
-        return vx_errf(err, VX_EARG, "layer %d is out of range (the model has layers 0-%d)",
-                       layer, m->n_layers - 1);
+        return vx_errf(err, VX_EARG, "layer %d is out of range (the model has %d layers: 0-%d)",
+                       layer, m->n_layers, m->n_layers - 1);
     if (!m->layers[layer].moe)
         return 0;
     eng_session *s;

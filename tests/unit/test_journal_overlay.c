@@ -251,7 +251,7 @@ int main(void)
     op.layer = 4;
     op.feature = 0;
     CHECK(ed_check_op(bm, &op, "operation 1", &e) == -1);
-    CHECK_STR(e.msg, "operation 1 (delete): layer 4 is out of range (the model has layers 0-3)");
+    CHECK_STR(e.msg, "operation 1 (delete): layer 4 is out of range (the model has 4 layers: 0-3)");
     op.layer = 0;
     op.feature = F;
     CHECK(ed_check_op(bm, &op, "operation 1", &e) == -1);
