@@ -246,6 +246,11 @@ typedef struct eng_sampler {
     uint64_t seed;
 } eng_sampler;
 
+/* A sampler parameter (temperature, top_p) as the float eng_sampler holds: a positive value
+ * below float's range (1e-300) stays positive, the smallest float, instead of becoming 0
+ * (greedy, no nucleus). */
+float eng_sampler_param(double x);
+
 /* Softmax in place over n logits (numerically stable). */
 void eng_softmax(float *x, int n);
 /* Pick the next token from logits (modified in place). rng_state carries the stream. */

@@ -5,9 +5,16 @@
  * top-p nothing is ranked: the draw walks the tokens in id order. The same seed and logits
  * always give the same token.
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include "engine_int.h"
+
+float eng_sampler_param(double x)
+{
+    float f = (float)x;
+    return x > 0 && f < FLT_MIN ? FLT_MIN : f;
+}
 
 void eng_softmax(float *x, int n)
 {

@@ -4,7 +4,6 @@
  * distribution as rank / token / prob, and GENERATE's continuation (greedy, or sampled
  * with TEMPERATURE / TOP_P / SEED; the default seed is 0 so a sampled run repeats).
  */
-#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,14 +127,6 @@ static int predictions(lql_session *s, const lql_stmt *st, eng_model *m, const i
     return rc;
 }
 
-/* The sampler computes in float: a positive TEMPERATURE or TOP_P below float's range
- * (1e-300) stays positive, as written, instead of becoming 0 (greedy, no nucleus). */
-static float sampler_float(double x)
-{
-    float f = (float)x;
-    return x > 0 && f < FLT_MIN ? FLT_MIN : f;
-}
-
 /* GENERATE's clauses checked against the model and the prompt's n tokens, into *sp: done
  * before anything runs, so a bad clause never follows printed predictions. */
 static int sampler_of(const lql_stmt *st, eng_model *m, size_t n, eng_sampler *sp, lql_err *e)
@@ -150,12 +141,12 @@ static int sampler_of(const lql_stmt *st, eng_model *m, size_t n, eng_sampler *s
     if (lql_has(st, LQL_C_TEMPERATURE)) {
         if (st->temperature < 0)
             return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_TEMPERATURE], "TEMPERATURE must be >= 0");
-        sp->temperature = sampler_float(st->temperature);
+        sp->temperature = eng_sampler_param(st->temperature);
     }
     if (lql_has(st, LQL_C_TOP_P)) {
         if (!(st->top_p > 0 && st->top_p <= 1))
             return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_TOP_P], "TOP_P must be in (0, 1], got %g", st->top_p);
-        sp->top_p = sampler_float(st->top_p);
+        sp->top_p = eng_sampler_param(st->top_p);
     }
     if (lql_has(st, LQL_C_SEED)) sp->seed = st->seed;
     /* greedy decoding never samples: a seed or nucleus there would be ignored */

@@ -472,8 +472,8 @@ void srv_complete_run(srv *S, srv_job *j)
     eng_sampler sp = {1.0f, 0, 1.0f, 0};
     int64_t iv;
     if (srv_json_int(max_tokens_of(j), 1, S->o->tokens_max, &iv)) max = (int)iv;
-    if ((v = item(j, "temperature")) && cJSON_IsNumber(v)) sp.temperature = (float)v->valuedouble;
-    if ((v = item(j, "top_p")) && cJSON_IsNumber(v)) sp.top_p = (float)v->valuedouble;
+    if ((v = item(j, "temperature")) && cJSON_IsNumber(v)) sp.temperature = eng_sampler_param(v->valuedouble);
+    if ((v = item(j, "top_p")) && cJSON_IsNumber(v)) sp.top_p = eng_sampler_param(v->valuedouble);
     if (srv_json_int(item(j, "seed"), 0, INT64_MAX, &iv)) sp.seed = (uint64_t)iv;
     else if (getrandom(&sp.seed, sizeof sp.seed, 0) != (ssize_t)sizeof sp.seed) sp.seed = (uint64_t)time(NULL);
 

@@ -296,6 +296,10 @@ try:
     texts = [req("POST", "/v1/completions", {"prompt": P, "max_tokens": 12, "temperature": 1.5, "top_p": 1e-6,
                                              "seed": k})[1]["choices"][0]["text"] for k in (1, 2)]
     check(texts == [gen, gen], "top_p 1e-6 is greedy %r vs %r" % (texts, gen))
+    # ... and so is one below float's range (it used to become 0: no nucleus at all)
+    texts = [req("POST", "/v1/completions", {"prompt": P, "max_tokens": 12, "temperature": 1.5, "top_p": 1e-300,
+                                             "seed": k})[1]["choices"][0]["text"] for k in (1, 2)]
+    check(texts == [gen, gen], "top_p 1e-300 is greedy %r vs %r" % (texts, gen))
     for field, val in (("n", 2), ("echo", True), ("best_of", 3), ("tools", []), ("logit_bias", {"1": 5})):
         s, b, _ = req("POST", "/v1/completions", {"prompt": P, field: val})
         check(s == 400 and b["error"]["param"] == field and field in b["error"]["message"], "%s refused %s" % (field, b))
