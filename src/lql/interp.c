@@ -87,7 +87,10 @@ static const lql_stmt_def defs[] = {
      "INFER \"prompt\" {TOP n | GENERATE n | TEMPERATURE x | TOP_P x | SEED n | COMPARE}",
      "A full forward pass (overlay applied): the next-token distribution as rank, token, "
      "prob (TOP, default 5). GENERATE n continues the prompt greedily, or sampled with "
-     "TEMPERATURE / TOP_P / SEED. COMPARE shows the base model beside the effective one."},
+     "TEMPERATURE / TOP_P / SEED. Without SEED the seed is 0, so a sampled continuation is "
+     "the same on every run (a script reproduces; the HTTP API's `seed` is random when "
+     "absent, as OpenAI's is, SERVE.md). COMPARE shows the base model beside the effective "
+     "one."},
     {LQL_S_EXPLAIN_INFER, "EXPLAIN INFER", lql_h_explain_infer, LQL_CLASS_READ,
      "EXPLAIN INFER \"prompt\" {TOP n | WITH ATTENTION | ALL LAYERS | SYNTAX | KNOWLEDGE "
      "| OUTPUT | LAYERS range}",
