@@ -87,6 +87,40 @@ static const char *opt_name(const char *a)
     return a[1] == '-' ? a + 2 : a + 1;
 }
 
+/* The separator before the k-th of n listed items (k counts from 0): ", " or " and ". */
+static const char *list_sep(int k, int n)
+{
+    return k == 0 ? "" : k == n - 1 ? " and " : ", ";
+}
+
+/* What a batch run would have run after binding its container, for the note of a
+ * container that could not be bound: "2 statements and the script a.lql". NULL when
+ * nothing (or out of memory). malloc'd. */
+static char *unrun_text(const action *cmds, int ncmds, const action *acts, int nacts)
+{
+    int stmts = 0, items = nacts == 0;         /* no -c / -f: standard input */
+    for (int i = 0; i < ncmds; i++) stmts += lql_shell_count(cmds[i].arg);
+    for (int i = 0; i < nacts; i++) {
+        if (acts[i].file) items++;
+        else stmts += lql_shell_count(acts[i].arg);
+    }
+    items += stmts > 0;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = items ? open_memstream(&buf, &len) : NULL;
+    if (!f) return NULL;
+    int k = 0;
+    if (stmts) {
+        fprintf(f, "%d statement%s", stmts, stmts == 1 ? "" : "s");
+        k++;
+    }
+    for (int i = 0; i < nacts; i++)
+        if (acts[i].file) fprintf(f, "%sthe script %s", list_sep(k++, items), acts[i].arg);
+    if (!nacts) fprintf(f, "%sstandard input", list_sep(k, items));
+    if (fclose(f) != 0) { free(buf); return NULL; }
+    return buf;
+}
+
 int main(int argc, char **argv)
 {
     const char *container = NULL, *init = NULL;
@@ -173,19 +207,9 @@ int main(int argc, char **argv)
     if (init) run_file(&sh, init);
     else if (interactive) run_rc(&sh);
     if (container && !sh.stop) {
-        /* bind as a USE statement would, so errors read the same */
-        size_t n = strlen(container) * 2 + 16;
-        char *use = malloc(n), *o = use;
-        if (use) {
-            o += sprintf(o, "USE \"");
-            for (const char *p = container; *p; p++) {
-                if (*p == '"' || *p == '\\') *o++ = '\\';
-                *o++ = *p;
-            }
-            sprintf(o, "\";");
-            lql_shell_run(&sh, "<command line>", use, 1);
-            free(use);
-        }
+        char *unrun = interactive ? NULL : unrun_text(cmds, ncmds, acts, nacts);
+        lql_shell_use(&sh, container, unrun);
+        free(unrun);
         if (sh.failed && !interactive) sh.stop = 1;
     }
     for (int i = 0; i < ncmds && !sh.stop; i++) lql_shell_run(&sh, "<command>", cmds[i].arg, 1);

@@ -281,6 +281,74 @@ static int run_stmt(lql_shell *sh, const char *label, const char *src, size_t st
     return rc;
 }
 
+/* Where the statement or meta-command at text[i] (not a blank) ends; *meta says which. A
+ * meta-command is the rest of its line, recognised only at a line's start. */
+static size_t unit_end(const char *text, size_t i, size_t n, int *meta)
+{
+    *meta = text[i] == '.' && (i == 0 || text[i - 1] == '\n');
+    if (*meta) {
+        const char *nl = memchr(text + i, '\n', n - i);
+        return nl ? (size_t)(nl - text) : n;
+    }
+    size_t len;
+    lql_split(text + i, n - i, &len);
+    return i + len;
+}
+
+int lql_shell_count(const char *text)
+{
+    size_t n = strlen(text), i = 0;
+    int line = 1, count = 0, meta;
+    while ((i = skip_space(text, i, n, &line)) < n) {
+        i = unit_end(text, i, n, &meta);
+        count++;
+    }
+    return count;
+}
+
+int lql_shell_use(lql_shell *sh, const char *path, const char *unrun)
+{
+    lql_arena *ar = lql_arena_new();
+    lql_result *r = lql_result_new();
+    char *use = malloc(strlen(path) * 2 + 8), *o = use, *msg = NULL;
+    lql_stmt *st = NULL;
+    lql_err e = {0};
+    int rc = lql_errf(&e, LQL_ENOMEM, NULL, "out of memory");
+    size_t n = 0;
+    if (ar && r && use) {
+        /* the USE a user would type: the binding, its notes and its json frame are USE's */
+        o += sprintf(o, "USE \"");
+        for (const char *p = path; *p; p++) {
+            if (*p == '"' || *p == '\\') *o++ = '\\';
+            *o++ = *p;
+        }
+        *o++ = '"';
+        *o = 0;
+        n = (size_t)(o - use);
+        rc = lql_parse(use, n, ar, &st, &e) < 0 ? -1 : lql_exec_one(sh->s, st, r, &e);
+    }
+    if (rc < 0) {
+        /* the argument failed, not a statement the user typed: no position, no echo */
+        size_t k = strlen(path) + sizeof e.msg + 32;
+        if ((msg = malloc(k))) snprintf(msg, k, "container argument '%s': %s", path, e.msg);
+        fprintf(sh->err, "error: %s\n", msg ? msg : e.msg);
+        fflush(sh->err);
+        sh->failed = 1;
+        if (unrun) lql_result_note(r, "%s not run: the container could not be bound", unrun);
+    }
+    lql_render_opts ro = {sh->mode, sh->exact, sh->noheader, sh->width};
+    if (sh->mode == LQL_OUT_JSON)
+        lql_render_frame(sh->out, r, &ro, use, n, rc < 0 ? (msg ? msg : e.msg) : NULL, 0, 0);
+    else
+        lql_render_to(r, &ro, sh->out, sh->notes ? sh->notes : sh->err);
+    lql_shell_flush(sh, sh->out);
+    free(msg);
+    free(use);
+    lql_result_free(r);
+    lql_arena_free(ar);
+    return rc;
+}
+
 int lql_shell_run(lql_shell *sh, const char *label, const char *text, int line0)
 {
     size_t n = strlen(text), i = 0, at = 0;
@@ -296,22 +364,19 @@ int lql_shell_run(lql_shell *sh, const char *label, const char *text, int line0)
         if (i >= n) break;
         for (; at < i; at++)    /* columns counted once: linear in the text */
             col = text[at] == '\n' ? 1 : col + (((unsigned char)text[at] & 0xC0) != 0x80);
-        if (text[i] == '.' && col == 1) {
-            /* a meta-command: the rest of the line */
-            size_t e = i;
-            while (e < n && text[e] != '\n') e++;
+        int meta;
+        size_t e = unit_end(text, i, n, &meta);
+        if (meta) {
             char *cmd = strndup(text + i, e - i);
             if (!cmd || lql_meta(sh, cmd, label, line) < 0) { rc = -1; sh->failed = 1; if (sh->bail) sh->stop = 1; }
             free(cmd);
             i = e;
             continue;
         }
-        size_t len;
-        lql_split(text + i, n - i, &len);
-        if (run_stmt(sh, label, text, i, i + len, line, col) < 0) rc = -1;
-        for (size_t k = i; k < i + len; k++)
+        if (run_stmt(sh, label, text, i, e, line, col) < 0) rc = -1;
+        for (size_t k = i; k < e; k++)
             if (text[k] == '\n') line++;
-        i += len;
+        i = e;
     }
     return rc;
 }

@@ -57,6 +57,15 @@ int lql_shell_flush(lql_shell *sh, FILE *f);
  * the flag before running new input. */
 int lql_shell_run(lql_shell *sh, const char *label, const char *text, int line0);
 
+/* Bind the CONTAINER argument as `USE "path"` does (the same notes and json frame), but
+ * report a failure as the argument's: `error: container argument 'path': …` without a
+ * position or an echoed line (line 0, col 0 in its json frame), with the note "<unrun>
+ * not run: the container could not be bound" when unrun is not NULL. 0 or -1. */
+int lql_shell_use(lql_shell *sh, const char *path, const char *unrun);
+
+/* How many statements and meta-commands text holds (what lql_shell_run would run). */
+int lql_shell_count(const char *text);
+
 /* Read f line by line and run each statement as soon as a line ends it (its last token is
  * `;`), flushing its output before the next line is read: a pipe is a conversation. A
  * meta-command is a line starting with `.` while no statement is pending. At the end of

@@ -152,6 +152,17 @@ static void failures(void)
     CHECK_STR(err, "");
     free(out); free(err);
 
+    /* a container argument that cannot be bound is the argument's error, not a USE the
+     * user never typed echoed with a caret, and what it kept from running is said */
+    CHECK(sh(LQL " /nonexistent -c 'SHOW MODELS; STATS' -c '.print x' -f " DIR "/bom.lql",
+             &out, &err) == 1);
+    CHECK_STR(out, "");
+    CHECK_STR(err, "error: container argument '/nonexistent': cannot resolve container directory "
+                   "'/nonexistent': No such file or directory\n"
+                   "-- 3 statements and the script " DIR "/bom.lql not run: the container could "
+                   "not be bound\n");
+    free(out); free(err);
+
     /* a \0 escape is refused where it is, not a silently shortened string */
     CHECK(sh(LQL " -c 'TOKENIZE \"ab\\0c\";'", &out, &err) == 1);
     CHECK_HAS(err, "error: <command>:1:13: \\0 in a string: LQL strings cannot hold a NUL character");
@@ -203,6 +214,26 @@ static void json_batch(void)
         CHECK_STR(str_of(f[3], "statement"), "WALK TOP");
         CHECK_STR(str_of(cJSON_GetObjectItem(f[3], "error"), "message"), "near \"TOP\": expected a string");
     }
+    for (int i = 0; i < n; i++) cJSON_Delete(f[i]);
+    free(out); free(err);
+
+    /* a container argument that cannot be bound: its USE frame carries the error (no
+     * position: it is no input's) and the note of what did not run */
+    CHECK(sh(LQL " -json /nonexistent -c 'SHOW MODELS;' -c 'STATS'", &out, &err) == 1);
+    n = frames(out, f, 8);
+    CHECK(n == 1);
+    if (n == 1) {
+        CHECK_STR(str_of(f[0], "statement"), "USE \"/nonexistent\"");
+        const cJSON *e0 = cJSON_GetObjectItem(f[0], "error");
+        CHECK_STR(str_of(e0, "message"), "container argument '/nonexistent': cannot resolve "
+                                         "container directory '/nonexistent': No such file or "
+                                         "directory");
+        CHECK(cJSON_GetObjectItem(e0, "line")->valueint == 0);
+        CHECK_STR(cJSON_GetStringValue(cJSON_GetArrayItem(cJSON_GetObjectItem(f[0], "notes"), 0)),
+                  "2 statements not run: the container could not be bound");
+    }
+    CHECK_STR(err, "error: container argument '/nonexistent': cannot resolve container directory "
+                   "'/nonexistent': No such file or directory\n");
     for (int i = 0; i < n; i++) cJSON_Delete(f[i]);
     free(out); free(err);
 }
