@@ -281,6 +281,12 @@ static inline int lql_has(const lql_stmt *st, lql_clause_kind c)
  * `unterminated string`). Text holding only blanks and comments gives *out = NULL. */
 int lql_parse(const char *text, size_t n, lql_arena *arena, lql_stmt **out, lql_err *e);
 
+/* How error messages and echoed source lines show the text at p[0..n) (n > 0): the byte
+ * length of the character there when it is shown as it is (a tab, or a printable
+ * character that is valid UTF-8), or 0 when its first byte is shown as `\xNN` (a control
+ * byte, or a byte that does not start valid UTF-8). */
+int lql_shown_len(const char *p, size_t n);
+
 /* Split: find the end of the first statement in text[0..n): the offset just past its
  * terminating `;` (outside strings and comments), or n when there is none. Returns 1 when
  * a `;` was found, 0 otherwise. text[n] must be NUL (the lexer's sentinel): no copy is

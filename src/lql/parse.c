@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "parse_int.h"
 
@@ -153,6 +154,27 @@ static void syntax_error(lql_pctx *p, const toklist *tl, int k, const lql_token 
                     hint ? "?)" : "");
 }
 
+int lql_shown_len(const char *p, size_t n)
+{
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)p, (utf8proc_ssize_t)n, &cp);
+    if (k <= 0 || (cp < 0x20 && cp != '\t') || cp == 0x7f) return 0;
+    return (int)k;
+}
+
+/* z[0..n) as lql_shown_len shows it, into out (room for 4n + 1 bytes). */
+static const char *shown(const char *z, int n, char *out)
+{
+    char *o = out;
+    for (int i = 0; i < n;) {
+        int k = lql_shown_len(z + i, (size_t)(n - i));
+        if (k) { memcpy(o, z + i, (size_t)k); o += k; i += k; }
+        else o += sprintf(o, "\\x%02x", (unsigned char)z[i++]);
+    }
+    *o = 0;
+    return out;
+}
+
 int lql_parse(const char *text, size_t n, lql_arena *arena, lql_stmt **out, lql_err *e)
 {
     *out = NULL;
@@ -178,8 +200,10 @@ int lql_parse(const char *text, size_t n, lql_arena *arena, lql_stmt **out, lql_
     /* Lex everything first: a lexical error anywhere is reported before any syntax. */
     while ((code = lql_lex(&lx, &t)) != 0) {
         if (code == LQL_TK_ILLEGAL) {
-            int len = t.n > 40 ? 40 : t.n;
-            lql_p_error(&p, &t, "unrecognized token: \"%.*s\"", len, t.z);
+            /* the token is one character, which may be a byte that is not UTF-8: shown
+             * as the echo shows it, so every front end (json included) gets its value */
+            char buf[40 * 4 + 1];
+            lql_p_error(&p, &t, "unrecognized token: \"%s\"", shown(t.z, t.n > 40 ? 40 : t.n, buf));
             return -1;
         }
         if (code == LQL_TK_UNTERMINATED) {

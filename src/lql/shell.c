@@ -144,12 +144,27 @@ int lql_eval(lql_session *s, const char *text, size_t n, lql_outmode mode, char 
 
 /* ---------------------------------------------------------------- errors */
 
-/* One byte of an echoed source line: control bytes as \xNN (tabs kept, so the caret
- * lines up). */
-static void echo_byte(FILE *f, unsigned char c)
+/* The character at p (before e) as an echo shows it (lql_shown_len: control bytes and
+ * bytes that are not UTF-8 as \xNN, tabs kept so the caret lines up), written to f unless
+ * f is NULL; returns its bytes, *cols its columns. */
+static size_t echo_char(FILE *f, const char *p, const char *e, int *cols)
 {
-    if (c == '\t' || (c >= 0x20 && c != 0x7f)) fputc(c, f);
-    else fprintf(f, "\\x%02x", c);
+    int k = lql_shown_len(p, (size_t)(e - p));
+    *cols = k ? 1 : 4;
+    if (f && k) fwrite(p, 1, (size_t)k, f);
+    else if (f) fprintf(f, "\\x%02x", (unsigned char)*p);
+    return k ? (size_t)k : 1;
+}
+
+/* Echo p[0..e), returning its columns. */
+static int echo(FILE *f, const char *p, const char *e)
+{
+    int cols = 0, w;
+    while (p < e) {
+        p += echo_char(f, p, e, &w);
+        cols += w;
+    }
+    return cols;
 }
 
 /* Walk n characters forward from p (not past a newline or the end). */
@@ -174,7 +189,7 @@ static char *error_text_from(const char *label, const char *src, size_t at, int 
     if (!f) return NULL;
     if (label) fprintf(f, "error: %s:%d:%d: ", label, e->line, e->col);
     else fprintf(f, "error: %d:%d: ", e->line, e->col);
-    for (const char *m = e->msg; *m; m++) echo_byte(f, (unsigned char)*m);   /* quoted input */
+    echo(f, e->msg, e->msg + strlen(e->msg));                /* it may quote the input */
     fputc('\n', f);
     if (src && (e->line > line || (e->line == line && e->col >= col))) {
         const char *q = src + at;
@@ -197,22 +212,22 @@ static char *error_text_from(const char *label, const char *src, size_t at, int 
             const char *to = chars_fwd(from, LQL_ECHO_MAX);
             int cut_right = *to && *to != '\n';
             fputs(cut_left ? "  …" : "  ", f);
-            for (const char *k = from; k < to; k++) echo_byte(f, (unsigned char)*k);
+            echo(f, from, to);
             fputs(cut_right ? "…\n  " : "\n  ", f);
-            /* under the culprit: as wide as what was echoed for each character */
+            /* under the culprit: as wide as what was echoed before it, then as wide as
+             * it was echoed (at least the caret) */
             if (cut_left) fputc(' ', f);
-            for (const char *k = from; k < q; k++) {
-                unsigned char c = (unsigned char)*k;
-                if (c == '\t') fputc('\t', f);
-                else if (c < 0x20 || c == 0x7f) fputs("    ", f);
-                else if ((c & 0xC0) != 0x80) fputc(' ', f);
+            for (const char *k = from; k < q;) {
+                int w;
+                size_t b = echo_char(NULL, k, to, &w);
+                if (*k == '\t') fputc('\t', f);
+                else fprintf(f, "%*s", w, "");
+                k += b;
             }
+            const char *end = chars_fwd(q, e->len > 1 ? e->len : 1);
+            int w = echo(NULL, q, end < to ? end : to);
             fputc('^', f);
-            const char *k = q;
-            for (int i = 1; i < e->len && k < to; i++) {
-                k = chars_fwd(k, 1);
-                if (k < to) fputc('~', f);
-            }
+            for (int i = 1; i < w; i++) fputc('~', f);
             fputc('\n', f);
         }
     }

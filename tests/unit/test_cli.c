@@ -163,6 +163,14 @@ static void failures(void)
                    "not be bound\n");
     free(out); free(err);
 
+    /* a byte that is not UTF-8 is shown as \xNN in the message and the echoed line (a
+     * valid multi-byte character as it is), and the caret counts its 4 columns */
+    CHECK(sh("printf 'TOKENIZE \"\\303\\251\\377\" \\377;\\n' | " LQL, &out, &err) == 1);
+    CHECK_STR(err, "error: <stdin>:1:15: unrecognized token: \"\\xff\"\n"
+                   "  TOKENIZE \"\xc3\xa9\\xff\" \\xff;\n"
+                   "                   ^~~~\n");
+    free(out); free(err);
+
     /* a \0 escape is refused where it is, not a silently shortened string */
     CHECK(sh(LQL " -c 'TOKENIZE \"ab\\0c\";'", &out, &err) == 1);
     CHECK_HAS(err, "error: <command>:1:13: \\0 in a string: LQL strings cannot hold a NUL character");

@@ -307,6 +307,8 @@ static void errors(void)
     CHECK_STR(E("WALK \"unterminated"), "1:6: unterminated string");
     CHECK_STR(E("WALK 'x' TOP 3 #"), "1:16: unrecognized token: \"#\"");
     CHECK_STR(E("WALK 'x' TOP 3 \xc3\xa9"), "1:16: unrecognized token: \"\xc3\xa9\"");
+    /* a byte that is not UTF-8 is named by its value, as the shell's echo shows it */
+    CHECK_STR(E("WALK 'x' TOP 3 \xff"), "1:16: unrecognized token: \"\\xff\"");
     CHECK_STR(E("FROB 'x'"), "1:1: near \"FROB\": syntax error");
     CHECK_STR(E("WALK 'x' TOPP 3"), "1:10: near \"TOPP\": expected COMPARE, LAYERS, MODE, TOP, |>, ; or end of input (did you mean TOP?)");
     CHECK_STR(E("DESCRIBE 'x' KNOWLEGDE"), "1:14: near \"KNOWLEGDE\": expected ALL, AT, BRIEF, KNOWLEDGE, OUTPUT, RAW, RELATIONS, SYNTAX, VERBOSE, |>, ; or end of input (did you mean KNOWLEDGE?)");
