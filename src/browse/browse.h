@@ -122,6 +122,10 @@ void brw_trim(const char *s, char *buf, size_t n);
  * or "26:9515" keys), else the cluster label (relation_clusters.json labels[c] for the c
  * that feature_clusters.jsonl gives the feature). */
 const char *brw_label(const brw_model *m, const eng_overlay *ov, int layer, int64_t feature);
+/* The files a container may carry for browse's labels, which no index field names (so a
+ * COMPACT keeps them as capability files): feature_labels.json, relation_clusters.json,
+ * feature_clusters.jsonl; NULL-terminated. */
+extern const char *const brw_label_files[];
 /* Can any feature have a label: the container's labels or clusters, or an insert's relation
  * in ov? */
 int brw_has_labels(const brw_model *m, const eng_overlay *ov);

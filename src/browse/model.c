@@ -74,6 +74,9 @@ static cJSON *read_json_file(const char *path)
     return j;
 }
 
+const char *const brw_label_files[] = {"feature_labels.json", "relation_clusters.json",
+                                       "feature_clusters.jsonl", NULL};
+
 /* feature_labels.json's two spellings of a feature's key: "L{l}_F{f}" and "{l}:{f}". */
 static void label_keys(int layer, int64_t feature, char k1[64], char k2[64])
 {
@@ -125,11 +128,11 @@ static void read_clusters(brw_model *m)
 {
     char path[4096];
     vx_err e;
-    if (vx_resolve(m->c, "relation_clusters.json", path, sizeof path, &e) != 0)
+    if (vx_resolve(m->c, brw_label_files[1], path, sizeof path, &e) != 0)
         return;
     m->clusters = read_json_file(path);
     if (!cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m->clusters, "labels")) ||
-        vx_resolve(m->c, "feature_clusters.jsonl", path, sizeof path, &e) != 0)
+        vx_resolve(m->c, brw_label_files[2], path, sizeof path, &e) != 0)
         goto drop;
     FILE *f = fopen(path, "r");
     if (!f)
@@ -252,7 +255,7 @@ int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_
             }
     }
     vx_err e3;
-    if (vx_resolve(c, "feature_labels.json", path, sizeof path, &e3) == 0)
+    if (vx_resolve(c, brw_label_files[0], path, sizeof path, &e3) == 0)
         m->labels = read_json_file(path);
     if (index_labels(m) != 0) {
         vx_errf(err, VX_ENOMEM, "browse: out of memory indexing feature_labels.json");
@@ -429,7 +432,7 @@ int brw_labels_compiled(const vx_container *c, const eng_overlay *ov, cJSON **ou
     char path[4096];
     vx_err e;
     cJSON *labels = NULL;
-    if (vx_resolve(c, "feature_labels.json", path, sizeof path, &e) == 0)
+    if (vx_resolve(c, brw_label_files[0], path, sizeof path, &e) == 0)
         labels = read_json_file(path);
     if (!cJSON_IsObject(labels)) {   /* absent, or malformed as browse ignores it */
         cJSON_Delete(labels);

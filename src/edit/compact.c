@@ -96,10 +96,12 @@ static int visit(void *ctx, const char *rel, const char *src, const struct stat 
     if (strs_has(w->rewritten, rel))
         return 0;
     int referenced = strs_has(w->refs, rel);
-    /* registered capability files: the snapshots the encoder copies, carried even though
-     * no index field names them */
+    /* registered capability files: the snapshots the encoder copies and browse's label
+     * files (COMPILE writes feature_labels.json), carried though no index field names them */
     for (size_t i = 0; vx_hf_snapshots[i]; i++)
         referenced |= strcmp(rel, vx_hf_snapshots[i]) == 0;
+    for (size_t i = 0; brw_label_files[i]; i++)
+        referenced |= strcmp(rel, brw_label_files[i]) == 0;
     if (strcmp(rel, "index.json") == 0) {
         if (!w->carry_index)
             return 0;   /* written anew */

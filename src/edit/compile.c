@@ -633,11 +633,11 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
     if (brw_labels_compiled(c, ov, &labels, err))
         goto fail;
     if (labels) {
-        int lr = vx_cw_json(cw, "feature_labels.json", labels, err);
+        int lr = vx_cw_json(cw, brw_label_files[0], labels, err);
         cJSON_Delete(labels);
         if (lr)
             goto fail;
-        skip[ns++] = "feature_labels.json";
+        skip[ns++] = brw_label_files[0];
     }
     walk_ctx w = {cw, skip, ns, 0, err};
     if (vx_tree_files(vx_dir(c), carry, &w, err))
