@@ -104,6 +104,17 @@ int vx_cw_check(const char *target, const char *base_dir, unsigned flags, const 
             return vx_errf(err, VX_EARG, "%s: '%s' is inside the container it is made from "
                            "('%s'); write it outside", what, target, base_dir);
     }
+    /* nor inside any other container: a base is never written into (a later COMPACT or
+     * verify of it would find a stranger's files) */
+    for (char d[PATH_MAX + 16], *slash, *first = rp;; first = NULL) {
+        snprintf(d, sizeof d, "%s/index.json", strcmp(rp, "/") ? rp : "");
+        if (stat(d, &sb) == 0 && S_ISREG(sb.st_mode))   /* the parent as written, when it */
+            return vx_errf(err, VX_EARG, "%s: '%s' is inside the container '%s'; write it "
+                           "outside", what, target, first ? parent : rp);
+        if (!(slash = strrchr(rp, '/')) || slash == rp)
+            break;
+        *slash = '\0';
+    }
     return 0;
 }
 
