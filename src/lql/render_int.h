@@ -34,7 +34,8 @@ struct lql_result {
 };
 
 void lql_format_float(double v, int prec, char *buf, size_t n);
-/* The shortest %g text that parses back to exactly v (nan / inf / -inf as words). */
+/* The shortest text that parses back to exactly v, in positional form for decimal exponents
+ * -4 to 15 as Python's repr (100, not 1e+02); nan / inf / -inf as words. */
 void lql_format_exact(double v, char *buf, size_t n);
 
 #endif

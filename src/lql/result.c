@@ -153,10 +153,17 @@ void lql_format_float(double v, int prec, char *buf, size_t n)
 void lql_format_exact(double v, char *buf, size_t n)
 {
     if (!isfinite(v)) { lql_format_float(v, 0, buf, n); return; }
-    for (int prec = 1; prec <= 17; prec++) {
+    int prec = 1;
+    for (; prec <= 17; prec++) {
         snprintf(buf, n, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v) return;
+        if (strtod(buf, NULL) == v) break;
     }
+    /* %g writes 100 as "1e+02" when one digit suffices; those digits are written out in full
+     * where Python's repr would (decimal exponent -4 to 15): 100, not 1e+02 */
+    const char *e = strchr(buf, 'e');
+    int ex = e ? atoi(e + 1) : 0;
+    if (e && ex >= -4 && ex < 16)
+        snprintf(buf, n, "%.*f", prec - 1 - ex > 0 ? prec - 1 - ex : 0, v);
 }
 
 void lql_cell_float(lql_table *t, double v)

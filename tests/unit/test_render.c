@@ -160,13 +160,22 @@ static void check_opts(const lql_result *r, lql_render_opts o, const char *want)
 static void modes_more(void)
 {
     char buf[64];
-    double vals[] = {0.1, 1.0 / 3.0, 0.9604446887969971, 1e-300, -2.5e17, 0.0};
+    double vals[] = {0.1, 1.0 / 3.0, 0.9604446887969971, 1e-300, -2.5e17, 0.0, 100, 1e15,
+                     1e16, 1.5e-5, 0.0001, 5e-324, 1.7976931348623157e308};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
         lql_format_exact(vals[i], buf, sizeof buf);
         CHECK_MSG(strtod(buf, NULL) == vals[i], "%s does not round-trip", buf);
     }
     lql_format_exact(0.1, buf, sizeof buf);
     CHECK_STR(buf, "0.1");                          /* the shortest such text */
+    /* positional for decimal exponents -4 to 15, as Python's repr ("1e+02" before) */
+    static const struct { double v; const char *s; } forms[] = {
+        {100, "100"}, {-120, "-120"}, {1e15, "1000000000000000"}, {1e16, "1e+16"},
+        {0.0001, "0.0001"}, {1.5e-5, "1.5e-05"}, {2.5e-3, "0.0025"}, {99.5, "99.5"}};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        lql_format_exact(forms[i].v, buf, sizeof buf);
+        CHECK_STR(buf, forms[i].s);
+    }
 
     lql_result *r = lql_result_new();
     static const lql_colspec cols[] = {{"k", LQL_TEXT, 0}, {"p", LQL_FLOAT, 4}};
