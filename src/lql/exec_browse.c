@@ -792,6 +792,10 @@ int lql_h_show_relations(lql_session *s, const lql_stmt *st, lql_result *r, lql_
         if (layer >= 0)
             lql_result_note(r, "no relation labels in this container: top output tokens "
                             "(c_score >= %.4f, the top 10%%) at layer %d", (double)cut, layer);
+        else if (band[1][0] < 0)
+            lql_result_note(r, "no relation labels in this container: top output tokens "
+                            "(c_score >= %.4f, the top 10%%) of every layer, L0-%d (the model "
+                            "has no knowledge band)", (double)cut, brw_layers(m) - 1);
         else
             lql_result_note(r, "no relation labels in this container: top output tokens "
                             "(c_score >= %.4f, the top 10%%) of the knowledge band L%d-%d",
