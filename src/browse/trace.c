@@ -303,10 +303,16 @@ int brw_trace_parse(const void *buf, size_t n, const char *name, int layers, int
     int32_t target = (int32_t)get32(h + 24);
     if (ver != 1)
         return vx_errf(err, VX_EVERSION, "trace \"%s\": unsupported version %u", name, ver);
-    if ((int64_t)nl != layers || (int64_t)hid != hidden || nt == 0 || nt > (1u << 20))
+    if ((int64_t)nl != layers || (int64_t)hid != hidden)
         return vx_errf(err, VX_EARG, "trace \"%s\" (%u tokens, %u layers, hidden %u) does not "
                        "match the bound model (%d layers, hidden %d)", name, nt, nl, hid,
                        layers, hidden);
+    if (nt == 0 || nt > (1u << 20))
+        return vx_errf(err, VX_EFORMAT, "trace \"%s\" records %u tokens (a trace holds 1 to "
+                       "%u)", name, nt, 1u << 20);
+    if (get32(h + 28) != 0)
+        return vx_errf(err, VX_EFORMAT, "trace \"%s\": header bytes 28-31 are reserved (0), "
+                       "not %u", name, get32(h + 28));
     /* nt <= 2^20, nl and hid equal the model's: no 64-bit overflow */
     uint64_t ns = (uint64_t)nt * (nl + 1) * 3 * hid, want = 32 + 4 * (uint64_t)nt + 4 * ns;
     if ((uint64_t)n != want)

@@ -113,13 +113,14 @@ int main(void)
     refused(b, SIZE, "trace \"t.bin\" (3 tokens, 3 layers, hidden 4) does not match the bound "
                      "model (2 layers, hidden 4)");
     image(b);
-    put32(b + 12, 0);
-    refused(b, SIZE, "trace \"t.bin\" (0 tokens, 2 layers, hidden 4) does not match the bound "
-                     "model (2 layers, hidden 4)");
+    put32(b + 12, 0);   /* the shapes match: the count is what is wrong, and said */
+    refused(b, SIZE, "trace \"t.bin\" records 0 tokens (a trace holds 1 to 1048576)");
     image(b);
     put32(b + 12, 0xFFFFFFFFu);
-    refused(b, SIZE, "trace \"t.bin\" (4294967295 tokens, 2 layers, hidden 4) does not match "
-                     "the bound model (2 layers, hidden 4)");
+    refused(b, SIZE, "trace \"t.bin\" records 4294967295 tokens (a trace holds 1 to 1048576)");
+    image(b);
+    put32(b + 28, 7);
+    refused(b, SIZE, "trace \"t.bin\": header bytes 28-31 are reserved (0), not 7");
     image(b);
     refused(b, SIZE + 4, "trace \"t.bin\" is 480 bytes, want 476");
     refused(b, SIZE - 1, "trace \"t.bin\" is 475 bytes, want 476");
