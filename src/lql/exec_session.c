@@ -271,7 +271,8 @@ int lql_h_stats(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     kv(t, "tensors", "%zu", vx_tensor_count(c));
     kv(t, "tensor bytes", "%llu", (unsigned long long)tensor_bytes(c, NULL, NULL));
     kv(t, "index sha256", "%s", vx_index_sha256(c));
-    kv(t, "path", "%s", vx_dir(c));
+    if (!s->hide_paths)
+        kv(t, "path", "%s", vx_dir(c));
     return 0;
 }
 

@@ -70,6 +70,9 @@ typedef struct lql_session {
      * them); a nonzero return stops the generation after that token. May be NULL. */
     int (*on_token)(void *ctx, int32_t id);
     void *token_ctx;
+
+    /* Set by the HTTP server: results do not show the host's paths (STATS' path row). */
+    int hide_paths;
 } lql_session;
 
 /* A fresh session with nothing bound; free with lql_session_free. NULL on out-of-memory. */

@@ -238,8 +238,10 @@ int srv_query_check(srv *S, srv_job *j)
         return -1;
     }
     lql_outmode m;
+    /* the program modes only: the people modes' rounded numbers are no API */
     if (f && !cJSON_IsNull(f) && (!cJSON_IsString(f) || lql_outmode_parse(f->valuestring, &m) < 0 ||
-                                  m == LQL_OUT_TABLE)) {
+                                  (m != LQL_OUT_JSON && m != LQL_OUT_JSONL &&
+                                   m != LQL_OUT_CSV && m != LQL_OUT_TSV))) {
         srv_job_error(j, 400, "\"format\" must be one of json, jsonl, csv, tsv",
                       "invalid_request_error", "invalid_value", "format");
         return -1;

@@ -189,6 +189,7 @@ int srv_sess_enter(srv *S, srv_sess *x, lql_err *e)
             srv_buf_free(&use);
             return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
         }
+        x->s->hide_paths = 1;   /* a caller sees no host path, as USE and DIFF refuse them */
         char *out = NULL;
         int rc = lql_eval(x->s, use.p, use.n, LQL_OUT_TSV, &out, e);
         free(out);

@@ -155,14 +155,18 @@ try:
              'TRACE "The capital of France is";', 'STATS;', 'SHOW LAYERS;',
              'TOKENIZE "Hello world";', 'INFER "The capital of France is" GENERATE 12;']
     for st in stmts:
-        for mode in ("tsv", "csv", "json", "jsonl"):
+        for mode in ("tsv", "csv", "json", "jsonl") if st != "STATS;" else ():   # below
             s, b, _ = req("POST", "/v1/query", {"lql": st, "format": mode}, raw=True)
             want = cli(st, mode)
             check(s == 200 and b.decode() == want, "%s format %s equals the CLI (%s)\n%r\n%r" % (
                 st, mode, s, b.decode()[:300], want[:300]))
+    # STATS as the CLI has it but for the path row: a caller sees no host path
+    s, b, _ = req("POST", "/v1/query", {"lql": "STATS;", "format": "tsv"}, raw=True)
+    want = "".join(l for l in cli("STATS;", "tsv").splitlines(True) if not l.startswith("path\t"))
+    check(s == 200 and b.decode() == want and "path\t" not in b.decode(), "STATS without the path %r" % b[:200])
     # several statements: the concatenation, as the shell prints them
-    s, b, _ = req("POST", "/v1/query", {"lql": stmts[3] + "\n" + stmts[6], "format": "tsv"}, raw=True)
-    check(s == 200 and b.decode() == cli(stmts[3] + "\n" + stmts[6], "tsv"), "two statements")
+    s, b, _ = req("POST", "/v1/query", {"lql": stmts[3] + "\n" + stmts[7], "format": "tsv"}, raw=True)
+    check(s == 200 and b.decode() == cli(stmts[3] + "\n" + stmts[7], "tsv"), "two statements")
     # typed: the shell's json frames (names, types, exact numbers)
     s, b, _ = query(stmts[3])
     f = b["results"][0] if s == 200 else {}
@@ -175,7 +179,7 @@ try:
           and repr(t["rows"][0]["prob"]) == tsv_prob and b["results"] == [json.loads(cli(stmts[3], "json"))],
           "typed INFER equals the shell's json frame %s" % b)
     # streamed query: one event per statement (its frames), then [DONE]
-    s, b, _ = req("POST", "/v1/query", {"lql": stmts[3] + stmts[6], "stream": True}, raw=True)
+    s, b, _ = req("POST", "/v1/query", {"lql": stmts[3] + "STATS;", "stream": True}, raw=True)
     ev = sse_events(b)
     check(s == 200 and len(ev) == 3 and ev[-1] == "[DONE]" and json.loads(ev[0])["index"] == 1
           and json.loads(ev[0])["frames"][0]["statement"].startswith("INFER")
@@ -217,8 +221,9 @@ try:
     check(s == 400 and b["error"]["code"] == "too_many_statements", "65 statements %s" % s)
     s, b, _ = query('TOKENIZE "%s";' % ("a" * 70000))
     check(s == 413 and b["error"]["code"] == "statement_too_long", "64 KiB statement %s" % s)
-    s, b, _ = query("STATS;", format="table")
-    check(s == 400 and b["error"]["param"] == "format", "bad format %s" % s)
+    for fmt in ("table", "box", "markdown"):
+        s, b, _ = query("STATS;", format=fmt)
+        check(s == 400 and b["error"]["param"] == "format", "format %s refused %s" % (fmt, s))
     s, b, _ = query(3)
     check(s == 400 and b["error"]["param"] == "lql", "lql not a string %s" % s)
     s, b, _ = req("POST", "/v1/query", '{"lql": ', )
