@@ -26,6 +26,19 @@ typedef struct chunk {
 /* The next chunk at *i; 0 at the end of the text. */
 static int next_chunk(const char *t, size_t n, size_t *i, int *line, int *col, chunk *c)
 {
+    /* blanks, `--` comments and empty statements (a lone `;`) are skipped, as the shell
+     * skips them (LANGUAGE.md) */
+    while (*i < n && (strchr(" \t\r\n\f\v;", t[*i]) ||
+                      (t[*i] == '-' && *i + 1 < n && t[*i + 1] == '-'))) {
+        if (t[*i] == '-') {
+            while (*i < n && t[*i] != '\n') { (*i)++; (*col)++; }
+        } else if (t[(*i)++] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
     if (*i >= n) return 0;
     c->off = *i;
     c->line = *line;
