@@ -185,20 +185,27 @@ int lql_h_show_history(lql_session *s, const lql_stmt *st, lql_result *r, lql_er
     if (!t)
         return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     vx_history_entry *h = NULL;
-    size_t n = 0;
+    vx_patch_info *p = NULL;
+    size_t n = 0, np = 0;
     vx_err ve = {0};
-    if (j && vx_journal_history(j, &h, &n, &ve))
+    if (j && (vx_journal_history(j, &h, &n, &ve) || vx_journal_patches(j, &p, &np, &ve))) {
+        vx_history_free(h, n);
         return lql_err_vx(e, &ve, &st->at);
+    }
     for (size_t i = 0; i < n; i++) {
+        /* an edit of a patch that was removed no longer applies, as SHOW PATCHES counts it */
+        int removed = strcmp(h[i].action, "remove") == 0;
+        for (size_t k = 0; k < np && h[i].n_ops; k++)
+            removed |= p[k].id == h[i].patch_id && !p[k].applied;
         lql_row(t);
         lql_cell_int(t, h[i].n);
         lql_cell_text(t, h[i].text);
         lql_cell_text(t, h[i].patch_name);
         lql_cell_int(t, h[i].n_ops);
-        lql_cell_text(t, h[i].undone ? "undone" : strcmp(h[i].action, "remove") == 0
-                                                      ? "removed patch" : "active");
+        lql_cell_text(t, h[i].undone ? "undone" : removed ? "removed patch" : "active");
     }
     lql_result_note(r, "journal: %s", ed_journal_where(ed));
     vx_history_free(h, n);
+    vx_patch_infos_free(p, np);
     return 0;
 }
