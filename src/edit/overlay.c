@@ -51,6 +51,16 @@ int ed_check_op(const brw_model *m, const vx_op *op, const char *where, vx_err *
     if (op->layer < 0 || op->layer >= L)
         return vx_errf(err, VX_EARG, "%s (%s): layer %d is out of range (the model has %d "
                        "layers: 0-%d)", where, kind, op->layer, L, L - 1);
+    /* what the statements refuse, a hand-edited patch may not bring in either */
+    if (!isnan(op->confidence) && !(op->confidence >= 0 && op->confidence <= 1))
+        return vx_errf(err, VX_EARG, "%s (%s): confidence must be between 0 and 1 (got %g)",
+                       where, kind, op->confidence);
+    if (op->has_meta && (op->meta_id < -1 || op->meta_id >= brw_vocab(m)))
+        return vx_errf(err, VX_EARG, "%s (%s): down_meta token id %lld is out of range "
+                       "(vocabulary 0-%d)", where, kind, (long long)op->meta_id,
+                       brw_vocab(m) - 1);
+    if (op->has_meta && !isnan(op->meta_c) && !isfinite(op->meta_c))
+        return vx_errf(err, VX_EARG, "%s (%s): down_meta c_score is not finite", where, kind);
     if (op->kind == VX_OP_INSERT_KNN) {
         const vx_opvec *k = vx_op_vec(op, "key");
         if (!k || k->rows * k->cols != H)
@@ -104,6 +114,9 @@ int ed_check_op(const brw_model *m, const vx_op *op, const char *where, vx_err *
                            "model's hidden size is %d", where, kind, x->role,
                            (long long)(x->rows * x->cols), H);
     }
+    if (op->kind == VX_OP_UPDATE && !op->has_meta && op->nvec == 0)
+        return vx_errf(err, VX_EFORMAT, "%s (%s): changes nothing (no down_meta, no vectors)",
+                       where, kind);
     return 0;
 }
 

@@ -531,6 +531,12 @@ int vx_patch_parse(const char *text, size_t len, const char *where, int hidden, 
         size_t at = end && end >= text ? (size_t)(end - text) : 0;
         return vx_errf(err, VX_EFORMAT, "%s: not valid JSON (near byte %zu)", c.where, at);
     }
+    for (const char *q = end; q < text + len; q++)
+        if (*q != ' ' && *q != '\t' && *q != '\r' && *q != '\n') {
+            cJSON_Delete(root);
+            return vx_errf(err, VX_EFORMAT, "%s: text after the JSON object (near byte %zu)",
+                           c.where, (size_t)(q - text));
+        }
     size_t nul = vx_json_nul_at(text, (size_t)(end - text));
     if (nul != (size_t)-1) {
         cJSON_Delete(root);

@@ -275,6 +275,29 @@ int main(void)
     CHECK(ed_check_op(bm, &op, "operation 4", &e) == -1);
     CHECK_STR(e.msg, "operation 4 (insert): low-rank shapes u [256, 2] and v [768, 1] do not "
                      "fit layer 0 (hidden 256, 768 features)");
+    /* what the statements refuse, a hand-edited patch may not bring in (all were applied) */
+    vx_op_clear(&op);
+    vx_op_init(&op, VX_OP_UPDATE);
+    op.layer = 0;
+    op.feature = 3;
+    op.has_meta = 1;
+    op.meta_id = 99999;
+    CHECK(ed_check_op(bm, &op, "operation 5", &e) == -1);
+    CHECK_STR(e.msg, "operation 5 (update): down_meta token id 99999 is out of range "
+                     "(vocabulary 0-4095)");
+    op.meta_id = 7;
+    op.meta_c = INFINITY;
+    CHECK(ed_check_op(bm, &op, "operation 5", &e) == -1);
+    CHECK_STR(e.msg, "operation 5 (update): down_meta c_score is not finite");
+    op.meta_c = 7;   /* a c_score is no probability: above 1 is fine */
+    CHECK(ed_check_op(bm, &op, "operation 5", &e) == 0);
+    op.has_meta = 0;
+    CHECK(ed_check_op(bm, &op, "operation 5", &e) == -1);
+    CHECK_STR(e.msg, "operation 5 (update): changes nothing (no down_meta, no vectors)");
+    op.has_meta = 1;
+    op.confidence = -2;
+    CHECK(ed_check_op(bm, &op, "operation 5", &e) == -1);
+    CHECK_STR(e.msg, "operation 5 (update): confidence must be between 0 and 1 (got -2)");
     vx_op_clear(&op);
 
     eng_model_set_overlay(m, NULL);

@@ -288,6 +288,10 @@ static void test_hostile(void)
     CHECK(err.code == VX_EVERSION);
     CHECK(vx_patch_parse("{\"version\": 1, ", 15, "trunc.vlp", H, &p, &err) == -1);
     CHECK_HAS(err.msg, "trunc.vlp: not valid JSON (near byte ");
+    const char *tail = "{\"version\": 1, \"base_model\": \"m\", \"created_at\": \"x\", "
+                       "\"operations\": []} garbage";
+    CHECK(vx_patch_parse(tail, strlen(tail), "tail.vlp", H, &p, &err) == -1);
+    CHECK_STR(err.msg, "tail.vlp: text after the JSON object (near byte 71)");
     const char *noops = "{\"version\": 1, \"base_model\": \"m\", \"created_at\": \"x\"}";
     CHECK(vx_patch_parse(noops, strlen(noops), "n.vlp", H, &p, &err) == -1);
     CHECK_STR(err.msg, "n.vlp: missing array field 'operations'");
