@@ -440,6 +440,20 @@ int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e
         o.band = band_of_clause(st->band);
     if (at_layer(st, m, &o.at_layer, e) != 0)
         return -1;
+    /* a layer outside the band named would leave nothing to describe, said as nothing */
+    if (o.band >= 0 && o.at_layer >= 0 && brw_band_of(m, o.at_layer) != o.band) {
+        static const char *const names[3] = {"SYNTAX", "KNOWLEDGE", "OUTPUT"};
+        int band[3][2], b = brw_band_of(m, o.at_layer);
+        brw_bands(m, band);
+        char where[64];
+        if (band[o.band][0] < 0)
+            snprintf(where, sizeof where, "the model has no %s band", names[o.band]);
+        else
+            snprintf(where, sizeof where, "layers %d-%d", band[o.band][0], band[o.band][1]);
+        return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_AT_LAYER], "AT LAYER %d is %s%s, "
+                        "not in %s (%s); give one", o.at_layer, b < 0 ? "in no band" : "in ",
+                        b < 0 ? "" : names[b], names[o.band], where);
+    }
     o.relations_only = lql_has(st, LQL_C_RELATIONS_ONLY);
     o.mode = lql_has(st, LQL_C_RAW) ? BRW_DESCRIBE_RAW
            : lql_has(st, LQL_C_VERBOSE) ? BRW_DESCRIBE_VERBOSE : BRW_DESCRIBE_BRIEF;
