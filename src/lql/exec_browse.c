@@ -984,7 +984,18 @@ static int explain_opts(lql_session *s, const lql_stmt *st, eng_model **em, brw_
                         "TOP must be between 1 and 1000 (got %lld)", (long long)st->top);
     if (lql_has(st, LQL_C_BAND))
         o->band = band_of_clause(st->band);
-    return layer_range(st, eng_model_layers(*em), &o->layer_lo, &o->layer_hi, e);
+    if (layer_range(st, eng_model_layers(*em), &o->layer_lo, &o->layer_hi, e) != 0)
+        return -1;
+    /* a range with no layer of the band named would explain nothing, said as nothing */
+    int in = o->band < 0 || !lql_has(st, LQL_C_LAYERS);
+    for (int l = o->layer_lo; !in && l <= o->layer_hi; l++)
+        in = brw_band_of(*m, l) == o->band;
+    if (!in) {
+        static const char *const names[3] = {"SYNTAX", "KNOWLEDGE", "OUTPUT"};
+        return lql_errf(e, LQL_EEXEC, clause_at(st, LQL_C_LAYERS), "LAYERS %d-%d has no layer "
+                        "in %s; give one", o->layer_lo, o->layer_hi, names[o->band]);
+    }
+    return 0;
 }
 
 int lql_explain_infer_check(lql_session *s, const lql_stmt *st, lql_err *e)
