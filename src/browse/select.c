@@ -756,6 +756,10 @@ int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
         return -1;
     if (no_meta(m, err))
         return -1;
+    /* a layer condition that excludes the layer listed could only give an empty table */
+    if (!pre_match(o, layer, 0, 1))
+        return vx_errf(err, VX_EARG, "layer conditions that exclude layer %d, the one SHOW "
+                       "FEATURES %d lists, leave nothing to list", layer, layer);
     rowvec rv = {0};
     if (feature_rows(m, o, layer, &rv, err) != 0)
         return drop_rows(&rv);
