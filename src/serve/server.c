@@ -453,10 +453,18 @@ static enum MHD_Result post_route(srv *S, struct MHD_Connection *c, const char *
     if (!is_json_ctype(c))
         return answer_error(c, 415, "POST bodies must be Content-Type: application/json",
                             "unsupported_media_type", NULL);
-    cJSON *body = cJSON_ParseWithLength(rq->body.p ? rq->body.p : "", rq->body.n);
+    const char *text = rq->body.p ? rq->body.p : "", *end = NULL;
+    cJSON *body = cJSON_ParseWithLengthOpts(text, rq->body.n, &end, 0);
     if (!cJSON_IsObject(body)) {
+        /* say where it failed: an invalid escape (a lone surrogate) is no missing object */
+        char msg[96];
+        if (body)
+            snprintf(msg, sizeof msg, "the body is JSON but not an object");
+        else
+            snprintf(msg, sizeof msg, "the body is not valid JSON (near byte %zu)",
+                     end && end >= text ? (size_t)(end - text) : (size_t)0);
         cJSON_Delete(body);
-        return answer_error(c, 400, "the body is not a JSON object", "invalid_json", NULL);
+        return answer_error(c, 400, msg, "invalid_json", NULL);
     }
     if (vx_json_nul_at(rq->body.p, rq->body.n) != (size_t)-1) {
         /* cJSON would cut the string there: a prompt would lose its tail unseen */

@@ -232,6 +232,12 @@ try:
     check(s == 400 and b["error"]["param"] == "lql", "lql not a string %s" % s)
     s, b, _ = req("POST", "/v1/query", '{"lql": ', )
     check(s == 400 and b["error"]["code"] == "invalid_json", "bad json %s" % s)
+    # where it failed, not 'not a JSON object' for a lone surrogate
+    s, b, _ = req("POST", "/v1/tokenize", '{"text": "\\ud83d"}')
+    check(s == 400 and b["error"]["message"].startswith("the body is not valid JSON (near byte "),
+          "lone surrogate %s %s" % (s, b))
+    s, b, _ = req("POST", "/v1/tokenize", '[1]')
+    check(s == 400 and b["error"]["message"] == "the body is JSON but not an object", "array body %s" % b)
     # a NUL would cut the prompt short unseen (cJSON's strings end there): refused, escaped
     # or raw; an escaped backslash before "u0000" is ordinary text
     for body in ('{"prompt":"The capital of\\u0000 France is","max_tokens":1}',
