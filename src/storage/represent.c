@@ -276,6 +276,18 @@ static int plan(job *j, const vx_container *c)
     }
     if (j->n == 0)
         return vx_errf(j->err, VX_EMISSING, "represent: object '%s' has no tensors", j->object);
+    /* a representation named for a codec that holds none of its data would only mislead */
+    size_t took = 0;
+    for (size_t i = 0; i < j->n; i++)
+        took += j->tw[i].dtype == j->dt;
+    if (!took) {
+        uint64_t ne0, nrows;
+        rows_of(j->t[0], &ne0, &nrows);
+        return vx_errf(j->err, VX_EUNSUPPORTED, "represent: no tensor of '%s' can be stored as "
+                       "%s ('%s' has rows of %llu values, which its blocks do not divide): "
+                       "nothing to represent", j->object, vx_dtype_name(j->dt), j->t[0]->name,
+                       (unsigned long long)ne0);
+    }
     return 0;
 }
 
