@@ -27,6 +27,15 @@ int lql_h_begin_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
     return 0;
 }
 
+/* ", N KNN-store" for the insert_knn / delete_knn operations among counts, or "" (the
+ * notes named only inserts, updates and deletes, so those summed to less than the total). */
+static void knn_part(const size_t counts[VX_OP_KIND_COUNT], char *buf, size_t n)
+{
+    size_t k = counts[VX_OP_INSERT_KNN] + counts[VX_OP_DELETE_KNN];
+    if (k)
+        snprintf(buf, n, ", %zu KNN-store", k);
+}
+
 int lql_h_save_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     ed_model *ed = NULL;
@@ -52,8 +61,10 @@ int lql_h_save_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err 
     vx_err ve = {0};
     if (ed_save_patch(ed, file, c, &ve))
         return lql_err_vx(e, &ve, st->arg ? &st->arg_at : &st->at);
-    lql_result_note(r, "saved: %s to %s (%zu inserts, %zu updates, %zu deletes)", name, file,
-                    c[VX_OP_INSERT], c[VX_OP_UPDATE], c[VX_OP_DELETE]);
+    char knn[48] = "";
+    knn_part(c, knn, sizeof knn);
+    lql_result_note(r, "saved: %s to %s (%zu inserts, %zu updates, %zu deletes%s)", name, file,
+                    c[VX_OP_INSERT], c[VX_OP_UPDATE], c[VX_OP_DELETE], knn);
     return 0;
 }
 
@@ -71,9 +82,11 @@ int lql_h_apply_patch(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
     free(text);
     if (rc)
         return lql_err_vx(e, &ve, &st->arg_at);
-    lql_result_note(r, "applied: %s (%zu operations: %zu inserts, %zu updates, %zu deletes; "
+    char knn[48] = "";
+    knn_part(x.counts, knn, sizeof knn);
+    lql_result_note(r, "applied: %s (%zu operations: %zu inserts, %zu updates, %zu deletes%s; "
                     "history %lld)", x.name, x.n_ops, x.counts[VX_OP_INSERT],
-                    x.counts[VX_OP_UPDATE], x.counts[VX_OP_DELETE], (long long)x.history_n);
+                    x.counts[VX_OP_UPDATE], x.counts[VX_OP_DELETE], knn, (long long)x.history_n);
     return 0;
 }
 
@@ -136,9 +149,9 @@ int lql_h_show_patches(lql_session *s, const lql_stmt *st, lql_result *r, lql_er
     vx_journal *j = ed_journal(ed);
     static const lql_colspec cols[] = {
         {"patch", LQL_TEXT, 0}, {"ops", LQL_INT, 0}, {"inserts", LQL_INT, 0},
-        {"updates", LQL_INT, 0}, {"deletes", LQL_INT, 0}, {"status", LQL_TEXT, 0},
-        {"source", LQL_TEXT, 0}};
-    lql_table *t = lql_result_table(r, "patches", 7, cols);
+        {"updates", LQL_INT, 0}, {"deletes", LQL_INT, 0}, {"knn", LQL_INT, 0},
+        {"status", LQL_TEXT, 0}, {"source", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, "patches", 8, cols);
     if (!t)
         return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     vx_patch_info *p = NULL;
@@ -154,6 +167,7 @@ int lql_h_show_patches(lql_session *s, const lql_stmt *st, lql_result *r, lql_er
         lql_cell_int(t, p[i].n_insert);
         lql_cell_int(t, p[i].n_update);
         lql_cell_int(t, p[i].n_delete);
+        lql_cell_int(t, p[i].n_knn);
         lql_cell_text(t, p[i].recording ? "recording" : p[i].applied ? "applied" : "removed");
         lql_cell_text(t, p[i].source);
         if (p[i].applied)
