@@ -59,11 +59,23 @@ int ed_save_patch(ed_model *ed, const char *file, size_t counts[VX_OP_KIND_COUNT
     return 0;
 }
 
-/* The name an applied file takes: its description, else the file's stem. */
+/* The name an applied file takes: its description, else the file's stem. A name is typed
+ * back (REMOVE PATCH "name") and printed in notes: control characters become spaces, and a
+ * long description is cut at a character boundary. */
 static void patch_name(const vx_patch *p, const char *file, char *out, size_t n)
 {
     if (p->description && *p->description) {
-        snprintf(out, n, "%s", p->description);
+        size_t k = 0;
+        const char *d = p->description;
+        for (; *d && k + 1 < n; d++)
+            out[k++] = (unsigned char)*d < 0x20 || *d == 0x7f ? ' ' : *d;
+        if (*d) {   /* cut: drop the last character, which may be cut too */
+            while (k > 0 && ((unsigned char)out[k - 1] & 0xC0) == 0x80)
+                k--;
+            if (k > 0 && (unsigned char)out[k - 1] >= 0xC0)
+                k--;
+        }
+        out[k] = 0;
         return;
     }
     const char *base = strrchr(file, '/');
