@@ -92,6 +92,17 @@ static void undo1(vx_journal *j)
     CHECK(vx_journal_undo(j, &n, &e) == 0 && n > 0);
 }
 
+/* op made afresh as a kind at (layer, feature) carrying down_meta token id `id`. */
+static void meta_op(vx_op *op, vx_op_kind kind, int layer, int feature, int64_t id)
+{
+    vx_op_clear(op);
+    vx_op_init(op, kind);
+    op->layer = layer;
+    op->feature = feature;
+    op->has_meta = 1;
+    op->meta_id = id;
+}
+
 int main(void)
 {
     char dir[4096];
@@ -225,12 +236,7 @@ int main(void)
     op.layer = 1;
     op.feature = 5;
     record1(j, &op);
-    vx_op_clear(&op);
-    vx_op_init(&op, VX_OP_INSERT);
-    op.layer = 1;
-    op.feature = 5;
-    op.has_meta = 1;
-    op.meta_id = 1234;
+    meta_op(&op, VX_OP_INSERT, 1, 5, 1234);
     op.meta_c = 0.5;
     vx_op_set_str(&op.entity, "e", NULL);
     vx_op_set_str(&op.target, "t", NULL);
@@ -276,12 +282,7 @@ int main(void)
     CHECK_STR(e.msg, "operation 4 (insert): low-rank shapes u [256, 2] and v [768, 1] do not "
                      "fit layer 0 (hidden 256, 768 features)");
     /* what the statements refuse, a hand-edited patch may not bring in (all were applied) */
-    vx_op_clear(&op);
-    vx_op_init(&op, VX_OP_UPDATE);
-    op.layer = 0;
-    op.feature = 3;
-    op.has_meta = 1;
-    op.meta_id = 99999;
+    meta_op(&op, VX_OP_UPDATE, 0, 3, 99999);
     CHECK(ed_check_op(bm, &op, "operation 5", &e) == -1);
     CHECK_STR(e.msg, "operation 5 (update): down_meta token id 99999 is out of range "
                      "(vocabulary 0-4095)");
