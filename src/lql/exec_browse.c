@@ -1034,8 +1034,10 @@ int lql_explain_infer_layers(lql_session *s, const lql_stmt *st, const int32_t *
         return oom(e);
     }
     char no_attn[256] = "";     /* layers whose token mixer has no attention weights */
+    int64_t features = 0;       /* of the layers explained: none in a pure-SSM stack */
     for (int i = 0; i < x.n_layers; i++) {
         const brw_explain_layer *L = &x.layers[i];
+        features += brw_features(m, L->layer);
         for (int j = 0; j < L->n_fired; j++) {
             char tok[128];
             token_text(m, L->fired[j].top_id, tok, sizeof tok);
@@ -1078,6 +1080,9 @@ int lql_explain_infer_layers(lql_session *s, const lql_stmt *st, const int32_t *
         lql_result_note(r, "no attention weights in layer%s %s (a recurrent token mixer): "
                         "attended, pos and weight are null", strchr(no_attn, ',') ? "s" : "",
                         no_attn);
+    if (x.n_layers && !features)
+        lql_result_note(r, "no FFN features in the layers explained (their channel mixer is "
+                        "'none'): nothing can fire");
     brw_explain_free(&x);
     return 0;
 }
