@@ -105,13 +105,18 @@ int vx_cw_check(const char *target, const char *base_dir, unsigned flags, const 
                            "('%s'); write it outside", what, target, base_dir);
     }
     /* nor inside any other container: a base is never written into (a later COMPACT or
-     * verify of it would find a stranger's files) */
-    for (char d[PATH_MAX + 16], *slash, *first = rp;; first = NULL) {
+     * verify of it would find a stranger's files). Its directory, or one of the folders a
+     * container holds (segments/, browse/, banks/): nothing above is looked at, so a check
+     * never reads outside the paths the user named. */
+    for (int up = 0; up < 2; up++) {
+        char d[PATH_MAX + 16];
         snprintf(d, sizeof d, "%s/index.json", strcmp(rp, "/") ? rp : "");
-        if (stat(d, &sb) == 0 && S_ISREG(sb.st_mode))   /* the parent as written, when it */
+        if (stat(d, &sb) == 0 && S_ISREG(sb.st_mode))   /* named as the user wrote it */
             return vx_errf(err, VX_EARG, "%s: '%s' is inside the container '%s'; write it "
-                           "outside", what, target, first ? parent : rp);
-        if (!(slash = strrchr(rp, '/')) || slash == rp)
+                           "outside", what, target, up ? rp : parent);
+        char *slash = strrchr(rp, '/');
+        if (!slash || slash == rp || (strcmp(slash + 1, "segments") &&
+                                      strcmp(slash + 1, "browse") && strcmp(slash + 1, "banks")))
             break;
         *slash = '\0';
     }
