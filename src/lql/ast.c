@@ -534,8 +534,7 @@ lql_stmt *lql_b_opts(lql_pctx *p)
     return alloc(p, sizeof(lql_stmt));
 }
 
-/* A band as the user writes it: LQL_C_BAND's own name ("band") is nobody's word. */
-static const char *band_text(int band)
+const char *lql_band_text(lql_band band)
 {
     static const char *const text[] = {"", "ALL LAYERS", "SYNTAX", "KNOWLEDGE", "OUTPUT"};
     return text[band];
@@ -549,10 +548,10 @@ static int clash(lql_pctx *p, const lql_stmt *st, const lql_clause *c)
     const uint64_t other = st->has & detail & ~(1ull << c->kind);
     if (c->kind == LQL_C_BAND && lql_has(st, LQL_C_BAND)) {
         if ((int)st->band == c->e)
-            error_at(p, &c->at, "duplicate clause: %s", band_text(c->e));
+            error_at(p, &c->at, "duplicate clause: %s", lql_band_text((lql_band)c->e));
         else
-            error_at(p, &c->at, "%s and %s both name a band; give one", band_text(st->band),
-                     band_text(c->e));
+            error_at(p, &c->at, "%s and %s both name a band; give one", lql_band_text(st->band),
+                     lql_band_text((lql_band)c->e));
         return -1;
     }
     if (((detail >> c->kind) & 1) && other) {

@@ -180,6 +180,9 @@ typedef enum lql_mode {         /* WALK MODE / INSERT MODE */
 typedef enum lql_band {         /* DESCRIBE / EXPLAIN INFER band */
     LQL_BAND_NONE = 0, LQL_BAND_ALL, LQL_BAND_SYNTAX, LQL_BAND_KNOWLEDGE, LQL_BAND_OUTPUT
 } lql_band;
+/* A band as the user writes it ("KNOWLEDGE", "ALL LAYERS"; "" for none): LQL_C_BAND's own
+ * name ("band") is nobody's word. */
+const char *lql_band_text(lql_band band);
 typedef enum lql_positions { LQL_POS_LAST = 0, LQL_POS_ALL } lql_positions;
 typedef enum lql_source { LQL_FROM_EDGES = 1, LQL_FROM_FEATURES, LQL_FROM_ENTITIES } lql_source;
 typedef enum lql_conflict {

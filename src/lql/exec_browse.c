@@ -442,17 +442,17 @@ int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e
         return -1;
     /* a layer outside the band named would leave nothing to describe, said as nothing */
     if (o.band >= 0 && o.at_layer >= 0 && brw_band_of(m, o.at_layer) != o.band) {
-        static const char *const names[3] = {"SYNTAX", "KNOWLEDGE", "OUTPUT"};
         int band[3][2], b = brw_band_of(m, o.at_layer);
         brw_bands(m, band);
         char where[64];
         if (band[o.band][0] < 0)
-            snprintf(where, sizeof where, "the model has no %s band", names[o.band]);
+            snprintf(where, sizeof where, "the model has no %s band", lql_band_text(st->band));
         else
             snprintf(where, sizeof where, "layers %d-%d", band[o.band][0], band[o.band][1]);
         return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_AT_LAYER], "AT LAYER %d is %s%s, "
                         "not in %s (%s); give one", o.at_layer, b < 0 ? "in no band" : "in ",
-                        b < 0 ? "" : names[b], names[o.band], where);
+                        b < 0 ? "" : lql_band_text((lql_band)(LQL_BAND_SYNTAX + b)),
+                        lql_band_text(st->band), where);
     }
     o.relations_only = lql_has(st, LQL_C_RELATIONS_ONLY);
     o.mode = lql_has(st, LQL_C_RAW) ? BRW_DESCRIBE_RAW
@@ -991,9 +991,8 @@ static int explain_opts(lql_session *s, const lql_stmt *st, eng_model **em, brw_
     for (int l = o->layer_lo; !in && l <= o->layer_hi; l++)
         in = brw_band_of(*m, l) == o->band;
     if (!in) {
-        static const char *const names[3] = {"SYNTAX", "KNOWLEDGE", "OUTPUT"};
         return lql_errf(e, LQL_EEXEC, clause_at(st, LQL_C_LAYERS), "LAYERS %d-%d has no layer "
-                        "in %s; give one", o->layer_lo, o->layer_hi, names[o->band]);
+                        "in %s; give one", o->layer_lo, o->layer_hi, lql_band_text(st->band));
     }
     return 0;
 }
