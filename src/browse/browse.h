@@ -66,6 +66,15 @@ int brw_dmet_get(const brw_dmet *d, int layer, int64_t feature, brw_meta *out);
  * the encoder from the same options) does; its progress, when set, hears stage
  * "down-meta" in features screened. Matches vx_encode_opts.finish. */
 int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err);
+/* COMPILE's down-meta for the container staged in dir, written to path (no metadata
+ * overrides: the caller applies those): the records of the base's DMET file base are
+ * kept but for the features whose down column ov changes (a replaced column; every column
+ * of a layer, or of one expert, under a low-rank update), which are computed from dir's
+ * weights as at encode. A base not of dir's layers, feature counts and top_k (or not
+ * readable) is computed again in full. Progress as brw_encode_finish's. */
+int brw_downmeta_compile(const char *dir, const char *path, const char *base,
+                         const eng_overlay *ov, vx_progress_fn progress, void *progress_ctx,
+                         vx_err *err);
 /* The screen brw_encode_finish runs for a hidden width on this CPU, for benchmarks' labels:
  * "int8 (AVX512-VNNI)", "bf16 (AVX512-BF16)" or "f32 (eng_matmul_rows)". */
 const char *brw_downmeta_screen(int hidden);

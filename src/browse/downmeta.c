@@ -575,8 +575,44 @@ static void worker_free(dm_worker *w)
     free(w->esc_tile);
 }
 
-/* The records of every layer into path; progress (o may be NULL) in features screened. */
-static int write_meta(const brw_shape *s, const char *path, const vx_encode_opts *o, vx_err *err)
+/* What COMPILE keeps of its base's down-meta: the base's records (same layers, counts and
+ * top_k) and, per layer, the features to compute again (dirty[l] NULL: none). */
+typedef struct dm_carry {
+    const brw_dmet *old;
+    uint8_t **dirty;
+} dm_carry;
+
+static int chunk_dirty(const dm_carry *cy, int l, const dm_chunk *ch)
+{
+    if (!cy)
+        return 1;
+    const uint8_t *d = cy->dirty[l];
+    for (int j = 0; d && j < ch->nb; j++)
+        if (d[ch->part->first + ch->f0 + j])
+            return 1;
+    return 0;
+}
+
+/* The base's record of (l, f) into r, byte for byte (the same top_k). */
+static void carry_rec(const brw_dmet *old, int l, int64_t f, uint8_t *r, size_t rb)
+{
+    brw_meta m;
+    memset(r, 0, rb);
+    if (brw_dmet_get(old, l, f, &m) != 0 || !m.present)
+        return;
+    put32(r, (uint32_t)m.top_id);
+    putf(r + 4, m.c_score);
+    for (int t = 0; t < m.k; t++) {
+        put32(r + 8 + 8 * t, (uint32_t)m.ids[t]);
+        putf(r + 12 + 8 * t, m.logits[t]);
+    }
+}
+
+/* The records of every layer into path; progress (o may be NULL) in features screened.
+ * With cy, a feature not marked dirty keeps the base's record and only the chunks holding
+ * a dirty one are computed. */
+static int write_meta(const brw_shape *s, const char *path, const vx_encode_opts *o,
+                      const dm_carry *cy, vx_err *err)
 {
     dm_worker w = {.s = s, .rb = 8 + 8 * (size_t)K};
     size_t H = (size_t)s->hidden;
@@ -588,7 +624,8 @@ static int write_meta(const brw_shape *s, const char *path, const vx_encode_opts
     for (int l = 0; l < s->layers; l++) {
         if (s->layer[l].features > maxf)
             maxf = s->layer[l].features;
-        total += (uint64_t)s->layer[l].features;
+        for (int64_t i = 0; i < s->layer[l].features; i++)
+            total += !cy || (cy->dirty[l] && cy->dirty[l][i]);
     }
     vx_progress_fn progress = o ? o->progress : NULL;
     size_t max_chunks = 0;
@@ -620,7 +657,7 @@ static int write_meta(const brw_shape *s, const char *path, const vx_encode_opts
     }
     if (progress)
         progress(o->progress_ctx, "down-meta", 0, total);
-    if (prepare_embed(&w, err) != 0)
+    if (total && prepare_embed(&w, err) != 0)
         goto done;
     f = fopen(path, "wb");
     if (!f) {
@@ -644,6 +681,8 @@ static int write_meta(const brw_shape *s, const char *path, const vx_encode_opts
                 chunks[n_chunks++] = (dm_chunk){&L->parts[p], f0,
                     (int)(L->parts[p].rows - f0 < FC ? L->parts[p].rows - f0 : FC)};
         for (size_t i = 0; i < n_chunks && !vx_cancel_flag; i++) {
+            if (!chunk_dirty(cy, l, &chunks[i]))
+                continue;
             load_cols(&w, &chunks[i]);
             prepare_chunk(&w, &chunks[i]);
             if (screen_chunk(&w, &chunks[i]) != 0) {
@@ -654,8 +693,11 @@ static int write_meta(const brw_shape *s, const char *path, const vx_encode_opts
             eng_parallel(rescore_part, &w);
             done += (uint64_t)chunks[i].nb;
             if (progress)
-                progress(o->progress_ctx, "down-meta", done, total);
+                progress(o->progress_ctx, "down-meta", done < total ? done : total, total);
         }
+        for (int64_t i = 0; cy && i < L->features; i++)
+            if (!cy->dirty[l] || !cy->dirty[l][i])
+                carry_rec(cy->old, l, i, w.rec + (size_t)i * w.rb, w.rb);
         if (vx_cancel_flag) {
             vx_errf(err, VX_ECANCEL, "down_meta: cancelled at layer %d", l);
             goto done;
@@ -693,21 +735,21 @@ static cJSON *band_json(const int r[2])
     return a;
 }
 
-int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
+/* The container in dir opened with its shape, once every down operand is one down-meta
+ * can be computed from: down-meta describes the canonical weights, so the columns are
+ * read as f32/f16/bf16, or as a block codec only when the stack's representation has
+ * source authority (GPT-OSS experts as the checkpoint packs them); a quantised derivation
+ * is not the model. */
+static int open_shape(const char *dir, vx_container **cp, brw_shape *sp, vx_err *err)
 {
-    const vx_encode_opts *o = ctx;
     vx_container *c = NULL;
-    if (vx_open(tmpdir, &c, err) != 0)
+    if (vx_open(dir, &c, err) != 0)
         return -1;
     brw_shape s;
     if (brw_shape_read(c, &s, err) != 0) {
         vx_close(c);
         return -1;
     }
-    /* down-meta describes the canonical weights: the columns are read as f32/f16/bf16, or
-     * as a block codec only when the stack's representation has source authority (GPT-OSS
-     * experts as the checkpoint packs them); a quantised derivation is not the model */
-    int rc = -1;
     const char *rid = vx_bound_representation(c, "target.decoder_stack");
     const cJSON *fid = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(vx_index_json(c),
@@ -723,9 +765,24 @@ int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
                 vx_errf(err, VX_EUNSUPPORTED, "down_meta: operand \"%s\" is stored as %s; "
                         "down-meta is computed from f32, f16 or bf16 weights", dn->name,
                         vx_dtype_name(dn->dtype));
-                goto done;
+                brw_shape_free(&s);
+                vx_close(c);
+                return -1;
             }
         }
+    *cp = c;
+    *sp = s;
+    return 0;
+}
+
+int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
+{
+    const vx_encode_opts *o = ctx;
+    vx_container *c = NULL;
+    brw_shape s;
+    if (open_shape(tmpdir, &c, &s, err) != 0)
+        return -1;
+    int rc = -1;
     char dir[4096], path[4200];
     snprintf(dir, sizeof dir, "%s/browse", tmpdir);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
@@ -734,7 +791,7 @@ int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
     }
     snprintf(path, sizeof path, "%s/down_meta.bin", dir);
     char hex[65];
-    if (write_meta(&s, path, o, err) != 0 || vx_sha256_file(path, hex, err) != 0)
+    if (write_meta(&s, path, o, NULL, err) != 0 || vx_sha256_file(path, hex, err) != 0)
         goto done;
     /* the band override: from the options when given as ctx, else as the encoder
      * recorded it (index.encoder.layer_band) */
@@ -766,6 +823,66 @@ int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
         cJSON_AddItemToObject(index, "browse", br);
     rc = 0;
 done:
+    brw_shape_free(&s);
+    vx_close(c);
+    return rc;
+}
+
+int brw_downmeta_compile(const char *dir, const char *path, const char *base,
+                         const eng_overlay *ov, vx_progress_fn progress, void *progress_ctx,
+                         vx_err *err)
+{
+    vx_container *c = NULL;
+    brw_shape s;
+    if (open_shape(dir, &c, &s, err) != 0)
+        return -1;
+    vx_encode_opts o;   /* only its progress */
+    vx_encode_opts_init(&o);
+    o.progress = progress;
+    o.progress_ctx = progress_ctx;
+    brw_dmet *old = NULL;
+    vx_err ignored = {0};
+    int carry = brw_dmet_load(base, &old, &ignored) == 0 && brw_dmet_top_k(old) == K &&
+                brw_dmet_layers(old) == s.layers;
+    for (int l = 0; carry && l < s.layers; l++)
+        carry = brw_dmet_count(old, l) == s.layer[l].features;
+    uint8_t **dirty = calloc((size_t)s.layers + 1, sizeof *dirty);
+    int rc = -1;
+    if (!dirty) {
+        vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
+        goto done;
+    }
+    /* down-meta reads only the down columns: a replaced one, or every column a low-rank
+     * update of the layer (or of one expert) moves, is computed again */
+    for (size_t i = 0; carry && i < ov->n_edits + ov->n_lowrank; i++) {
+        const eng_feature_edit *fe = i < ov->n_edits ? &ov->edits[i] : NULL;
+        const eng_lowrank *lr = fe ? NULL : &ov->lowrank[i - ov->n_edits];
+        const int l = fe ? fe->layer : lr->layer;
+        if ((fe && !fe->down) || l < 0 || l >= s.layers || !s.layer[l].features)
+            continue;
+        const brw_layer *L = &s.layer[l];
+        if (!dirty[l] && !(dirty[l] = calloc((size_t)L->features, 1))) {
+            vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
+            goto done;
+        }
+        int64_t f0 = 0, n = L->features;
+        if (fe) {
+            f0 = fe->feature;
+            n = f0 >= 0 && f0 < L->features ? 1 : 0;
+        } else if (lr->expert >= 0 && L->n_parts > 1) {
+            f0 = lr->expert < L->n_parts ? L->parts[lr->expert].first : 0;
+            n = lr->expert < L->n_parts ? L->parts[lr->expert].rows : 0;
+        }
+        memset(dirty[l] + f0, 1, (size_t)n);
+    }
+    dm_carry cy = {old, dirty};
+    rc = write_meta(&s, path, &o, carry ? &cy : NULL, err);
+done:
+    for (int l = 0; dirty && l < s.layers; l++)
+        free(dirty[l]);
+    free(dirty);
+    if (old)
+        brw_dmet_free(old);
     brw_shape_free(&s);
     vx_close(c);
     return rc;

@@ -566,7 +566,6 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
     }
     size_t ns = 0;
     skip[ns++] = "index.json";
-    const cJSON *browse = cJSON_GetObjectItemCaseSensitive(base, "browse");
     if (dmet)
         skip[ns++] = dmet;
     const size_t first_new = ns;     /* skip[first_new..ns): segments and bank files written anew */
@@ -675,33 +674,24 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
         cJSON_AddItemToObject(index, "derived_from", cJSON_Duplicate(provenance, 1));
     if (vx_cw_index(cw, index, err))
         goto fail;
-    /* the down-meta of the edited weights; the base's bands are kept */
+    /* the down-meta of the edited weights, the base's records carried for the rest; the
+     * base's browse entry (bands, top_k) is kept, with the new file's hash */
     if (dmet) {
-        cJSON *bands = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(browse, "layer_bands"), 1);
-        cJSON *rule = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(browse, "band_rule"), 1);
-        vx_encode_opts hook;   /* only its progress: the bands come from the base, below */
-        vx_encode_opts_init(&hook);
-        hook.progress = progress;
-        hook.progress_ctx = progress_ctx;
-        int fr = brw_encode_finish(&hook, vx_cw_dir(cw), index, err);
-        cJSON *nb = cJSON_GetObjectItemCaseSensitive(index, "browse");
-        if (fr == 0 && nb && bands)
-            cJSON_ReplaceItemInObjectCaseSensitive(nb, "layer_bands", bands);
-        else
-            cJSON_Delete(bands);
-        if (fr == 0 && nb && rule)
-            cJSON_ReplaceItemInObjectCaseSensitive(nb, "band_rule", rule);
-        else
-            cJSON_Delete(rule);
-        char mpath[4200];
-        const char *mrel = fr == 0 && vx_json_str(nb, "down_meta") ? vx_json_str(nb, "down_meta")
-                                                                   : dmet;
-        char hex[65];
-        if (fr || vx_cw_path(cw, mrel, mpath, sizeof mpath, err) || write_meta(mpath, ov, err) || vx_sha256_file(mpath, hex, err))
+        char bpath[4200], mpath[4200], hex[65];
+        if ((size_t)snprintf(bpath, sizeof bpath, "%s/%s", vx_dir(c), dmet) >= sizeof bpath) {
+            vx_errf(err, VX_EARG, "compile: path too long under '%s'", vx_dir(c));
             goto fail;
-        /* the records were rewritten after the encode hook hashed them */
+        }
+        cJSON *nb = cJSON_GetObjectItemCaseSensitive(index, "browse");
+        if (vx_cw_path(cw, dmet, mpath, sizeof mpath, err) ||
+            brw_downmeta_compile(vx_cw_dir(cw), mpath, bpath, ov, progress, progress_ctx, err) ||
+            write_meta(mpath, ov, err) || vx_sha256_file(mpath, hex, err))
+            goto fail;
         if (nb && cJSON_HasObjectItem(nb, "down_meta_sha256"))
             cJSON_ReplaceItemInObjectCaseSensitive(nb, "down_meta_sha256", cJSON_CreateString(hex));
+        if (nb && cJSON_HasObjectItem(nb, "down_top_k"))   /* a base of another k is recomputed */
+            cJSON_ReplaceItemInObjectCaseSensitive(nb, "down_top_k",
+                                                   cJSON_CreateNumber(BRW_DOWN_TOP_K));
         if (vx_cw_index(cw, index, err))
             goto fail;
     }

@@ -8,7 +8,9 @@
  *     them (the fifth has an UPDATE), without the overlay none;
  *   - a feature whose metadata an operation set keeps it (an UPDATE after the insert);
  *   - COMPILE writes a DMET whose records for the eight features agree with the overlay
- *     (same top token, c_score within 1e-4: f32 storage).
+ *     (same top token, c_score within 1e-4: f32 storage); it computes layer 3's records
+ *     alone (the progress it reports counts that layer's features) and carries every other
+ *     layer's from the base byte for byte; a COMPILE of the UPDATE alone computes none.
  */
 #include "browse.h"
 #include "compile.h"
@@ -22,6 +24,28 @@
 #include <string.h>
 
 #define LONDON 3798
+
+/* The largest total COMPILE's down-meta stage reported. */
+static void on_progress(void *ctx, const char *stage, uint64_t done, uint64_t total)
+{
+    (void)done;
+    if (!strcmp(stage, "down-meta") && total > *(uint64_t *)ctx)
+        *(uint64_t *)ctx = total;
+}
+
+/* The records of layer l in two DMET files are byte for byte the same. */
+static int same_layer(const brw_dmet *a, const brw_dmet *b, int l)
+{
+    int64_t n = brw_dmet_count(a, l);
+    if (n != brw_dmet_count(b, l))
+        return 0;
+    for (int64_t f = 0; f < n; f++) {
+        brw_meta x, y;
+        if (brw_dmet_get(a, l, f, &x) || brw_dmet_get(b, l, f, &y) || memcmp(&x, &y, sizeof x))
+            return 0;
+    }
+    return 1;
+}
 
 int main(void)
 {
@@ -119,8 +143,21 @@ int main(void)
 
     /* COMPILE writes DMET records that agree with the overlay on the moved features */
     ed_compile_report rep;
-    CHECK_MSG(ed_compile(c, ed_overlay_eng(ov), out, NULL, NULL, NULL, &rep, &e) == 0,
+    uint64_t total = 0;
+    CHECK_MSG(ed_compile(c, ed_overlay_eng(ov), out, NULL, on_progress, &total, &rep, &e) == 0,
               "compile: %s", e.msg);
+    CHECK_MSG(total == (uint64_t)F, "down-meta computed for %llu features, want layer 3's %lld",
+              (unsigned long long)total, (long long)F);
+    char pa[2300], pb[2300];
+    snprintf(pa, sizeof pa, "%s/browse/down_meta.bin", base);
+    snprintf(pb, sizeof pb, "%s/browse/down_meta.bin", out);
+    brw_dmet *da = NULL, *db = NULL;
+    CHECK(brw_dmet_load(pa, &da, &e) == 0 && brw_dmet_load(pb, &db, &e) == 0);
+    for (int l = 0; da && db && l < brw_dmet_layers(da); l++)
+        CHECK_MSG(same_layer(da, db, l) == (l != 3), "layer %d's records %s the base's", l,
+                  l == 3 ? "are" : "are not");
+    if (db)
+        brw_dmet_free(db);
     vx_container *c2 = NULL;
     brw_model *bm2 = NULL;
     CHECK(vx_open(out, &c2, &e) == 0 && brw_open(c2, &bm2, &e) == 0);
@@ -133,6 +170,25 @@ int main(void)
     }
     brw_close(bm2);
     vx_close(c2);
+    ed_overlay_free(ov);
+    /* the UPDATE alone changes no weight: every record is the base's but its own */
+    fx_rm_rf(out);
+    total = 0;
+    ov = NULL;
+    CHECK(ed_overlay_build(bm, &ops[1], 1, &ov, &e) == 0);
+    CHECK_MSG(ov && ed_compile(c, ed_overlay_eng(ov), out, NULL, on_progress, &total, &rep, &e) == 0,
+              "compile: %s", e.msg);
+    CHECK(total == 0);
+    db = NULL;
+    CHECK(brw_dmet_load(pb, &db, &e) == 0);
+    for (int l = 0; da && db && l < brw_dmet_layers(da); l++)
+        CHECK(same_layer(da, db, l) == (l != 3));
+    brw_meta m3;
+    CHECK(db && brw_dmet_get(db, 3, loaded[4], &m3) == 0 && m3.top_id == 42);
+    if (db)
+        brw_dmet_free(db);
+    if (da)
+        brw_dmet_free(da);
     ed_overlay_free(ov);
     vx_op_clear(&ops[0]);
     vx_op_clear(&ops[1]);
