@@ -113,7 +113,8 @@ static int layer_cov(ed_model *es, eng_model *m, int layer, int expert, ed_inser
     const int F = expert >= 0 ? eng_model_expert_features(m) : eng_model_ffn_features(m, layer);
     es->sites[0] = (edit_site_cache){cov, layer, expert, F, count, frame, nf, xin, nxin};
     *out = &es->sites[0];
-    /* a dense layer's covariance may be 128 MB (4096 features): keep what fits the budget */
+    /* a site's covariance is 8·F² bytes (128 MB at 4096 features, 970 MB at 11008): the
+     * newest is kept, older ones while they fit the budget */
     size_t bytes = 0;
     for (int i = 0; i < SITE_CACHE; i++) {
         bytes += (size_t)es->sites[i].F * (size_t)es->sites[i].F * sizeof(double);

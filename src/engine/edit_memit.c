@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 
 /* LAPACK (OpenBLAS), Fortran calling convention: the trailing size_t is the hidden
@@ -36,6 +37,34 @@ static int post_normed(const eng_model *m, int layer, vx_err *err)
     return 0;
 }
 
+/* The machine's memory as the covariance rule reads it (a test may set it). */
+static uint64_t memory_bytes;
+
+void eng_edit_test_set_memory(uint64_t bytes)
+{
+    memory_bytes = bytes;
+}
+
+/* A site of F features: its F×F covariance is built in f32 and f64 and copied for the
+ * solve (20 bytes per entry at the peak); more than half the machine's memory is refused
+ * before the corpus runs rather than failing, or swapping, minutes into it. */
+static int covariance_fits(int layer, int64_t F, int expert, vx_err *err)
+{
+    uint64_t mem = memory_bytes;
+    if (!mem) {
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        mem = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    }
+    const uint64_t need = (uint64_t)F * (uint64_t)F * 20;
+    if (mem && need > mem / 2)
+        return vx_errf(err, VX_EUNSUPPORTED, "layer %d%s has %lld features: INSERT's %lld x %lld "
+                       "activation covariance needs %.1f GiB while solving, more than half "
+                       "of this machine's %.1f GiB", layer, expert ? "'s experts" : "",
+                       (long long)F, (long long)F, (long long)F, need / 1073741824.0,
+                       mem / 1073741824.0);
+    return 0;
+}
+
 int eng_edit_check_layer(const eng_model *m, int layer, vx_err *err)
 {
     if (layer < 0 || layer >= m->n_layers)
@@ -51,10 +80,7 @@ int eng_edit_check_layer(const eng_model *m, int layer, vx_err *err)
                        "experts)", layer);
     if (post_normed(m, layer, err))
         return -1;
-    if (L->mlp.inter > ENG_EDIT_MAX_FEATURES)
-        return vx_errf(err, VX_EUNSUPPORTED, "layer %d has %d features: INSERT solves "
-                       "covariances of up to %d", layer, L->mlp.inter, ENG_EDIT_MAX_FEATURES);
-    return 0;
+    return covariance_fits(layer, L->mlp.inter, 0, err);
 }
 
 int eng_edit_check_site(const eng_model *m, int layer, int expert, vx_err *err)
@@ -66,11 +92,7 @@ int eng_edit_check_site(const eng_model *m, int layer, int expert, vx_err *err)
                        expert, layer, m->experts - 1);
     if (post_normed(m, layer, err))
         return -1;
-    if (m->expert_inter > ENG_EDIT_MAX_FEATURES)
-        return vx_errf(err, VX_EUNSUPPORTED, "layer %d's experts have %d features: INSERT "
-                       "solves covariances of up to %d", layer, m->expert_inter,
-                       ENG_EDIT_MAX_FEATURES);
-    return 0;
+    return covariance_fits(layer, m->expert_inter, 1, err);
 }
 
 /* The features an edit site spans: a dense layer's [0, inter), or one routed expert's

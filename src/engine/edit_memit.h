@@ -30,12 +30,12 @@
 
 #include "engine.h"
 
-/* Largest feature count whose F×F covariance this build solves. */
-#define ENG_EDIT_MAX_FEATURES 4096
-
 /* Can INSERT edit layer L of m as a dense FFN? -1 naming the reason (no FFN, MoE, a
- * post-FFN norm, or too wide a layer). */
+ * post-FFN norm, or a layer whose F×F covariance needs more than half the machine's
+ * memory: 20·F² bytes while solving, 2.5 GiB for F = 11008). */
 int eng_edit_check_layer(const eng_model *m, int layer, vx_err *err);
+/* Tests: the memory the covariance rule compares against (0: the machine's). */
+void eng_edit_test_set_memory(uint64_t bytes);
 /* An edit site: a dense layer (expert -1), or one routed expert of a MoE layer, whose
  * features are its expert_intermediate activations (routing weight folded in, zero at
  * positions not routed to it) and whose update is that expert's down_proj += u vᵀ. -1

@@ -5,6 +5,9 @@
  * position and next to nothing on ordinary prompts; the replaced feature is one no overlay
  * edit claims. On the 64-wide random-weight dense Granite the gate cannot tell the prompt
  * from ordinary text, and eng_edit_gate says so (INSERT then writes a rank-1 update).
+ * A layer of 4608 features (wider than the 4096 INSERT once stopped at) is accepted and
+ * its covariance built; the same layer against 256 MiB of memory is refused, naming
+ * the 0.4 GiB its covariance needs.
  */
 #include "browse.h"
 #include "edit_memit.h"
@@ -223,6 +226,48 @@ static void granite_dense(const char *root)
     vx_close(c);
 }
 
+static void wide(const char *root)
+{
+    char hf[2300], vx[2300], cmd[8192];
+    snprintf(hf, sizeof hf, "%s/wide-hf", root);
+    snprintf(vx, sizeof vx, "%s/wide.vindex3", root);
+    snprintf(cmd, sizeof cmd, "'%s/mkfixture' --family llama --vocab 32000 --hidden 16 "
+             "--layers 1 --heads 2 --kv-heads 1 --inter 4608 --tokenizer "
+             "'%s/llama2/tokenizer.json' -o '%s' >/dev/null 2>&1", LQL_BINARY_DIR,
+             LQL_TOKENIZER_DIR, hf);
+    CHECK(system(cmd) == 0);
+    vx_err e = {0};
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    vx_container *c = NULL;
+    eng_model *m = NULL;
+    CHECK_MSG(vx_encode(hf, vx, &o, &e) == 0 && vx_open(vx, &c, &e) == 0 &&
+              eng_model_bind(c, &m, &e) == 0, "%s", e.msg);
+    if (m) {
+        CHECK_MSG(eng_edit_check_layer(m, 0, &e) == 0, "%s", e.msg);
+        static const int32_t ids[] = {1, 450, 7483, 310, 3444, 338, 3681, 29889, 13, 1576};
+        const int lens[] = {10};
+        double *cov = NULL;
+        int64_t n = 0;
+        CHECK_MSG(eng_edit_covariance(m, 0, -1, ids, lens, 1, &cov, &n, &e) == 0, "%s", e.msg);
+        CHECK(n == 10);
+        const size_t F = 4608;
+        int sym = cov != NULL;
+        for (size_t i = 0; sym && i < F; i += 97)
+            for (size_t j = 0; sym && j < F; j += 89)
+                sym = cov[i * F + j] == cov[j * F + i] && cov[i * F + i] >= 0;
+        CHECK(sym);
+        free(cov);
+        eng_edit_test_set_memory((uint64_t)256 << 20);
+        CHECK(eng_edit_check_layer(m, 0, &e) != 0);
+        CHECK_MSG(strstr(e.msg, "layer 0 has 4608 features") && strstr(e.msg, "0.4 GiB") &&
+                  strstr(e.msg, "0.2 GiB"), "%s", e.msg);
+        eng_edit_test_set_memory(0);
+    }
+    eng_model_free(m);
+    vx_close(c);
+}
+
 int main(void)
 {
     char root[2048];
@@ -231,6 +276,7 @@ int main(void)
     mkdir(root, 0755);
     tiny(root);
     granite_dense(root);
+    wide(root);
     if (t_fail == 0)
         fx_rm_rf(root);
     return T_DONE();
