@@ -7,6 +7,7 @@
  */
 #include "brw_int.h"
 #include "t.h"
+#include "test_journal_fx.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,18 +58,13 @@ static void for_sentencepiece(void)
     char cmd[4096], hf[1024], vx[1024];
     snprintf(hf, sizeof hf, "%s/hf", dir);
     snprintf(vx, sizeof vx, "%s/c.vindex3", dir);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && '%s/mkfixture' --family llama "
-             "--vocab 32000 --hidden 16 --layers 1 --heads 2 --kv-heads 1 --inter 32 "
-             "--tokenizer '%s/llama2/tokenizer.json' -o '%s' >/dev/null 2>&1", dir, dir,
-             LQL_BINARY_DIR, LQL_TOKENIZER_DIR, hf);
-    CHECK(system(cmd) == 0);
     vx_err err = {0};
-    vx_encode_opts o;
-    vx_encode_opts_init(&o);
     vx_container *c = NULL;
     eng_model *em = NULL;
-    CHECK_MSG(vx_encode(hf, vx, &o, &err) == 0 && vx_open(vx, &c, &err) == 0 &&
-              eng_model_bind(c, &em, &err) == 0, "%s", err.msg);
+    fx_rm_rf(dir);
+    mkdir(dir, 0755);
+    CHECK(fx_mkfixture_bind("llama --vocab 32000 --hidden 16 --layers 1 --heads 2 --kv-heads 1 "
+                            "--inter 32", hf, vx, &c, &em) == 0);
     if (em) {
         int32_t want = eng_tok_lookup(eng_model_tokenizer(em), "\xe2\x96\x81Paris");
         CHECK(want >= 0 && want != eng_tok_lookup(eng_model_tokenizer(em), "\xe2\x96\x81"));

@@ -228,21 +228,14 @@ static void granite_dense(const char *root)
 
 static void wide(const char *root)
 {
-    char hf[2300], vx[2300], cmd[8192];
+    char hf[2300], vx[2300];
     snprintf(hf, sizeof hf, "%s/wide-hf", root);
     snprintf(vx, sizeof vx, "%s/wide.vindex3", root);
-    snprintf(cmd, sizeof cmd, "'%s/mkfixture' --family llama --vocab 32000 --hidden 16 "
-             "--layers 1 --heads 2 --kv-heads 1 --inter 4608 --tokenizer "
-             "'%s/llama2/tokenizer.json' -o '%s' >/dev/null 2>&1", LQL_BINARY_DIR,
-             LQL_TOKENIZER_DIR, hf);
-    CHECK(system(cmd) == 0);
     vx_err e = {0};
-    vx_encode_opts o;
-    vx_encode_opts_init(&o);
     vx_container *c = NULL;
     eng_model *m = NULL;
-    CHECK_MSG(vx_encode(hf, vx, &o, &e) == 0 && vx_open(vx, &c, &e) == 0 &&
-              eng_model_bind(c, &m, &e) == 0, "%s", e.msg);
+    CHECK(fx_mkfixture_bind("llama --vocab 32000 --hidden 16 --layers 1 --heads 2 "
+                            "--kv-heads 1 --inter 4608", hf, vx, &c, &m) == 0);
     if (m) {
         CHECK_MSG(eng_edit_check_layer(m, 0, &e) == 0, "%s", e.msg);
         static const int32_t ids[] = {1, 450, 7483, 310, 3444, 338, 3681, 29889, 13, 1576};

@@ -1,7 +1,8 @@
 /*
  * test_journal_fx.h — what the mutation tests share: removing a test tree and encoding the
  * tiny Llama fixture (with its down-meta) into a fresh container, optionally under a shard
- * cap so a representation is stored as several segments.
+ * cap so a representation is stored as several segments; a checkpoint of a chosen
+ * geometry from mkfixture, encoded and bound.
  */
 #ifndef TEST_JOURNAL_FX_H
 #define TEST_JOURNAL_FX_H
@@ -44,6 +45,35 @@ static inline int fx_encode(const char *src, const char *out, const char *shard_
     if (rc)
         fprintf(stderr, "setup: encode %s: %s\n", out, e.msg);
     return rc;
+}
+
+/* A checkpoint from mkfixture (args: its options after --family, the llama2 tokenizer
+ * added) written to hf, encoded into vx without down-meta, opened and bound. 0, or -1 with
+ * the error printed; *c and *m are NULL on failure. */
+static inline int fx_mkfixture_bind(const char *args, const char *hf, const char *vx,
+                                    vx_container **c, eng_model **m)
+{
+    char cmd[8192];
+    *c = NULL;
+    *m = NULL;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && '%s/mkfixture' --family %s --tokenizer "
+             "'%s/llama2/tokenizer.json' -o '%s' >/dev/null 2>&1", hf, LQL_BINARY_DIR, args,
+             LQL_TOKENIZER_DIR, hf);
+    vx_err e = {0};
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    fx_rm_rf(vx);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "setup: mkfixture --family %s failed\n", args);
+        return -1;
+    }
+    if (vx_encode(hf, vx, &o, &e) || vx_open(vx, c, &e) || eng_model_bind(*c, m, &e)) {
+        fprintf(stderr, "setup: %s: %s\n", vx, e.msg);
+        vx_close(*c);
+        *c = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 /* Encode tinyllama into out (fx_encode). */
