@@ -206,7 +206,7 @@ int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_
     for (int32_t id = 0; id < m->s.vocab; id++) {
         vx_err e2;
         size_t len = 0;
-        if (eng_tok_decode_len(m->tok, &id, 1, 0, &m->text[id], &len, &e2) != 0)
+        if (eng_tok_decode_after(m->tok, &id, 1, 0, &m->text[id], &len, &e2) != 0)
             m->text[id] = NULL;
         /* a lone byte of a multi-byte character decodes to U+FFFD, and "<0x00>" or
          * byte-level "Ā" to a NUL the C string would hide: show the piece ("<0xE2>", "â",

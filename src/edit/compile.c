@@ -244,6 +244,15 @@ int brw_payload_sha256(const char *dir, const cJSON *rep, char hex[65], vx_err *
     return 0;
 }
 
+/* obj[key] = item, added when the base's index lacks the key (the item is never lost). */
+static void put_item(cJSON *obj, const char *key, cJSON *item)
+{
+    if (cJSON_HasObjectItem(obj, key))
+        cJSON_ReplaceItemInObjectCaseSensitive(obj, key, item);
+    else
+        cJSON_AddItemToObject(obj, key, item);
+}
+
 /* ---------------------------------------------------------------- segments */
 
 /* The recomputed down-meta, then what the overlay says of its features, as browse reads
@@ -590,8 +599,8 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
         skip[ns++] = v.rel;
         cJSON *rec = cJSON_GetObjectItemCaseSensitive(segs, v.rel);
         if (rec) {
-            cJSON_ReplaceItemInObjectCaseSensitive(rec, "sha256", cJSON_CreateString(sha));
-            cJSON_ReplaceItemInObjectCaseSensitive(rec, "bytes", cJSON_CreateNumber((double)bytes));
+            put_item(rec, "sha256", cJSON_CreateString(sha));
+            put_item(rec, "bytes", cJSON_CreateNumber((double)bytes));
         }
     }
     /* a bank-shape container's FFN operands live in LYRW files: an edited one is written
@@ -617,8 +626,8 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
         skip[ns++] = rel;
         cJSON *rec = cJSON_GetObjectItemCaseSensitive(segs, rel);
         if (rec) {
-            cJSON_ReplaceItemInObjectCaseSensitive(rec, "sha256", cJSON_CreateString(sha));
-            cJSON_ReplaceItemInObjectCaseSensitive(rec, "bytes", cJSON_CreateNumber((double)bytes));
+            put_item(rec, "sha256", cJSON_CreateString(sha));
+            put_item(rec, "bytes", cJSON_CreateNumber((double)bytes));
         }
     }
     if (rep->tensors_rewritten != edited_tensors(c, ov)) {
@@ -661,12 +670,12 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
         char hex[65];
         if (brw_payload_sha256(vx_cw_dir(cw), r, hex, err))
             goto fail;
-        cJSON_ReplaceItemInObjectCaseSensitive(r, "payload_sha256", cJSON_CreateString(hex));
+        put_item(r, "payload_sha256", cJSON_CreateString(hex));
         if (cJSON_HasObjectItem(r, "fidelity"))
             cJSON_ReplaceItemInObjectCaseSensitive(r, "fidelity", cJSON_CreateString("derived"));
     }
     const char *model = vx_json_str(base, "model");
-    cJSON_ReplaceItemInObjectCaseSensitive(index, "authority", cJSON_CreateString("derived"));
+    put_item(index, "authority", cJSON_CreateString("derived"));
     cJSON_DeleteItemFromObjectCaseSensitive(index, "derived_from_model");
     cJSON_AddStringToObject(index, "derived_from_model", model ? model : "");
     cJSON_DeleteItemFromObjectCaseSensitive(index, "derived_from");
@@ -687,8 +696,8 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
             brw_downmeta_compile(vx_cw_dir(cw), mpath, bpath, ov, progress, progress_ctx, err) ||
             write_meta(mpath, ov, err) || vx_sha256_file(mpath, hex, err))
             goto fail;
-        if (nb && cJSON_HasObjectItem(nb, "down_meta_sha256"))
-            cJSON_ReplaceItemInObjectCaseSensitive(nb, "down_meta_sha256", cJSON_CreateString(hex));
+        if (nb)
+            put_item(nb, "down_meta_sha256", cJSON_CreateString(hex));
         if (nb && cJSON_HasObjectItem(nb, "down_top_k"))   /* a base of another k is recomputed */
             cJSON_ReplaceItemInObjectCaseSensitive(nb, "down_top_k",
                                                    cJSON_CreateNumber(BRW_DOWN_TOP_K));

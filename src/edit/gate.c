@@ -167,6 +167,10 @@ int ed_gate_run(eng_model *m, const char *out, const char *const *prompts, int n
                      "bound model has %zu, %zu, %zu", out, eng_model_layers(m2),
                      eng_model_hidden(m2), eng_model_vocab(m2), L, H, V);
     for (int i = 0; i < np && rc == 0; i++) {
+        if (vx_cancel_flag) {   /* a probe is a few forward passes: asked between them */
+            rc = vx_errf(&e->vx, VX_ECANCEL, "cancelled");
+            break;
+        }
         if (probe_run(m, prompts[i], &pa, &ve) || probe_run(m2, prompts[i], &pb, &ve)) {
             e->vx = ve;
             rc = -1;
@@ -193,9 +197,10 @@ int ed_gate_run(eng_model *m, const char *out, const char *const *prompts, int n
         const int32_t ia = argmax(pa.logits, (int)V), ib = argmax(pb.logits, (int)V);
         char *ta = NULL, *tb = NULL;
         vx_err de;
-        if (eng_tok_decode(eng_model_tokenizer(m), &ia, 1, 0, &ta, &de) < 0)
+        size_t na, nb;
+        if (eng_tok_decode_after(eng_model_tokenizer(m), &ia, 1, 0, &ta, &na, &de) < 0)
             ta = NULL;
-        if (eng_tok_decode(eng_model_tokenizer(m2), &ib, 1, 0, &tb, &de) < 0)
+        if (eng_tok_decode_after(eng_model_tokenizer(m2), &ib, 1, 0, &tb, &nb, &de) < 0)
             tb = NULL;
         if (row)
             *row = (ed_probe_row){strdup(prompts[i]), "", "", dl, dn, wd, !ta, !tb};

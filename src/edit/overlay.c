@@ -59,8 +59,10 @@ int ed_check_op(const brw_model *m, const vx_op *op, const char *where, vx_err *
         return vx_errf(err, VX_EARG, "%s (%s): down_meta token id %lld is out of range "
                        "(vocabulary 0-%d)", where, kind, (long long)op->meta_id,
                        brw_vocab(m) - 1);
-    if (op->has_meta && !isnan(op->meta_c) && !isfinite(op->meta_c))
-        return vx_errf(err, VX_EARG, "%s (%s): down_meta c_score is not finite", where, kind);
+    /* stored as f32: 1e300 is finite as a double and infinite there */
+    if (op->has_meta && !isnan(op->meta_c) && !isfinite((float)op->meta_c))
+        return vx_errf(err, VX_EARG, "%s (%s): down_meta c_score %g is not a finite 32-bit "
+                       "float", where, kind, op->meta_c);
     if (op->kind == VX_OP_INSERT_KNN) {
         const vx_opvec *k = vx_op_vec(op, "key");
         if (!k || k->rows * k->cols != H)

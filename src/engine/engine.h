@@ -42,6 +42,14 @@ int eng_tok_decode(const eng_tokenizer *t, const int32_t *ids, size_t n, int ski
  * "<0x00>"), which the terminator alone would hide. */
 int eng_tok_decode_len(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
                        char **out, size_t *len, vx_err *err);
+/* The text ids add after earlier, non-empty text (a continuation, a token shown on its own): as
+ * eng_tok_decode_len, but what a decoder does only at the start of the whole text is not
+ * done — Strip's leading characters once the pieces are fused (Llama 2's "▁Paris" is
+ * " Paris", not "Paris"), Metaspace's dropped first word-start mark. For a prompt p and a
+ * continuation c, decode(p) followed by decode_after(c) is decode(p + c), as Hugging
+ * Face's text-generation pipeline cuts its full decode. */
+int eng_tok_decode_after(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                         char **out, size_t *len, vx_err *err);
 /* The vocabulary string of an id (e.g. "Ġworld", "▁Hello", "<0x0A>"), NULL if out of range
  * or there is no tokenizer. */
 const char *eng_tok_piece(const eng_tokenizer *t, int32_t id);

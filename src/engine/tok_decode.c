@@ -185,14 +185,15 @@ static int byte_fallback(const tok_pieces *in, tok_pieces *out)
     return rc;
 }
 
-static int strip(const tok_dec *d, const tok_pieces *in, tok_pieces *out)
+/* keep_start: the piece is not the text's start (a fused continuation) */
+static int strip(const tok_dec *d, const tok_pieces *in, int keep_start, tok_pieces *out)
 {
     for (size_t i = 0; i < in->n; i++) {
         size_t n, a = 0, b;
         const char *s = tok_piece(in, i, &n);
         b = n;
         int32_t cp;
-        for (int k = 0; k < d->start && a < b; k++) {
+        for (int k = 0; k < d->start && a < b && !keep_start; k++) {
             size_t w = tok_utf8_next(s + a, b - a, &cp);
             if (cp != d->ch)
                 break;
@@ -213,7 +214,8 @@ static int strip(const tok_dec *d, const tok_pieces *in, tok_pieces *out)
     return 0;
 }
 
-static int metaspace(const tok_dec *d, const tok_pieces *in, tok_pieces *out)
+/* after: the first piece follows earlier text, so its mark is a space too */
+static int metaspace(const tok_dec *d, const tok_pieces *in, int after, tok_pieces *out)
 {
     tok_buf b = {0};
     int rc = 0;
@@ -223,7 +225,7 @@ static int metaspace(const tok_dec *d, const tok_pieces *in, tok_pieces *out)
         b.n = 0;
         for (size_t j = 0; j < n && rc == 0;) {
             if (n - j >= d->ns && memcmp(s + j, d->s, d->ns) == 0) {
-                if (!(i == 0 && d->prefix))
+                if (!(i == 0 && d->prefix && !after))
                     rc = tok_buf_putc(&b, ' ');
                 j += d->ns;
             } else {
@@ -297,9 +299,11 @@ static int cleanup(tok_buf *s)
     return 0;
 }
 
-int tok_decode_pieces(const eng_tokenizer *t, tok_pieces *tokens, tok_buf *out, vx_err *err)
+int tok_decode_pieces(const eng_tokenizer *t, tok_pieces *tokens, int after, tok_buf *out,
+                      vx_err *err)
 {
     tok_pieces next = {0};
+    int fused = 0;   /* one piece now holds the whole text: its start is the text's */
     for (size_t i = 0; i < t->n_dec; i++) {
         const tok_dec *d = &t->dec[i];
         int rc = 0;
@@ -314,12 +318,13 @@ int tok_decode_pieces(const eng_tokenizer *t, tok_pieces *tokens, tok_buf *out, 
         case TOK_D_FUSE:
             rc = join(tokens, "", &next.text);
             rc = rc < 0 ? rc : tok_pieces_add(&next, "", 0);
+            fused = 1;
             break;
         case TOK_D_STRIP:
-            rc = strip(d, tokens, &next);
+            rc = strip(d, tokens, after && fused, &next);
             break;
         case TOK_D_METASPACE:
-            rc = metaspace(d, tokens, &next);
+            rc = metaspace(d, tokens, after, &next);
             break;
         case TOK_D_REPLACE:
         case TOK_D_BPE:
@@ -339,7 +344,9 @@ int tok_decode_pieces(const eng_tokenizer *t, tok_pieces *tokens, tok_buf *out, 
     }
     tok_pieces_free(&next);
     out->n = 0;
-    if (join(tokens, t->has_decoder ? "" : " ", out) < 0)
+    /* without a decoder tokens are joined by spaces: one also joins the earlier text */
+    if ((after && !t->has_decoder && tokens->n && tok_buf_put(out, " ", 1) < 0) ||
+        join(tokens, t->has_decoder ? "" : " ", out) < 0)
         return vx_errf(err, VX_ENOMEM, "out of memory while decoding");
     if (t->cleanup)
         cleanup(out);

@@ -339,7 +339,8 @@ void tok_trie_free(tok_trie *tr);
 int tok_added_split(const eng_tokenizer *t, const tok_trie *tr, const char *s, size_t n,
                     tok_spans *out);
 /* tok_decode.c: run the decoders over tokens and join (clean-up applied when set). */
-int tok_decode_pieces(const eng_tokenizer *t, tok_pieces *tokens, tok_buf *out, vx_err *err);
+int tok_decode_pieces(const eng_tokenizer *t, tok_pieces *tokens, int after, tok_buf *out,
+                      vx_err *err);
 /* The GPT-2 bytes_to_unicode table: byte → code point, and its inverse (-1 off-table). */
 int32_t tok_byte_char(uint8_t b);
 int tok_char_byte(int32_t cp);

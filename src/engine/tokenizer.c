@@ -547,8 +547,23 @@ int eng_tok_decode(const eng_tokenizer *t, const int32_t *ids, size_t n, int ski
     return eng_tok_decode_len(t, ids, n, skip_special, out, &len, err);
 }
 
+static int decode_ids(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                      int after, char **out, size_t *len, vx_err *err);
+
 int eng_tok_decode_len(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
                        char **out, size_t *len, vx_err *err)
+{
+    return decode_ids(t, ids, n, skip_special, 0, out, len, err);
+}
+
+int eng_tok_decode_after(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                         char **out, size_t *len, vx_err *err)
+{
+    return decode_ids(t, ids, n, skip_special, 1, out, len, err);
+}
+
+static int decode_ids(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                      int after, char **out, size_t *len, vx_err *err)
 {
     *out = NULL;
     *len = 0;
@@ -573,7 +588,7 @@ int eng_tok_decode_len(const eng_tokenizer *t, const int32_t *ids, size_t n, int
             return vx_errf(err, VX_ENOMEM, "out of memory while decoding");
         }
     }
-    int rc = tok_decode_pieces(t, &toks, &s, err);
+    int rc = tok_decode_pieces(t, &toks, after, &s, err);
     tok_pieces_free(&toks);
     if (rc == 0 && !s.p && tok_buf_put(&s, "", 0) < 0)
         rc = vx_errf(err, VX_ENOMEM, "out of memory while decoding");

@@ -902,7 +902,8 @@ int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                             {"who", LQL_TEXT, 0}};
         char title[160], *piece = NULL;
         vx_err de;
-        if (eng_tok_decode(tok, &t.target, 1, 0, &piece, &de) != 0)
+        size_t plen;
+        if (eng_tok_decode_after(tok, &t.target, 1, 0, &piece, &plen, &de) != 0)
             piece = NULL;
         char label[128];
         token_label(piece ? piece : "", label, sizeof label);

@@ -77,7 +77,8 @@ int lql_edit_knn_override(lql_session *s, const lql_stmt *st, eng_model *m, cons
     if (hit.entry) {
         char *piece = NULL;
         int32_t id = hit.entry->target_id;
-        if (eng_tok_decode(eng_model_tokenizer(m), &id, 1, 0, &piece, &ve) < 0)
+        size_t plen;
+        if (eng_tok_decode_after(eng_model_tokenizer(m), &id, 1, 0, &piece, &plen, &ve) < 0)
             piece = NULL;
         lql_result_note(r, "KNN override: the prediction is \"%s\" (cos %.4f with the key of "
                         "%s at layer %d; the table is the model's own distribution)",

@@ -133,9 +133,11 @@ static int sampler_of(const lql_stmt *st, eng_model *m, size_t n, eng_sampler *s
 {
     int max_new = (int)st->generate;
     if (max_new < 1) return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_GENERATE], "GENERATE needs at least 1 token");
-    if ((int64_t)n + max_new > eng_model_context(m))
+    /* the last token generated is never fed back: it needs no position */
+    if ((int64_t)n + max_new - 1 > eng_model_context(m))
         return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_GENERATE],
-                        "prompt (%zu tokens) + GENERATE %d exceeds the model's context of %d",
+                        "prompt (%zu tokens) + GENERATE %d exceeds the model's context of %d "
+                        "(the prompt and all but the last generated token take a position)",
                         n, max_new, eng_model_context(m));
     *sp = (eng_sampler){0.0f, 0, 1.0f, 0};
     if (lql_has(st, LQL_C_TEMPERATURE)) {
@@ -172,7 +174,7 @@ static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int3
     eng_gen_hooks h = {s->on_token, s->token_ctx, NULL, NULL, NULL};
     ed_knn_gen kg;
     int rc = ed_knn_gen_hooks(&kg, s->edit, m, &h, &ve);
-    if (rc == 0) rc = eng_session_new(m, (int)n + max_new, &es, &ve);
+    if (rc == 0) rc = eng_session_new(m, (int)n + max_new - 1, &es, &ve);
     if (rc == 0) rc = eng_generate_with(es, ids, (int)n, max_new, sp, &h, out, &n_out, &ve);
     eng_session_free(es);
     ed_knn_gen_free(&kg);
@@ -182,10 +184,15 @@ static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int3
                         "by the key of %s at layer %d, cos %.4f)", kg.overridden, kg.steps,
                         kg.first_step + 1, kg.first.entry->entity, kg.first.entry->layer,
                         kg.first.cosine);
-    char *text = NULL;
-    size_t text_len = 0;
-    if (eng_tok_decode_len(eng_model_tokenizer(m), out, (size_t)n_out, 1, &text, &text_len,
-                           &ve) < 0) {
+    /* the text the continuation adds after the prompt's (Llama 2's first "▁Paris" is
+     * " Paris"); after a prompt of special tokens alone it starts the text */
+    char *text = NULL, *ptext = NULL;
+    size_t text_len = 0, plen = 0;
+    const eng_tokenizer *tok = eng_model_tokenizer(m);
+    int after = eng_tok_decode_len(tok, ids, n, 1, &ptext, &plen, &ve) == 0 && plen > 0;
+    free(ptext);
+    if ((after ? eng_tok_decode_after : eng_tok_decode_len)(tok, out, (size_t)n_out, 1, &text,
+                                                            &text_len, &ve) < 0) {
         free(out);
         return lql_err_vx(e, &ve, &st->at);
     }

@@ -298,7 +298,7 @@ void lql_cell_token(lql_table *t, const eng_tokenizer *tok, int32_t id)
     char *text = NULL;
     size_t len = 0;
     vx_err ve = {0};
-    if (eng_tok_decode_len(tok, &id, 1, 0, &text, &len, &ve) < 0) lql_cell_text(t, "");
+    if (eng_tok_decode_after(tok, &id, 1, 0, &text, &len, &ve) < 0) lql_cell_text(t, "");
     else lql_cell_textn(t, text, len);
     free(text);
 }

@@ -12,6 +12,7 @@
  * be written), 2 for a usage error, N after `.exit N`.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +132,10 @@ int main(int argc, char **argv)
     srv_opts so;
     srv_opts_default(&so);
     if (!acts || !cmds) { fprintf(stderr, "error: out of memory\n"); return 1; }
+    /* a closed output pipe or a file-size limit is a write error with a message (EPIPE,
+     * EFBIG, and the written tree removed), not a silent death by signal */
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN);
     int early = -1;             /* set by an option that ends the run before it starts */
     for (int i = 1; i < argc && early < 0; i++) {
         const char *o = opt_name(argv[i]);

@@ -353,6 +353,7 @@ typedef struct gen {
     char id[40];
     long created;
     int chat;                   /* chat.completion shapes */
+    int after;                  /* the prompt has text: the continuation follows it */
 } gen;
 
 /* The common members of every answer and chunk. */
@@ -422,7 +423,8 @@ static int on_token(void *ctx, int32_t id)
     char *t = NULL;
     size_t len = 0;
     vx_err ve = {0};
-    if (eng_tok_decode_len(g->tok, g->ids, (size_t)g->n, 1, &t, &len, &ve) < 0) return 1;
+    if ((g->after ? eng_tok_decode_after : eng_tok_decode_len)(g->tok, g->ids, (size_t)g->n, 1,
+                                                               &t, &len, &ve) < 0) return 1;
     free(g->text);
     g->text = t;
     g->len = len;
@@ -501,6 +503,10 @@ void srv_complete_run(srv *S, srv_job *j)
         srv_job_error(j, 400, ve.msg, "invalid_request_error", "tokenize_failed", chat ? "messages" : "prompt");
         goto streamed;
     }
+    char *ptext = NULL;
+    size_t plen = 0;
+    g.after = eng_tok_decode_len(g.tok, prompt, np, 1, &ptext, &plen, &ve) == 0 && plen > 0;
+    free(ptext);
     if ((int64_t)np + max > S->context) {
         char msg[200];
         snprintf(msg, sizeof msg, "prompt (%zu tokens) + max_tokens %d exceeds the model's "

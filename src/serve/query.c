@@ -291,7 +291,7 @@ static int stream_token(void *ctx, int32_t id)
     char *t = NULL;
     size_t len = 0;
     vx_err ve = {0};
-    if (eng_tok_decode_len(ts->tok, ts->ids, (size_t)ts->n, 1, &t, &len, &ve) < 0) return 0;
+    if (eng_tok_decode_after(ts->tok, ts->ids, (size_t)ts->n, 1, &t, &len, &ve) < 0) return 0;
     size_t ready = srv_text_ready(t, len, len);
     cJSON *ev = cJSON_CreateObject();
     cJSON_AddNumberToObject(ev, "index", ts->stmt);

@@ -444,8 +444,9 @@ static int get_meta(parse_ctx *c, const cJSON *o, vx_op *op)
     if (get_str(c, m, "t", 1, &op->meta_token) ||
         get_uint(c, m, "i", 1, 4294967296.0, &op->meta_id))
         return -1;
-    if (!cJSON_IsNumber(c_) || !isfinite(c_->valuedouble))
-        return perr(c, VX_EFORMAT, "field 'c' of down_meta must be a finite number", NULL, NULL);
+    if (!cJSON_IsNumber(c_) || !isfinite((float)c_->valuedouble))   /* stored as f32 */
+        return perr(c, VX_EFORMAT, "field 'c' of down_meta must be a finite number (a 32-bit "
+                    "float: at most 3.4e38 in magnitude)", NULL, NULL);
     op->meta_c = c_->valuedouble;
     op->has_meta = 1;
     return 0;

@@ -6,6 +6,7 @@
  */
 #include "cli.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -125,6 +126,10 @@ static int dispatch(const command *c, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    /* a closed output pipe or a file-size limit is a write error with a message (EPIPE,
+     * EFBIG, and the written tree removed), not a silent death by signal */
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return VINDEX_USAGE;

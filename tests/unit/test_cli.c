@@ -246,6 +246,38 @@ static void json_batch(void)
     free(out); free(err);
 }
 
+/* A closed output pipe (SIGPIPE back to its default, as a shell gives it) and a file-size
+ * limit are write errors with a message and exit 1, not a death by signal; COMPILE under
+ * the limit leaves no temporary tree. */
+static void killed_writes(const char *box)
+{
+    char cmd[8192], *out, *err;
+    FILE *f = fopen(DIR "/long.lql", "w");
+    if (f) {
+        fputs("TOKENIZE \"", f);
+        for (int i = 0; i < 100000; i++) fputs("a ", f);
+        fputs("\";\n", f);
+        fclose(f);
+    }
+    snprintf(cmd, sizeof cmd, "( perl -e '$SIG{PIPE} = \"DEFAULT\"; exec @ARGV' " LQL " -tsv "
+             "'%s' -f " DIR "/long.lql 2>" DIR "/pipe.err; echo $? >" DIR "/pipe.rc ) | head -c 1",
+             box);
+    CHECK(sh(cmd, &out, &err) == 0);
+    free(out); free(err);
+    char *rc = slurp(DIR "/pipe.rc"), *perr = slurp(DIR "/pipe.err");
+    CHECK_STR(rc, "1\n");
+    CHECK_HAS(perr, "error: cannot write results: Broken pipe");
+    free(rc); free(perr);
+    snprintf(cmd, sizeof cmd, "ulimit -f 64; " LQL " -c 'USE \"%s\" JOURNAL \":memory:\"; "
+             "DELETE FROM EDGES WHERE layer = 1 AND feature = 3; COMPILE CURRENT INTO VINDEX \""
+             DIR "/ulimit.vindex3\";'; echo rc=$?; ls -d " DIR "/ulimit.vindex3*", box);
+    sh(cmd, &out, &err);
+    CHECK_HAS(out, "rc=1");
+    CHECK_HAS(err, "File too large");
+    CHECK_HAS(err, "No such file or directory");   /* ls: nothing left behind */
+    free(out); free(err);
+}
+
 /* With a real container: notes off stdout, floats that round-trip, jsonl rows. */
 static void with_model(const char *box)
 {
@@ -571,6 +603,7 @@ int main(void)
     char box[] = DIR "/tiny.vindex3";
     if (fx_encode_tiny(box, NULL) == 0) {
         with_model(box);
+        killed_writes(box);
         without_tokenizer(box);
         bad_bands(box);
         refused_first(box);

@@ -17,6 +17,7 @@
 #include "overlay.h"
 #include "engine.h"
 #include "t.h"
+#include "t_file.h"
 #include "test_journal_fx.h"
 
 #include <math.h>
@@ -142,7 +143,7 @@ int main(void)
     brw_rows_free(&rows);
 
     /* COMPILE writes DMET records that agree with the overlay on the moved features */
-    ed_compile_report rep;
+    ed_compile_report rep, rep_;
     uint64_t total = 0;
     CHECK_MSG(ed_compile(c, ed_overlay_eng(ov), out, NULL, on_progress, &total, &rep, &e) == 0,
               "compile: %s", e.msg);
@@ -189,6 +190,43 @@ int main(void)
         brw_dmet_free(db);
     if (da)
         brw_dmet_free(da);
+    ed_overlay_free(ov);
+    /* a base index without 'authority' (and a representation without payload_sha256):
+     * the compiled one is stamped derived and hashed all the same (both were lost) */
+    vx_close(c);
+    c = NULL;
+    char ip[2300];
+    snprintf(ip, sizeof ip, "%s/index.json", base);
+    size_t n = 0;
+    char *text = (char *)t_slurp(&n, "%s", ip);
+    cJSON *ix = text ? cJSON_Parse(text) : NULL, *rp;
+    free(text);
+    cJSON_DeleteItemFromObjectCaseSensitive(ix, "authority");
+    cJSON_ArrayForEach(rp, cJSON_GetObjectItemCaseSensitive(ix, "representations"))
+        cJSON_DeleteItemFromObjectCaseSensitive(rp, "payload_sha256");
+    char *w = ix ? cJSON_Print(ix) : NULL;
+    FILE *fo = w ? fopen(ip, "w") : NULL;
+    CHECK(fo && fputs(w, fo) >= 0 && fclose(fo) == 0);
+    free(w);
+    cJSON_Delete(ix);
+    fx_rm_rf(out);
+    ov = NULL;
+    brw_close(bm);
+    bm = NULL;
+    CHECK(vx_open(base, &c, &e) == 0 && brw_open(c, &bm, &e) == 0 &&
+          ed_overlay_build(bm, ops, 1, &ov, &e) == 0);
+    CHECK_MSG(ov && ed_compile(c, ed_overlay_eng(ov), out, NULL, NULL, NULL, &rep_, &e) == 0,
+              "compile: %s", e.msg);
+    snprintf(ip, sizeof ip, "%s/index.json", out);
+    text = (char *)t_slurp(&n, "%s", ip);
+    ix = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ix, "authority")), "derived");
+    int hashed = 0;
+    cJSON_ArrayForEach(rp, cJSON_GetObjectItemCaseSensitive(ix, "representations"))
+        hashed += cJSON_HasObjectItem(rp, "payload_sha256");
+    CHECK(hashed > 0);
+    cJSON_Delete(ix);
     ed_overlay_free(ov);
     vx_op_clear(&ops[0]);
     vx_op_clear(&ops[1]);

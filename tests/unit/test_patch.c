@@ -255,6 +255,10 @@ static void test_hostile(void)
            "bad.vlp: operation 1 (insert_knn): missing field 'key_vector_b64'");
     refuse("{\"op\": \"update\", \"layer\": 0, \"feature\": 0, \"down_meta\": {\"t\": \"x\"}}",
            H, "bad.vlp: operation 1 (update): missing field 'i'");
+    /* 1e300 is a finite double but an infinite f32, the c_score's storage */
+    refuse("{\"op\": \"update\", \"layer\": 0, \"feature\": 0, \"down_meta\": {\"t\": \"x\", "
+           "\"i\": 1, \"c\": 1e300}}", H, "bad.vlp: operation 1 (update): field 'c' of down_meta "
+           "must be a finite number (a 32-bit float: at most 3.4e38 in magnitude)");
     refuse("7", H, "bad.vlp: operation 1 (?): must be an object");
     /* a NUL would end the entity there (cJSON's strings are C strings): refused, whether
      * escaped or raw; an escaped backslash before "u0000" is six ordinary characters */

@@ -867,6 +867,70 @@ static void answers(void)
     CHECK(eng_tok_answer_ids(NULL, "Paris", &ids, &n, &err) == -1 && err.code == VX_EMISSING);
 }
 
+/* A continuation decoded after its prompt: decode(ids[..k]) followed by
+ * eng_tok_decode_after(ids[k..]) is decode(ids) at every split, on every real tokenizer and
+ * the family fixtures' (Llama 2's Strip and Gemma's Metaspace-free Replace among them); and
+ * Llama 2's "▁Paris" alone reads " Paris" (the whole-text decode strips it to "Paris"). */
+static void decode_after(const char *shared)
+{
+    static const char *const toks[] = {"llama2", "gemma3", "gpt2", "llama3", "qwen3"};
+    static const char *const fams[] = {"gemma2", "mistral-swa", "llama-gqa", "phi3"};
+    static const char *const texts[] = {"The capital of France is Paris, and 東京 too.",
+                                        " a  b\n\tc ünïcode 👍🏽 ok", "Hello world"};
+    for (size_t i = 0; i < 9; i++) {
+        char dir[1024];
+        if (i < 5)
+            snprintf(dir, sizeof dir, "%s/%s", LQL_TOKENIZER_DIR, toks[i]);
+        else
+            snprintf(dir, sizeof dir, "%s/models/families/%s", shared, fams[i - 5]);
+        eng_tokenizer *t = NULL;
+        vx_err err = {0};
+        CHECK_MSG(eng_tok_load_dir(dir, &t, &err) == 0, "%s: %s", dir, err.msg);
+        for (size_t x = 0; t && x < sizeof texts / sizeof *texts; x++) {
+            int32_t *ids = NULL;
+            size_t n = 0, nw = 0;
+            char *whole = NULL;
+            CHECK(eng_tok_encode(t, texts[x], strlen(texts[x]), 1, &ids, &n, &err) == 0 &&
+                  eng_tok_decode_len(t, ids, n, 1, &whole, &nw, &err) == 0);
+            /* from the first split whose prompt has text (BOS alone decodes to none) */
+            for (size_t k = 1; whole && k < n; k++) {
+                char *a = NULL, *b = NULL;
+                size_t na = 0, nb = 0;
+                CHECK(eng_tok_decode_len(t, ids, k, 1, &a, &na, &err) == 0 &&
+                      eng_tok_decode_after(t, ids + k, n - k, 1, &b, &nb, &err) == 0);
+                if (a && na == 0) {
+                    free(a);
+                    free(b);
+                    continue;
+                }
+                int same = a && b && na + nb == nw && !memcmp(whole, a, na) &&
+                           !memcmp(whole + na, b, nb);
+                /* a character split between byte tokens decodes whole only together */
+                int split = a && b && ((na && strstr(a, "\xef\xbf\xbd")) ||
+                                       (nb && strstr(b, "\xef\xbf\xbd")));
+                CHECK_MSG(same || split, "%s, text %zu split at %zu: \"%s\" + \"%s\" is not "
+                          "\"%s\"", dir, x, k, a ? a : "?", b ? b : "?", whole);
+                free(a);
+                free(b);
+            }
+            free(whole);
+            free(ids);
+        }
+        if (t && i == 0) {
+            int32_t id = eng_tok_lookup(t, "\xe2\x96\x81Paris");
+            char *a = NULL, *b = NULL;
+            size_t na = 0, nb = 0;
+            CHECK(id >= 0 && eng_tok_decode_len(t, &id, 1, 0, &a, &na, &err) == 0 &&
+                  eng_tok_decode_after(t, &id, 1, 0, &b, &nb, &err) == 0);
+            CHECK_MSG(a && b && !strcmp(a, "Paris") && !strcmp(b, " Paris"), "\"%s\" / \"%s\"",
+                      a ? a : "?", b ? b : "?");
+            free(a);
+            free(b);
+        }
+        eng_tok_free(t);
+    }
+}
+
 int main(void)
 {
     const char *shared = LQL_FIXTURE_DIR;
@@ -898,6 +962,7 @@ int main(void)
     synthetic();
     config();
     edges(shared);
+    decode_after(shared);
     unicode_classes();
     lowercase();
     word_chars();
