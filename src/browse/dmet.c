@@ -111,7 +111,7 @@ int brw_dmet_parse(const void *buf, size_t n, brw_dmet **out, vx_err *err)
 int brw_dmet_load(const char *path, brw_dmet **out, vx_err *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return vx_errf(err, VX_EIO, "down_meta: cannot open \"%s\"", path);
     struct stat st;

@@ -55,7 +55,8 @@ static void read_bands(brw_model *m)
 
 static cJSON *read_json_file(const char *path)
 {
-    FILE *f = fopen(path, "rb");
+    vx_err e;
+    FILE *f = vx_fopen_regular(path, "a label file", &e);
     if (!f)
         return NULL;
     fseek(f, 0, SEEK_END);
@@ -134,7 +135,7 @@ static void read_clusters(brw_model *m)
     if (!cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m->clusters, "labels")) ||
         vx_resolve(m->c, brw_label_files[2], path, sizeof path, &e) != 0)
         goto drop;
-    FILE *f = fopen(path, "r");
+    FILE *f = vx_fopen_regular(path, "a label file", &e);
     if (!f)
         goto drop;
     m->cluster_of = calloc((size_t)m->s.layers + 1, sizeof *m->cluster_of);

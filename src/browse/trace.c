@@ -349,7 +349,7 @@ int brw_trace_load(eng_model *em, const char *path, const brw_trace_opts *o,
 {
     memset(out, 0, sizeof *out);
     out->target = -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return vx_errf(err, VX_EIO, "cannot open trace \"%s\": %s", path, strerror(errno));
     struct stat st;

@@ -216,7 +216,7 @@ int brw_payload_sha256(const char *dir, const cJSON *rep, char hex[65], vx_err *
             vx_sha256_free(&ctx);
             return vx_errf(err, VX_EARG, "path too long under '%s'", dir);
         }
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
         struct stat sb;
         if (fd < 0 || fstat(fd, &sb) != 0 || sb.st_size <= 0) {
             if (fd >= 0)

@@ -92,7 +92,7 @@ static int map_segment(vx_container *c, const char *rel, const char *object, con
     char path[PATH_MAX];
     if (vx_resolve_in(c->dir, rel, path, sizeof path, err) < 0)
         return -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return vx_errf(err, errno == ENOENT ? VX_EMISSING : VX_EIO, "segment '%s' cannot be opened: %s",
                        rel, strerror(errno));

@@ -13,20 +13,42 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #define JSON_FILE_MAX (64ull << 20)   /* index / graph files are metadata, never this big */
+
+FILE *vx_fopen_regular(const char *path, const char *label, vx_err *err)
+{
+    /* O_NONBLOCK: a FIFO put where a file belongs opens at once (and is refused below)
+     * instead of blocking until some writer appears; reads of a regular file ignore it */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        vx_errf(err, errno == ENOENT ? VX_EMISSING : VX_EIO, "cannot open %s ('%s'): %s", label,
+                path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    FILE *f = NULL;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        vx_errf(err, VX_EIO, "%s ('%s') is not a regular file", label, path);
+    else if (!(f = fdopen(fd, "rb")))
+        vx_errf(err, VX_ENOMEM, "cannot open %s ('%s'): %s", label, path, strerror(errno));
+    if (!f)
+        close(fd);
+    return f;
+}
 
 int vx_read_small_file(const char *path, const char *label, char **out, size_t *n, vx_err *err)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
+    FILE *f = vx_fopen_regular(path, label, err);
     if (!f)
-        return vx_errf(err, errno == ENOENT ? VX_EMISSING : VX_EIO, "cannot open %s ('%s'): %s",
-                       label, path, strerror(errno));
+        return -1;
     struct stat st;
-    if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fileno(f), &st) < 0) {
         fclose(f);
-        return vx_errf(err, VX_EIO, "%s ('%s') is not a regular file", label, path);
+        return vx_errf(err, VX_EIO, "cannot stat %s ('%s'): %s", label, path, strerror(errno));
     }
     if ((uint64_t)st.st_size > JSON_FILE_MAX) {
         fclose(f);

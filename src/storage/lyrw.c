@@ -421,7 +421,7 @@ int vx_lyrw_parse(const char *name, const void *data, size_t size, vx_lyrw **out
 int vx_lyrw_open(const char *path, vx_lyrw **out, vx_err *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return vx_errf(err, VX_EIO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;

@@ -619,9 +619,9 @@ done:
 int vx_patch_read(const char *path, int hidden, vx_patch *out, vx_err *err)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
+    FILE *f = vx_fopen_regular(path, "patch", err);
     if (!f)
-        return vx_errf(err, VX_EIO, "cannot open patch '%s': %s", path, strerror(errno));
+        return -1;
     char *buf = NULL;
     size_t n = 0, cap = 0;
     for (;;) {

@@ -252,7 +252,7 @@ static int map_shard(st_model *m, const char *path, vx_err *err)
     m->sh = s;
     s = &m->sh[m->nsh];
     memset(s, 0, sizeof *s);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return vx_errf(err, VX_EIO, "cannot open '%s': %s", path, strerror(errno));
     struct stat st;

@@ -67,9 +67,9 @@ void vx_sha256_hex(const void *data, size_t n, char hex[65])
 
 int vx_sha256_file(const char *path, char hex[65], vx_err *err)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = vx_fopen_regular(path, "the file to hash", err);
     if (!f)
-        return vx_errf(err, VX_EIO, "cannot open '%s': %s", path, strerror(errno));
+        return -1;
     vx_sha256_ctx ctx;
     if (vx_sha256_init(&ctx, err) < 0) {
         fclose(f);

@@ -29,6 +29,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct cJSON cJSON;
 
@@ -391,6 +392,9 @@ void vx_rmtree(const char *dir);
 /* sha256 of a byte range / a whole file, as 64 lower-case hex chars + NUL. */
 void vx_sha256_hex(const void *data, size_t n, char hex[65]);
 int vx_sha256_file(const char *path, char hex[65], vx_err *err);
+/* path opened for reading when it is a regular file (never blocking on a FIFO): NULL with
+ * err naming label and path otherwise. */
+FILE *vx_fopen_regular(const char *path, const char *label, vx_err *err);
 
 /* ---------------------------------------------------------------- encode */
 

@@ -278,6 +278,23 @@ static void killed_writes(const char *box)
     free(out); free(err);
 }
 
+/* A FIFO where a file belongs (a segment, a patch) is refused at once, not waited on. */
+static void fifos(const char *box)
+{
+    char cmd[8192], *out, *err;
+    snprintf(cmd, sizeof cmd, "rm -rf " DIR "/fifo.vindex3 && cp -r '%s' " DIR "/fifo.vindex3 && "
+             "rm " DIR "/fifo.vindex3/segments/target.decoder_stack.bin && mkfifo "
+             DIR "/fifo.vindex3/segments/target.decoder_stack.bin " DIR "/p.vlp && "
+             "timeout 20 " LQL " " DIR "/fifo.vindex3 -c 'STATS;'; echo rc=$?; "
+             "timeout 20 " LQL " -c 'USE \"%s\" JOURNAL \":memory:\"; APPLY PATCH \"" DIR
+             "/p.vlp\";'; echo rc=$?", box, box);
+    sh(cmd, &out, &err);
+    CHECK_HAS(err, "segment 'segments/target.decoder_stack.bin' is not a regular file");
+    CHECK_HAS(err, "patch ('" DIR "/p.vlp') is not a regular file");
+    CHECK(!strstr(out, "rc=124"));
+    free(out); free(err);
+}
+
 /* With a real container: notes off stdout, floats that round-trip, jsonl rows. */
 static void with_model(const char *box)
 {
@@ -604,6 +621,7 @@ int main(void)
     if (fx_encode_tiny(box, NULL) == 0) {
         with_model(box);
         killed_writes(box);
+        fifos(box);
         without_tokenizer(box);
         bad_bands(box);
         refused_first(box);
