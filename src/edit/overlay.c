@@ -119,6 +119,11 @@ int ed_check_op(const brw_model *m, const vx_op *op, const char *where, vx_err *
     if (op->kind == VX_OP_UPDATE && !op->has_meta && op->nvec == 0)
         return vx_errf(err, VX_EFORMAT, "%s (%s): changes nothing (no down_meta, no vectors)",
                        where, kind);
+    /* an insert writes a feature: without a vector it would only relabel one, and
+     * DESCRIBE would list a fact no weight holds (a relabel is UPDATE … SET target) */
+    if (op->kind == VX_OP_INSERT && op->nvec == 0)
+        return vx_errf(err, VX_EFORMAT, "%s (%s): no gate, up or down vector: an insert "
+                       "writes the feature's weights (UPDATE sets metadata alone)", where, kind);
     return 0;
 }
 

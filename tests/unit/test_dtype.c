@@ -179,9 +179,10 @@ static void test_sha(void)
     CHECK_STR(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     char missing[PATH_MAX + 16];
     snprintf(missing, sizeof missing, "%s/nope", dir);
-    CHECK(vx_sha256_file(missing, hex, &err) == -1 && err.code == VX_EIO);
-    char want[PATH_MAX + 64];
-    snprintf(want, sizeof want, "cannot open '%s': No such file or directory", missing);
+    CHECK(vx_sha256_file(missing, hex, &err) == -1 && err.code == VX_EMISSING);
+    char want[PATH_MAX + 128];
+    snprintf(want, sizeof want, "cannot open the file to hash ('%s'): No such file or directory",
+             missing);
     CHECK_STR(err.msg, want);
     unlink(path);
     rmdir(dir);

@@ -240,6 +240,11 @@ int main(void)
     op.meta_c = 0.5;
     vx_op_set_str(&op.entity, "e", NULL);
     vx_op_set_str(&op.target, "t", NULL);
+    /* an insert writes weights: without a vector it is refused (it would only relabel) */
+    CHECK(ed_check_op(bm, &op, "operation 2", &e) == -1);
+    CHECK_STR(e.msg, "operation 2 (insert): no gate, up or down vector: an insert writes the "
+                     "feature's weights (UPDATE sets metadata alone)");
+    vx_op_set_vec(&op, "gate", 1, H, u, NULL);   /* the reference's shape: a gate row */
     record1(j, &op);
     ov = replay(j, bm, m);
     brw_meta md;
@@ -289,7 +294,9 @@ int main(void)
     op.meta_id = 7;
     op.meta_c = INFINITY;
     CHECK(ed_check_op(bm, &op, "operation 5", &e) == -1);
-    CHECK_STR(e.msg, "operation 5 (update): down_meta c_score is not finite");
+    CHECK_STR(e.msg, "operation 5 (update): down_meta c_score inf is not a finite 32-bit float");
+    op.meta_c = 1e300;   /* finite as a double, infinite as the f32 it is stored in */
+    CHECK(ed_check_op(bm, &op, "operation 5", &e) == -1);
     op.meta_c = 7;   /* a c_score is no probability: above 1 is fine */
     CHECK(ed_check_op(bm, &op, "operation 5", &e) == 0);
     op.has_meta = 0;

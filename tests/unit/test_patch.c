@@ -303,7 +303,7 @@ static void test_hostile(void)
     CHECK(vx_patch_parse(nobase, strlen(nobase), "n.vlp", H, &p, &err) == -1);
     CHECK_STR(err.msg, "n.vlp: missing field 'base_model'");
     CHECK(vx_patch_read("/nonexistent/x.vlp", H, &p, &err) == -1);
-    CHECK_STR(err.msg, "cannot open patch '/nonexistent/x.vlp': No such file or directory");
+    CHECK_STR(err.msg, "cannot open patch ('/nonexistent/x.vlp'): No such file or directory");
     CHECK(vx_patch_write("/nonexistent/x.vlp", &p, &err) == -1);
     CHECK_STR(err.msg, "patch: cannot create '/nonexistent/x.vlp': No such file or directory");
 
