@@ -369,16 +369,19 @@ int lql_shell_run(lql_shell *sh, const char *label, const char *text, int line0)
     size_t n = strlen(text), i = 0, at = 0;
     int line = line0, rc = 0, col = 1;      /* col: the column of text[at], in characters */
     while (i < n && !sh->stop) {
-        /* a Ctrl-C between statements cancels the rest of the text (in batch: the run) */
-        if (vx_cancel_flag) {
-            sh->failed = 1;
-            if (!sh->interactive) sh->stop = 1;
-            return -1;
-        }
         i = skip_space(text, i, n, &line);
         if (i >= n) break;
         for (; at < i; at++)    /* columns counted once: linear in the text */
             col = text[at] == '\n' ? 1 : col + (((unsigned char)text[at] & 0xC0) != 0x80);
+        /* a Ctrl-C that landed in a statement which did not poll it (or between two)
+         * cancels the rest of the text (in batch: the run), and says where */
+        if (vx_cancel_flag) {
+            fprintf(sh->err, "error: %s:%d:%d: cancelled: this statement and the rest of the "
+                    "text were not run\n", label, line, col);
+            sh->failed = 1;
+            if (!sh->interactive) sh->stop = 1;
+            return -1;
+        }
         int meta;
         size_t e = unit_end(text, i, n, &meta);
         if (meta) {
