@@ -328,14 +328,29 @@ int eng_edit_inputs(eng_model *m, int layer, const int32_t *ids, const int *lens
 
 /* ---------------------------------------------------------------- prompts and decoys */
 
+/* s without its surrounding blanks: *n bytes from the returned pointer. */
+static const char *trimmed(const char *s, int *n)
+{
+    s += strspn(s, " \t\r\n");
+    size_t k = strlen(s);
+    while (k > 0 && strchr(" \t\r\n", s[k - 1]))
+        k--;
+    *n = (int)k;
+    return s;
+}
+
 char *eng_edit_prompt(const char *relation, const char *entity)
 {
-    size_t n = strlen(relation) + strlen(entity) + 16;
+    /* blanks around either part are not part of the name: DESCRIBE and DELETE match the
+     * entity trimmed, so the prompt does too (" Zorbania " keyed "of  Zorbania  is") */
+    int nr, ne;
+    const char *r = trimmed(relation, &nr), *e = trimmed(entity, &ne);
+    size_t n = (size_t)nr + (size_t)ne + 16;
     char *p = malloc(n);
     if (!p)
         return NULL;
-    snprintf(p, n, "The %s of %s is", relation, entity);
-    for (char *c = p + 4; *c && c < p + 4 + strlen(relation); c++)
+    snprintf(p, n, "The %.*s of %.*s is", nr, r, ne, e);
+    for (char *c = p + 4; *c && c < p + 4 + nr; c++)
         if (*c == '-' || *c == '_')
             *c = ' ';
     return p;

@@ -77,7 +77,7 @@ int eng_edit_ffn_in(eng_model *m, int layer, const int32_t *ids, int n, float *x
 float eng_edit_p(const float *logits, int V, int32_t t);
 
 /* The canonical fact prompt "The {relation} of {entity} is" (relation's '-' and '_' as
- * spaces), malloc'd; NULL on out-of-memory. */
+ * spaces; both trimmed of surrounding blanks), malloc'd; NULL on out-of-memory. */
 char *eng_edit_prompt(const char *relation, const char *entity);
 
 /* Keys of up to n template neighbours of a fact: the canonical prompt with the entity

@@ -966,6 +966,9 @@ int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
             lql_result_note(r, "saved %d positions x %d layers (+ embedding) to %s", t.n_tokens,
                             t.n_layers, st->save_path);
     }
+    /* the KNN store overrides the prediction INFER and GENERATE give: say so here too */
+    if (rc == 0 && !lql_has(st, LQL_C_FROM))
+        rc = lql_edit_knn_override(s, st, em, t.ids, (size_t)t.n_tokens, r, e);
     brw_trace_free(&t);
     return rc;
 }

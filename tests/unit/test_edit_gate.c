@@ -267,6 +267,10 @@ int main(void)
     snprintf(root, sizeof root, "%s/test_edit_gate.d", LQL_BINARY_DIR);
     fx_rm_rf(root);
     mkdir(root, 0755);
+    /* the canonical prompt names the fact without the blanks around its parts */
+    char *cp = eng_edit_prompt(" country_code ", " Zorbania\t");
+    CHECK_STR(cp, "The country code of Zorbania is");
+    free(cp);
     tiny(root);
     granite_dense(root);
     wide(root);
