@@ -687,10 +687,8 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
      * base's browse entry (bands, top_k) is kept, with the new file's hash */
     if (dmet) {
         char bpath[4200], mpath[4200], hex[65];
-        if ((size_t)snprintf(bpath, sizeof bpath, "%s/%s", vx_dir(c), dmet) >= sizeof bpath) {
-            vx_errf(err, VX_EARG, "compile: path too long under '%s'", vx_dir(c));
+        if (vx_resolve(c, dmet, bpath, sizeof bpath, err))
             goto fail;
-        }
         cJSON *nb = cJSON_GetObjectItemCaseSensitive(index, "browse");
         if (vx_cw_path(cw, dmet, mpath, sizeof mpath, err) ||
             brw_downmeta_compile(vx_cw_dir(cw), mpath, bpath, ov, progress, progress_ctx, err) ||

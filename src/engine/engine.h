@@ -50,6 +50,9 @@ int eng_tok_decode_len(const eng_tokenizer *t, const int32_t *ids, size_t n, int
  * Face's text-generation pipeline cuts its full decode. */
 int eng_tok_decode_after(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
                          char **out, size_t *len, vx_err *err);
+/* Whether ids decode to any text (special tokens skipped): a prompt of BOS alone does not,
+ * and what follows it starts the text (eng_tok_decode_len, not _after). */
+int eng_tok_has_text(const eng_tokenizer *t, const int32_t *ids, size_t n);
 /* The vocabulary string of an id (e.g. "Ġworld", "▁Hello", "<0x0A>"), NULL if out of range
  * or there is no tokenizer. */
 const char *eng_tok_piece(const eng_tokenizer *t, int32_t id);

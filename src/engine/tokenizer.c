@@ -548,21 +548,6 @@ int eng_tok_decode(const eng_tokenizer *t, const int32_t *ids, size_t n, int ski
 }
 
 static int decode_ids(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
-                      int after, char **out, size_t *len, vx_err *err);
-
-int eng_tok_decode_len(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
-                       char **out, size_t *len, vx_err *err)
-{
-    return decode_ids(t, ids, n, skip_special, 0, out, len, err);
-}
-
-int eng_tok_decode_after(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
-                         char **out, size_t *len, vx_err *err)
-{
-    return decode_ids(t, ids, n, skip_special, 1, out, len, err);
-}
-
-static int decode_ids(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
                       int after, char **out, size_t *len, vx_err *err)
 {
     *out = NULL;
@@ -599,6 +584,28 @@ static int decode_ids(const eng_tokenizer *t, const int32_t *ids, size_t n, int 
     *out = s.p;
     *len = s.n;
     return 0;
+}
+
+int eng_tok_decode_len(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                       char **out, size_t *len, vx_err *err)
+{
+    return decode_ids(t, ids, n, skip_special, 0, out, len, err);
+}
+
+int eng_tok_decode_after(const eng_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                         char **out, size_t *len, vx_err *err)
+{
+    return decode_ids(t, ids, n, skip_special, 1, out, len, err);
+}
+
+int eng_tok_has_text(const eng_tokenizer *t, const int32_t *ids, size_t n)
+{
+    char *text = NULL;
+    size_t len = 0;
+    vx_err e;
+    int has = decode_ids(t, ids, n, 1, 0, &text, &len, &e) == 0 && len > 0;
+    free(text);
+    return has;
 }
 
 const char *eng_tok_piece(const eng_tokenizer *t, int32_t id)

@@ -186,12 +186,10 @@ static int generate(lql_session *s, const lql_stmt *st, eng_model *m, const int3
                         kg.first.cosine);
     /* the text the continuation adds after the prompt's (Llama 2's first "▁Paris" is
      * " Paris"); after a prompt of special tokens alone it starts the text */
-    char *text = NULL, *ptext = NULL;
-    size_t text_len = 0, plen = 0;
+    char *text = NULL;
+    size_t text_len = 0;
     const eng_tokenizer *tok = eng_model_tokenizer(m);
-    int after = eng_tok_decode_len(tok, ids, n, 1, &ptext, &plen, &ve) == 0 && plen > 0;
-    free(ptext);
-    if ((after ? eng_tok_decode_after : eng_tok_decode_len)(tok, out, (size_t)n_out, 1, &text,
+    if ((eng_tok_has_text(tok, ids, n) ? eng_tok_decode_after : eng_tok_decode_len)(tok, out, (size_t)n_out, 1, &text,
                                                             &text_len, &ve) < 0) {
         free(out);
         return lql_err_vx(e, &ve, &st->at);

@@ -503,10 +503,7 @@ void srv_complete_run(srv *S, srv_job *j)
         srv_job_error(j, 400, ve.msg, "invalid_request_error", "tokenize_failed", chat ? "messages" : "prompt");
         goto streamed;
     }
-    char *ptext = NULL;
-    size_t plen = 0;
-    g.after = eng_tok_decode_len(g.tok, prompt, np, 1, &ptext, &plen, &ve) == 0 && plen > 0;
-    free(ptext);
+    g.after = eng_tok_has_text(g.tok, prompt, np);
     if ((int64_t)np + max > S->context) {
         char msg[200];
         snprintf(msg, sizeof msg, "prompt (%zu tokens) + max_tokens %d exceeds the model's "

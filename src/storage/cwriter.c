@@ -201,7 +201,7 @@ int vx_file_copy(const char *src, const char *dst, vx_err *err)
 /* fsync a file or directory by path (EINVAL: the file system does not sync that kind). */
 static int sync_path(const char *path, vx_err *err)
 {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return vx_errf(err, VX_EIO, "cannot open '%s' to sync: %s", path, strerror(errno));
     int rc = fsync(fd), e = errno;
