@@ -780,6 +780,15 @@ int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
     const vx_encode_opts *o = ctx;
     vx_container *c = NULL;
     brw_shape s;
+    /* A tokenizer the engine cannot load gives a container that opens and then refuses
+     * every prompt: refuse it here, while the checkpoint is at hand. None at all is legal. */
+    eng_tokenizer *tok = NULL;
+    vx_err te = {0};
+    if (eng_tok_load_dir(tmpdir, &tok, &te) != 0 && te.code != VX_EMISSING) {
+        const char *m = strstr(te.msg, "tokenizer.json");
+        return vx_errf(err, te.code, "the checkpoint's %s", m ? m : te.msg);
+    }
+    eng_tok_free(tok);
     if (open_shape(tmpdir, &c, &s, err) != 0)
         return -1;
     int rc = -1;

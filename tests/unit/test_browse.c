@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -547,6 +548,39 @@ int main(void)
         }
         brw_close(mb);
         vx_close(cb);
+    }
+    /* a tokenizer the engine cannot load is refused at encode, nothing written; a
+     * checkpoint without one still encodes */
+    {
+        char ck[4096], file[4200];
+        snprintf(ck, sizeof ck, "%s/h7-browse-badtok", LQL_BINARY_DIR);
+        t_rm_rf(ck);
+        t_rm_rf(plain);
+        CHECK(mkdir(ck, 0755) == 0);
+        static const char *const names[] = {"config.json", "model.safetensors", NULL};
+        for (int i = 0; names[i]; i++) {
+            char from[4200];
+            snprintf(from, sizeof from, "%s/%s", TINY, names[i]);
+            snprintf(file, sizeof file, "%s/%s", ck, names[i]);
+            CHECK(symlink(from, file) == 0);
+        }
+        snprintf(file, sizeof file, "%s/tokenizer.json", TINY);
+        cJSON *tj = t_load_json(file);
+        cJSON_ReplaceItemInObject(cJSON_GetObjectItem(tj, "model"), "type",
+                                  cJSON_CreateString("WordPiece"));
+        snprintf(file, sizeof file, "%s/tokenizer.json", ck);
+        CHECK(t_save_json(file, tj) == 0);
+        cJSON_Delete(tj);
+        vx_encode_opts ot;
+        vx_encode_opts_init(&ot);
+        ot.finish = brw_encode_finish;
+        CHECK(vx_encode(ck, plain, &ot, &err) == -1);
+        CHECK_STR(err.msg, "the checkpoint's tokenizer.json: model type 'WordPiece' is not "
+                           "supported (only BPE)");
+        CHECK(access(plain, F_OK) != 0);
+        CHECK(unlink(file) == 0);
+        CHECK_MSG(vx_encode(ck, plain, &ot, &err) == 0, "no tokenizer: %s", err.msg);
+        t_rm_rf(ck);
     }
     brw_close(m);
     vx_close(c);
