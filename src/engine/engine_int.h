@@ -237,6 +237,9 @@ typedef struct eng_layer {
     eng_w shared_gate;          /* data NULL when ungated */
 } eng_layer;
 
+/* More end-of-sequence ids than this in a graph are refused by name, never cut. */
+#define ENG_MAX_EOS 32
+
 struct eng_model {
     vx_container *c;
     const vx_graph_shape *shape; /* the container's typed graph shape (owned by c) */
@@ -268,7 +271,7 @@ struct eng_model {
     float final_softcap;        /* 0: off */
     float logits_divisor;       /* logits / this (1: off) */
     float residual_scale;       /* every branch output × this before it is added (1: off) */
-    int32_t eos[8];
+    int32_t eos[ENG_MAX_EOS];
     int n_eos;
     eng_layer *layers;          /* owned, [n_layers] */
     const eng_overlay *overlay; /* borrowed, may be NULL */

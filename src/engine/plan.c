@@ -807,6 +807,46 @@ static int layer_bind(ctx *c, const gspec *g, int i)
 
 /* ---------------------------------------------------------------- plan */
 
+/* A token id of the vocabulary, as the encoder judged it (hf_surface.c). */
+static int token_id(ctx *c, const cJSON *v, const char *what, int32_t *out)
+{
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= c->m->vocab ||
+        v->valuedouble != floor(v->valuedouble))
+        return vx_errf(c->err, VX_EFORMAT, "system graph: %s.%s is not a token id below "
+                       "vocab_size %d", c->where, what, c->m->vocab);
+    *out = (int32_t)v->valuedouble;
+    return 0;
+}
+
+/* execution.special_tokens: bos an id or null, eos an id or a list of them (GENERATE stops
+ * at any), add_bos a boolean. Absent: no special tokens; a malformed one is refused, never
+ * dropped (an eos skipped silently would let GENERATE run past the end of its text). */
+static int special_tokens(ctx *c, const cJSON *ex)
+{
+    const cJSON *sp = sub(c, ex, "special_tokens", 0);
+    if (!sp) return is_null(field(ex, "special_tokens")) ? 0 : -1;
+    c->where = "execution.special_tokens";
+    static const char *const keys[] = {"bos", "eos", "add_bos", NULL};
+    int add_bos;
+    int32_t bos;
+    const cJSON *b = field(sp, "bos"), *eos = field(sp, "eos"), *e;
+    if (known(c, sp, keys) || boolean(c, sp, "add_bos", &add_bos) ||
+        (!is_null(b) && token_id(c, b, "bos", &bos)))
+        return -1;
+    if (is_null(eos)) return 0;
+    if (cJSON_IsNumber(eos)) return token_id(c, eos, "eos", &c->m->eos[c->m->n_eos++]);
+    if (!cJSON_IsArray(eos))
+        return vx_errf(c->err, VX_EFORMAT, "system graph: execution.special_tokens.eos is not "
+                       "a token id or a list of them");
+    if (cJSON_GetArraySize(eos) > ENG_MAX_EOS)
+        return vx_errf(c->err, VX_EUNSUPPORTED, "system graph: execution.special_tokens.eos "
+                       "lists %d ids; this executor stops on at most %d", cJSON_GetArraySize(eos),
+                       ENG_MAX_EOS);
+    cJSON_ArrayForEach(e, eos)
+        if (token_id(c, e, "eos[]", &c->m->eos[c->m->n_eos++])) return -1;
+    return 0;
+}
+
 /* The kernels form these sizes in int and keep a hidden-sized row on the stack: refuse a
  * graph whose geometry would overflow them, before any operand is looked up. */
 static int geometry_ok(const eng_model *m, vx_err *err)
@@ -991,12 +1031,7 @@ int eng_plan_build(eng_model *m, vx_err *err)
     m->final_softcap = (float)fcap;
     m->logits_divisor = (float)div;
 
-    const cJSON *sp = field(ex, "special_tokens");
-    const cJSON *eos = sp ? field(sp, "eos") : NULL;
-    if (cJSON_IsNumber(eos)) m->eos[m->n_eos++] = (int32_t)eos->valuedouble;
-    for (const cJSON *e = cJSON_IsArray(eos) ? eos->child : NULL; e && m->n_eos < 8; e = e->next)
-        if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble < m->vocab)
-            m->eos[m->n_eos++] = (int32_t)e->valuedouble;
+    if (special_tokens(&c, ex)) return -1;
 
     if (geometry_ok(m, err)) return -1;
 

@@ -83,6 +83,12 @@ static int geometry(rd *r, const cJSON *comp, vx_graph_shape *s)
     if (absent(ctx) ? posint(r, comp, "", "context_length", 1e9, &s->context)
                     : posint(r, ex, "execution.", "context_length", 1e9, &s->context))
         return -1;
+    /* the encoder writes both; two lengths that disagree leave no way to tell which holds */
+    int outer;
+    if (!absent(ctx) && !absent(item(comp, "context_length")) &&
+        (posint(r, comp, "", "context_length", 1e9, &outer) || outer != s->context))
+        return vx_errf(r->err, VX_EFORMAT, "system graph: %scontext_length disagrees with "
+                       "execution.context_length %d", r->where, s->context);
     int bad = 0;
     const cJSON *at = section(r, ex, "attention", &bad), *ffn = section(r, ex, "ffn", &bad),
                 *moe = section(r, ex, "moe", &bad);

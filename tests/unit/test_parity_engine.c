@@ -121,6 +121,38 @@ static void e_hidden(cJSON *c)
     cJSON_ReplaceItemInObject(c, "hidden_size", cJSON_CreateNumber(100000));
 }
 
+static cJSON *specials(cJSON *c)
+{
+    return cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "special_tokens");
+}
+static void e_eos_text(cJSON *c)
+{
+    cJSON *l = cJSON_CreateArray();
+    cJSON_AddItemToArray(l, cJSON_CreateString("2"));
+    cJSON_ReplaceItemInObject(specials(c), "eos", l);
+}
+static void e_eos_range(cJSON *c)
+{
+    cJSON *l = cJSON_CreateArray();
+    cJSON_AddItemToArray(l, cJSON_CreateNumber(1));
+    cJSON_AddItemToArray(l, cJSON_CreateNumber(1e9));
+    cJSON_ReplaceItemInObject(specials(c), "eos", l);
+}
+static void e_eos_many(cJSON *c)
+{
+    cJSON *l = cJSON_CreateArray();
+    for (int i = 0; i < 33; i++) cJSON_AddItemToArray(l, cJSON_CreateNumber(i));
+    cJSON_ReplaceItemInObject(specials(c), "eos", l);
+}
+static void e_bos(cJSON *c)
+{
+    cJSON_ReplaceItemInObject(specials(c), "bos", cJSON_CreateNumber(-1));
+}
+static void e_context(cJSON *c)
+{
+    cJSON_ReplaceItemInObject(c, "context_length", cJSON_CreateNumber(7));
+}
+
 /* Refused by the typed graph shape at open (open_fails) or by the plan at bind. */
 static void refuse_at(const char *base, graph_edit ed, int open_fails, const char *want)
 {
@@ -157,6 +189,12 @@ static void test_refusals(const char *gqa)
     refuse_at(gqa, e_mamba_section, 1, "layer 1: operator 'mamba2' but execution.mamba2 is null");
     refuse(gqa, e_geometry, "system graph: 4 heads is not a multiple of 3 kv heads");
     refuse(gqa, e_hidden, "system graph: hidden_size = 100000 exceeds the engine's limit 65536");
+    /* special tokens are the encoder's ids or refused, never dropped (GENERATE stops on them) */
+    refuse(gqa, e_eos_text, "system graph: execution.special_tokens.eos[] is not a token id below vocab_size 512");
+    refuse(gqa, e_eos_range, "system graph: execution.special_tokens.eos[] is not a token id below vocab_size 512");
+    refuse(gqa, e_bos, "system graph: execution.special_tokens.bos is not a token id below vocab_size 512");
+    refuse(gqa, e_eos_many, "system graph: execution.special_tokens.eos lists 33 ids; this executor stops on at most 32");
+    refuse_at(gqa, e_context, 1, "system graph: context_length disagrees with execution.context_length 512");
 }
 
 /* ---------------------------------------------------------------- observers */
