@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdint.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -179,6 +180,46 @@ static void bind_int(sqlite3_stmt *st, int i, int64_t v)
         sqlite3_bind_null(st, i);
     else
         sqlite3_bind_int64(st, i, v);
+}
+
+/* What a column read back must hold. SQLite converts any stored value to the type asked
+ * for, so a hand-edited row (text or 2.7 for a layer, a number for an entity) would replay
+ * as some other edit; each column is checked against these before it is read. */
+enum { C_I64 = 1, C_ID = 2, C_NUM = 4, C_TEXT = 8, C_BLOB = 16, C_NULL = 32 };
+
+static const char *type_name(int t)
+{
+    return t == SQLITE_INTEGER ? "an integer" : t == SQLITE_FLOAT ? "a real" : t == SQLITE_TEXT ? "text"
+         : t == SQLITE_BLOB ? "a blob" : "null";
+}
+
+static int col_fits(sqlite3_stmt *st, int i, int want)
+{
+    int t = sqlite3_column_type(st, i);
+    sqlite3_int64 v = t == SQLITE_INTEGER ? sqlite3_column_int64(st, i) : 0;
+    return t == SQLITE_NULL      ? (want & C_NULL) != 0
+         : t == SQLITE_INTEGER   ? (want & (C_I64 | C_NUM)) || ((want & C_ID) && v >= 0 && v <= INT32_MAX)
+         : t == SQLITE_FLOAT     ? (want & C_NUM) != 0
+         : t == SQLITE_TEXT      ? (want & C_TEXT) != 0
+                                 : (want & C_BLOB) != 0;
+}
+
+/* Every column of a row against want[]; the error names the table, the operation and the
+ * column. */
+static int check_row(const vx_journal *j, sqlite3_stmt *st, const char *table, long long seq,
+                     const char *const *names, const int *want, vx_err *err)
+{
+    for (int i = 0; names[i]; i++) {
+        if (col_fits(st, i, want[i]))
+            continue;
+        int t = sqlite3_column_type(st, i);
+        return vx_errf(err, VX_EFORMAT, "journal '%s': %s of operation %lld: column %s holds %s%s "
+                       "where %s belongs; nothing was replayed", j->path, table, seq, names[i],
+                       type_name(t), t == SQLITE_INTEGER ? " out of range" : "",
+                       want[i] & C_ID ? "an id (0 to 2147483647)" : want[i] & C_NUM ? "a number"
+                       : want[i] & C_TEXT ? "text" : want[i] & C_BLOB ? "a blob" : "an integer");
+    }
+    return 0;
 }
 
 static char *col_text(sqlite3_stmt *st, int i)
@@ -1187,6 +1228,17 @@ static int read_ops(vx_journal *j, int64_t patch_id, vx_op **out, size_t *n, vx_
             }
             ops = no;
         }
+        static const char *const op_cols[] = {"seq", "history_n", "patch_id", "kind", "layer",
+                                              "feature", "entity", "relation", "target",
+                                              "confidence", "alpha", "mode", "metadata", "expert",
+                                              "digest", NULL};
+        static const int op_types[] = {C_I64, C_I64, C_I64, C_TEXT, C_ID | C_NULL, C_ID | C_NULL,
+                                       C_TEXT | C_NULL, C_TEXT | C_NULL, C_TEXT | C_NULL,
+                                       C_NUM | C_NULL, C_NUM | C_NULL, C_TEXT | C_NULL,
+                                       C_TEXT | C_NULL, C_ID | C_NULL, C_TEXT | C_NULL};
+        if (check_row(j, st, "the row", (long long)sqlite3_column_int64(st, 0), op_cols, op_types,
+                      err))
+            goto done;
         vx_op *op = &ops[cnt++];
         vx_op_kind kind = VX_OP_INSERT;
         const char *kname = (const char *)sqlite3_column_text(st, 3);
@@ -1225,6 +1277,10 @@ static int read_ops(vx_journal *j, int64_t patch_id, vx_op **out, size_t *n, vx_
         sqlite3_bind_int64(vs, 1, op->seq);
         int vr;
         while ((vr = sqlite3_step(vs)) == SQLITE_ROW) {
+            static const char *const vcols[] = {"role", "rows", "cols", "data", NULL};
+            static const int vtypes[] = {C_TEXT, C_I64, C_I64, C_BLOB};
+            if (check_row(j, vs, "a vector", (long long)op->seq, vcols, vtypes, err))
+                goto done;
             const char *role = (const char *)sqlite3_column_text(vs, 0);
             int64_t rows = sqlite3_column_int64(vs, 1), cols = sqlite3_column_int64(vs, 2);
             const void *blob = sqlite3_column_blob(vs, 3);
