@@ -114,6 +114,39 @@ int vx_json_parse(const char *label, const char *text, size_t n, cJSON **out, vx
     return vx_json_parse_as(label, text, n, 0, out, err);
 }
 
+static int key_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first object, depth first, that names one key twice, and that key; NULL when none
+ * does (or memory ran out, *oom set). cJSON answers the first of two, other readers the
+ * last: a container or checkpoint that says two things must not be read as either. */
+static const cJSON *dup_key(const cJSON *o, const char **key, int *oom)
+{
+    if (cJSON_IsObject(o) && o->child && o->child->next) {
+        size_t k = 0;
+        for (const cJSON *c = o->child; c; c = c->next) k++;
+        const char **names = malloc(k * sizeof *names);
+        if (!names) {
+            *oom = 1;
+            return NULL;
+        }
+        k = 0;
+        for (const cJSON *c = o->child; c; c = c->next) names[k++] = c->string ? c->string : "";
+        qsort(names, k, sizeof *names, key_cmp);
+        for (size_t i = 1; i < k && !*key; i++)
+            if (strcmp(names[i - 1], names[i]) == 0) *key = names[i];
+        free(names);
+        if (*key) return o;
+    }
+    for (const cJSON *c = (cJSON_IsObject(o) || cJSON_IsArray(o)) ? o->child : NULL; c; c = c->next) {
+        const cJSON *d = dup_key(c, key, oom);
+        if (d || *oom) return d;
+    }
+    return NULL;
+}
+
 int vx_json_parse_as(const char *label, const char *text, size_t n, int nul_ok, cJSON **out,
                      vx_err *err)
 {
@@ -149,6 +182,28 @@ int vx_json_parse_as(const char *label, const char *text, size_t n, int nul_ok, 
         *out = NULL;
         return vx_errf(err, VX_EFORMAT, "%s: top level is not a json object", label);
     }
+    /* a tokenizer.json's names may have been cut at a NUL into twins: its loader judges them */
+    if (!nul_ok && vx_json_twice(label, *out, err) < 0) {
+        cJSON_Delete(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int vx_json_twice(const char *label, const cJSON *root, vx_err *err)
+{
+    const char *key = NULL;
+    int oom = 0;
+    const cJSON *twice = dup_key(root, &key, &oom);
+    if (oom)
+        return vx_errf(err, VX_ENOMEM, "%s: out of memory checking its keys", label);
+    if (twice)
+        return vx_errf(err, VX_EFORMAT, "%s: key '%.80s' appears twice in %s%.80s%s; a reader "
+                       "cannot tell which value is meant", label, key,
+                       twice == root ? "the top-level object" : twice->string ? "object '" : "an object in a list",
+                       twice != root && twice->string ? twice->string : "",
+                       twice != root && twice->string ? "'" : "");
     return 0;
 }
 

@@ -544,6 +544,10 @@ int vx_patch_parse(const char *text, size_t len, const char *where, int hidden, 
         return vx_errf(err, VX_EFORMAT, "%s: a string holds U+0000 (near byte %zu); patch "
                        "strings cannot hold NUL", c.where, nul);
     }
+    if (vx_json_twice(c.where, root, err) < 0) {
+        cJSON_Delete(root);
+        return -1;
+    }
     int rc = -1;
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
     const cJSON *tags = cJSON_GetObjectItemCaseSensitive(root, "tags");

@@ -38,7 +38,7 @@ int vx_sha256_mapped(vx_sha256_ctx *ctx, const void *p, uint64_t n, int release,
 int vx_read_small_file(const char *path, const char *label, char **out, size_t *n, vx_err *err);
 /* Parse n bytes as one JSON object (trailing whitespace allowed). Malformed input fails
  * with "<label>: malformed json at line L:C", and so does a string holding NUL (cJSON would
- * end it there). *out is owned by the caller. */
+ * end it there) or an object naming a key twice. *out is owned by the caller. */
 int vx_json_parse(const char *label, const char *text, size_t n, cJSON **out, vx_err *err);
 /* The same; nul_ok takes a NUL-holding string as cJSON does, cut at the NUL: for
  * tokenizer.json, whose vocabulary may hold U+0000 and which transformers loads. */

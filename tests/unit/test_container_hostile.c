@@ -74,6 +74,13 @@ static void test_malformed(void)
     CHECK_STR(fx_open_err(&f), "index.json: trailing bytes after the json value (at byte 15)");
     put_text("index.json", "");
     CHECK_STR(fx_open_err(&f), "index.json: malformed json at line 1:1");
+    /* one key twice: cJSON reads the first, Python's json the last */
+    put_text("index.json", "{\"version\": 4, \"version\": 3}");
+    CHECK_STR(fx_open_err(&f), "index.json: key 'version' appears twice in the top-level "
+                               "object; a reader cannot tell which value is meant");
+    put_text("index.json", "{\"version\": 4, \"segments\": {\"a\": 1, \"b\": 2, \"a\": 3}}");
+    CHECK_STR(fx_open_err(&f), "index.json: key 'a' appears twice in object 'segments'; a "
+                               "reader cannot tell which value is meant");
     /* a name holding NUL would reach every reader as its shorter prefix */
     put_text("index.json", "{\"version\": 4,\n \"system_graph\": \"system_graph.json\\u0000x\"}");
     CHECK_STR(fx_open_err(&f), "index.json: a string holds U+0000 at line 2:36; names and values "

@@ -260,6 +260,10 @@ static void test_hostile(void)
            "\"i\": 1, \"c\": 1e300}}", H, "bad.vlp: operation 1 (update): field 'c' of down_meta "
            "must be a finite number (a 32-bit float: at most 3.4e38 in magnitude)");
     refuse("7", H, "bad.vlp: operation 1 (?): must be an object");
+    /* a key given twice: cJSON would take the first layer, another reader the second */
+    refuse("{\"op\": \"delete\", \"layer\": 1, \"layer\": 0, \"feature\": 0}", H,
+           "bad.vlp: key 'layer' appears twice in an object in a list; a reader cannot tell "
+           "which value is meant");
     /* a NUL would end the entity there (cJSON's strings are C strings): refused, whether
      * escaped or raw; an escaped backslash before "u0000" is six ordinary characters */
     refuse("{\"op\": \"delete_knn\", \"entity\": \"Zor\\u0000bania\"}", H,
