@@ -357,7 +357,23 @@ static int read_graph(vx_container *c, vx_err *err)
     }
     if (!c->component)
         return vx_errf(err, VX_EFORMAT, "%s has no components", rel);
-    return vx_shapes_read(c->graph, c->component, &c->shapes, &c->nshapes, err);
+    if (vx_shapes_read(c->graph, c->component, &c->shapes, &c->nshapes, err) < 0)
+        return -1;
+    /* index.json repeats the primary's geometry for tools that read no graph: two answers
+     * that differ would give those tools another model */
+    static const char *const keys[] = {"hidden_size", "num_layers"};
+    const int want[] = {c->shapes->hidden, c->shapes->layers};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->index, keys[i]);
+        if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == want[i])) {
+            char got[32];
+            snprintf(got, sizeof got, cJSON_IsNumber(v) ? "%.17g" : "(not a number)",
+                     cJSON_IsNumber(v) ? v->valuedouble : 0.0);
+            return vx_errf(err, VX_EFORMAT, "index.json: %s %s disagrees with the system "
+                           "graph's %d", keys[i], got, want[i]);
+        }
+    }
+    return 0;
 }
 
 static int read_index(vx_container *c, vx_err *err)

@@ -116,6 +116,19 @@ static void test_graph(void)
     CHECK_STR(fx_open_err(&f), "system_graph.json schema 5 is not supported; this lql reads schema 7");
     done();
 
+    /* index.json's copy of the geometry must be the graph's */
+    fresh();
+    fx_set_num(f.index, "hidden_size", 16);
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "index.json: hidden_size 16 disagrees with the system graph's 8");
+    done();
+    fresh();
+    cJSON_ReplaceItemInObject(f.index, "num_layers", cJSON_CreateString("2"));
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "index.json: num_layers (not a number) disagrees with the system "
+                               "graph's 2");
+    done();
+
     fresh();
     fx_write(&f);
     put_text("system_graph.json", "{\"schema\": 7, \"components\": [}");
