@@ -45,7 +45,22 @@ static int num(ctx *c, const cJSON *o, const char *k, double *out)
     if (!cJSON_IsNumber(v))
         return vx_errf(c->err, VX_EFORMAT, "system graph: %s.%s is missing or not a number",
                        c->where, k);
+    /* cJSON reads 1e999 as infinity */
+    if (!isfinite(v->valuedouble))
+        return vx_errf(c->err, VX_EFORMAT, "system graph: %s.%s is not a finite number",
+                       c->where, k);
     *out = v->valuedouble;
+    return 0;
+}
+
+/* A number above zero (an epsilon, a scale): zero or less has no meaning the executor could
+ * give it, and an epsilon of 0 divides a zero row by zero. */
+static int posnum(ctx *c, const cJSON *o, const char *k, double *out)
+{
+    if (num(c, o, k, out)) return -1;
+    if (!(*out > 0))
+        return vx_errf(c->err, VX_EFORMAT, "system graph: %s.%s = %g is not positive", c->where,
+                       k, *out);
     return 0;
 }
 
@@ -430,12 +445,12 @@ static int mla_plan(ctx *c, const cJSON *ml, float *qa_eps, float *kva_eps)
     if (known(c, ml, keys) || posint(c, ml, "kv_lora_rank", &m->kv_lora) ||
         posint(c, ml, "qk_nope_head_dim", &m->qk_nope) ||
         posint(c, ml, "qk_rope_head_dim", &m->qk_rope) ||
-        posint(c, ml, "v_head_dim", &m->v_head_dim) || num(c, ml, "kv_a_norm_eps", &e2))
+        posint(c, ml, "v_head_dim", &m->v_head_dim) || posnum(c, ml, "kv_a_norm_eps", &e2))
         return -1;
     m->q_lora = 0;
     e1 = 0;
     if (!is_null(field(ml, "q_lora_rank")) &&
-        (posint(c, ml, "q_lora_rank", &m->q_lora) || num(c, ml, "q_a_norm_eps", &e1)))
+        (posint(c, ml, "q_lora_rank", &m->q_lora) || posnum(c, ml, "q_a_norm_eps", &e1)))
         return -1;
     *qa_eps = (float)e1;
     *kva_eps = (float)e2;
@@ -898,7 +913,7 @@ int eng_plan_build(eng_model *m, vx_err *err)
     c.where = "execution.embedding";
     static const char *const ekeys[] = {"scale", "positions", NULL};
     double scale;
-    if (known(&c, emb, ekeys) || num(&c, emb, "scale", &scale)) return -1;
+    if (known(&c, emb, ekeys) || posnum(&c, emb, "scale", &scale)) return -1;
     m->embed_scale = (float)scale;
     int learned = 0;
     if (!is_null(field(emb, "positions"))) {
@@ -917,7 +932,7 @@ int eng_plan_build(eng_model *m, vx_err *err)
     static const char *const kinds[] = {"rms", "layer", NULL};
     double eps, off;
     if (known(&c, nj, nkeys) || choice(&c, nj, "kind", kinds, &g.ns.kind) ||
-        num(&c, nj, "eps", &eps) || optnum(&c, nj, "weight_offset", &off) ||
+        posnum(&c, nj, "eps", &eps) || optnum(&c, nj, "weight_offset", &off) ||
         boolean(&c, nj, "bias", &g.ns.bias))
         return -1;
     g.eps = (float)eps;
@@ -954,7 +969,7 @@ int eng_plan_build(eng_model *m, vx_err *err)
         m->rope.style = ROPE_NONE;
     } else if (known(&c, at, akeys) || posint(&c, at, "heads", &m->heads) ||
         posint(&c, at, "kv_heads", &m->kv_heads) || posint(&c, at, "head_dim", &m->head_dim) ||
-        num(&c, at, "scale", &ascale) || boolean(&c, at, "qkv_bias", &g.qkv_bias) ||
+        posnum(&c, at, "scale", &ascale) || boolean(&c, at, "qkv_bias", &g.qkv_bias) ||
         boolean(&c, at, "out_bias", &g.out_bias) || optnum(&c, at, "softcap", &cap) ||
         boolean(&c, at, "sinks", &g.sinks))
         return -1;

@@ -43,8 +43,19 @@ static inline void t_graph_refused(const char *tmp, const char *base, t_graph_ed
     cJSON *g = t_load_json(gp);
     CHECK(g != NULL);
     if (!g) return;
-    ed(cJSON_GetArrayItem(cJSON_GetObjectItem(g, "components"), 0));
+    cJSON *comp = cJSON_GetArrayItem(cJSON_GetObjectItem(g, "components"), 0);
+    ed(comp);
     t_save_json(gp, g);
+    /* index.json repeats the geometry, as the encoder would write it for this graph */
+    snprintf(gp, sizeof gp, "%s/index.json", dir);
+    cJSON *ix = t_load_json(gp);
+    static const char *const geo[] = {"hidden_size", "num_layers"};
+    for (int i = 0; ix && i < 2; i++) {
+        const cJSON *v = cJSON_GetObjectItem(comp, geo[i]);
+        if (v) cJSON_ReplaceItemInObject(ix, geo[i], cJSON_Duplicate(v, 1));
+    }
+    if (ix) t_save_json(gp, ix);
+    cJSON_Delete(ix);
     cJSON_Delete(g);
     vx_container *c = NULL;
     eng_model *m = NULL;

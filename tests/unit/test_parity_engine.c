@@ -148,6 +148,16 @@ static void e_bos(cJSON *c)
 {
     cJSON_ReplaceItemInObject(specials(c), "bos", cJSON_CreateNumber(-1));
 }
+static void e_eps(cJSON *c)
+{
+    cJSON *n = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "norm");
+    cJSON_ReplaceItemInObject(n, "eps", cJSON_CreateNumber(0));
+}
+static void e_scale(cJSON *c)
+{
+    cJSON *a = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "attention");
+    cJSON_ReplaceItemInObject(a, "scale", cJSON_CreateNumber(-0.25));
+}
 static void e_context(cJSON *c)
 {
     cJSON_ReplaceItemInObject(c, "context_length", cJSON_CreateNumber(7));
@@ -194,6 +204,8 @@ static void test_refusals(const char *gqa)
     refuse(gqa, e_eos_range, "system graph: execution.special_tokens.eos[] is not a token id below vocab_size 512");
     refuse(gqa, e_bos, "system graph: execution.special_tokens.bos is not a token id below vocab_size 512");
     refuse(gqa, e_eos_many, "system graph: execution.special_tokens.eos lists 33 ids; this executor stops on at most 32");
+    refuse(gqa, e_eps, "system graph: execution.norm.eps = 0 is not positive");
+    refuse(gqa, e_scale, "system graph: execution.attention.scale = -0.25 is not positive");
     refuse_at(gqa, e_context, 1, "system graph: context_length disagrees with execution.context_length 512");
 }
 
