@@ -90,6 +90,7 @@ static void test_version3_and_templates(void)
     /* A third layer makes the template demand layers.2.* */
     cJSON *comp = cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, "components"), 0);
     fx_set_num(comp, "num_layers", 3);
+    fx_set_num(f.index, "num_layers", 3);   /* index.json's copy follows the graph */
     fx_write(&f);
     CHECK_STR(fx_open_err(&f), "system graph: component.layers must list 3 layers");
     cJSON *ls = cJSON_GetObjectItem(comp, "layers");
@@ -226,6 +227,7 @@ static void test_graph_shape(void)
     cJSON_AddItemToObject(ex, "gated_deltanet", cJSON_CreateObject());
     cJSON_AddItemToObject(ex, "mamba2", cJSON_CreateObject());
     fx_set_num(comp, "num_layers", 3);
+    fx_set_num(f.index, "num_layers", 3);
     cJSON_ReplaceItemInObject(comp, "layers", cJSON_Parse(
         "[{\"operator\": \"softmax_attention\", \"window\": 8, \"ffn\": \"dense\","
         "  \"rope\": {\"style\": \"rotate_half\", \"theta\": 10000.0, \"rotary_dim\": 4, \"scaling\": null},"
