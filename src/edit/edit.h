@@ -77,6 +77,10 @@ int ed_active_ops(const ed_model *ed, vx_op **ops, size_t *n, vx_err *err);
 /* Replay the active operations into a fresh overlay and attach it (needs the browse
  * model: every call below that changes the journal replays). */
 int ed_refresh(ed_model *ed, vx_err *err);
+/* 1 when another session changed the journal since this one last read it (or created the
+ * journal this session had none of), so ed_refresh must run before the overlay is used;
+ * 0 when the overlay is current; -1 on error. */
+int ed_stale(ed_model *ed, vx_err *err);
 /* The replayed overlay, NULL when nothing is active. */
 const ed_overlay *ed_current(const ed_model *ed);
 /* Its overlay as the executor and browse read it (NULL when nothing is active). */

@@ -145,6 +145,13 @@ int ed_refresh(ed_model *ed, vx_err *err)
     return 0;
 }
 
+int ed_stale(ed_model *ed, vx_err *err)
+{
+    if (!ed->j)
+        return ed->jpath && strcmp(ed->jpath, ":memory:") != 0 && access(ed->jpath, F_OK) == 0;
+    return vx_journal_moved(ed->j, err);
+}
+
 const eng_overlay *ed_model_overlay(const ed_model *ed)
 {
     return ed->ov ? ed_overlay_eng(ed->ov) : NULL;

@@ -89,6 +89,25 @@ int lql_edit_knn_override(lql_session *s, const lql_stmt *st, eng_model *m, cons
     return 0;
 }
 
+int lql_edit_sync(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
+{
+    ed_model *ed = s->edit;
+    vx_err ve = {0};
+    int stale = ed ? ed_stale(ed, &ve) : 0;
+    if (stale < 0)
+        return lql_err_vx(e, &ve, &st->at);
+    if (!stale)
+        return 0;
+    if (lql_edit_model(s, st, 1, &ed, e) || (ed_refresh(ed, &ve) && lql_err_vx(e, &ve, &st->at)))
+        return -1;
+    ed_counts c = {0};
+    if (ed_current(ed))
+        ed_overlay_counts(ed_current(ed), &c);
+    lql_result_note(r, "journal %s was changed by another session: %zu operations replayed "
+                    "before this statement", ed_journal_place(ed), c.ops);
+    return 0;
+}
+
 int lql_edit_on_use(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     ed_model *ed = NULL;

@@ -182,6 +182,7 @@ int lql_exec_one(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     const lql_stmt_def *d = lql_stmt_def_of(st->kind);
     if (!d) return lql_errf(e, LQL_EEXEC, &st->at, "no handler for %s", lql_kind_name(st->kind));
+    if (s->edit && st->kind != LQL_S_USE && lql_edit_sync(s, st, r, e) < 0) return -1;
     return d->handler(s, st, r, e);
 }
 

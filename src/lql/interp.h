@@ -164,6 +164,9 @@ int lql_h_compact(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
  * opens or prepares the journal / overlay for the new binding. -1 refuses the USE (the
  * binding is then dropped). */
 int lql_edit_on_use(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
+/* Before every statement: when another session changed the bound journal since this one
+ * read it, replay it (with a note) so the statement sees what the journal holds. */
+int lql_edit_sync(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
 
 /* Encode a Hugging Face checkpoint into out_dir with lql's hooks (down-meta for
  * browse); dtype -1 keeps the source dtypes. Shared by EXTRACT and the golden runner's

@@ -27,6 +27,7 @@ struct vx_journal {
     int64_t recording;        /* patch id recording this session's edits, 0 when none */
     char *recording_name;
     uint64_t generation;
+    int64_t data_version;     /* PRAGMA data_version when last looked (vx_journal_moved) */
 };
 
 /* ---------------------------------------------------------------- errors */
@@ -442,7 +443,7 @@ int vx_journal_open(const char *path, const char *base_sha256, const char *base_
         dberr(j, "checking integrity", err);
         goto fail;
     }
-    if (prepare_schema(j, base_sha256, base_model, err))
+    if (prepare_schema(j, base_sha256, base_model, err) || vx_journal_moved(j, err) < 0)
         goto fail;
     *out = j;
     return 0;
@@ -471,6 +472,21 @@ const char *vx_journal_path(const vx_journal *j)
 uint64_t vx_journal_generation(const vx_journal *j)
 {
     return j->generation;
+}
+
+int vx_journal_moved(vx_journal *j, vx_err *err)
+{
+    sqlite3_stmt *st = prep(j, "PRAGMA data_version", err);
+    if (!st)
+        return -1;
+    int rc = sqlite3_step(st);
+    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW)
+        return dberr(j, "reading its data version", err);
+    int moved = v != j->data_version;
+    j->data_version = v;
+    return moved;
 }
 
 int64_t vx_journal_recording(const vx_journal *j)

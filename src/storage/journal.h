@@ -200,6 +200,10 @@ int vx_journal_active_ops(vx_journal *j, vx_op **ops, size_t *n, vx_err *err);
 /* A counter that changes whenever the effective journal may have changed (this handle's
  * writes), so callers can cache the replayed overlay. */
 uint64_t vx_journal_generation(const vx_journal *j);
+/* 1 when another connection (another lql session) committed to the journal since this
+ * handle last asked (or opened it), 0 when not, -1 on error. This handle's own commits do
+ * not count: SQLite's PRAGMA data_version. */
+int vx_journal_moved(vx_journal *j, vx_err *err);
 
 /* ---------------------------------------------------------------- .vlp patch files */
 
