@@ -991,7 +991,7 @@ static int explain_opts(lql_session *s, const lql_stmt *st, eng_model **em, brw_
     if (layer_range(st, eng_model_layers(*em), &o->layer_lo, &o->layer_hi, e) != 0)
         return -1;
     /* a range with no layer of the band named would explain nothing, said as nothing */
-    int in = o->band < 0 || !lql_has(st, LQL_C_LAYERS);
+    int in = o->band < 0 || !lql_has(st, LQL_C_LAYERS) || st->layers.all;
     for (int l = o->layer_lo; !in && l <= o->layer_hi; l++)
         in = brw_band_of(*m, l) == o->band;
     if (!in) {
