@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "files.h"
+#include "vindex.h"
 
 char *lql_read_stream(FILE *f, size_t max, size_t *n)
 {
@@ -61,5 +62,10 @@ int lql_output_path(const char *path, const char *what, const lql_span *at, lql_
     if (errno != ENOENT)
         return lql_errf(e, LQL_EEXEC, at, "%s: cannot check \"%s\": %s", what, path,
                         strerror(errno));
+    /* the writers' rule for the rest: a parent directory that exists, and not inside a
+     * container (the base is never written into), said before any work is done */
+    vx_err ve = {0};
+    if (vx_cw_check(path, NULL, VX_CW_FILE, what, &ve) != 0)
+        return lql_errf(e, LQL_EEXEC, at, "%s", ve.msg);
     return 0;
 }

@@ -21,7 +21,8 @@ char *lql_read_file(const char *path, size_t max, size_t *n);
  * called before the statement does any work: path must not be empty, must not climb with a
  * ".." component (relative or absolute: "../x", "a/../../x", "/tmp/../x"), and must not
  * exist yet: lql never overwrites a file, and no statement has an OVERWRITE clause, so the
- * message tells the user to remove it. `what` names the clause for the message
+ * message tells the user to remove it; its parent must be a directory and it may not lie
+ * inside a container (vx_cw_check, the container writers' rule). `what` names the clause for the message
  * ("TRACE SAVE"). 0, or -1 with e filled at `at`. The writer should still create the file
  * exclusively (O_EXCL, or fopen mode "wbx") so a file appearing in between is not clobbered
  * either. */

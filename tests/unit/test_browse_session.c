@@ -119,6 +119,15 @@ int main(void)
         free(in_b);
         free(in_a);
         free(again);
+        /* a file a statement writes may not land inside the container (SAVE PATCH, DIFF
+         * INTO PATCH and TRACE SAVE wrote into its segments/ folder) */
+        char bad[8600], *out2 = NULL;
+        lql_err le = {0};
+        snprintf(bad, sizeof bad, "TRACE \"x\" SAVE \"%s/segments/x.trace\";", dir);
+        CHECK(lql_eval(sa, bad, strlen(bad), LQL_OUT_TSV, &out2, &le) != 0);
+        CHECK_HAS(le.msg, "TRACE SAVE: '");
+        CHECK_HAS(le.msg, "/segments/x.trace' is inside the container '");
+        free(out2);
         lql_session_free(sa);
         lql_session_free(sb);
         unlink(jp);
