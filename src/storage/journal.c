@@ -231,6 +231,20 @@ static char *col_text(sqlite3_stmt *st, int i)
 
 /* ---------------------------------------------------------------- location */
 
+int vx_journal_guard(const char *dir, const char *what, vx_err *err)
+{
+    char path[4096], sha[65], jp[4096];
+    vx_err le = {0};
+    if (vx_resolve_in(dir, "index.json", path, sizeof path, err) < 0 ||
+        vx_sha256_file(path, sha, err) < 0)
+        return -1;
+    if (vx_journal_locate(dir, sha, jp, sizeof jp, &le) == 0 && access(jp, F_OK) == 0)
+        return vx_errf(err, VX_EARG, "%s rewrites index.json, and the journal '%s' is keyed to "
+                       "its sha256: its edits could not be opened again; COMPILE them into a new "
+                       "container first (or move the journal away)", what, jp);
+    return 0;
+}
+
 int vx_journal_locate(const char *container_dir, const char *index_sha256, char *out,
                       size_t outsz, vx_err *err)
 {

@@ -100,6 +100,10 @@ typedef struct vx_journal vx_journal;
  * session that only reads leaves no trace; the first edit calls vx_journal_create_dir. */
 int vx_journal_locate(const char *container_dir, const char *index_sha256, char *out,
                       size_t outsz, vx_err *err);
+/* -1 when the container at dir has a journal at its default place: `what` (REPRESENT,
+ * `vindex profile add`) is about to rewrite index.json, whose sha256 keys that journal, so
+ * its edits could never be opened again. 0 when there is none. */
+int vx_journal_guard(const char *dir, const char *what, vx_err *err);
 /* Create the directories above a journal path (mkdir -p of its parent). */
 int vx_journal_create_dir(const char *path, vx_err *err);
 

@@ -6,6 +6,7 @@
  * against the system graph (before any segment is opened), derives authority, and adds
  * profiles to a container by rewriting index.json atomically.
  */
+#include "journal.h"
 #include "vindex.h"
 #include "vx_int.h"
 
@@ -193,7 +194,7 @@ int vx_profile_add(const char *dir, const char *name, const vx_select *sel, size
         return vx_errf(err, VX_EARG, "profile '%s' selects nothing", name);
     cJSON *index = NULL, *graph = NULL;
     int rc = -1;
-    if (read_pair(dir, &index, &graph, err) < 0)
+    if (vx_journal_guard(dir, "adding a profile", err) < 0 || read_pair(dir, &index, &graph, err) < 0)
         goto out;
     for (size_t i = 0; i < n; i++) {
         if (vx_select_check(graph, sel[i].object, sel[i].representation, name, err) < 0)

@@ -8,6 +8,7 @@
  * are then rewritten atomically, index.json first, so a crash in between leaves a
  * container that still opens (an unlisted representation is ignored).
  */
+#include "journal.h"
 #include "vindex.h"
 #include "vx_int.h"
 
@@ -381,7 +382,7 @@ int vx_represent(const char *dir, const char *object, vx_dtype dt, vx_represent_
                        name ? name : "?");
     }
     vx_container *c = NULL;
-    if (vx_open(dir, &c, err) < 0)
+    if (vx_journal_guard(dir, "represent", err) < 0 || vx_open(dir, &c, err) < 0)
         return -1;
     job j = {.dir = dir, .object = object, .dt = dt, .exact = 1, .info = info, .err = err};
     int rc = -1;

@@ -399,6 +399,32 @@ int main(void)
     }
     if (encode("tinyllama-bf16", "tiny-bf16", bfdir, sizeof bfdir) == 0)
         test_fidelity_measured(bfdir);
+    /* a container with a journal at its default place: rewriting index.json would key the
+     * journal to nothing (vindex represent and profile add did it without a word) */
+    char jdir[256];
+    if (encode("tinyllama", "tiny-j", jdir, sizeof jdir) == 0) {
+        char jp[512], want[1024], before[65], after[65];
+        vx_err je = {0};
+        snprintf(jp, sizeof jp, "%s.lqljournal", jdir);
+        FILE *jf = fopen(jp, "w");
+        if (jf) fclose(jf);
+        sha_of(jdir, "index.json", before);
+        snprintf(want, sizeof want, "represent rewrites index.json, and the journal '%s' is "
+                 "keyed to its sha256: its edits could not be opened again; COMPILE them into "
+                 "a new container first (or move the journal away)", jp);
+        CHECK(vx_represent(jdir, "target.decoder_stack", VX_Q8_0, NULL, &je) == -1);
+        CHECK_STR(je.msg, want);
+        vx_select one = {"target.decoder_stack", "target.decoder_stack.f32"};
+        CHECK(vx_profile_add(jdir, "p", &one, 1, 0, &je) == -1);
+        CHECK_HAS(je.msg, "adding a profile rewrites index.json, and the journal '");
+        sha_of(jdir, "index.json", after);
+        CHECK_STR(after, before);
+        char seg[512];
+        snprintf(seg, sizeof seg, "%s/segments/target.decoder_stack.q8_0.bin", jdir);
+        CHECK(access(seg, F_OK) != 0);
+        unlink(jp);
+        CHECK_MSG(vx_profile_add(jdir, "p", &one, 1, 0, &je) == 0, "%s", je.msg);
+    }
     /* rows are split over threads: the bytes do not depend on how many */
     char t3dir[256];
     vx_represent_info in;
