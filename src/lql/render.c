@@ -285,12 +285,27 @@ static void json_value(FILE *f, const lql_table *t, size_t r, int c, int exact)
     else fputs(v, f);
 }
 
+/* A row object's keys are unique: a column named like an earlier one (SELECT token, TOKEN)
+ * is keyed "name_2", "name_3", …; a json reader would keep only one of two equal names. */
+static void json_key(FILE *f, const lql_table *t, int c)
+{
+    int seen = 1;
+    for (int k = 0; k < c; k++) seen += strcmp(t->cols[k].name, t->cols[c].name) == 0;
+    if (seen == 1) {
+        json_string(f, t->cols[c].name);
+        return;
+    }
+    char key[160];
+    snprintf(key, sizeof key, "%.120s_%d", t->cols[c].name, seen);
+    json_string(f, key);
+}
+
 static void json_row(FILE *f, const lql_table *t, size_t r, int exact)
 {
     fputc('{', f);
     for (int c = 0; c < t->ncols; c++) {
         if (c) fputs(", ", f);
-        json_string(f, t->cols[c].name);
+        json_key(f, t, c);
         fputs(": ", f);
         json_value(f, t, r, c, exact);
     }

@@ -145,6 +145,22 @@ static void nul_text(void)
     lql_result_free(r);
 }
 
+/* a json row's keys are unique even when two columns share a name (SELECT token, TOKEN) */
+static void same_names(void)
+{
+    lql_result *r = lql_result_new();
+    static const lql_colspec cols[] = {{"token", LQL_TEXT, 0}, {"token", LQL_TEXT, 0},
+                                       {"n", LQL_INT, 0}, {"token", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, NULL, 4, cols);
+    lql_row(t);
+    lql_cell_text(t, "a");
+    lql_cell_text(t, "b");
+    lql_cell_int(t, 1);
+    lql_cell_text(t, "c");
+    check_mode(r, LQL_OUT_JSONL, "{\"token\": \"a\", \"token_2\": \"b\", \"n\": 1, \"token_3\": \"c\"}\n");
+    lql_result_free(r);
+}
+
 static void check_opts(const lql_result *r, lql_render_opts o, const char *want)
 {
     char *got = NULL;
@@ -438,6 +454,7 @@ int main(void)
         return 1;
     modes();
     nul_text();
+    same_names();
     modes_more();
     echo_window();
     stream();
