@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 struct vx_journal {
@@ -34,10 +36,33 @@ struct vx_journal {
 
 /* Fill err from the database's last error, phrased for the user: what failed, where,
  * and the likely cause. Always -1. */
+/* SQLite loses the errno of a WAL write that fails at COMMIT (sqlite3_system_errno is 0
+ * there): a file-size limit the journal or its WAL has reached, or a full file system, is
+ * told from the place itself. 0 when neither. */
+static int out_of_room(const char *path)
+{
+    char wal[4200];
+    struct stat a, b;
+    struct rlimit rl;
+    struct statvfs v;
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    off_t big = stat(path, &a) == 0 ? a.st_size : 0;
+    if (stat(wal, &b) == 0 && b.st_size > big)
+        big = b.st_size;
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        (rlim_t)big + 65536 >= rl.rlim_cur)
+        return EFBIG;
+    if (statvfs(path, &v) == 0 && (uint64_t)v.f_bavail * v.f_frsize < (1u << 20))
+        return ENOSPC;
+    return 0;
+}
+
 int vx_journal_dberr(sqlite3 *db, const char *path, const char *doing, vx_err *err)
 {
     int rc = db ? sqlite3_extended_errcode(db) : SQLITE_NOMEM;
     int sys = db ? sqlite3_system_errno(db) : 0;
+    if ((rc & 0xff) == SQLITE_IOERR && sys == 0 && path)
+        sys = out_of_room(path);
     const char *m = db ? sqlite3_errmsg(db) : "out of memory";
     switch (rc & 0xff) {
     case SQLITE_FULL:
