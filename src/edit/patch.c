@@ -12,6 +12,14 @@
 int ed_begin_patch(ed_model *ed, const char *name, char *prev, size_t nprev, int64_t *taken,
                    vx_err *err)
 {
+    /* a name is typed back (REMOVE PATCH), printed in notes and is SAVE PATCH's default
+     * file "<name>.vlp" in the current directory: it must survive all three unchanged */
+    for (const char *c = name ? name : ""; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f || *c == '/')
+            return vx_errf(err, VX_EARG, "patch name holds %s at byte %d: a name is typed back, "
+                           "printed and saved as \"<name>.vlp\" here, so control characters "
+                           "and '/' are not allowed", *c == '/' ? "'/'" : "a control character",
+                           (int)(c - name));
     if (ed_journal_open(ed, 1, err))
         return -1;
     const char *was = vx_journal_recording_name(ed->j);
