@@ -58,7 +58,7 @@ void lql_edit_note_recorded(lql_result *r, const ed_model *ed, const vx_record_i
 {
     if (info->auto_started)
         lql_result_note(r, "auto-patch started: %s (edits are journaled in %s; SAVE PATCH "
-                        "\"file.vlp\" exports them)", info->patch_name,
+                        "\"file.vlp\" in this session exports them)", info->patch_name,
                         vx_journal_path(ed_journal(ed)));
 }
 
