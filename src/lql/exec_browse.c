@@ -520,7 +520,7 @@ int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e
     if (d.n_edges == 0)
         lql_result_note(r, "%s: no edges found", ent);
     else
-        lql_result_note(r, "%s: signal %s (%zu edges, %zu shown, max gate %.4f)", ent, d.signal,
+        lql_result_note(r, "%s: signal %s (%zu edges, %zu shown, strongest gate scanned %.4f)", ent, d.signal,
                         d.total_edges, d.n_edges, (double)d.max_gate);
     if (facts)
         lql_result_note(r, "%s: %zu inserted fact%s in the journal (the 'inserted' table)", ent,
