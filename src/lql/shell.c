@@ -106,9 +106,14 @@ int lql_eval_to(lql_session *s, const char *text, size_t n, const lql_eval_opts 
         lql_result *r = lql_result_new();
         if (!r) { rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory"); break; }
         memset(e, 0, sizeof *e);
-        if (o->readonly && lql_stmt_writes(one))
-            rc = lql_errf(e, LQL_EREFUSED, &one->at, "%s writes: refused in a read-only shell (-readonly)",
-                          lql_kind_name(one->kind));
+        if (o->readonly && lql_stmt_writes(one)) {
+            /* TRACE and DIFF write only through a clause: name and point at it */
+            int cl = one->kind == LQL_S_TRACE ? LQL_C_SAVE : one->kind == LQL_S_DIFF ? LQL_C_INTO_PATCH : -1;
+            rc = lql_errf(e, LQL_EREFUSED, cl >= 0 ? &one->clause_at[cl] : &one->at,
+                          "%s%s writes: refused in a read-only shell (-readonly)",
+                          lql_kind_name(one->kind), cl == LQL_C_SAVE ? " … SAVE"
+                                                    : cl == LQL_C_INTO_PATCH ? " … INTO PATCH" : "");
+        }
         else
             rc = lql_exec_one(s, one, r, e);
         if (rc < 0 && e->line == 0) { e->line = one->at.line; e->col = one->at.col; e->len = one->at.len; }

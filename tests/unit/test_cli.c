@@ -114,6 +114,11 @@ static void options(void)
     CHECK(sh(LQL " -readonly -c 'BEGIN PATCH \"p\";'", &out, &err) == 1);
     CHECK_HAS(err, "BEGIN PATCH writes: refused in a read-only shell (-readonly)");
     free(out); free(err);
+    /* TRACE writes only through SAVE: the refusal names and points at the clause */
+    CHECK(sh(LQL " -readonly -c 'TRACE \"x\" SAVE \"ro.trace\";'", &out, &err) == 1);
+    CHECK_HAS(err, "error: <command>:1:11: TRACE … SAVE writes: refused in a read-only shell "
+                   "(-readonly)");
+    free(out); free(err);
 
     /* -bail stops at the first failure */
     CHECK(sh(LQL " -bail -c 'STATS;' -c '.print after'", &out, &err) == 1);
