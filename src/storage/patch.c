@@ -557,7 +557,8 @@ int vx_patch_parse(const char *text, size_t len, const char *where, int hidden, 
         goto done;
     }
     if (!cJSON_IsNumber(ver)) {
-        perr(&c, VX_EFORMAT, "missing numeric field 'version'", NULL, NULL);
+        perr(&c, VX_EFORMAT, ver ? "field 'version' must be a number" : "missing numeric field 'version'",
+             NULL, NULL);
         goto done;
     }
     if (ver->valuedouble != 1) {
@@ -596,7 +597,8 @@ int vx_patch_parse(const char *text, size_t len, const char *where, int hidden, 
         }
     }
     if (!cJSON_IsArray(ops)) {
-        perr(&c, VX_EFORMAT, "missing array field 'operations'", NULL, NULL);
+        perr(&c, VX_EFORMAT, ops ? "field 'operations' must be an array"
+                                 : "missing array field 'operations'", NULL, NULL);
         goto done;
     }
     size_t n = (size_t)cJSON_GetArraySize(ops);

@@ -303,6 +303,14 @@ static void test_hostile(void)
     const char *noops = "{\"version\": 1, \"base_model\": \"m\", \"created_at\": \"x\"}";
     CHECK(vx_patch_parse(noops, strlen(noops), "n.vlp", H, &p, &err) == -1);
     CHECK_STR(err.msg, "n.vlp: missing array field 'operations'");
+    /* present but of another type is said so, not as missing */
+    const char *objops = "{\"version\": 1, \"base_model\": \"m\", \"created_at\": \"x\", "
+                         "\"operations\": {\"a\": 1}}";
+    CHECK(vx_patch_parse(objops, strlen(objops), "o.vlp", H, &p, &err) == -1);
+    CHECK_STR(err.msg, "o.vlp: field 'operations' must be an array");
+    const char *strver = "{\"version\": \"1\", \"operations\": []}";
+    CHECK(vx_patch_parse(strver, strlen(strver), "v.vlp", H, &p, &err) == -1);
+    CHECK_STR(err.msg, "v.vlp: field 'version' must be a number");
     const char *nobase = "{\"version\": 1, \"created_at\": \"x\", \"operations\": []}";
     CHECK(vx_patch_parse(nobase, strlen(nobase), "n.vlp", H, &p, &err) == -1);
     CHECK_STR(err.msg, "n.vlp: missing field 'base_model'");
