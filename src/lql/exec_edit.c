@@ -89,6 +89,15 @@ int lql_edit_knn_override(lql_session *s, const lql_stmt *st, eng_model *m, cons
     return 0;
 }
 
+/* ", N KNN-store entries" for a replay note, "" when there are none (the usual case) */
+static const char *knn_part(size_t n)
+{
+    static _Thread_local char buf[48];
+    if (!n) return "";
+    snprintf(buf, sizeof buf, ", %zu KNN-store entr%s", n, n == 1 ? "y" : "ies");
+    return buf;
+}
+
 int lql_edit_sync(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     ed_model *ed = s->edit;
@@ -131,9 +140,9 @@ int lql_edit_on_use(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
         ed_counts c;
         ed_overlay_counts(ov, &c);
         lql_result_note(r, "journal %s: %zu operations replayed (%zu tombstones, %zu replaced "
-                        "features, %zu metadata overrides, %zu low-rank deltas)",
+                        "features, %zu metadata overrides, %zu low-rank deltas%s)",
                         ed_journal_place(ed), c.ops, c.tombstones, c.replaced, c.meta,
-                        c.lowrank);
+                        c.lowrank, knn_part(c.knn));
     }
     return 0;
 }

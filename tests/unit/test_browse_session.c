@@ -128,6 +128,15 @@ int main(void)
         CHECK_HAS(le.msg, "TRACE SAVE: '");
         CHECK_HAS(le.msg, "/segments/x.trace' is inside the container '");
         free(out2);
+        /* the replay note counts the KNN-store entries among its operations */
+        free(run(sb, "INSERT INTO EDGES (entity, relation, target) VALUES (\"Zorbania\", "
+                     "\"capital\", \"London\") MODE KNN;"));
+        lql_session *sc = lql_session_new();
+        char *note = run(sc, usej);
+        CHECK(note != NULL);
+        if (note) CHECK_HAS(note, "0 low-rank deltas, 1 KNN-store entry)");
+        free(note);
+        lql_session_free(sc);
         lql_session_free(sa);
         lql_session_free(sb);
         unlink(jp);
