@@ -296,24 +296,24 @@ static void test_hostile(void)
     CHECK(err.code == VX_EVERSION);
     CHECK(vx_patch_parse("{\"version\": 1, ", 15, "trunc.vlp", H, &p, &err) == -1);
     CHECK_HAS(err.msg, "trunc.vlp: not valid JSON (near byte ");
-    const char *tail = "{\"version\": 1, \"base_model\": \"m\", \"created_at\": \"x\", "
-                       "\"operations\": []} garbage";
-    CHECK(vx_patch_parse(tail, strlen(tail), "tail.vlp", H, &p, &err) == -1);
-    CHECK_STR(err.msg, "tail.vlp: text after the JSON object (near byte 71)");
-    const char *noops = "{\"version\": 1, \"base_model\": \"m\", \"created_at\": \"x\"}";
-    CHECK(vx_patch_parse(noops, strlen(noops), "n.vlp", H, &p, &err) == -1);
-    CHECK_STR(err.msg, "n.vlp: missing array field 'operations'");
-    /* present but of another type is said so, not as missing */
-    const char *objops = "{\"version\": 1, \"base_model\": \"m\", \"created_at\": \"x\", "
-                         "\"operations\": {\"a\": 1}}";
-    CHECK(vx_patch_parse(objops, strlen(objops), "o.vlp", H, &p, &err) == -1);
-    CHECK_STR(err.msg, "o.vlp: field 'operations' must be an array");
-    const char *strver = "{\"version\": \"1\", \"operations\": []}";
-    CHECK(vx_patch_parse(strver, strlen(strver), "v.vlp", H, &p, &err) == -1);
-    CHECK_STR(err.msg, "v.vlp: field 'version' must be a number");
-    const char *nobase = "{\"version\": 1, \"created_at\": \"x\", \"operations\": []}";
-    CHECK(vx_patch_parse(nobase, strlen(nobase), "n.vlp", H, &p, &err) == -1);
-    CHECK_STR(err.msg, "n.vlp: missing field 'base_model'");
+    /* whole-file refusals: text after the object, a field missing, or present but of
+     * another type (said so, not as missing) */
+    static const char *const whole[][2] = {
+        {"{\"version\": 1, \"base_model\": \"m\", \"created_at\": \"x\", \"operations\": []} garbage",
+         "text after the JSON object (near byte 71)"},
+        {"{\"version\": 1, \"base_model\": \"m\", \"created_at\": \"x\"}",
+         "missing array field 'operations'"},
+        {"{\"version\": 1, \"base_model\": \"m\", \"created_at\": \"x\", \"operations\": {\"a\": 1}}",
+         "field 'operations' must be an array"},
+        {"{\"version\": \"1\", \"operations\": []}", "field 'version' must be a number"},
+        {"{\"version\": 1, \"created_at\": \"x\", \"operations\": []}", "missing field 'base_model'"},
+    };
+    for (size_t i = 0; i < sizeof whole / sizeof *whole; i++) {
+        char want[160];
+        snprintf(want, sizeof want, "w.vlp: %s", whole[i][1]);
+        CHECK(vx_patch_parse(whole[i][0], strlen(whole[i][0]), "w.vlp", H, &p, &err) == -1);
+        CHECK_STR(err.msg, want);
+    }
     CHECK(vx_patch_read("/nonexistent/x.vlp", H, &p, &err) == -1);
     CHECK_STR(err.msg, "cannot open patch ('/nonexistent/x.vlp'): No such file or directory");
     CHECK(vx_patch_write("/nonexistent/x.vlp", &p, &err) == -1);
