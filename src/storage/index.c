@@ -94,6 +94,26 @@ size_t vx_json_nul_at(const char *text, size_t n)
     return (size_t)-1;
 }
 
+size_t vx_json_too_deep(const char *text, size_t n)
+{
+    int in_str = 0;
+    long depth = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = text[i];
+        if (in_str) {
+            if (ch == '\\') i++;
+            else if (ch == '"') in_str = 0;
+        } else if (ch == '"') {
+            in_str = 1;
+        } else if (ch == '[' || ch == '{') {
+            if (++depth > CJSON_NESTING_LIMIT) return i;
+        } else if (ch == ']' || ch == '}') {
+            depth--;
+        }
+    }
+    return (size_t)-1;
+}
+
 /* 1-based line and column of byte pos of text. */
 static void line_col(const char *text, size_t pos, unsigned *line, unsigned *col)
 {
@@ -154,6 +174,12 @@ int vx_json_parse_as(const char *label, const char *text, size_t n, int nul_ok, 
     unsigned line, col;
     *out = cJSON_ParseWithLengthOpts(text, n, &end, 0);
     if (!*out) {
+        size_t deep = vx_json_too_deep(text, n);
+        if (deep != (size_t)-1) {
+            line_col(text, deep, &line, &col);
+            return vx_errf(err, VX_EFORMAT, "%s: nested deeper than %d levels at line %u:%u "
+                           "(the JSON reader's limit)", label, CJSON_NESTING_LIMIT, line, col);
+        }
         line_col(text, end && end >= text && end <= text + n ? (size_t)(end - text) : n, &line,
                  &col);
         return vx_errf(err, VX_EFORMAT, "%s: malformed json at line %u:%u", label, line, col);

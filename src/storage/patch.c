@@ -529,7 +529,10 @@ int vx_patch_parse(const char *text, size_t len, const char *where, int hidden, 
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
-        size_t at = end && end >= text ? (size_t)(end - text) : 0;
+        size_t at = end && end >= text ? (size_t)(end - text) : 0, deep = vx_json_too_deep(text, len);
+        if (deep != (size_t)-1)
+            return vx_errf(err, VX_EFORMAT, "%s: nested deeper than %d levels (near byte %zu; the "
+                           "JSON reader's limit)", c.where, CJSON_NESTING_LIMIT, deep);
         return vx_errf(err, VX_EFORMAT, "%s: not valid JSON (near byte %zu)", c.where, at);
     }
     for (const char *q = end; q < text + len; q++)

@@ -63,6 +63,10 @@ int vx_errf(vx_err *err, int code, const char *fmt, ...)
  * \u0000 escape, or a raw zero byte), (size_t)-1 when none: cJSON ends its strings
  * there, so readers refuse such text rather than take a shorter string. */
 size_t vx_json_nul_at(const char *text, size_t n);
+/* The offset of the first '[' or '{' nested deeper than cJSON parses
+ * (CJSON_NESTING_LIMIT), (size_t)-1 when none: a refusal then names the limit instead of
+ * calling valid JSON malformed. */
+size_t vx_json_too_deep(const char *text, size_t n);
 /* -1 with "<label>: key 'k' appears twice in object 'o'…" when an object of root names one
  * key twice (cJSON reads the first, other readers the last); vx_json_parse checks it. */
 int vx_json_twice(const char *label, const cJSON *root, vx_err *err);

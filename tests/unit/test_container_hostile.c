@@ -74,6 +74,16 @@ static void test_malformed(void)
     CHECK_STR(fx_open_err(&f), "index.json: trailing bytes after the json value (at byte 15)");
     put_text("index.json", "");
     CHECK_STR(fx_open_err(&f), "index.json: malformed json at line 1:1");
+    {
+        static char deep[2100];
+        memset(deep, '[', 1500);
+        memcpy(deep + 1500, "]]", 3);
+        char doc[2200];
+        snprintf(doc, sizeof doc, "{\"a\": %s}", deep);
+        put_text("index.json", doc);
+        CHECK_STR(fx_open_err(&f), "index.json: nested deeper than 1000 levels at line 1:1006 "
+                                   "(the JSON reader's limit)");
+    }
     /* one key twice: cJSON reads the first, Python's json the last */
     put_text("index.json", "{\"version\": 4, \"version\": 3}");
     CHECK_STR(fx_open_err(&f), "index.json: key 'version' appears twice in the top-level "

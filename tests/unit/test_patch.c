@@ -308,6 +308,16 @@ static void test_hostile(void)
         {"{\"version\": \"1\", \"operations\": []}", "field 'version' must be a number"},
         {"{\"version\": 1, \"created_at\": \"x\", \"operations\": []}", "missing field 'base_model'"},
     };
+    {   /* valid JSON nested past the reader's limit is said so, not called invalid */
+        static char deep[4200];
+        int k = snprintf(deep, sizeof deep, "{\"version\": 1, \"operations\": ");
+        for (int d = 0; d < 2000; d++) deep[k + d] = '[';
+        for (int d = 0; d < 2000; d++) deep[k + 2000 + d] = ']';
+        deep[k + 4000] = '}';
+        CHECK(vx_patch_parse(deep, strlen(deep), "d.vlp", H, &p, &err) == -1);
+        CHECK_STR(err.msg, "d.vlp: nested deeper than 1000 levels (near byte 1028; the JSON "
+                           "reader's limit)");
+    }
     for (size_t i = 0; i < sizeof whole / sizeof *whole; i++) {
         char want[160];
         snprintf(want, sizeof want, "w.vlp: %s", whole[i][1]);
