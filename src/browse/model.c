@@ -209,12 +209,14 @@ int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_
         size_t len = 0;
         if (eng_tok_decode_after(m->tok, &id, 1, 0, &m->text[id], &len, &e2) != 0)
             m->text[id] = NULL;
-        /* a lone byte of a multi-byte character decodes to U+FFFD, and "<0x00>" or
-         * byte-level "Ā" to a NUL the C string would hide: show the piece ("<0xE2>", "â",
-         * "<0x00>") instead, so distinct tokens stay distinguishable */
+        /* a lone byte of a multi-byte character decodes to U+FFFD, "<0x00>" or
+         * byte-level "Ā" to a NUL the C string would hide, and "\n" or " " to nothing once
+         * the token columns trim it: show the piece ("<0xE2>", "Ā", "<0x0A>", "Ċ")
+         * instead, so distinct tokens stay distinguishable */
         const char *piece = eng_tok_piece(m->tok, id);
-        if (m->text[id] && piece &&
-            (strstr(m->text[id], "\xEF\xBF\xBD") || strlen(m->text[id]) != len)) {
+        if (m->text[id] && piece && *piece &&
+            (strstr(m->text[id], "\xEF\xBF\xBD") || strlen(m->text[id]) != len ||
+             !m->text[id][strspn(m->text[id], " \t\n\r")])) {
             char *p = strdup(piece);
             if (p) {
                 free(m->text[id]);
