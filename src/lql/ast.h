@@ -287,8 +287,10 @@ int lql_parse(const char *text, size_t n, lql_arena *arena, lql_stmt **out, lql_
 /* How error messages and echoed source lines show the text at p[0..n) (n > 0): the byte
  * length of the character there when it is shown as it is (a tab, or a printable
  * character that is valid UTF-8), or 0 when its first byte is shown as `\xNN` (a control
- * byte, or a byte that does not start valid UTF-8). */
-int lql_shown_len(const char *p, size_t n);
+ * byte, or a byte that does not start valid UTF-8). *cols (unless NULL) receives the
+ * terminal columns it takes: 4 for `\xNN`, 2 for a wide (East Asian) character, 0 for a
+ * combining mark, so a caret under the culprit lines up. */
+int lql_shown_len(const char *p, size_t n, int *cols);
 
 /* Split: find the end of the first statement in text[0..n): the offset just past its
  * terminating `;` (outside strings and comments), or n when there is none. Returns 1 when

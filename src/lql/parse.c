@@ -154,11 +154,15 @@ static void syntax_error(lql_pctx *p, const toklist *tl, int k, const lql_token 
                     hint ? "?)" : "");
 }
 
-int lql_shown_len(const char *p, size_t n)
+int lql_shown_len(const char *p, size_t n, int *cols)
 {
     utf8proc_int32_t cp;
     utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)p, (utf8proc_ssize_t)n, &cp);
-    if (k <= 0 || (cp < 0x20 && cp != '\t') || cp == 0x7f) return 0;
+    if (k <= 0 || (cp < 0x20 && cp != '\t') || cp == 0x7f) {
+        if (cols) *cols = 4;
+        return 0;
+    }
+    if (cols) *cols = cp == '\t' ? 1 : utf8proc_charwidth(cp) > 0 ? utf8proc_charwidth(cp) : 0;
     return (int)k;
 }
 
@@ -167,7 +171,7 @@ static const char *shown(const char *z, int n, char *out)
 {
     char *o = out;
     for (int i = 0; i < n;) {
-        int k = lql_shown_len(z + i, (size_t)(n - i));
+        int k = lql_shown_len(z + i, (size_t)(n - i), NULL);
         if (k) { memcpy(o, z + i, (size_t)k); o += k; i += k; }
         else o += sprintf(o, "\\x%02x", (unsigned char)z[i++]);
     }

@@ -154,8 +154,7 @@ int lql_eval(lql_session *s, const char *text, size_t n, lql_outmode mode, char 
  * f is NULL; returns its bytes, *cols its columns. */
 static size_t echo_char(FILE *f, const char *p, const char *e, int *cols)
 {
-    int k = lql_shown_len(p, (size_t)(e - p));
-    *cols = k ? 1 : 4;
+    int k = lql_shown_len(p, (size_t)(e - p), cols);
     if (f && k) fwrite(p, 1, (size_t)k, f);
     else if (f) fprintf(f, "\\x%02x", (unsigned char)*p);
     return k ? (size_t)k : 1;

@@ -250,6 +250,12 @@ static void echo_window(void)
     s = lql_error_text(NULL, "a\x01" "b\x1b[2J", 1, &c);
     CHECK_STR(s, "error: 1:3: m\n  a\\x01b\\x1b[2J\n       ^\n");
     free(s);
+    /* a wide character takes two columns and a combining mark none: the caret under "x"
+     * stands where a terminal shows it */
+    lql_err w = {LQL_ESYNTAX, 1, 6, 1, "m"};
+    s = lql_error_text(NULL, "\"\xE6\x9D\xB1" "e\xCC\x81\"x", 1, &w);
+    CHECK_STR(s, "error: 1:6: m\n  \"\xE6\x9D\xB1" "e\xCC\x81\"x\n       ^\n");
+    free(s);
 }
 
 /* The stream reader: statements run as lines end them; BOM, `;;` and NUL. */
