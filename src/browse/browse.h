@@ -121,9 +121,12 @@ const brw_dmet *brw_down_meta(const brw_model *m);   /* NULL when the container 
 void brw_bands(const brw_model *m, int band[3][2]);
 int brw_band_of(const brw_model *m, int layer);
 const char *brw_band_name(int band);                  /* "syntax" "knowledge" "output" */
-/* Readable text of a token id: the decoded piece (leading space kept), "" if empty. The
- * string is owned by m. */
+/* Readable text of a token id: the decoded piece (leading space kept), "" if empty; the
+ * vocabulary piece instead where the decoded text would hide the token (U+FFFD, a NUL,
+ * whitespace alone). The string is owned by m. */
 const char *brw_token_text(const brw_model *m, int32_t id);
+/* Does the token decode to whitespace alone (brw_token_text then shows its piece)? */
+int brw_token_blank(const brw_model *m, int32_t id);
 /* s with surrounding whitespace removed, into buf (truncated to n - 1 bytes). */
 void brw_trim(const char *s, char *buf, size_t n);
 /* A label for (layer, feature), NULL when none: the relation of the insert that wrote the

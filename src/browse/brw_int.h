@@ -67,7 +67,9 @@ struct brw_model {
     brw_dmet *dmet;
     int band[3][2];
     char bands_note[128];    /* why index.browse.layer_bands was not used, or "" */
-    char **text;             /* [vocab] lazily decoded token texts */
+    char **text;             /* [vocab] token texts as the token columns show them */
+    unsigned char *blank;    /* [vocab] 1: the token decodes to whitespace alone (text[]
+                              * holds its piece), never a DESCRIBE target */
     cJSON *labels;           /* feature_labels.json ("L{l}_F{f}" or "l:f" keys), or NULL */
     const char ***label_of;  /* [layers][features] its string, or NULL (layers without one) */
     cJSON *clusters;         /* relation_clusters.json (labels[c]), or NULL */

@@ -184,7 +184,7 @@ int brw_describe_run(const brw_model *m, const char *entity, const brw_describe_
                 continue;
             char tgt[128];
             brw_trim(brw_token_text(m, md.top_id), tgt, sizeof tgt);
-            if (!content_word(tgt) || strcasecmp(tgt, ent) == 0)
+            if (brw_token_blank(m, md.top_id) || !content_word(tgt) || strcasecmp(tgt, ent) == 0)
                 continue;
             cand c = {.gate = h->score, .layer = h->layer, .layer_min = h->layer,
                       .layer_max = h->layer, .count = 1, .feature = h->feature};
@@ -197,7 +197,7 @@ int brw_describe_run(const brw_model *m, const char *entity, const brw_describe_
                     continue;
                 char a[128];
                 brw_trim(brw_token_text(m, md.ids[t]), a, sizeof a);
-                if (!readable(a))
+                if (brw_token_blank(m, md.ids[t]) || !readable(a))
                     continue;
                 seen_readable = 1;
                 n_read++;

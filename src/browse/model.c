@@ -200,7 +200,8 @@ int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_
     }
     m->tok = tok;
     m->text = calloc((size_t)m->s.vocab + 1, sizeof *m->text);
-    if (!m->text) {
+    m->blank = calloc((size_t)m->s.vocab + 1, 1);
+    if (!m->text || !m->blank) {
         vx_errf(err, VX_ENOMEM, "browse: out of memory");
         goto fail;
     }
@@ -214,9 +215,9 @@ int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_
          * the token columns trim it: show the piece ("<0xE2>", "Ā", "<0x0A>", "Ċ")
          * instead, so distinct tokens stay distinguishable */
         const char *piece = eng_tok_piece(m->tok, id);
+        m->blank[id] = m->text[id] && !m->text[id][strspn(m->text[id], " \t\n\r")];
         if (m->text[id] && piece && *piece &&
-            (strstr(m->text[id], "\xEF\xBF\xBD") || strlen(m->text[id]) != len ||
-             !m->text[id][strspn(m->text[id], " \t\n\r")])) {
+            (strstr(m->text[id], "\xEF\xBF\xBD") || strlen(m->text[id]) != len || m->blank[id])) {
             char *p = strdup(piece);
             if (p) {
                 free(m->text[id]);
@@ -280,6 +281,7 @@ void brw_close(brw_model *m)
         for (int i = 0; i < m->s.vocab; i++)
             free(m->text[i]);
     free(m->text);
+    free(m->blank);
     brw_dmet_free(m->dmet);
     eng_tok_free(m->own_tok);
     cJSON_Delete(m->labels);
@@ -391,6 +393,11 @@ const char *brw_token_text(const brw_model *m, int32_t id)
     if (id < 0 || id >= m->s.vocab || !m->text[id])
         return "";
     return m->text[id];
+}
+
+int brw_token_blank(const brw_model *m, int32_t id)
+{
+    return id >= 0 && id < m->s.vocab && m->blank[id];
 }
 
 

@@ -154,6 +154,20 @@ static void token_label(const char *piece, char *buf, size_t n)
     buf[o] = 0;
 }
 
+/* token_label of a query token: a whitespace token as its decoded text ("\n"), which the
+ * token columns show as its piece ("Ċ") only because trimming would leave nothing. */
+static void query_label(const brw_model *m, int32_t id, char *buf, size_t n)
+{
+    char *text = NULL;
+    size_t len;
+    vx_err ve;
+    if (!brw_token_blank(m, id) ||
+        eng_tok_decode_after(brw_tokenizer(m), &id, 1, 0, &text, &len, &ve) != 0)
+        text = NULL;
+    token_label(text ? text : brw_token_text(m, id), buf, n);
+    free(text);
+}
+
 /* The first k readable down tokens other than the top one, ", "-joined. */
 static void down_list(const brw_model *m, const brw_meta *md, int k, char *buf, size_t n)
 {
@@ -253,7 +267,7 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
     if (brw_walk_run(m, st->arg, &o, &w, &ve) != 0)
         return lql_err_vx(e, &ve, &st->arg_at);
     char tok[128];
-    token_label(brw_token_text(m, w.token), tok, sizeof tok);
+    query_label(m, w.token, tok, sizeof tok);
     int rc = 0;
     if (explain) {
         lql_colspec pc[] = {{"step", LQL_TEXT, 0}, {"detail", LQL_TEXT, 0}};
