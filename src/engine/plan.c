@@ -29,6 +29,7 @@ typedef struct ctx {
     const char *where;     /* "execution.attention" etc., for messages */
     int exact[3];          /* per object (embedding, stack, head): its bound representation
                             * has source authority, so block codecs multiply exactly */
+    unsigned char *read;   /* per tensor of the container: an operation reads it */
 } ctx;
 
 static const cJSON *field(const cJSON *o, const char *k)
@@ -179,7 +180,27 @@ static const vx_tensor *operand(ctx *c, int layer, const char *name, int64_t d0,
                 obj, vx_dtype_name(t->dtype) ? vx_dtype_name(t->dtype) : "?");
         return NULL;
     }
+    c->read[t - vx_tensor_at(c->m->c, 0)] = 1;
     return t;
+}
+
+/* Every stored operand of the target's objects is read by some operation. One that none
+ * reads means the graph and the operands disagree: a flag that would read it (qkv_bias,
+ * final_norm, ...) false or absent, so running would silently drop a term of the model. */
+static int all_read(const ctx *c)
+{
+    for (size_t i = 0; i < vx_tensor_count(c->m->c); i++) {
+        const vx_tensor *t = vx_tensor_at(c->m->c, i);
+        if (c->read[i] || (strcmp(t->object, OBJ_EMB) != 0 && strcmp(t->object, OBJ_DEC) != 0 &&
+                           strcmp(t->object, OBJ_OUT) != 0))
+            continue;
+        return vx_errf(c->err, VX_EFORMAT,
+                       "operand '%s' of %s is stored but no operation of the system graph "
+                       "reads it (a flag such as execution.final_norm or attention.qkv_bias "
+                       "false or absent?): graph and operands disagree",
+                       t->name, t->object);
+    }
+    return 0;
 }
 
 static int matrix(ctx *c, int layer, eng_w *w, int64_t rows, int64_t cols, const char *fmt, ...)
@@ -887,11 +908,25 @@ static int geometry_ok(const eng_model *m, vx_err *err)
     return 0;
 }
 
+static int plan_build(ctx *c);
+
 int eng_plan_build(eng_model *m, vx_err *err)
 {
     ctx c = {m, err, "component",
              {source_authority(m->c, OBJ_EMB), source_authority(m->c, OBJ_DEC),
-              source_authority(m->c, OBJ_OUT)}};
+              source_authority(m->c, OBJ_OUT)},
+             calloc(vx_tensor_count(m->c) + 1, 1)};
+    if (!c.read) return vx_errf(err, VX_ENOMEM, "out of memory binding the model");
+    int rc = plan_build(&c) || all_read(&c) ? -1 : 0;
+    free(c.read);
+    return rc;
+}
+
+static int plan_build(ctx *cp)
+{
+    ctx c = *cp;
+    eng_model *m = c.m;
+    vx_err *err = c.err;
     const vx_graph_shape *sh = vx_shape_of(m->c);
     const cJSON *ex = sh->execution;
     m->shape = sh;

@@ -158,6 +158,15 @@ static void e_scale(cJSON *c)
     cJSON *a = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "attention");
     cJSON_ReplaceItemInObject(a, "scale", cJSON_CreateNumber(-0.25));
 }
+static void e_final_gone(cJSON *c)
+{
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItem(c, "execution"), "final_norm");
+}
+static void e_tied(cJSON *c)
+{
+    cJSON *h = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "lm_head");
+    cJSON_ReplaceItemInObject(h, "tied", cJSON_CreateTrue());
+}
 static void e_context(cJSON *c)
 {
     cJSON_ReplaceItemInObject(c, "context_length", cJSON_CreateNumber(7));
@@ -206,6 +215,13 @@ static void test_refusals(const char *gqa)
     refuse(gqa, e_eos_many, "system graph: execution.special_tokens.eos lists 33 ids; this executor stops on at most 32");
     refuse(gqa, e_eps, "system graph: execution.norm.eps = 0 is not positive");
     refuse(gqa, e_scale, "system graph: execution.attention.scale = -0.25 is not positive");
+    /* an operand no operation reads: running would drop a term of the model */
+    refuse(gqa, e_final_gone, "operand 'final_norm' of target.output_head is stored but no operation "
+           "of the system graph reads it (a flag such as execution.final_norm or "
+           "attention.qkv_bias false or absent?): graph and operands disagree");
+    refuse(gqa, e_tied, "operand 'lm_head' of target.output_head is stored but no operation of the "
+           "system graph reads it (a flag such as execution.final_norm or attention.qkv_bias "
+           "false or absent?): graph and operands disagree");
     refuse_at(gqa, e_context, 1, "system graph: context_length disagrees with execution.context_length 512");
 }
 
