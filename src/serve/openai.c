@@ -504,18 +504,27 @@ void srv_complete_run(srv *S, srv_job *j)
         goto streamed;
     }
     g.after = eng_tok_has_text(g.tok, prompt, np);
-    if ((int64_t)np + max > S->context) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "prompt (%zu tokens) + max_tokens %d exceeds the model's "
-                 "context of %d", np, max, S->context);
-        srv_job_error(j, 400, msg, "invalid_request_error", "context_length_exceeded", "max_tokens");
+    /* the shell's rule (INFER … GENERATE): the last token generated is never fed back, so
+     * it needs no position; a prompt too long on its own is the prompt's fault */
+    if ((int64_t)np + max - 1 > S->context) {
+        char msg[240];
+        const int alone = (int64_t)np > S->context;
+        if (alone)
+            snprintf(msg, sizeof msg, "prompt has %zu tokens, more than the model's context of %d",
+                     np, S->context);
+        else
+            snprintf(msg, sizeof msg, "prompt (%zu tokens) + max_tokens %d exceeds the model's "
+                     "context of %d (the prompt and all but the last generated token take a "
+                     "position)", np, max, S->context);
+        srv_job_error(j, 400, msg, "invalid_request_error", "context_length_exceeded",
+                      alone ? (chat ? "messages" : "prompt") : "max_tokens");
         free(prompt);
         goto streamed;
     }
     g.ids = malloc((size_t)max * sizeof *g.ids);
     out = malloc((size_t)max * sizeof *out);
     int n_out = 0, rc = g.ids && out ? 0 : -1;
-    if (rc == 0) rc = eng_session_new(m, (int)np + max, &es, &ve);
+    if (rc == 0) rc = eng_session_new(m, (int)np + max - 1, &es, &ve);
     if (rc == 0) rc = eng_generate_each(es, prompt, (int)np, max, &sp, on_token, &g, out, &n_out, &ve);
     eng_session_free(es);
     free(prompt);

@@ -339,6 +339,17 @@ try:
           "detokenize 1e300 %s %s" % (s, b))
     s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 300})
     check(s == 400 and b["error"]["code"] == "context_length_exceeded", "context %s" % b)
+    # the shell's rule: the prompt and all but the last generated token take a position
+    _, b, _ = req("POST", "/v1/tokenize", {"text": P})
+    n_p = len(b.get("tokens", []))
+    s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 257 - n_p, "temperature": 0})
+    check(s == 200 and b["usage"]["prompt_tokens"] == n_p, "the last token needs no position %s %s" % (s, b))
+    s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 258 - n_p})
+    check(s == 400 and b["error"]["param"] == "max_tokens" and "all but the last" in b["error"]["message"],
+          "context by one %s" % b)
+    s, b, _ = req("POST", "/v1/completions", {"prompt": " x" * 300, "max_tokens": 1})
+    check(s == 400 and b["error"]["code"] == "context_length_exceeded" and b["error"]["param"] == "prompt"
+          and "more than the model's context of 256" in b["error"]["message"], "prompt alone %s" % b)
     s, b, _ = req("POST", "/v1/completions", {"prompt": P, "model": "other"})
     check(s == 404 and b["error"]["code"] == "model_not_found", "model %s" % s)
     s, b, _ = req("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
