@@ -493,7 +493,7 @@ int brw_walk_query(const brw_model *m, const char *prompt, float *q, int32_t *to
         return -1;
     if (n == 0) {
         free(ids);
-        return vx_errf(err, VX_EARG, "the prompt \"%s\" has no tokens", prompt);
+        return vx_errf(err, VX_EARG, "empty prompt: it has no tokens");
     }
     *tok = ids[n - 1];
     free(ids);

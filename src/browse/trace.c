@@ -197,7 +197,7 @@ int brw_trace_run(eng_model *em, const char *prompt, const brw_trace_opts *o,
         return -1;
     if (n == 0) {
         free(ids);
-        return vx_errf(err, VX_EARG, "the prompt \"%s\" has no tokens", prompt);
+        return vx_errf(err, VX_EARG, "empty prompt: it has no tokens");
     }
     if (n > (size_t)eng_model_context(em)) {
         free(ids);
@@ -488,7 +488,7 @@ int brw_explain_run(eng_model *em, const brw_model *bm, const int32_t *ids_in, i
         return vx_errf(err, VX_EARG, "layer range %d-%d is out of range (the model has %d "
                        "layers: 0-%d)", lo, hi, L, L - 1);
     if (n <= 0)
-        return vx_errf(err, VX_EARG, "the prompt has no tokens");
+        return vx_errf(err, VX_EARG, "empty prompt: it has no tokens");
     int32_t *ids = malloc((size_t)n * sizeof *ids);
     if (!ids)
         return vx_errf(err, VX_ENOMEM, "explain: out of memory");

@@ -87,7 +87,9 @@ static const lql_stmt_def defs[] = {
      "INFER \"prompt\" {TOP n | GENERATE n | TEMPERATURE x | TOP_P x | SEED n | COMPARE}",
      "A full forward pass (overlay applied): the next-token distribution as rank, token, "
      "prob (TOP, default 5). GENERATE n continues the prompt greedily, or sampled with "
-     "TEMPERATURE / TOP_P / SEED. Without SEED the seed is 0, so a sampled continuation is "
+     "TEMPERATURE / TOP_P / SEED, for n tokens or until an end-of-sequence token (the "
+     "graph's `special_tokens.eos`; kept in the output), as Hugging Face's generate() "
+     "stops, so fewer than n may come back. Without SEED the seed is 0, so a sampled continuation is "
      "the same on every run (a script reproduces; the HTTP API's `seed` is random when "
      "absent, as OpenAI's is, SERVE.md). COMPARE shows the base model beside the effective "
      "one."},
