@@ -468,6 +468,102 @@ int vx_encode_dtype_check(int dtype, vx_err *err)
     return 0;
 }
 
+/* Everything an encode holds, on the heap: a SIGBUS jump out of the middle of it loses
+ * nothing the cleanup needs. */
+typedef struct encode_run {
+    st_model *m;
+    hf_plan plan;
+    enc e;
+    cJSON *index, *graph;
+    vx_cw *cw;
+} encode_run;
+
+static int encode_body(encode_run *r, const char *src, const char *out_dir,
+                       const vx_encode_opts *opts, vx_err *err)
+{
+    if (st_open_dir(src, &r->m, err) < 0 || hf_admit(src, r->m, &r->plan, err) < 0)
+        return -1;
+    st_model *m = r->m;
+    hf_plan *plan = &r->plan;
+    if (plan->num_layers > 0 && opts->layer_hi >= plan->num_layers)
+        return vx_errf(err, VX_EARG, "encode: layer band [%d, %d] is outside the model (layers 0..%d)",
+                       opts->layer_lo, opts->layer_hi, plan->num_layers - 1);
+
+    enc *e = &r->e;
+    *e = (enc){.o = opts, .m = m, .err = err};
+    if (vx_cw_open(&r->cw, out_dir, NULL, "encode", err) < 0)
+        return -1;
+    e->f32 = malloc(CHUNK_ELEMS * sizeof(float));
+    e->cbuf = malloc(CHUNK_ELEMS * 4);
+    e->gbuf = malloc(CHUNK_ELEMS * 4);
+    e->hashed = calloc(st_count(m) + 1, 1);
+    if (!e->f32 || !e->cbuf || !e->gbuf || !e->hashed)
+        return vx_errf(err, VX_ENOMEM, "encode: out of memory");
+    for (int i = 0; i < HF_NOBJ; i++)
+        for (size_t k = 0; k < plan->obj[i].n; k++)
+            e->total += op_bytes(&plan->obj[i].op[k], out_dtype(e, &plan->obj[i].op[k]));
+
+    const char *model = opts->model_name;
+    char base[PATH_MAX];
+    if (!model) {
+        snprintf(base, sizeof base, "%s", src);
+        model = basename(base);
+    }
+    r->index = make_index(plan, model, src, opts);
+    cJSON *graph = r->graph = cJSON_CreateObject();
+    cJSON_AddNumberToObject(graph, "schema", VX_GRAPH_SCHEMA);
+    cJSON *comps = cJSON_AddArrayToObject(graph, "components");
+    cJSON_AddItemToArray(comps, plan->component);
+    plan->component = NULL;
+    if (plan->aux) {
+        cJSON_AddItemToArray(comps, plan->aux);
+        plan->aux = NULL;
+    }
+    cJSON *objects = cJSON_AddArrayToObject(graph, "objects");
+    cJSON_AddItemToObject(graph, "edges", plan->edges ? plan->edges : cJSON_CreateArray());
+    plan->edges = NULL;
+    int rc = 0;
+    for (int i = 0; i < HF_NOBJ && rc == 0; i++)
+        if (plan->obj[i].n)
+            rc = encode_object(e, r->cw, &plan->obj[i], r->index, objects);
+    for (size_t i = 0; vx_hf_snapshots[i] && rc == 0; i++)
+        rc = vx_copy_snapshot(src, vx_cw_dir(r->cw), vx_hf_snapshots[i], err);
+    if (rc == 0)
+        rc = vx_cw_json(r->cw, "system_graph.json", graph, err);
+    if (rc == 0)
+        rc = vx_cw_index(r->cw, r->index, err);
+    if (rc == 0 && opts->finish) {
+        rc = opts->finish(opts->finish_ctx, vx_cw_dir(r->cw), r->index, err);
+        if (rc == 0)
+            rc = vx_cw_index(r->cw, r->index, err);
+    }
+    if (rc == 0) {
+        rc = vx_cw_commit(r->cw, err);
+        r->cw = NULL;
+    }
+    return rc < 0 ? -1 : 0;
+}
+
+/* encode_body with SIGBUS guarded: the checkpoint is read through its mapping, so a file
+ * cut short meanwhile (rewritten, truncated by another program) faults, and the encode
+ * fails instead of the process. */
+static int encode_guarded(encode_run *r, const char *src, const char *out_dir,
+                          const vx_encode_opts *opts, vx_err *err)
+{
+    sigjmp_buf bus;
+    int rc;
+    if (sigsetjmp(bus, 1) == 0) {
+        vx_bus_arm(&bus);
+        rc = encode_body(r, src, out_dir, opts, err);
+    } else {
+        rc = vx_errf(err, VX_EIO, "encode: a file of checkpoint '%s' shrank or vanished while it "
+                     "was being read (SIGBUS on its mapping): the checkpoint changed during the "
+                     "encode; nothing was written", src);
+    }
+    vx_bus_disarm();
+    return rc;
+}
+
 int vx_encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opts, vx_err *err)
 {
     vx_encode_opts defaults;
@@ -488,88 +584,19 @@ int vx_encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opt
     if (!realpath(hf_dir, src))
         return vx_errf(err, VX_EIO, "encode: cannot open checkpoint directory '%s': %s", hf_dir,
                        strerror(errno));
-    st_model *m = NULL;
-    hf_plan plan;
-    memset(&plan, 0, sizeof plan);
-    if (st_open_dir(src, &m, err) < 0)
-        return -1;
-    if (hf_admit(src, m, &plan, err) < 0) {
-        st_close(m);
-        return -1;
-    }
-    if (plan.num_layers > 0 && opts->layer_hi >= plan.num_layers) {
-        hf_plan_free(&plan);
-        st_close(m);
-        return vx_errf(err, VX_EARG, "encode: layer band [%d, %d] is outside the model (layers 0..%d)",
-                       opts->layer_lo, opts->layer_hi, plan.num_layers - 1);
-    }
-
-    int rc = 0;
-    enc e = {.o = opts, .m = m, .err = err};
-    cJSON *index = NULL, *graph = NULL;
-    vx_cw *cw = NULL;
-    if ((rc = vx_cw_open(&cw, out_dir, NULL, "encode", err)) < 0)
-        goto out;
-    e.f32 = malloc(CHUNK_ELEMS * sizeof(float));
-    e.cbuf = malloc(CHUNK_ELEMS * 4);
-    e.gbuf = malloc(CHUNK_ELEMS * 4);
-    e.hashed = calloc(st_count(m) + 1, 1);
-    if (!e.f32 || !e.cbuf || !e.gbuf || !e.hashed) {
-        rc = vx_errf(err, VX_ENOMEM, "encode: out of memory");
-        goto out;
-    }
-    for (int i = 0; i < HF_NOBJ; i++)
-        for (size_t k = 0; k < plan.obj[i].n; k++)
-            e.total += op_bytes(&plan.obj[i].op[k], out_dtype(&e, &plan.obj[i].op[k]));
-
-    const char *model = opts->model_name;
-    char base[PATH_MAX];
-    if (!model) {
-        snprintf(base, sizeof base, "%s", src);
-        model = basename(base);
-    }
-    index = make_index(&plan, model, src, opts);
-    graph = cJSON_CreateObject();
-    cJSON_AddNumberToObject(graph, "schema", VX_GRAPH_SCHEMA);
-    cJSON *comps = cJSON_AddArrayToObject(graph, "components");
-    cJSON_AddItemToArray(comps, plan.component);
-    plan.component = NULL;
-    if (plan.aux) {
-        cJSON_AddItemToArray(comps, plan.aux);
-        plan.aux = NULL;
-    }
-    cJSON *objects = cJSON_AddArrayToObject(graph, "objects");
-    cJSON_AddItemToObject(graph, "edges", plan.edges ? plan.edges : cJSON_CreateArray());
-    plan.edges = NULL;
-    for (int i = 0; i < HF_NOBJ && rc == 0; i++)
-        if (plan.obj[i].n)
-            rc = encode_object(&e, cw, &plan.obj[i], index, objects);
-    if (rc < 0)
-        goto out;
-    for (size_t i = 0; vx_hf_snapshots[i] && rc == 0; i++)
-        rc = vx_copy_snapshot(src, vx_cw_dir(cw), vx_hf_snapshots[i], err);
-    if (rc == 0)
-        rc = vx_cw_json(cw, "system_graph.json", graph, err);
-    if (rc == 0)
-        rc = vx_cw_index(cw, index, err);
-    if (rc == 0 && opts->finish) {
-        rc = opts->finish(opts->finish_ctx, vx_cw_dir(cw), index, err);
-        if (rc == 0)
-            rc = vx_cw_index(cw, index, err);
-    }
-    if (rc == 0) {
-        rc = vx_cw_commit(cw, err);
-        cw = NULL;
-    }
-out:
-    vx_cw_abort(cw);
-    cJSON_Delete(index);
-    cJSON_Delete(graph);
-    free(e.f32);
-    free(e.cbuf);
-    free(e.gbuf);
-    free(e.hashed);
-    hf_plan_free(&plan);
-    st_close(m);
+    encode_run *r = calloc(1, sizeof *r);
+    if (!r)
+        return vx_errf(err, VX_ENOMEM, "encode: out of memory");
+    int rc = encode_guarded(r, src, out_dir, opts, err);
+    vx_cw_abort(r->cw);
+    cJSON_Delete(r->index);
+    cJSON_Delete(r->graph);
+    free(r->e.f32);
+    free(r->e.cbuf);
+    free(r->e.gbuf);
+    free(r->e.hashed);
+    hf_plan_free(&r->plan);
+    st_close(r->m);
+    free(r);
     return rc < 0 ? -1 : 0;
 }

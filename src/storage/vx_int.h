@@ -28,6 +28,15 @@ void vx_sha256_free(vx_sha256_ctx *ctx);
 int vx_sha256_mapped(vx_sha256_ctx *ctx, const void *p, uint64_t n, int release,
                      const char *what, vx_err *err);
 
+/* ---- SIGBUS on mapped reads (sigbus.c) ----
+ * A mapped file that shrinks while it is read raises SIGBUS. Between vx_bus_arm(&jb) and
+ * vx_bus_disarm() on this thread, it returns to `sigsetjmp(jb, 1)` with 1 instead: take
+ * sigsetjmp first, arm when it returns 0, and keep what the region changes in memory the
+ * jump cannot lose (heap, or objects only reached through a pointer). */
+#include <setjmp.h>
+void vx_bus_arm(sigjmp_buf *jb);
+void vx_bus_disarm(void);
+
 /* ---- JSON files (index.c) ---- */
 #define VX_VERSION_MIN 3          /* index.json versions this reader accepts (VINDEX3) */
 #define VX_VERSION_MAX 4

@@ -714,6 +714,18 @@ static void cancel_progress(void *ctx, const char *stage, uint64_t done, uint64_
         vx_cancel_flag = 1;
 }
 
+/* Cut the checkpoint short once the encode is under way, as another program rewriting it
+ * would: the rest of its mapping faults. */
+static void truncate_progress(void *ctx, const char *stage, uint64_t done, uint64_t total)
+{
+    (void)stage;
+    (void)total;
+    if (done > 0 && *(const char *)ctx) {
+        CHECK(truncate((const char *)ctx, 4096) == 0);
+        *(char *)ctx = 0;
+    }
+}
+
 static int finish_hook(void *ctx, const char *tmpdir, cJSON *index, vx_err *e)
 {
     (void)e;
@@ -774,6 +786,21 @@ static void sharding_and_failures(void)
     CHECK_STR(err.msg, "encode: cancelled");
     CHECK(leftovers("cancelled.vx") == 0);
     vx_cancel_flag = 0;
+
+    /* A checkpoint file cut short mid-encode: SIGBUS on its mapping becomes an error, and
+     * nothing is left behind. */
+    char cut[256], shard[300];
+    snprintf(cut, sizeof cut, "%s/cut-src", tmp);
+    CHECK(sh("cp -r '%s/models/tinyllama' '%s'", LQL_FIXTURE_DIR, cut) == 0);
+    snprintf(shard, sizeof shard, "%s/model.safetensors", cut);
+    vx_encode_opts_init(&o);
+    o.progress = truncate_progress;
+    o.progress_ctx = shard;
+    CHECK(vx_encode(cut, out_path("cut.vx"), &o, &err) == -1);
+    CHECK(err.code == VX_EIO);
+    CHECK_HAS(err.msg, "shrank or vanished while it was being read (SIGBUS on its mapping)");
+    CHECK(shard[0] == 0);                                   /* it did truncate */
+    CHECK(leftovers("cut.vx") == 0);
 }
 
 /* Copy a fixture into tmp/name, then edit its config with a sed expression. */
