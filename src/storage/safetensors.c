@@ -422,10 +422,12 @@ int st_open_dir(const char *dir, st_model **out, vx_err *err)
     if (!m)
         return vx_errf(err, VX_ENOMEM, "safetensors: out of memory");
     int rc;
-    if (access(ipath, F_OK) == 0)
-        rc = open_index(m, dir, ipath, err);
-    else if (access(fpath, F_OK) == 0)
+    /* transformers' order: model.safetensors wins over an index beside it (a stale index
+     * left next to a re-saved model must not pick the old shards) */
+    if (access(fpath, F_OK) == 0)
         rc = add_file(m, fpath, err) < 0 ? -1 : finish(m, err);
+    else if (access(ipath, F_OK) == 0)
+        rc = open_index(m, dir, ipath, err);
     else
         rc = vx_errf(err, VX_EMISSING, "'%s' has neither model.safetensors nor "
                      "model.safetensors.index.json", dir);

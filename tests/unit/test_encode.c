@@ -757,6 +757,15 @@ static void sharding_and_failures(void)
         cJSON_Delete(ix);
     }
 
+    /* model.safetensors wins over an index beside it, as transformers loads it: here the
+     * index is stale and names a shard that is gone */
+    char both[256];
+    snprintf(both, sizeof both, "%s/both-src", tmp);
+    CHECK(sh("'%s/mkfixture' --family llama --layers 2 -o '%s' && printf '%%s' "
+             "'{\"weight_map\": {\"model.norm.weight\": \"model-00001-of-00002.safetensors\"}}' "
+             "> '%s/model.safetensors.index.json'", LQL_BINARY_DIR, both, both) == 0);
+    encode_ok(both, "both.vx", NULL);
+
     /* A small shard cap splits the decoder stack; tensors never straddle files. */
     setenv("LQL_SHARD_CAP", "4300000", 1);
     if (encode_ok(LQL_FIXTURE_DIR "/models/tinyllama", "capped.vx", NULL) == 0) {
