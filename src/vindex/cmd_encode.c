@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+/* SIGINT, SIGTERM and SIGHUP cancel: the encode removes its temporary tree and returns */
 static void on_sigint(int sig)
 {
     (void)sig;
@@ -62,15 +63,16 @@ VINDEX_HANDLER(encode)
         o.progress = progress;
     o.finish = brw_encode_finish;
     o.finish_ctx = &o;
-    struct sigaction sa, old;
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction sa, old[3];
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, &old);
+    for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, &old[i]);
     double t0 = now();
     vx_err err = {0};
     int rc = vx_encode(a->pos[0], out, &o, &err);
     double secs = now() - t0;
-    sigaction(SIGINT, &old, NULL);
+    for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
     if (tty)
         fprintf(stderr, "\r%60s\r", "");
     if (rc < 0)
