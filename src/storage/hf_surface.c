@@ -201,10 +201,14 @@ static int is_token(const cJSON *v, int vocab)
 int hf_special_tokens(judge *j, const cJSON *gen, int vocab, cJSON *st)
 {
     const cJSON *bos = hf_key(j, "bos_token_id"), *eos = hf_key(j, "eos_token_id");
-    if (!bos || cJSON_IsNull(bos))
+    const char *bos_file = "config.json";
+    if (!bos || cJSON_IsNull(bos)) {
         bos = gen ? cJSON_GetObjectItemCaseSensitive(gen, "bos_token_id") : NULL;
+        bos_file = "generation_config.json";
+    }
     if (bos && !cJSON_IsNull(bos) && !is_token(bos, vocab))
-        return hf_bad_type(j, "bos_token_id", "a token id below vocab_size (or null)");
+        return vx_errf(j->err, VX_EFORMAT, "%s: key 'bos_token_id' must be a token id below "
+                       "vocab_size %d (or null) for family '%s'", bos_file, vocab, j->family);
     cJSON_AddItemToObject(st, "bos", bos && cJSON_IsNumber(bos) ? cJSON_CreateNumber(bos->valuedouble)
                                                                 : cJSON_CreateNull());
     cJSON *ids = cJSON_AddArrayToObject(st, "eos");
@@ -216,7 +220,9 @@ int hf_special_tokens(judge *j, const cJSON *gen, int vocab, cJSON *st)
         const cJSON *one = cJSON_IsArray(v) ? v->child : v;
         for (; one; one = cJSON_IsArray(v) ? one->next : NULL) {
             if (!is_token(one, vocab))
-                return hf_bad_type(j, "eos_token_id", "a token id below vocab_size (or a list of them)");
+                return vx_errf(j->err, VX_EFORMAT, "%s: key 'eos_token_id' must be a token id "
+                               "below vocab_size %d (or a list of them) for family '%s'",
+                               s ? "generation_config.json" : "config.json", vocab, j->family);
             int dup = 0;
             const cJSON *e;
             cJSON_ArrayForEach(e, ids) dup |= e->valuedouble == one->valuedouble;

@@ -907,8 +907,13 @@ static void refusals(void)
         cJSON_Delete(ix);
     }
     variant("llama-gqa", "bos600", "s/\"bos_token_id\": 510/\"bos_token_id\": 600/");
-    refuse("bos600", "config.json: key 'bos_token_id' must be a token id below vocab_size (or null) for "
-           "family 'llama'");
+    refuse("bos600", "config.json: key 'bos_token_id' must be a token id below vocab_size 512 (or "
+           "null) for family 'llama'");
+    /* an id from generation_config.json is blamed on that file */
+    variant("llama-gqa", "geneos", NULL);
+    CHECK(sh("printf '%%s' '{\"eos_token_id\": [511, 9999]}' > '%s/geneos/generation_config.json'", tmp) == 0);
+    refuse("geneos", "generation_config.json: key 'eos_token_id' must be a token id below vocab_size "
+           "512 (or a list of them) for family 'llama'");
     variant("gpt2", "ninner0", "s/\"n_inner\": null/\"n_inner\": 0/");
     refuse("ninner0", "config.json: key 'n_inner' must be a positive integer or null for family 'gpt2'");
     variant("gemma2", "eps0", "s/\"rms_norm_eps\": 1e-06/\"rms_norm_eps\": 0/");
