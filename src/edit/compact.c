@@ -169,7 +169,12 @@ static int merge(const vx_container *c, vx_cw *cw, const char *id, cJSON *r,
     int rc = 0;
     const char *first = v[0].rel;
     const char *object = v[0].hdr->object ? v[0].hdr->object : v[0].object;
-    if (vx_segw_fit(t, nt, vx_shard_cap(), id, object, &fit, &quiet) || fit < nt)
+    uint64_t cap;
+    if (vx_shard_cap(&cap, err) < 0) {
+        rc = -1;
+        goto done;
+    }
+    if (vx_segw_fit(t, nt, cap, id, object, &fit, &quiet) || fit < nt)
         goto done;   /* over the cap: the shards stay as they are */
     vx_segw *w = NULL;
     if ((rc = vx_cw_segment(cw, first, object,

@@ -475,8 +475,8 @@ static int write_graph_segments(importer *im)
         cJSON_DeleteItemFromObjectCaseSensitive(segs, cJSON_GetStringValue(old));
     cJSON_ReplaceItemInObjectCaseSensitive(rep, "segments", list);
     vx_sha256_ctx pay;
-    int rc = vx_sha256_init(&pay, im->err);
-    uint64_t cap = vx_shard_cap();
+    uint64_t cap;
+    int rc = vx_shard_cap(&cap, im->err) < 0 ? -1 : vx_sha256_init(&pay, im->err);
     for (size_t i = 0, nfile = 0; rc == 0 && i < n; nfile++) {
         size_t fit;
         if ((rc = vx_segw_fit(tt + i, n - i, cap, "bank import", im->object, &fit, im->err)) < 0)

@@ -352,7 +352,11 @@ static int encode_object(enc *e, vx_cw *cw, const hf_object *ob, cJSON *index, c
         free(tt);
         return -1;
     }
-    uint64_t cap = vx_shard_cap();
+    uint64_t cap;
+    if (vx_shard_cap(&cap, e->err) < 0) {
+        free(tt);
+        return -1;
+    }
     int nfile = 0;
     for (size_t i = 0; rc == 0 && i < ob->n; nfile++) {
         /* Take operands while the file stays within the cap. */

@@ -204,7 +204,9 @@ static int write_tensor(job *j, vx_segw *w, size_t i)
  * index records (segments object, the representation's list). */
 static int write_segments(job *j, cJSON *segs_rec, cJSON *rep_segs)
 {
-    uint64_t cap = vx_shard_cap();
+    uint64_t cap;
+    if (vx_shard_cap(&cap, j->err) < 0)
+        return -1;
     for (size_t i = 0; i < j->n;) {
         size_t span = 0;
         if (vx_segw_fit(&j->tw[i], j->n - i, cap, "represent", j->object, &span, j->err) < 0)

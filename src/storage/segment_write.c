@@ -60,14 +60,20 @@ uint64_t vx_segw_header_bound(const vx_segw_tensor *t, size_t n)
     return b;
 }
 
-uint64_t vx_shard_cap(void)
+int vx_shard_cap(uint64_t *cap, vx_err *err)
 {
     const char *z = getenv("LQL_SHARD_CAP");
+    *cap = 4ull << 30;
     if (!z || !*z)
-        return 4ull << 30;
+        return 0;
     char *end;
+    errno = 0;
     unsigned long long v = strtoull(z, &end, 10);
-    return *end || v == 0 ? 4ull << 30 : (uint64_t)v;
+    if (*end || v == 0 || errno || *z == '-' || *z == '+')
+        return vx_errf(err, VX_EARG, "LQL_SHARD_CAP='%.64s' is not a positive number of bytes "
+                       "(unset it for the 4 GiB default)", z);
+    *cap = (uint64_t)v;
+    return 0;
 }
 
 /* Bytes of a row-major tensor (0 when the dtype has no size for the shape). */

@@ -136,8 +136,9 @@ typedef struct vx_segw vx_segw;
 
 /* Header bytes a table of n tensors with these names may need at most (for shard planning). */
 uint64_t vx_segw_header_bound(const vx_segw_tensor *t, size_t n);
-/* The shard cap in bytes: LQL_SHARD_CAP when it is a positive integer, else 4 GiB. */
-uint64_t vx_shard_cap(void);
+/* The shard cap in bytes into *cap: LQL_SHARD_CAP, 4 GiB when it is unset or empty; -1
+ * (VX_EARG) when it is set but not a positive integer. */
+int vx_shard_cap(uint64_t *cap, vx_err *err);
 /* Shard planning: *k = how many of t[0..n) fit one segment file of at most cap bytes
  * (header bound + 64-aligned payload). When t[0] alone does not fit, -1 with
  * "<label>: tensor 'x' of '<object>' (N bytes) does not fit the shard cap of M bytes". */

@@ -214,12 +214,19 @@ static void segment_writer(void)
     snprintf(msg, sizeof msg, "x: tensor 'a' of 'obj' (60 bytes) does not fit the shard cap of %llu "
              "bytes (raise LQL_SHARD_CAP)", (unsigned long long)(one - 1));
     CHECK_STR(err.msg, msg);
+    uint64_t cap;
     setenv("LQL_SHARD_CAP", "12345", 1);
-    CHECK(vx_shard_cap() == 12345);
-    setenv("LQL_SHARD_CAP", "12k", 1);
-    CHECK(vx_shard_cap() == 4ull << 30);
+    CHECK(vx_shard_cap(&cap, &err) == 0 && cap == 12345);
+    /* a value that is set but not a byte count is refused, never quietly the default */
+    const char *bad[] = {"12k", "1e6", "abc", "0", "-5", "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("LQL_SHARD_CAP", bad[i], 1);
+        CHECK(vx_shard_cap(&cap, &err) == -1 && err.code == VX_EARG);
+    }
+    CHECK_STR(err.msg, "LQL_SHARD_CAP='99999999999999999999999' is not a positive number of bytes "
+              "(unset it for the 4 GiB default)");
     unsetenv("LQL_SHARD_CAP");
-    CHECK(vx_shard_cap() == 4ull << 30);
+    CHECK(vx_shard_cap(&cap, &err) == 0 && cap == 4ull << 30);
 }
 
 /* The smaps entry of this process's mapping that holds addr: *kb the value of field (kB),
