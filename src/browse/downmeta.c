@@ -670,7 +670,7 @@ static int write_meta(const brw_shape *s, const char *path, const vx_encode_opts
     put32(hdr + 8, (uint32_t)s->layers);
     put32(hdr + 12, K);
     if (fwrite(hdr, 1, 16, f) != 16) {
-        vx_errf(err, VX_EIO, "down_meta: write failed: %s", strerror(errno));
+        vx_errf(err, VX_EIO, "down_meta: cannot write \"%s\": %s", path, strerror(errno));
         goto done;
     }
     for (int l = 0; l < s->layers; l++) {
@@ -706,13 +706,13 @@ static int write_meta(const brw_shape *s, const char *path, const vx_encode_opts
         put32(cnt, (uint32_t)L->features);
         if (fwrite(cnt, 1, 4, f) != 4 ||
             fwrite(w.rec, w.rb, (size_t)L->features, f) != (size_t)L->features) {
-            vx_errf(err, VX_EIO, "down_meta: write failed: %s", strerror(errno));
+            vx_errf(err, VX_EIO, "down_meta: cannot write \"%s\": %s", path, strerror(errno));
             goto done;
         }
     }
     /* synced before the container around it is committed: its hash is in the index */
     if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0) {
-        vx_errf(err, VX_EIO, "down_meta: write failed: %s", strerror(errno));
+        vx_errf(err, VX_EIO, "down_meta: cannot write \"%s\": %s", path, strerror(errno));
         goto done;
     }
     rc = 0;

@@ -174,9 +174,15 @@ static int parse_image(st_model *m, const unsigned char *buf, uint64_t size, con
                        label, (unsigned long long)hlen, (unsigned long long)size);
     const char *end = NULL;
     cJSON *h = cJSON_ParseWithLengthOpts((const char *)buf + 8, (size_t)hlen, &end, 0);
-    if (!h)
+    if (!h) {
+        size_t deep = vx_json_too_deep((const char *)buf + 8, (size_t)hlen);
+        if (deep != (size_t)-1)
+            return vx_errf(err, VX_EFORMAT, "'%s': header nested deeper than %d levels (near byte "
+                           "%llu; the JSON reader's limit)", label, CJSON_NESTING_LIMIT,
+                           (unsigned long long)deep + 8);
         return vx_errf(err, VX_EFORMAT, "'%s': header is not valid JSON (near byte %lld)", label,
                        end ? (long long)(end - (const char *)buf) : -1LL);
+    }
     if (!cJSON_IsObject(h)) {
         cJSON_Delete(h);
         return vx_errf(err, VX_EFORMAT, "'%s': header is not a JSON object", label);

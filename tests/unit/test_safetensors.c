@@ -105,6 +105,16 @@ static void hostile(void)
     refused(good("notjson.safetensors", "{\"a\": ", 0), "header is not valid JSON (near byte 13)",
             VX_EFORMAT);
     refused(good("array.safetensors", "[1, 2]  ", 0), "header is not a JSON object", VX_EFORMAT);
+    {   /* deeper than cJSON parses: said so, as for the container's JSON */
+        static char deep[2 * 1100 + 16];
+        int o = sprintf(deep, "{\"x\": ");
+        for (int i = 0; i < 1100; i++) deep[o++] = '[';
+        for (int i = 0; i < 1100; i++) deep[o++] = ']';
+        deep[o++] = '}';
+        deep[o] = 0;
+        refused(good("deep.safetensors", deep, 0), "header nested deeper than 1000 levels (near byte "
+                "1013; the JSON reader's limit)", VX_EFORMAT);
+    }
     /* "a\u0000b" would be read as tensor "a" */
     refused(good("nul.safetensors", "{\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[1],"
                  "\"data_offsets\":[0,4]}}", 4),
