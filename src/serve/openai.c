@@ -400,10 +400,11 @@ static void emit_chunk(gen *g, const char *text, size_t n, const char *finish)
 size_t srv_text_ready(const char *text, size_t len, size_t n)
 {
     while (n > 0 && n < len && ((unsigned char)text[n] & 0xC0) == 0x80) n--;
-    const char *fffd = "\xEF\xBF\xBD", *bad = NULL;
-    for (const char *p = text; (p = memmem(p, len - (size_t)(p - text), fffd, 3)) && (size_t)(p - text) < n; p++)
-        bad = p;
-    return bad ? (size_t)(bad - text) : n;
+    /* only the bytes at the very end can still become a character; a U+FFFD anything
+     * follows is final (holding it would stall the stream for good) */
+    if (n == len)
+        while (n >= 3 && memcmp(text + n - 3, "\xEF\xBF\xBD", 3) == 0) n -= 3;
+    return n;
 }
 
 /* How many bytes of g->text may go out now: not a possible stop-string start, not an

@@ -277,25 +277,27 @@ typedef struct token_stream {
     srv_job *j;
     int stmt;
     const eng_tokenizer *tok;
-    int32_t ids[1024];
-    int n;
+    int32_t *ids;               /* the statement's tokens so far (cap of them) */
+    int n, cap;
     size_t sent;
 } token_stream;
 
-static int stream_token(void *ctx, int32_t id)
+/* The event for token id (or, id < 0, the text held back at the end of the statement:
+ * a U+FFFD that ended it, sent without a token). */
+static void stream_text(token_stream *ts, int32_t id)
 {
-    token_stream *ts = ctx;
-    if (ts->j->cancel) return 1;
-    if (ts->n == (int)(sizeof ts->ids / sizeof ts->ids[0])) return 0;
-    ts->ids[ts->n++] = id;
     char *t = NULL;
     size_t len = 0;
     vx_err ve = {0};
-    if (eng_tok_decode_after(ts->tok, ts->ids, (size_t)ts->n, 1, &t, &len, &ve) < 0) return 0;
-    size_t ready = srv_text_ready(t, len, len);
+    if (eng_tok_decode_after(ts->tok, ts->ids, (size_t)ts->n, 1, &t, &len, &ve) < 0) return;
+    size_t ready = id < 0 ? len : srv_text_ready(t, len, len);
+    if (id < 0 && ready <= ts->sent) {
+        free(t);
+        return;
+    }
     cJSON *ev = cJSON_CreateObject();
     cJSON_AddNumberToObject(ev, "index", ts->stmt);
-    cJSON_AddNumberToObject(ev, "token", id);
+    if (id >= 0) cJSON_AddNumberToObject(ev, "token", id);
     int ok = ready > ts->sent ? srv_json_add_text(ev, "text", t + ts->sent, ready - ts->sent) != NULL
                               : cJSON_AddStringToObject(ev, "text", "") != NULL;
     if (ready > ts->sent) ts->sent = ready;
@@ -304,6 +306,21 @@ static int stream_token(void *ctx, int32_t id)
     free(e);
     cJSON_Delete(ev);
     free(t);
+}
+
+static int stream_token(void *ctx, int32_t id)
+{
+    token_stream *ts = ctx;
+    if (ts->j->cancel) return 1;
+    if (ts->n == ts->cap) {
+        int cap = ts->cap ? 2 * ts->cap : 256;
+        int32_t *ids = realloc(ts->ids, (size_t)cap * sizeof *ids);
+        if (!ids) return 1;      /* out of memory: the generation stops here */
+        ts->ids = ids;
+        ts->cap = cap;
+    }
+    ts->ids[ts->n++] = id;
+    stream_text(ts, id);
     return 0;
 }
 
@@ -328,6 +345,8 @@ static int run_one(srv *S, srv_job *j, const char *text, const chunk *c, int k, 
                       : lql_errf(&e, LQL_ENOMEM, NULL, "out of memory");
     s->on_token = NULL;
     s->token_ctx = NULL;
+    if (ts && ts->n && !j->cancel) stream_text(ts, -1);
+    if (ts) free(ts->ids);
     free(ts);
     if ((fo && fclose(fo) != 0) || (fn && fclose(fn) != 0) || !out || !notes) {
         rc = lql_errf(&e, LQL_ENOMEM, NULL, "out of memory");

@@ -164,8 +164,8 @@ void srv_tokenize_run(srv *S, srv_job *j);
 void srv_detokenize_run(srv *S, srv_job *j);
 void srv_trace_run(srv *S, srv_job *j);
 /* How much of text[0..n) may be streamed, text being len decoded bytes (n <= len; NULs
- * possible): up to a character the decoder has not finished (shown as U+FFFD until its
- * last byte arrives). */
+ * possible): not a cut character, and not the U+FFFD run that ends the text, which may be
+ * a character the decoder has not finished (its last byte still to come). */
 size_t srv_text_ready(const char *text, size_t len, size_t n);
 /* GET /v1/models, computed once at start from the base model (never queued). */
 int srv_models_init(srv *S, lql_err *e);

@@ -193,6 +193,22 @@ try:
     cont = final[0]["frames"][0]["tables"][0]["rows"][0]["continuation"] if final else None
     check(s == 200 and len(toks) == 12 and "".join(e["text"] for e in toks) == cont,
           "streamed GENERATE tokens %r vs %r" % ("".join(e["text"] for e in toks), cont))
+    # a token that decodes to a lone byte (U+FFFD) mid-continuation: the text keeps streaming
+    # after it, not held to the end (seed 43 samples one on this fixture), in both routes
+    s, b, _ = req("POST", "/v1/query", {"lql": 'INFER "Caf" GENERATE 60 TEMPERATURE 2 SEED 43;', "stream": True},
+                  raw=True)
+    ev = [json.loads(x) for x in sse_events(b)[:-1]]
+    toks = [e for e in ev if "token" in e]
+    final = [e for e in ev if "frames" in e]
+    cont = final[0]["frames"][0]["tables"][0]["rows"][0]["continuation"] if final else ""
+    at = cont.find("\ufffd")
+    check(s == 200 and 0 <= at < len(cont) - 1 and "".join(e.get("text", "") for e in ev if "frames" not in e) == cont
+          and sum(1 for e in toks if e["text"] == "") <= 1, "stream past a U+FFFD %r %r" % (cont, toks[-3:]))
+    s, d, _ = req("POST", "/v1/completions", {"prompt": "Caf", "max_tokens": 60, "temperature": 2, "seed": 43,
+                                              "stream": True}, raw=True)
+    chunks = [json.loads(x) for x in sse_events(d)[:-1]]
+    texts = [c["choices"][0]["text"] for c in chunks if c["choices"]]
+    check(s == 200 and len(texts) > 30 and "\ufffd" in "".join(texts[:-1]), "completion stream past a U+FFFD %d" % len(texts))
     s, b, _ = query('INFER "x" GENERATE 600;')
     check(s == 400 and "cap of 512" in b["error"]["message"] and b["error"]["code"] == "too_many_tokens",
           "GENERATE cap %s %s" % (s, b))

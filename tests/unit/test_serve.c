@@ -32,12 +32,14 @@ int main(void)
                   "%s changes the overlay", edit[i]);
     CHECK(lql_stmt_def_find("INFER")->cls == LQL_CLASS_READ);
 
-    /* decoded text holds NULs where a token decodes to one; streaming stops before an
-     * unfinished character (U+FFFD) or a cut one, wherever the NULs are */
+    /* decoded text holds NULs where a token decodes to one; streaming stops before a cut
+     * character and before the U+FFFD run that ends the text (its bytes may yet complete a
+     * character); a U+FFFD that text follows is final and goes out, with what follows */
     CHECK(srv_text_ready("a\0b", 3, 3) == 3);
-    CHECK(srv_text_ready("a\0b\xEF\xBF\xBD" "c", 7, 7) == 3);
+    CHECK(srv_text_ready("a\0b\xEF\xBF\xBD" "c", 7, 7) == 7);
     CHECK(srv_text_ready("\xEF\xBF\xBD\0a\xEF\xBF\xBD", 8, 8) == 5);
-    CHECK(srv_text_ready("\xEF\xBF\xBD\0a\xEF\xBF\xBD", 8, 5) == 0);
+    CHECK(srv_text_ready("\xEF\xBF\xBD\0a\xEF\xBF\xBD", 8, 5) == 5);
+    CHECK(srv_text_ready("par\xEF\xBF\xBD\xEF\xBF\xBD", 9, 9) == 3);
     CHECK(srv_text_ready("\0\xC3\xA9", 3, 2) == 1);
     CHECK(srv_text_ready("\0\xC3\xA9", 3, 3) == 3);
 
