@@ -181,16 +181,18 @@ void srv_detokenize_run(srv *S, srv_job *j)
     int n = cJSON_GetArraySize(t), vocab = eng_model_vocab(m);
     int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
     if (!ids) { srv_job_error(j, 500, "out of memory", "server_error", "out_of_memory", NULL); return; }
-    for (int i = 0; i < n; i++) {
+    int i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, t) {   /* by link: cJSON_GetArrayItem(t, i) walks from the head */
         int64_t id;
-        if (!srv_json_int(cJSON_GetArrayItem(t, i), 0, vocab - 1, &id)) {
+        if (!srv_json_int(v, 0, vocab - 1, &id)) {
             char msg[128];
             snprintf(msg, sizeof msg, "tokens[%d] is not a token id in [0, %d)", i, vocab);
             srv_job_error(j, 400, msg, "invalid_request_error", "invalid_value", "tokens");
             free(ids);
             return;
         }
-        ids[i] = (int32_t)id;
+        ids[i++] = (int32_t)id;
     }
     char *text = NULL;
     size_t len = 0;

@@ -372,9 +372,7 @@ static enum MHD_Result session_route(srv *S, struct MHD_Connection *c, const cha
         cJSON_AddStringToObject(doc, "id", id);
         cJSON_AddStringToObject(doc, "object", "session");
         cJSON_AddNumberToObject(doc, "ttl_seconds", S->o->session_ttl_s);
-        int fd = dup(x->dirfd);
-        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-        if (!d && fd >= 0) close(fd);
+        DIR *d = srv_sess_dir(x);
         for (struct dirent *de; d && (de = readdir(d));)
             if (srv_name_ok(de->d_name)) cJSON_AddItemToArray(files, cJSON_CreateString(de->d_name));
         if (d) closedir(d);

@@ -143,14 +143,20 @@ int srv_sess_delete(srv *S, const char *id)
     return slot ? 0 : -1;
 }
 
+DIR *srv_sess_dir(const srv_sess *x)
+{
+    int fd = openat(x->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d && fd >= 0) close(fd);
+    return d;
+}
+
 void srv_sess_free(srv_sess *x)
 {
     if (!x) return;
     lql_session_free(x->s);
     if (x->dirfd >= 0) {
-        int fd = dup(x->dirfd);
-        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-        if (!d && fd >= 0) close(fd);
+        DIR *d = srv_sess_dir(x);
         for (struct dirent *de; d && (de = readdir(d));)
             if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
                 unlinkat(x->dirfd, de->d_name, 0);

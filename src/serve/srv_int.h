@@ -11,6 +11,7 @@
 #ifndef LQL_SRV_INT_H
 #define LQL_SRV_INT_H
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -139,6 +140,9 @@ int srv_sess_enter(srv *S, srv_sess *x, lql_err *e);
 /* Free sessions whose last reference went (compute thread, or at the end). */
 void srv_sess_reap(srv *S);
 void srv_sess_free(srv_sess *x);
+/* x's sandbox opened for reading its names, from the start each time (its own open file,
+ * not a dup of the dirfd, whose read position a dup would share); NULL on failure. */
+DIR *srv_sess_dir(const srv_sess *x);
 /* The sandbox rule for a file name: [A-Za-z0-9_-][A-Za-z0-9._-]{0,63}. */
 int srv_name_ok(const char *name);
 

@@ -448,10 +448,22 @@ try:
     err_ = max(abs(row(n - 1, 2, 0)[i] - row(n - 1, 1, 0)[i] - row(n - 1, 2, 1)[i] - row(n - 1, 2, 2)[i])
                for i in range(hidden))
     check(err_ < 1e-3, "trace rows: residual = previous + attention + FFN (%g)" % err_)
+    # the listing reads the sandbox from its start every time (a shared read position
+    # listed nothing the second time, and left DELETE nothing to remove)
+    lists = [req("GET", "/v1/sessions/%s" % A)[1].get("files") for _ in range(2)]
+    check(lists[0] == lists[1] and "note.txt" in lists[0], "session listing twice %r" % lists)
+    def sandboxes(sid):
+        return [r for r, ds, _ in os.walk(WORK) if os.path.basename(r) == sid]
+    check(len(sandboxes(A)) == 1, "A's sandbox is under TMPDIR %r" % sandboxes(A))
     s, b, _ = req("DELETE", "/v1/sessions/%s" % A)
     check(s == 200 and b["deleted"], "DELETE session")
     s, b, _ = req("GET", "/v1/sessions/%s" % A)
     check(s == 404, "deleted session is gone")
+    for _ in range(50):
+        if not sandboxes(A):
+            break
+        time.sleep(0.1)
+    check(not sandboxes(A), "a deleted session's files are removed %r" % sandboxes(A))
     # deleting a session stops its running statement
     # long on any machine: a lens over every position and layer of a ~200-token prompt, 64 times
     slow = ('TRACE "The capital of France is%s" POSITIONS ALL;' % (" the cat" * 100)) * 64
