@@ -368,9 +368,33 @@ int lql_shell_use(lql_shell *sh, const char *path, const char *unrun)
     return rc;
 }
 
-int lql_shell_run(lql_shell *sh, const char *label, const char *text, int line0)
+/* A statement [start, end) of text that held a NUL at offset nul (line, col its place; the
+ * stream reader made it a space): refused where it is, in json as the statement's frame,
+ * and not run. */
+static void nul_stmt(lql_shell *sh, const char *label, const char *text, size_t start,
+                     size_t end, int line, int col)
 {
-    size_t n = strlen(text), i = 0, at = 0;
+    static const char msg[] = "NUL byte in the input: LQL text cannot hold one (the statement "
+                              "is discarded)";
+    fprintf(sh->err, "error: %s:%d:%d: %s\n", label, line, col, msg);
+    fflush(sh->err);
+    if (sh->mode == LQL_OUT_JSON) {
+        lql_render_opts ro = {sh->mode, sh->exact, sh->noheader, sh->width};
+        while (end > start && (text[end - 1] == ';' || text[end - 1] == '\n' || text[end - 1] == ' '))
+            end--;
+        lql_render_frame(sh->out, NULL, &ro, text + start, end - start, msg, line, col);
+        lql_shell_flush(sh, sh->out);
+    }
+    sh->failed = 1;
+    if (sh->bail) sh->stop = 1;
+}
+
+/* lql_shell_run, where the statements holding the offsets nul[0..nnul) (ascending) are
+ * refused instead of run. */
+static int run_text(lql_shell *sh, const char *label, const char *text, int line0,
+                    const size_t *nul, size_t nnul)
+{
+    size_t n = strlen(text), i = 0, at = 0, k_nul = 0;
     int line = line0, rc = 0, col = 1;      /* col: the column of text[at], in characters */
     while (i < n && !sh->stop) {
         i = skip_space(text, i, n, &line);
@@ -388,6 +412,19 @@ int lql_shell_run(lql_shell *sh, const char *label, const char *text, int line0)
         }
         int meta;
         size_t e = unit_end(text, i, n, &meta);
+        while (k_nul < nnul && nul[k_nul] < i) k_nul++;
+        if (k_nul < nnul && nul[k_nul] < e) {
+            int nl = line, nc = col;
+            for (size_t k = i; k < nul[k_nul]; k++)
+                if (text[k] == '\n') { nl++; nc = 1; }
+                else nc += ((unsigned char)text[k] & 0xC0) != 0x80;
+            nul_stmt(sh, label, text, i, e, nl, nc);
+            rc = -1;
+            for (size_t k = i; k < e; k++)
+                if (text[k] == '\n') line++;
+            i = e;
+            continue;
+        }
         if (meta) {
             char *cmd = strndup(text + i, e - i);
             if (!cmd || lql_meta(sh, cmd, label, line) < 0) { rc = -1; sh->failed = 1; if (sh->bail) sh->stop = 1; }
@@ -403,21 +440,26 @@ int lql_shell_run(lql_shell *sh, const char *label, const char *text, int line0)
     return rc;
 }
 
+int lql_shell_run(lql_shell *sh, const char *label, const char *text, int line0)
+{
+    return run_text(sh, label, text, line0, NULL, 0);
+}
+
 /* ---------------------------------------------------------------- streams */
 
 typedef struct feed {
     char *buf;                  /* the pending statement's lines */
     size_t len, cap, resume;    /* resume: where lql_complete_from goes on */
     int line0;                  /* line of buf's first line */
-    int poisoned;               /* it held a NUL (reported): discard it when it ends */
+    size_t *nul, nnul, capnul;  /* offsets in buf of the NULs its lines held (now spaces):
+                                 * the statements holding them are refused, not the others */
 } feed;
 
 static int feed_run(lql_shell *sh, const char *label, feed *fd)
 {
     int rc = 0;
-    if (fd->len && !fd->poisoned) rc = lql_shell_run(sh, label, fd->buf, fd->line0);
-    fd->len = fd->resume = 0;
-    fd->poisoned = 0;
+    if (fd->len) rc = run_text(sh, label, fd->buf, fd->line0, fd->nul, fd->nnul);
+    fd->len = fd->resume = fd->nnul = 0;
     if (fd->buf) fd->buf[0] = 0;
     return rc;
 }
@@ -435,18 +477,18 @@ int lql_shell_run_stream(lql_shell *sh, const char *label, FILE *f)
         char *l = line;
         if (++lineno == 1 && n >= 3 && memcmp(l, "\xEF\xBB\xBF", 3) == 0) { l += 3; n -= 3; }
         char *nul = memchr(l, 0, n);
-        if (nul) {
+        if (nul && fd.len == 0 && l[0] == '.') {
+            /* a meta-command line is its own unit: refused whole */
             int col = 1;
             for (const char *p = l; p < nul; p++) col += ((unsigned char)*p & 0xC0) != 0x80;
-            fprintf(sh->err, "error: %s:%d:%d: NUL byte in the input: LQL text cannot hold one (the statement is discarded)\n",
-                    label, lineno, col);
+            fprintf(sh->err, "error: %s:%d:%d: NUL byte in the input: LQL text cannot hold one "
+                    "(the statement is discarded)\n", label, lineno, col);
             sh->failed = 1;
             rc = -1;
             if (sh->bail) { sh->stop = 1; break; }
-            for (char *p = nul; p < l + n; p++) if (!*p) *p = ' ';
-            fd.poisoned = 1;
+            continue;
         }
-        if (fd.len == 0 && l[0] == '.' && !fd.poisoned) {
+        if (fd.len == 0 && l[0] == '.') {
             if (n && l[n - 1] == '\n') l[--n] = 0;
             if (lql_shell_run(sh, label, l, lineno) < 0) rc = -1;
             continue;
@@ -454,11 +496,23 @@ int lql_shell_run_stream(lql_shell *sh, const char *label, FILE *f)
         if (fd.len + n + 1 > fd.cap) {
             size_t nc = (fd.len + n + 1) * 2;
             char *nb = realloc(fd.buf, nc);
-            if (!nb) { fprintf(sh->err, "error: out of memory\n"); sh->failed = 1; rc = -1; break; }
+            if (!nb) { fprintf(sh->err, "error: out of memory\n"); sh->failed = 1; rc = -1; goto done; }
             fd.buf = nb;
             fd.cap = nc;
         }
         if (fd.len == 0) fd.line0 = lineno;
+        for (char *p = nul; p && p < l + n; p++) {
+            if (*p) continue;
+            if (fd.nnul == fd.capnul) {
+                size_t nc = fd.capnul ? 2 * fd.capnul : 8;
+                size_t *nn = realloc(fd.nul, nc * sizeof *nn);
+                if (!nn) { fprintf(sh->err, "error: out of memory\n"); sh->failed = 1; rc = -1; goto done; }
+                fd.nul = nn;
+                fd.capnul = nc;
+            }
+            fd.nul[fd.nnul++] = fd.len + (size_t)(p - l);
+            *p = ' ';
+        }
         memcpy(fd.buf + fd.len, l, n);
         fd.len += n;
         fd.buf[fd.len] = 0;
@@ -470,6 +524,8 @@ int lql_shell_run_stream(lql_shell *sh, const char *label, FILE *f)
         sh->failed = 1;
         rc = -1;
     } else if (!sh->stop && feed_run(sh, label, &fd) < 0) rc = -1;   /* the final `;` is optional */
+done:
+    free(fd.nul);
     free(fd.buf);
     free(line);
     return rc;

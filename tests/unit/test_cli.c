@@ -148,6 +148,17 @@ static void failures(void)
     CHECK(sh("printf 'SHOW MODELS;\\n.print a\\0b\\n' | " LQL, &out, &err) == 1);
     CHECK_HAS(err, "error: <stdin>:2:9: NUL byte in the input");
     free(out); free(err);
+    /* only the statement holding it: one before it on its line runs, and in json it has
+     * its frame (a driver counts one per statement) */
+    CHECK(sh("printf 'SHOW MODELS; SHOW\\0 MODELS;\\nSHOW MODELS;\\n' | " LQL " -json", &out, &err) == 1);
+    CHECK_STR(err, "error: <stdin>:1:18: NUL byte in the input: LQL text cannot hold one (the statement "
+                   "is discarded)\n");
+    size_t frames = 0;
+    for (const char *q = out; q && (q = strchr(q, '\n')); q++) frames++;
+    CHECK(out && strstr(out, "\"statement\": \"SHOW MODELS\"") && frames == 3);
+    CHECK_HAS(out, "\"error\": {\"message\": \"NUL byte in the input: LQL text cannot hold one (the "
+                   "statement is discarded)\", \"line\": 1, \"col\": 18}");
+    free(out); free(err);
 
     /* a byte-order mark and empty statements are accepted */
     static const char bom[] = "\xEF\xBB\xBFSHOW MODELS;;\n;\n.print ok\n";
