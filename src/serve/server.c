@@ -688,7 +688,10 @@ int srv_run(const srv_opts *o)
                               MHD_OPTION_SOCK_ADDR, sa,
                               MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
                               MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+                              /* one address cannot take every connection (slow or idle
+                               * clients hold theirs until the timeout) */
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
+                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)64,
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
                               MHD_OPTION_END);
     if (!daemon) {
