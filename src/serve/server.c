@@ -22,6 +22,7 @@
 #include <openssl/evp.h>
 
 #include "files.h"
+#include "journal.h"
 #include "jinja.h"
 #include "srv_int.h"
 
@@ -654,6 +655,16 @@ int srv_run(const srv_opts *o)
         fprintf(stderr, "error: %s: %s\n", o->container, e.msg);
         goto out;
     }
+    /* the shell would replay the journal kept for this container; the server binds every
+     * session to the base with a journal of its own, so say that its edits are not served */
+    char jpath[4096];
+    vx_err je = {0};
+    const vx_container *bc = S->base->s->vx;
+    if (vx_journal_locate(vx_dir(bc), vx_index_sha256(bc), jpath, sizeof jpath, &je) == 0 &&
+        access(jpath, F_OK) == 0)
+        fprintf(stderr, "lql: note: the journal %s is not applied: the server serves the base "
+                "container and every session starts from it (COMPILE CURRENT INTO VINDEX to "
+                "serve its edits)\n", jpath);
 
     /* SIGINT/SIGTERM are taken by sigwait below, in no other thread */
     sigset_t sigs;

@@ -632,6 +632,24 @@ for tmpl, add_special in (("bos.jinja", True), ("nobos.jinja", False)):
 os.unlink(os.path.join(WORK, "bos.jinja"))
 os.unlink(os.path.join(WORK, "nobos.jinja"))
 
+# a journal the shell kept for the container: the server says it does not apply it
+JRN = CONT + ".lqljournal"
+cli('INSERT INTO EDGES (entity, relation, target) VALUES ("Zorbania", "capital", "London");', "tsv")
+check(os.path.exists(JRN), "the shell's INSERT journaled beside the container")
+srv3 = subprocess.Popen([LQL, CONT, "--serve", "127.0.0.1:0"], stderr=subprocess.PIPE, env=env)
+try:
+    first = srv3.stderr.readline().decode()
+    check(first == "lql: note: the journal %s is not applied: the server serves the base container and every "
+          "session starts from it (COMPILE CURRENT INTO VINDEX to serve its edits)\n" % JRN, "journal note %r" % first)
+    PORT = int(srv3.stderr.readline().decode().strip().rsplit(":", 1)[1])
+    s, b, _ = req("GET", "/health")
+    check(s == 200, "serves beside a journal")
+finally:
+    stop(srv3)
+os.unlink(JRN)
+for f in glob.glob(JRN + "-*"):
+    os.unlink(f)
+
 check(srv.returncode == 0, "clean stop on SIGTERM (%s); the server said:\n%s" % (
     srv.returncode, "".join(server_log[-60:]) if "server_log" in globals() else ""))
 check(tree_digest(CONT) == digest0, "the base container's bytes are unchanged")
