@@ -123,8 +123,9 @@ int srv_models_init(srv *S, lql_err *e)
 static int model_of(srv *S, srv_job *j, eng_model **m)
 {
     lql_err e = {0};
-    if (srv_sess_enter(S, j->sess, &e) < 0 || lql_session_model(j->sess->s, NULL, m, &e) < 0) {
-        srv_job_error(j, 500, e.msg, "server_error", "model_unavailable", NULL);
+    if (srv_job_enter(S, j, "model_unavailable") < 0) return -1;
+    if (lql_session_model(j->sess->s, NULL, m, &e) < 0) {
+        srv_job_unbound(j, &e, "model_unavailable");
         return -1;
     }
     return 0;
@@ -600,10 +601,7 @@ void srv_trace_run(srv *S, srv_job *j)
     const cJSON *p = item(j, "prompt");
     if (!cJSON_IsString(p) || !*p->valuestring) { bad(j, "\"prompt\" must be a non-empty string", "prompt"); return; }
     lql_err e = {0};
-    if (srv_sess_enter(S, j->sess, &e) < 0) {
-        srv_job_error(j, 500, e.msg, "server_error", "model_unavailable", NULL);
-        return;
-    }
+    if (srv_job_enter(S, j, "model_unavailable") < 0) return;
     /* TRACE SAVE into a private name in the working directory (the sandbox or the root) */
     unsigned char r[8];
     char name[40];

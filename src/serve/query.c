@@ -439,9 +439,7 @@ static const char *mode_ctype(lql_outmode mode)
 
 void srv_query_run(srv *S, srv_job *j)
 {
-    lql_err e = {0};
-    if (srv_sess_enter(S, j->sess, &e) < 0) {
-        fail(j, 500, "bind_failed", 0, NULL, &e);
+    if (srv_job_enter(S, j, "bind_failed") < 0) {
         if (j->stream) { srv_emit(S, j, j->body.p); srv_emit(S, j, "[DONE]"); }
         return;
     }

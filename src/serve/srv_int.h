@@ -137,6 +137,11 @@ void srv_sess_sweep(srv *S);                        /* drop idle sessions */
 /* On the compute thread: bind x's lql_session (the container with an in-memory journal)
  * and make x's sandbox the working directory; -1 with e filled. */
 int srv_sess_enter(srv *S, srv_sess *x, lql_err *e);
+/* srv_sess_enter for job j's session; -1 after answering j: 409 session_deleted or 504
+ * deadline_exceeded when the job was stopped meanwhile, else 500 with code. */
+int srv_job_enter(srv *S, srv_job *j, const char *code);
+/* Answer j for a failed bind or model load (e), as srv_job_enter does. */
+void srv_job_unbound(srv_job *j, const lql_err *e, const char *code);
 /* Free sessions whose last reference went (compute thread, or at the end). */
 void srv_sess_reap(srv *S);
 void srv_sess_free(srv_sess *x);
