@@ -173,7 +173,11 @@ int lql_repl(lql_shell *sh)
     using_history();
     if (hist) { read_history(hist); history_map('\x01', '\n'); }
     lql_signals_install();
-    fprintf(sh->out, "lql %s — .help for statements, Ctrl-D to quit\n", LQL_VERSION);
+    /* typing at a terminal into a pipe: the banner, prompts and line editing go to stderr,
+     * so stdout keeps to results as the program modes promise */
+    FILE *chat = isatty(fileno(sh->out)) ? sh->out : stderr;
+    rl_outstream = chat;
+    fprintf(chat, "lql %s — .help for statements, Ctrl-D to quit\n", LQL_VERSION);
 
     char *buf = NULL;           /* the statement being typed, across lines */
     size_t len = 0, resume = 0;
@@ -188,7 +192,7 @@ int lql_repl(lql_shell *sh)
             pending = NULL;
         }
         if (!line) {            /* Ctrl-D: an unfinished statement runs, as at a script's end */
-            fputc('\n', stdout);
+            fputc('\n', chat);
             if (len) {
                 buf[len - 1] = 0;
                 ADD_HISTORY(buf);

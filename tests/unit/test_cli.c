@@ -623,6 +623,38 @@ static void interactive(void)
     close(master);
 }
 
+/* Typed at a terminal, results into a pipe: stdout holds the results alone (the banner,
+ * prompts and line editing go to stderr, the terminal here). */
+static void typed_into_pipe(void)
+{
+    int p[2], master;
+    CHECK(pipe(p) == 0);
+    pid_t pid = forkpty(&master, NULL, NULL, NULL);
+    if (pid == 0) {
+        dup2(p[1], 1);
+        close(p[0]);
+        setenv("HOME", DIR "/home", 1);
+        setenv("TERM", "dumb", 1);
+        if (chdir(DIR "/empty") != 0) _exit(126);
+        execl(LQL, "lql", (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    CHECK(pid > 0);
+    if (pid <= 0) { close(p[0]); return; }
+    static char buf[1 << 16];
+    CHECK(read_until(master, buf, sizeof buf, "lql> ", 20000));   /* the prompt: on the terminal */
+    CHECK(write(master, ".print result-only\r", 19) == 19);
+    CHECK(read_until(master, buf, sizeof buf, "lql> ", 20000));
+    CHECK(write(master, "\x04", 1) == 1);
+    CHECK(wait_bounded(pid, 20000) == 0);
+    close(master);
+    ssize_t k = read(p[0], buf, sizeof buf - 1);
+    buf[k > 0 ? k : 0] = 0;
+    close(p[0]);
+    CHECK_STR(buf, "from-rc\nresult-only\n");
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -633,6 +665,7 @@ int main(void)
     failures();
     json_batch();
     interactive();
+    typed_into_pipe();
     char box[] = DIR "/tiny.vindex3";
     if (fx_encode_tiny(box, NULL) == 0) {
         with_model(box);
