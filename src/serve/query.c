@@ -95,7 +95,8 @@ static const char *err_code(int code)
 static void fail(srv_job *j, int status, const char *code, int stmt, const lql_stmt *st,
                  const lql_err *e)
 {
-    char *t = srv_error_json(e->msg, status >= 500 ? "server_error" : "invalid_request_error",
+    char *t = srv_error_json(e->msg, status == 504 ? "timeout_error"
+                                     : status >= 500 ? "server_error" : "invalid_request_error",
                              code, "lql", lql_extra(stmt, st, e));
     srv_buf_free(&j->body);
     j->status = status;

@@ -289,14 +289,18 @@ static int conn_fd(struct MHD_Connection *c)
     return ci ? ci->connect_fd : -1;
 }
 
+/* When the request must be done, in srv_now_ms terms; -1 when X-Deadline-Ms is not a
+ * positive whole number of milliseconds (a larger one than the server's is its own). */
 static double deadline_of(srv *S, struct MHD_Connection *c)
 {
     double ms = S->o->deadline_ms;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Deadline-Ms");
     if (h) {
         char *end;
-        long v = strtol(h, &end, 10);
-        if (!*end && v > 0 && v < ms) ms = (double)v;
+        errno = 0;
+        long long v = strtoll(h, &end, 10);
+        if (!*h || *end || errno || v <= 0 || *h == '+') return -1;
+        if (v < ms) ms = (double)v;
     }
     return srv_now_ms() + ms;
 }
@@ -305,6 +309,11 @@ static double deadline_of(srv *S, struct MHD_Connection *c)
 static enum MHD_Result run_job(srv *S, struct MHD_Connection *c, srv_job *j)
 {
     double deadline = deadline_of(S, c);
+    if (deadline < 0) {
+        srv_job_unref(S, j);
+        return answer_error(c, 400, "X-Deadline-Ms must be a positive whole number of milliseconds",
+                            "invalid_value", "X-Deadline-Ms");
+    }
     int fd = conn_fd(c);
     if (srv_submit(S, j) < 0) {
         srv_job_unref(S, j);
@@ -444,6 +453,68 @@ static const struct {
     {"/v1/trace", srv_trace_run, 0},
 };
 
+/* The offset of a \\u escape in JSON text that is half of a surrogate pair without its
+ * other half (cJSON refuses the text there), or (size_t)-1. */
+static size_t lone_surrogate(const char *t, size_t n)
+{
+    int in = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (t[i] == '"') { in = !in; continue; }
+        if (!in || t[i] != '\\' || i + 1 >= n) continue;
+        if (t[i + 1] != 'u' || i + 6 > n) { i++; continue; }
+        unsigned v = (unsigned)strtoul((char[5]){t[i + 2], t[i + 3], t[i + 4], t[i + 5], 0}, NULL, 16);
+        if (v >= 0xDC00 && v <= 0xDFFF) return i;             /* a low half first */
+        if (v >= 0xD800 && v <= 0xDBFF) {
+            unsigned w = i + 12 <= n && t[i + 6] == '\\' && t[i + 7] == 'u'
+                ? (unsigned)strtoul((char[5]){t[i + 8], t[i + 9], t[i + 10], t[i + 11], 0}, NULL, 16) : 0;
+            if (w < 0xDC00 || w > 0xDFFF) return i;
+            i += 6;
+        }
+        i += 5;
+    }
+    return (size_t)-1;
+}
+
+/* The request body as a JSON object, or NULL after answering 400 (*rc): not JSON (where,
+ * and why when it is a depth or a lone surrogate), not an object, bytes after it, a key
+ * twice (cJSON keeps the first, most readers the last), a string holding U+0000. */
+static cJSON *body_object(struct MHD_Connection *c, const req *rq, enum MHD_Result *rc)
+{
+    const char *text = rq->body.p ? rq->body.p : "", *end = NULL;
+    char msg[VX_ERR_MAX + 64];
+    cJSON *body = cJSON_ParseWithLengthOpts(text, rq->body.n, &end, 0);
+    size_t at;
+    vx_err ve = {0};
+    if (!body) {
+        if ((at = vx_json_too_deep(text, rq->body.n)) != (size_t)-1)
+            snprintf(msg, sizeof msg, "the body nests deeper than %d levels (at byte %zu)",
+                     CJSON_NESTING_LIMIT, at);
+        else if ((at = lone_surrogate(text, rq->body.n)) != (size_t)-1)
+            snprintf(msg, sizeof msg, "the body holds a lone surrogate escape (%.6s at byte %zu), "
+                     "which no UTF-8 text can hold", text + at, at);
+        else
+            snprintf(msg, sizeof msg, "the body is not valid JSON (near byte %zu)",
+                     end && end >= text ? (size_t)(end - text) : (size_t)0);
+    } else if (!cJSON_IsObject(body)) {
+        snprintf(msg, sizeof msg, "the body is JSON but not an object");
+    } else if (end && (at = (size_t)(end - text) + strspn(end, " \t\r\n")) < rq->body.n) {
+        snprintf(msg, sizeof msg, "the body has bytes after its JSON object (at byte %zu)", at);
+    } else if (vx_json_twice("the body", body, &ve) < 0) {
+        snprintf(msg, sizeof msg, "%s", ve.msg);
+    } else if (vx_json_nul_at(text, rq->body.n) != (size_t)-1) {
+        /* cJSON would cut the string there: a prompt would lose its tail unseen */
+        cJSON_Delete(body);
+        *rc = answer_error(c, 400, "a string in the body holds U+0000, which no prompt, "
+                           "name or value may hold", "invalid_value", NULL);
+        return NULL;
+    } else {
+        return body;
+    }
+    cJSON_Delete(body);
+    *rc = answer_error(c, 400, msg, "invalid_json", NULL);
+    return NULL;
+}
+
 static enum MHD_Result post_route(srv *S, struct MHD_Connection *c, const char *url, req *rq)
 {
     size_t k = 0;
@@ -452,25 +523,9 @@ static enum MHD_Result post_route(srv *S, struct MHD_Connection *c, const char *
     if (!is_json_ctype(c))
         return answer_error(c, 415, "POST bodies must be Content-Type: application/json",
                             "unsupported_media_type", NULL);
-    const char *text = rq->body.p ? rq->body.p : "", *end = NULL;
-    cJSON *body = cJSON_ParseWithLengthOpts(text, rq->body.n, &end, 0);
-    if (!cJSON_IsObject(body)) {
-        /* say where it failed: an invalid escape (a lone surrogate) is no missing object */
-        char msg[96];
-        if (body)
-            snprintf(msg, sizeof msg, "the body is JSON but not an object");
-        else
-            snprintf(msg, sizeof msg, "the body is not valid JSON (near byte %zu)",
-                     end && end >= text ? (size_t)(end - text) : (size_t)0);
-        cJSON_Delete(body);
-        return answer_error(c, 400, msg, "invalid_json", NULL);
-    }
-    if (vx_json_nul_at(rq->body.p, rq->body.n) != (size_t)-1) {
-        /* cJSON would cut the string there: a prompt would lose its tail unseen */
-        cJSON_Delete(body);
-        return answer_error(c, 400, "a string in the body holds U+0000, which no prompt, "
-                            "name or value may hold", "invalid_value", NULL);
-    }
+    enum MHD_Result brc;
+    cJSON *body = body_object(c, rq, &brc);
+    if (!body) return brc;
     const cJSON *sid = cJSON_GetObjectItemCaseSensitive(body, "session");
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(body, "stream");
     srv_sess *x = S->base;
@@ -540,6 +595,17 @@ static enum MHD_Result route(srv *S, struct MHD_Connection *c, const char *url,
         if (!is_json_ctype(c))
             return answer_error(c, 415, "POST bodies must be Content-Type: application/json",
                                 "unsupported_media_type", NULL);
+        if (rq->body.n) {       /* none, or an empty object: a session takes no options */
+            enum MHD_Result brc;
+            cJSON *b = body_object(c, rq, &brc);
+            if (!b) return brc;
+            char k[65] = "", msg[160];
+            if (b->child) snprintf(k, sizeof k, "%s", b->child->string);
+            snprintf(msg, sizeof msg, "a session takes no options: field '%s' is not known", k);
+            int any = b->child != NULL;
+            cJSON_Delete(b);
+            if (any) return answer_error(c, 400, msg, "invalid_value", k);
+        }
         srv_sess *x;
         if (srv_sess_create(S, &x) < 0)
             return errno == 0 ? answer_error(c, 429, "too many sessions: delete one first",

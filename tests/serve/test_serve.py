@@ -248,10 +248,26 @@ try:
     check(s == 400 and b["error"]["param"] == "lql", "lql not a string %s" % s)
     s, b, _ = req("POST", "/v1/query", '{"lql": ', )
     check(s == 400 and b["error"]["code"] == "invalid_json", "bad json %s" % s)
-    # where it failed, not 'not a JSON object' for a lone surrogate
+    # a lone surrogate is named, not called invalid JSON; a pair is text
     s, b, _ = req("POST", "/v1/tokenize", '{"text": "\\ud83d"}')
-    check(s == 400 and b["error"]["message"].startswith("the body is not valid JSON (near byte "),
-          "lone surrogate %s %s" % (s, b))
+    check(s == 400 and b["error"]["message"] == "the body holds a lone surrogate escape (\\ud83d at byte 10), "
+          "which no UTF-8 text can hold", "lone surrogate %s %s" % (s, b))
+    s, b, _ = req("POST", "/v1/tokenize", '{"text": "\\ud83d\\ude00 \\\\ud83d"}')
+    check(s == 200, "a surrogate pair, and an escaped backslash before ud83d %s %s" % (s, b))
+    # bytes after the object, a key twice (which one would run?), a bad deadline header
+    s, b, _ = req("POST", "/v1/query", '{"lql": "STATS;"} trailing')
+    check(s == 400 and b["error"]["message"] == "the body has bytes after its JSON object (at byte 18)",
+          "trailing bytes %s %s" % (s, b))
+    s, b, _ = req("POST", "/v1/query", '{"lql": "STATS;", "lql": "SHOW MODELS;"}')
+    check(s == 400 and b["error"]["code"] == "invalid_json" and "'lql' appears twice" in b["error"]["message"],
+          "duplicate key %s %s" % (s, b))
+    for bad in ("abc", "-5", "0", "1e3", "99999999999999999999"):
+        s, b, _ = req("POST", "/v1/query", {"lql": "STATS;"}, headers={"X-Deadline-Ms": bad})
+        check(s == 400 and b["error"]["param"] == "X-Deadline-Ms", "deadline header %r %s %s" % (bad, s, b))
+    s, b, _ = req("POST", "/v1/sessions", "garbage")
+    check(s == 400 and b["error"]["code"] == "invalid_json", "session body garbage %s %s" % (s, b))
+    s, b, _ = req("POST", "/v1/sessions", '{"ttl": 5}')
+    check(s == 400 and b["error"]["param"] == "ttl", "session option %s %s" % (s, b))
     s, b, _ = req("POST", "/v1/tokenize", '[1]')
     check(s == 400 and b["error"]["message"] == "the body is JSON but not an object", "array body %s" % b)
     # a NUL would cut the prompt short unseen (cJSON's strings end there): refused, escaped
