@@ -15,6 +15,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
@@ -47,6 +48,7 @@ typedef struct enc {
     int src_is_pay;              /* every operand a whole, unconverted, distinct tensor:
                                   * the source hash is the payload hash (one pass saved) */
     uint64_t done, total;        /* progress, in stored bytes */
+    const st_tensor *cur;        /* the checkpoint tensor being written (for messages) */
 } enc;
 
 static vx_dtype out_dtype(const enc *e, const hf_operand *op)
@@ -68,11 +70,13 @@ static uint64_t op_bytes(const hf_operand *op, vx_dtype t)
 }
 
 /* Convert n elements from one float dtype to another (f32 / f16 / bf16; RNE). */
-static void convert(enc *e, vx_dtype from, const void *src, vx_dtype to, void *dst, size_t n)
+/* Convert n values; a finite value the target dtype cannot hold (f16 past ±65504) is
+ * refused, never stored as infinity. */
+static int convert(enc *e, vx_dtype from, const void *src, vx_dtype to, void *dst, size_t n)
 {
     if (from == to) {
         memcpy(dst, src, n * vx_dtype_block_bytes(to));
-        return;
+        return 0;
     }
     vx_row_to_f32(from, src, e->f32, n);
     unsigned char *d = dst;
@@ -81,6 +85,10 @@ static void convert(enc *e, vx_dtype from, const void *src, vx_dtype to, void *d
         switch (to) {
         case VX_F16:
             h = vx_f32_to_f16(e->f32[i]);
+            if ((h & 0x7fff) == 0x7c00 && isfinite(e->f32[i]))
+                return vx_errf(e->err, VX_EFORMAT, "encode: tensor '%s' holds %g, beyond f16's "
+                               "range (±65504): as f16 it would be infinity; encode it as bf16 "
+                               "or f32 (--dtype)", e->cur ? e->cur->name : "?", (double)e->f32[i]);
             memcpy(d + 2 * i, &h, 2);
             break;
         case VX_BF16:
@@ -92,6 +100,7 @@ static void convert(enc *e, vx_dtype from, const void *src, vx_dtype to, void *d
             break;
         }
     }
+    return 0;
 }
 
 /* Emit n bytes p. The cancel check is the segment writer's too; this one names the
@@ -129,7 +138,8 @@ static int emit_gathered(enc *e, vx_segw *w, vx_dtype from, vx_dtype to, size_t 
 {
     const void *outp = e->gbuf;
     if (from != to) {
-        convert(e, from, e->gbuf, to, e->cbuf, n);
+        if (convert(e, from, e->gbuf, to, e->cbuf, n) < 0)
+            return -1;
         outp = e->cbuf;
     }
     return emit(e, w, outp, n * vx_dtype_block_bytes(to));
@@ -198,7 +208,7 @@ static int write_gather(enc *e, vx_segw *w, const hf_operand *op)
 /* Stream one operand into the segment. */
 static int write_operand(enc *e, vx_segw *w, const hf_operand *op)
 {
-    const st_tensor *t = op->src;
+    const st_tensor *t = e->cur = op->src;
     if (op->xf == HF_GATHER)
         return write_gather(e, w, op);
     vx_dtype from = t->dtype, to = out_dtype(e, op);
@@ -226,8 +236,7 @@ static int write_operand(enc *e, vx_segw *w, const hf_operand *op)
                 if (emit(e, w, p, n * es) < 0)
                     return -1;
             } else {
-                convert(e, from, p, to, e->cbuf, n);
-                if (emit(e, w, e->cbuf, n * eo) < 0)
+                if (convert(e, from, p, to, e->cbuf, n) < 0 || emit(e, w, e->cbuf, n * eo) < 0)
                     return -1;
             }
             st_release(p, n * es);

@@ -598,6 +598,8 @@ static void families(void)
 }
 
 /* bf16 conversion of an f32 checkpoint: RNE of every value, recorded as approximate. */
+static void variant(const char *fixture, const char *name, const char *sed);
+
 static void conversion(void)
 {
     vx_encode_opts o;
@@ -638,6 +640,29 @@ static void conversion(void)
         CHECK_STR(rep ? js(rep, "fidelity") : NULL, "source-equivalent");
         cJSON_Delete(ix);
     }
+    /* a finite weight past f16's range is refused, never stored as infinity */
+    variant("llama-gqa", "f16over", NULL);
+    char over[256];
+    snprintf(over, sizeof over, "%s/f16over", tmp);
+    st_model *sm = NULL;
+    CHECK(st_open_dir(over, &sm, &err) == 0);
+    const st_tensor *up = sm ? st_find(sm, "model.layers.1.mlp.up_proj.weight") : NULL;
+    uint64_t at = up ? up->file_offset + 4 * 7 : 0;
+    st_close(sm);
+    char file[300];
+    snprintf(file, sizeof file, "%s/model.safetensors", over);
+    int fd = open(file, O_WRONLY);
+    float big = 1e5f;
+    CHECK(up && fd >= 0 && pwrite(fd, &big, 4, (off_t)at) == 4);
+    if (fd >= 0) close(fd);
+    o.dtype = VX_F16;
+    CHECK(vx_encode(over, out_path("f16over.vx"), &o, &err) == -1);
+    CHECK_STR(err.msg, "encode: tensor 'model.layers.1.mlp.up_proj.weight' holds 100000, beyond f16's "
+              "range (±65504): as f16 it would be infinity; encode it as bf16 or f32 (--dtype)");
+    CHECK(leftovers("f16over.vx") == 0);
+    o.dtype = VX_BF16;
+    encode_ok(over, "f16over-bf16.vx", &o);
+
     o.dtype = VX_Q4_K;
     CHECK(vx_encode(FAM "llama-gqa", out_path("q4k"), &o, &err) == -1);
     CHECK_STR(err.msg, "encode: dtype 'q4_k' is not an encode target (f32, f16 or bf16; quantised "
