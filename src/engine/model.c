@@ -25,7 +25,8 @@ static int bind(vx_container *c, int borrow, const eng_tokenizer *tok, eng_model
     /* the tokenizer snapshot is optional: a container without one still runs on ids */
     char path[4096];
     if (snprintf(path, sizeof path, "%s/tokenizer.json", vx_dir(c)) < (int)sizeof path &&
-        access(path, F_OK) == 0 && eng_tok_load_dir(vx_dir(c), &m->own_tok, err)) {
+        access(path, F_OK) == 0 &&
+        (vx_snapshot_check(c, NULL, err) || eng_tok_load_dir(vx_dir(c), &m->own_tok, err))) {
         eng_model_free(m);
         return -1;
     }

@@ -244,7 +244,7 @@ static int session_tok(lql_session *s, vx_container *c, int optional, vx_err *ve
     if (optional && (snprintf(path, sizeof path, "%s/tokenizer.json", vx_dir(c)) >= (int)sizeof path ||
                      access(path, F_OK) != 0))
         return 0;
-    if (eng_tok_load_dir(vx_dir(c), &s->tok, ve) < 0) {
+    if (vx_snapshot_check(c, NULL, ve) < 0 || eng_tok_load_dir(vx_dir(c), &s->tok, ve) < 0) {
         s->tok = NULL;
         return -1;
     }

@@ -595,6 +595,33 @@ int vx_tensor_check(const vx_container *c, const vx_tensor *t, vx_err *err)
     return 0;
 }
 
+int vx_snapshot_check(const vx_container *c, const char *name, vx_err *err)
+{
+    const cJSON *snaps = cJSON_GetObjectItemCaseSensitive(c->index, "snapshots"), *s;
+    if (!name) {
+        cJSON_ArrayForEach(s, snaps)
+            if (s->string && vx_snapshot_check(c, s->string, err) < 0)
+                return -1;
+        return 0;
+    }
+    const char *want = vx_json_str(snaps, name);
+    if (!want)
+        return 0;
+    char path[4096], hex[65];
+    if (vx_resolve(c, name, path, sizeof path, err) != 0)
+        return -1;
+    if (access(path, F_OK) != 0)
+        return vx_errf(err, VX_EMISSING, "snapshot '%s' is missing: index.json records its sha256 "
+                       "(the encoder copied it from the checkpoint)", name);
+    if (vx_sha256_file(path, hex, err) != 0)
+        return -1;
+    if (strcmp(hex, want) != 0)
+        return vx_errf(err, VX_EVERIFY, "snapshot '%s' does not match the sha256 index.json records "
+                       "for it: it was edited or damaged after the encode (vindex verify %s checks "
+                       "every file)", name, c->dir);
+    return 0;
+}
+
 int vx_object_check(const vx_container *c, const char *object, vx_err *err)
 {
     for (size_t i = 0; i < c->nt; i++)

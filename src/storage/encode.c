@@ -541,6 +541,17 @@ static int encode_body(encode_run *r, const char *src, const char *out_dir,
             rc = encode_object(e, r->cw, &plan->obj[i], r->index, objects);
     for (size_t i = 0; vx_hf_snapshots[i] && rc == 0; i++)
         rc = vx_copy_snapshot(src, vx_cw_dir(r->cw), vx_hf_snapshots[i], err);
+    /* the snapshots' hashes, so an edit of tokenizer.json or config.json after the encode
+     * is refused where they are read, and by vindex verify (vx_snapshot_check) */
+    cJSON *snaps = cJSON_AddObjectToObject(r->index, "snapshots");
+    for (size_t i = 0; vx_hf_snapshots[i] && rc == 0; i++) {
+        char path[PATH_MAX + 64], hex[65];
+        snprintf(path, sizeof path, "%s/%s", vx_cw_dir(r->cw), vx_hf_snapshots[i]);
+        if (access(path, F_OK) != 0)
+            continue;
+        if ((rc = vx_sha256_file(path, hex, err)) == 0)
+            cJSON_AddStringToObject(snaps, vx_hf_snapshots[i], hex);
+    }
     if (rc == 0)
         rc = vx_cw_json(r->cw, "system_graph.json", graph, err);
     if (rc == 0)

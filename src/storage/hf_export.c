@@ -495,7 +495,7 @@ int vx_export_hf(const vx_container *c, const char *out_dir, vx_export_report *r
                        vx_dir(c));
     plan p = {0};
     vx_cw *w = NULL;
-    if (build_plan(c, &p, err) || vx_cw_open(&w, out_dir, vx_dir(c), "export", err) ||
+    if (vx_snapshot_check(c, NULL, err) || build_plan(c, &p, err) || vx_cw_open(&w, out_dir, vx_dir(c), "export", err) ||
         vx_cw_path(w, "model.safetensors", path, sizeof path, err)) {
         plan_free(&p);
         vx_cw_abort(w);

@@ -443,7 +443,8 @@ static int tokenizer_kv(const vx_container *c, const cJSON *special, int vocab, 
     size_t n = 0;
     cJSON *tj = NULL;
     snprintf(path, sizeof path, "%s/tokenizer.json", vx_dir(c));
-    if (vx_read_small_file(path, "export gguf: tokenizer.json", &text, &n, err) ||
+    if (vx_snapshot_check(c, NULL, err) ||
+        vx_read_small_file(path, "export gguf: tokenizer.json", &text, &n, err) ||
         vx_json_parse_as("export gguf: tokenizer.json", text, n, 1, &tj, err)) {
         free(text);
         return -1;

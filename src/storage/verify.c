@@ -266,6 +266,32 @@ static int check_browse(const vx_container *c, cJSON *report, vx_err *err, int *
     return 0;
 }
 
+/* Every snapshot index.json records a sha256 for, against it. */
+static int check_snapshots(const vx_container *c, cJSON *report, vx_err *err, int *bad)
+{
+    const cJSON *s;
+    cJSON *rows = NULL;
+    cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "snapshots")) {
+        if (!s->string)
+            continue;
+        if (!rows)
+            rows = cJSON_AddArrayToObject(report, "snapshots");
+        vx_err e = {0};
+        int rc = vx_snapshot_check(c, s->string, &e);
+        cJSON *row = cJSON_CreateObject();
+        cJSON_AddItemToArray(rows, row);
+        cJSON_AddStringToObject(row, "file", s->string);
+        cJSON_AddBoolToObject(row, "ok", rc == 0);
+        if (rc < 0 && e.code != VX_EVERIFY && e.code != VX_EMISSING) {
+            *err = e;
+            return -1;
+        }
+        if (rc < 0)
+            fail(report, err, bad, VX_EVERIFY, e.msg);
+    }
+    return 0;
+}
+
 int vx_verify(const char *dir, const char *source_dir, cJSON **report, vx_err *err)
 {
     cJSON *r = cJSON_CreateObject();
@@ -283,6 +309,7 @@ int vx_verify(const char *dir, const char *source_dir, cJSON **report, vx_err *e
     int bad = 0, rc = 0;
     st_model *src = NULL;
     if (check_segments(c, r, err, &bad) < 0 || check_browse(c, r, err, &bad) < 0 ||
+        check_snapshots(c, r, err, &bad) < 0 ||
         open_source(c, source_dir, &src, r, err) < 0) {
         rc = -1;
     } else {

@@ -278,6 +278,11 @@ const vx_tensor *vx_tensor_at(const vx_container *c, size_t i);
  * unchecked; `vindex verify` stays the full check. -1 with VX_EVERIFY naming the segment,
  * tensor and object, or VX_ECANCEL (not remembered). Not thread-safe for one tensor. */
 int vx_tensor_check(const vx_container *c, const vx_tensor *t, vx_err *err);
+/* A snapshot file of the container (tokenizer.json, config.json, …; NULL: every one)
+ * against the sha256 index.json's "snapshots" records for it: 0 when they agree or none is
+ * recorded (an older writer), -1 VX_EVERIFY naming it when the file changed, VX_EMISSING
+ * when it is gone. Readers call it before they read the files. */
+int vx_snapshot_check(const vx_container *c, const char *name, vx_err *err);
 /* vx_tensor_check over every bound tensor of object (NULL: of every object). */
 int vx_object_check(const vx_container *c, const char *object, vx_err *err);
 
