@@ -194,8 +194,14 @@ int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_
     if (brw_shape_read(c, &m->s, err) != 0 || check_bound(&m->s, c, err) != 0)
         goto fail;
     if (!tok) {
-        if (vx_snapshot_check(c, NULL, err) != 0 || eng_tok_load_dir(vx_dir(c), &m->own_tok, err) != 0)
+        if (vx_snapshot_check(c, NULL, err) != 0)
             goto fail;
+        if (eng_tok_load_dir(vx_dir(c), &m->own_tok, err) != 0) {
+            if (err && err->code == VX_EMISSING)
+                vx_errf(err, VX_EMISSING, "browse needs the container's tokenizer (its token texts), "
+                        "and '%s' has no tokenizer.json", vx_dir(c));
+            goto fail;
+        }
         tok = m->own_tok;
     }
     m->tok = tok;

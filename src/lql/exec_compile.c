@@ -46,7 +46,16 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     const int model = lql_has(st, LQL_C_INTO_MODEL);
     char staging[4200];
     const char *out = model ? lql_export_staging(st, staging, sizeof staging) : st->arg2;
-    if ((model && lql_export_check(st, e)) || lql_edit_model(s, st, 1, &ed, e))
+    if ((model && lql_export_check(st, e)) || lql_edit_model(s, st, 0, &ed, e))
+        return -1;
+    /* the overlay replays into the browse model (which needs the tokenizer's texts); an
+     * export of a container nothing edited needs neither */
+    vx_op *ops = NULL;
+    size_t n_ops = 1;
+    if (model && (ed_journal_open(ed, 0, &ve) || ed_active_ops(ed, &ops, &n_ops, &ve)))
+        return lql_err_vx(e, &ve, &st->at);
+    vx_ops_free(ops, model ? n_ops : 0);
+    if (n_ops && lql_edit_model(s, st, 1, &ed, e))
         return -1;
     if (ed_refresh(ed, &ve))
         return lql_err_vx(e, &ve, &st->at);

@@ -443,6 +443,10 @@ static int tokenizer_kv(const vx_container *c, const cJSON *special, int vocab, 
     size_t n = 0;
     cJSON *tj = NULL;
     snprintf(path, sizeof path, "%s/tokenizer.json", vx_dir(c));
+    if (access(path, F_OK) != 0)
+        return vx_errf(err, VX_EMISSING, "export gguf: the container has no tokenizer.json, and a "
+                       "GGUF file carries the tokenizer llama.cpp runs (FORMAT SAFETENSORS exports "
+                       "without one)");
     if (vx_snapshot_check(c, NULL, err) ||
         vx_read_small_file(path, "export gguf: tokenizer.json", &text, &n, err) ||
         vx_json_parse_as("export gguf: tokenizer.json", text, n, 1, &tj, err)) {

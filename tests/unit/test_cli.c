@@ -391,6 +391,27 @@ static void without_tokenizer(const char *box)
     CHECK(sh(cmd, &out, &err) == 0);
     CHECK_HAS(out, "softmax_attention");
     free(out); free(err);
+    /* the file the encoder copied (and hashed) is gone: the export says so */
+    snprintf(cmd, sizeof cmd, LQL " " DIR "/notok.vindex3 -c 'COMPILE CURRENT INTO MODEL \"" DIR
+             "/notok-hf\";'");
+    CHECK(sh(cmd, &out, &err) == 1);
+    CHECK_HAS(err, "snapshot 'tokenizer.json' is missing");
+    free(out); free(err);
+    /* a checkpoint that had none: nothing edited, the checkpoint export needs no tokenizer;
+     * a GGUF file carries one */
+    CHECK(sh("cp -r '" LQL_FIXTURE_DIR "/models/tinyllama' " DIR "/notok-ck && rm " DIR
+             "/notok-ck/tokenizer.json && " LQL_BINARY_DIR "/vindex encode " DIR "/notok-ck -o " DIR
+             "/notok2.vindex3 >/dev/null", NULL, NULL) == 0);
+    snprintf(cmd, sizeof cmd, LQL " " DIR "/notok2.vindex3 -c 'COMPILE CURRENT INTO MODEL \"" DIR
+             "/notok-hf\";'");
+    CHECK(sh(cmd, &out, &err) == 0);
+    CHECK_HAS(err, "exported: ");
+    free(out); free(err);
+    snprintf(cmd, sizeof cmd, LQL " " DIR "/notok2.vindex3 -c 'COMPILE CURRENT INTO MODEL \"" DIR
+             "/notok.gguf\" FORMAT GGUF;'");
+    CHECK(sh(cmd, &out, &err) == 1);
+    CHECK_HAS(err, "export gguf: the container has no tokenizer.json");
+    free(out); free(err);
 }
 
 /* index.json's browse.layer_bands out of range: STATS says the recorded bands are ignored
