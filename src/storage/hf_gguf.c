@@ -486,8 +486,16 @@ static int tokenizer_kv(const vx_container *c, const cJSON *special, int vocab, 
         goto done;
     }
     const cJSON *v;
+    /* a token past the embedding rows: llama.cpp's vocabulary is one entry per row, so
+     * dropping it would tokenize its text differently from lql */
+    const char *past = NULL;
+    int past_id = 0;
     cJSON_ArrayForEach(v, vmap) {
         int id = cJSON_IsNumber(v) ? v->valueint : -1;
+        if (id >= vocab && !past) {
+            past = v->string;
+            past_id = id;
+        }
         if (id >= 0 && id < vocab) {
             tok[id] = v->string;
             type[id] = T_NORMAL;
@@ -498,6 +506,10 @@ static int tokenizer_kv(const vx_container *c, const cJSON *special, int vocab, 
     cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
         int id = (int)jnum(v, "id");
         const char *s = vx_json_str(v, "content");
+        if (id >= vocab && s && !past) {
+            past = s;
+            past_id = id;
+        }
         if (id >= 0 && id < vocab && s) {
             tok[id] = s;
             type[id] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "special")) ? T_CONTROL
@@ -513,6 +525,12 @@ static int tokenizer_kv(const vx_container *c, const cJSON *special, int vocab, 
         char end;
         if (tok[i] && strlen(tok[i]) == 6 && sscanf(tok[i], "<0x%2X%c", &x, &end) == 2 && end == '>')
             type[i] = T_BYTE;
+    }
+    if (past) {
+        rc = vx_errf(err, VX_EUNSUPPORTED, "export gguf: tokenizer.json gives '%.64s' the id %d, "
+                     "past the model's %d embedding rows; a GGUF vocabulary is one token per row, "
+                     "so llama.cpp would split that text into other tokens", past, past_id, vocab);
+        goto done;
     }
     /* ids the tokenizer never produces (a vocabulary padded to a round size) */
     for (int i = 0; i < vocab; i++)

@@ -354,6 +354,24 @@ static void refusals(const char *dir)
         CHECK_HAS(msg, r[i].want);
         CHECK(leftovers(dir, strrchr(t, '/') + 1) == 0);
     }
+    /* a token the tokenizer numbers past the embedding rows: GGUF has no entry for it */
+    {
+        char src[2300], cmd[8000], ran[4096];
+        snprintf(src, sizeof src, "%s/addtok", dir);
+        snprintf(cmd, sizeof cmd, "cp -r '%s/llama-gqa' '%s' && python3 -c 'import json,sys; p=sys.argv[1]; "
+                 "t=json.load(open(p)); t[\"added_tokens\"].append({\"id\": 600, \"content\": \"<|x|>\", "
+                 "\"single_word\": False, \"lstrip\": False, \"rstrip\": False, \"normalized\": False, "
+                 "\"special\": True}); json.dump(t, open(p, \"w\"))' '%s/tokenizer.json' 2>&1",
+                 FAMILIES, src, src);
+        CHECK(fx_run(cmd, ran, sizeof ran) == 0);
+        snprintf(a, sizeof a, "%s/addtok.vindex3", dir);
+        snprintf(t, sizeof t, "%s/addtok.gguf", dir);
+        CHECK(encode(src, a) == 0);
+        CHECK(export_to(a, t, 1, msg, sizeof msg) < 0);
+        CHECK_HAS(msg, "export gguf: tokenizer.json gives '<|x|>' the id 600, past the model's 512 "
+                  "embedding rows");
+        CHECK(leftovers(dir, "addtok.gguf") == 0);
+    }
     /* a bank-shape container (qwen2-moe imported as LYRW banks) */
     char bank[2300];
     vx_err be = {0};
