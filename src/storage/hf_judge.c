@@ -77,8 +77,11 @@ int hf_geti(judge *j, const char *k, long def, long *out)
         *out = def;
         return 0;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 1e15)
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
         return hf_bad_type(j, k, "an integer");
+    if (fabs(v->valuedouble) > 1e15)   /* past any size a model has: say so, not "integer" */
+        return vx_errf(j->err, VX_EFORMAT, "config.json: key '%s' = %.17g is too large for family "
+                       "'%s' (no size this reader takes is above 10^15)", k, v->valuedouble, j->family);
     *out = (long)v->valuedouble;
     return 0;
 }

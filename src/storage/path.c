@@ -68,7 +68,9 @@ int vx_resolve_in(const char *dir, const char *rel, char *out, size_t outsz, vx_
         return vx_errf(err, VX_EIO, "cannot resolve container directory '%s': %s", dir,
                        strerror(errno));
     if ((size_t)snprintf(full, sizeof full, "%s/%s", root, rel) >= sizeof full)
-        return vx_errf(err, VX_EPATH, "path '%s' is too long", rel);
+        return vx_errf(err, VX_EPATH, "path '%s' is too long under the container directory: "
+                       "%zu bytes with it, the limit is %d (directory '%s')", rel,
+                       strlen(root) + 1 + strlen(rel), PATH_MAX - 1, root);
     if (realpath(full, real)) {
         if (!inside(root, real))
             return vx_errf(err, VX_EPATH, "path '%s' leaves the container through a symlink (to '%s')",

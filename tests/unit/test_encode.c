@@ -946,6 +946,10 @@ static void refusals(void)
     CHECK(sh("printf '%%s' '{\"eos_token_id\": [511, 9999]}' > '%s/geneos/generation_config.json'", tmp) == 0);
     refuse("geneos", "generation_config.json: key 'eos_token_id' must be a token id below vocab_size "
            "512 (or a list of them) for family 'llama'");
+    variant("llama-gqa", "ctxhuge", "s/\"max_position_embeddings\": 512/\"max_position_embeddings\": "
+            "4611686018427387904/");
+    refuse("ctxhuge", "config.json: key 'max_position_embeddings' = 4.6116860184273879e+18 is too large "
+           "for family 'llama' (no size this reader takes is above 10^15)");
     variant("gpt2", "ninner0", "s/\"n_inner\": null/\"n_inner\": 0/");
     refuse("ninner0", "config.json: key 'n_inner' must be a positive integer or null for family 'gpt2'");
     variant("gemma2", "eps0", "s/\"rms_norm_eps\": 1e-06/\"rms_norm_eps\": 0/");
