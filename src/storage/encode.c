@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <utf8proc.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
@@ -441,11 +442,37 @@ static int encode_object(enc *e, vx_cw *cw, const hf_object *ob, cJSON *index, c
 
 /* ---------------------------------------------------------------- entry */
 
+/* s as JSON text can hold it: each byte that does not start valid UTF-8 becomes U+FFFD
+ * (cJSON would write it raw, and no JSON reader takes the file then). malloc'd. */
+static char *json_text(const char *s)
+{
+    size_t n = strlen(s);
+    char *out = malloc(3 * n + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k > 0) {
+            memcpy(o, s + i, (size_t)k);
+            o += k;
+            i += (size_t)k;
+        } else {
+            memcpy(o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    *o = 0;
+    return out;
+}
+
 static cJSON *make_index(const hf_plan *p, const char *model, const char *source, const vx_encode_opts *o)
 {
     cJSON *x = cJSON_CreateObject();
+    char *m = json_text(model), *src = json_text(source);
     cJSON_AddNumberToObject(x, "version", 4);
-    cJSON_AddStringToObject(x, "model", model);
+    cJSON_AddStringToObject(x, "model", m ? m : "?");
     cJSON_AddStringToObject(x, "family", p->family);
     cJSON_AddNumberToObject(x, "hidden_size", p->hidden);
     cJSON_AddNumberToObject(x, "num_layers", p->num_layers);
@@ -461,7 +488,9 @@ static cJSON *make_index(const hf_plan *p, const char *model, const char *source
     cJSON *e = cJSON_AddObjectToObject(x, "encoder");
     cJSON_AddStringToObject(e, "name", "lql");
     cJSON_AddStringToObject(e, "version", "0.1.0");
-    cJSON_AddStringToObject(e, "source", source);
+    cJSON_AddStringToObject(e, "source", src ? src : "?");
+    free(m);
+    free(src);
     cJSON_AddItemToObject(e, "declaration_only", cJSON_Duplicate(p->declaration_only, 1));
     cJSON_AddStringToObject(e, "dtype_policy", o->dtype < 0 ? "source" : vx_dtype_name((vx_dtype)o->dtype));
     if (o->layer_lo >= 0 && o->layer_hi >= o->layer_lo) {

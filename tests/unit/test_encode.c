@@ -1239,6 +1239,20 @@ static void standalone(void)
 
 /* The snapshots' sha256 in index.json: an edit after the encode is refused by readers
  * (vx_snapshot_check) and reported by verify; a file gone too. */
+/* A checkpoint directory whose name is not UTF-8: index.json stays JSON (U+FFFD for each
+ * stray byte in the model name and source path). */
+static void non_utf8_name(void)
+{
+    char src[256], out[300];
+    snprintf(src, sizeof src, "%s/m\xff\xfe", tmp);
+    snprintf(out, sizeof out, "%s/nonutf8.vx", tmp);
+    CHECK(sh("cp -r '" FAM "llama-gqa' '%s'", src) == 0);
+    CHECK(vx_encode(src, out, NULL, &err) == 0);
+    cJSON *ix = jload(out, "index.json");
+    CHECK_STR(js(ix, "model"), "m\xEF\xBF\xBD\xEF\xBF\xBD");
+    cJSON_Delete(ix);
+}
+
 static void snapshots(void)
 {
     if (encode_ok(FAM "llama-gqa", "snap.vx", NULL) != 0)
@@ -1286,6 +1300,7 @@ int main(void)
     hostile_configs();
     standalone();
     snapshots();
+    non_utf8_name();
     if (t_fail == 0)
         sh("rm -rf '%s'", tmp);
     else
