@@ -125,7 +125,7 @@ static int model_of(srv *S, srv_job *j, eng_model **m)
     lql_err e = {0};
     if (srv_job_enter(S, j, "model_unavailable") < 0) return -1;
     if (lql_session_model(j->sess->s, NULL, m, &e) < 0) {
-        srv_job_unbound(j, &e, "model_unavailable");
+        srv_job_failed(j, "the request", e.msg, "model_unavailable");
         return -1;
     }
     return 0;
@@ -538,14 +538,7 @@ void srv_complete_run(srv *S, srv_job *j)
     if (g.late > S->late_tokens) S->late_tokens = g.late;
     pthread_mutex_unlock(&S->mu);
     if (rc < 0 || j->cancel) {
-        if (j->cancel == SRV_DEADLINE)
-            srv_job_error(j, 504, "the request's deadline passed: generation was stopped",
-                          "timeout_error", "deadline_exceeded", NULL);
-        else if (j->cancel == SRV_SESSION_GONE)
-            srv_job_error(j, 409, "the session was deleted: generation was stopped",
-                          "invalid_request_error", "session_deleted", NULL);
-        else
-            srv_job_error(j, 500, g.ids ? ve.msg : "out of memory", "server_error", "generation_failed", NULL);
+        srv_job_failed(j, "generation", g.ids ? ve.msg : "out of memory", "generation_failed");
         free(g.ids);
         free(g.text);
         goto streamed;

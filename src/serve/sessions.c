@@ -181,24 +181,26 @@ void srv_sess_reap(srv *S)
     }
 }
 
-void srv_job_unbound(srv_job *j, const lql_err *e, const char *code)
+void srv_job_failed(srv_job *j, const char *what, const char *msg, const char *code)
 {
-    /* a bind stopped because the job was: the answer a stopped statement gets */
-    if (j->cancel == SRV_SESSION_GONE)
-        srv_job_error(j, 409, "the session was deleted: the request was stopped",
-                      "invalid_request_error", "session_deleted", NULL);
-    else if (j->cancel == SRV_DEADLINE)
-        srv_job_error(j, 504, "the request's deadline passed: the request was stopped",
-                      "timeout_error", "deadline_exceeded", NULL);
-    else
-        srv_job_error(j, 500, e->msg, "server_error", code, NULL);
+    char m[160];
+    /* stopped because the job was: the answer a stopped statement gets */
+    if (j->cancel == SRV_SESSION_GONE) {
+        snprintf(m, sizeof m, "the session was deleted: %s was stopped", what);
+        srv_job_error(j, 409, m, "invalid_request_error", "session_deleted", NULL);
+    } else if (j->cancel == SRV_DEADLINE) {
+        snprintf(m, sizeof m, "the request's deadline passed: %s was stopped", what);
+        srv_job_error(j, 504, m, "timeout_error", "deadline_exceeded", NULL);
+    } else {
+        srv_job_error(j, 500, msg, "server_error", code, NULL);
+    }
 }
 
 int srv_job_enter(srv *S, srv_job *j, const char *code)
 {
     lql_err e = {0};
     if (srv_sess_enter(S, j->sess, &e) == 0) return 0;
-    srv_job_unbound(j, &e, code);
+    srv_job_failed(j, "the request", e.msg, code);
     return -1;
 }
 

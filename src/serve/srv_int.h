@@ -140,8 +140,9 @@ int srv_sess_enter(srv *S, srv_sess *x, lql_err *e);
 /* srv_sess_enter for job j's session; -1 after answering j: 409 session_deleted or 504
  * deadline_exceeded when the job was stopped meanwhile, else 500 with code. */
 int srv_job_enter(srv *S, srv_job *j, const char *code);
-/* Answer j for a failed bind or model load (e), as srv_job_enter does. */
-void srv_job_unbound(srv_job *j, const lql_err *e, const char *code);
+/* Answer j for a failure of what ("the request", "generation"): 409 session_deleted or
+ * 504 deadline_exceeded when the job was stopped, else 500 with msg and code. */
+void srv_job_failed(srv_job *j, const char *what, const char *msg, const char *code);
 /* Free sessions whose last reference went (compute thread, or at the end). */
 void srv_sess_reap(srv *S);
 void srv_sess_free(srv_sess *x);

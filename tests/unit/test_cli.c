@@ -391,27 +391,23 @@ static void without_tokenizer(const char *box)
     CHECK(sh(cmd, &out, &err) == 0);
     CHECK_HAS(out, "softmax_attention");
     free(out); free(err);
-    /* the file the encoder copied (and hashed) is gone: the export says so */
-    snprintf(cmd, sizeof cmd, LQL " " DIR "/notok.vindex3 -c 'COMPILE CURRENT INTO MODEL \"" DIR
-             "/notok-hf\";'");
-    CHECK(sh(cmd, &out, &err) == 1);
-    CHECK_HAS(err, "snapshot 'tokenizer.json' is missing");
-    free(out); free(err);
-    /* a checkpoint that had none: nothing edited, the checkpoint export needs no tokenizer;
-     * a GGUF file carries one */
+    /* exports: the file the encoder copied (and hashed) gone is said so; from a checkpoint
+     * that had none, nothing edited, the checkpoint export needs no tokenizer, and a GGUF
+     * file carries one */
     CHECK(sh("cp -r '" LQL_FIXTURE_DIR "/models/tinyllama' " DIR "/notok-ck && rm " DIR
              "/notok-ck/tokenizer.json && " LQL_BINARY_DIR "/vindex encode " DIR "/notok-ck -o " DIR
              "/notok2.vindex3 >/dev/null", NULL, NULL) == 0);
-    snprintf(cmd, sizeof cmd, LQL " " DIR "/notok2.vindex3 -c 'COMPILE CURRENT INTO MODEL \"" DIR
-             "/notok-hf\";'");
-    CHECK(sh(cmd, &out, &err) == 0);
-    CHECK_HAS(err, "exported: ");
-    free(out); free(err);
-    snprintf(cmd, sizeof cmd, LQL " " DIR "/notok2.vindex3 -c 'COMPILE CURRENT INTO MODEL \"" DIR
-             "/notok.gguf\" FORMAT GGUF;'");
-    CHECK(sh(cmd, &out, &err) == 1);
-    CHECK_HAS(err, "export gguf: the container has no tokenizer.json");
-    free(out); free(err);
+    static const struct { const char *box, *target; int status; const char *want; } ex[] = {
+        {"notok", "notok-hf\"", 1, "snapshot 'tokenizer.json' is missing"},
+        {"notok2", "notok-hf\"", 0, "exported: "},
+        {"notok2", "notok.gguf\" FORMAT GGUF", 1, "export gguf: the container has no tokenizer.json"}};
+    for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) {
+        snprintf(cmd, sizeof cmd, LQL " " DIR "/%s.vindex3 -c 'COMPILE CURRENT INTO MODEL \"" DIR "/%s;'",
+                 ex[i].box, ex[i].target);
+        CHECK_MSG(sh(cmd, &out, &err) == ex[i].status, "%s", cmd);
+        CHECK_HAS(err, ex[i].want);
+        free(out); free(err);
+    }
 }
 
 /* index.json's browse.layer_bands out of range: STATS says the recorded bands are ignored
