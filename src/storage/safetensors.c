@@ -352,6 +352,10 @@ static int shard_path(const char *dir, const char *ipath, const char *name, char
                        "directory", ipath, name);
     if ((size_t)snprintf(out, n, "%s/%s", dir, name) >= n)
         return vx_errf(err, VX_EARG, "'%s': shard path '%s' is too long", ipath, name);
+    /* one file however the index spells it ("x", "./x", "a/../x" refused above) */
+    char canon[PATH_MAX];
+    if (realpath(out, canon) && strlen(canon) < n)
+        memcpy(out, canon, strlen(canon) + 1);
     return 0;
 }
 

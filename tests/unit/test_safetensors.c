@@ -291,6 +291,16 @@ static void sharded(void)
         CHECK(y && y->shard == 1 && memcmp(y->data, "wxyz", 4) == 0);
         st_close(m);
     }
+    /* One shard spelled two ways is one file, as transformers takes it. */
+    write_text(p, "{\"weight_map\":{\"x\":\"./a.safetensors\",\"y\":\"b.safetensors\","
+                  "\"z\":\"a.safetensors\"}}");
+    CHECK(st_open_dir(sd, &m, &err) == -1);     /* z is in no shard: but a.safetensors opened once */
+    snprintf(want, sizeof want, "'%s': tensor 'z' is not in shard 'a.safetensors'", p);
+    CHECK_STR(err.msg, want);
+    write_text(p, "{\"weight_map\":{\"x\":\"./a.safetensors\",\"y\":\"b.safetensors\"}}");
+    CHECK(st_open_dir(sd, &m, &err) == 0);
+    CHECK(m && st_shard_count(m) == 2);
+    st_close(m);
     /* A shard that is missing. */
     write_text(p, "{\"weight_map\":{\"x\":\"a.safetensors\",\"y\":\"c.safetensors\"}}");
     CHECK(st_open_dir(sd, &m, &err) == -1);
