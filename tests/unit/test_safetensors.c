@@ -105,6 +105,8 @@ static void hostile(void)
     refused(good("notjson.safetensors", "{\"a\": ", 0), "header is not valid JSON (near byte 13)",
             VX_EFORMAT);
     refused(good("array.safetensors", "[1, 2]  ", 0), "header is not a JSON object", VX_EFORMAT);
+    refused(good("latin1.safetensors", "{\"w\xe9\":{\"dtype\":\"F32\",\"shape\":[1],"
+                 "\"data_offsets\":[0,4]}}", 4), "header is not valid UTF-8 (byte 11)", VX_EFORMAT);
     {   /* deeper than cJSON parses: said so, as for the container's JSON */
         static char deep[2 * 1100 + 16];
         int o = sprintf(deep, "{\"x\": ");
