@@ -562,6 +562,9 @@ static enum MHD_Result post_route(srv *S, struct MHD_Connection *c, const char *
 static enum MHD_Result route(srv *S, struct MHD_Connection *c, const char *url,
                              const char *method, req *rq, int port)
 {
+    if (!MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"))
+        return answer_error(c, 400, "the request has no Host header (HTTP/1.1 requires one; "
+                            "this server checks it against DNS rebinding)", "host_missing", NULL);
     if (!host_ok(S, c, port))
         return answer_error(c, 403, "the Host header names no address this server answers to",
                             "host_not_allowed", NULL);

@@ -299,6 +299,16 @@ try:
     check(s == 405, "405 %s" % s)
     s, b, r = req("GET", "/v1/models", headers={"Host": "evil.example:%d" % PORT})
     check(s == 403 and b["error"]["code"] == "host_not_allowed", "DNS rebinding Host %s" % s)
+    raw_sock = socket.create_connection(("127.0.0.1", PORT), timeout=10)
+    raw_sock.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+    got = b""
+    while True:
+        part = raw_sock.recv(4096)
+        if not part:
+            break
+        got += part
+    raw_sock.close()
+    check(got.startswith(b"HTTP/1.1 400") and b'"host_missing"' in got, "no Host header %r" % got[:300])
     s, b, r = req("GET", "/v1/models", headers={"Origin": "http://evil.example"})
     check(s == 200 and r.getheader("Access-Control-Allow-Origin") is None, "no CORS")
     s, b, _ = req("POST", "/v1/query", {"lql": "STATS;", "session": "nope"})
