@@ -50,6 +50,8 @@ typedef struct enc {
                                   * the source hash is the payload hash (one pass saved) */
     uint64_t done, total;        /* progress, in stored bytes */
     const st_tensor *cur;        /* the checkpoint tensor being written (for messages) */
+    vx_segw_tensor *tt;          /* the object's tensor table, and the segment being */
+    vx_segw *w;                  /* written: a SIGBUS jump leaves them to vx_encode */
 } enc;
 
 static vx_dtype out_dtype(const enc *e, const hf_operand *op)
@@ -329,7 +331,7 @@ static int encode_object(enc *e, vx_cw *cw, const hf_object *ob, cJSON *index, c
     char rid[128];
     snprintf(rid, sizeof rid, "%s.%s", ob->id, vx_dtype_name(rd));
 
-    vx_segw_tensor *tt = calloc(ob->n + 1, sizeof *tt);
+    vx_segw_tensor *tt = e->tt = calloc(ob->n + 1, sizeof *tt);
     if (!tt)
         return vx_errf(e->err, VX_ENOMEM, "encode: out of memory");
     for (size_t i = 0; i < ob->n; i++) {
@@ -360,11 +362,13 @@ static int encode_object(enc *e, vx_cw *cw, const hf_object *ob, cJSON *index, c
         vx_sha256_free(&e->pay);
     if (rc < 0) {
         free(tt);
+        e->tt = NULL;
         return -1;
     }
     uint64_t cap;
     if (vx_shard_cap(&cap, e->err) < 0) {
         free(tt);
+        e->tt = NULL;
         return -1;
     }
     int nfile = 0;
@@ -379,8 +383,10 @@ static int encode_object(enc *e, vx_cw *cw, const hf_object *ob, cJSON *index, c
         vx_segw *w;
         if ((rc = vx_cw_segment(cw, rel, ob->id, rid, tt + i, k - i, &w, e->err)) < 0)
             break;
+        e->w = w;
         for (size_t j = i; rc == 0 && j < k; j++)
             rc = write_operand(e, w, &ob->op[j]);
+        e->w = NULL;
         if (rc < 0) {
             vx_segw_abort(w);
             break;
@@ -394,6 +400,7 @@ static int encode_object(enc *e, vx_cw *cw, const hf_object *ob, cJSON *index, c
         i = k;
     }
     free(tt);
+    e->tt = NULL;
     if (rc < 0) {
         vx_sha256_free(&e->pay);
         vx_sha256_free(&e->src);
@@ -641,6 +648,12 @@ int vx_encode(const char *hf_dir, const char *out_dir, const vx_encode_opts *opt
     if (!r)
         return vx_errf(err, VX_ENOMEM, "encode: out of memory");
     int rc = encode_guarded(r, src, out_dir, opts, err);
+    /* what a SIGBUS jump left mid-object (NULL otherwise) */
+    if (r->e.w)
+        vx_segw_abort(r->e.w);
+    free(r->e.tt);
+    vx_sha256_free(&r->e.pay);
+    vx_sha256_free(&r->e.src);
     vx_cw_abort(r->cw);
     cJSON_Delete(r->index);
     cJSON_Delete(r->graph);
