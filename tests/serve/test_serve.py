@@ -68,6 +68,20 @@ def query(lql, **kw):
     return req("POST", "/v1/query", body)
 
 
+def raw_http(data, until=None, timeout=30):
+    """Send data on a raw socket; what comes back, up to `until` or the close."""
+    sk = socket.create_connection(("127.0.0.1", PORT), timeout=timeout)
+    sk.sendall(data)
+    got = b""
+    while until is None or until not in got:
+        d = sk.recv(65536)
+        if not d:
+            break
+        got += d
+    sk.close()
+    return got
+
+
 def cli(stmt, mode):
     """What the shell prints on stdout (its notes go to stderr in the program modes)."""
     return subprocess.run([LQL, CONT, "-c", ".mode %s\n%s" % (mode, stmt)], cwd=WORK,
@@ -98,18 +112,10 @@ def stop(p):
 
 def hang_up(path, body):
     """POST a streamed request, read up to its first event, then close the socket."""
-    sk = socket.create_connection(("127.0.0.1", PORT), timeout=60)
     body = json.dumps(body).encode()
-    sk.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n" % (path.encode(), PORT, len(body)) + body)
-    got = b""
-    while b"data: " not in got:
-        d = sk.recv(4096)
-        if not d:
-            break
-        got += d
-    sk.close()
-    return got
+    return raw_http(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n" % (path.encode(), PORT, len(body)) + body,
+                    until=b"data: ", timeout=60)
 
 
 def sse_events(data):
@@ -282,16 +288,8 @@ try:
     s, b, _ = req("POST", "/v1/query", '{"lql":"STATS;"}', headers={"Content-Type": "text/plain"})
     check(s == 415, "content type %s" % s)
     # a body declared over 1 MiB is refused before a byte of it is sent
-    sk = socket.create_connection(("127.0.0.1", PORT), timeout=30)
-    sk.sendall(b"POST /v1/query HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n" % (PORT, (1 << 20) + 1))
-    got = b""
-    while b"}}" not in got:
-        d = sk.recv(65536)
-        if not d:
-            break
-        got += d
-    sk.close()
+    got = raw_http(b"POST /v1/query HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: %d\r\n\r\n" % (PORT, (1 << 20) + 1), until=b"}}")
     check(got.startswith(b"HTTP/1.1 413") and b"body_too_large" in got, "1 MiB body: %r" % got[:200])
     s, b, _ = req("GET", "/v1/nothing")
     check(s == 404 and b["error"]["code"] == "not_found", "404 %s" % s)
@@ -299,15 +297,7 @@ try:
     check(s == 405, "405 %s" % s)
     s, b, r = req("GET", "/v1/models", headers={"Host": "evil.example:%d" % PORT})
     check(s == 403 and b["error"]["code"] == "host_not_allowed", "DNS rebinding Host %s" % s)
-    raw_sock = socket.create_connection(("127.0.0.1", PORT), timeout=10)
-    raw_sock.sendall(b"GET /health HTTP/1.0\r\n\r\n")
-    got = b""
-    while True:
-        part = raw_sock.recv(4096)
-        if not part:
-            break
-        got += part
-    raw_sock.close()
+    got = raw_http(b"GET /health HTTP/1.0\r\n\r\n")
     check(got.startswith(b"HTTP/1.1 400") and b'"host_missing"' in got, "no Host header %r" % got[:300])
     s, b, r = req("GET", "/v1/models", headers={"Origin": "http://evil.example"})
     check(s == 200 and r.getheader("Access-Control-Allow-Origin") is None, "no CORS")
