@@ -43,7 +43,8 @@ struct vx_container {
     vx_tensor *t;
     size_t nt;
     const char **tsha;       /* per tensor: the recorded sha256 (segment table), or NULL */
-    unsigned char *checked;  /* per tensor: 1 once its bytes matched tsha (first touch) */
+    unsigned char *checked;  /* per tensor: 1 once its bytes matched tsha (first touch);
+                              * checked[nt]: 1 once every snapshot matched its record */
     size_t *slot;            /* open addressing: tensor index + 1, 0 = empty */
     size_t nslot;            /* power of two, >= 2 * nt */
     char *profile;           /* bound profile name, NULL: each object's baseline */
@@ -235,7 +236,7 @@ static int build_table(vx_container *c, vx_err *err)
         c->nslot *= 2;
     c->t = calloc(n ? n : 1, sizeof *c->t);
     c->tsha = calloc(n ? n : 1, sizeof *c->tsha);
-    c->checked = calloc(n ? n : 1, 1);
+    c->checked = calloc(n + 1, 1);
     c->slot = calloc(c->nslot, sizeof *c->slot);
     if (!c->t || !c->tsha || !c->checked || !c->slot)
         return vx_errf(err, VX_ENOMEM, "out of memory for %zu tensors", n);
@@ -599,9 +600,14 @@ int vx_snapshot_check(const vx_container *c, const char *name, vx_err *err)
 {
     const cJSON *snaps = cJSON_GetObjectItemCaseSensitive(c->index, "snapshots"), *s;
     if (!name) {
+        /* once per open container: the engine, browse and TOKENIZE each ask before loading
+         * the tokenizer, and the files are hashed whole */
+        if (c->checked[c->nt])
+            return 0;
         cJSON_ArrayForEach(s, snaps)
             if (s->string && vx_snapshot_check(c, s->string, err) < 0)
                 return -1;
+        c->checked[c->nt] = 1;
         return 0;
     }
     const char *want = vx_json_str(snaps, name);
