@@ -34,8 +34,6 @@ struct vx_journal {
 
 /* ---------------------------------------------------------------- errors */
 
-/* Fill err from the database's last error, phrased for the user: what failed, where,
- * and the likely cause. Always -1. */
 /* SQLite loses the errno of a WAL write that fails at COMMIT (sqlite3_system_errno is 0
  * there): a file-size limit the journal or its WAL has reached, or a full file system, is
  * told from the place itself. 0 when neither. */
@@ -57,6 +55,8 @@ static int out_of_room(const char *path)
     return 0;
 }
 
+/* Fill err from the database's last error, phrased for the user: what failed, where,
+ * and the likely cause. Always -1. */
 int vx_journal_dberr(sqlite3 *db, const char *path, const char *doing, vx_err *err)
 {
     int rc = db ? sqlite3_extended_errcode(db) : SQLITE_NOMEM;
