@@ -241,6 +241,15 @@ int main(int argc, char **argv)
         if (!sh.write_failed) fprintf(stderr, "error: cannot write results: %s\n", strerror(errno));
         sh.failed = 1;
     }
+    int sig = lql_term_sig;
+    if (sig) {
+        /* the statement it cancelled is cleaned up and the journal closed: die of it, so
+         * the sender sees the signal in the exit status */
+        fprintf(stderr, "error: %s: the running statement was cancelled; lql ends\n",
+                sig == SIGTERM ? "SIGTERM" : "SIGHUP");
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
     if (code >= 0) return code;
     return sh.failed ? 1 : 0;
 }

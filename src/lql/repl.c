@@ -30,6 +30,20 @@ static void on_sigint(int sig)
     interrupted = 1;
 }
 
+volatile sig_atomic_t lql_idle;
+volatile sig_atomic_t lql_term_sig;
+
+static void on_term(int sig)
+{
+    if (lql_idle || lql_term_sig) {     /* nothing to wind down, or asked twice */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    lql_term_sig = sig;
+    vx_cancel_flag = 1;
+}
+
 void lql_signals_install(void)
 {
     struct sigaction sa;
@@ -37,6 +51,9 @@ void lql_signals_install(void)
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = on_term;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 }
 
 /* Readline calls this when a signal arrives while it waits for input: a Ctrl-C at the
@@ -185,7 +202,9 @@ int lql_repl(lql_shell *sh)
     while (!sh->stop) {
         interrupted = 0;
         dropped = 0;
+        lql_idle = 1;
         char *line = READ_LINE(len ? "  ...> " : "lql> ");
+        lql_idle = 0;
         if (dropped) {          /* Ctrl-C at the prompt: the unfinished statement is gone */
             len = resume = 0;
             if (buf) buf[0] = 0;

@@ -277,7 +277,7 @@ static void report(lql_shell *sh, const char *label, const char *src, size_t at,
     fflush(sh->err);
     free(msg);
     sh->failed = 1;
-    if (sh->bail || (e->code == LQL_ECANCEL && !sh->interactive)) sh->stop = 1;
+    if (sh->bail || (e->code == LQL_ECANCEL && !sh->interactive) || lql_term_sig) sh->stop = 1;
 }
 
 /* Run one statement text (which starts at line/col1 of the source). */
@@ -403,11 +403,11 @@ static int run_text(lql_shell *sh, const char *label, const char *text, int line
             col = text[at] == '\n' ? 1 : col + (((unsigned char)text[at] & 0xC0) != 0x80);
         /* a Ctrl-C that landed in a statement which did not poll it (or between two)
          * cancels the rest of the text (in batch: the run), and says where */
-        if (vx_cancel_flag) {
+        if (vx_cancel_flag || lql_term_sig) {
             fprintf(sh->err, "error: %s:%d:%d: cancelled: this statement and the rest of the "
                     "text were not run\n", label, line, col);
             sh->failed = 1;
-            if (!sh->interactive) sh->stop = 1;
+            if (!sh->interactive || lql_term_sig) sh->stop = 1;
             return -1;
         }
         int meta;
@@ -472,7 +472,12 @@ int lql_shell_run_stream(lql_shell *sh, const char *label, FILE *f)
     feed fd = {0};
     int lineno = 0, rc = 0;
     errno = 0;
-    while (!sh->stop && (got = getline(&line, &cap, f)) >= 0) {
+    for (;;) {
+        if (sh->stop) break;
+        lql_idle = 1;   /* a SIGTERM while lql waits for the next line ends it at once */
+        got = getline(&line, &cap, f);
+        lql_idle = 0;
+        if (got < 0) break;
         size_t n = (size_t)got;
         char *l = line;
         if (++lineno == 1 && n >= 3 && memcmp(l, "\xEF\xBB\xBF", 3) == 0) { l += 3; n -= 3; }

@@ -10,6 +10,7 @@
 #ifndef LQL_SHELL_H
 #define LQL_SHELL_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "interp.h"
@@ -127,7 +128,13 @@ int lql_golden(const char *path, int update);
  * text; test_render checks it). malloc'd. */
 char *lql_help_markdown(void);
 
-/* Install the SIGINT handler: Ctrl-C raises vx_cancel_flag (and clears the REPL line). */
+/* Install the signal handlers. SIGINT (Ctrl-C) raises vx_cancel_flag (and clears the REPL
+ * line). SIGTERM and SIGHUP end lql: at once while it waits for input (lql_idle set), else
+ * they cancel the running statement as Ctrl-C does (its temporary files removed, its
+ * journal transaction rolled back), the run stops, and main re-raises the signal once the
+ * shell is closed (lql_term_sig). A second one while a statement winds down ends lql at once. */
 void lql_signals_install(void);
+extern volatile sig_atomic_t lql_idle;
+extern volatile sig_atomic_t lql_term_sig;
 
 #endif

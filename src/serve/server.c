@@ -735,11 +735,13 @@ int srv_run(const srv_opts *o)
                 "container and every session starts from it (COMPILE CURRENT INTO VINDEX to "
                 "serve its edits)\n", jpath);
 
-    /* SIGINT/SIGTERM are taken by sigwait below, in no other thread */
+    /* SIGINT/SIGTERM/SIGHUP are taken by sigwait below, in no other thread (a SIGHUP that
+     * nohup set to be ignored stays ignored: it is never pending) */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
     if (srv_compute_start(S, &compute) < 0) {

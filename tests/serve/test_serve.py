@@ -19,6 +19,7 @@ import hashlib
 import http.client
 import json
 import os
+import signal
 import random
 import shutil
 import socket
@@ -660,8 +661,14 @@ try:
     PORT = int(srv3.stderr.readline().decode().strip().rsplit(":", 1)[1])
     s, b, _ = req("GET", "/health")
     check(s == 200, "serves beside a journal")
+    # a closed terminal's SIGHUP stops it as cleanly as SIGTERM (sandbox under TMPDIR removed)
+    srv3.send_signal(signal.SIGHUP)
+    srv3.wait(20)
+    check(srv3.returncode == 0, "clean stop on SIGHUP (%s)" % srv3.returncode)
+    check(not glob.glob(os.path.join(WORK, "lql-serve-*")), "SIGHUP left the server's sandbox")
 finally:
-    stop(srv3)
+    if srv3.returncode is None:
+        stop(srv3)
 os.unlink(JRN)
 for f in glob.glob(JRN + "-*"):
     os.unlink(f)

@@ -7,7 +7,8 @@
  * and checks that the child exits within a bounded time with the error `cancelled` and a
  * non-zero status; for the statements built to run long it also printed no result and left
  * no output container, for the others a container published before the cancel must
- * verify. Statements: GENERATE, TRACE (positions × layers lens), EXTRACT (encode +
+ * verify. EXTRACT and COMPILE are also ended by SIGTERM, which must clean up the same way and
+ * then end lql by the signal. Statements: GENERATE, TRACE (positions × layers lens), EXTRACT (encode +
  * down-meta), INSERT, COMPILE, COMPACT (of a sharded container, which it merges). A
  * statement whose uninterrupted run is too short to interrupt reliably on this machine is
  * reported, not checked (the lines say which).
@@ -117,10 +118,13 @@ static double calibrate(const char *script, const char *result)
     return d;
 }
 
-/* Interrupts the statement at frac of its calibrated time d. */
+/* Interrupts the statement with sig at 0.3 of its calibrated time d. SIGINT cancels it and
+ * the run (exit status 1); SIGTERM cancels it too, then lql dies of the signal. Either way
+ * no temporary tree of the target is left behind. */
 static void interrupt(const char *what, const char *script, const char *result, double d,
-                      int must, const char *target)
+                      int must, const char *target, int sig)
 {
+    const char *sn = sig == SIGTERM ? "SIGTERM" : "SIGINT";
     if (d < 0.15) {
         printf("%s: %.3f s uninterrupted: too short to interrupt reliably here, not checked\n",
                what, d);
@@ -138,22 +142,30 @@ static void interrupt(const char *what, const char *script, const char *result, 
      * run faster than the calibration) may finish whole instead of cancelling */
     int late = !must && access(target, F_OK) == 0;
     double t0 = now();
-    kill(c.pid, SIGINT);
+    kill(c.pid, sig);
     int status = finish(&c, buf, sizeof buf, &len);
     double t = now() - t0;
     const char *e = strstr(buf + mark, "error:");
     /* the first line of the message (the rest echoes the statement) */
-    printf("%s: %.3f s uninterrupted; SIGINT at %.3f s, exit %.3f s later: %.*s\n", what, d,
+    printf("%s: %.3f s uninterrupted; %s at %.3f s, exit %.3f s later: %.*s\n", what, d, sn,
            d * 0.3, t, e ? (int)strcspn(e, "\n") : 8, e ? e : "no error");
-    CHECK_MSG(t < BOUND_S, "%s: exit %.3f s after SIGINT", what, t);
+    CHECK_MSG(t < BOUND_S, "%s: exit %.3f s after %s", what, t, sn);
+    int died = WIFSIGNALED(status) && WTERMSIG(status) == sig;
     if (late && !e) {
-        printf("%s: the target was published before the SIGINT: finished whole\n", what);
-        CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: exit status", what);
+        printf("%s: the target was published before the %s: finished whole\n", what, sn);
+        CHECK_MSG((WIFEXITED(status) && WEXITSTATUS(status) == 0) || (sig == SIGTERM && died),
+                  "%s: exit status", what);
         CHECK_MSG(strstr(buf + mark, result) != NULL, "%s: finished without its result", what);
     } else {
         CHECK_MSG(e && strstr(e, "cancelled"), "%s: no 'cancelled' error", what);
-        CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) != 0, "%s: exit status", what);
+        if (sig == SIGTERM)
+            CHECK_MSG(died, "%s: lql did not end by SIGTERM (status %#x)", what, status);
+        else
+            CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) != 0, "%s: exit status", what);
     }
+    char tmp[2300];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", target, (long)c.pid);
+    CHECK_MSG(access(tmp, F_OK) != 0, "%s: %s left its temporary tree %s", what, sn, tmp);
     FILE *f = fopen(target, "r");
     if (f)
         fclose(f);
@@ -237,8 +249,13 @@ int main(void)
         CHECK_MSG(d >= 0, "%s: the uninterrupted run failed", cases[i].what);
         t_rm_rf(out);
         if (d >= 0)
-            interrupt(cases[i].what, script, cases[i].result, d, cases[i].must, out);
+            interrupt(cases[i].what, script, cases[i].result, d, cases[i].must, out, SIGINT);
         t_rm_rf(out);
+        /* a driver ending lql mid-write: the same clean-up, then death by the signal */
+        if (d >= 0 && (i == 2 || i == 4)) {
+            interrupt(cases[i].what, script, cases[i].result, d, cases[i].must, out, SIGTERM);
+            t_rm_rf(out);
+        }
     }
     t_rm_rf(hf);
     t_rm_rf(vx);
