@@ -85,6 +85,23 @@ int brw_fold_cmp(const char *a, const char *b);
 /* SQL LIKE ignoring case: % any run, _ one character, \ makes the next one literal. */
 int brw_like(const char *s, const char *p);
 
+/* Three-way order of two scores (-1, 0, 1) with NaN below every number, -inf included: a
+ * NaN from a broken weight ranks last in every descending list and never displaces a
+ * number from a top-k (sorting and heaps need an order that is total). */
+static inline int brw_fcmp(double a, double b)
+{
+    int an = a != a, bn = b != b;
+    if (an || bn)
+        return bn - an;
+    return (a > b) - (a < b);
+}
+
+/* brw_fcmp as a qsort comparator of floats (ascending, NaN first). */
+static inline int brw_cmp_floats(const void *a, const void *b)
+{
+    return brw_fcmp(*(const float *)a, *(const float *)b);
+}
+
 /* Is a layer inside [lo, hi] (-1 -1 = all)? */
 static inline int brw_in_range(int layer, int lo, int hi)
 {

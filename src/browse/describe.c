@@ -90,17 +90,12 @@ typedef struct cand {
 static int cmp_gate(const void *pa, const void *pb)
 {
     const cand *a = pa, *b = pb;
-    if (a->gate != b->gate)
-        return a->gate > b->gate ? -1 : 1;
+    int c = brw_fcmp(b->gate, a->gate);
+    if (c)
+        return c;
     if (a->layer != b->layer)
         return a->layer < b->layer ? -1 : 1;
     return a->feature < b->feature ? -1 : a->feature > b->feature;
-}
-
-static int cmp_abs(const void *pa, const void *pb)
-{
-    float a = *(const float *)pa, b = *(const float *)pb;
-    return a < b ? -1 : a > b;
 }
 
 int brw_describe_run(const brw_model *m, const char *entity, const brw_describe_opts *o,
@@ -165,7 +160,7 @@ int brw_describe_run(const brw_model *m, const char *entity, const brw_describe_
         }
     float median = 0;
     if (nm) {
-        qsort(mags, nm, sizeof *mags, cmp_abs);
+        qsort(mags, nm, sizeof *mags, brw_cmp_floats);
         median = mags[nm / 2];
     }
     out->max_gate = maxg;

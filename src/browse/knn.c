@@ -24,12 +24,13 @@
 /* ---------------------------------------------------------------- bounded heap */
 
 /* Is a a worse hit than b? A smaller key is worse (|score|, or the signed score when
- * PURE); on ties the larger feature is. */
+ * PURE; NaN the worst), on ties the larger feature. */
 static inline int worse(const brw_hit *a, const brw_hit *b, int pure)
 {
     float x = pure ? a->score : fabsf(a->score), y = pure ? b->score : fabsf(b->score);
-    if (x != y)
-        return x < y;
+    int c = brw_fcmp(x, y);
+    if (c)
+        return c < 0;
     return a->feature > b->feature;
 }
 

@@ -303,11 +303,23 @@ static int check_index_cond(const brw_cond *c, int64_t count, const char *note, 
     return 0;
 }
 
+/* Does layer l satisfy every layer condition of o (and is it `only`, when that is ≥ 0)? */
+static int layer_allowed(const brw_select_opts *o, int only, int l)
+{
+    if (only >= 0 && l != only)
+        return 0;
+    brw_row r = {.layer = l};
+    for (size_t i = 0; i < o->n_conds; i++)
+        if (o->conds[i].field == BRW_F_LAYER && !match(&r, &o->conds[i]))
+            return 0;
+    return 1;
+}
+
 /* Refuse conditions whose values do not fit their field, relation conditions on a
  * container without labels and layer / feature indices that do not exist (they could only
  * ever match nothing). */
-int brw_select_check(const brw_model *m, brw_from from, const brw_select_opts *o,
-                     vx_err *err)
+static int select_check(const brw_model *m, brw_from from, const brw_select_opts *o, int only,
+                        vx_err *err)
 {
     for (size_t i = 0; i < o->n_conds; i++)
         if (o->conds[i].field == BRW_F_RELATION && !brw_has_labels(m, o->ov))
@@ -342,16 +354,27 @@ int brw_select_check(const brw_model *m, brw_from from, const brw_select_opts *o
                 return -1;
         }
         if (c->field == BRW_F_FEATURE) {
-            int64_t most = 0;
-            int same = 1;
+            /* against the layers the layer conditions leave (a dense layer among MoE ones
+             * has fewer features), checked above to be some */
+            int64_t most = -1;
+            int same = 1, n_in = 0, one = 0;
             for (int l = 0; l < m->s.layers; l++) {
-                same &= l == 0 || m->s.layer[l].features == most;
+                if (!layer_allowed(o, only, l))
+                    continue;
+                same &= most < 0 || m->s.layer[l].features == most;
                 if (m->s.layer[l].features > most)
                     most = m->s.layer[l].features;
+                n_in++;
+                one = l;
             }
-            snprintf(note, sizeof note, "%s features 0-%lld", same ? "every layer has"
-                     : "the largest layer has", (long long)most - 1);
-            if (check_index_cond(c, most, note, err) != 0)
+            if (n_in == 1)
+                snprintf(note, sizeof note, "layer %d has features 0-%lld", one,
+                         (long long)most - 1);
+            else
+                snprintf(note, sizeof note, "%s features 0-%lld", !same ? "the largest layer "
+                         "has" : n_in == m->s.layers ? "every layer has" : "those layers have",
+                         (long long)most - 1);
+            if (most >= 0 && check_index_cond(c, most, note, err) != 0)
                 return -1;
         }
     }
@@ -361,6 +384,12 @@ int brw_select_check(const brw_model *m, brw_from from, const brw_select_opts *o
             return -1;
     }
     return 0;
+}
+
+int brw_select_check(const brw_model *m, brw_from from, const brw_select_opts *o,
+                     vx_err *err)
+{
+    return select_check(m, from, o, -1, err);
 }
 
 /* ---------------------------------------------------------------- row building */
@@ -627,16 +656,14 @@ static int cmp_rows(const void *pa, const void *pb)
     const brw_row *a = pa, *b = pb;
     int c = 0;
     if (sort_kind == 1) {
-        double x = fabs(a->score), y = fabs(b->score);
-        c = x > y ? -1 : x < y;
+        c = brw_fcmp(fabs(b->score), fabs(a->score));
     } else if (sort_kind == 2) {
         c = a->count > b->count ? -1 : a->count < b->count;
         if (!c)
             c = strcmp(a->token, b->token);
         return c;
     } else if (numeric(sort_field)) {
-        double x = num_of(a, sort_field), y = num_of(b, sort_field);
-        c = x < y ? -1 : x > y;
+        c = brw_fcmp(num_of(a, sort_field), num_of(b, sort_field));
         if (sort_desc)
             c = -c;
     } else {
@@ -752,7 +779,7 @@ int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
                       brw_rows *out, vx_err *err)
 {
     memset(out, 0, sizeof *out);
-    if (check_layer(m, layer, err) != 0 || brw_select_check(m, BRW_FEATURES, o, err) != 0)
+    if (check_layer(m, layer, err) != 0 || select_check(m, BRW_FEATURES, o, layer, err) != 0)
         return -1;
     if (no_meta(m, err))
         return -1;
@@ -783,12 +810,6 @@ int brw_show_entities(const brw_model *m, int layer, int64_t limit, const eng_ov
     return 0;
 }
 
-static int cmp_float(const void *pa, const void *pb)
-{
-    float a = *(const float *)pa, b = *(const float *)pb;
-    return a < b ? -1 : a > b;
-}
-
 /* The 90th percentile of c_score over layers lo..hi (features with metadata). */
 static float score_p90(const brw_model *m, const eng_overlay *ov, int lo, int hi)
 {
@@ -806,7 +827,7 @@ static float score_p90(const brw_model *m, const eng_overlay *ov, int lo, int hi
         }
     float p = 0;
     if (n) {
-        qsort(v, n, sizeof *v, cmp_float);
+        qsort(v, n, sizeof *v, brw_cmp_floats);
         p = v[(n * 9) / 10];
     }
     free(v);

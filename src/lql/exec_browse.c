@@ -241,9 +241,21 @@ static const char *rank_key(brw_walk_mode mode)
     return mode == BRW_PURE ? "gate·q" : mode == BRW_DENSE ? "|act|" : "|gate·q|";
 }
 
+/* Bytes scanned, in MB as the notes always said, in kB below 0.05 MB (a small model's
+ * layer printed as "0.0 MB"). */
+static const char *scanned_size(uint64_t n, char *buf, size_t size)
+{
+    if (n >= 50000)
+        snprintf(buf, size, "%.1f MB", (double)n / 1e6);
+    else
+        snprintf(buf, size, "%.1f kB", (double)n / 1e3);
+    return buf;
+}
+
 static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e,
                     int explain)
 {
+    char sz[32];
     brw_model *m = NULL;
     if (session_features(s, st, &m, e) != 0)
         return -1;
@@ -286,9 +298,9 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
         lql_cell_text(pt, d);
         lql_row(pt);
         lql_cell_text(pt, "scan");
-        snprintf(d, sizeof d, "%s: top %d by %s per layer, %.1f MB of %s read in place",
+        snprintf(d, sizeof d, "%s: top %d by %s per layer, %s of %s read in place",
                  brw_walk_mode_name(w.mode), w.top, rank_key(w.mode),
-                 (double)w.bytes_scanned / 1e6,
+                 scanned_size(w.bytes_scanned, sz, sizeof sz),
                  w.mode == BRW_DENSE ? "gate and up rows" : "gate rows");
         lql_cell_text(pt, d);
     }
@@ -307,11 +319,10 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
         }
     }
     if (rc == 0 && !explain)
-        lql_result_note(r, "query token \"%s\" (id %d), %d layer%s, %s mode (by %s), %.1f MB "
+        lql_result_note(r, "query token \"%s\" (id %d), %d layer%s, %s mode (by %s), %s "
                         "of %s scanned; no attention: for inference use INFER", tok, w.token,
                         w.n_layers, w.n_layers == 1 ? "" : "s", brw_walk_mode_name(w.mode),
-                        rank_key(w.mode),
-                        (double)w.bytes_scanned / 1e6,
+                        rank_key(w.mode), scanned_size(w.bytes_scanned, sz, sizeof sz),
                         w.mode == BRW_DENSE ? "gate and up rows" : "gate rows");
     brw_walk_free(&w);
     return rc;

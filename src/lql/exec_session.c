@@ -260,7 +260,10 @@ int lql_h_stats(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     if (browse) {
         kv(t, "features with down-meta", "%lld of %lld", (long long)bs.with_meta,
            (long long)bs.features);
-        kv(t, "gate rows", "%llu bytes (%s)", (unsigned long long)bs.gate_bytes, bs.gate_dtype);
+        if (*bs.gate_dtype)
+            kv(t, "gate rows", "%llu bytes (%s)", (unsigned long long)bs.gate_bytes, bs.gate_dtype);
+        else   /* no layer has a gated channel mixer (a pure SSM stack) */
+            kv(t, "gate rows", "none (no layer has FFN gate rows)");
         kv(t, "relation labels", "%s", bs.labelled ? "yes" : "no");
         if (bs.bands_note[0])
             lql_result_note(r, "index.json's browse.layer_bands is ignored (%s): the bands "

@@ -1,11 +1,13 @@
 /*
  * test_browse_knn.c — the gate-KNN kernel against a float64 sort on synthetic gate rows:
  * f32, f16 and bf16 storage, odd widths, a MoE layer of several expert parts, ties, k
- * larger than the layer, and an overlay (tombstones, replacement rows) kept exact.
+ * larger than the layer, an overlay (tombstones, replacement rows) kept exact, and rows
+ * holding NaN or infinity (NaN ranks last).
  */
 #include "brw_int.h"
 #include "t.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -110,7 +112,7 @@ int main(void)
     vx_err err = {0};
     CHECK(brw_gate_knn(&m, want_layers, 3, q, K, NULL, hits, counts, &err) == 0);
     CHECK(counts[0] == K && counts[1] == K && counts[2] == 5);
-    ref *r = malloc(1000 * sizeof *r);
+    ref *r = malloc(1000 * sizeof *r), *r0 = malloc(1000 * sizeof *r0);
     for (int l = 0; l < 3; l++) {
         int64_t n = 0;
         for (int p = 0; p < layers[l].n_parts; p++) {
@@ -124,6 +126,8 @@ int main(void)
             }
         }
         qsort(r, (size_t)n, sizeof *r, cmp_ref);
+        if (l == 0)
+            memcpy(r0, r, (size_t)n * sizeof *r);
         int ok = 1;
         for (int j = 0; j < counts[l]; j++) {
             const brw_hit *h = &hits[l * K + j];
@@ -164,6 +168,28 @@ int main(void)
         ok &= hits[j].feature == base[j].feature;
     CHECK_MSG(ok, "the rest of the overlay ranking is the base ranking minus the tombstone");
 
+    /* broken weights: rows 20-24 of layer 0 hold a NaN, row 30 an infinity. NaN ranks
+     * below every number (it never displaces a finite hit), the infinity first. */
+    for (int i = 20; i < 25; i++)
+        ((uint16_t *)g[0].data)[i * H + i % H] = 0x7E00;
+    ((uint16_t *)g[0].data)[30 * H + 3] = 0x7C00;
+    CHECK(brw_gate_knn(&m, want_layers, 1, q, K, NULL, hits, counts, &err) == 0 && counts[0] == K);
+    CHECK(hits[0].feature == 30 && isinf(hits[0].score));
+    int finite = 0;
+    for (int j = 1, i = 0; j < K; j++, i++) {
+        while (r0[i].f == 30 || (r0[i].f >= 20 && r0[i].f < 25))
+            i++;
+        finite += hits[j].feature == r0[i].f && !isnan(hits[j].score);
+    }
+    CHECK_MSG(finite == K - 1, "a NaN row displaced a finite hit (%d of %d kept)", finite, K - 1);
+    CHECK(brw_gate_knn(&m, want_layers, 1, q, 1000, NULL, all, &c1, &err) == 0 && c1 == 1000);
+    ok = 1;
+    for (int j = 0; j < 5; j++)
+        ok &= all[995 + j].feature == 20 + j && isnan(all[995 + j].score);
+    for (int j = 0; j < 995; j++)
+        ok &= !isnan(all[j].score);
+    CHECK_MSG(ok, "the NaN rows come last, in feature order");
+
     /* errors */
     int bad = 3;
     CHECK(brw_gate_knn(&m, &bad, 1, q, K, NULL, hits, counts, &err) == -1);
@@ -172,6 +198,7 @@ int main(void)
     CHECK_STR(err.msg, "gate knn: k must be positive (got 0)");
 
     free(r);
+    free(r0);
     for (int i = 0; i < 5; i++)
         free((void *)g[i].data);
     return T_DONE();
