@@ -122,6 +122,12 @@ static int known(ctx *c, const cJSON *o, const char *const *keys)
                            "system graph: %s field '%s' is not supported by this executor", c->where,
                            v->string);
     }
+    /* every field is written, null when its feature is off: an absent one is not read as
+     * off (a deleted rope, softcap or norm offset would run another model unannounced) */
+    for (int i = 0; o && keys[i]; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(o, keys[i]))
+            return vx_errf(c->err, VX_EFORMAT, "system graph: %s.%s is missing (a field is "
+                           "always present, null when its feature is off)", c->where, keys[i]);
     return 0;
 }
 

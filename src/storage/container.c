@@ -347,9 +347,21 @@ static int read_graph(vx_container *c, vx_err *err)
         return -1;
     /* The primary component is the first decoder, else the first component. */
     const cJSON *comps = cJSON_GetObjectItemCaseSensitive(c->graph, "components"), *comp;
+    int k = 0;
+    cJSON_ArrayForEach(comp, comps) {
+        const char *id = vx_json_str(comp, "id");
+        if (!id || !vx_json_str(comp, "role"))
+            return vx_errf(err, VX_EFORMAT, "%s: components[%d] has no %s string", rel, k,
+                           id ? "role" : "id");
+        /* two components of one id: which one runs would be the reader's choice */
+        for (const cJSON *o = comps->child; o != comp; o = o->next)
+            if (strcmp(vx_json_str(o, "id"), id) == 0)
+                return vx_errf(err, VX_EFORMAT, "%s: component id '%s' is used twice", rel, id);
+        k++;
+    }
     cJSON_ArrayForEach(comp, comps) {
         const char *role = vx_json_str(comp, "role");
-        if (role && strcmp(role, "decoder") == 0) {
+        if (strcmp(role, "decoder") == 0) {
             c->component = comp;
             break;
         }
@@ -374,6 +386,25 @@ static int read_graph(vx_container *c, vx_err *err)
                            "graph's %d", keys[i], got, want[i]);
         }
     }
+    return 0;
+}
+
+/* A recorded hash that is present but not a sha256 is refused here, once for every reader:
+ * read as "none recorded" (the older-writer path), it would switch a check off. */
+static int hashes_wellformed(const vx_container *c, vx_err *err)
+{
+    const cJSON *br = cJSON_GetObjectItemCaseSensitive(c->index, "browse");
+    const cJSON *dm = cJSON_GetObjectItemCaseSensitive(br, "down_meta_sha256");
+    if (dm && !cJSON_IsNull(dm) && !(cJSON_IsString(dm) && vx_is_sha256(dm->valuestring)))
+        return vx_errf(err, VX_EFORMAT, "index.json: browse.down_meta_sha256 is not a sha256 (64 "
+                       "lower-case hex digits)");
+    const cJSON *snaps = cJSON_GetObjectItemCaseSensitive(c->index, "snapshots"), *s;
+    if (snaps && !cJSON_IsObject(snaps))
+        return vx_errf(err, VX_EFORMAT, "index.json: snapshots is not an object");
+    cJSON_ArrayForEach(s, snaps)
+        if (!cJSON_IsString(s) || !vx_is_sha256(s->valuestring))
+            return vx_errf(err, VX_EFORMAT, "index.json: snapshots['%s'] is not a sha256 (64 "
+                           "lower-case hex digits)", s->string);
     return 0;
 }
 
@@ -402,7 +433,7 @@ static int read_index(vx_container *c, vx_err *err)
     if (!has_graph)
         return vx_errf(err, VX_EFORMAT, "index.json names neither a system_graph nor a moe_manifest");
     c->shape = has_bank ? VX_SHAPE_BANK : VX_SHAPE_GRAPH;
-    return 0;
+    return hashes_wellformed(c, err);
 }
 
 int vx_open(const char *dir, vx_container **out, vx_err *err)
@@ -607,13 +638,22 @@ int vx_snapshot_check(const vx_container *c, const char *name, vx_err *err)
         cJSON_ArrayForEach(s, snaps)
             if (s->string && vx_snapshot_check(c, s->string, err) < 0)
                 return -1;
+        for (size_t i = 0; snaps && vx_hf_snapshots[i]; i++)
+            if (!cJSON_GetObjectItemCaseSensitive(snaps, vx_hf_snapshots[i]) &&
+                vx_snapshot_check(c, vx_hf_snapshots[i], err) < 0)
+                return -1;
         c->checked[c->nt] = 1;
         return 0;
     }
     const char *want = vx_json_str(snaps, name);
-    if (!want)
-        return 0;
     char path[4096], hex[65];
+    if (!want) {
+        /* with hashes recorded, a snapshot file the record leaves out came later */
+        if (!snaps || vx_resolve(c, name, path, sizeof path, err) != 0 || access(path, F_OK) != 0)
+            return 0;
+        return vx_errf(err, VX_EVERIFY, "snapshot '%s' is in the container but index.json's "
+                       "snapshots records no sha256 for it: it was added after the encode", name);
+    }
     if (vx_resolve(c, name, path, sizeof path, err) != 0)
         return -1;
     if (access(path, F_OK) != 0)

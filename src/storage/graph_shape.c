@@ -178,6 +178,10 @@ static int layer(rd *r, vx_graph_shape *s, const cJSON *lj, int l)
             !cJSON_IsNull(v) && !cJSON_IsFalse(v))
             return vx_errf(r->err, VX_EUNSUPPORTED, "%slayer %d: field '%s' is not supported by this executor",
                            r->where, l, v->string);
+    for (int i = 0; i < 5; i++)   /* present, null when off: absence is not a default */
+        if (!item(lj, keys[i]))
+            return vx_errf(r->err, VX_EFORMAT, "%slayer %d: field '%s' is missing (a field is always "
+                           "present, null when its feature is off)", r->where, l, keys[i]);
     const cJSON *op = item(lj, "operator"), *ffn = item(lj, "ffn"), *win = item(lj, "window"),
                 *st = item(lj, "state");
     if (!cJSON_IsString(op))

@@ -89,8 +89,13 @@ static int entry(const char *seg, const cJSON *e, size_t idx, uint64_t payload, 
                        "segment '%s': tensor '%s' extends past end of file (offset %llu + %llu > %llu)",
                        seg, name, (unsigned long long)t->offset, (unsigned long long)t->length,
                        (unsigned long long)payload);
-    const char *sha = vx_json_str(e, "sha256");
-    t->sha256 = sha && strlen(sha) == 64 ? sha : NULL;
+    /* absent: an older writer recorded none; present, it must be one (a malformed one read
+     * as absent would switch the first-touch check off) */
+    const cJSON *sha = cJSON_GetObjectItemCaseSensitive(e, "sha256");
+    if (sha && !(cJSON_IsString(sha) && vx_is_sha256(sha->valuestring)))
+        return vx_errf(err, VX_EFORMAT, "segment '%s': tensor '%s' records a sha256 that is not 64 "
+                       "lower-case hex digits", seg, name);
+    t->sha256 = sha ? sha->valuestring : NULL;
     return 0;
 }
 

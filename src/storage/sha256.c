@@ -110,3 +110,12 @@ int vx_sha256_mapped(vx_sha256_ctx *ctx, const void *p, uint64_t n, int release,
     }
     return 0;
 }
+
+int vx_is_sha256(const char *s)
+{
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f')))
+            return 0;
+    return n == 64;
+}

@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Is s 64 lower-case hex digits, the form every recorded sha256 takes? */
+int vx_is_sha256(const char *s);
+
 /* ---- incremental sha256 (OpenSSL EVP underneath) ---- */
 typedef struct vx_sha256_ctx {
     void *md;                /* EVP_MD_CTX */

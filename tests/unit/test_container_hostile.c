@@ -445,8 +445,57 @@ static void test_closure(void)
     done();
 }
 
+/* A recorded hash present in a malformed form, a component without id or used twice,
+ * and a snapshot file the record leaves out: refused, never read as "none recorded". */
+static void test_records(void)
+{
+    fresh();
+    cJSON *br = cJSON_AddObjectToObject(f.index, "browse");
+    cJSON_AddItemToObject(br, "down_meta_sha256", cJSON_CreateArray());
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "index.json: browse.down_meta_sha256 is not a sha256 (64 "
+              "lower-case hex digits)");
+    done();
+
+    fresh();
+    cJSON_AddItemToObject(cJSON_AddObjectToObject(f.index, "snapshots"), "tokenizer.json",
+                          cJSON_CreateNull());
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "index.json: snapshots['tokenizer.json'] is not a sha256 (64 "
+              "lower-case hex digits)");
+    done();
+
+    fresh();
+    cJSON_AddObjectToObject(f.index, "snapshots");
+    fx_write(&f);
+    put_text("tokenizer.json", "{}");
+    vx_err err = {0};
+    vx_container *c = NULL;
+    CHECK(vx_open(f.dir, &c, &err) == 0);
+    CHECK(c && vx_snapshot_check(c, NULL, &err) == -1 && err.code == VX_EVERIFY);
+    CHECK_STR(err.msg, "snapshot 'tokenizer.json' is in the container but index.json's snapshots "
+              "records no sha256 for it: it was added after the encode");
+    vx_close(c);
+    done();
+
+    fresh();
+    cJSON *comps = cJSON_GetObjectItem(f.graph, "components");
+    cJSON_AddItemToArray(comps, cJSON_Duplicate(cJSON_GetArrayItem(comps, 0), 1));
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "system_graph.json: component id 'target' is used twice");
+    done();
+
+    fresh();
+    cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, "components"), 0),
+                               "role");
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "system_graph.json: components[0] has no role string");
+    done();
+}
+
 int main(void)
 {
+    test_records();
     test_versions();
     test_malformed();
     test_graph();

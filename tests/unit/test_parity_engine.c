@@ -101,7 +101,12 @@ static void e_state_fixed(cJSON *c)
 }
 static void e_state_gone(cJSON *c)
 {
-    cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "layers"), 2), "state");
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "layers"), 2), "state",
+                              cJSON_CreateNull());
+}
+static void e_window_absent(cJSON *c)
+{
+    cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "layers"), 1), "window");
 }
 static void e_state_dtype(cJSON *c)
 {
@@ -160,7 +165,16 @@ static void e_scale(cJSON *c)
 }
 static void e_final_gone(cJSON *c)
 {
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, "execution"), "final_norm", cJSON_CreateFalse());
+}
+static void e_final_absent(cJSON *c)
+{
     cJSON_DeleteItemFromObject(cJSON_GetObjectItem(c, "execution"), "final_norm");
+}
+static void e_rope_absent(cJSON *c)
+{
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "attention"),
+                               "rope");
 }
 static void e_tied(cJSON *c)
 {
@@ -203,6 +217,13 @@ static void test_refusals(const char *gqa)
     refuse(gqa, e_state_fixed, "layer 0: state region 'k' is declared f32 [2, 16] fixed; "
                                "operator 'softmax_attention' keeps f32 [2, 16] per position");
     refuse_at(gqa, e_state_gone, 1, "layer 2: state is missing or not a list of regions");
+    /* a field is present, null when off: absent is not read as off */
+    refuse_at(gqa, e_window_absent, 1, "layer 1: field 'window' is missing (a field is always "
+              "present, null when its feature is off)");
+    refuse(gqa, e_final_absent, "system graph: execution.final_norm is missing (a field is always "
+           "present, null when its feature is off)");
+    refuse(gqa, e_rope_absent, "system graph: execution.attention.rope is missing (a field is "
+           "always present, null when its feature is off)");
     refuse_at(gqa, e_state_dtype, 1, "layer 0: state region 'k' dtype 'q8_0' is not f32, f16 or bf16");
     refuse_at(gqa, e_state_field, 1, "layer 0: state[0] field 'layout' is not known to this reader");
     refuse_at(gqa, e_mamba_section, 1, "layer 1: operator 'mamba2' but execution.mamba2 is null");
