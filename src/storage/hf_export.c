@@ -18,6 +18,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,7 +151,8 @@ static int settle(src_tensor *s, const cJSON *shapes, vx_err *err)
                            s->name);
         for (int d = 0; d < s->ndim; d++) {
             const cJSON *v = cJSON_GetArrayItem(sh, d);
-            if (!cJSON_IsNumber(v) || v->valuedouble < 0)
+            if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 4e18) ||
+                v->valuedouble != floor(v->valuedouble))
                 return vx_errf(err, VX_EFORMAT, "export: encoder.source_shapes['%s'] is not a "
                                "shape", s->name);
             s->shape[d] = (int64_t)v->valuedouble;
@@ -169,7 +171,9 @@ static int settle(src_tensor *s, const cJSON *shapes, vx_err *err)
     }
     uint64_t n = 1, have = 0;
     for (int d = 0; d < s->ndim; d++)
-        n *= (uint64_t)s->shape[d];
+        if (__builtin_mul_overflow(n, (uint64_t)s->shape[d], &n))
+            return vx_errf(err, VX_EFORMAT, "export: encoder.source_shapes['%s'] has more "
+                           "elements than 64 bits count", s->name);
     /* an MXFP4 value is half a block byte; a 32-value block has one scale byte */
     for (size_t i = 0; i < s->n; i++)
         have += vx_tensor_nelems(s->parts[i].t) / (xf == PX_BLOCKS ? 2 : xf == PX_SCALES ? 32 : 1);
@@ -189,9 +193,23 @@ static int settle(src_tensor *s, const cJSON *shapes, vx_err *err)
         if (xf == PX_COLS_T && (s->ndim != 2 || at != s->shape[1]))
             return vx_errf(err, VX_EFORMAT, "export: the column slices of '%s' do not cover it",
                            s->name);
+        /* the element count alone would pass a source shape with its dims swapped; rows
+         * run over every dim but the last (a stacked [experts, rows, cols] included), a
+         * vector's over its elements */
+        int64_t rows = s->ndim == 1 ? s->shape[0] : s->shape[s->ndim - 1]
+                     ? (int64_t)(n / (uint64_t)s->shape[s->ndim - 1]) : 0;
+        if (xf == PX_ROWS && at != rows)
+            return vx_errf(err, VX_EFORMAT, "export: the row slices of '%s' cover %lld rows; "
+                           "encoder.source_shapes gives it %lld", s->name, (long long)at,
+                           (long long)rows);
     }
     if (xf == PX_T && (s->ndim != 2 || t0->ndim != 2))
         return vx_errf(err, VX_EFORMAT, "export: transposed tensor '%s' is not 2-D", s->name);
+    if (xf == PX_T && (s->shape[0] != t0->shape[1] || s->shape[1] != t0->shape[0]))
+        return vx_errf(err, VX_EFORMAT, "export: encoder.source_shapes['%s'] is [%lld, %lld]; "
+                       "the operand stored transposed is [%lld, %lld]", s->name,
+                       (long long)s->shape[0], (long long)s->shape[1], (long long)t0->shape[0],
+                       (long long)t0->shape[1]);
     if ((xf == PX_BLOCKS && (s->ndim != 4 || s->shape[3] != 16)) ||
         (xf == PX_SCALES && s->ndim != 3))
         return vx_errf(err, VX_EFORMAT, "export: MXFP4 tensor '%s' is not [experts, rows, "

@@ -372,6 +372,32 @@ static void refusals(const char *dir)
                   "embedding rows");
         CHECK(leftovers(dir, "addtok.gguf") == 0);
     }
+    /* encoder.source_shapes that lie about phi3's fused qkv (stored as row slices): a
+     * shape whose element count wraps 64 bits to the operands' count, and the shape with
+     * its dims swapped (same count) */
+    {
+        static const struct { const char *shape, *want; } lies[] = {
+            {"[2251799813685249, 8192]", "export: encoder.source_shapes['model.layers.0."
+             "self_attn.qkv_proj.weight'] has more elements than 64 bits count"},
+            {"[64, 128]", "export: the row slices of 'model.layers.0.self_attn.qkv_proj.weight' "
+             "cover 128 rows; encoder.source_shapes gives it 64"},
+        };
+        for (int i = 0; i < 2; i++) {
+            char cmd[8000], ran[4096];
+            snprintf(a, sizeof a, "%s/phi3-lie.vindex3", dir);
+            snprintf(t, sizeof t, "%s/phi3-lie.hf", dir);
+            fx_rm_rf(a);
+            snprintf(cmd, sizeof cmd, "cp -r '%s/phi3.vindex3' '%s' && python3 -c 'import json,sys; "
+                     "p=sys.argv[1]; x=json.load(open(p)); x[\"encoder\"][\"source_shapes\"]"
+                     "[\"model.layers.0.self_attn.qkv_proj.weight\"]=%s; json.dump(x, open(p, "
+                     "\"w\"))' '%s/index.json' 2>&1", dir, a, lies[i].shape, a);
+            CHECK(fx_run(cmd, ran, sizeof ran) == 0);
+            CHECK(export_to(a, t, 0, msg, sizeof msg) < 0);
+            CHECK_HAS(msg, lies[i].want);
+            CHECK(leftovers(dir, "phi3-lie.hf") == 0);
+        }
+        fx_rm_rf(a);
+    }
     /* a bank-shape container (qwen2-moe imported as LYRW banks) */
     char bank[2300];
     vx_err be = {0};
