@@ -1,8 +1,10 @@
 /*
- * cmd_verify.c — `vindex verify PATH [--source DIR]`: vx_verify, printed as one line per
- * segment and representation with a closing verdict; --json prints vx_verify's report.
+ * cmd_verify.c — `vindex verify PATH [--source DIR]`: vx_verify, then the system graph
+ * bound as the engine binds it, printed as one line per segment and representation with a
+ * closing verdict; --json prints vx_verify's report with a "graph" entry.
  */
 #include "cli.h"
+#include "engine.h"
 
 #include <cjson/cJSON.h>
 #include <signal.h>
@@ -32,6 +34,25 @@ VINDEX_HANDLER(verify)
     cJSON *rep = NULL;
     vx_err err = {0};
     int rc = vx_verify(a->pos[0], vindex_flag(a, "--source"), &rep, &err);
+    /* hashes and structure hold: the graph must also bind (every operation's operands, in
+     * the shapes it reads, nothing stored left unread), or every statement would refuse a
+     * container verify called ok */
+    if (rc == 0) {
+        vx_container *c = NULL;
+        eng_model *m = NULL;
+        vx_err be = {0};
+        int ok = vx_open(a->pos[0], &c, &be) == 0 && eng_model_bind_tok(c, NULL, &m, &be) == 0;
+        cJSON *g = cJSON_AddObjectToObject(rep, "graph");
+        cJSON_AddBoolToObject(g, "binds", ok);
+        if (!ok) {
+            cJSON_AddStringToObject(g, "error", be.msg);
+            cJSON_ReplaceItemInObject(rep, "ok", cJSON_CreateFalse());
+            vx_errf(&err, VX_EVERIFY, "the system graph does not bind: %s", be.msg);
+            rc = -1;
+        }
+        eng_model_free(m);
+        vx_close(c);
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     sigaction(SIGINT, &old, NULL);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
@@ -61,6 +82,8 @@ VINDEX_HANDLER(verify)
                field(e, "payload"), field(e, "source"));
     if (src)
         printf("source          %s (%s)\n", field(src, "dir"), field(src, "status"));
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(rep, "graph"), "binds")))
+        printf("graph           binds (every operation's operands present, in shape, all read)\n");
     char b[32];
     if (rc < 0)
         fprintf(stderr, "vindex verify: %s\n", err.msg);

@@ -223,9 +223,9 @@ static void test_graph_shape(void)
     fx_init(&f);
     cJSON *comp = cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, "components"), 0);
     cJSON *ex = cJSON_GetObjectItem(comp, "execution");
-    cJSON_AddItemToObject(ex, "moe", cJSON_Parse("{\"experts\": 4, \"top_k\": 2, \"expert_intermediate\": 8}"));
-    cJSON_AddItemToObject(ex, "gated_deltanet", cJSON_CreateObject());
-    cJSON_AddItemToObject(ex, "mamba2", cJSON_CreateObject());
+    cJSON_ReplaceItemInObject(ex, "moe", cJSON_Parse("{\"experts\": 4, \"top_k\": 2, \"expert_intermediate\": 8}"));
+    cJSON_ReplaceItemInObject(ex, "gated_deltanet", cJSON_CreateObject());
+    cJSON_ReplaceItemInObject(ex, "mamba2", cJSON_CreateObject());
     fx_set_num(comp, "num_layers", 3);
     fx_set_num(f.index, "num_layers", 3);
     cJSON_ReplaceItemInObject(comp, "layers", cJSON_Parse(
@@ -248,7 +248,7 @@ static void test_graph_shape(void)
           vx_shape_component(c, NULL) == g && !vx_shape_component(c, "mtp"));
     if (g) {
         CHECK(g->layers == 3 && g->hidden == 8 && g->vocab == 16 && g->context == 32);
-        CHECK(g->heads == 2 && g->kv_heads == 2 && g->head_dim == 4 && g->intermediate == 16);
+        CHECK(g->heads == 2 && g->kv_heads == 1 && g->head_dim == 4 && g->intermediate == 16);
         CHECK(g->experts == 4 && g->top_k == 2 && g->expert_intermediate == 8);
         CHECK(g->layer[0].mixer == VX_MIXER_ATTENTION && g->layer[0].channel == VX_CHANNEL_DENSE &&
               g->layer[0].window == 8 && g->layer[0].features == 16);

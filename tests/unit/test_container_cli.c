@@ -89,7 +89,7 @@ int main(void)
     cJSON_Delete(doc);
 
     snprintf(args, sizeof args, "verify %s", f.dir);
-    CHECK(run(args) == 0);
+    CHECK_MSG(run(args) == 0, "%s", errtxt);
     CHECK_HAS(out, "representation  target.output_head.f32             payload ok, source ok\n");
     CHECK_HAS(out, "verify: ok, 8.1 KiB hashed in ");
 
@@ -141,6 +141,26 @@ int main(void)
 
     unlink(out_path);
     unlink(err_path);
+    fx_free(&f);
+
+    /* hashes fine, graph unbindable (it says 12 FFN features, the rows are 16): verify
+     * fails, as every statement would refuse the container */
+    fx_init(&f);
+    cJSON *ffn = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(
+        cJSON_GetObjectItem(f.graph, "components"), 0), "execution"), "ffn");
+    fx_set_num(ffn, "intermediate", 12);
+    fx_write(&f);
+    snprintf(args, sizeof args, "verify %s", f.dir);
+    CHECK(run(args) == 1);
+    CHECK_STR(errtxt, "vindex verify: the system graph does not bind: layer 0: operand "
+                      "'layers.0.ffn.gate_proj' of target.decoder_stack has shape [16, 8], "
+                      "expected [12, 8]\n");
+    snprintf(args, sizeof args, "verify --json %s", f.dir);
+    CHECK(run(args) == 1);
+    doc = cJSON_Parse(out);
+    CHECK(cJSON_IsFalse(cJSON_GetObjectItem(doc, "ok")));
+    CHECK(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "graph"), "binds")));
+    cJSON_Delete(doc);
     fx_free(&f);
     return T_DONE();
 }

@@ -104,9 +104,9 @@ static inline void fx_set_num(cJSON *obj, const char *key, double v)
     cJSON_ReplaceItemInObject(obj, key, cJSON_CreateNumber(v));
 }
 
-/* a layer's declared state: f32 keys and values of 2 heads x 4 per position */
-#define FX_KV "\"state\": [{\"name\": \"k\", \"dtype\": \"f32\", \"shape\": [2, 4], \"per_token\": true}," \
-    " {\"name\": \"v\", \"dtype\": \"f32\", \"shape\": [2, 4], \"per_token\": true}]"
+/* a layer's declared state: f32 keys and values of 1 kv head x 4 per position */
+#define FX_KV "\"state\": [{\"name\": \"k\", \"dtype\": \"f32\", \"shape\": [1, 4], \"per_token\": true}," \
+    " {\"name\": \"v\", \"dtype\": \"f32\", \"shape\": [1, 4], \"per_token\": true}]"
 
 static inline void fx_init(fx *f)
 {
@@ -121,8 +121,17 @@ static inline void fx_init(fx *f)
         " \"components\": [{\"id\": \"target\", \"role\": \"decoder\", \"num_layers\": 2,"
         "   \"hidden_size\": 8, \"vocab_size\": 16, \"context_length\": 32,"
         "   \"execution\": {\"embedding\": {\"scale\": 1.0, \"positions\": null},"
-        "     \"attention\": {\"heads\": 2, \"kv_heads\": 2, \"head_dim\": 4},"
-        "     \"ffn\": {\"intermediate\": 16}},"
+        "     \"norm\": {\"kind\": \"rms\", \"eps\": 1e-05, \"weight_offset\": 0, \"bias\": false},"
+        "     \"attention\": {\"heads\": 2, \"kv_heads\": 1, \"head_dim\": 4, \"scale\": 0.5,"
+        "       \"qkv_bias\": false, \"out_bias\": false, \"softcap\": null, \"qk_norm\": null,"
+        "       \"sinks\": false, \"rope\": {\"style\": \"rotate_half\", \"theta\": 10000,"
+        "       \"rotary_dim\": 4, \"scaling\": null}, \"output_gate\": null}, \"mla\": null,"
+        "     \"ffn\": {\"kind\": \"gated\", \"activation\": \"silu\", \"intermediate\": 16,"
+        "       \"bias\": false}, \"moe\": null, \"mamba2\": null, \"gated_deltanet\": null,"
+        "     \"residual_scale\": null, \"pre_norms\": {\"attn\": true, \"ffn\": true},"
+        "     \"post_norms\": {\"attn\": false, \"ffn\": false}, \"final_norm\": true,"
+        "     \"lm_head\": {\"tied\": false, \"softcap\": null, \"logits_divisor\": null},"
+        "     \"context_length\": 32, \"special_tokens\": {\"bos\": 0, \"eos\": [1], \"add_bos\": true}},"
         "   \"layers\": [{\"operator\": \"softmax_attention\", \"window\": null, \"ffn\": \"dense\", \"rope\": null, " FX_KV "},"
         "                {\"operator\": \"softmax_attention\", \"window\": null, \"ffn\": \"dense\", \"rope\": null, " FX_KV "}]}],"
         " \"objects\": ["
