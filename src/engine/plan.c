@@ -988,8 +988,8 @@ static int plan_build(ctx *cp)
     double rscale = 1;
     if (!is_null(field(ex, "residual_scale")) && num(&c, ex, "residual_scale", &rscale)) return -1;
     if (!(rscale > 0 && rscale < 1e6))
-        return vx_errf(err, VX_EFORMAT, "system graph: execution.residual_scale %g must be positive",
-                       rscale);
+        return vx_errf(err, VX_EFORMAT, "system graph: execution.residual_scale %g must be above 0 "
+                       "and below 1e6", rscale);
     m->residual_scale = (float)rscale;
 
     /* attention: null when no layer attends */

@@ -177,6 +177,10 @@ static int map_objects(vx_container *c, const char *profile, const vx_select *se
         const char *id = vx_json_str(o, "id");
         if (!id)
             return vx_errf(err, VX_EFORMAT, "system_graph.json: an object has no id");
+        for (const cJSON *p = objects->child; p != o; p = p->next)
+            if (strcmp(vx_json_str(p, "id"), id) == 0)
+                return vx_errf(err, VX_EFORMAT, "system_graph.json: object id '%s' is used twice",
+                               id);
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, "representations"), *r;
         const char *bound = vx_profile_choice(prof, id);
         for (size_t i = 0; i < nsel; i++) {

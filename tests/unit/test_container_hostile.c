@@ -486,6 +486,13 @@ static void test_records(void)
     done();
 
     fresh();
+    cJSON *objs = cJSON_GetObjectItem(f.graph, "objects");
+    cJSON_AddItemToArray(objs, cJSON_Duplicate(cJSON_GetArrayItem(objs, 2), 1));
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "system_graph.json: object id 'target.output_head' is used twice");
+    done();
+
+    fresh();
     cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, "components"), 0),
                                "role");
     fx_write(&f);

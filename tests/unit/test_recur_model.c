@@ -197,7 +197,7 @@ static void refuse(const char *base, t_graph_edit ed, int open_fails, const char
 static void test_refusals(const char *mamba, const char *next, const char *granite)
 {
     /* INSERT divides its step by it; the forward would silently drop every branch */
-    refuse(granite, e_rscale, 0, "system graph: execution.residual_scale 0 must be positive");
+    refuse(granite, e_rscale, 0, "system graph: execution.residual_scale 0 must be above 0 and below 1e6");
     refuse(next, e_dn_region, 0, "layer 1: operator 'gated_deltanet' keeps state region 'recurrent' "
            "as region 1, which the graph does not declare");
     refuse(next, e_dn_heads, 0, "layer 0: state region 'conv' is declared f32 [3, 160] fixed; "
