@@ -90,6 +90,13 @@ static int map_segment(vx_container *c, const char *rel, const char *object, con
         return vx_errf(err, VX_EFORMAT, "segment '%s' has no record in index.json segments", rel);
     if (vx_json_u64(cJSON_GetObjectItemCaseSensitive(rec, "bytes"), &recorded) < 0)
         return vx_errf(err, VX_EFORMAT, "segment '%s': index.json records no byte count", rel);
+    /* the record's kind, where it states one, is the one reading this lql has */
+    const char *rs = vx_json_str(rec, "schema");
+    const cJSON *rv = cJSON_GetObjectItemCaseSensitive(rec, "version");
+    if ((rs && strcmp(rs, "tensor-table") != 0) || (rv && !(cJSON_IsNumber(rv) && rv->valuedouble == 1)))
+        return vx_errf(err, VX_EUNSUPPORTED, "segment '%s': index.json records it as %s version %g; "
+                       "a representation's segment is read as tensor-table version 1", rel,
+                       rs ? rs : "tensor-table", cJSON_IsNumber(rv) ? rv->valuedouble : 1.0);
     char path[PATH_MAX];
     if (vx_resolve_in(c->dir, rel, path, sizeof path, err) < 0)
         return -1;
@@ -150,6 +157,9 @@ static int map_segment(vx_container *c, const char *rel, const char *object, con
     if (s->h.object && strcmp(s->h.object, object) != 0)
         return vx_errf(err, VX_EFORMAT, "segment '%s' holds object '%s', but its representation belongs to '%s'",
                        rel, s->h.object, object);
+    if (s->h.representation && strcmp(s->h.representation, rep) != 0)
+        return vx_errf(err, VX_EFORMAT, "segment '%s' holds representation '%s', but index.json "
+                       "lists it under '%s'", rel, s->h.representation, rep);
     return 0;
 }
 

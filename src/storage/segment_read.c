@@ -175,6 +175,16 @@ int vx_segment_parse(const char *seg, const void *data, uint64_t size, vx_segmen
                 schema ? schema : "(none)");
         goto fail;
     }
+    /* a new tensor-table version would be a new reading of the bytes: refused by number */
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(h->json, "version");
+    if (!cJSON_IsNumber(ver) || ver->valuedouble != 1) {
+        char v[32] = "(none)";
+        if (cJSON_IsNumber(ver))
+            snprintf(v, sizeof v, "%g", ver->valuedouble);
+        vx_errf(err, VX_EUNSUPPORTED, "segment '%s': tensor-table version %s is not supported; "
+                "this lql reads version 1", seg, v);
+        goto fail;
+    }
     h->object = vx_json_str(h->json, "object");
     h->representation = vx_json_str(h->json, "representation");
     const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(h->json, "tensors");

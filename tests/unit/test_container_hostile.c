@@ -485,6 +485,20 @@ static void test_records(void)
     CHECK_STR(fx_open_err(&f), "system_graph.json: component id 'target' is used twice");
     done();
 
+    /* a segment header of another tensor-table version, or naming another representation */
+    fresh();
+    fx_set_num(f.hdr[2], "version", 2);
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "segment 'segments/target.output_head.bin': tensor-table version 2 "
+              "is not supported; this lql reads version 1");
+    done();
+    fresh();
+    cJSON_ReplaceItemInObject(f.hdr[2], "representation", cJSON_CreateString("target.embedding.f32"));
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "segment 'segments/target.output_head.bin' holds representation "
+              "'target.embedding.f32', but index.json lists it under 'target.output_head.f32'");
+    done();
+
     fresh();
     cJSON *objs = cJSON_GetObjectItem(f.graph, "objects");
     cJSON_AddItemToArray(objs, cJSON_Duplicate(cJSON_GetArrayItem(objs, 2), 1));
