@@ -95,10 +95,12 @@ int vx_profile_find(const cJSON *index, const cJSON *graph, const char *name, co
         return vx_errf(err, VX_EFORMAT, "index.json 'profiles' is not an array");
     cJSON_ArrayForEach(p, profiles) {
         const char *pn = profile_name(p);
-        if (pn && strcmp(pn, name) == 0) {
-            *out = p;
-            break;
-        }
+        if (!pn || strcmp(pn, name) != 0)
+            continue;
+        /* two profiles of one name: which selection binds would be the reader's choice */
+        if (*out)
+            return vx_errf(err, VX_EFORMAT, "index.json lists profile '%s' twice", name);
+        *out = p;
     }
     if (!*out) {
         char names[384];

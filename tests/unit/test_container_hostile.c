@@ -499,6 +499,20 @@ static void test_records(void)
               "'target.embedding.f32', but index.json lists it under 'target.output_head.f32'");
     done();
 
+    /* two profiles of one name */
+    fresh();
+    for (int i = 0; i < 2; i++)
+        cJSON_AddItemToArray(cJSON_GetObjectItem(f.index, "profiles"), cJSON_Parse(
+            "{\"profile\": \"p\", \"select\": {\"target.embedding\": \"target.embedding.f32\"}}"));
+    fx_write(&f);
+    {
+        vx_err pe = {0};
+        vx_container *pc = NULL;
+        CHECK(vx_open_profile(f.dir, "p", NULL, 0, &pc, &pe) == -1 && !pc);
+        CHECK_STR(pe.msg, "index.json lists profile 'p' twice");
+    }
+    done();
+
     fresh();
     cJSON *objs = cJSON_GetObjectItem(f.graph, "objects");
     cJSON_AddItemToArray(objs, cJSON_Duplicate(cJSON_GetArrayItem(objs, 2), 1));
