@@ -445,6 +445,17 @@ static void test_closure(void)
     done();
 }
 
+/* The graph's list `key` with its item i listed again: refused with `want`. */
+static void twice(const char *key, int i, const char *want)
+{
+    fresh();
+    cJSON *list = cJSON_GetObjectItem(f.graph, key);
+    cJSON_AddItemToArray(list, cJSON_Duplicate(cJSON_GetArrayItem(list, i), 1));
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), want);
+    done();
+}
+
 /* A recorded hash present in a malformed form, a component without id or used twice,
  * and a snapshot file the record leaves out: refused, never read as "none recorded". */
 static void test_records(void)
@@ -478,12 +489,7 @@ static void test_records(void)
     vx_close(c);
     done();
 
-    fresh();
-    cJSON *comps = cJSON_GetObjectItem(f.graph, "components");
-    cJSON_AddItemToArray(comps, cJSON_Duplicate(cJSON_GetArrayItem(comps, 0), 1));
-    fx_write(&f);
-    CHECK_STR(fx_open_err(&f), "system_graph.json: component id 'target' is used twice");
-    done();
+    twice("components", 0, "system_graph.json: component id 'target' is used twice");
 
     /* a segment header of another tensor-table version, or naming another representation */
     fresh();
@@ -513,12 +519,7 @@ static void test_records(void)
     }
     done();
 
-    fresh();
-    cJSON *objs = cJSON_GetObjectItem(f.graph, "objects");
-    cJSON_AddItemToArray(objs, cJSON_Duplicate(cJSON_GetArrayItem(objs, 2), 1));
-    fx_write(&f);
-    CHECK_STR(fx_open_err(&f), "system_graph.json: object id 'target.output_head' is used twice");
-    done();
+    twice("objects", 2, "system_graph.json: object id 'target.output_head' is used twice");
 
     fresh();
     cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, "components"), 0),
