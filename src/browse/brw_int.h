@@ -67,8 +67,10 @@ struct brw_model {
     brw_dmet *dmet;
     int band[3][2];
     char bands_note[128];    /* why index.browse.layer_bands was not used, or "" */
-    char **text;             /* [vocab] token texts as the token columns show them */
-    unsigned char *blank;    /* [vocab] 1: the token decodes to whitespace alone (text[]
+    char **text;             /* [ntext] token texts as the token columns show them */
+    int32_t ntext;           /* ids with a text: the vocabulary's and the tokenizer's, the
+                              * fewer (an id past the tokenizer has none to show) */
+    unsigned char *blank;    /* [ntext] 1: the token decodes to whitespace alone (text[]
                               * holds its piece), never a DESCRIBE target */
     cJSON *labels;           /* feature_labels.json ("L{l}_F{f}" or "l:f" keys), or NULL */
     const char ***label_of;  /* [layers][features] its string, or NULL (layers without one) */

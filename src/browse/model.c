@@ -205,13 +205,17 @@ int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_
         tok = m->own_tok;
     }
     m->tok = tok;
-    m->text = calloc((size_t)m->s.vocab + 1, sizeof *m->text);
-    m->blank = calloc((size_t)m->s.vocab + 1, 1);
+    /* sized by what the tokenizer can name: a graph's vocab_size alone (sparse rows of a
+     * hostile container) would cost a pointer per id */
+    size_t tv = eng_tok_vocab_size(tok);
+    m->ntext = (size_t)m->s.vocab < tv ? m->s.vocab : (int32_t)tv;
+    m->text = calloc((size_t)m->ntext + 1, sizeof *m->text);
+    m->blank = calloc((size_t)m->ntext + 1, 1);
     if (!m->text || !m->blank) {
         vx_errf(err, VX_ENOMEM, "browse: out of memory");
         goto fail;
     }
-    for (int32_t id = 0; id < m->s.vocab; id++) {
+    for (int32_t id = 0; id < m->ntext; id++) {
         vx_err e2;
         size_t len = 0;
         if (eng_tok_decode_after(m->tok, &id, 1, 0, &m->text[id], &len, &e2) != 0)
@@ -284,7 +288,7 @@ void brw_close(brw_model *m)
     if (!m)
         return;
     if (m->text)
-        for (int i = 0; i < m->s.vocab; i++)
+        for (int32_t i = 0; i < m->ntext; i++)
             free(m->text[i]);
     free(m->text);
     free(m->blank);
@@ -396,14 +400,14 @@ int brw_band_of(const brw_model *m, int layer)
 
 const char *brw_token_text(const brw_model *m, int32_t id)
 {
-    if (id < 0 || id >= m->s.vocab || !m->text[id])
+    if (id < 0 || id >= m->ntext || !m->text[id])
         return "";
     return m->text[id];
 }
 
 int brw_token_blank(const brw_model *m, int32_t id)
 {
-    return id >= 0 && id < m->s.vocab && m->blank[id];
+    return id >= 0 && id < m->ntext && m->blank[id];
 }
 
 

@@ -691,6 +691,16 @@ int srv_run(const srv_opts *o)
     int started = 0;
     srv_sess base = {.dirfd = -1};
     S->base = &base;
+    /* SIGINT/SIGTERM/SIGHUP are taken by sigwait at the end, in no other thread: blocked
+     * before any thread starts (binding the base session starts the engine's pool), since
+     * every thread inherits the mask and a thread that left one unblocked would die of it
+     * (a SIGHUP that nohup set to be ignored stays ignored: it is never pending) */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
     if (!loopback(o->host) && !o->api_key_file) {
         fprintf(stderr, "error: --serve %s is not a loopback address: give --api-key-file\n", o->host);
@@ -735,14 +745,6 @@ int srv_run(const srv_opts *o)
                 "container and every session starts from it (COMPILE CURRENT INTO VINDEX to "
                 "serve its edits)\n", jpath);
 
-    /* SIGINT/SIGTERM/SIGHUP are taken by sigwait below, in no other thread (a SIGHUP that
-     * nohup set to be ignored stays ignored: it is never pending) */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
     if (srv_compute_start(S, &compute) < 0) {
         fprintf(stderr, "error: cannot start the compute thread\n");
