@@ -678,6 +678,16 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 /* ---------------------------------------------------------------- start and stop */
 
+static int stop_fd[2] = {-1, -1};
+
+static void on_stop(int sig)
+{
+    unsigned char b = (unsigned char)sig;
+    int e = errno;
+    if (write(stop_fd[1], &b, 1) < 0) { /* the pipe is full: a stop is already pending */ }
+    errno = e;
+}
+
 int srv_run(const srv_opts *o)
 {
     srv S_ = {0}, *S = &S_;
@@ -691,15 +701,28 @@ int srv_run(const srv_opts *o)
     int started = 0;
     srv_sess base = {.dirfd = -1};
     S->base = &base;
-    /* SIGINT/SIGTERM/SIGHUP are taken by sigwait at the end, in no other thread: blocked
-     * before any thread starts (binding the base session starts the engine's pool), since
-     * every thread inherits the mask and a thread that left one unblocked would die of it
-     * (a SIGHUP that nohup set to be ignored stays ignored: it is never pending) */
+    /* SIGINT/SIGTERM/SIGHUP stop the server: a handler writes the signal to a pipe the main
+     * thread waits on at the end. A handler, not sigwait alone, because a library starts
+     * threads before main (OpenBLAS's pool) with every signal unblocked, and a signal left
+     * at its default there would kill the process uncleaned. The threads lql starts block
+     * them (fewer interrupted calls); a SIGHUP nohup set to be ignored stays ignored. */
+    static const int stops[] = {SIGINT, SIGTERM, SIGHUP};
     sigset_t sigs;
     sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP);
+    if (pipe2(stop_fd, O_CLOEXEC) != 0) {
+        fprintf(stderr, "error: cannot create the stop pipe: %s\n", strerror(errno));
+        return 1;
+    }
+    for (int i = 0; i < 3; i++) {
+        struct sigaction sa, old;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop;
+        sa.sa_flags = SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(stops[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(stops[i], &sa, NULL);
+        sigaddset(&sigs, stops[i]);
+    }
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
     if (!loopback(o->host) && !o->api_key_file) {
@@ -786,8 +809,12 @@ int srv_run(const srv_opts *o)
     dc.port = di ? di->port : o->port;
     fprintf(stderr, strchr(o->host, ':') ? "lql: serving http://[%s]:%d\n" : "lql: serving http://%s:%d\n",
             o->host, dc.port);
-    int sig;
-    sigwait(&sigs, &sig);
+    /* the main thread takes the stop signals again and waits for one (here, or in any
+     * thread that has them unblocked) */
+    pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
+    unsigned char sig;
+    while (read(stop_fd[0], &sig, 1) < 0 && errno == EINTR)
+        ;
     status = 0;
 out:
     if (daemon) MHD_stop_daemon(daemon);
