@@ -472,8 +472,7 @@ int lql_shell_run_stream(lql_shell *sh, const char *label, FILE *f)
     feed fd = {0};
     int lineno = 0, rc = 0;
     errno = 0;
-    for (;;) {
-        if (sh->stop) break;
+    while (!sh->stop) {
         lql_idle = 1;   /* a SIGTERM while lql waits for the next line ends it at once */
         got = getline(&line, &cap, f);
         lql_idle = 0;

@@ -163,6 +163,16 @@ static int map_segment(vx_container *c, const char *rel, const char *object, con
     return 0;
 }
 
+/* Does an item of list before `item` carry this "id"? (Those before it were checked to have
+ * one.) Two of one id would leave which one runs to the reader. */
+static int id_earlier(const cJSON *list, const cJSON *item, const char *id)
+{
+    for (const cJSON *p = list->child; p != item; p = p->next)
+        if (strcmp(vx_json_str(p, "id"), id) == 0)
+            return 1;
+    return 0;
+}
+
 /* Maps every segment of every representation an object lists, in graph order (so verify
  * and inspect see them all); only the bound representation of each object (the override
  * in sel, else the profile's selection, else the first listed: the baseline) enters the
@@ -187,10 +197,8 @@ static int map_objects(vx_container *c, const char *profile, const vx_select *se
         const char *id = vx_json_str(o, "id");
         if (!id)
             return vx_errf(err, VX_EFORMAT, "system_graph.json: an object has no id");
-        for (const cJSON *p = objects->child; p != o; p = p->next)
-            if (strcmp(vx_json_str(p, "id"), id) == 0)
-                return vx_errf(err, VX_EFORMAT, "system_graph.json: object id '%s' is used twice",
-                               id);
+        if (id_earlier(objects, o, id))
+            return vx_errf(err, VX_EFORMAT, "system_graph.json: object id '%s' is used twice", id);
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, "representations"), *r;
         const char *bound = vx_profile_choice(prof, id);
         for (size_t i = 0; i < nsel; i++) {
@@ -361,27 +369,20 @@ static int read_graph(vx_container *c, vx_err *err)
         return -1;
     /* The primary component is the first decoder, else the first component. */
     const cJSON *comps = cJSON_GetObjectItemCaseSensitive(c->graph, "components"), *comp;
+    const cJSON *decoder = NULL;
     int k = 0;
     cJSON_ArrayForEach(comp, comps) {
-        const char *id = vx_json_str(comp, "id");
-        if (!id || !vx_json_str(comp, "role"))
+        const char *id = vx_json_str(comp, "id"), *role = vx_json_str(comp, "role");
+        if (!id || !role)
             return vx_errf(err, VX_EFORMAT, "%s: components[%d] has no %s string", rel, k,
                            id ? "role" : "id");
-        /* two components of one id: which one runs would be the reader's choice */
-        for (const cJSON *o = comps->child; o != comp; o = o->next)
-            if (strcmp(vx_json_str(o, "id"), id) == 0)
-                return vx_errf(err, VX_EFORMAT, "%s: component id '%s' is used twice", rel, id);
+        if (id_earlier(comps, comp, id))
+            return vx_errf(err, VX_EFORMAT, "%s: component id '%s' is used twice", rel, id);
+        if (!decoder && strcmp(role, "decoder") == 0)
+            decoder = comp;
         k++;
     }
-    cJSON_ArrayForEach(comp, comps) {
-        const char *role = vx_json_str(comp, "role");
-        if (strcmp(role, "decoder") == 0) {
-            c->component = comp;
-            break;
-        }
-        if (!c->component)
-            c->component = comp;
-    }
+    c->component = decoder ? decoder : cJSON_GetArrayItem(comps, 0);
     if (!c->component)
         return vx_errf(err, VX_EFORMAT, "%s has no components", rel);
     if (vx_shapes_read(c->graph, c->component, &c->shapes, &c->nshapes, err) < 0)

@@ -196,8 +196,8 @@ static int settle(src_tensor *s, const cJSON *shapes, vx_err *err)
         /* the element count alone would pass a source shape with its dims swapped; rows
          * run over every dim but the last (a stacked [experts, rows, cols] included), a
          * vector's over its elements */
-        int64_t rows = s->ndim == 1 ? s->shape[0] : s->shape[s->ndim - 1]
-                     ? (int64_t)(n / (uint64_t)s->shape[s->ndim - 1]) : 0;
+        uint64_t last = s->ndim > 1 ? (uint64_t)s->shape[s->ndim - 1] : 1;
+        int64_t rows = last ? (int64_t)(n / last) : 0;
         if (xf == PX_ROWS && at != rows)
             return vx_errf(err, VX_EFORMAT, "export: the row slices of '%s' cover %lld rows; "
                            "encoder.source_shapes gives it %lld", s->name, (long long)at,

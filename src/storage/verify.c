@@ -266,42 +266,44 @@ static int check_browse(const vx_container *c, cJSON *report, vx_err *err, int *
     return 0;
 }
 
-/* One snapshot's row of the report: its check's outcome (a failure other than a mismatch or
- * a missing file is verify's own error). */
-static int snapshot_row(const vx_container *c, const char *name, cJSON **rows, cJSON *report,
+/* One snapshot's row of the report from its check's outcome (rc, e): a failure other than
+ * a mismatch or a missing file is verify's own error. */
+static int snapshot_row(const char *name, int rc, const vx_err *e, cJSON **rows, cJSON *report,
                         vx_err *err, int *bad)
 {
-    vx_err e = {0};
-    int rc = vx_snapshot_check(c, name, &e);
     if (!*rows)
         *rows = cJSON_AddArrayToObject(report, "snapshots");
     cJSON *row = cJSON_CreateObject();
     cJSON_AddItemToArray(*rows, row);
     cJSON_AddStringToObject(row, "file", name);
     cJSON_AddBoolToObject(row, "ok", rc == 0);
-    if (rc < 0 && e.code != VX_EVERIFY && e.code != VX_EMISSING) {
-        *err = e;
+    if (rc < 0 && e->code != VX_EVERIFY && e->code != VX_EMISSING) {
+        *err = *e;
         return -1;
     }
     if (rc < 0)
-        fail(report, err, bad, VX_EVERIFY, e.msg);
+        fail(report, err, bad, VX_EVERIFY, e->msg);
     return 0;
 }
 
 /* Every snapshot index.json records a sha256 for, against it; where it records any, a
- * snapshot file it leaves out (added after the encode) fails too. */
+ * snapshot file it leaves out (added after the encode) fails too, and only those get a row. */
 static int check_snapshots(const vx_container *c, cJSON *report, vx_err *err, int *bad)
 {
     const cJSON *snaps = cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "snapshots"), *s;
     cJSON *rows = NULL;
-    cJSON_ArrayForEach(s, snaps)
-        if (s->string && snapshot_row(c, s->string, &rows, report, err, bad) < 0)
+    cJSON_ArrayForEach(s, snaps) {
+        vx_err e = {0};
+        if (s->string && snapshot_row(s->string, vx_snapshot_check(c, s->string, &e), &e, &rows,
+                                      report, err, bad) < 0)
             return -1;
+    }
     for (size_t i = 0; snaps && vx_hf_snapshots[i]; i++) {
         vx_err e = {0};
-        if (!cJSON_GetObjectItemCaseSensitive(snaps, vx_hf_snapshots[i]) &&
-            vx_snapshot_check(c, vx_hf_snapshots[i], &e) < 0 &&
-            snapshot_row(c, vx_hf_snapshots[i], &rows, report, err, bad) < 0)
+        if (cJSON_GetObjectItemCaseSensitive(snaps, vx_hf_snapshots[i]) ||
+            vx_snapshot_check(c, vx_hf_snapshots[i], &e) == 0)
+            continue;
+        if (snapshot_row(vx_hf_snapshots[i], -1, &e, &rows, report, err, bad) < 0)
             return -1;
     }
     return 0;
