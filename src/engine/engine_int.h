@@ -284,6 +284,12 @@ void eng_plan_free(eng_model *m);
 
 /* ---------------------------------------------------------------- kernels */
 
+/* Keep a loaded weight vector in its register: GCC otherwise folds the load into each
+ * instruction that reads it (a bf16 line's shift and mask, a nibble line's two masks),
+ * reading the same streaming line from L1 twice; on a Zen 4 host that cost the bf16 gate
+ * scan and decode 6-12 % of a fast minute's bandwidth (ENGINE.md session 25). */
+#define ENG_KEEP(v) __asm__("" : "+v"(v))
+
 /* out[n, width] = norm(x[n, width]) (out may equal x). */
 void eng_norm_apply(const eng_norm *nm, const float *x, float *out, int n);
 /* Rotate the first rotary_dim features of each head of x[n, heads * stride] at

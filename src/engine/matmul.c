@@ -156,6 +156,7 @@ T512 static inline AI void widen32(vx_dtype dt, const void *row, int k, __m512 *
 {
     if (dt == VX_BF16) {
         __m512i v = _mm512_loadu_si512((const uint16_t *)row + k);
+        ENG_KEEP(v);
         *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
         *w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
     } else if (dt == VX_F16) {

@@ -321,6 +321,7 @@ static float dot_q4_k(const unsigned char *w, const float *d, const int8_t *q,
         __m256i isum = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
             __m256i v = load32(w + 16 + 32 * j);
+            ENG_KEEP(v);
             __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
             __m256i plo = _mm256_maddubs_epi16(lo, load32(q + 64 * j));
             __m256i phi = _mm256_maddubs_epi16(hi, load32(q + 64 * j + 32));
@@ -344,6 +345,8 @@ static void q6k_unpack(const unsigned char *w, int n, __m256i v[4])
 {
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
     __m256i l0 = load32(w + 64 * n), l1 = load32(w + 64 * n + 32);
+    ENG_KEEP(l0);
+    ENG_KEEP(l1);
     __m256i h = load32(w + 128 + 32 * n);
     __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
                      _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
@@ -570,6 +573,7 @@ T512 static float dot_q4_k_wide(const unsigned char *w, const float *d, const in
         __m512i isum = _mm512_setzero_si512();
         for (int p = 0; p < 2; p++) {
             __m512i v = _mm512_loadu_si512((const void *)(w + 16 + 64 * p));
+            ENG_KEEP(v);
             __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
             isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(lo, _mm512_loadu_si512((const void *)(q + 128 * p))),
                                        _mm512_shuffle_epi8(s, pick[2 * p]));
@@ -588,6 +592,7 @@ T512 static void q6k_values(const unsigned char *w, int n, __m512i *v01, __m512i
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
     __m512i l = _mm512_loadu_si512((const void *)(w + 64 * n));
+    ENG_KEEP(l);
     __m256i h = load32(w + 128 + 32 * n);
     __m512i hx = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
     *v01 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(hx, m2), 4));
