@@ -191,6 +191,13 @@ int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_
     if (!m)
         return vx_errf(err, VX_ENOMEM, "browse: out of memory");
     m->c = c;
+    /* the engine's plan is the one reading of graph and operands: browse answers only for
+     * a container the model runs from (an expert count or feature width that disagrees with
+     * the stored rows, or an operand nothing reads, is refused here as by INFER) */
+    eng_model *plan;
+    if (eng_model_bind_tok(c, NULL, &plan, err) != 0)
+        goto fail;
+    eng_model_free(plan);
     if (brw_shape_read(c, &m->s, err) != 0 || check_bound(&m->s, c, err) != 0)
         goto fail;
     if (!tok) {

@@ -2,8 +2,8 @@
  * t_graph.h — tests on encoded family fixtures: encoding one into a scratch directory, and
  * refusals of edited system graphs (copy an encoded container, edit its primary
  * component's JSON, check the edit is refused with an exact message, by the typed graph
- * shape at open or by the engine's plan at bind). Static inline, like t_file.h;
- * the including test provides t.h's counters and links the engine.
+ * shape at open or by the engine's plan at bind, and by browse's open alike). Static
+ * inline, like t_file.h; the including test provides t.h's counters and links lqlcore.
  */
 #ifndef LQL_T_GRAPH_H
 #define LQL_T_GRAPH_H
@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 #include "t_file.h"
 #include "engine.h"
+#include "browse.h"
 
 /* Encode the family fixture fx (tests/fixtures/models/families/fx) into tmp/fx.vindex3,
  * whose path goes to out. */
@@ -30,7 +31,8 @@ static inline void t_encode_family(const char *tmp, const char *fx, char *out, s
 typedef void (*t_graph_edit)(cJSON *comp);
 
 /* Copy base to tmp/editN, apply ed to components[0], and check vx_open (open_fails) or
- * eng_model_bind refuses it with exactly want. */
+ * eng_model_bind refuses it with exactly want; a container the engine refuses is refused
+ * by browse with the same words (WALK never answers where INFER cannot run). */
 static inline void t_graph_refused(const char *tmp, const char *base, t_graph_edit ed,
                                    int open_fails, const char *want)
 {
@@ -70,6 +72,10 @@ static inline void t_graph_refused(const char *tmp, const char *base, t_graph_ed
     if (rc) return;
     CHECK(eng_model_bind(c, &m, &err) == -1 && m == NULL);
     CHECK_STR(err.msg, want);
+    brw_model *b = NULL;
+    vx_err berr = {0};
+    CHECK(brw_open(c, &b, &berr) == -1 && b == NULL);
+    CHECK_STR(berr.msg, want);
     vx_close(c);
 }
 

@@ -186,6 +186,22 @@ static void e_context(cJSON *c)
     cJSON_ReplaceItemInObject(c, "context_length", cJSON_CreateNumber(7));
 }
 
+static void e_experts(cJSON *c)
+{
+    cJSON *m = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "moe");
+    cJSON_ReplaceItemInObject(m, "experts", cJSON_CreateNumber(4));
+}
+static void e_expert_width(cJSON *c)
+{
+    cJSON *m = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "moe");
+    cJSON_ReplaceItemInObject(m, "expert_intermediate", cJSON_CreateNumber(20));
+}
+static void e_width(cJSON *c)
+{
+    cJSON *f = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "ffn");
+    cJSON_ReplaceItemInObject(f, "intermediate", cJSON_CreateNumber(100));
+}
+
 /* Refused by the typed graph shape at open (open_fails) or by the plan at bind. */
 static void refuse_at(const char *base, graph_edit ed, int open_fails, const char *want)
 {
@@ -197,8 +213,15 @@ static void refuse(const char *base, graph_edit ed, const char *want)
     refuse_at(base, ed, 0, want);
 }
 
-static void test_refusals(const char *gqa)
+static void test_refusals(const char *gqa, const char *mix)
 {
+    /* the feature count browse scans is the graph's, checked against the stored rows */
+    refuse(mix, e_experts, "layer 0: operand 'layers.0.ffn.router' of target.decoder_stack has "
+                           "shape [8, 64], expected [4, 64]");
+    refuse(gqa, e_width, "layer 0: operand 'layers.0.ffn.gate_proj' of target.decoder_stack has "
+                         "shape [176, 64], expected [100, 64]");
+    refuse(mix, e_expert_width, "layer 0: operand 'layers.0.ffn.experts.0.gate_proj' of "
+                                "target.decoder_stack has shape [64, 64], expected [20, 64]");
     refuse_at(gqa, e_operator, 1, "layer 1: operator 'linear_attention' is not a token mixer this "
               "executor knows (softmax_attention, mla, gated_deltanet, mamba2)");
     refuse_at(gqa, e_ffn, 1, "layer 2: ffn operator 'hyper' is not a channel mixer this executor "
@@ -541,7 +564,7 @@ int main(void)
     encode("mistral-swa", swa, sizeof swa);
     encode("mixtral", mix, sizeof mix);
     encode("deepseek-v3-lite", ds, sizeof ds);
-    test_refusals(gqa);
+    test_refusals(gqa, mix);
     test_observers(gqa, 0, 12);
     test_observers(swa, 8, 20);
     test_observers(mix, 0, 12);
