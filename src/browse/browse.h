@@ -58,6 +58,9 @@ int brw_dmet_top_k(const brw_dmet *d);
 int64_t brw_dmet_count(const brw_dmet *d, int layer);     /* -1 past the end */
 /* The record of (layer, feature); 0 and *out filled, or -1 when out of range. */
 int brw_dmet_get(const brw_dmet *d, int layer, int64_t feature, brw_meta *out);
+/* Every present record's token ids below vocab: 0, or -1 naming the first that is not
+ * (a hostile file's id would otherwise show as an empty token, never as an error). */
+int brw_dmet_check_ids(const brw_dmet *d, int32_t vocab, vx_err *err);
 
 /* Compute down-meta for every layer of the container in tmpdir and write
  * browse/down_meta.bin; record index.browse {down_meta, down_top_k, layer_bands,

@@ -191,6 +191,26 @@ int brw_dmet_get(const brw_dmet *d, int layer, int64_t feature, brw_meta *out)
     return 0;
 }
 
+int brw_dmet_check_ids(const brw_dmet *d, int32_t vocab, vx_err *err)
+{
+    brw_meta md;
+    for (int l = 0; l < d->layers; l++)
+        for (int64_t f = 0; f < d->count[l]; f++) {
+            brw_dmet_get(d, l, f, &md);
+            if (!md.present)
+                continue;
+            /* ids are stored u32: compared as such, so a huge one is not read as negative */
+            uint32_t id = (uint32_t)md.top_id;
+            for (int j = 0; j < md.k && id < (uint32_t)vocab; j++)
+                id = (uint32_t)md.ids[j];
+            if (id >= (uint32_t)vocab)
+                return vx_errf(err, VX_EFORMAT, "down_meta: layer %d feature %lld names token "
+                               "id %u, outside the vocabulary (%d tokens)", l, (long long)f, id,
+                               vocab);
+        }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- bands */
 
 const char *const brw_band_rule =

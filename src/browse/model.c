@@ -274,6 +274,8 @@ int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_
                         (long long)m->s.layer[l].features);
                 goto fail;
             }
+        if (brw_dmet_check_ids(m->dmet, m->s.vocab, err) != 0)
+            goto fail;
     }
     vx_err e3;
     if (vx_resolve(c, brw_label_files[0], path, sizeof path, &e3) == 0)

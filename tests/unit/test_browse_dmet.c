@@ -68,6 +68,19 @@ int main(void)
     CHECK(brw_dmet_get(d, 1, 0, &m) == 0 && m.present && m.top_id == 4095);
     CHECK(brw_dmet_get(d, 1, 1, &m) == -1);
     CHECK(brw_dmet_get(d, -1, 0, &m) == -1);
+    /* ids against the vocabulary: 4095 is the largest, the all-zero record is skipped */
+    CHECK(brw_dmet_check_ids(d, 4096, &e) == 0);
+    CHECK(brw_dmet_check_ids(d, 4095, &e) == -1);
+    CHECK_STR(e.msg, "down_meta: layer 1 feature 0 names token id 4095, outside the vocabulary "
+                     "(4095 tokens)");
+    brw_dmet_free(d);
+    /* an id past 2^31 is not read as negative; a top-k id is checked as the top id is */
+    n = build(b, BRW_DMET_MAGIC);
+    put(b, 16 + 4 + 8 + 8, 0xFFFFFFF0u);
+    CHECK(brw_dmet_parse(b, n, &d, &e) == 0);
+    CHECK(brw_dmet_check_ids(d, 4096, &e) == -1);
+    CHECK_STR(e.msg, "down_meta: layer 0 feature 0 names token id 4294967280, outside the "
+                     "vocabulary (4096 tokens)");
     brw_dmet_free(d);
 
     /* the literal "DMET" bytes are accepted too */
