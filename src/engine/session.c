@@ -222,9 +222,15 @@ int eng_forward(eng_session *s, const int32_t *ids, int n, float *logits,
         return vx_errf(err, VX_EARG, "context full: %d positions + %d tokens exceeds the "
                        "session's %d", s->pos, n, s->max_ctx);
     for (int t = 0; t < n; t++)
-        if (ids[t] < 0 || ids[t] >= m->vocab)
+        if (ids[t] < 0 || ids[t] >= m->vocab) {
+            /* an id the tokenizer gave: name its piece, the entry past the model's rows */
+            const char *piece = m->tok ? eng_tok_piece(m->tok, ids[t]) : NULL;
+            if (piece)
+                return vx_errf(err, VX_EARG, "token id %d ('%s' in tokenizer.json) is out of "
+                               "range: the model has %d token rows", ids[t], piece, m->vocab);
             return vx_errf(err, VX_EARG, "token id %d is out of range (vocab %d)", ids[t],
                            m->vocab);
+        }
     /* long prompts run in chunks: activation memory stays bounded and the prefill kernels'
      * packed activations stay cache-sized; observers see each chunk with its pos0 */
     const int pos0 = s->pos;

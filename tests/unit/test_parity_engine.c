@@ -526,6 +526,23 @@ static void test_session(const char *dir)
     int32_t badid = 9999;
     CHECK(eng_forward(s, &badid, 1, NULL, NULL, &err) == -1);
     CHECK_STR(err.msg, "token id 9999 is out of range (vocab 512)");
+    /* an id the tokenizer names past the model's rows is refused naming its piece */
+    eng_tokenizer *big_tok = NULL;
+    eng_model *m2 = NULL;
+    eng_session *s2 = NULL;
+    CHECK(eng_tok_load_dir(LQL_TOKENIZER_DIR "/llama2", &big_tok, &err) == 0);
+    CHECK(eng_model_bind_tok(c, big_tok, &m2, &err) == 0 && eng_session_new(m2, 4, &s2, &err) == 0);
+    if (s2) {
+        char want[256];
+        badid = 20000;
+        snprintf(want, sizeof want, "token id 20000 ('%s' in tokenizer.json) is out of range: "
+                 "the model has 512 token rows", eng_tok_piece(big_tok, badid));
+        CHECK(eng_forward(s2, &badid, 1, NULL, NULL, &err) == -1);
+        CHECK_STR(err.msg, want);
+    }
+    eng_session_free(s2);
+    eng_model_free(m2);
+    eng_tok_free(big_tok);
     vx_cancel_flag = 1;
     CHECK(eng_forward(s, prompt, 1, NULL, NULL, &err) == -1 && err.code == VX_ECANCEL);
     CHECK_STR(err.msg, "forward pass cancelled");
