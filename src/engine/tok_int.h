@@ -145,6 +145,7 @@ typedef struct tok_pat {
     char *lit;           /* arena-owned */
     size_t nlit;
     pcre2_code *re;      /* owned */
+    const char *where;   /* a regex's "tokenizer.json: field" for match errors (arena) */
     int (*fn)(int32_t cp);
 } tok_pat;
 

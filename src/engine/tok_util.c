@@ -602,7 +602,11 @@ static int next_match(const tok_pat *p, const char *s, size_t n, size_t from,
     if (rc < 0) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(rc, msg, sizeof msg);
-        return vx_errf(err, VX_EFORMAT, "regex match failed: %s", (const char *)msg);
+        const int bound = rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_JIT_STACKLIMIT ||
+                          rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT;
+        return vx_errf(err, VX_EFORMAT, "%s: regex match failed on a %zu-byte piece: %s%s",
+                       p->where ? p->where : "tokenizer", n, (const char *)msg,
+                       bound ? " (the pattern backtracks without bound on this text)" : "");
     }
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
     *ms = ov[0];
@@ -790,7 +794,8 @@ int tok_pat_load(eng_tokenizer *t, const cJSON *o, const char *where, tok_pat *p
         snprintf(w, sizeof w, "%s: %s.pattern", t->path, where);
         p->kind = TOK_PAT_RE;
         p->re = tok_re_compile(re, w, err);
-        return p->re ? 0 : -1;
+        p->where = p->re ? tok_arena_dup(&t->arena, w, strlen(w)) : NULL;
+        return !p->re ? -1 : p->where ? 0 : vx_errf(err, VX_ENOMEM, "out of memory");
     }
     return vx_errf(err, VX_EFORMAT, "%s: %s.pattern needs a 'String' or a 'Regex'", t->path,
                    where);

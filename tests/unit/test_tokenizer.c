@@ -325,6 +325,28 @@ static void hostile(void)
                      "}, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a\"}}}",
                      "pre_tokenizer(Split).pattern: bad regex '(a' at offset 2: missing closing "
                      "parenthesis");
+    /* a pattern that backtracks without bound is refused at match time, naming its field */
+    {
+        const char *path = write_tok("bomb", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
+                                     "}, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
+                                     "{\"Regex\": \"(a|aa)+$\"}, \"behavior\": \"Isolated\"}}");
+        eng_tokenizer *t = NULL;
+        vx_err err = {0};
+        char text[3001], want[2048];
+        memset(text, 'a', 3000);
+        text[3000] = 'b';
+        int32_t *ids = NULL;
+        size_t n = 0;
+        CHECK(eng_tok_load(path, NULL, &t, &err) == 0);
+        CHECK(t && eng_tok_encode(t, text, sizeof text, 0, &ids, &n, &err) == -1);
+        snprintf(want, sizeof want, "%s: pre_tokenizer(Split).pattern: regex match failed on a "
+                 "3001-byte piece: ", path);
+        CHECK_MSG(strncmp(err.msg, want, strlen(want)) == 0 &&
+                  strstr(err.msg, "(the pattern backtracks without bound on this text)"),
+                  "got: %s", err.msg);
+        free(ids);
+        eng_tok_free(t);
+    }
     check_load_error("behavior", "{\"model\": {\"type\": \"BPE\", " VOCAB_AB
                      "}, \"pre_tokenizer\": {\"type\": \"Split\", \"behavior\": \"Sideways\", "
                      "\"pattern\": {\"String\": \" \"}}}",
