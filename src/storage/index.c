@@ -20,20 +20,26 @@
 
 FILE *vx_fopen_regular(const char *path, const char *label, vx_err *err)
 {
+    /* "label ('path')", or the path alone when the caller's label is the path */
+    char what[VX_ERR_MAX];
+    if (strcmp(label, path) == 0)
+        snprintf(what, sizeof what, "'%s'", path);
+    else
+        snprintf(what, sizeof what, "%s ('%s')", label, path);
     /* O_NONBLOCK: a FIFO put where a file belongs opens at once (and is refused below)
      * instead of blocking until some writer appears; reads of a regular file ignore it */
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        vx_errf(err, errno == ENOENT ? VX_EMISSING : VX_EIO, "cannot open %s ('%s'): %s", label,
-                path, strerror(errno));
+        vx_errf(err, errno == ENOENT ? VX_EMISSING : VX_EIO, "cannot open %s: %s", what,
+                strerror(errno));
         return NULL;
     }
     struct stat st;
     FILE *f = NULL;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-        vx_errf(err, VX_EIO, "%s ('%s') is not a regular file", label, path);
+        vx_errf(err, VX_EIO, "%s is not a regular file", what);
     else if (!(f = fdopen(fd, "rb")))
-        vx_errf(err, VX_ENOMEM, "cannot open %s ('%s'): %s", label, path, strerror(errno));
+        vx_errf(err, VX_ENOMEM, "cannot open %s: %s", what, strerror(errno));
     if (!f)
         close(fd);
     return f;
