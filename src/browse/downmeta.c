@@ -737,9 +737,10 @@ static cJSON *band_json(const int r[2])
 
 /* The container in dir opened with its shape, once every down operand is one down-meta
  * can be computed from: down-meta describes the canonical weights, so the columns are
- * read as f32/f16/bf16, or as a block codec only when the stack's representation has
- * source authority (GPT-OSS experts as the checkpoint packs them); a quantised derivation
- * is not the model. */
+ * read as f32/f16/bf16, or as a block codec only when it is the checkpoint's own packing
+ * (GPT-OSS experts): the stack's representation has source authority, or it is the
+ * encoder's (no derived_from), which never quantises, so its block operands are copies
+ * even when --dtype narrowed its float ones; a quantised derivation is not the model. */
 static int open_shape(const char *dir, vx_container **cp, brw_shape *sp, vx_err *err)
 {
     vx_container *c = NULL;
@@ -751,11 +752,11 @@ static int open_shape(const char *dir, vx_container **cp, brw_shape *sp, vx_err 
         return -1;
     }
     const char *rid = vx_bound_representation(c, "target.decoder_stack");
-    const cJSON *fid = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(vx_index_json(c),
-                                                                          "representations"),
-                                         rid ? rid : ""), "fidelity");
-    int canonical = cJSON_IsString(fid) && strncmp(fid->valuestring, "source-", 7) == 0;
+    const cJSON *rep = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "representations"), rid ? rid : "");
+    const cJSON *fid = cJSON_GetObjectItemCaseSensitive(rep, "fidelity");
+    int canonical = (cJSON_IsString(fid) && strncmp(fid->valuestring, "source-", 7) == 0) ||
+                    (cJSON_IsObject(rep) && !cJSON_HasObjectItem(rep, "derived_from"));
     unsigned be, bb;
     for (int l = 0; l < s.layers; l++)
         for (int p = 0; p < s.layer[l].n_parts; p++) {

@@ -37,6 +37,34 @@ static int encode(const char *src, const char *name, char *out, size_t n, vx_err
     return vx_encode(src, out, &o, err);
 }
 
+/* --dtype f16 narrows the bf16 float operands (the stack's representation becomes
+ * numerically-approximate) while the packed experts are copied: down-meta still reads them
+ * as the checkpoint's own weights (it refused them as a quantised derivation). */
+static void check_narrowed_downmeta(const char *src)
+{
+    char out[4200];
+    snprintf(out, sizeof out, "%s/f16.vindex3", tmp);
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    o.dtype = VX_F16;
+    o.finish = brw_encode_finish;
+    o.finish_ctx = &o;
+    vx_err err = {0};
+    CHECK_MSG(vx_encode(src, out, &o, &err) == 0, "encode --dtype f16: %s", err.msg);
+    vx_container *c = NULL;
+    CHECK_MSG(vx_open(out, &c, &err) == 0, "%s", err.msg);
+    if (!c) return;
+    const cJSON *ix = vx_index_json(c);
+    const cJSON *rep = cJSON_GetObjectItem(cJSON_GetObjectItem(ix, "representations"),
+                                           "target.decoder_stack.mxfp4");
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(rep, "fidelity")), "numerically-approximate");
+    CHECK(cJSON_IsString(cJSON_GetObjectItem(cJSON_GetObjectItem(ix, "browse"), "down_meta")));
+    brw_model *m = NULL;
+    CHECK_MSG(brw_open(c, &m, &err) == 0 && brw_down_meta(m), "%s", err.msg);
+    brw_close(m);
+    vx_close(c);
+}
+
 /* Packed experts: mxfp4, and value-identical to the bf16 model's. */
 static void check_experts(const vx_container *q, const vx_container *b)
 {
@@ -338,6 +366,7 @@ int main(void)
     snprintf(gb, sizeof gb, "%s/golden.json", sb);
     const char *const golden[2] = {gq, gb};
     check_mxfp4_bf16();
+    check_narrowed_downmeta(sq);
     vx_err err = {0};
     vx_container *q = NULL, *b = NULL;
     CHECK_MSG(encode(sq, "packed", oq, sizeof oq, &err) == 0, "%s", err.msg);
