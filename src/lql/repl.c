@@ -205,6 +205,9 @@ int lql_repl(lql_shell *sh)
         lql_idle = 1;
         char *line = READ_LINE(len ? "  ...> " : "lql> ");
         lql_idle = 0;
+        /* readline echoes on this stream: a Ctrl-C that interrupted an echo's write leaves
+         * its error flag set, which says nothing about the results written next */
+        clearerr(chat);
         if (dropped) {          /* Ctrl-C at the prompt: the unfinished statement is gone */
             len = resume = 0;
             if (buf) buf[0] = 0;

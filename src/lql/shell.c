@@ -51,6 +51,13 @@ int lql_shell_close(lql_shell *sh)
 int lql_shell_flush(lql_shell *sh, FILE *f)
 {
     if (fflush(f) == 0 && !ferror(f)) return 0;
+    /* a Ctrl-C that lands in a blocked write (a terminal that stopped reading) interrupts
+     * it: that cancels the statement, not the shell; the bytes that write held are gone
+     * (the statement says it was cancelled) and the stream goes on */
+    if (errno == EINTR || (vx_cancel_flag && !lql_term_sig)) {
+        clearerr(f);
+        if (fflush(f) == 0) return 0;
+    }
     if (!sh->write_failed)
         fprintf(sh->err, "error: cannot write results: %s\n", errno ? strerror(errno) : "write failed");
     sh->write_failed = sh->failed = 1;

@@ -19,7 +19,12 @@
 #include <cjson/cJSON.h>
 #include "t_file.h"
 
+#include "shell.h"
+
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,8 +189,63 @@ static void interrupt(const char *what, const char *script, const char *result, 
     }
 }
 
+/* ---------------------------------------------------------------- a write cut by Ctrl-C */
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    vx_cancel_flag = 1;   /* as the shell's SIGINT handler */
+}
+
+static void *drain_later(void *arg)
+{
+    int fd = *(int *)arg;
+    usleep(600 * 1000);
+    char b[4096];
+    while (read(fd, b, sizeof b) > 0) {}
+    return NULL;
+}
+
+/* Results blocked on a reader that stopped (a terminal not read) when Ctrl-C arrives: the
+ * interrupted write cancels the statement's output, not the shell. lql_shell_flush said
+ * "cannot write results: Interrupted system call" and stopped the interactive shell. */
+static void interrupted_flush(void)
+{
+    int p[2];
+    CHECK(pipe(p) == 0);
+    fcntl(p[1], F_SETFL, O_NONBLOCK);
+    char fill[4096];
+    memset(fill, 'x', sizeof fill);
+    while (write(p[1], fill, sizeof fill) > 0) {}   /* the pipe is full */
+    fcntl(p[1], F_SETFL, 0);
+    FILE *f = fdopen(p[1], "w");
+    lql_shell sh;
+    memset(&sh, 0, sizeof sh);
+    sh.err = tmpfile();
+    CHECK(f && sh.err);
+    if (!f || !sh.err) return;
+    fputs("a row of results\n", f);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;      /* no SA_RESTART, as the shell's handlers */
+    sigaction(SIGALRM, &sa, &old);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, drain_later, &p[0]) == 0);
+    struct itimerval it = {{0, 0}, {0, 200 * 1000}};
+    setitimer(ITIMER_REAL, &it, NULL);
+    int rc = lql_shell_flush(&sh, f);       /* blocks, then the signal interrupts it */
+    CHECK_MSG(rc == 0 && !sh.stop && !sh.write_failed, "rc %d stop %d", rc, sh.stop);
+    fclose(f);
+    pthread_join(th, NULL);
+    close(p[0]);
+    sigaction(SIGALRM, &old, NULL);
+    vx_cancel_flag = 0;
+    fclose(sh.err);
+}
+
 int main(void)
 {
+    interrupted_flush();
     char hf[2048], vx[2048], out[2048], script[16384], prompt[4096];
     snprintf(hf, sizeof hf, "%s/cancel-hf", LQL_BINARY_DIR);
     snprintf(vx, sizeof vx, "%s/cancel.vindex3", LQL_BINARY_DIR);
