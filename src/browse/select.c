@@ -367,13 +367,14 @@ static int select_check(const brw_model *m, brw_from from, const brw_select_opts
                 n_in++;
                 one = l;
             }
+            char range[40] = "no FFN features";    /* a layer with no channel mixer */
+            if (most > 0)
+                snprintf(range, sizeof range, "features 0-%lld", (long long)most - 1);
             if (n_in == 1)
-                snprintf(note, sizeof note, "layer %d has features 0-%lld", one,
-                         (long long)most - 1);
+                snprintf(note, sizeof note, "layer %d has %s", one, range);
             else
-                snprintf(note, sizeof note, "%s features 0-%lld", !same ? "the largest layer "
-                         "has" : n_in == m->s.layers ? "every layer has" : "those layers have",
-                         (long long)most - 1);
+                snprintf(note, sizeof note, "%s %s", !same ? "the largest layer has"
+                         : n_in == m->s.layers ? "every layer has" : "those layers have", range);
             if (most >= 0 && check_index_cond(c, most, note, err) != 0)
                 return -1;
         }
