@@ -85,3 +85,24 @@ const char *vindex_shape(const vx_tensor *t, char *buf, size_t size)
         snprintf(buf + at, size - at, "]");
     return buf;
 }
+
+static const int cancel_sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+
+static void on_cancel_signal(int sig)
+{
+    (void)sig;
+    vx_cancel_flag = 1;
+}
+
+void vindex_signals_cancel(struct sigaction old[3])
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_cancel_signal;
+    for (int i = 0; i < 3; i++) sigaction(cancel_sigs[i], &sa, &old[i]);
+}
+
+void vindex_signals_restore(const struct sigaction old[3])
+{
+    for (int i = 0; i < 3; i++) sigaction(cancel_sigs[i], &old[i], NULL);
+}

@@ -8,6 +8,7 @@
 
 #include "vindex.h"
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -46,6 +47,13 @@ int vindex_fail_err(const vindex_args *a, const vx_err *err);
 int vindex_emit(cJSON *doc);
 /* Open the container at a->pos[0], reporting failure; NULL on failure. */
 vx_container *vindex_open(const vindex_args *a, int *rc);
+
+/* While long work runs (encode, represent, verify), SIGINT, SIGTERM and SIGHUP raise
+ * vx_cancel_flag, so the storage layer removes what it was writing and returns an error,
+ * instead of the process dying with a partial file left in a container; old keeps the
+ * previous actions for vindex_signals_restore. */
+void vindex_signals_cancel(struct sigaction old[3]);
+void vindex_signals_restore(const struct sigaction old[3]);
 
 /* "1.5 MiB", "512 B": a byte count with a binary unit, into buf. */
 const char *vindex_bytes(uint64_t n, char *buf, size_t size);

@@ -13,13 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* SIGINT, SIGTERM and SIGHUP cancel: the encode removes its temporary tree and returns */
-static void on_sigint(int sig)
-{
-    (void)sig;
-    vx_cancel_flag = 1;
-}
-
 static void progress(void *ctx, const char *stage, uint64_t done, uint64_t total)
 {
     (void)ctx;
@@ -63,16 +56,13 @@ VINDEX_HANDLER(encode)
         o.progress = progress;
     o.finish = brw_encode_finish;
     o.finish_ctx = &o;
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-    struct sigaction sa, old[3];
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, &old[i]);
+    struct sigaction old[3];
+    vindex_signals_cancel(old);     /* the encode removes its temporary tree and returns */
     double t0 = now();
     vx_err err = {0};
     int rc = vx_encode(a->pos[0], out, &o, &err);
     double secs = now() - t0;
-    for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
+    vindex_signals_restore(old);
     if (tty)
         fprintf(stderr, "\r%60s\r", "");
     if (rc < 0)

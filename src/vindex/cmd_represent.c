@@ -35,7 +35,11 @@ VINDEX_HANDLER(represent)
     vx_err err = {0};
     vx_represent_info in;
     double t0 = seconds();
-    if (vx_represent(a->pos[0], a->pos[1], dt, &in, &err) < 0)
+    struct sigaction old[3];
+    vindex_signals_cancel(old);     /* a signal removes the segment being written */
+    int rc = vx_represent(a->pos[0], a->pos[1], dt, &in, &err);
+    vindex_signals_restore(old);
+    if (rc < 0)
         return vindex_fail_err(a, &err);
     double secs = seconds() - t0;
     if (profile) {

@@ -11,12 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-static void on_sigint(int sig)
-{
-    (void)sig;
-    vx_cancel_flag = 1;
-}
-
 static const char *field(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -25,10 +19,8 @@ static const char *field(const cJSON *o, const char *k)
 
 VINDEX_HANDLER(verify)
 {
-    struct sigaction sa, old;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, &old);
+    struct sigaction old[3];
+    vindex_signals_cancel(old);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     cJSON *rep = NULL;
@@ -54,7 +46,7 @@ VINDEX_HANDLER(verify)
         vx_close(c);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    sigaction(SIGINT, &old, NULL);
+    vindex_signals_restore(old);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     if (a->json) {
         cJSON_AddNumberToObject(rep, "seconds", secs);

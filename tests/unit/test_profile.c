@@ -12,6 +12,9 @@
 #include "vindex.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -386,6 +389,54 @@ static void test_cli(const char *dir)
     cJSON_Delete(doc);
 }
 
+/* `vindex represent` ended by SIGINT/SIGTERM at several points of its write: it removes
+ * the segment it was writing (it died and left it, and every retry was refused with
+ * "segment … already exists"), so whenever it stops, every file under segments/ is one
+ * index.json lists. */
+static void test_signal(const char *dir)
+{
+    static const int sigs[] = {SIGTERM, SIGINT, SIGTERM, SIGINT};
+    static const int delay_ms[] = {20, 40, 70, 110};
+    for (int i = 0; i < 4; i++) {
+        char bin[512];
+        snprintf(bin, sizeof bin, "%s/vindex", LQL_BINARY_DIR);
+        pid_t pid = fork();
+        if (pid == 0) {
+            setenv("LQL_THREADS", "1", 1);
+            int dn = open("/dev/null", O_WRONLY);
+            if (dn >= 0) { dup2(dn, 1); dup2(dn, 2); }
+            execl(bin, "vindex", "represent", dir, "target.decoder_stack", "--dtype", "q6_k",
+                  (char *)NULL);
+            _exit(127);
+        }
+        CHECK(pid > 0);
+        if (pid <= 0) return;
+        usleep((useconds_t)delay_ms[i] * 1000);
+        kill(pid, sigs[i]);
+        int st = 0;
+        waitpid(pid, &st, 0);
+        CHECK_MSG(WIFEXITED(st), "vindex represent died of signal %d instead of cancelling",
+                  WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+        cJSON *ix = read_json(dir, "index.json");
+        char segdir[512];
+        snprintf(segdir, sizeof segdir, "%s/segments", dir);
+        DIR *d = opendir(segdir);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            char rel[600];
+            if (e->d_name[0] == '.') continue;
+            snprintf(rel, sizeof rel, "segments/%s", e->d_name);
+            CHECK_MSG(cJSON_GetObjectItem(cJSON_GetObjectItem(ix, "segments"), rel),
+                      "%s is not listed by index.json after the signal", rel);
+        }
+        if (d) closedir(d);
+        int done = cJSON_GetObjectItem(cJSON_GetObjectItem(ix, "representations"),
+                                       "target.decoder_stack.q6_k") != NULL;
+        cJSON_Delete(ix);
+        if (done) break;   /* finished before the signal: nothing left to interrupt */
+    }
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/lql-profile-XXXXXX");
@@ -396,6 +447,7 @@ int main(void)
         test_profiles(f32dir);
         test_hostile(f32dir);
         test_cli(f32dir);
+        test_signal(f32dir);
     }
     if (encode("tinyllama-bf16", "tiny-bf16", bfdir, sizeof bfdir) == 0)
         test_fidelity_measured(bfdir);
