@@ -284,12 +284,26 @@ static int plan(job *j, const vx_container *c)
     for (size_t i = 0; i < j->n; i++)
         took += j->tw[i].dtype == j->dt;
     if (!took) {
+        /* the reason is a matrix's: 1-D tensors (norms, biases) always keep their dtype */
+        const vx_tensor *m = NULL;
+        for (size_t i = 0; i < j->n && !m; i++)
+            if (j->t[i]->ndim >= 2) m = j->t[i];
+        if (!m)
+            return vx_errf(j->err, VX_EUNSUPPORTED, "represent: '%s' holds only 1-D tensors "
+                           "(norms, biases), which keep their source dtype: nothing to "
+                           "represent as %s", j->object, vx_dtype_name(j->dt));
         uint64_t ne0, nrows;
-        rows_of(j->t[0], &ne0, &nrows);
+        rows_of(m, &ne0, &nrows);
+        const int be = vx_dtype_block_elems(j->dt);
+        if (ne0 % (uint64_t)be != 0)
+            return vx_errf(j->err, VX_EUNSUPPORTED, "represent: no tensor of '%s' can be stored "
+                           "as %s ('%s' has rows of %llu values, which blocks of %d do not "
+                           "divide): nothing to represent", j->object, vx_dtype_name(j->dt),
+                           m->name, (unsigned long long)ne0, be);
         return vx_errf(j->err, VX_EUNSUPPORTED, "represent: no tensor of '%s' can be stored as "
-                       "%s ('%s' has rows of %llu values, which its blocks do not divide): "
-                       "nothing to represent", j->object, vx_dtype_name(j->dt), j->t[0]->name,
-                       (unsigned long long)ne0);
+                       "%s ('%s' is stored as %s, which is not converted): nothing to "
+                       "represent", j->object, vx_dtype_name(j->dt), m->name,
+                       vx_dtype_name(m->dtype));
     }
     return 0;
 }
