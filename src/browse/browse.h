@@ -109,9 +109,9 @@ int brw_vocab(const brw_model *m);
 /* The features of routed expert `expert` of a MoE layer: [first, first + rows) of the
  * layer's expert-major numbering; -1 when the layer has no such expert. */
 int brw_expert_span(const brw_model *m, int layer, int expert, int64_t *first, int64_t *rows);
-/* The stored down column of feature f (f32 view) into col [hidden]; -1 when its part has
- * no down_proj or (col not NULL) its dtype has no f32 view. col NULL: only checks that
- * the column exists. */
+/* The stored down column of feature f into col [hidden] as f32 (a block codec's blocks
+ * decoded); -1 when its part has no down_proj or (col not NULL) its dtype is neither
+ * f32/f16/bf16 nor a block codec. col NULL: only checks that the column exists. */
 int brw_down_column(const brw_model *m, int layer, int64_t f, float *col);
 /* The token a column writes most strongly, as the encoder's down-meta ranks it: argmax
  * over the vocabulary of E · col (E the unscaled embedding) into *id and *score; -1 when

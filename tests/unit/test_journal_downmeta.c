@@ -191,6 +191,40 @@ int main(void)
     if (da)
         brw_dmet_free(da);
     ed_overlay_free(ov);
+    /* under a profile whose decoder stack is q8_0 the moved columns are read from its
+     * blocks (decoded): the same eight features are recomputed and the loaded ones show
+     * London (the overlay recomputed none: a block column had no f32 view) */
+    {
+        char q8[2300], cmd[4800];
+        snprintf(q8, sizeof q8, "%s/h11-downmeta-q8.vindex3", LQL_BINARY_DIR);
+        fx_rm_rf(q8);
+        snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", base, q8);
+        CHECK(system(cmd) == 0);
+        vx_select sel = {"target.decoder_stack", "target.decoder_stack.q8_0"};
+        vx_container *cq = NULL;
+        brw_model *bq = NULL;
+        CHECK_MSG(vx_represent(q8, "target.decoder_stack", VX_Q8_0, NULL, &e) == 0 &&
+                  vx_profile_add(q8, "q8", &sel, 1, 1, &e) == 0 &&
+                  vx_open_profile(q8, "q8", NULL, 0, &cq, &e) == 0 && brw_open(cq, &bq, &e) == 0,
+                  "q8_0 profile: %s", e.msg);
+        ed_overlay *oq = NULL;
+        if (bq)
+            CHECK_MSG(ed_overlay_build(bq, ops, 1, &oq, &e) == 0, "build: %s", e.msg);
+        if (oq) {
+            ed_counts cq_n;
+            ed_overlay_counts(oq, &cq_n);
+            CHECK_MSG(cq_n.recomputed == 8, "recomputed %zu under q8_0", (size_t)cq_n.recomputed);
+            for (int i = 0; i < 5; i++) {
+                CHECK(brw_feature_meta(bq, ed_overlay_eng(oq), 3, loaded[i], &md) == 0);
+                CHECK_MSG(md.top_id == LONDON, "q8_0: feature %lld shows %d",
+                          (long long)loaded[i], md.top_id);
+            }
+        }
+        ed_overlay_free(oq);
+        brw_close(bq);
+        vx_close(cq);
+        fx_rm_rf(q8);
+    }
     /* a base index without 'authority' (and a representation without payload_sha256):
      * the compiled one is stamped derived and hashed all the same (both were lost) */
     vx_close(c);
