@@ -389,14 +389,17 @@ static void test_cli(const char *dir)
     cJSON_Delete(doc);
 }
 
-/* `vindex represent` ended by SIGINT/SIGTERM at several points of its write: it removes
- * the segment it was writing (it died and left it, and every retry was refused with
- * "segment … already exists"), so whenever it stops, every file under segments/ is one
- * index.json lists. */
+/* `vindex represent` ended by SIGINT/SIGTERM at several points of its write (0-30 ms after
+ * its segment file appears, so under a sanitizer's slow start too): it removes the segment
+ * it was writing (it died and left it, and every retry was refused with "segment …
+ * already exists"), so whenever it stops, every file under segments/ is one index.json
+ * lists. */
 static void test_signal(const char *dir)
 {
     static const int sigs[] = {SIGTERM, SIGINT, SIGTERM, SIGINT};
-    static const int delay_ms[] = {20, 40, 70, 110};
+    static const int delay_ms[] = {0, 5, 15, 30};
+    char seg[600];
+    snprintf(seg, sizeof seg, "%s/segments/target.decoder_stack.q6_k.bin", dir);
     for (int i = 0; i < 4; i++) {
         char bin[512];
         snprintf(bin, sizeof bin, "%s/vindex", LQL_BINARY_DIR);
@@ -411,10 +414,16 @@ static void test_signal(const char *dir)
         }
         CHECK(pid > 0);
         if (pid <= 0) return;
+        int st = 0, gone = 0;
+        for (int t = 0; t < 20000 && access(seg, F_OK) != 0; t++) {   /* <= 20 s */
+            if (waitpid(pid, &st, WNOHANG) == pid) { gone = 1; break; }
+            usleep(1000);
+        }
         usleep((useconds_t)delay_ms[i] * 1000);
-        kill(pid, sigs[i]);
-        int st = 0;
-        waitpid(pid, &st, 0);
+        if (!gone) {
+            kill(pid, sigs[i]);
+            waitpid(pid, &st, 0);
+        }
         CHECK_MSG(WIFEXITED(st), "vindex represent died of signal %d instead of cancelling",
                   WIFSIGNALED(st) ? WTERMSIG(st) : 0);
         cJSON *ix = read_json(dir, "index.json");
