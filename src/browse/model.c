@@ -361,25 +361,15 @@ int brw_down_column(const brw_model *m, int layer, int64_t f, float *col)
     if (!dn || dn->ndim != 2 || dn->shape[0] != H || f - pt->first >= dn->shape[1])
         return -1;
     const int64_t lf = f - pt->first;
-    const size_t esz = plain_size(dn->dtype);
-    unsigned be = 0, bb = 0;
-    if (col && esz == 0 && (vx_quant_block(dn->dtype, &be, &bb) < 0 || be > 256 ||
-                            dn->shape[1] % be != 0))
+    /* f32/f16/bf16 or a block codec (GPT-OSS's MXFP4 experts, a quantised profile), its
+     * element read as the kernels read it */
+    unsigned be, bb;
+    uint64_t rb = 0;
+    if (col && ((!plain_size(dn->dtype) && vx_quant_block(dn->dtype, &be, &bb) < 0) ||
+                vx_dtype_nbytes(dn->dtype, (uint64_t)dn->shape[1], 1, &rb) < 0))
         return -1;
-    float blk[256];
-    for (int h = 0; col && h < H; h++) {
-        if (esz) {
-            const uint8_t *at = (const uint8_t *)dn->data +
-                                ((uint64_t)h * (uint64_t)dn->shape[1] + (uint64_t)lf) * esz;
-            vx_row_to_f32(dn->dtype, at, &col[h], 1);
-            continue;
-        }
-        /* a block codec (GPT-OSS's MXFP4 experts, a quantised profile): the block of row h
-         * that holds column lf, decoded as the kernels decode it */
-        const uint8_t *row = (const uint8_t *)dn->data + (uint64_t)h * (uint64_t)(dn->shape[1] / be) * bb;
-        vx_dequantize_block(dn->dtype, row + (uint64_t)(lf / be) * bb, blk);
-        col[h] = blk[lf % be];
-    }
+    for (int h = 0; col && h < H; h++)
+        col[h] = eng_row_elem(dn->dtype, (const uint8_t *)dn->data + (uint64_t)h * rb, (int)lf);
     return 0;
 }
 

@@ -107,6 +107,9 @@ int eng_threads(void);
 void eng_matmul_rows(vx_dtype dt, const void *data, int rows, int cols, size_t row_bytes,
                      const float *x, int n, float *y);
 float eng_row_dot(vx_dtype dt, const void *row, const float *x, int cols);
+/* Element k of a stored row in f32/f16/bf16 or a block codec (only the block holding it
+ * decoded), as the kernels read it. */
+float eng_row_elem(vx_dtype dt, const void *row, int k);
 /* y[i] = eng_row_dot of row i < n of a stored matrix (row i at data + i · row_bytes): the
  * same results, the CPU checks made once for all n rows (a scan's chunk; safe anywhere).
  * xp: eng_x_pairs(x, cols) when the caller dots many chunks against one x, or NULL. */

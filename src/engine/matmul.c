@@ -58,18 +58,18 @@ void eng_row_f32(vx_dtype dt, const void *src, float *dst, size_t n)
 
 /* ---------------------------------------------------------------- scalar helpers */
 
-/* Element k of a stored row in any executable dtype. */
-static float row_elem(vx_dtype dt, const char *row, int k)
+float eng_row_elem(vx_dtype dt, const void *row, int k)
 {
+    const char *r = row;
     float v = 0;
     if (is_block(dt)) {
         /* decode only the block holding element k */
         unsigned be = vx_dtype_block_elems(dt);
         float blk[be];
-        vx_dequantize_row(dt, row + (size_t)(k / be) * vx_dtype_block_bytes(dt), blk, be);
+        vx_dequantize_row(dt, r + (size_t)(k / be) * vx_dtype_block_bytes(dt), blk, be);
         return blk[k % be];
     }
-    vx_row_to_f32(dt, row + (size_t)k * (dt == VX_F32 ? 4 : 2), &v, 1);
+    vx_row_to_f32(dt, r + (size_t)k * (dt == VX_F32 ? 4 : 2), &v, 1);
     return v;
 }
 
@@ -84,8 +84,8 @@ static size_t trans_stride(const eng_w *w)
 
 float eng_w_at(const eng_w *w, int r, int c)
 {
-    if (w->trans) return row_elem(w->dt, (const char *)w->data + (size_t)c * trans_stride(w), r);
-    return row_elem(w->dt, (const char *)w->data + (size_t)r * w->row_bytes, c);
+    if (w->trans) return eng_row_elem(w->dt, (const char *)w->data + (size_t)c * trans_stride(w), r);
+    return eng_row_elem(w->dt, (const char *)w->data + (size_t)r * w->row_bytes, c);
 }
 
 /* 8 weights of row p from element k, as f32 (AVX2 + F16C). */
