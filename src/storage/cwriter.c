@@ -467,8 +467,10 @@ void vx_afile_abort(vx_afile *f)
     f->tmp[0] = '\0';
 }
 
-int vx_afile_commit(vx_afile *f, vx_err *err)
+int vx_afile_sync(vx_afile *f, vx_err *err)
 {
+    if (f->fd < 0)
+        return 0;
     const char *w = f->what ? f->what : "", *sep = f->what ? ": " : "";
     int rc = 0;
     if (fsync(f->fd) != 0)
@@ -476,27 +478,44 @@ int vx_afile_commit(vx_afile *f, vx_err *err)
     if (close(f->fd) != 0 && rc == 0)
         rc = vx_errf(err, VX_EIO, "%s%scannot close '%s': %s", w, sep, f->tmp, strerror(errno));
     f->fd = -1;
-    /* replace: renamed over the old file; else renamed without replacing, so the complete
-     * file appears at once and one created since the caller checked is never replaced
-     * (file systems without hard links, e.g. vfat and exFAT, have this rename). Where the
-     * rename has no RENAME_NOREPLACE, a hard link does the same. */
-    int r = 0;
-    if (rc == 0 && f->replace) {
-        if ((r = rename(f->tmp, f->path)) != 0)
-            rc = vx_errf(err, VX_EIO, "%s%scannot replace '%s': %s", w, sep, f->path,
-                         strerror(errno));
-    } else if (rc == 0) {
-        r = renameat2(AT_FDCWD, f->tmp, AT_FDCWD, f->path, RENAME_NOREPLACE);
-        int linked = r != 0 && (errno == EINVAL || errno == ENOSYS) &&
-                     link(f->tmp, f->path) == 0;   /* the temporary name is removed below */
-        if (r != 0 && !linked)
-            rc = vx_errf(err, errno == EEXIST ? VX_EARG : VX_EIO, "%s%scannot create '%s': %s",
-                         w, sep, f->path, strerror(errno));
+    return rc;
+}
+
+/* tmp renamed to path without replacing, so the complete file appears at once and one
+ * created since the caller checked is never replaced (file systems without hard links, e.g.
+ * vfat and exFAT, have this rename); where the rename has no RENAME_NOREPLACE, a hard link
+ * does the same and tmp is unlinked. */
+static int rename_new(const char *tmp, const char *path, const char *what, vx_err *err)
+{
+    int r = renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE);
+    if (r != 0 && (errno == EINVAL || errno == ENOSYS) && link(tmp, path) == 0) {
+        unlink(tmp);
+        r = 0;
     }
-    if (rc == 0 && r == 0)
+    if (r != 0)
+        return vx_errf(err, errno == EEXIST ? VX_EARG : VX_EIO, "%s%scannot create '%s': %s",
+                       what ? what : "", what ? ": " : "", path, strerror(errno));
+    return 0;
+}
+
+int vx_publish_new(const char *tmp, const char *path, const char *what, vx_err *err)
+{
+    return rename_new(tmp, path, what, err) < 0 ? -1 : sync_parent(path, err);
+}
+
+int vx_afile_commit(vx_afile *f, vx_err *err)
+{
+    int rc = vx_afile_sync(f, err);
+    /* replace: renamed over the old file; else renamed without replacing */
+    if (rc == 0 && f->replace && rename(f->tmp, f->path) != 0)
+        rc = vx_errf(err, VX_EIO, "%s%scannot replace '%s': %s", f->what ? f->what : "",
+                     f->what ? ": " : "", f->path, strerror(errno));
+    else if (rc == 0 && !f->replace)
+        rc = rename_new(f->tmp, f->path, f->what, err);
+    if (rc == 0) {
         f->tmp[0] = '\0';   /* renamed: nothing left to remove */
-    if (rc == 0)
         rc = sync_parent(f->path, err);
+    }
     vx_afile_abort(f);
     return rc;
 }

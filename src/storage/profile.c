@@ -147,19 +147,44 @@ int vx_profile_authority(const cJSON *index, const cJSON *graph, const char *pro
     return 0;
 }
 
+int vx_json_replace_n(const char *dir, const char *const *rel, const cJSON *const *json, int n,
+                      vx_err *err)
+{
+    vx_afile f[2];
+    int opened = 0, rc = 0;
+    if (n > (int)(sizeof f / sizeof f[0]))
+        return vx_errf(err, VX_EARG, "too many files to replace together");
+    for (int i = 0; i < n && rc == 0; i++) {
+        char path[PATH_MAX], *text;
+        if (vx_resolve_in(dir, rel[i], path, sizeof path, err) < 0)
+            rc = -1;
+        else if (!(text = cJSON_Print(json[i])))
+            rc = vx_errf(err, VX_ENOMEM, "out of memory printing %s", rel[i]);
+        else {
+            size_t len = strlen(text);
+            text[len] = '\n';   /* replaces the NUL: the file ends with a newline */
+            if (vx_afile_open(&f[i], path, 1, NULL, err) < 0)
+                rc = -1;
+            else {
+                opened++;
+                rc = vx_afile_write(&f[i], text, len + 1, err) < 0 || vx_afile_sync(&f[i], err) < 0
+                         ? -1 : 0;
+            }
+            free(text);
+        }
+    }
+    for (int i = 0; i < opened; i++) {
+        if (rc == 0)
+            rc = vx_afile_commit(&f[i], err);
+        else
+            vx_afile_abort(&f[i]);
+    }
+    return rc;
+}
+
 int vx_json_replace(const char *dir, const char *rel, const cJSON *json, vx_err *err)
 {
-    char path[PATH_MAX];
-    if (vx_resolve_in(dir, rel, path, sizeof path, err) < 0)
-        return -1;
-    char *text = cJSON_Print(json);
-    if (!text)
-        return vx_errf(err, VX_ENOMEM, "out of memory printing %s", rel);
-    size_t n = strlen(text);
-    text[n] = '\n';   /* replaces the NUL: the file ends with a newline */
-    int rc = vx_atomic_file(path, text, n + 1, 1, NULL, err);
-    free(text);
-    return rc;
+    return vx_json_replace_n(dir, &rel, &json, 1, err);
 }
 
 /* Reads dir's index.json and system_graph.json (caller frees both). */

@@ -102,7 +102,7 @@ typedef struct job {
     size_t n;
     char id[192];
     char (*rel)[256];          /* segment paths written */
-    int nseg;
+    int nseg, published;       /* written (as `<rel>.tmp.<pid>`), renamed to rel */
     float *x, *back;           /* chunk buffers */
     unsigned char *buf;
     vx_sha256_ctx pay;
@@ -221,8 +221,13 @@ static int write_segments(job *j, cJSON *segs_rec, cJSON *rep_segs)
         if (access(path, F_OK) == 0)
             return vx_errf(j->err, VX_EARG, "represent: segment '%s' already exists (not listed by index.json; remove it first)",
                            rel);
+        /* written under a temporary name, published with the index: a process killed
+         * mid-write leaves a `.tmp.<pid>` file no retry stumbles on */
+        char tmp[PATH_MAX + 32];
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+        unlink(tmp);               /* left by a killed process that had this pid */
         vx_segw *w = NULL;
-        if (vx_segw_open(&w, path, j->object, j->id, &j->tw[i], k - i, j->err) < 0)
+        if (vx_segw_open(&w, tmp, j->object, j->id, &j->tw[i], k - i, j->err) < 0)
             return -1;
         j->nseg++;                 /* from here on the file is ours to remove on failure */
         for (size_t m = i; m < k; m++) {
@@ -308,7 +313,7 @@ static int plan(job *j, const vx_container *c)
     return 0;
 }
 
-/* The index and graph with the new representation recorded; written index first. */
+/* The index and graph with the new representation recorded (vx_json_replace_n). */
 static int record(job *j, const vx_container *c, cJSON *segs_rec, cJSON *rep_segs, const char *from)
 {
     cJSON *index = cJSON_Duplicate(vx_index_json(c), 1), *graph = cJSON_Duplicate(vx_graph_json(c), 1);
@@ -364,8 +369,20 @@ static int record(job *j, const vx_container *c, cJSON *segs_rec, cJSON *rep_seg
         goto out;
     }
     cJSON_AddItemToArray(list, cJSON_CreateString(j->id));
-    if (vx_json_replace(j->dir, "index.json", index, j->err) < 0 ||
-        vx_json_replace(j->dir, vx_json_str(index, "system_graph"), graph, j->err) < 0)
+    /* both written before either replaces its file: a full disk leaves the container as it
+     * was (the index renamed first, so a crash between the renames is the interrupted
+     * REPRESENT the next run names) */
+    const char *rel[2] = {"index.json", vx_json_str(index, "system_graph")};
+    const cJSON *json[2] = {index, graph};
+    for (; j->published < j->nseg; j->published++) {
+        char path[PATH_MAX], tmp[PATH_MAX + 32];
+        if (vx_resolve_in(j->dir, j->rel[j->published], path, sizeof path, j->err) < 0)
+            goto out;
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+        if (vx_publish_new(tmp, path, "represent", j->err) < 0)
+            goto out;
+    }
+    if (vx_json_replace_n(j->dir, rel, json, 2, j->err) < 0)
         goto out;
     if (j->info) {
         vx_represent_info *in = j->info;
@@ -439,8 +456,12 @@ int vx_represent(const char *dir, const char *object, vx_dtype dt, vx_represent_
         goto out;
     if (write_segments(&j, segs_rec, rep_segs) < 0 || record(&j, c, segs_rec, rep_segs, from) < 0) {
         for (int i = 0; i < j.nseg; i++) {
-            char path[PATH_MAX];
-            if (vx_resolve_in(dir, j.rel[i], path, sizeof path, NULL) == 0)
+            char path[PATH_MAX], tmp[PATH_MAX + 32];
+            if (vx_resolve_in(dir, j.rel[i], path, sizeof path, NULL) < 0)
+                continue;
+            snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+            unlink(tmp);
+            if (i < j.published)
                 unlink(path);
         }
         goto out;

@@ -388,9 +388,15 @@ typedef struct vx_afile {
 } vx_afile;
 int vx_afile_open(vx_afile *f, const char *path, int replace, const char *what, vx_err *err);
 int vx_afile_write(vx_afile *f, const void *data, uint64_t n, vx_err *err);
+/* fsync and close the temporary file (once; commit does it if not yet done): several files
+ * that must appear together are all written and synced before the first is published. */
+int vx_afile_sync(vx_afile *f, vx_err *err);
 /* Publish (fsync, link or rename, parent fsynced); the temporary file is gone either way. */
 int vx_afile_commit(vx_afile *f, vx_err *err);
 void vx_afile_abort(vx_afile *f);
+/* A complete, synced file at tmp published as path the way commit does without replace
+ * (never over an existing file; the parent fsynced): for files written by another writer. */
+int vx_publish_new(const char *tmp, const char *path, const char *what, vx_err *err);
 /* The three in one call, for a file held in memory. */
 int vx_atomic_file(const char *path, const void *data, size_t n, int replace, const char *what,
                    vx_err *err);

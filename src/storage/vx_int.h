@@ -122,6 +122,10 @@ int vx_select_check(const cJSON *graph, const char *object, const char *rep, con
                     vx_err *err);
 /* Write json to dir/rel atomically: a temporary sibling, fsync, rename over rel. */
 int vx_json_replace(const char *dir, const char *rel, const cJSON *json, vx_err *err);
+/* The same for n files that belong together: every one is written and synced before the
+ * first is renamed, so a full disk or a write error replaces none of them. */
+int vx_json_replace_n(const char *dir, const char *const *rel, const cJSON *const *json, int n,
+                      vx_err *err);
 
 /* ---- segment writer (segment_write.c), used by the encoder ----
  * The table is declared up front (names, dtypes, shapes); the header is written with

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,6 +70,23 @@ static void test_represent_records(const char *dir)
     cJSON_AddNumberToObject(ix, "x_unknown_field", 7);
     write_json(dir, "index.json", ix);
     cJSON_Delete(ix);
+
+    /* the graph cannot be written (its temporary name is taken, as a full disk would fail
+     * it) after the segment and the new index were: nothing is replaced, nothing is left */
+    char ixsha[65], ixsha2[65], block[600], segq8[600];
+    sha_of(dir, "index.json", ixsha);
+    snprintf(block, sizeof block, "%s/system_graph.json.tmp.%ld", dir, (long)getpid());
+    snprintf(segq8, sizeof segq8, "%s/segments/target.decoder_stack.q8_0.bin", dir);
+    CHECK(mkdir(block, 0755) == 0);
+    CHECK(vx_represent(dir, "target.decoder_stack", VX_Q8_0, NULL, &err) < 0);
+    CHECK_MSG(strstr(err.msg, "system_graph.json") != NULL, "%s", err.msg);
+    CHECK(rmdir(block) == 0);
+    sha_of(dir, "index.json", ixsha2);
+    CHECK_STR(ixsha2, ixsha);
+    CHECK(access(segq8, F_OK) != 0);
+    cJSON *vr = NULL;
+    CHECK_MSG(vx_verify(dir, NULL, &vr, &err) == 0, "%s", err.msg);
+    cJSON_Delete(vr);
 
     vx_represent_info in;
     setenv("LQL_THREADS", "1", 1);
@@ -389,6 +407,33 @@ static void test_cli(const char *dir)
     cJSON_Delete(doc);
 }
 
+/* The pid of `vindex represent dir target.decoder_stack --dtype dt`, started with its
+ * output discarded, once its segment file (under its temporary name) exists; *st and
+ * *gone if it ended before that. */
+static pid_t start_represent(const char *dir, const char *dt, int *st, int *gone)
+{
+    char bin[512], seg[600], tmp[640];
+    snprintf(bin, sizeof bin, "%s/vindex", LQL_BINARY_DIR);
+    snprintf(seg, sizeof seg, "%s/segments/target.decoder_stack.%s.bin", dir, dt);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("LQL_THREADS", "1", 1);
+        int dn = open("/dev/null", O_WRONLY);
+        if (dn >= 0) { dup2(dn, 1); dup2(dn, 2); }
+        execl(bin, "vindex", "represent", dir, "target.decoder_stack", "--dtype", dt,
+              (char *)NULL);
+        _exit(127);
+    }
+    *gone = 0;
+    if (pid <= 0) return pid;
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", seg, (long)pid);
+    for (int t = 0; t < 20000 && access(tmp, F_OK) != 0 && access(seg, F_OK) != 0; t++) {
+        if (waitpid(pid, st, WNOHANG) == pid) { *gone = 1; break; }   /* <= 20 s */
+        usleep(1000);
+    }
+    return pid;
+}
+
 /* `vindex represent` ended by SIGINT/SIGTERM at several points of its write (0-30 ms after
  * its segment file appears, so under a sanitizer's slow start too): it removes the segment
  * it was writing (it died and left it, and every retry was refused with "segment …
@@ -398,27 +443,11 @@ static void test_signal(const char *dir)
 {
     static const int sigs[] = {SIGTERM, SIGINT, SIGTERM, SIGINT};
     static const int delay_ms[] = {0, 5, 15, 30};
-    char seg[600];
-    snprintf(seg, sizeof seg, "%s/segments/target.decoder_stack.q6_k.bin", dir);
     for (int i = 0; i < 4; i++) {
-        char bin[512];
-        snprintf(bin, sizeof bin, "%s/vindex", LQL_BINARY_DIR);
-        pid_t pid = fork();
-        if (pid == 0) {
-            setenv("LQL_THREADS", "1", 1);
-            int dn = open("/dev/null", O_WRONLY);
-            if (dn >= 0) { dup2(dn, 1); dup2(dn, 2); }
-            execl(bin, "vindex", "represent", dir, "target.decoder_stack", "--dtype", "q6_k",
-                  (char *)NULL);
-            _exit(127);
-        }
+        int st = 0, gone = 0;
+        pid_t pid = start_represent(dir, "q6_k", &st, &gone);
         CHECK(pid > 0);
         if (pid <= 0) return;
-        int st = 0, gone = 0;
-        for (int t = 0; t < 20000 && access(seg, F_OK) != 0; t++) {   /* <= 20 s */
-            if (waitpid(pid, &st, WNOHANG) == pid) { gone = 1; break; }
-            usleep(1000);
-        }
         usleep((useconds_t)delay_ms[i] * 1000);
         if (!gone) {
             kill(pid, sigs[i]);
@@ -446,6 +475,33 @@ static void test_signal(const char *dir)
     }
 }
 
+/* SIGKILL cannot be caught: killed mid-write, `vindex represent` leaves only its segment's
+ * temporary file, unlisted, and a retry is not refused (it was: "segment … already exists
+ * (not listed by index.json; remove it first)"). */
+static void test_kill9(const char *dir)
+{
+    int st = 0, gone = 0;
+    pid_t pid = start_represent(dir, "q4_0", &st, &gone);
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    if (!gone) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    char seg[600], tmp[640];
+    snprintf(seg, sizeof seg, "%s/segments/target.decoder_stack.q4_0.bin", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", seg, (long)pid);
+    vx_err err = {0};
+    if (WIFSIGNALED(st)) {
+        CHECK(access(seg, F_OK) != 0);
+        CHECK_MSG(vx_represent(dir, "target.decoder_stack", VX_Q4_0, NULL, &err) == 0, "%s", err.msg);
+        cJSON *report = NULL;
+        CHECK_MSG(vx_verify(dir, NULL, &report, &err) == 0, "%s", err.msg);
+        cJSON_Delete(report);
+    }
+    unlink(tmp);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/lql-profile-XXXXXX");
@@ -457,6 +513,7 @@ int main(void)
         test_hostile(f32dir);
         test_cli(f32dir);
         test_signal(f32dir);
+        test_kill9(f32dir);
     }
     if (encode("tinyllama-bf16", "tiny-bf16", bfdir, sizeof bfdir) == 0)
         test_fidelity_measured(bfdir);
