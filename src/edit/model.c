@@ -95,6 +95,7 @@ int ed_journal_open(ed_model *ed, int create, vx_err *err)
     if ((!ed->explicit_journal && vx_journal_create_dir(ed->jpath, err)) ||
         vx_journal_open(ed->jpath, vx_index_sha256(ed->c), ed_model_name(ed->c), &ed->j, err))
         return -1;
+    vx_journal_strict(ed->j);   /* edits are computed from ed->ov, the last replay */
     return 0;
 }
 
@@ -127,7 +128,10 @@ int ed_refresh(ed_model *ed, vx_err *err)
     vx_op *ops = NULL;
     size_t n = 0;
     ed_overlay *ov = NULL;
-    if (ed_journal_open(ed, 0, err) || ed_active_ops(ed, &ops, &n, err))
+    /* the journal's version taken first, as what this replay has seen: a commit landing
+     * during the read counts as unseen when an edit computed from it is recorded */
+    if (ed_journal_open(ed, 0, err) || (ed->j && vx_journal_moved(ed->j, err) < 0) ||
+        ed_active_ops(ed, &ops, &n, err))
         return -1;
     if (n && !ed->bm) {
         vx_ops_free(ops, n);

@@ -27,7 +27,8 @@ enum {
     LQL_EEXEC,        /* a statement failed while running (bad value, storage error...) */
     LQL_EREFUSED,     /* a statement or clause this build does not provide */
     LQL_ENOMEM,
-    LQL_ECANCEL       /* Ctrl-C */
+    LQL_ECANCEL,      /* Ctrl-C */
+    LQL_ESTALE        /* another session changed the journal under an edit (run again) */
 };
 
 typedef struct lql_span { int line, col, len; } lql_span;

@@ -184,8 +184,14 @@ int lql_exec_one(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     const lql_stmt_def *d = lql_stmt_def_of(st->kind);
     if (!d) return lql_errf(e, LQL_EEXEC, &st->at, "no handler for %s", lql_kind_name(st->kind));
-    if (s->edit && st->kind != LQL_S_USE && lql_edit_sync(s, st, r, e) < 0) return -1;
-    return d->handler(s, st, r, e);
+    /* an edit computed while another session committed is recorded by nobody (VX_ESTALE):
+     * replayed and run again, a few times, before it is given up */
+    for (int tries = 0;; tries++) {
+        if (s->edit && st->kind != LQL_S_USE && lql_edit_sync(s, st, r, e) < 0) return -1;
+        int rc = d->handler(s, st, r, e);
+        if (rc == 0 || e->code != LQL_ESTALE || tries == 4) return rc;
+        *e = (lql_err){0};
+    }
 }
 
 int lql_exec(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
@@ -291,6 +297,7 @@ void lql_session_set_overlay(lql_session *s, const eng_overlay *ov)
 int lql_err_vx(lql_err *e, const vx_err *ve, const lql_span *at)
 {
     int code = ve->code == VX_ECANCEL ? LQL_ECANCEL
+             : ve->code == VX_ESTALE ? LQL_ESTALE
              : ve->code == VX_EUNSUPPORTED ? LQL_EREFUSED
              : ve->code == VX_ENOMEM ? LQL_ENOMEM : LQL_EEXEC;
     return lql_errf(e, code, at, "%s", ve->msg[0] ? ve->msg : "failed (no reason given)");

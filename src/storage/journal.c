@@ -29,7 +29,9 @@ struct vx_journal {
     int64_t recording;        /* patch id recording this session's edits, 0 when none */
     char *recording_name;
     uint64_t generation;
-    int64_t data_version;     /* PRAGMA data_version when last looked (vx_journal_moved) */
+    int64_t data_version;     /* PRAGMA data_version when last looked (vx_journal_moved);
+                                 * 0 before, when opened over history */
+    int strict;               /* vx_journal_strict: records check it (check_current) */
 };
 
 /* ---------------------------------------------------------------- errors */
@@ -80,11 +82,29 @@ int vx_journal_dberr(sqlite3 *db, const char *path, const char *doing, vx_err *e
         return vx_errf(err, VX_EFORMAT, "journal '%s' is corrupt (%s)", path, m);
     case SQLITE_READONLY:
     case SQLITE_PERM:
-        return vx_errf(err, VX_EIO, "journal '%s' cannot be written (%s%s%s)", path, m,
-                       sys ? ": " : "", sys ? strerror(sys) : "");
-    case SQLITE_CANTOPEN:
+    case SQLITE_CANTOPEN: {
+        /* SQLite names the -wal/-shm file it could not create as "no such file" or the
+         * database as read-only: the cause is the directory (a read-only mount, chattr +i,
+         * no permission) */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", path ? path : "");
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *(slash == dir ? slash + 1 : slash) = '\0';
+        else
+            snprintf(dir, sizeof dir, ".");
+        if (path && access(dir, W_OK) != 0) {
+            int e = errno;
+            return vx_errf(err, VX_EIO, "cannot open journal '%s': its directory is not "
+                           "writable (%s), which SQLite needs even to read it", path,
+                           strerror(e));
+        }
+        if ((rc & 0xff) != SQLITE_CANTOPEN)
+            return vx_errf(err, VX_EIO, "journal '%s' cannot be written (%s%s%s)", path, m,
+                           sys ? ": " : "", sys ? strerror(sys) : "");
         return vx_errf(err, VX_EIO, "cannot open journal '%s' (%s%s%s)", path, m,
                        sys ? ": " : "", sys ? strerror(sys) : "");
+    }
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
         return vx_errf(err, VX_EIO, "journal '%s' is locked by another process while %s (%s)",
@@ -296,11 +316,13 @@ int vx_journal_locate(const char *container_dir, const char *index_sha256, char 
         return vx_errf(err, VX_EARG,
                        "cannot name a journal for container '%s': give its directory by name",
                        container_dir);
-    if (access(parent, W_OK) == 0) {
-        if ((size_t)snprintf(out, outsz, "%s/%s.lqljournal", parent, name) >= outsz)
-            return vx_errf(err, VX_EARG, "journal path too long for '%s'", container_dir);
+    /* beside the container when its directory is writable, or when a journal is already
+     * there (a directory made read-only since must not hide its edits behind a new journal
+     * elsewhere: opening it then says why it cannot be used) */
+    if ((size_t)snprintf(out, outsz, "%s/%s.lqljournal", parent, name) >= outsz)
+        return vx_errf(err, VX_EARG, "journal path too long for '%s'", container_dir);
+    if (access(parent, W_OK) == 0 || access(out, F_OK) == 0)
         return 0;
-    }
     char base[4096];
     const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
     if (xdg && *xdg == '/')
@@ -482,7 +504,12 @@ int vx_journal_open(const char *path, const char *base_sha256, const char *base_
         dberr(j, "checking integrity", err);
         goto fail;
     }
-    if (prepare_schema(j, base_sha256, base_model, err) || vx_journal_moved(j, err) < 0)
+    /* an empty journal is what a session without edits has seen: its version is the
+     * baseline; one with history is unseen until replayed (ed_refresh asks then) */
+    int64_t hist = 0;
+    if (prepare_schema(j, base_sha256, base_model, err) ||
+        scalar(j, prep(j, "SELECT count(*) FROM history", err), 0, &hist, err) ||
+        (hist == 0 && vx_journal_moved(j, err) < 0))
         goto fail;
     *out = j;
     return 0;
@@ -513,19 +540,53 @@ uint64_t vx_journal_generation(const vx_journal *j)
     return j->generation;
 }
 
-int vx_journal_moved(vx_journal *j, vx_err *err)
+static int data_version(vx_journal *j, int64_t *v, vx_err *err)
 {
     sqlite3_stmt *st = prep(j, "PRAGMA data_version", err);
     if (!st)
         return -1;
     int rc = sqlite3_step(st);
-    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    *v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
     sqlite3_finalize(st);
     if (rc != SQLITE_ROW)
         return dberr(j, "reading its data version", err);
+    return 0;
+}
+
+void vx_journal_strict(vx_journal *j)
+{
+    j->strict = 1;
+}
+
+int vx_journal_moved(vx_journal *j, vx_err *err)
+{
+    int64_t v;
+    if (data_version(j, &v, err))
+        return -1;
     int moved = v != j->data_version;
     j->data_version = v;
     return moved;
+}
+
+/* Inside the write transaction of an edit computed from what this connection last read:
+ * VX_ESTALE when another session has committed since (its data_version moved; or, never
+ * read, the journal already holds history), since the edit may claim what that commit
+ * did (two INSERTs picking one free feature: the later one overwrote the earlier). */
+static int check_current(vx_journal *j, vx_err *err)
+{
+    int64_t v;
+    if (!j->strict)
+        return 0;
+    if (j->data_version) {
+        if (data_version(j, &v, err))
+            return -1;
+    } else if (scalar(j, prep(j, "SELECT count(*) FROM history", err), 0, &v, err)) {
+        return -1;
+    }
+    if (j->data_version ? v != j->data_version : v > 0)
+        return vx_errf(err, VX_ESTALE, "journal '%s' was changed by another session while "
+                       "this statement ran: nothing was recorded", j->path);
+    return 0;
 }
 
 int64_t vx_journal_recording(const vx_journal *j)
@@ -858,6 +919,8 @@ int vx_journal_record(vx_journal *j, const char *text, const vx_op *ops, size_t 
     memset(info, 0, sizeof *info);
     if (begin(j, err))
         return -1;
+    if (check_current(j, err))
+        return abandon(j);
     int64_t patch = j->recording;
     if (patch) {
         int64_t live;

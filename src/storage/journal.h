@@ -129,7 +129,10 @@ typedef struct vx_record_info {
 /* Record one edit statement (its text and its n ops) as one transaction: the ops join the
  * recording patch, opening an anonymous one first when none is recording. Vectors are
  * stored as little-endian f32 BLOBs. All or nothing: on failure (disk full, read-only,
- * corrupt) nothing of the statement is visible and the session state is unchanged. */
+ * corrupt) nothing of the statement is visible and the session state is unchanged.
+ * On a handle made strict, the edit was computed from the journal as this handle last saw
+ * it: when another session has committed since, VX_ESTALE and nothing is recorded (the
+ * caller replays and computes again). */
 int vx_journal_record(vx_journal *j, const char *text, const vx_op *ops, size_t n,
                       vx_record_info *info, vx_err *err);
 
@@ -205,9 +208,13 @@ int vx_journal_active_ops(vx_journal *j, vx_op **ops, size_t *n, vx_err *err);
  * writes), so callers can cache the replayed overlay. */
 uint64_t vx_journal_generation(const vx_journal *j);
 /* 1 when another connection (another lql session) committed to the journal since this
- * handle last asked (or opened it), 0 when not, -1 on error. This handle's own commits do
+ * handle last asked, 0 when not, -1 on error. This handle's own commits do
  * not count: SQLite's PRAGMA data_version. */
 int vx_journal_moved(vx_journal *j, vx_err *err);
+/* From now on vx_journal_record refuses (VX_ESTALE) when another session has committed
+ * since this handle last asked vx_journal_moved, or, opened over history and never asked,
+ * at all: for callers whose edits are computed from a replay of the journal. */
+void vx_journal_strict(vx_journal *j);
 
 /* ---------------------------------------------------------------- .vlp patch files */
 

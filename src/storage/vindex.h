@@ -46,7 +46,8 @@ enum {
     VX_EARG,       /* bad argument from the caller */
     VX_ENOMEM,
     VX_ECANCEL,    /* the cancel flag was raised */
-    VX_EVERIFY     /* a hash does not match its record */
+    VX_EVERIFY,    /* a hash does not match its record */
+    VX_ESTALE      /* another session committed to the journal since this one read it */
 };
 
 #define VX_ERR_MAX 512

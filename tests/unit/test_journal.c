@@ -620,6 +620,51 @@ static void test_memory(void)
     vx_journal_close(k);
 }
 
+/* Two sessions on one journal: an edit computed from a state another session has since
+ * committed over is refused (VX_ESTALE) with nothing recorded, and recorded once the
+ * handle has looked again (lql then replays and computes it anew). Two INSERTs run at once
+ * both picked one free feature and the later silently overwrote the earlier. */
+static void test_stale(void)
+{
+    char p[300];
+    vx_err e = {0};
+    vx_journal *a = NULL, *b = NULL, *c = NULL;
+    path_in(p, sizeof p, "stale.lqljournal");
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &a, &e) == 0);
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &b, &e) == 0);   /* empty: its version seen */
+    if (!a || !b)
+        return;
+    vx_journal_strict(a);
+    vx_journal_strict(b);
+    vx_op ops[2];
+    make_ops(ops, 1, 5, 1.0f);
+    vx_record_info info;
+    CHECK(vx_journal_record(a, "INSERT a", ops, 2, &info, &e) == 0);
+    CHECK(vx_journal_record(a, "INSERT a2", ops, 2, &info, &e) == 0);   /* its own: current */
+    char want[400];
+    snprintf(want, sizeof want, "journal '%s' was changed by another session while this "
+             "statement ran: nothing was recorded", p);
+    CHECK(vx_journal_record(b, "INSERT b", ops, 2, &info, &e) == -1 && e.code == VX_ESTALE);
+    CHECK_STR(e.msg, want);
+    CHECK(active_count(b) == 4);
+    CHECK(vx_journal_moved(b, &e) == 1);
+    CHECK(vx_journal_record(b, "INSERT b", ops, 2, &info, &e) == 0 && info.history_n == 3);
+    /* opened over history it has not replayed: nothing it computed is current */
+    CHECK(vx_journal_open(p, SHA_A, "tiny", &c, &e) == 0);
+    if (c) {
+        vx_journal_strict(c);
+        CHECK(vx_journal_record(c, "INSERT c", ops, 2, &info, &e) == -1 && e.code == VX_ESTALE);
+        CHECK(vx_journal_moved(c, &e) == 1);
+        CHECK(vx_journal_record(c, "INSERT c", ops, 2, &info, &e) == 0 && info.history_n == 4);
+    }
+    CHECK(vx_journal_record(a, "INSERT a3", ops, 2, &info, &e) == -1 && e.code == VX_ESTALE);
+    vx_op_clear(&ops[0]);
+    vx_op_clear(&ops[1]);
+    vx_journal_close(a);
+    vx_journal_close(b);
+    vx_journal_close(c);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "%s/test_journal.XXXXXX", LQL_BINARY_DIR);
@@ -633,6 +678,7 @@ int main(void)
     test_migrate_v1();
     test_digests();
     test_memory();
+    test_stale();
     test_damage();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
