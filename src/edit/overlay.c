@@ -48,6 +48,14 @@ int ed_check_op(const brw_model *m, const vx_op *op, const char *where, vx_err *
         return vx_errf(err, VX_EFORMAT, "%s has an invalid kind", where);
     if (op->kind == VX_OP_DELETE_KNN)
         return op->entity ? 0 : vx_errf(err, VX_EFORMAT, "%s (%s) names no entity", where, kind);
+    /* a journal op older than the digests (or a patch) could carry what no statement
+     * writes; replayed, it made every INFER blame the weights */
+    for (int i = 0; i < op->nvec; i++)
+        for (int64_t k = 0; k < op->vec[i].rows * op->vec[i].cols; k++)
+            if (!isfinite(op->vec[i].data[k]))
+                return vx_errf(err, VX_EFORMAT, "%s (%s): vector '%s' holds a non-finite "
+                               "value at index %lld", where, kind, op->vec[i].role,
+                               (long long)k);
     if (op->layer < 0 || op->layer >= L)
         return vx_errf(err, VX_EARG, "%s (%s): layer %d is out of range (the model has %d "
                        "layers: 0-%d)", where, kind, op->layer, L, L - 1);
