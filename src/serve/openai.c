@@ -179,7 +179,11 @@ void srv_detokenize_run(srv *S, srv_job *j)
     }
     eng_model *m;
     if (model_of(S, j, &m) < 0) return;
+    /* ids the tokenizer has beyond the model's rows (an added <mask>) decode too: decoding
+     * reads no embedding, and /v1/tokenize returns them */
+    size_t tv = eng_tok_vocab_size(eng_model_tokenizer(m));
     int n = cJSON_GetArraySize(t), vocab = eng_model_vocab(m);
+    if (tv > (size_t)vocab && tv <= INT32_MAX) vocab = (int)tv;
     int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
     if (!ids) { srv_job_error(j, 500, "out of memory", "server_error", "out_of_memory", NULL); return; }
     int i = 0;
