@@ -104,7 +104,7 @@ static int load_added(eng_tokenizer *t, const cJSON *a, vx_err *err)
             return -1;
         if (tok_smap_put(&t->added_map, x->s, x->n, x->id) < 0)
             return vx_errf(err, VX_ENOMEM, "out of memory");
-        t->piece[id] = x->s;   /* decode sees the added content, as HF's id_to_token */
+        t->piece[id] = x->s;   /* decode sees the added content (normalized: build_tries) */
         t->plen[id] = (uint32_t)x->n;
         t->special[id] = (uint8_t)special;
     }
@@ -134,8 +134,15 @@ static int build_tries(eng_tokenizer *t, vx_err *err)
         if (nb.n == 0)   /* normalized away entirely: it can never match */
             continue;
         if (!(x->ns = tok_arena_dup(&t->arena, nb.p, nb.n)) ||
-            tok_trie_add(&t->norm_trie, x->ns, x->nn, (int32_t)i) < 0)
+            tok_trie_add(&t->norm_trie, x->ns, x->nn, (int32_t)i) < 0) {
             rc = vx_errf(err, VX_ENOMEM, "out of memory");
+            break;
+        }
+        /* its piece is the normalized form, which the decoder inverts (tokenizers >= 0.23's
+         * id_to_token): "fish" added under Prepend('▁') + Replace(' ', '▁') decodes " fish"
+         * after "a", where the raw content lost the space ("afish") */
+        t->piece[x->id] = x->ns;
+        t->plen[x->id] = (uint32_t)x->nn;
     }
     tok_buf_free(&nb);
     tok_ctx_free(&c);

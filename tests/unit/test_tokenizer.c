@@ -722,6 +722,43 @@ static void lowercase(void)
     eng_tok_free(t);
 }
 
+/* A normalized added token decodes through its normalized form, as tokenizers >= 0.23
+ * (PR #1995) gives it: "fish" added (normalized) to a Llama-2 layout, Prepend('▁') +
+ * Replace(' ', '▁') with Replace/ByteFallback/Fuse/Strip decoders, is the piece "▁fish",
+ * so "a fish" round-trips (the raw content decoded to "afish"); under Lowercase, "DOG"
+ * decodes "dog" (was "DOG"). */
+static void added_normalized(void)
+{
+    eng_tokenizer *t = load_json("addnorm",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"\u2581a\": 2, "
+        "\"\u2581\": 3, \"a\": 4, \"f\": 5}, \"merges\": [\"\u2581 a\"], \"unk_token\": \"<unk>\"},"
+        "\"added_tokens\": [{\"id\": 1, \"content\": \"<s>\", \"special\": true, "
+        "\"normalized\": false}, {\"id\": 6, \"content\": \"fish\", \"special\": false, "
+        "\"normalized\": true}],"
+        "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", "
+        "\"prepend\": \"\u2581\"}, {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, "
+        "\"content\": \"\u2581\"}]},"
+        "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", "
+        "\"pattern\": {\"String\": \"\u2581\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, "
+        "{\"type\": \"Fuse\"}, {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, "
+        "\"stop\": 0}]}}");
+    if (t) {
+        check_enc(t, "addnorm", "a fish", (const int32_t[]){2, 6}, 2);
+        check_decoded(t, "a fish", "a fish");
+        CHECK_STR(eng_tok_piece(t, 6), "\xE2\x96\x81" "fish");
+    }
+    eng_tok_free(t);
+    t = load_json("addlower",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"<unk>\": 1}, \"merges\": [], "
+        "\"unk_token\": \"<unk>\"}, \"added_tokens\": [{\"id\": 2, \"content\": \"DOG\", "
+        "\"special\": false, \"normalized\": true}], \"normalizer\": {\"type\": \"Lowercase\"}}");
+    if (t) {
+        check_enc(t, "addlower", "aDoG", (const int32_t[]){0, 2}, 2);
+        check_decoded(t, "aDoG", "a dog");   /* no decoder: pieces joined by spaces */
+    }
+    eng_tok_free(t);
+}
+
 /* Word characters as Rust's regex crate has them (\w of UTS #18: letters, marks, decimal
  * digits, connector punctuation, joiners), for the Whitespace pre-tokenizer's regex and the
  * single_word test. A combining mark is inside a word and "²" (No) is not. These are
@@ -987,6 +1024,7 @@ int main(void)
     decode_after(shared);
     unicode_classes();
     lowercase();
+    added_normalized();
     word_chars();
     split_word();
     nul_decode();
