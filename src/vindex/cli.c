@@ -24,6 +24,10 @@ int vindex_fail(const vindex_args *a, const char *msg)
         cJSON_AddStringToObject(doc, "error", msg);
         vindex_emit(doc);
     } else {
+        /* the library names its operation too ("encode: cannot write …"): said once */
+        size_t k = strlen(a->cmd);
+        if (strncmp(msg, a->cmd, k) == 0 && msg[k] == ':' && msg[k + 1] == ' ')
+            msg += k + 2;
         fprintf(stderr, "vindex %s: %s\n", a->cmd, msg);
     }
     return VINDEX_FAIL;

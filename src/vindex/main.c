@@ -31,8 +31,9 @@
     X(bank, "PATH | import CONTAINER -o OUT [--fused]",                                       \
       "show a container's shape and banks, or import a graph MoE container as a bank container", 1, 2, \
       "-o=,--fused")                                                                          \
-    X(tokenize, "PATH TEXT [--no-special]",                                                 \
-      "token ids and pieces of TEXT (PATH: a container or a dir with tokenizer.json)", 2, 2, "--no-special")
+    X(tokenize, "PATH [--no-special] [--] TEXT",                                            \
+      "token ids and pieces of TEXT (PATH: a container or a dir with tokenizer.json; '--' "  \
+      "before a TEXT that starts with '-')", 2, 2, "--no-special")
 
 typedef struct command {
     const char *name, *usage, *help;

@@ -357,7 +357,7 @@ static void test_cli(const char *dir)
     /* {arguments after the path, exit code, text the output must contain} */
     static const struct { const char *args; int rc; const char *want; } cases[] = {
         {"target.decoder_stack --dtype q8_0", 1,
-         "vindex represent: represent: representation 'target.decoder_stack.q8_0' already exists\n"},
+         "vindex represent: representation 'target.decoder_stack.q8_0' already exists\n"},
         {"target.decoder_stack --dtype q9", 2, "vindex represent: unknown dtype 'q9'"},
         {"target.decoder_stack", 2, "vindex represent: --dtype is required"},
         {"", 0, "(baseline)            source-exact"},
