@@ -451,7 +451,8 @@ int vx_journal_open(const char *path, const char *base_sha256, const char *base_
      * (tests, throwaway edits); it cannot use WAL and needs no durability. */
     int memory = strcmp(path, ":memory:") == 0;
     struct stat sb;
-    if (!memory && stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+    int absent = !memory && stat(path, &sb) != 0 && errno == ENOENT;
+    if (!memory && !absent && stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
         return vx_errf(err, VX_EIO, "cannot open journal '%s': not a regular file", path);
     vx_journal *j = calloc(1, sizeof *j);
     if (!j || !(j->path = strdup(path))) {
@@ -515,6 +516,10 @@ int vx_journal_open(const char *path, const char *base_sha256, const char *base_
     return 0;
 fail:
     sqlite3_close(j->db);
+    /* a journal this call created and could not write a byte of (a full disk) is not
+     * left behind: an empty file would be taken for a journal by the next REPRESENT */
+    if (absent && stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0)
+        unlink(path);
     free(j->path);
     free(j);
     return -1;

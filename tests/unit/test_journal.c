@@ -11,7 +11,11 @@
 #include <sqlite3.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define SHA_A "aaaaaaaaaaaaaaaa1111111111111111aaaaaaaaaaaaaaaa1111111111111111"
@@ -620,6 +624,28 @@ static void test_memory(void)
     vx_journal_close(k);
 }
 
+/* A first edit on a full disk (here a file size limit of 0 bytes) fails to create the
+ * journal and leaves no empty file behind, which REPRESENT would take for edits. */
+static void test_full_create(void)
+{
+    char p[300];
+    path_in(p, sizeof p, "full.lqljournal");
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit r = {0, 0};
+        signal(SIGXFSZ, SIG_IGN);
+        vx_journal *j = NULL;
+        vx_err e = {0};
+        if (setrlimit(RLIMIT_FSIZE, &r) != 0)
+            _exit(2);
+        _exit(vx_journal_open(p, SHA_A, "tiny", &j, &e) == -1 && strstr(e.msg, p) ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+    CHECK(access(p, F_OK) != 0);
+}
+
 /* Two sessions on one journal: an edit computed from a state another session has since
  * committed over is refused (VX_ESTALE) with nothing recorded, and recorded once the
  * handle has looked again (lql then replays and computes it anew). Two INSERTs run at once
@@ -693,6 +719,7 @@ int main(void)
     test_digests();
     test_memory();
     test_stale();
+    test_full_create();
     test_damage();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
