@@ -389,8 +389,13 @@ void lql_render_to(const lql_result *r, const lql_render_opts *o, FILE *out, FIL
      * tables even when both streams go to one place) */
     if (!human && notes != out && lql_result_nnotes(r)) fflush(out);
     for (size_t i = 0; i < lql_result_nnotes(r); i++) {
-        if (human) fprintf(out, "%s\n", r->notes[i]);
-        else fprintf(notes, "-- %s%s", r->notes[i], m == LQL_OUT_CSV && notes == out ? "\r\n" : "\n");
+        /* one line each: a control character a note quotes (a path holding a newline)
+         * is shown as a cell would show it */
+        char *v = visible(r->notes[i], strlen(r->notes[i]), 0, 0);
+        const char *s = v ? v : r->notes[i];
+        if (human) fprintf(out, "%s\n", s);
+        else fprintf(notes, "-- %s%s", s, m == LQL_OUT_CSV && notes == out ? "\r\n" : "\n");
+        free(v);
     }
 }
 

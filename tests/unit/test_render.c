@@ -208,6 +208,16 @@ static void modes_more(void)
     CHECK_STR(o, "k\tp\na|b\t0.3333333333333333\na long cell of text\t0.5\n");
     CHECK_STR(n, "-- tt\n-- a note\n");            /* titles and notes apart from results */
     free(o); free(n);
+    /* a note quoting a control character (a path with a newline) stays one line */
+    lql_result *rn = lql_result_new();
+    lql_result_note(rn, "journal /tmp/new\nline\x01.j");
+    fo = open_memstream(&o, &ol);
+    fn = open_memstream(&n, &nl);
+    lql_render_to(rn, &ro, fo, fn);
+    fclose(fo); fclose(fn);
+    CHECK_STR(n, "-- journal /tmp/new\\nline\\x01.j\n");
+    free(o); free(n);
+    lql_result_free(rn);
 
     check_opts(r, (lql_render_opts){LQL_OUT_BOX, 1, 0, 8},
                "tt\n"
