@@ -200,6 +200,12 @@ static int write_tensor(job *j, vx_segw *w, size_t i)
     return 0;
 }
 
+/* The name a segment is written under until REPRESENT publishes it with the index. */
+static void seg_tmp(const char *path, char tmp[PATH_MAX + 32])
+{
+    snprintf(tmp, PATH_MAX + 32, "%s.tmp.%ld", path, (long)getpid());
+}
+
 /* Writes the shards (vx_segw_fit plans each under the cap); fills j->rel / j->nseg and the
  * index records (segments object, the representation's list). */
 static int write_segments(job *j, cJSON *segs_rec, cJSON *rep_segs)
@@ -224,7 +230,7 @@ static int write_segments(job *j, cJSON *segs_rec, cJSON *rep_segs)
         /* written under a temporary name, published with the index: a process killed
          * mid-write leaves a `.tmp.<pid>` file no retry stumbles on */
         char tmp[PATH_MAX + 32];
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+        seg_tmp(path, tmp);
         unlink(tmp);               /* left by a killed process that had this pid */
         vx_segw *w = NULL;
         if (vx_segw_open(&w, tmp, j->object, j->id, &j->tw[i], k - i, j->err) < 0)
@@ -378,7 +384,7 @@ static int record(job *j, const vx_container *c, cJSON *segs_rec, cJSON *rep_seg
         char path[PATH_MAX], tmp[PATH_MAX + 32];
         if (vx_resolve_in(j->dir, j->rel[j->published], path, sizeof path, j->err) < 0)
             goto out;
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+        seg_tmp(path, tmp);
         if (vx_publish_new(tmp, path, "represent", j->err) < 0)
             goto out;
     }
@@ -459,7 +465,7 @@ int vx_represent(const char *dir, const char *object, vx_dtype dt, vx_represent_
             char path[PATH_MAX], tmp[PATH_MAX + 32];
             if (vx_resolve_in(dir, j.rel[i], path, sizeof path, NULL) < 0)
                 continue;
-            snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+            seg_tmp(path, tmp);
             unlink(tmp);
             if (i < j.published)
                 unlink(path);
