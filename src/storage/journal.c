@@ -394,6 +394,18 @@ static int meta_set(vx_journal *j, const char *key, const char *value, vx_err *e
 /* Create or migrate the schema, then check (or, when new, record) the base. */
 static int prepare_schema(vx_journal *j, const char *sha, const char *model, vx_err *err)
 {
+    /* a journal already at this schema and of this base needs nothing written: read, so a
+     * session that only reads does not wait for another's write lock (WAL lets it read) */
+    int64_t current;
+    char *have = NULL;
+    if (scalar(j, prep(j, "PRAGMA user_version", err), 0, &current, err))
+        return -1;
+    if (current == VX_JOURNAL_SCHEMA && meta_get(j, "base_sha256", &have, err) == 0 && have &&
+        strcmp(have, sha) == 0) {
+        free(have);
+        return 0;
+    }
+    free(have);
     if (begin(j, err))
         return -1;
     int64_t version, tables;

@@ -684,6 +684,18 @@ static void test_stale(void)
         CHECK(vx_journal_record(c, "INSERT c", ops, 2, &info, &e) == 0 && info.history_n == 4);
     }
     CHECK(vx_journal_record(a, "INSERT a3", ops, 2, &info, &e) == -1 && e.code == VX_ESTALE);
+    /* another process holding the write lock: a session that only reads still opens and
+     * replays at once (USE took the write lock to check the schema, waited 5 s, failed) */
+    sqlite3 *w = NULL;
+    CHECK(sqlite3_open(p, &w) == SQLITE_OK && sqlite3_exec(w, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
+    vx_journal *r = NULL;
+    CHECK_MSG(vx_journal_open(p, SHA_A, "tiny", &r, &e) == 0, "%s", e.msg);
+    if (r) {
+        CHECK(active_count(r) == 8);
+        vx_journal_close(r);
+    }
+    sqlite3_exec(w, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_close(w);
     vx_op_clear(&ops[0]);
     vx_op_clear(&ops[1]);
     vx_journal_close(a);
