@@ -1347,13 +1347,12 @@ static int read_ops(vx_journal *j, int64_t patch_id, vx_op **out, size_t *n, vx_
     int rc = SQLITE_DONE, ok = 0;
     vx_sha256_ctx h = {0};
     char *from_text = NULL;
-    if (!st || !vs || meta_get(j, "ops_digest_from", &from_text, err))
-        goto done;
     /* the joins below would pass over an op whose statement or patch is gone (a journal
      * edited outside lql), replaying less without a word: the digests do not cover those
      * links */
     int64_t orphans = 0;
-    if (scalar(j, prep(j, "SELECT count(*) FROM ops o WHERE NOT EXISTS (SELECT 1 FROM history"
+    if (!st || !vs ||
+        scalar(j, prep(j, "SELECT count(*) FROM ops o WHERE NOT EXISTS (SELECT 1 FROM history"
                           " h WHERE h.n = o.history_n) OR NOT EXISTS (SELECT 1 FROM patches p"
                           " WHERE p.id = o.patch_id)", err), 0, &orphans, err))
         goto done;
@@ -1363,6 +1362,8 @@ static int read_ops(vx_journal *j, int64_t patch_id, vx_op **out, size_t *n, vx_
                 (long long)orphans);
         goto done;
     }
+    if (meta_get(j, "ops_digest_from", &from_text, err))
+        goto done;
     /* operations recorded before schema 3 carry no digest; absent, the key demands one of all */
     int64_t digest_from = from_text ? strtoll(from_text, NULL, 10) : 1;
     free(from_text);
