@@ -37,8 +37,7 @@ struct vx_cw {
 
 /* ---------------------------------------------------------------- the target rule */
 
-/* The parent of path (".", "/" or its directory part) into out; returns the last component. */
-static const char *split_parent(const char *path, char *out, size_t n)
+const char *vx_split_parent(const char *path, char *out, size_t n)
 {
     snprintf(out, n, "%s", path);
     char *slash = strrchr(out, '/');
@@ -64,7 +63,7 @@ int vx_cw_check(const char *target, const char *base_dir, unsigned flags, const 
     snprintf(t, sizeof t, "%s", target);
     for (size_t n = strlen(t); n > 1 && t[n - 1] == '/'; n--)
         t[n - 1] = '\0';
-    const char *name = split_parent(t, parent, sizeof parent);
+    const char *name = vx_split_parent(t, parent, sizeof parent);
     if (!*name || !strcmp(name, ".") || !strcmp(name, ".."))
         return vx_errf(err, VX_EARG, "%s: '%s' does not name a new %s", what, target,
                        flags & VX_CW_FILE ? "file" : "directory");
@@ -215,7 +214,7 @@ static int sync_path(const char *path, vx_err *err)
 static int sync_parent(const char *path, vx_err *err)
 {
     char parent[PATH_MAX];
-    split_parent(path, parent, sizeof parent);
+    vx_split_parent(path, parent, sizeof parent);
     return sync_path(parent, err);
 }
 

@@ -87,12 +87,8 @@ int vx_journal_dberr(sqlite3 *db, const char *path, const char *doing, vx_err *e
          * database as read-only: the cause is the directory (a read-only mount, chattr +i,
          * no permission) */
         char dir[4096];
-        snprintf(dir, sizeof dir, "%s", path ? path : "");
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            *(slash == dir ? slash + 1 : slash) = '\0';
-        else
-            snprintf(dir, sizeof dir, ".");
+        if (path)
+            vx_split_parent(path, dir, sizeof dir);
         if (path && access(dir, W_OK) != 0) {
             int e = errno;
             return vx_errf(err, VX_EIO, "cannot open journal '%s': its directory is not "
@@ -463,8 +459,8 @@ int vx_journal_open(const char *path, const char *base_sha256, const char *base_
      * (tests, throwaway edits); it cannot use WAL and needs no durability. */
     int memory = strcmp(path, ":memory:") == 0;
     struct stat sb;
-    int absent = !memory && stat(path, &sb) != 0 && errno == ENOENT;
-    if (!memory && !absent && stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+    int found = !memory && stat(path, &sb) == 0, absent = !memory && !found && errno == ENOENT;
+    if (found && !S_ISREG(sb.st_mode))
         return vx_errf(err, VX_EIO, "cannot open journal '%s': not a regular file", path);
     vx_journal *j = calloc(1, sizeof *j);
     if (!j || !(j->path = strdup(path))) {
@@ -557,19 +553,6 @@ uint64_t vx_journal_generation(const vx_journal *j)
     return j->generation;
 }
 
-static int data_version(vx_journal *j, int64_t *v, vx_err *err)
-{
-    sqlite3_stmt *st = prep(j, "PRAGMA data_version", err);
-    if (!st)
-        return -1;
-    int rc = sqlite3_step(st);
-    *v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    sqlite3_finalize(st);
-    if (rc != SQLITE_ROW)
-        return dberr(j, "reading its data version", err);
-    return 0;
-}
-
 void vx_journal_strict(vx_journal *j)
 {
     j->strict = 1;
@@ -578,7 +561,7 @@ void vx_journal_strict(vx_journal *j)
 int vx_journal_moved(vx_journal *j, vx_err *err)
 {
     int64_t v;
-    if (data_version(j, &v, err))
+    if (scalar(j, prep(j, "PRAGMA data_version", err), 0, &v, err))
         return -1;
     int moved = v != j->data_version;
     j->data_version = v;
@@ -587,20 +570,17 @@ int vx_journal_moved(vx_journal *j, vx_err *err)
 
 /* Inside the write transaction of an edit computed from what this connection last read:
  * VX_ESTALE when another session has committed since (its data_version moved; or, never
- * read, the journal already holds history), since the edit may claim what that commit
- * did (two INSERTs picking one free feature: the later one overwrote the earlier). */
+ * read, it was opened over history, which is never deleted), since the edit may claim
+ * what that commit did (two INSERTs picking one free feature: the later one overwrote the
+ * earlier). SQLite's data_version is never 0, so 0 is "not read". */
 static int check_current(vx_journal *j, vx_err *err)
 {
-    int64_t v;
+    int64_t v = 0;
     if (!j->strict)
         return 0;
-    if (j->data_version) {
-        if (data_version(j, &v, err))
-            return -1;
-    } else if (scalar(j, prep(j, "SELECT count(*) FROM history", err), 0, &v, err)) {
+    if (j->data_version && scalar(j, prep(j, "PRAGMA data_version", err), 0, &v, err))
         return -1;
-    }
-    if (j->data_version ? v != j->data_version : v > 0)
+    if (v != j->data_version || !v)
         return vx_errf(err, VX_ESTALE, "journal '%s' was changed by another session while "
                        "this statement ran: nothing was recorded", j->path);
     return 0;

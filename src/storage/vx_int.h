@@ -120,6 +120,8 @@ const char *vx_profile_choice(const cJSON *profile, const char *object);
  * names who asked, for the message. */
 int vx_select_check(const cJSON *graph, const char *object, const char *rep, const char *profile,
                     vx_err *err);
+/* The parent of path (".", "/" or its directory part) into out; returns the last component. */
+const char *vx_split_parent(const char *path, char *out, size_t n);
 /* Write json to dir/rel atomically: a temporary sibling, fsync, rename over rel. */
 int vx_json_replace(const char *dir, const char *rel, const cJSON *json, vx_err *err);
 /* The same for n files that belong together: every one is written and synced before the
