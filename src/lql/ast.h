@@ -38,7 +38,7 @@ typedef struct lql_span { int line, col, len; } lql_span;
 typedef struct lql_err {
     int code;               /* LQL_E*, 0 when clear */
     int line, col, len;     /* where, within the statement text given to lql_parse */
-    char msg[256];
+    char msg[1024];         /* room for a storage error (VX_ERR_MAX) and its statement prefix */
 } lql_err;
 
 /* Fill e (when not NULL) at span `at` (NULL: no position); returns -1. */

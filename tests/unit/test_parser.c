@@ -10,7 +10,7 @@
 #include "ast.h"
 
 static lql_arena *ar;
-static char errbuf[400];
+static char errbuf[1100];
 
 /* Parse text; NULL on error with errbuf = "LINE:COL: message". */
 static lql_stmt *P(const char *text)
