@@ -250,6 +250,9 @@ int main(int argc, char **argv)
         signal(sig, SIG_DFL);
         raise(sig);
     }
+    /* only library destructors run after this (OpenBLAS joins its threads, which can hang
+     * when a memory limit starves them): a SIGTERM now ends lql at once */
+    lql_idle = 1;
     if (code >= 0) return code;
     return sh.failed ? 1 : 0;
 }
