@@ -252,6 +252,7 @@ trace_opts(A) ::= .                         { A = lql_b_opts(p); }
 trace_opts(A) ::= trace_opts(O) trace_opt(C). { A = lql_b_add(p, O, C); }
 %type trace_opt {lql_clause *}
 trace_opt(A) ::= FOR(K) STRING(S).          { A = lql_b_str(p, LQL_C_FOR, &K, &S); }
+trace_opt(A) ::= FOR(K) INT(N).             { A = lql_b_int(p, LQL_C_FOR, &K, &N); }
 trace_opt(A) ::= DECOMPOSE(K).              { A = lql_b_flag(p, LQL_C_DECOMPOSE, &K); }
 trace_opt(A) ::= c_layers(C).               { A = C; }
 trace_opt(A) ::= POSITIONS(K) ALL.          { A = lql_b_enum(p, LQL_C_POSITIONS, &K, LQL_POS_ALL); }

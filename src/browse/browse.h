@@ -390,6 +390,8 @@ enum { BRW_PUSH_LOGIT = 0 };
 
 typedef struct brw_trace_opts {
     const char *for_token;  /* FOR "t", or NULL */
+    int by_id;              /* FOR n: track token id for_id (for_token NULL) */
+    int32_t for_id;
     int layer_lo, layer_hi; /* rows kept: -1 -1 all (the embedding row is layer -1) */
     int all_positions;      /* POSITIONS ALL: rows for every position */
     int keep_all;           /* record every position's states (SAVE needs them); without it
@@ -412,6 +414,7 @@ typedef struct brw_trace {
     int n_tokens, n_layers, hidden;
     int32_t *ids;           /* [n_tokens] prompt ids */
     int32_t target;         /* FOR token id or -1 */
+    int for_pieces;         /* FOR "t": how many tokens " t" spells (the first is tracked) */
     int first_pos;          /* states cover positions first_pos .. n_tokens - 1 */
     /* residual after the embedding / each layer and the two deltas, per recorded position:
      * [n_tokens - first_pos][n_layers + 1][3][hidden] (row 0 = embedding: resid, 0, 0) */

@@ -6,7 +6,7 @@
  *
  * FOR "t": the answer id is the first id of encode(" t") without special tokens — the token
  * the model would have to produce next to say " t" (the reference takes the last id, which for
- * "Paris" → " Par" "is" tracks "is"; lql tracks " Par"). Its rank
+ * "Paris" → " Par" "is" tracks "is"; lql tracks " Par"); FOR n tracks id n. Its rank
  * (1 + tokens with a strictly higher probability) and probability are reported per
  * layer, and the pushes are changes in its lens logit, which telescope exactly:
  *   attn_push = lens(r_prev + attn)[t] − lens(r_prev)[t]
@@ -76,10 +76,24 @@ static float norm2(const float *x, int n)
     return (float)sqrt(s);
 }
 
-/* Resolve FOR "t" to the first id of the answer " t" (eng_tok_answer_ids, as INSERT
- * reads a target): the token the model must produce next to say it. */
-static int answer_id(const eng_model *em, const char *t, int32_t *out, vx_err *err)
+/* The FOR target: the id itself with FOR n; for FOR "t" the first id of the answer " t"
+ * (eng_tok_answer_ids, as INSERT reads a target), the token the model must produce next
+ * to say it, and how many tokens " t" spells. Without FOR, *out is left alone (a saved
+ * trace keeps the target it was recorded with). */
+static int resolve_target(const eng_model *em, const brw_trace_opts *o, int32_t *out,
+                          int *pieces, vx_err *err)
 {
+    if (o && o->by_id) {
+        int V = eng_model_vocab(em);
+        if (o->for_id < 0 || o->for_id >= V)
+            return vx_errf(err, VX_EARG, "FOR %d is outside the vocabulary (0-%d)", o->for_id,
+                           V - 1);
+        *out = o->for_id;
+        return 0;
+    }
+    if (!o || !o->for_token)
+        return 0;
+    const char *t = o->for_token;
     /* " " alone would silently trace the space token */
     if (!t[0])
         return vx_errf(err, VX_EARG, "FOR needs a non-empty token");
@@ -92,6 +106,7 @@ static int answer_id(const eng_model *em, const char *t, int32_t *out, vx_err *e
         return vx_errf(err, VX_EARG, "FOR \"%s\" has no tokens but spaces", t);
     }
     *out = ids[0];
+    *pieces = (int)n;
     free(ids);
     return 0;
 }
@@ -208,7 +223,7 @@ int brw_trace_run(eng_model *em, const char *prompt, const brw_trace_opts *o,
     out->n_tokens = (int)n;
     out->n_layers = eng_model_layers(em);
     out->hidden = eng_model_hidden(em);
-    if (o && o->for_token && answer_id(em, o->for_token, &out->target, err) != 0)
+    if (resolve_target(em, o, &out->target, &out->for_pieces, err) != 0)
         goto fail;
     /* only the last position unless every one is asked for: a long prompt's full record
      * is n × (layers + 1) × 3 × hidden floats */
@@ -291,6 +306,44 @@ int brw_trace_save(const brw_trace *t, const char *path, vx_err *err)
     return 0;
 }
 
+/* A trace file's states must be what a forward pass records: finite, and each residual the
+ * one before plus that layer's two deltas. Any summation order stays within a few ulps of
+ * the magnitudes added; 1e-5 of them leaves a wide margin and still catches a changed
+ * value, which would otherwise print as a plausible norm or push. */
+static int check_states(const brw_trace *t, const char *name, vx_err *err)
+{
+    static const char *const slots[3] = {"residual", "attention delta", "FFN delta"};
+    rec_ctx r = {t->n_tokens, t->n_layers, t->hidden, 0, t->states};
+    for (int pos = 0; pos < t->n_tokens; pos++)
+        for (int row = 0; row <= t->n_layers; row++) {
+            char where[32] = "the embedding row";
+            if (row)
+                snprintf(where, sizeof where, "layer %d", row - 1);
+            for (int k = 0; k < 3; k++) {
+                const float *s = slot(&r, pos, row, k);
+                for (int i = 0; i < t->hidden; i++)
+                    if (!isfinite(s[i]))
+                        return vx_errf(err, VX_EFORMAT, "trace \"%s\": the %s of %s at position "
+                                       "%d is not finite (element %d): the file is corrupted",
+                                       name, slots[k], where, pos, i);
+            }
+            if (!row)
+                continue;
+            const float *p = slot(&r, pos, row - 1, 0), *res = slot(&r, pos, row, 0);
+            const float *a = slot(&r, pos, row, 1), *f = slot(&r, pos, row, 2);
+            for (int i = 0; i < t->hidden; i++) {
+                double sum = (double)p[i] + a[i] + f[i];
+                double mag = fabs((double)p[i]) + fabs((double)a[i]) + fabs((double)f[i]);
+                if (fabs(res[i] - sum) > 1e-5 * mag + 1e-30)
+                    return vx_errf(err, VX_EFORMAT, "trace \"%s\": the residual after %s at "
+                                   "position %d is not the row before plus its attention and "
+                                   "FFN deltas (element %d: %.9g, want %.9g): the file is "
+                                   "corrupted", name, where, pos, i, res[i], sum);
+            }
+        }
+    return 0;
+}
+
 int brw_trace_parse(const void *buf, size_t n, const char *name, int layers, int hidden,
                     int vocab, brw_trace *out, vx_err *err)
 {
@@ -341,6 +394,10 @@ int brw_trace_parse(const void *buf, size_t n, const char *name, int layers, int
         out->ids[i] = (int32_t)get32(h + 32 + 4 * (size_t)i);
     /* states are little-endian floats, as the host's (see brw_trace_save) */
     memcpy(out->states, h + 32 + 4 * (size_t)nt, 4 * (size_t)ns);
+    if (check_states(out, name, err) != 0) {
+        brw_trace_free(out);
+        return -1;
+    }
     return 0;
 }
 
@@ -369,7 +426,7 @@ int brw_trace_load(eng_model *em, const char *path, const brw_trace_opts *o,
         munmap(map, n);
     if (rc != 0)
         return -1;
-    if (o && o->for_token && answer_id(em, o->for_token, &out->target, err) != 0) {
+    if (resolve_target(em, o, &out->target, &out->for_pieces, err) != 0) {
         brw_trace_free(out);
         return -1;
     }

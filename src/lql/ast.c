@@ -586,7 +586,7 @@ lql_stmt *lql_b_add(lql_pctx *p, lql_stmt *st, lql_clause *c)
     case LQL_C_TEMPERATURE: st->temperature = c->f; break;
     case LQL_C_TOP_P: st->top_p = c->f; break;
     case LQL_C_SEED: st->seed = (uint64_t)c->i; break;
-    case LQL_C_FOR: st->for_token = c->s; break;
+    case LQL_C_FOR: st->for_token = c->s; st->for_id = (int)c->i; break;
     case LQL_C_POSITIONS: st->positions = (lql_positions)c->e; break;
     case LQL_C_SAVE: st->save_path = c->s; break;
     case LQL_C_FROM: st->from_path = c->s; break;

@@ -253,7 +253,8 @@ typedef struct lql_stmt {
     double temperature;                    /* TEMPERATURE x */
     double top_p;                          /* TOP_P x */
     uint64_t seed;                         /* SEED n */
-    const char *for_token;                 /* TRACE FOR "t" */
+    const char *for_token;                 /* TRACE FOR "t"; NULL with FOR n */
+    int for_id;                            /* TRACE FOR n: a token id */
     lql_positions positions;               /* POSITIONS ALL|LAST */
     const char *save_path;                 /* TRACE SAVE "file" */
     const char *from_path;                 /* TRACE FROM "file" */

@@ -899,6 +899,8 @@ int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     if (lql_session_model(s, st, &em, e) != 0)
         return -1;
     brw_trace_opts o = {.for_token = lql_has(st, LQL_C_FOR) ? st->for_token : NULL,
+                        .by_id = lql_has(st, LQL_C_FOR) && !st->for_token,
+                        .for_id = st->for_id,
                         .all_positions = st->positions == LQL_POS_ALL,
                         .keep_all = lql_has(st, LQL_C_SAVE)};
     if (layer_range(st, eng_model_layers(em), &o.layer_lo, &o.layer_hi, e) != 0)
@@ -909,8 +911,8 @@ int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         if (brw_trace_load(em, st->from_path, &o, &t, &ve) != 0)
             return lql_err_vx(e, &ve, clause_at(st, LQL_C_FROM));
     } else if (brw_trace_run(em, st->arg, &o, &t, &ve) != 0) {
-        return lql_err_vx(e, &ve, o.for_token && strstr(ve.msg, "FOR") ? clause_at(st, LQL_C_FOR)
-                                                                        : &st->arg_at);
+        return lql_err_vx(e, &ve, lql_has(st, LQL_C_FOR) && strstr(ve.msg, "FOR")
+                                      ? clause_at(st, LQL_C_FOR) : &st->arg_at);
     }
     const eng_tokenizer *tok = eng_model_tokenizer(em);
     int allpos = o.all_positions, rc = 0;
@@ -922,7 +924,7 @@ int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     lql_table *tf = NULL, *td = NULL;
     if (tb && t.target >= 0) {
         lql_colspec fc[] = {{"pos", LQL_INT, 0}, {"layer", LQL_TEXT, 0},
-                            {"rank", LQL_INT, 0}, {"prob", LQL_FLOAT, 4},
+                            {"rank", LQL_INT, 0}, {"prob", LQL_FLOAT, -4},
                             {"attn_push", LQL_FLOAT, 4}, {"ffn_push", LQL_FLOAT, 4},
                             {"who", LQL_TEXT, 0}};
         char title[160], *piece = NULL;
@@ -934,6 +936,10 @@ int lql_h_trace(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         token_label(piece ? piece : "", label, sizeof label);
         snprintf(title, sizeof title, "FOR \"%s\" (id %d)", label, t.target);
         free(piece);
+        if (t.for_pieces > 1)
+            lql_result_note(r, "FOR \"%s\" spells %d tokens; the first, \"%s\" (id %d), is "
+                            "tracked (FOR n tracks any token id)", o.for_token, t.for_pieces,
+                            label, t.target);
         tf = lql_result_table(r, title, allpos ? 7 : 6, allpos ? fc : fc + 1);
     }
     if (tb && lql_has(st, LQL_C_DECOMPOSE)) {

@@ -99,7 +99,7 @@ static const lql_stmt_def defs[] = {
      "The prediction plus the features that fired per layer; WITH ATTENTION adds the "
      "most-attended token and the logit-lens top-1 per layer."},
     {LQL_S_TRACE, "TRACE", lql_h_trace, LQL_CLASS_READ,
-     "TRACE (\"prompt\" | FROM \"file\") {FOR \"token\" | DECOMPOSE | LAYERS range | "
+     "TRACE (\"prompt\" | FROM \"file\") {FOR (\"token\" | id) | DECOMPOSE | LAYERS range | "
      "POSITIONS (ALL|LAST) | SAVE \"file\"}",
      "Logit lens per layer: top-1 and probability, |attention delta|, |FFN delta|; with "
      "FOR, the token's rank and probability per layer and what pushed it. SAVE \"file\" "

@@ -3,6 +3,7 @@
  * formatted once, when added, into the text every output mode prints, so the modes cannot
  * disagree about a number. Number formatting: integers in plain decimal; floats in fixed
  * point with the column's precision ("%.*f"), a negative zero printed without its sign,
+ * or, for a column of -d digits, a nonzero value they would round to zero in "%.2e",
  * non-finite values as nan / inf / -inf (null in JSON).
  *
  * Out-of-memory never crashes: the table stops growing and its `oom` flag is set; the
@@ -144,7 +145,10 @@ void lql_format_float(double v, int prec, char *buf, size_t n)
 {
     if (isnan(v)) { snprintf(buf, n, "nan"); return; }
     if (isinf(v)) { snprintf(buf, n, v < 0 ? "-inf" : "inf"); return; }
-    if (prec < 0) prec = 0;
+    if (prec < 0) {
+        prec = -prec;
+        if (v != 0 && fabs(v) < 0.5 * pow(10, -prec)) { snprintf(buf, n, "%.2e", v); return; }
+    }
     if (prec > 17) prec = 17;
     snprintf(buf, n, "%.*f", prec, v);
     if (buf[0] == '-' && strspn(buf + 1, "0.") == strlen(buf + 1)) memmove(buf, buf + 1, strlen(buf));

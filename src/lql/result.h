@@ -18,7 +18,9 @@ typedef enum lql_coltype { LQL_INT, LQL_FLOAT, LQL_TEXT } lql_coltype;
 typedef struct lql_colspec {
     const char *name;
     lql_coltype type;
-    int precision;           /* LQL_FLOAT: digits after the point; ignored otherwise */
+    int precision;           /* LQL_FLOAT: digits after the point; -d: d digits, but a
+                              * nonzero value they would show as zero in 3 significant
+                              * digits (a probability of 1.4e-12 is not 0.0000) */
 } lql_colspec;
 
 typedef struct lql_table lql_table;

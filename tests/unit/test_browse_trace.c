@@ -2,13 +2,15 @@
  * test_browse_trace.c — the TRACE SAVE file reader (brw_trace_parse) on synthetic images
  * for a 2-layer, 4-wide, 32-token model: a valid image round-trips every id and state;
  * every refusal is pinned (header, version, shape, size, FOR id and prompt ids outside the
- * vocabulary, which a FROM file could otherwise pass to the lens and the decoder); and
+ * vocabulary, which a FROM file could otherwise pass to the lens and the decoder; states
+ * that are not finite or do not add up); and
  * FOR's token on a SentencePiece vocabulary (a generated llama with Llama 2's tokenizer).
  */
 #include "brw_int.h"
 #include "t.h"
 #include "test_journal_fx.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,10 +36,23 @@ static void image(uint8_t *b)
     put32(b + 28, 0);
     for (int i = 0; i < NT; i++)
         put32(b + 32 + 4 * i, (uint32_t)(i + 10));
-    for (int i = 0; i < NS; i++) {
-        float f = (float)i * 0.5f;
-        memcpy(b + 32 + 4 * NT + 4 * i, &f, 4);
-    }
+    /* as a forward pass records them: each residual the row before plus its two deltas */
+    float s[NT][NL + 1][3][H];
+    for (int t = 0; t < NT; t++)
+        for (int r = 0; r <= NL; r++)
+            for (int i = 0; i < H; i++) {
+                s[t][r][1][i] = r ? 0.5f * (float)(r + i) : 0.0f;
+                s[t][r][2][i] = r ? -0.25f * (float)(i + 1) : 0.0f;
+                s[t][r][0][i] = r ? s[t][r - 1][0][i] + s[t][r][1][i] + s[t][r][2][i]
+                                  : (float)t + 0.25f * (float)i;
+            }
+    memcpy(b + 32 + 4 * NT, s, sizeof s);
+}
+
+/* Set state (pos, row, slot k, element i) of an image. */
+static void state(uint8_t *b, int pos, int row, int k, int i, float v)
+{
+    memcpy(b + 32 + 4 * NT + 4 * (((pos * (NL + 1) + row) * 3 + k) * H + i), &v, 4);
 }
 
 static void refused(const uint8_t *b, size_t n, const char *want)
@@ -95,8 +110,23 @@ int main(void)
     CHECK(t.n_tokens == NT && t.n_layers == NL && t.hidden == H && t.target == 7 &&
           t.first_pos == 0);
     CHECK(t.ids && t.ids[0] == 10 && t.ids[2] == 12);
-    CHECK(t.states && t.states[0] == 0.0f && t.states[NS - 1] == (NS - 1) * 0.5f);
+    CHECK(t.states && t.states[0] == 0.0f && t.states[NS - 1] == -1.0f);
     brw_trace_free(&t);
+
+    /* states a forward pass cannot record: each would print as a plausible norm or push */
+    state(b, 1, 2, 1, 3, NAN);
+    refused(b, SIZE, "trace \"t.bin\": the attention delta of layer 1 at position 1 is not "
+                     "finite (element 3): the file is corrupted");
+    image(b);
+    state(b, 2, 0, 2, 0, INFINITY);
+    refused(b, SIZE, "trace \"t.bin\": the FFN delta of the embedding row at position 2 is not "
+                     "finite (element 0): the file is corrupted");
+    image(b);
+    state(b, 0, 1, 2, 1, 30.0f);
+    refused(b, SIZE, "trace \"t.bin\": the residual after layer 0 at position 0 is not the row "
+                     "before plus its attention and FFN deltas (element 1: 0.75, want 31.25): "
+                     "the file is corrupted");
+    image(b);
 
     refused(b, 31, "\"t.bin\" is not an lql trace file (bad header)");
     b[0] = 'X';

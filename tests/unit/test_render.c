@@ -145,6 +145,23 @@ static void nul_text(void)
     lql_result_free(r);
 }
 
+/* a column of -d digits shows a nonzero value d digits would round to zero in 3 significant
+ * digits (TRACE FOR's probability of a low-ranked token) */
+static void tiny_floats(void)
+{
+    lql_result *r = lql_result_new();
+    static const lql_colspec cols[] = {{"p", LQL_FLOAT, -4}};
+    lql_table *t = lql_result_table(r, NULL, 1, cols);
+    static const double v[] = {1.4e-12, 0.00012, 0.00004, 0, -2.5e-7, 0.5};
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        lql_row(t);
+        lql_cell_float(t, v[i]);
+    }
+    check_mode(r, LQL_OUT_TABLE, "        p\n---------\n 1.40e-12\n   0.0001\n 4.00e-05\n"
+                                 "   0.0000\n-2.50e-07\n   0.5000\n(6 rows)\n");
+    lql_result_free(r);
+}
+
 /* a json row's keys are unique even when two columns share a name (SELECT token, TOKEN) */
 static void same_names(void)
 {
@@ -470,6 +487,7 @@ int main(void)
         return 1;
     modes();
     nul_text();
+    tiny_floats();
     same_names();
     modes_more();
     echo_window();
