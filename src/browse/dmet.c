@@ -183,10 +183,17 @@ int brw_dmet_get(const brw_dmet *d, int layer, int64_t feature, brw_meta *out)
     out->present = 1;
     out->top_id = (int32_t)rd32(p);
     out->c_score = rdf(p + 4);
-    out->k = d->top_k;
+    /* a repeated id is read once: COMPILE writes a feature whose top token an edit changed
+     * as k copies of that token, having no alternatives to give */
     for (int j = 0; j < d->top_k; j++) {
-        out->ids[j] = (int32_t)rd32(p + 8 + 8 * j);
-        out->logits[j] = rdf(p + 12 + 8 * j);
+        int32_t id = (int32_t)rd32(p + 8 + 8 * j);
+        int seen = 0;
+        for (int i = 0; i < out->k && !seen; i++)
+            seen = out->ids[i] == id;
+        if (seen)
+            continue;
+        out->ids[out->k] = id;
+        out->logits[out->k++] = rdf(p + 12 + 8 * j);
     }
     return 0;
 }

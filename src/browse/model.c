@@ -566,15 +566,14 @@ int brw_feature_meta(const brw_model *m, const eng_overlay *ov, int layer, int64
     memset(out, 0, sizeof *out);
     if (m->dmet)
         brw_dmet_get(m->dmet, layer, feature, out);
+    int retop = 0;
     if (ov)
         for (size_t i = 0; i < ov->n_meta; i++) {
             const eng_meta_edit *e = &ov->meta[i];
             if (e->layer != layer || e->feature != feature)
                 continue;
             if (e->top_id >= 0) {
-                if (!out->present || out->top_id != e->top_id) {
-                    out->k = 0;   /* the base alternatives no longer describe the target */
-                }
+                retop |= !out->present || out->top_id != e->top_id;
                 out->top_id = e->top_id;
                 out->present = 1;
             }
@@ -583,6 +582,13 @@ int brw_feature_meta(const brw_model *m, const eng_overlay *ov, int layer, int64
                 out->present = 1;
             }
         }
+    if (retop) {
+        /* the base alternatives no longer describe the target: the new top token alone,
+         * as COMPILE writes the record */
+        out->k = 1;
+        out->ids[0] = out->top_id;
+        out->logits[0] = out->c_score;
+    }
     if (tombstoned(ov, layer, feature))
         memset(out, 0, sizeof *out);
     return out->present ? 0 : -1;
