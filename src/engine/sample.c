@@ -1,7 +1,8 @@
 /*
  * sample.c — softmax and token sampling: greedy (temperature 0; ties go to the lower id),
- * or temperature → top-k → softmax → top-p (the smallest set of most likely tokens whose
- * mass reaches p) → a draw from a splitmix64-seeded xorshift64* stream. Without top-k and
+ * or temperature → top-k (with every token tied with the k-th) → softmax → top-p (the
+ * smallest set of most likely tokens whose mass reaches p) → a draw from a
+ * splitmix64-seeded xorshift64* stream. Without top-k and
  * top-p nothing is ranked: the draw walks the tokens in id order. The same seed and logits
  * always give the same token.
  */
@@ -62,7 +63,7 @@ static int by_prob(const void *a, const void *b)
 
 int32_t eng_sample(const eng_sampler *sp, float *logits, int n, uint64_t *rng_state)
 {
-    if (!sp || sp->temperature <= 0 || sp->top_k == 1) return argmax(logits, n);
+    if (!sp || sp->temperature <= 0) return argmax(logits, n);
     if ((sp->top_k <= 0 || sp->top_k >= n) && !(sp->top_p > 0 && sp->top_p < 1)) {
         /* plain temperature: no ranking needed, draw in id order */
         float mx = logits[argmax(logits, n)];
@@ -89,6 +90,8 @@ int32_t eng_sample(const eng_sampler *sp, float *logits, int n, uint64_t *rng_st
     for (int i = 0; i < n; i++) { c[i].p = (logits[i] - mx) / sp->temperature; c[i].id = i; }
     qsort(c, (size_t)n, sizeof *c, by_prob);
     int k = sp->top_k > 0 && sp->top_k < n ? sp->top_k : n;
+    while (k < n && c[k].p == c[k - 1].p)
+        k++;   /* as Hugging Face's top-k: every token tied with the k-th stays */
     double sum = 0;
     for (int i = 0; i < k; i++) { c[i].p = expf(c[i].p); sum += c[i].p; }
     double mass = 0;

@@ -300,6 +300,19 @@ static void test_sample(void)
         bad += x != 1 && x != 2;
     }
     CHECK(bad == 0);
+    /* top-k keeps the tokens tied with the k-th, as Hugging Face's TopKLogitsWarper: with
+     * k = 1 both tied best tokens are drawn; with k = 3 of {3, 2, 2, 2, 1} all three 2s */
+    eng_sampler k1 = {1.0f, 1, 1, 0}, k3 = {1.0f, 3, 1, 0};
+    float tie[5] = {3, 2, 2, 2, 1};
+    int seen1[5] = {0}, seen3[5] = {0};
+    for (int i = 0; i < 2000; i++) {
+        memcpy(c, lg, sizeof c);
+        seen1[eng_sample(&k1, c, 5, &a)]++;
+        memcpy(c, tie, sizeof c);
+        seen3[eng_sample(&k3, c, 5, &a)]++;
+    }
+    CHECK(seen1[1] > 800 && seen1[2] > 800 && seen1[1] + seen1[2] == 2000);
+    CHECK(seen3[0] > 0 && seen3[1] > 0 && seen3[2] > 0 && seen3[3] > 0 && seen3[4] == 0);
     /* a temperature so small that logit / T overflows: the best token, not NaN's pick */
     eng_sampler tiny = {1e-38f, 0, 0.5f, 0};
     float big[3] = {90.0f, 100.0f, 80.0f};
