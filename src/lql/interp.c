@@ -91,7 +91,10 @@ static const lql_stmt_def defs[] = {
      "graph's `special_tokens.eos`; kept in the output), as Hugging Face's generate() "
      "stops, so fewer than n may come back. Without SEED the seed is 0, so a sampled continuation is "
      "the same on every run (a script reproduces; the HTTP API's `seed` is random when "
-     "absent, as OpenAI's is, SERVE.md). COMPARE shows the base model beside the effective "
+     "absent, as OpenAI's is, SERVE.md). Sampling is temperature then top-p only: no "
+     "top-k (Hugging Face's default of 50 is not applied), no repetition penalty, and "
+     "generation_config.json's sampling defaults are not read, so GENERATE is greedy "
+     "unless TEMPERATURE is given. COMPARE shows the base model beside the effective "
      "one."},
     {LQL_S_EXPLAIN_INFER, "EXPLAIN INFER", lql_h_explain_infer, LQL_CLASS_READ,
      "EXPLAIN INFER \"prompt\" {TOP n | WITH ATTENTION | ALL LAYERS | SYNTAX | KNOWLEDGE "
