@@ -90,6 +90,11 @@ static int load_added(eng_tokenizer *t, const cJSON *a, vx_err *err)
             return vx_errf(err, VX_EFORMAT, "%s: %s has no 'id'", t->path, where);
         if (!*content)
             return vx_errf(err, VX_EFORMAT, "%s: %s has an empty content", t->path, where);
+        /* content the model's vocab holds keeps the vocab's id, as the Rust crate assigns
+         * it (one text, one id, whichever path finds it); the file's id is then unused */
+        int32_t in_vocab = tok_smap_get(&t->vocab, content, strlen(content));
+        if (in_vocab >= 0)
+            id = in_vocab;
         tok_added *x = &t->added[t->n_added++];
         x->id = (int32_t)id;
         x->n = strlen(content);

@@ -759,6 +759,26 @@ static void added_normalized(void)
     eng_tok_free(t);
 }
 
+/* An added token whose content the vocab holds under another id keeps the vocab's id, as
+ * the Rust crate (tokenizers 0.23.2 through its node binding) assigns it: "ab" added as 7
+ * encodes as 2 whether cut out as an added token or merged by the model, and 7 decodes to
+ * nothing. @huggingface/tokenizers@0.2.0 gives 7. */
+static void added_in_vocab(void)
+{
+    eng_tokenizer *t = load_json("addvocab",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"<\": 3}, "
+        "\"merges\": [\"a b\"]}, \"added_tokens\": [{\"id\": 7, \"content\": \"ab\", "
+        "\"special\": false, \"normalized\": false}, {\"id\": 5, \"content\": \"<t>\", "
+        "\"special\": true, \"normalized\": false}]}");
+    if (t) {
+        check_enc(t, "addvocab", "ab", (const int32_t[]){2}, 1);
+        check_enc(t, "addvocab", "a<t>ab", (const int32_t[]){0, 5, 2}, 3);
+        CHECK_STR(eng_tok_piece(t, 2), "ab");
+        CHECK(!eng_tok_piece(t, 7) || !*eng_tok_piece(t, 7));
+    }
+    eng_tok_free(t);
+}
+
 /* Word characters as Rust's regex crate has them (\w of UTS #18: letters, marks, decimal
  * digits, connector punctuation, joiners), for the Whitespace pre-tokenizer's regex and the
  * single_word test. A combining mark is inside a word and "²" (No) is not. These are
@@ -1025,6 +1045,7 @@ int main(void)
     unicode_classes();
     lowercase();
     added_normalized();
+    added_in_vocab();
     word_chars();
     split_word();
     nul_decode();
