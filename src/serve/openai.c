@@ -251,6 +251,10 @@ static int known(const char *k, int chat)
     return !strcmp(k, chat ? "messages" : "prompt");
 }
 
+/* The largest seed a double carries exactly, and so every integer below: cJSON reads numbers
+ * as doubles, so 2^53 + 1 would arrive as 2^53, a different seed than the one asked for. */
+#define SEED_MAX ((1LL << 53) - 1)
+
 /* max_tokens, or chat's newer name for it */
 static const cJSON *max_tokens_of(const srv_job *j)
 {
@@ -319,8 +323,10 @@ int srv_complete_check(srv *S, srv_job *j, int chat)
     if (v && !cJSON_IsNull(v) && (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble <= 1)))
         return bad(j, "\"top_p\" must be a number in (0, 1]", "top_p");
     v = item(j, "seed");
-    if (v && !cJSON_IsNull(v) && !srv_json_int(v, 0, INT64_MAX, NULL))
-        return bad(j, "\"seed\" must be a non-negative integer", "seed");
+    if (v && !cJSON_IsNull(v) && !srv_json_int(v, 0, SEED_MAX, NULL))
+        return bad(j, "\"seed\" must be an integer in [0, 2^53 - 1]: a JSON number is read as a "
+                   "double, which rounds larger ones (2^53 + 1 would run as 2^53; the shell's SEED "
+                   "takes up to 2^63 - 1)", "seed");
     v = item(j, "stop");
     if (v && !cJSON_IsNull(v)) {
         int ok = cJSON_IsString(v) && *v->valuestring;
@@ -484,7 +490,7 @@ void srv_complete_run(srv *S, srv_job *j)
     if (srv_json_int(max_tokens_of(j), 1, S->o->tokens_max, &iv)) max = (int)iv;
     if ((v = item(j, "temperature")) && cJSON_IsNumber(v)) sp.temperature = eng_sampler_param(v->valuedouble);
     if ((v = item(j, "top_p")) && cJSON_IsNumber(v)) sp.top_p = eng_sampler_param(v->valuedouble);
-    if (srv_json_int(item(j, "seed"), 0, INT64_MAX, &iv)) sp.seed = (uint64_t)iv;
+    if (srv_json_int(item(j, "seed"), 0, SEED_MAX, &iv)) sp.seed = (uint64_t)iv;
     else if (getrandom(&sp.seed, sizeof sp.seed, 0) != (ssize_t)sizeof sp.seed) sp.seed = (uint64_t)time(NULL);
 
     gen g = {.S = S, .j = j, .tok = eng_model_tokenizer(m), .max = max, .created = time(NULL), .chat = chat};

@@ -367,6 +367,15 @@ try:
     for field, val in (("max_tokens", 1e300), ("max_tokens", 2.5), ("seed", 1e300), ("seed", -1)):
         s, b, _ = req("POST", "/v1/completions", {"prompt": P, field: val})
         check(s == 400 and b["error"]["param"] == field, "%s %r refused: %s %s" % (field, val, s, b))
+    # a seed a double cannot carry exactly is refused (2^53 + 1 would run as 2^53), naming the
+    # limit; the largest exact one runs as the shell's SEED does
+    for val in (2 ** 53, 2 ** 53 + 1, 2 ** 63 - 1):
+        s, b, _ = req("POST", "/v1/completions", {"prompt": P, "seed": val})
+        check(s == 400 and b["error"]["param"] == "seed" and "[0, 2^53 - 1]" in b["error"]["message"],
+              "seed %d refused: %s %s" % (val, s, b))
+    s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 8, "temperature": 1, "seed": 2 ** 53 - 1})
+    want = cli('INFER "%s" GENERATE 8 TEMPERATURE 1 SEED %d;' % (P, 2 ** 53 - 1), "tsv").split("\n")[1].split("\t")[1]
+    check(s == 200 and b["choices"][0]["text"] == want, "seed 2^53 - 1 equals SEED's %s %r" % (b, want))
     s, b, _ = req("POST", "/v1/detokenize", {"tokens": [1, 1e300]})
     check(s == 400 and b["error"]["param"] == "tokens" and "tokens[1]" in b["error"]["message"],
           "detokenize 1e300 %s %s" % (s, b))
