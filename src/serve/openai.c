@@ -262,6 +262,12 @@ static const cJSON *max_tokens_of(const srv_job *j)
     return v && !cJSON_IsNull(v) ? v : item(j, "max_completion_tokens");
 }
 
+/* One stop string: the same rule alone or in a list (a streamed text is held back by its length). */
+static int stop_ok(const cJSON *s)
+{
+    return cJSON_IsString(s) && *s->valuestring && strlen(s->valuestring) < 256;
+}
+
 int srv_complete_check(srv *S, srv_job *j, int chat)
 {
     char msg[256];
@@ -329,13 +335,14 @@ int srv_complete_check(srv *S, srv_job *j, int chat)
                    "takes up to 2^63 - 1)", "seed");
     v = item(j, "stop");
     if (v && !cJSON_IsNull(v)) {
-        int ok = cJSON_IsString(v) && *v->valuestring;
+        int ok = stop_ok(v);
         if (cJSON_IsArray(v)) {
             ok = cJSON_GetArraySize(v) <= 4;
             const cJSON *s;
-            cJSON_ArrayForEach(s, v) ok &= cJSON_IsString(s) && *s->valuestring && strlen(s->valuestring) < 256;
+            cJSON_ArrayForEach(s, v) ok &= stop_ok(s);
         }
-        if (!ok) return bad(j, "\"stop\" must be a non-empty string or up to 4 of them", "stop");
+        if (!ok) return bad(j, "\"stop\" must be a string of 1 to 255 bytes or a list of up to 4 of "
+                            "them", "stop");
     }
     v = item(j, "stream");
     if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) return bad(j, "\"stream\" must be a boolean", "stream");

@@ -337,6 +337,13 @@ try:
     s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 30, "temperature": 0, "stop": [". The"]})
     check(s == 200 and b["choices"][0]["text"] == gen.split(". The")[0] and b["choices"][0]["finish_reason"] == "stop",
           "stop string %s" % b)
+    # one rule for a stop string alone or in a list, its length limit named
+    for stop_ in ("x" * 256, ["x" * 256], "", ["a"] * 5):
+        s, b, _ = req("POST", "/v1/completions", {"prompt": P, "stop": stop_})
+        check(s == 400 and b["error"]["param"] == "stop" and "1 to 255 bytes" in b["error"]["message"],
+              "stop %r refused %s %s" % (stop_[:3], s, b))
+    s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 1, "stop": "x" * 255})
+    check(s == 200, "a stop string of 255 bytes %s %s" % (s, b))
     s1, b1, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 12, "temperature": 0.9, "top_p": 0.9, "seed": 7})
     s2, b2, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 12, "temperature": 0.9, "top_p": 0.9, "seed": 7})
     check(s1 == 200 and b1["choices"][0]["text"] == b2["choices"][0]["text"], "seeded sampling repeats")
