@@ -140,6 +140,8 @@ static cJSON *item(const srv_job *j, const char *k)
 
 void srv_tokenize_run(srv *S, srv_job *j)
 {
+    static const char *const keys[] = {"text", "add_special", "session", "stream"};
+    if (srv_keys_only(j, j->req, keys, 4, NULL) < 0) return;
     const cJSON *t = item(j, "text"), *sp = item(j, "add_special");
     if (!cJSON_IsString(t) || (sp && !cJSON_IsBool(sp))) {
         srv_job_error(j, 400, cJSON_IsString(t) ? "\"add_special\" must be a boolean"
@@ -170,6 +172,8 @@ void srv_tokenize_run(srv *S, srv_job *j)
 
 void srv_detokenize_run(srv *S, srv_job *j)
 {
+    static const char *const keys[] = {"tokens", "skip_special", "session", "stream"};
+    if (srv_keys_only(j, j->req, keys, 4, NULL) < 0) return;
     const cJSON *t = item(j, "tokens"), *sk = item(j, "skip_special");
     if (!cJSON_IsArray(t) || (sk && !cJSON_IsBool(sk))) {
         srv_job_error(j, 400, cJSON_IsArray(t) ? "\"skip_special\" must be a boolean"
@@ -271,19 +275,11 @@ static int stop_ok(const cJSON *s)
 int srv_complete_check(srv *S, srv_job *j, int chat)
 {
     char msg[256];
-    for (const cJSON *f = j->req->child; f; f = f->next) {
-        if (known(f->string, chat)) continue;
-        snprintf(msg, sizeof msg, "\"%.100s\" is not supported by this server", f->string);
-        srv_job_error(j, 400, msg, "invalid_request_error", "unsupported_parameter", f->string);
-        return -1;
-    }
+    for (const cJSON *f = j->req->child; f; f = f->next)
+        if (!known(f->string, chat)) return srv_unsupported(j, NULL, f->string);
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         const cJSON *v = item(j, refused[i]);
-        if (v && !harmless(refused[i], v)) {
-            snprintf(msg, sizeof msg, "\"%s\" is not supported by this server", refused[i]);
-            srv_job_error(j, 400, msg, "invalid_request_error", "unsupported_parameter", refused[i]);
-            return -1;
-        }
+        if (v && !harmless(refused[i], v)) return srv_unsupported(j, NULL, refused[i]);
     }
     const cJSON *model = item(j, "model");
     if (model && (!cJSON_IsString(model) || strcmp(model->valuestring, S->model_id))) {
@@ -349,9 +345,11 @@ int srv_complete_check(srv *S, srv_job *j, int chat)
     v = item(j, "stream_options");
     if (v && !cJSON_IsNull(v)) {
         if (!j->stream) return bad(j, "\"stream_options\" applies only with \"stream\": true", "stream_options");
+        static const char *const opts[] = {"include_usage"};
         const cJSON *u = cJSON_GetObjectItemCaseSensitive(v, "include_usage");
         if (!cJSON_IsObject(v) || (u && !cJSON_IsBool(u)))
             return bad(j, "\"stream_options\" must be {\"include_usage\": bool}", "stream_options");
+        if (srv_keys_only(j, v, opts, 1, "stream_options") < 0) return -1;
     }
     return 0;
 }
@@ -608,6 +606,8 @@ streamed:
 
 void srv_trace_run(srv *S, srv_job *j)
 {
+    static const char *const keys[] = {"prompt", "session", "stream"};
+    if (srv_keys_only(j, j->req, keys, 3, NULL) < 0) return;
     const cJSON *p = item(j, "prompt");
     if (!cJSON_IsString(p) || !*p->valuestring) { bad(j, "\"prompt\" must be a non-empty string", "prompt"); return; }
     lql_err e = {0};

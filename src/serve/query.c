@@ -239,6 +239,8 @@ static int each_statement(srv *S, srv_job *j, int check,
 
 int srv_query_check(srv *S, srv_job *j)
 {
+    static const char *const keys[] = {"lql", "session", "format", "stream"};
+    if (srv_keys_only(j, j->req, keys, 4, NULL) < 0) return -1;
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(j->req, "lql");
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(j->req, "format");
     if (!cJSON_IsString(q)) {

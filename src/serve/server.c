@@ -140,6 +140,25 @@ void srv_job_error(srv_job *j, int status, const char *message, const char *type
     free(t);
 }
 
+int srv_unsupported(srv_job *j, const char *prefix, const char *name)
+{
+    char field[240], msg[300];
+    snprintf(field, sizeof field, "%s%s%.100s", prefix ? prefix : "", prefix ? "." : "", name);
+    snprintf(msg, sizeof msg, "\"%s\" is not supported by this server", field);
+    srv_job_error(j, 400, msg, "invalid_request_error", "unsupported_parameter", field);
+    return -1;
+}
+
+int srv_keys_only(srv_job *j, const cJSON *obj, const char *const *keys, size_t n, const char *prefix)
+{
+    for (const cJSON *f = obj->child; f; f = f->next) {
+        size_t i = 0;
+        while (i < n && strcmp(f->string, keys[i])) i++;
+        if (i == n) return srv_unsupported(j, prefix, f->string);
+    }
+    return 0;
+}
+
 void srv_job_json(srv_job *j, int status, cJSON *doc)
 {
     char *t = cJSON_PrintUnformatted(doc);

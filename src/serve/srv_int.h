@@ -159,6 +159,12 @@ char *srv_error_json(const char *message, const char *type, const char *code,
 /* Set a job's answer to an error envelope. */
 void srv_job_error(srv_job *j, int status, const char *message, const char *type,
                    const char *code, const char *param);
+/* Answer j 400 unsupported_parameter for the field named (under prefix.: a member of that
+ * object, when prefix is not NULL); returns -1. */
+int srv_unsupported(srv_job *j, const char *prefix, const char *name);
+/* 0 when every member of obj is one of keys[0..n); else srv_unsupported for the first other:
+ * a field ignored would answer something not asked for. */
+int srv_keys_only(srv_job *j, const cJSON *obj, const char *const *keys, size_t n, const char *prefix);
 /* Set a job's answer to JSON (consumed). */
 void srv_job_json(srv_job *j, int status, cJSON *doc);
 

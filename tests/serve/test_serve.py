@@ -366,6 +366,17 @@ try:
         s, b, _ = req("POST", "/v1/completions", {"prompt": P, field: val})
         check(s == 400 and b["error"]["param"] == field and b["error"]["code"] == "unsupported_parameter",
               "unknown field %s refused: %s %s" % (field, s, b))
+    # ... and so is any field another route does not take, or stream_options does not
+    for path, body, param in (("/v1/completions", {"prompt": P, "stream": True, "stream_options": {"foo": 1}},
+                               "stream_options.foo"),
+                              ("/v1/trace", {"prompt": "x", "for": "Paris"}, "for"),
+                              ("/v1/tokenize", {"text": "x", "add_specials": False}, "add_specials"),
+                              ("/v1/detokenize", {"tokens": [1], "skip": True}, "skip"),
+                              ("/v1/query", {"lql": "STATS;", "fromat": "tsv"}, "fromat")):
+        s, b, _ = req("POST", path, body)
+        check(s == 400 and b["error"]["code"] == "unsupported_parameter" and b["error"]["param"] == param
+              and b["error"]["message"] == '"%s" is not supported by this server' % param,
+              "%s: unknown field %s refused: %s %s" % (path, param, s, b))
     s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_completion_tokens": 3, "temperature": 0, "user": "u"})
     check(s == 200 and b["usage"]["completion_tokens"] == 3, "max_completion_tokens honoured %s" % b)
     s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_completion_tokens": 3, "max_tokens": 3})
