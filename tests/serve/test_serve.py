@@ -284,6 +284,15 @@ try:
         s, b, _ = req("POST", "/v1/completions", body)
         check(s == 400 and b["error"]["code"] == "invalid_value" and "U+0000" in
               b["error"]["message"], "NUL in a prompt %s %s" % (s, b))
+    # JSON text is UTF-8 (RFC 8259): a stray byte, a lone lead byte, an overlong form or an
+    # encoded surrogate is refused with where, not tokenized byte by byte; real UTF-8 runs
+    for raw_, at in ((b'{"prompt":"caf\xff"}', 14), (b'{"prompt":"caf\xe9"}', 14),
+                     (b'{"prompt":"\xc0\xaf"}', 11), (b'{"text":"\xed\xa0\x80"}', 9)):
+        s, b, _ = req("POST", "/v1/tokenize" if b"text" in raw_ else "/v1/completions", raw_)
+        check(s == 400 and b["error"]["code"] == "invalid_json" and "not valid UTF-8" in b["error"]["message"]
+              and "at byte %d" % at in b["error"]["message"], "invalid UTF-8 %r: %s %s" % (raw_, s, b))
+    s, b, _ = req("POST", "/v1/tokenize", '{"text": "caf\u00e9 \U0001f600"}'.encode())
+    check(s == 200, "UTF-8 text is taken %s %s" % (s, b))
     s, b, _ = req("POST", "/v1/completions", '{"prompt":"a\\\\u0000","max_tokens":1}')
     check(s == 200, "escaped backslash before u0000 %s %s" % (s, b))
     s, b, _ = req("POST", "/v1/query", '{"lql":"STATS;"}', headers={"Content-Type": "text/plain"})
