@@ -84,9 +84,11 @@ static int template_init(srv *S, lql_err *e)
 
 int srv_models_init(srv *S, lql_err *e)
 {
-    if (srv_sess_enter(S, S->base, e) < 0) return -1;
+    /* before entering the base, which makes the temporary root the working directory: a
+     * relative --chat-template names a file where lql was started */
+    if (template_init(S, e) < 0 || srv_sess_enter(S, S->base, e) < 0) return -1;
     eng_model *m = NULL;
-    if (lql_session_model(S->base->s, NULL, &m, e) < 0 || template_init(S, e) < 0) return -1;
+    if (lql_session_model(S->base->s, NULL, &m, e) < 0) return -1;
     const vx_container *c = S->base->s->vx;
     const char *name = cJSON_GetStringValue(
         cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "model"));

@@ -661,9 +661,10 @@ with open(os.path.join(WORK, "bos.jinja"), "w") as f:
     f.write("{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}")
 with open(os.path.join(WORK, "nobos.jinja"), "w") as f:
     f.write("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+# (a relative --chat-template names a file where lql started, not in the server's own temp root)
 for tmpl, add_special in (("bos.jinja", True), ("nobos.jinja", False)):
-    srv2 = subprocess.Popen([LQL, CONT, "--serve", "127.0.0.1:0", "--chat-template", os.path.join(WORK, tmpl)],
-                            stderr=subprocess.PIPE, env=env)
+    srv2 = subprocess.Popen([LQL, CONT, "--serve", "127.0.0.1:0", "--chat-template", tmpl],
+                            stderr=subprocess.PIPE, env=env, cwd=WORK)
     try:
         PORT = int(srv2.stderr.readline().decode().strip().rsplit(":", 1)[1])
         s, b, _ = req("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": P}],
