@@ -187,6 +187,8 @@ int srv_wait(srv *S, srv_job *j, int fd, double deadline)
         if (j->state != SRV_DONE) nap_locked(S);
     }
     int why = j->cancel;
+    /* the watch looks once a nap: a job that ended after its deadline within one is as late */
+    if (!why && srv_now_ms() > deadline) why = SRV_DEADLINE;
     pthread_mutex_unlock(&S->mu);
     return why;
 }

@@ -116,7 +116,8 @@ int srv_submit(srv *S, srv_job *j);
 /* Wait until j is done. fd is the client's socket (watched for a hang-up), deadline an
  * absolute CLOCK_MONOTONIC time in ms. A gone client or a passed deadline cancels j (the
  * engine's flag stops the running statement) and still waits for the compute thread to let
- * go of it. Returns j->cancel. */
+ * go of it. Returns j->cancel, or SRV_DEADLINE for a job that ended after its deadline
+ * (between two looks of the watch). */
 int srv_wait(srv *S, srv_job *j, int fd, double deadline);
 /* The streamed variant: waits for events not yet sent (or the end); copies up to max bytes
  * to dst, returns their count, 0 at the end, -1 when the client is gone or the deadline

@@ -543,6 +543,10 @@ try:
     s, b, _ = req("POST", "/v1/query", {"lql": slow}, headers={"X-Deadline-Ms": "1000"})
     dt = time.time() - t0
     check(s == 504 and dt < 1.5, "1 s deadline: %s after %.2f s" % (s, dt))
+    # a deadline shorter than the watch's 20 ms nap: the answer is checked against it too
+    s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 4, "temperature": 0},
+                  headers={"X-Deadline-Ms": "1"})
+    check(s == 504 and b["error"]["code"] == "deadline_exceeded", "1 ms deadline: %s %s" % (s, b))
     hang_up("/v1/query", {"lql": slow, "stream": True})
     t0 = time.time()
     s, b, _ = req("POST", "/v1/tokenize", {"text": "x"})
