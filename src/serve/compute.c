@@ -179,18 +179,25 @@ static void watch_locked(srv *S, srv_job *j, int fd, double deadline)
     }
 }
 
-int srv_wait(srv *S, srv_job *j, int fd, double deadline)
+int srv_wait(srv *S, srv_job *j, int fd, double deadline, int *streaming)
 {
     pthread_mutex_lock(&S->mu);
-    while (j->state != SRV_DONE) {
+    for (;;) {
         watch_locked(S, j, fd, deadline);
-        if (j->state != SRV_DONE) nap_locked(S);
+        if (j->state == SRV_DONE || (streaming && j->out.n && !j->cancel)) break;
+        nap_locked(S);
     }
     int why = j->cancel;
     /* the watch looks once a nap: a job that ended after its deadline within one is as late */
-    if (!why && srv_now_ms() > deadline) why = SRV_DEADLINE;
+    if (!why && j->state == SRV_DONE && srv_now_ms() > deadline) why = SRV_DEADLINE;
+    if (streaming) *streaming = !why && j->out.n;
     pthread_mutex_unlock(&S->mu);
     return why;
+}
+
+int srv_stream_started(const srv_job *j)
+{
+    return j->out.n > 0;        /* no lock: this thread is the only writer of out */
 }
 
 long srv_wait_stream(srv *S, srv_job *j, int fd, double deadline, char *dst, size_t max)

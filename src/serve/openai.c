@@ -597,8 +597,9 @@ void srv_complete_run(srv *S, srv_job *j)
     free(g.text);
     return;
 streamed:
-    /* an error in a stream travels as its last event */
-    if (j->stream) {
+    /* an error after the stream's first event travels as its last event; one before it
+     * (template, tokenizer, context, a prompt stopped) is answered as the job's status */
+    if (j->stream && srv_stream_started(j)) {
         srv_emit(S, j, j->body.p ? j->body.p : "{\"error\":{\"message\":\"failed\"}}");
         srv_emit(S, j, "[DONE]");
     }

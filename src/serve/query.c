@@ -386,7 +386,9 @@ static int run_one(srv *S, srv_job *j, const char *text, const chunk *c, int k, 
             cJSON_AddItemReferenceToObject(ev, "notes", notelist);
         }
         char *t = cJSON_PrintUnformatted(ev);
-        if (t && (rc == 0 || cJSON_GetArraySize(frames) || (out && *out))) srv_emit(S, j, t);
+        /* a failure before any event is answered with a status, its output in the body */
+        if (t && (rc == 0 || (srv_stream_started(j) && (cJSON_GetArraySize(frames) || (out && *out)))))
+            srv_emit(S, j, t);
         free(t);
         cJSON_Delete(ev);
     }
@@ -411,7 +413,7 @@ static int run_one(srv *S, srv_job *j, const char *text, const chunk *c, int k, 
         snprintf(e.msg, sizeof e.msg, "the session was deleted: statement %d was stopped", k);
     }
     fail(j, status, code, k, NULL, &e);
-    if (j->stream) {
+    if (j->stream && srv_stream_started(j)) {
         srv_emit(S, j, j->body.p);
     } else {
         /* what ran before the failure rides along beside the error */
@@ -442,10 +444,7 @@ static const char *mode_ctype(lql_outmode mode)
 
 void srv_query_run(srv *S, srv_job *j)
 {
-    if (srv_job_enter(S, j, "bind_failed") < 0) {
-        if (j->stream) { srv_emit(S, j, j->body.p); srv_emit(S, j, "[DONE]"); }
-        return;
-    }
+    if (srv_job_enter(S, j, "bind_failed") < 0) return;     /* answered before any event */
     run_ctx ctx = {{LQL_OUT_JSON, 1, 0, 0}, 1, cJSON_CreateArray(), {0}};
     const char *f = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j->req, "format"));
     lql_outmode m;
@@ -467,7 +466,7 @@ void srv_query_run(srv *S, srv_job *j)
             free(t);
         }
     }
-    if (j->stream) srv_emit(S, j, "[DONE]");
+    if (j->stream && srv_stream_started(j)) srv_emit(S, j, "[DONE]");
     cJSON_Delete(ctx.results);
     srv_buf_free(&ctx.text);
 }

@@ -271,7 +271,6 @@ typedef struct stream_ctx {
     srv_job *j;
     int fd;
     double deadline;
-    int tail_sent;
 } stream_ctx;
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -279,20 +278,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     (void)pos;
     stream_ctx *x = cls;
     long n = srv_wait_stream(x->S, x->j, x->fd, x->deadline, buf, max);
-    if (n > 0) return n;
-    if (n < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
-    /* a job stopped while still queued wrote nothing: say why before the end */
-    if (!x->tail_sent && x->j->out.n == 0 && x->j->cancel) {
-        x->tail_sent = 1;
-        char *e = srv_error_json(x->j->cancel == SRV_DEADLINE ? "the request's deadline passed"
-                                 : "the session was deleted", "timeout_error",
-                                 x->j->cancel == SRV_DEADLINE ? "deadline_exceeded" : "session_deleted",
-                                 NULL, NULL);
-        int k = snprintf(buf, max, "data: %s\n\ndata: [DONE]\n\n", e ? e : "{}");
-        free(e);
-        return k > 0 && (size_t)k < max ? k : MHD_CONTENT_READER_END_OF_STREAM;
-    }
-    return MHD_CONTENT_READER_END_OF_STREAM;
+    return n > 0 ? n : n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
 }
 
 static void stream_free(void *cls)
@@ -325,7 +311,9 @@ static double deadline_of(srv *S, struct MHD_Connection *c)
     return srv_now_ms() + ms;
 }
 
-/* Queue j and answer when it is done (or stream its events). Consumes j. */
+/* Queue j and answer when it is done, or stream its events from the first one: until then
+ * a streamed job's failure (a prompt past the context, a deadline) is answered with its
+ * status, as the job not streamed would be. Consumes j. */
 static enum MHD_Result run_job(srv *S, struct MHD_Connection *c, srv_job *j)
 {
     double deadline = deadline_of(S, c);
@@ -339,7 +327,9 @@ static enum MHD_Result run_job(srv *S, struct MHD_Connection *c, srv_job *j)
         srv_job_unref(S, j);
         return answer_error(c, 503, "the server is busy: the request queue is full", "queue_full", NULL);
     }
-    if (j->stream) {
+    int streaming = 0;
+    int why = srv_wait(S, j, fd, deadline, j->stream ? &streaming : NULL);
+    if (streaming) {
         stream_ctx *x = calloc(1, sizeof *x);
         struct MHD_Response *r = x ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
                                                                        stream_read, x, stream_free)
@@ -350,19 +340,21 @@ static enum MHD_Result run_job(srv *S, struct MHD_Connection *c, srv_job *j)
             srv_job_unref(S, j);
             return MHD_NO;
         }
-        *x = (stream_ctx){S, j, fd, deadline, 0};
+        *x = (stream_ctx){S, j, fd, deadline};
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         enum MHD_Result rc = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
         return rc;
     }
-    int why = srv_wait(S, j, fd, deadline);
     enum MHD_Result rc;
+    /* a job stopped before it ran, or whose answer was not its own failure (500 is also
+     * the status of a job that wrote none) */
+    int stopped = j->status == 500 || j->status < 300;
     if (why == SRV_CLIENT_GONE) rc = MHD_NO;
-    else if (why == SRV_DEADLINE && j->status != 504 && (j->status == 500 || j->status < 300))
+    else if (why == SRV_DEADLINE && stopped)
         rc = answer_error(c, 504, "the request's deadline passed", "deadline_exceeded", NULL);
-    else if (why == SRV_SESSION_GONE && j->status < 300)
+    else if (why == SRV_SESSION_GONE && stopped)
         rc = answer_error(c, 409, "the session was deleted", "session_deleted", NULL);
     else
         rc = answer(c, j->status, j->ctype ? j->ctype : "application/json", j->body.p ? j->body.p : "",

@@ -113,18 +113,23 @@ srv_job *srv_job_new(void (*run)(srv *S, srv_job *j), srv_sess *sess, cJSON *req
 void srv_job_unref(srv *S, srv_job *j);
 /* Queue j; -1 when the queue is full (answer 503). */
 int srv_submit(srv *S, srv_job *j);
-/* Wait until j is done. fd is the client's socket (watched for a hang-up), deadline an
- * absolute CLOCK_MONOTONIC time in ms. A gone client or a passed deadline cancels j (the
- * engine's flag stops the running statement) and still waits for the compute thread to let
- * go of it. Returns j->cancel, or SRV_DEADLINE for a job that ended after its deadline
- * (between two looks of the watch). */
-int srv_wait(srv *S, srv_job *j, int fd, double deadline);
+/* Wait until j is done, or (streaming not NULL) until it has its first event. fd is the
+ * client's socket (watched for a hang-up), deadline an absolute CLOCK_MONOTONIC time in ms.
+ * A gone client or a passed deadline cancels j (the engine's flag stops the running
+ * statement) and still waits for the compute thread to let go of it. Returns j->cancel, or
+ * SRV_DEADLINE for a job that ended after its deadline (between two looks of the watch).
+ * *streaming: 1 when the answer is the stream of j's events (then nothing stopped j before
+ * its first one), 0 when it is j's status and body, as for a job that does not stream. */
+int srv_wait(srv *S, srv_job *j, int fd, double deadline, int *streaming);
 /* The streamed variant: waits for events not yet sent (or the end); copies up to max bytes
  * to dst, returns their count, 0 at the end, -1 when the client is gone or the deadline
  * passed (the job is cancelled). */
 long srv_wait_stream(srv *S, srv_job *j, int fd, double deadline, char *dst, size_t max);
 /* From run(): append an SSE event ("data: " + text + "\n\n") for the waiter. */
 void srv_emit(srv *S, srv_job *j, const char *text);
+/* From run(): whether j has emitted an event. Before one, a failure is answered as a job
+ * that does not stream is (status and body, no event): the status line is not yet sent. */
+int srv_stream_started(const srv_job *j);
 /* Cancel j for the reason given (see srv_wait). */
 void srv_cancel(srv *S, srv_job *j, int why);
 double srv_now_ms(void);

@@ -408,6 +408,21 @@ try:
           "detokenize 1e300 %s %s" % (s, b))
     s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 300})
     check(s == 400 and b["error"]["code"] == "context_length_exceeded", "context %s" % b)
+    # streamed, an error found before the first event is the same 400, not a 200 stream
+    s2, b2, r = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 300, "stream": True})
+    check(s2 == 400 and b2 == b and r.getheader("Content-Type") == "application/json",
+          "streamed context error %s %s" % (s2, b2))
+    for fmt in ({}, {"format": "tsv"}):
+        q_ = dict(fmt, lql='DESCRIBE "France" AT LAYER 9;')
+        s2, b2, _ = req("POST", "/v1/query", dict(q_, stream=True))
+        s, b, _ = req("POST", "/v1/query", q_)
+        check(s2 == 400 and b2 == b and b["error"]["statement"] == 1,
+              "streamed query failing before its first event %s %s" % (s2, b2))
+    # after one, the failure is the stream's last event
+    s, d, _ = req("POST", "/v1/query", {"lql": 'STATS; DESCRIBE "France" AT LAYER 9;', "stream": True}, raw=True)
+    ev = sse_events(d)
+    check(s == 200 and len(ev) == 4 and json.loads(ev[2])["error"]["statement"] == 2 and ev[3] == "[DONE]",
+          "streamed query failing after its first event %s %r" % (s, ev))
     # the shell's rule: the prompt and all but the last generated token take a position
     _, b, _ = req("POST", "/v1/tokenize", {"text": P})
     n_p = len(b.get("tokens", []))
@@ -524,12 +539,24 @@ try:
     th = threading.Thread(target=lambda: got.append(req("POST", "/v1/query", {"lql": slow, "session": B})))
     th.start()
     time.sleep(0.5)
+    # and drops its queued requests, streamed or not, with the same answer
+    queued = {}
+    qth = [threading.Thread(target=lambda k=k, p_=p_, b_=b_: queued.__setitem__(k, req("POST", p_, dict(b_, session=B))))
+           for k, (p_, b_) in enumerate((("/v1/query", {"lql": "STATS;"}),
+                                         ("/v1/completions", {"prompt": P, "stream": True})))]
+    for t in qth:
+        t.start()
+    time.sleep(0.3)
     t0 = time.time()
     s, b, _ = req("DELETE", "/v1/sessions/%s" % B)
     th.join(30)
     dt = time.time() - t0
+    for t in qth:
+        t.join(30)
     check(s == 200 and got and got[0][0] == 409 and got[0][1]["error"]["code"] == "session_deleted" and dt < 1.0,
           "session deletion stops its statement (%.2f s): %s" % (dt, got and got[0][:2]))
+    check(len(queued) == 2 and all(r[0] == 409 and r[1]["error"]["code"] == "session_deleted" for r in queued.values()),
+          "session deletion drops its queued requests %s" % [r[:2] for r in queued.values()])
     sess = []
     for i in range(9):
         s, b, _ = req("POST", "/v1/sessions", {})
@@ -547,6 +574,9 @@ try:
     s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 4, "temperature": 0},
                   headers={"X-Deadline-Ms": "1"})
     check(s == 504 and b["error"]["code"] == "deadline_exceeded", "1 ms deadline: %s %s" % (s, b))
+    s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 4, "temperature": 0, "stream": True},
+                  headers={"X-Deadline-Ms": "1"})
+    check(s == 504 and b["error"]["code"] == "deadline_exceeded", "1 ms deadline, streamed: %s %s" % (s, b))
     hang_up("/v1/query", {"lql": slow, "stream": True})
     t0 = time.time()
     s, b, _ = req("POST", "/v1/tokenize", {"text": "x"})
