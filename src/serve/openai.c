@@ -611,8 +611,9 @@ void srv_trace_run(srv *S, srv_job *j)
 {
     static const char *const keys[] = {"prompt", "session", "stream"};
     if (srv_keys_only(j, j->req, keys, 3, NULL) < 0) return;
+    /* "" is the shell's TRACE "": BOS alone where the model has one, else its refusal */
     const cJSON *p = item(j, "prompt");
-    if (!cJSON_IsString(p) || !*p->valuestring) { bad(j, "\"prompt\" must be a non-empty string", "prompt"); return; }
+    if (!cJSON_IsString(p)) { bad(j, "\"prompt\" must be a string", "prompt"); return; }
     lql_err e = {0};
     if (srv_job_enter(S, j, "model_unavailable") < 0) return;
     /* TRACE SAVE into a private name in the working directory (the sandbox or the root) */

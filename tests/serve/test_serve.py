@@ -516,6 +516,13 @@ try:
     err_ = max(abs(row(n - 1, 2, 0)[i] - row(n - 1, 1, 0)[i] - row(n - 1, 2, 1)[i] - row(n - 1, 2, 2)[i])
                for i in range(hidden))
     check(err_ < 1e-3, "trace rows: residual = previous + attention + FFN (%g)" % err_)
+    # an empty prompt traces what the shell's TRACE "" does: BOS alone on this model
+    s, d, _ = req("POST", "/v1/trace", {"prompt": "", "session": A}, raw=True)
+    s2, _, _ = query('TRACE "" SAVE "e.bin";', session=A)
+    _, d2, _ = req("GET", "/v1/sessions/%s/files/e.bin" % A, raw=True)
+    _, t, _ = req("POST", "/v1/tokenize", {"text": ""})
+    check(s == 200 and s2 == 200 and d == d2 and struct.unpack("<I", d[12:16])[0] == 1 and t["tokens"] == [
+          struct.unpack("<i", d[32:36])[0]], "/v1/trace of \"\" equals TRACE \"\" (BOS alone) %s %r" % (s, d[:40]))
     # the listing reads the sandbox from its start every time (a shared read position
     # listed nothing the second time, and left DELETE nothing to remove)
     lists = [req("GET", "/v1/sessions/%s" % A)[1].get("files") for _ in range(2)]
