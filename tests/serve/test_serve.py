@@ -578,11 +578,18 @@ try:
     dt = time.time() - t0
     check(s == 504 and dt < 1.5, "1 s deadline: %s after %.2f s" % (s, dt))
     # a deadline shorter than the watch's 20 ms nap: the answer is checked against it too
-    s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 4, "temperature": 0},
+    # (a ~200-token prompt: its prefill alone outlasts 1 ms, the whole well within 20 ms)
+    s, b, _ = req("POST", "/v1/completions", {"prompt": " x" * 100, "max_tokens": 4, "temperature": 0},
                   headers={"X-Deadline-Ms": "1"})
     check(s == 504 and b["error"]["code"] == "deadline_exceeded", "1 ms deadline: %s %s" % (s, b))
+    # streamed and queued behind a running request, so that no event can come before the deadline:
+    # the same 504, not a 200 stream holding only an error
+    th = threading.Thread(target=lambda: req("POST", "/v1/query", {"lql": slow}, headers={"X-Deadline-Ms": "500"}))
+    th.start()
+    time.sleep(0.1)
     s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 4, "temperature": 0, "stream": True},
                   headers={"X-Deadline-Ms": "1"})
+    th.join(30)
     check(s == 504 and b["error"]["code"] == "deadline_exceeded", "1 ms deadline, streamed: %s %s" % (s, b))
     hang_up("/v1/query", {"lql": slow, "stream": True})
     t0 = time.time()
