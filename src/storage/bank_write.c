@@ -391,64 +391,6 @@ static int write_banks(importer *im)
     return 0;
 }
 
-/* source_payload_sha256 of the kept operands (the tensor table now holds fewer): from
- * the recorded source checkpoint when it opens; else, when every kept operand is bound
- * whole to one source tensor and stored source-exact, from the stored bytes (they are the
- * source bytes); else the record is dropped (verify reports it unrecorded). */
-static void source_hash(importer *im, const vx_tensor *const *kept, size_t n, cJSON *rep)
-{
-    const cJSON *obj = NULL, *o;
-    cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(vx_graph_json(im->c), "objects")) {
-        const char *id = vx_json_str(o, "id");
-        if (id && strcmp(id, im->object) == 0)
-            obj = o;
-    }
-    const cJSON *bind = cJSON_GetObjectItemCaseSensitive(obj, "source_bindings");
-    const char **names = calloc(n ? n : 1, sizeof *names);   /* per kept operand, or NULL */
-    const char *fid = vx_json_str(rep, "fidelity");
-    int whole = names && fid && strcmp(fid, "source-exact") == 0;
-    size_t nn = 0;
-    for (size_t i = 0; names && i < n; i++) {
-        const cJSON *b = cJSON_GetObjectItemCaseSensitive(bind, kept[i]->name);
-        names[i] = cJSON_IsString(b) ? b->valuestring : vx_json_str(b, "tensor");
-        whole = whole && cJSON_IsString(b);
-        nn += names[i] != NULL;
-    }
-    char hex[65];
-    int ok = 0;
-    st_model *sm = NULL;
-    const char *srcdir = vx_json_str(cJSON_GetObjectItemCaseSensitive(im->index, "encoder"), "source");
-    vx_err e2 = {0};
-    if (names && srcdir && st_open_dir(srcdir, &sm, &e2) == 0) {
-        const char **packed = calloc(nn ? nn : 1, sizeof *packed);
-        size_t k = 0;
-        for (size_t i = 0; packed && i < n; i++) {
-            if (names[i])
-                packed[k++] = names[i];
-        }
-        ok = packed && st_hash_sources(sm, packed, k, hex, &e2) == 0;
-        free(packed);
-        st_close(sm);
-    }
-    vx_sha256_ctx h;
-    if (!ok && whole && vx_sha256_init(&h, &e2) == 0) {
-        for (size_t i = 0; i < n; i++) {
-            int seen = 0;
-            for (size_t j = 0; j < i && !seen; j++)
-                seen = strcmp(names[i], names[j]) == 0;
-            if (!seen)
-                vx_sha256_update(&h, kept[i]->data, (size_t)kept[i]->nbytes);
-        }
-        vx_sha256_final(&h, hex);
-        ok = 1;
-    }
-    if (ok)
-        cJSON_ReplaceItemInObjectCaseSensitive(rep, "source_payload_sha256", cJSON_CreateString(hex));
-    else
-        cJSON_DeleteItemFromObjectCaseSensitive(rep, "source_payload_sha256");
-    free(names);
-}
-
 /* The decoder object's remaining operands, in their table order, into fresh
  * tensor-table segments (sharded like the encoder), and the representation record. */
 static int write_graph_segments(importer *im)
@@ -508,7 +450,11 @@ static int write_graph_segments(importer *im)
         char hex[65];
         vx_sha256_final(&pay, hex);
         cJSON_ReplaceItemInObjectCaseSensitive(rep, "payload_sha256", cJSON_CreateString(hex));
-        source_hash(im, src, n, rep);
+        /* the tensor table now holds fewer operands than the record covered */
+        if (vx_source_hash(im->c, im->object, vx_json_str(rep, "fidelity"), src, n, hex) == 0)
+            cJSON_ReplaceItemInObjectCaseSensitive(rep, "source_payload_sha256", cJSON_CreateString(hex));
+        else
+            cJSON_DeleteItemFromObjectCaseSensitive(rep, "source_payload_sha256");
     } else {
         vx_sha256_free(&pay);
     }

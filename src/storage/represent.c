@@ -346,7 +346,13 @@ static int record(job *j, const vx_container *c, cJSON *segs_rec, cJSON *rep_seg
     cJSON_AddStringToObject(r, "dtype", vx_dtype_name(j->dt));
     cJSON_AddStringToObject(r, "fidelity", fid);
     cJSON_AddItemToObject(r, "segments", cJSON_Duplicate(rep_segs, 1));
+    /* The source hash covers the operands in table order. The baseline's covers the same
+     * table, except on a bank container: there it holds only the operands left outside the
+     * LYRW files, while this representation holds every one. */
+    char shex[65];
     const char *ssha = vx_json_str(src, "source_payload_sha256");
+    if (cJSON_GetObjectItemCaseSensitive(src, "bank_storage"))
+        ssha = vx_source_hash(c, j->object, base_fid, j->t, j->n, shex) == 0 ? shex : NULL;
     if (ssha)
         cJSON_AddStringToObject(r, "source_payload_sha256", ssha);
     cJSON_AddStringToObject(r, "payload_sha256", sha);

@@ -119,12 +119,57 @@ static int check_segments(const vx_container *c, cJSON *report, vx_err *err, int
     return 0;
 }
 
-/* The source tensor a binding names: a string, or {"tensor": name, ...} when sliced. */
-static const char *binding_tensor(const cJSON *b)
+/* The source tensors operand `name` reads per `bindings` (an object's source_bindings), in
+ * the encoder's hashing order: the tensor (a string binding, or {"tensor": name, ...} when
+ * sliced), then (packed MXFP4) its scales; NULL where there is none. */
+static void binding_sources(const cJSON *bindings, const char *name, const char *out[2])
 {
-    if (cJSON_IsString(b))
-        return b->valuestring;
-    return vx_json_str(b, "tensor");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(bindings, name);
+    out[0] = cJSON_IsString(b) ? b->valuestring : vx_json_str(b, "tensor");
+    out[1] = out[0] ? vx_json_str(b, "scales") : NULL;
+}
+
+int vx_source_hash(const vx_container *c, const char *object, const char *fidelity,
+                   const vx_tensor *const *t, size_t n, char hex[65])
+{
+    const cJSON *bindings = cJSON_GetObjectItemCaseSensitive(
+        vx_graph_object(vx_graph_json(c), object), "source_bindings");
+    const char **names = calloc(2 * n + 1, sizeof *names);
+    if (!names)
+        return -1;
+    /* whole: every operand is one source tensor's bytes, stored unchanged (then names[i]
+     * is operand i's) */
+    int whole = fidelity && strcmp(fidelity, "source-exact") == 0, ok = 0;
+    size_t nn = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *s[2];
+        binding_sources(bindings, t[i]->name, s);
+        whole = whole && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(bindings, t[i]->name));
+        for (int k = 0; k < 2; k++)
+            if (s[k])
+                names[nn++] = s[k];
+    }
+    const char *dir = vx_json_str(cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "encoder"), "source");
+    st_model *m = NULL;
+    vx_err e = {0};
+    if (dir && st_open_dir(dir, &m, &e) == 0) {
+        ok = st_hash_sources(m, names, nn, hex, &e) == 0;
+        st_close(m);
+    }
+    vx_sha256_ctx h;
+    if (!ok && whole && vx_sha256_init(&h, &e) == 0) {
+        for (size_t i = 0; i < n; i++) {
+            int seen = 0;
+            for (size_t j = 0; j < i && !seen; j++)
+                seen = strcmp(names[i], names[j]) == 0;
+            if (!seen)
+                vx_sha256_update(&h, t[i]->data, (size_t)t[i]->nbytes);
+        }
+        vx_sha256_final(&h, hex);
+        ok = 1;
+    }
+    free(names);
+    return ok ? 0 : -1;
 }
 
 static int check_representation(const vx_container *c, const cJSON *obj, const char *rid,
@@ -158,10 +203,8 @@ static int check_representation(const vx_container *c, const cJSON *obj, const c
         for (size_t i = 0; i < v.hdr->n && rc == 0; i++) {
             const vx_seg_tensor *t = &v.hdr->t[i];
             rc = vx_sha256_mapped(&ctx, payload + t->offset, t->length, 1, "verify", err);
-            const cJSON *b = cJSON_GetObjectItemCaseSensitive(bindings, t->name);
-            /* the source tensors a binding reads, in the encoder's hashing order: the tensor,
-             * then (packed MXFP4) its scales */
-            const char *srcs[2] = {binding_tensor(b), vx_json_str(b, "scales")};
+            const char *srcs[2];
+            binding_sources(bindings, t->name, srcs);
             for (int k = 0; k < 2 && rc == 0 && srcs[0]; k++) {
                 if (!srcs[k])
                     continue;

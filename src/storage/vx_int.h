@@ -109,6 +109,15 @@ size_t vx_segment_count(const vx_container *c);
 /* Fills *out for segment i (graph object order, then representation order); -1 past the end. */
 int vx_segment_at(const vx_container *c, size_t i, vx_segment_view *out);
 
+/* ---- source hashes (verify.c), for the writers that record one ---- */
+/* source_payload_sha256 (CONTAINER.md) of operands t[0..n) of `object`, in table order:
+ * from the checkpoint index.json's encoder.source names, when it opens; else, when
+ * `fidelity` is source-exact and every operand is bound whole to one source tensor, from
+ * the stored bytes (they are the source bytes). 0 with hex filled; -1 when neither is
+ * possible (the caller leaves the record out: verify reports it unrecorded). */
+int vx_source_hash(const vx_container *c, const char *object, const char *fidelity,
+                   const vx_tensor *const *t, size_t n, char hex[65]);
+
 /* ---- profiles (profile.c), used by the reader ---- */
 /* Find profile `name` in index.json `profiles` and check every selection against the
  * graph (object defined, representation listed for it); *out the profile object. */
