@@ -151,6 +151,15 @@ static int parse_descriptors(vx_lyrw *l, const unsigned char *p, vx_err *err)
         k->input_dim = rd32(b + 12);
         k->intermediate_dim = rd32(b + 16);
         k->output_dim = rd32(b + 20);
+        /* Undefined bits are where a later writer's meaning would land; read as clear,
+         * they would misdescribe the bank. */
+        if (k->flags & ~VX_LYRW_BROWSE_MASK)
+            return vx_errf(err, VX_EFORMAT, "%s: bank %u flags 0x%04x set undefined bits "
+                           "0x%04x; LYRW v2.0 defines bits 0-1 (browse mode) only", nm, k->id,
+                           k->flags, k->flags & ~VX_LYRW_BROWSE_MASK);
+        if ((k->flags & VX_LYRW_BROWSE_MASK) == VX_LYRW_BROWSE_MASK)
+            return vx_errf(err, VX_EFORMAT, "%s: bank %u has browse mode 3; the modes are 0 "
+                           "(none), 1 (direct) and 2 (strided)", nm, k->id);
         if (k->kind > VX_BANK_SHARED)
             return vx_errf(err, VX_EFORMAT, "%s: bank %u has kind %u; the kinds are 0 (dense), "
                            "1 (routed) and 2 (shared)", nm, k->id, k->kind);
@@ -400,6 +409,20 @@ int vx_lyrw_parse(const char *name, const void *data, size_t size, vx_lyrw **out
     l->num_banks = rd16(p + 12);
     l->num_segments = rd16(p + 14);
     l->flags = rd32(p + 16);
+    uint32_t reserved = rd32(p + 20);
+    /* v2.0 reserves per-entry overrides behind a header flag bit (seed §6.4): a file setting
+     * one would be misread as homogeneous, so every undefined bit is refused. */
+    if (l->flags & ~VX_LYRW_MULTI_SEGMENT) {
+        vx_errf(err, VX_EVERSION, "%s: header flags 0x%08x set undefined bits 0x%08x; this "
+                "reader knows LYRW v2.0, which defines bit 0 (multi-segment layer) only", name,
+                l->flags, l->flags & ~VX_LYRW_MULTI_SEGMENT);
+        return fail(l, out);
+    }
+    if (reserved) {
+        vx_errf(err, VX_EFORMAT, "%s: the header's reserved word is 0x%08x; LYRW v2.0 writes 0",
+                name, reserved);
+        return fail(l, out);
+    }
     if (l->num_banks == 0) {
         vx_errf(err, VX_EFORMAT, "%s: num_banks is 0; a LYRW file describes at least one bank",
                 name);
@@ -627,8 +650,16 @@ void vx_lyrw_writer_abort(vx_lyrw_writer *w)
 static int writer_layout(vx_lyrw_writer *w, uint32_t flags, const vx_lyrw_bank_spec *b,
                          vx_err *err)
 {
+    if (flags & ~VX_LYRW_MULTI_SEGMENT)
+        return vx_errf(err, VX_EARG, "%s: header flags 0x%08x set bits LYRW v2.0 does not "
+                       "define", w->path, flags);
     for (unsigned i = 0; i < w->nbanks; i++) {
         const vx_lyrw_bank_spec *s = &b[i];
+        if (s->kind > VX_BANK_SHARED || s->flags & ~VX_LYRW_BROWSE_MASK ||
+            (s->flags & VX_LYRW_BROWSE_MASK) == VX_LYRW_BROWSE_MASK)
+            return vx_errf(err, VX_EARG, "%s: bank %u: kind %u with flags 0x%04x is not a LYRW "
+                           "v2.0 bank (kinds 0-2, browse modes 0-2, no other flag bits)",
+                           w->path, s->id, s->kind, s->flags);
         for (unsigned j = 0; j < i; j++)
             if (b[j].id == s->id)
                 return vx_errf(err, VX_EARG, "%s: bank id %u given twice", w->path, s->id);

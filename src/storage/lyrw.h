@@ -29,7 +29,9 @@
 
 #define VX_LYRW_MAGIC 0x4C595257u
 #define VX_LYRW_VERSION 2u
-#define VX_LYRW_MULTI_SEGMENT 1u       /* header flags bit 0 */
+#define VX_LYRW_MULTI_SEGMENT 1u       /* header flags bit 0, the only one v2.0 defines */
+#define VX_LYRW_BROWSE_MASK 3u         /* bank flags bits 0-1 (0 none, 1 direct, 2 strided), the
+                                          only ones v2.0 defines */
 #define VX_LYRW_UNPAIRED 0xFFFFu
 
 /* Registered region roles (§6.5); other values are preserved and reported. */

@@ -324,6 +324,24 @@ static void hostile(void)
            "schema 2: 4294967295 x 4294967295 f16 overflows 64 bits");
     expect(g, n, 0, NULL, 0, 400, "f.lyrw: the entry table of segment descriptor 0 ends at "
            "byte 408, past the end of the file (400 bytes)");
+    /* Undefined header and bank flag bits and the reserved word: a later writer's meaning
+     * (per-entry overrides sit behind a header bit, seed §6.4) must not be read as clear. */
+    expect(g, n, 16, "\xfe\xff\xff\xff", 4, 0, "f.lyrw: header flags 0xfffffffe set undefined "
+           "bits 0xfffffffe; this reader knows LYRW v2.0, which defines bit 0 (multi-segment "
+           "layer) only");
+    expect(g, n, 16, "\x03\0\0\0", 4, 0, "f.lyrw: header flags 0x00000003 set undefined bits "
+           "0x00000002; this reader knows LYRW v2.0, which defines bit 0 (multi-segment layer) "
+           "only");
+    expect(g, n, 20, "\x07\0\0\0", 4, 0, "f.lyrw: the header's reserved word is 0x00000007; "
+           "LYRW v2.0 writes 0");
+    expect(g, n, 24 + 6, "\x03\0", 2, 0, "f.lyrw: bank 7 has browse mode 3; the modes are 0 "
+           "(none), 1 (direct) and 2 (strided)");
+    expect(g, n, 24 + 6, "\x05\x80", 2, 0, "f.lyrw: bank 7 flags 0x8005 set undefined bits "
+           "0x8004; LYRW v2.0 defines bits 0-1 (browse mode) only");
+    /* Banks are homogeneous: an entry cannot leave out a region its bank's schema sizes. */
+    put64(v, 0);
+    expect(g, n, ENTRY(1, 0) + 8, v, 8, 0, "f.lyrw: bank 7 entry 1 schema 0: region is 0 bytes; "
+           "4 x 256 q4_k is 576");
 
     /* Every truncation and every single-byte flip of the tables fails cleanly or parses to
      * something whose regions stay inside the buffer (the sanitizer build checks reads). */
@@ -398,6 +416,15 @@ static void writer_errors(void)
     CHECK(vx_lyrw_writer_open(path, 0, 0, &b[1], 1, &w, &err) == -1);
     snprintf(want, sizeof want, "%s: bank 9 schema 2: no region length given and unregistered "
              "1 x 100 cannot be sized", path);
+    CHECK_STR(err.msg, want);
+    specs(b, 0, 4);
+    CHECK(vx_lyrw_writer_open(path, 0, 2, b, 2, &w, &err) == -1);
+    snprintf(want, sizeof want, "%s: header flags 0x00000002 set bits LYRW v2.0 does not define", path);
+    CHECK_STR(err.msg, want);
+    b[0].flags = 3;
+    CHECK(vx_lyrw_writer_open(path, 0, 0, b, 2, &w, &err) == -1);
+    snprintf(want, sizeof want, "%s: bank 7: kind 1 with flags 0x0003 is not a LYRW v2.0 bank "
+             "(kinds 0-2, browse modes 0-2, no other flag bits)", path);
     CHECK_STR(err.msg, want);
     specs(b, 0, 4);
     b[1].id = 7;
