@@ -167,15 +167,26 @@ static int capable(const vx_mlayer *L, int slot, const vx_lyrw *f, const vx_lyrw
                            op, L->layer, sn, mb->bank_id, mb->programme, vx_lyrw_role_name(p->roles[r]), rel);
         }
         const vx_lyrw_schema *c = &k->schemas[schema_of[r]];
-        if (p->roles[r] == VX_ROLE_BIAS &&
+        const uint16_t role = p->roles[r];
+        if (role == VX_ROLE_BIAS &&
             (c->rows != 1 || c->cols != 2 * mb->intermediate + mb->output))
             return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u %s: the bias region of '%s' is %u x %u; "
                            "programme '%s' keeps one row [gate %u | up %u | down %u]", L->layer, sn, rel,
                            c->rows, c->cols, mb->programme, mb->intermediate, mb->intermediate, mb->output);
-        if (p->roles[r] == VX_ROLE_GATE_UP_FUSED && (c->layout != VX_LAYOUT_CONTIGUOUS_HALVES || c->rows % 2))
+        if (role == VX_ROLE_GATE_UP_FUSED && (c->layout != VX_LAYOUT_CONTIGUOUS_HALVES || c->rows % 2))
             return vx_errf(err, VX_EUNSUPPORTED, "moe_manifest.json layer %u %s: the gate_up_fused region of '%s' (layout %s, %u rows) is not two contiguous halves, so it has no gate and up views",
                            L->layer, sn, rel, vx_lyrw_layout_name(c->layout) ? vx_lyrw_layout_name(c->layout) : "unregistered",
                            c->rows);
+        /* the views take the schema's shape, which must be the one the bank's dims give */
+        uint64_t rows = role == VX_ROLE_DOWN ? mb->output : mb->intermediate;
+        uint64_t cols = role == VX_ROLE_DOWN ? mb->intermediate : mb->input;
+        rows *= role == VX_ROLE_GATE_UP_FUSED ? 2 : 1;
+        if (role != VX_ROLE_BIAS && (c->rows != rows || c->cols != cols))
+            return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u %s: the %s region of '%s' is %u x %u; "
+                           "bank %u's dims (input %u, intermediate %u, output %u) make it %llu x %llu",
+                           L->layer, sn, vx_lyrw_role_name(role), rel, c->rows, c->cols, mb->bank_id,
+                           mb->input, mb->intermediate, mb->output, (unsigned long long)rows,
+                           (unsigned long long)cols);
     }
     return vx_lyrw_check(f, p->roles, (size_t)p->nroles, err);
 }
@@ -222,6 +233,11 @@ static int load_bank(vx_bank *b, const char *dir, const cJSON *index, const vx_m
     if (!k)
         return vx_errf(err, VX_EMISSING, "moe_manifest.json %s: bank %u is not in '%s' (it holds %u bank%s)",
                        where, mb->bank_id, mb->storage, f->num_banks, f->num_banks == 1 ? "" : "s");
+    static const uint16_t kind_of[VX_BANK_SLOTS] = {VX_BANK_ROUTED, VX_BANK_SHARED, VX_BANK_DENSE};
+    static const char *const kinds[] = {"dense", "routed", "shared"};
+    if (k->kind != kind_of[slot])
+        return vx_errf(err, VX_EFORMAT, "moe_manifest.json %s: bank %u of '%s' has kind %u (%s)",
+                       where, mb->bank_id, mb->storage, k->kind, kinds[k->kind]);
     if (k->num_entries != mb->experts || k->input_dim != mb->input ||
         k->intermediate_dim != mb->intermediate || k->output_dim != mb->output)
         return vx_errf(err, VX_EFORMAT, "moe_manifest.json %s: bank %u of '%s' is %u entries of %u/%u/%u, the manifest says %u of %u/%u/%u",

@@ -336,10 +336,10 @@ static void e_dims(cJSON *m)
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(routed0(m), "expert_dims"), "intermediate", cJSON_CreateNumber(32));
 }
 
-/* Replace banks/layer_000.lyrw by a file whose one bank has the given roles (each an f32
- * [64, 64] region of zeros; index.json's byte record updated so the reader gets as far
- * as the capability check). */
-static void layer0_with_roles(const uint16_t *roles, int n)
+/* Replace banks/layer_000.lyrw by a file whose one bank, of the given kind, has the given
+ * roles (each an f32 [rows, cols] region of zeros; index.json's byte record updated so the
+ * reader gets as far as the capability check). */
+static void layer0_bank(const uint16_t *roles, int n, uint16_t kind, uint32_t rows, uint32_t cols)
 {
     char path[700], ipath[700];
     snprintf(path, sizeof path, "%s/banks/layer_000.lyrw", bank);
@@ -347,16 +347,16 @@ static void layer0_with_roles(const uint16_t *roles, int n)
     unlink(path);
     vx_lyrw_schema sch[4];
     for (int i = 0; i < n; i++)
-        sch[i] = (vx_lyrw_schema){0, roles[i], VX_LF_F32, VX_PACK_ROW_MAJOR, VX_LYRW_UNPAIRED, 0, 64, 64, 0};
-    vx_lyrw_bank_spec spec = {.id = 0, .kind = VX_BANK_ROUTED, .schema_count = (uint16_t)n, .num_entries = 8,
+        sch[i] = (vx_lyrw_schema){0, roles[i], VX_LF_F32, VX_PACK_ROW_MAJOR, VX_LYRW_UNPAIRED, 0, rows, cols, 0};
+    vx_lyrw_bank_spec spec = {.id = 0, .kind = kind, .schema_count = (uint16_t)n, .num_entries = 8,
                               .input_dim = 64, .intermediate_dim = 64, .output_dim = 64,
                               .schemas = sch, .entry_count = 8};
     vx_lyrw_writer *w;
     vx_err err = {0};
-    static float zero[64 * 64];
+    static float zero[64 * 64];      /* rows x cols is at most 64 x 64 */
     CHECK(vx_lyrw_writer_open(path, 0, 0, &spec, 1, &w, &err) == 0);
     for (int i = 0; i < 8 * n; i++)
-        CHECK(vx_lyrw_write_region(w, zero, sizeof zero, &err) == 0);
+        CHECK(vx_lyrw_write_region(w, zero, (size_t)rows * cols * sizeof *zero, &err) == 0);
     CHECK(vx_lyrw_writer_close(w, NULL, NULL, &err) == 0);
     FILE *f = fopen(path, "rb");
     fseek(f, 0, SEEK_END);
@@ -472,20 +472,32 @@ static void hostile(void)
      * opens and its operands are the gate/up/down regions. */
     CHECK(truncate(path, 0) == 0);   /* layer 1 stays broken: check layer 0 alone */
     static const uint16_t extra[4] = {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN, 300};
-    layer0_with_roles(extra, 4);
+    layer0_bank(extra, 4, VX_BANK_ROUTED, 64, 64);
     CHECK(vx_open(bank, &c, &err) == -1);
     CHECK_HAS(err.msg, "bank file 'banks/layer_001.lyrw' is truncated");   /* got past layer 0 */
 
+    /* The bank's kind and its schemas' shapes are the manifest's and the bank dims': a
+     * routed bank relabelled shared, and gate/up/down regions of 32 x 128 (the same bytes
+     * as 64 x 64) are refused at open, not first by the engine. */
+    static const uint16_t gud[3] = {VX_ROLE_GATE, VX_ROLE_UP, VX_ROLE_DOWN};
+    layer0_bank(gud, 3, VX_BANK_SHARED, 64, 64);
+    CHECK(vx_open(bank, &c, &err) == -1 && err.code == VX_EFORMAT);
+    CHECK_STR(err.msg, "moe_manifest.json layer 0 routed_bank: bank 0 of 'banks/layer_000.lyrw' has kind 2 (shared)");
+    layer0_bank(gud, 3, VX_BANK_ROUTED, 32, 128);
+    CHECK(vx_open(bank, &c, &err) == -1 && err.code == VX_EFORMAT);
+    CHECK_STR(err.msg, "moe_manifest.json layer 0 routed_bank: the gate region of 'banks/layer_000.lyrw' is 32 x 128; "
+                       "bank 0's dims (input 64, intermediate 64, output 64) make it 64 x 64");
+
     /* A programme without its required roles: named operand, layer, bank, role, file. */
     static const uint16_t no_down[2] = {VX_ROLE_GATE, VX_ROLE_UP};
-    layer0_with_roles(no_down, 2);
+    layer0_bank(no_down, 2, VX_BANK_ROUTED, 64, 64);
     CHECK(vx_open(bank, &c, &err) == -1 && err.code == VX_EMISSING);
     CHECK_STR(err.msg, "missing operand 'layers.0.ffn.experts.0.down_proj' (layer 0, routed_bank 0, programme "
                        "'gated-mlp-v1'): role 'down' is absent from segment 'banks/layer_000.lyrw'");
 
     /* A fused region that is not two contiguous halves has no gate and up views. */
     static const uint16_t fused_any[2] = {VX_ROLE_GATE_UP_FUSED, VX_ROLE_DOWN};
-    layer0_with_roles(fused_any, 2);
+    layer0_bank(fused_any, 2, VX_BANK_ROUTED, 64, 64);
     CHECK_STR(open_edited(e_fused),
               "moe_manifest.json layer 0 routed_bank: the gate_up_fused region of 'banks/layer_000.lyrw' (layout "
               "unspecified, 64 rows) is not two contiguous halves, so it has no gate and up views");
