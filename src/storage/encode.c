@@ -15,7 +15,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <math.h>
 #include <utf8proc.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -72,9 +71,8 @@ static uint64_t op_bytes(const hf_operand *op, vx_dtype t)
     return bytes;
 }
 
-/* Convert n elements from one float dtype to another (f32 / f16 / bf16; RNE). */
-/* Convert n values; a finite value the target dtype cannot hold (f16 past ±65504) is
- * refused, never stored as infinity. */
+/* Convert n values from one float dtype to another (f32 / f16 / bf16; RNE); a finite value
+ * the target dtype cannot hold (f16 past ±65504) is refused, never stored as infinity. */
 static int convert(enc *e, vx_dtype from, const void *src, vx_dtype to, void *dst, size_t n)
 {
     if (from == to) {
@@ -82,27 +80,12 @@ static int convert(enc *e, vx_dtype from, const void *src, vx_dtype to, void *ds
         return 0;
     }
     vx_row_to_f32(from, src, e->f32, n);
-    unsigned char *d = dst;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h;
-        switch (to) {
-        case VX_F16:
-            h = vx_f32_to_f16(e->f32[i]);
-            if ((h & 0x7fff) == 0x7c00 && isfinite(e->f32[i]))
-                return vx_errf(e->err, VX_EFORMAT, "encode: tensor '%s' holds %g, beyond f16's "
-                               "range (±65504): as f16 it would be infinity; encode it as bf16 "
-                               "or f32 (--dtype)", e->cur ? e->cur->name : "?", (double)e->f32[i]);
-            memcpy(d + 2 * i, &h, 2);
-            break;
-        case VX_BF16:
-            h = vx_f32_to_bf16(e->f32[i]);
-            memcpy(d + 2 * i, &h, 2);
-            break;
-        default:
-            memcpy(d + 4 * i, &e->f32[i], 4);
-            break;
-        }
-    }
+    size_t bad;
+    vx_encode_f32(to, e->f32, dst, n, &bad);
+    if (bad < n)
+        return vx_errf(e->err, VX_EFORMAT, "encode: tensor '%s' holds %g, beyond f16's range "
+                       "(±65504): as f16 it would be infinity; encode it as bf16 or f32 (--dtype)",
+                       e->cur ? e->cur->name : "?", (double)e->f32[bad]);
     return 0;
 }
 

@@ -33,27 +33,64 @@ int vx_decode_f32(vx_dtype dt, const void *src, float *dst, size_t n)
     return vx_dequantize_row(dt, src, dst, n);
 }
 
-/* f32 -> dt for the representation targets; -1 when dt has no encoder. */
-static int encode_f32(vx_dtype dt, const float *x, void *dst, size_t n)
+/* When a finite block's scale overflowed, the index of its value of largest magnitude,
+ * which caused it; else be. An overflow shows as a value coming back non-finite (an f16
+ * scale past 65504 makes the block inf/NaN) or as the largest one collapsing (Q6_K squares
+ * values: past ~1e18 the block comes back 0). In range the largest value returns within a
+ * quarter (MXFP4's saturation; Q4_K 8 %); below 1 a collapse is underflow, mere rounding. */
+static size_t block_overflow(vx_dtype dt, const void *blk, const float *x, unsigned be)
+{
+    float back[256];                      /* the largest block, Q4_K's and Q6_K's */
+    vx_dequantize_block(dt, blk, back);
+    size_t worst = 0;
+    int finite = 1;
+    for (unsigned k = 0; k < be; k++) {
+        finite = finite && isfinite(back[k]);
+        if (fabsf(x[k]) > fabsf(x[worst]))
+            worst = k;
+    }
+    float m = fabsf(x[worst]);
+    return !finite || (m >= 1.f && fabsf(back[worst]) < m / 2) ? worst : be;
+}
+
+int vx_encode_f32(vx_dtype dt, const float *x, void *dst, size_t n, size_t *bad)
 {
     uint16_t *h = dst;
+    *bad = n;
     switch (dt) {
     case VX_F32:
         memcpy(dst, x, n * sizeof *x);
         return 0;
     case VX_F16:
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             h[i] = vx_f32_to_f16(x[i]);
+            if ((h[i] & 0x7fff) == 0x7c00 && isfinite(x[i]) && *bad == n)
+                *bad = i;
+        }
         return 0;
     case VX_BF16:
         for (size_t i = 0; i < n; i++)
             h[i] = vx_f32_to_bf16(x[i]);
         return 0;
     default:
-        return vx_quantize_row(dt, x, dst, n);
+        break;
     }
+    unsigned be, bb;
+    if (vx_quant_block(dt, &be, &bb) < 0 || n % be || vx_quantize_row(dt, x, dst, n) < 0)
+        return -1;
+    /* ggml's bytes, but a block holds neither a non-finite value (NaN comes back finite, inf
+     * turns its block to NaN) nor a scale past its f16 / E8M0 range */
+    for (size_t b = 0; b < n / be && *bad == n; b++) {
+        const float *xb = x + b * be;
+        for (unsigned i = 0; i < be && *bad == n; i++)
+            if (!isfinite(xb[i]))
+                *bad = b * be + i;
+        size_t w = *bad == n ? block_overflow(dt, (const unsigned char *)dst + b * bb, xb, be) : be;
+        if (w < be)
+            *bad = b * be + w;
+    }
+    return 0;
 }
-
 static int is_target(vx_dtype dt)
 {
     return dt == VX_F32 || dt == VX_F16 || dt == VX_BF16 || dt == VX_Q8_0 || dt == VX_Q4_0 ||
@@ -118,6 +155,7 @@ typedef struct part {
     float *x;
     unsigned char *dst;
     uint64_t ne0, r0, r1;
+    uint64_t bad;              /* the chunk's first value od cannot hold, else UINT64_MAX */
     int rc;
 } part;
 
@@ -125,9 +163,11 @@ static void *convert(void *arg)
 {
     part *p = arg;
     uint64_t sb = 0, ob = 0, n = (p->r1 - p->r0) * p->ne0;
+    size_t bad = 0;
     p->rc = vx_dtype_nbytes(p->sd, p->ne0, p->r0, &sb) < 0 || vx_dtype_nbytes(p->od, p->ne0, p->r0, &ob) < 0 ||
             vx_decode_f32(p->sd, p->src + sb, p->x + p->r0 * p->ne0, (size_t)n) < 0 ||
-            encode_f32(p->od, p->x + p->r0 * p->ne0, p->dst + ob, (size_t)n) < 0 ? -1 : 0;
+            vx_encode_f32(p->od, p->x + p->r0 * p->ne0, p->dst + ob, (size_t)n, &bad) < 0 ? -1 : 0;
+    p->bad = p->rc == 0 && bad < n ? p->r0 * p->ne0 + bad : UINT64_MAX;
     return NULL;
 }
 
@@ -140,9 +180,10 @@ static int threads(void)
 }
 
 /* Converts k rows at src into j->x (f32) and j->buf (od), split by rows over threads
- * (the quantisers are the cost: Q4_K's scale search runs ~10 M values/s per core). */
+ * (the quantisers are the cost: Q4_K's scale search runs ~10 M values/s per core).
+ * *bad: the chunk's first value od cannot hold (vx_encode_f32), else UINT64_MAX. */
 static int convert_rows(job *j, const vx_tensor *t, vx_dtype od, const unsigned char *src, uint64_t ne0,
-                        uint64_t k)
+                        uint64_t k, uint64_t *bad)
 {
     int nt = threads();
     if ((uint64_t)nt > k)
@@ -150,9 +191,10 @@ static int convert_rows(job *j, const vx_tensor *t, vx_dtype od, const unsigned 
     part p[MAX_THREADS];
     pthread_t th[MAX_THREADS];
     int started[MAX_THREADS] = {0}, rc = 0;
+    *bad = UINT64_MAX;
     for (int i = 0; i < nt; i++) {
         p[i] = (part){t->dtype, od, src, j->x, j->buf, ne0, k * (uint64_t)i / (uint64_t)nt,
-                      k * (uint64_t)(i + 1) / (uint64_t)nt, 0};
+                      k * (uint64_t)(i + 1) / (uint64_t)nt, UINT64_MAX, 0};
         started[i] = i > 0 && pthread_create(&th[i], NULL, convert, &p[i]) == 0;
         if (i > 0 && !started[i])
             convert(&p[i]);          /* no thread: do it here */
@@ -162,8 +204,29 @@ static int convert_rows(job *j, const vx_tensor *t, vx_dtype od, const unsigned 
         if (started[i])
             pthread_join(th[i], NULL);
         rc |= p[i].rc;
+        if (*bad == UINT64_MAX)
+            *bad = p[i].bad;           /* parts are in row order: the first one found */
     }
     return rc;
+}
+
+/* The refusal for value v at (row, col) of t, which od cannot hold (vx_encode_f32). */
+static int unrepresentable(job *j, const vx_tensor *t, vx_dtype od, uint64_t row, uint64_t col, float v)
+{
+    const char *dn = vx_dtype_name(od);
+    unsigned be = vx_dtype_block_elems(od);
+    if (be == 1)
+        return vx_errf(j->err, VX_EFORMAT, "represent: tensor '%s' row %llu column %llu holds %g, "
+                       "beyond %s's range: as %s it would be infinity", t->name,
+                       (unsigned long long)row, (unsigned long long)col, (double)v, dn, dn);
+    if (!isfinite(v))
+        return vx_errf(j->err, VX_EFORMAT, "represent: tensor '%s' row %llu block %llu holds %g; "
+                       "a %s block cannot hold a non-finite value", t->name, (unsigned long long)row,
+                       (unsigned long long)(col / be), (double)v, dn);
+    return vx_errf(j->err, VX_EFORMAT, "represent: tensor '%s' row %llu block %llu holds %g, too "
+                   "large for a %s block: its scale would overflow and the block decode to "
+                   "inf, NaN or 0", t->name, (unsigned long long)row,
+                   (unsigned long long)(col / be), (double)v, dn);
 }
 
 /* Stream tensor i into w: decode a chunk of rows, encode, check exactness, write. */
@@ -185,9 +248,12 @@ static int write_tensor(job *j, vx_segw *w, size_t i)
         uint64_t k = nrows - r < per ? nrows - r : per, n = k * ne0;
         if (vx_dtype_nbytes(t->dtype, ne0, k, &sb) < 0 || vx_dtype_nbytes(od, ne0, k, &ob) < 0)
             return vx_errf(j->err, VX_EFORMAT, "represent: tensor '%s' has a row the codec cannot split", t->name);
-        if (convert_rows(j, t, od, src, ne0, k) < 0)
+        uint64_t bad;
+        if (convert_rows(j, t, od, src, ne0, k, &bad) < 0)
             return vx_errf(j->err, VX_EUNSUPPORTED, "represent: cannot convert tensor '%s' from %s to %s",
                            t->name, vx_dtype_name(t->dtype), vx_dtype_name(od));
+        if (bad != UINT64_MAX)
+            return unrepresentable(j, t, od, r + bad / ne0, bad % ne0, j->x[bad]);
         if (j->exact) {
             vx_decode_f32(od, j->buf, j->back, (size_t)n);
             j->exact = same_values(j->x, j->back, (size_t)n);

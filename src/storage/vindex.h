@@ -503,6 +503,13 @@ int vx_represent(const char *dir, const char *object, vx_dtype dt, vx_represent_
 /* Decode n values of any stored dtype (float or block codec) to f32; -1 for integer
  * dtypes or an n that is not a multiple of the block size. */
 int vx_decode_f32(vx_dtype dt, const void *src, float *dst, size_t n);
+/* Encode n f32 values as dt (f32, f16, bf16 RNE, or a block codec's bytes, identical to
+ * ggml's quantisers); -1 when dt has no encoder or n is not whole blocks. *bad is n, or the
+ * index of the first value dt cannot hold: a finite value f16 would store as infinity, or
+ * under a block codec a non-finite value (a block holds none: NaN comes back finite, inf
+ * turns its block to NaN) or the value of largest magnitude of a block whose scale
+ * overflows (the block would decode to inf, NaN or 0). dst is written either way. */
+int vx_encode_f32(vx_dtype dt, const float *x, void *dst, size_t n, size_t *bad);
 
 /* Value-by-value comparison of two tensors of equal shape (any dtypes), decoded on the fly
  * row by row: max |a-b|, RMS of a-b, relative error ||a-b|| / ||a||, count of values that

@@ -10,10 +10,12 @@
 #include "t.h"
 #include "t_file.h"
 #include "vindex.h"
+#include "vx_int.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -502,6 +504,72 @@ static void test_kill9(const char *dir)
     unlink(tmp);
 }
 
+/* Stores v at [row, col] of the decoder stack's f32 tensor `name`, in its segment file. */
+static void poke(const char *dir, const char *name, uint64_t row, uint64_t col, float v)
+{
+    vx_container *c = NULL;
+    vx_err err = {0};
+    CHECK_MSG(vx_open(dir, &c, &err) == 0, "%s", err.msg);
+    const vx_tensor *t = c ? vx_find(c, "target.decoder_stack", name) : NULL;
+    CHECK(t && t->dtype == VX_F32 && t->ndim == 2);
+    char path[600] = "";
+    long at = -1;
+    vx_segment_view sv = {0};
+    for (size_t i = 0; t && i < vx_segment_count(c); i++) {
+        if (vx_segment_at(c, i, &sv) == 0 && strcmp(sv.rel, t->segment) == 0) {
+            snprintf(path, sizeof path, "%s/%s", dir, sv.rel);
+            at = (long)((const unsigned char *)t->data - (const unsigned char *)sv.data) +
+                 (long)((row * (uint64_t)t->shape[1] + col) * sizeof v);
+        }
+    }
+    vx_close(c);
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0 && at >= 0 && pwrite(fd, &v, sizeof v, at) == (ssize_t)sizeof v);
+    if (fd >= 0)
+        close(fd);
+}
+
+/* A value a block codec cannot hold is refused by name, never written as a block that
+ * decodes to NaN (or a NaN that decodes finite); f16 refuses a finite value past its range
+ * as the encoder does. Nothing is left behind. */
+static void test_unrepresentable(void)
+{
+    char dir[256], seg[600];
+    vx_err err = {0};
+    if (encode("tinyllama", "tiny-big", dir, sizeof dir) != 0)
+        return;
+    snprintf(seg, sizeof seg, "%s/segments/target.decoder_stack.q8_0.bin", dir);
+    poke(dir, "layers.1.ffn.up_proj", 3, 40, 1e7f);
+    CHECK(vx_represent(dir, "target.decoder_stack", VX_Q8_0, NULL, &err) == -1 && err.code == VX_EFORMAT);
+    CHECK_STR(err.msg, "represent: tensor 'layers.1.ffn.up_proj' row 3 block 1 holds 1e+07, too large "
+                       "for a q8_0 block: its scale would overflow and the block decode to "
+                       "inf, NaN or 0");
+    CHECK(access(seg, F_OK) != 0);
+    CHECK(vx_represent(dir, "target.decoder_stack", VX_F16, NULL, &err) == -1);
+    CHECK_STR(err.msg, "represent: tensor 'layers.1.ffn.up_proj' row 3 column 40 holds 1e+07, beyond "
+                       "f16's range: as f16 it would be infinity");
+    poke(dir, "layers.1.ffn.up_proj", 3, 40, 6e5f);      /* fits Q8_0's scale, not Q4_0's */
+    CHECK(vx_represent(dir, "target.decoder_stack", VX_Q4_0, NULL, &err) == -1);
+    CHECK_STR(err.msg, "represent: tensor 'layers.1.ffn.up_proj' row 3 block 1 holds 600000, too large "
+                       "for a q4_0 block: its scale would overflow and the block decode to "
+                       "inf, NaN or 0");
+    static const vx_dtype blocks[] = {VX_Q8_0, VX_Q4_0, VX_MXFP4};
+    static const float odd[] = {NAN, INFINITY};
+    for (int k = 0; k < 2; k++) {
+        poke(dir, "layers.1.ffn.up_proj", 3, 40, odd[k]);
+        for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) {
+            char want[512];
+            CHECK(vx_represent(dir, "target.decoder_stack", blocks[i], NULL, &err) == -1);
+            snprintf(want, sizeof want, "represent: tensor 'layers.1.ffn.up_proj' row 3 block 1 holds "
+                     "%s; a %s block cannot hold a non-finite value", k ? "inf" : "nan",
+                     vx_dtype_name(blocks[i]));
+            CHECK_STR(err.msg, want);
+        }
+    }
+    /* a float target holds them */
+    CHECK_MSG(vx_represent(dir, "target.decoder_stack", VX_BF16, NULL, &err) == 0, "%s", err.msg);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/lql-profile-XXXXXX");
@@ -543,6 +611,7 @@ int main(void)
         unlink(jp);
         CHECK_MSG(vx_profile_add(jdir, "p", &one, 1, 0, &je) == 0, "%s", je.msg);
     }
+    test_unrepresentable();
     /* rows are split over threads: the bytes do not depend on how many */
     char t3dir[256];
     vx_represent_info in;

@@ -9,8 +9,10 @@
 #include "vindex.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define QDIR LQL_FIXTURE_DIR "/models/quant"
 
@@ -189,6 +191,36 @@ static void errors(void)
     CHECK(all_ok);
 }
 
+/* vx_encode_f32 writes vx_quantize_row's bytes and names the first value a block cannot
+ * hold: a non-finite one, or the largest of a block whose scale overflows (Q8_0 past
+ * ~8.3e6, Q4_0 past ~5.2e5, Q4_K at 1e15; Q6_K at 1e19, where its block came back 0). */
+static void unrepresentable(void)
+{
+    static const vx_dtype q[] = {VX_Q8_0, VX_Q4_0, VX_Q4_K, VX_Q6_K, VX_MXFP4};
+    static const float big[] = {1e7f, 6e5f, 1e15f, 1e19f, 0.f};   /* MXFP4's E8M0 holds 3e38 */
+    float x[512];
+    unsigned char a[600], b[600];
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
+        for (int k = 0; k < 512; k++)
+            x[k] = (float)((k * 37) % 101 - 50) / 64.f;
+        size_t bad = 0;
+        CHECK(vx_encode_f32(q[i], x, a, 512, &bad) == 0 && bad == 512);
+        CHECK(vx_quantize_row(q[i], x, b, 512) == 0);
+        CHECK(memcmp(a, b, vx_dtype_block_bytes(q[i]) * (512 / vx_dtype_block_elems(q[i]))) == 0);
+        x[300] = NAN;
+        CHECK(vx_encode_f32(q[i], x, a, 512, &bad) == 0 && bad == 300);
+        x[300] = -INFINITY;
+        CHECK(vx_encode_f32(q[i], x, a, 512, &bad) == 0 && bad == 300);
+        x[300] = 0.5f;
+        x[290] = big[i];
+        CHECK_MSG(vx_encode_f32(q[i], x, a, 512, &bad) == 0 && bad == (big[i] ? 290 : 512),
+                  "%s: %zu", vx_dtype_name(q[i]), bad);
+    }
+    size_t bad = 0;
+    CHECK(vx_encode_f32(VX_Q2_K, x, a, 256, &bad) == -1);     /* decode only */
+    CHECK(vx_encode_f32(VX_Q8_0, x, a, 31, &bad) == -1);
+}
+
 int main(void)
 {
     size_t n;
@@ -208,5 +240,6 @@ int main(void)
     cJSON_Delete(root);
     free(m);
     errors();
+    unrepresentable();
     return T_DONE();
 }
