@@ -299,8 +299,7 @@ static int build_table(vx_container *c, vx_err *err)
     return 0;
 }
 
-/* The shape of an object's component (the primary when it names none or an unknown one). */
-static const vx_graph_shape *component_of(const vx_container *c, const cJSON *obj)
+const vx_graph_shape *vx_object_shape(const vx_container *c, const cJSON *obj)
 {
     const vx_graph_shape *s = vx_shape_component(c, vx_json_str(obj, "component"));
     return s ? s : c->shapes;
@@ -349,7 +348,7 @@ static int close_operands(const vx_container *c, vx_err *err)
                     return -1;
                 continue;
             }
-            const vx_graph_shape *sh = component_of(c, o);
+            const vx_graph_shape *sh = vx_object_shape(c, o);
             for (int i = 0; i < sh->layers; i++) {
                 char name[512];
                 snprintf(name, sizeof name, "%.*s%d%s", (int)(tpl - key), key, i, tpl + 3);

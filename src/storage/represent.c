@@ -115,15 +115,30 @@ static void rows_of(const vx_tensor *t, uint64_t *ne0, uint64_t *nrows)
     *nrows = *ne0 ? n / *ne0 : 0;
 }
 
-/* The dtype a tensor is stored in under target dt: under a block codec, the source dtype
- * for 1-D tensors (norm weights, biases: few bytes, and ggml keeps them float too) and for
- * inner dims the block size does not divide; integer tensors always. */
-static vx_dtype out_dtype(const vx_tensor *t, vx_dtype dt)
+/* Whether t is a MoE router: layers.{i}.ffn.router (CONTAINER.md's canonical operands) of
+ * a layer its object's component runs as "moe" (the graph's layers[i].ffn). */
+static int is_router(const vx_container *c, const cJSON *obj, const vx_tensor *t)
+{
+    unsigned layer;
+    int end = 0;
+    if (sscanf(t->name, "layers.%u.ffn.router%n", &layer, &end) != 1 || !end || t->name[end])
+        return 0;
+    const vx_graph_shape *s = vx_object_shape(c, obj);
+    return layer < (unsigned)s->layers && s->layer[layer].channel == VX_CHANNEL_MOE;
+}
+
+/* The dtype a tensor is stored in under target dt: its source dtype for routers (a
+ * router's logits pick the experts, and near-ties flip under quantisation: mixtral's
+ * q8_0 KL rose to 2.07 nats where an expert changed; llama.cpp keeps ffn_gate_inp f32
+ * whatever the target), integer tensors, and under a block codec 1-D tensors (norm
+ * weights, biases: few bytes, and ggml keeps them float too) and inner dims the block
+ * size does not divide. */
+static vx_dtype out_dtype(const vx_tensor *t, vx_dtype dt, int router)
 {
     uint64_t ne0, nrows;
     rows_of(t, &ne0, &nrows);
     int block = vx_dtype_block_elems(dt) > 1;
-    if ((block && t->ndim < 2) || ne0 == 0 || ne0 % vx_dtype_block_elems(dt) != 0 ||
+    if (router || (block && t->ndim < 2) || ne0 == 0 || ne0 % vx_dtype_block_elems(dt) != 0 ||
         (t->dtype != VX_F32 && t->dtype != VX_F16 && t->dtype != VX_BF16 &&
          vx_quant_block(t->dtype, &(unsigned){0}, &(unsigned){0}) < 0))
         return t->dtype;
@@ -322,6 +337,7 @@ static int write_segments(job *j, cJSON *segs_rec, cJSON *rep_segs)
 /* Collects the object's baseline tensors and plans their output dtypes. */
 static int plan(job *j, const vx_container *c)
 {
+    const cJSON *obj = vx_graph_object(vx_graph_json(c), j->object);
     size_t n = 0;
     for (size_t i = 0; i < vx_tensor_count(c); i++)
         n += strcmp(vx_tensor_at(c, i)->object, j->object) == 0;
@@ -342,7 +358,7 @@ static int plan(job *j, const vx_container *c)
         rows_of(t, &ne0, &nrows);
         vx_segw_tensor *w = &j->tw[j->n];
         w->name = t->name;
-        w->dtype = out_dtype(t, j->dt);
+        w->dtype = out_dtype(t, j->dt, is_router(c, obj, t));
         w->ndim = t->ndim;
         memcpy(w->shape, t->shape, sizeof w->shape);
         if (w->dtype == t->dtype)

@@ -249,6 +249,9 @@ typedef struct vx_bank vx_bank;
  * named as docs/lql/CONTAINER.md names the operand. On failure *out is NULL. */
 /* Validate every component of the graph into typed shapes, the primary first
  * (graph_shape.c); *out is freed with vx_shapes_free. */
+/* The shape of graph object obj's component (the primary when it names none or an
+ * unknown one); never NULL for an open container. */
+const vx_graph_shape *vx_object_shape(const vx_container *c, const cJSON *obj);
 int vx_shapes_read(const cJSON *graph, const cJSON *primary, vx_graph_shape **out, size_t *n,
                    vx_err *err);
 void vx_shapes_free(vx_graph_shape *s, size_t n);
