@@ -77,6 +77,22 @@ static int argmax(const float *p, int n)
     return b;
 }
 
+/* The golden prompts of the model at src, then the extra ones, into prompts[64] (borrowed
+ * from *golden, which the caller frees); their count. */
+static int load_prompts(const char *src, const char **prompts, cJSON **golden)
+{
+    char gp[600];
+    snprintf(gp, sizeof gp, "%s/golden.json", src);
+    *golden = t_load_json(gp);
+    const cJSON *p;
+    int np = 0;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(*golden, "prompts"))
+        if (np < 64 - (int)(sizeof extra / sizeof extra[0]))
+            prompts[np++] = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "text"));
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) prompts[np++] = extra[i];
+    return np;
+}
+
 /* Runs every prompt under the baseline binding of dir and under each of nd profiles:
  * top-1 agreement and KL(baseline || profile) of the last-position distribution, summed
  * (kl) and largest (klmax). -1 when a binding or a forward pass fails. */
@@ -118,17 +134,13 @@ static int compare(const char *dir, const char *const *prompts, int np, const ch
  * 6.4e-2, max 2.27 (experts flipped). Top-1 is too coarse to tell them apart; KL does. */
 static void moe_router(const char *tmpl)
 {
-    char dir[512], src[512], gp[600];
+    char dir[512], src[512];
     snprintf(dir, sizeof dir, "%s/mixtral", tmpl);
     snprintf(src, sizeof src, "%s/models/families/mixtral", LQL_FIXTURE_DIR);
-    snprintf(gp, sizeof gp, "%s/golden.json", src);
-    cJSON *golden = t_load_json(gp), *p;
     const char *prompts[64];
-    int np = 0;
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(golden, "prompts"))
-        prompts[np++] = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "text"));
-    CHECK(np == 4);
-    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) prompts[np++] = extra[i];
+    cJSON *golden = NULL;
+    int np = load_prompts(src, prompts, &golden);
+    CHECK(np == 4 + 40);
     vx_err err = {0};
     vx_encode_opts o;
     vx_encode_opts_init(&o);
@@ -223,15 +235,10 @@ int main(void)
     vx_close(ca); vx_close(cb); vx_close(cc);
 
     /* model output: golden prompts + extra, last position */
-    char gp[600];
-    snprintf(gp, sizeof gp, "%s/golden.json", src);
-    cJSON *golden = t_load_json(gp), *p;
     const char *prompts[64];
-    int np = 0;
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(golden, "prompts"))
-        prompts[np++] = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "text"));
-    CHECK(np == 5);
-    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) prompts[np++] = extra[i];
+    cJSON *golden = NULL;
+    int np = load_prompts(src, prompts, &golden);
+    CHECK(np == 5 + 40);
 
     int agree[ND];
     double kl[ND], klmax[ND];
