@@ -251,7 +251,7 @@ static int check_representation(const vx_container *c, const cJSON *obj, const c
             snprintf(msg, sizeof msg, "representation '%s': source != recorded (%s)", rid, e2.msg);
             fail(report, err, bad, VX_EVERIFY, msg);
         } else if (strcmp(hex, want_src) != 0) {
-            cJSON_AddStringToObject(row, "source", "source != recorded");
+            cJSON_AddStringToObject(row, "source", "checkpoint != recorded");
             snprintf(msg, sizeof msg, "representation '%s': source != recorded (object '%s')", rid,
                      oid);
             fail(report, err, bad, VX_EVERIFY, msg);

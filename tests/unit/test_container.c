@@ -151,7 +151,7 @@ static void test_verify(void)
     CHECK_STR(err.msg, "representation 'target.output_head.f32': source != recorded (object 'target.output_head')");
     cJSON *reps = cJSON_GetObjectItem(rep, "representations");
     CHECK_STR(cJSON_GetObjectItem(cJSON_GetArrayItem(reps, 0), "source")->valuestring, "ok");
-    CHECK_STR(cJSON_GetObjectItem(cJSON_GetArrayItem(reps, 2), "source")->valuestring, "source != recorded");
+    CHECK_STR(cJSON_GetObjectItem(cJSON_GetArrayItem(reps, 2), "source")->valuestring, "checkpoint != recorded");
     CHECK(cJSON_IsFalse(cJSON_GetObjectItem(rep, "ok")));
     cJSON_Delete(rep);
     fx_rm(moved);
