@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include <microhttpd.h>
-#include <utf8proc.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
@@ -487,20 +486,6 @@ static size_t lone_surrogate(const char *t, size_t n)
     return (size_t)-1;
 }
 
-/* The offset of the first byte of t[0..n) that does not start well-formed UTF-8 (a stray
- * continuation, an overlong form, a surrogate, a cut sequence), or (size_t)-1. cJSON copies
- * such bytes into strings as they are, and the tokenizer would take them byte by byte. */
-static size_t bad_utf8_at(const char *t, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)t + i, (utf8proc_ssize_t)(n - i), &cp);
-        if (k <= 0) return i;
-        i += (size_t)k;
-    }
-    return (size_t)-1;
-}
-
 /* The request body as a JSON object, or NULL after answering 400 (*rc): not JSON (where,
  * and why when it is a depth or a lone surrogate), not an object, bytes after it, a key
  * twice (cJSON keeps the first, most readers the last), text that is not UTF-8 (RFC 8259
@@ -528,7 +513,7 @@ static cJSON *body_object(struct MHD_Connection *c, const req *rq, enum MHD_Resu
         snprintf(msg, sizeof msg, "the body has bytes after its JSON object (at byte %zu)", at);
     } else if (vx_json_twice("the body", body, &ve) < 0) {
         snprintf(msg, sizeof msg, "%s", ve.msg);
-    } else if ((at = bad_utf8_at(text, rq->body.n)) != (size_t)-1) {
+    } else if ((at = vx_utf8_bad_at(text, rq->body.n)) != (size_t)-1) {
         snprintf(msg, sizeof msg, "the body is not valid UTF-8 (byte 0x%02x at byte %zu), which "
                  "JSON text must be", (unsigned char)text[at], at);
     } else if (vx_json_nul_at(text, rq->body.n) != (size_t)-1) {

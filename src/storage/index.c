@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include <utf8proc.h>
 
 #define JSON_FILE_MAX (64ull << 20)   /* index / graph files are metadata, never this big */
 
@@ -78,6 +79,19 @@ int vx_read_small_file(const char *path, const char *label, char **out, size_t *
     *out = buf;
     *n = size;
     return 0;
+}
+
+size_t vx_utf8_bad_at(const char *t, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)t + i,
+                                              (utf8proc_ssize_t)(n - i), &cp);
+        if (k <= 0)
+            return i;
+        i += (size_t)k;
+    }
+    return (size_t)-1;
 }
 
 size_t vx_json_nul_at(const char *text, size_t n)

@@ -11,7 +11,6 @@
 #include "vx_int.h"
 
 #include <cjson/cJSON.h>
-#include <utf8proc.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -174,14 +173,10 @@ static int parse_image(st_model *m, const unsigned char *buf, uint64_t size, con
         return vx_errf(err, VX_EFORMAT, "'%s': header length %llu runs past end of file (%llu bytes)",
                        label, (unsigned long long)hlen, (unsigned long long)size);
     /* JSON text is UTF-8: a name with stray bytes would be some other name, missing later */
-    for (size_t i = 0; i < (size_t)hlen;) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t k = utf8proc_iterate(buf + 8 + i, (utf8proc_ssize_t)(hlen - i), &cp);
-        if (k <= 0)
-            return vx_errf(err, VX_EFORMAT, "'%s': header is not valid UTF-8 (byte %zu)", label,
-                           i + 8);
-        i += (size_t)k;
-    }
+    size_t bad = vx_utf8_bad_at((const char *)buf + 8, (size_t)hlen);
+    if (bad != (size_t)-1)
+        return vx_errf(err, VX_EFORMAT, "'%s': header is not valid UTF-8 (byte %zu)", label,
+                       bad + 8);
     const char *end = NULL;
     cJSON *h = cJSON_ParseWithLengthOpts((const char *)buf + 8, (size_t)hlen, &end, 0);
     if (!h) {

@@ -64,6 +64,10 @@ int vx_errf(vx_err *err, int code, const char *fmt, ...)
  * \u0000 escape, or a raw zero byte), (size_t)-1 when none: cJSON ends its strings
  * there, so readers refuse such text rather than take a shorter string. */
 size_t vx_json_nul_at(const char *text, size_t n);
+/* The offset of the first byte of t[0..n) that does not start well-formed UTF-8 (a stray
+ * continuation, an overlong form, a surrogate, a cut sequence), (size_t)-1 when none: JSON
+ * text is UTF-8, and cJSON copies such bytes into its strings as they are. */
+size_t vx_utf8_bad_at(const char *t, size_t n);
 /* The offset of the first '[' or '{' nested deeper than cJSON parses
  * (CJSON_NESTING_LIMIT), (size_t)-1 when none: a refusal then names the limit instead of
  * calling valid JSON malformed. */
