@@ -6,6 +6,7 @@
 #define _GNU_SOURCE   /* renameat2 */
 #include "compact.h"
 #include "compile.h"
+#include "journal.h"
 #include "vx_int.h"
 
 #include <cjson/cJSON.h>
@@ -415,6 +416,12 @@ int ed_compact_in_place(const char *dir, ed_compact_check check, void *ctx,
     vx_close(c);
     if (rc)
         return -1;
+    /* a merge rewrites index.json, whose sha256 keys the journal beside dir: its edits
+     * could never be opened again */
+    if (rep->index_rewritten && vx_journal_guard(dir, "compact: merging shards in place", err)) {
+        vx_rmtree(side);
+        return -1;
+    }
     if (exchange(side, dir, err)) {
         vx_rmtree(side);
         return -1;

@@ -57,7 +57,9 @@ typedef int (*ed_compact_check)(void *ctx, vx_err *err);
  * parent fsynced. check (may be NULL) then runs on the new dir: when it fails the two are
  * exchanged back and the compacted copy removed; otherwise the old tree is removed. A reader
  * sees either the old container or the new one, never a mix. A file system without
- * RENAME_EXCHANGE is refused (VX_EUNSUPPORTED) with nothing changed. */
+ * RENAME_EXCHANGE is refused (VX_EUNSUPPORTED) with nothing changed, and so is a merge
+ * (index.json rewritten) while a journal exists at dir's default place (vx_journal_guard):
+ * the journal is keyed to index.json's sha256. */
 int ed_compact_in_place(const char *dir, ed_compact_check check, void *ctx,
                         ed_compact_report *rep, vx_err *err);
 

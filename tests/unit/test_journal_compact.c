@@ -231,7 +231,32 @@ int main(void)
     char *id_out = index_sha(out), *id_again = index_sha(again);
     CHECK_STR(id_again, id_out);
 
-    /* in place: the junk goes, the identity stays, no sibling is left */
+    /* in place with a journal beside it: a merge would rewrite index.json and orphan the
+     * journal, so it is refused and the container (shards and identity) left as it was */
+    {
+        char cmd[9000], jp[4200];
+        snprintf(cmd, sizeof cmd, "cp -a '%s' '%s'", base, inplace);
+        CHECK(system(cmd) == 0);
+        snprintf(jp, sizeof jp, "%s.lqljournal", inplace);
+        put(LQL_BINARY_DIR, "h11-compact-inplace.vindex3.lqljournal", "");
+        CHECK(ed_compact_in_place(inplace, NULL, NULL, &rep, &e) == -1);
+        snprintf(cmd, sizeof cmd, "compact: merging shards in place rewrites index.json, and "
+                 "the journal '%s' is keyed to its sha256: its edits could not be opened again; "
+                 "COMPILE them into a new container first (or move the journal away)", jp);
+        CHECK_STR(e.msg, cmd);
+        ed_compact_report_free(&rep);
+        char *id = index_sha(inplace);
+        CHECK_STR(id, base_id);
+        free(id);
+        CHECK(exists(inplace, "segments/target.decoder_stack.001.bin"));
+        snprintf(cmd, sizeof cmd, "%s.compact.%ld", inplace, (long)getpid());
+        struct stat sb;
+        CHECK(stat(cmd, &sb) != 0);
+        fx_rm_rf(inplace);
+    }
+
+    /* in place: the junk goes, the identity stays (so the journal beside it still applies
+     * and is no reason to refuse), no sibling is left */
     {
         char cmd[9000];
         snprintf(cmd, sizeof cmd, "cp -a '%s' '%s'", out, inplace);
@@ -275,5 +300,7 @@ int main(void)
         fx_rm_rf(again);
         fx_rm_rf(inplace);
     }
+    snprintf(out, sizeof out, "%s/h11-compact-inplace.vindex3.lqljournal", LQL_BINARY_DIR);
+    unlink(out);
     return T_DONE();
 }
