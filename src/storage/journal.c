@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -292,26 +293,16 @@ int vx_journal_locate(const char *container_dir, const char *index_sha256, char 
     if (!container_dir || !*container_dir || !index_sha256 || strlen(index_sha256) < 16)
         return vx_errf(err, VX_EARG, "journal location needs a container directory and its "
                                      "index sha256");
-    char dir[4096];
-    size_t len = strlen(container_dir);
-    if (len >= sizeof dir)
-        return vx_errf(err, VX_EARG, "container path too long: '%s'", container_dir);
-    memcpy(dir, container_dir, len + 1);
-    while (len > 1 && dir[len - 1] == '/')
-        dir[--len] = '\0';
-    char *slash = strrchr(dir, '/');
-    const char *name = slash ? slash + 1 : dir;
-    char parent[4096];
-    if (!slash)
-        snprintf(parent, sizeof parent, ".");
-    else if (slash == dir)
-        snprintf(parent, sizeof parent, "/");
-    else
-        snprintf(parent, sizeof parent, "%.*s", (int)(slash - dir), dir);
-    if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-        return vx_errf(err, VX_EARG,
-                       "cannot name a journal for container '%s': give its directory by name",
-                       container_dir);
+    /* named from the resolved directory, so every spelling of one container ("x/.", ".",
+     * a symlink to it) finds the one journal */
+    char dir[PATH_MAX], parent[PATH_MAX];
+    if (!realpath(container_dir, dir))
+        return vx_errf(err, VX_EIO, "cannot resolve container directory '%s': %s",
+                       container_dir, strerror(errno));
+    const char *name = vx_split_parent(dir, parent, sizeof parent);
+    if (!*name)
+        return vx_errf(err, VX_EARG, "cannot name a journal for container '%s' (the root "
+                       "directory): use USE ... JOURNAL \"path\"", container_dir);
     /* beside the container when its directory is writable, or when a journal is already
      * there (a directory made read-only since must not hide its edits behind a new journal
      * elsewhere: opening it then says why it cannot be used) */

@@ -94,7 +94,9 @@ typedef struct vx_journal vx_journal;
 #define VX_JOURNAL_SCHEMA 3
 
 /* Where the journal of a container lives by default: "<parent>/<name>.lqljournal" beside
- * the container directory when its parent directory is writable, else
+ * the container directory (resolved by realpath, so every spelling of one container and a
+ * symlink to it name one journal; an unresolvable directory is an error) when its parent
+ * directory is writable, else
  * "$XDG_DATA_HOME/lql/<name>-<first 16 hex of index_sha256>.lqljournal" (XDG_DATA_HOME
  * defaulting to $HOME/.local/share). Never inside the container. Creates nothing: a
  * session that only reads leaves no trace; the first edit calls vx_journal_create_dir. */

@@ -92,20 +92,44 @@ static void test_locate(void)
     char out[512], want[512];
     vx_err e = {0};
     char cont[300];
+    path_in(cont, sizeof cont, "tiny.vindex3");
+    mkdir(cont, 0755);
     path_in(cont, sizeof cont, "tiny.vindex3/");
     CHECK(vx_journal_locate(cont, SHA_A, out, sizeof out, &e) == 0);
     path_in(want, sizeof want, "tiny.vindex3.lqljournal");
     CHECK_STR(out, want);
     /* never inside the container */
-    path_in(cont, sizeof cont, "tiny.vindex3/");
     CHECK(strncmp(out, cont, strlen(cont)) != 0);
+    /* one container, one journal: every spelling of it, a symlink to it and "." inside it
+     * name the same file (".", "x/." and "x/./" used to bind without their journal, a
+     * symlink with a second one) */
+    static const char *const spellings[] = {"tiny.vindex3/.", "tiny.vindex3/./",
+                                            "tiny.vindex3//", "alias", "alias/", "."};
+    char alias[300], cwd[4096];
+    path_in(alias, sizeof alias, "alias");
+    CHECK(symlink("tiny.vindex3", alias) == 0);
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    for (size_t i = 0; i < sizeof spellings / sizeof *spellings; i++) {
+        int inside = !strcmp(spellings[i], ".");
+        char sp[300];
+        path_in(sp, sizeof sp, spellings[i]);
+        path_in(cont, sizeof cont, "tiny.vindex3");
+        if (inside)
+            CHECK(chdir(cont) == 0);
+        out[0] = '\0';
+        CHECK_MSG(vx_journal_locate(inside ? "." : sp, SHA_A, out, sizeof out, &e) == 0, "%s: %s",
+                  spellings[i], e.msg);
+        CHECK_STR(out, want);
+        if (inside)
+            CHECK(chdir(cwd) == 0);
+    }
 
     /* an unwritable parent falls back to $XDG_DATA_HOME/lql/ */
     char xdg[300];
     path_in(xdg, sizeof xdg, "xdg");
     setenv("XDG_DATA_HOME", xdg, 1);
-    CHECK(vx_journal_locate("/proc/self/tiny.vindex3", SHA_A, out, sizeof out, &e) == 0);
-    snprintf(want, sizeof want, "%s/lql/tiny.vindex3-aaaaaaaaaaaaaaaa.lqljournal", xdg);
+    CHECK(vx_journal_locate("/proc/self/fd", SHA_A, out, sizeof out, &e) == 0);
+    snprintf(want, sizeof want, "%s/lql/fd-aaaaaaaaaaaaaaaa.lqljournal", xdg);
     CHECK_STR(out, want);
     /* locating creates nothing; the first edit creates the directory */
     struct stat sb;
@@ -115,12 +139,16 @@ static void test_locate(void)
     CHECK(stat(want, &sb) == 0 && S_ISDIR(sb.st_mode));
     unsetenv("XDG_DATA_HOME");
     setenv("HOME", xdg, 1);
-    CHECK(vx_journal_locate("/proc/self/m", SHA_B, out, sizeof out, &e) == 0);
-    snprintf(want, sizeof want, "%s/.local/share/lql/m-bbbbbbbbbbbbbbbb.lqljournal", xdg);
+    CHECK(vx_journal_locate("/proc/self/ns", SHA_B, out, sizeof out, &e) == 0);
+    snprintf(want, sizeof want, "%s/.local/share/lql/ns-bbbbbbbbbbbbbbbb.lqljournal", xdg);
     CHECK_STR(out, want);
 
-    CHECK(vx_journal_locate("..", SHA_A, out, sizeof out, &e) == -1);
-    CHECK_STR(e.msg, "cannot name a journal for container '..': give its directory by name");
+    CHECK(vx_journal_locate("/", SHA_A, out, sizeof out, &e) == -1);
+    CHECK_STR(e.msg, "cannot name a journal for container '/' (the root directory): use USE ... "
+                     "JOURNAL \"path\"");
+    CHECK(vx_journal_locate("no-such.vindex3", SHA_A, out, sizeof out, &e) == -1);
+    CHECK_STR(e.msg, "cannot resolve container directory 'no-such.vindex3': No such file or "
+                     "directory");
 }
 
 static void test_open_and_record(void)
