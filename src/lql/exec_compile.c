@@ -46,7 +46,8 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     const int model = lql_has(st, LQL_C_INTO_MODEL);
     char staging[4200];
     const char *out = model ? lql_export_staging(st, staging, sizeof staging) : st->arg2;
-    if ((model && lql_export_check(st, e)) || lql_edit_model(s, st, 0, &ed, e))
+    if (lql_edit_model(s, st, 0, &ed, e) ||
+        (model && lql_export_check(ed_model_container(ed), st, e)))
         return -1;
     /* the overlay replays into the browse model (which needs the tokenizer's texts); an
      * export of a container nothing edited needs neither */

@@ -35,12 +35,14 @@ char *lql_edit_text(const lql_stmt *st);
 int lql_edit_knn_override(lql_session *s, const lql_stmt *st, eng_model *m, const int32_t *ids,
                           size_t n, lql_result *r, lql_err *e);
 
-/* COMPILE CURRENT INTO MODEL (exec_export.c). lql_export_check refuses a target that
- * exists (a file, or a directory that is not empty) before any work; lql_export_staging
- * names the temporary container an overlay is compiled into first (a sibling of the
- * target); lql_export_run writes the export from that container (dir), or from the bound
- * one (dir NULL: nothing edited), and reports it. */
-int lql_export_check(const lql_stmt *st, lql_err *e);
+/* COMPILE CURRENT INTO MODEL (exec_export.c). lql_export_check refuses, before any work, a
+ * target that exists (a file, or a directory that is not empty) and what the format cannot
+ * hold in the bound container c (vx_export_check: a block-quantised profile, a family with
+ * no GGUF form), edited or not; lql_export_staging names the temporary container an overlay
+ * is compiled into first (a sibling of the target); lql_export_run writes the export from
+ * that container (dir, bound with the session's profile, as COMPILE's gate probed it), or
+ * from the bound one (dir NULL: nothing edited), and reports it. */
+int lql_export_check(const vx_container *c, const lql_stmt *st, lql_err *e);
 const char *lql_export_staging(const lql_stmt *st, char *buf, size_t n);
 int lql_export_run(lql_session *s, const lql_stmt *st, const char *dir, lql_result *r,
                    lql_err *e);

@@ -18,11 +18,14 @@ static const char *format_name(const lql_stmt *st)
     return st->format == LQL_FORMAT_GGUF ? "gguf" : "safetensors";
 }
 
-int lql_export_check(const lql_stmt *st, lql_err *e)
+int lql_export_check(const vx_container *c, const lql_stmt *st, lql_err *e)
 {
     vx_err ve = {0};
+    const int gguf = st->format == LQL_FORMAT_GGUF;
     /* a Hugging Face checkpoint is a directory; a GGUF is one file */
-    if (vx_cw_check(st->arg2, NULL, st->format == LQL_FORMAT_GGUF ? VX_CW_FILE : 0, "export", &ve))
+    if (vx_cw_check(st->arg2, NULL, gguf ? VX_CW_FILE : 0, "export", &ve))
+        return lql_err_vx(e, &ve, &st->arg2_at);
+    if (vx_export_check(c, gguf, &ve))
         return lql_err_vx(e, &ve, &st->arg2_at);
     return 0;
 }
@@ -38,7 +41,7 @@ int lql_export_run(lql_session *s, const lql_stmt *st, const char *dir, lql_resu
 {
     vx_container *own = NULL;
     vx_err ve = {0};
-    if (dir && vx_open(dir, &own, &ve))
+    if (dir && vx_open_profile(dir, vx_profile(s->vx), NULL, 0, &own, &ve))
         return lql_err_vx(e, &ve, &st->arg2_at);
     const vx_container *c = own ? own : s->vx;
     vx_export_report rep;

@@ -836,6 +836,18 @@ static int plan_gts(const vx_container *c, const garch *a, int heads, int kv, in
     return 0;
 }
 
+int vx_export_check(const vx_container *c, int gguf, vx_err *err)
+{
+    if (!gguf)
+        return hf_export_admissible(c, 1, "export", err);
+    const cJSON *comp = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(vx_graph_json(c),
+                                                                            "components"), 0);
+    const garch *a = NULL;
+    double window = 0;
+    return gguf_arch(c, cJSON_GetObjectItemCaseSensitive(comp, "execution"), comp, &a, &window,
+                     err) || hf_export_admissible(c, 0, "export gguf", err) ? -1 : 0;
+}
+
 int vx_export_gguf(const vx_container *c, const char *out_path, vx_export_report *rep,
                    vx_err *err)
 {

@@ -332,6 +332,13 @@ int vx_export_hf(const vx_container *c, const char *out_dir, vx_export_report *r
 int vx_export_gguf(const vx_container *c, const char *out_path, vx_export_report *rep,
                    vx_err *err);
 
+/* What vx_export_hf (gguf 0) or vx_export_gguf (gguf 1) would refuse in c's binding itself,
+ * before anything is written or compiled: the bank shape, a stored dtype the format cannot
+ * hold (a block-quantised profile), and for GGUF a family or construct with no form. A
+ * container compiled from c binds the same (same family, same profile), so COMPILE CURRENT
+ * INTO MODEL asks this of the bound container before its staging compile. */
+int vx_export_check(const vx_container *c, int gguf, vx_err *err);
+
 /* ---------------------------------------------------------------- writing (cwriter.c;
  * docs/lql/CONTAINER.md "Writing a container")
  * The one container writer: every derived or encoded container (encode, bank import,

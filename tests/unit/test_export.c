@@ -424,6 +424,29 @@ static void refusals(const char *dir)
     CHECK_HAS(e.msg, "is stored as q8_0 (profile 'q8'); export writes tensors as stored and "
                      "does not dequantise");
     vx_close(c);
+    /* the statement refuses it the same way with an edit, before the staging compile: an
+     * edited export used to be written from the f32 representation the gate never probed;
+     * likewise GGUF of a family with no form, which ran the whole compile first */
+    for (int i = 0; i < 3; i++) {
+        char cmd[8192], q3[2300];
+        snprintf(q3, sizeof q3, "%s/qwen3.vindex3", dir);
+        snprintf(t, sizeof t, "%s/%s", dir, i < 2 ? "q8.hf" : "q3.gguf");
+        snprintf(cmd, sizeof cmd, "'%s/lql' -c 'USE \"%s\" %sJOURNAL \":memory:\"; %s"
+                 "COMPILE CURRENT INTO MODEL \"%s\"%s;' 2>&1", LQL_BINARY_DIR, i < 2 ? a : q3,
+                 i < 2 ? "PROFILE \"q8\" " : "", i ? "DELETE FROM EDGES WHERE layer = 0 AND "
+                 "feature = 1; " : "", t, i < 2 ? "" : " FORMAT GGUF");
+        CHECK(fx_run(cmd, out, sizeof out) != 0);
+        if (i)
+            CHECK_HAS(out, "deleted 1 feature (history 1");
+        CHECK_HAS(out, "error: <command>:1:");
+        CHECK_HAS(out, i < 2 ? ": export: tensor 'layers.0.attn.q_proj' (target.decoder_stack) is "
+                  "stored as q8_0 (profile 'q8'); export writes tensors as stored and does not "
+                  "dequantise (the result would not re-encode to this container): bind its "
+                  "f32/f16/bf16 representation\n" : ": export gguf: family 'qwen3' is not "
+                  "written as GGUF: q/k head norms");
+        CHECK_MSG(strstr(out, "compiled vs overlay") == NULL, "%s", out);
+        CHECK(leftovers(dir, i < 2 ? "q8.hf" : "q3.gguf") == 0);
+    }
     /* MXFP4 experts re-represented as f32 (as an edit would leave them): no longer the
      * checkpoint's blocks and scales, and not re-packed */
     snprintf(a, sizeof a, "%s/gpt-oss.vindex3", dir);
