@@ -154,28 +154,20 @@ static void store(vx_dtype t, const float *src, void *dst, size_t n)
         d[i] = t == VX_F16 ? vx_f32_to_f16(src[i]) : vx_f32_to_bf16(src[i]);
 }
 
-int ed_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_tensor *t,
-                  float **out, int *changed, vx_err *err)
+/* Stored values to f32: n values of dtype dt at src (length bytes); a block-quantised
+ * dtype is decoded row by row, rows of cols values. -1 when dt has no decoder. */
+static int decode(vx_dtype dt, const unsigned char *src, uint64_t length, uint64_t n,
+                  int64_t cols, float *f)
 {
-    *out = NULL;
-    *changed = 0;
-    uint64_t n = vx_tensor_nelems(t);
-    if (n > ((uint64_t)1 << 34) / sizeof(float))
-        return vx_errf(err, VX_EARG, "tensor '%s' is too large to view as f32", t->name);
-    float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
-    if (!f)
-        return vx_errf(err, VX_ENOMEM, "out of memory for tensor '%s'", t->name);
-    if (vx_row_to_f32(t->dtype, t->data, f, (size_t)n) < 0) {
-        free(f);
-        return vx_errf(err, VX_EUNSUPPORTED, "tensor '%s' is stored as %s, which has no f32 "
-                       "view here", t->name, vx_dtype_name(t->dtype));
-    }
-    site st = site_of(c, t->object, t->name, t->shape, t->ndim);
-    if (ov && edited(ov, &st)) {
-        apply(ov, &st, f, t->shape[0], t->shape[1]);
-        *changed = 1;
-    }
-    *out = f;
+    unsigned be, bb;
+    if (vx_quant_block(dt, &be, &bb) != 0)
+        return vx_row_to_f32(dt, src, f, (size_t)n) < 0 ? -1 : 0;
+    const int64_t rows = (int64_t)(n / (uint64_t)cols);
+    const size_t row_bytes = (size_t)length / (size_t)rows;
+    for (int64_t r = 0; r < rows; r++)
+        if (vx_dequantize_row(dt, src + (size_t)r * row_bytes, f + (size_t)r * cols,
+                              (size_t)cols) < 0)
+            return -1;
     return 0;
 }
 
@@ -372,12 +364,7 @@ static int materialise(const eng_overlay *ov, const site *st, const char *name, 
         free(orig);
         return vx_errf(err, VX_ENOMEM, "compile: out of memory for '%s'", name);
     }
-    const size_t row_bytes = blocky ? (size_t)length / (size_t)rows : 0;
-    int dec = 0;
-    for (int64_t r = 0; blocky && r < rows && dec == 0; r++)
-        dec = vx_dequantize_row(dt, src + (size_t)r * row_bytes, f + (size_t)r * cols,
-                                (size_t)cols);
-    if (blocky ? dec < 0 : vx_row_to_f32(dt, src, f, n) < 0) {
+    if (decode(dt, src, length, n, cols, f) < 0) {
         rc = vx_errf(err, VX_EUNSUPPORTED, "compile: tensor '%s' is stored as %s, which has no "
                      "f32 view; edits are materialised into f32, f16, bf16 and block-quantised "
                      "tensors", name, vx_dtype_name(dt));
@@ -402,6 +389,55 @@ static int materialise(const eng_overlay *ov, const site *st, const char *name, 
     free(f);
     free(orig);
     return rc;
+}
+
+int ed_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_tensor *t,
+                  float **out, int *changed, vx_err *err)
+{
+    *out = NULL;
+    *changed = 0;
+    const uint64_t n = vx_tensor_nelems(t);
+    const int64_t cols = t->ndim ? t->shape[t->ndim - 1] : 0;
+    unsigned be, bb;
+    if (vx_quant_block(t->dtype, &be, &bb) == 0 &&
+        (cols <= 0 || cols % be || n / (uint64_t)cols * ((uint64_t)cols / be * bb) != t->nbytes))
+        return vx_errf(err, VX_EFORMAT, "tensor '%s': %llu bytes are not whole %s rows of %lld",
+                       t->name, (unsigned long long)t->nbytes, vx_dtype_name(t->dtype),
+                       (long long)cols);
+    if (n > ((uint64_t)1 << 34) / sizeof(float))
+        return vx_errf(err, VX_EARG, "tensor '%s' is too large to view as f32", t->name);
+    site st = site_of(c, t->object, t->name, t->shape, t->ndim);
+    const int edit = ov && edited(ov, &st);
+    float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
+    unsigned char *stored = edit ? malloc(t->nbytes ? (size_t)t->nbytes : 1) : NULL;
+    ed_compile_report rep = {0};
+    vx_err me = {0};
+    int rc = 0;
+    if (!f || (edit && !stored))
+        rc = vx_errf(err, VX_ENOMEM, "out of memory for tensor '%s'", t->name);
+    else if (decode(t->dtype, t->data, t->nbytes, n, cols, f) < 0)
+        rc = vx_errf(err, VX_EUNSUPPORTED, "tensor '%s' is stored as %s, which has no f32 "
+                     "view here", t->name, vx_dtype_name(t->dtype));
+    /* an edited tensor as COMPILE writes it (rounded to its dtype, changed blocks quantised
+     * again), so DIFF of a session and its own compile is empty; a codec lql cannot encode
+     * (COMPILE refuses it) shows the exact edited values */
+    else if (edit && materialise(ov, &st, t->name, t->dtype, t->shape, t->nbytes, t->data,
+                                 stored, 0, &rep, &me) == 0)
+        decode(t->dtype, stored, t->nbytes, n, cols, f);
+    else if (edit && me.code == VX_EUNSUPPORTED)
+        apply(ov, &st, f, t->shape[0], t->shape[1]);
+    else if (edit) {
+        *err = me;
+        rc = -1;
+    }
+    free(stored);
+    if (rc) {
+        free(f);
+        return -1;
+    }
+    *changed = edit;
+    *out = f;
+    return 0;
 }
 
 /* Rewrite one segment with its edited tensors materialised; fills sha and bytes. */

@@ -30,8 +30,10 @@
 #include "vindex.h"
 
 /* The effective value of one stored tensor under an overlay, as f32 ([nelems], malloc'd
- * into *out); *edited is 1 when the overlay changes it. Tensors whose dtype has no f32
- * view (quantised) fail with VX_EUNSUPPORTED. ov may be NULL (the stored values). */
+ * into *out): an edited tensor as COMPILE stores it (f32 exact, f16 / bf16 rounded once,
+ * the changed blocks of a block-quantised one quantised again), decoded; *edited is 1 when
+ * the overlay changes it. A dtype with no decoder fails with VX_EUNSUPPORTED. ov may be
+ * NULL (the stored values). */
 int ed_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_tensor *t,
                   float **out, int *edited, vx_err *err);
 

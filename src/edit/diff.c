@@ -118,41 +118,6 @@ static ed_tensor_diff *tensor_row(ed_tensor_diff **out, size_t *n, size_t *cap)
     return &(*out)[(*n)++];
 }
 
-/* ed_tensor_f32 for any stored dtype: a block-quantised tensor's rows are decoded first
- * (as COMPILE's materialise does) and read as f32, so an overlay edit of it is seen. */
-static int tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_tensor *t,
-                      float **out, int *edited, vx_err *err)
-{
-    unsigned be, bb;
-    if (vx_quant_block(t->dtype, &be, &bb) != 0)
-        return ed_tensor_f32(c, ov, t, out, edited, err);
-    const uint64_t n = vx_tensor_nelems(t);
-    const int64_t cols = t->ndim ? t->shape[t->ndim - 1] : 0;
-    if (cols <= 0 || cols % be || n / (uint64_t)cols * ((uint64_t)cols / be * bb) != t->nbytes)
-        return vx_errf(err, VX_EFORMAT, "tensor '%s': %llu bytes are not whole %s rows of %lld",
-                       t->name, (unsigned long long)t->nbytes, vx_dtype_name(t->dtype),
-                       (long long)cols);
-    if (n > ((uint64_t)1 << 34) / sizeof(float))
-        return vx_errf(err, VX_EARG, "tensor '%s' is too large to view as f32", t->name);
-    float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
-    if (!f)
-        return vx_errf(err, VX_ENOMEM, "out of memory for tensor '%s'", t->name);
-    const size_t row_bytes = (size_t)cols / be * bb;
-    int dec = 0;
-    for (uint64_t r = 0; r < n / (uint64_t)cols && dec == 0; r++)
-        dec = vx_dequantize_row(t->dtype, (const uint8_t *)t->data + r * row_bytes,
-                                f + r * (uint64_t)cols, (size_t)cols);
-    vx_tensor v = *t;
-    v.dtype = VX_F32;
-    v.data = f;
-    v.nbytes = n * sizeof *f;
-    int rc = dec < 0 ? vx_errf(err, VX_EUNSUPPORTED, "tensor '%s' is stored as %s, which has "
-                               "no decoder here", t->name, vx_dtype_name(t->dtype))
-                     : ed_tensor_f32(c, ov, &v, out, edited, err);
-    free(f);
-    return rc;
-}
-
 int ed_diff_tensors(const ed_side *A, const ed_side *B, int layer, ed_tensor_diff **out,
                     size_t *nout, vx_err *e)
 {
@@ -181,8 +146,8 @@ int ed_diff_tensors(const ed_side *A, const ed_side *B, int layer, ed_tensor_dif
             if (!oa && !ob && x->dtype == y->dtype && x->nbytes == y->nbytes &&
                 (x->data == y->data || memcmp(x->data, y->data, (size_t)x->nbytes) == 0))
                 continue;
-            if (tensor_f32(A->c, oa, x, &fa, &ea, &ve) ||
-                tensor_f32(B->c, ob, y, &fb, &eb, &ve)) {
+            if (ed_tensor_f32(A->c, oa, x, &fa, &ea, &ve) ||
+                ed_tensor_f32(B->c, ob, y, &fb, &eb, &ve)) {
                 free(fa);
                 if (ve.code != VX_EUNSUPPORTED) {
                     *e = ve;
