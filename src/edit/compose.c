@@ -79,6 +79,9 @@ int ed_insert_compose(ed_model *es, eng_model *m, const ed_insert_req *st, ed_in
     int32_t tid;
     if (ed_insert_setup(es, m, st, INSERT_AT_KNOWLEDGE, SITE_DENSE, &layer, &tid, e))
         return -1;
+    int answered = ed_insert_answered(m, st, conf, r, e);
+    if (answered)
+        return answered < 0 ? -1 : 0;
     const int H = eng_model_hidden(m);
     vx_err ve = {0};
     const int F = eng_model_ffn_features(m, layer);

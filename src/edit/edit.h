@@ -176,6 +176,14 @@ typedef struct ed_insert_res {
     int gated;
     ed_gate_note *gates;      /* [n_tokens] malloc'd when gated */
     char fallback[VX_ERR_MAX + 32]; /* why a gate could not be fitted ("" none): rank-1 instead */
+    /* the model already answers the fact above CONFIDENCE (p_before, prompt set): nothing
+     * was inserted or journaled */
+    int answered;
+    double confidence;        /* answered: the mode's CONFIDENCE it is above */
+    /* the latest active insert for the same entity and relation, when its target differs
+     * (malloc'd), and its history number: both stay active */
+    char *earlier;
+    long long earlier_history;
 } ed_insert_res;
 
 /* Insert a fact through m (the effective model: the current overlay attached). */

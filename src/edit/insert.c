@@ -244,6 +244,65 @@ int ed_insert_setup(ed_model *es, eng_model *m, const ed_insert_req *st,
     return 0;
 }
 
+int ed_insert_answered(eng_model *m, const ed_insert_req *st, double conf, ed_insert_res *r,
+                       ed_err *e)
+{
+    const eng_tokenizer *tok = eng_model_tokenizer(m);
+    const int V = eng_model_vocab(m);
+    char *prompt = eng_edit_prompt(st->relation, st->entity);
+    int32_t *ids = NULL, *tids = NULL, *seq = NULL;
+    size_t n = 0, nt = 0;
+    float *lg = malloc((size_t)V * sizeof *lg);
+    eng_session *ss = NULL;
+    double p = 1;
+    int above = 1, rc = -1;
+    if (!prompt || !lg) {
+        vx_errf(&e->vx, VX_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (eng_tok_encode(tok, prompt, strlen(prompt), 1, &ids, &n, &e->vx)) {
+        e->at = ED_AT_ENTITY;
+        goto done;
+    }
+    if (ed_target_ids(tok, st->target, &tids, &nt, &e->vx)) {
+        e->at = ED_AT_TARGET;
+        goto done;
+    }
+    if (!(seq = malloc((n + nt) * sizeof *seq))) {
+        vx_errf(&e->vx, VX_ENOMEM, "out of memory");
+        goto done;
+    }
+    memcpy(seq, ids, n * sizeof *seq);
+    memcpy(seq + n, tids, nt * sizeof *seq);
+    /* token by token, as INSERT writes them; the first below conf settles it */
+    for (size_t j = 0; j < nt && above; j++) {
+        eng_session_free(ss);
+        ss = NULL;
+        if (eng_session_new(m, (int)(n + j), &ss, &e->vx) ||
+            eng_forward(ss, seq, (int)(n + j), lg, NULL, &e->vx))
+            goto done;
+        const double pj = eng_edit_p(lg, V, tids[j]);
+        p *= pj;
+        above = pj > conf;
+    }
+    rc = above;
+    if (above) {
+        r->answered = 1;
+        r->p_before = r->p_after = p;
+        r->confidence = conf;
+        r->prompt = prompt;
+        prompt = NULL;
+    }
+done:
+    eng_session_free(ss);
+    free(seq);
+    free(tids);
+    free(ids);
+    free(lg);
+    free(prompt);
+    return rc;
+}
+
 /* INSERT … MODE KNN: the residual after `layer` at the canonical prompt's last position,
  * through the effective model, journaled as an insert_knn (key stored as captured; the
  * store normalises it). Default layer: the knowledge band's last layer − 1, as the
@@ -311,6 +370,9 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
     int32_t tid;
     if (ed_insert_setup(es, m, st, INSERT_AT_LAST, SITE_ROUTED, &layer, &tid, e))
         return -1;
+    int answered = ed_insert_answered(m, st, conf, r, e);
+    if (answered)
+        return answered < 0 ? -1 : 0;
     vx_err ve = {0};
     const int H = eng_model_hidden(m), K = eng_model_top_k(m);
     char *prompt = eng_edit_prompt(st->relation, st->entity);
@@ -594,13 +656,39 @@ done:
     return rc;
 }
 
+/* The latest active insert of req's entity and relation into res->earlier when its target
+ * is another: the new fact is written over it and both stay active, which the statement
+ * says. */
+static int earlier_fact(const ed_model *ed, const ed_insert_req *req, ed_insert_res *res,
+                        vx_err *err)
+{
+    vx_op *ops = NULL;
+    size_t n = 0;
+    if (ed_active_ops(ed, &ops, &n, err))
+        return -1;
+    int rc = 0;
+    for (size_t i = n; i-- > 0;) {
+        const vx_op *o = &ops[i];
+        if ((o->kind != VX_OP_INSERT && o->kind != VX_OP_INSERT_KNN) || !o->entity ||
+            !o->relation || !o->target || strcmp(o->entity, req->entity) ||
+            strcmp(o->relation, req->relation))
+            continue;
+        if (strcmp(o->target, req->target) && !(res->earlier = strdup(o->target)))
+            rc = vx_errf(err, VX_ENOMEM, "out of memory");
+        res->earlier_history = o->history_n;
+        break;
+    }
+    vx_ops_free(ops, n);
+    return rc;
+}
+
 int ed_insert(ed_model *ed, eng_model *m, const ed_insert_req *req, ed_insert_res *res,
               ed_err *err)
 {
     memset(res, 0, sizeof *res);
     memset(err, 0, sizeof *err);
     res->feature = -1;
-    if (ed_journal_open(ed, 0, &err->vx))
+    if (ed_journal_open(ed, 0, &err->vx) || earlier_fact(ed, req, res, &err->vx))
         return -1;
     switch (req->mode) {
     case ED_KNN: return insert_knn(ed, m, req, res, err);
@@ -616,5 +704,6 @@ void ed_insert_res_free(ed_insert_res *res)
     free(res->experts);
     free(res->weights);
     free(res->gates);
+    free(res->earlier);
     memset(res, 0, sizeof *res);
 }

@@ -59,6 +59,10 @@ static void inserted_notes(const lql_stmt *st, const ed_model *ed, const ed_inse
 {
     const vx_record_info *info = &x->info;
     lql_edit_note_recorded(r, ed, info);
+    if (x->earlier)
+        lql_result_note(r, "%s -[%s]-> %s, inserted before (history %lld), is still active: this "
+                        "insert is written over it and DESCRIBE lists both (UNDO the one not "
+                        "wanted)", st->entity, st->relation_v, x->earlier, x->earlier_history);
     if (mode == ED_KNN) {
         lql_result_note(r, "inserted: %s -[%s]-> %s at layer %d (KNN store: the residual of "
                         "\"%s\" is the key, cosine > %.2f overrides the prediction; %zu entr%s; "
@@ -170,6 +174,10 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     }
     if (rc)
         insert_err(st, &ee, e);     /* no 'inserted' row: nothing was journaled */
+    else if (x.answered)
+        lql_result_note(r, "already answered: \"%s\" gives \"%s\" at p %.4f, above CONFIDENCE "
+                        "%.2f: nothing inserted (nothing journaled)", x.prompt, st->target,
+                        x.p_before, x.confidence);
     else if (x.computed && inserted_row(r, st, x.layer, mode == ED_COMPOSE ? x.feature : -1,
                                         x.p_before, x.p_after, x.steps, e) < 0)
         rc = -1;
