@@ -130,7 +130,9 @@ int ed_insert_compose(ed_model *es, eng_model *m, const ed_insert_req *st, ed_in
     r->feature = slot;
     r->p_before = x.p_before;
     r->p_after = x.p_after;
+    r->confidence = conf;
     r->steps = x.steps;
+    r->prompt = eng_edit_prompt(st->relation, st->entity);
     r->n_tokens = 1;
     r->computed = 1;
     if (ed_record(es, st->text, &op, 1, &r->info, &e->vx))

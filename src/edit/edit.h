@@ -179,7 +179,7 @@ typedef struct ed_insert_res {
     /* the model already answers the fact above CONFIDENCE (p_before, prompt set): nothing
      * was inserted or journaled */
     int answered;
-    double confidence;        /* answered: the mode's CONFIDENCE it is above */
+    double confidence;        /* the mode's CONFIDENCE (set when answered, and by COMPOSE) */
     /* the latest active insert for the same entity and relation, when its target differs
      * (malloc'd), and its history number: both stay active */
     char *earlier;

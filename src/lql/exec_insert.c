@@ -78,6 +78,15 @@ static void inserted_notes(const lql_stmt *st, const ed_model *ed, const ed_inse
                         "history %lld, patch %s)", st->entity, st->relation_v, st->target,
                         x->layer, x->feature, x->norms[0], x->norms[1], x->norms[2], x->alpha,
                         x->d_ref, (long long)info->history_n, info->patch_name);
+        /* recorded as the reference records its install, but not silently: its strong gate
+         * also fires on other prompts, earlier facts' included */
+        if (x->p_after < x->confidence)
+            lql_result_note(r, "MODE COMPOSE: \"%s\" reaches p %.4f after \"%s\", below "
+                            "CONFIDENCE %.2f, and the install can change other prompts' answers "
+                            "(earlier facts' too: INFER them); recorded anyway, as the reference "
+                            "records it (MEMIT, the default, refuses below CONFIDENCE; UNDO takes "
+                            "it back)", st->target, x->p_after, x->prompt ? x->prompt : "?",
+                            x->confidence);
         return;
     }
     const int K = x->top_k;
