@@ -116,6 +116,11 @@ int ed_apply_patch(ed_model *ed, const char *file, const char *text, ed_apply_re
                 "'%s'", file, p.base_model, model);
         goto done;
     }
+    /* it would record an empty history entry and an applied patch of 0 operations */
+    if (p.nops == 0) {
+        vx_errf(err, VX_EARG, "%s holds no operations: nothing to apply", file);
+        goto done;
+    }
     for (size_t i = 0; i < p.nops; i++) {
         char where[300];
         snprintf(where, sizeof where, "%s: operation %zu", file, i + 1);

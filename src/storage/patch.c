@@ -497,6 +497,11 @@ static int parse_op(parse_ctx *c, const cJSON *o, vx_op *op)
             if (get_uint(c, o, "expert", 0, 2147483648.0, &expert))
                 return -1;
             op->expert = (int)expert;
+        } else if (cJSON_GetObjectItemCaseSensitive(o, "expert")) {
+            /* replay addresses an expert only through a low-rank delta: it was ignored */
+            return perr(c, VX_EFORMAT, "'expert' belongs to a low-rank insert (u_vector_b64, "
+                        "v_vector_b64); a feature of a MoE layer is numbered e x "
+                        "expert_intermediate + f", NULL, NULL);
         }
         if (!vx_op_vec(op, "u") != !vx_op_vec(op, "v"))
             return perr(c, VX_EFORMAT, "u_vector_b64 and v_vector_b64 come together", NULL,
