@@ -542,7 +542,9 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
     /* gated: one slot insert per target token, mode "gated" (replayed as the slot's rows) */
     for (size_t j = 0; gated && j < nt; j++) {
         vx_op *op = &ops[nops++];
-        const char *piece = eng_tok_piece(eng_model_tokenizer(m), tids[j]);
+        /* the decoded text, as UPDATE and COMPOSE write down_meta.t (not the vocabulary
+         * piece: "ĠLondon") */
+        const char *piece = brw_token_text(es->bm, tids[j]);
         op->layer = layer;
         op->feature = gs[j].feature;
         op->confidence = conf;

@@ -8,6 +8,7 @@
  * refused. A KNN-store entry cannot be carried: COMPILE refuses it by name.
  */
 #include "t.h"
+#include "t_file.h"
 #include "test_journal_fx.h"
 
 #include <math.h>
@@ -100,6 +101,15 @@ int main(void)
     scenario(dir, "mixed", "", INS_MEMIT DEL UPD UPD_C INS_COMPOSE);
     scenario(dir, "mixed_patch", "", "BEGIN PATCH \\\"geo\\\"; " INS_MEMIT DEL UPD
              "SAVE PATCH \\\"geo.vlp\\\"; " UPD_C);
+    /* the saved file writes down_meta.t as decoded text for the insert as for the update
+     * (the insert wrote the vocabulary piece, "ĠLondon") */
+    {
+        size_t n = 0;
+        unsigned char *text = t_slurp(&n, "%s/geo.vlp", dir);
+        CHECK(text && strstr((char *)text, "\"t\":\t\" London\"") &&
+              strstr((char *)text, "\"t\":\t\" Paul\"") && !strstr((char *)text, "\u0120"));
+        free(text);
+    }
     scenario(dir, "applied_patch", "", "APPLY PATCH \\\"geo.vlp\\\"; " INS_COMPOSE);
     /* an UPDATE of a deleted feature: the tombstone stays */
     scenario(dir, "update_deleted", "", DEL "UPDATE EDGES SET confidence = 0.5 WHERE layer = "
