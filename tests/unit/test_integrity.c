@@ -291,7 +291,8 @@ int main(void)
     CHECK(write_at(tr, 32 + 4 * 6 + 4 * (2 * 3 * 256 + 7), &nan, 4) == 0);
     snprintf(stmt, sizeof stmt, "TRACE FROM \"%s\" POSITIONS ALL;", tr);
     CHECK(run(base, stmt, msg, sizeof msg) == -1);
-    CHECK_HAS(msg, "trace: the logit lens of layer 1 at position 0 is not finite");
+    CHECK_HAS(msg, "integrity.trace\": the residual of layer 1 at position 0 is not finite "
+                   "(element 7): the file is corrupted");
     remove(tr);
 
     t_rm_rf(dir);
