@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,17 +144,6 @@ static void apply(const eng_overlay *ov, const site *st, float *w, int64_t rows,
 }
 
 /* f32 back to the stored dtype (f32, f16 or bf16). */
-static void store(vx_dtype t, const float *src, void *dst, size_t n)
-{
-    if (t == VX_F32) {
-        memcpy(dst, src, n * sizeof *src);
-        return;
-    }
-    uint16_t *d = dst;
-    for (size_t i = 0; i < n; i++)
-        d[i] = t == VX_F16 ? vx_f32_to_f16(src[i]) : vx_f32_to_bf16(src[i]);
-}
-
 /* Stored values to f32: n values of dtype dt at src (length bytes); a block-quantised
  * dtype is decoded row by row, rows of cols values. -1 when dt has no decoder. */
 static int decode(vx_dtype dt, const unsigned char *src, uint64_t length, uint64_t n,
@@ -318,11 +308,23 @@ static int write_meta(const char *path, const eng_overlay *ov, vx_err *err)
     return rc;
 }
 
+/* An edited value the tensor's dtype cannot hold (vx_encode_f32's refusal): refused, not
+ * written as inf, NaN or a collapsed block. */
+static int unheld(const char *name, vx_dtype dt, size_t at, int64_t cols, float v, vx_err *err)
+{
+    unsigned be, bb;
+    const int blocky = vx_quant_block(dt, &be, &bb) == 0;
+    return vx_errf(err, VX_EARG, "compile: the edit makes value [%lld, %lld] of tensor '%s' %g, "
+                   "which %s cannot hold%s", (long long)(at / (size_t)cols),
+                   (long long)(at % (size_t)cols), name, (double)v, vx_dtype_name(dt),
+                   blocky && isfinite(v) ? " (its block's scale would overflow)" : "");
+}
+
 /* A block-quantised matrix (dt, n values) edited: out holds the stored bytes; every block
  * whose values the edit changed (f against the decoded orig) is quantised again, every
  * other block keeps its bytes. -1 when the codec cannot encode (the decode-only K-quants). */
 static int requantise(vx_dtype dt, const char *name, const float *f, const float *orig,
-                      size_t n, void *out, ed_compile_report *rep, vx_err *err)
+                      size_t n, int64_t cols, void *out, ed_compile_report *rep, vx_err *err)
 {
     unsigned be, bb;
     vx_quant_block(dt, &be, &bb);
@@ -333,11 +335,14 @@ static int requantise(vx_dtype dt, const char *name, const float *f, const float
             continue;
         unsigned char *blk = (unsigned char *)out + b * bb, was[256];   /* K-quants: ≤ 210 */
         memcpy(was, blk, bb < sizeof was ? bb : sizeof was);
-        if (vx_quantize_row(dt, f + b * be, blk, be) < 0)
+        size_t bad;
+        if (vx_encode_f32(dt, f + b * be, blk, be, &bad) < 0)
             return vx_errf(err, VX_EUNSUPPORTED, "compile: tensor '%s' is stored as %s, which "
                            "lql decodes but does not encode; edits are materialised into f32, "
                            "f16, bf16, q8_0, q4_0, q4_k, q6_k and mxfp4 tensors", name,
                            vx_dtype_name(dt));
+        if (bad < be)
+            return unheld(name, dt, b * be + bad, cols, f[b * be + bad], err);
         rep->blocks_requantised++;
         rep->blocks_new_bytes += memcmp(was, blk, bb < sizeof was ? bb : sizeof was) != 0;
     }
@@ -378,9 +383,12 @@ static int materialise(const eng_overlay *ov, const site *st, const char *name, 
             f[n / 2] += 8.0f;
         if (blocky) {
             memcpy(out, src, (size_t)length);
-            rc = requantise(dt, name, f, orig, n, out, rep, err);
+            rc = requantise(dt, name, f, orig, n, cols, out, rep, err);
         } else {
-            store(dt, f, out, n);
+            size_t bad;
+            vx_encode_f32(dt, f, out, n, &bad);
+            if (bad < n)
+                rc = unheld(name, dt, bad, cols, f[bad], err);
         }
         rep->tensors_rewritten++;
         if (active)
