@@ -59,6 +59,7 @@ static int run_file(lql_shell *sh, const char *path)
     if (!f) {
         fprintf(sh->err, "error: cannot open %s: %s\n", path, strerror(errno));
         sh->failed = 1;
+        if (sh->bail) sh->stop = 1;
         return -1;
     }
     int rc = lql_shell_run_stream(sh, path, f);
@@ -212,10 +213,15 @@ int main(int argc, char **argv)
     if (init) run_file(&sh, init);
     else if (interactive) run_rc(&sh);
     if (container && !sh.stop) {
+        /* only a container that cannot be bound stops the run here: an -init or rc
+         * failure is an ordinary error (-bail stopped the run already if asked to) */
+        int failed = sh.failed;
+        sh.failed = 0;
         char *unrun = interactive ? NULL : unrun_text(cmds, ncmds, acts, nacts);
         lql_shell_use(&sh, container, unrun);
         free(unrun);
         if (sh.failed && !interactive) sh.stop = 1;
+        sh.failed |= failed;
     }
     for (int i = 0; i < ncmds && !sh.stop; i++) lql_shell_run(&sh, "<command>", cmds[i].arg, 1);
 
@@ -224,13 +230,19 @@ int main(int argc, char **argv)
     } else if (interactive) {
         lql_repl(&sh);
     } else if (nacts) {
+        /* a Ctrl-C one action did not poll cancels the rest (run_text says where) */
         for (int i = 0; i < nacts && !sh.stop; i++) {
-            vx_cancel_flag = 0;
             if (acts[i].file) run_file(&sh, acts[i].arg);
             else lql_shell_run(&sh, "<command>", acts[i].arg, 1);
         }
     } else {
         lql_shell_run_stream(&sh, "<stdin>", stdin);
+    }
+    if (vx_cancel_flag && !lql_term_sig && !interactive && !sh.stop) {
+        /* a Ctrl-C during the last statement, which never polled it, is not lost either */
+        fprintf(stderr, "error: cancelled: the interrupt came during the last statement, "
+                "which does not poll it and ran to its end\n");
+        sh.failed = 1;
     }
     free(acts);
     free(cmds);

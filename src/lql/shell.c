@@ -533,6 +533,7 @@ int lql_shell_run_stream(lql_shell *sh, const char *label, FILE *f)
     if (!sh->stop && ferror(f)) {
         fprintf(sh->err, "error: %s: %s\n", label, vx_cancel_flag ? "cancelled" : strerror(errno ? errno : EIO));
         sh->failed = 1;
+        if (vx_cancel_flag) sh->stop = 1;   /* the interrupt is said: the run ends here */
         rc = -1;
     } else if (!sh->stop && feed_run(sh, label, &fd) < 0) rc = -1;   /* the final `;` is optional */
 done:

@@ -356,6 +356,18 @@ static void with_model(const char *box)
     free(chain_out); free(chain_err); free(seq_out); free(seq_err);
     free(out); free(err);
 
+    /* an -init file that fails is an ordinary error: the statements still run (they were
+     * skipped without a word); -bail stops at a script that cannot be opened */
+    write_file(DIR "/badinit.lql", "BOGUS;\n", 7);
+    snprintf(cmd, sizeof cmd, LQL " -init " DIR "/badinit.lql '%s' -c 'TOKENIZE \"y\";'", box);
+    CHECK(sh(cmd, &out, &err) == 1);
+    CHECK_HAS(out, "\ty\n");
+    free(out); free(err);
+    snprintf(cmd, sizeof cmd, LQL " -bail '%s' -f " DIR "/no-such.lql -c 'TOKENIZE \"y\";'", box);
+    CHECK(sh(cmd, &out, &err) == 1);
+    CHECK_STR(out, "");
+    free(out); free(err);
+
     /* jsonl: every stdout line one row object */
     snprintf(cmd, sizeof cmd, LQL " -jsonl '%s' -c 'INFER \"The capital of France is\" TOP 3;'", box);
     CHECK(sh(cmd, &out, &err) == 0);
@@ -512,6 +524,52 @@ static pid_t lql_on_fifo(const char *fifo, const char *box, int *w, int *r)
     *w = open(fifo, O_WRONLY);
     *r = outp[0];
     return pid;
+}
+
+/* A Ctrl-C during the last statement of a run, one that never polls it (a long
+ * TOKENIZE), is not lost: the run exits 1 and says so (it exited 0). */
+static void interrupt_last(const char *box)
+{
+    char fifo[] = DIR "/intr.fifo", line[512];
+    unlink(fifo);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    int errp[2];
+    CHECK(pipe(errp) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int in = open(fifo, O_RDONLY), null = open("/dev/null", O_WRONLY);
+        dup2(in, STDIN_FILENO);
+        dup2(null, STDOUT_FILENO);
+        dup2(errp[1], STDERR_FILENO);
+        close(errp[0]);
+        execl(LQL, "lql", box, (char *)NULL);
+        _exit(127);
+    }
+    close(errp[1]);
+    int w = open(fifo, O_WRONLY);
+    /* the container bound: the handlers are in place and stdin is read next */
+    int got;
+    while ((got = read_line(errp[0], line, sizeof line, 60000)) > 0 && !strstr(line, "-- using "))
+        ;   /* the journal's notes come first */
+    CHECK(got > 0);
+    size_t n = 1000000;
+    char *stmt = malloc(n + 16);
+    memcpy(stmt, "TOKENIZE \"", 10);
+    memset(stmt + 10, 'a', n);
+    memcpy(stmt + 10 + n, "\";\n", 3);
+    CHECK(write(w, stmt, n + 13) == (ssize_t)(n + 13));
+    free(stmt);
+    close(w);
+    struct timespec d = {0, 100000000};
+    nanosleep(&d, NULL);
+    kill(pid, SIGINT);
+    char all[2048] = "";
+    while (read_line(errp[0], line, sizeof line, 120000) > 0)
+        if (strlen(all) + strlen(line) < sizeof all) strcat(all, line);
+    CHECK(wait_bounded(pid, 120000) == 1);
+    CHECK_MSG(strstr(all, "cancelled"), "stderr: %s", all);
+    close(errp[0]);
+    unlink(fifo);
 }
 
 /* lql with a FIFO as stdin: each statement's answer arrives before the next is written. */
@@ -692,6 +750,7 @@ int main(void)
         bad_bands(box);
         refused_first(box);
         fifo_conversation(box);
+        interrupt_last(box);
     } else {
         CHECK_MSG(0, "could not encode the tinyllama fixture");
     }
