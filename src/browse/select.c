@@ -494,12 +494,12 @@ static int pre_match(const brw_select_opts *o, int layer, int64_t f, int only_la
     return 1;
 }
 
-/* Every condition holds for r (ANDed: a walked entity's rows face the other entity
- * conditions too, so `entity = "A" AND entity = "B"` matches nothing). */
-static int all_match(const brw_select_opts *o, const brw_row *r)
+/* Every condition but skip (NULL: none) holds for r (ANDed: a walked entity's rows face
+ * the other entity conditions too, so `entity = "A" AND entity = "B"` matches nothing). */
+static int all_match(const brw_select_opts *o, const brw_row *r, const brw_cond *skip)
 {
     for (size_t i = 0; i < o->n_conds; i++)
-        if (!match(r, &o->conds[i]))
+        if (&o->conds[i] != skip && !match(r, &o->conds[i]))
             return 0;
     return 1;
 }
@@ -516,7 +516,7 @@ static int feature_rows(const brw_model *m, const brw_select_opts *o, int only_l
             brw_row *r = push(rv);
             if (!r)
                 return vx_errf(err, VX_ENOMEM, "select: out of memory");
-            if (fill_meta(m, o->ov, r, l, f) != 0 || !all_match(o, r)) {
+            if (fill_meta(m, o->ov, r, l, f) != 0 || !all_match(o, r, NULL)) {
                 row_clear(r);
                 rv->n--;
             }
@@ -525,9 +525,11 @@ static int feature_rows(const brw_model *m, const brw_select_opts *o, int only_l
     return 0;
 }
 
-/* Hits of one query over the layers passing the layer conditions (or one layer). */
+/* Hits of one query over the layers passing the layer conditions (or one layer). named:
+ * the condition that named the entity, which its rows hold by construction (not tested
+ * again: an IN of n entities would cost n per row, n² in all). */
 static int walk_rows(const brw_model *m, const brw_select_opts *o, const char *entity,
-                     int one_layer, rowvec *rv, vx_err *err)
+                     const brw_cond *named, int one_layer, rowvec *rv, vx_err *err)
 {
     int L = m->s.layers, *layers = malloc((size_t)L * sizeof *layers), n = 0, k = 0;
     float *q = malloc((size_t)m->s.hidden * sizeof *q);
@@ -575,7 +577,7 @@ static int walk_rows(const brw_model *m, const brw_select_opts *o, const char *e
             fill_meta(m, o->ov, r, h->layer, h->feature);
             r->score = h->score;
             r->entity = dup(ent);
-            if (!all_match(o, r)) {
+            if (!all_match(o, r, named)) {
                 row_clear(r);
                 rv->n--;
             }
@@ -695,14 +697,15 @@ static void finish_rows(rowvec *rv, const brw_select_opts *o, int kind, brw_rows
     out->n = rv->n;
 }
 
-/* 1 when value i of c repeats an earlier one (IN ("Spain", "spain ") walks Spain once). */
+/* 1 when value i of c repeats an earlier one, trimmed (IN ("Spain", "Spain ") walks Spain
+ * once; "spain" is another query, with its own tokens and scores). */
 static int repeated(const brw_cond *c, size_t i)
 {
     char a[256], b[256];
     brw_trim(c->vals[i].str, a, sizeof a);
     for (size_t j = 0; j < i; j++) {
         brw_trim(c->vals[j].str, b, sizeof b);
-        if (brw_fold_cmp(a, b) == 0)
+        if (strcmp(a, b) == 0)
             return 1;
     }
     return 0;
@@ -739,7 +742,7 @@ int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_
             if (o->conds[i].field == BRW_F_ENTITY)
                 return vx_errf(err, VX_EARG, "entity conditions cannot be combined with "
                                "NEAREST TO, which names the entity");
-        rc = walk_rows(m, o, o->nearest, o->nearest_layer, &rv, err);
+        rc = walk_rows(m, o, o->nearest, NULL, o->nearest_layer, &rv, err);
         kind = 1;
     } else if (from == BRW_ENTITIES) {
         rc = entity_rows(m, o, -1, &rv, err);
@@ -761,8 +764,11 @@ int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_
         if (ec) {
             rc = 0;
             for (size_t i = 0; i < ec->n_vals && rc == 0; i++)
-                if (!repeated(ec, i))
-                    rc = walk_rows(m, o, ec->vals[i].str, -1, &rv, err);
+                if (vx_cancel_flag)
+                    rc = vx_errf(err, VX_ECANCEL, "select: cancelled after %zu of %zu entities",
+                                 i, ec->n_vals);
+                else if (!repeated(ec, i))
+                    rc = walk_rows(m, o, ec->vals[i].str, ec, -1, &rv, err);
             kind = 1;
         } else {
             rc = feature_rows(m, o, -1, &rv, err);
