@@ -238,8 +238,14 @@ static int cmp_num(double a, brw_op op, double b)
 
 static int match_one(const brw_row *r, brw_field f, brw_op op, const brw_value *v)
 {
+    if (op == BRW_IN)
+        op = BRW_EQ;
+    /* score and confidence are f32: equal is equal at f32, so the shortest spelling of a
+     * value (0.21581374) matches it as its 17-digit double text does; ordering stays exact */
+    if ((f == BRW_F_SCORE || f == BRW_F_CONFIDENCE) && (op == BRW_EQ || op == BRW_NE))
+        return cmp_num((float)num_of(r, f), op, (float)v->num);
     if (numeric(f))
-        return cmp_num(num_of(r, f), op == BRW_IN ? BRW_EQ : op, v->num);
+        return cmp_num(num_of(r, f), op, v->num);
     const char *t = text_of(r, f);
     char buf[256];
     brw_trim(t ? t : "", buf, sizeof buf);
@@ -251,7 +257,7 @@ static int match_one(const brw_row *r, brw_field f, brw_op op, const brw_value *
     brw_trim(v->str, want, sizeof want);
     int c = brw_fold_cmp(buf, want);
     switch (op) {
-    case BRW_EQ: case BRW_IN: return c == 0;
+    case BRW_EQ: return c == 0;
     case BRW_NE: return c != 0;
     case BRW_GT: return c > 0;
     case BRW_LT: return c < 0;
