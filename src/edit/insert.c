@@ -274,12 +274,13 @@ int ed_insert_answered(eng_model *m, const ed_insert_req *st, double conf, ed_in
     }
     memcpy(seq, ids, n * sizeof *seq);
     memcpy(seq + n, tids, nt * sizeof *seq);
-    /* token by token, as INSERT writes them; the first below conf settles it */
+    /* token by token, as INSERT writes them, one session appending the next target token;
+     * the first below conf settles it */
+    if (eng_session_new(m, (int)(n + nt), &ss, &e->vx))
+        goto done;
     for (size_t j = 0; j < nt && above; j++) {
-        eng_session_free(ss);
-        ss = NULL;
-        if (eng_session_new(m, (int)(n + j), &ss, &e->vx) ||
-            eng_forward(ss, seq, (int)(n + j), lg, NULL, &e->vx))
+        if (j ? eng_forward(ss, seq + n + j - 1, 1, lg, NULL, &e->vx)
+              : eng_forward(ss, seq, (int)n, lg, NULL, &e->vx))
             goto done;
         const double pj = eng_edit_p(lg, V, tids[j]);
         p *= pj;
