@@ -160,6 +160,7 @@ stmt(A) ::= SHOW(K) RELATIONS relations_opts(O). { A = lql_b_stmt(p, O, LQL_S_SH
 relations_opts(A) ::= .                     { A = lql_b_opts(p); }
 relations_opts(A) ::= relations_opts(O) c_at(C). { A = lql_b_add(p, O, C); }
 relations_opts(A) ::= relations_opts(O) c_examples(C). { A = lql_b_add(p, O, C); }
+relations_opts(A) ::= relations_opts(O) c_limit(C). { A = lql_b_add(p, O, C); }
 %type c_examples {lql_clause *}
 c_examples(A) ::= WITH(K) EXAMPLES.         { A = lql_b_flag(p, LQL_C_WITH_EXAMPLES, &K); }
 stmt(A) ::= SHOW(K) ENTITIES entities_opts(O). { A = lql_b_stmt(p, O, LQL_S_SHOW_ENTITIES, &K, NULL, NULL); }

@@ -327,6 +327,7 @@ typedef struct brw_row {
 typedef struct brw_rows {
     size_t n;
     brw_row *rows;
+    size_t total;           /* rows that matched before the limit cut them (>= n) */
 } brw_rows;
 
 /* The checks brw_select runs on o's conditions before any row: fields of the table,
@@ -341,11 +342,13 @@ void brw_rows_free(brw_rows *r);
 
 /* ---------------------------------------------------------------- show / stats */
 
-/* SHOW FEATURES layer: rows in feature order (same fields as SELECT FROM FEATURES). */
+/* SHOW FEATURES layer: rows in feature order (same fields as SELECT FROM FEATURES); o->limit
+ * < 0 is the default, 20. */
 int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
                       brw_rows *out, vx_err *err);
 /* SHOW ENTITIES: capitalised alphabetic top tokens of >= 3 letters (not function words), counted (features)
- * with their max c_score, sorted by features desc; layer < 0 for all layers. */
+ * with their max c_score, sorted by features desc; layer < 0 for all layers; at most limit
+ * rows (< 0: 50). */
 int brw_show_entities(const brw_model *m, int layer, int64_t limit, const eng_overlay *ov,
                       brw_rows *out, vx_err *err);
 /* SHOW RELATIONS: labels (relation, count) of every layer (or one) when the container or
@@ -353,9 +356,9 @@ int brw_show_entities(const brw_model *m, int layer, int64_t limit, const eng_ov
  * top output tokens of the knowledge band (or one layer) among the features whose c_score
  * is in the top 10% of that range (*min_score receives the cut, a relative rule so it
  * holds at any model scale): token, count, max score, first/last layer; also = up to 3
- * example features ("L2 F17"). */
-int brw_show_relations(const brw_model *m, int layer, const eng_overlay *ov, brw_rows *out,
-                       int *labelled, float *min_score, vx_err *err);
+ * example features ("L2 F17"); at most limit rows (< 0: 50), by features desc. */
+int brw_show_relations(const brw_model *m, int layer, int64_t limit, const eng_overlay *ov,
+                       brw_rows *out, int *labelled, float *min_score, vx_err *err);
 
 typedef struct brw_layer_info {
     int layer;

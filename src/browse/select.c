@@ -15,7 +15,8 @@
  *
  * Every condition is honoured (= != > < >= <= LIKE IN on numbers and text; text = is
  * case-insensitive and compares the trimmed token), all ANDed; ORDER BY any field; LIMIT
- * defaults to 20. NEAREST TO "x" AT LAYER n ranks the whole layer by gate·q of x's query.
+ * defaults to 20 (SHOW ENTITIES and RELATIONS: 50), and brw_rows.total counts the rows it
+ * cut too. NEAREST TO "x" AT LAYER n ranks the whole layer by gate·q of x's query.
  */
 #include "brw_int.h"
 #include <ctype.h>
@@ -27,7 +28,8 @@
 #include <strings.h>
 #include <utf8proc.h>
 
-#define DEFAULT_LIMIT 20
+#define DEFAULT_LIMIT 20  /* SELECT, SHOW FEATURES */
+#define SHOW_LIMIT 50     /* SHOW ENTITIES, SHOW RELATIONS */
 
 static const char *const field_names[BRW_F_COUNT_] = {
     "layer", "feature", "token", "entity", "relation", "score", "confidence", "also",
@@ -440,13 +442,13 @@ void brw_rows_free(brw_rows *r)
         row_clear(&r->rows[i]);
     free(r->rows);
     r->rows = NULL;
-    r->n = 0;
+    r->n = r->total = 0;
 }
 
 /* Free a partial row vector on an error path; always -1. */
 static int drop_rows(rowvec *rv)
 {
-    brw_rows r = {rv->n, rv->v};
+    brw_rows r = {.n = rv->n, .rows = rv->v};
     brw_rows_free(&r);
     rv->v = NULL;
     rv->n = rv->cap = 0;
@@ -695,6 +697,7 @@ static void finish_rows(rowvec *rv, const brw_select_opts *o, int kind, brw_rows
     if ((o->has_order || kind != 0) && rv->n)   /* no rows: rv->v is NULL */
         qsort(rv->v, rv->n, sizeof *rv->v, cmp_rows);
     size_t lim = o->limit < 0 ? DEFAULT_LIMIT : (size_t)o->limit;
+    out->total = rv->n;
     for (size_t i = lim; i < rv->n; i++)
         row_clear(&rv->v[i]);
     if (rv->n > lim)
@@ -815,7 +818,7 @@ int brw_show_entities(const brw_model *m, int layer, int64_t limit, const eng_ov
         return -1;
     if (no_meta(m, err))
         return -1;
-    brw_select_opts o = {.limit = limit < 0 ? 50 : limit, .ov = ov};
+    brw_select_opts o = {.limit = limit < 0 ? SHOW_LIMIT : limit, .ov = ov};
     rowvec rv = {0};
     if (entity_rows(m, &o, layer, &rv, err) != 0)
         return drop_rows(&rv);
@@ -847,8 +850,8 @@ static float score_p90(const brw_model *m, const eng_overlay *ov, int lo, int hi
     return p;
 }
 
-int brw_show_relations(const brw_model *m, int layer, const eng_overlay *ov, brw_rows *out,
-                       int *labelled, float *min_score, vx_err *err)
+int brw_show_relations(const brw_model *m, int layer, int64_t limit, const eng_overlay *ov,
+                       brw_rows *out, int *labelled, float *min_score, vx_err *err)
 {
     memset(out, 0, sizeof *out);
     *labelled = 0;
@@ -923,7 +926,7 @@ int brw_show_relations(const brw_model *m, int layer, const eng_overlay *ov, brw
                 }
             }
         }
-    brw_select_opts o = {.limit = 50};
+    brw_select_opts o = {.limit = limit < 0 ? SHOW_LIMIT : limit};
     finish_rows(&rv, &o, 2, out);
     return 0;
 }

@@ -695,6 +695,15 @@ static int limit_of(const lql_stmt *st, int64_t *out, lql_err *e)
     return 0;
 }
 
+/* A note when the table's default limit cut rows (no LIMIT clause: an explicit LIMIT says
+ * nothing, the cut was asked for). */
+static void cut_note(const lql_stmt *st, const brw_rows *rows, lql_result *r)
+{
+    if (!lql_has(st, LQL_C_LIMIT) && rows->total > rows->n)
+        lql_result_note(r, "%zu of %zu rows shown (the default limit); LIMIT n shows more",
+                        rows->n, rows->total);
+}
+
 /* st's WHERE onto o, then SELECT (show_layer < 0) or SHOW FEATURES show_layer, and the
  * rows as one table of fields f. */
 static int run_rows(const lql_stmt *st, const brw_model *m, brw_from from, int show_layer,
@@ -715,6 +724,8 @@ static int run_rows(const lql_stmt *st, const brw_model *m, brw_from from, int s
     else {
         rc = emit_rows(&rows, f, show_layer < 0 && st->nfields ? st->fields : NULL, nf, NULL,
                        r, e);
+        if (rc == 0)
+            cut_note(st, &rows, r);
         brw_rows_free(&rows);
     }
     free(conds);
@@ -790,12 +801,15 @@ int lql_h_show_relations(lql_session *s, const lql_stmt *st, lql_result *r, lql_
     int layer;
     if (show_at(s, st, &m, &layer, e) != 0)
         return -1;
+    int64_t limit;
+    if (limit_of(st, &limit, e) != 0)
+        return -1;
     const eng_overlay *ov = lql_edit_overlay(s);
     brw_rows rows;
     int labelled;
     float cut;
     vx_err ve = {0};
-    if (brw_show_relations(m, layer, ov, &rows, &labelled, &cut, &ve) != 0)
+    if (brw_show_relations(m, layer, limit, ov, &rows, &labelled, &cut, &ve) != 0)
         return lql_err_vx(e, &ve, &st->at);
     int ex = lql_has(st, LQL_C_WITH_EXAMPLES);
     lql_colspec cols[] = {{labelled ? "relation" : "token", LQL_TEXT, 0},
@@ -840,6 +854,7 @@ int lql_h_show_relations(lql_session *s, const lql_stmt *st, lql_result *r, lql_
                             "(c_score >= %.4f, the top 10%%) of the knowledge band L%d-%d",
                             (double)cut, band[1][0], band[1][1]);
     }
+    cut_note(st, &rows, r);
     brw_rows_free(&rows);
     return 0;
 }
@@ -860,6 +875,8 @@ int lql_h_show_entities(lql_session *s, const lql_stmt *st, lql_result *r, lql_e
         return lql_err_vx(e, &ve, &st->at);
     brw_field f[] = {BRW_F_ENTITY, BRW_F_COUNT, BRW_F_SCORE};
     int rc = emit_rows(&rows, f, NULL, 3, NULL, r, e);
+    if (rc == 0)
+        cut_note(st, &rows, r);
     brw_rows_free(&rows);
     return rc;
 }

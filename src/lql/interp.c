@@ -41,13 +41,16 @@ static const lql_stmt_def defs[] = {
      "features with down-meta (overlay applied) and gate dtype."},
     {LQL_S_SHOW_FEATURES, "SHOW FEATURES", lql_h_show_features, LQL_CLASS_READ,
      "SHOW FEATURES layer {WHERE conds | LIMIT n}",
-     "The FFN features of one layer with their output tokens (down-meta) and score."},
+     "The FFN features of one layer with their output tokens (down-meta) and score. "
+     "LIMIT defaults to 20; a note says when that cut rows."},
     {LQL_S_SHOW_RELATIONS, "SHOW RELATIONS", lql_h_show_relations, LQL_CLASS_READ,
-     "SHOW RELATIONS {AT LAYER n | WITH EXAMPLES}",
-     "Relation labels and the output tokens they lead to."},
+     "SHOW RELATIONS {AT LAYER n | WITH EXAMPLES | LIMIT n}",
+     "Relation labels and the output tokens they lead to. LIMIT defaults to 50; a note "
+     "says when that cut rows."},
     {LQL_S_SHOW_ENTITIES, "SHOW ENTITIES", lql_h_show_entities, LQL_CLASS_READ,
      "SHOW ENTITIES {AT LAYER n | LIMIT n}",
-     "Entity-like output tokens (capitalised words) with their feature counts and scores."},
+     "Entity-like output tokens (capitalised words) with their feature counts and scores. "
+     "LIMIT defaults to 50; a note says when that cut rows."},
     {LQL_S_SHOW_MODELS, "SHOW MODELS", lql_h_show_models, LQL_CLASS_LOCAL,
      "SHOW MODELS",
      "Containers (directories holding index.json) in the current directory; needs no "
@@ -82,7 +85,8 @@ static const lql_stmt_def defs[] = {
      "SELECT (*|field, …) FROM (EDGES|FEATURES|ENTITIES) {NEAREST TO \"x\" AT LAYER n | "
      "WHERE cond AND … | ORDER BY field [ASC|DESC] | LIMIT n}",
      "Query edges, features or entities. Conditions: = != > < >= <= LIKE IN (…) on "
-     "layer, feature, token/entity, relation, score/confidence."},
+     "layer, feature, token/entity, relation, score/confidence. LIMIT defaults to 20; a "
+     "note says when that cut rows."},
     {LQL_S_INFER, "INFER", lql_h_infer, LQL_CLASS_READ,
      "INFER \"prompt\" {TOP n | GENERATE n | TEMPERATURE x | TOP_P x | SEED n | COMPARE}",
      "A full forward pass (overlay applied): the next-token distribution as rank, token, "

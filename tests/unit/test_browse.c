@@ -464,7 +464,7 @@ int main(void)
             brw_rows rr;
             int labelled = 0;
             float cut;
-            CHECK(brw_show_relations(lm, 3, NULL, &rr, &labelled, &cut, &err) == 0 && labelled);
+            CHECK(brw_show_relations(lm, 3, -1, NULL, &rr, &labelled, &cut, &err) == 0 && labelled);
             CHECK(rr.n == 2);
             brw_rows_free(&rr);
             brw_describe dd;
