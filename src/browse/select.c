@@ -269,8 +269,33 @@ static int match_one(const brw_row *r, brw_field f, brw_op op, const brw_value *
     }
 }
 
+/* qsort order of prepared IN values: folded, then bytes (so equal spellings are adjacent) */
+static int cmp_in(const void *a, const void *b)
+{
+    const char *x = ((const brw_value *)a)->str, *y = ((const brw_value *)b)->str;
+    int c = brw_fold_cmp(x, y);
+    return c ? c : strcmp(x, y);
+}
+
+/* bsearch over them: text = is folded equality */
+static int cmp_fold(const void *a, const void *b)
+{
+    return brw_fold_cmp(((const brw_value *)a)->str, ((const brw_value *)b)->str);
+}
+
+/* A text IN's values are trimmed and sorted by cmp_in (prepare()), so the row's text is
+ * trimmed once and looked up in log n; a numeric IN tests its values in turn. */
 static int match(const brw_row *r, const brw_cond *c)
 {
+    if (c->op == BRW_IN && !numeric(c->field)) {
+        const char *t = text_of(r, c->field);
+        char buf[256];
+        if (!t)
+            return 0;
+        brw_trim(t, buf, sizeof buf);
+        brw_value key = {.is_str = 1, .str = buf};
+        return bsearch(&key, c->vals, c->n_vals, sizeof key, cmp_fold) != NULL;
+    }
     if (c->op == BRW_IN) {
         for (size_t i = 0; i < c->n_vals; i++)
             if (match_one(r, c->field, BRW_IN, &c->vals[i]))
@@ -278,6 +303,61 @@ static int match(const brw_row *r, const brw_cond *c)
         return 0;
     }
     return c->n_vals ? match_one(r, c->field, c->op, &c->vals[0]) : 0;
+}
+
+/* The caller's options with every text IN condition's values trimmed once and sorted
+ * (cmp_in), as match() reads them: what brw_select and brw_show_features evaluate. */
+typedef struct prepared {
+    brw_select_opts o;      /* the caller's, conds pointing at conds below */
+    brw_cond *conds;        /* [o.n_conds] */
+    brw_value *vals;        /* the text IN values, trimmed */
+    char *text;             /* their strings, NUL-terminated one after another */
+} prepared;
+
+static void release(prepared *p)
+{
+    free(p->conds);
+    free(p->vals);
+    free(p->text);
+}
+
+static int prepare(const brw_select_opts *o, prepared *p, vx_err *err)
+{
+    memset(p, 0, sizeof *p);
+    p->o = *o;
+    size_t nv = 0, nt = 0;
+    for (size_t i = 0; i < o->n_conds; i++)
+        if (o->conds[i].op == BRW_IN && !numeric(o->conds[i].field))
+            for (size_t j = 0; j < o->conds[i].n_vals; j++, nv++)
+                nt += strlen(o->conds[i].vals[j].str) + 1;
+    if (o->n_conds == 0)
+        return 0;
+    p->conds = malloc(o->n_conds * sizeof *p->conds);
+    p->vals = malloc((nv ? nv : 1) * sizeof *p->vals);
+    p->text = malloc(nt ? nt : 1);
+    if (!p->conds || !p->vals || !p->text) {
+        release(p);
+        return vx_errf(err, VX_ENOMEM, "select: out of memory");
+    }
+    memcpy(p->conds, o->conds, o->n_conds * sizeof *p->conds);
+    brw_value *v = p->vals;
+    char *t = p->text;
+    for (size_t i = 0; i < o->n_conds; i++) {
+        brw_cond *c = &p->conds[i];
+        if (c->op != BRW_IN || numeric(c->field))
+            continue;
+        for (size_t j = 0; j < c->n_vals; j++) {
+            size_t n = strlen(c->vals[j].str) + 1;
+            brw_trim(c->vals[j].str, t, n < 256 ? n : 256);  /* as match_one trims */
+            v[j] = (brw_value){.is_str = 1, .str = t};
+            t += strlen(t) + 1;
+        }
+        c->vals = v;
+        qsort(v, c->n_vals, sizeof *v, cmp_in);
+        v += c->n_vals;
+    }
+    p->o.conds = p->conds;
+    return 0;
 }
 
 static int check_layer(const brw_model *m, int layer, vx_err *err)
@@ -535,7 +615,7 @@ static int feature_rows(const brw_model *m, const brw_select_opts *o, int only_l
 
 /* Hits of one query over the layers passing the layer conditions (or one layer). named:
  * the condition that named the entity, which its rows hold by construction (not tested
- * again: an IN of n entities would cost n per row, n² in all). */
+ * again). */
 static int walk_rows(const brw_model *m, const brw_select_opts *o, const char *entity,
                      const brw_cond *named, int one_layer, rowvec *rv, vx_err *err)
 {
@@ -706,20 +786,6 @@ static void finish_rows(rowvec *rv, const brw_select_opts *o, int kind, brw_rows
     out->n = rv->n;
 }
 
-/* 1 when value i of c repeats an earlier one, trimmed (IN ("Spain", "Spain ") walks Spain
- * once; "spain" is another query, with its own tokens and scores). */
-static int repeated(const brw_cond *c, size_t i)
-{
-    char a[256], b[256];
-    brw_trim(c->vals[i].str, a, sizeof a);
-    for (size_t j = 0; j < i; j++) {
-        brw_trim(c->vals[j].str, b, sizeof b);
-        if (strcmp(a, b) == 0)
-            return 1;
-    }
-    return 0;
-}
-
 /* 1 (with err filled) when the container has no down-meta to browse. */
 static int no_meta(const brw_model *m, vx_err *err)
 {
@@ -730,17 +796,10 @@ static int no_meta(const brw_model *m, vx_err *err)
     return 1;
 }
 
-int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_rows *out,
-               vx_err *err)
+/* The rows of brw_select before ordering and the limit, *kind the default order. */
+static int select_rows(const brw_model *m, brw_from from, const brw_select_opts *o,
+                       rowvec *rv, int *kind, vx_err *err)
 {
-    memset(out, 0, sizeof *out);
-    if (brw_select_check(m, from, o, err) != 0)
-        return -1;
-    if (!o->nearest && no_meta(m, err))
-        return -1;
-
-    rowvec rv = {0};
-    int rc, kind = 0;
     if (o->nearest) {
         if (check_layer(m, o->nearest_layer, err) != 0)
             return -1;
@@ -751,42 +810,61 @@ int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_
             if (o->conds[i].field == BRW_F_ENTITY)
                 return vx_errf(err, VX_EARG, "entity conditions cannot be combined with "
                                "NEAREST TO, which names the entity");
-        rc = walk_rows(m, o, o->nearest, NULL, o->nearest_layer, &rv, err);
-        kind = 1;
-    } else if (from == BRW_ENTITIES) {
-        rc = entity_rows(m, o, -1, &rv, err);
-        kind = 2;
-    } else {
-        /* the first = or IN entity condition names the queries walked; every entity
-         * condition (that one included) then filters the rows */
-        const brw_cond *ec = NULL;
-        int other = 0;
-        for (size_t i = 0; i < o->n_conds; i++)
-            if (o->conds[i].field == BRW_F_ENTITY) {
-                if (!ec && (o->conds[i].op == BRW_EQ || o->conds[i].op == BRW_IN))
-                    ec = &o->conds[i];
-                other = 1;
-            }
-        if (other && !ec)
-            return vx_errf(err, VX_EARG, "entity conditions need = or IN: the entity's query is "
-                           "walked");
-        if (ec) {
-            rc = 0;
-            for (size_t i = 0; i < ec->n_vals && rc == 0; i++)
-                if (vx_cancel_flag)
-                    rc = vx_errf(err, VX_ECANCEL, "select: cancelled after %zu of %zu entities",
-                                 i, ec->n_vals);
-                else if (!repeated(ec, i))
-                    rc = walk_rows(m, o, ec->vals[i].str, ec, -1, &rv, err);
-            kind = 1;
-        } else {
-            rc = feature_rows(m, o, -1, &rv, err);
-        }
+        *kind = 1;
+        return walk_rows(m, o, o->nearest, NULL, o->nearest_layer, rv, err);
     }
-    if (rc != 0)
-        return drop_rows(&rv);
-    finish_rows(&rv, o, kind, out);
-    return 0;
+    if (from == BRW_ENTITIES) {
+        *kind = 2;
+        return entity_rows(m, o, -1, rv, err);
+    }
+    /* the first = or IN entity condition names the queries walked; every entity
+     * condition (that one included) then filters the rows */
+    const brw_cond *ec = NULL;
+    int other = 0;
+    for (size_t i = 0; i < o->n_conds; i++)
+        if (o->conds[i].field == BRW_F_ENTITY) {
+            if (!ec && (o->conds[i].op == BRW_EQ || o->conds[i].op == BRW_IN))
+                ec = &o->conds[i];
+            other = 1;
+        }
+    if (other && !ec)
+        return vx_errf(err, VX_EARG, "entity conditions need = or IN: the entity's query is "
+                       "walked");
+    if (!ec)
+        return feature_rows(m, o, -1, rv, err);
+    /* an IN's values are trimmed and sorted (prepare), so a repeated spelling follows its
+     * first and is walked once: IN ("Spain", "Spain ") walks Spain once; "spain" is
+     * another query, with its own tokens and scores */
+    *kind = 1;
+    int rc = 0;
+    for (size_t i = 0; i < ec->n_vals && rc == 0; i++)
+        if (vx_cancel_flag)
+            rc = vx_errf(err, VX_ECANCEL, "select: cancelled after %zu of %zu entities", i,
+                         ec->n_vals);
+        else if (i == 0 || strcmp(ec->vals[i - 1].str, ec->vals[i].str) != 0)
+            rc = walk_rows(m, o, ec->vals[i].str, ec, -1, rv, err);
+    return rc;
+}
+
+int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_rows *out,
+               vx_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (brw_select_check(m, from, o, err) != 0)
+        return -1;
+    if (!o->nearest && no_meta(m, err))
+        return -1;
+    prepared p;
+    if (prepare(o, &p, err) != 0)
+        return -1;
+    rowvec rv = {0};
+    int kind = 0, rc = select_rows(m, from, &p.o, &rv, &kind, err);
+    if (rc == 0)
+        finish_rows(&rv, &p.o, kind, out);
+    else
+        drop_rows(&rv);
+    release(&p);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- show */
@@ -803,11 +881,17 @@ int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
     if (!pre_match(o, layer, 0, 1))
         return vx_errf(err, VX_EARG, "layer conditions that exclude layer %d, the one SHOW "
                        "FEATURES %d lists, leave nothing to list", layer, layer);
+    prepared p;
+    if (prepare(o, &p, err) != 0)
+        return -1;
     rowvec rv = {0};
-    if (feature_rows(m, o, layer, &rv, err) != 0)
-        return drop_rows(&rv);
-    finish_rows(&rv, o, 0, out);
-    return 0;
+    int rc = feature_rows(m, &p.o, layer, &rv, err);
+    if (rc == 0)
+        finish_rows(&rv, &p.o, 0, out);
+    else
+        drop_rows(&rv);
+    release(&p);
+    return rc;
 }
 
 int brw_show_entities(const brw_model *m, int layer, int64_t limit, const eng_overlay *ov,
