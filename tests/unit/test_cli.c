@@ -260,6 +260,32 @@ static void json_batch(void)
                    "'/nonexistent': No such file or directory\n");
     for (int i = 0; i < n; i++) cJSON_Delete(f[i]);
     free(out); free(err);
+
+    /* a meta-command that fails is a frame too, at its line (col 1), so a reader taking one
+     * frame per line it sent does not wait forever (it wrote nothing on stdout) */
+    static const char meta[] = "SHOW MODELS;\n.read /nonexistent\n.output " DIR "/no-dir/x \n"
+                               ".frob\n";
+    write_file(DIR "/meta.lql", meta, sizeof meta - 1);
+    CHECK(sh(LQL " -json -f " DIR "/meta.lql", &out, &err) == 1);
+    n = frames(out, f, 8);
+    CHECK(n == 4);
+    static const char *const stmt[] = {".read /nonexistent", ".output " DIR "/no-dir/x", ".frob"};
+    static const char *const msg[] = {
+        "cannot read \"/nonexistent\": No such file or directory",
+        "cannot open \"" DIR "/no-dir/x\" for writing: No such file or directory",
+        "unknown meta-command: \".frob\" (.help lists them)"};
+    for (int i = 1; i < n && i < 4; i++) {
+        CHECK_STR(str_of(f[i], "statement"), stmt[i - 1]);
+        CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(f[i], "tables")) == 0);
+        CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(f[i], "notes")) == 0);
+        const cJSON *e = cJSON_GetObjectItem(f[i], "error");
+        CHECK_STR(str_of(e, "message"), msg[i - 1]);
+        CHECK(cJSON_GetObjectItem(e, "line") && cJSON_GetObjectItem(e, "line")->valueint == i + 1);
+        CHECK(cJSON_GetObjectItem(e, "col") && cJSON_GetObjectItem(e, "col")->valueint == 1);
+    }
+    CHECK_HAS(err, "error: " DIR "/meta.lql:2:1: cannot read \"/nonexistent\"");
+    for (int i = 0; i < n; i++) cJSON_Delete(f[i]);
+    free(out); free(err);
 }
 
 /* A closed output pipe (SIGPIPE back to its default, as a shell gives it) and a file-size
