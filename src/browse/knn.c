@@ -19,7 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK_ROWS 128
+/* A work item is about CHUNK_BYTES of one part's gate rows (at most MAX_CHUNK_ROWS): each
+ * item a thread claims restarts its read stream somewhere else, and 512 KiB items (128
+ * rows of the 1.1B bench model) read at 0.70-0.85 of the bandwidth probe where 1-8 MiB read
+ * at 0.88-0.98 in the same minutes (BROWSE.md "Performance: WALK", session 28). */
+#define CHUNK_BYTES ((size_t)2 << 20)
+#define MAX_CHUNK_ROWS 1024
 
 /* ---------------------------------------------------------------- bounded heap */
 
@@ -167,6 +172,13 @@ static brw_hit score_row(const brw_model *m, brw_walk_mode mode, int layer,
 
 /* ---------------------------------------------------------------- the scan */
 
+/* Rows of a part per work item. */
+static int64_t chunk_rows(const brw_part *p, int hidden)
+{
+    size_t n = CHUNK_BYTES / row_bytes_of(p->gate, hidden);
+    return n < 1 ? 1 : n > MAX_CHUNK_ROWS ? MAX_CHUNK_ROWS : (int64_t)n;
+}
+
 typedef struct item {
     int li;                 /* index into the request's layers */
     const brw_part *part;
@@ -205,7 +217,7 @@ static void run_part(void *ctx, int part, int nparts)
         if (s->mode == BRW_HYBRID) {
             /* the hot path: the chunk's dots in one engine call, then the heap */
             const vx_tensor *g = x->part->gate;
-            float d[CHUNK_ROWS];
+            float d[MAX_CHUNK_ROWS];
             eng_rows_dot(g->dtype, row_of(g, x->r0, hidden), row_bytes_of(g, hidden),
                          (int)(x->r1 - x->r0), s->q, s->qp, hidden, d);
             for (int64_t r = x->r0; r < x->r1; r++) {
@@ -309,7 +321,8 @@ int brw_gate_knn_mode(const brw_model *m, const int *layers, int n_layers, const
         }
         const brw_layer *L = &m->s.layer[layers[i]];
         for (int p = 0; p < L->n_parts; p++)
-            n_items += (size_t)((L->parts[p].rows + CHUNK_ROWS - 1) / CHUNK_ROWS);
+            n_items += (size_t)((L->parts[p].rows + chunk_rows(&L->parts[p], m->s.hidden) - 1) /
+                                chunk_rows(&L->parts[p], m->s.hidden));
     }
     s.threads = eng_threads();
     if (s.threads < 1)
@@ -330,8 +343,9 @@ int brw_gate_knn_mode(const brw_model *m, const int *layers, int n_layers, const
         int64_t want = (int64_t)k + edits_in_layer(eo, layers[i]);
         s.kk[i] = (int)(want < L->features ? want : L->features);
         for (int p = 0; p < L->n_parts; p++)
-            for (int64_t r = 0; r < L->parts[p].rows; r += CHUNK_ROWS) {
-                int64_t r1 = r + CHUNK_ROWS < L->parts[p].rows ? r + CHUNK_ROWS
+            for (int64_t r = 0, cr = chunk_rows(&L->parts[p], m->s.hidden);
+                 r < L->parts[p].rows; r += cr) {
+                int64_t r1 = r + cr < L->parts[p].rows ? r + cr
                                                                : L->parts[p].rows;
                 s.items[n_items++] = (item){i, &L->parts[p], r, r1};
             }
