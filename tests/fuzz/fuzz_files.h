@@ -53,7 +53,8 @@ static inline const char *fz_scratch(const char *tag)
 static inline void fz_put(const char *dir, const char *rel, const uint8_t *p, size_t n)
 {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, rel) >= sizeof path)
+        abort();
     if (!p) {
         unlink(path);
         return;
