@@ -515,7 +515,8 @@ int lql_h_represent(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
     if (lql_session_container(s, st, &c, e) < 0) return -1;
     vx_dtype dt;
     if (vx_dtype_parse(st->arg2, &dt) < 0)
-        return lql_errf(e, LQL_EEXEC, &st->arg2_at, "unknown dtype: %s", st->arg2);
+        return lql_errf(e, LQL_EEXEC, &st->arg2_at, "unknown dtype: %s (REPRESENT writes q8_0, "
+                        "q4_0, q4_k, q6_k, mxfp4, f16, bf16 or f32)", st->arg2);
     char jpath[4096];
     vx_err ve = {0};
     const char *jp = s->journal;
@@ -523,7 +524,10 @@ int lql_h_represent(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
         jp = jpath;
     if (s->journal || (jp && access(jp, F_OK) == 0))
         return lql_errf(e, LQL_EEXEC, &st->at, "REPRESENT rewrites index.json, and the journal '%s' is "
-                        "keyed to its sha256: COMPILE the edits into a new container first", jp);
+                        "keyed to its sha256: %s", jp,
+                        s->journal ? "USE the container without JOURNAL to represent it (COMPILE "
+                                     "any edits into a new container first)"
+                                   : "COMPILE the edits into a new container first");
     vx_represent_info in;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);

@@ -72,8 +72,8 @@ VINDEX_HANDLER(represent)
     }
     char b1[32], b2[32];
     printf("represented %s as %s: %s (from %s)\n", a->pos[1], vx_dtype_name(dt), in.id, in.from);
-    printf("  %zu tensors (%zu kept in their source dtype), %s -> %s, %.3f bits/weight\n", in.tensors,
-           in.kept, vindex_bytes(in.source_bytes, b1, sizeof b1), vindex_bytes(in.bytes, b2, sizeof b2), bpw);
+    printf("  %zu tensor%s (%zu kept in their source dtype), %s -> %s, %.3f bits/weight\n",
+           in.tensors, in.tensors == 1 ? "" : "s", in.kept, vindex_bytes(in.source_bytes, b1, sizeof b1), vindex_bytes(in.bytes, b2, sizeof b2), bpw);
     printf("  fidelity %s, %d segment%s, %.1f s\n", in.fidelity, in.segments, in.segments == 1 ? "" : "s", secs);
     if (profile)
         printf("  profile %s selects %s\n", profile, in.id);
