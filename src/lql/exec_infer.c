@@ -105,18 +105,28 @@ static int predictions(lql_session *s, const lql_stmt *st, eng_model *m, const i
     if (rc == 0 && (top_k(probs, vocab, k, top) < 0 || (compare && top_k(probs + vocab, vocab, k, top + k) < 0)))
         rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     if (rc == 0) {
-        static const lql_colspec cols[] = {{"rank", LQL_INT, 0}, {"token", LQL_TEXT, 0},
-            {"prob", LQL_FLOAT, 4}, {"base_token", LQL_TEXT, 0}, {"base_prob", LQL_FLOAT, 4}};
-        lql_table *t = lql_result_table(r, NULL, compare ? 5 : 3, cols);
+        /* WITH IDS: each token's id beside it (tokens that decode alike, a U+FFFD byte
+         * piece, are told apart; TRACE … FOR n takes the id) */
+        const int wid = lql_has(st, LQL_C_WITH_IDS);
+        lql_colspec cols[7] = {{"rank", LQL_INT, 0}, {"token", LQL_TEXT, 0}};
+        int nc = 2;
+        if (wid) cols[nc++] = (lql_colspec){"id", LQL_INT, 0};
+        cols[nc++] = (lql_colspec){"prob", LQL_FLOAT, 4};
+        if (compare) {
+            cols[nc++] = (lql_colspec){"base_token", LQL_TEXT, 0};
+            if (wid) cols[nc++] = (lql_colspec){"base_id", LQL_INT, 0};
+            cols[nc++] = (lql_colspec){"base_prob", LQL_FLOAT, 4};
+        }
+        lql_table *t = lql_result_table(r, NULL, nc, cols);
         const eng_tokenizer *tok = eng_model_tokenizer(m);
         for (int i = 0; i < k; i++) {
             lql_row(t);
             lql_cell_int(t, i + 1);
-            lql_cell_token(t, tok, top[i].id);
-            lql_cell_float(t, top[i].p);
-            if (compare) {
-                lql_cell_token(t, tok, top[k + i].id);
-                lql_cell_float(t, top[k + i].p);
+            for (int b = 0; b <= compare; b++) {
+                const scored *c = &top[(size_t)b * (size_t)k + (size_t)i];
+                lql_cell_token(t, tok, c->id);
+                if (wid) lql_cell_int(t, c->id);
+                lql_cell_float(t, c->p);
             }
         }
         if (compare && !s->overlay) lql_result_note(r, "no overlay: base and effective model are the same");
@@ -224,6 +234,10 @@ int lql_h_infer(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
             if (lql_has(st, sampling[i]))
                 return lql_errf(e, LQL_EEXEC, &st->clause_at[sampling[i]],
                                 "%s applies to GENERATE: add GENERATE n", lql_clause_text(sampling[i]));
+    if (lql_has(st, LQL_C_WITH_IDS) && lql_has(st, LQL_C_GENERATE) && !lql_has(st, LQL_C_TOP))
+        return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_WITH_IDS],
+                        "WITH IDS adds an id column to the next-token table: add TOP n (GENERATE's "
+                        "table has its ids column already)");
     if (lql_has(st, LQL_C_GENERATE) && lql_has(st, LQL_C_COMPARE))
         return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_COMPARE],
                         "COMPARE shows next-token distributions: it does not combine with GENERATE");

@@ -88,9 +88,10 @@ static const lql_stmt_def defs[] = {
      "layer, feature, token/entity, relation, score/confidence. LIMIT defaults to 20; a "
      "note says when that cut rows."},
     {LQL_S_INFER, "INFER", lql_h_infer, LQL_CLASS_READ,
-     "INFER \"prompt\" {TOP n | GENERATE n | TEMPERATURE x | TOP_P x | SEED n | COMPARE}",
+     "INFER \"prompt\" {TOP n | GENERATE n | TEMPERATURE x | TOP_P x | SEED n | COMPARE | "
+     "WITH IDS}",
      "A full forward pass (overlay applied): the next-token distribution as rank, token, "
-     "prob (TOP, default 5). GENERATE n continues the prompt greedily, or sampled with "
+     "prob (TOP, default 5); WITH IDS adds each token's id after it. GENERATE n continues the prompt greedily, or sampled with "
      "TEMPERATURE / TOP_P / SEED, for n tokens or until an end-of-sequence token (the "
      "graph's `special_tokens.eos`; kept in the output), as Hugging Face's generate() "
      "stops, so fewer than n may come back. Without SEED the seed is 0, so a sampled continuation is "
