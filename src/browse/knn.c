@@ -320,9 +320,10 @@ int brw_gate_knn_mode(const brw_model *m, const int *layers, int n_layers, const
                            "0-%d)", layers[i], m->s.layers, m->s.layers - 1);
         }
         const brw_layer *L = &m->s.layer[layers[i]];
-        for (int p = 0; p < L->n_parts; p++)
-            n_items += (size_t)((L->parts[p].rows + chunk_rows(&L->parts[p], m->s.hidden) - 1) /
-                                chunk_rows(&L->parts[p], m->s.hidden));
+        for (int p = 0; p < L->n_parts; p++) {
+            const int64_t cr = chunk_rows(&L->parts[p], m->s.hidden);
+            n_items += (size_t)((L->parts[p].rows + cr - 1) / cr);
+        }
     }
     s.threads = eng_threads();
     if (s.threads < 1)
@@ -345,8 +346,7 @@ int brw_gate_knn_mode(const brw_model *m, const int *layers, int n_layers, const
         for (int p = 0; p < L->n_parts; p++)
             for (int64_t r = 0, cr = chunk_rows(&L->parts[p], m->s.hidden);
                  r < L->parts[p].rows; r += cr) {
-                int64_t r1 = r + cr < L->parts[p].rows ? r + cr
-                                                               : L->parts[p].rows;
+                int64_t r1 = r + cr < L->parts[p].rows ? r + cr : L->parts[p].rows;
                 s.items[n_items++] = (item){i, &L->parts[p], r, r1};
             }
         for (int t = 0; t < s.threads; t++) {
