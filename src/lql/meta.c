@@ -276,13 +276,10 @@ int lql_meta(lql_shell *sh, const char *line, const char *label, int lineno)
     if (rc >= 0 && sh->out && lql_shell_flush(sh, sh->out) < 0) rc = -2;
     if (rc == -1 && sh->plain_errors) fprintf(sh->err, "error: %d:1: %s\n", lineno, err);
     else if (rc == -1) fprintf(sh->err, "error: %s:%d:1: %s\n", label, lineno, err);
-    if (rc == -1 && sh->mode == LQL_OUT_JSON) {
-        /* a reader takes one frame per line it sent: a failure is one, as a statement's */
-        lql_render_opts ro = {sh->mode, sh->exact, sh->noheader, sh->width};
+    if (rc == -1) {
         size_t n = strlen(line);
         while (n && strchr(" \t\r\n", line[n - 1])) n--;
-        lql_render_frame(sh->out, NULL, &ro, line, n, err, lineno, 1);
-        lql_shell_flush(sh, sh->out);
+        lql_shell_error_frame(sh, line, n, err, lineno, 1);
     }
     free(copy);
     return rc < 0 ? -1 : 0;

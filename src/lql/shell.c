@@ -375,6 +375,16 @@ int lql_shell_use(lql_shell *sh, const char *path, const char *unrun)
     return rc;
 }
 
+void lql_shell_error_frame(lql_shell *sh, const char *text, size_t n, const char *msg,
+                           int line, int col)
+{
+    if (sh->mode != LQL_OUT_JSON)
+        return;
+    lql_render_opts ro = {sh->mode, sh->exact, sh->noheader, sh->width};
+    lql_render_frame(sh->out, NULL, &ro, text, n, msg, line, col);
+    lql_shell_flush(sh, sh->out);
+}
+
 /* A statement [start, end) of text that held a NUL at offset nul (line, col its place; the
  * stream reader made it a space): refused where it is, in json as the statement's frame,
  * and not run. */
@@ -385,13 +395,9 @@ static void nul_stmt(lql_shell *sh, const char *label, const char *text, size_t 
                               "is discarded)";
     fprintf(sh->err, "error: %s:%d:%d: %s\n", label, line, col, msg);
     fflush(sh->err);
-    if (sh->mode == LQL_OUT_JSON) {
-        lql_render_opts ro = {sh->mode, sh->exact, sh->noheader, sh->width};
-        while (end > start && (text[end - 1] == ';' || text[end - 1] == '\n' || text[end - 1] == ' '))
-            end--;
-        lql_render_frame(sh->out, NULL, &ro, text + start, end - start, msg, line, col);
-        lql_shell_flush(sh, sh->out);
-    }
+    while (end > start && (text[end - 1] == ';' || text[end - 1] == '\n' || text[end - 1] == ' '))
+        end--;
+    lql_shell_error_frame(sh, text + start, end - start, msg, line, col);
     sh->failed = 1;
     if (sh->bail) sh->stop = 1;
 }

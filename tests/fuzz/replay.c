@@ -11,7 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+
+#include "files.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -20,27 +21,20 @@ static int by_name(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* One input, read into a buffer of exactly its size (a read past it is caught under ASan,
- * as with libFuzzer), through the harness. */
+/* One input through the harness, from a copy of exactly its size (a read past it is caught
+ * under ASan, as with libFuzzer; the project's reader adds a terminator). */
 static int run_file(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    struct stat st;
-    if (!f || fstat(fileno(f), &st) != 0) {
-        fprintf(stderr, "replay: cannot open %s\n", path);
-        if (f)
-            fclose(f);
-        return 1;
-    }
-    size_t n = (size_t)st.st_size;
-    uint8_t *in = malloc(n ? n : 1);
-    int ok = in && fread(in, 1, n, f) == n;
-    fclose(f);
-    if (!ok) {
+    size_t n = 0;
+    char *buf = lql_read_file(path, 0, &n);
+    uint8_t *in = buf ? malloc(n ? n : 1) : NULL;
+    if (!in) {
         fprintf(stderr, "replay: cannot read %s\n", path);
-        free(in);
+        free(buf);
         return 1;
     }
+    memcpy(in, buf, n);
+    free(buf);
     LLVMFuzzerTestOneInput(in, n);
     free(in);
     return 0;
