@@ -529,9 +529,11 @@ static int read_line(int fd, char *buf, size_t n, int ms)
     return (int)k;
 }
 
-/* `lql -json box` reading the FIFO fifo (made here): its pid, *w the FIFO's write end and
- * *r the read end of its stdout. */
-static pid_t lql_on_fifo(const char *fifo, const char *box, int *w, int *r)
+/* lql box (`lql -json box` when json) reading the FIFO fifo (made here): its pid, *w the
+ * FIFO's write end and *r the read end of the child's stream fd (stdout, or stderr with
+ * stdout sent to /dev/null). */
+static pid_t lql_on_fifo_fd(const char *fifo, const char *box, int json, int fd, int *w,
+                            int *r)
 {
     unlink(fifo);
     CHECK(mkfifo(fifo, 0600) == 0);
@@ -541,9 +543,14 @@ static pid_t lql_on_fifo(const char *fifo, const char *box, int *w, int *r)
     if (pid == 0) {
         int in = open(fifo, O_RDONLY);
         dup2(in, STDIN_FILENO);
-        dup2(outp[1], STDOUT_FILENO);
+        if (fd == STDERR_FILENO)
+            dup2(open("/dev/null", O_WRONLY), STDOUT_FILENO);
+        dup2(outp[1], fd);
         close(outp[0]);
-        execl(LQL, "lql", "-json", box, (char *)NULL);
+        if (json)
+            execl(LQL, "lql", "-json", box, (char *)NULL);
+        else
+            execl(LQL, "lql", box, (char *)NULL);
         _exit(127);
     }
     close(outp[1]);
@@ -552,30 +559,22 @@ static pid_t lql_on_fifo(const char *fifo, const char *box, int *w, int *r)
     return pid;
 }
 
+/* `lql -json box` on the FIFO, *r its stdout. */
+static pid_t lql_on_fifo(const char *fifo, const char *box, int *w, int *r)
+{
+    return lql_on_fifo_fd(fifo, box, 1, STDOUT_FILENO, w, r);
+}
+
 /* A Ctrl-C during the last statement of a run, one that never polls it (a long
  * TOKENIZE), is not lost: the run exits 1 and says so (it exited 0). */
 static void interrupt_last(const char *box)
 {
     char fifo[] = DIR "/intr.fifo", line[512];
-    unlink(fifo);
-    CHECK(mkfifo(fifo, 0600) == 0);
-    int errp[2];
-    CHECK(pipe(errp) == 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int in = open(fifo, O_RDONLY), null = open("/dev/null", O_WRONLY);
-        dup2(in, STDIN_FILENO);
-        dup2(null, STDOUT_FILENO);
-        dup2(errp[1], STDERR_FILENO);
-        close(errp[0]);
-        execl(LQL, "lql", box, (char *)NULL);
-        _exit(127);
-    }
-    close(errp[1]);
-    int w = open(fifo, O_WRONLY);
+    int w, errr;
+    pid_t pid = lql_on_fifo_fd(fifo, box, 0, STDERR_FILENO, &w, &errr);
     /* the container bound: the handlers are in place and stdin is read next */
     int got;
-    while ((got = read_line(errp[0], line, sizeof line, 60000)) > 0 && !strstr(line, "-- using "))
+    while ((got = read_line(errr, line, sizeof line, 60000)) > 0 && !strstr(line, "-- using "))
         ;   /* the journal's notes come first */
     CHECK(got > 0);
     size_t n = 1000000;
@@ -590,11 +589,11 @@ static void interrupt_last(const char *box)
     nanosleep(&d, NULL);
     kill(pid, SIGINT);
     char all[2048] = "";
-    while (read_line(errp[0], line, sizeof line, 120000) > 0)
+    while (read_line(errr, line, sizeof line, 120000) > 0)
         if (strlen(all) + strlen(line) < sizeof all) strcat(all, line);
     CHECK(wait_bounded(pid, 120000) == 1);
     CHECK_MSG(strstr(all, "cancelled"), "stderr: %s", all);
-    close(errp[0]);
+    close(errr);
     unlink(fifo);
 }
 
