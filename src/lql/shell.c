@@ -375,13 +375,13 @@ int lql_shell_use(lql_shell *sh, const char *path, const char *unrun)
     return rc;
 }
 
-void lql_shell_error_frame(lql_shell *sh, const char *text, size_t n, const char *msg,
-                           int line, int col)
+void lql_shell_frame(lql_shell *sh, const lql_result *r, const char *text, size_t n,
+                     const char *msg, int line, int col)
 {
     if (sh->mode != LQL_OUT_JSON)
         return;
     lql_render_opts ro = {sh->mode, sh->exact, sh->noheader, sh->width};
-    lql_render_frame(sh->out, NULL, &ro, text, n, msg, line, col);
+    lql_render_frame(sh->out, r, &ro, text, n, msg, line, col);
     lql_shell_flush(sh, sh->out);
 }
 
@@ -397,7 +397,7 @@ static void nul_stmt(lql_shell *sh, const char *label, const char *text, size_t 
     fflush(sh->err);
     while (end > start && (text[end - 1] == ';' || text[end - 1] == '\n' || text[end - 1] == ' '))
         end--;
-    lql_shell_error_frame(sh, text + start, end - start, msg, line, col);
+    lql_shell_frame(sh, NULL, text + start, end - start, msg, line, col);
     sh->failed = 1;
     if (sh->bail) sh->stop = 1;
 }

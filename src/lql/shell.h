@@ -107,11 +107,11 @@ int lql_eval(lql_session *s, const char *text, size_t n, lql_outmode mode, char 
 #define LQL_ECHO_MAX 200
 char *lql_error_text(const char *label, const char *src, int line0, const lql_err *e);
 
-/* In json mode, the frame of input that failed before it ran (a NUL in a statement, a failed
- * meta-command): text[0..n) as its statement, msg its error at line:col; nothing otherwise.
- * A reader takes one frame per statement it sent. */
-void lql_shell_error_frame(lql_shell *sh, const char *text, size_t n, const char *msg,
-                           int line, int col);
+/* In json mode, the frame of input the shell answers itself (a meta-command, a NUL in a
+ * statement): text[0..n) as its statement, r's notes (NULL: none), msg NULL or its error at
+ * line:col; nothing otherwise. A reader takes one frame per statement it sent. */
+void lql_shell_frame(lql_shell *sh, const lql_result *r, const char *text, size_t n,
+                     const char *msg, int line, int col);
 
 /* A meta-command line (starting with '.'). Returns 0, or -1 after printing an error. */
 int lql_meta(lql_shell *sh, const char *line, const char *label, int lineno);

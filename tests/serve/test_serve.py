@@ -84,9 +84,14 @@ def raw_http(data, until=None, timeout=30):
 
 
 def cli(stmt, mode):
-    """What the shell prints on stdout (its notes go to stderr in the program modes)."""
-    return subprocess.run([LQL, CONT, "-c", ".mode %s\n%s" % (mode, stmt)], cwd=WORK,
-                          capture_output=True, timeout=120).stdout.decode()
+    """What the shell prints on stdout for stmt (its notes go to stderr in the program
+    modes), without the frame that answers `.mode json`."""
+    out = subprocess.run([LQL, CONT, "-c", ".mode %s\n%s" % (mode, stmt)], cwd=WORK,
+                         capture_output=True, timeout=120).stdout.decode()
+    if mode == "json":
+        first, out = out.split("\n", 1)
+        assert json.loads(first)["statement"] == ".mode json", first
+    return out
 
 
 def tree_digest(d):

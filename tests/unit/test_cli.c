@@ -286,6 +286,35 @@ static void json_batch(void)
     CHECK_HAS(err, "error: " DIR "/meta.lql:2:1: cannot read \"/nonexistent\"");
     for (int i = 0; i < n; i++) cJSON_Delete(f[i]);
     free(out); free(err);
+
+    /* a meta-command that succeeds is a frame too: what it prints are its notes, a line
+     * each; a .read's frame follows its statements'; after `.mode tsv` (its own answer is
+     * no longer json) .print writes its text */
+    static const char inner[] = "SHOW MODELS;\nBOGUS;\n";
+    write_file(DIR "/inner.lql", inner, sizeof inner - 1);
+    static const char ok[] = ".timer off\n.print a \"b  c\"\n.mode\n.read " DIR "/inner.lql\n"
+                             ".mode tsv\n.print plain\n";
+    write_file(DIR "/ok.lql", ok, sizeof ok - 1);
+    CHECK(sh(LQL " -json -f " DIR "/ok.lql", &out, &err) == 1);
+    char *tail = out ? strstr(out, "plain\n") : NULL;
+    CHECK(tail && tail[6] == 0);
+    if (tail) *tail = 0;
+    n = frames(out, f, 8);
+    CHECK(n == 6);
+    static const char *const ok_stmt[] = {".timer off", ".print a \"b  c\"", ".mode", "SHOW MODELS",
+                                          "BOGUS", ".read " DIR "/inner.lql"};
+    static const char *const ok_note[] = {NULL, "a b  c", "json", NULL, NULL, NULL};
+    for (int i = 0; i < n && i < 6; i++) {
+        CHECK_STR(str_of(f[i], "statement"), ok_stmt[i]);
+        const cJSON *notes = cJSON_GetObjectItem(f[i], "notes");
+        if (ok_note[i]) {
+            CHECK(cJSON_GetArraySize(notes) == 1);
+            CHECK_STR(cJSON_GetStringValue(cJSON_GetArrayItem(notes, 0)), ok_note[i]);
+        }
+        CHECK(cJSON_IsNull(cJSON_GetObjectItem(f[i], "error")) == (i != 4));
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(f[i]);
+    free(out); free(err);
 }
 
 /* A closed output pipe (SIGPIPE back to its default, as a shell gives it) and a file-size
