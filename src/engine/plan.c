@@ -87,6 +87,13 @@ static int optnum(ctx *c, const cJSON *o, const char *k, double *out)
     return num(c, o, k, out);
 }
 
+/* A soft-cap: null (off, 0) or positive; 0 or less would divide the logits by it. */
+static int optcap(ctx *c, const cJSON *o, const char *k, double *out)
+{
+    *out = 0;
+    return is_null(field(o, k)) ? 0 : posnum(c, o, k, out);
+}
+
 static int boolean(ctx *c, const cJSON *o, const char *k, int *out)
 {
     const cJSON *v = field(o, k);
@@ -1011,7 +1018,7 @@ static int plan_build(ctx *cp)
     } else if (known(&c, at, akeys) || posint(&c, at, "heads", &m->heads) ||
         posint(&c, at, "kv_heads", &m->kv_heads) || posint(&c, at, "head_dim", &m->head_dim) ||
         posnum(&c, at, "scale", &ascale) || boolean(&c, at, "qkv_bias", &g.qkv_bias) ||
-        boolean(&c, at, "out_bias", &g.out_bias) || optnum(&c, at, "softcap", &cap) ||
+        boolean(&c, at, "out_bias", &g.out_bias) || optcap(&c, at, "softcap", &cap) ||
         boolean(&c, at, "sinks", &g.sinks))
         return -1;
     if (at && !is_null(field(at, "qk_norm"))) {
@@ -1078,7 +1085,7 @@ static int plan_build(ctx *cp)
     c.where = "execution.lm_head";
     static const char *const lkeys[] = {"tied", "softcap", "logits_divisor", NULL};
     double fcap, div = 1;
-    if (known(&c, lm, lkeys) || boolean(&c, lm, "tied", &tied) || optnum(&c, lm, "softcap", &fcap) ||
+    if (known(&c, lm, lkeys) || boolean(&c, lm, "tied", &tied) || optcap(&c, lm, "softcap", &fcap) ||
         (!is_null(field(lm, "logits_divisor")) && num(&c, lm, "logits_divisor", &div)))
         return -1;
     if (!(div > 0))

@@ -199,6 +199,12 @@ static int map_objects(vx_container *c, const char *profile, const vx_select *se
             return vx_errf(err, VX_EFORMAT, "system_graph.json: an object has no id");
         if (id_earlier(objects, o, id))
             return vx_errf(err, VX_EFORMAT, "system_graph.json: object id '%s' is used twice", id);
+        /* an object of no declared component would be read with the primary's geometry */
+        const char *comp = vx_json_str(o, "component");
+        if (!comp || !vx_shape_component(c, comp))
+            return vx_errf(err, VX_EFORMAT, "system_graph.json: object '%s' names component "
+                           "%s%s%s, which the graph does not declare", id, comp ? "'" : "",
+                           comp ? comp : "(not a string)", comp ? "'" : "");
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, "representations"), *r;
         const char *bound = vx_profile_choice(prof, id);
         for (size_t i = 0; i < nsel; i++) {
@@ -301,8 +307,7 @@ static int build_table(vx_container *c, vx_err *err)
 
 const vx_graph_shape *vx_object_shape(const vx_container *c, const cJSON *obj)
 {
-    const vx_graph_shape *s = vx_shape_component(c, vx_json_str(obj, "component"));
-    return s ? s : c->shapes;
+    return vx_shape_component(c, vx_json_str(obj, "component"));   /* declared: map_objects */
 }
 
 /* Names the segments of an object for a closure error: "'a'" or "'a', 'b'". */
@@ -381,9 +386,16 @@ static int read_graph(vx_container *c, vx_err *err)
             decoder = comp;
         k++;
     }
-    c->component = decoder ? decoder : cJSON_GetArrayItem(comps, 0);
-    if (!c->component)
+    if (!cJSON_GetArrayItem(comps, 0))
         return vx_errf(err, VX_EFORMAT, "%s has no components", rel);
+    /* lql reads and runs a decoder: a tower or drafter alone run as one would answer for a
+     * model the container does not hold */
+    if (!decoder)
+        return vx_errf(err, VX_EUNSUPPORTED, "%s: no component has role 'decoder' (the first, "
+                       "'%s', has role '%s'); lql reads and runs decoder systems", rel,
+                       vx_json_str(cJSON_GetArrayItem(comps, 0), "id"),
+                       vx_json_str(cJSON_GetArrayItem(comps, 0), "role"));
+    c->component = decoder;
     if (vx_shapes_read(c->graph, c->component, &c->shapes, &c->nshapes, err) < 0)
         return -1;
     /* index.json repeats the primary's geometry for tools that read no graph: two answers

@@ -527,6 +527,30 @@ static void test_records(void)
     fx_write(&f);
     CHECK_STR(fx_open_err(&f), "system_graph.json: components[0] has no role string");
     done();
+
+    /* no decoder (a tower or drafter alone), and an object of an undeclared component: run
+     * as the decoder, or with the primary's geometry, they answered for another model */
+    fresh();
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, "components"), 0),
+                              "role", cJSON_CreateString("perception"));
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "system_graph.json: no component has role 'decoder' (the first, "
+              "'target', has role 'perception'); lql reads and runs decoder systems");
+    done();
+    fresh();
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, "objects"), 1),
+                              "component", cJSON_CreateString("drafter"));
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "system_graph.json: object 'target.decoder_stack' names component "
+              "'drafter', which the graph does not declare");
+    done();
+    fresh();
+    cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, "objects"), 0),
+                               "component");
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "system_graph.json: object 'target.embedding' names component "
+              "(not a string), which the graph does not declare");
+    done();
 }
 
 int main(void)

@@ -163,6 +163,17 @@ static void e_scale(cJSON *c)
     cJSON *a = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "attention");
     cJSON_ReplaceItemInObject(a, "scale", cJSON_CreateNumber(-0.25));
 }
+/* a soft-cap of 0 or less divides the scores by it: refused, null is off */
+static void e_softcap(cJSON *c)
+{
+    cJSON *a = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "attention");
+    cJSON_ReplaceItemInObject(a, "softcap", cJSON_CreateNumber(0));
+}
+static void e_final_softcap(cJSON *c)
+{
+    cJSON *l = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "lm_head");
+    cJSON_ReplaceItemInObject(l, "softcap", cJSON_CreateNumber(-30));
+}
 static void e_final_gone(cJSON *c)
 {
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, "execution"), "final_norm", cJSON_CreateFalse());
@@ -259,6 +270,8 @@ static void test_refusals(const char *gqa, const char *mix)
     refuse(gqa, e_eos_many, "system graph: execution.special_tokens.eos lists 33 ids; this executor stops on at most 32");
     refuse(gqa, e_eps, "system graph: execution.norm.eps = 0 is not positive");
     refuse(gqa, e_scale, "system graph: execution.attention.scale = -0.25 is not positive");
+    refuse(gqa, e_softcap, "system graph: execution.attention.softcap = 0 is not positive");
+    refuse(gqa, e_final_softcap, "system graph: execution.lm_head.softcap = -30 is not positive");
     /* an operand no operation reads: running would drop a term of the model */
     refuse(gqa, e_final_gone, "operand 'final_norm' of target.output_head is stored but no operation "
            "of the system graph reads it (a flag such as execution.final_norm or "
