@@ -217,6 +217,10 @@ static int layer(rd *r, vx_graph_shape *s, const cJSON *lj, int l)
                            r->where, l, op->valuestring);
         L->window = (int)win->valuedouble;
     }
+    /* a layer's own rotary embedding on a recurrent mixer would be ignored, not executed */
+    if (!absent(item(lj, "rope")) && L->mixer != VX_MIXER_ATTENTION && L->mixer != VX_MIXER_MLA)
+        return vx_errf(r->err, VX_EFORMAT, "%slayer %d: a rope on operator '%s', which does not attend",
+                       r->where, l, op->valuestring);
     if (!cJSON_IsArray(st))
         return vx_errf(r->err, VX_EFORMAT, "%slayer %d: state is missing or not a list of regions",
                        r->where, l);

@@ -266,12 +266,16 @@ static void test_graph_shape(void)
         CHECK_STR(vx_channel_name(g->layer[2].channel), "none");
     }
     vx_close(c);
-    /* a window on a recurrent layer, a region declared twice, too many regions */
+    /* a window or rope on a recurrent layer, a region declared twice, too many regions */
     cJSON *l2 = cJSON_GetArrayItem(cJSON_GetObjectItem(comp, "layers"), 2);
     cJSON_ReplaceItemInObject(l2, "window", cJSON_CreateNumber(4));
     fx_write(&f);
     CHECK_STR(fx_open_err(&f), "layer 2: a window on operator 'mamba2', which does not attend");
     cJSON_ReplaceItemInObject(l2, "window", cJSON_CreateNull());
+    cJSON_ReplaceItemInObject(l2, "rope", cJSON_CreateString("x"));   /* nor a rope of its own */
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), "layer 2: a rope on operator 'mamba2', which does not attend");
+    cJSON_ReplaceItemInObject(l2, "rope", cJSON_CreateNull());
     cJSON *st = cJSON_GetObjectItem(l2, "state");
     cJSON_AddItemToArray(st, cJSON_Duplicate(cJSON_GetArrayItem(st, 0), 1));
     fx_write(&f);
