@@ -456,6 +456,19 @@ static void twice(const char *key, int i, const char *want)
     done();
 }
 
+/* The graph's list `key` with item i's field `field` set to v (NULL: deleted): refused
+ * with `want`. */
+static void edited(const char *key, int i, const char *field, cJSON *v, const char *want)
+{
+    fresh();
+    cJSON *it = cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, key), i);
+    if (v) cJSON_ReplaceItemInObject(it, field, v);
+    else cJSON_DeleteItemFromObject(it, field);
+    fx_write(&f);
+    CHECK_STR(fx_open_err(&f), want);
+    done();
+}
+
 /* A recorded hash present in a malformed form, a component without id or used twice,
  * and a snapshot file the record leaves out: refused, never read as "none recorded". */
 static void test_records(void)
@@ -521,36 +534,16 @@ static void test_records(void)
 
     twice("objects", 2, "system_graph.json: object id 'target.output_head' is used twice");
 
-    fresh();
-    cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, "components"), 0),
-                               "role");
-    fx_write(&f);
-    CHECK_STR(fx_open_err(&f), "system_graph.json: components[0] has no role string");
-    done();
-
+    edited("components", 0, "role", NULL, "system_graph.json: components[0] has no role string");
     /* no decoder (a tower or drafter alone), and an object of an undeclared component: run
      * as the decoder, or with the primary's geometry, they answered for another model */
-    fresh();
-    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, "components"), 0),
-                              "role", cJSON_CreateString("perception"));
-    fx_write(&f);
-    CHECK_STR(fx_open_err(&f), "system_graph.json: no component has role 'decoder' (the first, "
-              "'target', has role 'perception'); lql reads and runs decoder systems");
-    done();
-    fresh();
-    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, "objects"), 1),
-                              "component", cJSON_CreateString("drafter"));
-    fx_write(&f);
-    CHECK_STR(fx_open_err(&f), "system_graph.json: object 'target.decoder_stack' names component "
-              "'drafter', which the graph does not declare");
-    done();
-    fresh();
-    cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, "objects"), 0),
-                               "component");
-    fx_write(&f);
-    CHECK_STR(fx_open_err(&f), "system_graph.json: object 'target.embedding' names component "
-              "(not a string), which the graph does not declare");
-    done();
+    edited("components", 0, "role", cJSON_CreateString("perception"), "system_graph.json: no "
+           "component has role 'decoder' (the first, 'target', has role 'perception'); lql reads "
+           "and runs decoder systems");
+    edited("objects", 1, "component", cJSON_CreateString("drafter"), "system_graph.json: object "
+           "'target.decoder_stack' names component 'drafter', which the graph does not declare");
+    edited("objects", 0, "component", NULL, "system_graph.json: object 'target.embedding' names "
+           "component (not a string), which the graph does not declare");
 }
 
 int main(void)

@@ -153,27 +153,17 @@ static void e_bos(cJSON *c)
 {
     cJSON_ReplaceItemInObject(specials(c), "bos", cJSON_CreateNumber(-1));
 }
-static void e_eps(cJSON *c)
+/* execution.section.key set to v */
+static void exec_set(cJSON *c, const char *section, const char *key, double v)
 {
-    cJSON *n = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "norm");
-    cJSON_ReplaceItemInObject(n, "eps", cJSON_CreateNumber(0));
+    cJSON *o = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), section);
+    cJSON_ReplaceItemInObject(o, key, cJSON_CreateNumber(v));
 }
-static void e_scale(cJSON *c)
-{
-    cJSON *a = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "attention");
-    cJSON_ReplaceItemInObject(a, "scale", cJSON_CreateNumber(-0.25));
-}
+static void e_eps(cJSON *c) { exec_set(c, "norm", "eps", 0); }
+static void e_scale(cJSON *c) { exec_set(c, "attention", "scale", -0.25); }
 /* a soft-cap of 0 or less divides the scores by it: refused, null is off */
-static void e_softcap(cJSON *c)
-{
-    cJSON *a = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "attention");
-    cJSON_ReplaceItemInObject(a, "softcap", cJSON_CreateNumber(0));
-}
-static void e_final_softcap(cJSON *c)
-{
-    cJSON *l = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "execution"), "lm_head");
-    cJSON_ReplaceItemInObject(l, "softcap", cJSON_CreateNumber(-30));
-}
+static void e_softcap(cJSON *c) { exec_set(c, "attention", "softcap", 0); }
+static void e_final_softcap(cJSON *c) { exec_set(c, "lm_head", "softcap", -30); }
 static void e_final_gone(cJSON *c)
 {
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, "execution"), "final_norm", cJSON_CreateFalse());
