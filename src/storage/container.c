@@ -91,7 +91,10 @@ static int map_segment(vx_container *c, const char *rel, const char *object, con
     if (vx_json_u64(cJSON_GetObjectItemCaseSensitive(rec, "bytes"), &recorded) < 0)
         return vx_errf(err, VX_EFORMAT, "segment '%s': index.json records no byte count", rel);
     /* the record's kind, where it states one, is the one reading this lql has */
-    const char *rs = vx_json_str(rec, "schema");
+    const cJSON *rsj = cJSON_GetObjectItemCaseSensitive(rec, "schema");
+    const char *rs = cJSON_IsString(rsj)                    ? rsj->valuestring
+                     : rsj && !cJSON_IsNull(rsj) ? "(not a string)"
+                                                 : NULL;
     const cJSON *rv = cJSON_GetObjectItemCaseSensitive(rec, "version");
     if ((rs && strcmp(rs, "tensor-table") != 0) || (rv && !(cJSON_IsNumber(rv) && rv->valuedouble == 1)))
         return vx_errf(err, VX_EUNSUPPORTED, "segment '%s': index.json records it as %s version %g; "
@@ -177,6 +180,28 @@ static int id_earlier(const cJSON *list, const cJSON *item, const char *id)
  * and inspect see them all); only the bound representation of each object (the override
  * in sel, else the profile's selection, else the first listed: the baseline) enters the
  * lookup table. The profile and overrides are judged before any segment is opened. */
+/* A representation record's own facts, where it states them (null or absent: not stated):
+ * its object is `id`, its encoding one this lql reads, its dtype one it knows. Read past,
+ * a wrong one was shown (SHOW REPRESENTATIONS) or ignored for the segments' own. */
+static int rep_facts(const cJSON *rep, const char *rid, const char *id, vx_err *err)
+{
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(rep, "object");
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(rep, "encoding");
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(rep, "dtype");
+    vx_dtype dt;
+    if (o && !cJSON_IsNull(o) && !(cJSON_IsString(o) && strcmp(o->valuestring, id) == 0))
+        return vx_errf(err, VX_EFORMAT, "representation '%s' belongs to object '%s', not '%s'",
+                       rid, cJSON_IsString(o) ? o->valuestring : "(not a string)", id);
+    if (e && !cJSON_IsNull(e) && !(cJSON_IsString(e) && strcmp(e->valuestring, "tensor-table") == 0))
+        return vx_errf(err, VX_EUNSUPPORTED, "representation '%s': encoding '%s' is not one this "
+                       "lql reads (tensor-table)", rid,
+                       cJSON_IsString(e) ? e->valuestring : "(not a string)");
+    if (d && !cJSON_IsNull(d) && !(cJSON_IsString(d) && vx_dtype_parse(d->valuestring, &dt) == 0))
+        return vx_errf(err, VX_EUNSUPPORTED, "representation '%s': dtype '%s' is not one this lql "
+                       "knows", rid, cJSON_IsString(d) ? d->valuestring : "(not a string)");
+    return 0;
+}
+
 static int map_objects(vx_container *c, const char *profile, const vx_select *sel, size_t nsel,
                        vx_err *err)
 {
@@ -219,10 +244,8 @@ static int map_objects(vx_container *c, const char *profile, const vx_select *se
             if (!rep)
                 return vx_errf(err, VX_EMISSING, "object '%s' names representation '%s', which index.json does not list",
                                id, rid ? rid : "(not a string)");
-            const char *robj = vx_json_str(rep, "object");
-            if (robj && strcmp(robj, id) != 0)
-                return vx_errf(err, VX_EFORMAT, "representation '%s' belongs to object '%s', not '%s'",
-                               rid, robj, id);
+            if (rep_facts(rep, rid, id, err) < 0)
+                return -1;
             const cJSON *segs = cJSON_GetObjectItemCaseSensitive(rep, "segments"), *sp;
             if (!cJSON_IsArray(segs) || cJSON_GetArraySize(segs) == 0)
                 return vx_errf(err, VX_EFORMAT, "representation '%s' lists no segments", rid);
@@ -417,13 +440,28 @@ static int read_graph(vx_container *c, vx_err *err)
 
 /* A recorded hash that is present but not a sha256 is refused here, once for every reader:
  * read as "none recorded" (the older-writer path), it would switch a check off. */
+static int bad_hash(const cJSON *h)
+{
+    return h && !cJSON_IsNull(h) && !(cJSON_IsString(h) && vx_is_sha256(h->valuestring));
+}
+
 static int hashes_wellformed(const vx_container *c, vx_err *err)
 {
     const cJSON *br = cJSON_GetObjectItemCaseSensitive(c->index, "browse");
-    const cJSON *dm = cJSON_GetObjectItemCaseSensitive(br, "down_meta_sha256");
-    if (dm && !cJSON_IsNull(dm) && !(cJSON_IsString(dm) && vx_is_sha256(dm->valuestring)))
+    if (bad_hash(cJSON_GetObjectItemCaseSensitive(br, "down_meta_sha256")))
         return vx_errf(err, VX_EFORMAT, "index.json: browse.down_meta_sha256 is not a sha256 (64 "
                        "lower-case hex digits)");
+    const cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(c->index, "segments"))
+        if (bad_hash(cJSON_GetObjectItemCaseSensitive(r, "sha256")))
+            return vx_errf(err, VX_EFORMAT, "index.json: segments['%s'].sha256 is not a sha256 (64 "
+                           "lower-case hex digits)", r->string);
+    static const char *const rep_hashes[] = {"payload_sha256", "source_payload_sha256"};
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(c->index, "representations"))
+        for (int i = 0; i < 2; i++)
+            if (bad_hash(cJSON_GetObjectItemCaseSensitive(r, rep_hashes[i])))
+                return vx_errf(err, VX_EFORMAT, "index.json: representations['%s'].%s is not a "
+                               "sha256 (64 lower-case hex digits)", r->string, rep_hashes[i]);
     const cJSON *snaps = cJSON_GetObjectItemCaseSensitive(c->index, "snapshots"), *s;
     if (snaps && !cJSON_IsObject(snaps))
         return vx_errf(err, VX_EFORMAT, "index.json: snapshots is not an object");

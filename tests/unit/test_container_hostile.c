@@ -317,6 +317,8 @@ static void test_tensors(void)
     done();
 }
 
+#define ZERO_SHA "0000000000000000000000000000000000000000000000000000000000000000"
+
 static void test_paths(void)
 {
     char want[PATH_MAX + 128], path[PATH_MAX], outside[PATH_MAX];
@@ -327,7 +329,7 @@ static void test_paths(void)
                                      "target.output_head.f32");
     cJSON_ReplaceItemInObject(rep, "segments", cJSON_Parse("[\"../evil.bin\"]"));
     cJSON_AddItemToObject(cJSON_GetObjectItem(f.index, "segments"), "../evil.bin",
-                          cJSON_Parse("{\"bytes\": 64, \"sha256\": \"\"}"));
+                          cJSON_Parse("{\"bytes\": 64, \"sha256\": \"" ZERO_SHA "\"}"));
     fx_path(&f, "index.json", path, sizeof path);
     fx_put_json(path, f.index);
     snprintf(want, sizeof want,
@@ -456,15 +458,18 @@ static void twice(const char *key, int i, const char *want)
     done();
 }
 
-/* The graph's list `key` with item i's field `field` set to v (NULL: deleted): refused
- * with `want`. */
+/* The graph's list `key` (or, key starting with "index.", index.json's record map) with
+ * item i's field `field` set to v (NULL: deleted): refused with `want`. */
 static void edited(const char *key, int i, const char *field, cJSON *v, const char *want)
 {
+    const int idx = strncmp(key, "index.", 6) == 0;
     fresh();
-    cJSON *it = cJSON_GetArrayItem(cJSON_GetObjectItem(f.graph, key), i);
-    if (v) cJSON_ReplaceItemInObject(it, field, v);
-    else cJSON_DeleteItemFromObject(it, field);
-    fx_write(&f);
+    if (idx) fx_write(&f);   /* the records exist once written; kept as edited below */
+    cJSON *it = cJSON_GetArrayItem(idx ? cJSON_GetObjectItem(f.index, key + 6)
+                                       : cJSON_GetObjectItem(f.graph, key), i);
+    cJSON_DeleteItemFromObject(it, field);
+    if (v) cJSON_AddItemToObject(it, field, v);
+    fx_write_opts(&f, idx);
     CHECK_STR(fx_open_err(&f), want);
     done();
 }
@@ -544,6 +549,27 @@ static void test_records(void)
            "'target.decoder_stack' names component 'drafter', which the graph does not declare");
     edited("objects", 0, "component", NULL, "system_graph.json: object 'target.embedding' names "
            "component (not a string), which the graph does not declare");
+
+    /* index.json's records: a hash present but malformed, and a representation's stated
+     * object, encoding or dtype that is not the one read (they were shown, or ignored) */
+    edited("index.segments", 1, "sha256", cJSON_CreateNumber(0), "index.json: "
+           "segments['segments/target.decoder_stack.bin'].sha256 is not a sha256 (64 lower-case "
+           "hex digits)");
+    edited("index.representations", 0, "payload_sha256", cJSON_CreateString("x"), "index.json: "
+           "representations['target.embedding.f32'].payload_sha256 is not a sha256 (64 "
+           "lower-case hex digits)");
+    edited("index.representations", 2, "source_payload_sha256", cJSON_CreateTrue(), "index.json: "
+           "representations['target.output_head.f32'].source_payload_sha256 is not a sha256 (64 "
+           "lower-case hex digits)");
+    edited("index.representations", 0, "object", cJSON_CreateArray(), "representation "
+           "'target.embedding.f32' belongs to object '(not a string)', not 'target.embedding'");
+    edited("index.representations", 1, "encoding", cJSON_CreateString("lyrw"), "representation "
+           "'target.decoder_stack.f32': encoding 'lyrw' is not one this lql reads (tensor-table)");
+    edited("index.representations", 1, "dtype", cJSON_CreateString("q9_9"), "representation "
+           "'target.decoder_stack.f32': dtype 'q9_9' is not one this lql knows");
+    edited("index.segments", 0, "schema", cJSON_CreateNumber(3), "segment "
+           "'segments/target.embedding.bin': index.json records it as (not a string) version 1; "
+           "a representation's segment is read as tensor-table version 1");
 }
 
 int main(void)
