@@ -311,7 +311,11 @@ static int run_stmt(lql_shell *sh, const char *label, const char *src, size_t st
  * meta-command is the rest of its line, recognised only at a line's start. */
 static size_t unit_end(const char *text, size_t i, size_t n, int *meta)
 {
-    *meta = text[i] == '.' && (i == 0 || text[i - 1] == '\n');
+    /* a '.' first on its line, blanks before it allowed (as the REPL takes it) */
+    size_t b = i;
+    while (b > 0 && (text[b - 1] == ' ' || text[b - 1] == '\t'))
+        b--;
+    *meta = text[i] == '.' && (b == 0 || text[b - 1] == '\n');
     if (*meta) {
         const char *nl = memchr(text + i, '\n', n - i);
         return nl ? (size_t)(nl - text) : n;

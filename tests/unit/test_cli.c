@@ -289,11 +289,12 @@ static void json_batch(void)
 
     /* a meta-command that succeeds is a frame too: what it prints are its notes, a line
      * each; a .read's frame follows its statements'; after `.mode tsv` (its own answer is
-     * no longer json) .print writes its text */
+     * no longer json) .print writes its text; blanks before a meta-command's '.' are allowed
+     * (the REPL took them, scripts read a syntax error) */
     static const char inner[] = "SHOW MODELS;\nBOGUS;\n";
     write_file(DIR "/inner.lql", inner, sizeof inner - 1);
-    static const char ok[] = ".timer off\n.print a \"b  c\"\n.mode\n.read " DIR "/inner.lql\n"
-                             ".mode tsv\n.print plain\n";
+    static const char ok[] = ".timer off\n.print a \"b  c\"\n  .mode\n.read " DIR "/inner.lql\n"
+                             ".mode tsv\n\t.print plain\n";   /* blanks may come first */
     write_file(DIR "/ok.lql", ok, sizeof ok - 1);
     CHECK(sh(LQL " -json -f " DIR "/ok.lql", &out, &err) == 1);
     char *tail = out ? strstr(out, "plain\n") : NULL;
