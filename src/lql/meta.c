@@ -42,22 +42,19 @@ static int m_mode(lql_shell *sh, FILE *out, int argc, char **argv, char *err, si
 
 static int m_timer(lql_shell *sh, FILE *out, int argc, char **argv, char *err, size_t errsz)
 {
-    (void)out;
-    (void)argc;
+    (void)out; (void)argc;
     return on_off(argv[1], &sh->timer, err, errsz);
 }
 
 static int m_bail(lql_shell *sh, FILE *out, int argc, char **argv, char *err, size_t errsz)
 {
-    (void)out;
-    (void)argc;
+    (void)out; (void)argc;
     return on_off(argv[1], &sh->bail, err, errsz);
 }
 
 static int m_headers(lql_shell *sh, FILE *out, int argc, char **argv, char *err, size_t errsz)
 {
-    (void)out;
-    (void)argc;
+    (void)out; (void)argc;
     int on;
     if (on_off(argv[1], &on, err, errsz) < 0) return -1;
     sh->noheader = !on;
@@ -66,8 +63,7 @@ static int m_headers(lql_shell *sh, FILE *out, int argc, char **argv, char *err,
 
 static int m_width(lql_shell *sh, FILE *out, int argc, char **argv, char *err, size_t errsz)
 {
-    (void)out;
-    (void)argc;
+    (void)out; (void)argc;
     char *end;
     long w = strtol(argv[1], &end, 10);
     if (*end || end == argv[1] || w < 0 || w > 100000 || w == 1) {
@@ -108,8 +104,7 @@ static int m_output(lql_shell *sh, FILE *out, int argc, char **argv, char *err, 
 
 static int m_once(lql_shell *sh, FILE *out, int argc, char **argv, char *err, size_t errsz)
 {
-    (void)out;
-    (void)argc;
+    (void)out; (void)argc;
     FILE *f;
     if (open_out(argv[1], &f, err, errsz) < 0) return -1;
     FILE *old = sh->once;
@@ -142,8 +137,7 @@ static int m_show(lql_shell *sh, FILE *out, int argc, char **argv, char *err, si
 
 static int m_quit(lql_shell *sh, FILE *out, int argc, char **argv, char *err, size_t errsz)
 {
-    (void)out;
-    (void)argc; (void)argv; (void)err; (void)errsz;
+    (void)out; (void)argc; (void)argv; (void)err; (void)errsz;
     sh->stop = 1;
     return 0;
 }
@@ -168,8 +162,7 @@ static int m_exit(lql_shell *sh, FILE *out, int argc, char **argv, char *err, si
 
 static int m_read(lql_shell *sh, FILE *out, int argc, char **argv, char *err, size_t errsz)
 {
-    (void)out;
-    (void)argc;
+    (void)out; (void)argc;
     if (sh->depth >= LQL_READ_DEPTH_MAX) {
         snprintf(err, errsz, ".read nested more than %d deep", LQL_READ_DEPTH_MAX);
         return -1;

@@ -92,9 +92,9 @@ static int map_segment(vx_container *c, const char *rel, const char *object, con
         return vx_errf(err, VX_EFORMAT, "segment '%s': index.json records no byte count", rel);
     /* the record's kind, where it states one, is the one reading this lql has */
     const cJSON *rsj = cJSON_GetObjectItemCaseSensitive(rec, "schema");
-    const char *rs = cJSON_IsString(rsj)                    ? rsj->valuestring
-                     : rsj && !cJSON_IsNull(rsj) ? "(not a string)"
-                                                 : NULL;
+    const char *rs = cJSON_IsString(rsj) ? rsj->valuestring : NULL;
+    if (!rs && rsj && !cJSON_IsNull(rsj))
+        rs = "(not a string)";
     const cJSON *rv = cJSON_GetObjectItemCaseSensitive(rec, "version");
     if ((rs && strcmp(rs, "tensor-table") != 0) || (rv && !(cJSON_IsNumber(rv) && rv->valuedouble == 1)))
         return vx_errf(err, VX_EUNSUPPORTED, "segment '%s': index.json records it as %s version %g; "
@@ -176,10 +176,6 @@ static int id_earlier(const cJSON *list, const cJSON *item, const char *id)
     return 0;
 }
 
-/* Maps every segment of every representation an object lists, in graph order (so verify
- * and inspect see them all); only the bound representation of each object (the override
- * in sel, else the profile's selection, else the first listed: the baseline) enters the
- * lookup table. The profile and overrides are judged before any segment is opened. */
 /* A representation record's own facts, where it states them (null or absent: not stated):
  * its object is `id`, its encoding one this lql reads, its dtype one it knows. Read past,
  * a wrong one was shown (SHOW REPRESENTATIONS) or ignored for the segments' own. */
@@ -202,6 +198,10 @@ static int rep_facts(const cJSON *rep, const char *rid, const char *id, vx_err *
     return 0;
 }
 
+/* Maps every segment of every representation an object lists, in graph order (so verify
+ * and inspect see them all); only the bound representation of each object (the override
+ * in sel, else the profile's selection, else the first listed: the baseline) enters the
+ * lookup table. The profile and overrides are judged before any segment is opened. */
 static int map_objects(vx_container *c, const char *profile, const vx_select *sel, size_t nsel,
                        vx_err *err)
 {
