@@ -100,8 +100,26 @@ static int open_file(vx_bank *b, const char *dir, const cJSON *index, const char
     return 0;
 }
 
+/* The manifest's restatement m of the graph's moe field g (as the bank writer restates it):
+ * absent or equal; null equals null or absent. */
+static int agrees(uint32_t layer, const char *key, const cJSON *m, const cJSON *g,
+                  const char *gkey, vx_err *err)
+{
+    int gnull = !g || cJSON_IsNull(g);
+    if (!m || (cJSON_IsNull(m) && gnull) || (!gnull && cJSON_Compare(m, g, 1)))
+        return 0;
+    char *mt = cJSON_PrintUnformatted(m), *gt = gnull ? NULL : cJSON_PrintUnformatted(g);
+    int rc = vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: %s %.64s disagrees with the "
+                     "system graph's moe.%s %.64s", layer, key, mt ? mt : "?", gkey,
+                     gt ? gt : "null");
+    free(mt);
+    free(gt);
+    return rc;
+}
+
 /* The manifest restates facts the graph owns (which layers route, expert count, top-k,
- * scoring); any disagreement is refused rather than resolved. */
+ * scoring, grouping, scaling, normalisation); any disagreement is refused rather than
+ * resolved. */
 static int agree_with_graph(const vx_mlayer *L, const vx_graph_shape *shape, vx_err *err)
 {
     const vx_layer_shape *gl = &shape->layer[L->layer];
@@ -112,16 +130,47 @@ static int agree_with_graph(const vx_mlayer *L, const vx_graph_shape *shape, vx_
                        L->layer, routed ? "routed_bank" : "dense_bank", L->layer, ffn);
     if (!routed)
         return 0;
-    const char *scoring = vx_json_str(cJSON_GetObjectItemCaseSensitive(shape->execution, "moe"), "scoring");
     if ((uint32_t)shape->experts != L->bank[VX_SLOT_ROUTED].experts)
         return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: routed_bank experts %u disagree with the system graph's moe.experts %d",
                        L->layer, L->bank[VX_SLOT_ROUTED].experts, shape->experts);
     if ((uint32_t)shape->top_k != L->top_k)
         return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: selection k %u disagrees with the system graph's moe.top_k %d",
                        L->layer, L->top_k, shape->top_k);
-    if (L->scoring && scoring && strcmp(L->scoring, scoring) != 0)
-        return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: scoring '%s' disagrees with the system graph's '%s'",
-                       L->layer, L->scoring, scoring);
+    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(shape->execution, "moe");
+    const cJSON *router = cJSON_GetObjectItemCaseSensitive(L->json, "router");
+    const cJSON *sel = cJSON_GetObjectItemCaseSensitive(router, "selection");
+    const int norm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(moe, "normalise"));
+    cJSON *normj = cJSON_CreateString(norm ? "sum_to_one" : "none");
+    /* manifest field, its object, the graph's moe field (NULL: normj) */
+    const struct { const char *key; const cJSON *in; const char *graph; } f[] = {
+        {"scoring", router, "scoring"}, {"n_group", sel, "n_group"},
+        {"topk_group", sel, "topk_group"}, {"routed_scaling", router, "routed_scaling"},
+        {"normalisation", router, NULL}};
+    int rc = normj ? 0 : vx_errf(err, VX_ENOMEM, "out of memory");
+    for (size_t i = 0; rc == 0 && i < sizeof f / sizeof f[0]; i++)
+        rc = agrees(L->layer, f[i].key, cJSON_GetObjectItemCaseSensitive(f[i].in, f[i].key),
+                    f[i].graph ? cJSON_GetObjectItemCaseSensitive(moe, f[i].graph) : normj,
+                    f[i].graph ? f[i].graph : norm ? "normalise true, i.e." : "normalise false, i.e.",
+                    err);
+    cJSON_Delete(normj);
+    if (rc)
+        return -1;
+    /* the optional operands the manifest names (manifest.c: under their canonical names)
+     * are there exactly when the graph says so */
+    const cJSON *sb = cJSON_GetObjectItemCaseSensitive(router, "score_bias");
+    const cJSON *sg = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(L->json, vx_bank_slot_names[VX_SLOT_SHARED]), "gate");
+    const cJSON *gsg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(moe, "shared"), "gate");
+    const int has_sb = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(moe, "score_correction_bias"));
+    const int has_sg = gsg && !cJSON_IsNull(gsg);
+    if ((sb && !cJSON_IsNull(sb)) != has_sb)
+        return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: router.score_bias is %s, but "
+                       "the system graph's moe.score_correction_bias is %s", L->layer,
+                       has_sb ? "null" : "named", has_sb ? "true" : "false");
+    if (L->bank[VX_SLOT_SHARED].present && (sg && !cJSON_IsNull(sg)) != has_sg)
+        return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: shared_bank.gate is %s, but "
+                       "the system graph's moe.shared.gate is %s", L->layer,
+                       has_sg ? "null" : "named", has_sg ? "set" : "null");
     /* the clamped, biased experts of the graph are exactly programme gpt-oss-expert-v1 */
     const vx_mbank *rb = &L->bank[VX_SLOT_ROUTED];
     int biased = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(

@@ -86,6 +86,38 @@ static int parse_bank(const cJSON *b, int layer, int slot, vx_mbank *out, vx_err
                : 0;
 }
 
+/* e's `key`, where stated (absent or null: not), is the string `want`: the one arrangement
+ * lql executes (a latent input space, transforms or another reduction named here were run
+ * as the graph's plain MoE). `want` NULL: it must not be stated. */
+static int stated(const cJSON *e, const char *key, const char *want, uint32_t layer, vx_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, key);
+    if (!v || cJSON_IsNull(v) || (want && cJSON_IsString(v) && strcmp(v->valuestring, want) == 0))
+        return 0;
+    char *txt = cJSON_PrintUnformatted(v);
+    int rc = vx_errf(err, VX_EUNSUPPORTED, "moe_manifest.json layer %u: %s %.64s is not executed "
+                     "by lql (%s%s%s)", layer, key, txt ? txt : "?", want ? "it runs '" : "it runs "
+                     "none", want ? want : "", want ? "'" : "");
+    free(txt);
+    return rc;
+}
+
+/* A manifest name of an operand the graph binds under its canonical name (NULL allowed:
+ * the optional ones). */
+static int names_operand(const cJSON *o, const char *key, const char *want, int optional,
+                         uint32_t layer, vx_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if ((optional && (!v || cJSON_IsNull(v))) || (cJSON_IsString(v) && strcmp(v->valuestring, want) == 0))
+        return 0;
+    char *txt = v ? cJSON_PrintUnformatted(v) : NULL;
+    int rc = vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: %s %.64s is not the operand "
+                     "'%s'%s", layer, key, txt ? txt : "(missing)", want,
+                     optional ? " (or null)" : "");
+    free(txt);
+    return rc;
+}
+
 static int parse_layer(const cJSON *e, uint64_t num_layers, vx_mlayer *out, vx_err *err)
 {
     uint64_t layer;
@@ -118,11 +150,11 @@ static int parse_layer(const cJSON *e, uint64_t num_layers, vx_mlayer *out, vx_e
     if (out->bank[VX_SLOT_SHARED].present && !out->bank[VX_SLOT_ROUTED].present)
         return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %llu has a shared_bank but no routed_bank",
                        (unsigned long long)layer);
+    out->json = e;
     if (out->bank[VX_SLOT_ROUTED].present) {
         const cJSON *router = cJSON_GetObjectItemCaseSensitive(e, "router");
         const cJSON *sel = cJSON_GetObjectItemCaseSensitive(router, "selection");
         out->router = vx_json_str(router, "scores");
-        out->scoring = vx_json_str(router, "scoring");
         char where[64];
         snprintf(where, sizeof where, "layer %llu router selection", (unsigned long long)layer);
         if (!out->router)
@@ -166,6 +198,36 @@ int vx_read_json_in(const char *dir, const char *rel, cJSON **out, vx_err *err)
     return rc;
 }
 
+/* The arrangement a parsed layer states beyond its banks: the one lql executes, its
+ * operands under the names the graph binds. */
+static int arrangement(const vx_mlayer *m, vx_err *err)
+{
+    const cJSON *e = m->json;
+    const int routed = m->bank[VX_SLOT_ROUTED].present;
+    const uint32_t L = m->layer;
+    char name[96];
+    if (stated(e, "input_space", "residual", L, err) || stated(e, "transforms", NULL, L, err) ||
+        stated(e, "routed_output_norm", NULL, L, err) || stated(e, "combine", "residual_add", L, err) ||
+        stated(e, "reduction", routed ? "gate_weighted_sum" : "identity", L, err))
+        return -1;
+    if (routed) {
+        const cJSON *router = cJSON_GetObjectItemCaseSensitive(e, "router");
+        snprintf(name, sizeof name, "layers.%u.ffn.router", L);
+        if (names_operand(router, "scores", name, 0, L, err))
+            return -1;
+        snprintf(name, sizeof name, "layers.%u.ffn.router.score_bias", L);
+        if (names_operand(router, "score_bias", name, 1, L, err) ||
+            stated(cJSON_GetObjectItemCaseSensitive(router, "selection"), "kind", "top_k", L, err))
+            return -1;
+    }
+    snprintf(name, sizeof name, "layers.%u.ffn.shared_gate", L);
+    if (m->bank[VX_SLOT_SHARED].present &&
+        names_operand(cJSON_GetObjectItemCaseSensitive(e, vx_bank_slot_names[VX_SLOT_SHARED]),
+                      "gate", name, 1, L, err))
+        return -1;
+    return 0;
+}
+
 int vx_manifest_parse(cJSON *json, uint64_t num_layers, vx_manifest *m, vx_err *err)
 {
     memset(m, 0, sizeof *m);
@@ -203,6 +265,8 @@ int vx_manifest_parse(cJSON *json, uint64_t num_layers, vx_manifest *m, vx_err *
             m->n++;
         }
     }
+    for (size_t i = 0; rc == 0 && i < m->n; i++)
+        rc = arrangement(&m->l[i], err);
     if (rc < 0)
         vx_manifest_free(m);
     return rc;

@@ -213,8 +213,9 @@ typedef struct vx_mbank {
 typedef struct vx_mlayer {
     uint32_t layer;
     vx_mbank bank[VX_BANK_SLOTS];
-    const char *router, *scoring;        /* routed layers: router operand, scoring */
+    const char *router;                  /* routed layers: the router operand */
     uint32_t top_k;
+    const cJSON *json;                   /* the layer's entry, for the graph's agreement */
 } vx_mlayer;
 
 typedef struct vx_manifest {

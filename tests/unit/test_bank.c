@@ -323,6 +323,18 @@ static void e_topk(cJSON *m)
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(cJSON_GetObjectItem(layer0(m), "router"), "selection"), "k",
                               cJSON_CreateNumber(3));
 }
+static cJSON *router0(cJSON *m) { return cJSON_GetObjectItem(layer0(m), "router"); }
+/* facts the manifest restates or names beyond its banks: what lql does not execute, an
+ * operand other than the graph's, a router fact the graph states otherwise */
+static void e_transforms(cJSON *m)
+{
+    cJSON_ReplaceItemInObject(layer0(m), "transforms", cJSON_Parse("{\"routed_input\": \"x\"}"));
+}
+static void e_reduction(cJSON *m) { cJSON_ReplaceItemInObject(layer0(m), "reduction", cJSON_CreateString("mean")); }
+static void e_scores(cJSON *m) { cJSON_ReplaceItemInObject(router0(m), "scores", cJSON_CreateString("layers.0.ffn.up")); }
+static void e_scaling(cJSON *m) { cJSON_ReplaceItemInObject(router0(m), "routed_scaling", cJSON_CreateNumber(7)); }
+static void e_norm(cJSON *m) { cJSON_ReplaceItemInObject(router0(m), "normalisation", cJSON_CreateString("none")); }
+static void e_scoring(cJSON *m) { cJSON_ReplaceItemInObject(router0(m), "scoring", cJSON_CreateNumber(1)); }
 static void e_fused(cJSON *m)
 {
     cJSON_ReplaceItemInObject(routed0(m), "programme", cJSON_CreateString("gated-mlp-fused-fc1-v1"));
@@ -398,6 +410,18 @@ static void hostile(void)
               "moe_manifest.json layer 0: routed_bank experts 4 disagree with the system graph's moe.experts 8");
     CHECK_STR(open_edited(e_topk),
               "moe_manifest.json layer 0: selection k 3 disagrees with the system graph's moe.top_k 2");
+    CHECK_STR(open_edited(e_transforms), "moe_manifest.json layer 0: transforms "
+              "{\"routed_input\":\"x\"} is not executed by lql (it runs none)");
+    CHECK_STR(open_edited(e_reduction), "moe_manifest.json layer 0: reduction \"mean\" is not "
+              "executed by lql (it runs 'gate_weighted_sum')");
+    CHECK_STR(open_edited(e_scores), "moe_manifest.json layer 0: scores \"layers.0.ffn.up\" is "
+              "not the operand 'layers.0.ffn.router'");
+    CHECK_STR(open_edited(e_scaling), "moe_manifest.json layer 0: routed_scaling 7 disagrees with "
+              "the system graph's moe.routed_scaling 1");
+    CHECK_STR(open_edited(e_norm), "moe_manifest.json layer 0: normalisation \"none\" disagrees "
+              "with the system graph's moe.normalise true, i.e. \"sum_to_one\"");
+    CHECK_STR(open_edited(e_scoring), "moe_manifest.json layer 0: scoring 1 disagrees with the "
+              "system graph's moe.scoring \"softmax\"");
     CHECK_STR(open_edited(e_object),
               "moe_manifest.json names object 'target.nowhere', which the system graph does not define");
     CHECK_STR(open_edited(e_wrong_file),
