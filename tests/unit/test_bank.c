@@ -410,18 +410,21 @@ static void hostile(void)
               "moe_manifest.json layer 0: routed_bank experts 4 disagree with the system graph's moe.experts 8");
     CHECK_STR(open_edited(e_topk),
               "moe_manifest.json layer 0: selection k 3 disagrees with the system graph's moe.top_k 2");
-    CHECK_STR(open_edited(e_transforms), "moe_manifest.json layer 0: transforms "
-              "{\"routed_input\":\"x\"} is not executed by lql (it runs none)");
-    CHECK_STR(open_edited(e_reduction), "moe_manifest.json layer 0: reduction \"mean\" is not "
-              "executed by lql (it runs 'gate_weighted_sum')");
-    CHECK_STR(open_edited(e_scores), "moe_manifest.json layer 0: scores \"layers.0.ffn.up\" is "
-              "not the operand 'layers.0.ffn.router'");
-    CHECK_STR(open_edited(e_scaling), "moe_manifest.json layer 0: routed_scaling 7 disagrees with "
-              "the system graph's moe.routed_scaling 1");
-    CHECK_STR(open_edited(e_norm), "moe_manifest.json layer 0: normalisation \"none\" disagrees "
-              "with the system graph's moe.normalise true, i.e. \"sum_to_one\"");
-    CHECK_STR(open_edited(e_scoring), "moe_manifest.json layer 0: scoring 1 disagrees with the "
-              "system graph's moe.scoring \"softmax\"");
+    static const struct { void (*edit)(cJSON *); const char *want; } stated[] = {
+        {e_transforms, "moe_manifest.json layer 0: transforms {\"routed_input\":\"x\"} is not "
+                       "executed by lql (it runs none)"},
+        {e_reduction, "moe_manifest.json layer 0: reduction \"mean\" is not executed by lql (it "
+                      "runs 'gate_weighted_sum')"},
+        {e_scores, "moe_manifest.json layer 0: scores \"layers.0.ffn.up\" is not the operand "
+                   "'layers.0.ffn.router'"},
+        {e_scaling, "moe_manifest.json layer 0: routed_scaling 7 disagrees with the system graph's "
+                    "moe.routed_scaling 1"},
+        {e_norm, "moe_manifest.json layer 0: normalisation \"none\" disagrees with the system "
+                 "graph's moe.normalise true, i.e. \"sum_to_one\""},
+        {e_scoring, "moe_manifest.json layer 0: scoring 1 disagrees with the system graph's "
+                    "moe.scoring \"softmax\""}};
+    for (size_t i = 0; i < sizeof stated / sizeof stated[0]; i++)
+        CHECK_STR(open_edited(stated[i].edit), stated[i].want);
     CHECK_STR(open_edited(e_object),
               "moe_manifest.json names object 'target.nowhere', which the system graph does not define");
     CHECK_STR(open_edited(e_wrong_file),
