@@ -108,13 +108,10 @@ static int agrees(uint32_t layer, const char *key, const cJSON *m, const cJSON *
     int gnull = !g || cJSON_IsNull(g);
     if (!m || (cJSON_IsNull(m) && gnull) || (!gnull && cJSON_Compare(m, g, 1)))
         return 0;
-    char *mt = cJSON_PrintUnformatted(m), *gt = gnull ? NULL : cJSON_PrintUnformatted(g);
-    int rc = vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: %s %.64s disagrees with the "
-                     "system graph's moe.%s %.64s", layer, key, mt ? mt : "?", gkey,
-                     gt ? gt : "null");
-    free(mt);
-    free(gt);
-    return rc;
+    char mt[65], gt[65];
+    return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: %s %s disagrees with the system "
+                   "graph's moe.%s %s", layer, key, vx_json_text(m, mt, sizeof mt), gkey,
+                   gnull ? "null" : vx_json_text(g, gt, sizeof gt));
 }
 
 /* The manifest restates facts the graph owns (which layers route, expert count, top-k,
@@ -140,21 +137,20 @@ static int agree_with_graph(const vx_mlayer *L, const vx_graph_shape *shape, vx_
     const cJSON *router = cJSON_GetObjectItemCaseSensitive(L->json, "router");
     const cJSON *sel = cJSON_GetObjectItemCaseSensitive(router, "selection");
     const int norm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(moe, "normalise"));
-    cJSON *normj = cJSON_CreateString(norm ? "sum_to_one" : "none");
-    /* manifest field, its object, the graph's moe field (NULL: normj) */
-    const struct { const char *key; const cJSON *in; const char *graph; } f[] = {
-        {"scoring", router, "scoring"}, {"n_group", sel, "n_group"},
-        {"topk_group", sel, "topk_group"}, {"routed_scaling", router, "routed_scaling"},
-        {"normalisation", router, NULL}};
-    int rc = normj ? 0 : vx_errf(err, VX_ENOMEM, "out of memory");
-    for (size_t i = 0; rc == 0 && i < sizeof f / sizeof f[0]; i++)
-        rc = agrees(L->layer, f[i].key, cJSON_GetObjectItemCaseSensitive(f[i].in, f[i].key),
-                    f[i].graph ? cJSON_GetObjectItemCaseSensitive(moe, f[i].graph) : normj,
-                    f[i].graph ? f[i].graph : norm ? "normalise true, i.e." : "normalise false, i.e.",
-                    err);
-    cJSON_Delete(normj);
-    if (rc)
-        return -1;
+    /* moe.normalise as the manifest restates it: only compared and printed, so a cJSON on
+     * the stack */
+    cJSON normj = {.type = cJSON_String, .valuestring = (char *)(norm ? "sum_to_one" : "none")};
+    /* manifest field, its object, the graph's value and its name in the refusal */
+#define G(k) cJSON_GetObjectItemCaseSensitive(moe, k), k
+    const struct { const char *key; const cJSON *in, *g; const char *gkey; } f[] = {
+        {"scoring", router, G("scoring")}, {"n_group", sel, G("n_group")},
+        {"topk_group", sel, G("topk_group")}, {"routed_scaling", router, G("routed_scaling")},
+        {"normalisation", router, &normj, norm ? "normalise true, i.e." : "normalise false, i.e."}};
+#undef G
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (agrees(L->layer, f[i].key, cJSON_GetObjectItemCaseSensitive(f[i].in, f[i].key), f[i].g,
+                   f[i].gkey, err))
+            return -1;
     /* the optional operands the manifest names (manifest.c: under their canonical names)
      * are there exactly when the graph says so */
     const cJSON *sb = cJSON_GetObjectItemCaseSensitive(router, "score_bias");

@@ -7,6 +7,7 @@
  * ("key 'rope_scaling.type=yarn' changes execution ...").
  */
 #include "hf_int.h"
+#include "vx_int.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -41,16 +42,10 @@ int hf_has(judge *j, const char *k)
 /* "key 'k=v' changes execution and is not admitted for family 'f'". */
 int hf_refuse(judge *j, const char *k, const cJSON *v)
 {
-    char val[96] = "";
-    if (v) {
-        if (cJSON_IsString(v))
-            snprintf(val, sizeof val, "=%s", v->valuestring);
-        else {
-            char *z = cJSON_PrintUnformatted(v);
-            snprintf(val, sizeof val, "=%s", z ? z : "?");
-            free(z);
-        }
-    }
+    char val[96] = "", z[95];
+    if (v)
+        snprintf(val, sizeof val, "=%s", cJSON_IsString(v) ? v->valuestring
+                                                           : vx_json_text(v, z, sizeof z));
     return vx_errf(j->err, VX_EUNSUPPORTED, "config.json: key '%s%s' changes execution and is not "
                    "admitted for family '%s'", k, val, j->family);
 }

@@ -271,6 +271,14 @@ const char *vx_json_str(const cJSON *obj, const char *key)
     return cJSON_IsString(it) ? it->valuestring : NULL;
 }
 
+const char *vx_json_text(const cJSON *v, char *buf, size_t n)
+{
+    char *t = v ? cJSON_PrintUnformatted(v) : NULL;
+    snprintf(buf, n, "%s", !v ? "(missing)" : t ? t : "?");
+    free(t);
+    return buf;
+}
+
 cJSON *vx_graph_object(const cJSON *graph, const char *id)
 {
     cJSON *o;

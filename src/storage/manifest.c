@@ -94,12 +94,10 @@ static int stated(const cJSON *e, const char *key, const char *want, uint32_t la
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, key);
     if (!v || cJSON_IsNull(v) || (want && cJSON_IsString(v) && strcmp(v->valuestring, want) == 0))
         return 0;
-    char *txt = cJSON_PrintUnformatted(v);
-    int rc = vx_errf(err, VX_EUNSUPPORTED, "moe_manifest.json layer %u: %s %.64s is not executed "
-                     "by lql (%s%s%s)", layer, key, txt ? txt : "?", want ? "it runs '" : "it runs "
-                     "none", want ? want : "", want ? "'" : "");
-    free(txt);
-    return rc;
+    char txt[65];
+    return vx_errf(err, VX_EUNSUPPORTED, "moe_manifest.json layer %u: %s %s is not executed by lql "
+                   "(%s%s%s)", layer, key, vx_json_text(v, txt, sizeof txt),
+                   want ? "it runs '" : "it runs none", want ? want : "", want ? "'" : "");
 }
 
 /* A manifest name of an operand the graph binds under its canonical name (NULL allowed:
@@ -110,12 +108,9 @@ static int names_operand(const cJSON *o, const char *key, const char *want, int 
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if ((optional && (!v || cJSON_IsNull(v))) || (cJSON_IsString(v) && strcmp(v->valuestring, want) == 0))
         return 0;
-    char *txt = v ? cJSON_PrintUnformatted(v) : NULL;
-    int rc = vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: %s %.64s is not the operand "
-                     "'%s'%s", layer, key, txt ? txt : "(missing)", want,
-                     optional ? " (or null)" : "");
-    free(txt);
-    return rc;
+    char txt[65];
+    return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %u: %s %s is not the operand '%s'%s",
+                   layer, key, vx_json_text(v, txt, sizeof txt), want, optional ? " (or null)" : "");
 }
 
 static int parse_layer(const cJSON *e, uint64_t num_layers, vx_mlayer *out, vx_err *err)
@@ -154,10 +149,9 @@ static int parse_layer(const cJSON *e, uint64_t num_layers, vx_mlayer *out, vx_e
     if (out->bank[VX_SLOT_ROUTED].present) {
         const cJSON *router = cJSON_GetObjectItemCaseSensitive(e, "router");
         const cJSON *sel = cJSON_GetObjectItemCaseSensitive(router, "selection");
-        out->router = vx_json_str(router, "scores");
         char where[64];
         snprintf(where, sizeof where, "layer %llu router selection", (unsigned long long)layer);
-        if (!out->router)
+        if (!vx_json_str(router, "scores"))
             return vx_errf(err, VX_EFORMAT, "moe_manifest.json layer %llu: the routed bank has no router scores operand",
                            (unsigned long long)layer);
         if (u32_field(sel, "k", &out->top_k, where, err) < 0)

@@ -60,6 +60,9 @@ int vx_json_parse_as(const char *label, const char *text, size_t n, int nul_ok, 
 int vx_json_u64(const cJSON *item, uint64_t *out);
 /* obj[key] when it is a string, else NULL. */
 const char *vx_json_str(const cJSON *obj, const char *key);
+/* v as compact JSON in buf, cut to n - 1 bytes ("(missing)" for NULL, "?" when it cannot be
+ * printed): a value quoted in a refusal. Returns buf. */
+const char *vx_json_text(const cJSON *v, char *buf, size_t n);
 /* The first entry of system_graph.json's "objects" whose "id" is id; NULL when none. */
 cJSON *vx_graph_object(const cJSON *graph, const char *id);
 /* Judge index.json's "version" (the only generation discriminator): 3-4 accepted, 1-2
@@ -213,8 +216,7 @@ typedef struct vx_mbank {
 typedef struct vx_mlayer {
     uint32_t layer;
     vx_mbank bank[VX_BANK_SLOTS];
-    const char *router;                  /* routed layers: the router operand */
-    uint32_t top_k;
+    uint32_t top_k;                      /* routed layers: the router's k */
     const cJSON *json;                   /* the layer's entry, for the graph's agreement */
 } vx_mlayer;
 
