@@ -93,6 +93,16 @@ static int distance(const char *a, const char *b, int nb)
     return prev[nb];
 }
 
+/* "A, B or C" into buf (n bytes). */
+static void join(const char *const *items, int m, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < m && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", i == 0 ? "" : i == m - 1 ? " or " : ", ",
+                                items[i]);
+}
+
 /* "expected A, B or C" into buf, listing what toks[0..k) may be followed by; empty when
  * there are too many alternatives to be useful. *hint receives the accepted keyword
  * closest to the word `near` (at most 2 edits away, shorter than half its length) or
@@ -126,16 +136,25 @@ static void expected(const toklist *tl, int k, const lql_token *near, const char
         if (c == LQL_TK_ID ? name_ok : accepts(tl, k, c)) items[nitems++] = puncts[i].text;
     }
     if (nitems == 0 || nitems > MAX_LISTED) return;
-    size_t len = (size_t)snprintf(buf, n, "expected ");
-    for (int i = 0; i < nitems && len < n; i++) {
-        const char *sep = i == 0 ? "" : i == nitems - 1 ? " or " : ", ";
-        len += (size_t)snprintf(buf + len, n - len, "%s%s", sep, items[i]);
+    const size_t at = (size_t)snprintf(buf, n, "expected ");
+    join(items, nitems, buf + at, n - at);
+}
+
+/* The keywords that may start a statement at toks[k], "A, B, … or Z", into buf. */
+static void starters(const toklist *tl, int k, char *buf, size_t n)
+{
+    const char *items[64];
+    int m = 0;
+    for (size_t j = 0; j < lql_keyword_count() && m < 64; j++) {
+        const char *kw = lql_keyword_at(j);
+        if (accepts(tl, k, lql_keyword_code(kw, (int)strlen(kw)))) items[m++] = kw;
     }
+    join(items, m, buf, n);
 }
 
 static void syntax_error(lql_pctx *p, const toklist *tl, int k, const lql_token *eof)
 {
-    char exp[200];
+    char exp[400];
     const char *hint;
     const lql_token *t = k < tl->n ? &tl->a[k] : NULL;
     int word = t && (tl->code[k] == LQL_TK_ID || lql_keyword_code(t->z, t->n) != LQL_TK_ID);
@@ -146,6 +165,15 @@ static void syntax_error(lql_pctx *p, const toklist *tl, int k, const lql_token 
         return;
     }
     int len = t->n > 40 ? 40 : t->n;
+    if (!hint && !exp[0] && (k == 0 || tl->code[k - 1] == LQL_TK_SEMI || tl->code[k - 1] == LQL_TK_PIPE)) {
+        starters(tl, k, exp, sizeof exp);
+        /* GENERATE reads as a statement of its own; it is INFER's clause */
+        int gen = lql_keyword_code(t->z, t->n) == lql_keyword_code("GENERATE", 8);
+        lql_p_error(p, t, "near \"%.*s%s\": not a statement; one starts with %s%s", len, t->z,
+                    t->n > 40 ? "…" : "", exp,
+                    gen ? " (GENERATE is INFER's clause: INFER \"prompt\" GENERATE n)" : "");
+        return;
+    }
     if (hint && !exp[0])
         lql_p_error(p, t, "near \"%.*s\": syntax error (did you mean %s?)", len, t->z, hint);
     else

@@ -309,7 +309,13 @@ static void errors(void)
     CHECK_STR(E("WALK 'x' TOP 3 \xc3\xa9"), "1:16: unrecognized token: \"\xc3\xa9\"");
     /* a byte that is not UTF-8 is named by its value, as the shell's echo shows it */
     CHECK_STR(E("WALK 'x' TOP 3 \xff"), "1:16: unrecognized token: \"\\xff\"");
-    CHECK_STR(E("FROB 'x'"), "1:1: near \"FROB\": syntax error");
+    /* a word that starts no statement: the keywords that do, and where GENERATE belongs */
+#define STARTERS "APPLY, BEGIN, COMPACT, COMPILE, DELETE, DESCRIBE, DIFF, EXPLAIN, EXTRACT, INFER, INSERT, REMOVE, REPRESENT, ROLLBACK, SAVE, SELECT, SHOW, STATS, TOKENIZE, TRACE, UNDO, UPDATE, USE or WALK"
+    CHECK_STR(E("FROB 'x'"), "1:1: near \"FROB\": not a statement; one starts with " STARTERS);
+    CHECK_STR(E("WALK 'x' |> FROB"), "1:13: near \"FROB\": not a statement; one starts with " STARTERS);
+    CHECK_STR(E("generate 'x' 5"), "1:1: near \"generate\": not a statement; one starts with " STARTERS
+              " (GENERATE is INFER's clause: INFER \"prompt\" GENERATE n)");
+#undef STARTERS
     CHECK_STR(E("WALK 'x' TOPP 3"), "1:10: near \"TOPP\": expected COMPARE, LAYERS, MODE, TOP, |>, ; or end of input (did you mean TOP?)");
     CHECK_STR(E("DESCRIBE 'x' KNOWLEGDE"), "1:14: near \"KNOWLEGDE\": expected ALL, AT, BRIEF, KNOWLEDGE, OUTPUT, RAW, RELATIONS, SYNTAX, VERBOSE, |>, ; or end of input (did you mean KNOWLEDGE?)");
     CHECK_STR(E("SHOW LAYER"), "1:6: near \"LAYER\": expected COMPONENTS, ENTITIES, FEATURES, HISTORY, LAYERS, MODELS, PATCHES, RELATIONS or REPRESENTATIONS (did you mean LAYERS?)");
