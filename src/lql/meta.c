@@ -4,6 +4,7 @@
  * table driving dispatch, arity errors, `.help` and the reference docs; and the Markdown
  * reference generated from the statement and meta-command tables (lql --help-markdown).
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,7 +185,8 @@ static int m_read(lql_shell *sh, FILE *out, int argc, char **argv, char *err, si
 static const meta_def metas[] = {
     {".help", ".help [STATEMENT]", "List the statements and meta-commands, or show the "
      "syntax and purpose of a statement (or of every statement starting with the words "
-     "given: `.help SHOW`).", 0, 3, m_help, 1},
+     "given: `.help SHOW`; a clause's keyword lists the statements that take it: `.help "
+     "GENERATE`).", 0, 3, m_help, 1},
     {".mode", ".mode [MODE]", "Set (or show) the output mode: table, box, markdown, tsv, "
      "csv, json or jsonl. table is the default on a terminal, tsv otherwise (SHELL.md: "
      "Output).", 0, 1, m_mode, 1},
@@ -208,6 +210,21 @@ static const meta_def metas[] = {
     {".exit", ".exit [N]", "Leave the shell with exit status N (0 by default).", 0, 1, m_exit, 0},
 };
 #define NMETA (sizeof metas / sizeof metas[0])
+
+/* Does a usage line hold word as one of its keywords (a whole word in capitals there, so
+ * placeholders such as `n` or `prompt` never match; word compared ignoring case)? */
+static int has_word(const char *usage, const char *word)
+{
+    static const char kw[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ_";
+    const size_t n = strlen(word);
+    if (n == 0 || strspn(word, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_") != n) return 0;
+    for (const char *p = usage; *p; p++) {
+        const int inside = p > usage && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        if (!inside && strspn(p, kw) == n && strncasecmp(p, word, n) == 0 && !isalnum((unsigned char)p[n]))
+            return 1;
+    }
+    return 0;
+}
 
 static int m_help(lql_shell *sh, FILE *out, int argc, char **argv, char *err, size_t errsz)
 {
@@ -237,6 +254,13 @@ static int m_help(lql_shell *sh, FILE *out, int argc, char **argv, char *err, si
                 fprintf(out, "%s\n\n%s\n", metas[i].usage, metas[i].help);
                 return 0;
             }
+        /* a clause's keyword (`.help GENERATE`, `.help LIMIT`): the statements that take it */
+        for (size_t i = 0; i < n; i++)
+            if (has_word(defs[i].usage, name)) {
+                if (!found++) fprintf(out, "\"%s\" starts no statement; it is part of:\n", name);
+                fprintf(out, "  %s\n", defs[i].usage);
+            }
+        if (found) return 0;
         snprintf(err, errsz, "no such statement or meta-command: \"%s\"", name);
         return -1;
     }
