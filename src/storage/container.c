@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -472,15 +473,39 @@ static int hashes_wellformed(const vx_container *c, vx_err *err)
     return 0;
 }
 
+/* What a directory without index.json or a file given as a container is, when it can be
+ * told: users point lql at the checkpoint or the GGUF they have. */
+static int not_container(const char *dir, vx_err *err)
+{
+    struct stat st;
+    char path[PATH_MAX];
+    const size_t n = strlen(dir);
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+        return vx_errf(err, VX_EARG, "'%s' is a file, not a container directory%s", dir,
+                       n > 5 && strcasecmp(dir + n - 5, ".gguf") == 0
+                           ? " (a GGUF file: lql reads VINDEX3 containers; encode the Hugging Face "
+                             "checkpoint it came from with 'vindex encode DIR -o OUT')"
+                           : "");
+    int hf = snprintf(path, sizeof path, "%s/config.json", dir) < (int)sizeof path &&
+             access(path, F_OK) == 0;
+    return vx_errf(err, VX_EMISSING, "'%s' is not a container: it has no index.json%s", dir,
+                   hf ? " (it holds config.json: a Hugging Face checkpoint? encode it with "
+                        "'vindex encode DIR -o OUT' or EXTRACT MODEL \"DIR\" INTO \"OUT\")"
+                      : "");
+}
+
 static int read_index(vx_container *c, vx_err *err)
 {
     char path[PATH_MAX], *text = NULL;
     size_t n = 0;
+    struct stat st;
+    if (stat(c->dir, &st) == 0 && !S_ISDIR(st.st_mode))
+        return not_container(c->dir, err);
     if (vx_resolve_in(c->dir, "index.json", path, sizeof path, err) < 0)
         return -1;
     if (vx_read_small_file(path, "index.json", &text, &n, err) < 0) {
         if (err && err->code == VX_EMISSING)
-            vx_errf(err, VX_EMISSING, "'%s' is not a container: it has no index.json", c->dir);
+            not_container(c->dir, err);
         return -1;
     }
     vx_sha256_hex(text, n, c->sha);

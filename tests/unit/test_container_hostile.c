@@ -101,6 +101,22 @@ static void test_malformed(void)
     char want[256];
     snprintf(want, sizeof want, "'%s' is not a container: it has no index.json", f.dir);
     CHECK_STR(fx_open_err(&f), want);
+    /* what users point lql at instead: a checkpoint directory, a GGUF file */
+    put_text("config.json", "{}");
+    char want2[PATH_MAX + 256];
+    snprintf(want2, sizeof want2, "%s (it holds config.json: a Hugging Face checkpoint? encode it "
+             "with 'vindex encode DIR -o OUT' or EXTRACT MODEL \"DIR\" INTO \"OUT\")", want);
+    CHECK_STR(fx_open_err(&f), want2);
+    put_text("m.gguf", "GGUF");
+    char gguf[PATH_MAX];
+    fx_path(&f, "m.gguf", gguf, sizeof gguf);
+    vx_err ge = {0};
+    vx_container *gc = NULL;
+    CHECK(vx_open(gguf, &gc, &ge) == -1 && ge.code == VX_EARG);
+    snprintf(want2, sizeof want2, "'%s' is a file, not a container directory (a GGUF file: lql "
+             "reads VINDEX3 containers; encode the Hugging Face checkpoint it came from with "
+             "'vindex encode DIR -o OUT')", gguf);
+    CHECK_STR(ge.msg, want2);
     done();
 
     vx_err err = {0};
