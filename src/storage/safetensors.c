@@ -426,6 +426,26 @@ static int open_index(st_model *m, const char *dir, const char *ipath, vx_err *e
     return rc;
 }
 
+/* A checkpoint path with no safetensors weights, named for what it holds when that tells the
+ * user what to do: a file (a GGUF, say), or PyTorch pickles. */
+static int no_weights(const char *dir, vx_err *err)
+{
+    struct stat st;
+    char bin[PATH_MAX];
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+        return vx_errf(err, VX_EARG, "'%s' is a file, not a Hugging Face checkpoint directory "
+                       "(config.json beside model.safetensors)", dir);
+    int pt = (size_t)snprintf(bin, sizeof bin, "%s/pytorch_model.bin", dir) < sizeof bin &&
+             (access(bin, F_OK) == 0 ||
+              ((size_t)snprintf(bin, sizeof bin, "%s/pytorch_model.bin.index.json", dir) < sizeof bin &&
+               access(bin, F_OK) == 0));
+    return vx_errf(err, VX_EMISSING, "'%s' has neither model.safetensors nor "
+                   "model.safetensors.index.json%s", dir,
+                   pt ? " (it holds pytorch_model.bin: lql reads safetensors only; save the model "
+                        "with transformers' save_pretrained(..., safe_serialization=True))"
+                      : "");
+}
+
 int st_open_dir(const char *dir, st_model **out, vx_err *err)
 {
     *out = NULL;
@@ -444,8 +464,7 @@ int st_open_dir(const char *dir, st_model **out, vx_err *err)
     else if (access(ipath, F_OK) == 0)
         rc = open_index(m, dir, ipath, err);
     else
-        rc = vx_errf(err, VX_EMISSING, "'%s' has neither model.safetensors nor "
-                     "model.safetensors.index.json", dir);
+        rc = no_weights(dir, err);
     if (rc < 0) {
         st_close(m);
         return -1;

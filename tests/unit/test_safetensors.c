@@ -96,6 +96,26 @@ static void hostile(void)
     FILE *f = fopen(p, "wb");
     fwrite("abcd", 1, 4, f);
     fclose(f);
+    /* a file where a checkpoint directory belongs; PyTorch pickles, which lql does not read */
+    st_model *m = NULL;
+    vx_err err = {0};
+    char want[512];
+    CHECK(st_open_dir(p, &m, &err) == -1 && err.code == VX_EARG);
+    snprintf(want, sizeof want, "'%s' is a file, not a Hugging Face checkpoint directory "
+             "(config.json beside model.safetensors)", p);
+    CHECK_STR(err.msg, want);
+    char pt[256], bin[300];
+    snprintf(pt, sizeof pt, "%s/pt", dir);
+    snprintf(bin, sizeof bin, "%s/pytorch_model.bin", pt);
+    CHECK(mkdir(pt, 0755) == 0);
+    FILE *b = fopen(bin, "wb");
+    CHECK(b != NULL);
+    if (b) fclose(b);
+    CHECK(st_open_dir(pt, &m, &err) == -1 && err.code == VX_EMISSING);
+    snprintf(want, sizeof want, "'%s' has neither model.safetensors nor model.safetensors.index.json "
+             "(it holds pytorch_model.bin: lql reads safetensors only; save the model with "
+             "transformers' save_pretrained(..., safe_serialization=True))", pt);
+    CHECK_STR(err.msg, want);
     refused(p, "file is 4 bytes, too short for a safetensors header", VX_EFORMAT);
 
     refused(mk("past.safetensors", 1000, "{}", 10), "header length 1000 runs past end of file (20 bytes)",
