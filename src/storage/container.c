@@ -475,12 +475,11 @@ static int hashes_wellformed(const vx_container *c, vx_err *err)
 
 /* What a directory without index.json or a file given as a container is, when it can be
  * told: users point lql at the checkpoint or the GGUF they have. */
-static int not_container(const char *dir, vx_err *err)
+static int not_container(const char *dir, int is_file, vx_err *err)
 {
-    struct stat st;
     char path[PATH_MAX];
     const size_t n = strlen(dir);
-    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+    if (is_file)
         return vx_errf(err, VX_EARG, "'%s' is a file, not a container directory%s", dir,
                        n > 5 && strcasecmp(dir + n - 5, ".gguf") == 0
                            ? " (a GGUF file: lql reads VINDEX3 containers; encode the Hugging Face "
@@ -498,14 +497,13 @@ static int read_index(vx_container *c, vx_err *err)
 {
     char path[PATH_MAX], *text = NULL;
     size_t n = 0;
-    struct stat st;
-    if (stat(c->dir, &st) == 0 && !S_ISDIR(st.st_mode))
-        return not_container(c->dir, err);
+    if (vx_is_file(c->dir))
+        return not_container(c->dir, 1, err);
     if (vx_resolve_in(c->dir, "index.json", path, sizeof path, err) < 0)
         return -1;
     if (vx_read_small_file(path, "index.json", &text, &n, err) < 0) {
         if (err && err->code == VX_EMISSING)
-            not_container(c->dir, err);
+            not_container(c->dir, 0, err);
         return -1;
     }
     vx_sha256_hex(text, n, c->sha);

@@ -279,6 +279,12 @@ const char *vx_json_text(const cJSON *v, char *buf, size_t n)
     return buf;
 }
 
+int vx_is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && !S_ISDIR(st.st_mode);
+}
+
 cJSON *vx_graph_object(const cJSON *graph, const char *id)
 {
     cJSON *o;

@@ -430,9 +430,8 @@ static int open_index(st_model *m, const char *dir, const char *ipath, vx_err *e
  * user what to do: a file (a GGUF, say), or PyTorch pickles. */
 static int no_weights(const char *dir, vx_err *err)
 {
-    struct stat st;
     char bin[PATH_MAX];
-    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+    if (vx_is_file(dir))
         return vx_errf(err, VX_EARG, "'%s' is a file, not a Hugging Face checkpoint directory "
                        "(config.json beside model.safetensors)", dir);
     int pt = (size_t)snprintf(bin, sizeof bin, "%s/pytorch_model.bin", dir) < sizeof bin &&
