@@ -69,6 +69,10 @@ int brw_dmet_check_ids(const brw_dmet *d, int32_t vocab, vx_err *err);
  * the encoder from the same options) does; its progress, when set, hears stage
  * "down-meta" in features screened. Matches vx_encode_opts.finish. */
 int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err);
+/* brw_encode_finish without down-meta (`vindex encode --no-down-meta`): the tokenizer
+ * check and index.browse's layer bands alone; browse then computes the down-meta of the
+ * features a statement names when asked (brw_meta_prepare). */
+int brw_encode_finish_bands(void *ctx, const char *tmpdir, cJSON *index, vx_err *err);
 /* COMPILE's down-meta for the container staged in dir, written to path (no metadata
  * overrides: the caller applies those): the records of the base's DMET file base are
  * kept but for the features whose down column ov changes (a replaced column; every column
@@ -120,6 +124,22 @@ int brw_top_token(const brw_model *m, const float *col, int32_t *id, float *scor
 float brw_embed_scale(const brw_model *m);
 const eng_tokenizer *brw_tokenizer(const brw_model *m);
 const brw_dmet *brw_down_meta(const brw_model *m);   /* NULL when the container has none */
+/* Where a feature's down-meta comes from: BRW_META_STORED (browse/down_meta.bin),
+ * BRW_META_ON_DEMAND (the container stores none; computed for the features a statement
+ * names, brw_meta_prepare) or BRW_META_NONE (brw_meta_refuse says why). */
+enum { BRW_META_NONE, BRW_META_STORED, BRW_META_ON_DEMAND };
+int brw_meta_source(const brw_model *m);
+/* -1 with err saying why a statement that scans every feature's down-meta cannot run
+ * (the container stores none: on demand it would cost the encode's whole computation). */
+int brw_meta_refuse(const brw_model *m, vx_err *err);
+/* With BRW_META_ON_DEMAND: compute the down-meta of the n features (layer[i], feature[i])
+ * not computed yet (out-of-range ones are skipped), by the exact pass that defines the
+ * stored records, so brw_feature_meta then gives what down_meta.bin would; vocab · hidden
+ * multiply-adds a feature, on the engine's pool. Otherwise nothing to do. */
+int brw_meta_prepare(const brw_model *m, const int *layer, const int64_t *feature, size_t n,
+                     vx_err *err);
+/* Features computed on demand so far and the seconds they took (0 without). */
+uint64_t brw_meta_computed(const brw_model *m, double *seconds);
 /* band[b] = {lo, hi} inclusive (or -1 -1); the band of a layer (-1 if none). */
 void brw_bands(const brw_model *m, int band[3][2]);
 int brw_band_of(const brw_model *m, int layer);
@@ -167,6 +187,10 @@ typedef struct brw_hit {
     float gate;             /* gate·q (+ an expert's gate bias; up·q + bias for a plain
                              * MLP's DENSE), sign kept */
 } brw_hit;
+
+/* brw_meta_prepare of gate-KNN hits: n_layers runs of counts[i] hits, stride apart. */
+int brw_meta_prepare_hits(const brw_model *m, const brw_hit *hits, const int *counts,
+                          int n_layers, int stride, vx_err *err);
 
 /* How a scan ranks features (WALK … MODE):
  *   HYBRID — by |gate·q|, sign kept (the default; what the reference's walk ranks by);

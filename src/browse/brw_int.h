@@ -54,10 +54,30 @@ const vx_tensor **brw_shape_tensors(const brw_shape *s, size_t *n);
 /* One embedding row as f32 (f32/f16/bf16 storage). */
 int brw_embed_row(const brw_shape *s, int32_t id, float *out, vx_err *err);
 
+/* One DMET record (8 + 8 · top_k bytes) decoded as brw_dmet_get gives it. */
+void brw_dmet_rec(const uint8_t *p, int top_k, brw_meta *out);
+
+/* 0 when down-meta can be computed from every down operand of c's shape (f32, f16, bf16,
+ * or the checkpoint's own block packing); else -1 naming the operand. */
+int brw_downmeta_check(const vx_container *c, const brw_shape *s, vx_err *err);
+/* The down-meta records (8 + 8 · BRW_DOWN_TOP_K bytes each, as down_meta.bin holds them)
+ * of n features (layer[i], feature[i]) into recs, by the exact pass alone: the same
+ * records as the encode hook's for the same weights, at vocab · hidden multiply-adds a
+ * feature (no screen). On the engine's pool; not from inside eng_parallel. */
+int brw_downmeta_exact(const brw_shape *s, const int *layer, const int64_t *feature, size_t n,
+                       uint8_t *recs, vx_err *err);
+
 /* For tests of down-meta's screen (downmeta.c): screen 0 = the fastest this CPU has,
  * 1 = f32 (eng_matmul_rows), 2 = bf16 where the CPU has it; no_margin 1 drops the error
  * bound from the admission threshold (records may then differ from the exact pass). */
 void brw_downmeta_test_set(int screen, int no_margin);
+
+/* Down-meta computed on demand (ondemand.c), for a container that stores none. */
+typedef struct brw_ondemand brw_ondemand;
+int brw_ondemand_new(brw_model *m, vx_err *err);
+void brw_ondemand_free(brw_ondemand *d);
+/* m->od's record of (layer, feature) if computed (else out->present 0); -1 out of range. */
+int brw_ondemand_get(const brw_model *m, int layer, int64_t feature, brw_meta *out);
 
 struct brw_model {
     vx_container *c;
@@ -65,6 +85,8 @@ struct brw_model {
     const eng_tokenizer *tok; /* own_tok, or the one brw_open_tok borrowed */
     eng_tokenizer *own_tok;   /* loaded by brw_open, freed by brw_close; NULL if borrowed */
     brw_dmet *dmet;
+    brw_ondemand *od;        /* without dmet, when the down operands allow computing it */
+    char no_meta_why[512];   /* without either: why not */
     int band[3][2];
     char bands_note[128];    /* why index.browse.layer_bands was not used, or "" */
     char **text;             /* [ntext] token texts as the token columns show them */

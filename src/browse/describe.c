@@ -141,8 +141,10 @@ int brw_describe_run(const brw_model *m, const char *entity, const brw_describe_
     int *counts = calloc((size_t)n_layers, sizeof *counts);
     cand *cs = calloc((size_t)n_layers * DESCRIBE_K + 1, sizeof *cs);
     float *mags = malloc(((size_t)n_layers * DESCRIBE_K + 1) * sizeof *mags);
+    int *pl = malloc(((size_t)n_layers * DESCRIBE_K + 1) * sizeof *pl);
+    int64_t *pf = malloc(((size_t)n_layers * DESCRIBE_K + 1) * sizeof *pf);
     int rc = -1;
-    if (!q || !hits || !counts || !cs || !mags) {
+    if (!q || !hits || !counts || !cs || !mags || !pl || !pf) {
         vx_errf(err, VX_ENOMEM, "describe: out of memory");
         goto done;
     }
@@ -164,6 +166,18 @@ int brw_describe_run(const brw_model *m, const char *entity, const brw_describe_
         median = mags[nm / 2];
     }
     out->max_gate = maxg;
+    /* only the hits that can become edges (the test below) need their down-meta */
+    size_t np = 0;
+    for (int i = 0; i < n_layers; i++)
+        for (int j = 0; j < counts[i]; j++) {
+            const brw_hit *h = &hits[(size_t)i * DESCRIBE_K + j];
+            if (h->score > 0 && h->score >= 0.2f * maxg) {
+                pl[np] = h->layer;
+                pf[np++] = h->feature;
+            }
+        }
+    if (brw_meta_prepare(m, pl, pf, np, err) != 0)
+        goto done;
     if (median > 0 && maxg >= 4 * median)
         out->signal = "clean";
     else if (median > 0 && maxg >= 2 * median)
@@ -267,6 +281,8 @@ done:
     free(counts);
     free(cs);
     free(mags);
+    free(pl);
+    free(pf);
     if (rc != 0)
         brw_describe_free(out);
     return rc;

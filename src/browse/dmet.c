@@ -168,24 +168,21 @@ int64_t brw_dmet_count(const brw_dmet *d, int layer)
     return layer >= 0 && layer < d->layers ? d->count[layer] : -1;
 }
 
-int brw_dmet_get(const brw_dmet *d, int layer, int64_t feature, brw_meta *out)
+void brw_dmet_rec(const uint8_t *p, int top_k, brw_meta *out)
 {
     memset(out, 0, sizeof *out);
-    if (layer < 0 || layer >= d->layers || feature < 0 || feature >= d->count[layer])
-        return -1;
-    uint64_t rec = 8 + 8 * (uint64_t)d->top_k;
-    const uint8_t *p = d->base + d->off[layer] + (uint64_t)feature * rec;
+    uint64_t rec = 8 + 8 * (uint64_t)top_k;
     int zero = 1;
     for (uint64_t i = 0; i < rec && zero; i++)
         zero = p[i] == 0;
     if (zero)
-        return 0;
+        return;
     out->present = 1;
     out->top_id = (int32_t)rd32(p);
     out->c_score = rdf(p + 4);
     /* a repeated id is read once: COMPILE writes a feature whose top token an edit changed
      * as k copies of that token, having no alternatives to give */
-    for (int j = 0; j < d->top_k; j++) {
+    for (int j = 0; j < top_k; j++) {
         int32_t id = (int32_t)rd32(p + 8 + 8 * j);
         int seen = 0;
         for (int i = 0; i < out->k && !seen; i++)
@@ -195,6 +192,15 @@ int brw_dmet_get(const brw_dmet *d, int layer, int64_t feature, brw_meta *out)
         out->ids[out->k] = id;
         out->logits[out->k++] = rdf(p + 12 + 8 * j);
     }
+}
+
+int brw_dmet_get(const brw_dmet *d, int layer, int64_t feature, brw_meta *out)
+{
+    memset(out, 0, sizeof *out);
+    if (layer < 0 || layer >= d->layers || feature < 0 || feature >= d->count[layer])
+        return -1;
+    uint64_t rec = 8 + 8 * (uint64_t)d->top_k;
+    brw_dmet_rec(d->base + d->off[layer] + (uint64_t)feature * rec, d->top_k, out);
     return 0;
 }
 

@@ -479,17 +479,13 @@ static int screen_chunk(dm_worker *w, const dm_chunk *ch)
     return 0;
 }
 
-/* Feature j's candidate i rescored exactly and merged into its best k (ids, val, *n) by
- * (logit desc, id asc). */
-static void rescore_one(const dm_worker *w, int j, int32_t id, int32_t *ids, float *val, int *n)
+/* Merge (id, x) into a best k (ids, val, *n) by (logit desc, id asc). A NaN logit never
+ * enters, as the screen never admits one, so the k best are one set whatever the order
+ * the ids come in. */
+static void topk_push(int32_t *ids, float *val, int *n, int32_t id, float x)
 {
-    const brw_shape *s = w->s;
-    const int H = s->hidden;
-    const size_t esz = s->embed->dtype == VX_F32 ? 4 : 2;
-    const float x = eng_row_dot(s->embed->dtype,
-                                (const uint8_t *)s->embed->data + (size_t)id * (size_t)H * esz,
-                                w->dcol + (size_t)j * (size_t)H, H);
-    if (*n == K && !(x > val[K - 1] || (x == val[K - 1] && id < ids[K - 1]))) return;
+    if (x != x || (*n == K && !(x > val[K - 1] || (x == val[K - 1] && id < ids[K - 1]))))
+        return;
     int p = *n < K ? (*n)++ : K - 1;
     while (p > 0 && (x > val[p - 1] || (x == val[p - 1] && id < ids[p - 1]))) {
         val[p] = val[p - 1];
@@ -498,6 +494,37 @@ static void rescore_one(const dm_worker *w, int j, int32_t id, int32_t *ids, flo
     }
     val[p] = x;
     ids[p] = id;
+}
+
+/* The exact logit of token id against a column: the pass that defines the record. */
+static float exact_logit(const brw_shape *s, int32_t id, const float *col)
+{
+    const size_t esz = s->embed->dtype == VX_F32 ? 4 : 2;
+    return eng_row_dot(s->embed->dtype,
+                       (const uint8_t *)s->embed->data + (size_t)id * (size_t)s->hidden * esz,
+                       col, s->hidden);
+}
+
+/* A record: the top token and its logit, then the best n of K (id, logit) pairs; all zero
+ * when n is 0 (no metadata). */
+static void put_rec(uint8_t *r, size_t rb, int32_t top, float score, const int32_t *ids,
+                    const float *val, int n)
+{
+    memset(r, 0, rb);
+    if (n == 0)
+        return;
+    put32(r, (uint32_t)top);
+    putf(r + 4, score);
+    for (int t = 0; t < n; t++) {
+        put32(r + 8 + 8 * t, (uint32_t)ids[t]);
+        putf(r + 12 + 8 * t, val[t]);
+    }
+}
+
+/* Feature j's candidate id rescored exactly and merged into its best k. */
+static void rescore_one(const dm_worker *w, int j, int32_t id, int32_t *ids, float *val, int *n)
+{
+    topk_push(ids, val, n, id, exact_logit(w->s, id, w->dcol + (size_t)j * (size_t)w->s->hidden));
 }
 
 /* Rescore each feature's candidates exactly and write its record: the features
@@ -515,8 +542,8 @@ static void rescore_part(void *ctx, int part, int parts)
     const char *E = s->embed->data;
     for (int j = part; j < ch->nb; j += parts) {
         dm_cands *c = &w->cand[j];
-        int32_t ids[K];
-        float val[K];
+        int32_t ids[K] = {0};
+        float val[K] = {0};
         int n = 0;
         /* admitted under an earlier threshold; the final one holds for the whole scan */
         const float first = w->tn[j] ? w->top[(size_t)j * K + (size_t)w->tn[j] - 1] : INFINITY;
@@ -539,16 +566,8 @@ static void rescore_part(void *ctx, int part, int parts)
             rescore_one(w, j, c->c[i].id, ids, val, &n);
             if (n == K) stop = floor_f32((double)val[K - 1] - m1);
         }
-        uint8_t *r = w->rec + (size_t)(ch->part->first + ch->f0 + j) * w->rb;
-        memset(r, 0, w->rb);
-        if (n == 0)
-            continue;
-        put32(r, (uint32_t)ids[0]);
-        putf(r + 4, val[0]);
-        for (int t = 0; t < n; t++) {
-            put32(r + 8 + 8 * t, (uint32_t)ids[t]);
-            putf(r + 12 + 8 * t, val[t]);
-        }
+        put_rec(w->rec + (size_t)(ch->part->first + ch->f0 + j) * w->rb, w->rb, ids[0], val[0],
+                ids, val, n);
     }
 }
 
@@ -597,15 +616,9 @@ static int chunk_dirty(const dm_carry *cy, int l, const dm_chunk *ch)
 static void carry_rec(const brw_dmet *old, int l, int64_t f, uint8_t *r, size_t rb)
 {
     brw_meta m;
-    memset(r, 0, rb);
     if (brw_dmet_get(old, l, f, &m) != 0 || !m.present)
-        return;
-    put32(r, (uint32_t)m.top_id);
-    putf(r + 4, m.c_score);
-    for (int t = 0; t < m.k; t++) {
-        put32(r + 8 + 8 * t, (uint32_t)m.ids[t]);
-        putf(r + 12 + 8 * t, m.logits[t]);
-    }
+        m.k = 0;
+    put_rec(r, rb, m.top_id, m.c_score, m.ids, m.logits, m.k);
 }
 
 /* The records of every layer into path; progress (o may be NULL) in features screened.
@@ -735,13 +748,144 @@ static cJSON *band_json(const int r[2])
     return a;
 }
 
-/* The container in dir opened with its shape, once every down operand is one down-meta
- * can be computed from: down-meta describes the canonical weights, so the columns are
- * read as f32/f16/bf16, or as a block codec only when it is the checkpoint's own packing
- * (GPT-OSS experts): the stack's representation has source authority, or it is the
- * encoder's (no derived_from), which never quantises, so its block operands are copies
- * even when --dtype narrowed its float ones; a quantised derivation is not the model. */
-static int open_shape(const char *dir, vx_container **cp, brw_shape *sp, vx_err *err)
+/* ---------------------------------------------------------------- the exact pass alone */
+
+#define EX_TILE 64      /* vocabulary rows per step: kept in L2 across the columns */
+
+/* Feature f of layer l as an f32 down column (col[hidden]), from the part holding it. */
+static void load_col(const brw_shape *s, int l, int64_t f, float *col)
+{
+    const brw_part *pt = s->layer[l].parts;
+    while (f >= pt->first + pt->rows)
+        pt++;
+    const vx_tensor *dn = pt->down;
+    const size_t j = (size_t)(f - pt->first);
+    unsigned be = 1, bb = 0;
+    if (vx_quant_block(dn->dtype, &be, &bb) == 0) {
+        /* brw_downmeta_check admits blocks of at most FC values */
+        const size_t rb = (size_t)pt->rows / be * bb;
+        float buf[FC];
+        for (int h = 0; h < s->hidden; h++) {
+            vx_dequantize_row(dn->dtype, (const uint8_t *)dn->data + (size_t)h * rb + j / be * bb,
+                              buf, be);
+            col[h] = buf[j % be];
+        }
+        return;
+    }
+    const size_t esz = dn->dtype == VX_F32 ? 4 : 2;
+    for (int h = 0; h < s->hidden; h++)
+        vx_row_to_f32(dn->dtype, (const uint8_t *)dn->data + ((size_t)h * (size_t)pt->rows + j) * esz,
+                      &col[h], 1);
+}
+
+/* The exact pass over the whole vocabulary for n columns: part i takes a slice of the
+ * vocabulary and keeps its own best k of each column, merged after (the order of the
+ * k best is total, so the merge gives what one pass in id order would). */
+typedef struct dm_exact {
+    const brw_shape *s;
+    size_t n;
+    float *cols;             /* [n, hidden] */
+    float **xp;              /* [n] eng_x_pairs of each column, or NULL */
+    int32_t *ids;            /* [parts, n, K] */
+    float *val;              /* [parts, n, K] */
+    int *cnt;                /* [parts, n] */
+    float *y;                /* [parts, EX_TILE] */
+} dm_exact;
+
+static void exact_part(void *ctx, int part, int parts)
+{
+    dm_exact *x = ctx;
+    const brw_shape *s = x->s;
+    const int H = s->hidden;
+    const int64_t lo = (int64_t)s->vocab * part / parts, hi = (int64_t)s->vocab * (part + 1) / parts;
+    const size_t rowb = (size_t)H * (s->embed->dtype == VX_F32 ? 4 : 2);
+    float *y = x->y + (size_t)part * EX_TILE;
+    for (int64_t v0 = lo; v0 < hi; v0 += EX_TILE) {
+        const int nt = (int)(hi - v0 < EX_TILE ? hi - v0 : EX_TILE);
+        for (size_t j = 0; j < x->n; j++) {
+            const size_t o = (size_t)part * x->n + j;
+            eng_rows_dot(s->embed->dtype, (const uint8_t *)s->embed->data + (size_t)v0 * rowb,
+                         rowb, nt, x->cols + j * (size_t)H, x->xp[j], H, y);
+            for (int v = 0; v < nt; v++)
+                topk_push(x->ids + o * K, x->val + o * K, &x->cnt[o], (int32_t)(v0 + v), y[v]);
+        }
+    }
+}
+
+int brw_downmeta_exact(const brw_shape *s, const int *layer, const int64_t *feature, size_t n,
+                       uint8_t *recs, vx_err *err)
+{
+    const size_t H = (size_t)s->hidden, rb = 8 + 8 * (size_t)K, parts = (size_t)eng_threads();
+    dm_exact x = {.s = s, .n = n};
+    x.cols = malloc(n * H * sizeof *x.cols + 1);
+    x.xp = calloc(n + 1, sizeof *x.xp);
+    x.ids = malloc(parts * n * K * sizeof *x.ids + 1);
+    x.val = malloc(parts * n * K * sizeof *x.val + 1);
+    x.cnt = calloc(parts * n + 1, sizeof *x.cnt);
+    x.y = malloc(parts * EX_TILE * sizeof *x.y);
+    int rc = 0;
+    if (!x.cols || !x.xp || !x.ids || !x.val || !x.cnt || !x.y) {
+        rc = vx_errf(err, VX_ENOMEM, "down_meta: out of memory for %zu columns", n);
+        goto done;
+    }
+    for (size_t j = 0; j < n; j++) {
+        load_col(s, layer[j], feature[j], x.cols + j * H);
+        x.xp[j] = eng_x_pairs(x.cols + j * H, (int)H);
+    }
+    eng_parallel(exact_part, &x);
+    for (size_t j = 0; j < n; j++) {
+        int32_t ids[K] = {0};
+        float val[K] = {0};
+        int c = 0;
+        for (size_t p = 0; p < parts; p++) {
+            const size_t o = p * n + j;
+            for (int t = 0; t < x.cnt[o]; t++)
+                topk_push(ids, val, &c, x.ids[o * K + (size_t)t], x.val[o * K + (size_t)t]);
+        }
+        put_rec(recs + j * rb, rb, ids[0], val[0], ids, val, c);
+    }
+done:
+    for (size_t j = 0; x.xp && j < n; j++)
+        free(x.xp[j]);
+    free(x.xp);
+    free(x.cols);
+    free(x.ids);
+    free(x.val);
+    free(x.cnt);
+    free(x.y);
+    return rc;
+}
+
+/* Every down operand of c's shape is one down-meta can be computed from: down-meta
+ * describes the canonical weights, so the columns are read as f32/f16/bf16, or as a block
+ * codec only when it is the checkpoint's own packing (GPT-OSS experts): the stack's
+ * representation has source authority, or it is the encoder's (no derived_from), which
+ * never quantises, so its block operands are copies even when --dtype narrowed its float
+ * ones; a quantised derivation is not the model. */
+int brw_downmeta_check(const vx_container *c, const brw_shape *s, vx_err *err)
+{
+    const char *rid = vx_bound_representation(c, "target.decoder_stack");
+    const cJSON *rep = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "representations"), rid ? rid : "");
+    const cJSON *fid = cJSON_GetObjectItemCaseSensitive(rep, "fidelity");
+    int canonical = (cJSON_IsString(fid) && strncmp(fid->valuestring, "source-", 7) == 0) ||
+                    (cJSON_IsObject(rep) && !cJSON_HasObjectItem(rep, "derived_from"));
+    unsigned be, bb;
+    for (int l = 0; l < s->layers; l++)
+        for (int p = 0; p < s->layer[l].n_parts; p++) {
+            const vx_tensor *dn = s->layer[l].parts[p].down;
+            if (dn->dtype != VX_F32 && dn->dtype != VX_F16 && dn->dtype != VX_BF16 &&
+                !(canonical && vx_quant_block(dn->dtype, &be, &bb) == 0 && FC % be == 0))
+                return vx_errf(err, VX_EUNSUPPORTED, "down_meta: operand \"%s\" is stored as "
+                               "%s; down-meta is computed from f32, f16 or bf16 weights",
+                               dn->name, vx_dtype_name(dn->dtype));
+        }
+    return 0;
+}
+
+/* The container in dir opened with its shape, once brw_downmeta_check admits it (when
+ * check is set). */
+static int open_shape(const char *dir, int check, vx_container **cp, brw_shape *sp, vx_err *err)
 {
     vx_container *c = NULL;
     if (vx_open(dir, &c, err) != 0)
@@ -751,34 +895,20 @@ static int open_shape(const char *dir, vx_container **cp, brw_shape *sp, vx_err 
         vx_close(c);
         return -1;
     }
-    const char *rid = vx_bound_representation(c, "target.decoder_stack");
-    const cJSON *rep = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "representations"), rid ? rid : "");
-    const cJSON *fid = cJSON_GetObjectItemCaseSensitive(rep, "fidelity");
-    int canonical = (cJSON_IsString(fid) && strncmp(fid->valuestring, "source-", 7) == 0) ||
-                    (cJSON_IsObject(rep) && !cJSON_HasObjectItem(rep, "derived_from"));
-    unsigned be, bb;
-    for (int l = 0; l < s.layers; l++)
-        for (int p = 0; p < s.layer[l].n_parts; p++) {
-            const vx_tensor *dn = s.layer[l].parts[p].down;
-            if (dn->dtype != VX_F32 && dn->dtype != VX_F16 && dn->dtype != VX_BF16 &&
-                !(canonical && vx_quant_block(dn->dtype, &be, &bb) == 0 && FC % be == 0)) {
-                vx_errf(err, VX_EUNSUPPORTED, "down_meta: operand \"%s\" is stored as %s; "
-                        "down-meta is computed from f32, f16 or bf16 weights", dn->name,
-                        vx_dtype_name(dn->dtype));
-                brw_shape_free(&s);
-                vx_close(c);
-                return -1;
-            }
-        }
+    if (check && brw_downmeta_check(c, &s, err) != 0) {
+        brw_shape_free(&s);
+        vx_close(c);
+        return -1;
+    }
     *cp = c;
     *sp = s;
     return 0;
 }
 
-int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
+/* The encode hooks: meta 0 records the bands alone. */
+static int encode_finish(const vx_encode_opts *o, int meta, const char *tmpdir, cJSON *index,
+                         vx_err *err)
 {
-    const vx_encode_opts *o = ctx;
     vx_container *c = NULL;
     brw_shape s;
     /* A tokenizer the engine cannot load gives a container that opens and then refuses
@@ -790,18 +920,17 @@ int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
         return vx_errf(err, te.code, "the checkpoint's %s", m ? m : te.msg);
     }
     eng_tok_free(tok);
-    if (open_shape(tmpdir, &c, &s, err) != 0)
+    if (open_shape(tmpdir, meta, &c, &s, err) != 0)
         return -1;
     int rc = -1;
-    char dir[4096], path[4200];
+    char dir[4096], path[4200], hex[65];
     snprintf(dir, sizeof dir, "%s/browse", tmpdir);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    snprintf(path, sizeof path, "%s/down_meta.bin", dir);
+    if (meta && mkdir(dir, 0755) != 0 && errno != EEXIST) {
         vx_errf(err, VX_EIO, "down_meta: cannot create \"%s\": %s", dir, strerror(errno));
         goto done;
     }
-    snprintf(path, sizeof path, "%s/down_meta.bin", dir);
-    char hex[65];
-    if (write_meta(&s, path, o, NULL, err) != 0 || vx_sha256_file(path, hex, err) != 0)
+    if (meta && (write_meta(&s, path, o, NULL, err) != 0 || vx_sha256_file(path, hex, err) != 0))
         goto done;
     /* the band override: from the options when given as ctx, else as the encoder
      * recorded it (index.encoder.layer_band) */
@@ -816,9 +945,11 @@ int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
     int band[3][2];
     brw_bands_for_depth(s.layers, lo, hi, band);
     cJSON *br = cJSON_CreateObject();
-    cJSON_AddStringToObject(br, "down_meta", "browse/down_meta.bin");
-    cJSON_AddStringToObject(br, "down_meta_sha256", hex);
-    cJSON_AddNumberToObject(br, "down_top_k", BRW_DOWN_TOP_K);
+    if (meta) {
+        cJSON_AddStringToObject(br, "down_meta", "browse/down_meta.bin");
+        cJSON_AddStringToObject(br, "down_meta_sha256", hex);
+        cJSON_AddNumberToObject(br, "down_top_k", BRW_DOWN_TOP_K);
+    }
     cJSON *lb = cJSON_AddObjectToObject(br, "layer_bands");
     for (int b = 0; b < 3; b++)
         cJSON_AddItemToObject(lb, brw_band_name(b), band_json(band[b]));
@@ -838,13 +969,23 @@ done:
     return rc;
 }
 
+int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
+{
+    return encode_finish(ctx, 1, tmpdir, index, err);
+}
+
+int brw_encode_finish_bands(void *ctx, const char *tmpdir, cJSON *index, vx_err *err)
+{
+    return encode_finish(ctx, 0, tmpdir, index, err);
+}
+
 int brw_downmeta_compile(const char *dir, const char *path, const char *base,
                          const eng_overlay *ov, vx_progress_fn progress, void *progress_ctx,
                          vx_err *err)
 {
     vx_container *c = NULL;
     brw_shape s;
-    if (open_shape(dir, &c, &s, err) != 0)
+    if (open_shape(dir, 1, &c, &s, err) != 0)
         return -1;
     vx_encode_opts o;   /* only its progress */
     vx_encode_opts_init(&o);

@@ -276,6 +276,13 @@ int brw_open_tok(vx_container *c, const eng_tokenizer *tok, brw_model **out, vx_
             }
         if (brw_dmet_check_ids(m->dmet, m->s.vocab, err) != 0)
             goto fail;
+    } else {
+        vx_err why = {0};
+        if (brw_downmeta_check(c, &m->s, &why) == 0) {
+            if (brw_ondemand_new(m, err) != 0)
+                goto fail;
+        } else
+            snprintf(m->no_meta_why, sizeof m->no_meta_why, "%s", why.msg);
     }
     vx_err e3;
     if (vx_resolve(c, brw_label_files[0], path, sizeof path, &e3) == 0)
@@ -302,6 +309,7 @@ void brw_close(brw_model *m)
     free(m->text);
     free(m->blank);
     brw_dmet_free(m->dmet);
+    brw_ondemand_free(m->od);
     eng_tok_free(m->own_tok);
     cJSON_Delete(m->labels);
     if (m->label_of)
@@ -322,6 +330,21 @@ int brw_hidden(const brw_model *m) { return m->s.hidden; }
 float brw_embed_scale(const brw_model *m) { return m->s.embed_scale; }
 const eng_tokenizer *brw_tokenizer(const brw_model *m) { return m->tok; }
 const brw_dmet *brw_down_meta(const brw_model *m) { return m->dmet; }
+int brw_meta_source(const brw_model *m)
+{
+    return m->dmet ? BRW_META_STORED : m->od ? BRW_META_ON_DEMAND : BRW_META_NONE;
+}
+
+int brw_meta_refuse(const brw_model *m, vx_err *err)
+{
+    if (m->od)
+        return vx_errf(err, VX_EMISSING, "this statement reads the down-meta of every feature, "
+                       "which the container does not store (browse/down_meta.bin, written by "
+                       "'vindex encode' unless --no-down-meta): WALK, DESCRIBE and EXPLAIN "
+                       "INFER compute their features' down-meta when asked");
+    return vx_errf(err, VX_EMISSING, "the container has no down-meta (browse/down_meta.bin) "
+                   "and it cannot be computed: %s", m->no_meta_why);
+}
 
 int64_t brw_features(const brw_model *m, int layer)
 {
@@ -566,6 +589,8 @@ int brw_feature_meta(const brw_model *m, const eng_overlay *ov, int layer, int64
     memset(out, 0, sizeof *out);
     if (m->dmet)
         brw_dmet_get(m->dmet, layer, feature, out);
+    else if (m->od)
+        brw_ondemand_get(m, layer, feature, out);
     int retop = 0;
     if (ov)
         for (size_t i = 0; i < ov->n_meta; i++) {

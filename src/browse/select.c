@@ -786,13 +786,12 @@ static void finish_rows(rowvec *rv, const brw_select_opts *o, int kind, brw_rows
     out->n = rv->n;
 }
 
-/* 1 (with err filled) when the container has no down-meta to browse. */
+/* 1 (with err filled) when the container stores no down-meta to scan every feature's. */
 static int no_meta(const brw_model *m, vx_err *err)
 {
     if (m->dmet)
         return 0;
-    vx_errf(err, VX_EMISSING, "the container has no down-meta (browse/down_meta.bin); "
-            "re-extract WITH BROWSE");
+    brw_meta_refuse(m, err);
     return 1;
 }
 

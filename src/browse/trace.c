@@ -441,7 +441,6 @@ int brw_trace_load(eng_model *em, const char *path, const brw_trace_opts *o,
 
 typedef struct ex_ctx {
     int n_tokens, n_layers, hidden, top;
-    const brw_model *bm;
     const eng_model *em;
     brw_explain_layer *layers;
     float *attn;             /* [n_layers][n_tokens] summed probs of the last row */
@@ -484,13 +483,43 @@ static void ex_ffn(void *ctx, int layer, int pos0, int n, const float *ffn_in,
         }
         L->fired[i] = (brw_fired){f, v, -1, 0};
     }
-    for (int i = 0; i < L->n_fired; i++) {
-        brw_meta md;
-        if (x->bm && brw_feature_meta(x->bm, NULL, layer, L->fired[i].feature, &md) == 0) {
-            L->fired[i].top_id = md.top_id;
-            L->fired[i].c_score = md.c_score;
-        }
+}
+
+/* The fired features' top tokens, after the forward (down-meta computed on demand runs on
+ * the engine's pool, which the forward holds while it calls the observers). */
+static int fill_fired(const brw_model *bm, brw_explain *out, vx_err *err)
+{
+    size_t n = 0, k = 0;
+    for (int i = 0; i < out->n_layers; i++)
+        n += (size_t)out->layers[i].n_fired;
+    int *lay = malloc((n + 1) * sizeof *lay);
+    int64_t *f = malloc((n + 1) * sizeof *f);
+    int rc = -1;
+    if (!lay || !f) {
+        vx_errf(err, VX_ENOMEM, "explain: out of memory");
+        goto done;
     }
+    for (int i = 0; i < out->n_layers; i++)
+        for (int j = 0; j < out->layers[i].n_fired; j++) {
+            lay[k] = out->layers[i].layer;
+            f[k++] = out->layers[i].fired[j].feature;
+        }
+    if (brw_meta_prepare(bm, lay, f, k, err) != 0)
+        goto done;
+    for (int i = 0; i < out->n_layers; i++)
+        for (int j = 0; j < out->layers[i].n_fired; j++) {
+            brw_fired *fd = &out->layers[i].fired[j];
+            brw_meta md;
+            if (brw_feature_meta(bm, NULL, out->layers[i].layer, fd->feature, &md) == 0) {
+                fd->top_id = md.top_id;
+                fd->c_score = md.c_score;
+            }
+        }
+    rc = 0;
+done:
+    free(lay);
+    free(f);
+    return rc;
 }
 
 static void ex_attn(void *ctx, int layer, int head, int pos0, int n, int n_keys,
@@ -552,7 +581,7 @@ int brw_explain_run(eng_model *em, const brw_model *bm, const int32_t *ids_in, i
     memcpy(ids, ids_in, (size_t)n * sizeof *ids);
     out->ids = ids;
     out->n_tokens = n;
-    ex_ctx x = {n, L, eng_model_hidden(em), top, bm, em, NULL, NULL, NULL, 0};
+    ex_ctx x = {n, L, eng_model_hidden(em), top, em, NULL, NULL, NULL, 0};
     x.layers = calloc((size_t)L, sizeof *x.layers);
     x.attn = calloc((size_t)L * (size_t)n, sizeof *x.attn);
     x.heads = calloc((size_t)L, sizeof *x.heads);
@@ -619,6 +648,8 @@ int brw_explain_run(eng_model *em, const brw_model *bm, const int32_t *ids_in, i
             d->attended_weight = acc[best] / (float)x.heads[l];
         }
     }
+    if (bm && fill_fired(bm, out, err) != 0)
+        goto done;
     rc = 0;
 done:
     eng_session_free(s);

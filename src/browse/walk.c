@@ -41,7 +41,8 @@ int brw_walk_run(const brw_model *m, const char *prompt, const brw_walk_opts *o,
     }
     if (brw_walk_query(m, prompt, q, &out->token, err) != 0 ||
         brw_gate_knn_mode(m, out->layers, out->n_layers, q, top, out->mode, o ? o->ov : NULL,
-                          out->hits, out->counts, err) != 0) {
+                          out->hits, out->counts, err) != 0 ||
+        brw_meta_prepare_hits(m, out->hits, out->counts, out->n_layers, top, err) != 0) {
         free(q);
         brw_walk_free(out);
         return -1;

@@ -50,6 +50,20 @@ int lql_session_browse(lql_session *s, const lql_stmt *st, brw_model **out, lql_
     return 0;
 }
 
+uint64_t lql_browse_computed(const lql_session *s)
+{
+    return s->browse ? brw_meta_computed(s->browse, NULL) : 0;
+}
+
+void lql_browse_note(const lql_session *s, uint64_t before, lql_result *r)
+{
+    const uint64_t n = lql_browse_computed(s);
+    if (n > before)
+        lql_result_note(r, "down-meta of %llu feature%s computed on demand (the container "
+                        "stores none; STATS counts them)", (unsigned long long)(n - before),
+                        n - before == 1 ? "" : "s");
+}
+
 /* lql_session_browse for a statement that reads FFN features: refused, naming the layer
  * kinds, when no layer has a channel mixer (a pure SSM stack), since an empty answer would
  * say "nothing matches" where the truth is "nothing to browse". */
@@ -324,6 +338,11 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
                         w.n_layers, w.n_layers == 1 ? "" : "s", brw_walk_mode_name(w.mode),
                         rank_key(w.mode), scanned_size(w.bytes_scanned, sz, sizeof sz),
                         w.mode == BRW_DENSE ? "gate and up rows" : "gate rows");
+    if (rc == 0 && brw_meta_source(m) == BRW_META_NONE) {
+        /* the token and down columns are empty: say why rather than leave them blank */
+        brw_meta_refuse(m, &ve);
+        lql_result_note(r, "%s", ve.msg);
+    }
     brw_walk_free(&w);
     return rc;
 }
@@ -456,9 +475,11 @@ int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e
     brw_model *m = NULL;
     if (session_features(s, st, &m, e) != 0)
         return -1;
-    if (!brw_down_meta(m))
-        return lql_errf(e, LQL_EEXEC, &st->at, "the container has no down-meta "
-                        "(browse/down_meta.bin): re-extract WITH BROWSE");
+    if (brw_meta_source(m) == BRW_META_NONE) {
+        vx_err ve = {0};
+        brw_meta_refuse(m, &ve);
+        return lql_err_vx(e, &ve, &st->at);
+    }
     const eng_overlay *ov = lql_edit_overlay(s);
     brw_describe_opts o = {.band = -1, .at_layer = -1, .ov = ov};
     if (lql_has(st, LQL_C_BAND))

@@ -258,8 +258,12 @@ int lql_h_stats(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                cJSON_GetArrayItem(b, 1)->valueint);
     }
     if (browse) {
-        kv(t, "features with down-meta", "%lld of %lld", (long long)bs.with_meta,
-           (long long)bs.features);
+        if (brw_meta_source(bm) == BRW_META_ON_DEMAND)
+            kv(t, "features with down-meta", "computed on demand (not stored), %llu of %lld so far",
+               (unsigned long long)brw_meta_computed(bm, NULL), (long long)bs.features);
+        else
+            kv(t, "features with down-meta", "%lld of %lld", (long long)bs.with_meta,
+               (long long)bs.features);
         if (*bs.gate_dtype)
             kv(t, "gate rows", "%llu bytes (%s)", (unsigned long long)bs.gate_bytes, bs.gate_dtype);
         else   /* no layer has a gated channel mixer (a pure SSM stack) */

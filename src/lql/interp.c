@@ -196,7 +196,9 @@ int lql_exec_one(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
      * replayed and run again, a few times, before it is given up */
     for (int tries = 0;; tries++) {
         if (s->edit && st->kind != LQL_S_USE && lql_edit_sync(s, st, r, e) < 0) return -1;
+        const uint64_t computed = lql_browse_computed(s);
         int rc = d->handler(s, st, r, e);
+        if (rc == 0 && st->kind != LQL_S_USE) lql_browse_note(s, computed, r);
         if (rc == 0 || e->code != LQL_ESTALE || tries == 4) return rc;
         *e = (lql_err){0};
     }

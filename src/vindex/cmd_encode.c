@@ -1,7 +1,9 @@
 /*
- * cmd_encode.c — `vindex encode HF_DIR -o OUT [--dtype f32|f16|bf16]`: runs vx_encode with
- * the browse layer's down-meta hook, a byte progress line on a terminal, and Ctrl-C wired
- * to the cancel flag; then reopens the result and reports what was written.
+ * cmd_encode.c — `vindex encode HF_DIR -o OUT [--dtype f32|f16|bf16] [--no-down-meta]`:
+ * runs vx_encode with the browse layer's down-meta hook (or, with --no-down-meta, its
+ * bands-only hook: browse then computes the down-meta a statement needs when asked), a
+ * byte progress line on a terminal, and Ctrl-C wired to the cancel flag; then reopens the
+ * result and reports what was written.
  */
 #include "cli.h"
 
@@ -38,7 +40,8 @@ VINDEX_HANDLER(encode)
 {
     const char *out = vindex_flag(a, "-o"), *dt = vindex_flag(a, "--dtype");
     if (!out) {
-        fprintf(stderr, "vindex encode: missing -o OUT\nusage: vindex encode HF_DIR -o OUT [--dtype f32|f16|bf16] [--json]\n");
+        fprintf(stderr, "vindex encode: missing -o OUT\nusage: vindex encode HF_DIR -o OUT "
+                "[--dtype f32|f16|bf16] [--no-down-meta] [--json]\n");
         return VINDEX_USAGE;
     }
     vx_encode_opts o;
@@ -54,7 +57,7 @@ VINDEX_HANDLER(encode)
     int tty = !a->json && isatty(STDERR_FILENO);
     if (tty)
         o.progress = progress;
-    o.finish = brw_encode_finish;
+    o.finish = vindex_flag(a, "--no-down-meta") ? brw_encode_finish_bands : brw_encode_finish;
     o.finish_ctx = &o;
     struct sigaction old[3];
     vindex_signals_cancel(old);     /* the encode removes its temporary tree and returns */

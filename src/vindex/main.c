@@ -13,8 +13,9 @@
 /* X(name, usage, help, min positional, max positional, flags): a flag ending in '='
  * takes a value. Add a command with one line here and one cmd_<group>.c file. */
 #define COMMANDS(X)                                                                         \
-    X(encode, "HF_DIR -o OUT [--dtype f32|f16|bf16]",                                       \
-      "encode a Hugging Face checkpoint directory into a new container", 1, 1, "-o=,--dtype=") \
+    X(encode, "HF_DIR -o OUT [--dtype f32|f16|bf16] [--no-down-meta]",                      \
+      "encode a Hugging Face checkpoint directory into a new container", 1, 1,               \
+      "-o=,--dtype=,--no-down-meta")                                                          \
     X(inspect, "PATH", "summarise a container: version, geometry, objects, sizes", 1, 1, "") \
     X(describe, "PATH OBJECT",                                                              \
       "one object's tensors, or a component's execution surface", 2, 2, "")                 \

@@ -11,7 +11,7 @@
  */
 #include "brw_int.h"
 #include "t.h"
-#include "t_file.h"
+#include "t_browse.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -33,22 +33,11 @@ typedef struct ref {
     float lg[NREC][10];
 } ref;
 
-static int open_model(const char *dir, vx_container **c, brw_model **m, const char *what)
-{
-    vx_err err = {0};
-    *c = NULL;
-    *m = NULL;
-    CHECK_MSG(vx_open(dir, c, &err) == 0 && brw_open(*c, m, &err) == 0, "%s: %s", what, err.msg);
-    if (*m) return 0;
-    vx_close(*c);
-    return -1;
-}
-
 static void build_ref(const char *dir, ref *r, const char *what)
 {
     vx_container *c;
     brw_model *m;
-    if (open_model(dir, &c, &m, what) != 0) return;
+    if (t_open_browse(dir, &c, &m, what) != 0) return;
     const vx_tensor *E = m->s.embed;
     const int V = m->s.vocab, H = m->s.hidden;
     const size_t esz = E->dtype == VX_F32 ? 4 : 2;
@@ -86,7 +75,7 @@ static int count_bad(const char *dir, const ref *r, const char *what)
 {
     vx_container *c;
     brw_model *m;
-    if (open_model(dir, &c, &m, what) != 0) return -1;
+    if (t_open_browse(dir, &c, &m, what) != 0) return -1;
     int bad = 0, total = 0;
     for (int l = 0; l < m->s.layers; l++)
         for (int64_t f = 0; f < m->s.layer[l].features && total < NREC; f++, total++) {
@@ -105,19 +94,6 @@ static int count_bad(const char *dir, const ref *r, const char *what)
     return bad;
 }
 
-static int encode_meta(const char *src, const char *out, const char *what)
-{
-    vx_encode_opts o;
-    vx_encode_opts_init(&o);
-    o.finish = brw_encode_finish;
-    o.finish_ctx = &o;
-    vx_err err = {0};
-    t_rm_rf(out);
-    const int rc = vx_encode(src, out, &o, &err);
-    CHECK_MSG(rc == 0, "%s: encode: %s", what, err.msg);
-    return rc;
-}
-
 /* Every screen this CPU has writes the exhaustive pass's records bit for bit. */
 static void check_paths(const char *src, const char *out, const char *what, ref *r)
 {
@@ -127,7 +103,7 @@ static void check_paths(const char *src, const char *out, const char *what, ref 
         char name[256];
         snprintf(name, sizeof name, "%s, %s", what, paths[i].name);
         brw_downmeta_test_set(paths[i].screen, 0);
-        if (encode_meta(src, out, name) != 0) continue;
+        if (t_encode_browse(src, out, 1, name) != 0) continue;
         if (i == 0) build_ref(out, r, name);
         const int bad = count_bad(out, r, name);
         CHECK_MSG(bad == 0, "%s: %d of %d records differ from the exhaustive pass", name, bad, NREC);
@@ -232,7 +208,7 @@ int main(void)
      * (int8 or bf16 rounding of the f32 embedding; r is tinyllama f32's reference) */
     if (eng_u8s8_dot_ready() || eng_bf16_dot_ready()) {
         brw_downmeta_test_set(0, 1);
-        if (encode_meta(LQL_FIXTURE_DIR "/models/tinyllama", out, "zero margin") == 0) {
+        if (t_encode_browse(LQL_FIXTURE_DIR "/models/tinyllama", out, 1, "zero margin") == 0) {
             const int bad = count_bad(out, r, "tinyllama f32, fastest screen, zero margin");
             printf("zero margin: %d of %d records differ\n", bad, NREC);
             CHECK(bad > 0);

@@ -507,6 +507,53 @@ static void bad_bands(const char *box)
     cJSON_Delete(idx);
 }
 
+/* `vindex encode --no-down-meta`: no down_meta.bin; WALK, DESCRIBE and EXPLAIN INFER print
+ * what they print on the container that stores it (computed on demand, said in a note),
+ * STATS counts what was computed, and a statement that reads every feature's down-meta is
+ * refused by name. */
+static void no_down_meta(const char *box)
+{
+    char cmd[4096], *out, *err, *out2, *err2;
+    CHECK(sh(LQL_BINARY_DIR "/vindex encode " TINY " -o " DIR "/nodm.vindex3 --no-down-meta",
+             &out, &err) == 0);
+    CHECK_HAS(out, "encoded ");
+    free(out); free(err);
+    struct stat st;
+    CHECK(stat(DIR "/nodm.vindex3/browse/down_meta.bin", &st) != 0);
+    const char *q = "WALK \"The capital of France is\" TOP 3; DESCRIBE \"France\"; "
+                    "EXPLAIN INFER \"The capital of France is\" TOP 2;";
+    snprintf(cmd, sizeof cmd, LQL " " DIR "/nodm.vindex3 -c '%s STATS;' 2>&1 | grep -v '^-- using'", q);
+    CHECK(sh(cmd, &out, &err) == 0);
+    snprintf(cmd, sizeof cmd, LQL " '%s' -c '%s' 2>&1 | grep -v '^-- using'", box, q);
+    CHECK(sh(cmd, &out2, &err2) == 0);
+    /* the same tables and notes, plus the on-demand notes (WALK's 12 hits: 4 layers x 3) */
+    CHECK_HAS(out, "-- down-meta of 12 features computed on demand (the container stores none; "
+                   "STATS counts them)\n");
+    char *stats = strstr(out, "stat\tvalue");
+    CHECK(stats != NULL);
+    if (stats) {
+        CHECK_HAS(stats, "features with down-meta\tcomputed on demand (not stored), ");
+        *stats = 0;
+    }
+    char *kept = malloc(strlen(out) + 1), *w = kept;
+    for (char *line = out, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        if (!strstr(line, "computed on demand"))
+            w += sprintf(w, nl ? "%s\n" : "%s", line);
+    }
+    *w = 0;
+    CHECK_STR(kept, out2);
+    CHECK_HAS(out2, "Par");
+    free(kept); free(out); free(err); free(out2); free(err2);
+    CHECK(sh(LQL " " DIR "/nodm.vindex3 -c 'SHOW FEATURES 1 LIMIT 3;'", &out, &err) == 1);
+    CHECK_HAS(err, "this statement reads the down-meta of every feature, which the container "
+                   "does not store (browse/down_meta.bin, written by 'vindex encode' unless "
+                   "--no-down-meta)");
+    CHECK_STR(out, "");
+    free(out); free(err);
+}
+
 /* A refused clause or output file is refused before anything runs: status 1 and nothing on
  * stdout, never a printed result followed by the error. */
 static void refused_first(const char *box)
@@ -803,6 +850,7 @@ int main(void)
         fifos(box);
         without_tokenizer(box);
         bad_bands(box);
+        no_down_meta(box);
         refused_first(box);
         fifo_conversation(box);
         interrupt_last(box);
