@@ -129,8 +129,7 @@ const brw_dmet *brw_down_meta(const brw_model *m);   /* NULL when the container 
  * names, brw_meta_prepare) or BRW_META_NONE (brw_meta_refuse says why). */
 enum { BRW_META_NONE, BRW_META_STORED, BRW_META_ON_DEMAND };
 int brw_meta_source(const brw_model *m);
-/* -1 with err saying why a statement that scans every feature's down-meta cannot run
- * (the container stores none: on demand it would cost the encode's whole computation). */
+/* -1 with err saying why the container has no down-meta to read (BRW_META_NONE). */
 int brw_meta_refuse(const brw_model *m, vx_err *err);
 /* With BRW_META_ON_DEMAND: compute the down-meta of the n features (layer[i], feature[i])
  * not computed yet (out-of-range ones are skipped), by the exact pass that defines the
@@ -138,6 +137,10 @@ int brw_meta_refuse(const brw_model *m, vx_err *err);
  * multiply-adds a feature, on the engine's pool. Otherwise nothing to do. */
 int brw_meta_prepare(const brw_model *m, const int *layer, const int64_t *feature, size_t n,
                      vx_err *err);
+/* With BRW_META_ON_DEMAND: every feature's down-meta of the n layers listed (those not
+ * complete yet; out-of-range ones skipped), by the encode hook's screened pass (its cost
+ * per layer, ≈ 1–2 cpu-s at 1.1B); cancellable (vx_cancel_flag). Otherwise nothing. */
+int brw_meta_prepare_layers(const brw_model *m, const int *layers, int n, vx_err *err);
 /* Features computed on demand so far and the seconds they took (0 without). */
 uint64_t brw_meta_computed(const brw_model *m, double *seconds);
 /* band[b] = {lo, hi} inclusive (or -1 -1); the band of a layer (-1 if none). */

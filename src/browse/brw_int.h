@@ -66,6 +66,11 @@ int brw_downmeta_check(const vx_container *c, const brw_shape *s, vx_err *err);
  * feature (no screen). On the engine's pool; not from inside eng_parallel. */
 int brw_downmeta_exact(const brw_shape *s, const int *layer, const int64_t *feature, size_t n,
                        uint8_t *recs, vx_err *err);
+/* Every record of the n layers listed into recs[i] (features × record bytes each), by the
+ * encode hook's screened pass: the same bytes it writes into down_meta.bin. Cancellable
+ * (vx_cancel_flag, VX_ECANCEL); not from inside eng_parallel. */
+int brw_downmeta_layers(const brw_shape *s, const int *layers, int n, uint8_t **recs,
+                        vx_err *err);
 
 /* For tests of down-meta's screen (downmeta.c): screen 0 = the fastest this CPU has,
  * 1 = f32 (eng_matmul_rows), 2 = bf16 where the CPU has it; no_margin 1 drops the error

@@ -116,6 +116,7 @@ typedef struct dm_worker {
     double e_max, eb_max, de_max;  /* largest ‖e‖, ‖e'‖, ‖e' − e‖ over the rows (e' = ê) */
     /* one vocabulary tile's pass over the chunk's features, split over the pool */
     int nb, v0, vt;
+    dm_chunk *chunks;        /* a layer's chunks */
     const dm_chunk *rch;     /* the chunk being rescored */
     atomic_int failed;
 } dm_worker;
@@ -573,6 +574,8 @@ static void rescore_part(void *ctx, int part, int parts)
 
 static void worker_free(dm_worker *w)
 {
+    free(w->chunks);
+    free(w->rec);
     free(w->dcol);
     free(w->xb);
     free(w->xq);
@@ -621,56 +624,97 @@ static void carry_rec(const brw_dmet *old, int l, int64_t f, uint8_t *r, size_t 
     put_rec(r, rb, m.top_id, m.c_score, m.ids, m.logits, m.k);
 }
 
+/* Progress of a pass in features computed (fn NULL: none). */
+typedef struct dm_progress {
+    vx_progress_fn fn;
+    void *ctx;
+    uint64_t done, total;
+} dm_progress;
+
+/* The scratch for s's chunks (w->rec holds the widest layer's records, w->chunks its
+ * chunks) and, when prepare is set, the embedding as the screen reads it. */
+static int worker_init(dm_worker *w, const brw_shape *s, int prepare, vx_err *err)
+{
+    const size_t H = (size_t)s->hidden;
+    int64_t maxf = 0;
+    size_t max_chunks = 0;
+    memset(w, 0, sizeof *w);
+    w->s = s;
+    w->rb = 8 + 8 * (size_t)K;
+    for (int l = 0; l < s->layers; l++) {
+        size_t n = 0;
+        for (int p = 0; p < s->layer[l].n_parts; p++)
+            n += (size_t)((s->layer[l].parts[p].rows + FC - 1) / FC);
+        max_chunks = n > max_chunks ? n : max_chunks;
+        maxf = s->layer[l].features > maxf ? s->layer[l].features : maxf;
+    }
+    w->chunks = malloc((max_chunks + 1) * sizeof *w->chunks);
+    w->rec = malloc((size_t)maxf * w->rb + 1);
+    w->dcol = malloc((size_t)FC * H * sizeof *w->dcol);
+    w->xb = malloc((size_t)FC * H * sizeof *w->xb);
+    w->xq = malloc((size_t)FC * H);
+    w->dsc = malloc((size_t)FC * sizeof *w->dsc);
+    w->dcorr = malloc((size_t)FC * sizeof *w->dcorr);
+    w->ibuf = malloc((size_t)FC * VTILE * sizeof *w->ibuf);
+    w->cbuf = malloc((size_t)FC * VTILE * sizeof *w->cbuf);
+    w->margin = malloc((size_t)FC * sizeof *w->margin);
+    w->thr = malloc((size_t)FC * sizeof *w->thr);
+    w->top = malloc((size_t)FC * K * sizeof *w->top);
+    w->tn = malloc((size_t)FC * sizeof *w->tn);
+    w->cand = calloc(FC, sizeof *w->cand);
+    if (!w->chunks || !w->rec || !w->dcol || !w->xb || !w->xq || !w->dsc || !w->dcorr ||
+        !w->ibuf || !w->cbuf || !w->margin || !w->thr || !w->top || !w->tn || !w->cand)
+        return vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
+    return prepare ? prepare_embed(w, err) : 0;
+}
+
+/* Layer l's records into w->rec: with cy, the features it marks dirty computed and the
+ * others carried from its base; without, every one computed. */
+static int layer_pass(dm_worker *w, int l, const dm_carry *cy, dm_progress *pg, vx_err *err)
+{
+    const brw_layer *L = &w->s->layer[l];
+    size_t n_chunks = 0;
+    for (int p = 0; p < L->n_parts; p++)
+        for (int64_t f0 = 0; f0 < L->parts[p].rows; f0 += FC)
+            w->chunks[n_chunks++] = (dm_chunk){&L->parts[p], f0,
+                (int)(L->parts[p].rows - f0 < FC ? L->parts[p].rows - f0 : FC)};
+    for (size_t i = 0; i < n_chunks && !vx_cancel_flag; i++) {
+        if (!chunk_dirty(cy, l, &w->chunks[i]))
+            continue;
+        load_cols(w, &w->chunks[i]);
+        prepare_chunk(w, &w->chunks[i]);
+        if (screen_chunk(w, &w->chunks[i]) != 0)
+            return vx_errf(err, VX_ENOMEM, "down_meta: out of memory screening layer %d", l);
+        w->rch = &w->chunks[i];
+        eng_parallel(rescore_part, w);
+        pg->done += (uint64_t)w->chunks[i].nb;
+        if (pg->fn)
+            pg->fn(pg->ctx, "down-meta", pg->done < pg->total ? pg->done : pg->total, pg->total);
+    }
+    for (int64_t i = 0; cy && i < L->features; i++)
+        if (!cy->dirty[l] || !cy->dirty[l][i])
+            carry_rec(cy->old, l, i, w->rec + (size_t)i * w->rb, w->rb);
+    if (vx_cancel_flag)
+        return vx_errf(err, VX_ECANCEL, "down_meta: cancelled at layer %d", l);
+    return 0;
+}
+
 /* The records of every layer into path; progress (o may be NULL) in features screened.
  * With cy, a feature not marked dirty keeps the base's record and only the chunks holding
  * a dirty one are computed. */
 static int write_meta(const brw_shape *s, const char *path, const vx_encode_opts *o,
                       const dm_carry *cy, vx_err *err)
 {
-    dm_worker w = {.s = s, .rb = 8 + 8 * (size_t)K};
-    size_t H = (size_t)s->hidden;
+    dm_worker w;
+    dm_progress pg = {o ? o->progress : NULL, o ? o->progress_ctx : NULL, 0, 0};
+    for (int l = 0; l < s->layers; l++)
+        for (int64_t i = 0; i < s->layer[l].features; i++)
+            pg.total += !cy || (cy->dirty[l] && cy->dirty[l][i]);
     int rc = -1;
     FILE *f = NULL;
-    dm_chunk *chunks = NULL;
-    int64_t maxf = 0;
-    uint64_t done = 0, total = 0;
-    for (int l = 0; l < s->layers; l++) {
-        if (s->layer[l].features > maxf)
-            maxf = s->layer[l].features;
-        for (int64_t i = 0; i < s->layer[l].features; i++)
-            total += !cy || (cy->dirty[l] && cy->dirty[l][i]);
-    }
-    vx_progress_fn progress = o ? o->progress : NULL;
-    size_t max_chunks = 0;
-    for (int l = 0; l < s->layers; l++) {
-        size_t n = 0;
-        for (int p = 0; p < s->layer[l].n_parts; p++)
-            n += (size_t)((s->layer[l].parts[p].rows + FC - 1) / FC);
-        if (n > max_chunks)
-            max_chunks = n;
-    }
-    chunks = malloc((max_chunks + 1) * sizeof *chunks);
-    w.rec = malloc((size_t)maxf * w.rb + 1);
-    w.dcol = malloc((size_t)FC * H * sizeof *w.dcol);
-    w.xb = malloc((size_t)FC * H * sizeof *w.xb);
-    w.xq = malloc((size_t)FC * H);
-    w.dsc = malloc((size_t)FC * sizeof *w.dsc);
-    w.dcorr = malloc((size_t)FC * sizeof *w.dcorr);
-    w.ibuf = malloc((size_t)FC * VTILE * sizeof *w.ibuf);
-    w.cbuf = malloc((size_t)FC * VTILE * sizeof *w.cbuf);
-    w.margin = malloc((size_t)FC * sizeof *w.margin);
-    w.thr = malloc((size_t)FC * sizeof *w.thr);
-    w.top = malloc((size_t)FC * K * sizeof *w.top);
-    w.tn = malloc((size_t)FC * sizeof *w.tn);
-    w.cand = calloc(FC, sizeof *w.cand);
-    if (!chunks || !w.rec || !w.dcol || !w.xb || !w.xq || !w.dsc || !w.dcorr || !w.ibuf ||
-        !w.cbuf || !w.margin || !w.thr || !w.top || !w.tn || !w.cand) {
-        vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
-        goto done;
-    }
-    if (progress)
-        progress(o->progress_ctx, "down-meta", 0, total);
-    if (total && prepare_embed(&w, err) != 0)
+    if (pg.fn)
+        pg.fn(pg.ctx, "down-meta", 0, pg.total);
+    if (worker_init(&w, s, pg.total > 0, err) != 0)
         goto done;
     f = fopen(path, "wb");
     if (!f) {
@@ -687,38 +731,12 @@ static int write_meta(const brw_shape *s, const char *path, const vx_encode_opts
         goto done;
     }
     for (int l = 0; l < s->layers; l++) {
-        const brw_layer *L = &s->layer[l];
-        size_t n_chunks = 0;
-        for (int p = 0; p < L->n_parts; p++)
-            for (int64_t f0 = 0; f0 < L->parts[p].rows; f0 += FC)
-                chunks[n_chunks++] = (dm_chunk){&L->parts[p], f0,
-                    (int)(L->parts[p].rows - f0 < FC ? L->parts[p].rows - f0 : FC)};
-        for (size_t i = 0; i < n_chunks && !vx_cancel_flag; i++) {
-            if (!chunk_dirty(cy, l, &chunks[i]))
-                continue;
-            load_cols(&w, &chunks[i]);
-            prepare_chunk(&w, &chunks[i]);
-            if (screen_chunk(&w, &chunks[i]) != 0) {
-                vx_errf(err, VX_ENOMEM, "down_meta: out of memory screening layer %d", l);
-                goto done;
-            }
-            w.rch = &chunks[i];
-            eng_parallel(rescore_part, &w);
-            done += (uint64_t)chunks[i].nb;
-            if (progress)
-                progress(o->progress_ctx, "down-meta", done < total ? done : total, total);
-        }
-        for (int64_t i = 0; cy && i < L->features; i++)
-            if (!cy->dirty[l] || !cy->dirty[l][i])
-                carry_rec(cy->old, l, i, w.rec + (size_t)i * w.rb, w.rb);
-        if (vx_cancel_flag) {
-            vx_errf(err, VX_ECANCEL, "down_meta: cancelled at layer %d", l);
-            goto done;
-        }
+        const int64_t F = s->layer[l].features;
         uint8_t cnt[4];
-        put32(cnt, (uint32_t)L->features);
-        if (fwrite(cnt, 1, 4, f) != 4 ||
-            fwrite(w.rec, w.rb, (size_t)L->features, f) != (size_t)L->features) {
+        put32(cnt, (uint32_t)F);
+        if (layer_pass(&w, l, cy, &pg, err) != 0)
+            goto done;
+        if (fwrite(cnt, 1, 4, f) != 4 || fwrite(w.rec, w.rb, (size_t)F, f) != (size_t)F) {
             vx_errf(err, VX_EIO, "down_meta: cannot write \"%s\": %s", path, strerror(errno));
             goto done;
         }
@@ -733,8 +751,19 @@ done:
     if (f && fclose(f) != 0 && rc == 0)
         rc = vx_errf(err, VX_EIO, "down_meta: close failed: %s", strerror(errno));
     worker_free(&w);
-    free(chunks);
-    free(w.rec);
+    return rc;
+}
+
+int brw_downmeta_layers(const brw_shape *s, const int *layers, int n, uint8_t **recs,
+                        vx_err *err)
+{
+    dm_worker w;
+    dm_progress pg = {0};
+    int rc = worker_init(&w, s, 1, err);
+    for (int i = 0; i < n && rc == 0; i++)
+        if ((rc = layer_pass(&w, layers[i], NULL, &pg, err)) == 0)
+            memcpy(recs[i], w.rec, (size_t)s->layer[layers[i]].features * w.rb);
+    worker_free(&w);
     return rc;
 }
 

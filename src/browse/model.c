@@ -337,11 +337,6 @@ int brw_meta_source(const brw_model *m)
 
 int brw_meta_refuse(const brw_model *m, vx_err *err)
 {
-    if (m->od)
-        return vx_errf(err, VX_EMISSING, "this statement reads the down-meta of every feature, "
-                       "which the container does not store (browse/down_meta.bin, written by "
-                       "'vindex encode' unless --no-down-meta): WALK, DESCRIBE and EXPLAIN "
-                       "INFER compute their features' down-meta when asked");
     return vx_errf(err, VX_EMISSING, "the container has no down-meta (browse/down_meta.bin) "
                    "and it cannot be computed: %s", m->no_meta_why);
 }

@@ -2,11 +2,12 @@
  * ondemand.c — down-meta computed when asked, for a container that stores none
  * (browse/down_meta.bin is optional: a serving-only container, or `vindex encode
  * --no-down-meta`). The statements that read a few features' down-meta (WALK, DESCRIBE,
- * EXPLAIN INFER) name them to brw_meta_prepare first, which computes the
- * ones not yet known by the exact pass (brw_downmeta_exact: the records the encode hook
- * would have written) and keeps them for the model's life; brw_feature_meta then reads
- * them as it reads the file. Statements that read every feature's down-meta refuse
- * instead (select.c): one such statement would cost the whole encode-time computation.
+ * EXPLAIN INFER) name them to brw_meta_prepare first, which computes the ones not yet
+ * known by the exact pass (brw_downmeta_exact: the records the encode hook would have
+ * written); the statements that read every feature of some layers (SELECT, SHOW
+ * FEATURES / ENTITIES / RELATIONS) name the layers to brw_meta_prepare_layers, which runs
+ * the encode hook's screened pass over those not complete yet. Records are kept for the
+ * model's life; brw_feature_meta then reads them as it reads the file.
  */
 #include "brw_int.h"
 
@@ -22,6 +23,7 @@ struct brw_ondemand {
     int layers;
     uint8_t **rec;           /* [layers] features × REC bytes, allocated on first use */
     uint8_t **have;          /* [layers] per feature: 1 computed */
+    uint8_t *complete;       /* [layers] 1: every feature computed */
     int checked;             /* the down operands passed first-touch integrity */
     uint64_t computed;
     double seconds;
@@ -34,11 +36,13 @@ int brw_ondemand_new(brw_model *m, vx_err *err)
         d->layers = m->s.layers;
         d->rec = calloc((size_t)d->layers + 1, sizeof *d->rec);
         d->have = calloc((size_t)d->layers + 1, sizeof *d->have);
+        d->complete = calloc((size_t)d->layers + 1, 1);
     }
-    if (!d || !d->rec || !d->have) {
+    if (!d || !d->rec || !d->have || !d->complete) {
         if (d) {
             free(d->rec);
             free(d->have);
+            free(d->complete);
         }
         free(d);
         return vx_errf(err, VX_ENOMEM, "browse: out of memory");
@@ -58,6 +62,7 @@ void brw_ondemand_free(brw_ondemand *d)
     }
     free(d->rec);
     free(d->have);
+    free(d->complete);
     pthread_mutex_destroy(&d->mu);
     free(d);
 }
@@ -99,6 +104,16 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Layer l's record and flag arrays, allocated on first use; -1 when memory is short. */
+static int layer_bufs(brw_ondemand *d, const brw_model *m, int l)
+{
+    if (!d->have[l] && !(d->have[l] = calloc((size_t)m->s.layer[l].features + 1, 1)))
+        return -1;
+    if (!d->rec[l] && !(d->rec[l] = malloc((size_t)m->s.layer[l].features * REC + 1)))
+        return -1;
+    return 0;
+}
+
 /* The features of the list not yet computed, once each, into ml / mf (marked 2 in have). */
 static int pending(brw_ondemand *d, const brw_model *m, const int *layer, const int64_t *feature,
                    size_t n, int *ml, int64_t *mf, size_t *k)
@@ -108,9 +123,7 @@ static int pending(brw_ondemand *d, const brw_model *m, const int *layer, const 
         const int64_t f = feature[i];
         if (l < 0 || l >= d->layers || f < 0 || f >= m->s.layer[l].features)
             continue;
-        if (!d->have[l] && !(d->have[l] = calloc((size_t)m->s.layer[l].features, 1)))
-            return -1;
-        if (!d->rec[l] && !(d->rec[l] = malloc((size_t)m->s.layer[l].features * REC)))
+        if (layer_bufs(d, m, l) != 0)
             return -1;
         if (d->have[l][f])
             continue;
@@ -160,6 +173,59 @@ done:
     pthread_mutex_unlock(&d->mu);
     free(ml);
     free(mf);
+    free(recs);
+    return rc;
+}
+
+int brw_meta_prepare_layers(const brw_model *m, const int *layers, int n, vx_err *err)
+{
+    brw_ondemand *d = m->od;
+    if (!d || n <= 0)
+        return 0;
+    int *todo = malloc((size_t)n * sizeof *todo), k = 0, rc = -1;
+    uint8_t **recs = malloc((size_t)n * sizeof *recs);
+    pthread_mutex_lock(&d->mu);
+    if (!todo || !recs) {
+        vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        const int l = layers[i];
+        if (l < 0 || l >= d->layers || d->complete[l] || m->s.layer[l].features == 0)
+            continue;
+        if (layer_bufs(d, m, l) != 0) {
+            vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
+            goto done;
+        }
+        d->complete[l] = 2;   /* listed: a repeat is skipped */
+        todo[k] = l;
+        recs[k++] = d->rec[l];
+    }
+    if (k && !d->checked) {
+        if (check_down(m, err) != 0)
+            goto done;
+        d->checked = 1;
+    }
+    const double t0 = now();
+    /* a layer's records are copied in only once all of them are computed, and they are
+     * the bytes the exact pass gives, so a failure leaves nothing half-written */
+    if (k && brw_downmeta_layers(&m->s, todo, k, recs, err) != 0)
+        goto done;
+    for (int i = 0; i < k; i++) {
+        const int l = todo[i];
+        for (int64_t f = 0; f < m->s.layer[l].features; f++)
+            d->computed += d->have[l][f] != 1;
+        memset(d->have[l], 1, (size_t)m->s.layer[l].features);
+        d->complete[l] = 1;
+    }
+    d->seconds += now() - t0;
+    k = 0;
+    rc = 0;
+done:
+    for (int i = 0; i < k; i++)
+        d->complete[todo[i]] = 0;
+    pthread_mutex_unlock(&d->mu);
+    free(todo);
     free(recs);
     return rc;
 }

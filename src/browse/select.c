@@ -786,13 +786,24 @@ static void finish_rows(rowvec *rv, const brw_select_opts *o, int kind, brw_rows
     out->n = rv->n;
 }
 
-/* 1 (with err filled) when the container stores no down-meta to scan every feature's. */
-static int no_meta(const brw_model *m, vx_err *err)
+/* The down-meta of every feature of the layers a scan reads (only_layer, or every layer
+ * o's layer conditions admit; o NULL: all): 0 when stored, or computed now when the
+ * container stores none; else -1 with why. */
+static int need_meta(const brw_model *m, const brw_select_opts *o, int only_layer, vx_err *err)
 {
     if (m->dmet)
         return 0;
-    brw_meta_refuse(m, err);
-    return 1;
+    if (!m->od)
+        return brw_meta_refuse(m, err);
+    int *ls = malloc(((size_t)m->s.layers + 1) * sizeof *ls), n = 0;
+    if (!ls)
+        return vx_errf(err, VX_ENOMEM, "select: out of memory");
+    for (int l = 0; l < m->s.layers; l++)
+        if (only_layer >= 0 ? l == only_layer : !o || pre_match(o, l, 0, 1))
+            ls[n++] = l;
+    int rc = brw_meta_prepare_layers(m, ls, n, err);
+    free(ls);
+    return rc;
 }
 
 /* The rows of brw_select before ordering and the limit, *kind the default order. */
@@ -851,13 +862,15 @@ int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_
     memset(out, 0, sizeof *out);
     if (brw_select_check(m, from, o, err) != 0)
         return -1;
-    if (!o->nearest && no_meta(m, err))
-        return -1;
     prepared p;
     if (prepare(o, &p, err) != 0)
         return -1;
     rowvec rv = {0};
-    int kind = 0, rc = select_rows(m, from, &p.o, &rv, &kind, err);
+    /* NEAREST TO ranks by the gate, so without any down-meta its rows show no token */
+    int kind = 0, rc = o->nearest && brw_meta_source(m) == BRW_META_NONE
+                           ? 0 : need_meta(m, &p.o, o->nearest ? o->nearest_layer : -1, err);
+    if (rc == 0)
+        rc = select_rows(m, from, &p.o, &rv, &kind, err);
     if (rc == 0)
         finish_rows(&rv, &p.o, kind, out);
     else
@@ -874,12 +887,12 @@ int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
     memset(out, 0, sizeof *out);
     if (check_layer(m, layer, err) != 0 || select_check(m, BRW_FEATURES, o, layer, err) != 0)
         return -1;
-    if (no_meta(m, err))
-        return -1;
     /* a layer condition that excludes the layer listed could only give an empty table */
     if (!pre_match(o, layer, 0, 1))
         return vx_errf(err, VX_EARG, "layer conditions that exclude layer %d, the one SHOW "
                        "FEATURES %d lists, leave nothing to list", layer, layer);
+    if (need_meta(m, NULL, layer, err) != 0)
+        return -1;
     prepared p;
     if (prepare(o, &p, err) != 0)
         return -1;
@@ -899,7 +912,7 @@ int brw_show_entities(const brw_model *m, int layer, int64_t limit, const eng_ov
     memset(out, 0, sizeof *out);
     if (layer >= 0 && check_layer(m, layer, err) != 0)
         return -1;
-    if (no_meta(m, err))
+    if (need_meta(m, NULL, layer, err) != 0)
         return -1;
     brw_select_opts o = {.limit = limit < 0 ? SHOW_LIMIT : limit, .ov = ov};
     rowvec rv = {0};
@@ -907,6 +920,50 @@ int brw_show_entities(const brw_model *m, int layer, int64_t limit, const eng_ov
         return drop_rows(&rv);
     finish_rows(&rv, &o, 2, out);
     return 0;
+}
+
+/* need_meta of layers lo..hi. */
+static int need_range(const brw_model *m, int lo, int hi, vx_err *err)
+{
+    for (int l = lo; l <= hi; l++)
+        if (need_meta(m, NULL, l, err) != 0)
+            return -1;
+    return 0;
+}
+
+/* The down-meta of the labelled features of layers lo..hi (computed when not stored). */
+static int label_meta(const brw_model *m, const eng_overlay *ov, int lo, int hi, vx_err *err)
+{
+    if (!m->od)
+        return 0;
+    size_t n = 0, cap = 64;
+    int *ls = malloc(cap * sizeof *ls);
+    int64_t *fs = malloc(cap * sizeof *fs);
+    int rc = -1;
+    for (int l = lo; l <= hi && ls && fs; l++)
+        for (int64_t f = 0; f < m->s.layer[l].features && ls && fs; f++) {
+            if (!brw_label(m, ov, l, f))
+                continue;
+            if (n == cap) {
+                cap *= 2;
+                int *l2 = realloc(ls, cap * sizeof *ls);
+                int64_t *f2 = realloc(fs, cap * sizeof *fs);
+                ls = l2 ? l2 : ls;
+                fs = f2 ? f2 : fs;
+                if (!l2 || !f2)
+                    goto done;
+            }
+            ls[n] = l;
+            fs[n++] = f;
+        }
+    if (ls && fs)
+        rc = brw_meta_prepare(m, ls, fs, n, err);
+done:
+    if (rc != 0 && !err->msg[0])
+        vx_errf(err, VX_ENOMEM, "select: out of memory");
+    free(ls);
+    free(fs);
+    return rc;
 }
 
 /* The 90th percentile of c_score over layers lo..hi (features with metadata). */
@@ -941,8 +998,8 @@ int brw_show_relations(const brw_model *m, int layer, int64_t limit, const eng_o
     *min_score = 0;
     if (layer >= 0 && check_layer(m, layer, err) != 0)
         return -1;
-    if (no_meta(m, err))
-        return -1;
+    if (!m->dmet && !m->od)
+        return brw_meta_refuse(m, err);
     /* an insert's relation labels its features (brw_label), as COMPILE's labels will */
     *labelled = brw_has_labels(m, ov);
     /* labels are read wherever they are (an insert goes to the last layer by default);
@@ -956,6 +1013,8 @@ int brw_show_relations(const brw_model *m, int layer, int64_t limit, const eng_o
             hi = m->s.layers - 1;
         }
     }
+    if (*labelled ? label_meta(m, ov, lo, hi, err) != 0 : need_range(m, lo, hi, err) != 0)
+        return -1;
     rowvec rv = {0};
     if (!*labelled)
         *min_score = score_p90(m, ov, lo, hi);

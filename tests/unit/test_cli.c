@@ -507,10 +507,10 @@ static void bad_bands(const char *box)
     cJSON_Delete(idx);
 }
 
-/* `vindex encode --no-down-meta`: no down_meta.bin; WALK, DESCRIBE and EXPLAIN INFER print
- * what they print on the container that stores it (computed on demand, said in a note),
- * STATS counts what was computed, and a statement that reads every feature's down-meta is
- * refused by name. */
+/* `vindex encode --no-down-meta`: no down_meta.bin; WALK, DESCRIBE, EXPLAIN INFER and
+ * SHOW FEATURES print what they print on the container that stores it (computed on demand,
+ * said in a note), STATS counts what was computed; a quantised profile's down operands give
+ * none, said by WALK and refused by DESCRIBE. */
 static void no_down_meta(const char *box)
 {
     char cmd[4096], *out, *err, *out2, *err2;
@@ -546,11 +546,25 @@ static void no_down_meta(const char *box)
     CHECK_STR(kept, out2);
     CHECK_HAS(out2, "Par");
     free(kept); free(out); free(err); free(out2); free(err2);
-    CHECK(sh(LQL " " DIR "/nodm.vindex3 -c 'SHOW FEATURES 1 LIMIT 3;'", &out, &err) == 1);
-    CHECK_HAS(err, "this statement reads the down-meta of every feature, which the container "
-                   "does not store (browse/down_meta.bin, written by 'vindex encode' unless "
-                   "--no-down-meta)");
-    CHECK_STR(out, "");
+    /* a statement that reads whole layers computes them (layer 1: 768 features) */
+    CHECK(sh(LQL " " DIR "/nodm.vindex3 -c 'SHOW FEATURES 1 LIMIT 3;'", &out, &err) == 0);
+    snprintf(cmd, sizeof cmd, LQL " '%s' -c 'SHOW FEATURES 1 LIMIT 3;'", box);
+    CHECK(sh(cmd, &out2, &err2) == 0);
+    CHECK_STR(out, out2);
+    CHECK_HAS(err, "-- down-meta of 768 features computed on demand");
+    free(out); free(err); free(out2); free(err2);
+    /* under a quantised profile the down operands are not the model's: no down-meta, and
+     * WALK says why its token columns are empty; DESCRIBE refuses */
+    CHECK(sh(LQL_BINARY_DIR "/vindex represent " DIR "/nodm.vindex3 target.decoder_stack "
+             "--dtype q8_0 --profile q8", &out, &err) == 0);
+    free(out); free(err);
+    CHECK(sh(LQL " -c 'USE \"" DIR "/nodm.vindex3\" PROFILE \"q8\"; WALK \"The capital of France "
+             "is\" TOP 1; DESCRIBE \"France\";'", &out, &err) == 1);
+    CHECK_HAS(err, "-- the container has no down-meta (browse/down_meta.bin) and it cannot be "
+                   "computed: down_meta: operand \"layers.0.ffn.down_proj\" is stored as q8_0; "
+                   "down-meta is computed from f32, f16 or bf16 weights\n");
+    CHECK_HAS(err, "error: <command>:1:");
+    CHECK_HAS(out, "0\t739\t");
     free(out); free(err);
 }
 
