@@ -78,7 +78,8 @@ int brw_encode_finish_bands(void *ctx, const char *tmpdir, cJSON *index, vx_err 
  * kept but for the features whose down column ov changes (a replaced column; every column
  * of a layer, or of one expert, under a low-rank update), which are computed from dir's
  * weights as at encode. A base not of dir's layers, feature counts and top_k (or not
- * readable) is computed again in full. Progress as brw_encode_finish's. */
+ * readable, or NULL: the base stores none) is computed again in full. Progress as
+ * brw_encode_finish's. */
 int brw_downmeta_compile(const char *dir, const char *path, const char *base,
                          const eng_overlay *ov, vx_progress_fn progress, void *progress_ctx,
                          vx_err *err);

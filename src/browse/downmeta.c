@@ -1022,7 +1022,7 @@ int brw_downmeta_compile(const char *dir, const char *path, const char *base,
     o.progress_ctx = progress_ctx;
     brw_dmet *old = NULL;
     vx_err ignored = {0};
-    int carry = brw_dmet_load(base, &old, &ignored) == 0 && brw_dmet_top_k(old) == K &&
+    int carry = base && brw_dmet_load(base, &old, &ignored) == 0 && brw_dmet_top_k(old) == K &&
                 brw_dmet_layers(old) == s.layers;
     for (int l = 0; carry && l < s.layers; l++)
         carry = brw_dmet_count(old, l) == s.layer[l].features;

@@ -601,11 +601,11 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
         return -1;
     const cJSON *base = vx_index_json(c);
     const char *dmet = vx_json_str(cJSON_GetObjectItemCaseSensitive(base, "browse"), "down_meta");
-    if (ov->n_meta && !dmet)
-        return vx_errf(err, VX_EUNSUPPORTED, "compile: the overlay sets the down-meta of %zu "
-                       "feature%s (UPDATE or an insert's metadata) but '%s' has no down-meta "
-                       "file to carry it", ov->n_meta, ov->n_meta == 1 ? "" : "s", vx_dir(c));
-    rep->meta_written = dmet ? ov->n_meta : 0;
+    /* a base that stores no down-meta, under an overlay that sets some (UPDATE, an insert's
+     * metadata): the compiled container gets every feature's, computed as at encode, to
+     * carry it */
+    const char *mrel = dmet ? dmet : ov->n_meta ? "browse/down_meta.bin" : NULL;
+    rep->meta_written = mrel ? ov->n_meta : 0;
     vx_cw *cw = NULL;
     if (vx_cw_open(&cw, out_dir, vx_dir(c), "compile", err))
         return -1;
@@ -729,15 +729,22 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
         goto fail;
     /* the down-meta of the edited weights, the base's records carried for the rest; the
      * base's browse entry (bands, top_k) is kept, with the new file's hash */
-    if (dmet) {
+    if (mrel) {
         char bpath[4200], mpath[4200], hex[65];
-        if (vx_resolve(c, dmet, bpath, sizeof bpath, err))
+        if (dmet && vx_resolve(c, dmet, bpath, sizeof bpath, err))
             goto fail;
         cJSON *nb = cJSON_GetObjectItemCaseSensitive(index, "browse");
-        if (vx_cw_path(cw, dmet, mpath, sizeof mpath, err) ||
-            brw_downmeta_compile(vx_cw_dir(cw), mpath, bpath, ov, progress, progress_ctx, err) ||
+        if (!nb)
+            nb = cJSON_AddObjectToObject(index, "browse");
+        if (vx_cw_path(cw, mrel, mpath, sizeof mpath, err) ||
+            brw_downmeta_compile(vx_cw_dir(cw), mpath, dmet ? bpath : NULL, ov, progress,
+                                 progress_ctx, err) ||
             write_meta(mpath, ov, err) || vx_sha256_file(mpath, hex, err))
             goto fail;
+        if (!dmet && nb) {
+            put_item(nb, "down_meta", cJSON_CreateString(mrel));
+            put_item(nb, "down_top_k", cJSON_CreateNumber(BRW_DOWN_TOP_K));
+        }
         if (nb)
             put_item(nb, "down_meta_sha256", cJSON_CreateString(hex));
         if (nb && cJSON_HasObjectItem(nb, "down_top_k"))   /* a base of another k is recomputed */

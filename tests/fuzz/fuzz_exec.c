@@ -11,8 +11,11 @@
  * must say why; a result must render in every mode, and its json frame must parse back.
  *   scripts/fuzz SECONDS fuzz_exec      (from the repository root, where the fixture is)
  *   LQL_FUZZ_SLOW_INSERTS=1 scripts/fuzz SECONDS fuzz_exec
+ *   LQL_FUZZ_NO_DOWN_META=1 scripts/fuzz SECONDS fuzz_exec   (the model encoded without
+ *                                       down-meta: browse computes it on demand)
  */
 #include "ast.h"
+#include "browse.h"
 #include "fuzz_files.h"
 #include "interp.h"
 #include "render.h"
@@ -56,8 +59,12 @@ static void setup(void)
     vx_err err = {0};
     snprintf(model, sizeof model, "%s/m.vindex3", fz_scratch("fuzz_exec"));
     snprintf(journal, sizeof journal, "%s.lqljournal", model);
-    if (lql_encode_container(src ? src : "tests/fixtures/models/families/llama-gqa", model, -1,
-                             NULL, NULL, &err) != 0) {
+    const char *nodm = getenv("LQL_FUZZ_NO_DOWN_META");
+    vx_encode_opts o;
+    vx_encode_opts_init(&o);
+    o.finish = nodm && !strcmp(nodm, "1") ? brw_encode_finish_bands : brw_encode_finish;
+    o.finish_ctx = &o;
+    if (vx_encode(src ? src : "tests/fixtures/models/families/llama-gqa", model, &o, &err) != 0) {
         fprintf(stderr, "fuzz_exec: %s (run from the repository root)\n", err.msg);
         abort();
     }

@@ -553,6 +553,20 @@ static void no_down_meta(const char *box)
     CHECK_STR(out, out2);
     CHECK_HAS(err, "-- down-meta of 768 features computed on demand");
     free(out); free(err); free(out2); free(err2);
+    /* COMPILE of an insert (whose metadata needs a down-meta file) over the base without
+     * one writes every feature's: the same file as compiled over the base that stores it */
+    const char *ins = "INSERT INTO EDGES (entity, relation, target) VALUES (\"Atlantis\", "
+                      "\"capital\", \"Poseidonia\"); COMPILE CURRENT INTO VINDEX";
+    snprintf(cmd, sizeof cmd, "cp -r " DIR "/nodm.vindex3 " DIR "/nodm-e.vindex3 && cp -r '%s' "
+             DIR "/box-e.vindex3 && rm -f " DIR "/box-e.vindex3.lqljournal && " LQL " " DIR
+             "/nodm-e.vindex3 -c '%s \"" DIR "/nodm-c.vindex3\";' && " LQL " " DIR
+             "/box-e.vindex3 -c '%s \"" DIR "/box-c.vindex3\";' && cmp " DIR
+             "/nodm-c.vindex3/browse/down_meta.bin " DIR "/box-c.vindex3/browse/down_meta.bin && "
+             LQL_BINARY_DIR "/vindex verify " DIR "/nodm-c.vindex3", box, ins, ins);
+    CHECK(sh(cmd, &out, &err) == 0);
+    CHECK_HAS(err, "5 down-meta records");
+    CHECK_HAS(out, "verify: ok");
+    free(out); free(err);
     /* under a quantised profile the down operands are not the model's: no down-meta, and
      * WALK says why its token columns are empty; DESCRIBE refuses */
     CHECK(sh(LQL_BINARY_DIR "/vindex represent " DIR "/nodm.vindex3 target.decoder_stack "
