@@ -124,7 +124,6 @@ int brw_down_column(const brw_model *m, int layer, int64_t f, float *col);
 int brw_top_token(const brw_model *m, const float *col, int32_t *id, float *score);
 float brw_embed_scale(const brw_model *m);
 const eng_tokenizer *brw_tokenizer(const brw_model *m);
-const brw_dmet *brw_down_meta(const brw_model *m);   /* NULL when the container has none */
 /* Where a feature's down-meta comes from: BRW_META_STORED (browse/down_meta.bin),
  * BRW_META_ON_DEMAND (the container stores none; computed for the features a statement
  * names, brw_meta_prepare) or BRW_META_NONE (brw_meta_refuse says why). */

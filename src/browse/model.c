@@ -329,7 +329,6 @@ int brw_layers(const brw_model *m) { return m->s.layers; }
 int brw_hidden(const brw_model *m) { return m->s.hidden; }
 float brw_embed_scale(const brw_model *m) { return m->s.embed_scale; }
 const eng_tokenizer *brw_tokenizer(const brw_model *m) { return m->tok; }
-const brw_dmet *brw_down_meta(const brw_model *m) { return m->dmet; }
 int brw_meta_source(const brw_model *m)
 {
     return m->dmet ? BRW_META_STORED : m->od ? BRW_META_ON_DEMAND : BRW_META_NONE;

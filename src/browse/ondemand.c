@@ -23,8 +23,6 @@ struct brw_ondemand {
     int layers;
     uint8_t **rec;           /* [layers] features × REC bytes, allocated on first use */
     uint8_t **have;          /* [layers] per feature: 1 computed */
-    uint8_t *complete;       /* [layers] 1: every feature computed */
-    int checked;             /* the down operands passed first-touch integrity */
     uint64_t computed;
     double seconds;
 };
@@ -36,13 +34,11 @@ int brw_ondemand_new(brw_model *m, vx_err *err)
         d->layers = m->s.layers;
         d->rec = calloc((size_t)d->layers + 1, sizeof *d->rec);
         d->have = calloc((size_t)d->layers + 1, sizeof *d->have);
-        d->complete = calloc((size_t)d->layers + 1, 1);
     }
-    if (!d || !d->rec || !d->have || !d->complete) {
+    if (!d || !d->rec || !d->have) {
         if (d) {
             free(d->rec);
             free(d->have);
-            free(d->complete);
         }
         free(d);
         return vx_errf(err, VX_ENOMEM, "browse: out of memory");
@@ -62,7 +58,6 @@ void brw_ondemand_free(brw_ondemand *d)
     }
     free(d->rec);
     free(d->have);
-    free(d->complete);
     pthread_mutex_destroy(&d->mu);
     free(d);
 }
@@ -80,7 +75,8 @@ int brw_ondemand_get(const brw_model *m, int layer, int64_t feature, brw_meta *o
     return 0;
 }
 
-/* First touch of the down operands, which nothing else in browse reads. */
+/* First touch of the down operands, which nothing else in browse reads (the engine
+ * remembers a passed check, so a later call costs nothing). */
 static int check_down(const brw_model *m, vx_err *err)
 {
     size_t n = 0, k = 0;
@@ -151,11 +147,8 @@ int brw_meta_prepare(const brw_model *m, const int *layer, const int64_t *featur
         vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
         goto done;
     }
-    if (k && !d->checked) {
-        if (check_down(m, err) != 0)
-            goto done;
-        d->checked = 1;
-    }
+    if (k && check_down(m, err) != 0)
+        goto done;
     const double t0 = now();
     if (k && brw_downmeta_exact(&m->s, ml, mf, k, recs, err) != 0)
         goto done;
@@ -177,6 +170,12 @@ done:
     return rc;
 }
 
+/* Is every feature of layer l computed? */
+static int layer_done(const brw_ondemand *d, const brw_model *m, int l)
+{
+    return d->have[l] && !memchr(d->have[l], 0, (size_t)m->s.layer[l].features);
+}
+
 int brw_meta_prepare_layers(const brw_model *m, const int *layers, int n, vx_err *err)
 {
     brw_ondemand *d = m->od;
@@ -191,21 +190,21 @@ int brw_meta_prepare_layers(const brw_model *m, const int *layers, int n, vx_err
     }
     for (int i = 0; i < n; i++) {
         const int l = layers[i];
-        if (l < 0 || l >= d->layers || d->complete[l] || m->s.layer[l].features == 0)
+        int listed = 0;
+        for (int j = 0; j < k && !listed; j++)
+            listed = todo[j] == l;
+        if (listed || l < 0 || l >= d->layers || m->s.layer[l].features == 0 ||
+            layer_done(d, m, l))
             continue;
         if (layer_bufs(d, m, l) != 0) {
             vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
             goto done;
         }
-        d->complete[l] = 2;   /* listed: a repeat is skipped */
         todo[k] = l;
         recs[k++] = d->rec[l];
     }
-    if (k && !d->checked) {
-        if (check_down(m, err) != 0)
-            goto done;
-        d->checked = 1;
-    }
+    if (k && check_down(m, err) != 0)
+        goto done;
     const double t0 = now();
     /* a layer's records are copied in only once all of them are computed, and they are
      * the bytes the exact pass gives, so a failure leaves nothing half-written */
@@ -216,14 +215,10 @@ int brw_meta_prepare_layers(const brw_model *m, const int *layers, int n, vx_err
         for (int64_t f = 0; f < m->s.layer[l].features; f++)
             d->computed += d->have[l][f] != 1;
         memset(d->have[l], 1, (size_t)m->s.layer[l].features);
-        d->complete[l] = 1;
     }
     d->seconds += now() - t0;
-    k = 0;
     rc = 0;
 done:
-    for (int i = 0; i < k; i++)
-        d->complete[todo[i]] = 0;
     pthread_mutex_unlock(&d->mu);
     free(todo);
     free(recs);

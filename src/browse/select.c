@@ -786,10 +786,10 @@ static void finish_rows(rowvec *rv, const brw_select_opts *o, int kind, brw_rows
     out->n = rv->n;
 }
 
-/* The down-meta of every feature of the layers a scan reads (only_layer, or every layer
- * o's layer conditions admit; o NULL: all): 0 when stored, or computed now when the
- * container stores none; else -1 with why. */
-static int need_meta(const brw_model *m, const brw_select_opts *o, int only_layer, vx_err *err)
+/* The down-meta of every feature of the layers a scan reads (lo..hi, or every layer when
+ * lo < 0; of those, the ones o's layer conditions admit when o is given), in one pass: 0
+ * when stored, or computed now when the container stores none; else -1 with why. */
+static int need_meta(const brw_model *m, const brw_select_opts *o, int lo, int hi, vx_err *err)
 {
     if (m->dmet)
         return 0;
@@ -799,7 +799,7 @@ static int need_meta(const brw_model *m, const brw_select_opts *o, int only_laye
     if (!ls)
         return vx_errf(err, VX_ENOMEM, "select: out of memory");
     for (int l = 0; l < m->s.layers; l++)
-        if (only_layer >= 0 ? l == only_layer : !o || pre_match(o, l, 0, 1))
+        if (brw_in_range(l, lo, hi) && (!o || pre_match(o, l, 0, 1)))
             ls[n++] = l;
     int rc = brw_meta_prepare_layers(m, ls, n, err);
     free(ls);
@@ -868,7 +868,8 @@ int brw_select(const brw_model *m, brw_from from, const brw_select_opts *o, brw_
     rowvec rv = {0};
     /* NEAREST TO ranks by the gate, so without any down-meta its rows show no token */
     int kind = 0, rc = o->nearest && brw_meta_source(m) == BRW_META_NONE
-                           ? 0 : need_meta(m, &p.o, o->nearest ? o->nearest_layer : -1, err);
+                           ? 0 : need_meta(m, &p.o, o->nearest ? o->nearest_layer : -1,
+                                           o->nearest ? o->nearest_layer : -1, err);
     if (rc == 0)
         rc = select_rows(m, from, &p.o, &rv, &kind, err);
     if (rc == 0)
@@ -891,7 +892,7 @@ int brw_show_features(const brw_model *m, int layer, const brw_select_opts *o,
     if (!pre_match(o, layer, 0, 1))
         return vx_errf(err, VX_EARG, "layer conditions that exclude layer %d, the one SHOW "
                        "FEATURES %d lists, leave nothing to list", layer, layer);
-    if (need_meta(m, NULL, layer, err) != 0)
+    if (need_meta(m, NULL, layer, layer, err) != 0)
         return -1;
     prepared p;
     if (prepare(o, &p, err) != 0)
@@ -912,7 +913,7 @@ int brw_show_entities(const brw_model *m, int layer, int64_t limit, const eng_ov
     memset(out, 0, sizeof *out);
     if (layer >= 0 && check_layer(m, layer, err) != 0)
         return -1;
-    if (need_meta(m, NULL, layer, err) != 0)
+    if (need_meta(m, NULL, layer, layer, err) != 0)
         return -1;
     brw_select_opts o = {.limit = limit < 0 ? SHOW_LIMIT : limit, .ov = ov};
     rowvec rv = {0};
@@ -922,45 +923,27 @@ int brw_show_entities(const brw_model *m, int layer, int64_t limit, const eng_ov
     return 0;
 }
 
-/* need_meta of layers lo..hi. */
-static int need_range(const brw_model *m, int lo, int hi, vx_err *err)
-{
-    for (int l = lo; l <= hi; l++)
-        if (need_meta(m, NULL, l, err) != 0)
-            return -1;
-    return 0;
-}
-
 /* The down-meta of the labelled features of layers lo..hi (computed when not stored). */
 static int label_meta(const brw_model *m, const eng_overlay *ov, int lo, int hi, vx_err *err)
 {
     if (!m->od)
         return 0;
-    size_t n = 0, cap = 64;
-    int *ls = malloc(cap * sizeof *ls);
-    int64_t *fs = malloc(cap * sizeof *fs);
-    int rc = -1;
-    for (int l = lo; l <= hi && ls && fs; l++)
-        for (int64_t f = 0; f < m->s.layer[l].features && ls && fs; f++) {
-            if (!brw_label(m, ov, l, f))
-                continue;
-            if (n == cap) {
-                cap *= 2;
-                int *l2 = realloc(ls, cap * sizeof *ls);
-                int64_t *f2 = realloc(fs, cap * sizeof *fs);
-                ls = l2 ? l2 : ls;
-                fs = f2 ? f2 : fs;
-                if (!l2 || !f2)
-                    goto done;
+    size_t n = 0;
+    for (int l = lo; l <= hi; l++)
+        for (int64_t f = 0; f < m->s.layer[l].features; f++)
+            n += brw_label(m, ov, l, f) != NULL;
+    int *ls = malloc((n + 1) * sizeof *ls);
+    int64_t *fs = malloc((n + 1) * sizeof *fs);
+    int rc = ls && fs ? 0 : vx_errf(err, VX_ENOMEM, "select: out of memory");
+    n = 0;
+    for (int l = lo; l <= hi && rc == 0; l++)
+        for (int64_t f = 0; f < m->s.layer[l].features; f++)
+            if (brw_label(m, ov, l, f)) {
+                ls[n] = l;
+                fs[n++] = f;
             }
-            ls[n] = l;
-            fs[n++] = f;
-        }
-    if (ls && fs)
+    if (rc == 0)
         rc = brw_meta_prepare(m, ls, fs, n, err);
-done:
-    if (rc != 0 && !err->msg[0])
-        vx_errf(err, VX_ENOMEM, "select: out of memory");
     free(ls);
     free(fs);
     return rc;
@@ -1013,7 +996,7 @@ int brw_show_relations(const brw_model *m, int layer, int64_t limit, const eng_o
             hi = m->s.layers - 1;
         }
     }
-    if (*labelled ? label_meta(m, ov, lo, hi, err) != 0 : need_range(m, lo, hi, err) != 0)
+    if (*labelled ? label_meta(m, ov, lo, hi, err) != 0 : need_meta(m, NULL, lo, hi, err) != 0)
         return -1;
     rowvec rv = {0};
     if (!*labelled)

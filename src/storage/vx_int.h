@@ -62,10 +62,10 @@ int vx_json_u64(const cJSON *item, uint64_t *out);
 const char *vx_json_str(const cJSON *obj, const char *key);
 /* v as compact JSON in buf, cut to n - 1 bytes ("(missing)" for NULL, "?" when it cannot be
  * printed): a value quoted in a refusal. Returns buf. */
+const char *vx_json_text(const cJSON *v, char *buf, size_t n);
 /* Does path exist as something other than a directory (a file given where a directory
  * belongs)? */
 int vx_is_file(const char *path);
-const char *vx_json_text(const cJSON *v, char *buf, size_t n);
 /* The first entry of system_graph.json's "objects" whose "id" is id; NULL when none. */
 cJSON *vx_graph_object(const cJSON *graph, const char *id);
 /* Judge index.json's "version" (the only generation discriminator): 3-4 accepted, 1-2

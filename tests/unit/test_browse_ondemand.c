@@ -54,13 +54,12 @@ static void check_exact(const brw_model *m, const char *dir, const char *what)
     free(file);
 }
 
-static void check_fixture(const char *name)
+static void check_fixture(const char *what)
 {
-    char src[1024], full[1024], lazy[1024], what[256];
-    snprintf(src, sizeof src, "%s/models/%s", LQL_FIXTURE_DIR, name);
+    char src[1024], full[1024], lazy[1024];
+    snprintf(src, sizeof src, "%s/models/%s", LQL_FIXTURE_DIR, what);
     snprintf(full, sizeof full, "%s/ondemand-full.vindex3", LQL_BINARY_DIR);
     snprintf(lazy, sizeof lazy, "%s/ondemand-lazy.vindex3", LQL_BINARY_DIR);
-    snprintf(what, sizeof what, "%s", name);
     if (t_encode_browse(src, full, 1, what) != 0 || t_encode_browse(src, lazy, 0, what) != 0)
         return;
 
