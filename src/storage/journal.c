@@ -60,7 +60,7 @@ static int out_of_room(const char *path)
 
 /* Fill err from the database's last error, phrased for the user: what failed, where,
  * and the likely cause. Always -1. */
-int vx_journal_dberr(sqlite3 *db, const char *path, const char *doing, vx_err *err)
+int vx_sqlite_err(sqlite3 *db, const char *what, const char *path, const char *doing, vx_err *err)
 {
     int rc = db ? sqlite3_extended_errcode(db) : SQLITE_NOMEM;
     int sys = db ? sqlite3_system_errno(db) : 0;
@@ -69,18 +69,18 @@ int vx_journal_dberr(sqlite3 *db, const char *path, const char *doing, vx_err *e
     const char *m = db ? sqlite3_errmsg(db) : "out of memory";
     switch (rc & 0xff) {
     case SQLITE_FULL:
-        return vx_errf(err, VX_EIO, "journal '%s': disk full while %s (%s)", path, doing, m);
+        return vx_errf(err, VX_EIO, "%s '%s': disk full while %s (%s)", what, path, doing, m);
     case SQLITE_IOERR:
         if (sys == EFBIG || sys == ENOSPC || sys == EDQUOT)
             return vx_errf(err, VX_EIO,
-                           "journal '%s': disk full or file size limit reached while %s (%s)",
-                           path, doing, strerror(sys));
-        return vx_errf(err, VX_EIO, "journal '%s': i/o error while %s (%s%s%s)", path, doing, m,
+                           "%s '%s': disk full or file size limit reached while %s (%s)",
+                           what, path, doing, strerror(sys));
+        return vx_errf(err, VX_EIO, "%s '%s': i/o error while %s (%s%s%s)", what, path, doing, m,
                        sys ? ": " : "", sys ? strerror(sys) : "");
     case SQLITE_NOTADB:
-        return vx_errf(err, VX_EFORMAT, "journal '%s' is not an lql journal: %s", path, m);
+        return vx_errf(err, VX_EFORMAT, "%s '%s' is not an lql %s: %s", what, path, what, m);
     case SQLITE_CORRUPT:
-        return vx_errf(err, VX_EFORMAT, "journal '%s' is corrupt (%s)", path, m);
+        return vx_errf(err, VX_EFORMAT, "%s '%s' is corrupt (%s)", what, path, m);
     case SQLITE_READONLY:
     case SQLITE_PERM:
     case SQLITE_CANTOPEN: {
@@ -92,25 +92,30 @@ int vx_journal_dberr(sqlite3 *db, const char *path, const char *doing, vx_err *e
             vx_split_parent(path, dir, sizeof dir);
         if (path && access(dir, W_OK) != 0) {
             int e = errno;
-            return vx_errf(err, VX_EIO, "cannot open journal '%s': its directory is not "
-                           "writable (%s), which SQLite needs even to read it", path,
+            return vx_errf(err, VX_EIO, "cannot open %s '%s': its directory is not "
+                           "writable (%s), which SQLite needs even to read it", what, path,
                            strerror(e));
         }
         if ((rc & 0xff) != SQLITE_CANTOPEN)
-            return vx_errf(err, VX_EIO, "journal '%s' cannot be written (%s%s%s)", path, m,
+            return vx_errf(err, VX_EIO, "%s '%s' cannot be written (%s%s%s)", what, path, m,
                            sys ? ": " : "", sys ? strerror(sys) : "");
-        return vx_errf(err, VX_EIO, "cannot open journal '%s' (%s%s%s)", path, m,
+        return vx_errf(err, VX_EIO, "cannot open %s '%s' (%s%s%s)", what, path, m,
                        sys ? ": " : "", sys ? strerror(sys) : "");
     }
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
-        return vx_errf(err, VX_EIO, "journal '%s' is locked by another process while %s (%s)",
-                       path, doing, m);
+        return vx_errf(err, VX_EIO, "%s '%s' is locked by another process while %s (%s)",
+                       what, path, doing, m);
     case SQLITE_NOMEM:
-        return vx_errf(err, VX_ENOMEM, "out of memory while %s (journal '%s')", doing, path);
+        return vx_errf(err, VX_ENOMEM, "out of memory while %s (%s '%s')", doing, what, path);
     default:
-        return vx_errf(err, VX_EIO, "journal '%s': %s failed (%s)", path, doing, m);
+        return vx_errf(err, VX_EIO, "%s '%s': %s failed (%s)", what, path, doing, m);
     }
+}
+
+int vx_journal_dberr(sqlite3 *db, const char *path, const char *doing, vx_err *err)
+{
+    return vx_sqlite_err(db, "journal", path, doing, err);
 }
 
 static int dberr(vx_journal *j, const char *doing, vx_err *err)
@@ -328,28 +333,7 @@ int vx_journal_locate(const char *container_dir, const char *index_sha256, char 
 
 int vx_journal_create_dir(const char *path, vx_err *err)
 {
-    char dir[4096];
-    if ((size_t)snprintf(dir, sizeof dir, "%s", path) >= sizeof dir)
-        return vx_errf(err, VX_EARG, "journal path too long: '%s'", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash || slash == dir)
-        return 0;
-    *slash = '\0';
-    /* mkdir -p: each component in turn, tolerating existing ones */
-    for (char *p = dir + 1;; p++) {
-        if (*p != '/' && *p != '\0')
-            continue;
-        char c = *p;
-        *p = '\0';
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-            int e = errno;
-            return vx_errf(err, VX_EIO, "cannot create journal directory '%s': %s", dir,
-                           strerror(e));
-        }
-        *p = c;
-        if (!c)
-            return 0;
-    }
+    return vx_mkdirs_above(path, "journal directory", err);
 }
 
 /* ---------------------------------------------------------------- open / close */

@@ -1,9 +1,11 @@
 /*
  * path.c — resolving container-relative paths without letting them escape the container:
  * absolute paths, ".." components and symlinks whose target leaves the directory are
- * refused, naming the path and the reason.
+ * refused, naming the path and the reason; and creating the directories above a file
+ * lql keeps outside containers (a journal, the down-meta cache).
  */
 #include "vindex.h"
+#include "vx_int.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -90,4 +92,29 @@ int vx_resolve_in(const char *dir, const char *rel, char *out, size_t outsz, vx_
     if ((size_t)snprintf(out, outsz, "%s", full) >= outsz)
         return vx_errf(err, VX_EARG, "path '%s' does not fit the caller's buffer", rel);
     return 0;
+}
+
+int vx_mkdirs_above(const char *path, const char *label, vx_err *err)
+{
+    char dir[PATH_MAX];
+    if ((size_t)snprintf(dir, sizeof dir, "%s", path) >= sizeof dir)
+        return vx_errf(err, VX_EARG, "%s: path too long: '%s'", label, path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return 0;
+    *slash = '\0';
+    /* mkdir -p: each component in turn, tolerating existing ones */
+    for (char *p = dir + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+            int e = errno;
+            return vx_errf(err, VX_EIO, "cannot create %s '%s': %s", label, dir, strerror(e));
+        }
+        *p = c;
+        if (!c)
+            return 0;
+    }
 }

@@ -135,6 +135,9 @@ const char *vx_profile_choice(const cJSON *profile, const char *object);
  * names who asked, for the message. */
 int vx_select_check(const cJSON *graph, const char *object, const char *rep, const char *profile,
                     vx_err *err);
+/* mkdir -p of the directories above path; a failure names label ("journal directory"),
+ * the directory and why. */
+int vx_mkdirs_above(const char *path, const char *label, vx_err *err);
 /* The parent of path (".", "/" or its directory part) into out; returns the last component. */
 const char *vx_split_parent(const char *path, char *out, size_t n);
 /* Write json to dir/rel atomically: a temporary sibling, fsync, rename over rel. */
