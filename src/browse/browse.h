@@ -141,8 +141,19 @@ int brw_meta_prepare(const brw_model *m, const int *layer, const int64_t *featur
  * complete yet; out-of-range ones skipped), by the encode hook's screened pass (its cost
  * per layer, ≈ 1–2 cpu-s at 1.1B); cancellable (vx_cancel_flag). Otherwise nothing. */
 int brw_meta_prepare_layers(const brw_model *m, const int *layers, int n, vx_err *err);
-/* Features computed on demand so far and the seconds they took (0 without). */
-uint64_t brw_meta_computed(const brw_model *m, double *seconds);
+/* What on-demand down-meta has done for the model so far (all zero without it). */
+typedef struct brw_od_stats {
+    uint64_t computed;        /* features computed */
+    double seconds;           /* the time that took */
+    uint64_t cached;          /* features read from the down-meta cache instead */
+    int looked;               /* 1 once the cache was looked for (the first computation) */
+    char cache[4096];         /* the cache's path; "" without one */
+    char why[VX_ERR_MAX + 64];/* why there is no cache ("none (LQL_NO_CACHE=1)"), or what
+                               * went wrong and that it is not used / not written; "" while
+                               * it works */
+    unsigned events;          /* cache problems so far: a new one is said once */
+} brw_od_stats;
+void brw_meta_stats(const brw_model *m, brw_od_stats *out);
 /* band[b] = {lo, hi} inclusive (or -1 -1); the band of a layer (-1 if none). */
 void brw_bands(const brw_model *m, int band[3][2]);
 int brw_band_of(const brw_model *m, int layer);

@@ -8,9 +8,18 @@
  * FEATURES / ENTITIES / RELATIONS) name the layers to brw_meta_prepare_layers, which runs
  * the encode hook's screened pass over those not complete yet. Records are kept for the
  * model's life; brw_feature_meta then reads them as it reads the file.
+ *
+ * They are also kept across sessions in the user's down-meta cache (metacache.h): a layer's
+ * cached records are read the first time a statement needs that layer, and what is
+ * computed is written back, so a second session computes nothing the first did. The
+ * cache is a convenience: when it cannot be used (none configured, not writable, not this
+ * container's, a record naming a token outside the vocabulary) everything is computed as
+ * without it, and the problem is said once (brw_od_stats.why, events).
  */
 #include "brw_int.h"
+#include "metacache.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,13 +27,22 @@
 
 #define REC (8 + 8 * (size_t)BRW_DOWN_TOP_K)
 
+/* have[l][f]: the state of a record */
+enum { UNKNOWN, KNOWN, PENDING, CACHED };   /* CACHED: read from the cache, not yet counted */
+
 struct brw_ondemand {
     pthread_mutex_t mu;      /* sessions may share a model across threads */
     int layers;
     uint8_t **rec;           /* [layers] features × REC bytes, allocated on first use */
-    uint8_t **have;          /* [layers] per feature: 1 computed */
-    uint64_t computed;
+    uint8_t **have;          /* [layers] per feature: UNKNOWN .. CACHED */
+    uint8_t *loaded;         /* [layers] 1 once the cache's records of the layer were read */
+    uint64_t computed, cached;
     double seconds;
+    int cache_tried;         /* 1 once the cache was looked for */
+    vx_metacache *cache;     /* NULL without one (or after it failed) */
+    char cache_path[PATH_MAX];
+    char why[VX_ERR_MAX + 64];
+    unsigned events;
 };
 
 int brw_ondemand_new(brw_model *m, vx_err *err)
@@ -34,11 +52,13 @@ int brw_ondemand_new(brw_model *m, vx_err *err)
         d->layers = m->s.layers;
         d->rec = calloc((size_t)d->layers + 1, sizeof *d->rec);
         d->have = calloc((size_t)d->layers + 1, sizeof *d->have);
+        d->loaded = calloc((size_t)d->layers + 1, 1);
     }
-    if (!d || !d->rec || !d->have) {
+    if (!d || !d->rec || !d->have || !d->loaded) {
         if (d) {
             free(d->rec);
             free(d->have);
+            free(d->loaded);
         }
         free(d);
         return vx_errf(err, VX_ENOMEM, "browse: out of memory");
@@ -58,6 +78,8 @@ void brw_ondemand_free(brw_ondemand *d)
     }
     free(d->rec);
     free(d->have);
+    free(d->loaded);
+    vx_metacache_close(d->cache);
     pthread_mutex_destroy(&d->mu);
     free(d);
 }
@@ -69,7 +91,7 @@ int brw_ondemand_get(const brw_model *m, int layer, int64_t feature, brw_meta *o
     if (layer < 0 || layer >= d->layers || feature < 0 || feature >= m->s.layer[layer].features)
         return -1;
     pthread_mutex_lock(&d->mu);
-    if (d->have[layer] && d->have[layer][feature])
+    if (d->have[layer] && (d->have[layer][feature] == KNOWN || d->have[layer][feature] == CACHED))
         brw_dmet_rec(d->rec[layer] + (size_t)feature * REC, BRW_DOWN_TOP_K, out);
     pthread_mutex_unlock(&d->mu);
     return 0;
@@ -110,7 +132,107 @@ static int layer_bufs(brw_ondemand *d, const brw_model *m, int l)
     return 0;
 }
 
-/* The features of the list not yet computed, once each, into ml / mf (marked 2 in have). */
+/* The cache stops being used: why, said once (events). */
+static void cache_drop(brw_ondemand *d, const char *msg, int writing)
+{
+    snprintf(d->why, sizeof d->why, "%s; %s", msg,
+             writing ? "what is computed is kept for this session only"
+                     : "the cache is not used (down-meta is computed instead)");
+    d->events++;
+    vx_metacache_close(d->cache);
+    d->cache = NULL;
+}
+
+/* The cache, looked for on first use (so a session that never computes down-meta does not
+ * touch it); NULL without one. */
+static vx_metacache *cache_of(brw_ondemand *d, const brw_model *m)
+{
+    if (d->cache_tried)
+        return d->cache;
+    d->cache_tried = 1;
+    vx_err err = {0};
+    char why[256] = "";
+    int rc = vx_metacache_locate(vx_dir(m->c), vx_index_sha256(m->c), d->cache_path,
+                                 sizeof d->cache_path, why, sizeof why, &err);
+    if (rc == 1) {
+        snprintf(d->why, sizeof d->why, "none (%s)", why);
+        d->cache_path[0] = 0;
+    } else if (rc < 0 || vx_metacache_open(d->cache_path, vx_index_sha256(m->c), REC, &d->cache,
+                                           &err) != 0) {
+        if (rc < 0)
+            d->cache_path[0] = 0;
+        cache_drop(d, err.msg, 0);
+    }
+    return d->cache;
+}
+
+/* A record the cache gave must be one the exact pass can give: some token, every id in
+ * the vocabulary (brw_feature_meta's readers index the vocabulary by them). */
+static int rec_ok(const brw_model *m, const uint8_t *p)
+{
+    brw_meta md;
+    brw_dmet_rec(p, BRW_DOWN_TOP_K, &md);
+    if (!md.present || (uint32_t)md.top_id >= (uint32_t)m->s.vocab)
+        return 0;
+    for (int j = 0; j < md.k; j++)
+        if ((uint32_t)md.ids[j] >= (uint32_t)m->s.vocab)
+            return 0;
+    return 1;
+}
+
+/* Layer l's cached records (the first time it is needed), marked CACHED. */
+static void cache_load(brw_ondemand *d, const brw_model *m, int l)
+{
+    vx_metacache *c = cache_of(d, m);
+    if (!c || d->loaded[l])
+        return;
+    d->loaded[l] = 1;
+    const int64_t F = m->s.layer[l].features;
+    uint8_t *mark = malloc((size_t)F + 1);
+    uint64_t n = 0;
+    vx_err err = {0};
+    if (!mark) {
+        cache_drop(d, "down-meta cache: out of memory", 0);
+        return;
+    }
+    /* only unknown features are read (mark 0), so a record this session has is never
+     * replaced; the ones read are marked 1 */
+    for (int64_t f = 0; f < F; f++)
+        mark[f] = d->have[l][f] == UNKNOWN ? 0 : 2;
+    if (vx_metacache_layer(c, l, F, d->rec[l], mark, &n, &err) != 0) {
+        cache_drop(d, err.msg, 0);
+        n = 0;
+    }
+    for (int64_t f = 0; f < F && n; f++) {
+        if (mark[f] != 1)
+            continue;
+        if (!rec_ok(m, d->rec[l] + (size_t)f * REC)) {
+            char msg[VX_ERR_MAX];
+            snprintf(msg, sizeof msg, "down-meta cache '%.300s': layer %d feature %lld names a "
+                     "token outside the vocabulary (%d tokens)", d->cache_path, l, (long long)f,
+                     m->s.vocab);
+            cache_drop(d, msg, 0);
+            for (int64_t g = 0; g < F; g++)   /* none of this layer's is trusted */
+                if (d->have[l][g] == CACHED)
+                    d->have[l][g] = UNKNOWN;
+            break;
+        }
+        d->have[l][f] = CACHED;
+    }
+    free(mark);
+}
+
+/* Write back n records just computed; a failure stops the cache for the session. */
+static void cache_put(brw_ondemand *d, const int *l, const int64_t *f, size_t n,
+                      const uint8_t *recs)
+{
+    vx_err err = {0};
+    if (d->cache && vx_metacache_put(d->cache, l, f, n, recs, &err) != 0)
+        cache_drop(d, err.msg, 1);
+}
+
+/* The features of the list not yet known, once each, into ml / mf (marked PENDING); the
+ * ones the cache gave counted. */
 static int pending(brw_ondemand *d, const brw_model *m, const int *layer, const int64_t *feature,
                    size_t n, int *ml, int64_t *mf, size_t *k)
 {
@@ -121,9 +243,14 @@ static int pending(brw_ondemand *d, const brw_model *m, const int *layer, const 
             continue;
         if (layer_bufs(d, m, l) != 0)
             return -1;
-        if (d->have[l][f])
+        cache_load(d, m, l);
+        if (d->have[l][f] == CACHED) {
+            d->have[l][f] = KNOWN;
+            d->cached++;
+        }
+        if (d->have[l][f] != UNKNOWN)
             continue;
-        d->have[l][f] = 2;
+        d->have[l][f] = PENDING;
         ml[*k] = l;
         mf[(*k)++] = f;
     }
@@ -154,15 +281,16 @@ int brw_meta_prepare(const brw_model *m, const int *layer, const int64_t *featur
         goto done;
     for (size_t i = 0; i < k; i++) {
         memcpy(d->rec[ml[i]] + (size_t)mf[i] * REC, recs + i * REC, REC);
-        d->have[ml[i]][mf[i]] = 1;
+        d->have[ml[i]][mf[i]] = KNOWN;
     }
     d->computed += k;
     d->seconds += now() - t0;
+    cache_put(d, ml, mf, k, recs);
     k = 0;
     rc = 0;
 done:
     for (size_t i = 0; i < k; i++)   /* a failed batch leaves its features to the next */
-        d->have[ml[i]][mf[i]] = 0;
+        d->have[ml[i]][mf[i]] = UNKNOWN;
     pthread_mutex_unlock(&d->mu);
     free(ml);
     free(mf);
@@ -170,10 +298,43 @@ done:
     return rc;
 }
 
-/* Is every feature of layer l computed? */
-static int layer_done(const brw_ondemand *d, const brw_model *m, int l)
+/* Is every feature of layer l known (the cached ones counted now)? */
+static int layer_done(brw_ondemand *d, const brw_model *m, int l)
 {
-    return d->have[l] && !memchr(d->have[l], 0, (size_t)m->s.layer[l].features);
+    const int64_t F = m->s.layer[l].features;
+    int done = 1;
+    for (int64_t f = 0; f < F; f++) {
+        if (d->have[l][f] == CACHED) {
+            d->have[l][f] = KNOWN;
+            d->cached++;
+        }
+        done &= d->have[l][f] == KNOWN;
+    }
+    return done;
+}
+
+/* Layer l's records that were not known before its pass, to the cache. */
+static void cache_put_layer(brw_ondemand *d, const brw_model *m, int l, const uint8_t *was)
+{
+    const int64_t F = m->s.layer[l].features;
+    int *ls = malloc((size_t)F * sizeof *ls + 1);
+    int64_t *fs = malloc((size_t)F * sizeof *fs + 1);
+    uint8_t *recs = malloc((size_t)F * REC + 1);
+    size_t n = 0;
+    if (d->cache && ls && fs && recs)
+        for (int64_t f = 0; f < F; f++)
+            if (was[f] != KNOWN) {
+                ls[n] = l;
+                fs[n] = f;
+                memcpy(recs + n++ * REC, d->rec[l] + (size_t)f * REC, REC);
+            }
+    if (d->cache && !(ls && fs && recs))
+        cache_drop(d, "down-meta cache: out of memory", 1);
+    else
+        cache_put(d, ls, fs, n, recs);
+    free(ls);
+    free(fs);
+    free(recs);
 }
 
 int brw_meta_prepare_layers(const brw_model *m, const int *layers, int n, vx_err *err)
@@ -193,13 +354,15 @@ int brw_meta_prepare_layers(const brw_model *m, const int *layers, int n, vx_err
         int listed = 0;
         for (int j = 0; j < k && !listed; j++)
             listed = todo[j] == l;
-        if (listed || l < 0 || l >= d->layers || m->s.layer[l].features == 0 ||
-            layer_done(d, m, l))
+        if (listed || l < 0 || l >= d->layers || m->s.layer[l].features == 0)
             continue;
         if (layer_bufs(d, m, l) != 0) {
             vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
             goto done;
         }
+        cache_load(d, m, l);
+        if (layer_done(d, m, l))
+            continue;
         todo[k] = l;
         recs[k++] = d->rec[l];
     }
@@ -210,13 +373,14 @@ int brw_meta_prepare_layers(const brw_model *m, const int *layers, int n, vx_err
      * the bytes the exact pass gives, so a failure leaves nothing half-written */
     if (k && brw_downmeta_layers(&m->s, todo, k, recs, err) != 0)
         goto done;
+    d->seconds += now() - t0;
     for (int i = 0; i < k; i++) {
         const int l = todo[i];
         for (int64_t f = 0; f < m->s.layer[l].features; f++)
-            d->computed += d->have[l][f] != 1;
-        memset(d->have[l], 1, (size_t)m->s.layer[l].features);
+            d->computed += d->have[l][f] != KNOWN;
+        cache_put_layer(d, m, l, d->have[l]);
+        memset(d->have[l], KNOWN, (size_t)m->s.layer[l].features);
     }
-    d->seconds += now() - t0;
     rc = 0;
 done:
     pthread_mutex_unlock(&d->mu);
@@ -225,20 +389,21 @@ done:
     return rc;
 }
 
-uint64_t brw_meta_computed(const brw_model *m, double *seconds)
+void brw_meta_stats(const brw_model *m, brw_od_stats *out)
 {
     brw_ondemand *d = m->od;
-    uint64_t n = 0;
-    double s = 0;
-    if (d) {
-        pthread_mutex_lock(&d->mu);
-        n = d->computed;
-        s = d->seconds;
-        pthread_mutex_unlock(&d->mu);
-    }
-    if (seconds)
-        *seconds = s;
-    return n;
+    memset(out, 0, sizeof *out);
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->mu);
+    out->computed = d->computed;
+    out->cached = d->cached;
+    out->seconds = d->seconds;
+    out->events = d->events;
+    snprintf(out->cache, sizeof out->cache, "%s", d->cache_tried ? d->cache_path : "");
+    snprintf(out->why, sizeof out->why, "%s", d->why);
+    out->looked = d->cache_tried;
+    pthread_mutex_unlock(&d->mu);
 }
 
 int brw_meta_prepare_hits(const brw_model *m, const brw_hit *hits, const int *counts,

@@ -50,18 +50,34 @@ int lql_session_browse(lql_session *s, const lql_stmt *st, brw_model **out, lql_
     return 0;
 }
 
-uint64_t lql_browse_computed(const lql_session *s)
+lql_browse_mark lql_browse_mark_now(const lql_session *s)
 {
-    return s->browse ? brw_meta_computed(s->browse, NULL) : 0;
+    lql_browse_mark k = {0};
+    if (s->browse) {
+        brw_od_stats st;
+        brw_meta_stats(s->browse, &st);
+        k = (lql_browse_mark){st.computed, st.cached, st.events};
+    }
+    return k;
 }
 
-void lql_browse_note(const lql_session *s, uint64_t before, lql_result *r)
+void lql_browse_note(const lql_session *s, const lql_browse_mark *before, lql_result *r)
 {
-    const uint64_t n = lql_browse_computed(s);
-    if (n > before)
-        lql_result_note(r, "down-meta of %llu feature%s computed on demand (the container "
-                        "stores none; STATS counts them)", (unsigned long long)(n - before),
-                        n - before == 1 ? "" : "s");
+    if (!s->browse)
+        return;
+    brw_od_stats st;
+    brw_meta_stats(s->browse, &st);
+    const unsigned long long c = st.computed - before->computed, k = st.cached - before->cached;
+    if (c && k)
+        lql_result_note(r, "down-meta of %llu features: %llu computed on demand, %llu read from "
+                        "the down-meta cache (the container stores none; STATS counts them)",
+                        c + k, c, k);
+    else if (c || k)
+        lql_result_note(r, "down-meta of %llu feature%s %s (the container stores none; STATS "
+                        "counts them)", c + k, c + k == 1 ? "" : "s",
+                        c ? "computed on demand" : "read from the down-meta cache");
+    if (st.events != before->events)
+        lql_result_note(r, "%s", st.why);
 }
 
 /* lql_session_browse for a statement that reads FFN features: refused, naming the layer

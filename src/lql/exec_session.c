@@ -258,10 +258,19 @@ int lql_h_stats(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                cJSON_GetArrayItem(b, 1)->valueint);
     }
     if (browse) {
-        if (brw_meta_source(bm) == BRW_META_ON_DEMAND)
-            kv(t, "features with down-meta", "computed on demand (not stored), %llu of %lld so far",
-               (unsigned long long)brw_meta_computed(bm, NULL), (long long)bs.features);
-        else
+        if (brw_meta_source(bm) == BRW_META_ON_DEMAND) {
+            brw_od_stats od;
+            brw_meta_stats(bm, &od);
+            kv(t, "features with down-meta", "computed on demand (not stored), %llu of %lld so "
+               "far: %llu computed, %llu read from the down-meta cache",
+               (unsigned long long)(od.computed + od.cached), (long long)bs.features,
+               (unsigned long long)od.computed, (unsigned long long)od.cached);
+            if (!od.looked)
+                kv(t, "down-meta cache", "not opened yet (the first statement that needs "
+                   "down-meta opens it)");
+            else
+                kv(t, "down-meta cache", "%s", *od.why ? od.why : od.cache);
+        } else
             kv(t, "features with down-meta", "%lld of %lld", (long long)bs.with_meta,
                (long long)bs.features);
         if (*bs.gate_dtype)

@@ -33,7 +33,9 @@ static const lql_stmt_def defs[] = {
     {LQL_S_STATS, "STATS", lql_h_stats, LQL_CLASS_READ,
      "STATS",
      "Facts about the bound container: model, geometry, feature counts, layer bands with "
-     "their features, features with down-meta, gate bytes, bytes on disk, path."},
+     "their features, features with down-meta (for a container that stores none: how many are "
+     "known so far, computed or read from the down-meta cache, and the cache's path or why "
+     "there is none), gate bytes, bytes on disk, path."},
     {LQL_S_SHOW_LAYERS, "SHOW LAYERS", lql_h_show_layers, LQL_CLASS_READ,
      "SHOW LAYERS [range]",
      "One row per layer: attention operator, window, FFN kind, features and the bytes of "
@@ -196,9 +198,9 @@ int lql_exec_one(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
      * replayed and run again, a few times, before it is given up */
     for (int tries = 0;; tries++) {
         if (s->edit && st->kind != LQL_S_USE && lql_edit_sync(s, st, r, e) < 0) return -1;
-        const uint64_t computed = lql_browse_computed(s);
+        const lql_browse_mark before = lql_browse_mark_now(s);
         int rc = d->handler(s, st, r, e);
-        if (rc == 0 && st->kind != LQL_S_USE) lql_browse_note(s, computed, r);
+        if (rc == 0 && st->kind != LQL_S_USE) lql_browse_note(s, &before, r);
         if (rc == 0 || e->code != LQL_ESTALE || tries == 4) return rc;
         *e = (lql_err){0};
     }

@@ -128,10 +128,15 @@ struct brw_model;
 /* The session's browse model over the bound container, opened on first use with the
  * session's tokenizer; -1 with browse's reason otherwise. */
 int lql_session_browse(lql_session *s, const lql_stmt *st, struct brw_model **out, lql_err *e);
-/* Features whose down-meta the session's browse model has computed on demand (0 without
- * one); lql_browse_note adds a note to r when a statement computed more than `before`. */
-uint64_t lql_browse_computed(const lql_session *s);
-void lql_browse_note(const lql_session *s, uint64_t before, lql_result *r);
+/* What the session's browse model had done on demand before a statement (zero without
+ * one); lql_browse_note adds notes to r saying what the statement computed or read from
+ * the down-meta cache since, and a cache problem it met. */
+typedef struct lql_browse_mark {
+    uint64_t computed, cached;
+    unsigned events;
+} lql_browse_mark;
+lql_browse_mark lql_browse_mark_now(const lql_session *s);
+void lql_browse_note(const lql_session *s, const lql_browse_mark *before, lql_result *r);
 int lql_h_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
 int lql_h_explain_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
 int lql_h_describe(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);

@@ -59,6 +59,8 @@ static void setup(void)
     vx_err err = {0};
     snprintf(model, sizeof model, "%s/m.vindex3", fz_scratch("fuzz_exec"));
     snprintf(journal, sizeof journal, "%s.lqljournal", model);
+    /* the down-meta cache (used without stored down-meta) in the scratch, not the user's */
+    setenv("XDG_CACHE_HOME", fz_scratch("fuzz_exec"), 1);
     const char *nodm = getenv("LQL_FUZZ_NO_DOWN_META");
     vx_encode_opts o;
     vx_encode_opts_init(&o);

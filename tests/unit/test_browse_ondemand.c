@@ -8,14 +8,31 @@
  * brw_meta_prepare_layers (the screened pass) and SHOW FEATURES over it. Also: the
  * bands-only index (layer bands, no down_meta, verify ok), the source each container
  * reports, out-of-range and repeated features skipped, and the computed count.
+ * The down-meta cache (metacache.h): a second model computes nothing the first did and
+ * reads the same records; a hostile or foreign cache (a token outside the vocabulary, a
+ * record of the wrong size, not SQLite, another container's), and one that cannot be
+ * created, are set aside with the reason while everything is computed as without one;
+ * LQL_NO_CACHE=1 writes nothing.
  */
 #include "brw_int.h"
 #include "t.h"
 #include "t_browse.h"
 
+#include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static uint64_t computed(const brw_model *m)
+{
+    brw_od_stats st;
+    brw_meta_stats(m, &st);
+    return st.computed;
+}
 
 /* brw_downmeta_exact of every feature against the stored file, byte for byte. */
 static void check_exact(const brw_model *m, const char *dir, const char *what)
@@ -91,7 +108,7 @@ static void check_fixture(const char *what)
     /* nothing is known before it is asked for */
     brw_meta md;
     CHECK(brw_feature_meta(ml, NULL, 0, 0, &md) != 0 && !md.present);
-    CHECK(brw_meta_computed(ml, NULL) == 0);
+    CHECK(computed(ml) == 0);
 
     /* every feature through brw_meta_prepare, in two batches (the second half first, with a
      * repeat and out-of-range entries, which are skipped) */
@@ -114,9 +131,9 @@ static void check_fixture(const char *what)
     fs[k++] = fs[n - 1];
     CHECK_MSG(brw_meta_prepare(ml, ls + n / 2, fs + n / 2, k - n / 2, &err) == 0, "%s: %s", what,
               err.msg);
-    CHECK(brw_meta_computed(ml, NULL) == n - n / 2);
+    CHECK(computed(ml) == n - n / 2);
     CHECK_MSG(brw_meta_prepare(ml, ls, fs, n, &err) == 0, "%s: %s", what, err.msg);
-    CHECK(brw_meta_computed(ml, NULL) == n);
+    CHECK(computed(ml) == n);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         brw_meta a, b;
@@ -134,9 +151,9 @@ static void check_fixture(const char *what)
     if (t_open_browse(lazy, &cl, &ml, what) == 0) {
         const int last = ml->s.layers - 1;
         CHECK_MSG(brw_meta_prepare_layers(ml, &last, 1, &err) == 0, "%s: %s", what, err.msg);
-        CHECK(brw_meta_computed(ml, NULL) == (uint64_t)ml->s.layer[last].features);
+        CHECK(computed(ml) == (uint64_t)ml->s.layer[last].features);
         CHECK_MSG(brw_meta_prepare_layers(ml, &last, 1, &err) == 0, "%s: %s", what, err.msg);
-        CHECK(brw_meta_computed(ml, NULL) == (uint64_t)ml->s.layer[last].features);
+        CHECK(computed(ml) == (uint64_t)ml->s.layer[last].features);
         bad = 0;
         for (int64_t f = 0; f < ml->s.layer[last].features; f++) {
             brw_meta a, b;
@@ -169,11 +186,190 @@ static void check_fixture(const char *what)
     t_rm_rf(lazy);
 }
 
+/* Features 0 .. n-1 of layer l prepared one by one; their down-meta equals the stored
+ * model's (the count that differs is returned). */
+static int prepare_first(const brw_model *ml, const brw_model *mf, int l, int n)
+{
+    int ls[64], bad = 0;
+    int64_t fs[64];
+    for (int i = 0; i < n; i++) {
+        ls[i] = l;
+        fs[i] = i;
+    }
+    vx_err err = {0};
+    CHECK_MSG(brw_meta_prepare(ml, ls, fs, (size_t)n, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < n; i++) {
+        brw_meta a, b;
+        brw_feature_meta(mf, NULL, l, i, &a);
+        brw_feature_meta(ml, NULL, l, i, &b);
+        bad += !b.present || memcmp(&a, &b, sizeof a) != 0;
+    }
+    return bad;
+}
+
+/* Run SQL on the cache file. */
+static void cache_sql(const char *path, const char *sql)
+{
+    sqlite3 *db = NULL;
+    CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+    CHECK_MSG(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK, "%s: %s", sql,
+              sqlite3_errmsg(db));
+    sqlite3_close(db);
+}
+
+static char last_why[1024];
+
+/* A fresh model over lazy whose first prepare of layer 0's first feature meets the cache as
+ * it now is: it is set aside (why has want) and the record is computed, the stored one. */
+static void expect_set_aside(const char *lazy, const brw_model *mf, const char *want)
+{
+    vx_container *c;
+    brw_model *m;
+    if (t_open_browse(lazy, &c, &m, "cache") != 0) return;
+    CHECK(prepare_first(m, mf, 0, 1) == 0);
+    brw_od_stats st;
+    brw_meta_stats(m, &st);
+    CHECK_MSG(st.events == 1 && strstr(st.why, want) && st.computed == 1 && st.cached == 0,
+              "want '%s': events %u, why '%s', computed %llu, cached %llu", want, st.events, st.why,
+              (unsigned long long)st.computed, (unsigned long long)st.cached);
+    snprintf(last_why, sizeof last_why, "%s", st.why);
+    brw_close(m);
+    vx_close(c);
+}
+
+static void check_cache(const char *what)
+{
+    char src[1024], full[1024], lazy[1024], xdg[1024], path[4096];
+    snprintf(src, sizeof src, "%s/models/%s", LQL_FIXTURE_DIR, what);
+    snprintf(full, sizeof full, "%s/cache-full.vindex3", LQL_BINARY_DIR);
+    snprintf(lazy, sizeof lazy, "%s/cache-lazy.vindex3", LQL_BINARY_DIR);
+    snprintf(xdg, sizeof xdg, "%s/cache-xdg", LQL_BINARY_DIR);
+    t_rm_rf(xdg);
+    setenv("XDG_CACHE_HOME", xdg, 1);
+    unsetenv("LQL_NO_CACHE");
+    if (t_encode_browse(src, full, 1, what) != 0 || t_encode_browse(src, lazy, 0, what) != 0)
+        return;
+    vx_container *cf, *c;
+    brw_model *mf, *m;
+    vx_err err = {0};
+    if (t_open_browse(full, &cf, &mf, what) != 0) return;
+    const int last = mf->s.layers - 1;
+    const uint64_t F0 = (uint64_t)mf->s.layer[0].features, FL = (uint64_t)mf->s.layer[last].features;
+    brw_od_stats st;
+
+    /* the first model computes, and writes what it computed */
+    if (t_open_browse(lazy, &c, &m, what) == 0) {
+        brw_meta_stats(m, &st);
+        CHECK(!st.looked && !*st.cache);
+        CHECK_MSG(brw_meta_prepare_layers(m, &last, 1, &err) == 0, "%s", err.msg);
+        CHECK(prepare_first(m, mf, 0, 10) == 0);
+        brw_meta_stats(m, &st);
+        CHECK_MSG(st.looked && st.computed == FL + 10 && st.cached == 0 && !*st.why && st.events == 0,
+                  "%s: computed %llu, why '%s'", what, (unsigned long long)st.computed, st.why);
+        CHECK_MSG(strstr(st.cache, "/cache-xdg/lql/cache-lazy.vindex3-") &&
+                  strstr(st.cache, ".lqlcache"), "%s: cache at '%s'", what, st.cache);
+        snprintf(path, sizeof path, "%s", st.cache);
+        brw_close(m);
+        vx_close(c);
+    }
+    struct stat sb;
+    CHECK_MSG(stat(path, &sb) == 0, "%s: no cache file '%s'", what, path);
+    /* a second one reads those and computes only the rest: the same records */
+    if (t_open_browse(lazy, &c, &m, what) == 0) {
+        CHECK(prepare_first(m, mf, 0, 20) == 0);
+        brw_meta_stats(m, &st);
+        CHECK(st.cached == 10 && st.computed == 10);
+        CHECK_MSG(brw_meta_prepare_layers(m, &last, 1, &err) == 0, "%s", err.msg);
+        brw_meta_stats(m, &st);
+        CHECK(st.cached == 10 + FL && st.computed == 10);
+        size_t bad = 0;
+        for (int64_t f = 0; f < (int64_t)FL; f++) {
+            brw_meta a, b;
+            brw_feature_meta(mf, NULL, last, f, &a);
+            brw_feature_meta(m, NULL, last, f, &b);
+            bad += memcmp(&a, &b, sizeof a) != 0;
+        }
+        CHECK_MSG(bad == 0, "%s: %zu cached records differ from the stored ones", what, bad);
+        brw_close(m);
+        vx_close(c);
+    }
+    /* a third computes layer 0 whole around the 20 cached */
+    if (t_open_browse(lazy, &c, &m, what) == 0) {
+        const int zero = 0;
+        CHECK_MSG(brw_meta_prepare_layers(m, &zero, 1, &err) == 0, "%s", err.msg);
+        brw_meta_stats(m, &st);
+        CHECK(st.cached == 20 && st.computed == F0 - 20);
+        brw_close(m);
+        vx_close(c);
+    }
+
+    /* hostile or foreign caches are set aside; the records are computed */
+    cache_sql(path, "UPDATE rec SET rec = zeroblob(8) || x'f0ffffff' || substr(rec, 13) "
+                    "WHERE layer = 0 AND feature = 0");
+    expect_set_aside(lazy, mf, "names a token outside the vocabulary");
+    cache_sql(path, "UPDATE rec SET rec = x'00' WHERE layer = 0 AND feature = 0");
+    expect_set_aside(lazy, mf, "a record of the wrong size");
+    cache_sql(path, "UPDATE meta SET value = 'ab' || substr(value, 3) WHERE key = 'index_sha256'");
+    expect_set_aside(lazy, mf, "belongs to another container");
+    t_rm_rf(xdg);
+    CHECK(mkdir(xdg, 0755) == 0 && mkdir(strcat(strcpy(src, xdg), "/lql"), 0755) == 0);
+    FILE *fp = fopen(path, "w");
+    if (fp) {
+        fputs("not a database, though long enough to be read as one's header ........", fp);
+        fclose(fp);
+    }
+    expect_set_aside(lazy, mf, "is not an lql");
+    /* a cache that cannot be written (a file size limit of 0: a full disk's symptom), and
+     * the empty file that leaves, which the next model takes for no cache */
+    t_rm_rf(xdg);
+    struct rlimit keep, none = {0, 0};
+    signal(SIGXFSZ, SIG_IGN);
+    getrlimit(RLIMIT_FSIZE, &keep);
+    none.rlim_max = keep.rlim_max;
+    setrlimit(RLIMIT_FSIZE, &none);
+    expect_set_aside(lazy, mf, "disk full or file size limit reached while ");
+    CHECK(strstr(last_why, "; what is computed is kept for this session only") != NULL);
+    setrlimit(RLIMIT_FSIZE, &keep);
+    if (t_open_browse(lazy, &c, &m, what) == 0) {
+        CHECK(prepare_first(m, mf, 0, 1) == 0);
+        brw_meta_stats(m, &st);
+        CHECK_MSG(st.events == 0 && st.computed == 1 && !*st.why, "why '%s'", st.why);
+        brw_close(m);
+        vx_close(c);
+    }
+    /* a cache that cannot be: a file where its directory belongs */
+    t_rm_rf(xdg);
+    fp = fopen(xdg, "w");
+    if (fp) fclose(fp);
+    expect_set_aside(lazy, mf, "cannot open down-meta cache '");
+    CHECK(strstr(last_why, "': Not a directory; the cache is not used (down-meta is computed "
+                           "instead)") != NULL);
+    unlink(xdg);
+    /* LQL_NO_CACHE=1: nothing looked for, nothing written */
+    setenv("LQL_NO_CACHE", "1", 1);
+    if (t_open_browse(lazy, &c, &m, what) == 0) {
+        CHECK(prepare_first(m, mf, 0, 1) == 0);
+        brw_meta_stats(m, &st);
+        CHECK(st.events == 0 && !strcmp(st.why, "none (LQL_NO_CACHE=1)") && !*st.cache);
+        CHECK(stat(xdg, &sb) != 0);
+        brw_close(m);
+        vx_close(c);
+    }
+    brw_close(mf);
+    vx_close(cf);
+    t_rm_rf(full);
+    t_rm_rf(lazy);
+    t_rm_rf(xdg);
+}
+
 int main(void)
 {
+    /* the checks above count what is computed: the user's cache stays out of them */
+    setenv("LQL_NO_CACHE", "1", 1);
     check_fixture("tinyllama-bf16");
     check_fixture("families/gpt2");
     check_fixture("families/mixtral");
     check_fixture("families/gpt-oss");
+    check_cache("tinyllama-bf16");
     return T_DONE();
 }

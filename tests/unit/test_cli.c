@@ -514,6 +514,8 @@ static void bad_bands(const char *box)
 static void no_down_meta(const char *box)
 {
     char cmd[4096], *out, *err, *out2, *err2;
+    setenv("XDG_CACHE_HOME", DIR "/xdg-cache", 1);   /* the down-meta cache, fresh */
+    unsetenv("LQL_NO_CACHE");
     CHECK(sh(LQL_BINARY_DIR "/vindex encode " TINY " -o " DIR "/nodm.vindex3 --no-down-meta",
              &out, &err) == 0);
     CHECK_HAS(out, "encoded ");
@@ -546,13 +548,24 @@ static void no_down_meta(const char *box)
     CHECK_STR(kept, out2);
     CHECK_HAS(out2, "Par");
     free(kept); free(out); free(err); free(out2); free(err2);
-    /* a statement that reads whole layers computes them (layer 1: 768 features) */
+    /* a statement that reads whole layers computes them (layer 1: 768 features), but for
+     * the five the first session's statements computed there, which the cache holds now */
     CHECK(sh(LQL " " DIR "/nodm.vindex3 -c 'SHOW FEATURES 1 LIMIT 3;'", &out, &err) == 0);
     snprintf(cmd, sizeof cmd, LQL " '%s' -c 'SHOW FEATURES 1 LIMIT 3;'", box);
     CHECK(sh(cmd, &out2, &err2) == 0);
     CHECK_STR(out, out2);
-    CHECK_HAS(err, "-- down-meta of 768 features computed on demand");
+    CHECK_HAS(err, "-- down-meta of 768 features: 763 computed on demand, 5 read from the "
+                   "down-meta cache (the container stores none; STATS counts them)\n");
     free(out); free(err); free(out2); free(err2);
+    /* a later session reads them all from the cache: the same tables, nothing computed */
+    snprintf(cmd, sizeof cmd, LQL " " DIR "/nodm.vindex3 -c '%s STATS;' 2>&1 | grep -v '^-- using'", q);
+    CHECK(sh(cmd, &out, &err) == 0);
+    CHECK_HAS(out, "-- down-meta of 12 features read from the down-meta cache (the container "
+                   "stores none; STATS counts them)\n");
+    CHECK_HAS(out, "so far: 0 computed, 53 read from the down-meta cache\n");
+    CHECK_HAS(out, "down-meta cache\t" DIR "/xdg-cache/lql/nodm.vindex3-");
+    CHECK(strstr(out, "computed on demand (the") == NULL);
+    free(out); free(err);
     /* COMPILE of an insert (whose metadata needs a down-meta file) over the base without
      * one writes every feature's: the same file as compiled over the base that stores it */
     const char *ins = "INSERT INTO EDGES (entity, relation, target) VALUES (\"Atlantis\", "
