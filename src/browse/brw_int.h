@@ -57,6 +57,9 @@ int brw_embed_row(const brw_shape *s, int32_t id, float *out, vx_err *err);
 /* One DMET record (8 + 8 · top_k bytes) decoded as brw_dmet_get gives it. */
 void brw_dmet_rec(const uint8_t *p, int top_k, brw_meta *out);
 
+/* Is the representation bound for object (under c's profile) the checkpoint's own values
+ * (fidelity source-*, or not derived from another)? */
+int brw_rep_canonical(const vx_container *c, const char *object);
 /* 0 when down-meta can be computed from every down operand of c's shape (f32, f16, bf16,
  * or the checkpoint's own block packing); else -1 naming the operand. */
 int brw_downmeta_check(const vx_container *c, const brw_shape *s, vx_err *err);

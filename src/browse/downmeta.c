@@ -891,14 +891,19 @@ done:
  * representation has source authority, or it is the encoder's (no derived_from), which
  * never quantises, so its block operands are copies even when --dtype narrowed its float
  * ones; a quantised derivation is not the model. */
-int brw_downmeta_check(const vx_container *c, const brw_shape *s, vx_err *err)
+int brw_rep_canonical(const vx_container *c, const char *object)
 {
-    const char *rid = vx_bound_representation(c, "target.decoder_stack");
+    const char *rid = vx_bound_representation(c, object);
     const cJSON *rep = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(vx_index_json(c), "representations"), rid ? rid : "");
     const cJSON *fid = cJSON_GetObjectItemCaseSensitive(rep, "fidelity");
-    int canonical = (cJSON_IsString(fid) && strncmp(fid->valuestring, "source-", 7) == 0) ||
-                    (cJSON_IsObject(rep) && !cJSON_HasObjectItem(rep, "derived_from"));
+    return (cJSON_IsString(fid) && strncmp(fid->valuestring, "source-", 7) == 0) ||
+           (cJSON_IsObject(rep) && !cJSON_HasObjectItem(rep, "derived_from"));
+}
+
+int brw_downmeta_check(const vx_container *c, const brw_shape *s, vx_err *err)
+{
+    const int canonical = brw_rep_canonical(c, "target.decoder_stack");
     unsigned be, bb;
     for (int l = 0; l < s->layers; l++)
         for (int p = 0; p < s->layer[l].n_parts; p++) {

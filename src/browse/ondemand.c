@@ -152,6 +152,17 @@ static vx_metacache *cache_of(brw_ondemand *d, const brw_model *m)
     d->cache_tried = 1;
     vx_err err = {0};
     char why[256] = "";
+    /* the cache holds the checkpoint's records: under a profile that derives the operands
+     * they would differ, and the profiles of one container share one index (and cache) */
+    static const char *const objects[] = {"target.decoder_stack", "target.embedding"};
+    for (int i = 0; i < 2; i++)
+        if (!brw_rep_canonical(m->c, objects[i])) {
+            snprintf(d->why, sizeof d->why, "none (profile \"%s\" binds a derived "
+                     "representation of %s; its down-meta is kept for this session only)",
+                     vx_profile(m->c) ? vx_profile(m->c) : "", objects[i]);
+            d->cache_path[0] = 0;
+            return NULL;
+        }
     int rc = vx_metacache_locate(vx_dir(m->c), vx_index_sha256(m->c), d->cache_path,
                                  sizeof d->cache_path, why, sizeof why, &err);
     if (rc == 1) {

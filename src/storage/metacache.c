@@ -106,6 +106,8 @@ static int connect(vx_metacache *c, int flags, vx_err *err)
     }
     sqlite3_extended_result_codes(c->db, 1);
     sqlite3_busy_timeout(c->db, 5000);
+    /* the file may be anyone's: no writes to the schema behind SQLite's back */
+    sqlite3_db_config(c->db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
     /* a cache needs no durability beyond "never corrupt": WAL with synchronous=NORMAL */
     if (exec(c, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL", "opening it", err) != 0) {
         sqlite3_close(c->db);

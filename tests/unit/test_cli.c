@@ -593,6 +593,17 @@ static void no_down_meta(const char *box)
     CHECK_HAS(err, "error: <command>:1:");
     CHECK_HAS(out, "0\t739\t");
     free(out); free(err);
+    /* under a profile whose operands are a derived bf16 copy the records would differ from
+     * the checkpoint's, which the cache (one per container) holds: computed, not cached */
+    CHECK(sh(LQL_BINARY_DIR "/vindex represent " DIR "/nodm.vindex3 target.decoder_stack "
+             "--dtype bf16 --profile half", &out, &err) == 0);
+    free(out); free(err);
+    CHECK(sh(LQL " -c 'USE \"" DIR "/nodm.vindex3\" PROFILE \"half\"; WALK \"The capital of "
+             "France is\" TOP 1; STATS;'", &out, &err) == 0);
+    CHECK_HAS(err, "-- down-meta of 4 features computed on demand");
+    CHECK_HAS(out, "down-meta cache\tnone (profile \"half\" binds a derived representation of "
+                   "target.decoder_stack; its down-meta is kept for this session only)\n");
+    free(out); free(err);
 }
 
 /* A refused clause or output file is refused before anything runs: status 1 and nothing on
