@@ -146,8 +146,8 @@ typedef struct brw_od_stats {
     uint64_t computed;        /* features computed */
     double seconds;           /* the time that took */
     uint64_t cached;          /* features read from the down-meta cache instead */
-    int looked;               /* 1 once the cache was looked for (the first computation) */
-    char cache[4096];         /* the cache's path; "" without one */
+    char cache[4096];         /* the cache's path; "" without one (cache and why both ""
+                               * until the first computation looks for it) */
     char why[VX_ERR_MAX + 64];/* why there is no cache ("none (LQL_NO_CACHE=1)"), or what
                                * went wrong and that it is not used / not written; "" while
                                * it works */

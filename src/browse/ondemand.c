@@ -160,20 +160,15 @@ static vx_metacache *cache_of(brw_ondemand *d, const brw_model *m)
             snprintf(d->why, sizeof d->why, "none (profile \"%s\" binds a derived "
                      "representation of %s; its down-meta is kept for this session only)",
                      vx_profile(m->c) ? vx_profile(m->c) : "", objects[i]);
-            d->cache_path[0] = 0;
             return NULL;
         }
     int rc = vx_metacache_locate(vx_dir(m->c), vx_index_sha256(m->c), d->cache_path,
                                  sizeof d->cache_path, why, sizeof why, &err);
-    if (rc == 1) {
+    if (rc == 1)
         snprintf(d->why, sizeof d->why, "none (%s)", why);
-        d->cache_path[0] = 0;
-    } else if (rc < 0 || vx_metacache_open(d->cache_path, vx_index_sha256(m->c), REC, &d->cache,
-                                           &err) != 0) {
-        if (rc < 0)
-            d->cache_path[0] = 0;
+    else if (rc < 0 || vx_metacache_open(d->cache_path, vx_index_sha256(m->c), REC, &d->cache,
+                                         &err) != 0)
         cache_drop(d, err.msg, 0);
-    }
     return d->cache;
 }
 
@@ -411,9 +406,8 @@ void brw_meta_stats(const brw_model *m, brw_od_stats *out)
     out->cached = d->cached;
     out->seconds = d->seconds;
     out->events = d->events;
-    snprintf(out->cache, sizeof out->cache, "%s", d->cache_tried ? d->cache_path : "");
+    snprintf(out->cache, sizeof out->cache, "%s", d->cache_path);
     snprintf(out->why, sizeof out->why, "%s", d->why);
-    out->looked = d->cache_tried;
     pthread_mutex_unlock(&d->mu);
 }
 

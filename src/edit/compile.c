@@ -733,21 +733,23 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
         char bpath[4200], mpath[4200], hex[65];
         if (dmet && vx_resolve(c, dmet, bpath, sizeof bpath, err))
             goto fail;
+        /* dmet named a file, so index.browse holds it; else a bands-only base's or a new one */
         cJSON *nb = cJSON_GetObjectItemCaseSensitive(index, "browse");
-        if (!nb)
-            nb = cJSON_AddObjectToObject(index, "browse");
+        if (!nb && !(nb = cJSON_AddObjectToObject(index, "browse"))) {
+            vx_errf(err, VX_ENOMEM, "compile: out of memory");
+            goto fail;
+        }
         if (vx_cw_path(cw, mrel, mpath, sizeof mpath, err) ||
             brw_downmeta_compile(vx_cw_dir(cw), mpath, dmet ? bpath : NULL, ov, progress,
                                  progress_ctx, err) ||
             write_meta(mpath, ov, err) || vx_sha256_file(mpath, hex, err))
             goto fail;
-        if (!dmet && nb) {
+        if (!dmet) {
             put_item(nb, "down_meta", cJSON_CreateString(mrel));
             put_item(nb, "down_top_k", cJSON_CreateNumber(BRW_DOWN_TOP_K));
         }
-        if (nb)
-            put_item(nb, "down_meta_sha256", cJSON_CreateString(hex));
-        if (nb && cJSON_HasObjectItem(nb, "down_top_k"))   /* a base of another k is recomputed */
+        put_item(nb, "down_meta_sha256", cJSON_CreateString(hex));
+        if (cJSON_HasObjectItem(nb, "down_top_k"))   /* a base of another k is recomputed */
             cJSON_ReplaceItemInObjectCaseSensitive(nb, "down_top_k",
                                                    cJSON_CreateNumber(BRW_DOWN_TOP_K));
         if (vx_cw_index(cw, index, err))

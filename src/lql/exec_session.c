@@ -144,16 +144,15 @@ int lql_h_tokenize(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e
 
 /* ---------------------------------------------------------------- EXTRACT */
 
-int lql_encode_container(const char *hf_dir, const char *out_dir, int dtype,
-                         vx_progress_fn progress, void *progress_ctx,
-                         vx_err *err)
+int lql_encode_container(const char *hf_dir, const char *out_dir, int dtype, int down_meta,
+                         vx_progress_fn progress, void *progress_ctx, vx_err *err)
 {
     vx_encode_opts o;
     vx_encode_opts_init(&o);
     o.dtype = dtype;
     o.progress = progress;
     o.progress_ctx = progress_ctx;
-    o.finish = brw_encode_finish;     /* down-meta and bands for browse */
+    o.finish = down_meta ? brw_encode_finish : brw_encode_finish_bands;   /* browse's */
     o.finish_ctx = &o;                /* so down-meta reports its progress too */
     return vx_encode(hf_dir, out_dir, &o, err);
 }
@@ -185,7 +184,7 @@ int lql_h_extract(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         return lql_err_vx(e, &ve, &st->arg2_at);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (lql_encode_container(st->arg, st->arg2, dtype, s->progress, s->progress_ctx, &ve) < 0)
+    if (lql_encode_container(st->arg, st->arg2, dtype, 1, s->progress, s->progress_ctx, &ve) < 0)
         return lql_err_vx(e, &ve, ve.code == VX_ECANCEL ? &st->at : &st->arg_at);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
@@ -265,7 +264,7 @@ int lql_h_stats(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                "far: %llu computed, %llu read from the down-meta cache",
                (unsigned long long)(od.computed + od.cached), (long long)bs.features,
                (unsigned long long)od.computed, (unsigned long long)od.cached);
-            if (!od.looked)
+            if (!*od.cache && !*od.why)
                 kv(t, "down-meta cache", "not opened yet (the first statement that needs "
                    "down-meta opens it)");
             else

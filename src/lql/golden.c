@@ -247,7 +247,7 @@ static int require(lql_shell *sh, const char *header, var *v, char *err, size_t 
     if (stat(path, &sb) != 0) {
         vx_err ve = {0};
         /* another test may be encoding the same container: its rename wins, ours fails */
-        if (lql_encode_container(hf, path, dtype, NULL, NULL, &ve) < 0 && stat(path, &sb) != 0) {
+        if (lql_encode_container(hf, path, dtype, 1, NULL, NULL, &ve) < 0 && stat(path, &sb) != 0) {
             snprintf(err, errsz, "encoding %.200s: %.300s", hf, ve.msg);
             return -1;
         }

@@ -177,10 +177,10 @@ int lql_edit_on_use(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
  * read it, replay it (with a note) so the statement sees what the journal holds. */
 int lql_edit_sync(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e);
 
-/* Encode a Hugging Face checkpoint into out_dir with lql's hooks (down-meta for
- * browse); dtype -1 keeps the source dtypes. Shared by EXTRACT and the golden runner's
- * `require container`. */
-int lql_encode_container(const char *hf_dir, const char *out_dir, int dtype,
+/* Encode a Hugging Face checkpoint into out_dir with lql's hooks (down-meta for browse, or
+ * with down_meta 0 the layer bands alone); dtype -1 keeps the source dtypes. Shared by
+ * EXTRACT, the golden runner's `require container` and fuzz_exec. */
+int lql_encode_container(const char *hf_dir, const char *out_dir, int dtype, int down_meta,
                          vx_progress_fn progress, void *progress_ctx, vx_err *err);
 
 /* A token's decoded text as a cell, NULs kept (the byte-level "Ā" decodes to U+0000); ""

@@ -315,18 +315,14 @@ int vx_journal_locate(const char *container_dir, const char *index_sha256, char 
         return vx_errf(err, VX_EARG, "journal path too long for '%s'", container_dir);
     if (access(parent, W_OK) == 0 || access(out, F_OK) == 0)
         return 0;
-    char base[4096];
-    const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg == '/')
-        snprintf(base, sizeof base, "%s/lql", xdg);
-    else if (home && *home)
-        snprintf(base, sizeof base, "%s/.local/share/lql", home);
-    else
+    int rc = vx_xdg_file("XDG_DATA_HOME", ".local/share", name, index_sha256, "lqljournal", out,
+                         outsz);
+    if (rc == 1)
         return vx_errf(err, VX_EIO,
                        "no place for the journal of '%s': its directory '%s' is not writable "
                        "and neither XDG_DATA_HOME nor HOME is set (use USE ... JOURNAL \"path\")",
                        container_dir, parent);
-    if ((size_t)snprintf(out, outsz, "%s/%s-%.16s.lqljournal", base, name, index_sha256) >= outsz)
+    if (rc != 0)
         return vx_errf(err, VX_EARG, "journal path too long for '%s'", container_dir);
     return 0;
 }

@@ -31,6 +31,7 @@ struct vx_metacache {
 int vx_metacache_locate(const char *dir, const char *index_sha256, char *out, size_t outsz,
                         char *why, size_t whysz, vx_err *err)
 {
+    out[0] = 0;   /* set only when there is a place */
     const char *off = getenv("LQL_NO_CACHE");
     if (off && strcmp(off, "1") == 0) {
         snprintf(why, whysz, "LQL_NO_CACHE=1");
@@ -38,24 +39,18 @@ int vx_metacache_locate(const char *dir, const char *index_sha256, char *out, si
     }
     if (!index_sha256 || strlen(index_sha256) < 16)
         return vx_errf(err, VX_EARG, "the down-meta cache needs the container's index sha256");
-    char real[PATH_MAX], parent[PATH_MAX], base[PATH_MAX];
+    char real[PATH_MAX], parent[PATH_MAX];
     if (!realpath(dir, real))
         return vx_errf(err, VX_EIO, "cannot resolve container directory '%s': %s", dir,
                        strerror(errno));
     const char *name = vx_split_parent(real, parent, sizeof parent);
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg == '/')
-        snprintf(base, sizeof base, "%s/lql", xdg);
-    else if (home && *home)
-        snprintf(base, sizeof base, "%s/.cache/lql", home);
-    else {
+    int rc = vx_xdg_file("XDG_CACHE_HOME", ".cache", *name ? name : "root", index_sha256,
+                         "lqlcache", out, outsz);
+    if (rc == 1)
         snprintf(why, whysz, "neither XDG_CACHE_HOME nor HOME is set");
-        return 1;
-    }
-    if ((size_t)snprintf(out, outsz, "%s/%s-%.16s.lqlcache", base, *name ? name : "root",
-                         index_sha256) >= outsz)
-        return vx_errf(err, VX_EARG, "down-meta cache path too long under '%s'", base);
-    return 0;
+    if (rc != 0)
+        out[0] = 0;
+    return rc < 0 ? vx_errf(err, VX_EARG, "down-meta cache path too long for '%s'", dir) : rc;
 }
 
 static int dberr(vx_metacache *c, const char *doing, vx_err *err)

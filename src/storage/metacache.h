@@ -23,7 +23,7 @@ typedef struct vx_metacache vx_metacache;
 /* Where the cache of the container at dir (index_sha256) lives:
  * "$XDG_CACHE_HOME/lql/<name>-<first 16 hex of index_sha256>.lqlcache", <name> the resolved
  * directory's, XDG_CACHE_HOME defaulting to "$HOME/.cache". 1 with why (a sentence) when
- * there is none: LQL_NO_CACHE=1, or neither variable set. */
+ * there is none: LQL_NO_CACHE=1, or neither variable set; out is "" unless 0 is returned. */
 int vx_metacache_locate(const char *dir, const char *index_sha256, char *out, size_t outsz,
                         char *why, size_t whysz, vx_err *err);
 /* A handle on the cache at path for records of rec_bytes of the container index_sha256. An

@@ -94,6 +94,20 @@ int vx_resolve_in(const char *dir, const char *rel, char *out, size_t outsz, vx_
     return 0;
 }
 
+int vx_xdg_file(const char *var, const char *home_rel, const char *name, const char *sha256,
+                const char *ext, char *out, size_t outsz)
+{
+    const char *xdg = getenv(var), *home = getenv("HOME");
+    int n;
+    if (xdg && *xdg == '/')
+        n = snprintf(out, outsz, "%s/lql/%s-%.16s.%s", xdg, name, sha256, ext);
+    else if (home && *home)
+        n = snprintf(out, outsz, "%s/%s/lql/%s-%.16s.%s", home, home_rel, name, sha256, ext);
+    else
+        return 1;
+    return n < 0 || (size_t)n >= outsz ? -1 : 0;
+}
+
 int vx_mkdirs_above(const char *path, const char *label, vx_err *err)
 {
     char dir[PATH_MAX];

@@ -135,6 +135,11 @@ const char *vx_profile_choice(const cJSON *profile, const char *object);
  * names who asked, for the message. */
 int vx_select_check(const cJSON *graph, const char *object, const char *rep, const char *profile,
                     vx_err *err);
+/* A file lql keeps per container for the user: "$var/lql/<name>-<first 16 hex of
+ * sha256>.<ext>", $var defaulting to "$HOME/<home_rel>" (XDG_DATA_HOME: ".local/share",
+ * XDG_CACHE_HOME: ".cache"); 1 when neither is set, -1 when out is too short. */
+int vx_xdg_file(const char *var, const char *home_rel, const char *name, const char *sha256,
+                const char *ext, char *out, size_t outsz);
 /* mkdir -p of the directories above path; a failure names label ("journal directory"),
  * the directory and why. */
 int vx_mkdirs_above(const char *path, const char *label, vx_err *err);

@@ -15,7 +15,6 @@
  *                                       down-meta: browse computes it on demand)
  */
 #include "ast.h"
-#include "browse.h"
 #include "fuzz_files.h"
 #include "interp.h"
 #include "render.h"
@@ -62,11 +61,8 @@ static void setup(void)
     /* the down-meta cache (used without stored down-meta) in the scratch, not the user's */
     setenv("XDG_CACHE_HOME", fz_scratch("fuzz_exec"), 1);
     const char *nodm = getenv("LQL_FUZZ_NO_DOWN_META");
-    vx_encode_opts o;
-    vx_encode_opts_init(&o);
-    o.finish = nodm && !strcmp(nodm, "1") ? brw_encode_finish_bands : brw_encode_finish;
-    o.finish_ctx = &o;
-    if (vx_encode(src ? src : "tests/fixtures/models/families/llama-gqa", model, &o, &err) != 0) {
+    if (lql_encode_container(src ? src : "tests/fixtures/models/families/llama-gqa", model, -1,
+                             !(nodm && !strcmp(nodm, "1")), NULL, NULL, &err) != 0) {
         fprintf(stderr, "fuzz_exec: %s (run from the repository root)\n", err.msg);
         abort();
     }

@@ -31,7 +31,7 @@ static void setup(void)
 {
     vx_err err = {0};
     snprintf(model, sizeof model, "%s/m.vindex3", fz_scratch("fuzz_labels"));
-    if (lql_encode_container("tests/fixtures/models/families/llama-gqa", model, -1, NULL, NULL,
+    if (lql_encode_container("tests/fixtures/models/families/llama-gqa", model, -1, 1, NULL, NULL,
                              &err) != 0 || vx_open(model, &C, &err) != 0) {
         fprintf(stderr, "fuzz_labels: %s (run from the repository root)\n", err.msg);
         abort();
