@@ -260,23 +260,22 @@ int eng_attn_layer(eng_session *s, int layer, const float *h, int n, int pos0, f
     if (!q) return vx_errf(err, VX_ENOMEM, "layer %d: out of memory for attention", layer);
     float *k = q + (size_t)n * qd, *v = k + (size_t)n * kd, *ctxo = v + (size_t)n * kd;
     float *gate = NULL;
-    if (m->attn_gate) {
+    if (m->attn_gate &&
+        !(gate = malloc((size_t)n * 2 * qd * sizeof *gate))) {
+        free(q);
+        return vx_errf(err, VX_ENOMEM, "layer %d: out of memory for attention", layer);
+    }
+    const eng_w *qkv[3] = {&L->q, &L->k, &L->v};
+    float *const out3[3] = {gate ? gate : q, k, v};
+    eng_matmul_shared(qkv, 3, h, n, out3);
+    if (gate) {
         /* q_proj rows per head are [query | gate]: split them, gates compacted in place */
         const int hd = m->head_dim;
-        if (!(gate = malloc((size_t)n * 2 * qd * sizeof *gate))) {
-            free(q);
-            return vx_errf(err, VX_ENOMEM, "layer %d: out of memory for attention", layer);
-        }
-        eng_matmul(&L->q, h, n, gate);
         for (size_t r = 0; r < (size_t)n * m->heads; r++) {
             memcpy(q + r * hd, gate + r * 2 * hd, (size_t)hd * sizeof *q);
             memmove(gate + r * hd, gate + r * 2 * hd + hd, (size_t)hd * sizeof *gate);
         }
-    } else {
-        eng_matmul(&L->q, h, n, q);
     }
-    eng_matmul(&L->k, h, n, k);
-    eng_matmul(&L->v, h, n, v);
     eng_add_bias(q, L->qb, n, qd);
     eng_add_bias(k, L->kb, n, kd);
     eng_add_bias(v, L->vb, n, kd);

@@ -86,8 +86,9 @@ int eng_deltanet_run(const eng_deltanet *L, const float *h, int n, float *conv_w
     if (!pq) return vx_errf(err, VX_ENOMEM, "out of memory for the deltanet mixer (%d positions)", n);
     float *pb = pq + (size_t)n * Pq, *mixed = pb + (size_t)n * Pb, *qkv = mixed + (size_t)n * C;
     float *z = qkv + (size_t)n * C, *gb = z + (size_t)n * V, *o = gb + (size_t)n * 2 * nv;
-    eng_matmul(&L->in_qkvz, h, n, pq);
-    eng_matmul(&L->in_ba, h, n, pb);
+    const eng_w *in2[2] = {&L->in_qkvz, &L->in_ba};
+    float *const out2[2] = {pq, pb};
+    eng_matmul_shared(in2, 2, h, n, out2);
     const int gq = 2 * dk + 2 * r * dv;
     for (int t = 0; t < n; t++) {
         const float *src = pq + (size_t)t * Pq, *ba = pb + (size_t)t * Pb;

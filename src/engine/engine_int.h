@@ -53,6 +53,9 @@ typedef struct eng_w {
  * dtype: small n streams weight rows once through a vector kernel (the decode GEMV); large
  * n converts row tiles to f32 and calls sgemm. Never fails for a bound view. */
 void eng_matmul(const eng_w *w, const float *x, int n, float *y);
+/* y[i] = x · w[i]ᵀ for i < count: the same as count eng_matmul calls, bit for bit; products
+ * on decode's streaming path (n <= 8) run in one parallel region (eng_parallel_rows). */
+void eng_matmul_shared(const eng_w *const *w, int count, const float *x, int n, float *const *y);
 /* y[t, i] += b[i] for t < n, i < w; nothing when b is NULL. */
 void eng_add_bias(float *y, const float *b, int n, int w);
 /* Dot product of two f32 vectors of n elements (vectorised). */
@@ -138,6 +141,18 @@ void eng_split(int count, int i, int n, int align, int *lo, int *hi);
  * a thread the scheduler delays leaves its share to the others instead of stalling the
  * product, and each chunk is still one sequential stream the prefetchers follow. */
 int eng_claim_rows(atomic_int *next, int rows, int nparts, int *lo, int *hi);
+/* One product's rows as work for a shared region: run(ctx, lo, hi) computes rows [lo, hi);
+ * next starts at 0. */
+typedef struct eng_rowjob {
+    void (*run)(const void *ctx, int lo, int hi);
+    const void *ctx;
+    int rows;
+    atomic_int next;
+} eng_rowjob;
+/* jobs[0..count) in one eng_parallel region: each part claims chunks (eng_claim_rows) of
+ * the first job with rows left, so a part done with its share of one product goes on to
+ * the next instead of waiting at the product's end. Not from inside eng_parallel. */
+void eng_parallel_rows(eng_rowjob *jobs, int count);
 
 /* ---------------------------------------------------------------- plan */
 

@@ -55,10 +55,13 @@ int eng_mlp_run(const eng_model *m, int layer, const eng_mlp *b, int f0, const f
     if (b->gate.data) {
         g = malloc((size_t)n * I * sizeof *g);
         if (!g) return vx_errf(err, VX_ENOMEM, "layer %d: out of memory for the ffn", layer);
-        eng_matmul(&b->gate, h, n, g);
+        const eng_w *gu[2] = {&b->gate, &b->up};
+        float *const out2[2] = {g, act};
+        eng_matmul_shared(gu, 2, h, n, out2);
         eng_add_bias(g, b->gate_b, n, I);
+    } else {
+        eng_matmul(&b->up, h, n, act);
     }
-    eng_matmul(&b->up, h, n, act);
     eng_add_bias(act, b->up_b, n, I);
     for (size_t e = 0; ov && e < ov->n_edits; e++) {
         const eng_feature_edit *ed = &ov->edits[e];

@@ -767,6 +767,70 @@ void eng_matmul_rows(vx_dtype dt, const void *data, int rows, int cols, size_t r
     eng_matmul(&w, x, n, y);
 }
 
+/* Tiny products are not worth waking the pool for, nor copying x for (so their x is read
+ * as given: a different kernel for bf16 at 2-8 tokens, whose sums differ in order). */
+static int tiny(const eng_w *w, int n)
+{
+    return (size_t)w->rows * (size_t)w->cols * (size_t)n < 32768;
+}
+
+static void shared_run(const void *ctx, int lo, int hi)
+{
+    const job *j = ctx;
+    stream_rows(j, j->w, lo, hi, j->y);
+}
+
+/* Decode's products that read one x (q, k, v; gate, up) as one region, so the threads meet
+ * once at the end instead of after each product, and a small product (k, v) streams
+ * inside the large one's region rather than as its own short one. Each row meets the
+ * kernel eng_matmul gives it (one row's value does not depend on its chunk), so the
+ * results are eng_matmul's, bit for bit. */
+void eng_matmul_shared(const eng_w *const *w, int count, const float *x, int n, float *const *y)
+{
+    enum { MAXP = 4 };
+    int ok = count > 1 && count <= MAXP && n <= SMALL_N;
+    for (int i = 0; ok && i < count; i++)
+        ok = w[i]->rows > 0 && !w[i]->trans && !runs_as_bf16(w[i]) &&
+             (!is_block(w[i]->dt) || (!w[i]->exact && eng_qsupported(w[i]->dt))) &&
+             w[i]->cols == w[0]->cols;
+    if (!ok) {
+        for (int i = 0; i < count; i++) eng_matmul(w[i], x, n, y[i]);
+        return;
+    }
+    const int wide = eng_avx512();
+    float *xp = NULL, *xa = NULL;
+    job jobs[MAXP];
+    eng_rowjob rj[MAXP];
+    int made = 0;
+    for (; made < count; made++) {
+        const eng_w *v = w[made];
+        if (is_block(v->dt)) {
+            if (eng_qrows_make(v->dt, v->data, v->rows, v->cols, x, n, y[made], &rj[made]) < 0) break;
+            continue;
+        }
+        /* x as eng_matmul's streaming path reads it, made once for all the products */
+        job *j = &jobs[made];
+        *j = (job){v, NULL, x, NULL, NULL, wide, y[made], n, 16, 0};
+        if (tiny(v, n)) {
+            /* read as given, as eng_matmul does */
+        } else if (wants_pairs(v->dt, v->cols, wide)) {
+            if (!xp) xp = x_pairs(x, n, v->cols);
+            j->xp = xp;
+        } else if (v->cols % 16 == 0) {
+            if (!xa) xa = eng_x_aligned(x, (size_t)n * v->cols);
+            if (xa) j->x = xa;
+        }
+        rj[made] = (eng_rowjob){.run = shared_run, .ctx = j, .rows = v->rows};
+    }
+    if (made == count) eng_parallel_rows(rj, count);
+    for (int i = 0; i < made; i++)
+        if (is_block(w[i]->dt)) eng_qrows_free(&rj[i]);
+    /* without memory for a block product's activations: one product at a time */
+    for (int i = made < count ? 0 : count; i < count; i++) eng_matmul(w[i], x, n, y[i]);
+    free(xp);
+    free(xa);
+}
+
 void eng_matmul(const eng_w *w, const float *x, int n, float *y)
 {
     static int blas_single;
@@ -796,7 +860,7 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
          * are dequantised exactly and multiplied in f32 anyway) */
         if (w->exact && n <= 8) {
             job j = {.w = w, .x = x, .y = y, .n = n};
-            if ((size_t)w->rows * (size_t)w->cols * (size_t)n < 32768) exact_part(&j, 0, 1);
+            if (tiny(w, n)) exact_part(&j, 0, 1);
             else eng_parallel(exact_part, &j);
             return;
         }
@@ -817,9 +881,8 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
     int per = (int)(TILE_BYTES / ((size_t)w->cols * sizeof(float)));
     j.tile = per < 16 ? 16 : per & ~15;
 
-    /* tiny products are not worth waking the pool (nor copying x for) */
     float *xa = NULL;
-    if ((size_t)w->rows * (size_t)w->cols * (size_t)n < 32768) {
+    if (tiny(w, n)) {
         run_part(&j, 0, 1);
     } else {
         /* decode streamed 15-20 % slower with x 16 bytes off a cache line (bf16, 2026-12-02);

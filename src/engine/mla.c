@@ -48,17 +48,16 @@ int eng_mla_layer(eng_session *s, int layer, const float *h, int n, int pos0, fl
     float *cl = qx + (size_t)n * heads * row, *ctxo = cl + (size_t)n * heads * lat;
     float *g_in = ctxo + (size_t)n * heads * vd, *g_lat = g_in + (size_t)n * nope;
     float *g_v = g_lat + (size_t)n * lat;
+    const eng_w *in2[2] = {m->q_lora ? &L->q_a : &L->q, &L->kv_a};
+    float *const out2[2] = {m->q_lora ? qa : q, ka};
+    eng_matmul_shared(in2, 2, h, n, out2);
     if (m->q_lora) {
-        eng_matmul(&L->q_a, h, n, qa);
         eng_norm_apply(&L->q_a_norm, qa, qa, n);
         eng_matmul(&L->q_b, qa, n, q);
-    } else {
-        eng_matmul(&L->q, h, n, q);
     }
     eng_rope_apply(L->rope, q, n, pos0, heads, qk, nope);
 
     /* the cache row: [norm(latent) | rope(k_rope)] */
-    eng_matmul(&L->kv_a, h, n, ka);
     for (int t = 0; t < n; t++) memcpy(lt + (size_t)t * lat, ka + (size_t)t * row, (size_t)lat * sizeof *lt);
     eng_norm_apply(&L->kv_a_norm, lt, lt, n);
     eng_rope_apply(L->rope, ka, n, pos0, 1, row, lat);

@@ -138,3 +138,24 @@ int eng_claim_rows(atomic_int *next, int rows, int nparts, int *lo, int *hi)
     *hi = rows - *lo < chunk ? rows : *lo + chunk;
     return 1;
 }
+
+typedef struct rows_region {
+    eng_rowjob *jobs;
+    int count;
+} rows_region;
+
+static void rows_part(void *ctx, int i, int nparts)
+{
+    (void)i;
+    rows_region *g = ctx;
+    int lo, hi;
+    for (int k = 0; k < g->count; k++)
+        while (eng_claim_rows(&g->jobs[k].next, g->jobs[k].rows, nparts, &lo, &hi))
+            g->jobs[k].run(g->jobs[k].ctx, lo, hi);
+}
+
+void eng_parallel_rows(eng_rowjob *jobs, int count)
+{
+    rows_region g = {jobs, count};
+    eng_parallel(rows_part, &g);
+}

@@ -1026,6 +1026,36 @@ void eng_qgemm(vx_dtype dt, const void *W, int rows, int cols, const float *X, i
     eng_xpack_free(&j.pk);
 }
 
+typedef struct qrows {
+    job j;
+    acts a;
+} qrows;
+
+static void qrows_run(const void *ctx, int lo, int hi)
+{
+    run_rows(&((const qrows *)ctx)->j, lo, hi);
+}
+
+int eng_qrows_make(vx_dtype dt, const void *W, int rows, int cols, const float *X, int n, float *Y,
+                   eng_rowjob *rj)
+{
+    qrows *q = n <= GEMM_N ? malloc(sizeof *q) : NULL;
+    if (!q) return -1;
+    job_init(&q->j, &q->a, dt, W, rows, cols, X, n, Y, 0);
+    rj->run = qrows_run;
+    rj->ctx = q;
+    rj->rows = rows;
+    atomic_init(&rj->next, 0);
+    return 0;
+}
+
+void eng_qrows_free(eng_rowjob *rj)
+{
+    qrows *q = (qrows *)rj->ctx;
+    free(q->a.mem);
+    free(q);
+}
+
 void eng_qgemv(vx_dtype dt, const void *W, int rows, int cols, const float *x, float *y)
 {
     eng_qgemm(dt, W, rows, cols, x, 1, y);

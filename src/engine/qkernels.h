@@ -49,6 +49,14 @@ int eng_qprefill_int(vx_dtype dt);
 void eng_qgemm_rows(vx_dtype dt, const void *W, int r0, int r1, int rows, int cols,
                     const float *X, int n, float *Y);
 
+/* eng_qgemm's streaming path (n <= 8) as one job of eng_parallel_rows (engine_int.h): rj
+ * set to compute Y row for row as eng_qgemm would. 0 on success (then eng_qrows_free); -1
+ * when n > 8 or memory runs out (the caller calls eng_qgemm). */
+struct eng_rowjob;
+int eng_qrows_make(vx_dtype dt, const void *W, int rows, int cols, const float *X, int n, float *Y,
+                   struct eng_rowjob *rj);
+void eng_qrows_free(struct eng_rowjob *rj);
+
 /* One weight row (cols elements in dt) · x in f32 with exact weights (the browse path:
  * gate-row scores read in place). */
 float eng_qdot(vx_dtype dt, const void *row, const float *x, int cols);

@@ -4,7 +4,8 @@
  * for many — each run with and without LQL_NO_AVX512; odd widths, row counts that are not
  * a multiple of the 6-row block and token counts past one 64-token group exercise the
  * tails), the LQL_PREFILL_BF16=1 opt-in's bound, the transposed f32 view, norms, rope styles, activations,
- * softcap, softmax, and the sampler's determinism and filters.
+ * softcap, softmax, and the sampler's determinism and filters; eng_matmul_shared equal to
+ * eng_matmul bit for bit.
  */
 #include <stdlib.h>
 #include "t.h"
@@ -184,6 +185,68 @@ static void test_quant_dispatch(void)
         free(y);
     }
     free(m); free(deq); free(q);
+}
+
+/* eng_matmul_shared against one eng_matmul per product, bit for bit: bf16 (pairs' order,
+ * and past 4096 columns the split rows), f16, f32, Q8_0 and Q4_K sharing one x (given at
+ * an address off a cache line, so the aligned copy is made), 1-8 tokens in one region;
+ * 9 tokens, a transposed view and a source-exact block view take eng_matmul itself. */
+static void shared_case(int cols, int n, int odd)
+{
+    enum { P = 4 };
+    const vx_dtype dts[5] = {VX_BF16, VX_F16, VX_F32, VX_Q8_0, VX_Q4_K};
+    const int rows[P] = {300, 40, 8, 520};   /* 8 rows: tiny, x read as given */
+    float *m = malloc((size_t)520 * cols * 4), *xb = malloc(((size_t)n * cols + 16) * 4);
+    float *x = xb + 1;
+    for (int i = 0; i < n * cols; i++) x[i] = rnd();
+    for (int set = 0; set < 5; set++) {
+        eng_w w[P];
+        void *buf[P];
+        float *y[P], *ref[P];
+        const eng_w *wp[P];
+        for (int i = 0; i < P; i++) {
+            vx_dtype dt = dts[(set + i) % 5];
+            for (size_t k = 0; k < (size_t)rows[i] * cols; k++) m[k] = rnd();
+            buf[i] = malloc((size_t)rows[i] * cols * 4);
+            if (dt == VX_Q8_0 || dt == VX_Q4_K) {
+                size_t rb = (size_t)cols / vx_dtype_block_elems(dt) * vx_dtype_block_bytes(dt);
+                for (int r = 0; r < rows[i]; r++)
+                    vx_quantize_row(dt, m + (size_t)r * cols, (char *)buf[i] + r * rb, (size_t)cols);
+                w[i] = (eng_w){dt, buf[i], rows[i], cols, rb, 0, 0};
+            } else {
+                w[i] = store(dt, m, rows[i], cols, buf[i]);
+            }
+            if (odd == 1 && i == 2 && dt == VX_F32) {
+                w[i].trans = 1;   /* stored [cols, rows]: a different path, same shape */
+                w[i].rows = cols < rows[i] ? cols : rows[i];
+                w[i].cols = cols;
+                w[i].row_bytes = 0;
+            }
+            if (odd == 2 && (dt == VX_Q8_0 || dt == VX_Q4_K)) w[i].exact = 1;
+            wp[i] = &w[i];
+            y[i] = malloc((size_t)n * w[i].rows * 4);
+            ref[i] = malloc((size_t)n * w[i].rows * 4);
+            eng_matmul(&w[i], x, n, ref[i]);
+        }
+        eng_matmul_shared(wp, P, x, n, y);
+        for (int i = 0; i < P; i++) {
+            CHECK_MSG(!memcmp(y[i], ref[i], (size_t)n * w[i].rows * 4),
+                      "shared product %d (%s, %d x %d) at %d tokens differs from eng_matmul",
+                      i, vx_dtype_name(w[i].dt), w[i].rows, cols, n);
+            free(y[i]); free(ref[i]); free(buf[i]);
+        }
+    }
+    free(m); free(xb);
+}
+
+static void test_shared(void)
+{
+    for (int n = 1; n <= 9; n += (n < 3 ? 2 : 5)) {
+        shared_case(512, n, 0);
+        shared_case(5632, n, 0);
+    }
+    shared_case(512, 1, 1);
+    shared_case(512, 2, 2);
 }
 
 static void test_norm(void)
@@ -504,10 +567,12 @@ int main(void)
 {
     test_matmul();
     test_rows_dot();
+    test_shared();
     test_attend();
     setenv("LQL_NO_AVX512", "1", 1);   /* the sgemm prefill, the AVX2 GEMV, scalar attention */
     test_matmul();
     test_rows_dot();
+    test_shared();
     test_attend();
     test_quant_dispatch();
     unsetenv("LQL_NO_AVX512");
