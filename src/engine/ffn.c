@@ -52,16 +52,12 @@ int eng_mlp_run(const eng_model *m, int layer, const eng_mlp *b, int f0, const f
     const int H = m->hidden, I = b->inter;
     const eng_overlay *ov = f0 >= 0 ? m->overlay : NULL;
     float *g = NULL;
-    if (b->gate.data) {
-        g = malloc((size_t)n * I * sizeof *g);
-        if (!g) return vx_errf(err, VX_ENOMEM, "layer %d: out of memory for the ffn", layer);
-        const eng_w *gu[2] = {&b->gate, &b->up};
-        float *const out2[2] = {g, act};
-        eng_matmul_shared(gu, 2, h, n, out2);
-        eng_add_bias(g, b->gate_b, n, I);
-    } else {
-        eng_matmul(&b->up, h, n, act);
-    }
+    if (b->gate.data && !(g = malloc((size_t)n * I * sizeof *g)))
+        return vx_errf(err, VX_ENOMEM, "layer %d: out of memory for the ffn", layer);
+    const eng_w *ug[2] = {&b->up, &b->gate};
+    float *const out2[2] = {act, g};
+    eng_matmul_shared(ug, g ? 2 : 1, h, n, out2);
+    if (g) eng_add_bias(g, b->gate_b, n, I);
     eng_add_bias(act, b->up_b, n, I);
     for (size_t e = 0; ov && e < ov->n_edits; e++) {
         const eng_feature_edit *ed = &ov->edits[e];

@@ -774,6 +774,23 @@ static int tiny(const eng_w *w, int n)
     return (size_t)w->rows * (size_t)w->cols * (size_t)n < 32768;
 }
 
+/* x as the streaming path reads it (n <= SMALL_N, not tiny): bf16 rows in pairs' order,
+ * other rows from a 64-byte-aligned copy when x is not aligned (decode streamed 15-20 %
+ * slower with x 16 bytes off a cache line, bf16, 2026-12-02). Each copy is made once into
+ * *xp or *xa, which the caller frees, so the products of one x share it. */
+static void stream_x(job *j, float **xp, float **xa)
+{
+    const eng_w *w = j->w;
+    if (j->n > SMALL_N || tiny(w, j->n)) return;
+    if (wants_pairs(w->dt, w->cols, j->wide)) {
+        if (!*xp) *xp = x_pairs(j->x, j->n, w->cols);
+        j->xp = *xp;
+    } else if (w->cols % 16 == 0) {
+        if (!*xa) *xa = eng_x_aligned(j->x, (size_t)j->n * w->cols);
+        if (*xa) j->x = *xa;
+    }
+}
+
 static void shared_run(const void *ctx, int lo, int hi)
 {
     const job *j = ctx;
@@ -808,25 +825,16 @@ void eng_matmul_shared(const eng_w *const *w, int count, const float *x, int n, 
             if (eng_qrows_make(v->dt, v->data, v->rows, v->cols, x, n, y[made], &rj[made]) < 0) break;
             continue;
         }
-        /* x as eng_matmul's streaming path reads it, made once for all the products */
         job *j = &jobs[made];
         *j = (job){v, NULL, x, NULL, NULL, wide, y[made], n, 16, 0};
-        if (tiny(v, n)) {
-            /* read as given, as eng_matmul does */
-        } else if (wants_pairs(v->dt, v->cols, wide)) {
-            if (!xp) xp = x_pairs(x, n, v->cols);
-            j->xp = xp;
-        } else if (v->cols % 16 == 0) {
-            if (!xa) xa = eng_x_aligned(x, (size_t)n * v->cols);
-            if (xa) j->x = xa;
-        }
+        stream_x(j, &xp, &xa);
         rj[made] = (eng_rowjob){.run = shared_run, .ctx = j, .rows = v->rows};
     }
     if (made == count) eng_parallel_rows(rj, count);
     for (int i = 0; i < made; i++)
         if (is_block(w[i]->dt)) eng_qrows_free(&rj[i]);
-    /* without memory for a block product's activations: one product at a time */
-    for (int i = made < count ? 0 : count; i < count; i++) eng_matmul(w[i], x, n, y[i]);
+    if (made < count)   /* no memory for a block product's activations: one at a time */
+        for (int i = 0; i < count; i++) eng_matmul(w[i], x, n, y[i]);
     free(xp);
     free(xa);
 }
@@ -881,18 +889,11 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
     int per = (int)(TILE_BYTES / ((size_t)w->cols * sizeof(float)));
     j.tile = per < 16 ? 16 : per & ~15;
 
-    float *xa = NULL;
-    if (tiny(w, n)) {
-        run_part(&j, 0, 1);
-    } else {
-        /* decode streamed 15-20 % slower with x 16 bytes off a cache line (bf16, 2026-12-02);
-         * bf16 rows read x in pairs' order, an aligned copy */
-        if (n <= SMALL_N && wants_pairs(w->dt, w->cols, j.wide))
-            j.xp = xa = x_pairs(x, n, w->cols);
-        else if (n <= SMALL_N && w->cols % 16 == 0 && (xa = eng_x_aligned(x, (size_t)n * w->cols)))
-            j.x = xa;
-        eng_parallel(run_part, &j);
-    }
+    float *xp = NULL, *xa = NULL;
+    stream_x(&j, &xp, &xa);
+    if (tiny(w, n)) run_part(&j, 0, 1);
+    else eng_parallel(run_part, &j);
+    free(xp);
     free(xa);
     eng_xpack_free(&pk);
 }
