@@ -151,7 +151,8 @@ typedef struct brw_od_stats {
     char why[VX_ERR_MAX + 64];/* why there is no cache ("none (LQL_NO_CACHE=1)"), or what
                                * went wrong and that it is not used / not written; "" while
                                * it works */
-    unsigned events;          /* cache problems so far: a new one is said once */
+    unsigned events;          /* problems so far (the cache's, or a record that could not
+                               * be computed): a new one is said once */
 } brw_od_stats;
 void brw_meta_stats(const brw_model *m, brw_od_stats *out);
 /* band[b] = {lo, hi} inclusive (or -1 -1); the band of a layer (-1 if none). */
@@ -261,7 +262,10 @@ int brw_walk_run(const brw_model *m, const char *prompt, const brw_walk_opts *o,
                  brw_walk *out, vx_err *err);
 void brw_walk_free(brw_walk *w);
 
-/* The effective metadata of a feature (overlay first, then base): 0 when present. */
+/* The effective metadata of a feature (overlay first, then base): 0 when present. With
+ * BRW_META_ON_DEMAND a base record not prepared yet is computed here, one feature at a
+ * time (a failure is said through brw_od_stats.why); readers of many features prepare
+ * them first (brw_meta_prepare, brw_meta_prepare_layers). */
 int brw_feature_meta(const brw_model *m, const eng_overlay *ov, int layer, int64_t feature,
                      brw_meta *out);
 

@@ -5,9 +5,10 @@
  * bands in index.json.
  *
  * The record is defined by the exact pass: the top k of eng_row_dot(E[v], down[:, f])
- * (exact weights, f32) over every v, by (logit desc, id asc). Computing that for every v
- * is 2·vocab·hidden·features·layers flops (16 TFLOP for a 1.1B Llama), so each chunk of
- * FC features runs two passes that give the same records:
+ * (exact weights, f32) over every v, by (logit desc, id asc); an all-zero column has none
+ * (silent_col). Computing that for every v is 2·vocab·hidden·features·layers flops (16
+ * TFLOP for a 1.1B Llama), so each chunk of FC features runs two passes that give the same
+ * records:
  *   1. screen: the whole vocabulary is scored by a fast product with a proven error bound
  *      B per feature, the fastest the CPU has of
  *        int8   (eng_matmul_u8s8, AVX512-VNNI): E's rows and the columns quantised to
@@ -522,6 +523,18 @@ static void put_rec(uint8_t *r, size_t rb, int32_t top, float score, const int32
     }
 }
 
+/* Is the column all zero? Such a feature writes nothing to the residual stream, so it has
+ * no output token: its record is the all-zero one (no metadata), as COMPILE writes for a
+ * tombstone, whose down column it zeroes — so a compiled tombstone reads the same whether
+ * the container stores its down-meta or computes it on demand. */
+static int silent_col(const float *col, int H)
+{
+    for (int h = 0; h < H; h++)
+        if (col[h] != 0)
+            return 0;
+    return 1;
+}
+
 /* Feature j's candidate id rescored exactly and merged into its best k. */
 static void rescore_one(const dm_worker *w, int j, int32_t id, int32_t *ids, float *val, int *n)
 {
@@ -546,6 +559,10 @@ static void rescore_part(void *ctx, int part, int parts)
         int32_t ids[K] = {0};
         float val[K] = {0};
         int n = 0;
+        if (silent_col(w->dcol + (size_t)j * (size_t)s->hidden, s->hidden)) {
+            put_rec(w->rec + (size_t)(ch->part->first + ch->f0 + j) * w->rb, w->rb, 0, 0, ids, val, 0);
+            continue;
+        }
         /* admitted under an earlier threshold; the final one holds for the whole scan */
         const float first = w->tn[j] ? w->top[(size_t)j * K + (size_t)w->tn[j] - 1] : INFINITY;
         int nc = 0;
@@ -871,6 +888,8 @@ int brw_downmeta_exact(const brw_shape *s, const int *layer, const int64_t *feat
             for (int t = 0; t < x.cnt[o]; t++)
                 topk_push(ids, val, &c, x.ids[o * K + (size_t)t], x.val[o * K + (size_t)t]);
         }
+        if (silent_col(x.cols + j * H, s->hidden))
+            c = 0;
         put_rec(recs + j * rb, rb, ids[0], val[0], ids, val, c);
     }
 done:

@@ -1068,6 +1068,10 @@ int brw_show_layers(const brw_model *m, int lo, int hi, const eng_overlay *ov,
     if (lo > hi || hi >= m->s.layers)
         return vx_errf(err, VX_EARG, "layer range %d-%d is out of range (the model has %d "
                        "layers: 0-%d)", lo, hi, m->s.layers, m->s.layers - 1);
+    /* the layers' down-meta in one pass where the container stores none (brw_feature_meta
+     * would compute it a feature at a time) */
+    if (m->od && need_meta(m, NULL, lo, hi, err) != 0)
+        return -1;
     brw_layer_info *li = calloc((size_t)(hi - lo + 1), sizeof *li);
     int32_t *cnt = calloc((size_t)m->s.vocab, sizeof *cnt);
     if (!li || !cnt) {

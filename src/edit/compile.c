@@ -399,6 +399,14 @@ static int materialise(const eng_overlay *ov, const site *st, const char *name, 
     return rc;
 }
 
+int ed_tensor_edited(const vx_container *c, const eng_overlay *ov, const vx_tensor *t)
+{
+    if (!ov)
+        return 0;
+    site st = site_of(c, t->object, t->name, t->shape, t->ndim);
+    return edited(ov, &st);
+}
+
 int ed_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_tensor *t,
                   float **out, int *changed, vx_err *err)
 {

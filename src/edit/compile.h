@@ -36,6 +36,8 @@
  * NULL (the stored values). */
 int ed_tensor_f32(const vx_container *c, const eng_overlay *ov, const vx_tensor *t,
                   float **out, int *edited, vx_err *err);
+/* Does the overlay change the tensor (ed_tensor_f32's *edited, without the values)? */
+int ed_tensor_edited(const vx_container *c, const eng_overlay *ov, const vx_tensor *t);
 
 /* Shared with COMPACT (edit_compact.c). */
 /* sha256 of a representation's payload: its segments' tensor bytes in table order, read

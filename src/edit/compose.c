@@ -96,6 +96,9 @@ int ed_insert_compose(ed_model *es, eng_model *m, const ed_insert_req *st, ed_in
         vx_errf(&e->vx, VX_ENOMEM, "out of memory");
         goto done;
     }
+    /* the slot reads every base record of the layer (computed first where not stored) */
+    if (brw_meta_prepare_layers(es->bm, &layer, 1, &ve))
+        goto vx_fail;
     int slot = compose_slot(es, cur, layer, F);
     if (slot < 0) {
         e->at = ED_AT_LAYER;

@@ -98,6 +98,10 @@ typedef struct ed_slot {
     int64_t feature;
 } ed_slot;
 
+/* The base metadata of n features computed in one pass where the container stores none
+ * (brw_meta_prepare; nothing to do otherwise), before ed_feature_meta reads each. */
+int ed_prepare_meta(const ed_model *ed, const ed_slot *sel, size_t n, vx_err *err);
+
 /* Tombstone every slot of sel[0..n) as one statement. */
 int ed_delete(ed_model *ed, const char *text, const ed_slot *sel, size_t n,
               vx_record_info *info, vx_err *err);

@@ -166,6 +166,24 @@ int ed_feature_meta(const ed_model *ed, int layer, int64_t feature, brw_meta *md
     return brw_feature_meta(ed->bm, ed_model_overlay(ed), layer, feature, md);
 }
 
+int ed_prepare_meta(const ed_model *ed, const ed_slot *sel, size_t n, vx_err *err)
+{
+    if (brw_meta_source(ed->bm) != BRW_META_ON_DEMAND || n == 0)
+        return 0;
+    int *ls = malloc(n * sizeof *ls);
+    int64_t *fs = malloc(n * sizeof *fs);
+    int rc = !ls || !fs ? vx_errf(err, VX_ENOMEM, "out of memory") : 0;
+    for (size_t i = 0; !rc && i < n; i++) {
+        ls[i] = sel[i].layer;
+        fs[i] = sel[i].feature;
+    }
+    if (!rc)
+        rc = brw_meta_prepare(ed->bm, ls, fs, n, err);
+    free(ls);
+    free(fs);
+    return rc;
+}
+
 int ed_record(ed_model *ed, const char *text, const vx_op *ops, size_t n,
               vx_record_info *info, vx_err *err)
 {
@@ -201,7 +219,7 @@ int ed_update(ed_model *ed, const char *text, const ed_slot *sel, size_t n, int3
     vx_op *ops = calloc(n + 1, sizeof *ops);
     if (!ops)
         return vx_errf(err, VX_ENOMEM, "out of memory");
-    int rc = 0;
+    int rc = ed_prepare_meta(ed, sel, n, err);
     for (size_t i = 0; i < n && rc == 0; i++) {
         brw_meta md;
         ed_update_row *row = &rows[i];

@@ -203,6 +203,12 @@ int lql_h_delete(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         free(text);
         return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
     }
+    vx_err pe = {0};
+    if (ed_prepare_meta(ed, sel.v, sel.n, &pe)) {
+        free(sel.v);
+        free(text);
+        return lql_err_vx(e, &pe, &st->at);
+    }
     for (size_t i = 0; i < sel.n; i++) {
         brw_meta md;
         char tok[256];

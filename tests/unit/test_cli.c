@@ -606,6 +606,55 @@ static void no_down_meta(const char *box)
     free(out); free(err);
 }
 
+/* The edit statements on a container without down-meta print what they print on the one
+ * that stores it (the base records they read computed on demand, said in notes): UPDATE's
+ * and DELETE's "before" columns, COMPOSE's free slot (the layer's lowest c_score, not
+ * feature 0), DIFF against the base (modified / deleted, not "added"), COMPILE's gate, DIFF
+ * of the base and the compiled container, and a compiled tombstone (a zero down column:
+ * no metadata, not token 0 at score 0) in a compiled container that stores none either. */
+static void edits_without_down_meta(const char *box)
+{
+    char cmd[8192], *out[2], *err[2];
+    setenv("LQL_NO_CACHE", "1", 1);   /* computed, not read back from the cache */
+    CHECK(sh(LQL_BINARY_DIR "/vindex encode " TINY " -o " DIR "/nodm-ed.vindex3 --no-down-meta",
+             &out[0], &err[0]) == 0);
+    free(out[0]); free(err[0]);
+    const char *base[2] = {box, DIR "/nodm-ed.vindex3"};
+    for (int i = 0; i < 2; i++) {
+        const char *b = base[i];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s-c' '%s-d' && " LQL " -c 'USE \"%s\" JOURNAL \":memory:\";"
+                 " UPDATE EDGES SET target = \"London\", confidence = 0.5 WHERE layer = 2 AND feature = 575;"
+                 " UPDATE EDGES SET confidence = 0.25 WHERE layer = 1 AND feature = 33;"
+                 " DELETE FROM EDGES WHERE layer = 0 AND feature = 76;"
+                 " INSERT INTO EDGES (entity, relation, target) VALUES (\"Zorbania\", \"capital\","
+                 " \"London\") MODE COMPOSE;"
+                 " DIFF \"%s\" CURRENT; COMPILE CURRENT INTO VINDEX \"%s-c\"; DIFF \"%s\" \"%s-c\";"
+                 " USE \"%s\" JOURNAL \":memory:\"; DELETE FROM EDGES WHERE layer = 0 AND feature = 76;"
+                 " COMPILE CURRENT INTO VINDEX \"%s-d\"; USE \"%s-d\" JOURNAL \":memory:\";"
+                 " UPDATE EDGES SET confidence = 0.3 WHERE layer = 0 AND feature = 76;"
+                 " UNDO; SELECT layer, feature, token, score FROM FEATURES WHERE layer = 0 AND feature >= 75"
+                 " AND feature <= 77; DIFF \"%s\" CURRENT LAYER 0;' 2>&1"
+                 " | grep -v \"computed on demand\" | sed \"s|%s|BASE|g\"",
+                 b, b, b, b, b, b, b, b, b, b, b, b);
+        CHECK(sh(cmd, &out[i], &err[i]) == 0);
+    }
+    CHECK_STR(out[1], out[0]);
+    CHECK_HAS(out[0], "layer\tfeature\tbefore\tafter\tconfidence\n2\t575\twhich\tLondon\t0.5\n");
+    CHECK_HAS(out[0], "0\t76\tpar\t\t0.19681322574615479\t0\tdeleted\n");
+    CHECK_HAS(out[0], "1\t33\ted\ted\t0.2177315354347229\t0.25\tmodified\n");
+    CHECK_HAS(out[0], "-- compiled: BASE-c");
+    CHECK_HAS(out[0], "0\t76\t\t\t0.3\n");   /* UPDATE on the compiled tombstone: no token before */
+    CHECK_HAS(out[0], "0\t75\tHerbert\t0.2440500408411026\n0\t77\tTorvalds\t");
+    CHECK_HAS(out[0], "0\t76\tpar\t\t0.19681322574615479\t0\tremoved\n");
+    CHECK(strstr(out[0], "added") == NULL && strstr(out[0], "error") == NULL);
+    struct stat st;
+    CHECK(stat(DIR "/nodm-ed.vindex3-d/browse/down_meta.bin", &st) != 0);
+    for (int i = 0; i < 2; i++) {
+        free(out[i]); free(err[i]);
+    }
+    unsetenv("LQL_NO_CACHE");
+}
+
 /* A refused clause or output file is refused before anything runs: status 1 and nothing on
  * stdout, never a printed result followed by the error. */
 static void refused_first(const char *box)
@@ -903,6 +952,7 @@ int main(void)
         without_tokenizer(box);
         bad_bands(box);
         no_down_meta(box);
+        edits_without_down_meta(box);
         refused_first(box);
         fifo_conversation(box);
         interrupt_last(box);
