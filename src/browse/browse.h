@@ -360,6 +360,7 @@ typedef struct brw_row {
     char *relation;
     double score;           /* EDGES from an entity / NEAREST: gate; else c_score */
     double confidence;      /* c_score */
+    int no_meta;            /* a walked feature without down-meta: no token, no confidence */
     char *also;             /* other top tokens, ", "-joined */
     int64_t count;          /* ENTITIES / SHOW RELATIONS: features */
     int band;

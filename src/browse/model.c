@@ -585,7 +585,8 @@ int brw_feature_meta(const brw_model *m, const eng_overlay *ov, int layer, int64
         brw_dmet_get(m->dmet, layer, feature, out);
     else if (m->od)
         brw_ondemand_get(m, layer, feature, out);
-    int retop = 0;
+    int retop = 0, scored = 0;
+    float score = 0;
     if (ov)
         for (size_t i = 0; i < ov->n_meta; i++) {
             const eng_meta_edit *e = &ov->meta[i];
@@ -597,10 +598,14 @@ int brw_feature_meta(const brw_model *m, const eng_overlay *ov, int layer, int64
                 out->present = 1;
             }
             if (e->has_score) {
-                out->c_score = e->c_score;
-                out->present = 1;
+                scored = 1;
+                score = e->c_score;
             }
         }
+    /* a score is the confidence of a record's top token: without a record (no down-meta,
+     * no token set) there is nothing to score, and a record of token 0 would be invented */
+    if (scored && out->present)
+        out->c_score = score;
     if (retop) {
         /* the base alternatives no longer describe the target: the new top token alone,
          * as COMPILE writes the record */

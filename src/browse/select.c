@@ -662,7 +662,7 @@ static int walk_rows(const brw_model *m, const brw_select_opts *o, const char *e
                 rc = vx_errf(err, VX_ENOMEM, "select: out of memory");
                 goto done;
             }
-            fill_meta(m, o->ov, r, h->layer, h->feature);
+            r->no_meta = fill_meta(m, o->ov, r, h->layer, h->feature) != 0;
             r->score = h->score;
             r->entity = dup(ent);
             if (!all_match(o, r, named)) {

@@ -282,6 +282,11 @@ static int write_meta(const char *path, const eng_overlay *ov, vx_err *err)
             rc = vx_errf(err, VX_EFORMAT, "compile: '%s' is truncated", path);
             break;
         }
+        int none = 1;   /* an all-zero record: no down-meta, which a score alone leaves so */
+        for (long k = 0; k < rec && none; k++)
+            none = r[k] == 0;
+        if (me && none && me->top_id < 0)
+            continue;
         if (me) {
             uint32_t top;
             float c;

@@ -687,7 +687,10 @@ static void rows_table(const brw_rows *rows, const brw_field *f, int nf, lql_tab
             case BRW_F_ENTITY: lql_cell_text(t, x->entity); break;
             case BRW_F_RELATION: lql_cell_text(t, x->relation); break;
             case BRW_F_SCORE: lql_cell_float(t, x->score); break;
-            case BRW_F_CONFIDENCE: lql_cell_float(t, x->confidence); break;
+            case BRW_F_CONFIDENCE:
+                if (x->no_meta) lql_cell_null(t);
+                else lql_cell_float(t, x->confidence);
+                break;
             case BRW_F_ALSO: lql_cell_text(t, x->also); break;
             case BRW_F_COUNT: lql_cell_int(t, x->count); break;
             case BRW_F_BAND: lql_cell_text(t, brw_band_name(x->band)); break;

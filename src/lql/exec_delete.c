@@ -250,6 +250,38 @@ static int target_id(const eng_tokenizer *tok, const char *target, const lql_spa
     return 0;
 }
 
+/* UPDATE without a target: the selected features that have no down-meta are left out
+ * (*none of them, said in a note), since a confidence is that of a feature's output token
+ * and they have none (a compiled tombstone, a zero down column, or a container whose
+ * down-meta cannot be computed); scoring them would invent token 0. */
+static int without_meta(ed_model *ed, fvec *sel, size_t *none, lql_result *r, lql_err *e)
+{
+    vx_err ve = {0};
+    if (ed_prepare_meta(ed, sel->v, sel->n, &ve))
+        return lql_err_vx(e, &ve, NULL);
+    size_t w = 0;
+    char first[96] = "";
+    for (size_t i = 0; i < sel->n; i++) {
+        brw_meta md;
+        if (ed_feature_meta(ed, sel->v[i].layer, sel->v[i].feature, &md) == 0 && md.present)
+            sel->v[w++] = sel->v[i];
+        else if ((*none)++ == 0)
+            snprintf(first, sizeof first, "layer %d feature %lld", sel->v[i].layer,
+                     (long long)sel->v[i].feature);
+    }
+    sel->n = w;
+    if (*none) {
+        const brw_model *bm = ed_model_browse(ed);
+        if (brw_meta_source(bm) == BRW_META_NONE)
+            brw_meta_refuse(bm, &ve);
+        lql_result_note(r, "%zu feature%s without down-meta left as %s (%s%s): a confidence is "
+                        "that of a feature's output token; SET target = \"…\" gives one%s%s",
+                        *none, *none == 1 ? "" : "s", *none == 1 ? "it is" : "they are", first,
+                        *none > 1 ? ", …" : "", ve.msg[0] ? "; " : "", ve.msg);
+    }
+    return 0;
+}
+
 int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     ed_model *ed = NULL;
@@ -284,6 +316,11 @@ int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         free(sel.v);
         return -1;
     }
+    size_t none = 0;
+    if (tid < 0 && without_meta(ed, &sel, &none, r, e)) {
+        free(sel.v);
+        return -1;
+    }
     static const lql_colspec cols[] = {{"layer", LQL_INT, 0}, {"feature", LQL_INT, 0},
                                        {"before", LQL_TEXT, 0}, {"after", LQL_TEXT, 0},
                                        {"confidence", LQL_FLOAT, 4}};
@@ -314,7 +351,7 @@ int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     }
     int rc = 0;
     if (sel.n == 0)
-        lql_result_note(r, "no live feature matches: nothing updated");
+        lql_result_note(r, none ? "nothing updated" : "no live feature matches: nothing updated");
     else
         rc = recorded(st, ed, urc, &ve, &info, "updated", sel.n, r, e);
     free(text);

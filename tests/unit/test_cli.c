@@ -593,6 +593,25 @@ static void no_down_meta(const char *box)
     CHECK_HAS(err, "error: <command>:1:");
     CHECK_HAS(out, "0\t739\t");
     free(out); free(err);
+    /* nor can DIFF compare its features (a DELETE would read as unchanged): said, tensors
+     * still compared; a confidence alone is not set on features that have no token */
+    CHECK(sh(LQL " -c 'USE \"" DIR "/nodm.vindex3\" PROFILE \"q8\" JOURNAL \":memory:\"; DELETE "
+             "FROM EDGES WHERE layer = 0 AND feature = 76; UPDATE EDGES SET confidence = 0.5 WHERE "
+             "layer = 1 AND feature = 3; DIFF \"" DIR "/nodm.vindex3\" CURRENT LAYER 0;'",
+             &out, &err) == 0);
+    CHECK_HAS(err, "-- features not compared: side b (CURRENT): the container has no down-meta "
+                   "(browse/down_meta.bin) and it cannot be computed: down_meta: operand ");
+    CHECK_HAS(err, "-- 1 feature without down-meta left as it is (layer 1 feature 3): a confidence "
+                   "is that of a feature's output token; SET target = \"…\" gives one; the "
+                   "container has no down-meta");
+    CHECK_HAS(out, "target.decoder_stack\tlayers.0.ffn.down_proj\t");
+    CHECK(strstr(out, "c_a\tc_b") == NULL);
+    free(out); free(err);
+    /* the features NEAREST TO walks have no confidence there: null, not 0 */
+    CHECK(sh(LQL " -json -c 'USE \"" DIR "/nodm.vindex3\" PROFILE \"q8\"; SELECT target, "
+             "confidence FROM EDGES NEAREST TO \"France\" AT LAYER 2 LIMIT 1;'", &out, &err) == 0);
+    CHECK_HAS(out, "\"rows\": [{\"target\": null, \"confidence\": null}]");
+    free(out); free(err);
     /* under a profile whose operands are a derived bf16 copy the records would differ from
      * the checkpoint's, which the cache (one per container) holds: computed, not cached */
     CHECK(sh(LQL_BINARY_DIR "/vindex represent " DIR "/nodm.vindex3 target.decoder_stack "
@@ -611,7 +630,8 @@ static void no_down_meta(const char *box)
  * and DELETE's "before" columns, COMPOSE's free slot (the layer's lowest c_score, not
  * feature 0), DIFF against the base (modified / deleted, not "added"), COMPILE's gate, DIFF
  * of the base and the compiled container, and a compiled tombstone (a zero down column:
- * no metadata, not token 0 at score 0) in a compiled container that stores none either. */
+ * no metadata, not token 0 at score 0) in a compiled container that stores none either,
+ * which an UPDATE of the confidence alone leaves as it is. */
 static void edits_without_down_meta(const char *box)
 {
     char cmd[8192], *out[2], *err[2];
@@ -631,8 +651,7 @@ static void edits_without_down_meta(const char *box)
                  " DIFF \"%s\" CURRENT; COMPILE CURRENT INTO VINDEX \"%s-c\"; DIFF \"%s\" \"%s-c\";"
                  " USE \"%s\" JOURNAL \":memory:\"; DELETE FROM EDGES WHERE layer = 0 AND feature = 76;"
                  " COMPILE CURRENT INTO VINDEX \"%s-d\"; USE \"%s-d\" JOURNAL \":memory:\";"
-                 " UPDATE EDGES SET confidence = 0.3 WHERE layer = 0 AND feature = 76;"
-                 " UNDO; SELECT layer, feature, token, score FROM FEATURES WHERE layer = 0 AND feature >= 75"
+                 " UPDATE EDGES SET confidence = 0.3 WHERE layer = 0 AND feature = 76; SELECT layer, feature, token, score FROM FEATURES WHERE layer = 0 AND feature >= 75"
                  " AND feature <= 77; DIFF \"%s\" CURRENT LAYER 0;' 2>&1"
                  " | grep -v \"computed on demand\" | sed \"s|%s|BASE|g\"",
                  b, b, b, b, b, b, b, b, b, b, b, b);
@@ -643,7 +662,11 @@ static void edits_without_down_meta(const char *box)
     CHECK_HAS(out[0], "0\t76\tpar\t\t0.19681322574615479\t0\tdeleted\n");
     CHECK_HAS(out[0], "1\t33\ted\ted\t0.2177315354347229\t0.25\tmodified\n");
     CHECK_HAS(out[0], "-- compiled: BASE-c");
-    CHECK_HAS(out[0], "0\t76\t\t\t0.3\n");   /* UPDATE on the compiled tombstone: no token before */
+    /* a confidence alone on the compiled tombstone: it has no token to score (token 0 was
+     * invented before) */
+    CHECK_HAS(out[0], "-- 1 feature without down-meta left as it is (layer 0 feature 76): a "
+                      "confidence is that of a feature's output token; SET target = \"…\" gives "
+                      "one\n-- nothing updated\n");
     CHECK_HAS(out[0], "0\t75\tHerbert\t0.2440500408411026\n0\t77\tTorvalds\t");
     CHECK_HAS(out[0], "0\t76\tpar\t\t0.19681322574615479\t0\tremoved\n");
     CHECK(strstr(out[0], "added") == NULL && strstr(out[0], "error") == NULL);
