@@ -285,12 +285,38 @@ static int pending(brw_ondemand *d, const brw_model *m, const int *layer, const 
     return 0;
 }
 
+/* The layers in which n names at least a third of the features (repeats counted): the
+ * screened pass computes a whole layer for about what the exact pass costs for a third of
+ * it (1.1B: 2.4 s a layer, 1.3 s for 1000 of its 5632 features), to the same records. */
+static int dense_layers(const brw_model *m, const int *layer, size_t n, int *out)
+{
+    const int L = m->s.layers;
+    size_t *cnt = calloc((size_t)L + 1, sizeof *cnt);
+    int k = 0;
+    if (!cnt)
+        return 0;   /* then feature by feature: slower, the same records */
+    for (size_t i = 0; i < n; i++)
+        if (layer[i] >= 0 && layer[i] < L)
+            cnt[layer[i]]++;
+    for (int l = 0; l < L; l++)
+        if (m->s.layer[l].features > 0 && cnt[l] * 3 >= (size_t)m->s.layer[l].features)
+            out[k++] = l;
+    free(cnt);
+    return k;
+}
+
 int brw_meta_prepare(const brw_model *m, const int *layer, const int64_t *feature, size_t n,
                      vx_err *err)
 {
     brw_ondemand *d = m->od;
     if (!d || n == 0)
         return 0;
+    int *dense = malloc(((size_t)d->layers + 1) * sizeof *dense);
+    const int nd = dense ? dense_layers(m, layer, n, dense) : 0;
+    const int drc = nd ? brw_meta_prepare_layers(m, dense, nd, err) : 0;
+    free(dense);
+    if (drc)
+        return -1;
     int *ml = malloc(n * sizeof *ml);
     int64_t *mf = malloc(n * sizeof *mf);
     uint8_t *recs = NULL;

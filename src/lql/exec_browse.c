@@ -807,7 +807,13 @@ int lql_h_select(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         o.nearest = st->nearest;
         o.nearest_layer = (int)st->layer;
     }
-    return run_rows(st, m, from, -1, &o, f, nf, r, e);
+    int rc = run_rows(st, m, from, -1, &o, f, nf, r, e);
+    if (rc == 0 && brw_meta_source(m) == BRW_META_NONE) {
+        /* walked edges (an entity, NEAREST TO) have no targets here: say why, as WALK does */
+        brw_meta_refuse(m, &ve);
+        lql_result_note(r, "%s", ve.msg);
+    }
+    return rc;
 }
 
 /* ---------------------------------------------------------------- SHOW */

@@ -611,6 +611,8 @@ static void no_down_meta(const char *box)
     CHECK(sh(LQL " -json -c 'USE \"" DIR "/nodm.vindex3\" PROFILE \"q8\"; SELECT target, "
              "confidence FROM EDGES NEAREST TO \"France\" AT LAYER 2 LIMIT 1;'", &out, &err) == 0);
     CHECK_HAS(out, "\"rows\": [{\"target\": null, \"confidence\": null}]");
+    CHECK_HAS(out, "\"notes\": [\"the container has no down-meta (browse/down_meta.bin) and it "
+                   "cannot be computed: down_meta: operand ");
     free(out); free(err);
     /* under a profile whose operands are a derived bf16 copy the records would differ from
      * the checkpoint's, which the cache (one per container) holds: computed, not cached */
