@@ -136,7 +136,8 @@ int brw_meta_refuse(const brw_model *m, vx_err *err);
  * stored records, so brw_feature_meta then gives what down_meta.bin would; vocab · hidden
  * multiply-adds a feature, on the engine's pool. A layer the list names a third or more of
  * is computed whole by brw_meta_prepare_layers instead (cheaper, the same records).
- * Otherwise nothing to do. */
+ * Cancellable (vx_cancel_flag): what was not finished stays uncomputed. Otherwise nothing
+ * to do. */
 int brw_meta_prepare(const brw_model *m, const int *layer, const int64_t *feature, size_t n,
                      vx_err *err);
 /* With BRW_META_ON_DEMAND: every feature's down-meta of the n layers listed (those not

@@ -66,7 +66,8 @@ int brw_downmeta_check(const vx_container *c, const brw_shape *s, vx_err *err);
 /* The down-meta records (8 + 8 · BRW_DOWN_TOP_K bytes each, as down_meta.bin holds them)
  * of n features (layer[i], feature[i]) into recs, by the exact pass alone: the same
  * records as the encode hook's for the same weights, at vocab · hidden multiply-adds a
- * feature (no screen). On the engine's pool; not from inside eng_parallel. */
+ * feature (no screen). On the engine's pool; not from inside eng_parallel. Cancellable
+ * (vx_cancel_flag, VX_ECANCEL: no record written). */
 int brw_downmeta_exact(const brw_shape *s, const int *layer, const int64_t *feature, size_t n,
                        uint8_t *recs, vx_err *err);
 /* Every record of the n layers listed into recs[i] (features × record bytes each), by the

@@ -846,7 +846,7 @@ static void exact_part(void *ctx, int part, int parts)
     const int64_t lo = (int64_t)s->vocab * part / parts, hi = (int64_t)s->vocab * (part + 1) / parts;
     const size_t rowb = (size_t)H * (s->embed->dtype == VX_F32 ? 4 : 2);
     float *y = x->y + (size_t)part * EX_TILE;
-    for (int64_t v0 = lo; v0 < hi; v0 += EX_TILE) {
+    for (int64_t v0 = lo; v0 < hi && !vx_cancel_flag; v0 += EX_TILE) {
         const int nt = (int)(hi - v0 < EX_TILE ? hi - v0 : EX_TILE);
         for (size_t j = 0; j < x->n; j++) {
             const size_t o = (size_t)part * x->n + j;
@@ -879,6 +879,10 @@ int brw_downmeta_exact(const brw_shape *s, const int *layer, const int64_t *feat
         x.xp[j] = eng_x_pairs(x.cols + j * H, (int)H);
     }
     eng_parallel(exact_part, &x);
+    if (vx_cancel_flag) {   /* Ctrl-C between tiles of 64 vocabulary rows: nothing written */
+        rc = vx_errf(err, VX_ECANCEL, "down_meta: cancelled");
+        goto done;
+    }
     for (size_t j = 0; j < n; j++) {
         int32_t ids[K] = {0};
         float val[K] = {0};

@@ -113,6 +113,17 @@ static void check_fixture(const char *what)
     CHECK(r_lazy == r_full && md.present == ms.present && md.top_id == ms.top_id &&
           md.c_score == ms.c_score && md.k == ms.k);
     CHECK(computed(ml) == 1);
+    /* Ctrl-C (vx_cancel_flag) stops the exact pass itself (the operands' first-touch check
+     * passed above): an error, nothing computed; the next request computes the feature */
+    {
+        const int l0 = 0;
+        const int64_t f0 = 1;
+        vx_cancel_flag = 1;
+        vx_err ce = {0};
+        CHECK(brw_meta_prepare(ml, &l0, &f0, 1, &ce) == -1 && ce.code == VX_ECANCEL);
+        vx_cancel_flag = 0;
+        CHECK(computed(ml) == 1);
+    }
 
     /* every feature through brw_meta_prepare, in two batches (the second half first, with a
      * repeat and out-of-range entries, which are skipped) */
