@@ -84,10 +84,16 @@ void brw_ondemand_free(brw_ondemand *d)
     free(d);
 }
 
-/* Is the record of (layer, feature) known? Called under d->mu. */
-static int known(const brw_ondemand *d, int layer, int64_t feature)
+/* The record of (layer, feature) into out when it is known: 1, else 0 (out untouched). */
+static int read_known(brw_ondemand *d, int layer, int64_t feature, brw_meta *out)
 {
-    return d->have[layer] && (d->have[layer][feature] == KNOWN || d->have[layer][feature] == CACHED);
+    pthread_mutex_lock(&d->mu);
+    const int have = d->have[layer] &&
+                     (d->have[layer][feature] == KNOWN || d->have[layer][feature] == CACHED);
+    if (have)
+        brw_dmet_rec(d->rec[layer] + (size_t)feature * REC, BRW_DOWN_TOP_K, out);
+    pthread_mutex_unlock(&d->mu);
+    return have;
 }
 
 int brw_ondemand_get(const brw_model *m, int layer, int64_t feature, brw_meta *out)
@@ -96,25 +102,19 @@ int brw_ondemand_get(const brw_model *m, int layer, int64_t feature, brw_meta *o
     memset(out, 0, sizeof *out);
     if (layer < 0 || layer >= d->layers || feature < 0 || feature >= m->s.layer[layer].features)
         return -1;
-    pthread_mutex_lock(&d->mu);
-    int have = known(d, layer, feature);
-    pthread_mutex_unlock(&d->mu);
-    if (!have) {
-        /* a reader that named no features first (an edit statement's report, DIFF, the
-         * COMPILE gate): the record is computed now, never read as "no metadata" */
-        vx_err err = {0};
-        if (brw_meta_prepare(m, &layer, &feature, 1, &err) != 0) {
-            pthread_mutex_lock(&d->mu);
-            snprintf(d->why, sizeof d->why, "down-meta of layer %d feature %lld could not be "
-                     "computed (%.400s): shown without it", layer, (long long)feature, err.msg);
-            d->events++;
-            pthread_mutex_unlock(&d->mu);
-            return 0;
-        }
+    if (read_known(d, layer, feature, out))
+        return 0;
+    /* a reader that named no features first (an edit statement's report, DIFF, the COMPILE
+     * gate): the record is computed now, never read as "no metadata" */
+    vx_err err = {0};
+    if (brw_meta_prepare(m, &layer, &feature, 1, &err) == 0) {
+        read_known(d, layer, feature, out);
+        return 0;
     }
     pthread_mutex_lock(&d->mu);
-    if (known(d, layer, feature))
-        brw_dmet_rec(d->rec[layer] + (size_t)feature * REC, BRW_DOWN_TOP_K, out);
+    snprintf(d->why, sizeof d->why, "down-meta of layer %d feature %lld could not be computed "
+             "(%.400s): shown without it", layer, (long long)feature, err.msg);
+    d->events++;
     pthread_mutex_unlock(&d->mu);
     return 0;
 }

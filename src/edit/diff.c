@@ -41,31 +41,23 @@ int ed_side_open(const ed_model *es, const char *path, ed_side *d, vx_err *err)
     return 0;
 }
 
-/* The features of layer l (or every layer, l < 0) an overlay gives metadata or an edit:
- * appended to (ls, fs), *n of *cap; -1 without memory. */
-static int touched(const eng_overlay *ov, int l, int **ls, int64_t **fs, size_t *n, size_t *cap)
+/* How many features an overlay gives metadata or an edit (repeats counted). */
+static size_t n_touched(const eng_overlay *ov)
 {
-    const size_t nm = ov ? ov->n_meta : 0, ne = ov ? ov->n_edits : 0;
-    for (size_t i = 0; i < nm + ne; i++) {
+    return ov ? ov->n_meta + ov->n_edits : 0;
+}
+
+/* Those of layer l (or every layer, l < 0), appended to (ls, fs) at *n. */
+static void touched(const eng_overlay *ov, int l, int *ls, int64_t *fs, size_t *n)
+{
+    const size_t nm = ov ? ov->n_meta : 0;
+    for (size_t i = 0; i < n_touched(ov); i++) {
         const int tl = i < nm ? ov->meta[i].layer : ov->edits[i - nm].layer;
         if (l >= 0 && tl != l)
             continue;
-        if (*n == *cap) {
-            size_t c = *cap ? *cap * 2 : 64;
-            int *nl = realloc(*ls, c * sizeof *nl);
-            if (nl)
-                *ls = nl;
-            int64_t *nf = realloc(*fs, c * sizeof *nf);
-            if (nf)
-                *fs = nf;
-            if (!nl || !nf)
-                return -1;
-            *cap = c;
-        }
-        (*ls)[*n] = tl;
-        (*fs)[(*n)++] = i < nm ? ov->meta[i].feature : ov->edits[i - nm].feature;
+        ls[*n] = tl;
+        fs[(*n)++] = i < nm ? ov->meta[i].feature : ov->edits[i - nm].feature;
     }
-    return 0;
 }
 
 /* The base down-meta the comparison reads, computed first where a side stores none (a
@@ -88,12 +80,15 @@ static int diff_prepare(const ed_side *A, const ed_side *B, int layer, int *only
         free(ls);
         return rc ? -1 : 0;
     }
-    int *ls = NULL;
-    int64_t *fs = NULL;
-    size_t n = 0, cap = 0;
-    int rc = touched(A->ov, layer, &ls, &fs, &n, &cap) || touched(B->ov, layer, &ls, &fs, &n, &cap)
-                 ? vx_errf(e, VX_ENOMEM, "out of memory")
-                 : 0;
+    const size_t cap = n_touched(A->ov) + n_touched(B->ov) + 1;
+    int *ls = malloc(cap * sizeof *ls);
+    int64_t *fs = malloc(cap * sizeof *fs);
+    size_t n = 0;
+    int rc = !ls || !fs ? vx_errf(e, VX_ENOMEM, "out of memory") : 0;
+    if (!rc) {
+        touched(A->ov, layer, ls, fs, &n);
+        touched(B->ov, layer, ls, fs, &n);
+    }
     for (size_t i = 0; !rc && i < n; i++) {
         if (!mark[ls[i]] && !(mark[ls[i]] = calloc((size_t)brw_features(A->bm, ls[i]) + 1, 1)))
             rc = vx_errf(e, VX_ENOMEM, "out of memory");

@@ -135,6 +135,57 @@ static int diff_patch(const lql_stmt *st, const ed_side *A, const ed_side *B,
     return 0;
 }
 
+/* The features whose tombstone or metadata differ, as a table and a count (*rows for INTO
+ * PATCH). A side whose down-meta is neither stored nor computable (a quantised profile's
+ * down operands) has nothing to compare — every feature would read as added or removed,
+ * and a deleted one as unchanged — so that is said instead, and INTO PATCH refused. */
+static int diff_features(const lql_stmt *st, const ed_side *A, const ed_side *B,
+                         ed_diff_row **rows, size_t *n, lql_result *r, lql_err *e)
+{
+    vx_err ve = {0};
+    const ed_side *blind = brw_meta_source(A->bm) == BRW_META_NONE   ? A
+                           : brw_meta_source(B->bm) == BRW_META_NONE ? B
+                                                                     : NULL;
+    if (blind) {
+        brw_meta_refuse(blind->bm, &ve);
+        if (lql_has(st, LQL_C_INTO_PATCH))
+            return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_INTO_PATCH], "DIFF INTO PATCH "
+                            "writes the feature differences, and %s cannot be compared: %s",
+                            blind->label, ve.msg);
+        lql_result_note(r, "features not compared: side %s (%s): %s", blind == A ? "a" : "b",
+                        blind->label, ve.msg);
+        return 0;
+    }
+    if (ed_diff_features(A, B, lql_has(st, LQL_C_LAYER) ? (int)st->layer : -1,
+                         lql_has(st, LQL_C_RELATION) ? st->relation : NULL, rows, n, &ve))
+        return lql_err_vx(e, &ve, &st->at);
+    static const lql_colspec cols[] = {
+        {"layer", LQL_INT, 0}, {"feature", LQL_INT, 0}, {"a", LQL_TEXT, 0},
+        {"b", LQL_TEXT, 0}, {"c_a", LQL_FLOAT, 4}, {"c_b", LQL_FLOAT, 4},
+        {"status", LQL_TEXT, 0}};
+    lql_table *t = lql_result_table(r, "features", 7, cols);
+    if (!t)
+        return lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
+    const ed_diff_row *x = *rows;
+    size_t limit = lql_has(st, LQL_C_LIMIT) ? (size_t)st->limit : 20;
+    for (size_t i = 0; i < *n && i < limit; i++) {
+        char ta[256], tb[256];
+        brw_trim(x[i].a.present ? brw_token_text(A->bm, x[i].a.top_id) : "", ta, sizeof ta);
+        brw_trim(x[i].b.present ? brw_token_text(B->bm, x[i].b.top_id) : "", tb, sizeof tb);
+        lql_row(t);
+        lql_cell_int(t, x[i].layer);
+        lql_cell_int(t, x[i].feature);
+        lql_cell_text(t, ta);
+        lql_cell_text(t, tb);
+        lql_cell_float(t, x[i].a.c_score);
+        lql_cell_float(t, x[i].b.c_score);
+        lql_cell_text(t, x[i].status);
+    }
+    lql_result_note(r, "%zu feature%s%s", *n, *n == 1 ? " differs" : "s differ",
+                    *n > limit ? " (LIMIT shows the first ones)" : "");
+    return 0;
+}
+
 int lql_h_diff(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     ed_model *ed = NULL;
@@ -168,54 +219,8 @@ int lql_h_diff(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                  "labels: neither side has feature labels or an inserted relation");
         goto done;
     }
-    /* a side whose down-meta is neither stored nor computable (a quantised profile's down
-     * operands) has nothing to compare: every feature would read as added or removed, and
-     * a deleted one as unchanged */
-    const ed_side *blind = brw_meta_source(A.bm) == BRW_META_NONE   ? &A
-                           : brw_meta_source(B.bm) == BRW_META_NONE ? &B
-                                                                    : NULL;
-    if (blind) {
-        brw_meta_refuse(blind->bm, &ve);
-        if (lql_has(st, LQL_C_INTO_PATCH)) {
-            lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_INTO_PATCH], "DIFF INTO PATCH writes "
-                     "the feature differences, and %s cannot be compared: %s", blind->label,
-                     ve.msg);
-            goto done;
-        }
-        lql_result_note(r, "features not compared: side %s (%s): %s", blind == &A ? "a" : "b",
-                        blind->label, ve.msg);
-    } else if (ed_diff_features(&A, &B, lql_has(st, LQL_C_LAYER) ? (int)st->layer : -1,
-                                lql_has(st, LQL_C_RELATION) ? st->relation : NULL, &rows, &n,
-                                &ve)) {
-        lql_err_vx(e, &ve, &st->at);
+    if (diff_features(st, &A, &B, &rows, &n, r, e))
         goto done;
-    }
-    static const lql_colspec cols[] = {
-        {"layer", LQL_INT, 0}, {"feature", LQL_INT, 0}, {"a", LQL_TEXT, 0},
-        {"b", LQL_TEXT, 0}, {"c_a", LQL_FLOAT, 4}, {"c_b", LQL_FLOAT, 4},
-        {"status", LQL_TEXT, 0}};
-    lql_table *t = blind ? NULL : lql_result_table(r, "features", 7, cols);
-    if (!blind && !t) {
-        lql_errf(e, LQL_ENOMEM, NULL, "out of memory");
-        goto done;
-    }
-    size_t limit = lql_has(st, LQL_C_LIMIT) ? (size_t)st->limit : 20;
-    for (size_t i = 0; t && i < n && i < limit; i++) {
-        char ta[256], tb[256];
-        brw_trim(rows[i].a.present ? brw_token_text(A.bm, rows[i].a.top_id) : "", ta, sizeof ta);
-        brw_trim(rows[i].b.present ? brw_token_text(B.bm, rows[i].b.top_id) : "", tb, sizeof tb);
-        lql_row(t);
-        lql_cell_int(t, rows[i].layer);
-        lql_cell_int(t, rows[i].feature);
-        lql_cell_text(t, ta);
-        lql_cell_text(t, tb);
-        lql_cell_float(t, rows[i].a.c_score);
-        lql_cell_float(t, rows[i].b.c_score);
-        lql_cell_text(t, rows[i].status);
-    }
-    if (t)
-        lql_result_note(r, "%zu feature%s%s", n, n == 1 ? " differs" : "s differ",
-                        n > limit ? " (LIMIT shows the first ones)" : "");
     if (diff_knn(st, &A, &B, r, e))
         goto done;
     if ((lql_has(st, LQL_C_PHYSICAL) ? diff_segments(&A, &B, r, e) : diff_tensors(st, &A, &B, r, e)) ||
