@@ -704,6 +704,37 @@ static void unicode_classes(void)
     eng_tok_free(t);
 }
 
+/* Two of the places where @huggingface/tokenizers@0.2.0 departs from the Rust crate
+ * transformers runs (TOKENIZER.md lists them all), pinned on real files since they are the
+ * ones a differential run over generated strings meets: the JS ByteLevel pre-tokenizer's
+ * built-in pattern uses JavaScript's \s (U+FEFF is space, U+0085 is not; Oniguruma's
+ * White_Space, the other way round), and the JS ByteFallback decoder drops a byte-order
+ * mark that starts a byte run. lql follows Rust. */
+static void rust_not_js(const char *shared)
+{
+    char dir[1024];
+    eng_tokenizer *t = NULL;
+    vx_err err = {0};
+    snprintf(dir, sizeof dir, "%s/gpt2", LQL_TOKENIZER_DIR);
+    CHECK_MSG(eng_tok_load_dir(dir, &t, &err) == 0, "%s", err.msg);
+    if (t) {
+        /* " \uFEFF" is one pre-token (JS: " " then "\uFEFF": 64,220,171,119,123,65) */
+        check_enc(t, "gpt2", "a \xEF\xBB\xBF" "b", (const int32_t[]){64, 27332, 119, 123, 65}, 5);
+        /* " " then "\u0085", both white space (JS: " \u0085" together: 87,1587,227,88) */
+        check_enc(t, "gpt2", "x \xC2\x85y", (const int32_t[]){87, 220, 126, 227, 88}, 5);
+        eng_tok_free(t);
+    }
+    snprintf(dir, sizeof dir, "%s/models/families/gemma2", shared);
+    t = NULL;
+    CHECK_MSG(eng_tok_load_dir(dir, &t, &err) == 0, "%s", err.msg);
+    if (t) {
+        /* the BOM's three byte-fallback pieces decode to the BOM (JS: "a b") */
+        check_enc(t, "gemma2", "a \xEF\xBB\xBF" "b", (const int32_t[]){2, 359, 260, 243, 191, 195, 326}, 7);
+        check_decoded(t, "a \xEF\xBB\xBF" "b", "a \xEF\xBB\xBF" "b");
+        eng_tok_free(t);
+    }
+}
+
 /* Lowercase is Rust's char::to_lowercase: U+0130 'İ' becomes "i" U+0307 (its full
  * mapping), and the case pairs of Unicode 16-17 that utf8proc 2.8 lacks are mapped (Ꟍ, Garay
  * 𐵐, Ɤ, ꟝). The ids are what @huggingface/tokenizers@0.2.0 gives for the same tokenizer.json. */
@@ -1043,6 +1074,7 @@ int main(void)
     edges(shared);
     decode_after(shared);
     unicode_classes();
+    rust_not_js(shared);
     lowercase();
     added_normalized();
     added_in_vocab();
