@@ -74,15 +74,15 @@ int brw_encode_finish(void *ctx, const char *tmpdir, cJSON *index, vx_err *err);
  * features a statement names when asked (brw_meta_prepare). */
 int brw_encode_finish_bands(void *ctx, const char *tmpdir, cJSON *index, vx_err *err);
 /* COMPILE's down-meta for the container staged in dir, written to path (no metadata
- * overrides: the caller applies those): the records of the base's DMET file base are
- * kept but for the features whose down column ov changes (a replaced column; every column
- * of a layer, or of one expert, under a low-rank update), which are computed from dir's
- * weights as at encode. A base not of dir's layers, feature counts and top_k (or not
- * readable, or NULL: the base stores none) is computed again in full. Progress as
- * brw_encode_finish's. */
-int brw_downmeta_compile(const char *dir, const char *path, const char *base,
-                         const eng_overlay *ov, vx_progress_fn progress, void *progress_ctx,
-                         vx_err *err);
+ * overrides: the caller applies those): the base's records old are kept but for the
+ * features whose down column ov changes (a replaced column; every column of a layer, or of
+ * one expert, under a low-rank update), which are computed from dir's weights as at
+ * encode, and but for the layers complete marks 0 (complete NULL: every layer is the
+ * base's), computed whole. A base not of dir's layers, feature counts and top_k (or NULL:
+ * none known) is computed again in full. Progress as brw_encode_finish's. */
+int brw_downmeta_compile(const char *dir, const char *path, const brw_dmet *old,
+                         const uint8_t *complete, const eng_overlay *ov,
+                         vx_progress_fn progress, void *progress_ctx, vx_err *err);
 /* The screen brw_encode_finish runs for a hidden width on this CPU, for benchmarks' labels:
  * "int8 (AVX512-VNNI)", "bf16 (AVX512-BF16)" or "f32 (eng_matmul_rows)". */
 const char *brw_downmeta_screen(int hidden);
@@ -144,6 +144,12 @@ int brw_meta_prepare(const brw_model *m, const int *layer, const int64_t *featur
  * complete yet; out-of-range ones skipped), by the encode hook's screened pass (its cost
  * per layer, ≈ 1–2 cpu-s at 1.1B); cancellable (vx_cancel_flag). Otherwise nothing. */
 int brw_meta_prepare_layers(const brw_model *m, const int *layers, int n, vx_err *err);
+/* With BRW_META_ON_DEMAND, the base records COMPILE can carry (brw_downmeta_compile):
+ * every layer whose records this model has computed or its down-meta cache holds (read
+ * now; nothing is computed), (*complete)[l] 1 for those (malloc'd, one byte a layer of m;
+ * the caller frees both); *out and *complete NULL when there is none, or when the model's
+ * profile binds a derived representation (its records are not the checkpoint's). */
+int brw_meta_known(const brw_model *m, brw_dmet **out, uint8_t **complete, vx_err *err);
 /* What on-demand down-meta has done for the model so far (all zero without it). */
 typedef struct brw_od_stats {
     uint64_t computed;        /* features computed */

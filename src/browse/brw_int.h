@@ -76,6 +76,11 @@ int brw_downmeta_exact(const brw_shape *s, const int *layer, const int64_t *feat
 int brw_downmeta_layers(const brw_shape *s, const int *layers, int n, uint8_t **recs,
                         vx_err *err);
 
+/* A DMET image of s's layers, parsed into *out: layer l's records from recs[l] (features ×
+ * record bytes), all-zero records where recs[l] is NULL. */
+int brw_dmet_from_records(const brw_shape *s, uint8_t *const *recs, brw_dmet **out,
+                          vx_err *err);
+
 /* For tests of down-meta's screen (downmeta.c): screen 0 = the fastest this CPU has,
  * 1 = f32 (eng_matmul_rows), 2 = bf16 where the CPU has it; no_margin 1 drops the error
  * bound from the admission threshold (records may then differ from the exact pass). */

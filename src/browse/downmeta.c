@@ -1036,9 +1036,35 @@ int brw_encode_finish_bands(void *ctx, const char *tmpdir, cJSON *index, vx_err 
     return encode_finish(ctx, 0, tmpdir, index, err);
 }
 
-int brw_downmeta_compile(const char *dir, const char *path, const char *base,
-                         const eng_overlay *ov, vx_progress_fn progress, void *progress_ctx,
-                         vx_err *err)
+int brw_dmet_from_records(const brw_shape *s, uint8_t *const *recs, brw_dmet **out,
+                          vx_err *err)
+{
+    const size_t rb = 8 + 8 * (size_t)K;
+    size_t n = 16;
+    for (int l = 0; l < s->layers; l++)
+        n += 4 + (size_t)s->layer[l].features * rb;
+    uint8_t *img = calloc(n, 1), *p = img + 16;
+    if (!img)
+        return vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
+    put32(img, BRW_DMET_MAGIC);
+    put32(img + 4, 1);
+    put32(img + 8, (uint32_t)s->layers);
+    put32(img + 12, K);
+    for (int l = 0; l < s->layers; l++) {
+        const size_t bytes = (size_t)s->layer[l].features * rb;
+        put32(p, (uint32_t)s->layer[l].features);
+        if (recs[l])
+            memcpy(p + 4, recs[l], bytes);
+        p += 4 + bytes;
+    }
+    int rc = brw_dmet_parse(img, n, out, err);
+    free(img);
+    return rc;
+}
+
+int brw_downmeta_compile(const char *dir, const char *path, const brw_dmet *old,
+                         const uint8_t *complete, const eng_overlay *ov,
+                         vx_progress_fn progress, void *progress_ctx, vx_err *err)
 {
     vx_container *c = NULL;
     brw_shape s;
@@ -1048,10 +1074,7 @@ int brw_downmeta_compile(const char *dir, const char *path, const char *base,
     vx_encode_opts_init(&o);
     o.progress = progress;
     o.progress_ctx = progress_ctx;
-    brw_dmet *old = NULL;
-    vx_err ignored = {0};
-    int carry = base && brw_dmet_load(base, &old, &ignored) == 0 && brw_dmet_top_k(old) == K &&
-                brw_dmet_layers(old) == s.layers;
+    int carry = old && brw_dmet_top_k(old) == K && brw_dmet_layers(old) == s.layers;
     for (int l = 0; carry && l < s.layers; l++)
         carry = brw_dmet_count(old, l) == s.layer[l].features;
     uint8_t **dirty = calloc((size_t)s.layers + 1, sizeof *dirty);
@@ -1059,6 +1082,16 @@ int brw_downmeta_compile(const char *dir, const char *path, const char *base,
     if (!dirty) {
         vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
         goto done;
+    }
+    /* a layer the base does not hold whole is computed whole */
+    for (int l = 0; carry && complete && l < s.layers; l++) {
+        if (complete[l] || !s.layer[l].features)
+            continue;
+        if (!(dirty[l] = malloc((size_t)s.layer[l].features))) {
+            vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
+            goto done;
+        }
+        memset(dirty[l], 1, (size_t)s.layer[l].features);
     }
     /* down-meta reads only the down columns: a replaced one, or every column a low-rank
      * update of the layer (or of one expert) moves, is computed again */
@@ -1089,8 +1122,6 @@ done:
     for (int l = 0; dirty && l < s.layers; l++)
         free(dirty[l]);
     free(dirty);
-    if (old)
-        brw_dmet_free(old);
     brw_shape_free(&s);
     vx_close(c);
     return rc;

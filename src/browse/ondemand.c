@@ -165,6 +165,17 @@ static void cache_drop(brw_ondemand *d, const char *msg, int writing)
     d->cache = NULL;
 }
 
+/* The object whose bound representation is not the checkpoint's values (a profile's
+ * derivation), or NULL: the records then are not the checkpoint's. */
+static const char *derived_object(const brw_model *m)
+{
+    static const char *const objects[] = {"target.decoder_stack", "target.embedding"};
+    for (int i = 0; i < 2; i++)
+        if (!brw_rep_canonical(m->c, objects[i]))
+            return objects[i];
+    return NULL;
+}
+
 /* The cache, looked for on first use (so a session that never computes down-meta does not
  * touch it); NULL without one. */
 static vx_metacache *cache_of(brw_ondemand *d, const brw_model *m)
@@ -176,14 +187,13 @@ static vx_metacache *cache_of(brw_ondemand *d, const brw_model *m)
     char why[256] = "";
     /* the cache holds the checkpoint's records: under a profile that derives the operands
      * they would differ, and the profiles of one container share one index (and cache) */
-    static const char *const objects[] = {"target.decoder_stack", "target.embedding"};
-    for (int i = 0; i < 2; i++)
-        if (!brw_rep_canonical(m->c, objects[i])) {
-            snprintf(d->why, sizeof d->why, "none (profile \"%s\" binds a derived "
-                     "representation of %s; its down-meta is kept for this session only)",
-                     vx_profile(m->c) ? vx_profile(m->c) : "", objects[i]);
-            return NULL;
-        }
+    const char *derived = derived_object(m);
+    if (derived) {
+        snprintf(d->why, sizeof d->why, "none (profile \"%s\" binds a derived "
+                 "representation of %s; its down-meta is kept for this session only)",
+                 vx_profile(m->c) ? vx_profile(m->c) : "", derived);
+        return NULL;
+    }
     int rc = vx_metacache_locate(vx_dir(m->c), vx_index_sha256(m->c), d->cache_path,
                                  sizeof d->cache_path, why, sizeof why, &err);
     if (rc == 1)
@@ -440,6 +450,46 @@ done:
     pthread_mutex_unlock(&d->mu);
     free(todo);
     free(recs);
+    return rc;
+}
+
+int brw_meta_known(const brw_model *m, brw_dmet **out, uint8_t **complete, vx_err *err)
+{
+    brw_ondemand *d = m->od;
+    *out = NULL;
+    *complete = NULL;
+    if (!d || derived_object(m))
+        return 0;
+    uint8_t **recs = calloc((size_t)d->layers + 1, sizeof *recs);
+    uint8_t *done = calloc((size_t)d->layers + 1, 1);
+    int any = 0, rc = 0;
+    if (!recs || !done) {
+        free(recs);
+        free(done);
+        return vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
+    }
+    pthread_mutex_lock(&d->mu);
+    for (int l = 0; l < d->layers; l++) {
+        if (!m->s.layer[l].features)
+            continue;
+        if (layer_bufs(d, m, l) != 0) {
+            rc = vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
+            break;
+        }
+        cache_load(d, m, l);
+        if (layer_done(d, m, l)) {
+            recs[l] = d->rec[l];
+            done[l] = any = 1;
+        }
+    }
+    if (rc == 0 && any)
+        rc = brw_dmet_from_records(&m->s, recs, out, err);
+    pthread_mutex_unlock(&d->mu);
+    free(recs);
+    if (*out)
+        *complete = done;
+    else
+        free(done);
     return rc;
 }
 

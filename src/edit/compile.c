@@ -605,9 +605,9 @@ static int bank_file_edited(const vx_container *c, const eng_overlay *ov, const 
     return 0;
 }
 
-int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir,
-               const cJSON *provenance, vx_progress_fn progress, void *progress_ctx,
-               ed_compile_report *rep, vx_err *err)
+int ed_compile(const vx_container *c, const brw_model *bm, const eng_overlay *ov,
+               const char *out_dir, const cJSON *provenance, vx_progress_fn progress,
+               void *progress_ctx, ed_compile_report *rep, vx_err *err)
 {
     memset(rep, 0, sizeof *rep);
     if (vx_cw_check(out_dir, vx_dir(c), 0, "compile", err) || check_layers(c, ov, err))
@@ -615,8 +615,9 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
     const cJSON *base = vx_index_json(c);
     const char *dmet = vx_json_str(cJSON_GetObjectItemCaseSensitive(base, "browse"), "down_meta");
     /* a base that stores no down-meta, under an overlay that sets some (UPDATE, an insert's
-     * metadata): the compiled container gets every feature's, computed as at encode, to
-     * carry it */
+     * metadata): the compiled container gets every feature's, to carry it — the base's as
+     * far as they are known (computed this session or cached), the rest computed as at
+     * encode */
     const char *mrel = dmet ? dmet : ov->n_meta ? "browse/down_meta.bin" : NULL;
     rep->meta_written = mrel ? ov->n_meta : 0;
     vx_cw *cw = NULL;
@@ -625,6 +626,8 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
     cJSON *index = cJSON_Duplicate(base, 1);
     size_t nseg = vx_segment_count(c), nbank = vx_bank_file_count(vx_container_bank(c));
     const char **skip = calloc(nseg + nbank + 3, sizeof *skip);
+    brw_dmet *old_meta = NULL;   /* the base's down-meta that is carried */
+    uint8_t *known = NULL;       /* its layers that are complete, when computed or cached */
     int rc = -1;
     if (!index || !skip) {
         vx_errf(err, VX_ENOMEM, "compile: out of memory");
@@ -752,8 +755,18 @@ int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir
             vx_errf(err, VX_ENOMEM, "compile: out of memory");
             goto fail;
         }
+        vx_err ignored = {0};
+        if (dmet && brw_dmet_load(bpath, &old_meta, &ignored) != 0)
+            old_meta = NULL;   /* an unreadable base file: computed again, in full */
+        if (!dmet && bm) {
+            if (brw_meta_known(bm, &old_meta, &known, err) != 0)
+                goto fail;
+            rep->meta_layers = brw_layers(bm);
+            for (int l = 0; known && l < rep->meta_layers; l++)
+                rep->meta_layers_known += known[l];
+        }
         if (vx_cw_path(cw, mrel, mpath, sizeof mpath, err) ||
-            brw_downmeta_compile(vx_cw_dir(cw), mpath, dmet ? bpath : NULL, ov, progress,
+            brw_downmeta_compile(vx_cw_dir(cw), mpath, old_meta, known, ov, progress,
                                  progress_ctx, err) ||
             write_meta(mpath, ov, err) || vx_sha256_file(mpath, hex, err))
             goto fail;
@@ -774,5 +787,8 @@ fail:
     vx_cw_abort(cw);
     cJSON_Delete(index);
     free(skip);
+    if (old_meta)
+        brw_dmet_free(old_meta);
+    free(known);
     return rc;
 }

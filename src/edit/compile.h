@@ -50,6 +50,9 @@ typedef struct ed_compile_report {
     size_t bank_files_rewritten;  /* of them, LYRW bank files */
     size_t files_linked;          /* files hard-linked or copied unchanged */
     size_t meta_written;          /* down-meta records the overlay's metadata set */
+    int meta_layers, meta_layers_known; /* a base without down-meta under metadata edits:
+                                   * its layers, and how many of them were carried from
+                                   * records computed or cached (0 0 otherwise) */
     unsigned dtypes;              /* a bit (1 << vx_dtype) per dtype of an edited tensor
                                    * the bound profile reads */
     size_t blocks, blocks_requantised; /* blocks of edited block-quantised tensors, and how
@@ -61,10 +64,13 @@ typedef struct ed_compile_report {
 
 /* Compile c + ov (its weights edits and its metadata overrides) into out_dir (which must
  * not exist). provenance (may be NULL) is added to index.json as "derived_from" (copied).
- * Metadata overrides without a down-meta file in c are refused. progress (may be NULL)
- * hears the down-meta recomputed for the compiled weights, stage "down-meta". */
-int ed_compile(const vx_container *c, const eng_overlay *ov, const char *out_dir,
-               const cJSON *provenance, vx_progress_fn progress, void *progress_ctx,
-               ed_compile_report *rep, vx_err *err);
+ * The compiled container stores down-meta when c does, or when ov sets some: then c's
+ * records are carried for the features whose down column ov leaves alone — from c's file,
+ * or, when c stores none, the records bm (c's browse model, may be NULL) has computed or
+ * its down-meta cache holds — and the rest is computed for the compiled weights. progress
+ * (may be NULL) hears that computation, stage "down-meta". */
+int ed_compile(const vx_container *c, const brw_model *bm, const eng_overlay *ov,
+               const char *out_dir, const cJSON *provenance, vx_progress_fn progress,
+               void *progress_ctx, ed_compile_report *rep, vx_err *err);
 
 #endif

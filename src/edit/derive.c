@@ -144,7 +144,8 @@ int ed_compile_current(ed_model *es, eng_model *m, const char *out, ed_conflict 
                        cnt.knn == 1 ? "it" : "them", cnt.knn == 1 ? "its" : "their");
     }
     cJSON_AddNumberToObject(prov, "set_aside_by_highest_confidence", (double)r->n_aside);
-    int rc = ed_compile(es->c, ed_overlay_eng(use), out, prov, progress, progress_ctx, &r->rep, &e->vx);
+    int rc = ed_compile(es->c, ed_model_browse(es), ed_overlay_eng(use), out, prov, progress,
+                        progress_ctx, &r->rep, &e->vx);
     cJSON_Delete(prov);
     if (rc) {
         ed_overlay_free(hov);

@@ -112,6 +112,12 @@ int lql_h_compile(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                         x.counts.ops, rep->tensors_rewritten, rep->segments_rewritten,
                         rep->meta_written, rep->files_linked,
                         model ? ", then exported and removed" : "");
+        if (rep->meta_layers && !model)
+            lql_result_note(r, "compiled: the base stores no down-meta, so the compiled "
+                            "container's was written whole: %d of %d layers carried from the "
+                            "base's records computed this session or read from its down-meta "
+                            "cache, %d computed", rep->meta_layers_known, rep->meta_layers,
+                            rep->meta_layers - rep->meta_layers_known);
         if (rep->blocks)
             lql_result_note(r, "compiled: %zu of %zu blocks of the edited block-quantised "
                             "tensors changed and were quantised again (%zu of them to new "

@@ -87,7 +87,7 @@ int main(void)
     cJSON *prov = cJSON_CreateObject();
     cJSON_AddStringToObject(prov, "journal", "test");
     ed_compile_report rep;
-    int rc = ed_compile(c, &ov, out, prov, NULL, NULL, &rep, &e);
+    int rc = ed_compile(c, NULL, &ov, out, prov, NULL, NULL, &rep, &e);
     CHECK_MSG(rc == 0, "compile: %s", e.msg);
     CHECK(rep.segments_rewritten == 1 && rep.tensors_rewritten == 4);
     printf("compiled: %zu tensors in %zu segments rewritten, %zu files linked\n",
@@ -139,7 +139,7 @@ int main(void)
     CHECK_STR(seg_after, seg_before);
 
     /* an existing output directory is refused */
-    CHECK(ed_compile(c, &ov, out, NULL, NULL, NULL, &rep, &e) == -1);
+    CHECK(ed_compile(c, NULL, &ov, out, NULL, NULL, NULL, &rep, &e) == -1);
     char want[4300];
     snprintf(want, sizeof want, "compile: '%s' already exists; lql does not overwrite it", out);
     CHECK_STR(e.msg, want);
@@ -149,7 +149,7 @@ int main(void)
     snprintf(out2, sizeof out2, "%s/h8-compile-out2.vindex3", LQL_BINARY_DIR);
     fx_rm_rf(out2);
     CHECK(symlink("no-such-file", link_path) == 0);
-    CHECK(ed_compile(c, &ov, out2, NULL, NULL, NULL, &rep, &e) == -1);
+    CHECK(ed_compile(c, NULL, &ov, out2, NULL, NULL, NULL, &rep, &e) == -1);
     snprintf(want, sizeof want, "'%s' is a symbolic link; a container holds only regular "
              "files and directories", link_path);
     CHECK_STR(e.msg, want);

@@ -145,7 +145,7 @@ int main(void)
     /* COMPILE writes DMET records that agree with the overlay on the moved features */
     ed_compile_report rep, rep_;
     uint64_t total = 0;
-    CHECK_MSG(ed_compile(c, ed_overlay_eng(ov), out, NULL, on_progress, &total, &rep, &e) == 0,
+    CHECK_MSG(ed_compile(c, NULL, ed_overlay_eng(ov), out, NULL, on_progress, &total, &rep, &e) == 0,
               "compile: %s", e.msg);
     CHECK_MSG(total == (uint64_t)F, "down-meta computed for %llu features, want layer 3's %lld",
               (unsigned long long)total, (long long)F);
@@ -177,7 +177,7 @@ int main(void)
     total = 0;
     ov = NULL;
     CHECK(ed_overlay_build(bm, &ops[1], 1, &ov, &e) == 0);
-    CHECK_MSG(ov && ed_compile(c, ed_overlay_eng(ov), out, NULL, on_progress, &total, &rep, &e) == 0,
+    CHECK_MSG(ov && ed_compile(c, NULL, ed_overlay_eng(ov), out, NULL, on_progress, &total, &rep, &e) == 0,
               "compile: %s", e.msg);
     CHECK(total == 0);
     db = NULL;
@@ -249,7 +249,7 @@ int main(void)
     bm = NULL;
     CHECK(vx_open(base, &c, &e) == 0 && brw_open(c, &bm, &e) == 0 &&
           ed_overlay_build(bm, ops, 1, &ov, &e) == 0);
-    CHECK_MSG(ov && ed_compile(c, ed_overlay_eng(ov), out, NULL, NULL, NULL, &rep_, &e) == 0,
+    CHECK_MSG(ov && ed_compile(c, NULL, ed_overlay_eng(ov), out, NULL, NULL, NULL, &rep_, &e) == 0,
               "compile: %s", e.msg);
     snprintf(ip, sizeof ip, "%s/index.json", out);
     text = (char *)t_slurp(&n, "%s", ip);
