@@ -228,7 +228,7 @@ typedef struct rctx {
     int depth;
     int failed;
     long iterations;            /* loop bodies run so far, against LOOP_BUDGET */
-    size_t kept;                /* bytes of strings made so far, against KEPT_BUDGET */
+    size_t kept;                /* bytes of strings, lists and dicts made so far, against KEPT_BUDGET */
     char *err;
     size_t errn;
 } rctx;
@@ -268,8 +268,20 @@ static jv vlist(rctx *r, size_t n)
     return (jv){.t = V_LIST, .l = l};
 }
 
+/* Dicts (loop scopes, namespaces, loop objects) count against the budget strings and lists
+ * count against: nested loops of 100000 bodies each making its scope took 212 MB. */
+static int keep_dict_bytes(rctx *r, size_t n)
+{
+    if ((r->kept += n) <= KEPT_BUDGET)
+        return 0;
+    fail(r, 0, "the template's dicts exceed %zu MiB", KEPT_BUDGET >> 20);
+    return -1;
+}
+
 static jmap *map_new(rctx *r)
 {
+    if (keep_dict_bytes(r, sizeof(jmap)))
+        return NULL;
     jmap *m = jj_alloc(&r->ar, sizeof *m);
     if (!m) fail(r, 0, "out of memory");
     return m;
@@ -290,6 +302,8 @@ static void map_set(rctx *r, jmap *m, jv k, jv v)
     if (old) { *old = v; return; }
     if (m->n == m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 8;
+        if (keep_dict_bytes(r, 2 * cap * sizeof(jv)))
+            return;
         jv *nk = jj_alloc(&r->ar, cap * sizeof *nk), *nv = jj_alloc(&r->ar, cap * sizeof *nv);
         if (!nk || !nv) { fail(r, 0, "out of memory"); return; }
         if (m->n) { memcpy(nk, m->k, m->n * sizeof *nk); memcpy(nv, m->v, m->n * sizeof *nv); }
@@ -1096,6 +1110,11 @@ static void exec_for(rctx *r, const jj_node *x)
     if (r->failed) return;
     if (r->depth >= SCOPES_MAX) { fail(r, x->line, "loops nest too deeply"); return; }
     size_t n = items.l->n;
+    /* one loop object, advanced, as jinja2's (a `loop` kept in a namespace reads the last
+     * iteration after it), and one scope storage, emptied each iteration (a variable set in
+     * a body is gone in the next, as in jinja2) */
+    jmap *scope = map_new(r), *loop = map_new(r);
+    if (!scope || !loop) return;
     for (size_t i = 0; i < n && !r->failed; i++) {
         /* nested loops multiply: a budget keeps a render finite (real templates loop once
          * over the messages) */
@@ -1103,8 +1122,7 @@ static void exec_for(rctx *r, const jj_node *x)
             fail(r, x->line, "the template runs more than %d loop iterations", LOOP_BUDGET);
             return;
         }
-        jmap *scope = map_new(r), *loop = map_new(r);
-        if (!scope || !loop) return;
+        scope->n = 0;
         static const char *const k[] = {"index", "index0", "first", "last", "length", "revindex", "revindex0"};
         jv v[] = {vint((int64_t)i + 1), vint((int64_t)i), vbool(i == 0), vbool(i + 1 == n), vint((int64_t)n),
                   vint((int64_t)(n - i)), vint((int64_t)(n - i - 1))};

@@ -191,6 +191,20 @@ int main(void)
            "{% endfor %}{{ ns.l | length }}", "{}", "the template's lists exceed 64 MiB");
     expect("{% set ns = namespace(s='x') %}{% for i in range(16) %}{% set ns.s = ns.s ~ ns.s %}"
            "{% endfor %}{{ ns.s | length }}", "{}", "65536");
+    /* dicts count too: 90,300 bodies each making a namespace of nine keys took ~110 MB */
+    expect("{% for a in range(300) %}{% for b in range(300) %}{% set ns = namespace(a=1, b=2, "
+           "c=3, d=4, e=5, f=6, g=7, h=8, i=9) %}{% endfor %}{% endfor %}", "{}",
+           "the template's dicts exceed 64 MiB");
+    /* a loop's scope and loop object are made once per loop, not per body: 100,000 bodies
+     * that only loop stay within the memory budget */
+    expect("{% for a in range(100) %}{% for b in range(999) %}{% endfor %}{% endfor %}.", "{}",
+           ".");
+    /* as jinja2 (python3-jinja2 3.1.6): a variable set in a body is gone in the next body;
+     * `loop` is one object, advanced (kept in a namespace it reads the last iteration) */
+    expect("{% for i in range(3) %}{% if i == 0 %}{% set x = 1 %}{% endif %}[{{ x }}]{% endfor %}",
+           "{}", "[1][][]");
+    expect("{% set ns = namespace(l=none) %}{% for i in range(3) %}{% if i == 0 %}"
+           "{% set ns.l = loop %}{% endif %}{% endfor %}{{ ns.l.index }}", "{}", "3");
     /* Printing a list or dict gives Python's repr, as jinja2 does: content parts through
      * Llama-3's `message['content'] | trim` (the render failed instead). Quote choice,
      * escapes, str.isprintable(); expected strings from python3-jinja2 3.1.6 (Python 3.11,
