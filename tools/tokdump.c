@@ -9,6 +9,7 @@
  * lowercase hex of their UTF-8 bytes (a decode can hold U+0000), an error as `ERR message`.
  */
 #include "engine.h"
+#include "files.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -60,17 +61,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "tokdump: %s\n", err.msg);
         return 1;
     }
-    FILE *f = fopen(argv[2], "rb");
-    char *buf = NULL;
-    long len = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)len + 1)) != NULL && fread(buf, 1, (size_t)len, f) == (size_t)len)
-        buf[len] = '\0';
-    else
-        len = -1;
-    if (f)
-        fclose(f);
-    cJSON *arr = len >= 0 ? cJSON_Parse(buf) : NULL;
+    char *buf = lql_read_file(argv[2], 0, NULL);
+    cJSON *arr = buf ? cJSON_Parse(buf) : NULL;
     free(buf);
     if (!cJSON_IsArray(arr)) {
         fprintf(stderr, "tokdump: %s: not a readable JSON array of strings\n", argv[2]);

@@ -362,9 +362,13 @@ done:
     return rc;
 }
 
-/* Is every feature of layer l known (the cached ones counted now)? */
-static int layer_done(brw_ondemand *d, const brw_model *m, int l)
+/* Is every record of layer l known, the cache's read first (the first time, and counted
+ * now)? 1 or 0; -1 without memory. Called under d->mu. */
+static int layer_known(brw_ondemand *d, const brw_model *m, int l)
 {
+    if (layer_bufs(d, m, l) != 0)
+        return -1;
+    cache_load(d, m, l);
     const int64_t F = m->s.layer[l].features;
     int done = 1;
     for (int64_t f = 0; f < F; f++) {
@@ -420,12 +424,12 @@ int brw_meta_prepare_layers(const brw_model *m, const int *layers, int n, vx_err
             listed = todo[j] == l;
         if (listed || l < 0 || l >= d->layers || m->s.layer[l].features == 0)
             continue;
-        if (layer_bufs(d, m, l) != 0) {
+        const int lk = layer_known(d, m, l);
+        if (lk < 0) {
             vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
             goto done;
         }
-        cache_load(d, m, l);
-        if (layer_done(d, m, l))
+        if (lk)
             continue;
         todo[k] = l;
         recs[k++] = d->rec[l];
@@ -470,14 +474,12 @@ int brw_meta_known(const brw_model *m, brw_dmet **out, uint8_t **complete, vx_er
     }
     pthread_mutex_lock(&d->mu);
     for (int l = 0; l < d->layers; l++) {
-        if (!m->s.layer[l].features)
-            continue;
-        if (layer_bufs(d, m, l) != 0) {
+        const int lk = m->s.layer[l].features ? layer_known(d, m, l) : 0;
+        if (lk < 0) {
             rc = vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
             break;
         }
-        cache_load(d, m, l);
-        if (layer_done(d, m, l)) {
+        if (lk) {
             recs[l] = d->rec[l];
             done[l] = any = 1;
         }

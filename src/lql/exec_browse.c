@@ -80,6 +80,15 @@ void lql_browse_note(const lql_session *s, const lql_browse_mark *before, lql_re
         lql_result_note(r, "%s", st.why);
 }
 
+/* A container whose down-meta is neither stored nor computable leaves the token and down
+ * columns empty: a note says why rather than leave them blank. */
+static void note_no_meta(const brw_model *m, lql_result *r)
+{
+    vx_err ve = {0};
+    if (brw_meta_source(m) == BRW_META_NONE && brw_meta_refuse(m, &ve) != 0)
+        lql_result_note(r, "%s", ve.msg);
+}
+
 /* lql_session_browse for a statement that reads FFN features: refused, naming the layer
  * kinds, when no layer has a channel mixer (a pure SSM stack), since an empty answer would
  * say "nothing matches" where the truth is "nothing to browse". */
@@ -354,11 +363,8 @@ static int run_walk(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *
                         w.n_layers, w.n_layers == 1 ? "" : "s", brw_walk_mode_name(w.mode),
                         rank_key(w.mode), scanned_size(w.bytes_scanned, sz, sizeof sz),
                         w.mode == BRW_DENSE ? "gate and up rows" : "gate rows");
-    if (rc == 0 && brw_meta_source(m) == BRW_META_NONE) {
-        /* the token and down columns are empty: say why rather than leave them blank */
-        brw_meta_refuse(m, &ve);
-        lql_result_note(r, "%s", ve.msg);
-    }
+    if (rc == 0)
+        note_no_meta(m, r);
     brw_walk_free(&w);
     return rc;
 }
@@ -808,11 +814,8 @@ int lql_h_select(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
         o.nearest_layer = (int)st->layer;
     }
     int rc = run_rows(st, m, from, -1, &o, f, nf, r, e);
-    if (rc == 0 && brw_meta_source(m) == BRW_META_NONE) {
-        /* walked edges (an entity, NEAREST TO) have no targets here: say why, as WALK does */
-        brw_meta_refuse(m, &ve);
-        lql_result_note(r, "%s", ve.msg);
-    }
+    if (rc == 0)
+        note_no_meta(m, r);   /* walked edges (an entity, NEAREST TO) have no targets */
     return rc;
 }
 

@@ -256,10 +256,20 @@ static jv vbool(int b) { return (jv){.t = V_BOOL, .i = b != 0}; }
 static jv vdict(jmap *m) { return (jv){.t = V_DICT, .d = m}; }
 static const jv none = {.t = V_NONE};
 
+/* n more bytes a render keeps (strings, lists, dicts: loop scopes, namespaces, loop
+ * objects): past KEPT_BUDGET the render fails naming what, and 1 is returned. */
+static int over_budget(rctx *r, size_t n, const char *what, int line)
+{
+    if (n <= KEPT_BUDGET && (r->kept += n) <= KEPT_BUDGET)
+        return 0;
+    fail(r, line, "the template's %s exceed %zu MiB", what, KEPT_BUDGET >> 20);
+    return 1;
+}
+
 static jv vlist(rctx *r, size_t n)
 {
-    if (n > KEPT_BUDGET / sizeof(jv) || (r->kept += n * sizeof(jv)) > KEPT_BUDGET)
-        return fail(r, 0, "the template's lists exceed %zu MiB", KEPT_BUDGET >> 20);
+    if (over_budget(r, n > KEPT_BUDGET / sizeof(jv) ? KEPT_BUDGET + 1 : n * sizeof(jv), "lists", 0))
+        return undef;
     jseq *l = jj_alloc(&r->ar, sizeof *l);
     jv *v = n ? jj_alloc(&r->ar, n * sizeof *v) : NULL;
     if (!l || (n && !v)) return fail(r, 0, "out of memory");
@@ -268,19 +278,9 @@ static jv vlist(rctx *r, size_t n)
     return (jv){.t = V_LIST, .l = l};
 }
 
-/* Dicts (loop scopes, namespaces, loop objects) count against the budget strings and lists
- * count against: nested loops of 100000 bodies each making its scope took 212 MB. */
-static int keep_dict_bytes(rctx *r, size_t n)
-{
-    if ((r->kept += n) <= KEPT_BUDGET)
-        return 0;
-    fail(r, 0, "the template's dicts exceed %zu MiB", KEPT_BUDGET >> 20);
-    return -1;
-}
-
 static jmap *map_new(rctx *r)
 {
-    if (keep_dict_bytes(r, sizeof(jmap)))
+    if (over_budget(r, sizeof(jmap), "dicts", 0))
         return NULL;
     jmap *m = jj_alloc(&r->ar, sizeof *m);
     if (!m) fail(r, 0, "out of memory");
@@ -302,7 +302,7 @@ static void map_set(rctx *r, jmap *m, jv k, jv v)
     if (old) { *old = v; return; }
     if (m->n == m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 8;
-        if (keep_dict_bytes(r, 2 * cap * sizeof(jv)))
+        if (over_budget(r, 2 * cap * sizeof(jv), "dicts", 0))
             return;
         jv *nk = jj_alloc(&r->ar, cap * sizeof *nk), *nv = jj_alloc(&r->ar, cap * sizeof *nv);
         if (!nk || !nv) { fail(r, 0, "out of memory"); return; }
@@ -645,10 +645,9 @@ static jv json_of(rctx *r, jv v, srv_buf *b, int line)
 static jv keep(rctx *r, srv_buf *b, int line)
 {
     if (b->oom) { srv_buf_free(b); return fail(r, line, "out of memory"); }
-    r->kept += b->n;
-    if (r->kept > KEPT_BUDGET) {
+    if (over_budget(r, b->n, "strings", line)) {
         srv_buf_free(b);
-        return fail(r, line, "the template's strings exceed %zu MiB", KEPT_BUDGET >> 20);
+        return undef;
     }
     char *s = jj_alloc(&r->ar, b->n + 1);
     if (!s) { srv_buf_free(b); return fail(r, line, "out of memory"); }
