@@ -54,14 +54,16 @@ static int layer_cov(ed_model *es, eng_model *m, int layer, int expert, ed_inser
     if (!notes)
         return vx_errf(e, VX_ENOMEM, "out of memory");
     res->sites = notes;
+    /* a gated slot's negatives: the corpus and the frame decoys at the FFN input */
+    const int gated = expert < 0 && eng_edit_gate_ok(m, layer);
     int rc = eng_edit_corpus(m, corpus_starts, (int)(sizeof corpus_starts / sizeof *corpus_starts),
                              CORPUS_SEQS, CORPUS_LEN, CORPUS_SEED, &ids, &lens, &ve) ||
-             eng_edit_covariance(m, layer, expert, ids, lens, CORPUS_SEQS, &cov, &count, &ve) ||
+             eng_edit_covariance(m, layer, expert, ids, lens, CORPUS_SEQS, &cov, &count,
+                                 gated ? &xin : NULL, &ve) ||
              eng_edit_frame_decoys(m, layer, expert, FRAME_DECOYS, &frame, &nf, &ve);
-    /* a gated slot's negatives: the corpus and the frame decoys at the FFN input */
-    if (!rc && expert < 0 && eng_edit_gate_ok(m, layer)) {
-        rc = eng_edit_inputs(m, layer, ids, lens, CORPUS_SEQS, &xin, &nxin, &ve) ||
-             eng_edit_decoy_inputs(m, layer, NULL, NULL, FRAME_DECOYS, &xfr, &nxf, &ve);
+    if (!rc && gated) {
+        nxin = count;
+        rc = eng_edit_decoy_inputs(m, layer, NULL, NULL, FRAME_DECOYS, &xfr, &nxf, &ve);
         const int H = eng_model_hidden(m);
         float *all = rc ? NULL : realloc(xin, (size_t)(nxin + nxf) * H * sizeof *all);
         if (!rc && !all)

@@ -249,13 +249,12 @@ void eng_attend(const eng_model *m, const eng_layer *L, int layer, const eng_kv 
     }
 }
 
-int eng_attn_layer(eng_session *s, int layer, const float *h, int n, int pos0, float *out,
+int eng_attn_layer(const eng_batch *bt, int layer, const float *h, float *out,
                    const eng_observer *obs, vx_err *err)
 {
-    const eng_model *m = s->m;
+    const eng_model *m = bt->ss[0]->m;
     const eng_layer *L = &m->layers[layer];
-    const eng_kv *kv = &s->kv[layer];
-    const int qd = m->heads * m->head_dim, kd = m->kv_heads * m->head_dim;
+    const int n = bt->rows, qd = m->heads * m->head_dim, kd = m->kv_heads * m->head_dim;
     float *q = malloc((size_t)n * (2 * qd + 2 * kd) * sizeof *q);
     if (!q) return vx_errf(err, VX_ENOMEM, "layer %d: out of memory for attention", layer);
     float *k = q + (size_t)n * qd, *v = k + (size_t)n * kd, *ctxo = v + (size_t)n * kd;
@@ -285,11 +284,17 @@ int eng_attn_layer(eng_session *s, int layer, const float *h, int n, int pos0, f
         eng_norm_apply(&L->q_norm, q, q, per ? n * m->heads : n);
         eng_norm_apply(&L->k_norm, k, k, per ? n * m->kv_heads : n);
     }
-    eng_rope_apply(L->rope, q, n, pos0, m->heads, m->head_dim, 0);
-    eng_rope_apply(L->rope, k, n, pos0, m->kv_heads, m->head_dim, 0);
-    memcpy(kv->k + (size_t)pos0 * kd, k, (size_t)n * kd * sizeof *k);
-    memcpy(kv->v + (size_t)pos0 * kd, v, (size_t)n * kd * sizeof *v);
-    eng_attend(m, L, layer, kv, q, n, pos0, ctxo, obs);
+    /* each session's rows at its own positions, against its own cache */
+    for (int b = 0, r = 0; b < bt->B; r += bt->n[b++]) {
+        const eng_kv *kv = &bt->ss[b]->kv[layer];
+        const int nb = bt->n[b], pos0 = bt->ss[b]->pos;
+        float *qb = q + (size_t)r * qd, *kb = k + (size_t)r * kd, *vb = v + (size_t)r * kd;
+        eng_rope_apply(L->rope, qb, nb, pos0, m->heads, m->head_dim, 0);
+        eng_rope_apply(L->rope, kb, nb, pos0, m->kv_heads, m->head_dim, 0);
+        memcpy(kv->k + (size_t)pos0 * kd, kb, (size_t)nb * kd * sizeof *k);
+        memcpy(kv->v + (size_t)pos0 * kd, vb, (size_t)nb * kd * sizeof *v);
+        eng_attend(m, L, layer, kv, qb, nb, pos0, ctxo + (size_t)r * qd, obs);
+    }
     if (gate)
         for (size_t i = 0; i < (size_t)n * qd; i++) ctxo[i] /= 1.0f + expf(-gate[i]);
     eng_matmul(&L->o, ctxo, n, out);

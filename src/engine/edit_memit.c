@@ -112,11 +112,42 @@ typedef struct capture {
     float *xin;               /* [H] FFN input at `layer`, last position, or NULL */
     float *x;                 /* [n_layers × H] residual after each layer, last position */
     float *ffn;               /* [n_layers × H] FFN branch output, last position */
-    float *rows;              /* covariance: every position's activations at `layer` */
+    float *rows;              /* every position's activations at `layer` when acts */
+    float *in_rows;           /* every position's FFN input [H] when inputs */
     size_t n_rows, cap_rows;
-    int inputs;               /* rows hold the FFN inputs [H] instead of activations [F] */
+    int acts, inputs;
+    /* a batch of texts (run_corpus): their lengths, and the first one's number; key and
+     * xin then receive each text's last position at its number ([texts × F], [texts × H]) */
+    const int *text_n;
+    int texts;
+    size_t text0;
+    float *final;             /* [texts × H]: each text's residual after the last layer */
+    float *entry;             /* [positions × H]: the residual entering `layer` (run) */
     int oom;
 } capture;
+
+/* The residual entering layer `layer`, every position: the embedding for layer 0. */
+static void keep_entry(capture *c, int pos0, int n, const float *resid)
+{
+    memcpy(c->entry + (size_t)pos0 * c->H, resid, (size_t)n * c->H * sizeof(float));
+}
+
+static void on_embed(void *ctx, int pos0, int n, const float *resid)
+{
+    capture *c = ctx;
+    if (c->entry && c->layer == 0)
+        keep_entry(c, pos0, n, resid);
+}
+
+/* Row r's activations and FFN input into the slots of text t (key, xin, when set). */
+static void last_row(capture *c, size_t t, int r, const float *in, const float *act,
+                     int features)
+{
+    if (c->xin)
+        memcpy(c->xin + t * c->H, in + (size_t)r * c->H, (size_t)c->H * sizeof(float));
+    if (c->key)
+        memcpy(c->key + t * c->F, act + (size_t)r * features + c->off, (size_t)c->F * sizeof(float));
+}
 
 static void on_ffn(void *ctx, int layer, int pos0, int n, const float *in, const float *act,
                    int features)
@@ -125,26 +156,36 @@ static void on_ffn(void *ctx, int layer, int pos0, int n, const float *in, const
     capture *c = ctx;
     if (layer != c->layer || c->off + c->F > features)
         return;
-    if (c->xin)
-        memcpy(c->xin, in + (size_t)(n - 1) * c->H, (size_t)c->H * sizeof(float));
-    if (c->key)
-        memcpy(c->key, act + (size_t)(n - 1) * features + c->off, (size_t)c->F * sizeof(float));
-    if (c->rows || c->cap_rows) {
-        const int w = c->inputs ? c->H : c->F;
+    if (c->text_n)
+        for (int t = 0, r = 0; t < c->texts; t++) {
+            r += c->text_n[t];
+            last_row(c, c->text0 + (size_t)t, r - 1, in, act, features);
+        }
+    else
+        last_row(c, 0, n - 1, in, act, features);
+    if (c->acts || c->inputs) {
         if (c->n_rows + (size_t)n > c->cap_rows) {
-            size_t cap = (c->n_rows + (size_t)n) * 2;
-            float *nr = realloc(c->rows, cap * (size_t)w * sizeof *nr);
-            if (!nr) {
+            const size_t cap = (c->n_rows + (size_t)n) * 2;
+            float *na = c->acts ? realloc(c->rows, cap * c->F * sizeof *na) : NULL;
+            if (na)
+                c->rows = na;
+            float *ni = c->inputs ? realloc(c->in_rows, cap * c->H * sizeof *ni) : NULL;
+            if (ni)
+                c->in_rows = ni;
+            if ((c->acts && !na) || (c->inputs && !ni)) {
                 c->oom = 1;
                 return;
             }
-            c->rows = nr;
             c->cap_rows = cap;
         }
-        for (int t = 0; t < n; t++)
-            memcpy(c->rows + (c->n_rows + (size_t)t) * w,
-                   c->inputs ? in + (size_t)t * c->H : act + (size_t)t * features + c->off,
-                   (size_t)w * sizeof(float));
+        for (int t = 0; t < n; t++) {
+            const size_t r = c->n_rows + (size_t)t;
+            if (c->acts)
+                memcpy(c->rows + r * c->F, act + (size_t)t * features + c->off,
+                       (size_t)c->F * sizeof(float));
+            if (c->inputs)
+                memcpy(c->in_rows + r * c->H, in + (size_t)t * c->H, (size_t)c->H * sizeof(float));
+        }
         c->n_rows += (size_t)n;
     }
 }
@@ -152,9 +193,16 @@ static void on_ffn(void *ctx, int layer, int pos0, int n, const float *in, const
 static void on_layer(void *ctx, int layer, int pos0, int n, const float *attn,
                      const float *ffn, const float *resid)
 {
-    (void)pos0;
     (void)attn;
     capture *c = ctx;
+    if (c->entry && layer == c->layer - 1)
+        keep_entry(c, pos0, n, resid);
+    if (c->final && c->text_n && layer == c->n_layers - 1)
+        for (int t = 0, r = 0; t < c->texts; t++) {
+            r += c->text_n[t];
+            memcpy(c->final + (c->text0 + (size_t)t) * c->H, resid + (size_t)(r - 1) * c->H,
+                   (size_t)c->H * sizeof(float));
+        }
     if (!c->x)
         return;
     memcpy(c->x + (size_t)layer * c->H, resid + (size_t)(n - 1) * c->H, (size_t)c->H * sizeof(float));
@@ -167,8 +215,23 @@ static int run(eng_model *m, const int32_t *ids, int n, capture *c, float *logit
     eng_session *s;
     if (eng_session_new(m, n, &s, err))
         return -1;
-    eng_observer obs = {c, NULL, on_layer, on_ffn, NULL};
+    eng_observer obs = {c, on_embed, on_layer, on_ffn, NULL};
     int rc = eng_forward(s, ids, n, logits, &obs, err);
+    eng_session_free(s);
+    if (!rc && c->oom)
+        rc = vx_errf(err, VX_ENOMEM, "out of memory capturing activations");
+    return rc;
+}
+
+/* run from layer c->layer on, the residual entering it at n positions given (entry). */
+static int run_from(eng_model *m, const float *entry, int n, capture *c, float *logits,
+                    vx_err *err)
+{
+    eng_session *s;
+    if (eng_session_new(m, n, &s, err))
+        return -1;
+    eng_observer obs = {c, NULL, on_layer, on_ffn, NULL};
+    int rc = eng_forward_from(s, c->layer, entry, n, logits, &obs, err);
     eng_session_free(s);
     if (!rc && c->oom)
         rc = vx_errf(err, VX_ENOMEM, "out of memory capturing activations");
@@ -203,6 +266,13 @@ int eng_edit_ffn_in(eng_model *m, int layer, const int32_t *ids, int n, float *x
 
 /* ---------------------------------------------------------------- corpus, covariance */
 
+/* Texts per batched pass: the corpus's products run as one GEMM over this many rows per
+ * step instead of a GEMV per text, and its sessions' caches stay small. */
+#define CORPUS_BATCH 64
+/* Rows per batched pass over finished texts: the chunk eng_forward bounds one session's
+ * activations by. */
+#define CORPUS_ROWS 256
+
 int eng_edit_corpus(eng_model *m, const char *const *starts, int n_starts, int nseq, int len,
                     uint64_t seed, int32_t **ids, int **lens, vx_err *err)
 {
@@ -210,93 +280,135 @@ int eng_edit_corpus(eng_model *m, const char *const *starts, int n_starts, int n
     *lens = NULL;
     if (!m->tok)
         return vx_errf(err, VX_EMISSING, "the container has no tokenizer to build a corpus");
-    size_t cap = 0, used = 0;
-    int32_t *all = NULL, *gen = malloc((size_t)len * sizeof *gen);
-    int *ln = calloc((size_t)nseq, sizeof *ln);
-    if (!gen || !ln)
-        goto oom;
-    for (int i = 0; i < nseq; i++) {
-        const char *st = starts[i % n_starts];
-        int32_t *p = NULL;
-        size_t np = 0;
-        if (eng_tok_encode(m->tok, st, strlen(st), 1, &p, &np, err))
-            goto fail;
-        eng_session *s = NULL;
-        int ng = 0;
-        eng_sampler sp = {1.0f, 0, 1.0f, seed + (uint64_t)i};
-        int rc = eng_session_new(m, (int)np + len, &s, err) ||
-                 eng_generate(s, p, (int)np, len, &sp, gen, &ng, err);
-        eng_session_free(s);
-        if (rc) {
-            free(p);
-            goto fail;
-        }
-        if (used + np + (size_t)ng > cap) {
-            cap = (used + np + (size_t)ng) * 2;
-            int32_t *na = realloc(all, cap * sizeof *na);
-            if (!na) {
-                free(p);
-                goto oom;
-            }
-            all = na;
-        }
-        memcpy(all + used, p, np * sizeof *p);
-        memcpy(all + used + np, gen, (size_t)ng * sizeof *gen);
-        used += np + (size_t)ng;
-        ln[i] = (int)np + ng;
-        free(p);
+    /* texts i < nseq: start i % n_starts and up to len tokens sampled with seed + i, CORPUS_BATCH
+     * texts at a time */
+    const int G = nseq < 1 ? 1 : nseq < CORPUS_BATCH ? nseq : CORPUS_BATCH;
+    int32_t **tok = calloc((size_t)n_starts, sizeof *tok);
+    size_t *ntok = calloc((size_t)n_starts, sizeof *ntok), ptot = 0, cap = 1, used = 0;
+    int *ln = calloc((size_t)nseq + 1, sizeof *ln);
+    int32_t *gen = malloc((size_t)G * len * sizeof *gen), *all = NULL, *prompts = NULL;
+    int *np = malloc((size_t)G * sizeof *np), *ng = malloc((size_t)G * sizeof *ng);
+    eng_session **ss = calloc((size_t)G, sizeof *ss);
+    eng_sampler *sp = malloc((size_t)G * sizeof *sp);
+    static const char oom[] = "out of memory sampling a corpus";
+    int rc = tok && ntok && ln && gen && np && ng && ss && sp ? 0 : vx_errf(err, VX_ENOMEM, "%s", oom);
+    for (int i = 0; !rc && i < n_starts; i++) {
+        rc = eng_tok_encode(m->tok, starts[i], strlen(starts[i]), 1, &tok[i], &ntok[i], err);
+        ptot += ntok[i];
     }
+    for (int i = 0; !rc && i < nseq; i++) cap += ntok[i % n_starts] + (size_t)len;
+    if (!rc && (!(all = malloc(cap * sizeof *all)) ||
+                !(prompts = malloc(ptot * (size_t)G * sizeof *prompts))))
+        rc = vx_errf(err, VX_ENOMEM, "%s", oom);
+    for (int i0 = 0; !rc && i0 < nseq; i0 += G) {
+        const int B = nseq - i0 < G ? nseq - i0 : G;
+        for (int b = 0, off = 0; !rc && b < B; off += np[b++]) {
+            const int st = (i0 + b) % n_starts;
+            np[b] = (int)ntok[st];
+            memcpy(prompts + off, tok[st], ntok[st] * sizeof *prompts);
+            sp[b] = (eng_sampler){1.0f, 0, 1.0f, seed + (uint64_t)(i0 + b)};
+            rc = eng_session_new(m, np[b] + len, &ss[b], err);
+        }
+        if (!rc)
+            rc = eng_generate_batch(ss, B, prompts, np, len, sp, gen, ng, err);
+        for (int b = 0; b < B; b++) {
+            eng_session_free(ss[b]);
+            ss[b] = NULL;
+        }
+        for (int b = 0, o = 0; !rc && b < B; o += np[b++]) {
+            memcpy(all + used, prompts + o, (size_t)np[b] * sizeof *all);
+            memcpy(all + used + np[b], gen + (size_t)b * len, (size_t)ng[b] * sizeof *all);
+            used += (size_t)np[b] + (size_t)ng[b];
+            ln[i0 + b] = np[b] + ng[b];
+        }
+    }
+    for (int i = 0; tok && i < n_starts; i++) free(tok[i]);
+    free(tok);
+    free(ntok);
     free(gen);
+    free(prompts);
+    free(np);
+    free(ng);
+    free(ss);
+    free(sp);
+    if (rc) {
+        free(all);
+        free(ln);
+        return -1;
+    }
     *ids = all;
     *lens = ln;
     return 0;
-oom:
-    vx_errf(err, VX_ENOMEM, "out of memory sampling a corpus");
-fail:
-    free(all);
-    free(gen);
-    free(ln);
-    return -1;
 }
 
-/* Every text of a corpus through the capture c (its rows freed on failure). */
+/* Every text of a corpus through the capture c (its rows freed on failure), as many texts
+ * per eng_forward_batch as fit CORPUS_ROWS rows (a text longer than that alone); texts
+ * must not be empty. logits, when not NULL, receives each text's next-token logits
+ * [nseq × vocab]. */
 static int run_corpus(eng_model *m, const int32_t *ids, const int *lens, int nseq, capture *c,
-                      vx_err *err)
+                      float *logits, vx_err *err)
 {
+    eng_session **ss = calloc((size_t)nseq + 1, sizeof *ss);
+    int *nb = malloc(((size_t)nseq + 1) * sizeof *nb);
+    int rc = ss && nb ? 0 : vx_errf(err, VX_ENOMEM, "out of memory for the corpus's sessions");
+    const eng_observer obs = {c, NULL, on_layer, on_ffn, NULL};
     size_t off = 0;
-    for (int i = 0; i < nseq; i++) {
-        if (lens[i] > 0 && run(m, ids + off, lens[i], c, NULL, err)) {
-            free(c->rows);
-            c->rows = NULL;
-            return -1;
+    for (int i = 0; !rc && i < nseq;) {
+        int B = 0, rows = 0;
+        const int first = i;
+        for (; i < nseq && (B == 0 || rows + lens[i] <= CORPUS_ROWS); i++) {
+            if ((rc = eng_session_new(m, lens[i], &ss[B], err)))
+                break;
+            nb[B++] = lens[i];
+            rows += lens[i];
         }
-        off += (size_t)lens[i];
+        c->text_n = nb;
+        c->texts = B;
+        c->text0 = (size_t)first;
+        if (!rc)
+            rc = eng_forward_batch(ss, B, ids + off, nb,
+                                   logits ? logits + (size_t)first * m->vocab : NULL, &obs, err);
+        if (!rc && c->oom)
+            rc = vx_errf(err, VX_ENOMEM, "out of memory capturing activations");
+        for (int b = 0; b < B; b++) {
+            eng_session_free(ss[b]);
+            ss[b] = NULL;
+        }
+        off += (size_t)rows;
     }
-    return 0;
+    free(ss);
+    free(nb);
+    if (rc) {
+        free(c->rows);
+        free(c->in_rows);
+        c->rows = c->in_rows = NULL;
+    }
+    return rc;
 }
 
 int eng_edit_covariance(eng_model *m, int layer, int expert, const int32_t *ids, const int *lens,
-                        int nseq, double **cov, int64_t *count, vx_err *err)
+                        int nseq, double **cov, int64_t *count, float **inputs, vx_err *err)
 {
     *cov = NULL;
     *count = 0;
+    if (inputs)
+        *inputs = NULL;
     if (eng_edit_check_site(m, layer, expert, err))
         return -1;
-    capture c = {.layer = layer, .H = m->hidden, .n_layers = m->n_layers, .cap_rows = 1};
+    capture c = {.layer = layer, .H = m->hidden, .n_layers = m->n_layers, .acts = 1,
+                 .inputs = inputs != NULL};
     const int F = c.F = site_features(m, layer, expert, &c.off);
-    if (run_corpus(m, ids, lens, nseq, &c, err))
+    if (run_corpus(m, ids, lens, nseq, &c, NULL, err))
         return -1;
-    if (c.n_rows == 0) {
-        free(c.rows);
-        return vx_errf(err, VX_EARG, "the corpus is empty");
-    }
-    float *cf = calloc((size_t)F * F, sizeof *cf);
-    double *cd = malloc((size_t)F * F * sizeof *cd);
+    float *cf = c.n_rows ? calloc((size_t)F * F, sizeof *cf) : NULL;
+    double *cd = c.n_rows ? malloc((size_t)F * F * sizeof *cd) : NULL;
     if (!cf || !cd) {
         free(c.rows);
+        free(c.in_rows);
         free(cf);
         free(cd);
-        return vx_errf(err, VX_ENOMEM, "out of memory for a %d x %d covariance", F, F);
+        return c.n_rows ? vx_errf(err, VX_ENOMEM, "out of memory for a %d x %d covariance", F, F)
+                        : vx_errf(err, VX_EARG, "the corpus is empty");
     }
     cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, F, (int)c.n_rows,
                 1.0f / (float)c.n_rows, c.rows, F, 0.0f, cf, F);
@@ -307,22 +419,8 @@ int eng_edit_covariance(eng_model *m, int layer, int expert, const int32_t *ids,
     free(c.rows);
     *cov = cd;
     *count = (int64_t)c.n_rows;
-    return 0;
-}
-
-int eng_edit_inputs(eng_model *m, int layer, const int32_t *ids, const int *lens, int nseq,
-                    float **rows, int64_t *count, vx_err *err)
-{
-    *rows = NULL;
-    *count = 0;
-    if (eng_edit_check_layer(m, layer, err))
-        return -1;
-    capture c = {.layer = layer, .H = m->hidden, .F = m->layers[layer].mlp.inter,
-                 .n_layers = m->n_layers, .cap_rows = 1, .inputs = 1};
-    if (run_corpus(m, ids, lens, nseq, &c, err))
-        return -1;
-    *rows = c.rows;
-    *count = (int64_t)c.n_rows;
+    if (inputs)
+        *inputs = c.in_rows;
     return 0;
 }
 
@@ -388,14 +486,15 @@ static int word_keys(eng_model *m, int layer, int expert, const char *relation,
         return -1;
     if (!m->tok)
         return vx_errf(err, VX_EMISSING, "the container has no tokenizer for decoy prompts");
-    int off;
-    const int F = inputs ? m->hidden : site_features(m, layer, expert, &off);
-    float *k = malloc((size_t)(n > 0 ? n : 1) * F * sizeof *k);
-    if (!k)
-        return vx_errf(err, VX_ENOMEM, "out of memory for decoy keys");
-    int got = 0;
+    capture c = {.layer = layer, .H = m->hidden, .n_layers = m->n_layers};
+    c.F = site_features(m, layer, expert, &c.off);
+    float *k = malloc((size_t)(n > 0 ? n : 1) * (inputs ? c.H : c.F) * sizeof *k);
+    int *lens = malloc((size_t)(n > 0 ? n : 1) * sizeof *lens);
+    int32_t *all = NULL;
+    size_t used = 0, cap = 0;
+    int got = 0, rc = k && lens ? 0 : vx_errf(err, VX_ENOMEM, "out of memory for decoy keys");
     size_t V = eng_tok_vocab_size(m->tok);
-    for (size_t id = 0; id < V && got < n; id++) {
+    for (size_t id = 0; !rc && id < V && got < n; id++) {
         const char *piece = eng_tok_piece(m->tok, (int32_t)id);
         const char *w = piece ? vocab_word(piece, relation != NULL) : NULL;
         if (!w || (entity && strcasecmp(w, entity) == 0))
@@ -407,19 +506,35 @@ static int word_keys(eng_model *m, int layer, int expert, const char *relation,
             snprintf(frame, sizeof frame, "The %.100s is", w);
         int32_t *ids = NULL;
         size_t ni = 0;
-        int rc = !prompt ? vx_errf(err, VX_ENOMEM, "out of memory")
-                         : eng_tok_encode(m->tok, prompt, strlen(prompt), 1, &ids, &ni, err);
-        if (!rc)
-            rc = inputs ? eng_edit_ffn_in(m, layer, ids, (int)ni, k + (size_t)got * F, NULL, err)
-                        : site_key(m, layer, expert, ids, (int)ni, k + (size_t)got * F, err);
+        rc = !prompt ? vx_errf(err, VX_ENOMEM, "out of memory")
+                     : eng_tok_encode(m->tok, prompt, strlen(prompt), 1, &ids, &ni, err);
+        if (!rc && ni == 0)
+            rc = vx_errf(err, VX_EARG, "the decoy prompt \"%s\" has no tokens", prompt);
+        if (!rc && used + ni > cap) {
+            cap = (used + ni) * 2;
+            int32_t *na = realloc(all, cap * sizeof *na);
+            if (na) all = na;
+            else rc = vx_errf(err, VX_ENOMEM, "out of memory for decoy prompts");
+        }
+        if (!rc) {
+            memcpy(all + used, ids, ni * sizeof *ids);
+            used += ni;
+            lens[got++] = (int)ni;
+        }
         if (prompt != frame)
             free(prompt);
         free(ids);
-        if (rc) {
-            free(k);
-            return -1;
-        }
-        got++;
+    }
+    /* all of them through the model in batches, each one's last position kept */
+    if (inputs) c.xin = k;
+    else c.key = k;
+    if (!rc)
+        rc = run_corpus(m, all, lens, got, &c, NULL, err);
+    free(all);
+    free(lens);
+    if (rc) {
+        free(k);
+        return -1;
     }
     *keys = k;
     *count = got;
@@ -770,31 +885,35 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
     float *ah = ps + npres, *ag = ah + (size_t)naux * H;   /* aux residuals, their gradient */
     /* the preserved prompts through the effective model: key, last residual, and the
      * next-token distribution the KL holds them to */
-    for (int c = 0, at = 0; c < npres; at += o->pres_lens[c++]) {
-        capture pc = {.layer = o->layer, .H = H, .F = F, .n_layers = nl, .off = off,
-                      .key = pk + (size_t)c * F, .x = x, .ffn = ffn};
-        if (run(m, o->pres_ids + at, o->pres_lens[c], &pc, logits, err))
-            goto done;
-        memcpy(ph + (size_t)c * H, x + (size_t)(nl - 1) * H, (size_t)H * sizeof *ph);
+    capture pc = {.layer = o->layer, .H = H, .F = F, .n_layers = nl, .off = off, .key = pk,
+                  .final = ph};
+    float *plog = npres ? malloc((size_t)npres * V * sizeof *plog) : NULL;
+    if (npres && !plog) {
+        vx_errf(err, VX_ENOMEM, "out of memory for an insert");
+        goto done;
+    }
+    if (npres && run_corpus(m, o->pres_ids, o->pres_lens, npres, &pc, plog, err)) {
+        free(plog);
+        goto done;
+    }
+    for (int c = 0; c < npres; c++) {
+        const float *lg = plog + (size_t)c * V;
         double mx = -INFINITY, sum = 0, *q = pq + (size_t)c * V;
         for (int v = 0; v < V; v++)
-            mx = fmax(mx, logits[v]);
+            mx = fmax(mx, lg[v]);
         for (int v = 0; v < V; v++)
-            sum += (q[v] = exp(logits[v] - mx));
+            sum += (q[v] = exp(lg[v] - mx));
         for (int v = 0; v < V; v++)
             q[v] /= sum;
     }
-    for (int c = 0, at = 0; c < naux; at += o->aux_lens[c++]) {
-        capture ac = {.layer = o->layer, .H = H, .F = F, .n_layers = nl, .off = off, .x = x,
-                      .ffn = ffn};
-        if (run(m, o->aux_ids + at, o->aux_lens[c], &ac, NULL, err))
-            goto done;
-        memcpy(ah + (size_t)c * H, x + (size_t)(nl - 1) * H, (size_t)H * sizeof *ah);
-    }
+    free(plog);
+    capture ac = {.layer = o->layer, .H = H, .F = F, .n_layers = nl, .off = off, .final = ah};
+    if (naux && run_corpus(m, o->aux_ids, o->aux_lens, naux, &ac, NULL, err))
+        goto done;
     /* the key, and the prompt's earlier positions: protected too, so prompts sharing
      * the fact's prefix ("The capital of") see no change there */
     capture kc = {.layer = o->layer, .H = H, .F = F, .n_layers = nl, .off = off,
-                  .key = out->key, .cap_rows = 1};
+                  .key = out->key, .acts = 1};
     if (run(m, ids, n, &kc, NULL, err)) {
         free(kc.rows);
         goto done;
@@ -859,8 +978,16 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
                          NULL, 0};
     eng_model_set_overlay(m, &trial);
 
+    /* the layers below the edit see none of it: they run once, and every step runs the
+     * prompt from the residual entering the edit's layer */
     capture c = {.layer = o->layer, .H = H, .F = F, .n_layers = nl, .off = off, .x = x,
-                 .ffn = ffn};
+                 .ffn = ffn, .entry = malloc((size_t)n * H * sizeof(float))};
+    if (!c.entry) {
+        vx_errf(err, VX_ENOMEM, "out of memory for an insert");
+        goto restore;
+    }
+    if (run(m, ids, n, &c, NULL, err))
+        goto restore;
     float step_len = 0, cap = 0;
     /* steered first; should the steer keep the target from p_stop (measured on a
      * random-weight Granite: p 0.002 after 100 steps), the descent reruns unsteered */
@@ -875,7 +1002,7 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
             vx_errf(err, VX_ECANCEL, "insert cancelled");
             goto restore;
         }
-        if (run(m, ids, n, &c, logits, err))
+        if (run_from(m, c.entry, n, &c, logits, err))
             goto restore;
         float p = softmax_p(logits, V, o->target);
         if (step == 0) {
@@ -961,6 +1088,7 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
     }
     rc = 0;
 restore:
+    free(c.entry);
     eng_model_set_overlay(m, base);
 done:
     free(lr);
@@ -1186,9 +1314,12 @@ int eng_edit_gate_fit(eng_model *m, const int32_t *ids, int n, const eng_gate_op
     int nd = 0, rc = -1;
     /* the prompt's FFN inputs at every position: the last is the positive, the earlier
      * ones negatives (prompts sharing the prefix see nothing) */
-    int one = n;
-    if (eng_edit_inputs(m, layer, ids, &one, 1, &xs, &nx, err) ||
-        eng_edit_decoy_inputs(m, layer, o->relation, o->entity, o->n_decoys, &dec, &nd, err))
+    capture pc = {.layer = layer, .H = H, .F = m->layers[layer].mlp.inter,
+                  .n_layers = m->n_layers, .inputs = 1};
+    const int ran = run(m, ids, n, &pc, NULL, err);
+    xs = pc.in_rows;
+    nx = (int64_t)pc.n_rows;
+    if (ran || eng_edit_decoy_inputs(m, layer, o->relation, o->entity, o->n_decoys, &dec, &nd, err))
         goto done;
     const int64_t nneg = o->n_neg + (nx - 1) + nd + o->n_others;
     neg = malloc((size_t)(nneg + 1) * H * sizeof *neg);

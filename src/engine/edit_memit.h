@@ -60,14 +60,11 @@ int eng_edit_corpus(eng_model *m, const char *const *starts, int n_starts, int n
                     uint64_t seed, int32_t **ids, int **lens, vx_err *err);
 
 /* E[act actᵀ] of the edit site (layer, expert) over every position of the corpus: *cov
- * [F×F] malloc'd (F the site's features), *count the positions. */
+ * [F×F] malloc'd (F the site's features), *count the positions. When inputs is not NULL
+ * the same pass keeps the FFN inputs (after the FFN norm) of every position: *inputs
+ * [*count × H] malloc'd. */
 int eng_edit_covariance(eng_model *m, int layer, int expert, const int32_t *ids, const int *lens,
-                        int nseq, double **cov, int64_t *count, vx_err *err);
-
-/* The FFN inputs (after the FFN norm) of dense layer `layer` at every position of the
- * corpus: *rows [*count × H] malloc'd. */
-int eng_edit_inputs(eng_model *m, int layer, const int32_t *ids, const int *lens, int nseq,
-                    float **rows, int64_t *count, vx_err *err);
+                        int nseq, double **cov, int64_t *count, float **inputs, vx_err *err);
 
 /* The FFN input (after the FFN norm) of `layer` at the last position of ids, into x [H];
  * logits (may be NULL) gets the next-token logits. The model's overlay applies. */

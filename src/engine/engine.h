@@ -247,6 +247,25 @@ int eng_session_pos(const eng_session *s);
 int eng_forward(eng_session *s, const int32_t *ids, int n, float *logits,
                 const eng_observer *obs, vx_err *err);
 
+/* eng_forward from layer `first` on: x_in [n, hidden] holds the residual entering that
+ * layer at the session's next n positions (what on_layer gave as resid_out of layer
+ * first − 1, or on_embed for 0); the layers below are not run and their state is not
+ * touched. Layers from `first` on compute exactly what eng_forward would from the same
+ * rows — an edit's optimisation re-runs only the layers its edit can change. */
+int eng_forward_from(eng_session *s, int first, const float *x_in, int n, float *logits,
+                     const eng_observer *obs, vx_err *err);
+
+/* eng_forward for B sessions at once: session b appends n[b] tokens (ids holds them in
+ * session order), each at its own position, and logits (when not NULL) receive each
+ * session's last position's [B, vocab]. The matrix products run once over all the rows
+ * (what makes sampling many short texts cost about one prefill of them), attention and
+ * recurrences per session; the rows run as one chunk, so the caller keeps their total
+ * moderate. The sessions are distinct and bound to one model. Observers see every row
+ * with pos0 -1 (on_attn is refused for more than one session). On failure every session
+ * is back where it was, as eng_forward leaves one. */
+int eng_forward_batch(eng_session *const *ss, int B, const int32_t *ids, const int *n,
+                      float *logits, const eng_observer *obs, vx_err *err);
+
 /* The logit lens: final norm → LM head → final soft-cap of one residual [hidden] into
  * logits [vocab]. */
 void eng_lens(const eng_model *m, const float *resid, float *logits);
@@ -293,5 +312,13 @@ typedef struct eng_gen_hooks {
 int eng_generate_with(eng_session *s, const int32_t *prompt, int n_prompt, int max_new,
                       const eng_sampler *sp, const eng_gen_hooks *h, int32_t *out, int *n_out,
                       vx_err *err);
+
+/* eng_generate for B texts at once, each step one eng_forward_batch: session b continues
+ * from prompts' n_prompt[b] ids (in session order) with sampler sp[b], receiving up to
+ * max_new ids at out + b · max_new (n_out[b] of them). Text b's tokens are those
+ * eng_generate would give it up to the rounding of the batched products. */
+int eng_generate_batch(eng_session *const *ss, int B, const int32_t *prompts,
+                       const int *n_prompt, int max_new, const eng_sampler *sp, int32_t *out,
+                       int *n_out, vx_err *err);
 
 #endif

@@ -367,17 +367,33 @@ struct eng_session {
     float *route_w;             /* [n_layers * top_k] */
 };
 
+/* Rows of several sessions in one forward pass (eng_forward_batch; eng_forward is one
+ * session): session b's n[b] rows follow the earlier sessions' rows and continue it at its
+ * own position. Matrix products run once over all the rows; what reads a session's state
+ * (attention over its cache, a recurrence, the routing record) runs per session. */
+typedef struct eng_batch {
+    eng_session *const *ss;
+    int B;
+    const int *n;
+    int rows;                   /* the sum of n */
+} eng_batch;
+
+/* eng_lens over n residual rows [n, hidden] → logits [n, vocab] in one head product;
+ * normed is scratch [n, hidden]. */
+void eng_lens_rows(const eng_model *m, const float *resid, int n, float *normed, float *logits);
+
 /* Attention over the cache for n queries at pos0 (keys 0..pos0+n-1 are in kv already).
  * q [n, heads * kdim] (roped), out [n, heads * vdim]; query head h reads kv head
  * h / (heads / kv_heads). */
 void eng_attend(const eng_model *m, const eng_layer *L, int layer, const eng_kv *kv,
                 const float *q, int n, int pos0, float *out, const eng_observer *obs);
 
-/* FFN of one layer: h [n, hidden] → out [n, hidden] (before post-norm). The session is
- * used for the routing record; obs may be NULL. */
+/* FFN of one layer: h [n, hidden] → out [n, hidden] (before post-norm); the MoE FFN runs
+ * the batch's rows and leaves each session the routing record of its last row. pos0 is
+ * what observers see (-1 for several sessions); obs may be NULL. */
 int eng_ffn_dense(const eng_model *m, int layer, const float *h, int n, int pos0,
                   float *out, const eng_observer *obs, vx_err *err);
-int eng_ffn_moe(eng_session *s, int layer, const float *h, int n, int pos0, float *out,
+int eng_ffn_moe(const eng_batch *bt, int layer, const float *h, int pos0, float *out,
                 const eng_observer *obs, vx_err *err);
 /* Apply an MLP block with the overlay edits whose features fall in [f0, f0 + inter)
  * of the layer's feature numbering; `act` receives [n, inter] activations (after edits,
@@ -391,8 +407,9 @@ int eng_lowrank_apply(const eng_model *m, int layer, const float *act, int n, in
                       float *out, vx_err *err);
 
 /* Attention layers: h [n, hidden] → out [n, hidden] (after o_proj, before post-norm).
- * Fill the session's KV cache for positions pos0..pos0+n-1. */
-int eng_attn_layer(eng_session *s, int layer, const float *h, int n, int pos0, float *out,
+ * Fill the session's KV cache for positions pos0..pos0+n-1; eng_attn_layer does so for
+ * each session of a batch at its own position (h and out hold the batch's rows). */
+int eng_attn_layer(const eng_batch *bt, int layer, const float *h, float *out,
                    const eng_observer *obs, vx_err *err);
 int eng_mla_layer(eng_session *s, int layer, const float *h, int n, int pos0, float *out,
                   const eng_observer *obs, vx_err *err);

@@ -55,3 +55,54 @@ int eng_generate_with(eng_session *s, const int32_t *prompt, int n_prompt, int m
     free(logits);
     return rc;
 }
+
+int eng_generate_batch(eng_session *const *ss, int B, const int32_t *prompts,
+                       const int *n_prompt, int max_new, const eng_sampler *sp, int32_t *out,
+                       int *n_out, vx_err *err)
+{
+    const int V = ss[0]->m->vocab;
+    for (int b = 0; b < B; b++) n_out[b] = 0;
+    if (max_new <= 0 || B <= 0) return 0;
+    float *logits = malloc((size_t)B * V * sizeof *logits);
+    uint64_t *rng = malloc((size_t)B * sizeof *rng);
+    int *live = malloc((size_t)B * sizeof *live), *ones = malloc((size_t)B * sizeof *ones);
+    eng_session **run = malloc((size_t)B * sizeof *run);
+    int32_t *next = malloc((size_t)B * sizeof *next);
+    int rc = 0;
+    if (!logits || !rng || !live || !ones || !run || !next) {
+        rc = vx_errf(err, VX_ENOMEM, "out of memory generating %d texts", B);
+        goto done;
+    }
+    int n_live = B;
+    for (int b = 0; b < B; b++) {
+        rng[b] = seed_state(sp[b].seed);
+        live[b] = b;
+        ones[b] = 1;
+    }
+    rc = eng_forward_batch(ss, B, prompts, n_prompt, logits, NULL, err);
+    /* row j of logits belongs to text live[j]; a text leaves after an eos or max_new */
+    for (int i = 0; !rc && n_live > 0; i++) {
+        int kept = 0;
+        for (int j = 0; j < n_live; j++) {
+            const int b = live[j];
+            int32_t id = eng_sample(&sp[b], logits + (size_t)j * V, V, &rng[b]);
+            out[(size_t)b * max_new + n_out[b]++] = id;
+            int stop = i + 1 == max_new;
+            for (int e = 0; e < ss[b]->m->n_eos; e++) stop |= id == ss[b]->m->eos[e];
+            if (stop) continue;
+            live[kept] = b;
+            run[kept] = ss[b];
+            next[kept++] = id;
+        }
+        n_live = kept;
+        if (n_live) rc = eng_forward_batch(run, n_live, next, ones, logits, NULL, err);
+    }
+done:
+    free(logits);
+    free(rng);
+    free(live);
+    free(ones);
+    free(run);
+    free(next);
+    return rc;
+}

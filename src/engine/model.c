@@ -88,17 +88,23 @@ void eng_model_set_overlay(eng_model *m, const eng_overlay *ov)
     m->overlay = ov;
 }
 
+void eng_lens_rows(const eng_model *m, const float *resid, int n, float *normed, float *logits)
+{
+    const float *x = resid;
+    if (m->final_norm.width) {
+        eng_norm_apply(&m->final_norm, resid, normed, n);
+        x = normed;
+    }
+    eng_matmul(&m->lm_head, x, n, logits);
+    const size_t all = (size_t)n * m->vocab;
+    if (m->final_softcap > 0)
+        for (size_t i = 0; i < all; i++) logits[i] = eng_softcap(logits[i], m->final_softcap);
+    if (m->logits_divisor != 1.0f)
+        for (size_t i = 0; i < all; i++) logits[i] /= m->logits_divisor;
+}
+
 void eng_lens(const eng_model *m, const float *resid, float *logits)
 {
     float h[m->hidden];
-    const float *x = resid;
-    if (m->final_norm.width) {
-        eng_norm_apply(&m->final_norm, resid, h, 1);
-        x = h;
-    }
-    eng_matmul(&m->lm_head, x, 1, logits);
-    if (m->final_softcap > 0)
-        for (int i = 0; i < m->vocab; i++) logits[i] = eng_softcap(logits[i], m->final_softcap);
-    if (m->logits_divisor != 1.0f)
-        for (int i = 0; i < m->vocab; i++) logits[i] /= m->logits_divisor;
+    eng_lens_rows(m, resid, 1, h, logits);
 }

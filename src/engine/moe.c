@@ -64,10 +64,11 @@ static void route(const eng_model *m, const eng_layer *L, float *lg, float *sel,
     }
 }
 
-int eng_ffn_moe(eng_session *s, int layer, const float *h, int n, int pos0, float *out,
+int eng_ffn_moe(const eng_batch *bt, int layer, const float *h, int pos0, float *out,
                 const eng_observer *obs, vx_err *err)
 {
-    const eng_model *m = s->m;
+    const eng_model *m = bt->ss[0]->m;
+    const int n = bt->rows;
     const eng_layer *L = &m->layers[layer];
     const int H = m->hidden, E = m->experts, K = m->top_k, EI = m->expert_inter;
     const int F = E * EI;
@@ -91,8 +92,12 @@ int eng_ffn_moe(eng_session *s, int layer, const float *h, int n, int pos0, floa
     eng_add_bias(lg, L->router_b, n, E);
     for (int t = 0; t < n; t++)
         route(m, L, lg + (size_t)t * E, sel, ids + (size_t)t * K, w + (size_t)t * K);
-    memcpy(s->route_ids + (size_t)layer * K, ids + (size_t)(n - 1) * K, (size_t)K * sizeof *ids);
-    memcpy(s->route_w + (size_t)layer * K, w + (size_t)(n - 1) * K, (size_t)K * sizeof *w);
+    for (int b = 0, r = 0; b < bt->B; b++) {
+        eng_session *s = bt->ss[b];
+        r += bt->n[b];
+        memcpy(s->route_ids + (size_t)layer * K, ids + (size_t)(r - 1) * K, (size_t)K * sizeof *ids);
+        memcpy(s->route_w + (size_t)layer * K, w + (size_t)(r - 1) * K, (size_t)K * sizeof *w);
+    }
     memset(out, 0, (size_t)n * H * sizeof *out);
     for (int e = 0; e < E && !rc; e++) {
         int cnt = 0;

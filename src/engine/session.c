@@ -161,66 +161,110 @@ static void pre_norm(const eng_norm *nm, const float *x, float *h, int n, int hi
     else memcpy(h, x, (size_t)n * hidden * sizeof *h);
 }
 
-/* The layer's token mixer over h → a. */
-static int token_mixer(eng_session *s, int l, const float *h, int n, int pos0, float *a,
+/* The layer's token mixer over the batch's rows h → a: attention projects every row at
+ * once; the other mixers read one session's state and run per session. */
+static int token_mixer(const eng_batch *bt, int l, const float *h, float *a,
                        const eng_observer *obs, vx_err *err)
 {
-    const eng_layer *L = &s->m->layers[l];
-    void **st = &s->state[(size_t)l * VX_STATE_MAX];
-    if (L->ssm) return eng_ssm_run(L->ssm, h, n, st[0], st[1], a, err);
-    if (L->dn) return eng_deltanet_run(L->dn, h, n, st[0], st[1], a, err);
-    return L->mla ? eng_mla_layer(s, l, h, n, pos0, a, obs, err)
-                  : eng_attn_layer(s, l, h, n, pos0, a, obs, err);
+    const eng_model *m = bt->ss[0]->m;
+    const eng_layer *L = &m->layers[l];
+    if (!L->ssm && !L->dn && !L->mla) return eng_attn_layer(bt, l, h, a, obs, err);
+    for (int b = 0, r = 0; b < bt->B; r += bt->n[b++]) {
+        eng_session *s = bt->ss[b];
+        void **st = &s->state[(size_t)l * VX_STATE_MAX];
+        const float *hb = h + (size_t)r * m->hidden;
+        float *ab = a + (size_t)r * m->hidden;
+        const int n = bt->n[b];
+        int rc = L->ssm  ? eng_ssm_run(L->ssm, hb, n, st[0], st[1], ab, err)
+                 : L->dn ? eng_deltanet_run(L->dn, hb, n, st[0], st[1], ab, err)
+                         : eng_mla_layer(s, l, hb, n, s->pos, ab, obs, err);
+        if (rc) return rc;
+    }
+    return 0;
 }
 
-/* One chunk of at most CHUNK tokens at the session's position. */
-static int forward_chunk(eng_session *s, const int32_t *ids, int n, float *logits,
-                         const eng_observer *obs, vx_err *err)
+/* finite_rows over each session's rows, naming its positions. */
+static int finite_batch(const eng_batch *bt, const float *v, int width, int layer, vx_err *err)
 {
-    const eng_model *m = s->m;
-    const int H = m->hidden, pos0 = s->pos;
+    for (int b = 0, r = 0; b < bt->B; r += bt->n[b++])
+        if (finite_rows(bt->ss[0]->m, v + (size_t)r * width, bt->n[b], width, bt->ss[b]->pos,
+                        layer, err))
+            return -1;
+    return 0;
+}
+
+/* The batch's rows (at most CHUNK for one session) through the layers from `first` on,
+ * entering as the embeddings of ids or, when x_in is not NULL, as those rows of the
+ * residual; logits, when not NULL, receive each session's last row's [B, vocab]. */
+static int forward_chunk(const eng_batch *bt, const int32_t *ids, const float *x_in, int first,
+                         float *logits, const eng_observer *obs, vx_err *err)
+{
+    const eng_model *m = bt->ss[0]->m;
+    const int H = m->hidden, n = bt->rows;
+    /* observers see the chunk's first position, or -1 for rows of several sessions */
+    const int pos0 = bt->B == 1 ? bt->ss[0]->pos : -1;
     float *x = malloc((size_t)n * H * 4 * sizeof(float));
     if (!x) return vx_errf(err, VX_ENOMEM, "out of memory for %d positions", n);
     float *h = x + (size_t)n * H, *a = h + (size_t)n * H, *f = a + (size_t)n * H;
     int rc = 0;
-    embed(m, ids, n, pos0, x);
-    rc = finite_rows(m, x, n, H, pos0, -1, err);
-    if (!rc && obs && obs->on_embed) obs->on_embed(obs->ctx, pos0, n, x);
-    for (int l = 0; l < m->n_layers && !rc; l++) {
+    if (x_in) {
+        memcpy(x, x_in, (size_t)n * H * sizeof *x);
+    } else {
+        for (int b = 0, r = 0; b < bt->B; r += bt->n[b++])
+            embed(m, ids + r, bt->n[b], bt->ss[b]->pos, x + (size_t)r * H);
+        rc = finite_batch(bt, x, H, -1, err);
+        if (!rc && obs && obs->on_embed) obs->on_embed(obs->ctx, pos0, n, x);
+    }
+    for (int l = first; l < m->n_layers && !rc; l++) {
         const eng_layer *L = &m->layers[l];
         if (vx_cancel_flag) { rc = vx_errf(err, VX_ECANCEL, "forward pass cancelled"); break; }
         pre_norm(&L->attn_norm, x, h, n, H);
-        if ((rc = token_mixer(s, l, h, n, pos0, a, obs, err))) break;
+        if ((rc = token_mixer(bt, l, h, a, obs, err))) break;
         residual_add(&L->post_attn, m->residual_scale, a, x, n, H);
         if (L->ffn_none) {
             memset(f, 0, (size_t)n * H * sizeof *f);
         } else {
             pre_norm(&L->ffn_norm, x, h, n, H);
-            rc = L->moe ? eng_ffn_moe(s, l, h, n, pos0, f, obs, err)
+            rc = L->moe ? eng_ffn_moe(bt, l, h, pos0, f, obs, err)
                         : eng_ffn_dense(m, l, h, n, pos0, f, obs, err);
             if (rc) break;
             residual_add(&L->post_ffn, m->residual_scale, f, x, n, H);
         }
-        if ((rc = finite_rows(m, x, n, H, pos0, l, err))) break;
+        if ((rc = finite_batch(bt, x, H, l, err))) break;
         if (obs && obs->on_layer) obs->on_layer(obs->ctx, l, pos0, n, a, f, x);
     }
     if (!rc && logits) {
-        eng_lens(m, x + (size_t)(n - 1) * H, logits);
-        rc = finite_rows(m, logits, 1, m->vocab, pos0 + n - 1, m->n_layers, err);
+        /* the sessions' last rows, gathered (h is free now), through one head product */
+        for (int b = 0, r = 0; b < bt->B; b++) {
+            r += bt->n[b];
+            memcpy(h + (size_t)b * H, x + (size_t)(r - 1) * H, (size_t)H * sizeof *h);
+        }
+        eng_lens_rows(m, h, bt->B, a, logits);
+        for (int b = 0; !rc && b < bt->B; b++)
+            rc = finite_rows(m, logits + (size_t)b * m->vocab, 1, m->vocab,
+                             bt->ss[b]->pos + bt->n[b] - 1, m->n_layers, err);
     }
-    if (!rc) s->pos += n;
+    if (!rc)
+        for (int b = 0; b < bt->B; b++) bt->ss[b]->pos += bt->n[b];
     free(x);
     return rc;
 }
 
-int eng_forward(eng_session *s, const int32_t *ids, int n, float *logits,
-                const eng_observer *obs, vx_err *err)
+/* Room in session s for n more positions. */
+static int check_room(const eng_session *s, int n, vx_err *err)
 {
-    const eng_model *m = s->m;
     if (n <= 0) return vx_errf(err, VX_EARG, "eng_forward: no tokens");
     if ((int64_t)s->pos + n > s->max_ctx)
         return vx_errf(err, VX_EARG, "context full: %d positions + %d tokens exceeds the "
                        "session's %d", s->pos, n, s->max_ctx);
+    return 0;
+}
+
+/* The tokens given to session s: n of them, within its context and the vocabulary. */
+static int check_ids(const eng_session *s, const int32_t *ids, int n, vx_err *err)
+{
+    const eng_model *m = s->m;
+    if (check_room(s, n, err)) return -1;
     for (int t = 0; t < n; t++)
         if (ids[t] < 0 || ids[t] >= m->vocab) {
             /* an id the tokenizer gave: name its piece, the entry past the model's rows */
@@ -231,18 +275,80 @@ int eng_forward(eng_session *s, const int32_t *ids, int n, float *logits,
             return vx_errf(err, VX_EARG, "token id %d is out of range (vocab %d)", ids[t],
                            m->vocab);
         }
-    /* long prompts run in chunks: activation memory stays bounded and the prefill kernels'
-     * packed activations stay cache-sized; observers see each chunk with its pos0 */
-    const int pos0 = s->pos;
+    return 0;
+}
+
+/* After a failed pass: a session holding recurrent (fixed) state starts over (a recurrence
+ * cannot be rewound); any other is back at pos0. */
+static void rewind_to(eng_session *s, int pos0)
+{
+    if (s->m->shape->state_fixed) eng_session_reset(s);
+    else s->pos = pos0;
+}
+
+/* n tokens (ids) or residual rows (x_in, entering layer `first`) appended to s in chunks:
+ * activation memory stays bounded and the prefill kernels' packed activations stay
+ * cache-sized; observers see each chunk with its pos0. */
+static int forward_one(eng_session *s, const int32_t *ids, const float *x_in, int first, int n,
+                       float *logits, const eng_observer *obs, vx_err *err)
+{
+    const int pos0 = s->pos, H = s->m->hidden;
     for (int done = 0; done < n;) {
         int c = n - done < CHUNK ? n - done : CHUNK;
-        if (forward_chunk(s, ids + done, c, done + c == n ? logits : NULL, obs, err)) {
-            /* a recurrence cannot be rewound: a session holding fixed state starts over */
-            if (m->shape->state_fixed) eng_session_reset(s);
-            else s->pos = pos0;
+        const eng_batch bt = {&s, 1, &c, c};
+        if (forward_chunk(&bt, ids ? ids + done : NULL, x_in ? x_in + (size_t)done * H : NULL,
+                          first, done + c == n ? logits : NULL, obs, err)) {
+            rewind_to(s, pos0);
             return -1;
         }
         done += c;
     }
     return 0;
+}
+
+int eng_forward(eng_session *s, const int32_t *ids, int n, float *logits,
+                const eng_observer *obs, vx_err *err)
+{
+    if (check_ids(s, ids, n, err)) return -1;
+    return forward_one(s, ids, NULL, 0, n, logits, obs, err);
+}
+
+int eng_forward_from(eng_session *s, int first, const float *x_in, int n, float *logits,
+                     const eng_observer *obs, vx_err *err)
+{
+    const eng_model *m = s->m;
+    if (first < 0 || first > m->n_layers)
+        return vx_errf(err, VX_EARG, "eng_forward_from: layer %d is out of range (the model has "
+                       "%d layers)", first, m->n_layers);
+    if (check_room(s, n, err)) return -1;
+    return forward_one(s, NULL, x_in, first, n, logits, obs, err);
+}
+
+int eng_forward_batch(eng_session *const *ss, int B, const int32_t *ids, const int *n,
+                      float *logits, const eng_observer *obs, vx_err *err)
+{
+    if (B <= 0) return vx_errf(err, VX_EARG, "eng_forward_batch: no sessions");
+    if (obs && obs->on_attn && B > 1)
+        return vx_errf(err, VX_EARG, "eng_forward_batch: attention probabilities are observed "
+                       "one session at a time");
+    int rows = 0;
+    for (int b = 0; b < B; b++) {
+        if (ss[b]->m != ss[0]->m)
+            return vx_errf(err, VX_EARG, "eng_forward_batch: the sessions run different models");
+        for (int c = 0; c < b; c++)
+            if (ss[c] == ss[b])
+                return vx_errf(err, VX_EARG, "eng_forward_batch: session %d is also session %d",
+                               b, c);
+        if (check_ids(ss[b], ids + rows, n[b], err)) return -1;
+        rows += n[b];
+    }
+    int *pos0 = malloc((size_t)B * sizeof *pos0);
+    if (!pos0) return vx_errf(err, VX_ENOMEM, "out of memory for a batch of %d sessions", B);
+    for (int b = 0; b < B; b++) pos0[b] = ss[b]->pos;
+    const eng_batch bt = {ss, B, n, rows};
+    int rc = forward_chunk(&bt, ids, NULL, 0, logits, obs, err);
+    if (rc)
+        for (int b = 0; b < B; b++) rewind_to(ss[b], pos0[b]);
+    free(pos0);
+    return rc;
 }

@@ -81,7 +81,7 @@ int main(void)
     double *cov;
     int64_t npos;
     CHECK(eng_edit_corpus(m, starts, 16, 32, 48, 1, &cids, &clens, &e) == 0);
-    CHECK(eng_edit_covariance(m, LAYER, -1, cids, clens, 32, &cov, &npos, &e) == 0);
+    CHECK(eng_edit_covariance(m, LAYER, -1, cids, clens, 32, &cov, &npos, NULL, &e) == 0);
     printf("covariance of layer %d over %lld corpus positions\n", LAYER, (long long)npos);
 
     /* the overlay accumulates the facts' rank-1 updates */

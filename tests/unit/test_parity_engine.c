@@ -8,7 +8,10 @@
  *     zero outside the routed experts;
  *   - the overlay: identity edits change nothing, a tombstone equals a zero down column
  *     equals the rank-1 delta that cancels the feature, detaching restores the base;
- *   - prefill and token-by-token decode agree; seeded sampling is reproducible.
+ *   - prefill and token-by-token decode agree; seeded sampling is reproducible;
+ *   - sessions batched (eng_forward_batch, eng_generate_batch) equal each session alone,
+ *     on attention (full, windowed, MLA), MoE and recurrent (Mamba2, Gated DeltaNet) layers;
+ *     a pass resumed at any layer (eng_forward_from) equals the whole pass bit for bit.
  */
 #include <stdlib.h>
 #include <unistd.h>
@@ -576,11 +579,138 @@ static void test_session(const char *dir)
     vx_close(c);
 }
 
+/* The residual entering each layer, every position (on_embed for layer 0). */
+typedef struct entries {
+    int H;
+    float *x;   /* [(layers + 1) × n × H]: entry of layer l at l · n · H */
+    int n;
+} entries;
+static void en_embed(void *ctx, int pos0, int n, const float *resid)
+{
+    entries *e = ctx;
+    memcpy(e->x + (size_t)pos0 * e->H, resid, (size_t)n * e->H * 4);
+}
+static void en_layer(void *ctx, int layer, int pos0, int n, const float *a, const float *f,
+                     const float *resid)
+{
+    (void)a;
+    (void)f;
+    entries *e = ctx;
+    memcpy(e->x + ((size_t)(layer + 1) * e->n + pos0) * e->H, resid, (size_t)n * e->H * 4);
+}
+
+/* eng_forward_from layer l, given the residual entering it, computes the whole pass's
+ * logits bit for bit, for every l (0: the embedding; the last + 1: the head alone). */
+static void test_from(const char *dir)
+{
+    vx_container *c;
+    eng_model *m = bind(dir, &c);
+    if (!m) return;
+    const int V = eng_model_vocab(m), H = eng_model_hidden(m), L = eng_model_layers(m), n = 12;
+    entries e = {H, malloc((size_t)(L + 1) * n * H * 4), n};
+    float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
+    eng_session *s;
+    vx_err err = {0};
+    eng_observer obs = {&e, en_embed, en_layer, NULL, NULL};
+    CHECK(eng_session_new(m, n, &s, &err) == 0);
+    CHECK(eng_forward(s, prompt, n, a, &obs, &err) == 0);
+    for (int l = 0; l <= L; l++) {
+        eng_session_reset(s);
+        CHECK(eng_forward_from(s, l, e.x + (size_t)l * n * H, n, b, NULL, &err) == 0);
+        CHECK(memcmp(a, b, (size_t)V * 4) == 0);
+        CHECK(eng_session_pos(s) == n);
+    }
+    CHECK(eng_forward_from(s, 0, e.x, 1, b, NULL, &err) == -1);
+    CHECK_STR(err.msg, "context full: 12 positions + 1 tokens exceeds the session's 12");
+    eng_session_reset(s);
+    CHECK(eng_forward_from(s, L + 1, e.x, 1, b, NULL, &err) == -1);
+    char want[96];
+    snprintf(want, sizeof want, "eng_forward_from: layer %d is out of range (the model has %d "
+             "layers)", L + 1, L);
+    CHECK_STR(err.msg, want);
+    free(e.x);
+    free(a);
+    free(b);
+    eng_session_free(s);
+    eng_model_free(m);
+    vx_close(c);
+}
+
+/* Sessions batched: eng_forward_batch of three sessions with prompts of different lengths
+ * (prefill), then one token each (a decode step), equals each session run alone, routing
+ * records included; a refused batch leaves every session where it was. */
+static void test_batch(const char *dir)
+{
+    vx_container *c;
+    eng_model *m = bind(dir, &c);
+    if (!m) return;
+    const int V = eng_model_vocab(m), B = 3;
+    const int n[3] = {5, 12, 1}, one[3] = {1, 1, 1};
+    int32_t ids[18], next[3] = {7, 300, 42};
+    for (int i = 0; i < 18; i++) ids[i] = prompt[i % 20] + (i >= 5 && i < 17 ? 1 : 0);
+    float *lb = malloc((size_t)B * V * 4), *la = malloc((size_t)V * 4);
+    eng_session *ss[3] = {0}, *alone = NULL;
+    vx_err err = {0};
+    for (int b = 0; b < B; b++) CHECK(eng_session_new(m, 32, &ss[b], &err) == 0);
+    CHECK(eng_session_new(m, 32, &alone, &err) == 0);
+    CHECK(eng_forward_batch(ss, B, ids, n, lb, NULL, &err) == 0);
+    CHECK(eng_forward_batch(ss, B, next, one, lb, NULL, &err) == 0);
+    const int L = eng_model_layers(m);
+    for (int b = 0, off = 0; b < B; off += n[b++]) {
+        CHECK(eng_session_pos(ss[b]) == n[b] + 1);
+        eng_session_reset(alone);
+        CHECK(eng_forward(alone, ids + off, n[b], NULL, NULL, &err) == 0);
+        CHECK(eng_forward(alone, &next[b], 1, la, NULL, &err) == 0);
+        CHECK_NEAR(maxdiff(la, lb + (size_t)b * V, V), 0, 1e-4);
+        for (int l = 0; l < L; l++) {
+            int ia[8], ib[8];
+            float wa[8], wb[8];
+            const int k = eng_session_routing(alone, l, ia, wa);
+            CHECK(k <= 8 && eng_session_routing(ss[b], l, ib, wb) == k);
+            for (int j = 0; j < k && j < 8; j++) CHECK(ia[j] == ib[j] && fabsf(wa[j] - wb[j]) < 1e-4f);
+        }
+    }
+    /* a context too small for one session refuses the batch before anything runs */
+    const int too[3] = {1, 1, 31};
+    int32_t many[33] = {0};
+    CHECK(eng_forward_batch(ss, B, many, too, lb, NULL, &err) == -1);
+    CHECK_STR(err.msg, "context full: 2 positions + 31 tokens exceeds the session's 32");
+    eng_session *twice[2] = {ss[0], ss[0]};
+    CHECK(eng_forward_batch(twice, 2, next, one, NULL, NULL, &err) == -1);
+    CHECK_STR(err.msg, "eng_forward_batch: session 1 is also session 0");
+    /* a cancelled batch: every session back where it was, or at 0 holding a recurrence */
+    vx_cancel_flag = 1;
+    CHECK(eng_forward_batch(ss, B, next, one, lb, NULL, &err) == -1 && err.code == VX_ECANCEL);
+    vx_cancel_flag = 0;
+    for (int b = 0; b < B; b++)
+        CHECK(eng_session_pos(ss[b]) == (m->shape->state_fixed ? 0 : n[b] + 1));
+
+    /* eng_generate_batch gives each text what eng_generate gives it alone */
+    eng_sampler sp[3] = {{1.0f, 0, 1.0f, 5}, {1.0f, 0, 1.0f, 6}, {0.0f, 0, 1.0f, 7}};
+    int32_t out[3 * 6], o1[6];
+    int nout[3], n1;
+    for (int b = 0; b < B; b++) eng_session_reset(ss[b]);
+    CHECK(eng_generate_batch(ss, B, ids, n, 6, sp, out, nout, &err) == 0);
+    for (int b = 0, off = 0; b < B; off += n[b++]) {
+        eng_session_reset(alone);
+        CHECK(eng_generate(alone, ids + off, n[b], 6, &sp[b], o1, &n1, &err) == 0);
+        CHECK(n1 == nout[b] && memcmp(o1, out + b * 6, (size_t)n1 * 4) == 0);
+    }
+    for (int b = 0; b < B; b++) eng_session_free(ss[b]);
+    eng_session_free(alone);
+    free(lb);
+    free(la);
+    eng_model_free(m);
+    vx_close(c);
+}
+
 int main(void)
 {
     if (!mkdtemp(tmp)) { perror("mkdtemp"); return 1; }
-    char gqa[4200], swa[4200], mix[4200], ds[4200];
+    char gqa[4200], swa[4200], mix[4200], ds[4200], hyb[4200], qn[4200];
     encode("llama-gqa", gqa, sizeof gqa);
+    encode("granite-hybrid", hyb, sizeof hyb);
+    encode("qwen3-next", qn, sizeof qn);
     encode("mistral-swa", swa, sizeof swa);
     encode("mixtral", mix, sizeof mix);
     encode("deepseek-v3-lite", ds, sizeof ds);
@@ -592,6 +722,16 @@ int main(void)
     test_overlay(gqa);
     test_session(gqa);
     test_chunks(gqa);
+    test_batch(gqa);
+    test_batch(swa);
+    test_batch(mix);
+    test_batch(ds);
+    test_batch(hyb);
+    test_batch(qn);
+    test_from(gqa);
+    test_from(ds);
+    test_from(hyb);
+    test_from(qn);
     t_rm_rf(tmp);
     return T_DONE();
 }
