@@ -692,82 +692,91 @@ static void norm_grad(const eng_norm *nm, const float *x, const float *dy, float
     }
 }
 
-/* y[cols] += Wᵀ x[rows] for a stored view, skipping rows whose x is zero. */
-static void matvec_t(const eng_w *w, const float *x, float *y, float *row)
-{
-    for (int r = 0; r < w->rows; r++) {
-        if (x[r] == 0.0f)
-            continue;
-        if (w->trans) {
-            for (int c = 0; c < w->cols; c++)
-                y[c] += x[r] * eng_w_at(w, r, c);
-            continue;
-        }
-        eng_row_f32(w->dt, (const char *)w->data + (size_t)r * w->row_bytes, row, (size_t)w->cols);
-        cblas_saxpy(w->cols, x[r], row, 1, y, 1);
-    }
-}
-
 typedef struct scratch {
     float *z, *raw, *dz, *y, *dy, *gp, *up, *dm, *row, *h2;
 } scratch;
 
-/* The gradient at the last layer's output h (last position) of −log p(t) when q is NULL,
- * else of KL(q ‖ p), p the model's next-token distribution from h: into g [H], zeroed
- * first. Returns p(t) (q NULL) or the KL. */
-static double head_grad(const eng_model *m, const float *hN, int32_t t, const double *q,
-                        float *g, scratch *s)
+/* One row's head gradient from its logits raw [V]: the loss −log p(t) when q is NULL,
+ * else KL(q ‖ p), p the softmax of the (soft-capped) logits. dz [V] receives dLoss/dlogit
+ * (raw, before the cap); returns p(t) (q NULL) or the KL. raw is overwritten. */
+static double head_row(const eng_model *m, float *raw, float *dz, int32_t t, const double *q)
 {
-    const int H = m->hidden, V = m->vocab;
-    if (m->final_norm.width)
-        eng_norm_apply(&m->final_norm, hN, s->z, 1);
-    else
-        memcpy(s->z, hN, (size_t)H * sizeof(float));
-    eng_matmul(&m->lm_head, s->z, 1, s->raw);
+    const int V = m->vocab;
     /* softmax of the (soft-capped) logits; raw keeps the cap derivative */
     float mx = -INFINITY;
     for (int v = 0; v < V; v++) {
-        float l = m->final_softcap > 0 ? eng_softcap(s->raw[v], m->final_softcap) : s->raw[v];
+        float l = m->final_softcap > 0 ? eng_softcap(raw[v], m->final_softcap) : raw[v];
         if (m->final_softcap > 0) {
             float th = l / m->final_softcap;
-            s->raw[v] = 1.0f - th * th;
+            raw[v] = 1.0f - th * th;
         } else {
-            s->raw[v] = 1.0f;
+            raw[v] = 1.0f;
         }
-        s->dz[v] = l;
+        dz[v] = l;
         mx = fmaxf(mx, l);
     }
     double sum = 0;
     for (int v = 0; v < V; v++)
-        sum += exp((double)s->dz[v] - mx);
+        sum += exp((double)dz[v] - mx);
     double ret = 0;
     for (int v = 0; v < V; v++) {
-        double lp = (double)s->dz[v] - mx - log(sum), p = exp(lp);
+        double lp = (double)dz[v] - mx - log(sum), p = exp(lp);
         double want = q ? q[v] : (v == t ? 1.0 : 0.0);
         if (!q && v == t)
             ret = p;
         if (q && q[v] > 0)
             ret += q[v] * (log(q[v]) - lp);
-        float d = (float)(p - want) * s->raw[v];
-        s->dz[v] = fabsf(d) < 1e-9f ? 0.0f : d;
+        float d = (float)(p - want) * raw[v];
+        dz[v] = fabsf(d) < 1e-9f ? 0.0f : d;
     }
-    memset(s->dy, 0, (size_t)H * sizeof(float));
-    matvec_t(&m->lm_head, s->dz, s->dy, s->row);
-    memset(g, 0, (size_t)H * sizeof(float));
-    if (m->final_norm.width)
-        norm_grad(&m->final_norm, hN, s->dy, g);
-    else
-        memcpy(g, s->dy, (size_t)H * sizeof(float));
     return ret;
 }
 
+/* Buffers of head_grads for up to k rows. */
+typedef struct head_buf {
+    float *z, *dy;            /* [k × H] */
+    float *raw, *dz;          /* [k × V] */
+} head_buf;
+
+/* The gradients at k last-layer outputs hN [k × H] (one LM-head product each way for all
+ * of them): row j's loss is −log p(t[j]) when q is NULL or q[j] is, else KL(q[j] ‖ p);
+ * g [k × H] receives the gradients, ret[j] p(t[j]) or the KL. -1 out of memory. */
+static int head_grads(const eng_model *m, int k, const float *hN, const int32_t *t,
+                      const double *const *q, float *g, double *ret, const head_buf *b)
+{
+    const int H = m->hidden, V = m->vocab;
+    if (m->final_norm.width)
+        eng_norm_apply(&m->final_norm, hN, b->z, k);
+    else
+        memcpy(b->z, hN, (size_t)k * H * sizeof(float));
+    eng_matmul(&m->lm_head, b->z, k, b->raw);
+    for (int j = 0; j < k; j++)
+        ret[j] = head_row(m, b->raw + (size_t)j * V, b->dz + (size_t)j * V, t ? t[j] : 0,
+                          q ? q[j] : NULL);
+    if (eng_matmul_t(&m->lm_head, b->dz, k, b->dy))
+        return -1;
+    for (int j = 0; j < k; j++) {
+        float *gj = g + (size_t)j * H;
+        if (m->final_norm.width) {
+            memset(gj, 0, (size_t)H * sizeof(float));
+            norm_grad(&m->final_norm, hN + (size_t)j * H, b->dy + (size_t)j * H, gj);
+        } else {
+            memcpy(gj, b->dy + (size_t)j * H, (size_t)H * sizeof(float));
+        }
+    }
+    return 0;
+}
+
 /* dL/dh at the output of layer `layer` (last position) for L = −log p(t); x and ffn are
- * the captured residuals and FFN outputs of every layer. Returns p(t). */
-static float backward(const eng_model *m, int layer, const float *x, const float *ffn,
-                      int32_t t, float *g, scratch *s)
+ * the captured residuals and FFN outputs of every layer. -1 out of memory. */
+static int backward(const eng_model *m, int layer, const float *x, const float *ffn,
+                    int32_t t, float *g, scratch *s)
 {
     const int H = m->hidden, nl = m->n_layers;
-    float pt = (float)head_grad(m, x + (size_t)(nl - 1) * H, t, NULL, g, s);
+    const head_buf hb = {s->z, s->dy, s->raw, s->dz};
+    double pt;
+    if (head_grads(m, 1, x + (size_t)(nl - 1) * H, &t, NULL, g, &pt, &hb))
+        return -1;
     /* down through the layers above the edit: residual path plus each dense FFN branch
      * (attention, MoE and post-normed or un-pre-normed branches are held fixed for the
      * gradient) */
@@ -782,9 +791,8 @@ static float backward(const eng_model *m, int layer, const float *x, const float
         eng_norm_apply(&L->ffn_norm, s->h2, s->y, 1);
         eng_matmul(&b->up, s->y, 1, s->up);
         eng_add_bias(s->up, b->up_b, 1, F);
-        memset(s->dm, 0, (size_t)F * sizeof(float));
-        matvec_t(&b->down, g, s->dm, s->row);
-        memset(s->dy, 0, (size_t)H * sizeof(float));
+        if (eng_matmul_t(&b->down, g, 1, s->dm))
+            return -1;
         if (b->gate.data) {
             eng_matmul(&b->gate, s->y, 1, s->gp);
             for (int i = 0; i < F; i++) {
@@ -794,15 +802,19 @@ static float backward(const eng_model *m, int layer, const float *x, const float
                 s->dm[i] *= a;        /* now d(up) */
                 s->gp[i] = dgp;
             }
-            matvec_t(&b->gate, s->gp, s->dy, s->row);
+            if (eng_matmul_t(&b->gate, s->gp, 1, s->dy) || eng_matmul_t(&b->up, s->dm, 1, s->row))
+                return -1;
+            for (int i = 0; i < H; i++)
+                s->dy[i] += s->row[i];
         } else {
             for (int i = 0; i < F; i++)
                 s->dm[i] *= act_grad(m->act, s->up[i]);
+            if (eng_matmul_t(&b->up, s->dm, 1, s->dy))
+                return -1;
         }
-        matvec_t(&b->up, s->dm, s->dy, s->row);
         norm_grad(&L->ffn_norm, s->h2, s->dy, g);
     }
-    return pt;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- insert */
@@ -855,16 +867,27 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
     const int npres = o->n_pres > 0 && o->kl_weight > 0 && o->layer == nl - 1 ? o->n_pres : 0;
     /* so do the fact's other wordings: their output there is h + r·δ */
     const int naux = o->n_aux > 0 && o->layer == nl - 1 ? o->n_aux : 0;
-    /* x, ffn [nl × H]; logits, raw, dz [V]; z, y, dy, h2, g, hc, gc [H]; gp, up, dm [FB];
+    /* x, ffn [nl × H]; logits, raw, dz [V]; z, y, dy, h2, g [H]; gp, up, dm [FB];
      * row [max(FB, H)]; preserved prompts' h [npres × H], key [npres × F], s [npres] */
-    size_t total = (size_t)nl * H * 2 + (size_t)V * 3 + (size_t)H * 7 + (size_t)FB * 3 + wide +
+    size_t total = (size_t)nl * H * 2 + (size_t)V * 3 + (size_t)H * 5 + (size_t)FB * 3 + wide +
                    (size_t)npres * (H + F + 1) + (size_t)(naux + 1) * H;
     float *buf = calloc(total, sizeof *buf);
     double *pq = calloc((size_t)npres * V + 1, sizeof *pq);
+    /* a step's head gradients of the preserved prompts (or the other wordings) together:
+     * their outputs kh and gradients kg [k × H], weights kw, head_grads' buffers */
+    const size_t kmax = (size_t)(npres > naux ? npres : naux) + 1;
+    float *kh = malloc(kmax * ((size_t)H * 4 + (size_t)V * 2 + 1) * sizeof *kh);
+    double *kret = malloc(kmax * sizeof *kret);
+    const double **kq = malloc(kmax * sizeof *kq);
+    int32_t *kt = malloc(kmax * sizeof *kt);
+    float *kg = kh ? kh + kmax * H : NULL, *kw = kh ? kg + kmax * H : NULL;
+    const head_buf kb = {kw ? kw + kmax : NULL, kw ? kw + kmax + kmax * H : NULL,
+                         kw ? kw + kmax + kmax * H * 2 : NULL,
+                         kw ? kw + kmax + kmax * H * 2 + kmax * V : NULL};
     const eng_overlay *base = m->overlay;
     eng_lowrank *lr = NULL;
     int rc = -1;
-    if (!out->u || !out->v || !out->key || !buf || !pq) {
+    if (!out->u || !out->v || !out->key || !buf || !pq || !kh || !kret || !kq || !kt) {
         vx_errf(err, VX_ENOMEM, "out of memory for an insert");
         goto done;
     }
@@ -876,8 +899,8 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
     s.y = s.z + H;
     s.dy = s.y + H;
     s.h2 = s.dy + H;
-    float *g = s.h2 + H, *hc = g + H, *gc = hc + H;
-    s.gp = gc + H;
+    float *g = s.h2 + H;
+    s.gp = g + H;
     s.up = s.gp + FB;
     s.dm = s.up + FB;
     s.row = s.dm + FB;
@@ -1026,9 +1049,15 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
             memset(ag, 0, (size_t)H * sizeof *ag);
             for (int q = 0; q < naux; q++) {
                 for (int i = 0; i < H; i++)
-                    hc[i] = ah[(size_t)q * H + i] + m->residual_scale * o->aux_ratio[q] * out->u[i];
-                aux_p += head_grad(m, hc, o->target, NULL, gc, &s) / naux;
-                cblas_saxpy(H, o->aux_ratio[q] / (float)naux, gc, 1, ag, 1);
+                    kh[(size_t)q * H + i] = ah[(size_t)q * H + i] +
+                                            m->residual_scale * o->aux_ratio[q] * out->u[i];
+                kt[q] = o->target;
+            }
+            if (head_grads(m, naux, kh, kt, NULL, kg, kret, &kb))
+                goto oom;
+            for (int q = 0; q < naux; q++) {
+                aux_p += kret[q] / naux;
+                cblas_saxpy(H, o->aux_ratio[q] / (float)naux, kg + (size_t)q * H, 1, ag, 1);
             }
         }
         if ((p > o->p_stop && (aux_p > o->p_stop || step >= o->max_steps)) ||
@@ -1039,7 +1068,8 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
         /* normalised gradient descent: a fixed-length step along −∇ keeps δ in the
          * directions that matter (sign-like optimisers spread it over every coordinate,
          * and a longer δ leaks further through vᵀ act on other prompts) */
-        backward(m, o->layer, x, ffn, o->target, g, &s);
+        if (backward(m, o->layer, x, ffn, o->target, g, &s))
+            goto oom;
         if (steer && naux)
             cblas_saxpy(H, 1.0f, ag, 1, g, 1);
         double gn = 0, norm = 0;
@@ -1053,14 +1083,19 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
          * target */
         if (steer) {
             memset(s.h2, 0, (size_t)H * sizeof(float));
+            int k = 0;
             for (int q = 0; q < npres; q++) {
                 if (ps[q] == 0)
                     continue;
                 for (int i = 0; i < H; i++)
-                    hc[i] = ph[(size_t)q * H + i] + m->residual_scale * ps[q] * out->u[i];
-                head_grad(m, hc, 0, pq + (size_t)q * V, gc, &s);
-                cblas_saxpy(H, (float)(o->kl_weight / npres) * ps[q], gc, 1, s.h2, 1);
+                    kh[(size_t)k * H + i] = ph[(size_t)q * H + i] + m->residual_scale * ps[q] * out->u[i];
+                kq[k] = pq + (size_t)q * V;
+                kw[k++] = (float)(o->kl_weight / npres) * ps[q];
             }
+            if (k && head_grads(m, k, kh, NULL, kq, kg, kret, &kb))
+                goto oom;
+            for (int j = 0; j < k; j++)
+                cblas_saxpy(H, kw[j], kg + (size_t)j * H, 1, s.h2, 1);
             double gk = cblas_sdot(H, g, 1, s.h2, 1);
             if (gn > 0)
                 cblas_saxpy(H, (float)(-gk / (gn * gn)), g, 1, s.h2, 1);
@@ -1087,6 +1122,9 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
                 out->u[i] *= (float)(cap / sqrt(norm));
     }
     rc = 0;
+    goto restore;
+oom:
+    vx_errf(err, VX_ENOMEM, "out of memory for an insert's gradient");
 restore:
     free(c.entry);
     eng_model_set_overlay(m, base);
@@ -1094,6 +1132,10 @@ done:
     free(lr);
     free(buf);
     free(pq);
+    free(kh);
+    free(kret);
+    free(kq);
+    free(kt);
     if (rc)
         eng_insert_fact_free(out);
     return rc;

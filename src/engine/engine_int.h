@@ -53,6 +53,10 @@ typedef struct eng_w {
  * dtype: small n streams weight rows once through a vector kernel (the decode GEMV); large
  * n converts row tiles to f32 and calls sgemm. Never fails for a bound view. */
 void eng_matmul(const eng_w *w, const float *x, int n, float *y);
+/* y[n, w->cols] = x[n, w->rows] · W, the product eng_matmul transposes (a gradient taken
+ * back through a layer): the pool's threads each sum their rows of W, converted to f32 a
+ * tile at a time, by sgemm. -1 without memory for the parts' sums (y untouched). */
+int eng_matmul_t(const eng_w *w, const float *x, int n, float *y);
 /* y[i] = x · w[i]ᵀ for i < count: the same as count eng_matmul calls, bit for bit; products
  * on decode's streaming path (n <= 8) run in one parallel region (eng_parallel_rows). */
 void eng_matmul_shared(const eng_w *const *w, int count, const float *x, int n, float *const *y);

@@ -897,3 +897,70 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
     free(xa);
     eng_xpack_free(&pk);
 }
+
+/* ---------------------------------------------------------------- the transposed product */
+
+#define T_TILE 64
+
+typedef struct tjob {
+    const eng_w *w;
+    const float *x;
+    int n;
+    float *part;     /* [parts × n × cols]: each part's sum over its rows */
+    int fail;
+} tjob;
+
+/* Part i of n: its rows of W, T_TILE at a time converted to f32 and multiplied in by sgemm. */
+static void t_part(void *ctx, int i, int parts)
+{
+    tjob *j = ctx;
+    const eng_w *w = j->w;
+    const int cols = w->cols;
+    float *y = j->part + (size_t)i * j->n * cols;
+    memset(y, 0, (size_t)j->n * cols * sizeof *y);
+    int lo, hi;
+    eng_split(w->rows, i, parts, T_TILE, &lo, &hi);
+    if (lo >= hi) return;
+    float *buf = malloc((size_t)T_TILE * cols * sizeof *buf);
+    if (!buf) { j->fail = 1; return; }
+    for (int r0 = lo; r0 < hi; r0 += T_TILE) {
+        const int nr = hi - r0 < T_TILE ? hi - r0 : T_TILE;
+        for (int r = 0; r < nr; r++)
+            eng_row_f32(w->dt, (const char *)w->data + (size_t)(r0 + r) * w->row_bytes,
+                        buf + (size_t)r * cols, (size_t)cols);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j->n, cols, nr, 1.0f,
+                    j->x + r0, w->rows, buf, cols, 1.0f, y, cols);
+    }
+    free(buf);
+}
+
+int eng_matmul_t(const eng_w *w, const float *x, int n, float *y)
+{
+    if (n <= 0) return 0;
+    if (w->trans) {
+        /* stored [cols, rows]: the stored rows are W's columns, so this is eng_matmul */
+        eng_w v = *w;
+        v.trans = 0;
+        v.rows = w->cols;
+        v.cols = w->rows;
+        v.row_bytes = trans_stride(w);
+        eng_matmul(&v, x, n, y);
+        return 0;
+    }
+    const int parts = eng_threads() > 0 ? eng_threads() : 1;
+    tjob j = {w, x, n, malloc((size_t)parts * n * w->cols * sizeof(float)), 0};
+    if (!j.part) return -1;
+    eng_parallel(t_part, &j);
+    if (j.fail) {
+        /* a part could not get its tile: every part again on this thread */
+        j.fail = 0;
+        for (int i = 0; i < parts && !j.fail; i++) t_part(&j, i, parts);
+    }
+    if (!j.fail) {
+        memcpy(y, j.part, (size_t)n * w->cols * sizeof *y);
+        for (int i = 1; i < parts; i++)
+            cblas_saxpy(n * w->cols, 1.0f, j.part + (size_t)i * n * w->cols, 1, y, 1);
+    }
+    free(j.part);
+    return j.fail ? -1 : 0;
+}
