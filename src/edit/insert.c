@@ -56,10 +56,10 @@ static int layer_cov(ed_model *es, eng_model *m, int layer, int expert, ed_inser
     res->sites = notes;
     /* a gated slot's negatives: the corpus and the frame decoys at the FFN input */
     const int gated = expert < 0 && eng_edit_gate_ok(m, layer);
-    int rc = eng_edit_corpus(m, corpus_starts, (int)(sizeof corpus_starts / sizeof *corpus_starts),
-                             CORPUS_SEQS, CORPUS_LEN, CORPUS_SEED, &ids, &lens, &ve) ||
-             eng_edit_covariance(m, layer, expert, ids, lens, CORPUS_SEQS, &cov, &count,
-                                 gated ? &xin : NULL, &ve) ||
+    int rc = eng_edit_corpus_stats(m, corpus_starts,
+                                   (int)(sizeof corpus_starts / sizeof *corpus_starts),
+                                   CORPUS_SEQS, CORPUS_LEN, CORPUS_SEED, layer, expert, &ids,
+                                   &lens, &cov, &count, gated ? &xin : NULL, &ve) ||
              eng_edit_frame_decoys(m, layer, expert, FRAME_DECOYS, &frame, &nf, &ve);
     if (!rc && gated) {
         nxin = count;

@@ -273,9 +273,13 @@ int eng_edit_ffn_in(eng_model *m, int layer, const int32_t *ids, int n, float *x
  * activations by. */
 #define CORPUS_ROWS 256
 
-int eng_edit_corpus(eng_model *m, const char *const *starts, int n_starts, int nseq, int len,
-                    uint64_t seed, int32_t **ids, int **lens, vx_err *err)
+/* eng_edit_corpus, with c (may be NULL) attached to every pass, which sees every position
+ * of every text. */
+static int sample_corpus(eng_model *m, const char *const *starts, int n_starts, int nseq,
+                         int len, uint64_t seed, capture *c, int32_t **ids, int **lens,
+                         vx_err *err)
 {
+    const eng_observer obs = {c, NULL, on_layer, on_ffn, NULL};
     *ids = NULL;
     *lens = NULL;
     if (!m->tok)
@@ -310,7 +314,10 @@ int eng_edit_corpus(eng_model *m, const char *const *starts, int n_starts, int n
             rc = eng_session_new(m, np[b] + len, &ss[b], err);
         }
         if (!rc)
-            rc = eng_generate_batch(ss, B, prompts, np, len, sp, gen, ng, err);
+            rc = eng_generate_batch(ss, B, prompts, np, len, sp, c ? &obs : NULL, c != NULL, gen,
+                                    ng, err);
+        if (!rc && c && c->oom)
+            rc = vx_errf(err, VX_ENOMEM, "out of memory capturing activations");
         for (int b = 0; b < B; b++) {
             eng_session_free(ss[b]);
             ss[b] = NULL;
@@ -339,6 +346,12 @@ int eng_edit_corpus(eng_model *m, const char *const *starts, int n_starts, int n
     *ids = all;
     *lens = ln;
     return 0;
+}
+
+int eng_edit_corpus(eng_model *m, const char *const *starts, int n_starts, int nseq, int len,
+                    uint64_t seed, int32_t **ids, int **lens, vx_err *err)
+{
+    return sample_corpus(m, starts, n_starts, nseq, len, seed, NULL, ids, lens, err);
 }
 
 /* Every text of a corpus through the capture c (its rows freed on failure), as many texts
@@ -386,6 +399,47 @@ static int run_corpus(eng_model *m, const int32_t *ids, const int *lens, int nse
     return rc;
 }
 
+/* The site's covariance from the rows c captured (acts; inputs when c->inputs): both
+ * handed over or freed. */
+static int site_cov(capture *c, double **cov, int64_t *count, float **inputs, vx_err *err)
+{
+    const int F = c->F;
+    float *cf = c->n_rows ? calloc((size_t)F * F, sizeof *cf) : NULL;
+    double *cd = c->n_rows ? malloc((size_t)F * F * sizeof *cd) : NULL;
+    if (!cf || !cd) {
+        free(c->rows);
+        free(c->in_rows);
+        free(cf);
+        free(cd);
+        return c->n_rows ? vx_errf(err, VX_ENOMEM, "out of memory for a %d x %d covariance", F, F)
+                         : vx_errf(err, VX_EARG, "the corpus is empty");
+    }
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, F, (int)c->n_rows,
+                1.0f / (float)c->n_rows, c->rows, F, 0.0f, cf, F);
+    for (int i = 0; i < F; i++)
+        for (int j = i; j < F; j++)
+            cd[(size_t)i * F + j] = cd[(size_t)j * F + i] = cf[(size_t)i * F + j];
+    free(cf);
+    free(c->rows);
+    *cov = cd;
+    *count = (int64_t)c->n_rows;
+    if (inputs)
+        *inputs = c->in_rows;
+    return 0;
+}
+
+/* A capture of every position's activations at the site (and FFN inputs when inputs). */
+static int site_capture(eng_model *m, int layer, int expert, int inputs, capture *c,
+                        vx_err *err)
+{
+    if (eng_edit_check_site(m, layer, expert, err))
+        return -1;
+    *c = (capture){.layer = layer, .H = m->hidden, .n_layers = m->n_layers, .acts = 1,
+                   .inputs = inputs};
+    c->F = site_features(m, layer, expert, &c->off);
+    return 0;
+}
+
 int eng_edit_covariance(eng_model *m, int layer, int expert, const int32_t *ids, const int *lens,
                         int nseq, double **cov, int64_t *count, float **inputs, vx_err *err)
 {
@@ -393,34 +447,37 @@ int eng_edit_covariance(eng_model *m, int layer, int expert, const int32_t *ids,
     *count = 0;
     if (inputs)
         *inputs = NULL;
-    if (eng_edit_check_site(m, layer, expert, err))
+    capture c;
+    if (site_capture(m, layer, expert, inputs != NULL, &c, err) ||
+        run_corpus(m, ids, lens, nseq, &c, NULL, err))
         return -1;
-    capture c = {.layer = layer, .H = m->hidden, .n_layers = m->n_layers, .acts = 1,
-                 .inputs = inputs != NULL};
-    const int F = c.F = site_features(m, layer, expert, &c.off);
-    if (run_corpus(m, ids, lens, nseq, &c, NULL, err))
+    return site_cov(&c, cov, count, inputs, err);
+}
+
+int eng_edit_corpus_stats(eng_model *m, const char *const *starts, int n_starts, int nseq,
+                          int len, uint64_t seed, int layer, int expert, int32_t **ids,
+                          int **lens, double **cov, int64_t *count, float **inputs,
+                          vx_err *err)
+{
+    *cov = NULL;
+    *count = 0;
+    if (inputs)
+        *inputs = NULL;
+    capture c;
+    if (site_capture(m, layer, expert, inputs != NULL, &c, err))
         return -1;
-    float *cf = c.n_rows ? calloc((size_t)F * F, sizeof *cf) : NULL;
-    double *cd = c.n_rows ? malloc((size_t)F * F * sizeof *cd) : NULL;
-    if (!cf || !cd) {
+    if (sample_corpus(m, starts, n_starts, nseq, len, seed, &c, ids, lens, err)) {
         free(c.rows);
         free(c.in_rows);
-        free(cf);
-        free(cd);
-        return c.n_rows ? vx_errf(err, VX_ENOMEM, "out of memory for a %d x %d covariance", F, F)
-                        : vx_errf(err, VX_EARG, "the corpus is empty");
+        return -1;
     }
-    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, F, (int)c.n_rows,
-                1.0f / (float)c.n_rows, c.rows, F, 0.0f, cf, F);
-    for (int i = 0; i < F; i++)
-        for (int j = i; j < F; j++)
-            cd[(size_t)i * F + j] = cd[(size_t)j * F + i] = cf[(size_t)i * F + j];
-    free(cf);
-    free(c.rows);
-    *cov = cd;
-    *count = (int64_t)c.n_rows;
-    if (inputs)
-        *inputs = c.in_rows;
+    if (site_cov(&c, cov, count, inputs, err)) {
+        free(*ids);
+        free(*lens);
+        *ids = NULL;
+        *lens = NULL;
+        return -1;
+    }
     return 0;
 }
 

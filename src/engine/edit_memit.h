@@ -59,6 +59,15 @@ int eng_edit_key(eng_model *m, int layer, const int32_t *ids, int n, float *key,
 int eng_edit_corpus(eng_model *m, const char *const *starts, int n_starts, int nseq, int len,
                     uint64_t seed, int32_t **ids, int **lens, vx_err *err);
 
+/* eng_edit_corpus and eng_edit_covariance of its texts in one go: the site's statistics
+ * are gathered from the sampling passes themselves (each text's last token passed through
+ * the model too), so the texts run once, not twice; the same numbers up to the rounding of
+ * how the passes batch the rows. */
+int eng_edit_corpus_stats(eng_model *m, const char *const *starts, int n_starts, int nseq,
+                          int len, uint64_t seed, int layer, int expert, int32_t **ids,
+                          int **lens, double **cov, int64_t *count, float **inputs,
+                          vx_err *err);
+
 /* E[act actᵀ] of the edit site (layer, expert) over every position of the corpus: *cov
  * [F×F] malloc'd (F the site's features), *count the positions. When inputs is not NULL
  * the same pass keeps the FFN inputs (after the FFN norm) of every position: *inputs

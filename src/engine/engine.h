@@ -316,9 +316,12 @@ int eng_generate_with(eng_session *s, const int32_t *prompt, int n_prompt, int m
 /* eng_generate for B texts at once, each step one eng_forward_batch: session b continues
  * from prompts' n_prompt[b] ids (in session order) with sampler sp[b], receiving up to
  * max_new ids at out + b · max_new (n_out[b] of them). Text b's tokens are those
- * eng_generate would give it up to the rounding of the batched products. */
+ * eng_generate would give it up to the rounding of the batched products. obs (may be NULL)
+ * sees every pass; with feed_last each text's last token is passed through the model
+ * too (so obs sees every position of every text; the sessions need room for it). */
 int eng_generate_batch(eng_session *const *ss, int B, const int32_t *prompts,
-                       const int *n_prompt, int max_new, const eng_sampler *sp, int32_t *out,
-                       int *n_out, vx_err *err);
+                       const int *n_prompt, int max_new, const eng_sampler *sp,
+                       const eng_observer *obs, int feed_last, int32_t *out, int *n_out,
+                       vx_err *err);
 
 #endif

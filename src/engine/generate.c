@@ -57,8 +57,9 @@ int eng_generate_with(eng_session *s, const int32_t *prompt, int n_prompt, int m
 }
 
 int eng_generate_batch(eng_session *const *ss, int B, const int32_t *prompts,
-                       const int *n_prompt, int max_new, const eng_sampler *sp, int32_t *out,
-                       int *n_out, vx_err *err)
+                       const int *n_prompt, int max_new, const eng_sampler *sp,
+                       const eng_observer *obs, int feed_last, int32_t *out, int *n_out,
+                       vx_err *err)
 {
     const int V = ss[0]->m->vocab;
     for (int b = 0; b < B; b++) n_out[b] = 0;
@@ -66,10 +67,11 @@ int eng_generate_batch(eng_session *const *ss, int B, const int32_t *prompts,
     float *logits = malloc((size_t)B * V * sizeof *logits);
     uint64_t *rng = malloc((size_t)B * sizeof *rng);
     int *live = malloc((size_t)B * sizeof *live), *ones = malloc((size_t)B * sizeof *ones);
+    int *last = calloc((size_t)B, sizeof *last);
     eng_session **run = malloc((size_t)B * sizeof *run);
     int32_t *next = malloc((size_t)B * sizeof *next);
     int rc = 0;
-    if (!logits || !rng || !live || !ones || !run || !next) {
+    if (!logits || !rng || !live || !ones || !last || !run || !next) {
         rc = vx_errf(err, VX_ENOMEM, "out of memory generating %d texts", B);
         goto done;
     }
@@ -79,29 +81,33 @@ int eng_generate_batch(eng_session *const *ss, int B, const int32_t *prompts,
         live[b] = b;
         ones[b] = 1;
     }
-    rc = eng_forward_batch(ss, B, prompts, n_prompt, logits, NULL, err);
-    /* row j of logits belongs to text live[j]; a text leaves after an eos or max_new */
-    for (int i = 0; !rc && n_live > 0; i++) {
+    rc = eng_forward_batch(ss, B, prompts, n_prompt, logits, obs, err);
+    /* row j of logits belongs to text live[j]; a text leaves after an eos or max_new, or
+     * with feed_last once that token has been through the model too (last[j]) */
+    while (!rc && n_live > 0) {
         int kept = 0;
         for (int j = 0; j < n_live; j++) {
             const int b = live[j];
+            if (last[j]) continue;
             int32_t id = eng_sample(&sp[b], logits + (size_t)j * V, V, &rng[b]);
             out[(size_t)b * max_new + n_out[b]++] = id;
-            int stop = i + 1 == max_new;
+            int stop = n_out[b] == max_new;
             for (int e = 0; e < ss[b]->m->n_eos; e++) stop |= id == ss[b]->m->eos[e];
-            if (stop) continue;
+            if (stop && !feed_last) continue;
             live[kept] = b;
             run[kept] = ss[b];
-            next[kept++] = id;
+            next[kept] = id;
+            last[kept++] = stop;
         }
         n_live = kept;
-        if (n_live) rc = eng_forward_batch(run, n_live, next, ones, logits, NULL, err);
+        if (n_live) rc = eng_forward_batch(run, n_live, next, ones, logits, obs, err);
     }
 done:
     free(logits);
     free(rng);
     free(live);
     free(ones);
+    free(last);
     free(run);
     free(next);
     return rc;

@@ -947,8 +947,9 @@ int eng_matmul_t(const eng_w *w, const float *x, int n, float *y)
         eng_matmul(&v, x, n, y);
         return 0;
     }
-    const int parts = eng_threads() > 0 ? eng_threads() : 1;
-    tjob j = {w, x, n, malloc((size_t)parts * n * w->cols * sizeof(float)), 0};
+    /* zeroed: a pool that started fewer threads than eng_threads leaves parts unrun */
+    const int parts = eng_threads();
+    tjob j = {w, x, n, calloc((size_t)parts * n * w->cols, sizeof(float)), 0};
     if (!j.part) return -1;
     eng_parallel(t_part, &j);
     if (j.fail) {

@@ -83,6 +83,31 @@ int main(void)
     CHECK(eng_edit_corpus(m, starts, 16, 32, 48, 1, &cids, &clens, &e) == 0);
     CHECK(eng_edit_covariance(m, LAYER, -1, cids, clens, 32, &cov, &npos, NULL, &e) == 0);
     printf("covariance of layer %d over %lld corpus positions\n", LAYER, (long long)npos);
+    {
+        /* gathered while sampling: the same texts, positions and covariance (to rounding),
+         * and the FFN inputs of every position */
+        int32_t *sids;
+        int *slens;
+        double *scov;
+        float *xin;
+        int64_t sn;
+        CHECK(eng_edit_corpus_stats(m, starts, 16, 32, 48, 1, LAYER, -1, &sids, &slens, &scov,
+                                    &sn, &xin, &e) == 0);
+        CHECK(sn == npos && memcmp(slens, clens, 32 * sizeof *clens) == 0 &&
+              memcmp(sids, cids, (size_t)npos * sizeof *cids) == 0);
+        double worst = 0, scale = 0;
+        for (size_t i = 0; i < (size_t)F * F; i++) {
+            worst = fmax(worst, fabs(scov[i] - cov[i]));
+            scale = fmax(scale, fabs(cov[i]));
+        }
+        CHECK_MSG(worst <= 1e-5 * scale, "covariance while sampling off by %g of %g", worst, scale);
+        for (size_t i = 0; i < (size_t)sn * eng_model_hidden(m); i++)
+            CHECK(isfinite(xin[i]));
+        free(sids);
+        free(slens);
+        free(scov);
+        free(xin);
+    }
 
     /* the overlay accumulates the facts' rank-1 updates */
     eng_lowrank lr[NFACTS];

@@ -690,7 +690,7 @@ static void test_batch(const char *dir)
     int32_t out[3 * 6], o1[6];
     int nout[3], n1;
     for (int b = 0; b < B; b++) eng_session_reset(ss[b]);
-    CHECK(eng_generate_batch(ss, B, ids, n, 6, sp, out, nout, &err) == 0);
+    CHECK(eng_generate_batch(ss, B, ids, n, 6, sp, NULL, 0, out, nout, &err) == 0);
     for (int b = 0, off = 0; b < B; off += n[b++]) {
         eng_session_reset(alone);
         CHECK(eng_generate(alone, ids + off, n[b], 6, &sp[b], o1, &n1, &err) == 0);
