@@ -5,7 +5,7 @@
  * a multiple of the 6-row block and token counts past one 64-token group exercise the
  * tails), the LQL_PREFILL_BF16=1 opt-in's bound, the transposed f32 view, norms, rope styles, activations,
  * softcap, softmax, and the sampler's determinism and filters; eng_matmul_shared equal to
- * eng_matmul bit for bit.
+ * eng_matmul bit for bit; eng_matmul_t, the transposed product.
  */
 #include <stdlib.h>
 #include "t.h"
@@ -118,6 +118,49 @@ static void test_matmul(void)
     double dref = 0;
     for (int i = 0; i < 37; i++) { da[i] = rnd(); db[i] = rnd(); dref += (double)da[i] * db[i]; }
     CHECK_NEAR(eng_dot(da, db, 37), dref, 1e-5);
+}
+
+/* eng_matmul_t, y[n, cols] = x[n, rows] · W, in f32/f16/bf16 against float64 (row counts
+ * that leave a part a partial tile, one part, rows fewer than the threads), and on a
+ * transposed view, where it is eng_matmul of the stored rows. */
+static void test_matmul_t(void)
+{
+    const vx_dtype dts[3] = {VX_F32, VX_F16, VX_BF16};
+    const int shapes[][3] = {{1, 5, 1}, {45, 37, 1}, {130, 71, 3}, {200, 64, 40}, {64, 2048, 2},
+                             {3, 700, 65}};
+    for (int d = 0; d < 3; d++)
+        for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+            const int rows = shapes[k][0], cols = shapes[k][1], n = shapes[k][2];
+            float *m = malloc((size_t)rows * cols * 4), *x = malloc((size_t)n * rows * 4);
+            float *y = malloc((size_t)n * cols * 4);
+            void *buf = malloc((size_t)rows * cols * 4);
+            for (size_t i = 0; i < (size_t)rows * cols; i++) m[i] = rnd();
+            for (size_t i = 0; i < (size_t)n * rows; i++) x[i] = rnd();
+            eng_w w = store(dts[d], m, rows, cols, buf);
+            CHECK(eng_matmul_t(&w, x, n, y) == 0);
+            double worst = 0;
+            for (int t = 0; t < n; t++)
+                for (int c = 0; c < cols; c++) {
+                    double sum = 0, a = 0;
+                    for (int r = 0; r < rows; r++) {
+                        const double p = (double)x[(size_t)t * rows + r] * m[(size_t)r * cols + c];
+                        sum += p;
+                        a += fabs(p);
+                    }
+                    worst = fmax(worst, fabs(sum - y[(size_t)t * cols + c]) / (a + 1e-30));
+                }
+            CHECK_MSG(worst < 1e-6, "%s rows %d cols %d n %d: err / sum|x w| %g",
+                      vx_dtype_name(dts[d]), rows, cols, n, worst);
+            free(m); free(x); free(y); free(buf);
+        }
+    /* a transposed view W[r][c] = S[c][r] of a stored [3, 2] S: y = x · W = S · x */
+    float st[3 * 2] = {1, 2, 3, 4, 5, 6};
+    eng_w w = {VX_F32, st, 2, 3, 0, 1, 0};
+    float x[2] = {1, -1}, y[3];
+    CHECK(eng_matmul_t(&w, x, 1, y) == 0);
+    CHECK_NEAR(y[0], 1 - 2, 1e-6);
+    CHECK_NEAR(y[1], 3 - 4, 1e-6);
+    CHECK_NEAR(y[2], 5 - 6, 1e-6);
 }
 
 /* LQL_PREFILL_BF16=1: bf16 prefill products round x to bf16 (relative error at most 2^-9
@@ -566,6 +609,7 @@ static void test_attend(void)
 int main(void)
 {
     test_matmul();
+    test_matmul_t();
     test_rows_dot();
     test_shared();
     test_attend();
