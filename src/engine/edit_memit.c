@@ -459,6 +459,8 @@ int eng_edit_corpus_stats(eng_model *m, const char *const *starts, int n_starts,
                           int **lens, double **cov, int64_t *count, float **inputs,
                           vx_err *err)
 {
+    *ids = NULL;
+    *lens = NULL;
     *cov = NULL;
     *count = 0;
     if (inputs)
