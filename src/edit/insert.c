@@ -48,7 +48,7 @@ static int layer_cov(ed_model *es, eng_model *m, int layer, int expert, ed_inser
     double *cov = NULL;
     float *frame = NULL, *xin = NULL, *xfr = NULL;
     int64_t count = 0, nxin = 0;
-    int nf = 0, nxf = 0;
+    int nf = 0;
     vx_err ve = {0};
     ed_site_note *notes = realloc(res->sites, (size_t)(res->n_sites + 1) * sizeof *notes);
     if (!notes)
@@ -60,21 +60,20 @@ static int layer_cov(ed_model *es, eng_model *m, int layer, int expert, ed_inser
                                    (int)(sizeof corpus_starts / sizeof *corpus_starts),
                                    CORPUS_SEQS, CORPUS_LEN, CORPUS_SEED, layer, expert, &ids,
                                    &lens, &cov, &count, gated ? &xin : NULL, &ve) ||
-             eng_edit_frame_decoys(m, layer, expert, FRAME_DECOYS, &frame, &nf, &ve);
+             eng_edit_frame_decoys(m, layer, expert, FRAME_DECOYS, &frame, gated ? &xfr : NULL,
+                                   &nf, &ve);
     if (!rc && gated) {
-        nxin = count;
-        rc = eng_edit_decoy_inputs(m, layer, NULL, NULL, FRAME_DECOYS, &xfr, &nxf, &ve);
         const int H = eng_model_hidden(m);
-        float *all = rc ? NULL : realloc(xin, (size_t)(nxin + nxf) * H * sizeof *all);
-        if (!rc && !all)
+        float *all = realloc(xin, (size_t)(count + nf) * H * sizeof *all);
+        if (!all) {
             rc = vx_errf(&ve, VX_ENOMEM, "out of memory");
-        if (all) {
-            memcpy(all + (size_t)nxin * H, xfr, (size_t)nxf * H * sizeof *all);
+        } else {
+            memcpy(all + (size_t)count * H, xfr, (size_t)nf * H * sizeof *all);
             xin = all;
-            nxin += nxf;
+            nxin = count + nf;
         }
-        free(xfr);
     }
+    free(xfr);
     /* preserved prompts (once per binding, whatever the site): prefixes of spread corpus
      * texts, 3 to 9 tokens long */
     const int npres = es->pres_ids ? 0 : PRESERVED;

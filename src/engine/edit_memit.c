@@ -209,33 +209,39 @@ static void on_layer(void *ctx, int layer, int pos0, int n, const float *attn,
     memcpy(c->ffn + (size_t)layer * c->H, ffn + (size_t)(n - 1) * c->H, (size_t)c->H * sizeof(float));
 }
 
-/* One forward pass of ids from position 0 with the capture attached; logits may be NULL. */
-static int run(eng_model *m, const int32_t *ids, int n, capture *c, float *logits, vx_err *err)
+/* rc, or an error when capture c ran out of memory during a pass that succeeded. */
+static int captured(const capture *c, int rc, vx_err *err)
 {
-    eng_session *s;
-    if (eng_session_new(m, n, &s, err))
-        return -1;
-    eng_observer obs = {c, on_embed, on_layer, on_ffn, NULL};
-    int rc = eng_forward(s, ids, n, logits, &obs, err);
-    eng_session_free(s);
-    if (!rc && c->oom)
-        rc = vx_errf(err, VX_ENOMEM, "out of memory capturing activations");
+    if (!rc && c && c->oom)
+        return vx_errf(err, VX_ENOMEM, "out of memory capturing activations");
     return rc;
 }
 
-/* run from layer c->layer on, the residual entering it at n positions given (entry). */
-static int run_from(eng_model *m, const float *entry, int n, capture *c, float *logits,
-                    vx_err *err)
+/* The observer that feeds capture c. */
+static eng_observer observe(capture *c)
+{
+    return (eng_observer){c, on_embed, on_layer, on_ffn, NULL};
+}
+
+/* One forward pass from position 0 with the capture attached: of ids, or, when entry is not
+ * NULL, from layer c->layer on with entry the residual entering it at the n positions
+ * (eng_forward_from); logits may be NULL. */
+static int run_at(eng_model *m, const int32_t *ids, const float *entry, int n, capture *c,
+                  float *logits, vx_err *err)
 {
     eng_session *s;
     if (eng_session_new(m, n, &s, err))
         return -1;
-    eng_observer obs = {c, NULL, on_layer, on_ffn, NULL};
-    int rc = eng_forward_from(s, c->layer, entry, n, logits, &obs, err);
+    const eng_observer obs = observe(c);
+    int rc = entry ? eng_forward_from(s, c->layer, entry, n, logits, &obs, err)
+                   : eng_forward(s, ids, n, logits, &obs, err);
     eng_session_free(s);
-    if (!rc && c->oom)
-        rc = vx_errf(err, VX_ENOMEM, "out of memory capturing activations");
-    return rc;
+    return captured(c, rc, err);
+}
+
+static int run(eng_model *m, const int32_t *ids, int n, capture *c, float *logits, vx_err *err)
+{
+    return run_at(m, ids, NULL, n, c, logits, err);
 }
 
 /* The activations of an edit site (site_features) at the last of ids[0..n). */
@@ -279,7 +285,7 @@ static int sample_corpus(eng_model *m, const char *const *starts, int n_starts, 
                          int len, uint64_t seed, capture *c, int32_t **ids, int **lens,
                          vx_err *err)
 {
-    const eng_observer obs = {c, NULL, on_layer, on_ffn, NULL};
+    const eng_observer obs = observe(c);
     *ids = NULL;
     *lens = NULL;
     if (!m->tok)
@@ -316,8 +322,7 @@ static int sample_corpus(eng_model *m, const char *const *starts, int n_starts, 
         if (!rc)
             rc = eng_generate_batch(ss, B, prompts, np, len, sp, c ? &obs : NULL, c != NULL, gen,
                                     ng, err);
-        if (!rc && c && c->oom)
-            rc = vx_errf(err, VX_ENOMEM, "out of memory capturing activations");
+        rc = captured(c, rc, err);
         for (int b = 0; b < B; b++) {
             eng_session_free(ss[b]);
             ss[b] = NULL;
@@ -364,7 +369,7 @@ static int run_corpus(eng_model *m, const int32_t *ids, const int *lens, int nse
     eng_session **ss = calloc((size_t)nseq + 1, sizeof *ss);
     int *nb = malloc(((size_t)nseq + 1) * sizeof *nb);
     int rc = ss && nb ? 0 : vx_errf(err, VX_ENOMEM, "out of memory for the corpus's sessions");
-    const eng_observer obs = {c, NULL, on_layer, on_ffn, NULL};
+    const eng_observer obs = observe(c);
     size_t off = 0;
     for (int i = 0; !rc && i < nseq;) {
         int B = 0, rows = 0;
@@ -381,8 +386,7 @@ static int run_corpus(eng_model *m, const int32_t *ids, const int *lens, int nse
         if (!rc)
             rc = eng_forward_batch(ss, B, ids + off, nb,
                                    logits ? logits + (size_t)first * m->vocab : NULL, &obs, err);
-        if (!rc && c->oom)
-            rc = vx_errf(err, VX_ENOMEM, "out of memory capturing activations");
+        rc = captured(c, rc, err);
         for (int b = 0; b < B; b++) {
             eng_session_free(ss[b]);
             ss[b] = NULL;
@@ -391,6 +395,8 @@ static int run_corpus(eng_model *m, const int32_t *ids, const int *lens, int nse
     }
     free(ss);
     free(nb);
+    c->text_n = NULL;
+    c->texts = 0;
     if (rc) {
         free(c->rows);
         free(c->in_rows);
@@ -532,14 +538,18 @@ static const char *vocab_word(const char *piece, int capital)
     return k >= 3 ? w : NULL;
 }
 
-/* Keys at `layer` of up to n prompts built from vocabulary words (lowest ids first): the
- * canonical prompt of relation with a capitalised word as entity (entity itself skipped),
- * or with relation NULL "The {w} is" for lower-case words. */
+/* Up to n prompts built from vocabulary words (lowest ids first): the canonical prompt of
+ * relation with a capitalised word as entity (entity itself skipped), or with relation
+ * NULL "The {w} is" for lower-case words; from one pass, their keys at the site (keys) and
+ * their FFN inputs at `layer` (inputs), whichever is not NULL. */
 static int word_keys(eng_model *m, int layer, int expert, const char *relation,
-                     const char *entity, int n, int inputs, float **keys, int *count,
+                     const char *entity, int n, float **keys, float **inputs, int *count,
                      vx_err *err)
 {
-    *keys = NULL;
+    if (keys)
+        *keys = NULL;
+    if (inputs)
+        *inputs = NULL;
     *count = 0;
     if (eng_edit_check_site(m, layer, expert, err))
         return -1;
@@ -547,11 +557,14 @@ static int word_keys(eng_model *m, int layer, int expert, const char *relation,
         return vx_errf(err, VX_EMISSING, "the container has no tokenizer for decoy prompts");
     capture c = {.layer = layer, .H = m->hidden, .n_layers = m->n_layers};
     c.F = site_features(m, layer, expert, &c.off);
-    float *k = malloc((size_t)(n > 0 ? n : 1) * (inputs ? c.H : c.F) * sizeof *k);
-    int *lens = malloc((size_t)(n > 0 ? n : 1) * sizeof *lens);
+    const size_t slots = (size_t)(n > 0 ? n : 1);
+    c.key = keys ? malloc(slots * c.F * sizeof *c.key) : NULL;
+    c.xin = inputs ? malloc(slots * c.H * sizeof *c.xin) : NULL;
+    int *lens = malloc(slots * sizeof *lens);
     int32_t *all = NULL;
     size_t used = 0, cap = 0;
-    int got = 0, rc = k && lens ? 0 : vx_errf(err, VX_ENOMEM, "out of memory for decoy keys");
+    int got = 0, rc = (!keys || c.key) && (!inputs || c.xin) && lens
+                          ? 0 : vx_errf(err, VX_ENOMEM, "out of memory for decoy keys");
     size_t V = eng_tok_vocab_size(m->tok);
     for (size_t id = 0; !rc && id < V && got < n; id++) {
         const char *piece = eng_tok_piece(m->tok, (int32_t)id);
@@ -585,37 +598,39 @@ static int word_keys(eng_model *m, int layer, int expert, const char *relation,
         free(ids);
     }
     /* all of them through the model in batches, each one's last position kept */
-    if (inputs) c.xin = k;
-    else c.key = k;
     if (!rc)
         rc = run_corpus(m, all, lens, got, &c, NULL, err);
     free(all);
     free(lens);
     if (rc) {
-        free(k);
+        free(c.key);
+        free(c.xin);
         return -1;
     }
-    *keys = k;
+    if (keys)
+        *keys = c.key;
+    if (inputs)
+        *inputs = c.xin;
     *count = got;
     return 0;
 }
 
-int eng_edit_frame_decoys(eng_model *m, int layer, int expert, int n, float **keys, int *count,
-                          vx_err *err)
+int eng_edit_frame_decoys(eng_model *m, int layer, int expert, int n, float **keys,
+                          float **inputs, int *count, vx_err *err)
 {
-    return word_keys(m, layer, expert, NULL, NULL, n, 0, keys, count, err);
+    return word_keys(m, layer, expert, NULL, NULL, n, keys, inputs, count, err);
 }
 
 int eng_edit_decoys(eng_model *m, int layer, int expert, const char *relation,
                     const char *entity, int n, float **keys, int *count, vx_err *err)
 {
-    return word_keys(m, layer, expert, relation, entity, n, 0, keys, count, err);
+    return word_keys(m, layer, expert, relation, entity, n, keys, NULL, count, err);
 }
 
 int eng_edit_decoy_inputs(eng_model *m, int layer, const char *relation, const char *entity,
                           int n, float **x, int *count, vx_err *err)
 {
-    return word_keys(m, layer, -1, relation, entity, n, 1, x, count, err);
+    return word_keys(m, layer, -1, relation, entity, n, NULL, x, count, err);
 }
 
 /* ---------------------------------------------------------------- the whitened direction */
@@ -933,16 +948,12 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
     float *buf = calloc(total, sizeof *buf);
     double *pq = calloc((size_t)npres * V + 1, sizeof *pq);
     /* a step's head gradients of the preserved prompts (or the other wordings) together:
-     * their outputs kh and gradients kg [k × H], weights kw, head_grads' buffers */
+     * their outputs kh and gradients kg [k × H], head_grads' buffers kb, weights kw [k] */
     const size_t kmax = (size_t)(npres > naux ? npres : naux) + 1;
     float *kh = malloc(kmax * ((size_t)H * 4 + (size_t)V * 2 + 1) * sizeof *kh);
     double *kret = malloc(kmax * sizeof *kret);
     const double **kq = malloc(kmax * sizeof *kq);
     int32_t *kt = malloc(kmax * sizeof *kt);
-    float *kg = kh ? kh + kmax * H : NULL, *kw = kh ? kg + kmax * H : NULL;
-    const head_buf kb = {kw ? kw + kmax : NULL, kw ? kw + kmax + kmax * H : NULL,
-                         kw ? kw + kmax + kmax * H * 2 : NULL,
-                         kw ? kw + kmax + kmax * H * 2 + kmax * V : NULL};
     const eng_overlay *base = m->overlay;
     eng_lowrank *lr = NULL;
     int rc = -1;
@@ -950,6 +961,13 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
         vx_errf(err, VX_ENOMEM, "out of memory for an insert");
         goto done;
     }
+    float *kg = kh + kmax * H;
+    head_buf kb;
+    kb.z = kg + kmax * H;
+    kb.dy = kb.z + kmax * H;
+    kb.raw = kb.dy + kmax * H;
+    kb.dz = kb.raw + kmax * V;
+    float *kw = kb.dz + kmax * V;
     float *x = buf, *ffn = x + (size_t)nl * H, *logits = ffn + (size_t)nl * H;
     scratch s;
     s.raw = logits + V;
@@ -1084,7 +1102,7 @@ int eng_edit_insert(eng_model *m, const int32_t *ids, int n, const eng_insert_op
             vx_errf(err, VX_ECANCEL, "insert cancelled");
             goto restore;
         }
-        if (run_from(m, c.entry, n, &c, logits, err))
+        if (run_at(m, ids, c.entry, n, &c, logits, err))
             goto restore;
         float p = softmax_p(logits, V, o->target);
         if (step == 0) {

@@ -96,9 +96,11 @@ int eng_edit_decoys(eng_model *m, int layer, int expert, const char *relation,
 /* Keys of n prompts of the canonical prompt's frame with a common word in place of
  * "{relation} of {entity}": "The {w} is" for the first n lower-case alphabetic vocabulary
  * words of three or more letters (a word-boundary piece, lowest ids first). They do not
- * depend on the fact, so a session computes them once per layer. */
-int eng_edit_frame_decoys(eng_model *m, int layer, int expert, int n, float **keys, int *count,
-                          vx_err *err);
+ * depend on the fact, so a session computes them once per layer. When inputs is not NULL
+ * the same pass keeps their FFN inputs too (*inputs [*count × H], as
+ * eng_edit_decoy_inputs with relation NULL gives them; expert -1). */
+int eng_edit_frame_decoys(eng_model *m, int layer, int expert, int n, float **keys,
+                          float **inputs, int *count, vx_err *err);
 
 /* The FFN inputs [H] at dense layer `layer` of the same prompts as eng_edit_decoys
  * (relation given) or eng_edit_frame_decoys (relation NULL): *x [*count × H] malloc'd. */

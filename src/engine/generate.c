@@ -13,6 +13,14 @@ static uint64_t seed_state(uint64_t seed)
     return z ? z : 1;
 }
 
+/* Is id one of the model's end-of-sequence ids? */
+static int is_eos(const eng_model *m, int32_t id)
+{
+    for (int e = 0; e < m->n_eos; e++)
+        if (id == m->eos[e]) return 1;
+    return 0;
+}
+
 int eng_generate(eng_session *s, const int32_t *prompt, int n_prompt, int max_new,
                  const eng_sampler *sp, int32_t *out, int *n_out, vx_err *err)
 {
@@ -46,8 +54,7 @@ int eng_generate_with(eng_session *s, const int32_t *prompt, int n_prompt, int m
             break;
         }
         out[(*n_out)++] = id;
-        int stop = 0;
-        for (int e = 0; e < m->n_eos; e++) stop |= id == m->eos[e];
+        int stop = is_eos(m, id);
         if (h->on_token && h->on_token(h->token_ctx, id)) stop = 1;
         if (stop || i + 1 == max_new) break;
         rc = eng_forward(s, &id, 1, logits, h->obs, err);
@@ -91,8 +98,7 @@ int eng_generate_batch(eng_session *const *ss, int B, const int32_t *prompts,
             if (last[j]) continue;
             int32_t id = eng_sample(&sp[b], logits + (size_t)j * V, V, &rng[b]);
             out[(size_t)b * max_new + n_out[b]++] = id;
-            int stop = n_out[b] == max_new;
-            for (int e = 0; e < ss[b]->m->n_eos; e++) stop |= id == ss[b]->m->eos[e];
+            const int stop = n_out[b] == max_new || is_eos(ss[b]->m, id);
             if (stop && !feed_last) continue;
             live[kept] = b;
             run[kept] = ss[b];
