@@ -96,6 +96,7 @@ int eng_model_top_k(const eng_model *m);
 int eng_model_expert_features(const eng_model *m);
 float eng_model_embed_scale(const eng_model *m);
 int32_t eng_model_eos(const eng_model *m, int i); /* i-th eos id, -1 past the end */
+int eng_model_is_eos(const eng_model *m, int32_t id);  /* 1 when id is one of them */
 
 /* Threads for every kernel: LQL_THREADS, else the core count. */
 int eng_threads(void);
@@ -288,6 +289,9 @@ float eng_sampler_param(double x);
 void eng_softmax(float *x, int n);
 /* Pick the next token from logits (modified in place). rng_state carries the stream. */
 int32_t eng_sample(const eng_sampler *sp, float *logits, int n, uint64_t *rng_state);
+/* The stream's first state for a seed (what eng_generate starts from): a caller that
+ * samples step by step itself (a server batching requests) draws what eng_generate would. */
+uint64_t eng_sampler_stream(uint64_t seed);
 
 /* Generate up to max_new tokens after the prompt ids (stops after an eos id, which is
  * included). out receives up to max_new ids; *n_out the count. */

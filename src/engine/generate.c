@@ -7,14 +7,13 @@
 #include "engine_int.h"
 
 /* splitmix64 of the seed, so nearby seeds start far-apart streams. */
-static uint64_t seed_state(uint64_t seed)
+uint64_t eng_sampler_stream(uint64_t seed)
 {
     uint64_t z = eng_splitmix64(seed);
     return z ? z : 1;
 }
 
-/* Is id one of the model's end-of-sequence ids? */
-static int is_eos(const eng_model *m, int32_t id)
+int eng_model_is_eos(const eng_model *m, int32_t id)
 {
     for (int e = 0; e < m->n_eos; e++)
         if (id == m->eos[e]) return 1;
@@ -44,7 +43,7 @@ int eng_generate_with(eng_session *s, const int32_t *prompt, int n_prompt, int m
     if (max_new <= 0) return 0;
     float *logits = malloc((size_t)m->vocab * sizeof *logits);
     if (!logits) return vx_errf(err, VX_ENOMEM, "out of memory for logits");
-    uint64_t rng = seed_state(sp ? sp->seed : 0);
+    uint64_t rng = eng_sampler_stream(sp ? sp->seed : 0);
     int rc = n_prompt > 0 ? eng_forward(s, prompt, n_prompt, logits, h->obs, err) : 0;
     if (!rc && n_prompt <= 0) rc = vx_errf(err, VX_EARG, "generate: empty prompt");
     for (int i = 0; !rc && i < max_new; i++) {
@@ -54,7 +53,7 @@ int eng_generate_with(eng_session *s, const int32_t *prompt, int n_prompt, int m
             break;
         }
         out[(*n_out)++] = id;
-        int stop = is_eos(m, id);
+        int stop = eng_model_is_eos(m, id);
         if (h->on_token && h->on_token(h->token_ctx, id)) stop = 1;
         if (stop || i + 1 == max_new) break;
         rc = eng_forward(s, &id, 1, logits, h->obs, err);
@@ -84,7 +83,7 @@ int eng_generate_batch(eng_session *const *ss, int B, const int32_t *prompts,
     }
     int n_live = B;
     for (int b = 0; b < B; b++) {
-        rng[b] = seed_state(sp[b].seed);
+        rng[b] = eng_sampler_stream(sp[b].seed);
         live[b] = b;
         ones[b] = 1;
     }
@@ -98,7 +97,7 @@ int eng_generate_batch(eng_session *const *ss, int B, const int32_t *prompts,
             if (last[j]) continue;
             int32_t id = eng_sample(&sp[b], logits + (size_t)j * V, V, &rng[b]);
             out[(size_t)b * max_new + n_out[b]++] = id;
-            const int stop = n_out[b] == max_new || is_eos(ss[b]->m, id);
+            const int stop = n_out[b] == max_new || eng_model_is_eos(ss[b]->m, id);
             if (stop && !feed_last) continue;
             live[kept] = b;
             run[kept] = ss[b];

@@ -1,8 +1,10 @@
 /*
  * compute.c — the one compute thread and its bounded FIFO queue. Statements run one at a
- * time (the engine's pool already uses every core); waiters poll their client's socket so
- * a hang-up, a passed deadline or a deleted session stops the running statement through
- * the engine's cancel flag, which this thread clears before every job.
+ * time (the engine's pool already uses every core); completions queued behind one another
+ * join its batch (srv_admit), each step one pass over all of them. Waiters poll their
+ * client's socket so a hang-up, a passed deadline or a deleted session stops the running
+ * statement through the engine's cancel flag, which this thread clears before every job,
+ * or drops a batched completion at its next token.
  */
 #define _GNU_SOURCE             /* POLLRDHUP */
 #include <poll.h>
@@ -118,17 +120,23 @@ int srv_submit(srv *S, srv_job *j)
     return 0;
 }
 
-/* Under S->mu. A queued job leaves the queue at once; the running one is stopped by the
- * engine's flag. */
+void srv_stop_running_locked(srv *S, srv_job *j, int why)
+{
+    if (!j->cancel) j->cancel = why;
+    /* the flag stops every session of a pass: a batch's others would lose their step */
+    if (S->n_running == 1) vx_cancel_flag = 1;
+}
+
+/* Under S->mu. A queued job leaves the queue at once; a running one is stopped (above). */
 static void cancel_locked(srv *S, srv_job *j, int why, int *free_it)
 {
     *free_it = 0;
     if (j->state == SRV_DONE) return;
-    if (!j->cancel) j->cancel = why;
     if (j->state == SRV_RUNNING) {
-        vx_cancel_flag = 1;
+        srv_stop_running_locked(S, j, why);
         return;
     }
+    if (!j->cancel) j->cancel = why;
     srv_job **pp = &S->head, *prev = NULL;
     while (*pp && *pp != j) { prev = *pp; pp = &(*pp)->next; }
     if (*pp) {
@@ -234,6 +242,59 @@ void srv_emit(srv *S, srv_job *j, const char *text)
     pthread_mutex_unlock(&S->mu);
 }
 
+/* Under S->mu: take the queue's head, which becomes running. */
+static srv_job *take_locked(srv *S)
+{
+    srv_job *j = S->head;
+    S->head = j->next;
+    if (!S->head) S->tail = NULL;
+    S->queued--;
+    j->state = SRV_RUNNING;
+    S->running[S->n_running++] = j;
+    return j;
+}
+
+srv_job *srv_admit(srv *S, const srv_job *like)
+{
+    pthread_mutex_lock(&S->mu);
+    srv_job *j = S->head;
+    if (j && !S->stopping && !j->cancel && j->run == like->run && j->sess == like->sess &&
+        S->n_running < S->o->batch_max)
+        take_locked(S);
+    else
+        j = NULL;
+    pthread_mutex_unlock(&S->mu);
+    return j;
+}
+
+void srv_batch_arm(srv *S, int batch)
+{
+    pthread_mutex_lock(&S->mu);
+    if (batch > S->batch_peak) S->batch_peak = batch;
+    vx_cancel_flag = S->stopping || (S->n_running == 1 && S->running[0]->cancel);
+    pthread_mutex_unlock(&S->mu);
+}
+
+void srv_job_done(srv *S, srv_job *j)
+{
+    pthread_mutex_lock(&S->mu);
+    int k = 0;
+    while (k < S->n_running && S->running[k] != j) k++;
+    if (k == S->n_running || j->state != SRV_RUNNING) {     /* answered already */
+        pthread_mutex_unlock(&S->mu);
+        return;
+    }
+    S->running[k] = S->running[--S->n_running];
+    S->cancelled += j->cancel != 0;
+    if (!S->n_running) vx_cancel_flag = 0;
+    j->state = SRV_DONE;
+    pthread_cond_broadcast(&S->prog);
+    int f;
+    unref_locked(j, &f);                 /* the queue's reference, which running held */
+    pthread_mutex_unlock(&S->mu);
+    if (f) job_free(S, j);
+}
+
 static void *compute_main(void *arg)
 {
     srv *S = arg;
@@ -247,30 +308,16 @@ static void *compute_main(void *arg)
             continue;
         }
         if (!S->head) break;             /* stopping, queue drained */
-        srv_job *j = S->head;
-        S->head = j->next;
-        if (!S->head) S->tail = NULL;
-        S->queued--;
-        j->state = SRV_RUNNING;
-        S->running = j;
+        srv_job *j = take_locked(S);
+        j->refs++;                       /* run() may answer j itself (srv_job_done) */
         vx_cancel_flag = j->cancel != 0;
         pthread_mutex_unlock(&S->mu);
 
         if (!j->cancel) j->run(S, j);
+        srv_job_done(S, j);
+        srv_job_unref(S, j);
 
         pthread_mutex_lock(&S->mu);
-        S->running = NULL;
-        S->cancelled += j->cancel != 0;
-        vx_cancel_flag = 0;
-        j->state = SRV_DONE;
-        pthread_cond_broadcast(&S->prog);
-        int f;
-        unref_locked(j, &f);
-        if (f) {
-            pthread_mutex_unlock(&S->mu);
-            job_free(S, j);
-            pthread_mutex_lock(&S->mu);
-        }
     }
     pthread_mutex_unlock(&S->mu);
     return NULL;
@@ -286,7 +333,8 @@ void srv_compute_stop(srv *S, pthread_t th)
     pthread_mutex_lock(&S->mu);
     S->stopping = 1;
     for (srv_job *j = S->head; j; j = j->next) j->cancel = SRV_CLIENT_GONE;
-    if (S->running) { S->running->cancel = SRV_CLIENT_GONE; vx_cancel_flag = 1; }
+    for (int k = 0; k < S->n_running; k++) S->running[k]->cancel = SRV_CLIENT_GONE;
+    if (S->n_running) vx_cancel_flag = 1;
     pthread_cond_broadcast(&S->work);
     pthread_mutex_unlock(&S->mu);
     pthread_join(th, NULL);

@@ -359,8 +359,14 @@ int srv_complete_check(srv *S, srv_job *j, int chat)
 typedef struct gen {
     srv *S;
     srv_job *j;
+    const eng_model *m;
     const eng_tokenizer *tok;
-    int32_t *ids;
+    eng_session *es;            /* room for the prompt and all but the last token */
+    eng_sampler sp;
+    uint64_t rng;               /* the sampler's stream */
+    int32_t *prompt;            /* until the prefill */
+    size_t np;
+    int32_t *ids;               /* the tokens generated */
     int n, max;
     const char *stops[4];
     int nstops;
@@ -461,10 +467,22 @@ static int on_token(void *ctx, int32_t id)
     return g->stopped;
 }
 
-void srv_complete_run(srv *S, srv_job *j)
+/* An error after the stream's first event travels as its last event; one before it
+ * (template, tokenizer, context, a prompt stopped) is answered as the job's status. */
+static void end_stream(srv *S, srv_job *j)
+{
+    if (j->stream && srv_stream_started(j)) {
+        srv_emit(S, j, j->body.p ? j->body.p : "{\"error\":{\"message\":\"failed\"}}");
+        srv_emit(S, j, "[DONE]");
+    }
+}
+
+/* A completion set up on the compute thread: its prompt rendered and tokenized, its
+ * sampler, and a session with room for it; -1 after answering j. */
+static int gen_open(srv *S, srv_job *j, gen *g)
 {
     eng_model *m;
-    if (model_of(S, j, &m) < 0) goto streamed;
+    if (model_of(S, j, &m) < 0) return -1;
     int chat = item(j, "messages") != NULL;
     char *rendered = NULL;
     const char *prompt_text;
@@ -482,7 +500,7 @@ void srv_complete_run(srv *S, srv_job *j)
             char msg[300];
             snprintf(msg, sizeof msg, "the chat template: %s", err);
             srv_job_error(j, 400, msg, "invalid_request_error", "template_error", "messages");
-            goto streamed;
+            return -1;
         }
         prompt_text = rendered;
     } else {
@@ -500,109 +518,184 @@ void srv_complete_run(srv *S, srv_job *j)
     if (srv_json_int(item(j, "seed"), 0, SEED_MAX, &iv)) sp.seed = (uint64_t)iv;
     else if (getrandom(&sp.seed, sizeof sp.seed, 0) != (ssize_t)sizeof sp.seed) sp.seed = (uint64_t)time(NULL);
 
-    gen g = {.S = S, .j = j, .tok = eng_model_tokenizer(m), .max = max, .created = time(NULL), .chat = chat};
+    *g = (gen){.S = S, .j = j, .m = m, .tok = eng_model_tokenizer(m), .sp = sp,
+               .rng = eng_sampler_stream(sp.seed), .max = max, .created = time(NULL), .chat = chat};
     unsigned char r[12];
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) memset(r, 0, sizeof r);
-    int o = snprintf(g.id, sizeof g.id, chat ? "chatcmpl-" : "cmpl-");
-    for (int i = 0; i < 12; i++) o += snprintf(g.id + o, sizeof g.id - (size_t)o, "%02x", r[i]);
-    if ((v = item(j, "stop")) && cJSON_IsString(v)) g.stops[g.nstops++] = v->valuestring;
+    int o = snprintf(g->id, sizeof g->id, chat ? "chatcmpl-" : "cmpl-");
+    for (int i = 0; i < 12; i++) o += snprintf(g->id + o, sizeof g->id - (size_t)o, "%02x", r[i]);
+    if ((v = item(j, "stop")) && cJSON_IsString(v)) g->stops[g->nstops++] = v->valuestring;
     else if (cJSON_IsArray(v)) {
         const cJSON *s;
-        cJSON_ArrayForEach(s, v) g.stops[g.nstops++] = s->valuestring;
+        cJSON_ArrayForEach(s, v) g->stops[g->nstops++] = s->valuestring;
     }
-    for (int k = 0; k < g.nstops; k++)
-        if (strlen(g.stops[k]) > g.hold + 1) g.hold = strlen(g.stops[k]) - 1;
+    for (int k = 0; k < g->nstops; k++)
+        if (strlen(g->stops[k]) > g->hold + 1) g->hold = strlen(g->stops[k]) - 1;
 
-    int32_t *prompt = NULL, *out = NULL;
-    size_t np = 0;
     vx_err ve = {0};
-    eng_session *es = NULL;
     /* a rendered chat prompt carries its special tokens: adding them would double BOS */
-    int rc_tok = eng_tok_encode(g.tok, prompt_text, strlen(prompt_text), !chat, &prompt, &np, &ve);
+    int rc_tok = eng_tok_encode(g->tok, prompt_text, strlen(prompt_text), !chat, &g->prompt, &g->np, &ve);
     free(rendered);
     if (rc_tok < 0) {
         srv_job_error(j, 400, ve.msg, "invalid_request_error", "tokenize_failed", chat ? "messages" : "prompt");
-        goto streamed;
+        return -1;
     }
-    g.after = eng_tok_has_text(g.tok, prompt, np);
+    g->after = eng_tok_has_text(g->tok, g->prompt, g->np);
     /* the shell's rule (INFER … GENERATE): the last token generated is never fed back, so
      * it needs no position; a prompt too long on its own is the prompt's fault */
-    if ((int64_t)np + max - 1 > S->context) {
+    if ((int64_t)g->np + max - 1 > S->context) {
         char msg[240];
-        const int alone = (int64_t)np > S->context;
+        const int alone = (int64_t)g->np > S->context;
         if (alone)
             snprintf(msg, sizeof msg, "prompt has %zu tokens, more than the model's context of %d",
-                     np, S->context);
+                     g->np, S->context);
         else
             snprintf(msg, sizeof msg, "prompt (%zu tokens) + max_tokens %d exceeds the model's "
                      "context of %d (the prompt and all but the last generated token take a "
-                     "position)", np, max, S->context);
+                     "position)", g->np, max, S->context);
         srv_job_error(j, 400, msg, "invalid_request_error", "context_length_exceeded",
                       alone ? (chat ? "messages" : "prompt") : "max_tokens");
-        free(prompt);
-        goto streamed;
+        free(g->prompt);
+        return -1;
     }
-    g.ids = malloc((size_t)max * sizeof *g.ids);
-    out = malloc((size_t)max * sizeof *out);
-    int n_out = 0, rc = g.ids && out ? 0 : -1;
-    if (rc == 0) rc = eng_session_new(m, (int)np + max - 1, &es, &ve);
-    if (rc == 0) rc = eng_generate_each(es, prompt, (int)np, max, &sp, on_token, &g, out, &n_out, &ve);
-    eng_session_free(es);
-    free(prompt);
-    free(out);
+    g->ids = malloc((size_t)max * sizeof *g->ids);
+    if (!g->ids || eng_session_new(m, (int)g->np + max - 1, &g->es, &ve) < 0) {
+        srv_job_failed(j, "generation", g->ids ? ve.msg : "out of memory", "generation_failed");
+        free(g->ids);
+        free(g->prompt);
+        return -1;
+    }
+    return 0;
+}
+
+/* Answer g's job once its generation ended (failed with msg when rc < 0) and free g. */
+static void gen_close(srv *S, gen *g, int rc, const char *msg)
+{
+    srv_job *j = g->j;
+    eng_session_free(g->es);
+    free(g->prompt);
     pthread_mutex_lock(&S->mu);
-    S->gen_tokens += g.n;
-    if (g.late > S->late_tokens) S->late_tokens = g.late;
+    S->gen_tokens += g->n;
+    if (g->late > S->late_tokens) S->late_tokens = g->late;
     pthread_mutex_unlock(&S->mu);
     if (rc < 0 || j->cancel) {
-        srv_job_failed(j, "generation", g.ids ? ve.msg : "out of memory", "generation_failed");
-        free(g.ids);
-        free(g.text);
-        goto streamed;
-    }
-    int eos = 0;
-    for (int e = 0; n_out > 0 && eng_model_eos(m, e) >= 0; e++) eos |= g.ids[n_out - 1] == eng_model_eos(m, e);
-    const char *finish = g.stopped || eos ? "stop" : "length";
-    const char *text = g.text ? g.text : "";
-    cJSON *usage = cJSON_CreateObject();
-    cJSON_AddNumberToObject(usage, "prompt_tokens", (double)np);
-    cJSON_AddNumberToObject(usage, "completion_tokens", n_out);
-    cJSON_AddNumberToObject(usage, "total_tokens", (double)np + n_out);
-    if (j->stream) {
-        emit_chunk(&g, text + g.emitted, g.len > g.emitted ? g.len - g.emitted : 0, finish);
-        const cJSON *so = item(j, "stream_options");
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"))) {
-            cJSON *doc = answer_head(&g, 1);
-            cJSON_AddArrayToObject(doc, "choices");
-            cJSON_AddItemToObject(doc, "usage", usage);
-            usage = NULL;
-            char *ev = cJSON_PrintUnformatted(doc);
-            if (ev) srv_emit(S, j, ev);
-            free(ev);
-            cJSON_Delete(doc);
-        }
-        cJSON_Delete(usage);
-        srv_emit(S, j, "[DONE]");
+        srv_job_failed(j, "generation", msg ? msg : "stopped", "generation_failed");
+        end_stream(S, j);
     } else {
-        cJSON *doc = answer_head(&g, 0), *ch = choice(&g, text, g.len, finish, 0);
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(doc, "choices"), ch);
-        cJSON_AddItemToObject(doc, "usage", usage);
-        if (ch) srv_job_json(j, 200, doc);
-        else {
-            cJSON_Delete(doc);
-            srv_job_error(j, 500, "out of memory", "server_error", "out_of_memory", NULL);
+        const int eos = g->n > 0 && eng_model_is_eos(g->m, g->ids[g->n - 1]);
+        const char *finish = g->stopped || eos ? "stop" : "length";
+        const char *text = g->text ? g->text : "";
+        cJSON *usage = cJSON_CreateObject();
+        cJSON_AddNumberToObject(usage, "prompt_tokens", (double)g->np);
+        cJSON_AddNumberToObject(usage, "completion_tokens", g->n);
+        cJSON_AddNumberToObject(usage, "total_tokens", (double)g->np + g->n);
+        if (j->stream) {
+            emit_chunk(g, text + g->emitted, g->len > g->emitted ? g->len - g->emitted : 0, finish);
+            const cJSON *so = item(j, "stream_options");
+            if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"))) {
+                cJSON *doc = answer_head(g, 1);
+                cJSON_AddArrayToObject(doc, "choices");
+                cJSON_AddItemToObject(doc, "usage", usage);
+                usage = NULL;
+                char *ev = cJSON_PrintUnformatted(doc);
+                if (ev) srv_emit(S, j, ev);
+                free(ev);
+                cJSON_Delete(doc);
+            }
+            cJSON_Delete(usage);
+            srv_emit(S, j, "[DONE]");
+        } else {
+            cJSON *doc = answer_head(g, 0), *ch = choice(g, text, g->len, finish, 0);
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(doc, "choices"), ch);
+            cJSON_AddItemToObject(doc, "usage", usage);
+            if (ch) srv_job_json(j, 200, doc);
+            else {
+                cJSON_Delete(doc);
+                srv_job_error(j, 500, "out of memory", "server_error", "out_of_memory", NULL);
+            }
         }
     }
-    free(g.ids);
-    free(g.text);
-    return;
-streamed:
-    /* an error after the stream's first event travels as its last event; one before it
-     * (template, tokenizer, context, a prompt stopped) is answered as the job's status */
-    if (j->stream && srv_stream_started(j)) {
-        srv_emit(S, j, j->body.p ? j->body.p : "{\"error\":{\"message\":\"failed\"}}");
-        srv_emit(S, j, "[DONE]");
+    free(g->ids);
+    free(g->text);
+    srv_job_done(S, j);
+}
+
+/* Completions decode together: j and those queued behind it for the same session join one
+ * batch (srv_admit, up to batch_max), each prefilled alone as it joins, then every step is
+ * one pass over the batch's last tokens (eng_forward_batch), each sampled with its own
+ * sampler and stream. A completion leaves as soon as it ends, and others join between
+ * steps. A batch of one computes what eng_generate_each would, bit for bit. */
+void srv_complete_run(srv *S, srv_job *j)
+{
+    const int cap = S->o->batch_max;
+    gen *g = calloc((size_t)cap, sizeof *g);
+    eng_session **ss = calloc((size_t)cap, sizeof *ss);
+    int32_t *next = calloc((size_t)cap, sizeof *next);
+    int *ones = calloc((size_t)cap, sizeof *ones);
+    float *logits = NULL;
+    int V = 0, n = 0;
+    if (!g || !ss || !next || !ones) {
+        srv_job_error(j, 500, "out of memory", "server_error", "out_of_memory", NULL);
+        goto out;
     }
+    for (int b = 0; b < cap; b++) ones[b] = 1;
+    vx_err ve = {0};
+    for (srv_job *nj = j; nj || n;) {
+        for (; nj; nj = n < cap ? srv_admit(S, j) : NULL) {
+            gen *x = &g[n];
+            if (gen_open(S, nj, x) < 0) {
+                end_stream(S, nj);
+                srv_job_done(S, nj);
+                continue;
+            }
+            if (!logits) {
+                V = eng_model_vocab(x->m);
+                if (!(logits = malloc((size_t)cap * V * sizeof *logits))) {
+                    gen_close(S, x, -1, "out of memory");
+                    continue;
+                }
+            }
+            srv_batch_arm(S, 0);
+            if (eng_forward(x->es, x->prompt, (int)x->np, logits + (size_t)n * V, NULL, &ve) < 0) {
+                gen_close(S, x, -1, ve.msg);
+                continue;
+            }
+            free(x->prompt);
+            x->prompt = NULL;
+            n++;
+        }
+        /* sample every member; those that go on move down to rows 0..k */
+        int k = 0;
+        for (int b = 0; b < n; b++) {
+            gen *x = &g[b];
+            if (!x->j->cancel) {
+                int32_t id = eng_sample(&x->sp, logits + (size_t)b * V, V, &x->rng);
+                const int stop = on_token(x, id);
+                if (!stop && !eng_model_is_eos(x->m, id) && x->n < x->max) {
+                    if (k != b) g[k] = *x;
+                    ss[k] = g[k].es;
+                    next[k++] = id;
+                    continue;
+                }
+            }
+            gen_close(S, x, 0, NULL);
+        }
+        n = k;
+        if (n) {
+            srv_batch_arm(S, n);
+            if (eng_forward_batch(ss, n, next, ones, logits, NULL, &ve) < 0) {
+                for (int b = 0; b < n; b++) gen_close(S, &g[b], -1, ve.msg);
+                n = 0;
+            }
+        }
+        nj = n < cap ? srv_admit(S, j) : NULL;
+    }
+out:
+    free(g);
+    free(ss);
+    free(next);
+    free(ones);
+    free(logits);
 }
 
 /* ---------------------------------------------------------------- trace */

@@ -27,13 +27,14 @@ typedef struct srv_opts {
     int queue_max;              /* waiting requests before 503, 16 */
     int deadline_ms;            /* default per-request deadline (504), 300000 */
     size_t trace_max;           /* bytes a /v1/trace answer may hold, 64 MiB */
+    int batch_max;              /* completions decoded together, 8 (1: one at a time) */
 } srv_opts;
 
 /* The defaults above. */
 void srv_opts_default(srv_opts *o);
 /* One limit as NAME=VALUE (`--limit session_ttl_s=60`): body_max, stmt_max, stmts_max,
- * tokens_max, sessions_max, session_ttl_s, queue_max, deadline_ms, trace_max (names as the
- * fields above; positive integers). -1 with why in msg. */
+ * tokens_max, sessions_max, session_ttl_s, queue_max, deadline_ms, trace_max, batch_max (names
+ * as the fields above; positive integers, sessions_max and batch_max at most 64). -1 with why in msg. */
 int srv_set_limit(srv_opts *o, const char *kv, char *msg, size_t msgn);
 /* "HOST:PORT", "[v6]:PORT" or "PORT" (host 127.0.0.1) into o; -1 with why in msg. */
 int srv_parse_listen(srv_opts *o, const char *spec, char *msg, size_t msgn);

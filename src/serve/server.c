@@ -39,6 +39,7 @@ void srv_opts_default(srv_opts *o)
     o->queue_max = 16;
     o->deadline_ms = 300000;
     o->trace_max = 64u << 20;
+    o->batch_max = 8;
 }
 
 int srv_set_limit(srv_opts *o, const char *kv, char *msg, size_t msgn)
@@ -49,16 +50,17 @@ int srv_set_limit(srv_opts *o, const char *kv, char *msg, size_t msgn)
         {"sessions_max", offsetof(srv_opts, sessions_max), 0},
         {"session_ttl_s", offsetof(srv_opts, session_ttl_s), 0},
         {"queue_max", offsetof(srv_opts, queue_max), 0}, {"deadline_ms", offsetof(srv_opts, deadline_ms), 0},
-        {"trace_max", offsetof(srv_opts, trace_max), 1}};
+        {"trace_max", offsetof(srv_opts, trace_max), 1}, {"batch_max", offsetof(srv_opts, batch_max), 0}};
     const char *eq = strchr(kv, '=');
     char *end;
     long long v = eq ? strtoll(eq + 1, &end, 10) : 0;
     for (size_t i = 0; eq && i < sizeof limits / sizeof limits[0]; i++) {
         if (strlen(limits[i].name) != (size_t)(eq - kv) || strncmp(kv, limits[i].name, (size_t)(eq - kv))) continue;
+        const int upto64 = !strcmp(limits[i].name, "sessions_max") || !strcmp(limits[i].name, "batch_max");
         if (!eq[1] || *end || v < 1 || v > (limits[i].is_size ? (1LL << 40) : 1000000000LL) ||
-            (!strcmp(limits[i].name, "sessions_max") && v > 64)) {
+            (upto64 && v > 64)) {
             snprintf(msg, msgn, "--limit %s: the value must be a positive integer%s", kv,
-                     !strcmp(limits[i].name, "sessions_max") ? " up to 64" : "");
+                     upto64 ? " up to 64" : "");
             return -1;
         }
         char *f = (char *)o + limits[i].off;
@@ -67,7 +69,7 @@ int srv_set_limit(srv_opts *o, const char *kv, char *msg, size_t msgn)
         return 0;
     }
     snprintf(msg, msgn, "--limit %s: expected NAME=VALUE with NAME one of body_max stmt_max stmts_max "
-             "tokens_max sessions_max session_ttl_s queue_max deadline_ms trace_max", kv);
+             "tokens_max sessions_max session_ttl_s queue_max deadline_ms trace_max batch_max", kv);
     return -1;
 }
 
@@ -586,7 +588,7 @@ static enum MHD_Result route(srv *S, struct MHD_Connection *c, const char *url,
     if (!strcmp(url, "/health") && !strcmp(method, "GET")) {
         cJSON *doc = cJSON_CreateObject();
         pthread_mutex_lock(&S->mu);
-        int q = S->queued + (S->running != NULL), ns = S->nsess, late = S->late_tokens;
+        int q = S->queued + S->n_running, ns = S->nsess, late = S->late_tokens, peak = S->batch_peak;
         double gen = (double)S->gen_tokens, cancelled = (double)S->cancelled;
         pthread_mutex_unlock(&S->mu);
         cJSON_AddStringToObject(doc, "status", "ok");
@@ -595,6 +597,7 @@ static enum MHD_Result route(srv *S, struct MHD_Connection *c, const char *url,
         cJSON_AddNumberToObject(doc, "completion_tokens", gen);
         cJSON_AddNumberToObject(doc, "cancelled", cancelled);
         cJSON_AddNumberToObject(doc, "tokens_after_cancel", late);
+        cJSON_AddNumberToObject(doc, "batch_peak", peak);
         return answer_json(c, 200, doc);
     }
     if (!key_ok(S, c))

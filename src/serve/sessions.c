@@ -130,13 +130,11 @@ int srv_sess_delete(srv *S, const char *id)
     srv_sess **slot = slot_locked(S, id);
     if (slot) {
         srv_sess *x = *slot;
-        /* its queued jobs are skipped, the running one stops at the next cancel check */
+        /* its queued jobs are skipped, its running ones stop at the next cancel check */
         for (srv_job *j = S->head; j; j = j->next)
             if (j->sess == x && !j->cancel) j->cancel = SRV_SESSION_GONE;
-        if (S->running && S->running->sess == x && !S->running->cancel) {
-            S->running->cancel = SRV_SESSION_GONE;
-            vx_cancel_flag = 1;
-        }
+        for (int k = 0; k < S->n_running; k++)
+            if (S->running[k]->sess == x) srv_stop_running_locked(S, S->running[k], SRV_SESSION_GONE);
         remove_locked(S, slot);
     }
     pthread_mutex_unlock(&S->mu);

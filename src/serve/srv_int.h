@@ -52,6 +52,7 @@ typedef struct srv_sess {
 } srv_sess;
 
 /* ---------------------------------------------------------------- jobs */
+#define SRV_BATCH_MAX 64                  /* batch_max's ceiling */
 
 enum { SRV_QUEUED, SRV_RUNNING, SRV_DONE };
 enum { SRV_LIVE, SRV_CLIENT_GONE, SRV_DEADLINE, SRV_SESSION_GONE };
@@ -84,7 +85,8 @@ struct srv {
     pthread_cond_t work, prog;
     srv_job *head, *tail;
     int queued;
-    srv_job *running;
+    srv_job *running[SRV_BATCH_MAX];      /* the job running, or a batch's completions */
+    int n_running;
     int stopping;
     srv_sess *base;
     srv_sess *table[64];
@@ -94,6 +96,7 @@ struct srv {
      * cancellation, and the most tokens one completion produced after its cancel */
     long long gen_tokens, cancelled;
     int late_tokens;
+    int batch_peak;                       /* the most completions one pass decoded */
     char *root;                           /* private temp dir: the base's cwd, sandboxes */
     char *container;                      /* absolute path */
     char *key;                            /* API key, or NULL */
@@ -132,6 +135,20 @@ void srv_emit(srv *S, srv_job *j, const char *text);
 int srv_stream_started(const srv_job *j);
 /* Cancel j for the reason given (see srv_wait). */
 void srv_cancel(srv *S, srv_job *j, int why);
+/* Under S->mu: stop running job j for why. Running alone it is stopped mid-pass by the
+ * engine's flag; one of a batch leaves it at the next token while the others go on. */
+void srv_stop_running_locked(srv *S, srv_job *j, int why);
+/* From a completion's run(), between two passes of its batch: the next queued job when it
+ * is a job with like's run and session (so on the same model) and the batch has room
+ * (S->o->batch_max); it leaves the queue running. NULL otherwise: the queue's head (a
+ * statement, another session's request) waits for the batch to end, as FIFO order wants. */
+srv_job *srv_admit(srv *S, const srv_job *like);
+/* From a completion's run(), before each batched pass: arm the engine's cancel flag for
+ * what is running now (the server stopping, or a lone job already cancelled). */
+void srv_batch_arm(srv *S, int batch);
+/* From run(): j (the job run() was given or one admitted) is answered: its waiter wakes
+ * and the compute thread lets go of it. */
+void srv_job_done(srv *S, srv_job *j);
 double srv_now_ms(void);
 
 /* sessions.c */

@@ -445,6 +445,80 @@ try:
     check(s == 400 and b["error"]["code"] == "chat_template_unavailable" and "absent" in b["error"]["message"],
           "chat without a template (none is guessed) %s" % b)
 
+    # ------------------------------------------------------------ completions decoded together
+    # a statement holds the compute thread while completions queue behind it, so they start as
+    # one batch (SERVE.md "Completions decoded together"); each answer equals its own serial
+    # one: greedy, seeded sampling, a stop string, streamed, one that ends at its first token,
+    # and one refused as it joins while the others go on
+    hold = ('TRACE "The capital of France is%s" POSITIONS ALL;' % (" the cat" * 100)) * 12
+    together = [{"prompt": P, "max_tokens": 40, "temperature": 0},
+                {"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0.9, "seed": 3},
+                {"prompt": P, "max_tokens": 30, "temperature": 0, "stop": [". The"]},
+                {"prompt": "The", "max_tokens": 50, "temperature": 0.7, "top_p": 0.9, "seed": 11, "stream": True},
+                {"prompt": P, "max_tokens": 1, "temperature": 0},
+                {"prompt": " x" * 300, "max_tokens": 1}]
+
+    def outcome(r):
+        s_, d_ = r[0], r[1]
+        if s_ != 200:
+            return s_, json.loads(d_)["error"]["code"]
+        if d_.startswith(b"data: "):
+            ch = [json.loads(x) for x in sse_events(d_)[:-1]]
+            return (s_, "".join(c["choices"][0]["text"] for c in ch if c["choices"]),
+                    [c["choices"][0]["finish_reason"] for c in ch if c["choices"]][-1])
+        b_ = json.loads(d_)
+        return s_, b_["choices"][0]["text"], b_["choices"][0]["finish_reason"], b_["usage"]
+    alone = [outcome(req("POST", "/v1/completions", b_, raw=True)) for b_ in together]
+    _, h0, _ = req("GET", "/health")
+    got = [None] * len(together)
+    th = [threading.Thread(target=lambda: req("POST", "/v1/query", {"lql": hold}))]
+    th += [threading.Thread(target=lambda k=k: got.__setitem__(k, req("POST", "/v1/completions", together[k], raw=True)))
+           for k in range(len(together))]
+    th[0].start()
+    time.sleep(0.1)
+    for t in th[1:]:
+        t.start()
+    queued_all = False
+    for _ in range(200):
+        _, h_, _ = req("GET", "/health")
+        queued_all = h_["busy"] == 1 + len(together)
+        if queued_all or h_["busy"] == 0:
+            break
+        time.sleep(0.01)
+    for t in th:
+        t.join(120)
+    _, h1, _ = req("GET", "/health")
+    got = [outcome(r) if r else None for r in got]
+    check(queued_all and got == alone and h0["batch_peak"] == 1 and h1["batch_peak"] == 4,
+          "completions queued together run as one batch and each equals its serial answer "
+          "(all queued %s, batch_peak %d -> %d): %s vs %s" % (queued_all, h0["batch_peak"], h1["batch_peak"], got, alone))
+    # one client of a batch hangs up: it stops within a token, the others finish as alone
+    long_ = [{"prompt": P, "max_tokens": 200, "temperature": 0},
+             {"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0.9, "seed": 5}]
+    alone = [outcome(req("POST", "/v1/completions", b_, raw=True)) for b_ in long_]
+    _, h0, _ = req("GET", "/health")
+    got = [None] * len(long_)
+    th = [threading.Thread(target=lambda: req("POST", "/v1/query", {"lql": hold}))]
+    th += [threading.Thread(target=lambda k=k: got.__setitem__(k, req("POST", "/v1/completions", long_[k], raw=True)))
+           for k in range(len(long_))]
+    th += [threading.Thread(target=lambda: hang_up("/v1/completions", {"prompt": "The", "max_tokens": 200,
+                                                                        "temperature": 1, "seed": 9, "stream": True}))]
+    th[0].start()
+    time.sleep(0.1)
+    for t in th[1:]:
+        t.start()
+    for t in th:
+        t.join(120)
+    for _ in range(400):
+        _, h1, _ = req("GET", "/health")
+        if h1["busy"] == 0:
+            break
+        time.sleep(0.025)
+    got = [outcome(r) if r else None for r in got]
+    check(got == alone and h1["cancelled"] == h0["cancelled"] + 1 and h1["tokens_after_cancel"] <= 1
+          and h1["busy"] == 0, "a hang-up inside a batch stops that completion alone: %s vs %s, health %s"
+          % (got, alone, h1))
+
     # ------------------------------------------------------------ sessions and isolation
     probe = 'INFER "The capital of Zorbania is" TOP 3;'
     _, base_out, _ = req("POST", "/v1/query", {"lql": probe, "format": "tsv"}, raw=True)

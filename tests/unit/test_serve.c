@@ -65,7 +65,7 @@ int main(void)
     char msg[300];
     srv_opts_default(&o);
     CHECK(strcmp(o.host, "127.0.0.1") == 0 && o.body_max == 1u << 20 && o.stmts_max == 64 &&
-          o.tokens_max == 512 && o.sessions_max == 8 && o.stmt_max == 64u << 10);
+          o.tokens_max == 512 && o.sessions_max == 8 && o.stmt_max == 64u << 10 && o.batch_max == 8);
     CHECK(srv_parse_listen(&o, "8080", msg, sizeof msg) == 0 && o.port == 8080 &&
           strcmp(o.host, "127.0.0.1") == 0);
     CHECK(srv_parse_listen(&o, "[::1]:0", msg, sizeof msg) == 0 && o.port == 0 &&
@@ -80,6 +80,11 @@ int main(void)
     CHECK(srv_set_limit(&o, "body_max=2048", msg, sizeof msg) == 0 && o.body_max == 2048);
     CHECK(srv_set_limit(&o, "sessions_max=65", msg, sizeof msg) < 0);
     CHECK_HAS(msg, "up to 64");
+    CHECK(srv_set_limit(&o, "batch_max=1", msg, sizeof msg) == 0 && o.batch_max == 1);
+    CHECK(srv_set_limit(&o, "batch_max=64", msg, sizeof msg) == 0 && o.batch_max == 64);
+    CHECK(srv_set_limit(&o, "batch_max=65", msg, sizeof msg) < 0);
+    CHECK_HAS(msg, "up to 64");
+    CHECK(srv_set_limit(&o, "batch_max=0", msg, sizeof msg) < 0);
     CHECK(srv_set_limit(&o, "queue_max=0", msg, sizeof msg) < 0);
     CHECK(srv_set_limit(&o, "queue_max=", msg, sizeof msg) < 0);
     CHECK(srv_set_limit(&o, "queue_max=3x", msg, sizeof msg) < 0);
