@@ -6,10 +6,11 @@
  * pool (the probe's summing loop, bench/bandwidth.h), and prints both rates and their
  * ratio; then the median and quartiles of the ratios. The ratio is the kernel's share of
  * what the memory system gave in that minute, so it is comparable across minutes whose
- * bandwidth moved.
+ * bandwidth moved. --n N gives the product N activation rows (a step decoding N sessions
+ * together, or an N-token prompt): the same bytes, N times the arithmetic.
  *
- *   gemv [CONTAINER] [--rounds 40]     (default /tmp/lql-bench/vx-bf16-22.vindex3, which
- *                                       `decode` creates)
+ *   gemv [CONTAINER] [--rounds 40] [--n 1]   (default /tmp/lql-bench/vx-bf16-22.vindex3,
+ *                                              which `decode` creates)
  *
  * Wall-clock numbers are printed, never asserted.
  */
@@ -48,12 +49,17 @@ static int cmp_d(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     const char *dir = "/tmp/lql-bench/vx-bf16-22.vindex3";
-    int rounds = 40;
+    int rounds = 40, n = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--n") && i + 1 < argc) n = atoi(argv[++i]);
         else dir = argv[i];
     }
     if (rounds < 1) rounds = 1;
+    if (n < 1 || n > 64) {
+        fprintf(stderr, "gemv: --n takes 1 to 64 rows\n");
+        return 2;
+    }
     bw_drop_cache(dir);     /* as bench/decode: the container cached by its own mapping */
     vx_container *c;
     vx_err err = {0};
@@ -80,16 +86,16 @@ int main(int argc, char **argv)
         vx_close(c);
         return 1;
     }
-    float *x = malloc((size_t)maxc * sizeof *x), *y = malloc((size_t)maxr * sizeof *y);
+    float *x = malloc((size_t)n * maxc * sizeof *x), *y = malloc((size_t)n * maxr * sizeof *y);
     double *ratio = malloc((size_t)rounds * sizeof *ratio);
     if (!x || !y || !ratio) return 1;
-    for (int i = 0; i < maxc; i++) x[i] = (float)((i * 7) % 13) / 13.0f - 0.4f;
-    printf("%s: %d matrices, %.1f MB, %d threads (the first round pages them in)\n", dir, nw,
-           (double)bytes / 1e6, eng_threads());
+    for (int i = 0; i < n * maxc; i++) x[i] = (float)((i * 7) % 13) / 13.0f - 0.4f;
+    printf("%s: %d matrices, %.1f MB, %d activation rows, %d threads (the first round pages "
+           "them in)\n", dir, nw, (double)bytes / 1e6, n, eng_threads());
     printf("round  gemv GB/s  read GB/s  ratio\n");
     for (int r = 0; r < rounds; r++) {
         double t0 = bw_now();
-        for (int i = 0; i < nw; i++) eng_matmul(&w[i], x, 1, y);
+        for (int i = 0; i < nw; i++) eng_matmul(&w[i], x, n, y);
         double t1 = bw_now();
         for (int i = 0; i < nw; i++) {
             rd p = {.p = w[i].data, .n = (size_t)w[i].rows * w[i].row_bytes};

@@ -366,25 +366,33 @@ T512 static void rows_split(const eng_w *w, int r0, int r1, const float *x, cons
  * the 1.1B bench model; blocks of 2 rows by all n tokens were 10-65 % slower than these
  * (ENGINE.md session 17). Every (row, token) has the same chain whatever block holds it, so
  * a row's value does not depend on where its chunk starts. x: pairs' order for bf16
- * (cols % 32 == 0), else as stored; the last cols % 32 by tail_dot. */
+ * (cols % 32 == 0), else as stored; the last cols % 32 by tail_dot. The block's four rows
+ * are four streams the hardware prefetchers follow poorly, so the next block (contiguous)
+ * is fetched into L2 as this one is read; with x held in registers (ENG_KEEP) a step of 2-8
+ * sessions' tokens from DRAM ran 1.3-1.6x faster (ENGINE.md session 37). */
 #define FEW_R 4   /* rows a block */
 #define FEW_T 4   /* tokens a block */
 T512 static inline AI void few_block(vx_dtype dt, int R, const eng_w *w, int r, const float *x,
-                                     const float *xt, int t0, int tn, float *y)
+                                     const float *xt, int t0, int tn, float *y, const char *pf)
 {
-    const int cols = w->cols, k32 = cols & ~31;
+    const int cols = w->cols, k32 = cols & ~31, es = dt == VX_F32 ? 4 : 2;
     const char *row[FEW_R];
     for (int i = 0; i < R; i++) row[i] = (const char *)w->data + (size_t)(r + i) * w->row_bytes;
     __m512 acc[FEW_R][FEW_T];
     for (int i = 0; i < R; i++)
         for (int t = 0; t < FEW_T; t++) acc[i][t] = _mm512_setzero_ps();
     for (int k = 0; k < k32; k += 32) {
+        if (pf)
+            for (int b = 0; b < 32 * es * R; b += 64) _mm_prefetch(pf + (size_t)k * es * R + b, _MM_HINT_T1);
         __m512 w0[FEW_R], w1[FEW_R];
         for (int i = 0; i < R; i++) widen32(dt, row[i], k, &w0[i], &w1[i]);
         for (int t = 0; t < FEW_T; t++) {
             if (t >= tn) break;
-            const __m512 x0 = _mm512_loadu_ps(x + (size_t)(t0 + t) * cols + k);
-            const __m512 x1 = _mm512_loadu_ps(x + (size_t)(t0 + t) * cols + k + 16);
+            __m512 x0 = _mm512_loadu_ps(x + (size_t)(t0 + t) * cols + k);
+            __m512 x1 = _mm512_loadu_ps(x + (size_t)(t0 + t) * cols + k + 16);
+            /* in registers: folded into each row's FMA, x was loaded R times */
+            ENG_KEEP(x0);
+            ENG_KEEP(x1);
             for (int i = 0; i < R; i++)
                 acc[i][t] = _mm512_fmadd_ps(w1[i], x1, _mm512_fmadd_ps(w0[i], x0, acc[i][t]));
         }
@@ -400,12 +408,14 @@ T512 static inline AI void few_rows(vx_dtype dt, const eng_w *w, int r0, int r1,
                                     const float *xt, int n, float *y)
 {
     int r = r0;
-    for (; r + FEW_R <= r1; r += FEW_R)
+    for (; r + FEW_R <= r1; r += FEW_R) {
+        const char *pf = r + 2 * FEW_R <= r1 ? (const char *)w->data + (size_t)(r + FEW_R) * w->row_bytes : NULL;
         for (int t0 = 0; t0 < n; t0 += FEW_T)
-            few_block(dt, FEW_R, w, r, x, xt, t0, n - t0 < FEW_T ? n - t0 : FEW_T, y);
+            few_block(dt, FEW_R, w, r, x, xt, t0, n - t0 < FEW_T ? n - t0 : FEW_T, y, t0 ? NULL : pf);
+    }
     for (; r < r1; r++)
         for (int t0 = 0; t0 < n; t0 += FEW_T)
-            few_block(dt, 1, w, r, x, xt, t0, n - t0 < FEW_T ? n - t0 : FEW_T, y);
+            few_block(dt, 1, w, r, x, xt, t0, n - t0 < FEW_T ? n - t0 : FEW_T, y, NULL);
 }
 
 T512 static void rows_few(const eng_w *w, int r0, int r1, const float *x, const float *xp, int n,
