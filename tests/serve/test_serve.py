@@ -468,27 +468,33 @@ try:
                     [c["choices"][0]["finish_reason"] for c in ch if c["choices"]][-1])
         b_ = json.loads(d_)
         return s_, b_["choices"][0]["text"], b_["choices"][0]["finish_reason"], b_["usage"]
+    def behind_hold(bodies, extra=()):
+        """Hold the compute thread with a statement, queue the completions (and the extra
+        callables) behind it; returns their outcomes and whether all were queued at once."""
+        got_ = [None] * len(bodies)
+        th_ = [threading.Thread(target=lambda: req("POST", "/v1/query", {"lql": hold}))]
+        th_ += [threading.Thread(target=lambda k=k: got_.__setitem__(k, req("POST", "/v1/completions", bodies[k],
+                                                                          raw=True)))
+                for k in range(len(bodies))]
+        th_ += [threading.Thread(target=f) for f in extra]
+        th_[0].start()
+        time.sleep(0.1)
+        for t in th_[1:]:
+            t.start()
+        all_ = False
+        for _ in range(200):
+            _, h_, _ = req("GET", "/health")
+            all_ = h_["busy"] == len(th_)
+            if all_ or h_["busy"] == 0:
+                break
+            time.sleep(0.01)
+        for t in th_:
+            t.join(120)
+        return [outcome(r) if r else None for r in got_], all_
     alone = [outcome(req("POST", "/v1/completions", b_, raw=True)) for b_ in together]
     _, h0, _ = req("GET", "/health")
-    got = [None] * len(together)
-    th = [threading.Thread(target=lambda: req("POST", "/v1/query", {"lql": hold}))]
-    th += [threading.Thread(target=lambda k=k: got.__setitem__(k, req("POST", "/v1/completions", together[k], raw=True)))
-           for k in range(len(together))]
-    th[0].start()
-    time.sleep(0.1)
-    for t in th[1:]:
-        t.start()
-    queued_all = False
-    for _ in range(200):
-        _, h_, _ = req("GET", "/health")
-        queued_all = h_["busy"] == 1 + len(together)
-        if queued_all or h_["busy"] == 0:
-            break
-        time.sleep(0.01)
-    for t in th:
-        t.join(120)
+    got, queued_all = behind_hold(together)
     _, h1, _ = req("GET", "/health")
-    got = [outcome(r) if r else None for r in got]
     check(queued_all and got == alone and h0["batch_peak"] == 1 and h1["batch_peak"] == 4,
           "completions queued together run as one batch and each equals its serial answer "
           "(all queued %s, batch_peak %d -> %d): %s vs %s" % (queued_all, h0["batch_peak"], h1["batch_peak"], got, alone))
@@ -497,24 +503,13 @@ try:
              {"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0.9, "seed": 5}]
     alone = [outcome(req("POST", "/v1/completions", b_, raw=True)) for b_ in long_]
     _, h0, _ = req("GET", "/health")
-    got = [None] * len(long_)
-    th = [threading.Thread(target=lambda: req("POST", "/v1/query", {"lql": hold}))]
-    th += [threading.Thread(target=lambda k=k: got.__setitem__(k, req("POST", "/v1/completions", long_[k], raw=True)))
-           for k in range(len(long_))]
-    th += [threading.Thread(target=lambda: hang_up("/v1/completions", {"prompt": "The", "max_tokens": 200,
-                                                                        "temperature": 1, "seed": 9, "stream": True}))]
-    th[0].start()
-    time.sleep(0.1)
-    for t in th[1:]:
-        t.start()
-    for t in th:
-        t.join(120)
+    got, _ = behind_hold(long_, [lambda: hang_up("/v1/completions", {"prompt": "The", "max_tokens": 200,
+                                                                      "temperature": 1, "seed": 9, "stream": True})])
     for _ in range(400):
         _, h1, _ = req("GET", "/health")
         if h1["busy"] == 0:
             break
         time.sleep(0.025)
-    got = [outcome(r) if r else None for r in got]
     check(got == alone and h1["cancelled"] == h0["cancelled"] + 1 and h1["tokens_after_cancel"] <= 1
           and h1["busy"] == 0, "a hang-up inside a batch stops that completion alone: %s vs %s, health %s"
           % (got, alone, h1))
