@@ -3,7 +3,8 @@
  * helpers.
  *
  * Weights stay where the mmap put them, in their stored dtype. Two paths:
- *  - few rows of x (decode, n <= SMALL_N): a streaming kernel reads each weight row once,
+ *  - few rows of x (decode, n <= SMALL_N; f32/f16/bf16 weights up to FEW_N): a streaming
+ *    kernel reads each weight row once,
  *    converts f16/bf16 to f32 in registers (AVX-512 when the CPU has it, else AVX2) and
  *    dots it with every x row while the weight row is in L1. Rows are split over the
  *    pool's threads. Decode is memory bound, so this reads each weight byte once per token.
@@ -22,6 +23,9 @@
 #include "qkernels.h"
 
 #define SMALL_N 8
+/* f32/f16/bf16 weights stream up to this many rows of x (AVX-512, AMX not taking them):
+ * few_block ran 1.1-1.9x the GEMM's rate at 9-16 rows (ENGINE.md session 37). */
+#define FEW_N 16
 #define TILE_BYTES (256 * 1024)
 
 void eng_w_of(eng_w *w, const vx_tensor *t)
@@ -358,7 +362,7 @@ T512 static void rows_split(const eng_w *w, int r0, int r1, const float *x, cons
     else split_rows(VX_F32, 0, w, r0, r1, x, y);
 }
 
-/* A few x rows (2 <= n <= SMALL_N: a short prompt, INFER's usual case) in blocks of FEW_R
+/* A few x rows (2 <= n <= FEW_N: a short prompt, INFER's usual case) in blocks of FEW_R
  * rows by FEW_T tokens: each weight vector is loaded and widened once per block for its
  * tokens, each x vector once for the block's rows, one chain per (row, token) — 16
  * accumulators. Dotting each token in turn (the n = 1 kernel n times) read all of x from
@@ -437,7 +441,7 @@ static void rows_dot(const eng_w *w, int r0, int r1, const float *x, const float
         rows_split(w, r0, r1, x, xp, y);
         return;
     }
-    if (n > 1 && n <= SMALL_N && wide && !is_block(w->dt) && (w->dt != VX_BF16 || xp)) {
+    if (n > 1 && n <= FEW_N && wide && !is_block(w->dt) && (w->dt != VX_BF16 || xp)) {
         rows_few(w, r0, r1, x, xp, n, y);
         return;
     }
@@ -542,6 +546,7 @@ typedef struct job {
     int wide;              /* eng_avx512(), read once per product */
     float *y;
     int n, tile;
+    int stream;            /* the streaming path (streamed()), else the GEMM's */
     atomic_int next;       /* streaming and GEMM paths: first row not yet claimed */
 } job;
 
@@ -585,7 +590,7 @@ static void run_part(void *ctx, int i, int nparts)
 {
     job *j = ctx;
     int lo, hi;
-    if (j->n <= SMALL_N) {
+    if (j->stream) {
         uint16_t *buf = j->src ? malloc((size_t)j->w->cols * (DEC_ROWS * sizeof(uint16_t) + sizeof(float)))
                                : NULL;
         while (eng_claim_rows(&j->next, j->w->rows, nparts, &lo, &hi)) {
@@ -665,6 +670,22 @@ static void matmul_trans(const eng_w *w, const float *x, int n, float *y)
  * through the bf16 kernels they meet the same products in the same order: the packed and
  * the dequantised model give bit-identical logits. */
 static int runs_as_bf16(const eng_w *w) { return w->exact && w->dt == VX_MXFP4 && !w->trans; }
+
+/* AMX's GEMM takes f16/bf16 products of more than SMALL_N rows where the CPU has it. */
+static int amx_takes(const eng_w *w)
+{
+    return (w->dt == VX_BF16 || w->dt == VX_F16) && w->cols % 32 == 0 && eng_amx_rows(w) > 0 &&
+           eng_amx_ready();
+}
+
+/* Whether n rows of x through w take the streaming path (rows_dot) rather than a GEMM
+ * (AMX's, or the bf16 opt-in's, where they take more than SMALL_N rows). */
+static int streamed(const eng_w *w, int n)
+{
+    if (n <= SMALL_N) return 1;
+    return n <= FEW_N && eng_avx512() && (w->dt == VX_F32 || w->dt == VX_F16 || w->dt == VX_BF16) &&
+           !amx_takes(w) && !(w->dt == VX_BF16 && eng_prefill_bf16_optin());
+}
 
 typedef struct decode_job {
     const eng_w *w;            /* MXFP4 rows */
@@ -784,14 +805,14 @@ static int tiny(const eng_w *w, int n)
     return (size_t)w->rows * (size_t)w->cols * (size_t)n < 32768;
 }
 
-/* x as the streaming path reads it (n <= SMALL_N, not tiny): bf16 rows in pairs' order,
+/* x as the streaming path reads it (j->stream, not tiny): bf16 rows in pairs' order,
  * other rows from a 64-byte-aligned copy when x is not aligned (decode streamed 15-20 %
  * slower with x 16 bytes off a cache line, bf16, 2026-12-02). Each copy is made once into
  * *xp or *xa, which the caller frees, so the products of one x share it. */
 static void stream_x(job *j, float **xp, float **xa)
 {
     const eng_w *w = j->w;
-    if (j->n > SMALL_N || tiny(w, j->n)) return;
+    if (!j->stream || tiny(w, j->n)) return;
     if (wants_pairs(w->dt, w->cols, j->wide)) {
         if (!*xp) *xp = x_pairs(j->x, j->n, w->cols);
         j->xp = *xp;
@@ -815,10 +836,11 @@ static void shared_run(const void *ctx, int lo, int hi)
 void eng_matmul_shared(const eng_w *const *w, int count, const float *x, int n, float *const *y)
 {
     enum { MAXP = 4 };
-    int ok = count > 1 && count <= MAXP && n <= SMALL_N;
+    int ok = count > 1 && count <= MAXP;
     for (int i = 0; ok && i < count; i++)
         ok = w[i]->rows > 0 && !w[i]->trans && !runs_as_bf16(w[i]) &&
-             (!is_block(w[i]->dt) || (!w[i]->exact && eng_qsupported(w[i]->dt))) &&
+             (is_block(w[i]->dt) ? n <= SMALL_N && !w[i]->exact && eng_qsupported(w[i]->dt)
+                                 : streamed(w[i], n)) &&
              w[i]->cols == w[0]->cols;
     if (!ok) {
         for (int i = 0; i < count; i++) eng_matmul(w[i], x, n, y[i]);
@@ -836,7 +858,7 @@ void eng_matmul_shared(const eng_w *const *w, int count, const float *x, int n, 
             continue;
         }
         job *j = &jobs[made];
-        *j = (job){v, NULL, x, NULL, NULL, wide, y[made], n, 16, 0};
+        *j = (job){.w = v, .x = x, .wide = wide, .y = y[made], .n = n, .tile = 16, .stream = 1};
         stream_x(j, &xp, &xa);
         rj[made] = (eng_rowjob){.run = shared_run, .ctx = j, .rows = v->rows};
     }
@@ -886,16 +908,16 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
         else eng_qgemm(w->dt, w->data, w->rows, w->cols, x, n, y);
         return;
     }
-    if (n > SMALL_N && (w->dt == VX_BF16 || w->dt == VX_F16) && w->cols % 32 == 0 &&
-        eng_amx_rows(w) > 0 && eng_amx_ready() && eng_amx_matmul(w, x, n, y) == 0) {
+    if (n > SMALL_N && amx_takes(w) && eng_amx_matmul(w, x, n, y) == 0) {
         int done = eng_amx_rows(w);
         if (done < w->rows) rows_dot(w, done, w->rows, x, NULL, n, y, 1);   /* AMX implies AVX-512 */
         return;
     }
     if (!src && matmul_bf16_acts(w, x, n, y) == 0) return;
-    job j = {w, src, x, NULL, NULL, eng_avx512(), y, n, 16, 0};
+    job j = {.w = w, .src = src, .x = x, .wide = eng_avx512(), .y = y, .n = n, .tile = 16,
+             .stream = streamed(w, n)};
     eng_xpack pk = {0};
-    if (n > SMALL_N && j.wide && eng_xpack_make(&pk, x, n, w->cols) == 0) j.pk = &pk;
+    if (!j.stream && j.wide && eng_xpack_make(&pk, x, n, w->cols) == 0) j.pk = &pk;
     int per = (int)(TILE_BYTES / ((size_t)w->cols * sizeof(float)));
     j.tile = per < 16 ? 16 : per & ~15;
 

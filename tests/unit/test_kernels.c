@@ -72,11 +72,12 @@ static void test_matmul(void)
             CHECK_MSG(e < 2e-5, "%s rows %d cols %d n %d: rel err %g", vx_dtype_name(dts[d]),
                       shapes[s][0], shapes[s][1], shapes[s][2], e);
         }
-    /* 2-8 tokens in blocks of 4 rows by 4 tokens (a last row alone; x in pairs' order for bf16),
+    /* 2-16 tokens in blocks of 4 rows by 4 tokens (a last row alone; x in pairs' order for bf16),
      * also past the split's width and with a tail: error against Σ|w·x|, which a long dot's
      * f32 sums keep near 1e-7 whatever the exact value (relative to 1 + |exact| they reach
      * 2e-5 on some draws at 2048 columns on every path) */
-    const int few[][3] = {{97, 512, 5}, {64, 5632, 7}, {33, 4100, 2}, {18, 64, 8}, {3, 96, 3}};
+    const int few[][3] = {{97, 512, 5}, {64, 5632, 7}, {33, 4100, 2}, {18, 64, 8}, {3, 96, 3},
+                          {97, 512, 9}, {64, 2048, 14}, {33, 4100, 16}, {131, 96, 11}};
     for (int d = 0; d < 3; d++)
         for (size_t s = 0; s < sizeof few / sizeof *few; s++) {
             double a;
