@@ -620,8 +620,58 @@ static void gen_close(srv *S, gen *g, int rc, const char *msg)
     srv_job_done(S, j);
 }
 
+/* Prompt rows one joining pass takes: joiners whose prompts fit are prefilled together. */
+#define JOIN_ROWS 256
+
+/* Prefill the joiners g[n..m) into their logits rows, those whose prompts fit JOIN_ROWS in
+ * one pass (eng_forward_batch; one alone takes eng_forward, as a completion alone always
+ * did). A pass that fails answers its joiners. Returns the new member count: the joiners
+ * that prefilled follow the members, in order, with their logits rows. */
+static int prefill_joiners(srv *S, gen *g, int n, int m, eng_session **ss, int *lens,
+                           float *logits, int V)
+{
+    vx_err ve = {0};
+    int k = n;
+    for (int b = n; b < m;) {
+        int e = b + 1;
+        size_t rows = g[b].np;
+        while (e < m && rows + g[e].np <= JOIN_ROWS) rows += g[e++].np;
+        int32_t *ids = e - b > 1 ? malloc(rows * sizeof *ids) : NULL;
+        int rc = e - b > 1 && !ids ? vx_errf(&ve, VX_ENOMEM, "out of memory for %zu prompt tokens", rows) : 0;
+        srv_batch_arm(S, 0);
+        if (!rc && e - b == 1) {
+            rc = eng_forward(g[b].es, g[b].prompt, (int)g[b].np, logits + (size_t)b * V, NULL, &ve);
+        } else if (!rc) {
+            size_t at = 0;
+            for (int i = b; i < e; i++) {
+                memcpy(ids + at, g[i].prompt, g[i].np * sizeof *ids);
+                at += g[i].np;
+                ss[i - b] = g[i].es;
+                lens[i - b] = (int)g[i].np;
+            }
+            rc = eng_forward_batch(ss, e - b, ids, lens, logits + (size_t)b * V, NULL, &ve);
+        }
+        free(ids);
+        for (int i = b; i < e; i++) {
+            if (rc < 0) {
+                gen_close(S, &g[i], -1, ve.msg);
+                continue;
+            }
+            free(g[i].prompt);
+            g[i].prompt = NULL;
+            if (k != i) {
+                g[k] = g[i];
+                memcpy(logits + (size_t)k * V, logits + (size_t)i * V, (size_t)V * sizeof *logits);
+            }
+            k++;
+        }
+        b = e;
+    }
+    return k;
+}
+
 /* Completions decode together: j and those queued behind it for the same session join one
- * batch (srv_admit, up to batch_max), each prefilled alone as it joins, then every step is
+ * batch (srv_admit, up to batch_max), prefilled together as they join, then every step is
  * one pass over the batch's last tokens (eng_forward_batch), each sampled with its own
  * sampler and stream. A completion leaves as soon as it ends, and others join between
  * steps. A batch of one computes what eng_generate_each would, bit for bit. */
@@ -631,39 +681,31 @@ void srv_complete_run(srv *S, srv_job *j)
     gen *g = calloc((size_t)cap, sizeof *g);
     eng_session **ss = calloc((size_t)cap, sizeof *ss);
     int32_t *next = calloc((size_t)cap, sizeof *next);
-    int *ones = calloc((size_t)cap, sizeof *ones);
+    int *ones = calloc((size_t)cap, sizeof *ones), *lens = calloc((size_t)cap, sizeof *lens);
     float *logits = NULL;
     int V = 0, n = 0;
-    if (!g || !ss || !next || !ones) {
+    if (!g || !ss || !next || !ones || !lens) {
         srv_job_error(j, 500, "out of memory", "server_error", "out_of_memory", NULL);
         goto out;
     }
     for (int b = 0; b < cap; b++) ones[b] = 1;
     vx_err ve = {0};
     for (srv_job *nj = j; nj || n;) {
-        for (; nj; nj = n < cap ? srv_admit(S, j) : NULL) {
-            gen *x = &g[n];
-            if (gen_open(S, nj, x) < 0) {
+        int m = n;
+        for (; nj; nj = m < cap ? srv_admit(S, j) : NULL) {
+            if (gen_open(S, nj, &g[m]) < 0) {
                 end_stream(S, nj);
                 srv_job_done(S, nj);
                 continue;
             }
-            if (!logits) {
-                V = eng_model_vocab(x->m);
-                if (!(logits = malloc((size_t)cap * V * sizeof *logits))) {
-                    gen_close(S, x, -1, "out of memory");
-                    continue;
-                }
-            }
-            srv_batch_arm(S, 0);
-            if (eng_forward(x->es, x->prompt, (int)x->np, logits + (size_t)n * V, NULL, &ve) < 0) {
-                gen_close(S, x, -1, ve.msg);
-                continue;
-            }
-            free(x->prompt);
-            x->prompt = NULL;
-            n++;
+            m++;
         }
+        if (m > n && !logits) {
+            V = eng_model_vocab(g[n].m);
+            if (!(logits = malloc((size_t)cap * V * sizeof *logits)))
+                for (; m > n; m--) gen_close(S, &g[m - 1], -1, "out of memory");
+        }
+        n = prefill_joiners(S, g, n, m, ss, lens, logits, V);
         /* sample every member; those that go on move down to rows 0..k */
         int k = 0;
         for (int b = 0; b < n; b++) {
@@ -695,6 +737,7 @@ out:
     free(ss);
     free(next);
     free(ones);
+    free(lens);
     free(logits);
 }
 
