@@ -275,9 +275,6 @@ int eng_edit_ffn_in(eng_model *m, int layer, const int32_t *ids, int n, float *x
 /* Texts per batched pass: the corpus's products run as one GEMM over this many rows per
  * step instead of a GEMV per text, and its sessions' caches stay small. */
 #define CORPUS_BATCH 64
-/* Rows per batched pass over finished texts: the chunk eng_forward bounds one session's
- * activations by. */
-#define CORPUS_ROWS 256
 
 /* eng_edit_corpus, with c (may be NULL) attached to every pass, which sees every position
  * of every text. */
@@ -360,7 +357,7 @@ int eng_edit_corpus(eng_model *m, const char *const *starts, int n_starts, int n
 }
 
 /* Every text of a corpus through the capture c (its rows freed on failure), as many texts
- * per eng_forward_batch as fit CORPUS_ROWS rows (a text longer than that alone); texts
+ * per eng_forward_batch as eng_batch_fit gives; texts
  * must not be empty. logits, when not NULL, receives each text's next-token logits
  * [nseq × vocab]. */
 static int run_corpus(eng_model *m, const int32_t *ids, const int *lens, int nseq, capture *c,
@@ -373,8 +370,8 @@ static int run_corpus(eng_model *m, const int32_t *ids, const int *lens, int nse
     size_t off = 0;
     for (int i = 0; !rc && i < nseq;) {
         int B = 0, rows = 0;
-        const int first = i;
-        for (; i < nseq && (B == 0 || rows + lens[i] <= CORPUS_ROWS); i++) {
+        const int first = i, fit = eng_batch_fit(lens + i, nseq - i);
+        for (; B < fit; i++) {
             if ((rc = eng_session_new(m, lens[i], &ss[B], err)))
                 break;
             nb[B++] = lens[i];
@@ -792,9 +789,11 @@ static double head_row(const eng_model *m, float *raw, float *dz, int32_t t, con
     double sum = 0;
     for (int v = 0; v < V; v++)
         sum += exp((double)dz[v] - mx);
+    /* once, not per logit: libm's log may set errno, so the compiler cannot hoist it */
+    const double lsum = log(sum);
     double ret = 0;
     for (int v = 0; v < V; v++) {
-        double lp = (double)dz[v] - mx - log(sum), p = exp(lp);
+        double lp = (double)dz[v] - mx - lsum, p = exp(lp);
         double want = q ? q[v] : (v == t ? 1.0 : 0.0);
         if (!q && v == t)
             ret = p;

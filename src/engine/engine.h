@@ -266,6 +266,10 @@ int eng_forward_from(eng_session *s, int first, const float *x_in, int n, float 
  * is back where it was, as eng_forward leaves one. */
 int eng_forward_batch(eng_session *const *ss, int B, const int32_t *ids, const int *n,
                       float *logits, const eng_observer *obs, vx_err *err);
+/* How many of count sessions appending n[0..count) tokens, from the first, one
+ * eng_forward_batch should take: as many as fit the chunk eng_forward runs (256 rows), at
+ * least one (a longer one alone). */
+int eng_batch_fit(const int *n, int count);
 
 /* The logit lens: final norm → LM head → final soft-cap of one residual [hidden] into
  * logits [vocab]. */

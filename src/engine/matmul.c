@@ -679,11 +679,12 @@ static int amx_takes(const eng_w *w)
 }
 
 /* Whether n rows of x through w take the streaming path (rows_dot) rather than a GEMM
- * (AMX's, or the bf16 opt-in's, where they take more than SMALL_N rows). */
-static int streamed(const eng_w *w, int n)
+ * (AMX's, or the bf16 opt-in's, where they take more than SMALL_N rows); wide is the
+ * product's eng_avx512(). */
+static int streamed(const eng_w *w, int n, int wide)
 {
     if (n <= SMALL_N) return 1;
-    return n <= FEW_N && eng_avx512() && (w->dt == VX_F32 || w->dt == VX_F16 || w->dt == VX_BF16) &&
+    return n <= FEW_N && wide && (w->dt == VX_F32 || w->dt == VX_F16 || w->dt == VX_BF16) &&
            !amx_takes(w) && !(w->dt == VX_BF16 && eng_prefill_bf16_optin());
 }
 
@@ -836,17 +837,17 @@ static void shared_run(const void *ctx, int lo, int hi)
 void eng_matmul_shared(const eng_w *const *w, int count, const float *x, int n, float *const *y)
 {
     enum { MAXP = 4 };
+    const int wide = eng_avx512();
     int ok = count > 1 && count <= MAXP;
     for (int i = 0; ok && i < count; i++)
         ok = w[i]->rows > 0 && !w[i]->trans && !runs_as_bf16(w[i]) &&
              (is_block(w[i]->dt) ? n <= SMALL_N && !w[i]->exact && eng_qsupported(w[i]->dt)
-                                 : streamed(w[i], n)) &&
+                                 : streamed(w[i], n, wide)) &&
              w[i]->cols == w[0]->cols;
     if (!ok) {
         for (int i = 0; i < count; i++) eng_matmul(w[i], x, n, y[i]);
         return;
     }
-    const int wide = eng_avx512();
     float *xp = NULL, *xa = NULL;
     job jobs[MAXP];
     eng_rowjob rj[MAXP];
@@ -914,8 +915,9 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
         return;
     }
     if (!src && matmul_bf16_acts(w, x, n, y) == 0) return;
-    job j = {.w = w, .src = src, .x = x, .wide = eng_avx512(), .y = y, .n = n, .tile = 16,
-             .stream = streamed(w, n)};
+    const int wide = eng_avx512();
+    job j = {.w = w, .src = src, .x = x, .wide = wide, .y = y, .n = n, .tile = 16,
+             .stream = streamed(w, n, wide)};
     eng_xpack pk = {0};
     if (!j.stream && j.wide && eng_xpack_make(&pk, x, n, w->cols) == 0) j.pk = &pk;
     int per = (int)(TILE_BYTES / ((size_t)w->cols * sizeof(float)));

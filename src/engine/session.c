@@ -324,6 +324,13 @@ int eng_forward_from(eng_session *s, int first, const float *x_in, int n, float 
     return forward_one(s, NULL, x_in, first, n, logits, obs, err);
 }
 
+int eng_batch_fit(const int *n, int count)
+{
+    int k = count > 0, rows = count > 0 ? n[0] : 0;
+    while (k < count && rows + n[k] <= CHUNK) rows += n[k++];
+    return k;
+}
+
 int eng_forward_batch(eng_session *const *ss, int B, const int32_t *ids, const int *n,
                       float *logits, const eng_observer *obs, vx_err *err)
 {

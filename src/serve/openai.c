@@ -620,22 +620,20 @@ static void gen_close(srv *S, gen *g, int rc, const char *msg)
     srv_job_done(S, j);
 }
 
-/* Prompt rows one joining pass takes: joiners whose prompts fit are prefilled together. */
-#define JOIN_ROWS 256
-
-/* Prefill the joiners g[n..m) into their logits rows, those whose prompts fit JOIN_ROWS in
- * one pass (eng_forward_batch; one alone takes eng_forward, as a completion alone always
+/* Prefill the joiners g[n..m) into their logits rows, as many per pass as eng_batch_fit
+ * gives (eng_forward_batch; one alone takes eng_forward, as a completion alone always
  * did). A pass that fails answers its joiners. Returns the new member count: the joiners
  * that prefilled follow the members, in order, with their logits rows. */
 static int prefill_joiners(srv *S, gen *g, int n, int m, eng_session **ss, int *lens,
                            float *logits, int V)
 {
     vx_err ve = {0};
+    for (int i = n; i < m; i++) lens[i] = (int)g[i].np;
     int k = n;
     for (int b = n; b < m;) {
-        int e = b + 1;
-        size_t rows = g[b].np;
-        while (e < m && rows + g[e].np <= JOIN_ROWS) rows += g[e++].np;
+        const int e = b + eng_batch_fit(lens + b, m - b);
+        size_t rows = 0;
+        for (int i = b; i < e; i++) rows += g[i].np;
         int32_t *ids = e - b > 1 ? malloc(rows * sizeof *ids) : NULL;
         int rc = e - b > 1 && !ids ? vx_errf(&ve, VX_ENOMEM, "out of memory for %zu prompt tokens", rows) : 0;
         srv_batch_arm(S, 0);
@@ -647,9 +645,8 @@ static int prefill_joiners(srv *S, gen *g, int n, int m, eng_session **ss, int *
                 memcpy(ids + at, g[i].prompt, g[i].np * sizeof *ids);
                 at += g[i].np;
                 ss[i - b] = g[i].es;
-                lens[i - b] = (int)g[i].np;
             }
-            rc = eng_forward_batch(ss, e - b, ids, lens, logits + (size_t)b * V, NULL, &ve);
+            rc = eng_forward_batch(ss, e - b, ids, lens + b, logits + (size_t)b * V, NULL, &ve);
         }
         free(ids);
         for (int i = b; i < e; i++) {
