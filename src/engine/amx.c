@@ -10,9 +10,9 @@
  *
  * Layout: A = 16 weight rows × 32 columns (row-major bf16, 64 bytes a row); B = 32
  * columns × 16 tokens packed in pairs (row kk holds, for each token, columns 2kk and
- * 2kk+1), prepared once per call from x; C = 16 weight rows × 16 tokens in f32. Each
- * part owns a range of row blocks and runs the k dimension in L2-sized chunks, each with
- * 4 C tiles, 2 A tiles and 1 B tile per pair of token blocks.
+ * 2kk+1), prepared once per call from x on the pool; C = 16 weight rows × 16 tokens in
+ * f32. Each part owns a range of row blocks and runs the k dimension in L2-sized chunks,
+ * each with 4 C tiles, 2 A tiles and 2 B tiles per pair of token blocks.
  *
  * Used only when the CPU has AMX-BF16, the kernel granted the tile state, and
  * LQL_NO_AMX is not 1; rows past the last 16-row block and column counts that are not a
@@ -83,30 +83,52 @@ static size_t btile(int ks, int tb, int k, int p)
     return ((((size_t)(tb / 2) * ks + k) * 3 + p) * 2 + (tb & 1)) * 256;
 }
 
+typedef struct pack_job {
+    const float *x;
+    int n, cols, nb;
+    uint32_t *pk;
+    atomic_int fail;        /* a part could not get its scratch */
+} pack_job;
+
 /* B tiles for x [n, cols]: pk[btile(tb, k, p) + kk · 16 + t] is the dword (columns
- * 32k + 2kk, +1) of token 16tb + t in part p; tokens past n are zero. */
-TAMX static void pack_x(const float *x, int n, int cols, int nb, uint32_t *pk, uint16_t *tmp)
+ * 32k + 2kk, +1) of token 16tb + t in part p; tokens past n are zero. Part i of n packs
+ * a range of k-steps for every token (the tiles of a range are disjoint from the others'),
+ * so the packing runs on the pool rather than before it. */
+TAMX static void pack_part(void *ctx, int part, int nparts)
 {
-    const int ks = cols / 32;
-    memset(pk, 0, (size_t)3 * ks * nb * 1024);
-    for (int t = 0; t < n; t++) {
-        uint16_t *ph = tmp, *pm = tmp + cols, *pl = tmp + 2 * cols;
-        for (int c = 0; c < cols; c += 16) {
+    pack_job *j = ctx;
+    const int ks = j->cols / 32;
+    int k0, k1;
+    eng_split(ks, part, nparts, 1, &k0, &k1);
+    if (k0 >= k1) return;
+    const int kn = k1 - k0;
+    uint16_t *tmp = malloc((size_t)3 * kn * 32 * sizeof *tmp);
+    if (!tmp) {
+        atomic_store(&j->fail, 1);
+        return;
+    }
+    for (int tp = 0; tp < j->nb / 2; tp++)
+        memset(j->pk + btile(ks, 2 * tp, k0, 0), 0, (size_t)kn * 3 * 2 * 1024);
+    for (int t = 0; t < j->n; t++) {
+        const float *xr = j->x + (size_t)t * j->cols + (size_t)k0 * 32;
+        uint16_t *ph = tmp, *pm = tmp + kn * 32, *pl = tmp + 2 * kn * 32;
+        for (int c = 0; c < kn * 32; c += 16) {
             __m256i h, m, l;
-            split3(_mm512_loadu_ps(x + (size_t)t * cols + c), &h, &m, &l);
+            split3(_mm512_loadu_ps(xr + c), &h, &m, &l);
             _mm256_storeu_si256((__m256i *)(ph + c), h);
             _mm256_storeu_si256((__m256i *)(pm + c), m);
             _mm256_storeu_si256((__m256i *)(pl + c), l);
         }
         const int tb = t / 16, tt = t % 16;
         for (int p = 0; p < 3; p++) {
-            const uint32_t *src = (const uint32_t *)(tmp + (size_t)p * cols);
-            for (int k = 0; k < ks; k++) {
-                uint32_t *dst = pk + btile(ks, tb, k, p) + tt;
+            const uint32_t *src = (const uint32_t *)(tmp + (size_t)p * kn * 32);
+            for (int k = 0; k < kn; k++) {
+                uint32_t *dst = j->pk + btile(ks, tb, k0 + k, p) + tt;
                 for (int kk = 0; kk < 16; kk++) dst[kk * 16] = src[k * 16 + kk];
             }
         }
     }
+    free(tmp);
 }
 
 /* ---------------------------------------------------------------- the kernel */
@@ -121,23 +143,18 @@ typedef struct amx_job {
     atomic_int fail;        /* a part could not get its scratch */
 } amx_job;
 
-/* Copy k-steps [k0, k0 + kn) of a block into k-major A tiles: at ((h · kn + k) · 16 + i) · 32
- * the 32 bf16 of tile row i. bf16: h = 0/1 are rows r..r+15 and r+16..r+31 as stored;
- * f16: h = 0/1 are the hi and lo bf16 parts of rows r..r+15. The tile loads then hit L2
- * with unit stride. */
-TAMX static void load_block(const eng_w *w, int r, int k0, int kn, uint16_t *at)
+/* Split k-steps [k0, k0 + kn) of the 16 f16 rows from r into k-major A tiles: at
+ * ((h · kn + k) · 16 + i) · 32 the 32 bf16 of tile row i, h = 0/1 the hi and lo parts. The
+ * tile loads then hit L2 with unit stride. (bf16 rows need no split: their tiles are
+ * loaded where they are stored.) */
+TAMX static void split_block(const eng_w *w, int r, int k0, int kn, uint16_t *at)
 {
     for (int h = 0; h < 2; h++)
         for (int i = 0; i < 16; i++) {
-            int row = w->dt == VX_F16 ? r + i : r + h * 16 + i;
-            const uint16_t *src = (const uint16_t *)((const char *)w->data + (size_t)row * w->row_bytes);
+            const uint16_t *src = (const uint16_t *)((const char *)w->data + (size_t)(r + i) * w->row_bytes);
             for (int k = 0; k < kn; k++) {
                 uint16_t *dst = at + ((size_t)(h * kn + k) * 16 + i) * 32;
                 const uint16_t *sk = src + (size_t)(k0 + k) * 32;
-                if (w->dt == VX_BF16) {
-                    _mm512_storeu_si512(dst, _mm512_loadu_si512(sk));
-                    continue;
-                }
                 for (int q = 0; q < 32; q += 16) {
                     __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sk + q)));
                     __m256i hi = (__m256i)_mm512_cvtneps_pbh(v);
@@ -149,11 +166,16 @@ TAMX static void load_block(const eng_w *w, int r, int k0, int kn, uint16_t *at)
 }
 
 /* A part owns a contiguous range of row blocks: bf16 blocks are 32 rows (A tiles 4 and 5
- * are two 16-row halves feeding C rows 0/1), f16 blocks 16 rows (A tiles 4 and 5 are the hi
- * and lo parts, both feeding C row 0). Tiles 0..3 are C[row][token block], tile 6 is B; each
- * B load serves two tile products. The k dimension runs in chunks of KC outermost, so one
- * chunk's B tiles (all tokens) are reused from L2 by every block of the part; the C tiles
- * are parked in `acc` between chunks, and each weight byte is still read once. */
+ * are two 16-row halves feeding C rows 0/1, loaded from the mapping with the row stride),
+ * f16 blocks 16 rows (A tiles 4 and 5 are the hi and lo parts from split_block, both
+ * feeding C row 0). Tiles 0..3 are C[row][token block], tiles 6 and 7 the B tiles of the
+ * pair's two token blocks (one B register stalled each reload behind the two products still
+ * reading it). The k dimension runs in chunks of KC outermost, so one chunk's B tiles (all
+ * tokens) are reused from L2 by every block of the part; the C tiles are parked in `acc`
+ * between chunks. A bf16 block's lines come from memory at its first token pair and from
+ * cache at the others; loading them in place instead of copying them into k-major tiles
+ * first took the 64-token bf16 prompt from 76-143 to 137-214 tokens/s (with the packing on
+ * the pool; ENGINE.md, session 38). */
 TAMX static void amx_part(void *ctx, int part, int nparts)
 {
     amx_job *j = ctx;
@@ -163,9 +185,9 @@ TAMX static void amx_part(void *ctx, int part, int nparts)
     int b0, b1;
     eng_split(j->blocks, part, nparts, 1, &b0, &b1);
     if (b0 >= b1) return;
-    uint16_t *at = malloc((size_t)2 * KC * 512 * sizeof *at);
+    uint16_t *at = f16 ? malloc((size_t)2 * KC * 512 * sizeof *at) : NULL;   /* f16's split tiles */
     float *acc = malloc((size_t)(b1 - b0) * nbp * 4 * 256 * sizeof *acc);
-    if (!at || !acc) {
+    if ((f16 && !at) || !acc) {
         free(at);
         free(acc);
         atomic_store(&j->fail, 1);
@@ -174,12 +196,12 @@ TAMX static void amx_part(void *ctx, int part, int nparts)
     tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
-    for (int i = 0; i < 7; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
+    for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
     _tile_loadconfig(&cfg);
     for (int k0 = 0; k0 < ks; k0 += KC) {
         const int kn = ks - k0 < KC ? ks - k0 : KC;
         for (int b = b0; b < b1; b++) {
-            load_block(w, b * rows_per, k0, kn, at);
+            if (f16) split_block(w, b * rows_per, k0, kn, at);
             for (int tp = 0; tp < nbp; tp++) {
                 float *ct = acc + ((size_t)(b - b0) * nbp + tp) * 4 * 256;
                 if (k0 == 0) {
@@ -194,18 +216,24 @@ TAMX static void amx_part(void *ctx, int part, int nparts)
                     _tile_loadd(3, ct + 768, 64);
                 }
                 for (int k = 0; k < kn; k++) {
-                    _tile_loadd(4, at + (size_t)k * 512, 64);
-                    _tile_loadd(5, at + (size_t)(kn + k) * 512, 64);
+                    if (f16) {
+                        _tile_loadd(4, at + (size_t)k * 512, 64);
+                        _tile_loadd(5, at + (size_t)(kn + k) * 512, 64);
+                    } else {
+                        const char *wr = (const char *)w->data + (size_t)b * 32 * w->row_bytes + (size_t)(k0 + k) * 64;
+                        _tile_loadd(4, wr, (long)w->row_bytes);
+                        _tile_loadd(5, wr + 16 * w->row_bytes, (long)w->row_bytes);
+                    }
                     for (int p = 0; p < 3; p++) {
                         const uint32_t *bt = j->pk + btile(ks, 2 * tp, k0 + k, p);
                         _tile_loadd(6, bt, 64);
+                        _tile_loadd(7, bt + 256, 64);
                         _tile_dpbf16ps(0, 4, 6);
                         if (f16) _tile_dpbf16ps(0, 5, 6);
                         else _tile_dpbf16ps(2, 5, 6);
-                        _tile_loadd(6, bt + 256, 64);
-                        _tile_dpbf16ps(1, 4, 6);
-                        if (f16) _tile_dpbf16ps(1, 5, 6);
-                        else _tile_dpbf16ps(3, 5, 6);
+                        _tile_dpbf16ps(1, 4, 7);
+                        if (f16) _tile_dpbf16ps(1, 5, 7);
+                        else _tile_dpbf16ps(3, 5, 7);
                     }
                 }
                 _tile_stored(0, ct, 64);
@@ -244,12 +272,15 @@ int eng_amx_matmul(const eng_w *w, const float *x, int n, float *y)
     const int nb = ((n + 31) / 32) * 2, ks = w->cols / 32;
     amx_job j = {w, NULL, y, n, nb, w->rows / (w->dt == VX_F16 ? 16 : 32), 0};
     uint32_t *pk = malloc((size_t)3 * ks * nb * 1024);
-    uint16_t *tmp = malloc((size_t)3 * w->cols * sizeof *tmp);
-    if (!pk || !tmp) { free(pk); free(tmp); return -1; }
-    pack_x(x, n, w->cols, nb, pk, tmp);
+    if (!pk) return -1;
+    pack_job pj = {x, n, w->cols, nb, pk, 0};
+    eng_parallel(pack_part, &pj);
+    if (atomic_load(&pj.fail)) {
+        free(pk);
+        return -1;
+    }
     j.pk = pk;
     eng_parallel(amx_part, &j);
     free(pk);
-    free(tmp);
     return atomic_load(&j.fail) ? -1 : 0;
 }

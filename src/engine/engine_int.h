@@ -129,7 +129,7 @@ void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, fl
                    void (*row)(const void *ctx, int r, float *dst), const void *ctx,
                    vx_dtype src_dt, const void *src, size_t src_rb);
 /* 1 when LQL_PREFILL_BF16=1 asks for bf16-rounded activations in bf16 prefill products and
- * the CPU has AVX512-BF16 (read per call; matmul.c says why it is opt-in). */
+ * the CPU has AVX512-BF16 but no AMX (read per call; matmul.c says why it is opt-in). */
 int eng_prefill_bf16_optin(void);
 /* Which kernel eng_matmul uses for a many-row product (prefill) on weights of dtype dt on
  * this host, in words (benchmarks print it beside their figures). */

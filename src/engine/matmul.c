@@ -23,8 +23,8 @@
 #include "qkernels.h"
 
 #define SMALL_N 8
-/* f32/f16/bf16 weights stream up to this many rows of x (AVX-512, AMX not taking them):
- * few_block ran 1.1-1.9x the GEMM's rate at 9-16 rows (ENGINE.md session 37). */
+/* f32/f16/bf16 weights stream up to this many rows of x (AVX-512): few_block ran 1.1-1.9x
+ * the GEMM's rate at 9-16 rows (ENGINE.md session 37), and 1.3-3.7x AMX's (session 38). */
 #define FEW_N 16
 #define TILE_BYTES (256 * 1024)
 
@@ -671,7 +671,7 @@ static void matmul_trans(const eng_w *w, const float *x, int n, float *y)
  * the dequantised model give bit-identical logits. */
 static int runs_as_bf16(const eng_w *w) { return w->exact && w->dt == VX_MXFP4 && !w->trans; }
 
-/* AMX's GEMM takes f16/bf16 products of more than SMALL_N rows where the CPU has it. */
+/* AMX's GEMM takes f16/bf16 products that do not stream where the CPU has it. */
 static int amx_takes(const eng_w *w)
 {
     return (w->dt == VX_BF16 || w->dt == VX_F16) && w->cols % 32 == 0 && eng_amx_rows(w) > 0 &&
@@ -679,13 +679,15 @@ static int amx_takes(const eng_w *w)
 }
 
 /* Whether n rows of x through w take the streaming path (rows_dot) rather than a GEMM
- * (AMX's, or the bf16 opt-in's, where they take more than SMALL_N rows); wide is the
- * product's eng_avx512(). */
+ * (the bf16 opt-in's where it applies); wide is the product's eng_avx512(). AMX's GEMM
+ * does not take 9-16 rows either: it pads them to 32 tokens and runs 3 activation parts,
+ * and on a Sapphire Rapids-class Xeon the stream ran 1.3-3.7x faster there (ENGINE.md,
+ * session 38). */
 static int streamed(const eng_w *w, int n, int wide)
 {
     if (n <= SMALL_N) return 1;
     return n <= FEW_N && wide && (w->dt == VX_F32 || w->dt == VX_F16 || w->dt == VX_BF16) &&
-           !amx_takes(w) && !(w->dt == VX_BF16 && eng_prefill_bf16_optin());
+           !(w->dt == VX_BF16 && eng_prefill_bf16_optin());
 }
 
 typedef struct decode_job {
@@ -750,8 +752,10 @@ static void exact_part(void *ctx, int i, int nparts)
  * the KL of its logits to the default path's. */
 int eng_prefill_bf16_optin(void)
 {
+    /* where AMX is granted its f32-accurate tiles take bf16 prefill, so the opt-in has
+     * nothing to speed up and would only round the products AMX leaves (odd shapes) */
     const char *e = getenv("LQL_PREFILL_BF16");
-    return e && *e == '1' && eng_bf16_dot_ready();
+    return e && *e == '1' && eng_bf16_dot_ready() && !eng_amx_ready();
 }
 
 #define TBF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
@@ -909,15 +913,14 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
         else eng_qgemm(w->dt, w->data, w->rows, w->cols, x, n, y);
         return;
     }
-    if (n > SMALL_N && amx_takes(w) && eng_amx_matmul(w, x, n, y) == 0) {
+    const int wide = eng_avx512(), stream = streamed(w, n, wide);
+    if (!stream && amx_takes(w) && eng_amx_matmul(w, x, n, y) == 0) {
         int done = eng_amx_rows(w);
         if (done < w->rows) rows_dot(w, done, w->rows, x, NULL, n, y, 1);   /* AMX implies AVX-512 */
         return;
     }
     if (!src && matmul_bf16_acts(w, x, n, y) == 0) return;
-    const int wide = eng_avx512();
-    job j = {.w = w, .src = src, .x = x, .wide = wide, .y = y, .n = n, .tile = 16,
-             .stream = streamed(w, n, wide)};
+    job j = {.w = w, .src = src, .x = x, .wide = wide, .y = y, .n = n, .tile = 16, .stream = stream};
     eng_xpack pk = {0};
     if (!j.stream && j.wide && eng_xpack_make(&pk, x, n, w->cols) == 0) j.pk = &pk;
     int per = (int)(TILE_BYTES / ((size_t)w->cols * sizeof(float)));
