@@ -17,6 +17,10 @@
  * Used only when the CPU has AMX-BF16, the kernel granted the tile state, and
  * LQL_NO_AMX is not 1; rows past the last 16-row block and column counts that are not a
  * multiple of 32 are left to the caller's other paths.
+ *
+ * The block formats' integer prefill (gemm.c, activations quantised as decode quantises
+ * them) takes AMX-INT8 tiles for its block products where the CPU has them
+ * (eng_amx_i8_rows, at the end): the same integers, the same f32 arithmetic after them.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -283,4 +287,101 @@ int eng_amx_matmul(const eng_w *w, const float *x, int n, float *y)
     eng_parallel(amx_part, &j);
     free(pk);
     return atomic_load(&j.fail) ? -1 : 0;
+}
+/* ---------------------------------------------------------------- int8 blocks */
+
+#define TAMXI __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl")))
+
+/* AMX-INT8 (CPUID leaf 7 EDX bit 25) beside eng_amx_ready's tile state; LQL_NO_AMX is read
+ * per call here, so a test can compare the two integer kernels in one process. */
+int eng_amx_i8_ready(void)
+{
+    static int cpu = -1;
+    if (cpu < 0) {
+        unsigned a, b, c, d;
+        cpu = __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 25) & 1) && eng_amx_ready();
+    }
+    const char *e = getenv("LQL_NO_AMX");
+    return cpu && !(e && *e == '1');
+}
+
+/* One 32-value block's products of 16 weight rows and 16 tokens, from tile `ct` stored in
+ * `buf`, added to acc[16] (one row's 16 tokens each) in the integer kernel's arithmetic:
+ * (float)(Σ w·(x + 128) + corr) · (dw · xd), then mn · xs with mins. */
+TAMXI static inline void i8_scale(const int32_t *buf, const int32_t *corr, const float *dw,
+                                  const float *mn, int sn, int nb, int b, __m512 xd, __m512 xs,
+                                  int min, __m512 acc[16])
+{
+    for (int i = 0; i < 16; i++) {
+        __m512i s = _mm512_add_epi32(_mm512_load_si512(buf + i * 16), _mm512_set1_epi32(corr[i * sn + b]));
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_set1_ps(dw[i * sn + b]), xd), acc[i]);
+        if (min) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(mn[i * nb + b]), xs, acc[i]);
+    }
+}
+
+/* c[i · gt + 16 v + t] for weight rows i < rows (a multiple of 16; row i's block b at
+ * w + i · rb + b · bst) and tokens 16 v + t, v < nv, over all nb blocks: gemm.c's integer
+ * micro-kernel with each block's 16 × 16 products taken by one TDPBSUD (signed weights
+ * against the unsigned offset activations, whose packing is already a B tile: 8 rows of 16
+ * tokens × 4 bytes). The sums are the same integers, scaled and added in the same order
+ * (block by block), so the result is the VNNI kernel's bit for bit. Two C tiles alternate,
+ * and a block's products are scaled one block after they were stored (vector loads of a
+ * tile store just made wait for it), while the next block's product runs. */
+TAMXI void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, const int32_t *corr,
+                           const float *dw, const float *mn, int sn, int nb, const uint8_t *xq,
+                           const float *xd, const float *xs, int nv, int min, float *c, int gt)
+{
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 2; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }       /* C */
+    for (int i = 2; i < 4; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 32; }       /* A: 16 rows × 32 int8 */
+    for (int i = 4; i < 6; i++) { cfg.rows[i] = 8; cfg.colsb[i] = 64; }        /* B: 8 × (16 tokens × 4) */
+    _tile_loadconfig(&cfg);
+    int32_t buf[2][256] __attribute__((aligned(64)));
+    const size_t vq = (size_t)nb * 512, vd = (size_t)nb * 16;
+    for (int r = 0; r < rows; r += 16) {
+        const uint8_t *wr = w + (size_t)r * rb;
+        const int32_t *cr = corr + (size_t)r * sn;
+        const float *dr = dw + (size_t)r * sn, *mr = min ? mn + (size_t)r * nb : NULL;
+        for (int v = 0; v < nv; v++) {
+            const uint8_t *xv = xq + v * vq;
+            const float *xdv = xd + v * vd, *xsv = min ? xs + v * vd : NULL;
+            __m512 acc[16];
+            for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+            _tile_zero(0);
+            _tile_loadd(2, wr, (long)rb);
+            _tile_loadd(4, xv, 64);
+            _tile_dpbsud(0, 2, 4);
+            for (int b = 0; b <= nb; b++) {
+                if (b + 1 < nb) {
+                    const uint8_t *wb = wr + (size_t)(b + 1) * bst, *xb = xv + (size_t)(b + 1) * 512;
+                    if (v == 0)   /* the rows come from memory once, 16 streams: ask ahead */
+                        for (int i = 0; i < 16; i++) _mm_prefetch((const char *)wb + 8 * bst + i * rb, _MM_HINT_T0);
+                    if (b & 1) {
+                        _tile_zero(0);
+                        _tile_loadd(2, wb, (long)rb);
+                        _tile_loadd(4, xb, 64);
+                        _tile_dpbsud(0, 2, 4);
+                    } else {
+                        _tile_zero(1);
+                        _tile_loadd(3, wb, (long)rb);
+                        _tile_loadd(5, xb, 64);
+                        _tile_dpbsud(1, 3, 5);
+                    }
+                }
+                if (b < nb) {
+                    if (b & 1) _tile_stored(1, buf[1], 64);
+                    else _tile_stored(0, buf[0], 64);
+                }
+                if (b > 0) {
+                    const int p = b - 1;
+                    i8_scale(buf[p & 1], cr, dr, mr, sn, nb, p, _mm512_load_ps(xdv + (size_t)p * 16),
+                             min ? _mm512_load_ps(xsv + (size_t)p * 16) : _mm512_setzero_ps(), min, acc);
+                }
+            }
+            for (int i = 0; i < 16; i++) _mm512_store_ps(c + (size_t)(r + i) * gt + v * 16, acc[i]);
+        }
+    }
+    _tile_release();
 }

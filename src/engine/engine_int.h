@@ -83,6 +83,16 @@ void eng_w_of(eng_w *w, const vx_tensor *t);
 int eng_amx_ready(void);
 int eng_amx_rows(const eng_w *w);
 int eng_amx_matmul(const eng_w *w, const float *x, int n, float *y);
+/* 1 when eng_amx_ready() and the CPU has AMX-INT8 too (LQL_NO_AMX read per call). eng_amx_i8_rows is gemm.c's integer
+ * micro-kernel on tiles (amx.c says how; the same sums, bit for bit): c[i · gt + 16 v + t]
+ * for weight rows i < rows (a multiple of 16; row i's 32-value block b of int8 at
+ * w + i · rb + b · bst, its correction, scale and min at corr / dw [i · sn + b], mn [i · nb + b])
+ * and the packed activations' token vectors v < nv (xq, xd, xs as eng_xpack_make_q8 lays
+ * out one group), over all nb blocks; min: add the blocks' mins. */
+int eng_amx_i8_ready(void);
+void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, const int32_t *corr,
+                     const float *dw, const float *mn, int sn, int nb, const uint8_t *xq,
+                     const float *xd, const float *xs, int nv, int min, float *c, int gt);
 /* 1 when the CPU has AVX-512 F/BW/VL and LQL_NO_AVX512 is not 1 (read per call, so a test
  * can cover both paths in one process): the one CPU check of the AVX-512 kernels. */
 int eng_avx512(void);

@@ -465,6 +465,16 @@ T512 void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys)
     }
 }
 
+/* Whether the integer products take AMX's tiles (eng_amx_i8_rows): every packed integer
+ * format but the 16-value scales of ROW_I8_HALF, where the CPU has AMX-INT8. Its 16-row
+ * blocks (int8 tile or padded rows, and their corrections and scales) fit the part's
+ * f32 tile from 64 columns on. */
+static int amx_i8(const eng_xpack *xp)
+{
+    return xp->q8 && !(xp->row_i8 && xp->row_i8_kind == ROW_I8_HALF) && xp->cols >= 64 &&
+           eng_amx_i8_ready();
+}
+
 /* y for weight rows [r0, r1) (at most tile_rows(cols), or DIRECT_ROWS for f16/bf16 read in
  * place), with the part's scratch. The rows are read where they are stored when src_dt is
  * f16 or bf16, or Q8_0 against activations packed by eng_xpack_make_q8 (a short last block
@@ -475,15 +485,16 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
                       vx_dtype src_dt, const char *src, size_t src_rb)
 {
     const int cols = xp->cols, groups = (xp->n + GT - 1) / GT, nb = cols / 32;
-    const int tr = r1 - r0, trp = (tr + MR - 1) / MR * MR;
-    const int q8 = xp->q8 != NULL, unpacked = q8 && xp->row_i8;
+    const int q8 = xp->q8 != NULL, unpacked = q8 && xp->row_i8, amx = amx_i8(xp);
+    const int pr = amx ? 16 : MR;   /* rows per micro-kernel block */
+    const int tr = r1 - r0, trp = (tr + pr - 1) / pr * pr;
     const int direct = q8 || (src && (src_dt == VX_BF16 || src_dt == VX_F16));
-    /* read in place: the last block's rows, zero-padded to MR (zero Q8_0 blocks add nothing) */
+    /* read in place: the last block's rows, zero-padded to pr (zero Q8_0 blocks add nothing) */
     char *pad = (char *)wt;
     const size_t pad_rb = q8 ? src_rb : (size_t)cols * sizeof(uint16_t);
-    const int full = tr / MR * MR;
+    const int full = tr / pr * pr;
     if (direct && !unpacked && full < trp) {
-        memset(pad, 0, MR * pad_rb);
+        memset(pad, 0, pr * pad_rb);
         for (int i = 0; i < tr - full; i++)
             memcpy(pad + (size_t)i * pad_rb, src + (size_t)(r0 + full + i) * src_rb, pad_rb);
     }
@@ -491,7 +502,7 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
      * correction, scale and min */
     uint8_t *qt = (uint8_t *)wt;
     char *meta = unpacked ? (char *)wt + ((size_t)trp * cols + 63) / 64 * 64
-                          : pad + (MR * pad_rb + 63) / 64 * 64;
+                          : pad + (pr * pad_rb + 63) / 64 * 64;
     const int kind = unpacked ? xp->row_i8_kind : ROW_I8_PLAIN;
     const int sn = kind == ROW_I8_HALF ? 2 * nb : nb;   /* scales and corrections per row */
     int32_t *corr = (int32_t *)(void *)meta;
@@ -520,6 +531,26 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
     }
     for (int g = 0; g < groups; g++) {
         const int t0 = g * GT, tn = xp->n - t0 < GT ? xp->n - t0 : GT, nv = (tn + 15) / 16;
+        if (amx) {
+            const size_t vo = (size_t)(4 * g) * nb;
+            const uint8_t *xq = xp->q8 + vo * 512;
+            const float *xd = xp->q8d + vo * 16, *xs = xp->q8s ? xp->q8s + vo * 16 : NULL;
+            if (unpacked) {
+                eng_amx_i8_rows(qt, (size_t)cols, 32, trp, corr, dw, mn, sn, nb, xq, xd, xs, nv,
+                                kind == ROW_I8_MIN, cb, GT);
+            } else {
+                if (full)
+                    eng_amx_i8_rows((const uint8_t *)src + (size_t)r0 * src_rb + 2, src_rb, Q8B, full, corr,
+                                    dw, NULL, nb, nb, xq, xd, NULL, nv, 0, cb, GT);
+                if (full < trp)
+                    eng_amx_i8_rows((const uint8_t *)pad + 2, pad_rb, Q8B, pr, corr + (size_t)full * nb,
+                                    dw + (size_t)full * nb, NULL, nb, nb, xq, xd, NULL, nv, 0,
+                                    cb + (size_t)full * GT, GT);
+            }
+            eng_store_t((const uint32_t *)(const void *)cb, tr, tn,
+                        (uint32_t *)(void *)(y + (size_t)t0 * ldy + r0), (size_t)ldy);
+            continue;
+        }
         for (int k0 = 0; k0 < cols; k0 += KC) {
             const int kn = cols - k0 < KC ? cols - k0 : KC;
             for (int b = 0; b < trp; b += MR) {
@@ -568,6 +599,7 @@ void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, fl
     const int cap = direct && rt < DIRECT_ROWS ? DIRECT_ROWS : rt;
     int chunk = rows / (xp->parts * 4) / MR * MR;
     chunk = chunk < MR ? MR : chunk > cap ? cap : chunk;
+    if (amx_i8(xp)) chunk = 16;   /* one block of AMX's rows (gemm_tile's scratch holds one) */
     int lo;
     while ((lo = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed)) < rows) {
         const int hi = lo + chunk < rows ? lo + chunk : rows;

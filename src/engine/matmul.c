@@ -828,10 +828,14 @@ const char *eng_prefill_path(vx_dtype dt)
         return "AMX tiles (split bf16 parts, f32 accuracy)";
     if (dt == VX_BF16 && eng_prefill_bf16_optin())
         return "AVX512-BF16 vdpbf16ps on bf16-rounded activations (LQL_PREFILL_BF16=1, not f32-accurate)";
-    if (eng_qprefill_int(dt))
-        return dt == VX_Q8_0
-                   ? "AVX-512 VNNI int8 GEMM, Q8_0 read in place, activations quantised as in decode"
+    if (eng_qprefill_int(dt)) {
+        const int amx = dt != VX_Q6_K && eng_amx_i8_ready();   /* Q6_K's 16-value scales: VNNI */
+        if (dt == VX_Q8_0)
+            return amx ? "AMX-INT8 block products, Q8_0 read in place, activations quantised as in decode"
+                       : "AVX-512 VNNI int8 GEMM, Q8_0 read in place, activations quantised as in decode";
+        return amx ? "AMX-INT8 block products on int8 tiles, activations quantised as in decode"
                    : "AVX-512 VNNI int8 GEMM on int8 tiles, activations quantised as in decode";
+    }
     if (eng_avx512()) return "AVX-512 f32 GEMM on exact f32 weight tiles";
     return "f32 weight tiles + OpenBLAS sgemm";
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include "t.h"
 #include "engine_int.h"
+#include "qkernels.h"
 
 static uint64_t rs = 88172645463325252ull;
 static float rnd(void)
@@ -229,6 +230,40 @@ static void test_quant_dispatch(void)
         free(y);
     }
     free(m); free(deq); free(q);
+}
+
+/* The integer prefill's block products on AMX-INT8 tiles equal the VNNI micro-kernel's bit
+ * for bit (the same integer sums, scaled and added in the same order): Q8_0 read in place,
+ * Q4_K (block mins) and Q4_0 from int8 tiles, row counts off the 16-row block (padded rows),
+ * one and several 64-token groups, and a product wider than a chunk of k. On a CPU without
+ * AMX-INT8 both runs take the VNNI kernel and the comparison holds trivially: the line
+ * printed says which. */
+static void test_amx_int8(void)
+{
+    const vx_dtype dts[3] = {VX_Q8_0, VX_Q4_K, VX_Q4_0};
+    const int shapes[][3] = {{40, 256, 64}, {53, 512, 70}, {16, 2048, 17}, {100, 768, 130}};
+    printf("integer prefill: %s\n", eng_prefill_path(VX_Q8_0));
+    for (int d = 0; d < 3; d++)
+        for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+            const int rows = shapes[k][0], cols = shapes[k][1], n = shapes[k][2];
+            if (!eng_qprefill_int(dts[d])) continue;
+            const size_t rb = (size_t)cols / vx_dtype_block_elems(dts[d]) * vx_dtype_block_bytes(dts[d]);
+            float *m = malloc((size_t)rows * cols * 4), *x = malloc((size_t)n * cols * 4);
+            float *y0 = malloc((size_t)n * rows * 4), *y1 = malloc((size_t)n * rows * 4);
+            unsigned char *q = malloc((size_t)rows * rb);
+            for (int i = 0; i < rows * cols; i++) m[i] = rnd();
+            for (int i = 0; i < n * cols; i++) x[i] = rnd();
+            for (int r = 0; r < rows; r++)
+                CHECK(vx_quantize_row(dts[d], m + (size_t)r * cols, q + r * rb, (size_t)cols) == 0);
+            eng_w w = {dts[d], q, rows, cols, rb, 0, 0};
+            eng_matmul(&w, x, n, y0);
+            setenv("LQL_NO_AMX", "1", 1);
+            eng_matmul(&w, x, n, y1);
+            unsetenv("LQL_NO_AMX");
+            CHECK_MSG(!memcmp(y0, y1, (size_t)n * rows * 4), "%s rows %d cols %d n %d: AMX and VNNI differ",
+                      vx_dtype_name(dts[d]), rows, cols, n);
+            free(m); free(x); free(y0); free(y1); free(q);
+        }
 }
 
 /* eng_matmul_shared against one eng_matmul per product, bit for bit: bf16 (pairs' order,
@@ -622,6 +657,7 @@ int main(void)
     test_quant_dispatch();
     unsetenv("LQL_NO_AVX512");
     test_quant_dispatch();
+    test_amx_int8();
     test_norm();
     test_rope();
     test_act();
