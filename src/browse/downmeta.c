@@ -221,7 +221,8 @@ const char *brw_downmeta_screen(int hidden)
 {
     static const char *name[] = {"", "f32 (eng_matmul_rows)", "bf16 (AVX512-BF16)",
                                  "int8 (AVX512-VNNI)"};
-    return name[pick_screen(hidden)];
+    const int s = pick_screen(hidden);
+    return s == DM_I8 && eng_u8s8_amx(hidden) ? "int8 (AMX-INT8)" : name[s];
 }
 
 /* The embedding's row norms and the copy the screen reads: bf16 (unless stored so) or int8. */

@@ -385,3 +385,48 @@ TAMXI void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, co
     }
     _tile_release();
 }
+
+/* The screening product's exact integer block (gemm_bf16.c, eng_matmul_u8s8) on tiles:
+ * c[i · 64 + 16 v + t] = Σ_k w[i · rb + k] · x of token 16 v + t, for rows i < rows (a
+ * multiple of 32), token vectors v < nv and kp 4-byte lanes (a multiple of 16), unsigned
+ * weight bytes against signed activation bytes packed as gemm_bf16.c packs them (lane k of
+ * token t at xg[k · 64 + t]: 16 lanes of 16 tokens are a B tile with a 256-byte stride).
+ * TDPBUSD sums the same products in int32, so the result is vpdpbusd's exactly. Blocks of
+ * 32 rows × 32 tokens: 2 A, 2 B and 4 C tiles. */
+TAMXI void eng_amx_u8s8_rows(const uint8_t *w, size_t rb, int rows, const uint32_t *xg, int kp,
+                             int nv, uint32_t *c)
+{
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
+    _tile_loadconfig(&cfg);
+    for (int r = 0; r < rows; r += 32) {
+        const uint8_t *w0 = w + (size_t)r * rb, *w1 = w0 + 16 * rb;
+        for (int v = 0; v < nv; v += 2) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int k = 0; k < kp; k += 16) {
+                const uint32_t *xb = xg + (size_t)k * 64 + 16 * v;
+                _tile_loadd(4, w0 + 4 * (size_t)k, (long)rb);
+                _tile_loadd(5, w1 + 4 * (size_t)k, (long)rb);
+                _tile_loadd(6, xb, 256);
+                _tile_loadd(7, xb + 16, 256);
+                _tile_dpbusd(0, 4, 6);
+                _tile_dpbusd(1, 5, 6);
+                _tile_dpbusd(2, 4, 7);
+                _tile_dpbusd(3, 5, 7);
+            }
+            uint32_t *cv = c + (size_t)r * 64 + 16 * v;
+            _tile_stored(0, cv, 256);
+            _tile_stored(1, cv + 16 * 64, 256);
+            if (v + 1 < nv) {
+                _tile_stored(2, cv + 16, 256);
+                _tile_stored(3, cv + 16 * 64 + 16, 256);
+            }
+        }
+    }
+    _tile_release();
+}

@@ -137,10 +137,12 @@ int eng_matmul_bf16(const void *w, int rows, int cols, size_t row_bytes, const u
                     int n, float *y);
 /* The exact integer screen: y[n, rows] = x[n, cols] · Wᵀ for unsigned-byte W and
  * signed-byte x, int32 sums, with AVX512-VNNI on the engine's pool (a signed W is passed
- * offset by 128 and 128 · Σx subtracted by the caller). -1 when the CPU lacks AVX512-VNNI
- * (or LQL_NO_AVX512=1), cols is not a multiple of 4 or above 65536 (the sums stay below
- * 2^31), or memory runs out. */
+ * offset by 128 and 128 · Σx subtracted by the caller); on AMX-INT8 tiles where the CPU
+ * has them and cols is a multiple of 64 (eng_u8s8_amx: the same sums). -1 when the CPU
+ * lacks AVX512-VNNI (or LQL_NO_AVX512=1), cols is not a multiple of 4 or above 65536 (the
+ * sums stay below 2^31), or memory runs out. */
 int eng_u8s8_dot_ready(void);
+int eng_u8s8_amx(int cols);
 int eng_matmul_u8s8(const uint8_t *w, int rows, int cols, size_t row_bytes, const int8_t *x,
                     int n, int32_t *y);
 double eng_sum_gamma(int n);

@@ -8,7 +8,9 @@
  *                    in f32 with a stated error bound (eng_sum_gamma); twice the f32
  *                    GEMM's multiply rate on CPUs without AMX;
  *   eng_matmul_u8s8  y[t, r] = Σ_k W[r, k] · X[t, k] for unsigned-byte W and signed-byte X
- *                    with AVX512-VNNI (vpdpbusd), exact in int32; twice the bf16 rate.
+ *                    with AVX512-VNNI (vpdpbusd), exact in int32; twice the bf16 rate; on
+ *                    AMX-INT8 tiles where the CPU has them (eng_amx_u8s8_rows, amx.c: the
+ *                    same sums; down-meta's encode 42-45 -> 32-35 s on the 1.1B model).
  *
  * Layout as gemm.c (the BLIS scheme): X is packed once per call into groups of 64 tokens,
  * k in 32-bit lanes (bf16 pairs or byte quads: xp[(g · kq + k) · 64 + t] holds X[t]'s k-th
@@ -45,6 +47,11 @@ int eng_u8s8_dot_ready(void)
     return cpu && eng_avx512();
 }
 
+int eng_u8s8_amx(int cols)
+{
+    return cols % 64 == 0 && eng_u8s8_dot_ready() && eng_amx_i8_ready();
+}
+
 /* γ_n = n·u / (1 − n·u): a sum of exact products with at most n f32 roundings on its
  * way, in any order, is within γ_n · Σ|products| of the exact sum. u = 2^-23 (one ulp, not
  * half) also covers a unit that truncates instead of rounding to nearest. Each vdpbf16ps
@@ -66,11 +73,13 @@ double eng_bf16_sum_slack(int cols, double xnorm, double wnorm)
 
 typedef struct bjob {
     int u8s8;           /* 0: bf16 × bf16 → f32; 1: u8 × s8 → int32 */
+    int amx;            /* u8s8 on AMX-INT8 tiles (eng_amx_u8s8_rows) */
+    int br;             /* weight rows per block: MR, or 32 on AMX */
     const uint8_t *w;
     size_t rb;
     int rows, bytes, n, kp, chunk;   /* bytes of a row used; kp 32-bit lanes of them */
     const uint32_t *xp;
-    uint8_t *pad;       /* per part: MR rows of `bytes`, for the last short block */
+    uint8_t *pad;       /* per part: br rows of `bytes`, for the last short block */
     uint32_t *cbuf;     /* per part: C of a tile's row blocks, [crows][GT] */
     int crows;
     int parts;
@@ -132,15 +141,16 @@ static void screen_part(void *ctx, int part, int parts)
     if (part >= j->parts) return;   /* the pool grew since the call: the others claim it all */
     const int groups = (j->n + GT - 1) / GT;
     const size_t bytes = (size_t)j->bytes;
-    uint8_t *pad = j->pad + (size_t)part * MR * bytes;
+    uint8_t *pad = j->pad + (size_t)part * j->br * bytes;
     uint32_t *cb = j->cbuf + (size_t)part * (size_t)j->crows * GT;
+    const int br = j->br;
     int lo;
     while ((lo = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed)) < j->rows) {
         const int hi = lo + j->chunk < j->rows ? lo + j->chunk : j->rows;
-        const int blocks = (hi - lo + MR - 1) / MR, last = hi - lo - (blocks - 1) * MR;
-        if (last < MR) {
+        const int blocks = (hi - lo + br - 1) / br, last = hi - lo - (blocks - 1) * br;
+        if (last < br) {
             const uint8_t *w = j->w + (size_t)(hi - last) * j->rb;
-            for (int i = 0; i < MR; i++) {
+            for (int i = 0; i < br; i++) {
                 if (i < last) memcpy(pad + i * bytes, w + i * j->rb, bytes);
                 else memset(pad + i * bytes, 0, bytes);
             }
@@ -149,10 +159,11 @@ static void screen_part(void *ctx, int part, int parts)
             const int t0 = g * GT, tn = j->n - t0 < GT ? j->n - t0 : GT;
             const uint32_t *xg = j->xp + (size_t)g * j->kp * GT;
             for (int b = 0; b < blocks; b++) {
-                const int pb = b == blocks - 1 && last < MR;
-                const uint8_t *w = pb ? pad : j->w + (size_t)(lo + b * MR) * j->rb;
-                uint32_t *c = cb + (size_t)b * MR * GT;
-                if (j->u8s8) micro_u8s8(w, pb ? bytes : j->rb, xg, j->kp, (int32_t *)(void *)c);
+                const int pb = b == blocks - 1 && last < br;
+                const uint8_t *w = pb ? pad : j->w + (size_t)(lo + b * br) * j->rb;
+                uint32_t *c = cb + (size_t)b * br * GT;
+                if (j->amx) eng_amx_u8s8_rows(w, pb ? bytes : j->rb, br, xg, j->kp, (tn + 15) / 16, c);
+                else if (j->u8s8) micro_u8s8(w, pb ? bytes : j->rb, xg, j->kp, (int32_t *)(void *)c);
                 else micro(w, pb ? bytes : j->rb, xg, j->kp, (float *)(void *)c);
             }
             /* both results are 4-byte words: move them as such */
@@ -167,16 +178,18 @@ static int screen_run(int u8s8, const void *w, int rows, int bytes, size_t row_b
 {
     const int kp = bytes / 4, groups = (n + GT - 1) / GT;
     const int parts = eng_threads();
-    bjob j = {.u8s8 = u8s8, .w = w, .rb = row_bytes, .rows = rows, .bytes = bytes, .n = n,
-              .kp = kp, .parts = parts, .y = y};
+    /* AMX-INT8 takes whole 64-byte k-steps: its exact sums are vpdpbusd's */
+    const int amx = u8s8 && eng_u8s8_amx(bytes), br = amx ? 32 : MR;
+    bjob j = {.u8s8 = u8s8, .amx = amx, .br = br, .w = w, .rb = row_bytes, .rows = rows,
+              .bytes = bytes, .n = n, .kp = kp, .parts = parts, .y = y};
     /* tiles that stay in L2, small enough that a delayed thread's share is taken over */
-    int chunk = (int)(TILE_W / (size_t)bytes) / MR * MR;
-    const int fair = rows / (parts * 4) / MR * MR;
+    int chunk = (int)(TILE_W / (size_t)bytes) / br * br;
+    const int fair = rows / (parts * 4) / br * br;
     chunk = chunk > fair ? fair : chunk;
-    j.chunk = chunk < MR ? MR : chunk;
+    j.chunk = chunk < br ? br : chunk;
     j.crows = (j.chunk + 15) / 16 * 16;   /* rows padded for eng_store_t */
     const size_t xp_b = (size_t)groups * kp * GT * sizeof *j.xp,
-                 pad_b = (size_t)parts * MR * (size_t)bytes,
+                 pad_b = (size_t)parts * br * (size_t)bytes,
                  cb_b = (size_t)parts * (size_t)j.crows * GT * sizeof *j.cbuf;
     uint32_t *xp = eng_buf_take(xp_b);
     j.pad = eng_buf_take(pad_b);
