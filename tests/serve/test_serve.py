@@ -502,17 +502,26 @@ try:
     long_ = [{"prompt": P, "max_tokens": 200, "temperature": 0},
              {"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0.9, "seed": 5}]
     alone = [outcome(req("POST", "/v1/completions", b_, raw=True)) for b_ in long_]
-    _, h0, _ = req("GET", "/health")
-    got, _ = behind_hold(long_, [lambda: hang_up("/v1/completions", {"prompt": "The", "max_tokens": 200,
-                                                                      "temperature": 1, "seed": 9, "stream": True})])
-    for _ in range(400):
-        _, h1, _ = req("GET", "/health")
-        if h1["busy"] == 0:
+    # as for a single client below: a client the scheduler holds back until its completion
+    # has ended (the tiny model writes 200 tokens in a fraction of a second) kills nothing,
+    # so up to 3 tries for the hang-up to land mid-generation; each must leave the others whole
+    every = True
+    for attempt in range(3):
+        _, h0, _ = req("GET", "/health")
+        got, _ = behind_hold(long_, [lambda: hang_up("/v1/completions", {"prompt": "The", "max_tokens": 200,
+                                                                          "temperature": 1, "seed": 9,
+                                                                          "stream": True})])
+        for _ in range(400):
+            _, h1, _ = req("GET", "/health")
+            if h1["busy"] == 0:
+                break
+            time.sleep(0.025)
+        every = every and got == alone
+        if h1["cancelled"] > h0["cancelled"]:
             break
-        time.sleep(0.025)
-    check(got == alone and h1["cancelled"] == h0["cancelled"] + 1 and h1["tokens_after_cancel"] <= 1
-          and h1["busy"] == 0, "a hang-up inside a batch stops that completion alone: %s vs %s, health %s"
-          % (got, alone, h1))
+    check(every and h1["cancelled"] == h0["cancelled"] + 1 and h1["tokens_after_cancel"] <= 1
+          and h1["busy"] == 0, "a hang-up inside a batch stops that completion alone (try %d): %s vs %s, "
+          "health %s" % (attempt + 1, got, alone, h1))
 
     # ------------------------------------------------------------ sessions and isolation
     probe = 'INFER "The capital of Zorbania is" TOP 3;'
