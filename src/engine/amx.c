@@ -65,6 +65,23 @@ int eng_amx_ready(void)
     return ready;
 }
 
+/* Tiles 0..7 as 16 rows of 64 bytes each, or the shapes given (n tiles from 0; the rest
+ * unused): the tile configuration of this thread until _tile_release. GCC 12's
+ * _tile_loadconfig names only the config's first 8 bytes as read, so its stores to the
+ * rest may be dropped as dead (a constant-propagated copy of this function did so and
+ * faulted); the instruction is written here with the whole 64-byte struct as its operand. */
+TAMX static void tiles_config(int n, const uint8_t *rows, const uint16_t *colsb)
+{
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < (n ? n : 8); i++) {
+        cfg.rows[i] = n ? rows[i] : 16;
+        cfg.colsb[i] = n ? colsb[i] : 64;
+    }
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
 /* ---------------------------------------------------------------- packing x */
 
 /* Split 16 floats into three bf16 parts whose sum is x. */
@@ -197,11 +214,7 @@ TAMX static void amx_part(void *ctx, int part, int nparts)
         atomic_store(&j->fail, 1);
         return;
     }
-    tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
-    _tile_loadconfig(&cfg);
+    tiles_config(0, NULL, NULL);
     for (int k0 = 0; k0 < ks; k0 += KC) {
         const int kn = ks - k0 < KC ? ks - k0 : KC;
         for (int b = b0; b < b1; b++) {
@@ -288,6 +301,7 @@ int eng_amx_matmul(const eng_w *w, const float *x, int n, float *y)
     free(pk);
     return atomic_load(&j.fail) ? -1 : 0;
 }
+
 /* ---------------------------------------------------------------- int8 blocks */
 
 #define TAMXI __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl")))
@@ -331,13 +345,10 @@ TAMXI void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, co
                            const float *dw, const float *mn, int sn, int nb, const uint8_t *xq,
                            const float *xd, const float *xs, int nv, int min, float *c, int gt)
 {
-    tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int i = 0; i < 2; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }       /* C */
-    for (int i = 2; i < 4; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 32; }       /* A: 16 rows × 32 int8 */
-    for (int i = 4; i < 6; i++) { cfg.rows[i] = 8; cfg.colsb[i] = 64; }        /* B: 8 × (16 tokens × 4) */
-    _tile_loadconfig(&cfg);
+    /* C 0-1; A 2-3: 16 rows × 32 int8; B 4-5: 8 × (16 tokens × 4) */
+    static const uint8_t rows_[6] = {16, 16, 16, 16, 8, 8};
+    static const uint16_t colsb[6] = {64, 64, 32, 32, 64, 64};
+    tiles_config(6, rows_, colsb);
     int32_t buf[2][256] __attribute__((aligned(64)));
     const size_t vq = (size_t)nb * 512, vd = (size_t)nb * 16;
     for (int r = 0; r < rows; r += 16) {
@@ -396,11 +407,7 @@ TAMXI void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, co
 TAMXI void eng_amx_u8s8_rows(const uint8_t *w, size_t rb, int rows, const uint32_t *xg, int kp,
                              int nv, uint32_t *c)
 {
-    tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
-    _tile_loadconfig(&cfg);
+    tiles_config(0, NULL, NULL);
     for (int r = 0; r < rows; r += 32) {
         const uint8_t *w0 = w + (size_t)r * rb, *w1 = w0 + 16 * rb;
         for (int v = 0; v < nv; v += 2) {

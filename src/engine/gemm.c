@@ -479,13 +479,14 @@ static int amx_i8(const eng_xpack *xp)
  * place), with the part's scratch. The rows are read where they are stored when src_dt is
  * f16 or bf16, or Q8_0 against activations packed by eng_xpack_make_q8 (a short last block
  * from a zero-padded copy in wt); the other integer formats are unpacked to an int8 tile in
- * wt by xp->row_i8; everything else is converted to an f32 tile in wt by row(). */
+ * wt by xp->row_i8; everything else is converted to an f32 tile in wt by row(). amx:
+ * amx_i8(xp), the integer block products on AMX-INT8 tiles. */
 static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, float *wt, float *cb,
                       void (*row)(const void *ctx, int r, float *dst), const void *ctx,
-                      vx_dtype src_dt, const char *src, size_t src_rb)
+                      vx_dtype src_dt, const char *src, size_t src_rb, int amx)
 {
     const int cols = xp->cols, groups = (xp->n + GT - 1) / GT, nb = cols / 32;
-    const int q8 = xp->q8 != NULL, unpacked = q8 && xp->row_i8, amx = amx_i8(xp);
+    const int q8 = xp->q8 != NULL, unpacked = q8 && xp->row_i8;
     const int pr = amx ? 16 : MR;   /* rows per micro-kernel block */
     const int tr = r1 - r0, trp = (tr + pr - 1) / pr * pr;
     const int direct = q8 || (src && (src_dt == VX_BF16 || src_dt == VX_F16));
@@ -599,10 +600,11 @@ void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, fl
     const int cap = direct && rt < DIRECT_ROWS ? DIRECT_ROWS : rt;
     int chunk = rows / (xp->parts * 4) / MR * MR;
     chunk = chunk < MR ? MR : chunk > cap ? cap : chunk;
-    if (amx_i8(xp)) chunk = 16;   /* one block of AMX's rows (gemm_tile's scratch holds one) */
+    const int amx = amx_i8(xp);   /* once per part: it reads the environment */
+    if (amx) chunk = 16;          /* one block of AMX's rows (gemm_tile's scratch holds one) */
     int lo;
     while ((lo = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed)) < rows) {
         const int hi = lo + chunk < rows ? lo + chunk : rows;
-        gemm_tile(xp, lo, hi, y, rows, wt, cb, row, ctx, src_dt, src, src_rb);
+        gemm_tile(xp, lo, hi, y, rows, wt, cb, row, ctx, src_dt, src, src_rb, amx);
     }
 }

@@ -222,16 +222,18 @@ T512 static inline AI float finish512(vx_dtype dt, int perm, const void *row, co
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
 }
 
-T512 static inline AI float dot512(vx_dtype dt, int perm, const void *row, const float *x, int cols)
+/* pf: where to fetch into L2 in step with the row (rows_ahead), or NULL. */
+T512 static inline AI float dot512(vx_dtype dt, int perm, const void *row, const float *x, int cols,
+                                   const char *pf)
 {
     __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    span512(dt, perm, row, x, 0, cols, a, NULL);
+    span512(dt, perm, row, x, 0, cols, a, pf);
     return finish512(dt, perm, row, x, cols, a);
 }
 
-T512 static float dot_pairs_perm(const void *row, const float *xp, int cols)
+T512 static float dot_pairs_perm(const void *row, const float *xp, int cols, const char *pf)
 {
-    return dot512(VX_BF16, 1, row, xp, cols);
+    return dot512(VX_BF16, 1, row, xp, cols, pf);
 }
 
 /* x (n rows of cols, cols % 32 == 0) in pairs' order (widen32), 64-byte aligned; NULL
@@ -249,11 +251,11 @@ static float *x_pairs(const float *x, int n, int cols)
     return p;
 }
 
-T512 static float dot_row512(vx_dtype dt, const void *row, const float *x, int cols)
+T512 static float dot_row512(vx_dtype dt, const void *row, const float *x, int cols, const char *pf)
 {
-    if (dt == VX_BF16) return dot512(VX_BF16, 0, row, x, cols);
-    if (dt == VX_F16) return dot512(VX_F16, 0, row, x, cols);
-    return dot512(VX_F32, 0, row, x, cols);
+    if (dt == VX_BF16) return dot512(VX_BF16, 0, row, x, cols, pf);
+    if (dt == VX_F16) return dot512(VX_F16, 0, row, x, cols, pf);
+    return dot512(VX_F32, 0, row, x, cols, pf);
 }
 
 /* Stored row (cols elements in dt) · x: exact weights, f32 products; wide: eng_avx512(),
@@ -263,7 +265,7 @@ static float row_dot_k(vx_dtype dt, const void *row, const float *x, int cols, i
     if (is_block(dt)) return eng_qdot(dt, row, x, cols);
     if (cols >= 32 && wide) {
         const int k = cols & ~31;
-        return dot_row512(dt, row, x, cols) + tail_dot(dt, row, x, k, cols);
+        return dot_row512(dt, row, x, cols, NULL) + tail_dot(dt, row, x, k, cols);
     }
     /* two chains, so the loop is not bound by one multiply-add's latency */
     __m256 a0 = _mm256_setzero_ps(), a1 = a0;
@@ -430,17 +432,14 @@ T512 static void rows_few(const eng_w *w, int r0, int r1, const float *x, const 
     else few_rows(VX_F32, w, r0, r1, x, x, n, y);
 }
 
-/* y[t, r] for r in [r0, r1), t < n: the exact row dot (row_dot_k; wide is eng_avx512(),
- * read once per product), the row in L1 for every x row after the first. xp: x in
- * pairs' order (widen32; bf16 rows, cols % 32 == 0, AVX-512), or NULL. One x row
- * over rows wider than SPLIT_COLS goes part by part (split_rows), to the same values. */
 /* Decode (one x row) of f32/f16/bf16 rows on an Intel CPU: each row is dotted while the
  * bytes AHEAD further on are fetched into L2. On a Sapphire Rapids-class Xeon (2 vCPUs,
  * 2026-12-06) the stack's products streamed 0.93 (bf16) and 0.78-0.83 (f16) of a plain
  * read without it and 1.06-1.17 / 1.03-1.09 with it (T1 4-16 KiB ahead alike, T0 less;
  * build/gemv, alternated); on the Zen 4/5 hosts a prefetch on top of one row moved nothing
  * beyond the noise (ENGINE.md, "Decode kernels: one row at a time"), so they keep the
- * hardware prefetchers alone. The same products in the same order as row_dot_k. */
+ * hardware prefetchers alone. The same products in the same order as row_dot_k and
+ * dot_pairs_perm. */
 #define AHEAD 8192
 
 static int prefetch_ahead(void)
@@ -457,19 +456,16 @@ T512 static void rows_ahead(const eng_w *w, int r0, int r1, const float *x, cons
     for (int r = r0; r < r1; r++) {
         const char *row = base + (size_t)r * w->row_bytes;
         const char *pf = row + AHEAD < end ? row + AHEAD : NULL;
-        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        if (w->dt == VX_BF16 && xp) {
-            span512(VX_BF16, 1, row, xp, 0, cols, a, pf);
-            y[r] = finish512(VX_BF16, 1, row, xp, cols, a);
-            continue;
-        }
-        if (w->dt == VX_BF16) span512(VX_BF16, 0, row, x, 0, cols, a, pf);
-        else if (w->dt == VX_F16) span512(VX_F16, 0, row, x, 0, cols, a, pf);
-        else span512(VX_F32, 0, row, x, 0, cols, a, pf);
-        y[r] = finish512(w->dt, 0, row, x, cols, a) + tail_dot(w->dt, row, x, cols & ~31, cols);
+        y[r] = xp ? dot_pairs_perm(row, xp, cols, pf)
+                  : dot_row512(w->dt, row, x, cols, pf) + tail_dot(w->dt, row, x, cols & ~31, cols);
     }
 }
 
+/* y[t, r] for r in [r0, r1), t < n: the exact row dot (row_dot_k; wide is eng_avx512(),
+ * read once per product), the row in L1 for every x row after the first. xp: x in
+ * pairs' order (widen32; bf16 rows, cols % 32 == 0, AVX-512), or NULL. One x row
+ * over rows wider than SPLIT_COLS goes part by part (split_rows), on Intel CPUs with the
+ * next bytes fetched ahead (rows_ahead), to the same values. */
 static void rows_dot(const eng_w *w, int r0, int r1, const float *x, const float *xp, int n,
                      float *y, int wide)
 {
@@ -489,7 +485,7 @@ static void rows_dot(const eng_w *w, int r0, int r1, const float *x, const float
         const char *row = (const char *)w->data + (size_t)r * w->row_bytes;
         for (int t = 0; t < n; t++)
             y[(size_t)t * w->rows + r] =
-                xp ? dot_pairs_perm(row, xp + (size_t)t * w->cols, w->cols)
+                xp ? dot_pairs_perm(row, xp + (size_t)t * w->cols, w->cols, NULL)
                    : row_dot_k(w->dt, row, x + (size_t)t * w->cols, w->cols, wide);
     }
 }
