@@ -11,11 +11,11 @@
  * records:
  *   1. screen: the whole vocabulary is scored by a fast product with a proven error bound
  *      B per feature, the fastest the CPU has of
- *        int8   (eng_matmul_u8s8, AVX512-VNNI): E's rows and the columns quantised to
+ *        int8   (eng_screen_u8s8, AVX512-VNNI or AMX-INT8): E's rows and the columns quantised to
  *               int8 with one f32 scale per row / column; the integer sums are exact, B
  *               covers both quantisations (‖e − ê‖·‖d̂‖ + ‖e‖·‖d − d̂‖) and the three
  *               f32 roundings that apply the scales;
- *        bf16   (eng_matmul_bf16, AVX512-BF16): E and the columns rounded to bf16, pair
+ *        bf16   (eng_screen_bf16, AVX512-BF16): E and the columns rounded to bf16, pair
  *               products exact, f32 sums; B covers the rounding of both operands
  *               (‖e' − e‖·‖d'‖ + ‖e‖·‖d' − d‖, zero for a bf16 checkpoint), the f32
  *               summation (eng_sum_gamma) and denormal flushing;
@@ -25,7 +25,9 @@
  *      rounding; every such token is a candidate. B uses the largest embedding row norms,
  *      so one threshold serves a feature's whole scan.
  *   2. the candidates are rescored by the exact pass and the best k written.
- * The product runs on the engine's pool; the admission scan and the rescoring split the
+ * The product runs on the engine's pool and hands each block of results to the admission
+ * (admit_block) on the thread that computed it, while it is in cache; each pool part keeps
+ * its own thresholds and candidates, merged per feature by the rescoring, which splits the
  * chunk's features over the same pool.
  */
 #include "brw_int.h"
@@ -67,14 +69,10 @@ typedef struct dm_chunk {
     int nb;
 } dm_chunk;
 
-/* One feature's candidates: every screened score that reached its threshold. */
-typedef struct dm_cand {
-    float val;
-    int32_t id;
-} dm_cand;
-
+/* One feature's candidates: every screened score that reached its threshold, and its id. */
 typedef struct dm_cands {
-    dm_cand *c;
+    float *val;
+    int32_t *id;
     int n, cap;
 } dm_cands;
 
@@ -89,6 +87,15 @@ void brw_downmeta_test_set(int screen, int no_margin)
     zero_margin = no_margin;
 }
 
+/* What one pool part has admitted for each feature of the chunk, from the vocabulary rows
+ * it screened: the k best screened scores it has seen, its threshold, its candidates. */
+typedef struct dm_part {
+    float *thr;              /* [FC] the admission threshold; only rises */
+    float *top;              /* [FC, K] the k best screened scores so far, descending */
+    int *tn;                 /* [FC] */
+    dm_cands *cand;          /* [FC] */
+} dm_part;
+
 /* The scratch of the pass: one chunk at a time. */
 typedef struct dm_worker {
     const brw_shape *s;
@@ -100,13 +107,10 @@ typedef struct dm_worker {
     int8_t *xq;              /* [FC, hidden] the same quantised (int8 screen) */
     float *dsc;              /* [FC] their scales */
     int32_t *dcorr;          /* [FC] 128 · Σ of the quantised column (E is stored + 128) */
-    int32_t *ibuf;           /* [FC, VTILE] the int8 screen's integer sums */
-    float *cbuf;             /* [FC, VTILE] screened logits of one vocabulary tile */
+    float *cbuf;             /* [FC, VTILE] the f32 screen's logits of one vocabulary tile */
     double *margin;          /* [FC] 2(B + R) */
-    float *thr;              /* [FC] the current admission threshold */
-    float *top;              /* [FC, K] the k best screened scores so far, descending */
-    int *tn;
-    dm_cands *cand;          /* [FC] */
+    int parts;               /* pool parts admitting (eng_screen_fn's part < parts) */
+    dm_part *pst;            /* [parts] */
     /* the embedding as the screen reads it: bf16 rows (in place, or a rounded copy), or
      * int8 rows stored + 128 with a scale per row */
     const uint8_t *eb;
@@ -117,6 +121,7 @@ typedef struct dm_worker {
     double e_max, eb_max, de_max;  /* largest ‖e‖, ‖e'‖, ‖e' − e‖ over the rows (e' = ê) */
     /* one vocabulary tile's pass over the chunk's features, split over the pool */
     int nb, v0, vt;
+    atomic_int next_row;     /* the f32 screen's next row to admit */
     dm_chunk *chunks;        /* a layer's chunks */
     const dm_chunk *rch;     /* the chunk being rescored */
     atomic_int failed;
@@ -294,9 +299,11 @@ static void prepare_chunk(dm_worker *w, const dm_chunk *ch)
          * score that could overflow f32 admits everything */
         double m = 2 * (B + R) * (1 + ldexp(1.0, -20));
         w->margin[j] = zero_margin ? 0 : isfinite(m) && w->eb_max * nb < 1e37 ? m : INFINITY;
-        w->thr[j] = -INFINITY;
-        w->tn[j] = 0;
-        w->cand[j].n = 0;
+        for (int p = 0; p < w->parts; p++) {
+            w->pst[p].thr[j] = -INFINITY;
+            w->pst[p].tn[j] = 0;
+            w->pst[p].cand[j].n = 0;
+        }
     }
 }
 
@@ -308,151 +315,162 @@ static float floor_f32(double t)
     return (double)f > t ? nextafterf(f, -INFINITY) : f;
 }
 
-static int cand_push(dm_cands *c, float thr, int32_t id, float val)
+/* Room for `more` candidates after c's n: those the threshold has passed since they were
+ * admitted are dropped first, and the arrays grow when that frees little. */
+static int cand_room(dm_cands *c, float thr, int more)
 {
-    if (c->n == c->cap) {
-        /* drop what the threshold has passed since it was admitted; grow if that is little */
-        int n = 0;
-        for (int i = 0; i < c->n; i++)
-            if (c->c[i].val >= thr) c->c[n++] = c->c[i];
-        c->n = n;
-        if (n >= c->cap / 2) {
-            int cap = c->cap ? 2 * c->cap : 64;
-            dm_cand *c2 = realloc(c->c, (size_t)cap * sizeof *c2);
-            if (!c2) return -1;
-            c->c = c2;
-            c->cap = cap;
-        }
-    }
-    c->c[c->n++] = (dm_cand){val, id};
-    return 0;
-}
-
-/* A lower bound of the k-th best of row[0, vt): the k-th largest of its 16-value blocks'
- * maxima (k values of the row are at least that); −∞ when it has fewer than k blocks.
- * NaN scores, never admitted, are skipped (vmaxps returns its second operand for them). */
-__attribute__((target("avx512f"))) static float kth_block_max(const float *row, int vt)
-{
-    float best[K];
+    if (c->n + more <= c->cap)
+        return 0;
     int n = 0;
-    for (int c0 = 0; c0 + 16 <= vt; c0 += 16) {
-        const float m = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_loadu_ps(row + c0),
-                                                           _mm512_set1_ps(-INFINITY)));
-        if (n == K && !(m > best[K - 1])) continue;
-        int i = n < K ? n++ : K - 1;
-        while (i > 0 && m > best[i - 1]) {
-            best[i] = best[i - 1];
-            i--;
+    for (int i = 0; i < c->n; i++)
+        if (c->val[i] >= thr) {
+            c->val[n] = c->val[i];
+            c->id[n++] = c->id[i];
         }
-        best[i] = m;
-    }
-    return n == K ? best[K - 1] : -INFINITY;
-}
-
-/* Admit feature j's screened scores of one vocabulary tile. Until the feature has k
- * scores its threshold would start at −∞ and admit most of the first tile, so the tile's
- * k-th block maximum gives it a start (any lower bound of the final k-th best screened
- * score is a sound t); the threshold only rises. */
-static int scan_row(dm_worker *w, int j, const float *row, int v0, int vt)
-{
-    float *top = w->top + (size_t)j * K, thr = w->thr[j];
-    int *tn = &w->tn[j];
-    if (*tn < K) {
-        const float lb = floor_f32((double)kth_block_max(row, vt) - w->margin[j]);
-        thr = lb > thr ? lb : thr;
-    }
-    for (int c0 = 0; c0 < vt; c0 += 8) {
-        /* most blocks hold nothing at the threshold: test 8 at once */
-        if (c0 + 8 <= vt &&
-            !_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(row + c0), _mm256_set1_ps(thr),
-                                              _CMP_GE_OQ)))
-            continue;
-        for (int v = c0; v < c0 + 8 && v < vt; v++) {
-            const float a = row[v];
-            if (!(a >= thr)) continue;
-            if (*tn < K || a > top[K - 1]) {
-                int i = *tn < K ? (*tn)++ : K - 1;
-                while (i > 0 && a > top[i - 1]) {
-                    top[i] = top[i - 1];
-                    i--;
-                }
-                top[i] = a;
-                if (*tn == K) {
-                    const float t = floor_f32((double)top[K - 1] - w->margin[j]);
-                    thr = t > thr ? t : thr;
-                }
-            }
-            if (a >= thr && cand_push(&w->cand[j], thr, v0 + v, a) != 0) return -1;
-        }
-    }
-    w->thr[j] = thr;
+    c->n = n;
+    if (n + more <= c->cap && n < c->cap / 2)
+        return 0;
+    int cap = c->cap ? 2 * c->cap : 1024;
+    while (cap < n + more)
+        cap *= 2;
+    float *v = realloc(c->val, (size_t)cap * sizeof *v);
+    if (v)
+        c->val = v;
+    int32_t *id = realloc(c->id, (size_t)cap * sizeof *id);
+    if (id)
+        c->id = id;
+    if (!v || !id)
+        return -1;
+    c->cap = cap;
     return 0;
 }
 
-/* The integer sum I a score fl(fl(fl(I − corr) · sc_e) · sc_d) must reach to be at least a
- * positive threshold thr, or less (any lower limit is sound; INT64_MIN: no test). For
- * D = I − corr > 0 the score is at most (D · esc_max · (1 + u)² + 2^-149) · sc_d · (1 + u),
- * u = 2^-24 (the middle product may be subnormal); D ≤ 0 scores at most 0. */
-static int64_t lim_i8(float thr, float esc_max, float dsc, int32_t corr)
+/* Insert a into a descending best k of *n values. */
+static void top_insert(float *top, int *n, float a)
+{
+    if (*n == K && !(a > top[K - 1]))
+        return;
+    int p = *n < K ? (*n)++ : K - 1;
+    while (p > 0 && a > top[p - 1]) {
+        top[p] = top[p - 1];
+        p--;
+    }
+    top[p] = a;
+}
+
+/* The integer sum I a score fl(fl(fl(I − corr) · sc_e) · sc_d) must reach to be at least
+ * the threshold thr, or less (any lower limit is sound), as an int32. For D = I − corr > 0
+ * the score is at most (D · esc_max · (1 + u)² + 2^-149) · sc_d · (1 + u), u = 2^-24 (the
+ * middle product may be subnormal); D ≤ 0 scores at most 0, so below a positive threshold
+ * there is no limit (INT32_MIN). */
+static int32_t lim_i8(float thr, float esc_max, float dsc, int32_t corr)
 {
     const double s = (double)esc_max * dsc;
-    if (!(thr > 1e-30f) || !isfinite(thr) || !(s > 0) || !isfinite(s)) return INT64_MIN;
+    if (!(thr > 1e-30f) || !isfinite(thr) || !(s > 0) || !isfinite(s)) return INT32_MIN;
     double d = floor(((double)thr * (1 - ldexp(1.0, -20)) - ldexp((double)dsc, -149)) / s) - 1;
     d = d > 4e9 ? 4e9 : d < -4e9 ? -4e9 : d;
-    return (int64_t)corr + (int64_t)d;
+    const int64_t lim = (int64_t)corr + (int64_t)d;
+    return lim > INT32_MAX ? INT32_MAX : lim < INT32_MIN ? INT32_MIN : (int32_t)lim;
 }
 
-/* The int8 screen's sums of feature j scaled to logits, fl(fl(fl(I − 128·Σq_d) · sc_e) ·
- * sc_d), and admitted 16 at a time. Most blocks hold nothing at the threshold, which an
- * integer comparison shows before any scaling (lim_i8). A feature's first tile is scaled
- * whole first, for scan_row's starting threshold. */
-__attribute__((target("avx512f"))) static int scan_i8(dm_worker *w, int j, const int32_t *ir,
-                                                     int v0, int vt)
+/* Admit one block of a screening product, c[i · 64 + t] the screened result of vocabulary
+ * row w->v0 + r0 + i and the chunk's feature t0 + t, into the admission state of pool part
+ * `part` (eng_screen_fn: called where the block was computed, while it is in cache). A
+ * score joins feature j's candidates if it reaches the part's threshold t − 2(B + R), t the
+ * k-th best screened score the part has seen for j (a lower bound of the final k-th best,
+ * so a sound t; −∞ until it has seen k); 8 features are compared at once and most rows hold
+ * nothing at the threshold. The int8 screen's sums are compared as integers first
+ * (lim_i8) and scaled, fl(fl(fl(I − 128·Σq_d) · sc_e) · sc_d), only where that admits
+ * something. Each feature's k best and threshold are brought up to date once a block. */
+static void admit_block(void *ctx, int part, int r0, int nr, int t0, int tn, const void *cv)
 {
-    const int32_t corr = w->dcorr[j];
-    const float dsc = w->dsc[j], *esc = w->esc + v0;
-    const int whole = w->tn[j] < K;
-    float blk[VTILE];
-    float thr = w->thr[j];
-    const float emax = w->esc_tile[v0 / VTILE];   /* v0 starts a tile */
-    int64_t lim = lim_i8(thr, emax, dsc, corr);
-    for (int c0 = 0; c0 < vt; c0 += 16) {
-        const int nb = vt - c0 < 16 ? vt - c0 : 16;
-        float *b = whole ? blk + c0 : blk;
-        if (nb == 16) {
-            const __m512i iv = _mm512_loadu_si512((const void *)(ir + c0));
-            if (!whole && lim > INT32_MAX) break;
-            if (!whole && lim > INT32_MIN &&
-                !_mm512_cmpge_epi32_mask(iv, _mm512_set1_epi32((int32_t)lim)))
-                continue;
-            const __m512 a = _mm512_mul_ps(
-                _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(iv, _mm512_set1_epi32(corr))),
-                              _mm512_loadu_ps(esc + c0)),
-                _mm512_set1_ps(dsc));
-            if (!whole && !_mm512_cmp_ps_mask(a, _mm512_set1_ps(thr), _CMP_GE_OQ)) continue;
-            _mm512_storeu_ps(b, a);
-        } else
-            for (int v = 0; v < nb; v++) b[v] = (float)(ir[c0 + v] - corr) * esc[c0 + v] * dsc;
-        if (!whole) {
-            if (scan_row(w, j, blk, v0 + c0, nb) != 0) return -1;
-            if (w->thr[j] != thr) {
-                thr = w->thr[j];
-                lim = lim_i8(thr, emax, dsc, corr);
+    dm_worker *w = ctx;
+    dm_part *ps = &w->pst[part];
+    const int i8 = w->screen == DM_I8, v0 = w->v0 + r0, ng = (tn + 7) / 8;
+    const float emax = i8 ? w->esc_tile[w->v0 / VTILE] : 0;
+    float thr[64] __attribute__((aligned(32)));
+    int32_t lim[64] __attribute__((aligned(32)));
+    int n0[64];
+    for (int t = 0; t < ng * 8; t++) {
+        const int j = t0 + t;
+        thr[t] = INFINITY;
+        lim[t] = INT32_MAX;
+        if (t >= tn) continue;
+        if (cand_room(&ps->cand[j], ps->thr[j], nr) != 0) {
+            atomic_store(&w->failed, 1);
+            return;
+        }
+        thr[t] = ps->thr[j];
+        n0[t] = ps->cand[j].n;
+        lim[t] = i8 ? lim_i8(thr[t], emax, w->dsc[j], w->dcorr[j]) : INT32_MIN;
+    }
+    for (int i = 0; i < nr; i++) {
+        const int32_t *ci = (const int32_t *)cv + (size_t)i * 64;
+        const float *fi = (const float *)cv + (size_t)i * 64;
+        for (int g = 0; g < ng; g++) {
+            const int tg = 8 * g;
+            const unsigned lanes = tn - tg >= 8 ? 0xffu : (1u << (tn - tg)) - 1;
+            __m256 a;
+            if (i8) {
+                const __m256i iv = _mm256_loadu_si256((const __m256i *)(ci + tg));
+                /* I ≥ lim as I > lim − 1: lim − 1 only where lim > INT32_MIN (else all pass) */
+                const __m256i l8 = _mm256_load_si256((const __m256i *)(lim + tg));
+                const __m256i pass = _mm256_or_si256(
+                    _mm256_cmpgt_epi32(iv, _mm256_sub_epi32(l8, _mm256_set1_epi32(1))),
+                    _mm256_cmpeq_epi32(l8, _mm256_set1_epi32(INT32_MIN)));
+                if (!((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(pass)) & lanes)) continue;
+                a = _mm256_mul_ps(
+                    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(
+                                      iv, _mm256_loadu_si256((const __m256i *)(w->dcorr + t0 + tg)))),
+                                  _mm256_set1_ps(w->esc[v0 + i])),
+                    _mm256_loadu_ps(w->dsc + t0 + tg));
+            } else
+                a = _mm256_loadu_ps(fi + tg);
+            unsigned m = (unsigned)_mm256_movemask_ps(
+                             _mm256_cmp_ps(a, _mm256_load_ps(thr + tg), _CMP_GE_OQ)) & lanes;
+            if (!m) continue;
+            float av[8];
+            _mm256_storeu_ps(av, a);
+            for (; m; m &= m - 1) {
+                const int b = __builtin_ctz(m);
+                dm_cands *c = &ps->cand[t0 + tg + b];
+                c->val[c->n] = av[b];
+                c->id[c->n++] = v0 + i;
             }
         }
     }
-    return whole ? scan_row(w, j, blk, v0, vt) : 0;
+    /* the block's admitted scores into the part's k best, then its thresholds */
+    for (int t = 0; t < tn; t++) {
+        const int j = t0 + t;
+        const dm_cands *c = &ps->cand[j];
+        float *top = ps->top + (size_t)j * K;
+        for (int q = n0[t]; q < c->n; q++) top_insert(top, &ps->tn[j], c->val[q]);
+        if (ps->tn[j] == K) {
+            const float th = floor_f32((double)top[K - 1] - w->margin[j]);
+            ps->thr[j] = th > ps->thr[j] ? th : ps->thr[j];
+        }
+    }
 }
 
-/* One part of a tile's admission: the features j ≡ part (mod parts). */
-static void scan_part(void *ctx, int part, int parts)
+/* The f32 screen's tile, cbuf[feature][vocabulary row], admitted as the other screens'
+ * blocks are: rows taken 64 at a time by whichever pool part is free, transposed. */
+static void admit_rows(void *ctx, int part, int parts)
 {
     dm_worker *w = ctx;
-    const int vt = w->vt;
-    for (int j = part; j < w->nb; j += parts)
-        if ((w->screen == DM_I8 ? scan_i8(w, j, w->ibuf + (size_t)j * (size_t)vt, w->v0, vt)
-                                : scan_row(w, j, w->cbuf + (size_t)j * (size_t)vt, w->v0, vt)) != 0)
-            atomic_store(&w->failed, 1);
+    (void)parts;
+    if (part >= w->parts) return;   /* the pool grew: the others take every row */
+    float blk[64 * 64];
+    int r0;
+    while ((r0 = atomic_fetch_add(&w->next_row, 64)) < w->vt) {
+        const int nr = w->vt - r0 < 64 ? w->vt - r0 : 64;
+        for (int t0 = 0; t0 < w->nb; t0 += 64) {
+            const int tn = w->nb - t0 < 64 ? w->nb - t0 : 64;
+            for (int t = 0; t < tn; t++)
+                for (int i = 0; i < nr; i++)
+                    blk[i * 64 + t] = w->cbuf[(size_t)(t0 + t) * (size_t)w->vt + (size_t)(r0 + i)];
+            admit_block(w, part, r0, nr, t0, tn, blk);
+        }
+    }
 }
 
 /* Screen the chunk's features over the whole vocabulary. */
@@ -466,17 +484,19 @@ static int screen_chunk(dm_worker *w, const dm_chunk *ch)
     atomic_store(&w->failed, 0);
     for (int v0 = 0; v0 < V; v0 += VTILE) {
         const int vt = V - v0 < VTILE ? V - v0 : VTILE;
-        if (w->screen == DM_F32)
-            eng_matmul_rows(E->dtype, (const uint8_t *)E->data + (size_t)v0 * H * esz, vt, H,
-                            (size_t)H * esz, w->dcol, ch->nb, w->cbuf);
-        else if (w->screen == DM_BF16 ? eng_matmul_bf16(w->eb + (size_t)v0 * (size_t)H * 2, vt, H,
-                                                        (size_t)H * 2, w->xb, ch->nb, w->cbuf)
-                                      : eng_matmul_u8s8(w->eq + (size_t)v0 * (size_t)H, vt, H,
-                                                        (size_t)H, w->xq, ch->nb, w->ibuf))
-            return -1;   /* out of memory (its other refusals were checked at pick_screen) */
         w->v0 = v0;
         w->vt = vt;
-        eng_parallel(scan_part, w);
+        if (w->screen == DM_F32) {
+            eng_matmul_rows(E->dtype, (const uint8_t *)E->data + (size_t)v0 * H * esz, vt, H,
+                            (size_t)H * esz, w->dcol, ch->nb, w->cbuf);
+            atomic_store(&w->next_row, 0);
+            eng_parallel(admit_rows, w);
+        } else if (w->screen == DM_BF16
+                       ? eng_screen_bf16(w->eb + (size_t)v0 * (size_t)H * 2, vt, H, (size_t)H * 2,
+                                         w->xb, ch->nb, w->parts, admit_block, w)
+                       : eng_screen_u8s8(w->eq + (size_t)v0 * (size_t)H, vt, H, (size_t)H, w->xq,
+                                         ch->nb, w->parts, admit_block, w))
+            return -1;   /* out of memory (its other refusals were checked at pick_screen) */
         if (atomic_load(&w->failed)) return -1;
     }
     return 0;
@@ -556,7 +576,6 @@ static void rescore_part(void *ctx, int part, int parts)
     const size_t rowb = (size_t)s->hidden * (s->embed->dtype == VX_F32 ? 4 : 2);
     const char *E = s->embed->data;
     for (int j = part; j < ch->nb; j += parts) {
-        dm_cands *c = &w->cand[j];
         int32_t ids[K] = {0};
         float val[K] = {0};
         int n = 0;
@@ -564,25 +583,54 @@ static void rescore_part(void *ctx, int part, int parts)
             put_rec(w->rec + (size_t)(ch->part->first + ch->f0 + j) * w->rb, w->rb, 0, 0, ids, val, 0);
             continue;
         }
-        /* admitted under an earlier threshold; the final one holds for the whole scan */
-        const float first = w->tn[j] ? w->top[(size_t)j * K + (size_t)w->tn[j] - 1] : INFINITY;
+        /* The parts' k best screened scores hold the scan's k best, whose k-th (first) gives
+         * a threshold at least any part's; their candidates join part 0's. Candidates were
+         * admitted under earlier thresholds: the final one holds for the whole scan. */
+        float top[K], thr = -INFINITY;
+        int tn = 0, more = 0;
+        for (int p = 0; p < w->parts; p++) {
+            const dm_part *ps = &w->pst[p];
+            for (int q = 0; q < ps->tn[j]; q++) top_insert(top, &tn, ps->top[(size_t)j * K + (size_t)q]);
+            thr = ps->thr[j] > thr ? ps->thr[j] : thr;
+            more += p ? ps->cand[j].n : 0;
+        }
+        if (tn == K) {
+            const float th = floor_f32((double)top[K - 1] - w->margin[j]);
+            thr = th > thr ? th : thr;
+        }
+        const float first = tn ? top[tn - 1] : INFINITY;
+        dm_cands *c = &w->pst[0].cand[j];
+        if (cand_room(c, thr, more) != 0) {
+            atomic_store(&w->failed, 1);
+            return;
+        }
+        for (int p = 1; p < w->parts; p++) {
+            const dm_cands *o = &w->pst[p].cand[j];
+            for (int i = 0; i < o->n; i++) {
+                c->val[c->n] = o->val[i];
+                c->id[c->n++] = o->id[i];
+            }
+        }
         int nc = 0;
         for (int i = 0; i < c->n; i++) {
-            if (!(c->c[i].val >= w->thr[j])) continue;
-            if (c->c[i].val >= first) rescore_one(w, j, c->c[i].id, ids, val, &n);
-            else c->c[nc++] = c->c[i];
+            if (!(c->val[i] >= thr)) continue;
+            if (c->val[i] >= first) rescore_one(w, j, c->id[i], ids, val, &n);
+            else {
+                c->val[nc] = c->val[i];
+                c->id[nc++] = c->id[i];
+            }
         }
         const double m1 = w->margin[j] / 2;
         float stop = n == K ? floor_f32((double)val[K - 1] - m1) : -INFINITY;
         int next = 0;   /* the next candidate to prefetch */
         for (int i = 0; i < nc; i++) {
-            if (!(c->c[i].val >= stop)) continue;
+            if (!(c->val[i] >= stop)) continue;
             if (next <= i) next = i + 1;
-            while (next < nc && !(c->c[next].val >= stop)) next++;
+            while (next < nc && !(c->val[next] >= stop)) next++;
             if (next < nc)
                 for (size_t b = 0; b < rowb; b += 64)
-                    __builtin_prefetch(E + (size_t)c->c[next].id * rowb + b);
-            rescore_one(w, j, c->c[i].id, ids, val, &n);
+                    __builtin_prefetch(E + (size_t)c->id[next] * rowb + b);
+            rescore_one(w, j, c->id[i], ids, val, &n);
             if (n == K) stop = floor_f32((double)val[K - 1] - m1);
         }
         put_rec(w->rec + (size_t)(ch->part->first + ch->f0 + j) * w->rb, w->rb, ids[0], val[0],
@@ -599,16 +647,20 @@ static void worker_free(dm_worker *w)
     free(w->xq);
     free(w->dsc);
     free(w->dcorr);
-    free(w->ibuf);
     free(w->cbuf);
     free(w->margin);
-    free(w->thr);
-    free(w->top);
-    free(w->tn);
-    for (int j = 0; w->cand && j < FC; j++) {
-        free(w->cand[j].c);
+    for (int p = 0; w->pst && p < w->parts; p++) {
+        dm_part *ps = &w->pst[p];
+        free(ps->thr);
+        free(ps->top);
+        free(ps->tn);
+        for (int j = 0; ps->cand && j < FC; j++) {
+            free(ps->cand[j].val);
+            free(ps->cand[j].id);
+        }
+        free(ps->cand);
     }
-    free(w->cand);
+    free(w->pst);
     free(w->eb_copy);
     free(w->eq);
     free(w->esc);
@@ -673,15 +725,21 @@ static int worker_init(dm_worker *w, const brw_shape *s, int prepare, vx_err *er
     w->xq = malloc((size_t)FC * H);
     w->dsc = malloc((size_t)FC * sizeof *w->dsc);
     w->dcorr = malloc((size_t)FC * sizeof *w->dcorr);
-    w->ibuf = malloc((size_t)FC * VTILE * sizeof *w->ibuf);
     w->cbuf = malloc((size_t)FC * VTILE * sizeof *w->cbuf);
     w->margin = malloc((size_t)FC * sizeof *w->margin);
-    w->thr = malloc((size_t)FC * sizeof *w->thr);
-    w->top = malloc((size_t)FC * K * sizeof *w->top);
-    w->tn = malloc((size_t)FC * sizeof *w->tn);
-    w->cand = calloc(FC, sizeof *w->cand);
-    if (!w->chunks || !w->rec || !w->dcol || !w->xb || !w->xq || !w->dsc || !w->dcorr ||
-        !w->ibuf || !w->cbuf || !w->margin || !w->thr || !w->top || !w->tn || !w->cand)
+    w->parts = eng_threads();
+    w->pst = calloc((size_t)w->parts, sizeof *w->pst);
+    int ok = w->pst != NULL;
+    for (int p = 0; ok && p < w->parts; p++) {
+        dm_part *ps = &w->pst[p];
+        ps->thr = malloc((size_t)FC * sizeof *ps->thr);
+        ps->top = malloc((size_t)FC * K * sizeof *ps->top);
+        ps->tn = malloc((size_t)FC * sizeof *ps->tn);
+        ps->cand = calloc(FC, sizeof *ps->cand);
+        ok = ps->thr && ps->top && ps->tn && ps->cand;
+    }
+    if (!ok || !w->chunks || !w->rec || !w->dcol || !w->xb || !w->xq || !w->dsc || !w->dcorr ||
+        !w->cbuf || !w->margin)
         return vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
     return prepare ? prepare_embed(w, err) : 0;
 }
@@ -705,6 +763,8 @@ static int layer_pass(dm_worker *w, int l, const dm_carry *cy, dm_progress *pg, 
             return vx_errf(err, VX_ENOMEM, "down_meta: out of memory screening layer %d", l);
         w->rch = &w->chunks[i];
         eng_parallel(rescore_part, w);
+        if (atomic_load(&w->failed))
+            return vx_errf(err, VX_ENOMEM, "down_meta: out of memory rescoring layer %d", l);
         pg->done += (uint64_t)w->chunks[i].nb;
         if (pg->fn)
             pg->fn(pg->ctx, "down-meta", pg->done < pg->total ? pg->done : pg->total, pg->total);

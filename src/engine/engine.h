@@ -145,6 +145,19 @@ int eng_u8s8_dot_ready(void);
 int eng_u8s8_amx(int cols);
 int eng_matmul_u8s8(const uint8_t *w, int rows, int cols, size_t row_bytes, const int8_t *x,
                     int n, int32_t *y);
+/* The same two products handed over a block at a time instead of stored: fn(ctx, part,
+ * r0, nr, t0, tn, c) with c[i · 64 + t] the result (float for bf16, int32 for u8s8) of
+ * weight row r0 + i (i < nr) and token t0 + t (t < tn), called on the pool part
+ * (< parts, at most eng_threads()) that computed it, while the block is in its cache: a
+ * caller that keeps a little of a large product (down-meta's candidates) reads each
+ * result once, where it was made, in place of a y it would write and read back from
+ * memory. The blocks of one part come one after another; different parts' at once. */
+typedef void (*eng_screen_fn)(void *ctx, int part, int r0, int nr, int t0, int tn,
+                              const void *c);
+int eng_screen_bf16(const void *w, int rows, int cols, size_t row_bytes, const uint16_t *x,
+                    int n, int parts, eng_screen_fn fn, void *ctx);
+int eng_screen_u8s8(const uint8_t *w, int rows, int cols, size_t row_bytes, const int8_t *x,
+                    int n, int parts, eng_screen_fn fn, void *ctx);
 double eng_sum_gamma(int n);
 double eng_bf16_sum_slack(int cols, double xnorm, double wnorm);
 /* Run fn(ctx, i, n) for i in 0..n-1 (n at most eng_threads()) on the engine's pool, the

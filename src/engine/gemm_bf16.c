@@ -18,7 +18,8 @@
  * and, per lane step, broadcasts one lane of each of the 6 weight rows, read in place.
  * A thread takes a tile of weight rows (sized to stay in L2 with one packed group) and
  * runs every group over it; each output is one chain of cols / 2 vdpbf16ps (or cols / 4
- * vpdpbusd) on one lane.
+ * vpdpbusd) on one lane. Each tile's C, one group at a time, goes to the caller's
+ * eng_screen_fn on that thread (eng_screen_*), or transposed into y (eng_matmul_*).
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -83,7 +84,8 @@ typedef struct bjob {
     uint32_t *cbuf;     /* per part: C of a tile's row blocks, [crows][GT] */
     int crows;
     int parts;
-    void *y;            /* float or int32_t, [n, rows] */
+    eng_screen_fn fn;   /* takes each tile's C, one group of tokens at a time */
+    void *ctx;
     atomic_int next;
 } bjob;
 
@@ -166,28 +168,27 @@ static void screen_part(void *ctx, int part, int parts)
                 else if (j->u8s8) micro_u8s8(w, pb ? bytes : j->rb, xg, j->kp, (int32_t *)(void *)c);
                 else micro(w, pb ? bytes : j->rb, xg, j->kp, (float *)(void *)c);
             }
-            /* both results are 4-byte words: move them as such */
-            eng_store_t(cb, hi - lo, tn, (uint32_t *)j->y + (size_t)t0 * j->rows + lo, (size_t)j->rows);
+            j->fn(j->ctx, part, lo, hi - lo, t0, tn, cb);
         }
     }
 }
 
 /* Run the product of bytes-per-row `bytes` (a multiple of 4) as kp = bytes / 4 lanes. */
 static int screen_run(int u8s8, const void *w, int rows, int bytes, size_t row_bytes,
-                      const void *x, int n, void *y)
+                      const void *x, int n, int max_parts, eng_screen_fn fn, void *ctx)
 {
     const int kp = bytes / 4, groups = (n + GT - 1) / GT;
-    const int parts = eng_threads();
+    const int parts = eng_threads() < max_parts ? eng_threads() : max_parts;
     /* AMX-INT8 takes whole 64-byte k-steps: its exact sums are vpdpbusd's */
     const int amx = u8s8 && eng_u8s8_amx(bytes), br = amx ? 32 : MR;
     bjob j = {.u8s8 = u8s8, .amx = amx, .br = br, .w = w, .rb = row_bytes, .rows = rows,
-              .bytes = bytes, .n = n, .kp = kp, .parts = parts, .y = y};
+              .bytes = bytes, .n = n, .kp = kp, .parts = parts, .fn = fn, .ctx = ctx};
     /* tiles that stay in L2, small enough that a delayed thread's share is taken over */
     int chunk = (int)(TILE_W / (size_t)bytes) / br * br;
     const int fair = rows / (parts * 4) / br * br;
     chunk = chunk > fair ? fair : chunk;
     j.chunk = chunk < br ? br : chunk;
-    j.crows = (j.chunk + 15) / 16 * 16;   /* rows padded for eng_store_t */
+    j.crows = (j.chunk + 15) / 16 * 16;   /* rows padded for eng_store_t (store_y) */
     const size_t xp_b = (size_t)groups * kp * GT * sizeof *j.xp,
                  pad_b = (size_t)parts * br * (size_t)bytes,
                  cb_b = (size_t)parts * (size_t)j.crows * GT * sizeof *j.cbuf;
@@ -217,18 +218,46 @@ static int screen_run(int u8s8, const void *w, int rows, int bytes, size_t row_b
     return rc;
 }
 
+/* The y[n, rows] products' consumer: each block of C into y, transposed. */
+typedef struct ystore {
+    uint32_t *y;
+    int rows;
+} ystore;
+
+static void store_y(void *ctx, int part, int r0, int nr, int t0, int tn, const void *c)
+{
+    const ystore *s = ctx;
+    (void)part;
+    /* both results are 4-byte words: move them as such */
+    eng_store_t(c, nr, tn, s->y + (size_t)t0 * s->rows + r0, (size_t)s->rows);
+}
+
+int eng_screen_bf16(const void *w, int rows, int cols, size_t row_bytes, const uint16_t *x,
+                    int n, int parts, eng_screen_fn fn, void *ctx)
+{
+    if (n <= 0 || rows <= 0) return 0;
+    if (cols % 2 || !eng_bf16_dot_ready() || parts < 1) return -1;
+    return screen_run(0, w, rows, cols * 2, row_bytes, x, n, parts, fn, ctx);
+}
+
+int eng_screen_u8s8(const uint8_t *w, int rows, int cols, size_t row_bytes, const int8_t *x,
+                    int n, int parts, eng_screen_fn fn, void *ctx)
+{
+    if (n <= 0 || rows <= 0) return 0;
+    if (cols % 4 || cols > 65536 || !eng_u8s8_dot_ready() || parts < 1) return -1;
+    return screen_run(1, w, rows, cols, row_bytes, x, n, parts, fn, ctx);
+}
+
 int eng_matmul_bf16(const void *w, int rows, int cols, size_t row_bytes, const uint16_t *x,
                     int n, float *y)
 {
-    if (n <= 0 || rows <= 0) return 0;
-    if (cols % 2 || !eng_bf16_dot_ready()) return -1;
-    return screen_run(0, w, rows, cols * 2, row_bytes, x, n, y);
+    ystore s = {(uint32_t *)(void *)y, rows};
+    return eng_screen_bf16(w, rows, cols, row_bytes, x, n, eng_threads(), store_y, &s);
 }
 
 int eng_matmul_u8s8(const uint8_t *w, int rows, int cols, size_t row_bytes, const int8_t *x,
                     int n, int32_t *y)
 {
-    if (n <= 0 || rows <= 0) return 0;
-    if (cols % 4 || cols > 65536 || !eng_u8s8_dot_ready()) return -1;
-    return screen_run(1, w, rows, cols, row_bytes, x, n, y);
+    ystore s = {(uint32_t *)(void *)y, rows};
+    return eng_screen_u8s8(w, rows, cols, row_bytes, x, n, eng_threads(), store_y, &s);
 }
