@@ -69,12 +69,12 @@ typedef struct dm_chunk {
     int nb;
 } dm_chunk;
 
-/* One feature's candidates: every screened score that reached its threshold, and its id. */
-typedef struct dm_cands {
-    float *val;
-    int32_t *id;
-    int n, cap;
-} dm_cands;
+/* A candidate: a screened score that reached its feature's threshold. */
+typedef struct dm_hit {
+    float val;
+    int32_t id;              /* the vocabulary row */
+    int32_t j;               /* the chunk's feature */
+} dm_hit;
 
 enum { DM_F32 = 1, DM_BF16, DM_I8 };
 
@@ -88,12 +88,17 @@ void brw_downmeta_test_set(int screen, int no_margin)
 }
 
 /* What one pool part has admitted for each feature of the chunk, from the vocabulary rows
- * it screened: the k best screened scores it has seen, its threshold, its candidates. */
+ * it screened (the parts' rows are disjoint: eng_screen_* gives each row block to one part,
+ * in ascending order), and the exact best k of the candidates it rescored. */
 typedef struct dm_part {
     float *thr;              /* [FC] the admission threshold; only rises */
     float *top;              /* [FC, K] the k best screened scores so far, descending */
     int *tn;                 /* [FC] */
-    dm_cands *cand;          /* [FC] */
+    dm_hit *hit;             /* the candidates, in ascending row order */
+    size_t n, cap;
+    int32_t *xid;            /* [FC, K] the exact best k of the rescored, by (logit desc, id) */
+    float *xval;             /* [FC, K] */
+    int *xn;                 /* [FC] */
 } dm_part;
 
 /* The scratch of the pass: one chunk at a time. */
@@ -111,6 +116,9 @@ typedef struct dm_worker {
     double *margin;          /* [FC] 2(B + R) */
     int parts;               /* pool parts admitting (eng_screen_fn's part < parts) */
     dm_part *pst;            /* [parts] */
+    /* the rescoring's per feature: a candidate is rescored in the first pass if its screened
+     * score reaches first[j], in the second if it reaches lo2[j] (−∞: silent column, none) */
+    float *first, *lo2;      /* [FC] */
     /* the embedding as the screen reads it: bf16 rows (in place, or a rounded copy), or
      * int8 rows stored + 128 with a scale per row */
     const uint8_t *eb;
@@ -123,7 +131,7 @@ typedef struct dm_worker {
     int nb, v0, vt;
     atomic_int next_row;     /* the f32 screen's next row to admit */
     dm_chunk *chunks;        /* a layer's chunks */
-    const dm_chunk *rch;     /* the chunk being rescored */
+    int pass;                /* the rescoring's pass, 1 or 2 */
     atomic_int failed;
 } dm_worker;
 
@@ -302,9 +310,11 @@ static void prepare_chunk(dm_worker *w, const dm_chunk *ch)
         for (int p = 0; p < w->parts; p++) {
             w->pst[p].thr[j] = -INFINITY;
             w->pst[p].tn[j] = 0;
-            w->pst[p].cand[j].n = 0;
+            w->pst[p].xn[j] = 0;
         }
     }
+    for (int p = 0; p < w->parts; p++)
+        w->pst[p].n = 0;
 }
 
 /* The largest float not above t (−∞ when t is not a number: admit everything). */
@@ -315,33 +325,28 @@ static float floor_f32(double t)
     return (double)f > t ? nextafterf(f, -INFINITY) : f;
 }
 
-/* Room for `more` candidates after c's n: those the threshold has passed since they were
- * admitted are dropped first, and the arrays grow when that frees little. */
-static int cand_room(dm_cands *c, float thr, int more)
+/* Room for `more` candidates after ps's n: those the part's thresholds have passed since
+ * they were admitted are dropped first (the order kept), and the list grows when that frees
+ * little. */
+static int hit_room(dm_part *ps, size_t more)
 {
-    if (c->n + more <= c->cap)
+    if (ps->n + more <= ps->cap)
         return 0;
-    int n = 0;
-    for (int i = 0; i < c->n; i++)
-        if (c->val[i] >= thr) {
-            c->val[n] = c->val[i];
-            c->id[n++] = c->id[i];
-        }
-    c->n = n;
-    if (n + more <= c->cap && n < c->cap / 2)
+    size_t n = 0;
+    for (size_t i = 0; i < ps->n; i++)
+        if (ps->hit[i].val >= ps->thr[ps->hit[i].j])
+            ps->hit[n++] = ps->hit[i];
+    ps->n = n;
+    if (n + more <= ps->cap && n < ps->cap / 2)
         return 0;
-    int cap = c->cap ? 2 * c->cap : 1024;
+    size_t cap = ps->cap ? 2 * ps->cap : 65536;
     while (cap < n + more)
         cap *= 2;
-    float *v = realloc(c->val, (size_t)cap * sizeof *v);
-    if (v)
-        c->val = v;
-    int32_t *id = realloc(c->id, (size_t)cap * sizeof *id);
-    if (id)
-        c->id = id;
-    if (!v || !id)
+    dm_hit *h = realloc(ps->hit, cap * sizeof *h);
+    if (!h)
         return -1;
-    c->cap = cap;
+    ps->hit = h;
+    ps->cap = cap;
     return 0;
 }
 
@@ -390,19 +395,15 @@ static void admit_block(void *ctx, int part, int r0, int nr, int t0, int tn, con
     const float emax = i8 ? w->esc_tile[w->v0 / VTILE] : 0;
     float thr[64] __attribute__((aligned(32)));
     int32_t lim[64] __attribute__((aligned(32)));
-    int n0[64];
+    if (hit_room(ps, (size_t)nr * (size_t)tn) != 0) {
+        atomic_store(&w->failed, 1);
+        return;
+    }
+    const size_t n0 = ps->n;
     for (int t = 0; t < ng * 8; t++) {
         const int j = t0 + t;
-        thr[t] = INFINITY;
-        lim[t] = INT32_MAX;
-        if (t >= tn) continue;
-        if (cand_room(&ps->cand[j], ps->thr[j], nr) != 0) {
-            atomic_store(&w->failed, 1);
-            return;
-        }
-        thr[t] = ps->thr[j];
-        n0[t] = ps->cand[j].n;
-        lim[t] = i8 ? lim_i8(thr[t], emax, w->dsc[j], w->dcorr[j]) : INT32_MIN;
+        thr[t] = t < tn ? ps->thr[j] : INFINITY;
+        lim[t] = t >= tn ? INT32_MAX : i8 ? lim_i8(thr[t], emax, w->dsc[j], w->dcorr[j]) : INT32_MIN;
     }
     for (int i = 0; i < nr; i++) {
         const int32_t *ci = (const int32_t *)cv + (size_t)i * 64;
@@ -433,18 +434,18 @@ static void admit_block(void *ctx, int part, int r0, int nr, int t0, int tn, con
             _mm256_storeu_ps(av, a);
             for (; m; m &= m - 1) {
                 const int b = __builtin_ctz(m);
-                dm_cands *c = &ps->cand[t0 + tg + b];
-                c->val[c->n] = av[b];
-                c->id[c->n++] = v0 + i;
+                ps->hit[ps->n++] = (dm_hit){av[b], v0 + i, t0 + tg + b};
             }
         }
     }
     /* the block's admitted scores into the part's k best, then its thresholds */
+    for (size_t q = n0; q < ps->n; q++) {
+        const int j = ps->hit[q].j;
+        top_insert(ps->top + (size_t)j * K, &ps->tn[j], ps->hit[q].val);
+    }
     for (int t = 0; t < tn; t++) {
         const int j = t0 + t;
-        const dm_cands *c = &ps->cand[j];
-        float *top = ps->top + (size_t)j * K;
-        for (int q = n0[t]; q < c->n; q++) top_insert(top, &ps->tn[j], c->val[q]);
+        const float *top = ps->top + (size_t)j * K;
         if (ps->tn[j] == K) {
             const float th = floor_f32((double)top[K - 1] - w->margin[j]);
             ps->thr[j] = th > ps->thr[j] ? th : ps->thr[j];
@@ -556,83 +557,97 @@ static int silent_col(const float *col, int H)
     return 1;
 }
 
-/* Feature j's candidate id rescored exactly and merged into its best k. */
-static void rescore_one(const dm_worker *w, int j, int32_t id, int32_t *ids, float *val, int *n)
-{
-    topk_push(ids, val, n, id, exact_logit(w->s, id, w->dcol + (size_t)j * (size_t)w->s->hidden));
-}
-
-/* Rescore each feature's candidates exactly and write its record: the features
- * j ≡ part (mod parts) of the chunk in w->rch. The candidates of the k best screened
- * scores go first; then, x10 the k-th exact logit so far (the final one is at least
- * that), a candidate of screened score a has an exact logit of at most a + B + R, so it
- * can enter only if a ≥ x10 − (B + R): one margin, not the screen's two. The others are
- * skipped, their rows prefetched ahead of the dot products. */
+/* One pass of the rescoring over the candidates part admitted (their rows are its own and
+ * ascending, so E is read in order): those of feature j whose screened score reaches
+ * first[j] (pass 1) or lies in [lo2[j], first[j]) (pass 2), each rescored exactly into the
+ * part's best k of j. The next row to be rescored is fetched ahead of the dot products. */
 static void rescore_part(void *ctx, int part, int parts)
 {
     dm_worker *w = ctx;
-    const dm_chunk *ch = w->rch;
+    (void)parts;
+    if (part >= w->parts) return;
+    const dm_part *ps = &w->pst[part];
     const brw_shape *s = w->s;
     const size_t rowb = (size_t)s->hidden * (s->embed->dtype == VX_F32 ? 4 : 2);
     const char *E = s->embed->data;
-    for (int j = part; j < ch->nb; j += parts) {
-        int32_t ids[K] = {0};
-        float val[K] = {0};
-        int n = 0;
-        if (silent_col(w->dcol + (size_t)j * (size_t)s->hidden, s->hidden)) {
-            put_rec(w->rec + (size_t)(ch->part->first + ch->f0 + j) * w->rb, w->rb, 0, 0, ids, val, 0);
-            continue;
+    const int second = w->pass == 2;
+#define WANTED(h) (second ? (h).val >= w->lo2[(h).j] && (h).val < w->first[(h).j] \
+                          : (h).val >= w->first[(h).j])
+    size_t next = 0;      /* the next wanted candidate of another row */
+    int32_t fetched = -1;
+    for (size_t i = 0; i < ps->n; i++) {
+        const dm_hit h = ps->hit[i];
+        if (!WANTED(h)) continue;
+        if (next <= i) next = i + 1;
+        while (next < ps->n && (ps->hit[next].id == h.id || !WANTED(ps->hit[next]))) next++;
+        if (next < ps->n && ps->hit[next].id != fetched) {
+            fetched = ps->hit[next].id;
+            for (size_t b = 0; b < rowb; b += 64)
+                __builtin_prefetch(E + (size_t)fetched * rowb + b);
         }
-        /* The parts' k best screened scores hold the scan's k best, whose k-th (first) gives
-         * a threshold at least any part's; their candidates join part 0's. Candidates were
-         * admitted under earlier thresholds: the final one holds for the whole scan. */
+        topk_push(ps->xid + (size_t)h.j * K, ps->xval + (size_t)h.j * K, &ps->xn[h.j], h.id,
+                  exact_logit(s, h.id, w->dcol + (size_t)h.j * (size_t)s->hidden));
+    }
+#undef WANTED
+}
+
+/* Feature j's exact best k over the parts' (the same set whatever the order: topk_push's
+ * order is total). */
+static void merge_exact(const dm_worker *w, int j, int32_t *ids, float *val, int *n)
+{
+    *n = 0;
+    for (int p = 0; p < w->parts; p++) {
+        const dm_part *ps = &w->pst[p];
+        for (int q = 0; q < ps->xn[j]; q++)
+            topk_push(ids, val, n, ps->xid[(size_t)j * K + q], ps->xval[(size_t)j * K + q]);
+    }
+}
+
+/* Rescore the chunk's candidates exactly and write its records. The parts' k best screened
+ * scores hold the scan's k best; its k-th, first[j], gives a threshold at least any part's
+ * (candidates were admitted under earlier thresholds: the final one holds for the whole
+ * scan). Pass 1 rescores the candidates of the k best screened scores, which gives a k-th
+ * exact logit x10 (the final one is at least that); a candidate of screened score a has an
+ * exact logit of at most a + B + R, so pass 2 rescores only those with a ≥ x10 − (B + R):
+ * one margin, not the screen's two. */
+static void rescore_chunk(dm_worker *w, const dm_chunk *ch)
+{
+    const int H = w->s->hidden;
+    for (int j = 0; j < ch->nb; j++) {
         float top[K], thr = -INFINITY;
-        int tn = 0, more = 0;
+        int tn = 0;
         for (int p = 0; p < w->parts; p++) {
             const dm_part *ps = &w->pst[p];
             for (int q = 0; q < ps->tn[j]; q++) top_insert(top, &tn, ps->top[(size_t)j * K + (size_t)q]);
             thr = ps->thr[j] > thr ? ps->thr[j] : thr;
-            more += p ? ps->cand[j].n : 0;
         }
         if (tn == K) {
             const float th = floor_f32((double)top[K - 1] - w->margin[j]);
             thr = th > thr ? th : thr;
         }
-        const float first = tn ? top[tn - 1] : INFINITY;
-        dm_cands *c = &w->pst[0].cand[j];
-        if (cand_room(c, thr, more) != 0) {
-            atomic_store(&w->failed, 1);
-            return;
+        const int silent = silent_col(w->dcol + (size_t)j * (size_t)H, H);
+        w->first[j] = silent || !tn ? INFINITY : top[tn - 1];
+        w->lo2[j] = silent ? INFINITY : thr;
+    }
+    w->pass = 1;
+    eng_parallel(rescore_part, w);
+    for (int j = 0; j < ch->nb; j++) {
+        int32_t ids[K];
+        float val[K];
+        int n;
+        merge_exact(w, j, ids, val, &n);
+        if (n == K) {
+            const float stop = floor_f32((double)val[K - 1] - w->margin[j] / 2);
+            w->lo2[j] = stop > w->lo2[j] ? stop : w->lo2[j];
         }
-        for (int p = 1; p < w->parts; p++) {
-            const dm_cands *o = &w->pst[p].cand[j];
-            for (int i = 0; i < o->n; i++) {
-                c->val[c->n] = o->val[i];
-                c->id[c->n++] = o->id[i];
-            }
-        }
-        int nc = 0;
-        for (int i = 0; i < c->n; i++) {
-            if (!(c->val[i] >= thr)) continue;
-            if (c->val[i] >= first) rescore_one(w, j, c->id[i], ids, val, &n);
-            else {
-                c->val[nc] = c->val[i];
-                c->id[nc++] = c->id[i];
-            }
-        }
-        const double m1 = w->margin[j] / 2;
-        float stop = n == K ? floor_f32((double)val[K - 1] - m1) : -INFINITY;
-        int next = 0;   /* the next candidate to prefetch */
-        for (int i = 0; i < nc; i++) {
-            if (!(c->val[i] >= stop)) continue;
-            if (next <= i) next = i + 1;
-            while (next < nc && !(c->val[next] >= stop)) next++;
-            if (next < nc)
-                for (size_t b = 0; b < rowb; b += 64)
-                    __builtin_prefetch(E + (size_t)c->id[next] * rowb + b);
-            rescore_one(w, j, c->id[i], ids, val, &n);
-            if (n == K) stop = floor_f32((double)val[K - 1] - m1);
-        }
+    }
+    w->pass = 2;
+    eng_parallel(rescore_part, w);
+    for (int j = 0; j < ch->nb; j++) {
+        int32_t ids[K] = {0};
+        float val[K] = {0};
+        int n;
+        merge_exact(w, j, ids, val, &n);   /* none for a silent column: nothing reaches +∞ */
         put_rec(w->rec + (size_t)(ch->part->first + ch->f0 + j) * w->rb, w->rb, ids[0], val[0],
                 ids, val, n);
     }
@@ -649,16 +664,17 @@ static void worker_free(dm_worker *w)
     free(w->dcorr);
     free(w->cbuf);
     free(w->margin);
+    free(w->first);
+    free(w->lo2);
     for (int p = 0; w->pst && p < w->parts; p++) {
         dm_part *ps = &w->pst[p];
         free(ps->thr);
         free(ps->top);
         free(ps->tn);
-        for (int j = 0; ps->cand && j < FC; j++) {
-            free(ps->cand[j].val);
-            free(ps->cand[j].id);
-        }
-        free(ps->cand);
+        free(ps->hit);
+        free(ps->xid);
+        free(ps->xval);
+        free(ps->xn);
     }
     free(w->pst);
     free(w->eb_copy);
@@ -727,6 +743,8 @@ static int worker_init(dm_worker *w, const brw_shape *s, int prepare, vx_err *er
     w->dcorr = malloc((size_t)FC * sizeof *w->dcorr);
     w->cbuf = malloc((size_t)FC * VTILE * sizeof *w->cbuf);
     w->margin = malloc((size_t)FC * sizeof *w->margin);
+    w->first = malloc((size_t)FC * sizeof *w->first);
+    w->lo2 = malloc((size_t)FC * sizeof *w->lo2);
     w->parts = eng_threads();
     w->pst = calloc((size_t)w->parts, sizeof *w->pst);
     int ok = w->pst != NULL;
@@ -735,11 +753,13 @@ static int worker_init(dm_worker *w, const brw_shape *s, int prepare, vx_err *er
         ps->thr = malloc((size_t)FC * sizeof *ps->thr);
         ps->top = malloc((size_t)FC * K * sizeof *ps->top);
         ps->tn = malloc((size_t)FC * sizeof *ps->tn);
-        ps->cand = calloc(FC, sizeof *ps->cand);
-        ok = ps->thr && ps->top && ps->tn && ps->cand;
+        ps->xid = malloc((size_t)FC * K * sizeof *ps->xid);
+        ps->xval = malloc((size_t)FC * K * sizeof *ps->xval);
+        ps->xn = malloc((size_t)FC * sizeof *ps->xn);
+        ok = ps->thr && ps->top && ps->tn && ps->xid && ps->xval && ps->xn;
     }
     if (!ok || !w->chunks || !w->rec || !w->dcol || !w->xb || !w->xq || !w->dsc || !w->dcorr ||
-        !w->cbuf || !w->margin)
+        !w->cbuf || !w->margin || !w->first || !w->lo2)
         return vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
     return prepare ? prepare_embed(w, err) : 0;
 }
@@ -761,10 +781,7 @@ static int layer_pass(dm_worker *w, int l, const dm_carry *cy, dm_progress *pg, 
         prepare_chunk(w, &w->chunks[i]);
         if (screen_chunk(w, &w->chunks[i]) != 0)
             return vx_errf(err, VX_ENOMEM, "down_meta: out of memory screening layer %d", l);
-        w->rch = &w->chunks[i];
-        eng_parallel(rescore_part, w);
-        if (atomic_load(&w->failed))
-            return vx_errf(err, VX_ENOMEM, "down_meta: out of memory rescoring layer %d", l);
+        rescore_chunk(w, &w->chunks[i]);
         pg->done += (uint64_t)w->chunks[i].nb;
         if (pg->fn)
             pg->fn(pg->ctx, "down-meta", pg->done < pg->total ? pg->done : pg->total, pg->total);
