@@ -94,8 +94,13 @@ typedef struct dm_part {
     float *thr;              /* [FC] the admission threshold; only rises */
     float *top;              /* [FC, K] the k best screened scores so far, descending */
     int *tn;                 /* [FC] */
-    dm_hit *hit;             /* the candidates, in ascending row order */
+    dm_hit *hit;             /* the candidates, in the order admitted */
     size_t n, cap;
+    dm_hit *side;            /* those among the part's k best screened when admitted */
+    size_t sn, scap;
+    dm_hit *sel, *sel2;      /* a rescoring pass's candidates, then sorted by feature */
+    size_t selcap, sel2cap;
+    int *cnt;                /* [FC + 1] */
     int32_t *xid;            /* [FC, K] the exact best k of the rescored, by (logit desc, id) */
     float *xval;             /* [FC, K] */
     int *xn;                 /* [FC] */
@@ -127,16 +132,20 @@ typedef struct dm_worker {
     float *esc;
     float *esc_tile;         /* [vocab / VTILE rounded up] the largest row scale of each tile */
     double e_max, eb_max, de_max;  /* largest ‖e‖, ‖e'‖, ‖e' − e‖ over the rows (e' = ê) */
+    float *rn;               /* [vocab, 3] each row's ‖e‖, ‖e'‖, ‖e' − e‖, rounded up */
+    double *fn;              /* [FC, 3] each column's ‖d‖, ‖d'‖, ‖d' − d‖ */
+    float *x10;              /* [FC] the k-th exact logit after the first rescoring pass */
     /* one vocabulary tile's pass over the chunk's features, split over the pool */
     int nb, v0, vt;
+    const dm_chunk *pch;     /* the chunk being prepared */
     atomic_int next_row;     /* the f32 screen's next row to admit */
     dm_chunk *chunks;        /* a layer's chunks */
     int pass;                /* the rescoring's pass, 1 or 2 */
     atomic_int failed;
 } dm_worker;
 
-/* Load the chunk's down columns into w->dcol as f32, feature-major. */
-static void load_cols(dm_worker *w, const dm_chunk *ch)
+/* Load the chunk's down columns j0 ≤ j < j1 into w->dcol as f32, feature-major. */
+static void load_cols(dm_worker *w, const dm_chunk *ch, int j0, int j1)
 {
     const brw_shape *s = w->s;
     const vx_tensor *dn = ch->part->down;
@@ -145,14 +154,15 @@ static void load_cols(dm_worker *w, const dm_chunk *ch)
     if (vx_quant_block(dn->dtype, &be, &bb) == 0) {
         /* a block codec with source authority (MXFP4 experts): decode the blocks covering
          * the chunk's features of each row */
-        size_t b0 = (size_t)ch->f0 / be, b1 = ((size_t)ch->f0 + (size_t)ch->nb + be - 1) / be;
-        size_t rb = (size_t)ch->part->rows / be * bb, skip = (size_t)ch->f0 - b0 * be;
+        const size_t f0 = (size_t)ch->f0 + (size_t)j0;
+        size_t b0 = f0 / be, b1 = (f0 + (size_t)(j1 - j0) + be - 1) / be;
+        size_t rb = (size_t)ch->part->rows / be * bb, skip = f0 - b0 * be;
         float buf[FC + 256];
         for (int h = 0; h < H; h++) {
             vx_dequantize_row(dn->dtype, (const uint8_t *)dn->data + (size_t)h * rb + b0 * bb, buf,
                               (b1 - b0) * be);
-            for (int j = 0; j < ch->nb; j++)
-                w->dcol[(size_t)j * (size_t)H + (size_t)h] = buf[skip + (size_t)j];
+            for (int j = j0; j < j1; j++)
+                w->dcol[(size_t)j * (size_t)H + (size_t)h] = buf[skip + (size_t)(j - j0)];
         }
         return;
     }
@@ -160,10 +170,10 @@ static void load_cols(dm_worker *w, const dm_chunk *ch)
     float tmp[FC];
     for (int h = 0; h < H; h++) {
         const uint8_t *row = (const uint8_t *)dn->data +
-                             ((size_t)h * (size_t)ch->part->rows + (size_t)ch->f0) * esz;
-        vx_row_to_f32(dn->dtype, row, tmp, (size_t)ch->nb);
-        for (int j = 0; j < ch->nb; j++)
-            w->dcol[(size_t)j * (size_t)H + (size_t)h] = tmp[j];
+                             ((size_t)h * (size_t)ch->part->rows + (size_t)ch->f0 + (size_t)j0) * esz;
+        vx_row_to_f32(dn->dtype, row, tmp, (size_t)(j1 - j0));
+        for (int j = j0; j < j1; j++)
+            w->dcol[(size_t)j * (size_t)H + (size_t)h] = tmp[j - j0];
     }
 }
 
@@ -248,7 +258,8 @@ static int prepare_embed(dm_worker *w, vx_err *err)
     float *row = malloc((size_t)H * sizeof *row);
     if (!row) return vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
     w->screen = pick_screen(H);
-    if ((w->screen == DM_BF16 && E->dtype != VX_BF16 &&
+    if (!(w->rn = malloc((size_t)s->vocab * 3 * sizeof *w->rn)) ||
+        (w->screen == DM_BF16 && E->dtype != VX_BF16 &&
          !(w->eb_copy = malloc(VH * sizeof *w->eb_copy))) ||
         (w->screen == DM_I8 && (!(w->eq = malloc(VH)) ||
                                 !(w->esc = malloc((size_t)s->vocab * sizeof *w->esc)) ||
@@ -271,41 +282,58 @@ static int prepare_embed(dm_worker *w, vx_err *err)
         w->e_max = fmax(w->e_max, nrm[0]);
         w->eb_max = fmax(w->eb_max, nrm[1]);
         w->de_max = fmax(w->de_max, nrm[2]);
+        for (int q = 0; q < 3; q++) {
+            float f = (float)nrm[q];
+            w->rn[(size_t)v * 3 + (size_t)q] = (double)f < nrm[q] ? nextafterf(f, INFINITY) : f;
+        }
     }
     free(row);
     return 0;
 }
 
-/* Round the chunk's columns for the screen and set each feature's margin 2(B + R). */
-static void prepare_chunk(dm_worker *w, const dm_chunk *ch)
+/* B + R for feature j (its column's norms in w->fn) and an embedding row of norms e = ‖e‖,
+ * eb = ‖e'‖, de = ‖e' − e‖ (or the largest over the rows): B bounds |screened − exact
+ * product| and R the exact pass's own rounding. */
+static double row_bound(const dm_worker *w, int j, double e, double eb, double de)
 {
     const int H = w->s->hidden;
     const double u = ldexp(1.0, -23);
-    for (int j = 0; j < ch->nb; j++) {
-        double nrm[3], B;
+    const double nd = w->fn[(size_t)j * 3], nb = w->fn[(size_t)j * 3 + 1], dd = w->fn[(size_t)j * 3 + 2];
+    double B;
+    if (w->screen == DM_I8)
+        /* the integer sum is exact; fl(fl(fl(I) · sc_e) · sc_d) has three roundings of
+         * at most u/2 relative, and in the subnormal range 2^-149 absolute each, the
+         * first carried through the × sc_d */
+        B = de * nb + e * dd + 3 * u * eb * nb + ldexp(1.0, -148) * (1 + w->dsc[j]);
+    else if (w->screen == DM_BF16)
+        B = eng_sum_gamma(H) * eb * nb + de * nb + e * dd + eng_bf16_sum_slack(H, nb, eb);
+    else   /* f32 products (AMX's split activations: 2^-20 for a part's underflow) */
+        B = (eng_sum_gamma(H + 64) + ldexp(1.0, -20)) * e * nd + eng_bf16_sum_slack(H, nd, e);
+    return B + eng_sum_gamma(H + 32) * e * nd + eng_bf16_sum_slack(H, nd, e);
+}
+
+/* Load the chunk's columns (those of part i of n), round them for the screen and set each
+ * feature's margin 2(B + R). */
+static void prepare_part(void *ctx, int part, int parts)
+{
+    dm_worker *w = ctx;
+    const dm_chunk *ch = w->pch;
+    const int H = w->s->hidden;
+    const int j0 = (int)((int64_t)ch->nb * part / parts), j1 = (int)((int64_t)ch->nb * (part + 1) / parts);
+    load_cols(w, ch, j0, j1);
+    for (int j = j0; j < j1; j++) {
+        double nrm[3];
         const float *d = w->dcol + (size_t)j * (size_t)H;
         if (w->screen == DM_I8)
             w->dcorr[j] = 128 * quant_row(d, H, (uint8_t *)w->xq + (size_t)j * (size_t)H, 0,
                                           &w->dsc[j], nrm);
         else
             round_row(d, H, w->screen == DM_BF16 ? w->xb + (size_t)j * (size_t)H : NULL, nrm);
-        const double nd = nrm[0], nb = nrm[1], dd = nrm[2];
-        if (w->screen == DM_I8)
-            /* the integer sum is exact; fl(fl(fl(I) · sc_e) · sc_d) has three roundings of
-             * at most u/2 relative, and in the subnormal range 2^-149 absolute each, the
-             * first carried through the × sc_d */
-            B = w->de_max * nb + w->e_max * dd + 3 * u * w->eb_max * nb +
-                ldexp(1.0, -148) * (1 + w->dsc[j]);
-        else if (w->screen == DM_BF16)
-            B = eng_sum_gamma(H) * w->eb_max * nb + w->de_max * nb + w->e_max * dd +
-                eng_bf16_sum_slack(H, nb, w->eb_max);
-        else   /* f32 products (AMX's split activations: 2^-20 for a part's underflow) */
-            B = (eng_sum_gamma(H + 64) + ldexp(1.0, -20)) * w->e_max * nd +
-                eng_bf16_sum_slack(H, nd, w->e_max);
-        const double R = eng_sum_gamma(H + 32) * w->e_max * nd + eng_bf16_sum_slack(H, nd, w->e_max);
+        for (int q = 0; q < 3; q++) w->fn[(size_t)j * 3 + (size_t)q] = nrm[q];
+        const double M = row_bound(w, j, w->e_max, w->eb_max, w->de_max), nb = nrm[1];
         /* the norms were summed in double: 2^-20 more covers their own rounding; a screened
          * score that could overflow f32 admits everything */
-        double m = 2 * (B + R) * (1 + ldexp(1.0, -20));
+        double m = 2 * M * (1 + ldexp(1.0, -20));
         w->margin[j] = zero_margin ? 0 : isfinite(m) && w->eb_max * nb < 1e37 ? m : INFINITY;
         for (int p = 0; p < w->parts; p++) {
             w->pst[p].thr[j] = -INFINITY;
@@ -313,8 +341,6 @@ static void prepare_chunk(dm_worker *w, const dm_chunk *ch)
             w->pst[p].xn[j] = 0;
         }
     }
-    for (int p = 0; p < w->parts; p++)
-        w->pst[p].n = 0;
 }
 
 /* The largest float not above t (−∞ when t is not a number: admit everything). */
@@ -347,6 +373,22 @@ static int hit_room(dm_part *ps, size_t more)
         return -1;
     ps->hit = h;
     ps->cap = cap;
+    return 0;
+}
+
+/* Room for n hits in *h (capacity *cap). */
+static int grow_hits(dm_hit **h, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return 0;
+    size_t c = *cap ? 2 * *cap : 4096;
+    while (c < n)
+        c *= 2;
+    dm_hit *p = realloc(*h, c * sizeof *p);
+    if (!p)
+        return -1;
+    *h = p;
+    *cap = c;
     return 0;
 }
 
@@ -442,6 +484,16 @@ static void admit_block(void *ctx, int part, int r0, int nr, int t0, int tn, con
     for (size_t q = n0; q < ps->n; q++) {
         const int j = ps->hit[q].j;
         top_insert(ps->top + (size_t)j * K, &ps->tn[j], ps->hit[q].val);
+    }
+    /* the rescoring's first pass wants those reaching the scan's k-th best screened score,
+     * which is at least the part's: they are among these */
+    if (grow_hits(&ps->side, &ps->scap, ps->sn + (ps->n - n0)) != 0) {
+        atomic_store(&w->failed, 1);
+        return;
+    }
+    for (size_t q = n0; q < ps->n; q++) {
+        const dm_hit h = ps->hit[q];
+        if (ps->tn[h.j] < K || h.val >= ps->top[(size_t)h.j * K + K - 1]) ps->side[ps->sn++] = h;
     }
     for (int t = 0; t < tn; t++) {
         const int j = t0 + t;
@@ -557,38 +609,56 @@ static int silent_col(const float *col, int H)
     return 1;
 }
 
-/* One pass of the rescoring over the candidates part admitted (their rows are its own and
- * ascending, so E is read in order): those of feature j whose screened score reaches
- * first[j] (pass 1) or lies in [lo2[j], first[j]) (pass 2), each rescored exactly into the
- * part's best k of j. The next row to be rescored is fetched ahead of the dot products. */
+/* Can candidate h's exact logit reach x10, by its own row's bound (row_bound with that row's
+ * norms, not the largest: the second pass's lo2 used the largest)? */
+static int near(const dm_worker *w, dm_hit h)
+{
+    const float *r = w->rn + (size_t)h.id * 3;
+    return (double)h.val + row_bound(w, h.j, r[0], r[1], r[2]) * (1 + ldexp(1.0, -20)) >=
+           (double)w->x10[h.j];
+}
+
+/* One pass of the rescoring over the candidates part admitted: those of feature j whose
+ * screened score reaches first[j] (pass 1, from the side list), or lies in [lo2[j],
+ * first[j]) and can reach x10[j] by its row's bound (pass 2), each rescored exactly into
+ * the part's best k of j. They are taken feature by feature (a counting sort), so the
+ * column stays in cache while its rows are read, the next one fetched ahead. */
 static void rescore_part(void *ctx, int part, int parts)
 {
     dm_worker *w = ctx;
     (void)parts;
     if (part >= w->parts) return;
-    const dm_part *ps = &w->pst[part];
+    dm_part *ps = &w->pst[part];
     const brw_shape *s = w->s;
     const size_t rowb = (size_t)s->hidden * (s->embed->dtype == VX_F32 ? 4 : 2);
     const char *E = s->embed->data;
     const int second = w->pass == 2;
-#define WANTED(h) (second ? (h).val >= w->lo2[(h).j] && (h).val < w->first[(h).j] \
-                          : (h).val >= w->first[(h).j])
-    size_t next = 0;      /* the next wanted candidate of another row */
-    int32_t fetched = -1;
-    for (size_t i = 0; i < ps->n; i++) {
-        const dm_hit h = ps->hit[i];
-        if (!WANTED(h)) continue;
-        if (next <= i) next = i + 1;
-        while (next < ps->n && (ps->hit[next].id == h.id || !WANTED(ps->hit[next]))) next++;
-        if (next < ps->n && ps->hit[next].id != fetched) {
-            fetched = ps->hit[next].id;
-            for (size_t b = 0; b < rowb; b += 64)
-                __builtin_prefetch(E + (size_t)fetched * rowb + b);
+    const dm_hit *src = second ? ps->hit : ps->side;
+    const size_t n = second ? ps->n : ps->sn;
+    if (grow_hits(&ps->sel, &ps->selcap, n) != 0 || grow_hits(&ps->sel2, &ps->sel2cap, n) != 0) {
+        atomic_store(&w->failed, 1);
+        return;
+    }
+    size_t m = 0;
+    memset(ps->cnt, 0, (size_t)(w->nb + 1) * sizeof *ps->cnt);
+    for (size_t i = 0; i < n; i++) {
+        const dm_hit h = src[i];
+        if (second ? h.val >= w->lo2[h.j] && h.val < w->first[h.j] && near(w, h)
+                   : h.val >= w->first[h.j]) {
+            ps->sel[m++] = h;
+            ps->cnt[h.j + 1]++;
         }
+    }
+    for (int j = 0; j < w->nb; j++) ps->cnt[j + 1] += ps->cnt[j];
+    for (size_t i = 0; i < m; i++) ps->sel2[ps->cnt[ps->sel[i].j]++] = ps->sel[i];
+    for (size_t i = 0; i < m; i++) {
+        const dm_hit h = ps->sel2[i];
+        if (i + 1 < m)
+            for (size_t b = 0; b < rowb; b += 64)
+                __builtin_prefetch(E + (size_t)ps->sel2[i + 1].id * rowb + b);
         topk_push(ps->xid + (size_t)h.j * K, ps->xval + (size_t)h.j * K, &ps->xn[h.j], h.id,
                   exact_logit(s, h.id, w->dcol + (size_t)h.j * (size_t)s->hidden));
     }
-#undef WANTED
 }
 
 /* Feature j's exact best k over the parts' (the same set whatever the order: topk_push's
@@ -636,9 +706,11 @@ static void rescore_chunk(dm_worker *w, const dm_chunk *ch)
         float val[K];
         int n;
         merge_exact(w, j, ids, val, &n);
+        w->x10[j] = -INFINITY;
         if (n == K) {
             const float stop = floor_f32((double)val[K - 1] - w->margin[j] / 2);
             w->lo2[j] = stop > w->lo2[j] ? stop : w->lo2[j];
+            if (isfinite(w->margin[j])) w->x10[j] = val[K - 1];
         }
     }
     w->pass = 2;
@@ -666,12 +738,19 @@ static void worker_free(dm_worker *w)
     free(w->margin);
     free(w->first);
     free(w->lo2);
+    free(w->x10);
+    free(w->fn);
+    free(w->rn);
     for (int p = 0; w->pst && p < w->parts; p++) {
         dm_part *ps = &w->pst[p];
         free(ps->thr);
         free(ps->top);
         free(ps->tn);
         free(ps->hit);
+        free(ps->side);
+        free(ps->sel);
+        free(ps->sel2);
+        free(ps->cnt);
         free(ps->xid);
         free(ps->xval);
         free(ps->xn);
@@ -744,6 +823,8 @@ static int worker_init(dm_worker *w, const brw_shape *s, int prepare, vx_err *er
     w->cbuf = malloc((size_t)FC * VTILE * sizeof *w->cbuf);
     w->margin = malloc((size_t)FC * sizeof *w->margin);
     w->first = malloc((size_t)FC * sizeof *w->first);
+    w->x10 = malloc((size_t)FC * sizeof *w->x10);
+    w->fn = malloc((size_t)FC * 3 * sizeof *w->fn);
     w->lo2 = malloc((size_t)FC * sizeof *w->lo2);
     w->parts = eng_threads();
     w->pst = calloc((size_t)w->parts, sizeof *w->pst);
@@ -756,10 +837,11 @@ static int worker_init(dm_worker *w, const brw_shape *s, int prepare, vx_err *er
         ps->xid = malloc((size_t)FC * K * sizeof *ps->xid);
         ps->xval = malloc((size_t)FC * K * sizeof *ps->xval);
         ps->xn = malloc((size_t)FC * sizeof *ps->xn);
-        ok = ps->thr && ps->top && ps->tn && ps->xid && ps->xval && ps->xn;
+        ps->cnt = malloc((FC + 1) * sizeof *ps->cnt);
+        ok = ps->thr && ps->top && ps->tn && ps->xid && ps->xval && ps->xn && ps->cnt;
     }
     if (!ok || !w->chunks || !w->rec || !w->dcol || !w->xb || !w->xq || !w->dsc || !w->dcorr ||
-        !w->cbuf || !w->margin || !w->first || !w->lo2)
+        !w->cbuf || !w->margin || !w->first || !w->lo2 || !w->x10 || !w->fn)
         return vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
     return prepare ? prepare_embed(w, err) : 0;
 }
@@ -777,8 +859,10 @@ static int layer_pass(dm_worker *w, int l, const dm_carry *cy, dm_progress *pg, 
     for (size_t i = 0; i < n_chunks && !vx_cancel_flag; i++) {
         if (!chunk_dirty(cy, l, &w->chunks[i]))
             continue;
-        load_cols(w, &w->chunks[i]);
-        prepare_chunk(w, &w->chunks[i]);
+        w->pch = &w->chunks[i];
+        eng_parallel(prepare_part, w);
+        for (int p = 0; p < w->parts; p++)
+            w->pst[p].n = w->pst[p].sn = 0;
         if (screen_chunk(w, &w->chunks[i]) != 0)
             return vx_errf(err, VX_ENOMEM, "down_meta: out of memory screening layer %d", l);
         rescore_chunk(w, &w->chunks[i]);
