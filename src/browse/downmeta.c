@@ -129,6 +129,7 @@ typedef struct dm_worker {
     const uint8_t *eb;
     uint16_t *eb_copy;
     uint8_t *eq;
+    int eq_packed;           /* eq as eng_u8s8_pack_row lays it out (row v0's block at v0 · H) */
     float *esc;
     float *esc_tile;         /* [vocab / VTILE rounded up] the largest row scale of each tile */
     double e_max, eb_max, de_max;  /* largest ‖e‖, ‖e'‖, ‖e' − e‖ over the rows (e' = ê) */
@@ -255,17 +256,27 @@ static int prepare_embed(dm_worker *w, vx_err *err)
     const vx_tensor *E = s->embed;
     const int H = s->hidden;
     const size_t esz = E->dtype == VX_F32 ? 4 : 2, VH = (size_t)s->vocab * (size_t)H;
-    float *row = malloc((size_t)H * sizeof *row);
-    if (!row) return vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
     w->screen = pick_screen(H);
+    /* AMX-INT8 reads E in whole tiles (eng_u8s8_pack_row): each row is quantised into qrow
+     * and put in place */
+    w->eq_packed = w->screen == DM_I8 && eng_u8s8_amx(H);
+    float *row = malloc((size_t)H * sizeof *row);
+    uint8_t *qrow = w->eq_packed ? malloc((size_t)H) : NULL;
+    if (!row || (w->eq_packed && !qrow)) {
+        free(row);
+        free(qrow);
+        return vx_errf(err, VX_ENOMEM, "down_meta: out of memory");
+    }
     if (!(w->rn = malloc((size_t)s->vocab * 3 * sizeof *w->rn)) ||
         (w->screen == DM_BF16 && E->dtype != VX_BF16 &&
          !(w->eb_copy = malloc(VH * sizeof *w->eb_copy))) ||
-        (w->screen == DM_I8 && (!(w->eq = malloc(VH)) ||
+        (w->screen == DM_I8 && (!(w->eq = w->eq_packed ? calloc(1, eng_u8s8_pack_bytes(s->vocab, H))
+                                                       : malloc(VH)) ||
                                 !(w->esc = malloc((size_t)s->vocab * sizeof *w->esc)) ||
                                 !(w->esc_tile = calloc((size_t)(s->vocab + VTILE - 1) / VTILE,
                                                        sizeof *w->esc_tile))))) {
         free(row);
+        free(qrow);
         return vx_errf(err, VX_ENOMEM, "down_meta: out of memory for the embedding's %s copy",
                        w->screen == DM_I8 ? "int8" : "bf16");
     }
@@ -275,7 +286,8 @@ static int prepare_embed(dm_worker *w, vx_err *err)
                       (size_t)H);
         double nrm[3];
         if (w->screen == DM_I8) {
-            quant_row(row, H, w->eq + (size_t)v * (size_t)H, 128, &w->esc[v], nrm);
+            quant_row(row, H, qrow ? qrow : w->eq + (size_t)v * (size_t)H, 128, &w->esc[v], nrm);
+            if (qrow) eng_u8s8_pack_row(w->eq, H, v, qrow);
             w->esc_tile[v / VTILE] = fmaxf(w->esc_tile[v / VTILE], w->esc[v]);
         } else
             round_row(row, H, w->eb_copy ? w->eb_copy + (size_t)v * (size_t)H : NULL, nrm);
@@ -288,6 +300,7 @@ static int prepare_embed(dm_worker *w, vx_err *err)
         }
     }
     free(row);
+    free(qrow);
     return 0;
 }
 
@@ -547,7 +560,8 @@ static int screen_chunk(dm_worker *w, const dm_chunk *ch)
         } else if (w->screen == DM_BF16
                        ? eng_screen_bf16(w->eb + (size_t)v0 * (size_t)H * 2, vt, H, (size_t)H * 2,
                                          w->xb, ch->nb, w->parts, admit_block, w)
-                       : eng_screen_u8s8(w->eq + (size_t)v0 * (size_t)H, vt, H, (size_t)H, w->xq,
+                       : eng_screen_u8s8(w->eq + (size_t)v0 * (size_t)H, vt, H,
+                                         w->eq_packed ? 0 : (size_t)H, w->xq,
                                          ch->nb, w->parts, admit_block, w))
             return -1;   /* out of memory (its other refusals were checked at pick_screen) */
         if (atomic_load(&w->failed)) return -1;

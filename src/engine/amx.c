@@ -397,30 +397,33 @@ TAMXI void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, co
     _tile_release();
 }
 
-/* The screening product's exact integer block (gemm_bf16.c, eng_matmul_u8s8) on tiles:
- * c[i · 64 + 16 v + t] = Σ_k w[i · rb + k] · x of token 16 v + t, for rows i < rows (a
- * multiple of 32), token vectors v < nv and kp 4-byte lanes (a multiple of 16), unsigned
- * weight bytes against signed activation bytes packed as gemm_bf16.c packs them (lane k of
- * token t at xg[k · 64 + t]: 16 lanes of 16 tokens are a B tile with a 256-byte stride).
- * TDPBUSD sums the same products in int32, so the result is vpdpbusd's exactly. Blocks of
- * 32 rows × 32 tokens: 2 A, 2 B and 4 C tiles. */
-TAMXI void eng_amx_u8s8_rows(const uint8_t *w, size_t rb, int rows, const uint32_t *xg, int kp,
-                             int nv, uint32_t *c)
+/* The screening product's exact integer block (gemm_bf16.c, eng_screen_u8s8) on tiles:
+ * c[i · 64 + 16 v + t] = Σ_k w_i[k] · x of token 16 v + t, for rows i < rows (a multiple
+ * of 32), token vectors v < nv and ks k-steps of 64 bytes, unsigned weight bytes against
+ * signed activation bytes. Both operands come as whole tiles, 1 KiB each, contiguous:
+ * the weights as eng_u8s8_pack stores them (the 16 rows of block b, k-step k at
+ * w + (b · ks + k) · 1024), the activations as screen_run packs them for AMX (token
+ * vector v, k-step k at xt + (k · 4 + v) · 256 words: 16 lanes of 16 tokens). TDPBUSD
+ * sums the same products in int32, so the result is vpdpbusd's exactly. Blocks of 32 rows ×
+ * 32 tokens: 2 A, 2 B and 4 C tiles; with every tile a contiguous 1 KiB the loads keep
+ * up with the products (strided tiles ran the product at about half the rate). */
+TAMXI void eng_amx_u8s8_rows(const uint8_t *w, int rows, const uint32_t *xt, int ks, int nv,
+                             uint32_t *c)
 {
     tiles_config(0, NULL, NULL);
     for (int r = 0; r < rows; r += 32) {
-        const uint8_t *w0 = w + (size_t)r * rb, *w1 = w0 + 16 * rb;
+        const uint8_t *w0 = w + (size_t)(r / 16) * ks * 1024, *w1 = w0 + (size_t)ks * 1024;
         for (int v = 0; v < nv; v += 2) {
             _tile_zero(0);
             _tile_zero(1);
             _tile_zero(2);
             _tile_zero(3);
-            for (int k = 0; k < kp; k += 16) {
-                const uint32_t *xb = xg + (size_t)k * 64 + 16 * v;
-                _tile_loadd(4, w0 + 4 * (size_t)k, (long)rb);
-                _tile_loadd(5, w1 + 4 * (size_t)k, (long)rb);
-                _tile_loadd(6, xb, 256);
-                _tile_loadd(7, xb + 16, 256);
+            for (int k = 0; k < ks; k++) {
+                const uint32_t *xb = xt + ((size_t)k * 4 + (size_t)v) * 256;
+                _tile_loadd(4, w0 + (size_t)k * 1024, 64);
+                _tile_loadd(5, w1 + (size_t)k * 1024, 64);
+                _tile_loadd(6, xb, 64);
+                _tile_loadd(7, xb + 256, 64);
                 _tile_dpbusd(0, 4, 6);
                 _tile_dpbusd(1, 5, 6);
                 _tile_dpbusd(2, 4, 7);

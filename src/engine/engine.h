@@ -143,6 +143,12 @@ int eng_matmul_bf16(const void *w, int rows, int cols, size_t row_bytes, const u
  * sums stay below 2^31), or memory runs out. */
 int eng_u8s8_dot_ready(void);
 int eng_u8s8_amx(int cols);
+/* The layout the AMX kernel reads W in (eng_screen_u8s8 with row_bytes 0): rows in blocks
+ * of 16, each block's 64-byte k-steps one contiguous 1 KiB tile. eng_u8s8_pack_row puts
+ * row r of cols bytes in place in dst, which holds eng_u8s8_pack_bytes(rows, cols) bytes,
+ * zeroed first (the kernel reads whole 32-row blocks from any 16-row block on). */
+size_t eng_u8s8_pack_bytes(int rows, int cols);
+void eng_u8s8_pack_row(uint8_t *dst, int cols, int r, const uint8_t *row);
 int eng_matmul_u8s8(const uint8_t *w, int rows, int cols, size_t row_bytes, const int8_t *x,
                     int n, int32_t *y);
 /* The same two products handed over a block at a time instead of stored: fn(ctx, part,
@@ -156,6 +162,8 @@ typedef void (*eng_screen_fn)(void *ctx, int part, int r0, int nr, int t0, int t
                               const void *c);
 int eng_screen_bf16(const void *w, int rows, int cols, size_t row_bytes, const uint16_t *x,
                     int n, int parts, eng_screen_fn fn, void *ctx);
+/* eng_screen_u8s8: row_bytes 0 means W is packed (eng_u8s8_pack_row; only where
+ * eng_u8s8_amx(cols)), w at a row that is a multiple of 16. */
 int eng_screen_u8s8(const uint8_t *w, int rows, int cols, size_t row_bytes, const int8_t *x,
                     int n, int parts, eng_screen_fn fn, void *ctx);
 double eng_sum_gamma(int n);

@@ -90,11 +90,11 @@ int eng_amx_matmul(const eng_w *w, const float *x, int n, float *y);
  * and the packed activations' token vectors v < nv (xq, xd, xs as eng_xpack_make_q8 lays
  * out one group), over all nb blocks; min: add the blocks' mins. */
 int eng_amx_i8_ready(void);
-/* eng_matmul_u8s8's block on tiles (amx.c; exact, as vpdpbusd): c[i · 64 + 16 v + t] for rows
- * i < rows (a multiple of 32, stride rb), token vectors v < nv of a packed group xg, kp
- * lanes (a multiple of 16). */
-void eng_amx_u8s8_rows(const uint8_t *w, size_t rb, int rows, const uint32_t *xg, int kp,
-                       int nv, uint32_t *c);
+/* eng_screen_u8s8's block on tiles (amx.c; exact, as vpdpbusd): c[i · 64 + 16 v + t] for rows
+ * i < rows (a multiple of 32) of weights packed by eng_u8s8_pack, token vectors v < nv of
+ * activations packed as whole tiles, ks 64-byte k-steps. */
+void eng_amx_u8s8_rows(const uint8_t *w, int rows, const uint32_t *xt, int ks, int nv,
+                       uint32_t *c);
 void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, const int32_t *corr,
                      const float *dw, const float *mn, int sn, int nb, const uint8_t *xq,
                      const float *xd, const float *xs, int nv, int min, float *c, int gt);

@@ -150,7 +150,7 @@ static void screen_part(void *ctx, int part, int parts)
     while ((lo = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed)) < j->rows) {
         const int hi = lo + j->chunk < j->rows ? lo + j->chunk : j->rows;
         const int blocks = (hi - lo + br - 1) / br, last = hi - lo - (blocks - 1) * br;
-        if (last < br) {
+        if (last < br && !j->amx) {
             const uint8_t *w = j->w + (size_t)(hi - last) * j->rb;
             for (int i = 0; i < br; i++) {
                 if (i < last) memcpy(pad + i * bytes, w + i * j->rb, bytes);
@@ -160,12 +160,17 @@ static void screen_part(void *ctx, int part, int parts)
         for (int g = 0; g < groups; g++) {
             const int t0 = g * GT, tn = j->n - t0 < GT ? j->n - t0 : GT;
             const uint32_t *xg = j->xp + (size_t)g * j->kp * GT;
+            if (j->amx) {   /* packed rows: whole 32-row blocks, the padding past rows stored */
+                eng_amx_u8s8_rows(j->w + (size_t)(lo / 16) * (size_t)j->kp * 64, blocks * br, xg,
+                                  j->kp / 16, (tn + 15) / 16, cb);
+                j->fn(j->ctx, part, lo, hi - lo, t0, tn, cb);
+                continue;
+            }
             for (int b = 0; b < blocks; b++) {
                 const int pb = b == blocks - 1 && last < br;
                 const uint8_t *w = pb ? pad : j->w + (size_t)(lo + b * br) * j->rb;
                 uint32_t *c = cb + (size_t)b * br * GT;
-                if (j->amx) eng_amx_u8s8_rows(w, pb ? bytes : j->rb, br, xg, j->kp, (tn + 15) / 16, c);
-                else if (j->u8s8) micro_u8s8(w, pb ? bytes : j->rb, xg, j->kp, (int32_t *)(void *)c);
+                if (j->u8s8) micro_u8s8(w, pb ? bytes : j->rb, xg, j->kp, (int32_t *)(void *)c);
                 else micro(w, pb ? bytes : j->rb, xg, j->kp, (float *)(void *)c);
             }
             j->fn(j->ctx, part, lo, hi - lo, t0, tn, cb);
@@ -173,14 +178,14 @@ static void screen_part(void *ctx, int part, int parts)
     }
 }
 
-/* Run the product of bytes-per-row `bytes` (a multiple of 4) as kp = bytes / 4 lanes. */
-static int screen_run(int u8s8, const void *w, int rows, int bytes, size_t row_bytes,
+/* Run the product of bytes-per-row `bytes` (a multiple of 4) as kp = bytes / 4 lanes; amx:
+ * u8s8 on AMX-INT8 tiles, W packed by eng_u8s8_pack. */
+static int screen_run(int u8s8, int amx, const void *w, int rows, int bytes, size_t row_bytes,
                       const void *x, int n, int max_parts, eng_screen_fn fn, void *ctx)
 {
     const int kp = bytes / 4, groups = (n + GT - 1) / GT;
     const int parts = eng_threads() < max_parts ? eng_threads() : max_parts;
-    /* AMX-INT8 takes whole 64-byte k-steps: its exact sums are vpdpbusd's */
-    const int amx = u8s8 && eng_u8s8_amx(bytes), br = amx ? 32 : MR;
+    const int br = amx ? 32 : MR;
     bjob j = {.u8s8 = u8s8, .amx = amx, .br = br, .w = w, .rb = row_bytes, .rows = rows,
               .bytes = bytes, .n = n, .kp = kp, .parts = parts, .fn = fn, .ctx = ctx};
     /* tiles that stay in L2, small enough that a delayed thread's share is taken over */
@@ -203,8 +208,10 @@ static int screen_run(int u8s8, const void *w, int rows, int bytes, size_t row_b
             if (tn < GT) memset(dst, 0, (size_t)kp * GT * sizeof *dst);
             for (int t = 0; t < tn; t++) {
                 const uint8_t *src = (const uint8_t *)x + (size_t)(t0 + t) * (size_t)bytes;
-                for (int k = 0; k < kp; k++)
-                    memcpy(&dst[(size_t)k * GT + t], src + 4 * (size_t)k, 4);
+                for (int k = 0; k < kp; k++)   /* AMX: whole B tiles, 16 lanes × 16 tokens */
+                    memcpy(amx ? &dst[((size_t)(k / 16) * 4 + (size_t)(t / 16)) * 256 + (k % 16) * 16 + t % 16]
+                               : &dst[(size_t)k * GT + t],
+                           src + 4 * (size_t)k, 4);
             }
         }
         j.xp = xp;
@@ -237,15 +244,29 @@ int eng_screen_bf16(const void *w, int rows, int cols, size_t row_bytes, const u
 {
     if (n <= 0 || rows <= 0) return 0;
     if (cols % 2 || !eng_bf16_dot_ready() || parts < 1) return -1;
-    return screen_run(0, w, rows, cols * 2, row_bytes, x, n, parts, fn, ctx);
+    return screen_run(0, 0, w, rows, cols * 2, row_bytes, x, n, parts, fn, ctx);
+}
+
+size_t eng_u8s8_pack_bytes(int rows, int cols)
+{
+    return ((size_t)(rows + 15) / 16 * 16 + 32) * (size_t)cols;
+}
+
+void eng_u8s8_pack_row(uint8_t *dst, int cols, int r, const uint8_t *row)
+{
+    const size_t ks = (size_t)cols / 64;
+    for (size_t k = 0; k < ks; k++)
+        memcpy(dst + (((size_t)r / 16 * ks + k) * 16 + (size_t)r % 16) * 64, row + k * 64, 64);
 }
 
 int eng_screen_u8s8(const uint8_t *w, int rows, int cols, size_t row_bytes, const int8_t *x,
                     int n, int parts, eng_screen_fn fn, void *ctx)
 {
     if (n <= 0 || rows <= 0) return 0;
-    if (cols % 4 || cols > 65536 || !eng_u8s8_dot_ready() || parts < 1) return -1;
-    return screen_run(1, w, rows, cols, row_bytes, x, n, parts, fn, ctx);
+    if (cols % 4 || cols > 65536 || !eng_u8s8_dot_ready() || parts < 1 ||
+        (!row_bytes && !eng_u8s8_amx(cols)))
+        return -1;
+    return screen_run(1, !row_bytes, w, rows, cols, row_bytes, x, n, parts, fn, ctx);
 }
 
 int eng_matmul_bf16(const void *w, int rows, int cols, size_t row_bytes, const uint16_t *x,
@@ -259,5 +280,13 @@ int eng_matmul_u8s8(const uint8_t *w, int rows, int cols, size_t row_bytes, cons
                     int n, int32_t *y)
 {
     ystore s = {(uint32_t *)(void *)y, rows};
-    return eng_screen_u8s8(w, rows, cols, row_bytes, x, n, eng_threads(), store_y, &s);
+    if (rows <= 0 || n <= 0 || cols > 65536 || !eng_u8s8_amx(cols))
+        return eng_screen_u8s8(w, rows, cols, row_bytes, x, n, eng_threads(), store_y, &s);
+    /* the AMX kernel reads packed rows: a copy, for this convenience form */
+    uint8_t *pk = calloc(1, eng_u8s8_pack_bytes(rows, cols));
+    if (!pk) return -1;
+    for (int r = 0; r < rows; r++) eng_u8s8_pack_row(pk, cols, r, w + (size_t)r * row_bytes);
+    const int rc = eng_screen_u8s8(pk, rows, cols, 0, x, n, eng_threads(), store_y, &s);
+    free(pk);
+    return rc;
 }
