@@ -131,7 +131,6 @@ typedef struct dm_worker {
     uint8_t *eq;
     int eq_packed;           /* eq as eng_u8s8_pack_row lays it out (row v0's block at v0 · H) */
     float *esc;
-    float *esc_tile;         /* [vocab / VTILE rounded up] the largest row scale of each tile */
     double e_max, eb_max, de_max;  /* largest ‖e‖, ‖e'‖, ‖e' − e‖ over the rows (e' = ê) */
     float *rn;               /* [vocab, 3] each row's ‖e‖, ‖e'‖, ‖e' − e‖, rounded up */
     double *fn;              /* [FC, 3] each column's ‖d‖, ‖d'‖, ‖d' − d‖ */
@@ -210,7 +209,10 @@ static void round_row(const float *x, int n, uint16_t *xb, double nrm[3])
 static int32_t quant_row(const float *x, int n, uint8_t *out, int bias, float *sc, double nrm[3])
 {
     float mx = 0;
-    for (int i = 0; i < n; i++) mx = fmaxf(mx, fabsf(x[i]));
+    for (int i = 0; i < n; i++) {
+        const float a = fabsf(x[i]);
+        mx = a > mx ? a : mx;   /* fmaxf's result (NaN skipped), in a form that vectorises */
+    }
     const float scale = mx / 127;
     double nx = 0, nq = 0, nd = 0;
     int32_t sum = 0;
@@ -272,9 +274,7 @@ static int prepare_embed(dm_worker *w, vx_err *err)
          !(w->eb_copy = malloc(VH * sizeof *w->eb_copy))) ||
         (w->screen == DM_I8 && (!(w->eq = w->eq_packed ? calloc(1, eng_u8s8_pack_bytes(s->vocab, H))
                                                        : malloc(VH)) ||
-                                !(w->esc = malloc((size_t)s->vocab * sizeof *w->esc)) ||
-                                !(w->esc_tile = calloc((size_t)(s->vocab + VTILE - 1) / VTILE,
-                                                       sizeof *w->esc_tile))))) {
+                                !(w->esc = malloc((size_t)s->vocab * sizeof *w->esc))))) {
         free(row);
         free(qrow);
         return vx_errf(err, VX_ENOMEM, "down_meta: out of memory for the embedding's %s copy",
@@ -288,7 +288,6 @@ static int prepare_embed(dm_worker *w, vx_err *err)
         if (w->screen == DM_I8) {
             quant_row(row, H, qrow ? qrow : w->eq + (size_t)v * (size_t)H, 128, &w->esc[v], nrm);
             if (qrow) eng_u8s8_pack_row(w->eq, H, v, qrow);
-            w->esc_tile[v / VTILE] = fmaxf(w->esc_tile[v / VTILE], w->esc[v]);
         } else
             round_row(row, H, w->eb_copy ? w->eb_copy + (size_t)v * (size_t)H : NULL, nrm);
         w->e_max = fmax(w->e_max, nrm[0]);
@@ -447,7 +446,8 @@ static void admit_block(void *ctx, int part, int r0, int nr, int t0, int tn, con
     dm_worker *w = ctx;
     dm_part *ps = &w->pst[part];
     const int i8 = w->screen == DM_I8, v0 = w->v0 + r0, ng = (tn + 7) / 8;
-    const float emax = i8 ? w->esc_tile[w->v0 / VTILE] : 0;
+    float emax = 0;   /* the block's largest row scale, for lim_i8 */
+    for (int i = 0; i < nr && i8; i++) emax = w->esc[v0 + i] > emax ? w->esc[v0 + i] : emax;
     float thr[64] __attribute__((aligned(32)));
     int32_t lim[64] __attribute__((aligned(32)));
     if (hit_room(ps, (size_t)nr * (size_t)tn) != 0) {
@@ -494,19 +494,19 @@ static void admit_block(void *ctx, int part, int r0, int nr, int t0, int tn, con
         }
     }
     /* the block's admitted scores into the part's k best, then its thresholds */
-    for (size_t q = n0; q < ps->n; q++) {
-        const int j = ps->hit[q].j;
-        top_insert(ps->top + (size_t)j * K, &ps->tn[j], ps->hit[q].val);
-    }
     /* the rescoring's first pass wants those reaching the scan's k-th best screened score,
-     * which is at least the part's: they are among these */
+     * which is at least the part's: they are among the scores that entered the part's k
+     * best (side) */
     if (grow_hits(&ps->side, &ps->scap, ps->sn + (ps->n - n0)) != 0) {
         atomic_store(&w->failed, 1);
         return;
     }
     for (size_t q = n0; q < ps->n; q++) {
         const dm_hit h = ps->hit[q];
-        if (ps->tn[h.j] < K || h.val >= ps->top[(size_t)h.j * K + K - 1]) ps->side[ps->sn++] = h;
+        float *top = ps->top + (size_t)h.j * K;
+        if (ps->tn[h.j] == K && h.val < top[K - 1]) continue;   /* a tie may be the k-th */
+        top_insert(top, &ps->tn[h.j], h.val);
+        ps->side[ps->sn++] = h;
     }
     for (int t = 0; t < tn; t++) {
         const int j = t0 + t;
@@ -547,23 +547,26 @@ static int screen_chunk(dm_worker *w, const dm_chunk *ch)
     const int H = s->hidden, V = s->vocab;
     const size_t esz = E->dtype == VX_F32 ? 4 : 2;
     w->nb = ch->nb;
+    w->v0 = 0;
     atomic_store(&w->failed, 0);
+    if (w->screen != DM_F32) {
+        /* one product over the whole vocabulary: its blocks are admitted as they come */
+        if (w->screen == DM_BF16 ? eng_screen_bf16(w->eb, V, H, (size_t)H * 2, w->xb, ch->nb,
+                                                   w->parts, admit_block, w)
+                                 : eng_screen_u8s8(w->eq, V, H, w->eq_packed ? 0 : (size_t)H,
+                                                   w->xq, ch->nb, w->parts, admit_block, w))
+            return -1;   /* out of memory (its other refusals were checked at pick_screen) */
+        return atomic_load(&w->failed) ? -1 : 0;
+    }
+    /* the f32 screen's products land in cbuf, a vocabulary tile at a time */
     for (int v0 = 0; v0 < V; v0 += VTILE) {
         const int vt = V - v0 < VTILE ? V - v0 : VTILE;
         w->v0 = v0;
         w->vt = vt;
-        if (w->screen == DM_F32) {
-            eng_matmul_rows(E->dtype, (const uint8_t *)E->data + (size_t)v0 * H * esz, vt, H,
-                            (size_t)H * esz, w->dcol, ch->nb, w->cbuf);
-            atomic_store(&w->next_row, 0);
-            eng_parallel(admit_rows, w);
-        } else if (w->screen == DM_BF16
-                       ? eng_screen_bf16(w->eb + (size_t)v0 * (size_t)H * 2, vt, H, (size_t)H * 2,
-                                         w->xb, ch->nb, w->parts, admit_block, w)
-                       : eng_screen_u8s8(w->eq + (size_t)v0 * (size_t)H, vt, H,
-                                         w->eq_packed ? 0 : (size_t)H, w->xq,
-                                         ch->nb, w->parts, admit_block, w))
-            return -1;   /* out of memory (its other refusals were checked at pick_screen) */
+        eng_matmul_rows(E->dtype, (const uint8_t *)E->data + (size_t)v0 * H * esz, vt, H,
+                        (size_t)H * esz, w->dcol, ch->nb, w->cbuf);
+        atomic_store(&w->next_row, 0);
+        eng_parallel(admit_rows, w);
         if (atomic_load(&w->failed)) return -1;
     }
     return 0;
@@ -773,7 +776,6 @@ static void worker_free(dm_worker *w)
     free(w->eb_copy);
     free(w->eq);
     free(w->esc);
-    free(w->esc_tile);
 }
 
 /* What COMPILE keeps of its base's down-meta: the base's records (same layers, counts and
