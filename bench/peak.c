@@ -3,8 +3,9 @@
  * the same minutes: a register-only loop of each instruction (vfmadd231ps, vdpbf16ps,
  * vpdpbusd) on 12 independent accumulators (fewer leave a single core latency-bound: an
  * earlier 3.56 G/s figure for vpdpbusd came from such a loop), on one thread and on the
- * engine's pool; then eng_matmul_u8s8 and eng_matmul_bf16 on a down-meta tile (4080
- * vocabulary rows × hidden, 256 features) as a share of the pool's ceiling.
+ * engine's pool; then eng_screen_u8s8 (as down-meta runs it: packed rows on AMX-INT8 tiles)
+ * and eng_matmul_bf16 on a down-meta tile (4080 vocabulary rows × hidden, 256 features) as
+ * a share of the pool's ceiling.
  *
  *   peak [--hidden 2048] [--reps 8]
  *
@@ -96,6 +97,12 @@ static double ceiling(int which, int pool)
     return (double)STEPS * 12 * macs[which] * (pool ? eng_threads() : 1) / t / 1e9;
 }
 
+/* The screening product's consumer here: takes each block and keeps nothing. */
+static void take_block(void *ctx, int part, int r0, int nr, int t0, int tn, const void *c)
+{
+    (void)ctx, (void)part, (void)r0, (void)nr, (void)t0, (void)tn, (void)c;
+}
+
 int main(int argc, char **argv)
 {
     int hidden = 2048, reps = 8;
@@ -141,10 +148,19 @@ int main(int argc, char **argv)
         xb[i] = (uint16_t)(0xbc00 | (s >> 25));
     }
     const double work = (double)rows * hidden * n;
+    /* the int8 product as down-meta runs it: on AMX-INT8 tiles the rows are packed once
+     * (eng_u8s8_pack_row), and each block of results goes to a consumer (here one that
+     * does nothing with it) instead of a stored y */
+    const int amx = eng_u8s8_amx(hidden);
+    uint8_t *wp = amx ? calloc(1, eng_u8s8_pack_bytes(rows, hidden)) : NULL;
+    if (amx && !wp) { fprintf(stderr, "peak: out of memory\n"); return 1; }
+    for (int r = 0; amx && r < rows; r++) eng_u8s8_pack_row(wp, hidden, r, w8 + (size_t)r * hidden);
     double best8 = 1e30, bestb = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = bw_now();
-        if (eng_matmul_u8s8(w8, rows, hidden, (size_t)hidden, x8, n, y) != 0) return 1;
+        if (eng_screen_u8s8(amx ? wp : w8, rows, hidden, amx ? 0 : (size_t)hidden, x8, n,
+                            eng_threads(), take_block, NULL) != 0)
+            return 1;
         double t = bw_now() - t0;
         best8 = t < best8 ? t : best8;
         t0 = bw_now();
@@ -152,11 +168,13 @@ int main(int argc, char **argv)
         t = bw_now() - t0;
         bestb = t < bestb ? t : bestb;
     }
-    printf("eng_matmul_u8s8 %d x %d, %d features: %7.1f G multiply-adds/s, %.2f of the pool's vpdpbusd\n",
-           rows, hidden, n, work / best8 / 1e9, work / best8 / 1e9 / pool_ceil[VNNI]);
+    printf("eng_screen_u8s8 %d x %d, %d features: %7.1f G multiply-adds/s, %.2f of the pool's vpdpbusd%s\n",
+           rows, hidden, n, work / best8 / 1e9, work / best8 / 1e9 / pool_ceil[VNNI],
+           amx ? " (on AMX-INT8 tiles)" : "");
     printf("eng_matmul_bf16 %d x %d, %d features: %7.1f G multiply-adds/s, %.2f of the pool's vdpbf16ps\n",
            rows, hidden, n, work / bestb / 1e9, work / bestb / 1e9 / pool_ceil[BF16]);
     free(w8);
+    free(wp);
     free(x8);
     free(wb);
     free(xb);
