@@ -43,7 +43,7 @@
 #include <immintrin.h>
 
 #define FC 256          /* features per chunk */
-#define VTILE 4080      /* vocabulary rows per product */
+#define VTILE 4080      /* vocabulary rows per f32 screen product (its logits go to cbuf) */
 #define K BRW_DOWN_TOP_K
 
 static void put32(uint8_t *p, uint32_t v)
@@ -324,6 +324,18 @@ static double row_bound(const dm_worker *w, int j, double e, double eb, double d
     return B + eng_sum_gamma(H + 32) * e * nd + eng_bf16_sum_slack(H, nd, e);
 }
 
+/* Is the column all zero? Such a feature writes nothing to the residual stream, so it has
+ * no output token: its record is the all-zero one (no metadata), as COMPILE writes for a
+ * tombstone, whose down column it zeroes — so a compiled tombstone reads the same whether
+ * the container stores its down-meta or computes it on demand. */
+static int silent_col(const float *col, int H)
+{
+    for (int h = 0; h < H; h++)
+        if (col[h] != 0)
+            return 0;
+    return 1;
+}
+
 /* Load the chunk's columns (those of part i of n), round them for the screen and set each
  * feature's margin 2(B + R). */
 static void prepare_part(void *ctx, int part, int parts)
@@ -347,8 +359,10 @@ static void prepare_part(void *ctx, int part, int parts)
          * score that could overflow f32 admits everything */
         double m = 2 * M * (1 + ldexp(1.0, -20));
         w->margin[j] = zero_margin ? 0 : isfinite(m) && w->eb_max * nb < 1e37 ? m : INFINITY;
+        /* an all-zero column has no record (silent_col): nothing is admitted for it */
+        const float start = silent_col(d, H) ? INFINITY : -INFINITY;
         for (int p = 0; p < w->parts; p++) {
-            w->pst[p].thr[j] = -INFINITY;
+            w->pst[p].thr[j] = start;
             w->pst[p].tn[j] = 0;
             w->pst[p].xn[j] = 0;
         }
@@ -425,6 +439,7 @@ static void top_insert(float *top, int *n, float a)
 static int32_t lim_i8(float thr, float esc_max, float dsc, int32_t corr)
 {
     const double s = (double)esc_max * dsc;
+    if (thr == INFINITY) return INT32_MAX;   /* admits nothing: the float test rejects the rest */
     if (!(thr > 1e-30f) || !isfinite(thr) || !(s > 0) || !isfinite(s)) return INT32_MIN;
     double d = floor(((double)thr * (1 - ldexp(1.0, -20)) - ldexp((double)dsc, -149)) / s) - 1;
     d = d > 4e9 ? 4e9 : d < -4e9 ? -4e9 : d;
@@ -612,18 +627,6 @@ static void put_rec(uint8_t *r, size_t rb, int32_t top, float score, const int32
         put32(r + 8 + 8 * t, (uint32_t)ids[t]);
         putf(r + 12 + 8 * t, val[t]);
     }
-}
-
-/* Is the column all zero? Such a feature writes nothing to the residual stream, so it has
- * no output token: its record is the all-zero one (no metadata), as COMPILE writes for a
- * tombstone, whose down column it zeroes — so a compiled tombstone reads the same whether
- * the container stores its down-meta or computes it on demand. */
-static int silent_col(const float *col, int H)
-{
-    for (int h = 0; h < H; h++)
-        if (col[h] != 0)
-            return 0;
-    return 1;
 }
 
 /* Can candidate h's exact logit reach x10, by its own row's bound (row_bound with that row's
