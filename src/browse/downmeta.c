@@ -27,8 +27,8 @@
  *   2. the candidates are rescored by the exact pass and the best k written.
  * The product runs on the engine's pool and hands each block of results to the admission
  * (admit_block) on the thread that computed it, while it is in cache; each pool part keeps
- * its own thresholds and candidates, merged per feature by the rescoring, which splits the
- * chunk's features over the same pool.
+ * its own thresholds and candidates and rescores its own candidates; the parts' best k are
+ * merged per feature.
  */
 #include "brw_int.h"
 
@@ -122,7 +122,7 @@ typedef struct dm_worker {
     int parts;               /* pool parts admitting (eng_screen_fn's part < parts) */
     dm_part *pst;            /* [parts] */
     /* the rescoring's per feature: a candidate is rescored in the first pass if its screened
-     * score reaches first[j], in the second if it reaches lo2[j] (−∞: silent column, none) */
+     * score reaches first[j], in the second if it reaches lo2[j] (+∞: silent column, none) */
     float *first, *lo2;      /* [FC] */
     /* the embedding as the screen reads it: bf16 rows (in place, or a rounded copy), or
      * int8 rows stored + 128 with a scale per row */
@@ -135,7 +135,8 @@ typedef struct dm_worker {
     float *rn;               /* [vocab, 3] each row's ‖e‖, ‖e'‖, ‖e' − e‖, rounded up */
     double *fn;              /* [FC, 3] each column's ‖d‖, ‖d'‖, ‖d' − d‖ */
     float *x10;              /* [FC] the k-th exact logit after the first rescoring pass */
-    /* one vocabulary tile's pass over the chunk's features, split over the pool */
+    /* the chunk's features; the first vocabulary row of the product (v0, and vt its rows:
+     * the f32 screen's tiles; the other screens run one product from row 0) */
     int nb, v0, vt;
     const dm_chunk *pch;     /* the chunk being prepared */
     atomic_int next_row;     /* the f32 screen's next row to admit */
@@ -377,6 +378,13 @@ static float floor_f32(double t)
     return (double)f > t ? nextafterf(f, -INFINITY) : f;
 }
 
+/* The admission threshold t − 2(B + R) of feature j, t a k-th best screened score: the
+ * largest float not above it. */
+static float screen_thr(const dm_worker *w, int j, float t)
+{
+    return floor_f32((double)t - w->margin[j]);
+}
+
 /* Room for `more` candidates after ps's n: those the part's thresholds have passed since
  * they were admitted are dropped first (the order kept), and the list grows when that frees
  * little. */
@@ -508,8 +516,8 @@ static void admit_block(void *ctx, int part, int r0, int nr, int t0, int tn, con
             }
         }
     }
-    /* the block's admitted scores into the part's k best, then its thresholds */
-    /* the rescoring's first pass wants those reaching the scan's k-th best screened score,
+    /* the block's admitted scores into the part's k best, then its thresholds; the
+     * rescoring's first pass wants those reaching the scan's k-th best screened score,
      * which is at least the part's: they are among the scores that entered the part's k
      * best (side) */
     if (grow_hits(&ps->side, &ps->scap, ps->sn + (ps->n - n0)) != 0) {
@@ -525,9 +533,8 @@ static void admit_block(void *ctx, int part, int r0, int nr, int t0, int tn, con
     }
     for (int t = 0; t < tn; t++) {
         const int j = t0 + t;
-        const float *top = ps->top + (size_t)j * K;
         if (ps->tn[j] == K) {
-            const float th = floor_f32((double)top[K - 1] - w->margin[j]);
+            const float th = screen_thr(w, j, ps->top[(size_t)j * K + K - 1]);
             ps->thr[j] = th > ps->thr[j] ? th : ps->thr[j];
         }
     }
@@ -702,7 +709,6 @@ static void merge_exact(const dm_worker *w, int j, int32_t *ids, float *val, int
  * one margin, not the screen's two. */
 static void rescore_chunk(dm_worker *w, const dm_chunk *ch)
 {
-    const int H = w->s->hidden;
     for (int j = 0; j < ch->nb; j++) {
         float top[K], thr = -INFINITY;
         int tn = 0;
@@ -712,12 +718,12 @@ static void rescore_chunk(dm_worker *w, const dm_chunk *ch)
             thr = ps->thr[j] > thr ? ps->thr[j] : thr;
         }
         if (tn == K) {
-            const float th = floor_f32((double)top[K - 1] - w->margin[j]);
+            const float th = screen_thr(w, j, top[K - 1]);
             thr = th > thr ? th : thr;
         }
-        const int silent = silent_col(w->dcol + (size_t)j * (size_t)H, H);
-        w->first[j] = silent || !tn ? INFINITY : top[tn - 1];
-        w->lo2[j] = silent ? INFINITY : thr;
+        /* a silent column admitted nothing (tn 0) under a threshold of +∞: neither pass */
+        w->first[j] = tn ? top[tn - 1] : INFINITY;
+        w->lo2[j] = thr;
     }
     w->pass = 1;
     eng_parallel(rescore_part, w);

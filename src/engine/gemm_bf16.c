@@ -10,7 +10,7 @@
  *   eng_matmul_u8s8  y[t, r] = Σ_k W[r, k] · X[t, k] for unsigned-byte W and signed-byte X
  *                    with AVX512-VNNI (vpdpbusd), exact in int32; twice the bf16 rate; on
  *                    AMX-INT8 tiles where the CPU has them (eng_amx_u8s8_rows, amx.c: the
- *                    same sums; down-meta's encode 42-45 -> 32-35 s on the 1.1B model).
+ *                    same sums), reading W packed in their layout (eng_u8s8_pack_row).
  *
  * Layout as gemm.c (the BLIS scheme): X is packed once per call into groups of 64 tokens,
  * k in 32-bit lanes (bf16 pairs or byte quads: xp[(g · kq + k) · 64 + t] holds X[t]'s k-th
