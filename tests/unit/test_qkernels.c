@@ -325,6 +325,34 @@ static void mxfp4_codes(void)
     CHECK(isnan(wide[8]) && isnan(narrow[8]));
 }
 
+/* Q8_0 values at the int8 edge (-128, which no quantiser writes but a foreign file may
+ * hold, and 127) and a NaN scale, on the wide kernel's 8-block steps, pairs and tail (13
+ * blocks): the same as the AVX2 kernel's products. */
+static void q8_0_edges(void)
+{
+    enum { NB = 13, BB = 34, R = 4 };
+    unsigned char w[R][NB * BB];
+    float x[NB * 32], wide[R], narrow[R];
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < NB; b++) {
+            uint16_t h = r == 3 && b == 11 ? 0x7e00 : vx_f32_to_f16(0.02f * (float)(b + 1));
+            w[r][b * BB] = (unsigned char)h;
+            w[r][b * BB + 1] = (unsigned char)(h >> 8);
+            for (int i = 0; i < 32; i++)
+                w[r][b * BB + 2 + i] = r == 0 ? 0x80 : r == 1 ? 0x7f : (unsigned char)(i & 1 ? 0x80 : 0x7f);
+        }
+    for (int i = 0; i < NB * 32; i++)
+        x[i] = urand() * (i % 7 == 0 ? 30.f : 1.f);
+    setenv("LQL_NO_AVX512", "1", 1);
+    eng_qgemv(VX_Q8_0, w, R, NB * 32, x, narrow);
+    setenv("LQL_NO_AVX512", "0", 1);
+    eng_qgemv(VX_Q8_0, w, R, NB * 32, x, wide);
+    for (int r = 0; r < 3; r++)
+        CHECK_MSG(fabsf(wide[r] - narrow[r]) <= 1e-5f * fabsf(narrow[r]) && narrow[r] != 0,
+                  "q8_0 edge row %d: %.9g vs %.9g", r, wide[r], narrow[r]);
+    CHECK(isnan(wide[3]) && isnan(narrow[3]));
+}
+
 /* Q8_0 unit rows (row r picks element r: d = 1, q = 1) return each activation exactly as
  * the integer path quantised it, d_x · q_x (x itself on the exact path). Against the scalar rule (amax / 127, lrintf
  * of x · 127 / amax, ties to even), bit for bit, in decode (1 token) and prefill (20), with
@@ -376,6 +404,7 @@ int main(void)
     every_codec();
     quantise_exact();
     mxfp4_codes();
+    q8_0_edges();
     /* Exact decode: f32 activations on every path, held to the tight bound. */
     setenv("LQL_QEXACT", "1", 1);
     every_codec();
