@@ -8,6 +8,14 @@
  *
  *   LQL_THREADS=1 qgemv [--rows 4096] [--cols 4096] [--reps 20] [--only q8_0]
  *   LQL_THREADS=2 qgemv
+ *   qgemv --stack [--reps 8] [--only q8_0]
+ *
+ * --stack: decode's shapes instead of one matrix — the GEMVs of the 22 layers of the 1.1B
+ * TinyLlama geometry (bench/ckpt.h's: q, k, v, o, gate, up, down), one after another over
+ * distinct weights, about 1.2 GB in Q8_0, so every byte comes from DRAM as in decode and
+ * each of the 154 products starts its own stream; next to a plain read of the same bytes.
+ * A 4096 x 4096 matrix fits this host's 300 MiB L3: only --stack (or larger --rows and
+ * --cols) measures the DRAM stream.
  *
  * Each number is the best of --reps runs (the machine is shared); the kernel and the read
  * alternate so both see the same cache state. Wall-clock numbers are printed, never
@@ -18,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include "engine_int.h"
 #include "qkernels.h"
 
@@ -26,6 +35,12 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
 }
 
 typedef struct rd {
@@ -47,10 +62,95 @@ static void read_part(void *ctx, int i, int n)
     r->sums[i] = v[0] + v[1] + v[2] + v[3];
 }
 
+/* Fills n bytes of blocks of dt (bb bytes) with values and keeps their f16 scales finite. */
+static void fill_blocks(vx_dtype dt, unsigned char *w, size_t n, unsigned bb)
+{
+    for (size_t i = 0; i < n; i++)
+        w[i] = (unsigned char)(i * 131 >> 3);
+    const size_t d = dt == VX_Q2_K ? 80 : dt == VX_Q3_K ? 108 : dt == VX_Q6_K ? 208 : 0;
+    const int two = dt == VX_Q2_K || dt == VX_Q4_K || dt == VX_Q5_K;
+    for (size_t b = 0; b < n / bb; b++) {
+        if (dt == VX_MXFP4) {
+            w[b * bb] = 120;   /* E8M0 */
+            continue;
+        }
+        w[b * bb + d] = 0x00;
+        w[b * bb + d + 1] = 0x1c;
+        if (two) {
+            w[b * bb + d + 2] = 0x00;
+            w[b * bb + d + 3] = 0x1c;
+        }
+    }
+}
+
+/* --stack: decode's GEMV sequence over the 1.1B geometry's 22 layers of distinct weights. */
+static int stack(const char *only, int reps)
+{
+    /* bench/ckpt.h's geometry: hidden 2048, 4 KV heads of 64, intermediate 5632 */
+    static const int shp[7][2] = {{2048, 2048}, {256, 2048}, {256, 2048}, {2048, 2048},
+                                  {5632, 2048}, {5632, 2048}, {2048, 5632}};
+    enum { L = 22 };
+    printf("qgemv --stack: %d layers of the 1.1B geometry's decode GEMVs, %d threads, best and "
+           "median of %d\n", L, eng_threads(), reps);
+    printf("  %-6s %8s %10s %10s %10s %8s\n", "dtype", "MB", "GB/s best", "GB/s med", "read med",
+           "ratio");
+    static const vx_dtype all[] = {VX_Q8_0, VX_Q4_0, VX_MXFP4, VX_Q4_K, VX_Q6_K};
+    float *x = malloc(sizeof(float) * 5632), *y = malloc(sizeof(float) * 5632);
+    double *tk = malloc(sizeof(double) * (size_t)reps), *tr = malloc(sizeof(double) * (size_t)reps);
+    if (!x || !y || !tk || !tr) return 1;
+    for (int c = 0; c < 5632; c++)
+        x[c] = (float)((c * 7919) % 1000) / 500.f - 1.f;
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
+        vx_dtype dt = all[k];
+        if (only && strcmp(only, vx_quant_name(dt)) != 0) continue;
+        unsigned be, bb;
+        vx_quant_block(dt, &be, &bb);
+        size_t off[L][7], tot = 0;
+        for (int l = 0; l < L; l++)
+            for (int m = 0; m < 7; m++) {
+                off[l][m] = tot;
+                tot += (size_t)shp[m][0] * (size_t)(shp[m][1] / (int)be) * bb;
+            }
+        /* anonymous and 2 MiB-mapped where the kernel agrees, as decode's page cache is */
+        unsigned char *w = mmap(NULL, tot, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (w == MAP_FAILED) return 1;
+        madvise(w, tot, MADV_HUGEPAGE);
+        fill_blocks(dt, w, tot, bb);
+        rd r = {.p = w, .n = tot};
+        for (int i = 0; i < reps; i++) {
+            double t0 = now();
+            for (int l = 0; l < L; l++)
+                for (int m = 0; m < 7; m++) eng_qgemv(dt, w + off[l][m], shp[m][0], shp[m][1], x, y);
+            double t1 = now();
+            eng_parallel(read_part, &r);
+            tk[i] = t1 - t0;
+            tr[i] = now() - t1;
+        }
+        qsort(tk, (size_t)reps, sizeof *tk, cmp_d);
+        qsort(tr, (size_t)reps, sizeof *tr, cmp_d);
+        printf("  %-6s %8.1f %10.2f %10.2f %10.2f %8.2f\n", vx_quant_name(dt), (double)tot / 1e6,
+               (double)tot / tk[0] / 1e9, (double)tot / tk[reps / 2] / 1e9,
+               (double)tot / tr[reps / 2] / 1e9, tr[reps / 2] / tk[reps / 2]);
+        munmap(w, tot);
+    }
+    free(x);
+    free(y);
+    free(tk);
+    free(tr);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int rows = 4096, cols = 4096, reps = 20;
     const char *only = NULL;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--stack")) {
+            for (int k = 1; k + 1 < argc; k++)
+                if (!strcmp(argv[k], "--reps")) reps = atoi(argv[k + 1]);
+                else if (!strcmp(argv[k], "--only")) only = argv[k + 1];
+            return stack(only, reps < 1 ? 8 : reps > 1000 ? 1000 : reps);
+        }
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--rows"))
             rows = atoi(argv[i + 1]);
@@ -88,20 +188,8 @@ int main(int argc, char **argv)
                          / 32768.f - 1.f;
             vx_quantize_row(dt, row, w + rb * (size_t)r, (size_t)cols);
         }
-        if (decode_only) {
-            /* decode-only formats: fill with bytes and keep the f16 scales finite */
-            for (size_t i = 0; i < n; i++)
-                w[i] = (unsigned char)(i * 131 >> 3);
-            size_t d = dt == VX_Q2_K ? 80 : dt == VX_Q3_K ? 108 : 0;
-            for (size_t b = 0; b < n / bb; b++) {
-                w[b * bb + d] = 0x00;
-                w[b * bb + d + 1] = 0x1c;
-                if (dt != VX_Q3_K) {
-                    w[b * bb + d + 2] = 0x00;
-                    w[b * bb + d + 3] = 0x1c;
-                }
-            }
-        }
+        if (decode_only)   /* decode-only formats: bytes with finite f16 scales */
+            fill_blocks(dt, w, n, bb);
         free(row);
         eng_qgemv(dt, w, rows, cols, x, y);           /* warm the pool and the pages */
         /* Best of reps: on a shared machine the minimum is the run least disturbed. */
