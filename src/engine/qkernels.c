@@ -418,23 +418,31 @@ static int wide_ok(void)
 /* Q8_0, two blocks per vpdpbusd, eight blocks a step. vpdpbusd takes unsigned × signed:
  * the weights flipped to w + 128 (one xor) times the activations, started from c = -128 ×
  * each 4 activations' sum, give each lane's exact sum of w·x; the step's eight f16 scales
- * come in one gather. Decode is memory-bound, but the sign trick and a scalar scale
- * conversion per block (17 vector uops a block pair, ports 0 and 5) held a DRAM-sized
- * stream of decode's shapes at 0.94 of a plain read where loads alone ran 1.05; this
- * step is about 8. Every lane's integer and scale are the same as the pair step's, and
- * they are added in the same order: the result does not depend on which step ran. */
+ * are converted and scaled in one 128-bit step (inserts, not a gather: Zen 4's is slow).
+ * Decode is memory-bound, but the sign trick and a scalar scale conversion per block (17
+ * vector uops a block pair on ports 0 and 5, against about 8 now) held a DRAM-sized
+ * stream of decode's shapes at 0.94 of a plain read where loads alone ran 1.05
+ * (`qgemv --stack`). Every lane's integer and scale are the pair step's, added in the
+ * same order: the result does not depend on which step ran. */
 T512 static float dot_q8_0_wide(const unsigned char *w, const float *d, const int8_t *q,
                                 const int32_t *c, int nb)
 {
-    const __m256i at = _mm256_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238);
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc = _mm512_setzero_ps();
     int b = 0;
     for (; b + 8 <= nb; b += 8, w += 8 * 34) {
         ahead_l2(w, 8 * 34);
-        const __m256i h = _mm256_i32gather_epi32((const int *)(const void *)w, at, 1);
-        const __m512 s = _mm512_castps256_ps512(
-            _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(h)), _mm256_loadu_ps(d + b)));
+        uint16_t h0;
+        memcpy(&h0, w, 2);
+        __m128i h = _mm_cvtsi32_si128(h0);   /* the step's eight scales (Zen 4's gather is slow) */
+        h = _mm_insert_epi16(h, *(const uint16_t *)(const void *)(w + 34), 1);
+        h = _mm_insert_epi16(h, *(const uint16_t *)(const void *)(w + 68), 2);
+        h = _mm_insert_epi16(h, *(const uint16_t *)(const void *)(w + 102), 3);
+        h = _mm_insert_epi16(h, *(const uint16_t *)(const void *)(w + 136), 4);
+        h = _mm_insert_epi16(h, *(const uint16_t *)(const void *)(w + 170), 5);
+        h = _mm_insert_epi16(h, *(const uint16_t *)(const void *)(w + 204), 6);
+        h = _mm_insert_epi16(h, *(const uint16_t *)(const void *)(w + 238), 7);
+        const __m512 s = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(d + b)));
         for (int k = 0; k < 4; k++) {
             const unsigned char *p = w + 68 * k;
             __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(load32(p + 2)), load32(p + 36), 1);
