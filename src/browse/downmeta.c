@@ -45,6 +45,8 @@
 #define FC 256          /* features per chunk */
 #define VTILE 4080      /* vocabulary rows per f32 screen product (its logits go to cbuf) */
 #define K BRW_DOWN_TOP_K
+/* the int8 and bf16 screens run only where the CPU has these (eng_*_dot_ready) */
+#define T512 __attribute__((target("avx512f")))
 
 static void put32(uint8_t *p, uint32_t v)
 {
@@ -110,6 +112,7 @@ typedef struct dm_part {
 typedef struct dm_worker {
     const brw_shape *s;
     int screen;              /* DM_* */
+    int wide;                /* the int8 or bf16 screen: admit_block on AVX-512 */
     uint8_t *rec;            /* the layer's records [features, record bytes] */
     size_t rb;
     float *dcol;             /* [FC, hidden] the chunk's down columns, feature-major */
@@ -260,6 +263,7 @@ static int prepare_embed(dm_worker *w, vx_err *err)
     const int H = s->hidden;
     const size_t esz = E->dtype == VX_F32 ? 4 : 2, VH = (size_t)s->vocab * (size_t)H;
     w->screen = pick_screen(H);
+    w->wide = w->screen != DM_F32;
     /* AMX-INT8 reads E in whole tiles (eng_u8s8_pack_row): each row is quantised into qrow
      * and put in place */
     w->eq_packed = w->screen == DM_I8 && eng_u8s8_amx(H);
@@ -439,20 +443,109 @@ static void top_insert(float *top, int *n, float a)
     top[p] = a;
 }
 
-/* The integer sum I a score fl(fl(fl(I − corr) · sc_e) · sc_d) must reach to be at least
- * the threshold thr, or less (any lower limit is sound), as an int32. For D = I − corr > 0
- * the score is at most (D · esc_max · (1 + u)² + 2^-149) · sc_d · (1 + u), u = 2^-24 (the
- * middle product may be subnormal); D ≤ 0 scores at most 0, so below a positive threshold
- * there is no limit (INT32_MIN). */
-static int32_t lim_i8(float thr, float esc_max, float dsc, int32_t corr)
+/* The hits of one row and 16 features (mask m over a's lanes, j0 the first feature) appended
+ * to the part's list as dm_hit {val, id, j}: a's and the features' lanes compressed, then
+ * interleaved with the row's id into three vectors of 16 dm_hit (stored whatever their
+ * number; admit_block's hit_room leaves room for 16 more). */
+static const int32_t hit_perm[3][16] = {
+    {0, 0, 16, 1, 0, 17, 2, 0, 18, 3, 0, 19, 4, 0, 20, 5},
+    {0, 21, 6, 0, 22, 7, 0, 23, 8, 0, 24, 9, 0, 25, 10, 0},
+    {26, 11, 0, 27, 12, 0, 28, 13, 0, 29, 14, 0, 30, 15, 0, 31}};
+static const uint16_t hit_idmask[3] = {0x2492, 0x9249, 0x4924};
+
+T512 static inline void put_hits(dm_part *ps, __mmask16 m, __m512 a, int j0, int id)
 {
-    const double s = (double)esc_max * dsc;
-    if (thr == INFINITY) return INT32_MAX;   /* admits nothing: the float test rejects the rest */
-    if (!(thr > 1e-30f) || !isfinite(thr) || !(s > 0) || !isfinite(s)) return INT32_MIN;
-    double d = floor(((double)thr * (1 - ldexp(1.0, -20)) - ldexp((double)dsc, -149)) / s) - 1;
-    d = d > 4e9 ? 4e9 : d < -4e9 ? -4e9 : d;
-    const int64_t lim = (int64_t)corr + (int64_t)d;
-    return lim > INT32_MAX ? INT32_MAX : lim < INT32_MIN ? INT32_MIN : (int32_t)lim;
+    const __m512i v = _mm512_castps_si512(_mm512_maskz_compress_ps(m, a));
+    const __m512i j = _mm512_maskz_compress_epi32(
+        m, _mm512_add_epi32(_mm512_set1_epi32(j0),
+                            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)));
+    const __m512i idv = _mm512_set1_epi32(id);
+    int32_t *out = (int32_t *)(void *)(ps->hit + ps->n);
+    for (int k = 0; k < 3; k++)
+        _mm512_storeu_si512((void *)(out + 16 * k),
+                            _mm512_mask_blend_epi32(hit_idmask[k], _mm512_permutex2var_epi32(
+                                v, _mm512_loadu_si512((const void *)hit_perm[k]), j), idv));
+    ps->n += (size_t)__builtin_popcount(m);
+}
+
+/* admit_block's rows for the int8 and bf16 screens (CPUs with AVX-512): 16 features a
+ * compare; the int8 sums scaled, fl(fl(fl(I − 128·Σq_d) · sc_e) · sc_d). The hits are
+ * appended without a branch per hit (put_hits: the per-hit stores and loop exits of the
+ * AVX2 form cost a third of the 1.1B encode), and those that may enter the part's k best
+ * are found by one more compare, against each feature's k-th best as the block started:
+ * it only rises, so that is a superset, each checked against the live one as the AVX2
+ * form's second pass checks every hit, in the same order. Returns the features whose k
+ * best changed. */
+T512 static uint64_t admit_rows512(dm_worker *w, dm_part *ps, int v0, int nr, int t0, int tn,
+                                   const void *cv, const float *thr)
+{
+    const int i8 = w->screen == DM_I8;
+    uint64_t touched = 0;
+    float kth[64] __attribute__((aligned(64)));
+    for (int t = 0; t < 64; t++)
+        kth[t] = t >= tn ? INFINITY
+                 : ps->tn[t0 + t] == K ? ps->top[(size_t)(t0 + t) * K + K - 1] : -INFINITY;
+    const int32_t *dcorr = i8 ? w->dcorr + t0 : NULL;
+    const float *dsc = i8 ? w->dsc + t0 : NULL;
+    for (int i = 0; i < nr; i++) {
+        const int32_t *ci = (const int32_t *)cv + (size_t)i * 64;
+        const float *fi = (const float *)cv + (size_t)i * 64;
+        const __m512 esc = _mm512_set1_ps(i8 ? w->esc[v0 + i] : 0.f);
+        for (int tg = 0; tg < tn; tg += 16) {
+            const __mmask16 lanes = tn - tg >= 16 ? 0xffff : (__mmask16)((1u << (tn - tg)) - 1);
+            const __m512 a = i8 ? _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(
+                                                                  _mm512_loadu_si512((const void *)(ci + tg)),
+                                                                  _mm512_loadu_si512((const void *)(dcorr + tg)))),
+                                                              esc),
+                                                _mm512_loadu_ps(dsc + tg))
+                                : _mm512_loadu_ps(fi + tg);
+            const __mmask16 m = _mm512_cmp_ps_mask(a, _mm512_load_ps(thr + tg), _CMP_GE_OQ) & lanes;
+            if (!m) continue;
+            put_hits(ps, m, a, t0 + tg, v0 + i);
+            __mmask16 e = _mm512_cmp_ps_mask(a, _mm512_load_ps(kth + tg), _CMP_GE_OQ) & m;
+            if (!e) continue;
+            float av[16];
+            _mm512_storeu_ps(av, a);
+            for (; e; e &= (__mmask16)(e - 1)) {
+                const int b = __builtin_ctz(e), j = t0 + tg + b;
+                float *top = ps->top + (size_t)j * K;
+                if (ps->tn[j] == K && av[b] < top[K - 1]) continue;   /* a tie may be the k-th */
+                top_insert(top, &ps->tn[j], av[b]);
+                ps->side[ps->sn++] = (dm_hit){av[b], v0 + i, j};
+                touched |= 1ull << (tg + b);
+            }
+        }
+    }
+    return touched;
+}
+
+/* The same for the f32 screen's blocks (a CPU may lack AVX-512): 8 features a compare,
+ * the hits appended one by one, then each brought into the part's k best in turn. */
+static uint64_t admit_rows256(dm_part *ps, int v0, int nr, int t0, int tn, const float *cv,
+                              const float *thr)
+{
+    const size_t n0 = ps->n;
+    uint64_t touched = 0;
+    for (int i = 0; i < nr; i++)
+        for (int tg = 0; tg < tn; tg += 8) {
+            const unsigned lanes = tn - tg >= 8 ? 0xffu : (1u << (tn - tg)) - 1;
+            const __m256 a = _mm256_loadu_ps(cv + (size_t)i * 64 + tg);
+            unsigned m = (unsigned)_mm256_movemask_ps(
+                             _mm256_cmp_ps(a, _mm256_load_ps(thr + tg), _CMP_GE_OQ)) & lanes;
+            for (; m; m &= m - 1) {
+                const int b = __builtin_ctz(m);
+                ps->hit[ps->n++] = (dm_hit){cv[(size_t)i * 64 + tg + b], v0 + i, t0 + tg + b};
+            }
+        }
+    for (size_t q = n0; q < ps->n; q++) {
+        const dm_hit h = ps->hit[q];
+        float *top = ps->top + (size_t)h.j * K;
+        if (ps->tn[h.j] == K && h.val < top[K - 1]) continue;   /* a tie may be the k-th */
+        top_insert(top, &ps->tn[h.j], h.val);
+        ps->side[ps->sn++] = h;
+        touched |= 1ull << (h.j - t0);
+    }
+    return touched;
 }
 
 /* Admit one block of a screening product, c[i · 64 + t] the screened result of vocabulary
@@ -460,79 +553,28 @@ static int32_t lim_i8(float thr, float esc_max, float dsc, int32_t corr)
  * `part` (eng_screen_fn: called where the block was computed, while it is in cache). A
  * score joins feature j's candidates if it reaches the part's threshold t − 2(B + R), t the
  * k-th best screened score the part has seen for j (a lower bound of the final k-th best,
- * so a sound t; −∞ until it has seen k); 8 features are compared at once and most rows hold
- * nothing at the threshold. The int8 screen's sums are compared as integers first
- * (lim_i8) and scaled, fl(fl(fl(I − 128·Σq_d) · sc_e) · sc_d), only where that admits
- * something. Each feature's k best and threshold are brought up to date once a block. */
+ * so a sound t; −∞ until it has seen k). The scores that enter the part's k best also go to
+ * its side list (the rescoring's first pass wants those reaching the scan's k-th best
+ * screened score, which is at least the part's: they are among them). Each feature's
+ * threshold is brought up to date once a block, where its k best changed. */
 static void admit_block(void *ctx, int part, int r0, int nr, int t0, int tn, const void *cv)
 {
     dm_worker *w = ctx;
     dm_part *ps = &w->pst[part];
-    const int i8 = w->screen == DM_I8, v0 = w->v0 + r0, ng = (tn + 7) / 8;
-    float emax = 0;   /* the block's largest row scale, for lim_i8 */
-    for (int i = 0; i < nr && i8; i++) emax = w->esc[v0 + i] > emax ? w->esc[v0 + i] : emax;
-    float thr[64] __attribute__((aligned(32)));
-    int32_t lim[64] __attribute__((aligned(32)));
-    if (hit_room(ps, (size_t)nr * (size_t)tn) != 0) {
+    const int v0 = w->v0 + r0;
+    const size_t most = (size_t)nr * (size_t)tn;
+    /* (16 more: admit_rows512 stores 16 hits whatever their number) */
+    if (hit_room(ps, most + 16) != 0 || grow_hits(&ps->side, &ps->scap, ps->sn + most) != 0) {
         atomic_store(&w->failed, 1);
         return;
     }
-    const size_t n0 = ps->n;
-    for (int t = 0; t < ng * 8; t++) {
-        const int j = t0 + t;
-        thr[t] = t < tn ? ps->thr[j] : INFINITY;
-        lim[t] = t >= tn ? INT32_MAX : i8 ? lim_i8(thr[t], emax, w->dsc[j], w->dcorr[j]) : INT32_MIN;
-    }
-    for (int i = 0; i < nr; i++) {
-        const int32_t *ci = (const int32_t *)cv + (size_t)i * 64;
-        const float *fi = (const float *)cv + (size_t)i * 64;
-        for (int g = 0; g < ng; g++) {
-            const int tg = 8 * g;
-            const unsigned lanes = tn - tg >= 8 ? 0xffu : (1u << (tn - tg)) - 1;
-            __m256 a;
-            if (i8) {
-                const __m256i iv = _mm256_loadu_si256((const __m256i *)(ci + tg));
-                /* I ≥ lim as I > lim − 1: lim − 1 only where lim > INT32_MIN (else all pass) */
-                const __m256i l8 = _mm256_load_si256((const __m256i *)(lim + tg));
-                const __m256i pass = _mm256_or_si256(
-                    _mm256_cmpgt_epi32(iv, _mm256_sub_epi32(l8, _mm256_set1_epi32(1))),
-                    _mm256_cmpeq_epi32(l8, _mm256_set1_epi32(INT32_MIN)));
-                if (!((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(pass)) & lanes)) continue;
-                a = _mm256_mul_ps(
-                    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(
-                                      iv, _mm256_loadu_si256((const __m256i *)(w->dcorr + t0 + tg)))),
-                                  _mm256_set1_ps(w->esc[v0 + i])),
-                    _mm256_loadu_ps(w->dsc + t0 + tg));
-            } else
-                a = _mm256_loadu_ps(fi + tg);
-            unsigned m = (unsigned)_mm256_movemask_ps(
-                             _mm256_cmp_ps(a, _mm256_load_ps(thr + tg), _CMP_GE_OQ)) & lanes;
-            if (!m) continue;
-            float av[8];
-            _mm256_storeu_ps(av, a);
-            for (; m; m &= m - 1) {
-                const int b = __builtin_ctz(m);
-                ps->hit[ps->n++] = (dm_hit){av[b], v0 + i, t0 + tg + b};
-            }
-        }
-    }
-    /* the block's admitted scores into the part's k best, then its thresholds; the
-     * rescoring's first pass wants those reaching the scan's k-th best screened score,
-     * which is at least the part's: they are among the scores that entered the part's k
-     * best (side) */
-    if (grow_hits(&ps->side, &ps->scap, ps->sn + (ps->n - n0)) != 0) {
-        atomic_store(&w->failed, 1);
-        return;
-    }
-    for (size_t q = n0; q < ps->n; q++) {
-        const dm_hit h = ps->hit[q];
-        float *top = ps->top + (size_t)h.j * K;
-        if (ps->tn[h.j] == K && h.val < top[K - 1]) continue;   /* a tie may be the k-th */
-        top_insert(top, &ps->tn[h.j], h.val);
-        ps->side[ps->sn++] = h;
-    }
-    for (int t = 0; t < tn; t++) {
-        const int j = t0 + t;
+    float thr[64] __attribute__((aligned(64)));
+    for (int t = 0; t < 64; t++)
+        thr[t] = t < tn ? ps->thr[t0 + t] : INFINITY;
+    uint64_t touched = w->wide ? admit_rows512(w, ps, v0, nr, t0, tn, cv, thr)
+                               : admit_rows256(ps, v0, nr, t0, tn, cv, thr);
+    for (; touched; touched &= touched - 1) {
+        const int j = t0 + __builtin_ctzll(touched);
         if (ps->tn[j] == K) {
             const float th = screen_thr(w, j, ps->top[(size_t)j * K + K - 1]);
             ps->thr[j] = th > ps->thr[j] ? th : ps->thr[j];
