@@ -218,9 +218,45 @@ static int32_t quant_row(const float *x, int n, uint8_t *out, int bias, float *s
         mx = a > mx ? a : mx;   /* fmaxf's result (NaN skipped), in a form that vectorises */
     }
     const float scale = mx / 127;
-    double nx = 0, nq = 0, nd = 0;
-    int32_t sum = 0;
-    for (int i = 0; i < n; i++) {
+    /* 8 values a step (the scalar loop's three double sums in sequence ran at a few cycles
+     * a value, 5 % of the 1.1B encode); the norms' summation order differs from the
+     * tail's, which the bound's 2^-20 slack on them covers in any order */
+    __m256d vx = _mm256_setzero_pd(), vq = vx, vd = vx;
+    __m256i vs = _mm256_setzero_si256();
+    int i = 0;
+    for (; i + 8 <= n && scale > 0; i += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + i);
+        __m256 r = _mm256_round_ps(_mm256_div_ps(xv, _mm256_set1_ps(scale)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        /* as the tail: NaN to 0, then clamped to ±127 */
+        r = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q));
+        r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.f)), _mm256_set1_ps(127.f));
+        const __m256i q = _mm256_cvtps_epi32(r);
+        vs = _mm256_add_epi32(vs, q);
+        int32_t qb[8];
+        _mm256_storeu_si256((__m256i *)(void *)qb, _mm256_add_epi32(q, _mm256_set1_epi32(bias)));
+        for (int k = 0; k < 8; k++) out[i + k] = (uint8_t)qb[k];
+        for (int h = 0; h < 2; h++) {
+            const __m256d xd = _mm256_cvtps_pd(h ? _mm256_extractf128_ps(xv, 1) : _mm256_castps256_ps128(xv));
+            const __m256d e = _mm256_mul_pd(_mm256_set1_pd((double)scale),
+                                            _mm256_cvtepi32_pd(h ? _mm256_extracti128_si256(q, 1)
+                                                                 : _mm256_castsi256_si128(q)));
+            const __m256d de = _mm256_sub_pd(e, xd);
+            vx = _mm256_fmadd_pd(xd, xd, vx);
+            vq = _mm256_fmadd_pd(e, e, vq);
+            vd = _mm256_fmadd_pd(de, de, vd);
+        }
+    }
+    double lx[4], lq[4], ld[4];
+    int32_t ls[8];
+    _mm256_storeu_pd(lx, vx);
+    _mm256_storeu_pd(lq, vq);
+    _mm256_storeu_pd(ld, vd);
+    _mm256_storeu_si256((__m256i *)(void *)ls, vs);
+    double nx = lx[0] + lx[1] + lx[2] + lx[3], nq = lq[0] + lq[1] + lq[2] + lq[3],
+           nd = ld[0] + ld[1] + ld[2] + ld[3];
+    int32_t sum = ls[0] + ls[1] + ls[2] + ls[3] + ls[4] + ls[5] + ls[6] + ls[7];
+    for (; i < n; i++) {
         /* any q is sound (the bound uses the q chosen); clamped, non-finite input too */
         const float r = scale > 0 ? nearbyintf(x[i] / scale) : 0;
         const int q = r >= 127 ? 127 : r <= -127 ? -127 : r == r ? (int)r : 0;
