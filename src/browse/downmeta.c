@@ -433,9 +433,12 @@ static int hit_room(dm_part *ps, size_t more)
     if (ps->n + more <= ps->cap)
         return 0;
     size_t n = 0;
-    for (size_t i = 0; i < ps->n; i++)
-        if (ps->hit[i].val >= ps->thr[ps->hit[i].j])
-            ps->hit[n++] = ps->hit[i];
+    for (size_t i = 0; i < ps->n; i++) {
+        /* each copied, kept by the count: about half stay, a branch on it mispredicted */
+        const dm_hit h = ps->hit[i];
+        ps->hit[n] = h;
+        n += h.val >= ps->thr[h.j];
+    }
     ps->n = n;
     if (n + more <= ps->cap && n < ps->cap / 2)
         return 0;
