@@ -483,7 +483,7 @@ static void top_insert(float *top, int *n, float a)
 }
 
 /* The hits of one row and 16 features (mask m over a's lanes, j0 the first feature) appended
- * to the part's list as dm_hit {val, id, j}: a's and the features' lanes compressed, then
+ * to a part's list of n (the new n returned) as dm_hit {val, id, j}: a's and the features' lanes compressed, then
  * interleaved with the row's id into three vectors of 16 dm_hit (stored whatever their
  * number; admit_block's hit_room leaves room for 16 more). */
 static const int32_t hit_perm[3][16] = {
@@ -492,19 +492,19 @@ static const int32_t hit_perm[3][16] = {
     {26, 11, 0, 27, 12, 0, 28, 13, 0, 29, 14, 0, 30, 15, 0, 31}};
 static const uint16_t hit_idmask[3] = {0x2492, 0x9249, 0x4924};
 
-T512 static inline void put_hits(dm_part *ps, __mmask16 m, __m512 a, int j0, int id)
+T512 static inline size_t put_hits(dm_hit *hit, size_t n, __mmask16 m, __m512 a, int j0, int id)
 {
     const __m512i v = _mm512_castps_si512(_mm512_maskz_compress_ps(m, a));
     const __m512i j = _mm512_maskz_compress_epi32(
         m, _mm512_add_epi32(_mm512_set1_epi32(j0),
                             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)));
     const __m512i idv = _mm512_set1_epi32(id);
-    int32_t *out = (int32_t *)(void *)(ps->hit + ps->n);
+    int32_t *out = (int32_t *)(void *)(hit + n);
     for (int k = 0; k < 3; k++)
         _mm512_storeu_si512((void *)(out + 16 * k),
                             _mm512_mask_blend_epi32(hit_idmask[k], _mm512_permutex2var_epi32(
                                 v, _mm512_loadu_si512((const void *)hit_perm[k]), j), idv));
-    ps->n += (size_t)__builtin_popcount(m);
+    return n + (size_t)__builtin_popcount(m);
 }
 
 /* admit_block's rows for the int8 and bf16 screens (CPUs with AVX-512): 16 features a
@@ -526,6 +526,8 @@ T512 static uint64_t admit_rows512(dm_worker *w, dm_part *ps, int v0, int nr, in
                  : ps->tn[t0 + t] == K ? ps->top[(size_t)(t0 + t) * K + K - 1] : -INFINITY;
     const int32_t *dcorr = i8 ? w->dcorr + t0 : NULL;
     const float *dsc = i8 ? w->dsc + t0 : NULL;
+    dm_hit *const hit = ps->hit;   /* (locals: the stores through hit may alias ps) */
+    size_t n = ps->n;
     for (int i = 0; i < nr; i++) {
         const int32_t *ci = (const int32_t *)cv + (size_t)i * 64;
         const float *fi = (const float *)cv + (size_t)i * 64;
@@ -540,7 +542,7 @@ T512 static uint64_t admit_rows512(dm_worker *w, dm_part *ps, int v0, int nr, in
                                 : _mm512_loadu_ps(fi + tg);
             const __mmask16 m = _mm512_cmp_ps_mask(a, _mm512_load_ps(thr + tg), _CMP_GE_OQ) & lanes;
             if (!m) continue;
-            put_hits(ps, m, a, t0 + tg, v0 + i);
+            n = put_hits(hit, n, m, a, t0 + tg, v0 + i);
             __mmask16 e = _mm512_cmp_ps_mask(a, _mm512_load_ps(kth + tg), _CMP_GE_OQ) & m;
             if (!e) continue;
             float av[16];
@@ -555,6 +557,7 @@ T512 static uint64_t admit_rows512(dm_worker *w, dm_part *ps, int v0, int nr, in
             }
         }
     }
+    ps->n = n;
     return touched;
 }
 
