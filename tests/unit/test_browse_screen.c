@@ -5,7 +5,8 @@
  * logits bit for bit. Checked for every screen the CPU has (int8 with AVX512-VNNI, bf16
  * with AVX512-BF16, f32) on tinyllama stored as f32 (the int8 and bf16 screens quantise a
  * copy of the embedding, so their bounds carry the rounding of both operands), on
- * tinyllama-bf16, and with LQL_NO_AVX512=1; and that without the bound (margin zero) the
+ * tinyllama-bf16, with LQL_NO_AVX512=1, and on a generated llama of uneven sizes (100
+ * features a layer, 600 vocabulary rows); and that without the bound (margin zero) the
  * fastest screen's records come out wrong. Also eng_matmul_bf16 against a float64 product
  * within its stated bound and eng_matmul_u8s8 against exact integer sums.
  */
