@@ -593,6 +593,39 @@ T512 static void kidx(__m512i idx[4])
     }
 }
 
+/* q4k_scales of two super-blocks' scale bytes (s0 and s1), one in each 128-bit lane. */
+T512 static inline __m256i q4k_scales256(const unsigned char *s0, const unsigned char *s1)
+{
+    __m256i v = _mm256_loadu2_m128i((const __m128i *)(const void *)s1, (const __m128i *)(const void *)s0);
+    __m256i a = _mm256_shuffle_epi32(v, 0x98);
+    __m256i b = _mm256_shuffle_epi32(v, 0x50);
+    __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(a, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+                                  _mm256_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f,
+                                                    0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi32(b, 2), _mm256_setr_epi32(0, 0x30303030, 0, 0x30303030,
+                                                                               0, 0x30303030, 0, 0x30303030));
+    return _mm256_or_si256(lo, hi);
+}
+
+/* One Q4_K super-block's integer sums, each sub-block's weighted by its 6-bit scale (s: the
+ * eight scales as 16-bit words in every 128-bit lane). */
+T512 static inline __m512i q4k_isum(const unsigned char *w, const int8_t *q, __m512i s,
+                                    const __m512i pick[4])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i isum = _mm512_setzero_si512();
+    for (int p = 0; p < 2; p++) {
+        __m512i v = _mm512_loadu_si512((const void *)(w + 16 + 64 * p));
+        ENG_KEEP(v);
+        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(lo, _mm512_loadu_si512((const void *)(q + 128 * p))),
+                                   _mm512_shuffle_epi8(s, pick[2 * p]));
+        isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(hi, _mm512_loadu_si512((const void *)(q + 128 * p + 64))),
+                                   _mm512_shuffle_epi8(s, pick[2 * p + 1]));
+    }
+    return isum;
+}
+
 /* Q4_K 128 values per step: one 64-byte load holds two 64-value groups, whose low nibbles
  * (sub-blocks 2k, 2k+2) and high nibbles (2k+1, 2k+3) meet activations in k4_order;
  * unsigned nibbles × int8 activations (vpmaddubsw), then vpdpwssd multiplies by the 6-bit
@@ -600,11 +633,12 @@ T512 static void kidx(__m512i idx[4])
  * int32; one f32 conversion per block, d and dmin converted together. The mins go through
  * the 16-sums as in the AVX2 kernel. Against 64 values per step with vpermw: 25.2-25.5
  * against 21.4 GB/s on one Zen 4 core with the rows in L2, the same sums bit for bit
- * (ENGINE.md session 18). */
+ * (ENGINE.md session 18). Two super-blocks a step share the unpacking of their scales and
+ * mins, their f16 conversions and the mins' products (each 256-bit lane or half the
+ * work of one), and are added in the order one at a time adds them: the same result. */
 T512 static float dot_q4_k_wide(const unsigned char *w, const float *d, const int8_t *q,
                                 const int16_t *bs, int nb)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
     __m512i pick[4];          /* vector 2p + h: 16-bit lanes 0-15 scale 4p + h, 16-31 4p + h + 2 */
     for (int k = 0; k < 4; k++) {
         int8_t v[64];
@@ -614,7 +648,31 @@ T512 static float dot_q4_k_wide(const unsigned char *w, const float *d, const in
     }
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++, w += 144, q += 256, bs += 16) {
+    int b = 0;
+    for (; b + 2 <= nb; b += 2, w += 288, q += 512, bs += 32) {
+        ahead(w, 288);
+        const __m256i sm = q4k_scales256(w + 4, w + 148);
+        int dm0, dm1;
+        memcpy(&dm0, w, 4);
+        memcpy(&dm1, w + 144, 4);
+        /* d·d_x, dmin·d_x of both: lanes 0, 1 and 2, 3 */
+        const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(dm0), dm1, 1)),
+                                     _mm_setr_ps(d[b], d[b], d[b + 1], d[b + 1]));
+        const __m512i m = _mm512_cvtepu8_epi16(_mm256_unpacklo_epi8(_mm256_srli_si256(sm, 8),
+                                                                    _mm256_srli_si256(sm, 8)));
+        const __m512 mins = _mm512_cvtepi32_ps(_mm512_madd_epi16(m, _mm512_loadu_si512((const void *)bs)));
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dd))),
+                               _mm512_castps512_ps256(mins), accm);
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(_mm_cvtss_f32(_mm_shuffle_ps(dd, dd, 0xff))),
+                               _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(mins), 1)), accm);
+        const __m512i e = _mm512_cvtepu8_epi16(sm);
+        const __m512i i0 = q4k_isum(w, q, _mm512_shuffle_i32x4(e, e, 0x00), pick);
+        const __m512i i1 = q4k_isum(w + 144, q + 256, _mm512_shuffle_i32x4(e, e, 0xaa), pick);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(_mm_cvtss_f32(dd)), _mm512_cvtepi32_ps(i0), acc);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(_mm_cvtss_f32(_mm_shuffle_ps(dd, dd, 0xaa))),
+                              _mm512_cvtepi32_ps(i1), acc);
+    }
+    for (; b < nb; b++, w += 144, q += 256, bs += 16) {
         ahead(w, 144);
         __m128i sm = q4k_scales(w + 4);
         int dm;
@@ -622,17 +680,7 @@ T512 static float dot_q4_k_wide(const unsigned char *w, const float *d, const in
         __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(dm)), _mm_set1_ps(d[b]));
         accm = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), q4k_mins(sm, bs), accm);
         __m512i s = _mm512_broadcast_i32x4(_mm256_castsi256_si128(_mm256_cvtepu8_epi16(sm)));
-        __m512i isum = _mm512_setzero_si512();
-        for (int p = 0; p < 2; p++) {
-            __m512i v = _mm512_loadu_si512((const void *)(w + 16 + 64 * p));
-            ENG_KEEP(v);
-            __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(lo, _mm512_loadu_si512((const void *)(q + 128 * p))),
-                                       _mm512_shuffle_epi8(s, pick[2 * p]));
-            isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(hi, _mm512_loadu_si512((const void *)(q + 128 * p + 64))),
-                                       _mm512_shuffle_epi8(s, pick[2 * p + 1]));
-        }
-        acc = _mm512_fmadd_ps(_mm512_broadcastss_ps(dd), _mm512_cvtepi32_ps(isum), acc);
+        acc = _mm512_fmadd_ps(_mm512_broadcastss_ps(dd), _mm512_cvtepi32_ps(q4k_isum(w, q, s, pick)), acc);
     }
     return _mm512_reduce_add_ps(acc) - eng_hsum256(accm);
 }
