@@ -790,8 +790,8 @@ static void merge_exact(const dm_worker *w, int j, int32_t *ids, float *val, int
  * scan). Pass 1 rescores the candidates of the k best screened scores, which gives a k-th
  * exact logit x10 (the final one is at least that); a candidate of screened score a has an
  * exact logit of at most a + B + R, so pass 2 rescores only those with a ≥ x10 − (B + R):
- * one margin, not the screen's two. */
-static void rescore_chunk(dm_worker *w, const dm_chunk *ch)
+ * one margin, not the screen's two. -1 when a part ran out of memory for its passes. */
+static int rescore_chunk(dm_worker *w, const dm_chunk *ch)
 {
     for (int j = 0; j < ch->nb; j++) {
         float top[K], thr = -INFINITY;
@@ -811,6 +811,7 @@ static void rescore_chunk(dm_worker *w, const dm_chunk *ch)
     }
     w->pass = 1;
     eng_parallel(rescore_part, w);
+    if (atomic_load(&w->failed)) return -1;
     for (int j = 0; j < ch->nb; j++) {
         int32_t ids[K];
         float val[K];
@@ -825,6 +826,7 @@ static void rescore_chunk(dm_worker *w, const dm_chunk *ch)
     }
     w->pass = 2;
     eng_parallel(rescore_part, w);
+    if (atomic_load(&w->failed)) return -1;
     for (int j = 0; j < ch->nb; j++) {
         int32_t ids[K] = {0};
         float val[K] = {0};
@@ -832,7 +834,7 @@ static void rescore_chunk(dm_worker *w, const dm_chunk *ch)
         merge_exact(w, j, ids, val, &n);   /* none for a silent column: nothing reaches +∞ */
         put_rec(w->rec + (size_t)(ch->part->first + ch->f0 + j) * w->rb, w->rb, ids[0], val[0],
                 ids, val, n);
-    }
+    }    return 0;
 }
 
 static void worker_free(dm_worker *w)
@@ -974,7 +976,8 @@ static int layer_pass(dm_worker *w, int l, const dm_carry *cy, dm_progress *pg, 
             w->pst[p].n = w->pst[p].sn = 0;
         if (screen_chunk(w, &w->chunks[i]) != 0)
             return vx_errf(err, VX_ENOMEM, "down_meta: out of memory screening layer %d", l);
-        rescore_chunk(w, &w->chunks[i]);
+        if (rescore_chunk(w, &w->chunks[i]) != 0)
+            return vx_errf(err, VX_ENOMEM, "down_meta: out of memory rescoring layer %d", l);
         pg->done += (uint64_t)w->chunks[i].nb;
         if (pg->fn)
             pg->fn(pg->ctx, "down-meta", pg->done < pg->total ? pg->done : pg->total, pg->total);
