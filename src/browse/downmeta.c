@@ -112,7 +112,6 @@ typedef struct dm_part {
 typedef struct dm_worker {
     const brw_shape *s;
     int screen;              /* DM_* */
-    int wide;                /* the int8 or bf16 screen: admit_block on AVX-512 */
     uint8_t *rec;            /* the layer's records [features, record bytes] */
     size_t rb;
     float *dcol;             /* [FC, hidden] the chunk's down columns, feature-major */
@@ -299,7 +298,6 @@ static int prepare_embed(dm_worker *w, vx_err *err)
     const int H = s->hidden;
     const size_t esz = E->dtype == VX_F32 ? 4 : 2, VH = (size_t)s->vocab * (size_t)H;
     w->screen = pick_screen(H);
-    w->wide = w->screen != DM_F32;
     /* AMX-INT8 reads E in whole tiles (eng_u8s8_pack_row): each row is quantised into qrow
      * and put in place */
     w->eq_packed = w->screen == DM_I8 && eng_u8s8_amx(H);
@@ -425,6 +423,22 @@ static float screen_thr(const dm_worker *w, int j, float t)
     return floor_f32((double)t - w->margin[j]);
 }
 
+/* Room for n hits in *h (capacity *cap). */
+static int grow_hits(dm_hit **h, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return 0;
+    size_t c = *cap ? 2 * *cap : 4096;
+    while (c < n)
+        c *= 2;
+    dm_hit *p = realloc(*h, c * sizeof *p);
+    if (!p)
+        return -1;
+    *h = p;
+    *cap = c;
+    return 0;
+}
+
 /* Room for `more` candidates after ps's n: those the part's thresholds have passed since
  * they were admitted are dropped first (the order kept), and the list grows when that frees
  * little. */
@@ -442,32 +456,10 @@ static int hit_room(dm_part *ps, size_t more)
     ps->n = n;
     if (n + more <= ps->cap && n < ps->cap / 2)
         return 0;
-    size_t cap = ps->cap ? 2 * ps->cap : 65536;
-    while (cap < n + more)
-        cap *= 2;
-    dm_hit *h = realloc(ps->hit, cap * sizeof *h);
-    if (!h)
-        return -1;
-    ps->hit = h;
-    ps->cap = cap;
-    return 0;
+    /* more than half stay: grow, or the next blocks would compact again at once */
+    return grow_hits(&ps->hit, &ps->cap, n + more > ps->cap ? n + more : ps->cap + 1);
 }
 
-/* Room for n hits in *h (capacity *cap). */
-static int grow_hits(dm_hit **h, size_t *cap, size_t n)
-{
-    if (n <= *cap)
-        return 0;
-    size_t c = *cap ? 2 * *cap : 4096;
-    while (c < n)
-        c *= 2;
-    dm_hit *p = realloc(*h, c * sizeof *p);
-    if (!p)
-        return -1;
-    *h = p;
-    *cap = c;
-    return 0;
-}
 
 /* Insert a into a descending best k of *n values. */
 static void top_insert(float *top, int *n, float a)
@@ -482,10 +474,20 @@ static void top_insert(float *top, int *n, float a)
     top[p] = a;
 }
 
+/* h into its part's k best if it belongs there, and onto the side list: 1 if it entered. */
+static int enter_top(dm_part *ps, dm_hit h)
+{
+    float *top = ps->top + (size_t)h.j * K;
+    if (ps->tn[h.j] == K && h.val < top[K - 1]) return 0;   /* a tie may be the k-th */
+    top_insert(top, &ps->tn[h.j], h.val);
+    ps->side[ps->sn++] = h;
+    return 1;
+}
+
 /* The hits of one row and 16 features (mask m over a's lanes, j0 the first feature) appended
- * to a part's list of n (the new n returned) as dm_hit {val, id, j}: a's and the features' lanes compressed, then
- * interleaved with the row's id into three vectors of 16 dm_hit (stored whatever their
- * number; admit_block's hit_room leaves room for 16 more). */
+ * to a part's list of n as dm_hit {val, id, j}, the new n returned: a's and the features'
+ * lanes compressed, then interleaved with the row's id into three vectors of 16 dm_hit
+ * (stored whatever their number; admit_block's hit_room leaves room for 16 more). */
 static const int32_t hit_perm[3][16] = {
     {0, 0, 16, 1, 0, 17, 2, 0, 18, 3, 0, 19, 4, 0, 20, 5},
     {0, 21, 6, 0, 22, 7, 0, 23, 8, 0, 24, 9, 0, 25, 10, 0},
@@ -548,12 +550,8 @@ T512 static uint64_t admit_rows512(dm_worker *w, dm_part *ps, int v0, int nr, in
             float av[16];
             _mm512_storeu_ps(av, a);
             for (; e; e &= (__mmask16)(e - 1)) {
-                const int b = __builtin_ctz(e), j = t0 + tg + b;
-                float *top = ps->top + (size_t)j * K;
-                if (ps->tn[j] == K && av[b] < top[K - 1]) continue;   /* a tie may be the k-th */
-                top_insert(top, &ps->tn[j], av[b]);
-                ps->side[ps->sn++] = (dm_hit){av[b], v0 + i, j};
-                touched |= 1ull << (tg + b);
+                const int b = __builtin_ctz(e);
+                if (enter_top(ps, (dm_hit){av[b], v0 + i, t0 + tg + b})) touched |= 1ull << (tg + b);
             }
         }
     }
@@ -579,14 +577,8 @@ static uint64_t admit_rows256(dm_part *ps, int v0, int nr, int t0, int tn, const
                 ps->hit[ps->n++] = (dm_hit){cv[(size_t)i * 64 + tg + b], v0 + i, t0 + tg + b};
             }
         }
-    for (size_t q = n0; q < ps->n; q++) {
-        const dm_hit h = ps->hit[q];
-        float *top = ps->top + (size_t)h.j * K;
-        if (ps->tn[h.j] == K && h.val < top[K - 1]) continue;   /* a tie may be the k-th */
-        top_insert(top, &ps->tn[h.j], h.val);
-        ps->side[ps->sn++] = h;
-        touched |= 1ull << (h.j - t0);
-    }
+    for (size_t q = n0; q < ps->n; q++)
+        if (enter_top(ps, ps->hit[q])) touched |= 1ull << (ps->hit[q].j - t0);
     return touched;
 }
 
@@ -613,8 +605,8 @@ static void admit_block(void *ctx, int part, int r0, int nr, int t0, int tn, con
     float thr[64] __attribute__((aligned(64)));
     for (int t = 0; t < 64; t++)
         thr[t] = t < tn ? ps->thr[t0 + t] : INFINITY;
-    uint64_t touched = w->wide ? admit_rows512(w, ps, v0, nr, t0, tn, cv, thr)
-                               : admit_rows256(ps, v0, nr, t0, tn, cv, thr);
+    uint64_t touched = w->screen != DM_F32 ? admit_rows512(w, ps, v0, nr, t0, tn, cv, thr)
+                                            : admit_rows256(ps, v0, nr, t0, tn, cv, thr);
     for (; touched; touched &= touched - 1) {
         const int j = t0 + __builtin_ctzll(touched);
         if (ps->tn[j] == K) {
