@@ -292,15 +292,29 @@ static float dot_mxfp4(const unsigned char *w, const float *d, const int8_t *q, 
  * as 32-bit words u0 u1 u2: scales 0-3 = u0 & 0x3f, mins 0-3 = u1 & 0x3f, scales 4-7 = u2's
  * low nibbles with u0's top 2 bits, mins 4-7 = u2's high nibbles with u1's top 2 bits. Reads
  * 16 bytes from s: the block goes on past them. */
+static __m256i q4k_scales_lanes(__m256i v)
+{
+    __m256i a = _mm256_shuffle_epi32(v, 0x98);    /* u0 u2 u1 u2 */
+    __m256i b = _mm256_shuffle_epi32(v, 0x50);    /* u0 u0 u1 u1 */
+    __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(a, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+                                  _mm256_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f,
+                                                    0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi32(b, 2), _mm256_setr_epi32(0, 0x30303030, 0, 0x30303030,
+                                                                               0, 0x30303030, 0, 0x30303030));
+    return _mm256_or_si256(lo, hi);
+}
+
 static __m128i q4k_scales(const unsigned char *s)
 {
-    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)s);
-    __m128i a = _mm_shuffle_epi32(v, 0x98);    /* u0 u2 u1 u2 */
-    __m128i b = _mm_shuffle_epi32(v, 0x50);    /* u0 u0 u1 u1 */
-    __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
-                               _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    __m128i hi = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-    return _mm_or_si128(lo, hi);
+    return _mm256_castsi256_si128(
+        q4k_scales_lanes(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)s))));
+}
+
+/* The same for two super-blocks' scale bytes (s0 and s1), one in each 128-bit lane. */
+static __m256i q4k_scales2(const unsigned char *s0, const unsigned char *s1)
+{
+    return q4k_scales_lanes(_mm256_loadu2_m128i((const __m128i *)(const void *)s1,
+                                                (const __m128i *)(const void *)s0));
 }
 
 static void q4k_unpack(const unsigned char *s, uint8_t sm[16])
@@ -415,6 +429,16 @@ static int wide_ok(void)
     return vnni && eng_avx512();
 }
 
+/* The exact int32 sums of Q8_0 blocks b, b + 1 (at p) with their activations: the weights
+ * flipped to unsigned (w + 128) against the signed activations, each lane started from c. */
+T512 static inline __m512i q8_pair(const unsigned char *p, const int32_t *c, const int8_t *q)
+{
+    const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(load32(p + 2)), load32(p + 36), 1);
+    return _mm512_dpbusd_epi32(_mm512_loadu_si512((const void *)c),
+                               _mm512_xor_si512(wv, _mm512_set1_epi8((char)0x80)),
+                               _mm512_loadu_si512((const void *)q));
+}
+
 /* Q8_0, two blocks per vpdpbusd, eight blocks a step. vpdpbusd takes unsigned × signed:
  * the weights flipped to w + 128 (one xor) times the activations, started from c = -128 ×
  * each 4 activations' sum, give each lane's exact sum of w·x; the step's eight f16 scales
@@ -427,7 +451,6 @@ static int wide_ok(void)
 T512 static float dot_q8_0_wide(const unsigned char *w, const float *d, const int8_t *q,
                                 const int32_t *c, int nb)
 {
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc = _mm512_setzero_ps();
     int b = 0;
     for (; b + 8 <= nb; b += 8, w += 8 * 34) {
@@ -444,11 +467,7 @@ T512 static float dot_q8_0_wide(const unsigned char *w, const float *d, const in
         h = _mm_insert_epi16(h, *(const uint16_t *)(const void *)(w + 238), 7);
         const __m512 s = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(d + b)));
         for (int k = 0; k < 4; k++) {
-            const unsigned char *p = w + 68 * k;
-            __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(load32(p + 2)), load32(p + 36), 1);
-            __m512i pv = _mm512_dpbusd_epi32(_mm512_loadu_si512((const void *)(c + 8 * (b + 2 * k))),
-                                             _mm512_xor_si512(wv, flip),
-                                             _mm512_loadu_si512((const void *)(q + 32 * (b + 2 * k))));
+            const __m512i pv = q8_pair(w + 68 * k, c + 8 * (b + 2 * k), q + 32 * (b + 2 * k));
             __m512 sc = _mm512_permutexvar_ps(
                 _mm512_inserti64x4(_mm512_set1_epi32(2 * k), _mm256_set1_epi32(2 * k + 1), 1), s);
             acc = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(pv), acc);
@@ -456,10 +475,7 @@ T512 static float dot_q8_0_wide(const unsigned char *w, const float *d, const in
     }
     for (; b + 2 <= nb; b += 2, w += 2 * 34) {
         ahead_l2(w, 2 * 34);
-        __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(load32(w + 2)), load32(w + 36), 1);
-        __m512i pv = _mm512_dpbusd_epi32(_mm512_loadu_si512((const void *)(c + 8 * b)),
-                                         _mm512_xor_si512(wv, flip),
-                                         _mm512_loadu_si512((const void *)(q + 32 * b)));
+        const __m512i pv = q8_pair(w, c + 8 * b, q + 32 * b);
         __m512 sc = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(h2f(w) * d[b]),
                                          _mm512_set1_ps(h2f(w + 34) * d[b + 1]));
         acc = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(pv), acc);
@@ -489,10 +505,6 @@ T512 static __m256 scales8(int mx, unsigned bb, const unsigned char *w)
     return _mm256_castsi256_ps(bits);
 }
 
-/* The activations of every whole group of 8 blocks in the order dot_q4_wide reads them:
- * per 4 blocks, their 16 first values then their 16 last ones (the order of four blocks'
- * low nibbles, then their high nibbles). The blocks after the last whole group stay in
- * element order for the per-block kernels. */
 /* c for the wide Q8_0 kernel: -128 × the sum of each 4 consecutive activations. */
 static void q8_start(acts *a, int n, int cols)
 {
@@ -500,6 +512,10 @@ static void q8_start(acts *a, int n, int cols)
         a->c[i] = -128 * (a->q[4 * i] + a->q[4 * i + 1] + a->q[4 * i + 2] + a->q[4 * i + 3]);
 }
 
+/* The activations of every whole group of 8 blocks in the order dot_q4_wide reads them:
+ * per 4 blocks, their 16 first values then their 16 last ones (the order of four blocks'
+ * low nibbles, then their high nibbles). The blocks after the last whole group stay in
+ * element order for the per-block kernels. */
 static void nibble_order(acts *a, int n, int cols)
 {
     for (int t = 0; t < n; t++)
@@ -593,20 +609,6 @@ T512 static void kidx(__m512i idx[4])
     }
 }
 
-/* q4k_scales of two super-blocks' scale bytes (s0 and s1), one in each 128-bit lane. */
-T512 static inline __m256i q4k_scales256(const unsigned char *s0, const unsigned char *s1)
-{
-    __m256i v = _mm256_loadu2_m128i((const __m128i *)(const void *)s1, (const __m128i *)(const void *)s0);
-    __m256i a = _mm256_shuffle_epi32(v, 0x98);
-    __m256i b = _mm256_shuffle_epi32(v, 0x50);
-    __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(a, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
-                                  _mm256_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f,
-                                                    0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    __m256i hi = _mm256_and_si256(_mm256_srli_epi32(b, 2), _mm256_setr_epi32(0, 0x30303030, 0, 0x30303030,
-                                                                               0, 0x30303030, 0, 0x30303030));
-    return _mm256_or_si256(lo, hi);
-}
-
 /* One Q4_K super-block's integer sums, each sub-block's weighted by its 6-bit scale (s: the
  * eight scales as 16-bit words in every 128-bit lane). */
 T512 static inline __m512i q4k_isum(const unsigned char *w, const int8_t *q, __m512i s,
@@ -651,7 +653,7 @@ T512 static float dot_q4_k_wide(const unsigned char *w, const float *d, const in
     int b = 0;
     for (; b + 2 <= nb; b += 2, w += 288, q += 512, bs += 32) {
         ahead(w, 288);
-        const __m256i sm = q4k_scales256(w + 4, w + 148);
+        const __m256i sm = q4k_scales2(w + 4, w + 148);
         int dm0, dm1;
         memcpy(&dm0, w, 4);
         memcpy(&dm1, w + 144, 4);
