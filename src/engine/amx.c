@@ -401,7 +401,7 @@ TAMXI void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, co
  * c[i · 64 + 16 v + t] = Σ_k w_i[k] · x of token 16 v + t, for rows i < rows (a multiple
  * of 32), token vectors v < nv and ks k-steps of 64 bytes, unsigned weight bytes against
  * signed activation bytes. Both operands come as whole tiles, 1 KiB each, contiguous:
- * the weights as eng_u8s8_pack stores them (the 16 rows of block b, k-step k at
+ * the weights as eng_u8s8_pack_row stores them (the 16 rows of block b, k-step k at
  * w + (b · ks + k) · 1024), the activations as screen_run packs them for AMX (token
  * vector v, k-step k at xt + (k · 4 + v) · 256 words: 16 lanes of 16 tokens). TDPBUSD
  * sums the same products in int32, so the result is vpdpbusd's exactly. Blocks of 32 rows ×

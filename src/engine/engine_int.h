@@ -91,7 +91,7 @@ int eng_amx_matmul(const eng_w *w, const float *x, int n, float *y);
  * out one group), over all nb blocks; min: add the blocks' mins. */
 int eng_amx_i8_ready(void);
 /* eng_screen_u8s8's block on tiles (amx.c; exact, as vpdpbusd): c[i · 64 + 16 v + t] for rows
- * i < rows (a multiple of 32) of weights packed by eng_u8s8_pack, token vectors v < nv of
+ * i < rows (a multiple of 32) of weights packed by eng_u8s8_pack_row, token vectors v < nv of
  * activations packed as whole tiles, ks 64-byte k-steps. */
 void eng_amx_u8s8_rows(const uint8_t *w, int rows, const uint32_t *xt, int ks, int nv,
                        uint32_t *c);

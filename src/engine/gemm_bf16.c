@@ -179,7 +179,7 @@ static void screen_part(void *ctx, int part, int parts)
 }
 
 /* Run the product of bytes-per-row `bytes` (a multiple of 4) as kp = bytes / 4 lanes; amx:
- * u8s8 on AMX-INT8 tiles, W packed by eng_u8s8_pack. */
+ * u8s8 on AMX-INT8 tiles, W packed by eng_u8s8_pack_row. */
 static int screen_run(int u8s8, int amx, const void *w, int rows, int bytes, size_t row_bytes,
                       const void *x, int n, int max_parts, eng_screen_fn fn, void *ctx)
 {
