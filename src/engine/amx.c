@@ -3,10 +3,11 @@
  *
  * AMX multiplies bf16 pairs exactly and accumulates in f32 (TDPBF16PS). To keep f32
  * quality, each activation x is split into three bf16 parts x = hi + mid + lo (each the
- * round-to-nearest of what is left; together they hold 24 mantissa bits, i.e. x exactly),
- * and an f16 weight into two (w = hi + lo, exact since f16 has 11 mantissa bits). bf16
- * weights are used as stored, straight from the mmap. The product is then the sum of the
- * part products, all exact, accumulated in f32: the same accuracy class as sgemm.
+ * round-to-nearest of what is left; together they hold 24 mantissa bits, i.e. x exactly);
+ * the bf16 weights are used as stored, straight from the mmap. The product is then the sum
+ * of the part products, all exact, accumulated in f32: the same accuracy class as sgemm.
+ * (f16 weights took this path split into two bf16 parts until 2026-12-06; at twice the
+ * tile products they ran slower than the AVX-512 f32 GEMM, which now takes them: ENGINE.md.)
  *
  * Layout: A = 16 weight rows × 32 columns (row-major bf16, 64 bytes a row); B = 32
  * columns × 16 tokens packed in pairs (row kk holds, for each token, columns 2kk and
@@ -164,32 +165,9 @@ typedef struct amx_job {
     atomic_int fail;        /* a part could not get its scratch */
 } amx_job;
 
-/* Split k-steps [k0, k0 + kn) of the 16 f16 rows from r into k-major A tiles: at
- * ((h · kn + k) · 16 + i) · 32 the 32 bf16 of tile row i, h = 0/1 the hi and lo parts. The
- * tile loads then hit L2 with unit stride. (bf16 rows need no split: their tiles are
- * loaded where they are stored.) */
-TAMX static void split_block(const eng_w *w, int r, int k0, int kn, uint16_t *at)
-{
-    for (int h = 0; h < 2; h++)
-        for (int i = 0; i < 16; i++) {
-            const uint16_t *src = (const uint16_t *)((const char *)w->data + (size_t)(r + i) * w->row_bytes);
-            for (int k = 0; k < kn; k++) {
-                uint16_t *dst = at + ((size_t)(h * kn + k) * 16 + i) * 32;
-                const uint16_t *sk = src + (size_t)(k0 + k) * 32;
-                for (int q = 0; q < 32; q += 16) {
-                    __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sk + q)));
-                    __m256i hi = (__m256i)_mm512_cvtneps_pbh(v);
-                    __m512 rest = _mm512_sub_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16)));
-                    _mm256_storeu_si256((__m256i *)(dst + q), h ? (__m256i)_mm512_cvtneps_pbh(rest) : hi);
-                }
-            }
-        }
-}
-
-/* A part owns a contiguous range of row blocks: bf16 blocks are 32 rows (A tiles 4 and 5
- * are two 16-row halves feeding C rows 0/1, loaded from the mapping with the row stride),
- * f16 blocks 16 rows (A tiles 4 and 5 are the hi and lo parts from split_block, both
- * feeding C row 0). Tiles 0..3 are C[row][token block], tiles 6 and 7 the B tiles of the
+/* A part owns a contiguous range of 32-row blocks (A tiles 4 and 5 are two 16-row halves
+ * feeding C rows 0/1, loaded from the mapping with the row stride). Tiles 0..3 are
+ * C[row][token block], tiles 6 and 7 the B tiles of the
  * pair's two token blocks (one B register stalled each reload behind the two products still
  * reading it). The k dimension runs in chunks of KC outermost, so one chunk's B tiles (all
  * tokens) are reused from L2 by every block of the part; the C tiles are parked in `acc`
@@ -201,16 +179,12 @@ TAMX static void amx_part(void *ctx, int part, int nparts)
 {
     amx_job *j = ctx;
     const eng_w *w = j->w;
-    const int ks = w->cols / 32, nb = j->nb, nbp = nb / 2, f16 = w->dt == VX_F16;
-    const int rows_per = f16 ? 16 : 32;
+    const int ks = w->cols / 32, nb = j->nb, nbp = nb / 2;
     int b0, b1;
     eng_split(j->blocks, part, nparts, 1, &b0, &b1);
     if (b0 >= b1) return;
-    uint16_t *at = f16 ? malloc((size_t)2 * KC * 512 * sizeof *at) : NULL;   /* f16's split tiles */
     float *acc = malloc((size_t)(b1 - b0) * nbp * 4 * 256 * sizeof *acc);
-    if ((f16 && !at) || !acc) {
-        free(at);
-        free(acc);
+    if (!acc) {
         atomic_store(&j->fail, 1);
         return;
     }
@@ -218,7 +192,6 @@ TAMX static void amx_part(void *ctx, int part, int nparts)
     for (int k0 = 0; k0 < ks; k0 += KC) {
         const int kn = ks - k0 < KC ? ks - k0 : KC;
         for (int b = b0; b < b1; b++) {
-            if (f16) split_block(w, b * rows_per, k0, kn, at);
             for (int tp = 0; tp < nbp; tp++) {
                 float *ct = acc + ((size_t)(b - b0) * nbp + tp) * 4 * 256;
                 if (k0 == 0) {
@@ -233,24 +206,17 @@ TAMX static void amx_part(void *ctx, int part, int nparts)
                     _tile_loadd(3, ct + 768, 64);
                 }
                 for (int k = 0; k < kn; k++) {
-                    if (f16) {
-                        _tile_loadd(4, at + (size_t)k * 512, 64);
-                        _tile_loadd(5, at + (size_t)(kn + k) * 512, 64);
-                    } else {
-                        const char *wr = (const char *)w->data + (size_t)b * 32 * w->row_bytes + (size_t)(k0 + k) * 64;
-                        _tile_loadd(4, wr, (long)w->row_bytes);
-                        _tile_loadd(5, wr + 16 * w->row_bytes, (long)w->row_bytes);
-                    }
+                    const char *wr = (const char *)w->data + (size_t)b * 32 * w->row_bytes + (size_t)(k0 + k) * 64;
+                    _tile_loadd(4, wr, (long)w->row_bytes);
+                    _tile_loadd(5, wr + 16 * w->row_bytes, (long)w->row_bytes);
                     for (int p = 0; p < 3; p++) {
                         const uint32_t *bt = j->pk + btile(ks, 2 * tp, k0 + k, p);
                         _tile_loadd(6, bt, 64);
                         _tile_loadd(7, bt + 256, 64);
                         _tile_dpbf16ps(0, 4, 6);
-                        if (f16) _tile_dpbf16ps(0, 5, 6);
-                        else _tile_dpbf16ps(2, 5, 6);
+                        _tile_dpbf16ps(2, 5, 6);
                         _tile_dpbf16ps(1, 4, 7);
-                        if (f16) _tile_dpbf16ps(1, 5, 7);
-                        else _tile_dpbf16ps(3, 5, 7);
+                        _tile_dpbf16ps(3, 5, 7);
                     }
                 }
                 _tile_stored(0, ct, 64);
@@ -265,29 +231,28 @@ TAMX static void amx_part(void *ctx, int part, int nparts)
     for (int b = b0; b < b1; b++)
         for (int tp = 0; tp < nbp; tp++) {
             const float *ct = acc + ((size_t)(b - b0) * nbp + tp) * 4 * 256;
-            for (int rb = 0; rb < rows_per / 16; rb++)
+            for (int rb = 0; rb < 2; rb++)
                 for (int h = 0; h < 2; h++)
                     for (int t = 0; t < 16; t++) {
                         int tok = (2 * tp + h) * 16 + t;
                         if (tok >= j->n) break;
-                        float *yr = j->y + (size_t)tok * w->rows + (size_t)b * rows_per + rb * 16;
+                        float *yr = j->y + (size_t)tok * w->rows + (size_t)b * 32 + rb * 16;
                         const float *c = ct + (size_t)(rb * 2 + h) * 256;
                         for (int m = 0; m < 16; m++) yr[m] = c[m * 16 + t];
                     }
         }
-    free(at);
     free(acc);
 }
 
 int eng_amx_rows(const eng_w *w)
 {
-    return w->dt == VX_F16 ? w->rows / 16 * 16 : w->rows / 32 * 32;
+    return w->rows / 32 * 32;
 }
 
 int eng_amx_matmul(const eng_w *w, const float *x, int n, float *y)
 {
     const int nb = ((n + 31) / 32) * 2, ks = w->cols / 32;
-    amx_job j = {w, NULL, y, n, nb, w->rows / (w->dt == VX_F16 ? 16 : 32), 0};
+    amx_job j = {w, NULL, y, n, nb, w->rows / 32, 0};
     uint32_t *pk = malloc((size_t)3 * ks * nb * 1024);
     if (!pk) return -1;
     pack_job pj = {x, n, w->cols, nb, pk, 0};

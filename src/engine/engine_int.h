@@ -78,7 +78,7 @@ void eng_w_of(eng_w *w, const vx_tensor *t);
 
 /* AMX prefill (amx.c): 1 when the CPU has AMX-BF16 and the tile state was granted (and
  * LQL_NO_AMX is not 1). eng_amx_matmul computes y for the first eng_amx_rows(w) rows of
- * a bf16/f16 view with cols % 32 == 0, at f32 accuracy (split bf16 parts); -1 when it
+ * a bf16 view with cols % 32 == 0, at f32 accuracy (split bf16 activations); -1 when it
  * could not get memory (y then partly written; the caller recomputes). */
 int eng_amx_ready(void);
 int eng_amx_rows(const eng_w *w);

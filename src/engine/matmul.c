@@ -707,11 +707,12 @@ static void matmul_trans(const eng_w *w, const float *x, int n, float *y)
  * the dequantised model give bit-identical logits. */
 static int runs_as_bf16(const eng_w *w) { return w->exact && w->dt == VX_MXFP4 && !w->trans; }
 
-/* AMX's GEMM takes f16/bf16 products that do not stream where the CPU has it. */
+/* AMX's GEMM takes bf16 products that do not stream where the CPU has it. f16 weights
+ * need two bf16 parts there, twice the tile products: the AVX-512 f32 GEMM ran them faster
+ * (ENGINE.md, 2026-12-06). */
 static int amx_takes(const eng_w *w)
 {
-    return (w->dt == VX_BF16 || w->dt == VX_F16) && w->cols % 32 == 0 && eng_amx_rows(w) > 0 &&
-           eng_amx_ready();
+    return w->dt == VX_BF16 && w->cols % 32 == 0 && eng_amx_rows(w) > 0 && eng_amx_ready();
 }
 
 /* Whether n rows of x through w take the streaming path (rows_dot) rather than a GEMM
@@ -820,7 +821,7 @@ static int matmul_bf16_acts(const eng_w *w, const float *x, int n, float *y)
 const char *eng_prefill_path(vx_dtype dt)
 {
     /* in eng_matmul's order: AMX first, then the opt-in */
-    if ((dt == VX_BF16 || dt == VX_F16) && eng_amx_ready())
+    if (dt == VX_BF16 && eng_amx_ready())
         return "AMX tiles (split bf16 parts, f32 accuracy)";
     if (dt == VX_BF16 && eng_prefill_bf16_optin())
         return "AVX512-BF16 vdpbf16ps on bf16-rounded activations (LQL_PREFILL_BF16=1, not f32-accurate)";
