@@ -8,7 +8,12 @@
  *   meta    vx_encode with the down-meta hook (brw_encode_finish), as `vindex encode` runs.
  * and prints per round the load average, wall and CPU seconds, MiB/s of checkpoint bytes,
  * peak RSS, and the ratios issue 12 sets goals for: plain speed / cp speed (goal ≥ 0.8),
- * meta / plain time (goal ≤ 2), and down-meta's share of the meta encode. Asserts nothing.
+ * meta / plain time (goal ≤ 2), and down-meta's share of the meta encode. With the int8
+ * screen, each round also times down-meta's screening product alone over the checkpoint's
+ * vocabulary (screen_rate.h, in a child between plain and meta): vocab · hidden ·
+ * features multiply-adds at that rate is a floor under down-meta, so (plain + floor) / plain
+ * is the lowest meta / plain this host allowed in that minute, the admission, rescoring and
+ * preparation not counted. Asserts nothing.
  *
  *   encode [--geom 0.1b|1.1b|3b|8b] [--rounds 3] [--dir /tmp/lql-bench-encode] [--keep] [--no-meta]
  *
@@ -25,6 +30,7 @@
  */
 #include "browse.h"
 #include "child_cost.h"
+#include "screen_rate.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -49,6 +55,31 @@ static double load1(void)
 {
     double ld[3];
     return getloadavg(ld, 3) < 0 ? -1 : ld[0];
+}
+
+/* screen_best over 256 features, in a child: the engine's pool must not start in this
+ * process, whose later children (fork) would inherit a pool without its threads. */
+static double screen_in_child(int rows, int hidden)
+{
+    int fd[2];
+    if (pipe(fd) != 0) return -1;
+    const pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        const double t = screen_best(rows, hidden, 256, 5);
+        _exit(write(fd[1], &t, sizeof t) == (ssize_t)sizeof t ? 0 : 1);
+    }
+    close(fd[1]);
+    double t = -1;
+    if (read(fd[0], &t, sizeof t) != (ssize_t)sizeof t) t = -1;
+    close(fd[0]);
+    waitpid(pid, NULL, 0);
+    return t;
 }
 
 /* One step: 0 cp + sha256sum, 1 plain encode, 2 encode with down-meta; out removed first. */
@@ -124,8 +155,16 @@ int main(int argc, char **argv)
            "peak RSS");
     for (int r = 0; r < rounds; r++) {
         child_cost s[3];
-        double ld[3];
+        double ld[3], floor_s = -1;
         for (int k = 0; k < steps; k++) {
+            if (k == 2) {   /* one screening pass covers 256 features, as down-meta's chunks */
+                const double t = screen_in_child(g->vocab, g->hidden);
+                floor_s = t < 0 ? -1 : t * g->layers * g->inter / 256.0;
+                if (floor_s >= 0)
+                    printf("%5d %-10s %6.1f %8.1f %8s %9s   (%.0f G int8 multiply-adds/s)\n", r + 1,
+                           "screen", load1(), floor_s, "-", "-",
+                           (double)g->vocab * g->hidden * 256 / t / 1e9);
+            }
             ld[k] = load1();
             if (run(k, src, out[k], &s[k]) != 0) {
                 fprintf(stderr, "encode: round %d: %s failed\n", r + 1, label[k]);
@@ -149,6 +188,10 @@ int main(int argc, char **argv)
                "%.2f (goal <= 2; cpu %.2f); down-meta %.0f%% of the meta encode\n",
                r + 1, s[0].wall / s[1].wall, s[0].cpu / s[1].cpu, s[2].wall / s[1].wall,
                s[2].cpu / s[1].cpu, 100 * (s[2].wall - s[1].wall) / s[2].wall);
+        if (floor_s >= 0)
+            printf("round %d: the screening product alone (no admission, rescoring or preparation) "
+                   "takes %.1f s: meta / plain is at least %.2f here\n",
+                   r + 1, floor_s, (s[1].wall + floor_s) / s[1].wall);
     }
     return 0;
 }

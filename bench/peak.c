@@ -18,6 +18,7 @@
 #include <immintrin.h>
 #include "engine_int.h"
 #include "bandwidth.h"
+#include "screen_rate.h"
 
 #define STEPS 40000000L   /* loop iterations per thread, 12 instructions each */
 
@@ -97,12 +98,6 @@ static double ceiling(int which, int pool)
     return (double)STEPS * 12 * macs[which] * (pool ? eng_threads() : 1) / t / 1e9;
 }
 
-/* The screening product's consumer here: takes each block and keeps nothing. */
-static void take_block(void *ctx, int part, int r0, int nr, int t0, int tn, const void *c)
-{
-    (void)ctx, (void)part, (void)r0, (void)nr, (void)t0, (void)tn, (void)c;
-}
-
 int main(int argc, char **argv)
 {
     int hidden = 2048, reps = 8;
@@ -131,51 +126,34 @@ int main(int argc, char **argv)
     }
     /* down-meta's tile: vocabulary rows × hidden against 256 features */
     const int rows = 4080, n = 256;
-    uint8_t *w8 = malloc((size_t)rows * hidden);
-    int8_t *x8 = malloc((size_t)n * hidden);
+    const double work = (double)rows * hidden * n;
+    /* the int8 product as down-meta runs it (screen_rate.h) */
+    const double best8 = screen_best(rows, hidden, n, reps);
+    if (best8 < 0) { fprintf(stderr, "peak: the int8 screen failed (out of memory)\n"); return 1; }
+    printf("eng_screen_u8s8 %d x %d, %d features: %7.1f G multiply-adds/s, %.2f of the pool's vpdpbusd%s\n",
+           rows, hidden, n, work / best8 / 1e9, work / best8 / 1e9 / pool_ceil[VNNI],
+           eng_u8s8_amx(hidden) ? " (on AMX-INT8 tiles)" : "");
     uint16_t *wb = malloc((size_t)rows * hidden * 2), *xb = malloc((size_t)n * hidden * 2);
     void *y = malloc((size_t)n * rows * 4);
-    if (!w8 || !x8 || !wb || !xb || !y) { fprintf(stderr, "peak: out of memory\n"); return 1; }
+    if (!wb || !xb || !y) { fprintf(stderr, "peak: out of memory\n"); return 1; }
     uint32_t s = 12345;
     for (size_t i = 0; i < (size_t)rows * hidden; i++) {
         s = s * 1664525u + 1013904223u;
-        w8[i] = (uint8_t)(s >> 24);
         wb[i] = (uint16_t)(0x3c00 | (s >> 25));
     }
     for (size_t i = 0; i < (size_t)n * hidden; i++) {
         s = s * 1664525u + 1013904223u;
-        x8[i] = (int8_t)((s >> 24) % 255 - 127);
         xb[i] = (uint16_t)(0xbc00 | (s >> 25));
     }
-    const double work = (double)rows * hidden * n;
-    /* the int8 product as down-meta runs it: on AMX-INT8 tiles the rows are packed once
-     * (eng_u8s8_pack_row), and each block of results goes to a consumer (here one that
-     * does nothing with it) instead of a stored y */
-    const int amx = eng_u8s8_amx(hidden);
-    uint8_t *wp = amx ? calloc(1, eng_u8s8_pack_bytes(rows, hidden)) : NULL;
-    if (amx && !wp) { fprintf(stderr, "peak: out of memory\n"); return 1; }
-    for (int r = 0; amx && r < rows; r++) eng_u8s8_pack_row(wp, hidden, r, w8 + (size_t)r * hidden);
-    double best8 = 1e30, bestb = 1e30;
+    double bestb = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = bw_now();
-        if (eng_screen_u8s8(amx ? wp : w8, rows, hidden, amx ? 0 : (size_t)hidden, x8, n,
-                            eng_threads(), take_block, NULL) != 0)
-            return 1;
-        double t = bw_now() - t0;
-        best8 = t < best8 ? t : best8;
-        t0 = bw_now();
+        const double t0 = bw_now();
         if (eng_matmul_bf16(wb, rows, hidden, (size_t)hidden * 2, xb, n, y) != 0) return 1;
-        t = bw_now() - t0;
+        const double t = bw_now() - t0;
         bestb = t < bestb ? t : bestb;
     }
-    printf("eng_screen_u8s8 %d x %d, %d features: %7.1f G multiply-adds/s, %.2f of the pool's vpdpbusd%s\n",
-           rows, hidden, n, work / best8 / 1e9, work / best8 / 1e9 / pool_ceil[VNNI],
-           amx ? " (on AMX-INT8 tiles)" : "");
     printf("eng_matmul_bf16 %d x %d, %d features: %7.1f G multiply-adds/s, %.2f of the pool's vdpbf16ps\n",
            rows, hidden, n, work / bestb / 1e9, work / bestb / 1e9 / pool_ceil[BF16]);
-    free(w8);
-    free(wp);
-    free(x8);
     free(wb);
     free(xb);
     free(y);
