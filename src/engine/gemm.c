@@ -1,8 +1,12 @@
 /*
  * gemm.c — the prefill GEMM at f32 accuracy with AVX-512: y[t, r] = Σ_k W[r, k] · x[t, k]
- * for many activation rows, products and sums in f32 FMA. f16 and bf16 weights are read
- * where they are stored and widened exactly in registers; other dtypes are converted
- * exactly to f32 a tile of rows at a time (the caller's row converter).
+ * for many activation rows, products and sums in f32 FMA. bf16 weights are read where they
+ * are stored and widened exactly in registers (a broadcast and a shift); other dtypes, f16
+ * included, are converted exactly to f32 a tile of rows at a time (the caller's row
+ * converter). f16 was widened in registers too until 2026-12-06: vcvtph2ps is two uops on
+ * the two ports that also run the FMAs on Intel's cores, and the 64-token f16 prompt ran
+ * 73-82 tokens/s against 97-114 from f32 tiles on an Emerald Rapids Xeon (alternated;
+ * on Zen 5 the two had measured the same).
  *
  * Why not sgemm: Debian's OpenBLAS picks its AVX2 (Haswell) kernels on CPUs it does not
  * know, such as Zen 5, which halves the FMA rate (measured 108 vs 157 GFLOP/s for the same
@@ -51,7 +55,7 @@ int eng_avx512(void)
     return cpu && !(e && *e == '1');
 }
 
-/* f16/bf16 rows read in place need no tile in L2, only C: their chunks take this many
+/* bf16 rows read in place need no tile in L2, only C: their chunks take this many
  * rows (a multiple of MR and of eng_store_t's 16) whatever the width. Capped at the f32
  * tile's rows, a 5632-wide product ran 6-row chunks, each C transposed from a sixth of a
  * 16-row block: 300 against 333 GFLOP/s (bf16 2048 × 5632, 64 tokens, 2 threads). */
@@ -260,9 +264,9 @@ void eng_xpack_free(eng_xpack *xp)
 }
 
 /* C[MR][NV · 16] (+)= W[MR rows, stride ldw][kn] · X[kn][64]: NV token vectors, W of
- * element type WT, each weight made an exact f32 broadcast by BCAST (f16/bf16 widened in
- * registers: the conversion uses the vector pipes the FMAs leave idle, and measured free
- * against an f32 W in cache: 106-110 vs 110 GFLOP/s on one core). */
+ * element type WT, each weight made an exact f32 broadcast by BCAST (bf16 widened in
+ * registers: even with f32 tiles on Zen 5, within 7 % either way of them on an Emerald
+ * Rapids Xeon). */
 #define MICRO(NAME, NV, WT, BCAST)                                                             \
 T512 static void NAME##_##NV(const WT *w, size_t ldw, const float *x, int kn, float *c,       \
                              int first)                                                        \
@@ -287,14 +291,12 @@ T512 static void NAME##_##NV(const WT *w, size_t ldw, const float *x, int kn, fl
 }
 #define BC_F32(e) _mm512_set1_ps(e)
 #define BC_BF16(e) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_set1_epi16((short)(e)), 16))
-#define BC_F16(e) _mm512_cvtph_ps(_mm256_set1_epi16((short)(e)))
 #define MICROS(NAME, WT, BCAST) \
     MICRO(NAME, 1, WT, BCAST) MICRO(NAME, 2, WT, BCAST) MICRO(NAME, 3, WT, BCAST) MICRO(NAME, 4, WT, BCAST)
 MICROS(micro, float, BC_F32)
 MICROS(micro_bf16, uint16_t, BC_BF16)
-MICROS(micro_f16, uint16_t, BC_F16)
 
-/* One micro-kernel call on nv token vectors: f32 W (the converted tile), or f16/bf16 W read
+/* One micro-kernel call on nv token vectors: f32 W (the converted tile), or bf16 W read
  * where it is stored (dt). */
 static void micro_run(vx_dtype dt, const void *w, size_t ldw, const float *x, int kn, float *c,
                       int first, int nv)
@@ -307,7 +309,6 @@ static void micro_run(vx_dtype dt, const void *w, size_t ldw, const float *x, in
     default: NAME##_4((const WT *)w, ldw, x, kn, c, first); break;                             \
     }
     if (dt == VX_BF16) MICRO_NV(micro_bf16, uint16_t)
-    else if (dt == VX_F16) MICRO_NV(micro_f16, uint16_t)
     else MICRO_NV(micro, float)
 #undef MICRO_NV
 }
@@ -475,9 +476,9 @@ static int amx_i8(const eng_xpack *xp)
            eng_amx_i8_ready();
 }
 
-/* y for weight rows [r0, r1) (at most tile_rows(cols), or DIRECT_ROWS for f16/bf16 read in
+/* y for weight rows [r0, r1) (at most tile_rows(cols), or DIRECT_ROWS for bf16 read in
  * place), with the part's scratch. The rows are read where they are stored when src_dt is
- * f16 or bf16, or Q8_0 against activations packed by eng_xpack_make_q8 (a short last block
+ * bf16, or Q8_0 against activations packed by eng_xpack_make_q8 (a short last block
  * from a zero-padded copy in wt); the other integer formats are unpacked to an int8 tile in
  * wt by xp->row_i8; everything else is converted to an f32 tile in wt by row(). amx:
  * amx_i8(xp), the integer block products on AMX-INT8 tiles. */
@@ -489,7 +490,7 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
     const int q8 = xp->q8 != NULL, unpacked = q8 && xp->row_i8;
     const int pr = amx ? 16 : MR;   /* rows per micro-kernel block */
     const int tr = r1 - r0, trp = (tr + pr - 1) / pr * pr;
-    const int direct = q8 || (src && (src_dt == VX_BF16 || src_dt == VX_F16));
+    const int direct = q8 || (src && src_dt == VX_BF16);
     /* read in place: the last block's rows, zero-padded to pr (zero Q8_0 blocks add nothing) */
     char *pad = (char *)wt;
     const size_t pad_rb = q8 ? src_rb : (size_t)cols * sizeof(uint16_t);
@@ -596,7 +597,7 @@ void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, fl
     float *wt = xp->scratch + (size_t)part * xp->scratch_floats;
     float *cb = wt + ((size_t)rt * xp->cols + 15) / 16 * 16;
     /* chunks of at most one tile, small enough that a delayed thread's share is taken over */
-    const int direct = !xp->q8 && src && (src_dt == VX_BF16 || src_dt == VX_F16);
+    const int direct = !xp->q8 && src && src_dt == VX_BF16;
     const int cap = direct && rt < DIRECT_ROWS ? DIRECT_ROWS : rt;
     int chunk = rows / (xp->parts * 4) / MR * MR;
     chunk = chunk < MR ? MR : chunk > cap ? cap : chunk;
