@@ -16,7 +16,7 @@
  * each with 4 C tiles, 2 A tiles and 2 B tiles per pair of token blocks.
  *
  * Used only when the CPU has AMX-BF16, the kernel granted the tile state, and
- * LQL_NO_AMX is not 1; rows past the last 16-row block and column counts that are not a
+ * LQL_NO_AMX is not 1; rows past the last 32-row block and column counts that are not a
  * multiple of 32 are left to the caller's other paths.
  *
  * The block formats' integer prefill (gemm.c, activations quantised as decode quantises

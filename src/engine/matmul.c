@@ -8,8 +8,10 @@
  *    converts f16/bf16 to f32 in registers (AVX-512 when the CPU has it, else AVX2) and
  *    dots it with every x row while the weight row is in L1. Rows are split over the
  *    pool's threads. Decode is memory bound, so this reads each weight byte once per token.
- *  - many rows (prefill): each thread converts a tile of weight rows to f32 (sized to stay
- *    in L2) and calls a single-threaded sgemm against all of x. f32 weights skip the copy.
+ *  - many rows (prefill): bf16 weights on AMX tiles where the CPU has them (amx.c), else
+ *    the AVX-512 GEMM (gemm.c: bf16 read in place, other dtypes through f32 tiles that stay
+ *    in L2), else each thread converts a tile of weight rows to f32 and calls a
+ *    single-threaded sgemm against all of x (f32 weights skip the copy).
  * Block-quantised dtypes (q8_0, q4_k, ...) go to qkernels.c (eng_qgemv / eng_qgemm), which
  * computes on the blocks in place, except a source-exact MXFP4 matrix, which runs as the
  * bf16 matrix it decodes to (runs_as_bf16); a dtype no path executes is refused at bind.
