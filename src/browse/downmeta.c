@@ -460,7 +460,6 @@ static int hit_room(dm_part *ps, size_t more)
     return grow_hits(&ps->hit, &ps->cap, n + more > ps->cap ? n + more : ps->cap + 1);
 }
 
-
 /* Insert a into a descending best k of *n values. */
 static void top_insert(float *top, int *n, float a)
 {
@@ -826,7 +825,8 @@ static int rescore_chunk(dm_worker *w, const dm_chunk *ch)
         merge_exact(w, j, ids, val, &n);   /* none for a silent column: nothing reaches +∞ */
         put_rec(w->rec + (size_t)(ch->part->first + ch->f0 + j) * w->rb, w->rb, ids[0], val[0],
                 ids, val, n);
-    }    return 0;
+    }
+    return 0;
 }
 
 static void worker_free(dm_worker *w)

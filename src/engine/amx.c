@@ -6,8 +6,8 @@
  * round-to-nearest of what is left; together they hold 24 mantissa bits, i.e. x exactly);
  * the bf16 weights are used as stored, straight from the mmap. The product is then the sum
  * of the part products, all exact, accumulated in f32: the same accuracy class as sgemm.
- * (f16 weights took this path split into two bf16 parts until 2026-12-06; at twice the
- * tile products they ran slower than the AVX-512 f32 GEMM, which now takes them: ENGINE.md.)
+ * f16 weights would need two bf16 parts, twice the tile products: the AVX-512 f32 GEMM
+ * ran them faster (ENGINE.md, session 41).
  *
  * Layout: A = 16 weight rows × 32 columns (row-major bf16, 64 bytes a row); B = 32
  * columns × 16 tokens packed in pairs (row kk holds, for each token, columns 2kk and

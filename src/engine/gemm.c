@@ -3,10 +3,8 @@
  * for many activation rows, products and sums in f32 FMA. bf16 weights are read where they
  * are stored and widened exactly in registers (a broadcast and a shift); other dtypes, f16
  * included, are converted exactly to f32 a tile of rows at a time (the caller's row
- * converter). f16 was widened in registers too until 2026-12-06: vcvtph2ps is two uops on
- * the two ports that also run the FMAs on Intel's cores, and the 64-token f16 prompt ran
- * 73-82 tokens/s against 97-114 from f32 tiles on an Emerald Rapids Xeon (alternated;
- * on Zen 5 the two had measured the same).
+ * converter): widening f16 in registers takes vcvtph2ps, two uops on the ports Intel's
+ * cores run the FMAs on (ENGINE.md, session 41).
  *
  * Why not sgemm: Debian's OpenBLAS picks its AVX2 (Haswell) kernels on CPUs it does not
  * know, such as Zen 5, which halves the FMA rate (measured 108 vs 157 GFLOP/s for the same
@@ -53,6 +51,13 @@ int eng_avx512(void)
               __builtin_cpu_supports("avx512vl");
     const char *e = getenv("LQL_NO_AVX512");
     return cpu && !(e && *e == '1');
+}
+
+/* Whether the GEMM reads the weight rows where they are stored as bf16 (the other float
+ * dtypes go through an f32 tile; the integer paths have their own rule). */
+static int bf16_in_place(const eng_xpack *xp, const void *src, vx_dtype src_dt)
+{
+    return !xp->q8 && src && src_dt == VX_BF16;
 }
 
 /* bf16 rows read in place need no tile in L2, only C: their chunks take this many
@@ -490,7 +495,7 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
     const int q8 = xp->q8 != NULL, unpacked = q8 && xp->row_i8;
     const int pr = amx ? 16 : MR;   /* rows per micro-kernel block */
     const int tr = r1 - r0, trp = (tr + pr - 1) / pr * pr;
-    const int direct = q8 || (src && src_dt == VX_BF16);
+    const int direct = q8 || bf16_in_place(xp, src, src_dt);
     /* read in place: the last block's rows, zero-padded to pr (zero Q8_0 blocks add nothing) */
     char *pad = (char *)wt;
     const size_t pad_rb = q8 ? src_rb : (size_t)cols * sizeof(uint16_t);
@@ -597,8 +602,7 @@ void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, fl
     float *wt = xp->scratch + (size_t)part * xp->scratch_floats;
     float *cb = wt + ((size_t)rt * xp->cols + 15) / 16 * 16;
     /* chunks of at most one tile, small enough that a delayed thread's share is taken over */
-    const int direct = !xp->q8 && src && src_dt == VX_BF16;
-    const int cap = direct && rt < DIRECT_ROWS ? DIRECT_ROWS : rt;
+    const int cap = bf16_in_place(xp, src, src_dt) && rt < DIRECT_ROWS ? DIRECT_ROWS : rt;
     int chunk = rows / (xp->parts * 4) / MR * MR;
     chunk = chunk < MR ? MR : chunk > cap ? cap : chunk;
     const int amx = amx_i8(xp);   /* once per part: it reads the environment */
