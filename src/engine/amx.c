@@ -286,13 +286,12 @@ int eng_amx_i8_ready(void)
 
 /* One 32-value block's products of 16 weight rows and 16 tokens, from tile `ct` stored in
  * `buf`, added to acc[16] (one row's 16 tokens each) in the integer kernel's arithmetic:
- * (float)(Σ w·(x + 128) + corr) · (dw · xd), then mn · xs with mins. */
-TAMXI static inline void i8_scale(const int32_t *buf, const int32_t *corr, const float *dw,
-                                  const float *mn, int sn, int nb, int b, __m512 xd, __m512 xs,
-                                  int min, __m512 acc[16])
+ * (float)(Σ w·x) · (dw · xd), then mn · xs with mins. */
+TAMXI static inline void i8_scale(const int32_t *buf, const float *dw, const float *mn, int sn,
+                                  int nb, int b, __m512 xd, __m512 xs, int min, __m512 acc[16])
 {
     for (int i = 0; i < 16; i++) {
-        __m512i s = _mm512_add_epi32(_mm512_load_si512(buf + i * 16), _mm512_set1_epi32(corr[i * sn + b]));
+        __m512i s = _mm512_load_si512(buf + i * 16);
         acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_set1_ps(dw[i * sn + b]), xd), acc[i]);
         if (min) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(mn[i * nb + b]), xs, acc[i]);
     }
@@ -300,15 +299,17 @@ TAMXI static inline void i8_scale(const int32_t *buf, const int32_t *corr, const
 
 /* c[i · gt + 16 v + t] for weight rows i < rows (a multiple of 16; row i's block b at
  * w + i · rb + b · bst) and tokens 16 v + t, v < nv, over all nb blocks: gemm.c's integer
- * micro-kernel with each block's 16 × 16 products taken by one TDPBSUD (signed weights
- * against the unsigned offset activations, whose packing is already a B tile: 8 rows of 16
- * tokens × 4 bytes). The sums are the same integers, scaled and added in the same order
- * (block by block), so the result is the VNNI kernel's bit for bit. Two C tiles alternate,
+ * micro-kernel with each block's 16 × 16 products taken by one TDPBSSD (signed weights
+ * against signed activations, whose packing is already a B tile: 8 rows of 16 tokens × 4
+ * bytes). The VNNI kernel multiplies unsigned offset activations (x + 128) and adds
+ * −128 · Σ w; here Σ w · x comes straight, the same integer without that correction's pass
+ * over the weights, scaled and added in the same order (block by block), so the result is
+ * the VNNI kernel's bit for bit. Two C tiles alternate,
  * and a block's products are scaled one block after they were stored (vector loads of a
  * tile store just made wait for it), while the next block's product runs. */
-TAMXI void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, const int32_t *corr,
-                           const float *dw, const float *mn, int sn, int nb, const uint8_t *xq,
-                           const float *xd, const float *xs, int nv, int min, float *c, int gt)
+TAMXI void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, const float *dw,
+                           const float *mn, int sn, int nb, const uint8_t *xq, const float *xd,
+                           const float *xs, int nv, int min, float *c, int gt)
 {
     /* C 0-1; A 2-3: 16 rows × 32 int8; B 4-5: 8 × (16 tokens × 4) */
     static const uint8_t rows_[6] = {16, 16, 16, 16, 8, 8};
@@ -318,7 +319,6 @@ TAMXI void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, co
     const size_t vq = (size_t)nb * 512, vd = (size_t)nb * 16;
     for (int r = 0; r < rows; r += 16) {
         const uint8_t *wr = w + (size_t)r * rb;
-        const int32_t *cr = corr + (size_t)r * sn;
         const float *dr = dw + (size_t)r * sn, *mr = min ? mn + (size_t)r * nb : NULL;
         for (int v = 0; v < nv; v++) {
             const uint8_t *xv = xq + v * vq;
@@ -328,7 +328,7 @@ TAMXI void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, co
             _tile_zero(0);
             _tile_loadd(2, wr, (long)rb);
             _tile_loadd(4, xv, 64);
-            _tile_dpbsud(0, 2, 4);
+            _tile_dpbssd(0, 2, 4);
             for (int b = 0; b <= nb; b++) {
                 if (b + 1 < nb) {
                     const uint8_t *wb = wr + (size_t)(b + 1) * bst, *xb = xv + (size_t)(b + 1) * 512;
@@ -338,12 +338,12 @@ TAMXI void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, co
                         _tile_zero(0);
                         _tile_loadd(2, wb, (long)rb);
                         _tile_loadd(4, xb, 64);
-                        _tile_dpbsud(0, 2, 4);
+                        _tile_dpbssd(0, 2, 4);
                     } else {
                         _tile_zero(1);
                         _tile_loadd(3, wb, (long)rb);
                         _tile_loadd(5, xb, 64);
-                        _tile_dpbsud(1, 3, 5);
+                        _tile_dpbssd(1, 3, 5);
                     }
                 }
                 if (b < nb) {
@@ -352,7 +352,7 @@ TAMXI void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, co
                 }
                 if (b > 0) {
                     const int p = b - 1;
-                    i8_scale(buf[p & 1], cr, dr, mr, sn, nb, p, _mm512_load_ps(xdv + (size_t)p * 16),
+                    i8_scale(buf[p & 1], dr, mr, sn, nb, p, _mm512_load_ps(xdv + (size_t)p * 16),
                              min ? _mm512_load_ps(xsv + (size_t)p * 16) : _mm512_setzero_ps(), min, acc);
                 }
             }

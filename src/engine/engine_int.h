@@ -86,18 +86,18 @@ int eng_amx_matmul(const eng_w *w, const float *x, int n, float *y);
 /* 1 when eng_amx_ready() and the CPU has AMX-INT8 too (LQL_NO_AMX read per call). eng_amx_i8_rows is gemm.c's integer
  * micro-kernel on tiles (amx.c says how; the same sums, bit for bit): c[i · gt + 16 v + t]
  * for weight rows i < rows (a multiple of 16; row i's 32-value block b of int8 at
- * w + i · rb + b · bst, its correction, scale and min at corr / dw [i · sn + b], mn [i · nb + b])
- * and the packed activations' token vectors v < nv (xq, xd, xs as eng_xpack_make_q8 lays
- * out one group), over all nb blocks; min: add the blocks' mins. */
+ * w + i · rb + b · bst, its scale and min at dw [i · sn + b], mn [i · nb + b]) and the
+ * packed activations' token vectors v < nv (xq, xd, xs as eng_xpack_make_q8 lays out one
+ * group for AMX: signed bytes), over all nb blocks; min: add the blocks' mins. */
 int eng_amx_i8_ready(void);
 /* eng_screen_u8s8's block on tiles (amx.c; exact, as vpdpbusd): c[i · 64 + 16 v + t] for rows
  * i < rows (a multiple of 32) of weights packed by eng_u8s8_pack_row, token vectors v < nv of
  * activations packed as whole tiles, ks 64-byte k-steps. */
 void eng_amx_u8s8_rows(const uint8_t *w, int rows, const uint32_t *xt, int ks, int nv,
                        uint32_t *c);
-void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, const int32_t *corr,
-                     const float *dw, const float *mn, int sn, int nb, const uint8_t *xq,
-                     const float *xd, const float *xs, int nv, int min, float *c, int gt);
+void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, const float *dw,
+                     const float *mn, int sn, int nb, const uint8_t *xq, const float *xd,
+                     const float *xs, int nv, int min, float *c, int gt);
 /* 1 when the CPU has AVX-512 F/BW/VL and LQL_NO_AVX512 is not 1 (read per call, so a test
  * can cover both paths in one process): the one CPU check of the AVX-512 kernels. */
 int eng_avx512(void);
@@ -113,13 +113,14 @@ int eng_avx512(void);
 enum { ROW_I8_PLAIN, ROW_I8_MIN, ROW_I8_HALF };
 typedef struct eng_xpack {
     float *p, *scratch;
-    uint8_t *q8;             /* eng_xpack_make_q8: activations as offset bytes (p NULL), */
+    uint8_t *q8;             /* eng_xpack_make_q8: activation bytes (p NULL), signed if amx, */
     float *q8d, *q8s;        /* their block scales, and scale × block sum (or NULL) */
     /* integer formats not read in place (set by the caller after packing; NULL for Q8_0):
      * row r as int8 values per 32-block, each block's scale d and min m (w = d·q + m), or
      * for ROW_I8_HALF a scale per 16 values (2 · cols / 32 of them) and no min */
     void (*row_i8)(const void *ctx, int r, int8_t *q, float *d, float *m);
     int row_i8_kind;         /* ROW_I8_PLAIN, ROW_I8_MIN (needs sums) or ROW_I8_HALF */
+    int amx;                 /* eng_xpack_make_q8: the products run on AMX-INT8 tiles */
     int n, cols, parts;
     size_t scratch_floats;   /* per part */
 } eng_xpack;
@@ -133,12 +134,13 @@ void eng_buf_give(void *p, size_t bytes);
 void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys);
 /* The same for integer products, on a CPU with AVX-512 VNNI (the caller checks), against
  * activations already quantised to 8-bit blocks of blk (32 or 256) — d [n, cols / blk]
- * scales, q [n, cols] values — and, for formats with block mins, bs [n, cols / 16] the sums
- * of each 16 values (NULL otherwise), from which each 32-block's scale × value sum is
- * packed: the integer products of the decode kernels, at GEMM speed. Q8_0 (src_dt) is
- * read in place; other formats need xp->row_i8. */
+ * scales, q [n, cols] values — and, for kind ROW_I8_MIN (formats with block mins), bs
+ * [n, cols / 16] the sums of each 16 values (not read otherwise), from which each 32-block's
+ * scale × value sum is packed: the integer products of the decode kernels, at GEMM speed.
+ * Sets xp->row_i8_kind and xp->amx. Q8_0 (src_dt) is read in place; other formats need
+ * xp->row_i8. */
 int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, const int16_t *bs, int n,
-                      int cols, int blk);
+                      int cols, int blk, int kind);
 void eng_xpack_free(eng_xpack *xp);
 void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, float *y,
                    void (*row)(const void *ctx, int r, float *dst), const void *ctx,

@@ -215,9 +215,9 @@ T512 int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols)
 }
 
 int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, const int16_t *bs, int n,
-                      int cols, int blk)
+                      int cols, int blk, int kind)
 {
-    const int sums = bs != NULL;
+    const int sums = kind == ROW_I8_MIN;
     const int nb = cols / 32, nv = (n + 15) / 16, per = blk / 32;
     xpack_init(xp, n, cols);
     const size_t nd = (size_t)nv * nb * 16;
@@ -229,8 +229,14 @@ int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, const int1
         eng_xpack_free(xp);
         return -1;
     }
-    /* tokens past n: value 0 (byte 0x80) and scale 0, so they add nothing */
-    memset(xp->q8, 0x80, (size_t)nv * nb * 512);
+    xp->row_i8_kind = kind;
+    /* AMX multiplies signed by signed (TDPBSSD), so its products need no correction for
+     * the activations' offset; the VNNI kernels' vpdpbusd wants them unsigned (+ 128).
+     * Decided here, once per product, so every part reads the bytes as they were packed. */
+    xp->amx = kind != ROW_I8_HALF && cols >= 64 && eng_amx_i8_ready();
+    const char off = xp->amx ? 0 : (char)0x80;
+    /* tokens past n: value 0 and scale 0, so they add nothing */
+    memset(xp->q8, off, (size_t)nv * nb * 512);
     memset(xp->q8d, 0, nd * sizeof(float));
     if (sums) memset(xp->q8s, 0, nd * sizeof(float));
     for (int t = 0; t < n; t++) {
@@ -241,7 +247,7 @@ int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, const int1
             uint32_t four[8];
             _mm256_storeu_si256((__m256i *)(void *)four,
                                 _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)src),
-                                                 _mm256_set1_epi8((char)0x80)));
+                                                 _mm256_set1_epi8(off)));
             for (int j = 0; j < 8; j++) memcpy(dst + 64 * j, four + j, 4);
             const size_t at = ((size_t)v * nb + b) * 16 + l;
             xp->q8d[at] = d[(size_t)t * (cols / blk) + b / per];
@@ -471,26 +477,17 @@ T512 void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys)
     }
 }
 
-/* Whether the integer products take AMX's tiles (eng_amx_i8_rows): every packed integer
- * format but the 16-value scales of ROW_I8_HALF, where the CPU has AMX-INT8. Its 16-row
- * blocks (int8 tile or padded rows, and their corrections and scales) fit the part's
- * f32 tile from 64 columns on. */
-static int amx_i8(const eng_xpack *xp)
-{
-    return xp->q8 && !(xp->row_i8 && xp->row_i8_kind == ROW_I8_HALF) && xp->cols >= 64 &&
-           eng_amx_i8_ready();
-}
-
 /* y for weight rows [r0, r1) (at most tile_rows(cols), or DIRECT_ROWS for bf16 read in
  * place), with the part's scratch. The rows are read where they are stored when src_dt is
  * bf16, or Q8_0 against activations packed by eng_xpack_make_q8 (a short last block
  * from a zero-padded copy in wt); the other integer formats are unpacked to an int8 tile in
- * wt by xp->row_i8; everything else is converted to an f32 tile in wt by row(). amx:
- * amx_i8(xp), the integer block products on AMX-INT8 tiles. */
+ * wt by xp->row_i8; everything else is converted to an f32 tile in wt by row(). With
+ * xp->amx the integer block products run on AMX-INT8 tiles, which need no corrections. */
 static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, float *wt, float *cb,
                       void (*row)(const void *ctx, int r, float *dst), const void *ctx,
-                      vx_dtype src_dt, const char *src, size_t src_rb, int amx)
+                      vx_dtype src_dt, const char *src, size_t src_rb)
 {
+    const int amx = xp->amx;
     const int cols = xp->cols, groups = (xp->n + GT - 1) / GT, nb = cols / 32;
     const int q8 = xp->q8 != NULL, unpacked = q8 && xp->row_i8;
     const int pr = amx ? 16 : MR;   /* rows per micro-kernel block */
@@ -520,7 +517,7 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
         memset(qt + (size_t)tr * cols, 0, (size_t)(trp - tr) * cols);
         memset(dw + (size_t)tr * sn, 0, (size_t)(trp - tr) * sn * sizeof *dw);
         memset(mn + (size_t)tr * nb, 0, (size_t)(trp - tr) * nb * sizeof *mn);
-        for (int i = 0; i < trp; i++) {
+        for (int i = 0; i < trp && !amx; i++) {
             if (kind == ROW_I8_HALF) half_corr(qt + (size_t)i * cols, nb, corr + (size_t)i * sn);
             else block_corr(qt + (size_t)i * cols, 32, nb, corr + (size_t)i * nb);
         }
@@ -528,7 +525,7 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
         for (int i = 0; i < trp; i++) {
             const uint8_t *w = (const uint8_t *)(i < full ? src + (size_t)(r0 + i) * src_rb
                                                           : pad + (size_t)(i - full) * pad_rb);
-            block_corr(w + 2, Q8B, nb, corr + (size_t)i * nb);
+            if (!amx) block_corr(w + 2, Q8B, nb, corr + (size_t)i * nb);
             q8_scales(w, nb, dw + (size_t)i * nb);
         }
     }
@@ -543,16 +540,15 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
             const uint8_t *xq = xp->q8 + vo * 512;
             const float *xd = xp->q8d + vo * 16, *xs = xp->q8s ? xp->q8s + vo * 16 : NULL;
             if (unpacked) {
-                eng_amx_i8_rows(qt, (size_t)cols, 32, trp, corr, dw, mn, sn, nb, xq, xd, xs, nv,
+                eng_amx_i8_rows(qt, (size_t)cols, 32, trp, dw, mn, sn, nb, xq, xd, xs, nv,
                                 kind == ROW_I8_MIN, cb, GT);
             } else {
                 if (full)
-                    eng_amx_i8_rows((const uint8_t *)src + (size_t)r0 * src_rb + 2, src_rb, Q8B, full, corr,
-                                    dw, NULL, nb, nb, xq, xd, NULL, nv, 0, cb, GT);
+                    eng_amx_i8_rows((const uint8_t *)src + (size_t)r0 * src_rb + 2, src_rb, Q8B, full, dw,
+                                    NULL, nb, nb, xq, xd, NULL, nv, 0, cb, GT);
                 if (full < trp)
-                    eng_amx_i8_rows((const uint8_t *)pad + 2, pad_rb, Q8B, pr, corr + (size_t)full * nb,
-                                    dw + (size_t)full * nb, NULL, nb, nb, xq, xd, NULL, nv, 0,
-                                    cb + (size_t)full * GT, GT);
+                    eng_amx_i8_rows((const uint8_t *)pad + 2, pad_rb, Q8B, pr, dw + (size_t)full * nb, NULL,
+                                    nb, nb, xq, xd, NULL, nv, 0, cb + (size_t)full * GT, GT);
             }
             eng_store_t((const uint32_t *)(const void *)cb, tr, tn,
                         (uint32_t *)(void *)(y + (size_t)t0 * ldy + r0), (size_t)ldy);
@@ -605,11 +601,10 @@ void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, fl
     const int cap = bf16_in_place(xp, src, src_dt) && rt < DIRECT_ROWS ? DIRECT_ROWS : rt;
     int chunk = rows / (xp->parts * 4) / MR * MR;
     chunk = chunk < MR ? MR : chunk > cap ? cap : chunk;
-    const int amx = amx_i8(xp);   /* once per part: it reads the environment */
-    if (amx) chunk = 16;          /* one block of AMX's rows (gemm_tile's scratch holds one) */
+    if (xp->amx) chunk = 16;      /* one block of AMX's rows (gemm_tile's scratch holds one) */
     int lo;
     while ((lo = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed)) < rows) {
         const int hi = lo + chunk < rows ? lo + chunk : rows;
-        gemm_tile(xp, lo, hi, y, rows, wt, cb, row, ctx, src_dt, src, src_rb, amx);
+        gemm_tile(xp, lo, hi, y, rows, wt, cb, row, ctx, src_dt, src, src_rb);
     }
 }

@@ -1077,12 +1077,10 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
         if (pack && eng_qprefill_int(dt) && acts_make(a, blk, X, n, cols) == 0) {
             /* Q4_K's mins take the activations' block sums; Q6_K has a scale per 16 values */
             const int kind = dt == VX_Q4_K ? ROW_I8_MIN : dt == VX_Q6_K ? ROW_I8_HALF : ROW_I8_PLAIN;
-            int ok = eng_xpack_make_q8(&j->pk, a->d, a->q, kind == ROW_I8_MIN ? a->bs : NULL, n, cols,
-                                       blk) == 0;
+            int ok = eng_xpack_make_q8(&j->pk, a->d, a->q, a->bs, n, cols, blk, kind) == 0;
             free(a->mem);
             a->mem = NULL;
             if (ok) {
-                j->pk.row_i8_kind = kind;
 #ifdef __AVX2__
                 if (dt != VX_Q8_0) j->pk.row_i8 = int8_row;   /* Q8_0 is read in place */
 #endif
