@@ -648,8 +648,10 @@ T512 static float dot_q4_k_wide(const unsigned char *w, const float *d, const in
             v[i] = (int8_t)(2 * (k / 2 * 4 + k % 2 + i / 32 * 2) + (i & 1));
         pick[k] = _mm512_loadu_si512((const void *)v);
     }
+    /* lanes of dd (d·d_x, dmin·d_x of the first super-block, then of the second): the
+     * second's d, and each super-block's dmin over its 8 min products */
+    const __m512i d1 = _mm512_set1_epi32(2), dmin = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
     __m512 acc = _mm512_setzero_ps();
-    __m256 accm = _mm256_setzero_ps();
     int b = 0;
     for (; b + 2 <= nb; b += 2, w += 288, q += 512, bs += 32) {
         ahead(w, 288);
@@ -657,22 +659,18 @@ T512 static float dot_q4_k_wide(const unsigned char *w, const float *d, const in
         int dm0, dm1;
         memcpy(&dm0, w, 4);
         memcpy(&dm1, w + 144, 4);
-        /* d·d_x, dmin·d_x of both: lanes 0, 1 and 2, 3 */
-        const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(dm0), dm1, 1)),
-                                     _mm_setr_ps(d[b], d[b], d[b + 1], d[b + 1]));
+        const __m128 dx = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)(d + b)));
+        const __m512 dd = _mm512_castps128_ps512(
+            _mm_mul_ps(_mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(dm0), dm1, 1)), _mm_unpacklo_ps(dx, dx)));
         const __m512i m = _mm512_cvtepu8_epi16(_mm256_unpacklo_epi8(_mm256_srli_si256(sm, 8),
                                                                     _mm256_srli_si256(sm, 8)));
-        const __m512 mins = _mm512_cvtepi32_ps(_mm512_madd_epi16(m, _mm512_loadu_si512((const void *)bs)));
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dd))),
-                               _mm512_castps512_ps256(mins), accm);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(_mm_cvtss_f32(_mm_shuffle_ps(dd, dd, 0xff))),
-                               _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(mins), 1)), accm);
+        acc = _mm512_fnmadd_ps(_mm512_permutexvar_ps(dmin, dd),
+                               _mm512_cvtepi32_ps(_mm512_madd_epi16(m, _mm512_loadu_si512((const void *)bs))), acc);
         const __m512i e = _mm512_cvtepu8_epi16(sm);
         const __m512i i0 = q4k_isum(w, q, _mm512_shuffle_i32x4(e, e, 0x00), pick);
         const __m512i i1 = q4k_isum(w + 144, q + 256, _mm512_shuffle_i32x4(e, e, 0xaa), pick);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(_mm_cvtss_f32(dd)), _mm512_cvtepi32_ps(i0), acc);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(_mm_cvtss_f32(_mm_shuffle_ps(dd, dd, 0xaa))),
-                              _mm512_cvtepi32_ps(i1), acc);
+        acc = _mm512_fmadd_ps(_mm512_broadcastss_ps(_mm512_castps512_ps128(dd)), _mm512_cvtepi32_ps(i0), acc);
+        acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(d1, dd), _mm512_cvtepi32_ps(i1), acc);
     }
     for (; b < nb; b++, w += 144, q += 256, bs += 16) {
         ahead(w, 144);
@@ -680,11 +678,12 @@ T512 static float dot_q4_k_wide(const unsigned char *w, const float *d, const in
         int dm;
         memcpy(&dm, w, 4);
         __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(dm)), _mm_set1_ps(d[b]));
-        accm = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), q4k_mins(sm, bs), accm);
+        acc = _mm512_fnmadd_ps(_mm512_broadcastss_ps(_mm_movehdup_ps(dd)),
+                               _mm512_zextps256_ps512(q4k_mins(sm, bs)), acc);
         __m512i s = _mm512_broadcast_i32x4(_mm256_castsi256_si128(_mm256_cvtepu8_epi16(sm)));
         acc = _mm512_fmadd_ps(_mm512_broadcastss_ps(dd), _mm512_cvtepi32_ps(q4k_isum(w, q, s, pick)), acc);
     }
-    return _mm512_reduce_add_ps(acc) - eng_hsum256(accm);
+    return _mm512_reduce_add_ps(acc);
 }
 
 /* Half n of a Q6_K super-block's values (0..63, unsigned) in element order: v01 its first
