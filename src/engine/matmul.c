@@ -199,17 +199,20 @@ T512 static inline AI void step32(vx_dtype dt, int perm, const void *row, const 
  * is span512(0, cols) then finish512; the split decode (split_rows) pauses the chains
  * between parts, so every path sums the same products in the same order and a row gives
  * one value whichever path reads it. pf: where the next run of a split decode starts,
- * fetched into L2 in step with this run, or NULL. Inlined per dtype, so no loop holds a
- * dtype test. The first cols - cols % 32; perm: x in pairs' order (bf16 only). */
+ * fetched into L2 in step with this run, or NULL; l1: when not 0, the row's own bytes
+ * that far ahead are fetched into L1 as well (rows_ahead). Inlined per dtype, so no loop
+ * holds a dtype test. The first cols - cols % 32; perm: x in pairs' order (bf16 only). */
 T512 static inline AI void span512(vx_dtype dt, int perm, const void *row, const float *x,
-                                   int k0, int k1, __m512 *a, const char *pf)
+                                   int k0, int k1, __m512 *a, const char *pf, int l1)
 {
     const int es = dt == VX_F32 ? 4 : 2;
     __m512 a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
     for (int k = k0; k + 64 <= k1; k += 64) {
         if (pf)
-            for (int b = 0; b < 64 * es; b += 64)
+            for (int b = 0; b < 64 * es; b += 64) {
                 _mm_prefetch(pf + (size_t)(k - k0) * es + b, _MM_HINT_T1);
+                if (l1) _mm_prefetch((const char *)row + (size_t)k * es + l1 + b, _MM_HINT_T0);
+            }
         step32(dt, perm, row, x, k, &a0, &a1);
         step32(dt, perm, row, x, k + 32, &a2, &a3);
     }
@@ -224,12 +227,15 @@ T512 static inline AI float finish512(vx_dtype dt, int perm, const void *row, co
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
 }
 
-/* pf: where to fetch into L2 in step with the row (rows_ahead), or NULL. */
+#define L1_AHEAD 4096
+
+/* pf: where to fetch into L2 in step with the row (rows_ahead), or NULL; with it, the row's
+ * bytes L1_AHEAD on come into L1 (rows_ahead says why). */
 T512 static inline AI float dot512(vx_dtype dt, int perm, const void *row, const float *x, int cols,
                                    const char *pf)
 {
     __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    span512(dt, perm, row, x, 0, cols, a, pf);
+    span512(dt, perm, row, x, 0, cols, a, pf, pf ? L1_AHEAD : 0);
     return finish512(dt, perm, row, x, cols, a);
 }
 
@@ -346,7 +352,7 @@ T512 static inline AI void split_rows(vx_dtype dt, int perm, const eng_w *w, int
                                  : q + 1 < parts ? ROW(p0) + (size_t)k1 * es
                                  : p1 < r1       ? ROW(p1)
                                                  : NULL;
-                span512(dt, perm, ROW(r), x, k0, k1, acc[r - p0], pf);
+                span512(dt, perm, ROW(r), x, k0, k1, acc[r - p0], pf, 0);
             }
         }
         for (int r = p0; r < p1; r++) {
@@ -440,8 +446,10 @@ T512 static void rows_few(const eng_w *w, int r0, int r1, const float *x, const 
  * read without it and 1.06-1.17 / 1.03-1.09 with it (T1 4-16 KiB ahead alike, T0 less;
  * build/gemv, alternated); on the Zen 4/5 hosts a prefetch on top of one row moved nothing
  * beyond the noise (ENGINE.md, "Decode kernels: one row at a time"), so they keep the
- * hardware prefetchers alone. The same products in the same order as row_dot_k and
- * dot_pairs_perm. */
+ * hardware prefetchers alone. The lines in L2 are also asked into L1 L1_AHEAD before they
+ * are read: on an Emerald Rapids Xeon the 22 bf16 gate matrices of the 1.1B bench model
+ * then streamed 34.3 against 29.1 GB/s (medians of 4 alternated runs; ENGINE.md session
+ * 42). The same products in the same order as row_dot_k and dot_pairs_perm. */
 #define AHEAD 8192
 
 static int prefetch_ahead(void)
