@@ -503,7 +503,7 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
             memcpy(pad + (size_t)i * pad_rb, src + (size_t)(r0 + full + i) * src_rb, pad_rb);
     }
     /* integer kernel: the int8 tile (unpacked formats), then per row and block the
-     * correction, scale and min */
+     * correction (the VNNI kernel's only), scale and min */
     uint8_t *qt = (uint8_t *)wt;
     char *meta = unpacked ? (char *)wt + ((size_t)trp * cols + 63) / 64 * 64
                           : pad + (pr * pad_rb + 63) / 64 * 64;
@@ -517,10 +517,11 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
         memset(qt + (size_t)tr * cols, 0, (size_t)(trp - tr) * cols);
         memset(dw + (size_t)tr * sn, 0, (size_t)(trp - tr) * sn * sizeof *dw);
         memset(mn + (size_t)tr * nb, 0, (size_t)(trp - tr) * nb * sizeof *mn);
-        for (int i = 0; i < trp && !amx; i++) {
-            if (kind == ROW_I8_HALF) half_corr(qt + (size_t)i * cols, nb, corr + (size_t)i * sn);
-            else block_corr(qt + (size_t)i * cols, 32, nb, corr + (size_t)i * nb);
-        }
+        if (!amx)
+            for (int i = 0; i < trp; i++) {
+                if (kind == ROW_I8_HALF) half_corr(qt + (size_t)i * cols, nb, corr + (size_t)i * sn);
+                else block_corr(qt + (size_t)i * cols, 32, nb, corr + (size_t)i * nb);
+            }
     } else if (q8) {
         for (int i = 0; i < trp; i++) {
             const uint8_t *w = (const uint8_t *)(i < full ? src + (size_t)(r0 + i) * src_rb

@@ -199,9 +199,9 @@ T512 static inline AI void step32(vx_dtype dt, int perm, const void *row, const 
  * is span512(0, cols) then finish512; the split decode (split_rows) pauses the chains
  * between parts, so every path sums the same products in the same order and a row gives
  * one value whichever path reads it. pf: where the next run of a split decode starts,
- * fetched into L2 in step with this run, or NULL; l1: when not 0, the row's own bytes
- * that far ahead are fetched into L1 as well (rows_ahead). Inlined per dtype, so no loop
- * holds a dtype test. The first cols - cols % 32; perm: x in pairs' order (bf16 only). */
+ * fetched into L2 in step with this run, or NULL; l1: with pf, when not 0, the row's own
+ * bytes that far ahead are fetched into L1 as well (rows_ahead). Inlined per dtype, so no
+ * loop holds a dtype test. The first cols - cols % 32; perm: x in pairs' order (bf16 only). */
 T512 static inline AI void span512(vx_dtype dt, int perm, const void *row, const float *x,
                                    int k0, int k1, __m512 *a, const char *pf, int l1)
 {
@@ -235,7 +235,7 @@ T512 static inline AI float dot512(vx_dtype dt, int perm, const void *row, const
                                    const char *pf)
 {
     __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    span512(dt, perm, row, x, 0, cols, a, pf, pf ? L1_AHEAD : 0);
+    span512(dt, perm, row, x, 0, cols, a, pf, L1_AHEAD);
     return finish512(dt, perm, row, x, cols, a);
 }
 
