@@ -130,13 +130,20 @@ void eng_split(int count, int i, int n, int align, int *lo, int *hi)
 
 int eng_claim_rows(atomic_int *next, int rows, int nparts, int *lo, int *hi)
 {
-    int chunk = rows / (nparts * 8);
-    chunk = chunk < 16 ? 16 : chunk & ~15;
-    *lo = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
-    if (*lo >= rows)
-        return 0;
-    *hi = rows - *lo < chunk ? rows : *lo + chunk;
-    return 1;
+    int cur = atomic_load_explicit(next, memory_order_relaxed);
+    for (;;) {
+        if (cur >= rows)
+            return 0;
+        int chunk = (rows - cur) / nparts;
+        chunk = chunk < 16 ? 16 : chunk & ~15;
+        const int end = rows - cur <= chunk ? rows : cur + chunk;
+        if (atomic_compare_exchange_weak_explicit(next, &cur, end, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *lo = cur;
+            *hi = end;
+            return 1;
+        }
+    }
 }
 
 typedef struct rows_region {

@@ -474,6 +474,30 @@ static void test_split(void)
     CHECK(total == 100 && prev == 100);
 }
 
+/* eng_claim_rows hands out every row once, in chunks that start on a multiple of 16,
+ * take 1/nparts of what is left and shrink toward the end (none after the last row). */
+static void test_claims(void)
+{
+    static const int cases[][2] = {{2048, 2}, {256, 2}, {5632, 2}, {1000, 3}, {17, 2}, {15, 4}, {0, 2}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int rows = cases[c][0], nparts = cases[c][1];
+        atomic_int next;
+        atomic_init(&next, 0);
+        int lo, hi, prev = 0, last = rows + 1, n = 0;
+        while (eng_claim_rows(&next, rows, nparts, &lo, &hi)) {
+            CHECK_MSG(lo == prev && lo % 16 == 0 && hi > lo && hi <= rows, "rows %d: [%d, %d) after %d",
+                      rows, lo, hi, prev);
+            CHECK_MSG(hi == rows || (hi - lo <= last && (hi - lo) % 16 == 0 && hi - lo >= (rows - lo) / nparts - 15),
+                      "rows %d: chunk [%d, %d) after one of %d", rows, lo, hi, last);
+            last = hi - lo;
+            prev = hi;
+            n++;
+        }
+        CHECK_MSG(prev == rows && !eng_claim_rows(&next, rows, nparts, &lo, &hi), "rows %d: ended at %d", rows, prev);
+        if (rows == 2048) CHECK_MSG(n <= 12, "2048 rows in %d chunks", n);
+    }
+}
+
 /* eng_rows_dot (x as it is, or paired by eng_x_pairs) and the decode GEMV give
  * eng_row_dot's results bit for bit: bf16 rows are dotted by pairs on every path, x
  * permuted once or in registers, the same products in the same order; rows wider than
@@ -665,6 +689,7 @@ int main(void)
     test_mlp_split();
     test_sample();
     test_split();
+    test_claims();
     test_prefill_bf16_optin();
     return T_DONE();
 }
