@@ -215,11 +215,14 @@ static inline void ahead(const unsigned char *w, int n)
 
 /* ahead into L2 only: the wide Q8_0 kernel's stream of decode's shapes ran 7-8 % faster so
  * (27.2-28.3 GB/s against 25.1-26.5, alternated); the other kernels' did not (Q4_0 3 %
- * slower). */
+ * slower). 3 KiB ahead rather than 4: the 1.1B bench model decoded at 24.4-25.1 against
+ * 22.8-24.8 tokens/s (8 alternated pairs, Emerald Rapids, ENGINE.md session 43). */
+#define AHEAD_L2 3072
+
 static inline void ahead_l2(const unsigned char *w, int n)
 {
     for (int o = 0; o < n; o += 64)
-        _mm_prefetch((const char *)w + AHEAD + o, _MM_HINT_T1);
+        _mm_prefetch((const char *)w + AHEAD_L2 + o, _MM_HINT_T1);
 }
 
 /* ahead into L2 from farther, and the lines already there into L1 a little before they
