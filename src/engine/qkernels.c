@@ -215,8 +215,9 @@ static inline void ahead(const unsigned char *w, int n)
 
 /* ahead into L2 only: the wide Q8_0 kernel's stream of decode's shapes ran 7-8 % faster so
  * (27.2-28.3 GB/s against 25.1-26.5, alternated); the other kernels' did not (Q4_0 3 %
- * slower). 3 KiB ahead rather than 4: the 1.1B bench model decoded at 24.4-25.1 against
- * 22.8-24.8 tokens/s (8 alternated pairs, Emerald Rapids, ENGINE.md session 43). */
+ * slower). 3 KiB ahead rather than 4: 3 KiB decoded the 1.1B bench model faster in 9 of
+ * 11 alternated pairs, medians 24.44 against 23.82 tokens/s (Emerald Rapids, ENGINE.md
+ * session 43). */
 #define AHEAD_L2 3072
 
 static inline void ahead_l2(const unsigned char *w, int n)
