@@ -141,6 +141,10 @@ void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys);
  * xp->row_i8. */
 int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, const int16_t *bs, int n,
                       int cols, int blk, int kind);
+/* 1 when integer products of this kind run on AMX-INT8 tiles (eng_amx_i8_ready, and not
+ * ROW_I8_HALF's 16-value scales, which stay on VNNI): eng_xpack_make_q8's rule, which
+ * eng_prefill_path reports. */
+int eng_q8_amx(int kind);
 void eng_xpack_free(eng_xpack *xp);
 void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, float *y,
                    void (*row)(const void *ctx, int r, float *dst), const void *ctx,

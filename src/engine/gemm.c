@@ -214,6 +214,11 @@ T512 int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols)
     return 0;
 }
 
+int eng_q8_amx(int kind)
+{
+    return kind != ROW_I8_HALF && eng_amx_i8_ready();
+}
+
 int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, const int16_t *bs, int n,
                       int cols, int blk, int kind)
 {
@@ -232,8 +237,9 @@ int eng_xpack_make_q8(eng_xpack *xp, const float *d, const int8_t *q, const int1
     xp->row_i8_kind = kind;
     /* AMX multiplies signed by signed (TDPBSSD), so its products need no correction for
      * the activations' offset; the VNNI kernels' vpdpbusd wants them unsigned (+ 128).
-     * Decided here, once per product, so every part reads the bytes as they were packed. */
-    xp->amx = kind != ROW_I8_HALF && cols >= 64 && eng_amx_i8_ready();
+     * Decided here, once per product, so every part reads the bytes as they were packed;
+     * AMX's 16-row blocks fit the part's tile from 64 columns on. */
+    xp->amx = cols >= 64 && eng_q8_amx(kind);
     const char off = xp->amx ? 0 : (char)0x80;
     /* tokens past n: value 0 and scale 0, so they add nothing */
     memset(xp->q8, off, (size_t)nv * nb * 512);

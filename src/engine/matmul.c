@@ -836,7 +836,7 @@ const char *eng_prefill_path(vx_dtype dt)
     if (dt == VX_BF16 && eng_prefill_bf16_optin())
         return "AVX512-BF16 vdpbf16ps on bf16-rounded activations (LQL_PREFILL_BF16=1, not f32-accurate)";
     if (eng_qprefill_int(dt)) {
-        const int amx = dt != VX_Q6_K && eng_amx_i8_ready();   /* Q6_K's 16-value scales: VNNI */
+        const int amx = eng_q8_amx(eng_row_i8_kind(dt));
         if (dt == VX_Q8_0)
             return amx ? "AMX-INT8 block products, Q8_0 read in place, activations quantised as in decode"
                        : "AVX-512 VNNI int8 GEMM, Q8_0 read in place, activations quantised as in decode";

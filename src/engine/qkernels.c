@@ -1077,6 +1077,12 @@ int eng_qprefill_int(vx_dtype dt)
 #endif
 }
 
+/* Q4_K's mins take the activations' block sums; Q6_K has a scale per 16 values. */
+int eng_row_i8_kind(vx_dtype dt)
+{
+    return dt == VX_Q4_K ? ROW_I8_MIN : dt == VX_Q6_K ? ROW_I8_HALF : ROW_I8_PLAIN;
+}
+
 /* Prepares the job: activations quantised when dt has an integer kernel and the batch is
  * small; the BLAS kept single-threaded inside the pool's parts. */
 static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int cols,
@@ -1095,9 +1101,7 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
         }
         /* pack only for eng_qgemm's parts: eng_qgemm_rows already runs inside one */
         if (pack && eng_qprefill_int(dt) && acts_make(a, blk, X, n, cols) == 0) {
-            /* Q4_K's mins take the activations' block sums; Q6_K has a scale per 16 values */
-            const int kind = dt == VX_Q4_K ? ROW_I8_MIN : dt == VX_Q6_K ? ROW_I8_HALF : ROW_I8_PLAIN;
-            int ok = eng_xpack_make_q8(&j->pk, a->d, a->q, a->bs, n, cols, blk, kind) == 0;
+            int ok = eng_xpack_make_q8(&j->pk, a->d, a->q, a->bs, n, cols, blk, eng_row_i8_kind(dt)) == 0;
             free(a->mem);
             a->mem = NULL;
             if (ok) {

@@ -45,6 +45,9 @@ void eng_qgemm(vx_dtype dt, const void *W, int rows, int cols, const float *X, i
  * MXFP4, Q4_K or Q6_K with AVX-512 VNNI, LQL_QEXACT not 1): activations quantised as in
  * decode; 0: exact tiles. */
 int eng_qprefill_int(vx_dtype dt);
+/* How the integer prefill lays out dt's unpacked rows for eng_xpack_make_q8: ROW_I8_MIN
+ * (block mins), ROW_I8_HALF (a scale per 16 values) or ROW_I8_PLAIN. */
+int eng_row_i8_kind(vx_dtype dt);
 /* Serial form of eng_qgemm over weight rows [r0, r1): writes Y[t, r] for those rows only. */
 void eng_qgemm_rows(vx_dtype dt, const void *W, int r0, int r1, int rows, int cols,
                     const float *X, int n, float *Y);
