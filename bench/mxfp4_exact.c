@@ -5,7 +5,7 @@
  * matrix it decodes to, for decode and prefill row counts.
  *
  *   mxfp4_exact [--rows 2880] [--cols 2880] [--reps 30]      (GPT-OSS-20B's expert width)
- *   LQL_NO_AVX512=1 mxfp4_exact                               (the AVX2 / OpenBLAS paths)
+ *   LQL_NO_AVX512=1 mxfp4_exact                               (the AVX2 paths)
  *
  * Each figure is the best of --reps runs, the two products alternating (the machine is
  * shared); before each timing the outputs are compared and must be bit-identical.

@@ -214,7 +214,7 @@ int main(int argc, char **argv)
             tr = t2 - t1 < tr ? t2 - t1 : tr;
             td = t3 - t2 < td ? t3 - t2 : td;
         }
-        /* Prefill: a 64-row batch through eng_qgemm (exact f32 tiles + sgemm). */
+        /* Prefill: a 64-row batch through eng_qgemm (the host's prefill path). */
         double tg = 1e30;
         for (int i = 0; i < (reps + 4) / 5; i++) {
             double t0 = now();

@@ -51,7 +51,8 @@ typedef struct eng_w {
 
 /* y[n, w->rows] = x[n, w->cols] · Wᵀ, every row of y overwritten. Dispatches on the
  * dtype: small n streams weight rows once through a vector kernel (the decode GEMV); large
- * n converts row tiles to f32 and calls sgemm. Never fails for a bound view. */
+ * n runs a GEMM (AMX tiles, or gemm.c's f32 GEMM on AVX-512 or AVX2). Never fails for a
+ * bound view. */
 void eng_matmul(const eng_w *w, const float *x, int n, float *y);
 /* y[n, w->cols] = x[n, w->rows] · W, the product eng_matmul transposes (a gradient taken
  * back through a layer): the pool's threads each sum their rows of W, converted to f32 a
@@ -102,14 +103,14 @@ void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, const fl
  * can cover both paths in one process): the one CPU check of the AVX-512 kernels. */
 int eng_avx512(void);
 
-/* Prefill GEMM at f32 accuracy (gemm.c, AVX-512 only). eng_xpack_make packs activations
- * x [n, cols] once per product, with scratch for every pool part (-1 when out of memory:
- * the caller takes another path). Inside eng_parallel, part `part` then claims chunks of
- * weight rows from *next (zero before the product) until all `rows` are taken, computing
- * y[t, r] (row stride rows) from each row produced as exact f32 by row(ctx, r, dst). src
- * and src_rb (the stored rows' base and stride, or NULL) let a part fetch the rows of its
- * next chunk into L2 while it computes the current one; when src_dt is f16 or bf16 the
- * micro-kernel reads those rows in place (widened in registers) and row is not called. */
+/* Prefill GEMM at f32 accuracy (gemm.c: AVX-512, or AVX2 without it or with
+ * LQL_NO_AVX512=1). eng_xpack_make packs activations x [n, cols] once per product, with
+ * scratch for every pool part (-1 when out of memory: the caller takes another path).
+ * Inside eng_parallel, part `part` then claims chunks of weight rows from *next (zero
+ * before the product) until all `rows` are taken, computing y[t, r] (row stride rows) from
+ * each row produced as exact f32 by row(ctx, r, dst). src and src_rb are the stored rows'
+ * base and stride (or NULL): with AVX-512, bf16 rows (src_dt) and Q8_0 rows against
+ * eng_xpack_make_q8's packing are read there in place and row is not called. */
 enum { ROW_I8_PLAIN, ROW_I8_MIN, ROW_I8_HALF };
 typedef struct eng_xpack {
     float *p, *scratch;
@@ -121,6 +122,7 @@ typedef struct eng_xpack {
     void (*row_i8)(const void *ctx, int r, int8_t *q, float *d, float *m);
     int row_i8_kind;         /* ROW_I8_PLAIN, ROW_I8_MIN (needs sums) or ROW_I8_HALF */
     int amx;                 /* eng_xpack_make_q8: the products run on AMX-INT8 tiles */
+    int v256;                /* eng_xpack_make without AVX-512: the AVX2 f32 kernel */
     int n, cols, parts;
     size_t scratch_floats;   /* per part */
 } eng_xpack;

@@ -10,6 +10,9 @@
  * know, such as Zen 5, which halves the FMA rate (measured 108 vs 157 GFLOP/s for the same
  * product with OPENBLAS_CORETYPE=SkylakeX; the variable must be set before the process
  * starts, so a library cannot choose it). This kernel is written for AVX-512 directly.
+ * Without AVX-512 (or with LQL_NO_AVX512=1) the same packing and tiles run an AVX2
+ * micro-kernel (micro8): sgemm called per weight tile packed the activations again for
+ * every tile, a third of its time on a Zen 3 (ENGINE.md, session 44).
  *
  * Layout (the BLIS scheme): activations are packed once per product, transposed into
  * groups of 64 tokens (xp[(g · cols + k) · 64 + t], zero past n), so one k-step of a group
@@ -42,6 +45,7 @@
 #define TILE_F32 (192 * 1024)   /* f32 weight tile per thread: stays in L2 */
 #define Q8B 34        /* Q8_0 block: f16 scale, 32 int8 */
 #define MRQ 3         /* rows per integer micro-kernel call (two per MR block) */
+#define T256 __attribute__((target("avx2,fma")))
 
 int eng_avx512(void)
 {
@@ -54,10 +58,11 @@ int eng_avx512(void)
 }
 
 /* Whether the GEMM reads the weight rows where they are stored as bf16 (the other float
- * dtypes go through an f32 tile; the integer paths have their own rule). */
+ * dtypes go through an f32 tile; the integer paths have their own rule). With AVX2 a
+ * widening broadcast is four uops against vbroadcastss's one, so bf16 takes the tile too. */
 static int bf16_in_place(const eng_xpack *xp, const void *src, vx_dtype src_dt)
 {
-    return !xp->q8 && src && src_dt == VX_BF16;
+    return !xp->q8 && !xp->v256 && src && src_dt == VX_BF16;
 }
 
 /* bf16 rows read in place need no tile in L2, only C: their chunks take this many
@@ -183,33 +188,91 @@ T512 static inline void t16(__m512i v[16])
         }
 }
 
-/* Serial, so a scalar transpose here left the other thread idle for ~5 % of a 64-token
- * f16 prefill; 16 × 16 blocks transposed in registers (t16) move the same bits. */
-T512 int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols)
+/* Transposes an 8 × 8 block of floats in registers: v[i] holds row i on entry and column
+ * i on return. */
+T256 static inline void t8(__m256 v[8])
 {
-    const int groups = (n + GT - 1) / GT;
+    __m256 u[8], w[8];
+    for (int i = 0; i < 8; i += 2) {
+        u[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+        u[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int h = 0; h < 2; h++) {
+            w[i + h] = _mm256_shuffle_ps(u[i + h], u[i + 2 + h], 0x44);
+            w[i + 2 + h] = _mm256_shuffle_ps(u[i + h], u[i + 2 + h], 0xee);
+        }
+    /* w[0..3]: columns 0, 2, 1, 3 of rows 0-3 (128-bit lane 0) and 4, 6, 5, 7 (lane 1);
+     * w[4..7] the same of rows 4-7 */
+    static const int col[4] = {0, 2, 1, 3};
+    for (int e = 0; e < 4; e++) {
+        v[col[e]] = _mm256_permute2f128_ps(w[e], w[4 + e], 0x20);
+        v[4 + col[e]] = _mm256_permute2f128_ps(w[e], w[4 + e], 0x31);
+    }
+}
+
+/* One group of tn <= GT tokens (x: its first token row) into dst, 16 × 16 blocks
+ * transposed in registers (t16): packing is serial, and a scalar transpose here left the
+ * other thread idle for ~5 % of a 64-token f16 prefill. */
+T512 static void pack512(float *dst, const float *x, int tn, int cols)
+{
+    for (int b = 0; b < tn; b += 16)   /* 16 token rows streamed at a time */
+        for (int k0 = 0; k0 < cols; k0 += 16) {
+            const int kn = cols - k0 < 16 ? cols - k0 : 16;
+            const __mmask16 km = eng_lanes16(kn);
+            const float *src = x + (size_t)b * cols + k0;
+            __m512i v[16];
+            for (int i = 0; i < 16; i++)
+                v[i] = b + i < tn ? _mm512_maskz_loadu_epi32(km, src + (size_t)i * cols) : _mm512_setzero_si512();
+            t16(v);
+            for (int k = 0; k < kn; k++) _mm512_store_si512(dst + (size_t)(k0 + k) * GT + b, v[k]);
+        }
+}
+
+/* The same for the AVX2 kernel, with the group's 16-token slices one after another (slice v
+ * at 16 v · cols, token t of it at k · 16 + t): the kernel keeps a slice's KC rows in L1,
+ * and at 64 tokens' 256-byte stride those would map to a quarter of its sets. By 8 × 8
+ * blocks (t8); a token row's last cols % 8 through a copy. */
+T256 static void pack256(float *dst, const float *x, int tn, int cols)
+{
+    for (int b = 0; b < tn; b += 8)
+        for (int k0 = 0; k0 < cols; k0 += 8) {
+            const int kn = cols - k0 < 8 ? cols - k0 : 8;
+            const float *src = x + (size_t)b * cols + k0;
+            __m256 v[8];
+            for (int i = 0; i < 8; i++) {
+                float part[8] = {0};
+                if (b + i >= tn) {
+                    v[i] = _mm256_setzero_ps();
+                } else if (kn == 8) {
+                    v[i] = _mm256_loadu_ps(src + (size_t)i * cols);
+                } else {
+                    memcpy(part, src + (size_t)i * cols, (size_t)kn * sizeof(float));
+                    v[i] = _mm256_loadu_ps(part);
+                }
+            }
+            t8(v);
+            float *sl = dst + (size_t)(b / 16) * cols * 16 + b % 16;
+            for (int k = 0; k < kn; k++) _mm256_store_ps(sl + (size_t)(k0 + k) * 16, v[k]);
+        }
+}
+
+int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols)
+{
     xpack_init(xp, n, cols);
+    xp->v256 = !eng_avx512();
     xp->p = eng_buf_take(p_bytes(xp));
     xp->scratch = eng_buf_take(scratch_bytes(xp));
     if (!xp->p || !xp->scratch) {
         eng_xpack_free(xp);
         return -1;
     }
-    for (int g = 0; g < groups; g++) {
-        float *dst = xp->p + (size_t)g * cols * GT;
-        const int t0 = g * GT, tn = n - t0 < GT ? n - t0 : GT;
-        if (tn < GT) memset(dst, 0, (size_t)cols * GT * sizeof(float));
-        for (int b = 0; b < tn; b += 16)   /* 16 token rows streamed at a time */
-            for (int k0 = 0; k0 < cols; k0 += 16) {
-                const int kn = cols - k0 < 16 ? cols - k0 : 16;
-                const __mmask16 km = eng_lanes16(kn);
-                const float *src = x + (size_t)(t0 + b) * cols + k0;
-                __m512i v[16];
-                for (int i = 0; i < 16; i++)
-                    v[i] = b + i < tn ? _mm512_maskz_loadu_epi32(km, src + (size_t)i * cols) : _mm512_setzero_si512();
-                t16(v);
-                for (int k = 0; k < kn; k++) _mm512_store_si512(dst + (size_t)(k0 + k) * GT + b, v[k]);
-            }
+    for (int t0 = 0; t0 < n; t0 += GT) {
+        float *dst = xp->p + (size_t)(t0 / GT) * cols * GT;
+        const int tn = n - t0 < GT ? n - t0 : GT;
+        if (tn < GT) memset(dst, 0, (size_t)cols * GT * sizeof(float));   /* tokens past n: 0 */
+        if (xp->v256) pack256(dst, x + (size_t)t0 * cols, tn, cols);
+        else pack512(dst, x + (size_t)t0 * cols, tn, cols);
     }
     return 0;
 }
@@ -312,6 +375,28 @@ T512 static void NAME##_##NV(const WT *w, size_t ldw, const float *x, int kn, fl
     MICRO(NAME, 1, WT, BCAST) MICRO(NAME, 2, WT, BCAST) MICRO(NAME, 3, WT, BCAST) MICRO(NAME, 4, WT, BCAST)
 MICROS(micro, float, BC_F32)
 MICROS(micro_bf16, uint16_t, BC_BF16)
+
+/* The AVX2 micro-kernel: C[MR][16] (+)= W[MR rows, stride ldw][kn] (f32) · X[kn][16] (a
+ * 16-token slice, pack256). C takes 12 of AVX2's 16 registers, the two token vectors and the
+ * broadcast weight three more. */
+T256 static void micro8(const float *w, size_t ldw, const float *x, int kn, float *c, int first)
+{
+    __m256 a[MR][2];
+    _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++)
+        _Pragma("GCC unroll 2") for (int v = 0; v < 2; v++)
+            a[i][v] = first ? _mm256_setzero_ps() : _mm256_load_ps(c + i * GT + v * 8);
+    for (int k = 0; k < kn; k++) {
+        const __m256 x0 = _mm256_load_ps(x + (size_t)k * 16), x1 = _mm256_load_ps(x + (size_t)k * 16 + 8);
+        _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {
+            const __m256 b = _mm256_broadcast_ss(w + (size_t)i * ldw + k);
+            a[i][0] = _mm256_fmadd_ps(b, x0, a[i][0]);
+            a[i][1] = _mm256_fmadd_ps(b, x1, a[i][1]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++)
+        _Pragma("GCC unroll 2") for (int v = 0; v < 2; v++)
+            _mm256_store_ps(c + i * GT + v * 8, a[i][v]);
+}
 
 /* One micro-kernel call on nv token vectors: f32 W (the converted tile), or bf16 W read
  * where it is stored (dt). */
@@ -483,6 +568,30 @@ T512 void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys)
     }
 }
 
+/* eng_store_t by 8 × 8 blocks (t8), for the AVX2 kernel: nr rows of C (its buffer a
+ * multiple of 8 rows long) into [token][row] output. */
+T256 static void store_t8(const float *c, int nr, int tn, float *y, size_t ys)
+{
+    for (int r0 = 0; r0 < nr; r0 += 8) {
+        const int rn = nr - r0 < 8 ? nr - r0 : 8;
+        for (int t0 = 0; t0 < tn; t0 += 8) {
+            __m256 v[8];
+            for (int i = 0; i < 8; i++) v[i] = _mm256_load_ps(c + (size_t)(r0 + i) * GT + t0);
+            t8(v);
+            for (int t = 0; t < 8 && t0 + t < tn; t++) {
+                float *dst = y + (size_t)(t0 + t) * ys + r0;
+                if (rn == 8) {
+                    _mm256_storeu_ps(dst, v[t]);
+                } else {
+                    float part[8];
+                    _mm256_storeu_ps(part, v[t]);
+                    memcpy(dst, part, (size_t)rn * sizeof(float));
+                }
+            }
+        }
+    }
+}
+
 /* y for weight rows [r0, r1) (at most tile_rows(cols), or DIRECT_ROWS for bf16 read in
  * place), with the part's scratch. The rows are read where they are stored when src_dt is
  * bf16, or Q8_0 against activations packed by eng_xpack_make_q8 (a short last block
@@ -559,6 +668,20 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
             }
             eng_store_t((const uint32_t *)(const void *)cb, tr, tn,
                         (uint32_t *)(void *)(y + (size_t)t0 * ldy + r0), (size_t)ldy);
+            continue;
+        }
+        if (xp->v256) {
+            /* 16 tokens a call, each slice's KC × 16 activations (16 KiB) kept in L1 across
+             * the tile's rows */
+            const float *xg = xp->p + (size_t)g * cols * GT;
+            for (int k0 = 0; k0 < cols; k0 += KC) {
+                const int kn = cols - k0 < KC ? cols - k0 : KC;
+                for (int v = 0; v < nv; v++)
+                    for (int b = 0; b < trp; b += MR)
+                        micro8(wt + (size_t)b * cols + k0, (size_t)cols, xg + ((size_t)v * cols + k0) * 16, kn,
+                               cb + (size_t)b * GT + v * 16, k0 == 0);
+            }
+            store_t8(cb, tr, tn, y + (size_t)t0 * ldy + r0, (size_t)ldy);
             continue;
         }
         for (int k0 = 0; k0 < cols; k0 += KC) {

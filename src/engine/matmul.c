@@ -9,9 +9,8 @@
  *    dots it with every x row while the weight row is in L1. Rows are split over the
  *    pool's threads. Decode is memory bound, so this reads each weight byte once per token.
  *  - many rows (prefill): bf16 weights on AMX tiles where the CPU has them (amx.c), else
- *    the AVX-512 GEMM (gemm.c: bf16 read in place, other dtypes through f32 tiles that stay
- *    in L2), else each thread converts a tile of weight rows to f32 and calls a
- *    single-threaded sgemm against all of x (f32 weights skip the copy).
+ *    the f32 GEMM (gemm.c: with AVX-512 bf16 read in place, other dtypes through f32
+ *    tiles that stay in L2; with AVX2 only, every dtype through the tiles).
  * Block-quantised dtypes (q8_0, q4_k, ...) go to qkernels.c (eng_qgemv / eng_qgemm), which
  * computes on the blocks in place, except a source-exact MXFP4 matrix, which runs as the
  * bf16 matrix it decodes to (runs_as_bf16); a dtype no path executes is refused at bind.
@@ -28,7 +27,6 @@
 /* f32/f16/bf16 weights stream up to this many rows of x (AVX-512): few_block ran 1.1-1.9x
  * the GEMM's rate at 9-16 rows (ENGINE.md session 37), and 1.3-3.7x AMX's (session 38). */
 #define FEW_N 16
-#define TILE_BYTES (256 * 1024)
 
 void eng_w_of(eng_w *w, const vx_tensor *t)
 {
@@ -560,27 +558,6 @@ static void gemm_row(const void *ctx, int r, float *dst)
     else cvt_row(w->dt, src, dst, w->cols);
 }
 
-/* ---------------------------------------------------------------- tiled sgemm */
-
-static void tile_gemm(const eng_w *w, int r0, int r1, const float *x, int n, float *y,
-                      float *buf, int tile)
-{
-    for (int r = r0; r < r1; r += tile) {
-        int tr = r1 - r < tile ? r1 - r : tile;
-        const float *b;
-        if (w->dt == VX_F32) {
-            b = (const float *)((const char *)w->data + (size_t)r * w->row_bytes);
-        } else {
-            for (int i = 0; i < tr; i++)
-                cvt_row(w->dt, (const char *)w->data + (size_t)(r + i) * w->row_bytes,
-                        buf + (size_t)i * w->cols, w->cols);
-            b = buf;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, tr, w->cols, 1.0f, x,
-                    w->cols, b, w->cols, 0.0f, y + r, w->rows);
-    }
-}
-
 /* ---------------------------------------------------------------- dispatch */
 
 typedef struct job {
@@ -591,7 +568,7 @@ typedef struct job {
     const eng_xpack *pk;   /* x packed for eng_gemm_rows, or NULL */
     int wide;              /* eng_avx512(), read once per product */
     float *y;
-    int n, tile;
+    int n;
     int stream;            /* the streaming path (streamed()), else the GEMM's */
     atomic_int next;       /* streaming and GEMM paths: first row not yet claimed */
 } job;
@@ -662,21 +639,9 @@ static void run_part(void *ctx, int i, int nparts)
                       j->w->row_bytes);
         return;
     }
+    /* no memory to pack x: the streaming kernel, slower, not wrong */
     eng_split(j->w->rows, i, nparts, 16, &lo, &hi);
-    if (lo >= hi) return;
-    /* f32 rows need no conversion: one sgemm per thread, packed by the BLAS itself */
-    if (j->w->dt == VX_F32) {
-        tile_gemm(j->w, lo, hi, j->x, j->n, j->y, NULL, hi - lo);
-        return;
-    }
-    float *buf = malloc((size_t)j->tile * (size_t)j->w->cols * sizeof(float));
-    if (!buf) {
-        /* without a tile buffer fall back to the streaming kernel: slower, not wrong */
-        rows_dot(j->w, lo, hi, j->x, NULL, j->n, j->y, j->wide);
-        return;
-    }
-    tile_gemm(j->w, lo, hi, j->x, j->n, j->y, buf, j->tile);
-    free(buf);
+    if (lo < hi) rows_dot(j->w, lo, hi, j->x, NULL, j->n, j->y, j->wide);
 }
 
 /* Transposed views (stored [cols, rows]: small computed factors and weight slices read
@@ -844,7 +809,7 @@ const char *eng_prefill_path(vx_dtype dt)
                    : "AVX-512 VNNI int8 GEMM on int8 tiles, activations quantised as in decode";
     }
     if (eng_avx512()) return "AVX-512 f32 GEMM on exact f32 weight tiles";
-    return "f32 weight tiles + OpenBLAS sgemm";
+    return "AVX2 f32 GEMM on exact f32 weight tiles";
 }
 
 void eng_matmul_rows(vx_dtype dt, const void *data, int rows, int cols, size_t row_bytes,
@@ -914,7 +879,7 @@ void eng_matmul_shared(const eng_w *const *w, int count, const float *x, int n, 
             continue;
         }
         job *j = &jobs[made];
-        *j = (job){.w = v, .x = x, .wide = wide, .y = y[made], .n = n, .tile = 16, .stream = 1};
+        *j = (job){.w = v, .x = x, .wide = wide, .y = y[made], .n = n, .stream = 1};
         stream_x(j, &xp, &xa);
         rj[made] = (eng_rowjob){.run = shared_run, .ctx = j, .rows = v->rows};
     }
@@ -971,11 +936,9 @@ void eng_matmul(const eng_w *w, const float *x, int n, float *y)
         return;
     }
     if (!src && matmul_bf16_acts(w, x, n, y) == 0) return;
-    job j = {.w = w, .src = src, .x = x, .wide = wide, .y = y, .n = n, .tile = 16, .stream = stream};
+    job j = {.w = w, .src = src, .x = x, .wide = wide, .y = y, .n = n, .stream = stream};
     eng_xpack pk = {0};
-    if (!j.stream && j.wide && eng_xpack_make(&pk, x, n, w->cols) == 0) j.pk = &pk;
-    int per = (int)(TILE_BYTES / ((size_t)w->cols * sizeof(float)));
-    j.tile = per < 16 ? 16 : per & ~15;
+    if (!j.stream && eng_xpack_make(&pk, x, n, w->cols) == 0) j.pk = &pk;
 
     float *xp = NULL, *xa = NULL;
     stream_x(&j, &xp, &xa);

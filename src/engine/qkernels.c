@@ -922,7 +922,7 @@ typedef struct job {
     const float *X;
     float *Y;
     const acts *a;            /* NULL: the f32 block path */
-    eng_xpack pk;             /* prefill on AVX-512: X packed for eng_gemm_part (p, q8 NULL: sgemm) */
+    eng_xpack pk;             /* prefill: X packed for eng_gemm_part (p and q8 NULL: sgemm tiles) */
     atomic_int next;          /* eng_gemm_part's first unclaimed row */
 } job;
 
@@ -946,8 +946,8 @@ static void run_rows(const job *j, int r0, int r1)
 }
 
 /* Above this many activation rows the weights are dequantised a tile at a time (exactly)
- * and multiplied in f32: by the engine's AVX-512 GEMM (gemm.c) where the CPU has it, else
- * sgemm. Prefill then runs at GEMM speed with exact weights. */
+ * and multiplied in f32: by the engine's GEMM (gemm.c), or by sgemm in eng_qgemm_rows and
+ * when x cannot be packed. Prefill then runs at GEMM speed with exact weights. */
 #define GEMM_N 8
 #define TILE_BYTES (2 * 1024 * 1024)
 
@@ -1111,7 +1111,7 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
                 return;
             }
         }
-        if (pack && eng_avx512() && eng_xpack_make(&j->pk, X, n, cols) < 0) j->pk.p = NULL;
+        if (pack && eng_xpack_make(&j->pk, X, n, cols) < 0) j->pk.p = NULL;
         return;
     }
     if (blk && acts_make(a, blk, X, n, cols) == 0) {

@@ -397,7 +397,7 @@ int main(void)
     }
     cJSON_Delete(g);
 
-    /* the sgemm fallback (LQL_NO_AVX512, read per product) writes the same down-meta as the
+    /* the AVX2 kernels (LQL_NO_AVX512, read per product) write the same down-meta as the
      * default path, AMX or AVX-512 */
     setenv("LQL_NO_AMX", "1", 1);
     setenv("LQL_NO_AVX512", "1", 1);

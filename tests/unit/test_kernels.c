@@ -1,6 +1,6 @@
 /*
  * test_kernels.c — the engine's pure kernels against naive float64 loops: eng_matmul in
- * every dtype on both paths (streaming GEMV for few rows, the AVX-512 GEMM or tiled sgemm
+ * every dtype on both paths (streaming GEMV for few rows, the AVX-512 or the AVX2 GEMM
  * for many — each run with and without LQL_NO_AVX512; odd widths, row counts that are not
  * a multiple of the 6-row block and token counts past one 64-token group exercise the
  * tails), the LQL_PREFILL_BF16=1 opt-in's bound, the transposed f32 view, norms, rope styles, activations,
@@ -675,7 +675,7 @@ int main(void)
     test_rows_dot();
     test_shared();
     test_attend();
-    setenv("LQL_NO_AVX512", "1", 1);   /* the sgemm prefill, the AVX2 GEMV, scalar attention */
+    setenv("LQL_NO_AVX512", "1", 1);   /* the AVX2 GEMM and GEMV, scalar attention */
     test_matmul();
     test_rows_dot();
     test_shared();
