@@ -264,16 +264,18 @@ T512 static float dot_row512(vx_dtype dt, const void *row, const float *x, int c
     return dot512(VX_F32, 0, row, x, cols, pf);
 }
 
-/* Without AVX-512 (an AVX2-only Zen 3, 2026-12-07) a row's bytes this far ahead are fetched
- * into L2 as it is dotted: WALK's gate scan (bf16) then ran 0.97-1.02 of the probe against
- * 0.86-0.96 without (4 alternated rounds), the decode GEMV over the bench stack 0.92-0.95
- * (bf16) and 0.91-0.94 (f16) against 0.86-0.91 (3 rounds each); 16 KiB ran 0.94-1.02. A
- * fetch past a matrix's end is a hint and never faults. */
+/* Without AVX-512 (an AVX2-only Zen 3, 2026-12-07) a streamed row's bytes this far ahead
+ * are fetched into L2 as it is dotted (not a row dotted on its own, e.g. a rescored
+ * candidate, whose next bytes are not read next): WALK's gate scan (bf16) then ran
+ * 0.97-1.02 of the probe against 0.86-0.96 without (4 alternated rounds), the decode GEMV
+ * over the bench stack 0.92-0.95 (bf16) and 0.91-0.94 (f16) against 0.86-0.91 (3 rounds
+ * each); 16 KiB ran 0.94-1.02. A fetch past a matrix's end is a hint and never faults. */
 #define AVX2_AHEAD 8192
 
 /* Stored row (cols elements in dt) · x: exact weights, f32 products; wide: eng_avx512(),
- * read once by a caller that dots many rows. */
-static float row_dot_k(vx_dtype dt, const void *row, const float *x, int cols, int wide)
+ * read once by a caller that dots many rows; ahead: without it, how far ahead the row's
+ * bytes are fetched (AVX2_AHEAD when the caller streams rows, 0 for a row on its own). */
+static float row_dot_k(vx_dtype dt, const void *row, const float *x, int cols, int wide, int ahead)
 {
     if (is_block(dt)) return eng_qdot(dt, row, x, cols);
     if (cols >= 32 && wide) {
@@ -281,12 +283,12 @@ static float row_dot_k(vx_dtype dt, const void *row, const float *x, int cols, i
         return dot_row512(dt, row, x, cols, NULL) + tail_dot(dt, row, x, k, cols);
     }
     /* two chains, so the loop is not bound by one multiply-add's latency; each line
-     * AVX2_AHEAD further on is asked into L2 as the row is read */
+     * `ahead` further on is asked into L2 as the row is read */
     __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     const size_t es = dt == VX_F32 ? 4 : 2;
     int k = 0;
     for (; k + 16 <= cols; k += 16) {
-        if (!((size_t)k * es & 63)) _mm_prefetch((const char *)row + (size_t)k * es + AVX2_AHEAD, _MM_HINT_T1);
+        if (ahead && !((size_t)k * es & 63)) _mm_prefetch((const char *)row + (size_t)k * es + ahead, _MM_HINT_T1);
         a0 = _mm256_fmadd_ps(load8(dt, row, k), _mm256_loadu_ps(x + k), a0);
         a1 = _mm256_fmadd_ps(load8(dt, row, k + 8), _mm256_loadu_ps(x + k + 8), a1);
     }
@@ -299,7 +301,7 @@ static float row_dot_k(vx_dtype dt, const void *row, const float *x, int cols, i
 
 static float row_dot(vx_dtype dt, const void *row, const float *x, int cols)
 {
-    return row_dot_k(dt, row, x, cols, eng_avx512());
+    return row_dot_k(dt, row, x, cols, eng_avx512(), 0);
 }
 
 float eng_row_dot(vx_dtype dt, const void *row, const float *x, int cols)
@@ -504,7 +506,7 @@ static void rows_dot(const eng_w *w, int r0, int r1, const float *x, const float
         for (int t = 0; t < n; t++)
             y[(size_t)t * w->rows + r] =
                 xp ? dot_pairs_perm(row, xp + (size_t)t * w->cols, w->cols, NULL)
-                   : row_dot_k(w->dt, row, x + (size_t)t * w->cols, w->cols, wide);
+                   : row_dot_k(w->dt, row, x + (size_t)t * w->cols, w->cols, wide, t ? 0 : AVX2_AHEAD);
     }
 }
 

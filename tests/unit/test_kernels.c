@@ -5,7 +5,8 @@
  * a multiple of the 6-row block and token counts past one 64-token group exercise the
  * tails), the LQL_PREFILL_BF16=1 opt-in's bound, the transposed f32 view, norms, rope styles, activations,
  * softcap, softmax, and the sampler's determinism and filters; eng_matmul_shared equal to
- * eng_matmul bit for bit; eng_matmul_t, the transposed product.
+ * eng_matmul bit for bit, and the AVX2 GEMM to the AVX-512 one; eng_matmul_t, the
+ * transposed product.
  */
 #include <stdlib.h>
 #include "t.h"
@@ -657,6 +658,37 @@ static void attend_case(int heads, int kvh, int kd, int vd, int n, int pos0, int
     free(k); free(v); free(q); free(out); free(pr); free(ref);
 }
 
+/* The AVX2 GEMM sums each output as the AVX-512 one does — one FMA chain over k in order,
+ * the weights widened exactly — so a prompt gives the same values with or without AVX-512
+ * (AMX's bf16 tiles, the bf16 opt-in and the 9-16-row streaming of AVX-512 hosts aside). On
+ * a CPU without AVX-512 both runs take the AVX2 kernel. */
+static void test_gemm_isa_equal(void)
+{
+    const vx_dtype dts[3] = {VX_F32, VX_F16, VX_BF16};
+    const int shapes[][3] = {{50, 96, 17}, {131, 300, 70}, {13, 2048, 64}, {97, 203, 129}};
+    setenv("LQL_NO_AMX", "1", 1);
+    for (int d = 0; d < 3; d++)
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+            const int rows = shapes[s][0], cols = shapes[s][1], n = shapes[s][2];
+            float *m = malloc((size_t)rows * cols * 4), *x = malloc((size_t)n * cols * 4);
+            float *y[2] = {malloc((size_t)n * rows * 4), malloc((size_t)n * rows * 4)};
+            void *buf = malloc((size_t)rows * cols * 4);
+            for (size_t i = 0; i < (size_t)rows * cols; i++) m[i] = rnd();
+            for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = rnd();
+            eng_w w = store(dts[d], m, rows, cols, buf);
+            for (int a = 0; a < 2; a++) {
+                setenv("LQL_NO_AVX512", a ? "1" : "0", 1);
+                eng_matmul(&w, x, n, y[a]);
+            }
+            CHECK_MSG(!memcmp(y[0], y[1], (size_t)n * rows * 4), "%s rows %d cols %d n %d: the AVX2 and AVX-512 GEMMs differ",
+                      vx_dtype_name(dts[d]), rows, cols, n);
+            free(m); free(x); free(y[0]); free(y[1]); free(buf);
+        }
+    unsetenv("LQL_NO_AVX512");
+    unsetenv("LQL_NO_AMX");
+    if (!eng_avx512()) printf("test_gemm_isa_equal: no AVX-512 on this CPU, both runs took the AVX2 GEMM\n");
+}
+
 static void test_attend(void)
 {
     attend_case(8, 2, 64, 64, 1, 40, 0, 0, 0);      /* decode, 2.5 blocks of keys */
@@ -675,6 +707,7 @@ int main(void)
     test_rows_dot();
     test_shared();
     test_attend();
+    test_gemm_isa_equal();
     setenv("LQL_NO_AVX512", "1", 1);   /* the AVX2 GEMM and GEMV, scalar attention */
     test_matmul();
     test_rows_dot();
