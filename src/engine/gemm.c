@@ -241,12 +241,12 @@ T256 static void pack256(float *dst, const float *x, int tn, int cols)
             const float *src = x + (size_t)b * cols + k0;
             __m256 v[8];
             for (int i = 0; i < 8; i++) {
-                float part[8] = {0};
                 if (b + i >= tn) {
                     v[i] = _mm256_setzero_ps();
                 } else if (kn == 8) {
                     v[i] = _mm256_loadu_ps(src + (size_t)i * cols);
-                } else {
+                } else {   /* the row's last cols % 8, zero-padded */
+                    float part[8] = {0};
                     memcpy(part, src + (size_t)i * cols, (size_t)kn * sizeof(float));
                     v[i] = _mm256_loadu_ps(part);
                 }
