@@ -110,7 +110,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "peak: --hidden must be a positive multiple of 4 up to 65536, --reps positive\n");
         return 2;
     }
-    if (!eng_avx512() || !eng_u8s8_dot_ready() || !eng_bf16_dot_ready()) {
+    if (!eng_avx512() || eng_u8s8_x_limit() < 127 || !eng_bf16_dot_ready()) {   /* < 127: no VNNI */
         fprintf(stderr, "peak: needs AVX-512 with VNNI and BF16 (this CPU, or LQL_NO_AVX512, says no)\n");
         return 1;
     }

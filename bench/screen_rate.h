@@ -24,8 +24,8 @@ static void sr_take(void *ctx, int part, int r0, int nr, int t0, int tn, const v
  * features; -1 when this CPU has no int8 screen for the width, or memory ran out. */
 static inline double screen_best(int rows, int hidden, int n, int reps)
 {
-    if (rows < 1 || n < 1 || hidden % 4 || hidden > 65536 || !eng_u8s8_dot_ready()) return -1;
-    const int amx = eng_u8s8_amx(hidden);
+    if (rows < 1 || n < 1 || hidden % 4 || hidden > 65536) return -1;
+    const int amx = eng_u8s8_amx(hidden), lim = eng_u8s8_x_limit();
     uint8_t *w = amx ? calloc(1, eng_u8s8_pack_bytes(rows, hidden)) : malloc((size_t)rows * hidden);
     uint8_t *row = malloc((size_t)hidden);
     int8_t *x = malloc((size_t)n * hidden);
@@ -42,7 +42,7 @@ static inline double screen_best(int rows, int hidden, int n, int reps)
         }
         for (size_t i = 0; i < (size_t)n * hidden; i++) {
             s = s * 1664525u + 1013904223u;
-            x[i] = (int8_t)((s >> 24) % 255 - 127);
+            x[i] = (int8_t)((int)(s >> 24) % (2 * lim + 1) - lim);
         }
         for (int k = 0; k < reps; k++) {
             const double t0 = bw_now();

@@ -84,7 +84,7 @@ int brw_downmeta_compile(const char *dir, const char *path, const brw_dmet *old,
                          const uint8_t *complete, const eng_overlay *ov,
                          vx_progress_fn progress, void *progress_ctx, vx_err *err);
 /* The screen brw_encode_finish runs for a hidden width on this CPU, for benchmarks' labels:
- * "int8 (AMX-INT8)", "int8 (AVX512-VNNI)", "bf16 (AVX512-BF16)" or "f32 (eng_matmul_rows)". */
+ * "int8 (AMX-INT8)", "int8 (AVX512-VNNI)", "int8 (AVX2)", "bf16 (AVX512-BF16)" or "f32 (eng_matmul_rows)". */
 const char *brw_downmeta_screen(int hidden);
 
 /* The bands for a depth: syntax = first floor(L/4) layers (at least 1), output = last

@@ -11,8 +11,9 @@
  * records:
  *   1. screen: the whole vocabulary is scored by a fast product with a proven error bound
  *      B per feature, the fastest the CPU has of
- *        int8   (eng_screen_u8s8, AVX512-VNNI or AMX-INT8): E's rows and the columns quantised to
- *               int8 with one f32 scale per row / column; the integer sums are exact, B
+ *        int8   (eng_screen_u8s8, AVX512-VNNI, AMX-INT8 or AVX2): E's rows and the columns
+ *               quantised to int8 (the columns to ±64 on AVX2, whose pair sums are 16-bit)
+ *               with one f32 scale per row / column; the integer sums are exact, B
  *               covers both quantisations (‖e − ê‖·‖d̂‖ + ‖e‖·‖d − d̂‖) and the three
  *               f32 roundings that apply the scales;
  *        bf16   (eng_screen_bf16, AVX512-BF16): E and the columns rounded to bf16, pair
@@ -112,6 +113,7 @@ typedef struct dm_part {
 typedef struct dm_worker {
     const brw_shape *s;
     int screen;              /* DM_* */
+    int wide;                /* eng_avx512(), read once (admit_block's form) */
     uint8_t *rec;            /* the layer's records [features, record bytes] */
     size_t rb;
     float *dcol;             /* [FC, hidden] the chunk's down columns, feature-major */
@@ -207,16 +209,18 @@ static void round_row(const float *x, int n, uint16_t *xb, double nrm[3])
     nrm[2] = sqrt(nd);
 }
 
-/* x quantised to int8 with one f32 scale sc = max|x| / 127: out[i] = q_i + bias as a byte,
- * ê_i = sc · q_i (exact in double). ‖x‖, ‖ê‖ and ‖ê − x‖ go to nrm; returns Σ q_i. */
-static int32_t quant_row(const float *x, int n, uint8_t *out, int bias, float *sc, double nrm[3])
+/* x quantised to int8 with one f32 scale sc = max|x| / lim (|q_i| ≤ lim ≤ 127): out[i] =
+ * q_i + bias as a byte, ê_i = sc · q_i (exact in double). ‖x‖, ‖ê‖ and ‖ê − x‖ go to nrm;
+ * returns Σ q_i. */
+static int32_t quant_row(const float *x, int n, int lim, uint8_t *out, int bias, float *sc,
+                         double nrm[3])
 {
     float mx = 0;
     for (int i = 0; i < n; i++) {
         const float a = fabsf(x[i]);
         mx = a > mx ? a : mx;   /* fmaxf's result (NaN skipped), in a form that vectorises */
     }
-    const float scale = mx / 127;
+    const float scale = mx / (float)lim;
     /* 8 values a step (the scalar loop's three double sums in sequence ran at a few cycles
      * a value, 5 % of the 1.1B encode); the norms' summation order differs from the
      * tail's, which the bound's 2^-20 slack on them covers in any order */
@@ -227,9 +231,9 @@ static int32_t quant_row(const float *x, int n, uint8_t *out, int bias, float *s
         const __m256 xv = _mm256_loadu_ps(x + i);
         __m256 r = _mm256_round_ps(_mm256_div_ps(xv, _mm256_set1_ps(scale)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        /* as the tail: NaN to 0, then clamped to ±127 */
+        /* as the tail: NaN to 0, then clamped to ±lim */
         r = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q));
-        r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.f)), _mm256_set1_ps(127.f));
+        r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps((float)-lim)), _mm256_set1_ps((float)lim));
         const __m256i q = _mm256_cvtps_epi32(r);
         vs = _mm256_add_epi32(vs, q);
         int32_t qb[8];
@@ -258,7 +262,7 @@ static int32_t quant_row(const float *x, int n, uint8_t *out, int bias, float *s
     for (; i < n; i++) {
         /* any q is sound (the bound uses the q chosen); clamped, non-finite input too */
         const float r = scale > 0 ? nearbyintf(x[i] / scale) : 0;
-        const int q = r >= 127 ? 127 : r <= -127 ? -127 : r == r ? (int)r : 0;
+        const int q = r >= lim ? lim : r <= -lim ? -lim : r == r ? (int)r : 0;
         const double e = (double)scale * q;
         out[i] = (uint8_t)(q + bias);
         sum += q;
@@ -276,7 +280,7 @@ static int32_t quant_row(const float *x, int n, uint8_t *out, int bias, float *s
 /* The fastest screen this CPU has for the shape (or the one a test forced, if it can). */
 static int pick_screen(int H)
 {
-    const int i8 = eng_u8s8_dot_ready() && H % 4 == 0 && H <= 65536;
+    const int i8 = H % 4 == 0 && H <= 65536;
     const int bf = eng_bf16_dot_ready() && H % 2 == 0;
     if (forced_screen == DM_F32 || (forced_screen == DM_BF16 && bf)) return forced_screen;
     return i8 ? DM_I8 : bf ? DM_BF16 : DM_F32;
@@ -287,7 +291,8 @@ const char *brw_downmeta_screen(int hidden)
     static const char *name[] = {"", "f32 (eng_matmul_rows)", "bf16 (AVX512-BF16)",
                                  "int8 (AVX512-VNNI)"};
     const int s = pick_screen(hidden);
-    return s == DM_I8 && eng_u8s8_amx(hidden) ? "int8 (AMX-INT8)" : name[s];
+    if (s == DM_I8 && eng_u8s8_amx(hidden)) return "int8 (AMX-INT8)";
+    return s == DM_I8 && eng_u8s8_x_limit() < 127 ? "int8 (AVX2)" : name[s];
 }
 
 /* The embedding's row norms and the copy the screen reads: bf16 (unless stored so) or int8. */
@@ -298,6 +303,7 @@ static int prepare_embed(dm_worker *w, vx_err *err)
     const int H = s->hidden;
     const size_t esz = E->dtype == VX_F32 ? 4 : 2, VH = (size_t)s->vocab * (size_t)H;
     w->screen = pick_screen(H);
+    w->wide = eng_avx512();
     /* AMX-INT8 reads E in whole tiles (eng_u8s8_pack_row): each row is quantised into qrow
      * and put in place */
     w->eq_packed = w->screen == DM_I8 && eng_u8s8_amx(H);
@@ -325,7 +331,7 @@ static int prepare_embed(dm_worker *w, vx_err *err)
                       (size_t)H);
         double nrm[3];
         if (w->screen == DM_I8) {
-            quant_row(row, H, qrow ? qrow : w->eq + (size_t)v * (size_t)H, 128, &w->esc[v], nrm);
+            quant_row(row, H, 127, qrow ? qrow : w->eq + (size_t)v * (size_t)H, 128, &w->esc[v], nrm);
             if (qrow) eng_u8s8_pack_row(w->eq, H, v, qrow);
         } else
             round_row(row, H, w->eb_copy ? w->eb_copy + (size_t)v * (size_t)H : NULL, nrm);
@@ -388,7 +394,7 @@ static void prepare_part(void *ctx, int part, int parts)
         double nrm[3];
         const float *d = w->dcol + (size_t)j * (size_t)H;
         if (w->screen == DM_I8)
-            w->dcorr[j] = 128 * quant_row(d, H, (uint8_t *)w->xq + (size_t)j * (size_t)H, 0,
+            w->dcorr[j] = 128 * quant_row(d, H, eng_u8s8_x_limit(), (uint8_t *)w->xq + (size_t)j * (size_t)H, 0,
                                           &w->dsc[j], nrm);
         else
             round_row(d, H, w->screen == DM_BF16 ? w->xb + (size_t)j * (size_t)H : NULL, nrm);
@@ -558,24 +564,38 @@ T512 static uint64_t admit_rows512(dm_worker *w, dm_part *ps, int v0, int nr, in
     return touched;
 }
 
-/* The same for the f32 screen's blocks (a CPU may lack AVX-512): 8 features a compare,
- * the hits appended one by one, then each brought into the part's k best in turn. */
-static uint64_t admit_rows256(dm_part *ps, int v0, int nr, int t0, int tn, const float *cv,
-                              const float *thr)
+/* The same without AVX-512 (the f32 screen's blocks, or the int8 screen's scaled as
+ * admit_rows512 scales them): 8 features a compare, the hits appended one by one, then
+ * each brought into the part's k best in turn. */
+static uint64_t admit_rows256(const dm_worker *w, dm_part *ps, int v0, int nr, int t0, int tn,
+                              const void *cv, const float *thr)
 {
+    const int i8 = w->screen == DM_I8;
     const size_t n0 = ps->n;
     uint64_t touched = 0;
-    for (int i = 0; i < nr; i++)
+    for (int i = 0; i < nr; i++) {
+        const int32_t *ci = (const int32_t *)cv + (size_t)i * 64;
+        const float *fi = (const float *)cv + (size_t)i * 64;
+        const __m256 esc = _mm256_set1_ps(i8 ? w->esc[v0 + i] : 0.f);
         for (int tg = 0; tg < tn; tg += 8) {
             const unsigned lanes = tn - tg >= 8 ? 0xffu : (1u << (tn - tg)) - 1;
-            const __m256 a = _mm256_loadu_ps(cv + (size_t)i * 64 + tg);
+            const __m256 a = i8 ? _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(
+                                                                  _mm256_loadu_si256((const __m256i *)(const void *)(ci + tg)),
+                                                                  _mm256_loadu_si256((const __m256i *)(const void *)(w->dcorr + t0 + tg)))),
+                                                              esc),
+                                                _mm256_loadu_ps(w->dsc + t0 + tg))
+                                : _mm256_loadu_ps(fi + tg);
             unsigned m = (unsigned)_mm256_movemask_ps(
                              _mm256_cmp_ps(a, _mm256_load_ps(thr + tg), _CMP_GE_OQ)) & lanes;
+            if (!m) continue;
+            float av[8];
+            _mm256_storeu_ps(av, a);
             for (; m; m &= m - 1) {
                 const int b = __builtin_ctz(m);
-                ps->hit[ps->n++] = (dm_hit){cv[(size_t)i * 64 + tg + b], v0 + i, t0 + tg + b};
+                ps->hit[ps->n++] = (dm_hit){av[b], v0 + i, t0 + tg + b};
             }
         }
+    }
     for (size_t q = n0; q < ps->n; q++)
         if (enter_top(ps, ps->hit[q])) touched |= 1ull << (ps->hit[q].j - t0);
     return touched;
@@ -604,8 +624,9 @@ static void admit_block(void *ctx, int part, int r0, int nr, int t0, int tn, con
     float thr[64] __attribute__((aligned(64)));
     for (int t = 0; t < 64; t++)
         thr[t] = t < tn ? ps->thr[t0 + t] : INFINITY;
-    uint64_t touched = w->screen != DM_F32 ? admit_rows512(w, ps, v0, nr, t0, tn, cv, thr)
-                                            : admit_rows256(ps, v0, nr, t0, tn, cv, thr);
+    uint64_t touched = w->screen != DM_F32 && w->wide
+                           ? admit_rows512(w, ps, v0, nr, t0, tn, cv, thr)
+                           : admit_rows256(w, ps, v0, nr, t0, tn, cv, thr);
     for (; touched; touched &= touched - 1) {
         const int j = t0 + __builtin_ctzll(touched);
         if (ps->tn[j] == K) {

@@ -136,12 +136,17 @@ int eng_bf16_dot_ready(void);
 int eng_matmul_bf16(const void *w, int rows, int cols, size_t row_bytes, const uint16_t *x,
                     int n, float *y);
 /* The exact integer screen: y[n, rows] = x[n, cols] · Wᵀ for unsigned-byte W and
- * signed-byte x, int32 sums, with AVX512-VNNI on the engine's pool (a signed W is passed
- * offset by 128 and 128 · Σx subtracted by the caller); on AMX-INT8 tiles where the CPU
- * has them and cols is a multiple of 64 (eng_u8s8_amx: the same sums). -1 when the CPU
- * lacks AVX512-VNNI (or LQL_NO_AVX512=1), cols is not a multiple of 4 or above 65536 (the
- * sums stay below 2^31), or memory runs out. */
-int eng_u8s8_dot_ready(void);
+ * signed-byte x, int32 sums, on the engine's pool (a signed W is passed offset by 128 and
+ * 128 · Σx subtracted by the caller): with AVX512-VNNI for any x; without it (or with
+ * LQL_NO_AVX512=1) with AVX2 for |x| ≤ eng_u8s8_x_limit() = 64 (its 16-bit pair sums);
+ * on AMX-INT8 tiles where the CPU has them and cols is a multiple of 64 (eng_u8s8_amx: the
+ * same sums). -1 when an x is beyond the limit, cols is not a multiple of 4 or above 65536
+ * (the sums stay below 2^31), or memory runs out. */
+int eng_u8s8_x_limit(void);
+/* 1 when the CPU has AVX-512 F/BW/VL and LQL_NO_AVX512 is not 1 (read per call, so a test
+ * can cover both paths in one process): the one CPU check of the AVX-512 kernels, the
+ * engine's and its callers' (down-meta's admission of screened blocks). */
+int eng_avx512(void);
 int eng_u8s8_amx(int cols);
 /* The layout the AMX kernel reads W in (eng_screen_u8s8 with row_bytes 0): rows in blocks
  * of 16, each block's 64-byte k-steps one contiguous 1 KiB tile. eng_u8s8_pack_row puts

@@ -99,10 +99,6 @@ void eng_amx_u8s8_rows(const uint8_t *w, int rows, const uint32_t *xt, int ks, i
 void eng_amx_i8_rows(const uint8_t *w, size_t rb, size_t bst, int rows, const float *dw,
                      const float *mn, int sn, int nb, const uint8_t *xq, const float *xd,
                      const float *xs, int nv, int min, float *c, int gt);
-/* 1 when the CPU has AVX-512 F/BW/VL and LQL_NO_AVX512 is not 1 (read per call, so a test
- * can cover both paths in one process): the one CPU check of the AVX-512 kernels. */
-int eng_avx512(void);
-
 /* Prefill GEMM at f32 accuracy (gemm.c: AVX-512, or AVX2 without it or with
  * LQL_NO_AVX512=1). eng_xpack_make packs activations x [n, cols] once per product, with
  * scratch for every pool part (-1 when out of memory: the caller takes another path).
@@ -132,7 +128,7 @@ int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols);
 void *eng_buf_take(size_t bytes);
 void eng_buf_give(void *p, size_t bytes);
 /* y[t · ys + i] = c[i · 64 + t] for i < nr, t < tn: a C tile of nr rows of 64 tokens
- * (its buffer a multiple of 16 rows long) into [token][row] output. AVX-512 only. */
+ * (its buffer a multiple of 16 rows long) into [token][row] output. */
 void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys);
 /* The same for integer products, on a CPU with AVX-512 VNNI (the caller checks), against
  * activations already quantised to 8-bit blocks of blk (32 or 256) — d [n, cols / blk]

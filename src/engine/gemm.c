@@ -554,7 +554,7 @@ static void micro_q8(int kind, const uint8_t *w, size_t rb, size_t bst, const in
 /* C is [row][token], y [token][row]: 16 × 16 blocks are transposed in registers, so each
  * token's stretch of the tile is written whole (the scalar loop it replaced, one word per
  * (row, token), was 19 % of down-meta's screening product: BROWSE.md). */
-T512 void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys)
+T512 static void store_t16(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys)
 {
     for (int r0 = 0; r0 < nr; r0 += 16) {
         const __mmask16 m = eng_lanes16(nr - r0);
@@ -568,8 +568,8 @@ T512 void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys)
     }
 }
 
-/* eng_store_t by 8 × 8 blocks (t8), for the AVX2 kernel: nr rows of C (its buffer a
- * multiple of 8 rows long) into [token][row] output. */
+/* The same by 8 × 8 blocks (t8) without AVX-512: nr rows of C (its buffer a multiple of 8
+ * rows long) into [token][row] output. */
 T256 static void store_t8(const float *c, int nr, int tn, float *y, size_t ys)
 {
     for (int r0 = 0; r0 < nr; r0 += 8) {
@@ -590,6 +590,12 @@ T256 static void store_t8(const float *c, int nr, int tn, float *y, size_t ys)
             }
         }
     }
+}
+
+void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys)
+{
+    if (eng_avx512()) store_t16(c, nr, tn, y, ys);
+    else store_t8((const float *)(const void *)c, nr, tn, (float *)(void *)y, ys);
 }
 
 /* y for weight rows [r0, r1) (at most tile_rows(cols), or DIRECT_ROWS for bf16 read in

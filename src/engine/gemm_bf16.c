@@ -10,7 +10,10 @@
  *   eng_matmul_u8s8  y[t, r] = Σ_k W[r, k] · X[t, k] for unsigned-byte W and signed-byte X
  *                    with AVX512-VNNI (vpdpbusd), exact in int32; twice the bf16 rate; on
  *                    AMX-INT8 tiles where the CPU has them (eng_amx_u8s8_rows, amx.c: the
- *                    same sums), reading W packed in their layout (eng_u8s8_pack_row).
+ *                    same sums), reading W packed in their layout (eng_u8s8_pack_row);
+ *                    without VNNI, with AVX2's vpmaddubsw + vpmaddwd, whose pair sums
+ *                    saturate at 16 bits: exact for |X| ≤ 64 (eng_u8s8_x_limit), twice the
+ *                    f32 GEMM's multiply rate on two multiply pipes.
  *
  * Layout as gemm.c (the BLIS scheme): X is packed once per call into groups of 64 tokens,
  * k in 32-bit lanes (bf16 pairs or byte quads: xp[(g · kq + k) · 64 + t] holds X[t]'s k-th
@@ -41,16 +44,23 @@ int eng_bf16_dot_ready(void)
     return cpu && eng_avx512();
 }
 
-int eng_u8s8_dot_ready(void)
+static int vnni(void)
 {
     static int cpu = -1;
     if (cpu < 0) cpu = __builtin_cpu_supports("avx512vnni");
     return cpu && eng_avx512();
 }
 
+/* AVX2 (the build's baseline) has the screen too, for a narrower x */
+int eng_u8s8_x_limit(void)
+{
+    /* vpmaddubsw adds two u8 · s8 products into an int16: 2 · 255 · 64 < 2^15 */
+    return vnni() ? 127 : 64;
+}
+
 int eng_u8s8_amx(int cols)
 {
-    return cols % 64 == 0 && eng_u8s8_dot_ready() && eng_amx_i8_ready();
+    return cols % 64 == 0 && vnni() && eng_amx_i8_ready();
 }
 
 /* γ_n = n·u / (1 − n·u): a sum of exact products with at most n f32 roundings on its
@@ -75,6 +85,7 @@ double eng_bf16_sum_slack(int cols, double xnorm, double wnorm)
 typedef struct bjob {
     int u8s8;           /* 0: bf16 × bf16 → f32; 1: u8 × s8 → int32 */
     int amx;            /* u8s8 on AMX-INT8 tiles (eng_amx_u8s8_rows) */
+    int vnni;           /* u8s8 with vpdpbusd (else AVX2's micro_u8s8_avx2) */
     int br;             /* weight rows per block: MR, or 32 on AMX */
     const uint8_t *w;
     size_t rb;
@@ -136,6 +147,34 @@ TVNNI static void micro_u8s8(const uint8_t *w, size_t rb, const uint32_t *x, int
             _mm512_store_si512(c + i * GT + v * 16, a[i][v]);
 }
 
+/* The same block without VNNI: 16 tokens (two 8-lane vectors) at a time, tokens past tn
+ * skipped; per lane vpmaddubsw adds the four products in two int16 pairs (exact for |x| ≤
+ * 64) and vpmaddwd by ones adds the pairs into int32 — the same sums. */
+static void micro_u8s8_avx2(const uint8_t *w, size_t rb, const uint32_t *x, int kp, int tn,
+                            int32_t *c)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int s = 0; s < tn; s += 16) {
+        __m256i a[MR][2];
+        _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) a[i][0] = a[i][1] = _mm256_setzero_si256();
+        for (int k = 0; k < kp; k++) {
+            const __m256i x0 = _mm256_load_si256((const __m256i *)(const void *)(x + (size_t)k * GT + s)),
+                          x1 = _mm256_load_si256((const __m256i *)(const void *)(x + (size_t)k * GT + s + 8));
+            _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {
+                int32_t quad;
+                memcpy(&quad, w + (size_t)i * rb + 4 * (size_t)k, 4);
+                const __m256i b = _mm256_set1_epi32(quad);
+                a[i][0] = _mm256_add_epi32(a[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(b, x0), ones));
+                a[i][1] = _mm256_add_epi32(a[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(b, x1), ones));
+            }
+        }
+        _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {
+            _mm256_store_si256((__m256i *)(void *)(c + i * GT + s), a[i][0]);
+            _mm256_store_si256((__m256i *)(void *)(c + i * GT + s + 8), a[i][1]);
+        }
+    }
+}
+
 static void screen_part(void *ctx, int part, int parts)
 {
     bjob *j = ctx;
@@ -170,7 +209,9 @@ static void screen_part(void *ctx, int part, int parts)
                 const int pb = b == blocks - 1 && last < br;
                 const uint8_t *w = pb ? pad : j->w + (size_t)(lo + b * br) * j->rb;
                 uint32_t *c = cb + (size_t)b * br * GT;
-                if (j->u8s8) micro_u8s8(w, pb ? bytes : j->rb, xg, j->kp, (int32_t *)(void *)c);
+                if (j->u8s8 && j->vnni) micro_u8s8(w, pb ? bytes : j->rb, xg, j->kp, (int32_t *)(void *)c);
+                else if (j->u8s8)
+                    micro_u8s8_avx2(w, pb ? bytes : j->rb, xg, j->kp, tn, (int32_t *)(void *)c);
                 else micro(w, pb ? bytes : j->rb, xg, j->kp, (float *)(void *)c);
             }
             j->fn(j->ctx, part, lo, hi - lo, t0, tn, cb);
@@ -186,7 +227,7 @@ static int screen_run(int u8s8, int amx, const void *w, int rows, int bytes, siz
     const int kp = bytes / 4, groups = (n + GT - 1) / GT;
     const int parts = eng_threads() < max_parts ? eng_threads() : max_parts;
     const int br = amx ? 32 : MR;
-    bjob j = {.u8s8 = u8s8, .amx = amx, .br = br, .w = w, .rb = row_bytes, .rows = rows,
+    bjob j = {.u8s8 = u8s8, .amx = amx, .vnni = vnni(), .br = br, .w = w, .rb = row_bytes, .rows = rows,
               .bytes = bytes, .n = n, .kp = kp, .parts = parts, .fn = fn, .ctx = ctx};
     /* tiles that stay in L2, small enough that a delayed thread's share is taken over */
     int chunk = (int)(TILE_W / (size_t)bytes) / br * br;
@@ -263,9 +304,12 @@ int eng_screen_u8s8(const uint8_t *w, int rows, int cols, size_t row_bytes, cons
                     int n, int parts, eng_screen_fn fn, void *ctx)
 {
     if (n <= 0 || rows <= 0) return 0;
-    if (cols % 4 || cols > 65536 || !eng_u8s8_dot_ready() || parts < 1 ||
-        (!row_bytes && !eng_u8s8_amx(cols)))
+    if (cols % 4 || cols > 65536 || parts < 1 || (!row_bytes && !eng_u8s8_amx(cols)))
         return -1;
+    const int lim = eng_u8s8_x_limit();
+    if (lim < 127)   /* outside it the sums would saturate: refused, not wrong */
+        for (size_t i = 0; i < (size_t)n * (size_t)cols; i++)
+            if (x[i] > lim || x[i] < -lim) return -1;
     return screen_run(1, !row_bytes, w, rows, cols, row_bytes, x, n, parts, fn, ctx);
 }
 

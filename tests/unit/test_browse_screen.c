@@ -2,8 +2,8 @@
  * test_browse_screen.c — down-meta's screened pass (downmeta.c) writes exactly the records
  * of the exhaustive one: for every feature of every layer, the top 10 of
  * eng_row_dot(E[v], down[:, f]) over the whole vocabulary by (logit desc, id asc), ids and
- * logits bit for bit. Checked for every screen the CPU has (int8 with AVX512-VNNI, bf16
- * with AVX512-BF16, f32) on tinyllama stored as f32 (the int8 and bf16 screens quantise a
+ * logits bit for bit. Checked for every screen the CPU has (int8 with AVX512-VNNI or AVX2,
+ * bf16 with AVX512-BF16, f32) on tinyllama stored as f32 (the int8 and bf16 screens quantise a
  * copy of the embedding, so their bounds carry the rounding of both operands), on
  * tinyllama-bf16, with LQL_NO_AVX512=1, and on a generated llama of uneven sizes (100
  * features a layer, 600 vocabulary rows); and that without the bound (margin zero) the
@@ -161,11 +161,12 @@ static void check_kernel(void)
 }
 
 /* eng_matmul_u8s8 on awkward sizes against exact integer sums: equal, every one (132
- * columns take vpdpbusd, 256 AMX-INT8's tiles where the CPU has them: rows off the 32-row
- * block, an odd last token vector). */
+ * columns take vpdpbusd or AVX2's pair sums, 256 AMX-INT8's tiles where the CPU has them:
+ * rows off the 32-row block, an odd last token vector), x at the extremes of the range
+ * this CPU's product takes (eng_u8s8_x_limit); one x past a narrower limit is refused. */
 static void check_kernel_u8s8(int cols)
 {
-    const int rows = 103, n = 70;
+    const int rows = 103, n = 70, lim = eng_u8s8_x_limit();
     uint8_t *w = malloc((size_t)rows * cols);
     int8_t *x = malloc((size_t)n * cols);
     int32_t *y = malloc((size_t)n * rows * sizeof *y);
@@ -176,22 +177,23 @@ static void check_kernel_u8s8(int cols)
     }
     for (int i = 0; i < n * cols; i++) {
         s = s * 1664525u + 1013904223u;
-        x[i] = i % 13 == 0 ? -127 : (int8_t)((int)(s >> 24) % 255 - 127);
+        x[i] = (int8_t)(i % 13 == 0 ? -lim : i % 17 == 0 ? lim : (int)(s >> 24) % (2 * lim + 1) - lim);
     }
-    if (eng_matmul_u8s8(w, rows, cols, (size_t)cols, x, n, y) != 0) {
-        printf("eng_matmul_u8s8: not on this CPU (AVX512-VNNI absent or LQL_NO_AVX512=1)\n");
-        CHECK(!eng_u8s8_dot_ready());
-    } else {
-        int bad = 0;
-        for (int t = 0; t < n; t++)
-            for (int r = 0; r < rows; r++) {
-                int64_t ex = 0;
-                for (int k = 0; k < cols; k++) ex += (int64_t)w[r * cols + k] * x[t * cols + k];
-                bad += y[(size_t)t * rows + r] != ex;
-            }
-        CHECK_MSG(bad == 0, "eng_matmul_u8s8: %d of %d sums differ from the exact ones", bad,
-                  rows * n);
-        CHECK(eng_matmul_u8s8(w, rows, cols - 2, (size_t)cols, x, n, y) == -1);
+    printf("eng_matmul_u8s8, %d columns: |x| <= %d\n", cols, lim);
+    CHECK(lim == 127 || lim == 64);
+    CHECK(eng_matmul_u8s8(w, rows, cols, (size_t)cols, x, n, y) == 0);
+    int bad = 0;
+    for (int t = 0; t < n; t++)
+        for (int r = 0; r < rows; r++) {
+            int64_t ex = 0;
+            for (int k = 0; k < cols; k++) ex += (int64_t)w[r * cols + k] * x[t * cols + k];
+            bad += y[(size_t)t * rows + r] != ex;
+        }
+    CHECK_MSG(bad == 0, "eng_matmul_u8s8: %d of %d sums differ from the exact ones", bad, rows * n);
+    CHECK(eng_matmul_u8s8(w, rows, cols - 2, (size_t)cols, x, n, y) == -1);
+    if (lim < 127) {
+        x[(size_t)(n - 1) * cols + 5] = (int8_t)(-lim - 1);
+        CHECK(eng_matmul_u8s8(w, rows, cols, (size_t)cols, x, n, y) == -1);
     }
     free(w);
     free(x);
@@ -202,7 +204,7 @@ int main(void)
 {
     char out[4096];
     snprintf(out, sizeof out, "%s/screen-tiny.vindex3", LQL_BINARY_DIR);
-    printf("screens: int8 %s, bf16 %s\n", eng_u8s8_dot_ready() ? "yes" : "no",
+    printf("screens: int8 (|x| <= %d), bf16 %s\n", eng_u8s8_x_limit(),
            eng_bf16_dot_ready() ? "yes" : "no");
     check_kernel();
     check_kernel_u8s8(132);
@@ -211,15 +213,13 @@ int main(void)
     check_paths(LQL_FIXTURE_DIR "/models/tinyllama", out, "tinyllama f32", r);
     /* the bound is what makes them exact: without it the fastest screen's records differ
      * (int8 or bf16 rounding of the f32 embedding; r is tinyllama f32's reference) */
-    if (eng_u8s8_dot_ready() || eng_bf16_dot_ready()) {
-        brw_downmeta_test_set(0, 1);
-        if (t_encode_browse(LQL_FIXTURE_DIR "/models/tinyllama", out, 1, "zero margin") == 0) {
-            const int bad = count_bad(out, r, "tinyllama f32, fastest screen, zero margin");
-            printf("zero margin: %d of %d records differ\n", bad, r->n);
-            CHECK(bad > 0);
-        }
-        brw_downmeta_test_set(0, 0);
+    brw_downmeta_test_set(0, 1);
+    if (t_encode_browse(LQL_FIXTURE_DIR "/models/tinyllama", out, 1, "zero margin") == 0) {
+        const int bad = count_bad(out, r, "tinyllama f32, fastest screen, zero margin");
+        printf("zero margin: %d of %d records differ\n", bad, r->n);
+        CHECK(bad > 0);
     }
+    brw_downmeta_test_set(0, 0);
     check_paths(LQL_FIXTURE_DIR "/models/tinyllama-bf16", out, "tinyllama bf16", r);
     setenv("LQL_NO_AVX512", "1", 1);
     check_paths(LQL_FIXTURE_DIR "/models/tinyllama", out, "tinyllama f32, LQL_NO_AVX512=1", r);
