@@ -246,14 +246,18 @@ static inline void ahead_two(const unsigned char *w, int n)
 /* The f16 scales of 8 consecutive blocks (bb bytes apart) times d[0..8), as floats: each
  * block's scalar conversion and broadcast (seven instructions a block) was where the AVX2
  * kernels spent their time. The products are h2f's times d's, as before. */
+static short f16_at(const unsigned char *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return (short)v;
+}
+
 static __m256 f16_scales8(const unsigned char *w, size_t bb, const float *d)
 {
-    __m128i h = _mm_setzero_si128();
-    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
-        uint16_t v;
-        memcpy(&v, w + (size_t)i * bb, 2);
-        h = _mm_insert_epi16(h, v, i);
-    }
+    const __m128i h = _mm_setr_epi16(f16_at(w), f16_at(w + bb), f16_at(w + 2 * bb), f16_at(w + 3 * bb),
+                                     f16_at(w + 4 * bb), f16_at(w + 5 * bb), f16_at(w + 6 * bb),
+                                     f16_at(w + 7 * bb));
     return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(d));
 }
 
