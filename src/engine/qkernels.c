@@ -243,63 +243,15 @@ static inline void ahead_two(const unsigned char *w, int n)
 
 /* The 32-block kernels alternate two accumulators so consecutive blocks do not wait on
  * each other's multiply-add. */
-/* The f16 scales of 8 consecutive blocks (bb bytes apart) times d[0..8), as floats: each
- * block's scalar conversion and broadcast (seven instructions a block) was where the AVX2
- * kernels spent their time. The products are h2f's times d's, as before. */
-static short f16_at(const unsigned char *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return (short)v;
-}
-
-static __m256 f16_scales8(const unsigned char *w, size_t bb, const float *d)
-{
-    const __m128i h = _mm_setr_epi16(f16_at(w), f16_at(w + bb), f16_at(w + 2 * bb), f16_at(w + 3 * bb),
-                                     f16_at(w + 4 * bb), f16_at(w + 5 * bb), f16_at(w + 6 * bb),
-                                     f16_at(w + 7 * bb));
-    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(d));
-}
-
-/* Lane i of v in every lane. */
-static __m256 lane(__m256 v, int i)
-{
-    return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(i));
-}
-
-/* Q8_0 and Q4_0 (bb = 34 or 18 bytes a block, values their int8 form): 8 blocks a step,
- * their scales built at once (f16_scales8); a short tail block by block. In cache, one
- * thread, Zen 3: Q8_0 11.3-13.3 -> 16.9-17.7 GB/s (build/qgemv --rows 1024 --cols 2048,
- * alternated). Inlined, so values is a direct call. */
-static inline __attribute__((always_inline)) float
-dot_f16_blocks(const unsigned char *w, const float *d, const int8_t *q, int nb, size_t bb,
-               __m256i (*values)(const unsigned char *))
-{
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    int b = 0;
-    for (; b + 8 <= nb; b += 8, w += 8 * bb) {
-        ahead(w, 8 * (int)bb);
-        const __m256 sc = f16_scales8(w, bb, d + b);
-        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
-            acc[i & 1] = _mm256_fmadd_ps(lane(sc, i), mul_i8(values(w + bb * (size_t)i), load32(q + 32 * (b + i))),
-                                         acc[i & 1]);
-    }
-    for (; b < nb; b++, w += bb) {
-        ahead(w, (int)bb);
-        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]), mul_i8(values(w), load32(q + 32 * b)),
-                                     acc[b & 1]);
-    }
-    return eng_hsum256(_mm256_add_ps(acc[0], acc[1]));
-}
-
-static __m256i q8_0_values(const unsigned char *w)
-{
-    return load32(w + 2);
-}
-
 static float dot_q8_0(const unsigned char *w, const float *d, const int8_t *q, int nb)
 {
-    return dot_f16_blocks(w, d, q, nb, 34, q8_0_values);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int b = 0; b < nb; b++, w += 34) {
+        ahead(w, 34);
+        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]),
+                                     mul_i8(load32(w + 2), load32(q + 32 * b)), acc[b & 1]);
+    }
+    return eng_hsum256(_mm256_add_ps(acc[0], acc[1]));
 }
 
 /* The E2M1 codes as doubled values (so every one is an integer): MXFP4's int8 operands. */
@@ -320,7 +272,14 @@ static __m256i mxfp4_values(const unsigned char *w)
 
 static float dot_q4_0(const unsigned char *w, const float *d, const int8_t *q, int nb)
 {
-    return dot_f16_blocks(w, d, q, nb, 18, q4_0_values);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int b = 0; b < nb; b++, w += 18) {
+        ahead(w, 18);
+        __m256i v = q4_0_values(w);
+        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]),
+                                     mul_i8(v, load32(q + 32 * b)), acc[b & 1]);
+    }
+    return eng_hsum256(_mm256_add_ps(acc[0], acc[1]));
 }
 
 /* 2^(e-128): the E8M0 scale halved, because the table below holds doubled E2M1 values;
@@ -475,7 +434,6 @@ static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
     }
     return eng_hsum256(acc) - eng_hsum256(accm);
 }
-
 
 /* ---- AVX-512 VNNI: two 32-blocks per instruction, chosen at run time */
 
