@@ -114,6 +114,7 @@ typedef struct dm_worker {
     const brw_shape *s;
     int screen;              /* DM_* */
     int wide;                /* eng_avx512(), read once (admit_block's form) */
+    int xlim;                /* eng_u8s8_x_limit(), read once: the columns' int8 range */
     uint8_t *rec;            /* the layer's records [features, record bytes] */
     size_t rb;
     float *dcol;             /* [FC, hidden] the chunk's down columns, feature-major */
@@ -304,6 +305,7 @@ static int prepare_embed(dm_worker *w, vx_err *err)
     const size_t esz = E->dtype == VX_F32 ? 4 : 2, VH = (size_t)s->vocab * (size_t)H;
     w->screen = pick_screen(H);
     w->wide = eng_avx512();
+    w->xlim = eng_u8s8_x_limit();
     /* AMX-INT8 reads E in whole tiles (eng_u8s8_pack_row): each row is quantised into qrow
      * and put in place */
     w->eq_packed = w->screen == DM_I8 && eng_u8s8_amx(H);
@@ -394,7 +396,7 @@ static void prepare_part(void *ctx, int part, int parts)
         double nrm[3];
         const float *d = w->dcol + (size_t)j * (size_t)H;
         if (w->screen == DM_I8)
-            w->dcorr[j] = 128 * quant_row(d, H, eng_u8s8_x_limit(), (uint8_t *)w->xq + (size_t)j * (size_t)H, 0,
+            w->dcorr[j] = 128 * quant_row(d, H, w->xlim, (uint8_t *)w->xq + (size_t)j * (size_t)H, 0,
                                           &w->dsc[j], nrm);
         else
             round_row(d, H, w->screen == DM_BF16 ? w->xb + (size_t)j * (size_t)H : NULL, nrm);

@@ -128,8 +128,9 @@ int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols);
 void *eng_buf_take(size_t bytes);
 void eng_buf_give(void *p, size_t bytes);
 /* y[t · ys + i] = c[i · 64 + t] for i < nr, t < tn: a C tile of nr rows of 64 tokens
- * (its buffer a multiple of 16 rows long) into [token][row] output. */
-void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys);
+ * (its buffer a multiple of 16 rows long) into [token][row] output; wide: the caller's
+ * eng_avx512(), read once per product (16 × 16 blocks, else 8 × 8). */
+void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys, int wide);
 /* The same for integer products, on a CPU with AVX-512 VNNI (the caller checks), against
  * activations already quantised to 8-bit blocks of blk (32 or 256) — d [n, cols / blk]
  * scales, q [n, cols] values — and, for kind ROW_I8_MIN (formats with block mins), bs

@@ -66,7 +66,7 @@ static int bf16_in_place(const eng_xpack *xp, const void *src, vx_dtype src_dt)
 }
 
 /* bf16 rows read in place need no tile in L2, only C: their chunks take this many
- * rows (a multiple of MR and of eng_store_t's 16) whatever the width. Capped at the f32
+ * rows (a multiple of MR and of store_t16's 16) whatever the width. Capped at the f32
  * tile's rows, a 5632-wide product ran 6-row chunks, each C transposed from a sixth of a
  * 16-row block: 300 against 333 GFLOP/s (bf16 2048 × 5632, 64 tokens, 2 threads). */
 #define DIRECT_ROWS 48
@@ -592,9 +592,9 @@ T256 static void store_t8(const float *c, int nr, int tn, float *y, size_t ys)
     }
 }
 
-void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys)
+void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys, int wide)
 {
-    if (eng_avx512()) store_t16(c, nr, tn, y, ys);
+    if (wide) store_t16(c, nr, tn, y, ys);
     else store_t8((const float *)(const void *)c, nr, tn, (float *)(void *)y, ys);
 }
 
@@ -672,8 +672,8 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
                     eng_amx_i8_rows((const uint8_t *)pad + 2, pad_rb, Q8B, pr, dw + (size_t)full * nb, NULL,
                                     nb, nb, xq, xd, NULL, nv, 0, cb + (size_t)full * GT, GT);
             }
-            eng_store_t((const uint32_t *)(const void *)cb, tr, tn,
-                        (uint32_t *)(void *)(y + (size_t)t0 * ldy + r0), (size_t)ldy);
+            store_t16((const uint32_t *)(const void *)cb, tr, tn,
+                      (uint32_t *)(void *)(y + (size_t)t0 * ldy + r0), (size_t)ldy);
             continue;
         }
         if (xp->v256) {
@@ -720,8 +720,8 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
                               k0 == 0, nv);
             }
         }
-        eng_store_t((const uint32_t *)(const void *)cb, tr, tn,
-                    (uint32_t *)(void *)(y + (size_t)t0 * ldy + r0), (size_t)ldy);
+        store_t16((const uint32_t *)(const void *)cb, tr, tn,
+                  (uint32_t *)(void *)(y + (size_t)t0 * ldy + r0), (size_t)ldy);
     }
 }
 

@@ -270,6 +270,7 @@ static int screen_run(int u8s8, int amx, const void *w, int rows, int bytes, siz
 typedef struct ystore {
     uint32_t *y;
     int rows;
+    int wide;   /* eng_avx512() as the product began */
 } ystore;
 
 static void store_y(void *ctx, int part, int r0, int nr, int t0, int tn, const void *c)
@@ -277,7 +278,7 @@ static void store_y(void *ctx, int part, int r0, int nr, int t0, int tn, const v
     const ystore *s = ctx;
     (void)part;
     /* both results are 4-byte words: move them as such */
-    eng_store_t(c, nr, tn, s->y + (size_t)t0 * s->rows + r0, (size_t)s->rows);
+    eng_store_t(c, nr, tn, s->y + (size_t)t0 * s->rows + r0, (size_t)s->rows, s->wide);
 }
 
 int eng_screen_bf16(const void *w, int rows, int cols, size_t row_bytes, const uint16_t *x,
@@ -316,14 +317,14 @@ int eng_screen_u8s8(const uint8_t *w, int rows, int cols, size_t row_bytes, cons
 int eng_matmul_bf16(const void *w, int rows, int cols, size_t row_bytes, const uint16_t *x,
                     int n, float *y)
 {
-    ystore s = {(uint32_t *)(void *)y, rows};
+    ystore s = {(uint32_t *)(void *)y, rows, eng_avx512()};
     return eng_screen_bf16(w, rows, cols, row_bytes, x, n, eng_threads(), store_y, &s);
 }
 
 int eng_matmul_u8s8(const uint8_t *w, int rows, int cols, size_t row_bytes, const int8_t *x,
                     int n, int32_t *y)
 {
-    ystore s = {(uint32_t *)(void *)y, rows};
+    ystore s = {(uint32_t *)(void *)y, rows, eng_avx512()};
     if (rows <= 0 || n <= 0 || cols > 65536 || !eng_u8s8_amx(cols))
         return eng_screen_u8s8(w, rows, cols, row_bytes, x, n, eng_threads(), store_y, &s);
     /* the AMX kernel reads packed rows: a copy, for this convenience form */

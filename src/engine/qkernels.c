@@ -351,6 +351,13 @@ static __m256 q4k_mins(__m128i sm, const int16_t *bs)
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(dup, _mm256_loadu_si256((const __m256i *)(const void *)bs)));
 }
 
+/* vpshufb's control for a 128-bit lane of int16: element e in every element (the K
+ * formats' scale of one 32-value run, from the block's scales widened once). */
+static __m128i pick16(int e)
+{
+    return _mm_set1_epi16((short)(0x0100 + 0x0202 * e));
+}
+
 static float dot_q4_k(const unsigned char *w, const float *d, const int8_t *q,
                       const int16_t *bs, int nb)
 {
@@ -369,8 +376,8 @@ static float dot_q4_k(const unsigned char *w, const float *d, const int8_t *q,
             __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
             __m256i plo = _mm256_maddubs_epi16(lo, load32(q + 64 * j));
             __m256i phi = _mm256_maddubs_epi16(hi, load32(q + 64 * j + 32));
-            const __m256i sl = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * j))));
-            const __m256i sh = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * j + 1))));
+            const __m256i sl = _mm256_shuffle_epi8(sc, _mm256_broadcastsi128_si256(pick16(2 * j)));
+            const __m256i sh = _mm256_shuffle_epi8(sc, _mm256_broadcastsi128_si256(pick16(2 * j + 1)));
             isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(plo, sl), _mm256_madd_epi16(phi, sh)));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]), _mm256_cvtepi32_ps(isum), acc);
@@ -425,8 +432,7 @@ static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
             q6k_unpack(w, n, v);
             _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
                 __m256i p = _mm256_maddubs_epi16(v[k], load32(q + 128 * n + 32 * k));
-                const __m256i pick = _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k + 1))),
-                                                      _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k))));
+                const __m256i pick = _mm256_set_m128i(pick16(2 * k + 1), pick16(2 * k));
                 isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sh[n], pick)));
             }
         }
