@@ -348,9 +348,13 @@ void eng_xpack_free(eng_xpack *xp)
  * registers: even with f32 tiles on Zen 5, within 7 % either way of them on an Emerald
  * Rapids Xeon). */
 #define MICRO(NAME, NV, WT, BCAST)                                                             \
-T512 static void NAME##_##NV(const WT *w, size_t ldw, const float *x, int kn, float *c,       \
-                             int first)                                                        \
+T512 ENG_HOT_LOOP static void NAME##_##NV(const WT *w, size_t ldw, const float *x, int kn,  \
+                                          float *c, int first)                                 \
 {                                                                                              \
+    for (int i = 0; i < MR; i++)                                                               \
+        eng_asan_range(w + (size_t)i * ldw, (size_t)kn * sizeof *w, #NAME " weights");         \
+    eng_asan_range(x, kn ? ((size_t)(kn - 1) * GT + NV * 16) * sizeof *x : 0, #NAME " tokens"); \
+    eng_asan_range(c, (size_t)((MR - 1) * GT + NV * 16) * sizeof *c, #NAME " sums");           \
     __m512 a[MR][NV];                                                                          \
     _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++)                                       \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                   \
@@ -379,8 +383,11 @@ MICROS(micro_bf16, uint16_t, BC_BF16)
 /* The AVX2 micro-kernel: C[MR][16] (+)= W[MR rows, stride ldw][kn] (f32) · X[kn][16] (a
  * 16-token slice, pack256). C takes 12 of AVX2's 16 registers, the two token vectors and the
  * broadcast weight three more. */
-T256 static void micro8(const float *w, size_t ldw, const float *x, int kn, float *c, int first)
+T256 ENG_HOT_LOOP static void micro8(const float *w, size_t ldw, const float *x, int kn, float *c, int first)
 {
+    for (int i = 0; i < MR; i++) eng_asan_range(w + (size_t)i * ldw, (size_t)kn * sizeof *w, "micro8 weights");
+    eng_asan_range(x, (size_t)kn * 16 * sizeof *x, "micro8 tokens");
+    eng_asan_range(c, (size_t)((MR - 1) * GT + 16) * sizeof *c, "micro8 sums");
     __m256 a[MR][2];
     _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++)
         _Pragma("GCC unroll 2") for (int v = 0; v < 2; v++)

@@ -93,7 +93,7 @@ float eng_w_at(const eng_w *w, int r, int c)
 }
 
 /* 8 weights of row p from element k, as f32 (AVX2 + F16C). */
-static inline __m256 load8(vx_dtype dt, const void *p, int k)
+static inline __attribute__((always_inline)) __m256 load8(vx_dtype dt, const void *p, int k)
 {
     if (dt == VX_F32) return _mm256_loadu_ps((const float *)p + k);
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + k));
@@ -257,8 +257,11 @@ static float *x_pairs(const float *x, int n, int cols)
     return p;
 }
 
-T512 static float dot_row512(vx_dtype dt, const void *row, const float *x, int cols, const char *pf)
+T512 ENG_HOT_LOOP static float dot_row512(vx_dtype dt, const void *row, const float *x, int cols,
+                                         const char *pf)
 {
+    eng_asan_range(row, (size_t)cols * (dt == VX_F32 ? 4 : 2), "row_dot weights");
+    eng_asan_range(x, (size_t)cols * sizeof *x, "row_dot activations");
     if (dt == VX_BF16) return dot512(VX_BF16, 0, row, x, cols, pf);
     if (dt == VX_F16) return dot512(VX_F16, 0, row, x, cols, pf);
     return dot512(VX_F32, 0, row, x, cols, pf);
@@ -272,20 +275,14 @@ T512 static float dot_row512(vx_dtype dt, const void *row, const float *x, int c
  * each); 16 KiB ran 0.94-1.02. A fetch past a matrix's end is a hint and never faults. */
 #define AVX2_AHEAD 8192
 
-/* Stored row (cols elements in dt) · x: exact weights, f32 products; wide: eng_avx512(),
- * read once by a caller that dots many rows; ahead: without it, how far ahead the row's
- * bytes are fetched (AVX2_AHEAD when the caller streams rows, 0 for a row on its own). */
-static float row_dot_k(vx_dtype dt, const void *row, const float *x, int cols, int wide, int ahead)
+/* row_dot_k without AVX-512: two chains, so the loop is not bound by one multiply-add's
+ * latency; each line `ahead` further on is asked into L2 as the row is read. */
+static ENG_HOT_LOOP float row_dot256(vx_dtype dt, const void *row, const float *x, int cols, int ahead)
 {
-    if (is_block(dt)) return eng_qdot(dt, row, x, cols);
-    if (cols >= 32 && wide) {
-        const int k = cols & ~31;
-        return dot_row512(dt, row, x, cols, NULL) + tail_dot(dt, row, x, k, cols);
-    }
-    /* two chains, so the loop is not bound by one multiply-add's latency; each line
-     * `ahead` further on is asked into L2 as the row is read */
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     const size_t es = dt == VX_F32 ? 4 : 2;
+    eng_asan_range(row, (size_t)cols * es, "row_dot weights");
+    eng_asan_range(x, (size_t)cols * sizeof *x, "row_dot activations");
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     int k = 0;
     for (; k + 16 <= cols; k += 16) {
         if (ahead && !((size_t)k * es & 63)) _mm_prefetch((const char *)row + (size_t)k * es + ahead, _MM_HINT_T1);
@@ -297,6 +294,19 @@ static float row_dot_k(vx_dtype dt, const void *row, const float *x, int cols, i
         k += 8;
     }
     return eng_hsum256(_mm256_add_ps(a0, a1)) + tail_dot(dt, row, x, k, cols);
+}
+
+/* Stored row (cols elements in dt) · x: exact weights, f32 products; wide: eng_avx512(),
+ * read once by a caller that dots many rows; ahead: without it, how far ahead the row's
+ * bytes are fetched (AVX2_AHEAD when the caller streams rows, 0 for a row on its own). */
+static float row_dot_k(vx_dtype dt, const void *row, const float *x, int cols, int wide, int ahead)
+{
+    if (is_block(dt)) return eng_qdot(dt, row, x, cols);
+    if (cols >= 32 && wide) {
+        const int k = cols & ~31;
+        return dot_row512(dt, row, x, cols, NULL) + tail_dot(dt, row, x, k, cols);
+    }
+    return row_dot256(dt, row, x, cols, ahead);
 }
 
 static float row_dot(vx_dtype dt, const void *row, const float *x, int cols)

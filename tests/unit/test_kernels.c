@@ -8,7 +8,10 @@
  * eng_matmul bit for bit, and the AVX2 GEMM to the AVX-512 one; eng_matmul_t, the
  * transposed product.
  */
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "t.h"
 #include "engine_int.h"
 #include "qkernels.h"
@@ -587,7 +590,7 @@ static void test_mlp_split(void)
 }
 
 /* eng_attend against float64: GQA groups, keys past whole 16-key blocks, a window, sinks
- * and a softcap, head widths the AVX-512 kernel unrolls (64), does not (48) and unequal
+ * and a softcap, head widths the AVX-512 kernel unrolls (64), does not (48), AVX2 only (24 / 40) and unequal
  * (MLA's 96 / 64), and the per-head probabilities an observer receives. */
 typedef struct probs_seen { int heads, n, n_keys; double worst; const double *ref; } probs_seen;
 
@@ -697,18 +700,44 @@ static void test_attend(void)
     attend_case(4, 1, 48, 48, 18, 3, 0, 0, 30);     /* MQA, a width not unrolled, softcap */
     attend_case(6, 2, 96, 64, 5, 60, 20, 1, 0);     /* unequal widths */
     attend_case(2, 1, 576, 512, 3, 17, 0, 0, 0);    /* MLA's latent widths (DeepSeek-V3) */
-    attend_case(4, 2, 20, 12, 9, 4, 0, 0, 0);       /* widths off 16 lanes: the scalar loop */
+    attend_case(4, 2, 16, 16, 11, 5, 0, 0, 0);      /* two 8-lane vectors (the small fixtures) */
+    attend_case(6, 3, 24, 40, 13, 9, 5, 1, 0);      /* widths off 16 lanes, on 8: AVX2's form */
+    attend_case(4, 2, 20, 12, 9, 4, 0, 0, 0);       /* widths off 8 lanes: the scalar loop */
+}
+
+/* Under AddressSanitizer the uninstrumented kernel loops (ENG_HOT_LOOP) check their ranges
+ * once per call: a range one byte past a block is reported and aborts, as an instrumented
+ * load would. Nothing to check in a build without it. */
+static void test_asan_range(void)
+{
+#ifdef ENG_ASAN
+    char *b = calloc(40, 1);
+    eng_asan_range(b, 40, "whole block");
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGABRT, SIG_DFL);
+        if (!freopen("/dev/null", "w", stderr)) _exit(0);   /* ASan's description: not for the log */
+        eng_asan_range(b, 41, "one byte past");
+        _exit(0);
+    }
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+    CHECK_MSG(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "eng_asan_range: a range past the block "
+              "was not reported (status %d)", st);
+    free(b);
+#endif
 }
 
 int main(void)
 {
+    test_asan_range();
     test_matmul();
     test_matmul_t();
     test_rows_dot();
     test_shared();
     test_attend();
     test_gemm_isa_equal();
-    setenv("LQL_NO_AVX512", "1", 1);   /* the AVX2 GEMM and GEMV, scalar attention */
+    setenv("LQL_NO_AVX512", "1", 1);   /* the AVX2 GEMM, GEMV and attention */
     test_matmul();
     test_rows_dot();
     test_shared();
