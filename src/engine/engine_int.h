@@ -15,10 +15,12 @@
 #include <stdint.h>
 #include "engine.h"
 
-/* The innermost GEMM loops under the sanitizers: instrumented, each broadcast and load took
- * a shadow check, making the micro-kernel 10-16x slower and most of the sanitizer suite's
- * edit tests. ENG_HOT_LOOP leaves such a loop uninstrumented; the kernel then checks every
- * range it reads or writes once per call (eng_asan_range), so an overrun is still reported. */
+/* The innermost kernel loops under the sanitizers: instrumented, each broadcast and load
+ * took a shadow check, making the GEMM micro-kernel 10-16x slower and most of the sanitizer
+ * suite's edit tests (and in the fuzz build, a traced comparison per loop step was most of
+ * an input's time). ENG_HOT_LOOP leaves such a loop uninstrumented; the kernel then checks
+ * every range it reads or writes once per call (eng_asan_range), so an overrun is still
+ * reported. */
 #if defined(__SANITIZE_ADDRESS__)
 #define ENG_ASAN 1
 #elif defined(__has_feature)
@@ -30,7 +32,11 @@
 #include <sanitizer/asan_interface.h>
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef __clang__   /* the fuzz build: nor the comparisons traced for libFuzzer (a loop's bound) */
+#define ENG_HOT_LOOP __attribute__((no_sanitize("address", "undefined", "coverage")))
+#else
 #define ENG_HOT_LOOP __attribute__((no_sanitize("address", "undefined")))
+#endif
 /* Aborts with ASan's description when any byte of [p, p + bytes) is not addressable. */
 static inline void eng_asan_range(const void *p, size_t bytes, const char *what)
 {
