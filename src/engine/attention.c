@@ -270,9 +270,7 @@ static inline __attribute__((always_inline)) void heads256(const att *a, int h0,
                 const __m256i km = lanes8(i - j + 1);
                 mv = _mm256_max_ps(mv, _mm256_blendv_ps(ninf, _mm256_maskload_ps(ph + j, km), _mm256_castsi256_ps(km)));
             }
-            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
-            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-            const float mx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+            const float mx = eng_hmax256(mv);
             mv = _mm256_set1_ps(mx);
             __m256 sv = _mm256_setzero_ps();
             for (int j = lo; j <= i; j += 8) {

@@ -62,6 +62,14 @@ static inline float eng_hsum256(__m256 v)
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+
+/* The largest of v's 8 lanes. */
+static inline float eng_hmax256(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
 #endif
 
 /* The AVX-512 mask of the first n of 16 lanes (all 16 for n >= 16): a block's tail. */

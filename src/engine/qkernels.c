@@ -117,9 +117,7 @@ static int quantise_block_avx2(const float *xb, int blk, float *d, int8_t *q, in
     }
     if (_mm256_movemask_ps(_mm256_cmp_ps(z, z, _CMP_UNORD_Q)))
         return 0;
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps(h, h, 1)));
+    float amax = eng_hmax256(m);
     const __m256 id = _mm256_set1_ps(amax > 0 ? 127.f / amax : 0.f);
     *d = amax / 127.f;
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -207,7 +205,11 @@ static __m256i load32(const void *p)
  * end of the matrix are hints and never fault. */
 #define AHEAD 4096
 
-static inline void ahead(const unsigned char *w, int n)
+/* The fetch helpers are always inlined: a prefetch has no effect GCC must keep, so an
+ * out-of-line copy (as when n only becomes a constant after a caller is inlined) is
+ * judged free of side effects and its calls deleted — the Q8_0, Q4_0 and MXFP4 kernels,
+ * folded into one body, lost every fetch that way. */
+static inline __attribute__((always_inline)) void ahead(const unsigned char *w, int n)
 {
     for (int o = 0; o < n; o += 64)   /* steps of at most 64 bytes leave no line out */
         _mm_prefetch((const char *)w + AHEAD + o, _MM_HINT_T0);
@@ -220,7 +222,7 @@ static inline void ahead(const unsigned char *w, int n)
  * session 43). */
 #define AHEAD_L2 3072
 
-static inline void ahead_l2(const unsigned char *w, int n)
+static inline __attribute__((always_inline)) void ahead_l2(const unsigned char *w, int n)
 {
     for (int o = 0; o < n; o += 64)
         _mm_prefetch((const char *)w + AHEAD_L2 + o, _MM_HINT_T1);
@@ -233,7 +235,7 @@ static inline void ahead_l2(const unsigned char *w, int n)
 #define AHEAD_FAR 8192
 #define AHEAD_NEAR 1024
 
-static inline void ahead_two(const unsigned char *w, int n)
+static inline __attribute__((always_inline)) void ahead_two(const unsigned char *w, int n)
 {
     for (int o = 0; o < n; o += 64) {
         _mm_prefetch((const char *)w + AHEAD_FAR + o, _MM_HINT_T1);
@@ -241,23 +243,15 @@ static inline void ahead_two(const unsigned char *w, int n)
     }
 }
 
-/* The 32-block kernels alternate two accumulators so consecutive blocks do not wait on
- * each other's multiply-add. */
-static float dot_q8_0(const unsigned char *w, const float *d, const int8_t *q, int nb)
-{
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int b = 0; b < nb; b++, w += 34) {
-        ahead(w, 34);
-        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]),
-                                     mul_i8(load32(w + 2), load32(q + 32 * b)), acc[b & 1]);
-    }
-    return eng_hsum256(_mm256_add_ps(acc[0], acc[1]));
-}
-
 /* The E2M1 codes as doubled values (so every one is an integer): MXFP4's int8 operands. */
 static const int8_t e2m1_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-/* A Q4_0 block's 32 values as int8 (nibble − 8), and an MXFP4 block's (doubled E2M1). */
+/* A block's 32 values as int8: Q8_0's as stored, Q4_0's (nibble − 8), MXFP4's (doubled E2M1). */
+static __m256i q8_0_values(const unsigned char *w)
+{
+    return load32(w + 2);
+}
+
 static __m256i q4_0_values(const unsigned char *w)
 {
     return _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8));
@@ -268,18 +262,6 @@ static __m256i mxfp4_values(const unsigned char *w)
     return _mm256_shuffle_epi8(
         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)e2m1_doubled)),
         nibbles(w + 1));
-}
-
-static float dot_q4_0(const unsigned char *w, const float *d, const int8_t *q, int nb)
-{
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int b = 0; b < nb; b++, w += 18) {
-        ahead(w, 18);
-        __m256i v = q4_0_values(w);
-        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]),
-                                     mul_i8(v, load32(q + 32 * b)), acc[b & 1]);
-    }
-    return eng_hsum256(_mm256_add_ps(acc[0], acc[1]));
 }
 
 /* 2^(e-128): the E8M0 scale halved, because the table below holds doubled E2M1 values;
@@ -294,16 +276,36 @@ static float e8m0_half(unsigned e)
     return f;
 }
 
-static float dot_mxfp4(const unsigned char *w, const float *d, const int8_t *q, int nb)
+/* The 32-value block formats (Q8_0, Q4_0, MXFP4: dt), a scale per block. Two accumulators
+ * alternate so consecutive blocks do not wait on each other's multiply-add. Inlined with
+ * dt a constant, so no loop holds a format test. */
+static inline __attribute__((always_inline)) float
+dot_blocks32(vx_dtype dt, const unsigned char *w, const float *d, const int8_t *q, int nb)
 {
+    const int bb = dt == VX_Q8_0 ? 34 : dt == VX_Q4_0 ? 18 : 17;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int b = 0; b < nb; b++, w += 17) {
-        ahead(w, 17);
-        __m256i v = mxfp4_values(w);
-        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(e8m0_half(w[0]) * d[b]),
-                                     mul_i8(v, load32(q + 32 * b)), acc[b & 1]);
+    for (int b = 0; b < nb; b++, w += bb) {
+        ahead(w, bb);
+        const float sc = dt == VX_MXFP4 ? e8m0_half(w[0]) : h2f(w);
+        const __m256i v = dt == VX_Q8_0 ? q8_0_values(w) : dt == VX_Q4_0 ? q4_0_values(w) : mxfp4_values(w);
+        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(sc * d[b]), mul_i8(v, load32(q + 32 * b)), acc[b & 1]);
     }
     return eng_hsum256(_mm256_add_ps(acc[0], acc[1]));
+}
+
+static float dot_q8_0(const unsigned char *w, const float *d, const int8_t *q, int nb)
+{
+    return dot_blocks32(VX_Q8_0, w, d, q, nb);
+}
+
+static float dot_q4_0(const unsigned char *w, const float *d, const int8_t *q, int nb)
+{
+    return dot_blocks32(VX_Q4_0, w, d, q, nb);
+}
+
+static float dot_mxfp4(const unsigned char *w, const float *d, const int8_t *q, int nb)
+{
+    return dot_blocks32(VX_MXFP4, w, d, q, nb);
 }
 
 /* Q4_K's 12 packed bytes → bytes 0..7 the 6-bit scales, 8..15 the 6-bit mins, in a
