@@ -348,16 +348,29 @@ static float dot_mxfp4(const unsigned char *w, const float *d, const int8_t *q, 
  * as 32-bit words u0 u1 u2: scales 0-3 = u0 & 0x3f, mins 0-3 = u1 & 0x3f, scales 4-7 = u2's
  * low nibbles with u0's top 2 bits, mins 4-7 = u2's high nibbles with u1's top 2 bits. Reads
  * 16 bytes from s: the block goes on past them. */
-static __m256i q4k_scales_lanes(__m256i v)
+/* Its two masks (a kernel loop makes them once and hides them from the compiler, which
+ * otherwise rebuilt each inside the loop from a movabs and two vector instructions). */
+typedef struct { __m256i lo, hi; } q4k_masks;
+
+static q4k_masks q4k_masks_make(void)
+{
+    return (q4k_masks){_mm256_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f,
+                                         0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f),
+                       _mm256_setr_epi32(0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030)};
+}
+
+static __m256i q4k_scales_masked(__m256i v, const q4k_masks *m)
 {
     __m256i a = _mm256_shuffle_epi32(v, 0x98);    /* u0 u2 u1 u2 */
     __m256i b = _mm256_shuffle_epi32(v, 0x50);    /* u0 u0 u1 u1 */
-    __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(a, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
-                                  _mm256_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f,
-                                                    0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    __m256i hi = _mm256_and_si256(_mm256_srli_epi32(b, 2), _mm256_setr_epi32(0, 0x30303030, 0, 0x30303030,
-                                                                               0, 0x30303030, 0, 0x30303030));
-    return _mm256_or_si256(lo, hi);
+    __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(a, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)), m->lo);
+    return _mm256_or_si256(lo, _mm256_and_si256(_mm256_srli_epi32(b, 2), m->hi));
+}
+
+static __m256i q4k_scales_lanes(__m256i v)
+{
+    const q4k_masks m = q4k_masks_make();
+    return q4k_scales_masked(v, &m);
 }
 
 static __m128i q4k_scales(const unsigned char *s)
@@ -398,13 +411,27 @@ static __m128i pick16(int e)
 static float dot_q4_k(const unsigned char *w, const float *d, const int8_t *q,
                       const int16_t *bs, int nb)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    /* every constant made once, out of the compiler's sight (see q4k_masks) */
+    __m256i m4 = _mm256_set1_epi8(0x0f), pick[8];
+    q4k_masks mk = q4k_masks_make();
+    ENG_KEEP(m4);
+    ENG_KEEP(mk.lo);
+    ENG_KEEP(mk.hi);
+    for (int e = 0; e < 8; e++) {
+        pick[e] = _mm256_broadcastsi128_si256(pick16(e));
+        ENG_KEEP(pick[e]);
+    }
     __m256 acc = _mm256_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++, w += 144, q += 256, bs += 16) {
         ahead(w, 144);
-        __m128i smv = q4k_scales(w + 4);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w + 2) * d[b]), q4k_mins(smv, bs), accm);
+        /* the block's d and dmin times the activations' scale, converted together */
+        int32_t dm;
+        memcpy(&dm, w, 4);
+        const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(dm)), _mm_set1_ps(d[b]));
+        __m128i smv = _mm256_castsi256_si128(
+            q4k_scales_masked(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(w + 4))), &mk));
+        accm = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), q4k_mins(smv, bs), accm);
         const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smv));
         __m256i isum = _mm256_setzero_si256();
         _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
@@ -413,18 +440,18 @@ static float dot_q4_k(const unsigned char *w, const float *d, const int8_t *q,
             __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
             __m256i plo = _mm256_maddubs_epi16(lo, load32(q + 64 * j));
             __m256i phi = _mm256_maddubs_epi16(hi, load32(q + 64 * j + 32));
-            const __m256i sl = _mm256_shuffle_epi8(sc, _mm256_broadcastsi128_si256(pick16(2 * j)));
-            const __m256i sh = _mm256_shuffle_epi8(sc, _mm256_broadcastsi128_si256(pick16(2 * j + 1)));
+            const __m256i sl = _mm256_shuffle_epi8(sc, pick[2 * j]);
+            const __m256i sh = _mm256_shuffle_epi8(sc, pick[2 * j + 1]);
             isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(plo, sl), _mm256_madd_epi16(phi, sh)));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w) * d[b]), _mm256_cvtepi32_ps(isum), acc);
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(isum), acc);
     }
     return eng_hsum256(acc) - eng_hsum256(accm);
 }
 
 /* Q6_K half n (0 or 1) of a block as four vectors of 32 unsigned 6-bit values, in element
  * order: 4 low bits from ql, 2 high bits from qh. */
-static void q6k_unpack(const unsigned char *w, int n, __m256i v[4])
+static inline __attribute__((always_inline)) void q6k_unpack(const unsigned char *w, int n, __m256i v[4])
 {
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
     __m256i l0 = load32(w + 64 * n), l1 = load32(w + 64 * n + 32);
