@@ -54,7 +54,7 @@ typedef struct acts {
     float *d;                 /* [n, nb] */
     int8_t *q;                /* [n, cols]; nibble_order for the wide Q4_0/MXFP4 kernel, k4_order for Q4_K's */
     int16_t *bs;              /* [n, cols / 16] */
-    int32_t *c;               /* [n, cols / 4]: -128 × each 4 values' sum, the wide Q8_0 kernel's start */
+    int32_t *c;               /* [n, cols / 4]: each 4 values' sum times the weights' offset (offset_sums) */
     int wide;                 /* 1: the AVX-512 VNNI kernels */
     void *mem;
 } acts;
@@ -243,25 +243,47 @@ static inline __attribute__((always_inline)) void ahead_two(const unsigned char 
     }
 }
 
-/* The E2M1 codes as doubled values (so every one is an integer): MXFP4's int8 operands. */
-static const int8_t e2m1_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+/* MXFP4's E2M1 codes doubled (so every one is an integer: 0, 1, 2, 3, 4, 6, 8, 12 and their
+ * negatives) plus 12, so every one is unsigned (vpmaddubsw's first operand). */
+static const int8_t e2m1_shifted[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
-/* A block's 32 values as int8: Q8_0's as stored, Q4_0's (nibble − 8), MXFP4's (doubled E2M1). */
+/* A block's 32 values as int8: Q8_0's as stored; Q4_0's and MXFP4's first unsigned (the
+ * decode kernels' operands, their offsets 8 and 12 taken back through offset_sums), then
+ * signed (nibble − 8, doubled E2M1). */
 static __m256i q8_0_values(const unsigned char *w)
 {
     return load32(w + 2);
 }
 
+static __m256i q4_0_unsigned(const unsigned char *w)
+{
+    return nibbles(w + 2);
+}
+
+static __m256i mxfp4_unsigned(const unsigned char *w)
+{
+    return _mm256_shuffle_epi8(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)e2m1_shifted)),
+        nibbles(w + 1));
+}
+
 static __m256i q4_0_values(const unsigned char *w)
 {
-    return _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8));
+    return _mm256_sub_epi8(q4_0_unsigned(w), _mm256_set1_epi8(8));
 }
 
 static __m256i mxfp4_values(const unsigned char *w)
 {
-    return _mm256_shuffle_epi8(
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)e2m1_doubled)),
-        nibbles(w + 1));
+    return _mm256_sub_epi8(mxfp4_unsigned(w), _mm256_set1_epi8(12));
+}
+
+/* Unsigned values × signed activations, pairwise summed to 8 int32 lanes, plus the lanes'
+ * offset terms (c: −offset × each 4 activations' sum): the same integers as mul_i8 of the
+ * signed values, two instructions fewer (no vpsignb). */
+static __m256 mul_u8_off(__m256i u, __m256i q, const int32_t *c)
+{
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
+    return _mm256_cvtepi32_ps(_mm256_add_epi32(p, _mm256_loadu_si256((const __m256i *)(const void *)c)));
 }
 
 /* 2^(e-128): the E8M0 scale halved, because the table below holds doubled E2M1 values;
@@ -274,6 +296,19 @@ static float e8m0_half(unsigned e)
     float f;
     memcpy(&f, &bits, sizeof f);
     return f;
+}
+
+/* The same as e8m0_half for the E8M0 scales of 8 consecutive blocks (bb bytes apart),
+ * times d[0..8). */
+static __m256 e8m0_scales8(const unsigned char *w, int bb, const float *d)
+{
+    const __m256i one = _mm256_set1_epi32(1);
+    const __m256i e = _mm256_setr_epi32(w[0], w[bb], w[2 * bb], w[3 * bb], w[4 * bb], w[5 * bb], w[6 * bb], w[7 * bb]);
+    __m256i bits = _mm256_slli_epi32(_mm256_sub_epi32(e, one), 23);
+    bits = _mm256_blendv_epi8(bits, _mm256_srlv_epi32(_mm256_set1_epi32(0x00400000), _mm256_sub_epi32(one, e)),
+                              _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e));
+    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000), _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));
+    return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_loadu_ps(d));
 }
 
 /* The f16 scales of 8 consecutive blocks (bb bytes apart) times d[0..8), as floats: a
@@ -300,47 +335,53 @@ static __m256 lane(__m256 v, int i)
     return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(i));
 }
 
-/* The 32-value block formats (Q8_0, Q4_0, MXFP4: dt), a scale per block. Two accumulators
- * alternate so consecutive blocks do not wait on each other's multiply-add. The f16-scaled
- * formats take 8 blocks a step (f16_scales8); MXFP4 and the tail go block by block. Inlined
- * with dt a constant, so no loop holds a format test. */
+/* The 32-value block formats (Q8_0, Q4_0, MXFP4: dt), a scale per block; c the offset
+ * terms of Q4_0's and MXFP4's unsigned values (unread for Q8_0). Two accumulators alternate
+ * so consecutive blocks do not wait on each other's multiply-add. 8 blocks a step, their
+ * scales built at once (f16_scales8, e8m0_scales8); the tail block by block. Inlined with
+ * dt a constant, so no loop holds a format test. */
+static inline __attribute__((always_inline)) __m256 block_product(vx_dtype dt, const unsigned char *w,
+                                                                  const int8_t *q, const int32_t *c)
+{
+    const __m256i x = load32(q);
+    if (dt == VX_Q8_0) return mul_i8(q8_0_values(w), x);
+    return mul_u8_off(dt == VX_Q4_0 ? q4_0_unsigned(w) : mxfp4_unsigned(w), x, c);
+}
+
 static inline __attribute__((always_inline)) float
-dot_blocks32(vx_dtype dt, const unsigned char *w, const float *d, const int8_t *q, int nb)
+dot_blocks32(vx_dtype dt, const unsigned char *w, const float *d, const int8_t *q, const int32_t *c, int nb)
 {
     const int bb = dt == VX_Q8_0 ? 34 : dt == VX_Q4_0 ? 18 : 17;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     int b = 0;
-    if (dt != VX_MXFP4)
-        for (; b + 8 <= nb; b += 8, w += 8 * bb) {
-            ahead(w, 8 * bb);
-            const __m256 sc = f16_scales8(w, bb, d + b);
-            _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
-                const __m256i v = dt == VX_Q8_0 ? q8_0_values(w + bb * i) : q4_0_values(w + bb * i);
-                acc[i & 1] = _mm256_fmadd_ps(lane(sc, i), mul_i8(v, load32(q + 32 * (b + i))), acc[i & 1]);
-            }
-        }
+    for (; b + 8 <= nb; b += 8, w += 8 * bb) {
+        ahead(w, 8 * bb);
+        const __m256 sc = dt == VX_MXFP4 ? e8m0_scales8(w, bb, d + b) : f16_scales8(w, bb, d + b);
+        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
+            acc[i & 1] = _mm256_fmadd_ps(lane(sc, i), block_product(dt, w + bb * i, q + 32 * (b + i), c + 8 * (b + i)),
+                                         acc[i & 1]);
+    }
     for (; b < nb; b++, w += bb) {
         ahead(w, bb);
         const float sc = dt == VX_MXFP4 ? e8m0_half(w[0]) : h2f(w);
-        const __m256i v = dt == VX_Q8_0 ? q8_0_values(w) : dt == VX_Q4_0 ? q4_0_values(w) : mxfp4_values(w);
-        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(sc * d[b]), mul_i8(v, load32(q + 32 * b)), acc[b & 1]);
+        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(sc * d[b]), block_product(dt, w, q + 32 * b, c + 8 * b), acc[b & 1]);
     }
     return eng_hsum256(_mm256_add_ps(acc[0], acc[1]));
 }
 
 static float dot_q8_0(const unsigned char *w, const float *d, const int8_t *q, int nb)
 {
-    return dot_blocks32(VX_Q8_0, w, d, q, nb);
+    return dot_blocks32(VX_Q8_0, w, d, q, NULL, nb);
 }
 
-static float dot_q4_0(const unsigned char *w, const float *d, const int8_t *q, int nb)
+static float dot_q4_0(const unsigned char *w, const float *d, const int8_t *q, const int32_t *c, int nb)
 {
-    return dot_blocks32(VX_Q4_0, w, d, q, nb);
+    return dot_blocks32(VX_Q4_0, w, d, q, c, nb);
 }
 
-static float dot_mxfp4(const unsigned char *w, const float *d, const int8_t *q, int nb)
+static float dot_mxfp4(const unsigned char *w, const float *d, const int8_t *q, const int32_t *c, int nb)
 {
-    return dot_blocks32(VX_MXFP4, w, d, q, nb);
+    return dot_blocks32(VX_MXFP4, w, d, q, c, nb);
 }
 
 /* Q4_K's 12 packed bytes → bytes 0..7 the 6-bit scales, 8..15 the 6-bit mins, in a
@@ -594,11 +635,13 @@ T512 static __m256 scales8(int mx, unsigned bb, const unsigned char *w)
     return _mm256_castsi256_ps(bits);
 }
 
-/* c for the wide Q8_0 kernel: -128 × the sum of each 4 consecutive activations. */
-static void q8_start(acts *a, int n, int cols)
+/* c: −off × the sum of each 4 consecutive activations. The wide Q8_0 kernel starts its
+ * sums there (off 128, its activations' offset); the Q4_0 and MXFP4 kernels add it to the
+ * products of their unsigned values (off 8 and 12, the values' offsets). */
+static void offset_sums(acts *a, int n, int cols, int off)
 {
     for (size_t i = 0; i < (size_t)n * (size_t)cols / 4; i++)
-        a->c[i] = -128 * (a->q[4 * i] + a->q[4 * i + 1] + a->q[4 * i + 2] + a->q[4 * i + 3]);
+        a->c[i] = -off * (a->q[4 * i] + a->q[4 * i + 1] + a->q[4 * i + 2] + a->q[4 * i + 3]);
 }
 
 /* The activations of every whole group of 8 blocks in the order dot_q4_wide reads them:
@@ -639,13 +682,12 @@ static void k4_order(acts *a, int n, int cols)
  * blocks' 16 nibble bytes fill a vector: its low nibbles are their first 16 values, its
  * high nibbles the last 16, against activations in nibble_order. */
 T512 static float dot_q4_wide(vx_dtype dt, const unsigned char *w, const float *d,
-                              const int8_t *q, const int16_t *bs, int nb)
+                              const int8_t *q, const int16_t *bs, const int32_t *c, int nb)
 {
-    static const int8_t shifted[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
     const int mx = dt == VX_MXFP4;
     const unsigned bb = mx ? 17 : 18;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)shifted));
+    const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)e2m1_shifted));
     __m512i pick[2];          /* lane i takes scale 4k + i / 4 */
     for (int k = 0; k < 2; k++)
         pick[k] = _mm512_add_epi32(_mm512_set1_epi32(4 * k),
@@ -681,7 +723,7 @@ T512 static float dot_q4_wide(vx_dtype dt, const unsigned char *w, const float *
     }
     float r = _mm512_reduce_add_ps(acc) - (float)(mx ? 12 : 8) * eng_hsum256(acco);
     if (b < nb)
-        r += mx ? dot_mxfp4(w, d + b, q + 32 * b, nb - b) : dot_q4_0(w, d + b, q + 32 * b, nb - b);
+        r += mx ? dot_mxfp4(w, d + b, q + 32 * b, c + 8 * b, nb - b) : dot_q4_0(w, d + b, q + 32 * b, c + 8 * b, nb - b);
     return r;
 }
 
@@ -830,18 +872,18 @@ static float dot_row(vx_dtype dt, const unsigned char *w, const acts *a, int t, 
     const float *d = a->d + (size_t)t * a->nb;
     const int8_t *q = a->q + (size_t)t * cols;
     const int16_t *bs = a->bs + (size_t)t * (cols / 16);
+    const int32_t *c = a->blk == 32 ? a->c + (size_t)t * (cols / 4) : NULL;
     if (a->wide && a->blk == 32)
-        return dt == VX_Q8_0 ? dot_q8_0_wide(w, d, q, a->c + (size_t)t * (cols / 4), a->nb)
-                             : dot_q4_wide(dt, w, d, q, bs, a->nb);
+        return dt == VX_Q8_0 ? dot_q8_0_wide(w, d, q, c, a->nb) : dot_q4_wide(dt, w, d, q, bs, c, a->nb);
     if (a->wide)
         return dt == VX_Q4_K ? dot_q4_k_wide(w, d, q, bs, a->nb) : dot_q6_k_wide(w, d, q, bs, a->nb);
     switch (dt) {
     case VX_Q8_0:
         return dot_q8_0(w, d, q, a->nb);
     case VX_Q4_0:
-        return dot_q4_0(w, d, q, a->nb);
+        return dot_q4_0(w, d, q, c, a->nb);
     case VX_MXFP4:
-        return dot_mxfp4(w, d, q, a->nb);
+        return dot_mxfp4(w, d, q, c, a->nb);
     case VX_Q4_K:
         return dot_q4_k(w, d, q, bs, a->nb);
     default:
@@ -1188,8 +1230,11 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
 #ifdef __AVX2__
         a->wide = wide_ok();
         if (a->wide && dt == VX_Q8_0)
-            q8_start(a, n, cols);
-        else if (a->wide && (dt == VX_Q4_0 || dt == VX_MXFP4))
+            offset_sums(a, n, cols, 128);
+        /* (the wide kernel reads c only in its per-block tail) */
+        if (dt == VX_Q4_0 || dt == VX_MXFP4)
+            offset_sums(a, n, cols, dt == VX_Q4_0 ? 8 : 12);
+        if (a->wide && (dt == VX_Q4_0 || dt == VX_MXFP4))
             nibble_order(a, n, cols);
         else if (a->wide && dt == VX_Q4_K)
             k4_order(a, n, cols);

@@ -298,9 +298,11 @@ static void every_codec(void)
     }
 }
 
-/* MXFP4 scale codes on the 8-block vector path (0 and 1 subnormal, 200 large, 255
- * NaN): each row's blocks share one code, and the result must match the same GEMV on the
- * AVX2 kernel, which converts each code with the scalar routine. */
+/* MXFP4 scale codes on the 8-block vector paths (0 and 1 subnormal, 200 large, 255
+ * NaN): each row's blocks share one code. The AVX2 kernel's 9-block row (one 8-block
+ * step, converted as a vector, and a tail block) must equal the sum of its blocks taken
+ * one at a time (each a tail, converted by the scalar routine), and the wide kernel's
+ * row the AVX2 one. */
 static void mxfp4_codes(void)
 {
     static const unsigned char codes[9] = {0, 1, 2, 100, 127, 128, 160, 200, 255};
@@ -317,12 +319,22 @@ static void mxfp4_codes(void)
         x[i] = urand();
     setenv("LQL_NO_AVX512", "1", 1);
     eng_qgemv(VX_MXFP4, w, 9, NB * 32, x, narrow);
+    float split[9] = {0};
+    for (int r = 0; r < 9; r++)
+        for (int b = 0; b < NB; b++) {
+            float y;
+            eng_qgemv(VX_MXFP4, w[r] + b * BB, 1, 32, x + 32 * b, &y);
+            split[r] += y;
+        }
     setenv("LQL_NO_AVX512", "0", 1);
     eng_qgemv(VX_MXFP4, w, 9, NB * 32, x, wide);
-    for (int r = 0; r < 8; r++)
-        CHECK_MSG(fabsf(wide[r] - narrow[r]) <= 1e-5f * fabsf(narrow[r]) && narrow[r] != 0,
+    for (int r = 0; r < 8; r++) {
+        CHECK_MSG(fabsf(split[r] - narrow[r]) <= 1e-5f * fabsf(narrow[r]) && narrow[r] != 0,
+                  "mxfp4 code %d: 8-block step %.9g vs block by block %.9g", codes[r], narrow[r], split[r]);
+        CHECK_MSG(fabsf(wide[r] - narrow[r]) <= 1e-5f * fabsf(narrow[r]),
                   "mxfp4 code %d: %.9g vs %.9g", codes[r], wide[r], narrow[r]);
-    CHECK(isnan(wide[8]) && isnan(narrow[8]));
+    }
+    CHECK(isnan(wide[8]) && isnan(narrow[8]) && isnan(split[8]));
 }
 
 /* Q8_0 values at the int8 edge (-128, which no quantiser writes but a foreign file may
