@@ -298,17 +298,21 @@ static float e8m0_half(unsigned e)
     return f;
 }
 
-/* The same as e8m0_half for the E8M0 scales of 8 consecutive blocks (bb bytes apart),
- * times d[0..8). */
-static __m256 e8m0_scales8(const unsigned char *w, int bb, const float *d)
+/* e8m0_half of 8 codes (each in a 32-bit lane) as vector operations. */
+static __m256i e8m0_half8(__m256i e)
 {
     const __m256i one = _mm256_set1_epi32(1);
-    const __m256i e = _mm256_setr_epi32(w[0], w[bb], w[2 * bb], w[3 * bb], w[4 * bb], w[5 * bb], w[6 * bb], w[7 * bb]);
     __m256i bits = _mm256_slli_epi32(_mm256_sub_epi32(e, one), 23);
     bits = _mm256_blendv_epi8(bits, _mm256_srlv_epi32(_mm256_set1_epi32(0x00400000), _mm256_sub_epi32(one, e)),
                               _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e));
-    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000), _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));
-    return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_loadu_ps(d));
+    return _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000), _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));
+}
+
+/* The E8M0 scales of 8 consecutive blocks (bb bytes apart) times d[0..8), as floats. */
+static __m256 e8m0_scales8(const unsigned char *w, int bb, const float *d)
+{
+    const __m256i e = _mm256_setr_epi32(w[0], w[bb], w[2 * bb], w[3 * bb], w[4 * bb], w[5 * bb], w[6 * bb], w[7 * bb]);
+    return _mm256_mul_ps(_mm256_castsi256_ps(e8m0_half8(e)), _mm256_loadu_ps(d));
 }
 
 /* The f16 scales of 8 consecutive blocks (bb bytes apart) times d[0..8), as floats: a
@@ -617,7 +621,7 @@ T512 static float dot_q8_0_wide(const unsigned char *w, const float *d, const in
 }
 
 /* The scales of 8 consecutive Q4_0 / MXFP4 blocks (bb bytes apart) as floats: one gather,
- * then f16 → f32, or E8M0 → the halved power of two as e8m0_half forms it. */
+ * then f16 → f32, or E8M0 → the halved power of two (e8m0_half8). */
 T512 static __m256 scales8(int mx, unsigned bb, const unsigned char *w)
 {
     const __m256i off = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
@@ -625,14 +629,7 @@ T512 static __m256 scales8(int mx, unsigned bb, const unsigned char *w)
     __m256i g = _mm256_i32gather_epi32((const int *)(const void *)w, off, 1);
     if (!mx)
         return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g));
-    __m256i e = _mm256_and_si256(g, _mm256_set1_epi32(0xff));
-    __m256i bits = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-    bits = _mm256_mask_mov_epi32(bits, _mm256_cmplt_epu32_mask(e, _mm256_set1_epi32(2)),
-                                 _mm256_srlv_epi32(_mm256_set1_epi32(0x00400000),
-                                                   _mm256_sub_epi32(_mm256_set1_epi32(1), e)));
-    bits = _mm256_mask_mov_epi32(bits, _mm256_cmpeq_epi32_mask(e, _mm256_set1_epi32(255)),
-                                 _mm256_set1_epi32(0x7fc00000));
-    return _mm256_castsi256_ps(bits);
+    return _mm256_castsi256_ps(e8m0_half8(_mm256_and_si256(g, _mm256_set1_epi32(0xff))));
 }
 
 /* c: −off × the sum of each 4 consecutive activations. The wide Q8_0 kernel starts its
