@@ -7,10 +7,15 @@
  * and eng_matmul_bf16 on a down-meta tile (4080 vocabulary rows × hidden, 256 features) as
  * a share of the pool's ceiling.
  *
- *   peak [--hidden 2048] [--reps 8]
+ *   peak [--hidden 2048] [--reps 8]      (without AVX-512: min(reps, 3) rounds of AVX2's loops)
  *
  * Multiply-adds per second: 16 per vfmadd231ps, 32 per vdpbf16ps, 64 per vpdpbusd. Wall
  * clock, printed, never asserted.
+ *
+ * Without AVX-512 (or with LQL_NO_AVX512=1) it measures AVX2's FMA ceiling instead, and a
+ * dot-product GEMM step from L1 (12 FMAs: 2 weight rows × 6 token rows, 8 k at a time, as
+ * llama.cpp's tinyBLAS forms it) with the weights loaded as f32 and as f16 widened in
+ * registers by vcvtph2ps: what reading f16 rows in place would cost (ENGINE.md, session 47).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +83,97 @@ __attribute__((target("avx512f,avx512vnni"))) static void loop_vnni(void)
     sinki = _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c11), c5));
 }
 
+/* AVX2: 8 multiply-adds per vfmadd231ps; the same register-only loop */
+__attribute__((target("avx2,fma"))) static void loop_fma256(void)
+{
+    __m256 c0 = _mm256_set1_ps(0.f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+           c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+    const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-3f);
+#define OPF8(a) _mm256_fmadd_ps(a, x, y)
+    for (long k = 0; k < STEPS; k++) {
+        STEP12(c, OPF8);
+        KEEP12(c);
+    }
+    __m256 t = _mm256_add_ps(_mm256_add_ps(c0, c11), c5);
+    float o[8];
+    _mm256_storeu_ps(o, t);
+    sinkf = o[0];
+}
+
+/* The dot-product step over 512 k of 2 weight rows (f16 when half, else f32) and 6 token
+ * rows, all in L1, repeated; 12 accumulators, one FMA each per 8 k. */
+#define DOT_K 512
+static float dot_w32[2][DOT_K], dot_x[6][DOT_K];
+static uint16_t dot_w16[2][DOT_K];
+
+__attribute__((target("avx2,fma,f16c"))) static void loop_dot(int half)
+{
+    __m256 a[2][6];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 6; j++) a[i][j] = _mm256_setzero_ps();
+    for (long r = 0; r < STEPS / (DOT_K / 8); r++)
+        for (int k = 0; k < DOT_K; k += 8) {
+            __m256 w[2];
+            for (int i = 0; i < 2; i++)
+                w[i] = half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(dot_w16[i] + k)))
+                            : _mm256_loadu_ps(dot_w32[i] + k);
+            for (int j = 0; j < 6; j++) {
+                const __m256 x = _mm256_loadu_ps(dot_x[j] + k);
+                a[0][j] = _mm256_fmadd_ps(w[0], x, a[0][j]);
+                a[1][j] = _mm256_fmadd_ps(w[1], x, a[1][j]);
+            }
+        }
+    __m256 t = _mm256_setzero_ps();
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 6; j++) t = _mm256_add_ps(t, a[i][j]);
+    float o[8];
+    _mm256_storeu_ps(o, t);
+    sinkf = o[0];
+}
+
+static void run_avx2(void *ctx, int part, int parts)
+{
+    (void)part;
+    (void)parts;
+    const int which = *(const int *)ctx;
+    if (which < 0) loop_fma256();
+    else loop_dot(which);
+}
+
+/* G multiply-adds per second of an AVX2 loop (-1: the FMA ceiling; 0/1: the dot step with
+ * f32 / f16 weights), on one thread or on the pool. */
+static double ceiling256(int which, int pool)
+{
+    const double t0 = bw_now();
+    if (pool) eng_parallel(run_avx2, &which);
+    else run_avx2(&which, 0, 1);
+    const double t = bw_now() - t0;
+    return (double)STEPS * 12 * 8 * (pool ? eng_threads() : 1) / t / 1e9;
+}
+
+static int main_avx2(int reps)
+{
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c")) {
+        fprintf(stderr, "peak: needs AVX-512 (VNNI, BF16) or AVX2 with FMA and F16C\n");
+        return 1;
+    }
+    for (int k = 0; k < DOT_K; k++) {
+        for (int i = 0; i < 2; i++) {
+            dot_w16[i][k] = vx_f32_to_f16(1e-3f * (float)(k % 7 - 3));
+            dot_w32[i][k] = vx_f16_to_f32(dot_w16[i][k]);
+        }
+        for (int j = 0; j < 6; j++) dot_x[j][k] = 1e-3f * (float)(k % 5 - 2);
+    }
+    static const char *const name[] = {"vfmadd231ps (8 lanes)", "dot step, f32 weights", "dot step, f16 weights"};
+    for (int r = 0; r < reps; r++)
+        for (int w = -1; w <= 1; w++) {
+            const double one = ceiling256(w, 0), pool = ceiling256(w, 1);
+            printf("%-24s one thread %6.1f G multiply-adds/s (%5.1f GFLOP/s)   pool %6.1f G/s (%5.1f GFLOP/s)\n",
+                   name[w + 1], one, 2 * one, pool, 2 * pool);
+        }
+    return 0;
+}
+
 static void run_loop(void *ctx, int part, int parts)
 {
     (void)part;
@@ -110,13 +206,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "peak: --hidden must be a positive multiple of 4 up to 65536, --reps positive\n");
         return 2;
     }
-    if (!eng_avx512() || eng_u8s8_x_limit() < 127 || !eng_bf16_dot_ready()) {   /* < 127: no VNNI */
-        fprintf(stderr, "peak: needs AVX-512 with VNNI and BF16 (this CPU, or LQL_NO_AVX512, says no)\n");
-        return 1;
-    }
     double ld[3] = {0};
     if (getloadavg(ld, 3) < 0) ld[0] = -1;
     printf("threads %d, load %.2f\n", eng_threads(), ld[0]);
+    if (!eng_avx512()) {
+        printf("no AVX-512 (or LQL_NO_AVX512=1): AVX2's ceilings, %d rounds\n", reps < 3 ? reps : 3);
+        return main_avx2(reps < 3 ? reps : 3);
+    }
+    if (eng_u8s8_x_limit() < 127 || !eng_bf16_dot_ready()) {   /* < 127: no VNNI */
+        fprintf(stderr, "peak: needs AVX-512 with VNNI and BF16, or no AVX-512 at all (this CPU has AVX-512 without them)\n");
+        return 1;
+    }
     double pool_ceil[3];
     for (int w = FMA; w <= VNNI; w++) {
         const double one = ceiling(w, 0);
