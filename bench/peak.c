@@ -44,18 +44,38 @@ static const int macs[] = {16, 32, 64};
 static volatile float sinkf;
 static volatile int sinki;
 
-__attribute__((target("avx512f"))) static void loop_fma(void)
-{
-    __m512 c0 = _mm512_set1_ps(0.f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
-           c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
-    const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
-#define OPF(a) _mm512_fmadd_ps(a, x, y)
-    for (long k = 0; k < STEPS; k++) {
-        STEP12(c, OPF);
-        KEEP12(c);
+/* 12 chains of vfmadd231ps at one vector width (V, SET1, FMADD), summed into sinkf by SUM */
+#define FMA_LOOP(NAME, TARGET, V, SET1, FMADD, SUM)                                            \
+    __attribute__((target(TARGET))) static void NAME(void)                                     \
+    {                                                                                          \
+        V c0 = SET1(0.f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,       \
+          c8 = c0, c9 = c0, c10 = c0, c11 = c0;                                                \
+        const V x = SET1(0.999f), y = SET1(1e-3f);                                             \
+        for (long k = 0; k < STEPS; k++) {                                                     \
+            c0 = FMADD(c0, x, y); c1 = FMADD(c1, x, y); c2 = FMADD(c2, x, y);                  \
+            c3 = FMADD(c3, x, y); c4 = FMADD(c4, x, y); c5 = FMADD(c5, x, y);                  \
+            c6 = FMADD(c6, x, y); c7 = FMADD(c7, x, y); c8 = FMADD(c8, x, y);                  \
+            c9 = FMADD(c9, x, y); c10 = FMADD(c10, x, y); c11 = FMADD(c11, x, y);              \
+            KEEP12(c);                                                                         \
+        }                                                                                      \
+        sinkf = SUM(c0, c5, c11);                                                              \
     }
-    sinkf = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c11), c5));
+
+__attribute__((target("avx512f"))) static float sum512(__m512 a, __m512 b, __m512 c)
+{
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a, c), b));
 }
+
+__attribute__((target("avx2"))) static float sum256(__m256 a, __m256 b, __m256 c)
+{
+    float o[8];
+    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_add_ps(a, c), b));
+    return o[0];
+}
+
+FMA_LOOP(loop_fma, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, sum512)
+/* AVX2: 8 multiply-adds per vfmadd231ps */
+FMA_LOOP(loop_fma256, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, sum256)
 
 __attribute__((target("avx512f,avx512bf16"))) static void loop_bf16(void)
 {
@@ -81,23 +101,6 @@ __attribute__((target("avx512f,avx512vnni"))) static void loop_vnni(void)
         KEEP12(c);
     }
     sinki = _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c11), c5));
-}
-
-/* AVX2: 8 multiply-adds per vfmadd231ps; the same register-only loop */
-__attribute__((target("avx2,fma"))) static void loop_fma256(void)
-{
-    __m256 c0 = _mm256_set1_ps(0.f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
-           c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
-    const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-3f);
-#define OPF8(a) _mm256_fmadd_ps(a, x, y)
-    for (long k = 0; k < STEPS; k++) {
-        STEP12(c, OPF8);
-        KEEP12(c);
-    }
-    __m256 t = _mm256_add_ps(_mm256_add_ps(c0, c11), c5);
-    float o[8];
-    _mm256_storeu_ps(o, t);
-    sinkf = o[0];
 }
 
 /* The dot-product step over 512 k of 2 weight rows (f16 when half, else f32) and 6 token

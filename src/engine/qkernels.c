@@ -286,7 +286,7 @@ static __m256 mul_u8_off(__m256i u, __m256i q, const int32_t *c)
     return _mm256_cvtepi32_ps(_mm256_add_epi32(p, _mm256_loadu_si256((const __m256i *)(const void *)c)));
 }
 
-/* 2^(e-128): the E8M0 scale halved, because the table below holds doubled E2M1 values;
+/* 2^(e-128): the E8M0 scale halved, because e2m1_shifted holds doubled E2M1 values;
  * e = 255 is NaN. Built from bits so e = 0 and 1 give the exact subnormals. */
 static float e8m0_half(unsigned e)
 {
@@ -388,13 +388,9 @@ static float dot_mxfp4(const unsigned char *w, const float *d, const int8_t *q, 
     return dot_blocks32(VX_MXFP4, w, d, q, c, nb);
 }
 
-/* Q4_K's 12 packed bytes → bytes 0..7 the 6-bit scales, 8..15 the 6-bit mins, in a
- * register (going through memory stalls store forwarding on every block). With the bytes
- * as 32-bit words u0 u1 u2: scales 0-3 = u0 & 0x3f, mins 0-3 = u1 & 0x3f, scales 4-7 = u2's
- * low nibbles with u0's top 2 bits, mins 4-7 = u2's high nibbles with u1's top 2 bits. Reads
- * 16 bytes from s: the block goes on past them. */
-/* Its two masks (a kernel loop makes them once and hides them from the compiler, which
- * otherwise rebuilt each inside the loop from a movabs and two vector instructions). */
+/* q4k_scales_masked's two masks (a kernel loop makes them once and hides them from the
+ * compiler, which otherwise rebuilt each inside the loop from a movabs and two vector
+ * instructions). */
 typedef struct { __m256i lo, hi; } q4k_masks;
 
 static q4k_masks q4k_masks_make(void)
@@ -404,6 +400,11 @@ static q4k_masks q4k_masks_make(void)
                        _mm256_setr_epi32(0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030)};
 }
 
+/* Q4_K's 12 packed bytes → bytes 0..7 the 6-bit scales, 8..15 the 6-bit mins, in a
+ * register (going through memory stalls store forwarding on every block). With the bytes
+ * as 32-bit words u0 u1 u2: scales 0-3 = u0 & 0x3f, mins 0-3 = u1 & 0x3f, scales 4-7 = u2's
+ * low nibbles with u0's top 2 bits, mins 4-7 = u2's high nibbles with u1's top 2 bits. Reads
+ * 16 bytes from s: the block goes on past them. */
 static __m256i q4k_scales_masked(__m256i v, const q4k_masks *m)
 {
     __m256i a = _mm256_shuffle_epi32(v, 0x98);    /* u0 u2 u1 u2 */
@@ -1226,11 +1227,11 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
     if (blk && acts_make(a, blk, X, n, cols) == 0) {
 #ifdef __AVX2__
         a->wide = wide_ok();
-        if (a->wide && dt == VX_Q8_0)
-            offset_sums(a, n, cols, 128);
-        /* (the wide kernel reads c only in its per-block tail) */
-        if (dt == VX_Q4_0 || dt == VX_MXFP4)
-            offset_sums(a, n, cols, dt == VX_Q4_0 ? 8 : 12);
+        /* the wide Q8_0 kernel's start; the Q4_0 and MXFP4 kernels' offset terms (the wide
+         * ones read them only in their per-block tail) */
+        const int off = dt == VX_Q4_0 ? 8 : dt == VX_MXFP4 ? 12 : a->wide && dt == VX_Q8_0 ? 128 : 0;
+        if (off)
+            offset_sums(a, n, cols, off);
         if (a->wide && (dt == VX_Q4_0 || dt == VX_MXFP4))
             nibble_order(a, n, cols);
         else if (a->wide && dt == VX_Q4_K)
