@@ -931,7 +931,7 @@ static int deq_block_fast(vx_dtype dt, const unsigned char *w, float *out)
     case VX_Q8_0:
     case VX_Q4_0: {
         float d = h2f(w);
-        __m256i q = dt == VX_Q8_0 ? load32(w + 2) : q4_0_values(w);
+        __m256i q = dt == VX_Q8_0 ? q8_0_values(w) : q4_0_values(w);
         __m256 sc[2] = {_mm256_set1_ps(d), _mm256_set1_ps(d)};
         store32(q, sc, zero, out);
         return 1;
