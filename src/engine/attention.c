@@ -98,111 +98,6 @@ T512 static inline __attribute__((always_inline)) __m512 hsum16(const __m512 v[1
     return _mm512_add_ps(_mm512_shuffle_f32x4(z0, z1, 0x88), _mm512_shuffle_f32x4(z0, z1, 0xDD));
 }
 
-/* Heads [h0, h1), which read one kv head, with AVX-512: the same f32 products, summed in
- * another order, and the exponentials 16 at a time (libmvec). Keys are taken 16 at a time
- * and each block serves every head of the range from L1, so the cache is read once per kv
- * head instead of once per query head. The scalar one_head (an eng_dot call, an expf and a
- * reloaded output row per key and head) made attention most of a decode step at a long
- * context: q4_k at 1536 positions ran 26 tokens/s against 64 at the start. p: scratch of
- * (h1 - h0) · (pos0 + n) floats. nk, nv: the head widths in 16-lane vectors. */
-T512 static inline __attribute__((always_inline)) void heads512(const att *a, int h0, int h1, float *p,
-                                                               int nk, int nv)
-{
-    const eng_model *m = a->m;
-    const eng_kv *kv = a->kv;
-    const int heads = m->heads, kvh = h0 / (heads / kv->kv_heads);
-    const int kd = kv->kdim, vd = kv->vdim, kst = kv->kv_heads * kd, vst = kv->vstride;
-    const float *kbase = kv->k + (size_t)kvh * kd, *vbase = (kv->v ? kv->v : kv->k) + (size_t)kvh * vd;
-    const int W = a->L->window, n_keys = a->pos0 + a->n;
-    const __m512 scale = _mm512_set1_ps(m->attn_scale);
-    for (int t = 0; t < a->n; t++) {
-        const int i = a->pos0 + t, lo = W && i - W + 1 > 0 ? i - W + 1 : 0;
-        /* scores */
-        for (int j0 = lo; j0 <= i; j0 += 16) {
-            const int nb = i - j0 + 1 < 16 ? i - j0 + 1 : 16;
-            const __mmask16 km = eng_lanes16(nb);
-            for (int h = h0; h < h1; h++) {
-                const float *q = a->q + (size_t)t * heads * kd + (size_t)h * kd;
-                __m512 acc[16];
-                if (nb == 16) {   /* unrolled, so the 16 sums stay in registers */
-                    _Pragma("GCC unroll 16") for (int r = 0; r < 16; r++) {
-                        const float *k = kbase + (size_t)(j0 + r) * kst;
-                        acc[r] = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
-                        _Pragma("GCC unroll 16") for (int c = 1; c < nk; c++)
-                            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c), _mm512_loadu_ps(k + 16 * c), acc[r]);
-                    }
-                } else {
-                    for (int r = 0; r < 16; r++) {
-                        acc[r] = _mm512_setzero_ps();
-                        for (int c = 0; r < nb && c < nk; c++)
-                            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c),
-                                                     _mm512_loadu_ps(kbase + (size_t)(j0 + r) * kst + 16 * c), acc[r]);
-                    }
-                }
-                _mm512_mask_storeu_ps(p + (size_t)(h - h0) * n_keys + j0, km, _mm512_mul_ps(hsum16(acc), scale));
-            }
-        }
-        /* softmax per head; a learned sink joins the normaliser unscaled and has no value row */
-        for (int h = h0; h < h1; h++) {
-            float *ph = p + (size_t)(h - h0) * n_keys;
-            if (m->attn_softcap > 0)
-                for (int j = lo; j <= i; j++) ph[j] = eng_softcap(ph[j], m->attn_softcap);
-            const float *sink = a->L->sinks ? &a->L->sinks[h] : NULL;
-            __m512 mv = _mm512_set1_ps(sink ? *sink : -INFINITY);
-            for (int j = lo; j <= i; j += 16) {
-                const __mmask16 km = eng_lanes16(i - j + 1);
-                mv = _mm512_mask_max_ps(mv, km, mv, _mm512_maskz_loadu_ps(km, ph + j));
-            }
-            const float mx = _mm512_reduce_max_ps(mv);
-            mv = _mm512_set1_ps(mx);
-            __m512 sv = _mm512_setzero_ps();
-            for (int j = lo; j <= i; j += 16) {
-                const __mmask16 km = eng_lanes16(i - j + 1);
-                const __m512 e = _mm512_maskz_mov_ps(km, _ZGVeN16v_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(km, ph + j), mv)));
-                _mm512_mask_storeu_ps(ph + j, km, e);
-                sv = _mm512_add_ps(sv, e);
-            }
-            const __m512 inv = _mm512_set1_ps(1.0f / (_mm512_reduce_add_ps(sv) + (sink ? expf(*sink - mx) : 0)));
-            for (int j = lo; j <= i; j += 16) {
-                const __mmask16 km = eng_lanes16(i - j + 1);
-                _mm512_mask_storeu_ps(ph + j, km, _mm512_mul_ps(_mm512_maskz_loadu_ps(km, ph + j), inv));
-            }
-        }
-        /* the weighted values, each block of 16 value rows serving every head */
-        for (int h = h0; h < h1; h++) memset(a->out + (size_t)t * heads * vd + (size_t)h * vd, 0, (size_t)vd * sizeof(float));
-        for (int j0 = lo; j0 <= i; j0 += 16) {
-            const int nb = i - j0 + 1 < 16 ? i - j0 + 1 : 16;
-            for (int h = h0; h < h1; h++) {
-                const float *ph = p + (size_t)(h - h0) * n_keys + j0;
-                /* at most 16 vectors of sums at a time (MLA's latent values are 32) */
-                for (int c0 = 0; c0 < nv; c0 += 16) {
-                    const int cn = nv - c0 < 16 ? nv - c0 : 16;
-                    float *out = a->out + (size_t)t * heads * vd + (size_t)h * vd + 16 * c0;
-                    __m512 o[16];
-                    for (int c = 0; c < cn; c++) o[c] = _mm512_loadu_ps(out + 16 * c);
-                    for (int r = 0; r < nb; r++) {
-                        const float *v = vbase + (size_t)(j0 + r) * vst + 16 * c0;
-                        const __m512 w = _mm512_set1_ps(ph[r]);
-                        for (int c = 0; c < cn; c++) o[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16 * c), o[c]);
-                    }
-                    for (int c = 0; c < cn; c++) _mm512_storeu_ps(out + 16 * c, o[c]);
-                }
-            }
-        }
-        if (a->probs) keep_probs(a, t, lo, p);   /* one head at a time (eng_attend) */
-    }
-}
-
-/* heads512 with its widths made constants for the common head sizes, so its loops unroll */
-T512 static void heads512_any(const att *a, int h0, int h1, float *p)
-{
-    const int nk = a->kv->kdim / 16, nv = a->kv->vdim / 16;
-    if (nk == 4 && nv == 4) heads512(a, h0, h1, p, 4, 4);
-    else if (nk == 8 && nv == 8) heads512(a, h0, h1, p, 8, 8);
-    else if (nk == 16 && nv == 16) heads512(a, h0, h1, p, 16, 16);
-    else heads512(a, h0, h1, p, nk, nv);
-}
-
 /* Lane r of the result: the sum of v[r]'s 8 lanes (hsum16 at AVX2's width). */
 static inline __attribute__((always_inline)) __m256 hsum8(const __m256 v[8])
 {
@@ -218,100 +113,145 @@ static inline __m256i lanes8(int n)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n < 8 ? n : 8), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* heads512 on AVX2 (head widths multiples of 8): keys 8 at a time, each block read from L1
- * by every head of the group, the exponentials 8 at a time. Before it, CPUs without
- * AVX-512 ran one_head: 30-40 % of a fuzz input's COMPOSE INSERT over a long entity, and a
- * long context's decode there. p: scratch of (h1 - h0) · (pos0 + n) floats; nk, nv: the
- * head widths in 8-lane vectors. */
-static inline __attribute__((always_inline)) void heads256(const att *a, int h0, int h1, float *p,
-                                                          int nk, int nv)
+/* The operations HEADS takes at a width of 16 (AVX-512) and 8 (AVX2) lanes besides the
+ * intrinsics both spell alike: masks of the first n lanes, masked loads (the other lanes
+ * 0) and stores, a masked max, zeroing the lanes outside a mask, one vector's max and sum,
+ * and libmvec's expf. */
+#define AI static inline __attribute__((always_inline))
+T512 AI __mmask16 lanes16(int n) { return eng_lanes16(n); }
+T512 AI __m512 mload16(__mmask16 km, const float *p) { return _mm512_maskz_loadu_ps(km, p); }
+T512 AI void mstore16(float *p, __mmask16 km, __m512 v) { _mm512_mask_storeu_ps(p, km, v); }
+T512 AI __m512 mmax16(__m512 mv, __mmask16 km, __m512 x) { return _mm512_mask_max_ps(mv, km, mv, x); }
+T512 AI __m512 mzero16(__mmask16 km, __m512 v) { return _mm512_maskz_mov_ps(km, v); }
+T512 AI float lanemax16(__m512 v) { return _mm512_reduce_max_ps(v); }
+T512 AI float lanesum16(__m512 v) { return _mm512_reduce_add_ps(v); }
+T512 AI __m512 expf16(__m512 x) { return _ZGVeN16v_expf(x); }
+AI __m256 mload8(__m256i km, const float *p) { return _mm256_maskload_ps(p, km); }
+AI void mstore8(float *p, __m256i km, __m256 v) { _mm256_maskstore_ps(p, km, v); }
+AI __m256 mmax8(__m256 mv, __m256i km, __m256 x)
 {
-    const eng_model *m = a->m;
-    const eng_kv *kv = a->kv;
-    const int heads = m->heads, kvh = h0 / (heads / kv->kv_heads);
-    const int kd = kv->kdim, vd = kv->vdim, kst = kv->kv_heads * kd, vst = kv->vstride;
-    const float *kbase = kv->k + (size_t)kvh * kd, *vbase = (kv->v ? kv->v : kv->k) + (size_t)kvh * vd;
-    const int W = a->L->window, n_keys = a->pos0 + a->n;
-    const __m256 scale = _mm256_set1_ps(m->attn_scale), ninf = _mm256_set1_ps(-INFINITY);
-    for (int t = 0; t < a->n; t++) {
-        const int i = a->pos0 + t, lo = W && i - W + 1 > 0 ? i - W + 1 : 0;
-        /* scores */
-        for (int j0 = lo; j0 <= i; j0 += 8) {
-            const int nb = i - j0 + 1 < 8 ? i - j0 + 1 : 8;
-            for (int h = h0; h < h1; h++) {
-                const float *q = a->q + (size_t)t * heads * kd + (size_t)h * kd;
-                __m256 acc[8];
-                if (nb == 8) {   /* unrolled, so the 8 sums stay in registers */
-                    _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {
-                        const float *k = kbase + (size_t)(j0 + r) * kst;
-                        acc[r] = _mm256_mul_ps(_mm256_loadu_ps(q), _mm256_loadu_ps(k));
-                        _Pragma("GCC unroll 16") for (int c = 1; c < nk; c++)
-                            acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c), _mm256_loadu_ps(k + 8 * c), acc[r]);
-                    }
-                } else {
-                    for (int r = 0; r < 8; r++) {
-                        acc[r] = _mm256_setzero_ps();
-                        for (int c = 0; r < nb && c < nk; c++)
-                            acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c),
-                                                     _mm256_loadu_ps(kbase + (size_t)(j0 + r) * kst + 8 * c), acc[r]);
-                    }
-                }
-                _mm256_maskstore_ps(p + (size_t)(h - h0) * n_keys + j0, lanes8(nb), _mm256_mul_ps(hsum8(acc), scale));
-            }
-        }
-        /* softmax per head; a learned sink joins the normaliser unscaled and has no value row */
-        for (int h = h0; h < h1; h++) {
-            float *ph = p + (size_t)(h - h0) * n_keys;
-            if (m->attn_softcap > 0)
-                for (int j = lo; j <= i; j++) ph[j] = eng_softcap(ph[j], m->attn_softcap);
-            const float *sink = a->L->sinks ? &a->L->sinks[h] : NULL;
-            __m256 mv = _mm256_set1_ps(sink ? *sink : -INFINITY);
-            for (int j = lo; j <= i; j += 8) {
-                const __m256i km = lanes8(i - j + 1);
-                mv = _mm256_max_ps(mv, _mm256_blendv_ps(ninf, _mm256_maskload_ps(ph + j, km), _mm256_castsi256_ps(km)));
-            }
-            const float mx = eng_hmax256(mv);
-            mv = _mm256_set1_ps(mx);
-            __m256 sv = _mm256_setzero_ps();
-            for (int j = lo; j <= i; j += 8) {
-                const __m256i km = lanes8(i - j + 1);
-                const __m256 e = _mm256_and_ps(_mm256_castsi256_ps(km),
-                                               _ZGVdN8v_expf(_mm256_sub_ps(_mm256_maskload_ps(ph + j, km), mv)));
-                _mm256_maskstore_ps(ph + j, km, e);
-                sv = _mm256_add_ps(sv, e);
-            }
-            const __m256 inv = _mm256_set1_ps(1.0f / (eng_hsum256(sv) + (sink ? expf(*sink - mx) : 0)));
-            for (int j = lo; j <= i; j += 8) {
-                const __m256i km = lanes8(i - j + 1);
-                _mm256_maskstore_ps(ph + j, km, _mm256_mul_ps(_mm256_maskload_ps(ph + j, km), inv));
-            }
-        }
-        /* the weighted values, each block of 8 value rows serving every head */
-        for (int h = h0; h < h1; h++) memset(a->out + (size_t)t * heads * vd + (size_t)h * vd, 0, (size_t)vd * sizeof(float));
-        for (int j0 = lo; j0 <= i; j0 += 8) {
-            const int nb = i - j0 + 1 < 8 ? i - j0 + 1 : 8;
-            for (int h = h0; h < h1; h++) {
-                const float *ph = p + (size_t)(h - h0) * n_keys + j0;
-                /* at most 8 vectors of sums at a time: AVX2 has 16 registers */
-                for (int c0 = 0; c0 < nv; c0 += 8) {
-                    const int cn = nv - c0 < 8 ? nv - c0 : 8;
-                    float *out = a->out + (size_t)t * heads * vd + (size_t)h * vd + 8 * c0;
-                    __m256 o[8];
-                    for (int c = 0; c < cn; c++) o[c] = _mm256_loadu_ps(out + 8 * c);
-                    for (int r = 0; r < nb; r++) {
-                        const float *v = vbase + (size_t)(j0 + r) * vst + 8 * c0;
-                        const __m256 w = _mm256_set1_ps(ph[r]);
-                        for (int c = 0; c < cn; c++) o[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * c), o[c]);
-                    }
-                    for (int c = 0; c < cn; c++) _mm256_storeu_ps(out + 8 * c, o[c]);
-                }
-            }
-        }
-        if (a->probs) keep_probs(a, t, lo, p);   /* one head at a time (eng_attend) */
-    }
+    return _mm256_max_ps(mv, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x, _mm256_castsi256_ps(km)));
+}
+AI __m256 mzero8(__m256i km, __m256 v) { return _mm256_and_ps(_mm256_castsi256_ps(km), v); }
+AI float lanemax8(__m256 v) { return eng_hmax256(v); }
+AI float lanesum8(__m256 v) { return eng_hsum256(v); }
+AI __m256 expf8(__m256 x) { return _ZGVdN8v_expf(x); }
+
+/* NAME: heads [h0, h1), which read one kv head, W keys and W-lane vectors (V, masks M, the
+ * _mm<B>_ intrinsics) at a time: the same f32 products as one_head, summed in another
+ * order, and the exponentials W at a time (libmvec). Each block of keys serves every head
+ * of the range from L1, so the cache is read once per kv head instead of once per query
+ * head. The scalar one_head (an eng_dot call, an expf and a reloaded output row per key
+ * and head) made attention most of a decode step at a long context: q4_k at 1536 positions
+ * ran 26 tokens/s against 64 at the start (AVX-512); without AVX-512 it was 30-40 % of a
+ * fuzz input's COMPOSE INSERT over a long entity. p: scratch of (h1 - h0) · (pos0 + n)
+ * floats. nk, nv: the head widths in W-lane vectors. */
+#define HEADS(NAME, TARGET, W, B, V, M)                                                        \
+TARGET AI void NAME(const att *a, int h0, int h1, float *p, int nk, int nv)                    \
+{                                                                                              \
+    const eng_model *m = a->m;                                                                 \
+    const eng_kv *kv = a->kv;                                                                  \
+    const int heads = m->heads, kvh = h0 / (heads / kv->kv_heads);                             \
+    const int kd = kv->kdim, vd = kv->vdim, kst = kv->kv_heads * kd, vst = kv->vstride;        \
+    const float *kbase = kv->k + (size_t)kvh * kd, *vbase = (kv->v ? kv->v : kv->k) + (size_t)kvh * vd; \
+    const int W_ = a->L->window, n_keys = a->pos0 + a->n;                                      \
+    const V scale = _mm##B##_set1_ps(m->attn_scale);                                           \
+    for (int t = 0; t < a->n; t++) {                                                           \
+        const int i = a->pos0 + t, lo = W_ && i - W_ + 1 > 0 ? i - W_ + 1 : 0;                 \
+        /* scores */                                                                           \
+        for (int j0 = lo; j0 <= i; j0 += W) {                                                  \
+            const int nb = i - j0 + 1 < W ? i - j0 + 1 : W;                                    \
+            const M km = lanes##W(nb);                                                         \
+            for (int h = h0; h < h1; h++) {                                                    \
+                const float *q = a->q + (size_t)t * heads * kd + (size_t)h * kd;               \
+                V acc[W];                                                                      \
+                if (nb == W) {   /* unrolled, so the W sums stay in registers */               \
+                    _Pragma("GCC unroll 16") for (int r = 0; r < W; r++) {                     \
+                        const float *k = kbase + (size_t)(j0 + r) * kst;                       \
+                        acc[r] = _mm##B##_mul_ps(_mm##B##_loadu_ps(q), _mm##B##_loadu_ps(k));  \
+                        _Pragma("GCC unroll 16") for (int c = 1; c < nk; c++)                  \
+                            acc[r] = _mm##B##_fmadd_ps(_mm##B##_loadu_ps(q + W * c),           \
+                                                       _mm##B##_loadu_ps(k + W * c), acc[r]);  \
+                    }                                                                          \
+                } else {                                                                       \
+                    for (int r = 0; r < W; r++) {                                              \
+                        acc[r] = _mm##B##_setzero_ps();                                        \
+                        for (int c = 0; r < nb && c < nk; c++)                                 \
+                            acc[r] = _mm##B##_fmadd_ps(_mm##B##_loadu_ps(q + W * c),           \
+                                _mm##B##_loadu_ps(kbase + (size_t)(j0 + r) * kst + W * c), acc[r]); \
+                    }                                                                          \
+                }                                                                              \
+                mstore##W(p + (size_t)(h - h0) * n_keys + j0, km, _mm##B##_mul_ps(hsum##W(acc), scale)); \
+            }                                                                                  \
+        }                                                                                      \
+        /* softmax per head; a learned sink joins the normaliser unscaled and has no value row */ \
+        for (int h = h0; h < h1; h++) {                                                        \
+            float *ph = p + (size_t)(h - h0) * n_keys;                                         \
+            if (m->attn_softcap > 0)                                                           \
+                for (int j = lo; j <= i; j++) ph[j] = eng_softcap(ph[j], m->attn_softcap);     \
+            const float *sink = a->L->sinks ? &a->L->sinks[h] : NULL;                          \
+            V mv = _mm##B##_set1_ps(sink ? *sink : -INFINITY);                                 \
+            for (int j = lo; j <= i; j += W) {                                                 \
+                const M km = lanes##W(i - j + 1);                                              \
+                mv = mmax##W(mv, km, mload##W(km, ph + j));                                    \
+            }                                                                                  \
+            const float mx = lanemax##W(mv);                                                   \
+            mv = _mm##B##_set1_ps(mx);                                                         \
+            V sv = _mm##B##_setzero_ps();                                                      \
+            for (int j = lo; j <= i; j += W) {                                                 \
+                const M km = lanes##W(i - j + 1);                                              \
+                const V e = mzero##W(km, expf##W(_mm##B##_sub_ps(mload##W(km, ph + j), mv)));  \
+                mstore##W(ph + j, km, e);                                                      \
+                sv = _mm##B##_add_ps(sv, e);                                                   \
+            }                                                                                  \
+            const V inv = _mm##B##_set1_ps(1.0f / (lanesum##W(sv) + (sink ? expf(*sink - mx) : 0))); \
+            for (int j = lo; j <= i; j += W) {                                                 \
+                const M km = lanes##W(i - j + 1);                                              \
+                mstore##W(ph + j, km, _mm##B##_mul_ps(mload##W(km, ph + j), inv));             \
+            }                                                                                  \
+        }                                                                                      \
+        /* the weighted values, each block of W value rows serving every head */              \
+        for (int h = h0; h < h1; h++)                                                          \
+            memset(a->out + (size_t)t * heads * vd + (size_t)h * vd, 0, (size_t)vd * sizeof(float)); \
+        for (int j0 = lo; j0 <= i; j0 += W) {                                                  \
+            const int nb = i - j0 + 1 < W ? i - j0 + 1 : W;                                    \
+            for (int h = h0; h < h1; h++) {                                                    \
+                const float *ph = p + (size_t)(h - h0) * n_keys + j0;                          \
+                /* at most 16 (AVX-512: MLA's latent values are 32) or 8 (AVX2: 16           \
+                 * registers) vectors of sums at a time */                                     \
+                for (int c0 = 0; c0 < nv; c0 += W) {                                           \
+                    const int cn = nv - c0 < W ? nv - c0 : W;                                  \
+                    float *out = a->out + (size_t)t * heads * vd + (size_t)h * vd + W * c0;    \
+                    V o[W];                                                                    \
+                    for (int c = 0; c < cn; c++) o[c] = _mm##B##_loadu_ps(out + W * c);        \
+                    for (int r = 0; r < nb; r++) {                                             \
+                        const float *v = vbase + (size_t)(j0 + r) * vst + W * c0;              \
+                        const V w = _mm##B##_set1_ps(ph[r]);                                   \
+                        for (int c = 0; c < cn; c++) o[c] = _mm##B##_fmadd_ps(w, _mm##B##_loadu_ps(v + W * c), o[c]); \
+                    }                                                                          \
+                    for (int c = 0; c < cn; c++) _mm##B##_storeu_ps(out + W * c, o[c]);        \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        if (a->probs) keep_probs(a, t, lo, p);   /* one head at a time (eng_attend) */         \
+    }                                                                                          \
+}
+HEADS(heads512, T512, 16, 512, __m512, __mmask16)
+HEADS(heads256, , 8, 256, __m256, __m256i)
+#undef HEADS
+#undef AI
+
+/* heads512 with its widths made constants for the common head sizes, so its loops unroll */
+T512 static void heads512_any(const att *a, int h0, int h1, float *p)
+{
+    const int nk = a->kv->kdim / 16, nv = a->kv->vdim / 16;
+    if (nk == 4 && nv == 4) heads512(a, h0, h1, p, 4, 4);
+    else if (nk == 8 && nv == 8) heads512(a, h0, h1, p, 8, 8);
+    else if (nk == 16 && nv == 16) heads512(a, h0, h1, p, 16, 16);
+    else heads512(a, h0, h1, p, nk, nv);
 }
 
-/* heads256 with its widths made constants for the common head sizes */
+/* the same for heads256 */
 static void heads256_any(const att *a, int h0, int h1, float *p)
 {
     const int nk = a->kv->kdim / 8, nv = a->kv->vdim / 8;
