@@ -54,7 +54,8 @@ typedef struct acts {
     float *d;                 /* [n, nb] */
     int8_t *q;                /* [n, cols]; nibble_order for the wide Q4_0/MXFP4 kernel, k4_order for Q4_K's */
     int16_t *bs;              /* [n, cols / 16] */
-    int32_t *c;               /* [n, cols / 4]: each 4 values' sum times the weights' offset (offset_sums) */
+    int32_t *c;               /* [n, cols / 4]: −off × each 4 values' sum, or NULL when off is 0 */
+    int off;                  /* the wide Q8_0 kernel's start (128), Q4_0's or MXFP4's value offset (8, 12) */
     int wide;                 /* 1: the AVX-512 VNNI kernels */
     void *mem;
 } acts;
@@ -83,8 +84,8 @@ static int act_block(vx_dtype dt)
 /* One block: scale amax/127, values rounded to nearest (even, lrintf in the default
  * mode); 0 and all-zero for a zero block. A block holding a NaN or an infinity gets a NaN
  * scale, so the non-finite value reaches every output it touches instead of being rounded
- * away. bs gets the sums of each 16 values. */
-static void quantise_block(const float *xb, int blk, float *d, int8_t *q, int16_t *bs)
+ * away. bs gets the sums of each 16 values; c (unless NULL) −off × the sums of each 4. */
+static void quantise_block(const float *xb, int blk, float *d, int8_t *q, int16_t *bs, int32_t *c, int off)
 {
     float amax = 0;
     for (int i = 0; i < blk; i++)
@@ -100,13 +101,21 @@ static void quantise_block(const float *xb, int blk, float *d, int8_t *q, int16_
             sum += q[16 * g + i];
         bs[g] = (int16_t)sum;
     }
+    for (int g = 0; c && g < blk / 4; g++)
+        c[g] = -off * (q[4 * g] + q[4 * g + 1] + q[4 * g + 2] + q[4 * g + 3]);
 }
 
 #ifdef __AVX2__
+/* Unsigned int8 × signed int8, each 4 consecutive products summed: 8 int32 lanes. */
+static __m256i sums4(__m256i u, __m256i s)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
 /* quantise_block 32 values at a time, bit-identical (vcvtps2dq rounds to nearest even as
  * lrintf does); 0 without writing when the block holds a non-finite value, which the
  * scalar code then takes. Prefill quantises every token, so this runs on its critical path. */
-static int quantise_block_avx2(const float *xb, int blk, float *d, int8_t *q, int16_t *bs)
+static int quantise_block_avx2(const float *xb, int blk, float *d, int8_t *q, int16_t *bs, int32_t *c, int off)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
     __m256 m = zero, z = zero;
@@ -128,7 +137,9 @@ static int quantise_block_avx2(const float *xb, int blk, float *d, int8_t *q, in
         __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
         p = _mm256_permutevar8x32_epi32(p, order);   /* the packs interleave 128-bit lanes */
         _mm256_storeu_si256((__m256i *)(void *)(q + i), p);
-        __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p), _mm256_set1_epi16(1));
+        __m256i s4 = sums4(_mm256_set1_epi8(1), p);
+        if (c)
+            _mm256_storeu_si256((__m256i *)(void *)(c + i / 4), _mm256_mullo_epi32(s4, _mm256_set1_epi32(-off)));
         __m128i s = _mm_hadd_epi32(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
         s = _mm_hadd_epi32(s, s);
         bs[i / 16] = (int16_t)_mm_cvtsi128_si32(s);
@@ -138,35 +149,39 @@ static int quantise_block_avx2(const float *xb, int blk, float *d, int8_t *q, in
 }
 #endif
 
-static void quantise_acts(const float *x, const acts *a, float *d, int8_t *q, int16_t *bs)
+static void quantise_acts(const float *x, const acts *a, float *d, int8_t *q, int16_t *bs, int32_t *c)
 {
     for (int b = 0; b < a->nb; b++) {
         const size_t o = (size_t)b * a->blk;
+        int32_t *cb = c ? c + o / 4 : NULL;
 #ifdef __AVX2__
-        if (quantise_block_avx2(x + o, a->blk, d + b, q + o, bs + o / 16))
+        if (quantise_block_avx2(x + o, a->blk, d + b, q + o, bs + o / 16, cb, a->off))
             continue;
 #endif
-        quantise_block(x + o, a->blk, d + b, q + o, bs + o / 16);
+        quantise_block(x + o, a->blk, d + b, q + o, bs + o / 16, cb, a->off);
     }
 }
 
-static int acts_make(acts *a, int blk, const float *X, int n, int cols)
+/* The activations X [n, cols] quantised to blocks of blk, with c when off is not 0. */
+static int acts_make(acts *a, int blk, const float *X, int n, int cols, int off)
 {
     a->blk = blk;
     a->nb = cols / blk;
     a->wide = 0;
+    a->off = off;
     size_t nd = (size_t)n * a->nb, nq = (size_t)n * cols, ns = (size_t)n * (cols / 16);
-    size_t nc = blk == 32 ? nq / 4 : 0;
+    size_t nc = off ? nq / 4 : 0;
     a->mem = malloc(nd * sizeof(float) + nc * sizeof(int32_t) + nq + ns * sizeof(int16_t));
     if (!a->mem)
         return -1;
     a->d = a->mem;
-    a->c = (int32_t *)(a->d + nd);
-    a->bs = (int16_t *)(a->c + nc);
+    int32_t *c = (int32_t *)(a->d + nd);
+    a->c = off ? c : NULL;
+    a->bs = (int16_t *)(c + nc);
     a->q = (int8_t *)(a->bs + ns);
     for (int t = 0; t < n; t++)
-        quantise_acts(X + (size_t)t * cols, a, a->d + (size_t)t * a->nb,
-                      a->q + (size_t)t * cols, a->bs + (size_t)t * (cols / 16));
+        quantise_acts(X + (size_t)t * cols, a, a->d + (size_t)t * a->nb, a->q + (size_t)t * cols,
+                      a->bs + (size_t)t * (cols / 16), off ? a->c + (size_t)t * (cols / 4) : NULL);
     return 0;
 }
 
@@ -178,11 +193,10 @@ static float h2f(const unsigned char *p)
     return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8));
 }
 
-/* Signed int8 × signed int8, pairwise summed to 8 int32 lanes, as floats. */
+/* Signed int8 × signed int8 (|a| × b with a's sign), as sums4's lanes in floats. */
 static __m256 mul_i8(__m256i a, __m256i b)
 {
-    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+    return _mm256_cvtepi32_ps(sums4(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)));
 }
 
 /* 32 nibbles in the Q4_0 order (element i low nibble of byte i, i+16 the high one). */
@@ -248,7 +262,7 @@ static inline __attribute__((always_inline)) void ahead_two(const unsigned char 
 static const int8_t e2m1_shifted[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
 /* A block's 32 values as int8: Q8_0's as stored; Q4_0's and MXFP4's first unsigned (the
- * decode kernels' operands, their offsets 8 and 12 taken back through offset_sums), then
+ * decode kernels' operands, their offsets 8 and 12 taken back through acts' c), then
  * signed (nibble − 8, doubled E2M1). */
 static __m256i q8_0_values(const unsigned char *w)
 {
@@ -277,13 +291,12 @@ static __m256i mxfp4_values(const unsigned char *w)
     return _mm256_sub_epi8(mxfp4_unsigned(w), _mm256_set1_epi8(12));
 }
 
-/* Unsigned values × signed activations, pairwise summed to 8 int32 lanes, plus the lanes'
- * offset terms (c: −offset × each 4 activations' sum): the same integers as mul_i8 of the
- * signed values, two instructions fewer (no vpsignb). */
+/* Unsigned values × signed activations (sums4) plus the lanes' offset terms (c: −offset ×
+ * each 4 activations' sum), as floats: the same integers as mul_i8 of the signed values,
+ * two instructions fewer (no vpsignb). */
 static __m256 mul_u8_off(__m256i u, __m256i q, const int32_t *c)
 {
-    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
-    return _mm256_cvtepi32_ps(_mm256_add_epi32(p, _mm256_loadu_si256((const __m256i *)(const void *)c)));
+    return _mm256_cvtepi32_ps(_mm256_add_epi32(sums4(u, q), _mm256_loadu_si256((const __m256i *)(const void *)c)));
 }
 
 /* 2^(e-128): the E8M0 scale halved, because e2m1_shifted holds doubled E2M1 values;
@@ -633,15 +646,6 @@ T512 static __m256 scales8(int mx, unsigned bb, const unsigned char *w)
     return _mm256_castsi256_ps(e8m0_half8(_mm256_and_si256(g, _mm256_set1_epi32(0xff))));
 }
 
-/* c: −off × the sum of each 4 consecutive activations. The wide Q8_0 kernel starts its
- * sums there (off 128, its activations' offset); the Q4_0 and MXFP4 kernels add it to the
- * products of their unsigned values (off 8 and 12, the values' offsets). */
-static void offset_sums(acts *a, int n, int cols, int off)
-{
-    for (size_t i = 0; i < (size_t)n * (size_t)cols / 4; i++)
-        a->c[i] = -off * (a->q[4 * i] + a->q[4 * i + 1] + a->q[4 * i + 2] + a->q[4 * i + 3]);
-}
-
 /* The activations of every whole group of 8 blocks in the order dot_q4_wide reads them:
  * per 4 blocks, their 16 first values then their 16 last ones (the order of four blocks'
  * low nibbles, then their high nibbles). The blocks after the last whole group stay in
@@ -870,7 +874,7 @@ static float dot_row(vx_dtype dt, const unsigned char *w, const acts *a, int t, 
     const float *d = a->d + (size_t)t * a->nb;
     const int8_t *q = a->q + (size_t)t * cols;
     const int16_t *bs = a->bs + (size_t)t * (cols / 16);
-    const int32_t *c = a->blk == 32 ? a->c + (size_t)t * (cols / 4) : NULL;
+    const int32_t *c = a->c ? a->c + (size_t)t * (cols / 4) : NULL;
     if (a->wide && a->blk == 32)
         return dt == VX_Q8_0 ? dot_q8_0_wide(w, d, q, c, a->nb) : dot_q4_wide(dt, w, d, q, bs, c, a->nb);
     if (a->wide)
@@ -1210,7 +1214,7 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
             blas_single = 1;
         }
         /* pack only for eng_qgemm's parts: eng_qgemm_rows already runs inside one */
-        if (pack && eng_qprefill_int(dt) && acts_make(a, blk, X, n, cols) == 0) {
+        if (pack && eng_qprefill_int(dt) && acts_make(a, blk, X, n, cols, 0) == 0) {
             int ok = eng_xpack_make_q8(&j->pk, a->d, a->q, a->bs, n, cols, blk, eng_row_i8_kind(dt)) == 0;
             free(a->mem);
             a->mem = NULL;
@@ -1224,14 +1228,17 @@ static void job_init(job *j, acts *a, vx_dtype dt, const void *W, int rows, int 
         if (pack && eng_xpack_make(&j->pk, X, n, cols) < 0) j->pk.p = NULL;
         return;
     }
-    if (blk && acts_make(a, blk, X, n, cols) == 0) {
 #ifdef __AVX2__
-        a->wide = wide_ok();
-        /* the wide Q8_0 kernel's start; the Q4_0 and MXFP4 kernels' offset terms (the wide
-         * ones read them only in their per-block tail) */
-        const int off = dt == VX_Q4_0 ? 8 : dt == VX_MXFP4 ? 12 : a->wide && dt == VX_Q8_0 ? 128 : 0;
-        if (off)
-            offset_sums(a, n, cols, off);
+    const int wide = blk && wide_ok();
+    /* c: the wide Q8_0 kernel's start; the Q4_0 and MXFP4 kernels' offset terms (the wide
+     * ones read them only in their per-block tail) */
+    const int off = dt == VX_Q4_0 ? 8 : dt == VX_MXFP4 ? 12 : wide && dt == VX_Q8_0 ? 128 : 0;
+#else
+    const int wide = 0, off = 0;
+#endif
+    if (blk && acts_make(a, blk, X, n, cols, off) == 0) {
+        a->wide = wide;
+#ifdef __AVX2__
         if (a->wide && (dt == VX_Q4_0 || dt == VX_MXFP4))
             nibble_order(a, n, cols);
         else if (a->wide && dt == VX_Q4_K)
