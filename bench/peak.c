@@ -27,89 +27,72 @@
 
 #define STEPS 40000000L   /* loop iterations per thread, 12 instructions each */
 
-enum { FMA, BF16, VNNI };
-static const char *const iname[] = {"vfmadd231ps", "vdpbf16ps", "vpdpbusd"};
-static const int macs[] = {16, 32, 64};
+/* the register-only loops, then (AVX2) the dot step with f32 and with f16 weights */
+enum { FMA, BF16, VNNI, FMA256, DOT32, DOT16 };
+static const char *const iname[] = {"vfmadd231ps", "vdpbf16ps", "vpdpbusd",
+                                    "vfmadd231ps (8 lanes)", "dot step, f32 weights", "dot step, f16 weights"};
+static const int macs[] = {16, 32, 64, 8, 8, 8};
 
 /* the barrier keeps all 12 accumulators in registers and every step live */
 #define KEEP12(a)                                                                              \
     __asm__ volatile("" : "+v"(a##0), "+v"(a##1), "+v"(a##2), "+v"(a##3), "+v"(a##4),         \
                           "+v"(a##5), "+v"(a##6), "+v"(a##7), "+v"(a##8), "+v"(a##9),         \
                           "+v"(a##10), "+v"(a##11))
-#define STEP12(a, OP)                                                                          \
-    a##0 = OP(a##0); a##1 = OP(a##1); a##2 = OP(a##2); a##3 = OP(a##3); a##4 = OP(a##4);      \
-    a##5 = OP(a##5); a##6 = OP(a##6); a##7 = OP(a##7); a##8 = OP(a##8); a##9 = OP(a##9);      \
-    a##10 = OP(a##10); a##11 = OP(a##11)
 
 static volatile float sinkf;
 static volatile int sinki;
 
-/* 12 chains of vfmadd231ps at one vector width (V, SET1, FMADD), summed into sinkf by SUM */
-#define FMA_LOOP(NAME, TARGET, V, SET1, FMADD, SUM)                                            \
+/* 12 chains of OP(c, x, y) on accumulators of type V started at ZERO, with operands of
+ * type X; SINK(c0, c5, c11) keeps the result live */
+#define LOOP12(NAME, TARGET, V, ZERO, X, XV, YV, OP, SINK)                                     \
     __attribute__((target(TARGET))) static void NAME(void)                                     \
     {                                                                                          \
-        V c0 = SET1(0.f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,       \
-          c8 = c0, c9 = c0, c10 = c0, c11 = c0;                                                \
-        const V x = SET1(0.999f), y = SET1(1e-3f);                                             \
+        V c0 = ZERO, c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0,   \
+          c9 = c0, c10 = c0, c11 = c0;                                                         \
+        const X x = XV, y = YV;                                                                \
         for (long k = 0; k < STEPS; k++) {                                                     \
-            c0 = FMADD(c0, x, y); c1 = FMADD(c1, x, y); c2 = FMADD(c2, x, y);                  \
-            c3 = FMADD(c3, x, y); c4 = FMADD(c4, x, y); c5 = FMADD(c5, x, y);                  \
-            c6 = FMADD(c6, x, y); c7 = FMADD(c7, x, y); c8 = FMADD(c8, x, y);                  \
-            c9 = FMADD(c9, x, y); c10 = FMADD(c10, x, y); c11 = FMADD(c11, x, y);              \
+            c0 = OP(c0, x, y); c1 = OP(c1, x, y); c2 = OP(c2, x, y); c3 = OP(c3, x, y);        \
+            c4 = OP(c4, x, y); c5 = OP(c5, x, y); c6 = OP(c6, x, y); c7 = OP(c7, x, y);        \
+            c8 = OP(c8, x, y); c9 = OP(c9, x, y); c10 = OP(c10, x, y); c11 = OP(c11, x, y);    \
             KEEP12(c);                                                                         \
         }                                                                                      \
-        sinkf = SUM(c0, c5, c11);                                                              \
+        SINK(c0, c5, c11);                                                                     \
     }
 
-__attribute__((target("avx512f"))) static float sum512(__m512 a, __m512 b, __m512 c)
+__attribute__((target("avx512f"))) static void sink512(__m512 a, __m512 b, __m512 c)
 {
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a, c), b));
+    sinkf = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a, c), b));
 }
 
-__attribute__((target("avx2"))) static float sum256(__m256 a, __m256 b, __m256 c)
+__attribute__((target("avx512f"))) static void sink512i(__m512i a, __m512i b, __m512i c)
+{
+    sinki = _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a, c), b));
+}
+
+static void sink256(__m256 a, __m256 b, __m256 c)
 {
     float o[8];
     _mm256_storeu_ps(o, _mm256_add_ps(_mm256_add_ps(a, c), b));
-    return o[0];
+    sinkf = o[0];
 }
 
-FMA_LOOP(loop_fma, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, sum512)
-/* AVX2: 8 multiply-adds per vfmadd231ps */
-FMA_LOOP(loop_fma256, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, sum256)
-
-__attribute__((target("avx512f,avx512bf16"))) static void loop_bf16(void)
-{
-    __m512 c0 = _mm512_set1_ps(0.f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
-           c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
-    const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3a83);
-#define OPB(a) _mm512_dpbf16_ps(a, x, y)
-    for (long k = 0; k < STEPS; k++) {
-        STEP12(c, OPB);
-        KEEP12(c);
-    }
-    sinkf = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c11), c5));
-}
-
-__attribute__((target("avx512f,avx512vnni"))) static void loop_vnni(void)
-{
-    __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
-            c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
-    const __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
-#define OPV(a) _mm512_dpbusd_epi32(a, x, y)
-    for (long k = 0; k < STEPS; k++) {
-        STEP12(c, OPV);
-        KEEP12(c);
-    }
-    sinki = _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c11), c5));
-}
+LOOP12(loop_fma, "avx512f", __m512, _mm512_set1_ps(0.f), __m512, _mm512_set1_ps(0.999f),
+       _mm512_set1_ps(1e-3f), _mm512_fmadd_ps, sink512)
+LOOP12(loop_bf16, "avx512f,avx512bf16", __m512, _mm512_set1_ps(0.f), __m512bh,
+       (__m512bh)_mm512_set1_epi16(0x3f80), (__m512bh)_mm512_set1_epi16(0x3a83), _mm512_dpbf16_ps, sink512)
+LOOP12(loop_vnni, "avx512f,avx512vnni", __m512i, _mm512_setzero_si512(), __m512i, _mm512_set1_epi8(3),
+       _mm512_set1_epi8(-2), _mm512_dpbusd_epi32, sink512i)
+LOOP12(loop_fma256, "avx2,fma", __m256, _mm256_set1_ps(0.f), __m256, _mm256_set1_ps(0.999f),
+       _mm256_set1_ps(1e-3f), _mm256_fmadd_ps, sink256)
 
 /* The dot-product step over 512 k of 2 weight rows (f16 when half, else f32) and 6 token
- * rows, all in L1, repeated; 12 accumulators, one FMA each per 8 k. */
+ * rows, all in L1, repeated; 12 accumulators, one FMA each per 8 k. Out of line: inlined
+ * into run_loop's switch it ran 49-64 GFLOP/s on one thread against 68-78. */
 #define DOT_K 512
 static float dot_w32[2][DOT_K], dot_x[6][DOT_K];
 static uint16_t dot_w16[2][DOT_K];
 
-__attribute__((target("avx2,fma,f16c"))) static void loop_dot(int half)
+__attribute__((noinline)) static void loop_dot(int half)
 {
     __m256 a[2][6];
     for (int i = 0; i < 2; i++)
@@ -126,68 +109,26 @@ __attribute__((target("avx2,fma,f16c"))) static void loop_dot(int half)
                 a[1][j] = _mm256_fmadd_ps(w[1], x, a[1][j]);
             }
         }
-    __m256 t = _mm256_setzero_ps();
+    __m256 t = _mm256_setzero_ps();   /* every chain, so none is dead */
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 6; j++) t = _mm256_add_ps(t, a[i][j]);
-    float o[8];
-    _mm256_storeu_ps(o, t);
-    sinkf = o[0];
-}
-
-static void run_avx2(void *ctx, int part, int parts)
-{
-    (void)part;
-    (void)parts;
-    const int which = *(const int *)ctx;
-    if (which < 0) loop_fma256();
-    else loop_dot(which);
-}
-
-/* G multiply-adds per second of an AVX2 loop (-1: the FMA ceiling; 0/1: the dot step with
- * f32 / f16 weights), on one thread or on the pool. */
-static double ceiling256(int which, int pool)
-{
-    const double t0 = bw_now();
-    if (pool) eng_parallel(run_avx2, &which);
-    else run_avx2(&which, 0, 1);
-    const double t = bw_now() - t0;
-    return (double)STEPS * 12 * 8 * (pool ? eng_threads() : 1) / t / 1e9;
-}
-
-static int main_avx2(int reps)
-{
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c")) {
-        fprintf(stderr, "peak: needs AVX-512 (VNNI, BF16) or AVX2 with FMA and F16C\n");
-        return 1;
-    }
-    for (int k = 0; k < DOT_K; k++) {
-        for (int i = 0; i < 2; i++) {
-            dot_w16[i][k] = vx_f32_to_f16(1e-3f * (float)(k % 7 - 3));
-            dot_w32[i][k] = vx_f16_to_f32(dot_w16[i][k]);
-        }
-        for (int j = 0; j < 6; j++) dot_x[j][k] = 1e-3f * (float)(k % 5 - 2);
-    }
-    static const char *const name[] = {"vfmadd231ps (8 lanes)", "dot step, f32 weights", "dot step, f16 weights"};
-    for (int r = 0; r < reps; r++)
-        for (int w = -1; w <= 1; w++) {
-            const double one = ceiling256(w, 0), pool = ceiling256(w, 1);
-            printf("%-24s one thread %6.1f G multiply-adds/s (%5.1f GFLOP/s)   pool %6.1f G/s (%5.1f GFLOP/s)\n",
-                   name[w + 1], one, 2 * one, pool, 2 * pool);
-        }
-    return 0;
+    sink256(t, t, t);
 }
 
 static void run_loop(void *ctx, int part, int parts)
 {
     (void)part;
     (void)parts;
-    const int which = *(const int *)ctx;
-    if (which == FMA) loop_fma();
-    else if (which == BF16) loop_bf16();
-    else loop_vnni();
+    switch (*(const int *)ctx) {
+    case FMA: loop_fma(); break;
+    case BF16: loop_bf16(); break;
+    case VNNI: loop_vnni(); break;
+    case FMA256: loop_fma256(); break;
+    default: loop_dot(*(const int *)ctx == DOT16); break;
+    }
 }
 
-/* G multiply-adds per second of one instruction's loop, on one thread or on the pool. */
+/* G multiply-adds per second of one loop, on one thread or on the pool. */
 static double ceiling(int which, int pool)
 {
     const double t0 = bw_now();
@@ -195,6 +136,25 @@ static double ceiling(int which, int pool)
     else run_loop(&which, 0, 1);
     const double t = bw_now() - t0;
     return (double)STEPS * 12 * macs[which] * (pool ? eng_threads() : 1) / t / 1e9;
+}
+
+/* Without AVX-512: AVX2's FMA ceiling and the dot step, reps rounds. */
+static int main_avx2(int reps)
+{
+    for (int k = 0; k < DOT_K; k++) {
+        for (int i = 0; i < 2; i++) {
+            dot_w16[i][k] = vx_f32_to_f16(1e-3f * (float)(k % 7 - 3));
+            dot_w32[i][k] = vx_f16_to_f32(dot_w16[i][k]);
+        }
+        for (int j = 0; j < 6; j++) dot_x[j][k] = 1e-3f * (float)(k % 5 - 2);
+    }
+    for (int r = 0; r < reps; r++)
+        for (int w = FMA256; w <= DOT16; w++) {
+            const double one = ceiling(w, 0), pool = ceiling(w, 1);
+            printf("%-24s one thread %6.1f G multiply-adds/s (%5.1f GFLOP/s)   pool %6.1f G/s (%5.1f GFLOP/s)\n",
+                   iname[w], one, 2 * one, pool, 2 * pool);
+        }
+    return 0;
 }
 
 int main(int argc, char **argv)
