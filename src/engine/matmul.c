@@ -460,6 +460,83 @@ T512 static void rows_few(const eng_w *w, int r0, int r1, const float *x, const 
     else few_rows(VX_F32, w, r0, r1, x, x, n, y);
 }
 
+/* The same without AVX-512 (AVX2's 16 registers): blocks of 3 rows by up to 3 tokens, one
+ * 8-lane chain per (row, token) over k in order, so a row's value does not depend on the
+ * block that holds it. The n = 1 kernel n times widened each weight n times and read x from
+ * L2 for every row: a 1.1B f16 prompt of 8 tokens ran 17.5 tokens/s against llama.cpp's
+ * 34.3 on an AVX2-only Zen 3 (ENGINE.md session 48). The next block's rows (contiguous) are
+ * fetched into L2 as this one is read, as few_block does. */
+#define FEW2_R 3
+#define FEW2_T 3
+static inline AI void few_block256(vx_dtype dt, int R, const eng_w *w, int r, const float *x, int t0,
+                                   int tn, float *y, const char *pf)
+{
+    const int cols = w->cols, k8 = cols & ~7, es = dt == VX_F32 ? 4 : 2;
+    const char *row[FEW2_R];
+    for (int i = 0; i < R; i++) row[i] = (const char *)w->data + (size_t)(r + i) * w->row_bytes;
+    __m256 acc[FEW2_R][FEW2_T];
+    for (int i = 0; i < R; i++)
+        for (int t = 0; t < FEW2_T; t++) acc[i][t] = _mm256_setzero_ps();
+    for (int k = 0; k < k8; k += 8) {
+        if (pf && !(k & 31))
+            for (int b = 0; b < 32 * es * R; b += 64) _mm_prefetch(pf + (size_t)k * es * R + b, _MM_HINT_T1);
+        __m256 wv[FEW2_R];
+        for (int i = 0; i < R; i++) wv[i] = load8(dt, row[i], k);
+        for (int t = 0; t < FEW2_T; t++) {
+            if (t >= tn) break;
+            __m256 xv = _mm256_loadu_ps(x + (size_t)(t0 + t) * cols + k);
+            ENG_KEEP(xv);   /* loaded once, not folded into each row's multiply-add */
+            for (int i = 0; i < R; i++) acc[i][t] = _mm256_fmadd_ps(wv[i], xv, acc[i][t]);
+        }
+    }
+    for (int i = 0; i < R; i++)
+        for (int t = 0; t < tn; t++)
+            y[(size_t)(t0 + t) * w->rows + r + i] =
+                eng_hsum256(acc[i][t]) + tail_dot(dt, row[i], x + (size_t)(t0 + t) * cols, k8, cols);
+}
+
+/* A block of R rows by tn tokens, tn a constant in each copy (no per-token test in the loop). */
+static inline AI void few_tokens256(vx_dtype dt, int R, const eng_w *w, int r, const float *x, int t0,
+                                    int tn, float *y, const char *pf)
+{
+    if (tn == 3) few_block256(dt, R, w, r, x, t0, 3, y, pf);
+    else if (tn == 2) few_block256(dt, R, w, r, x, t0, 2, y, pf);
+    else few_block256(dt, R, w, r, x, t0, 1, y, pf);
+}
+
+/* Rows [r0, r1) against n tokens, the tokens in nearly equal blocks of at most FEW2_T (8 as
+ * 3 + 3 + 2, 4 as 2 + 2: a block of one token loads a weight vector per multiply-add). */
+static inline AI void few_rows256(vx_dtype dt, const eng_w *w, int r0, int r1, const float *x, int n, float *y)
+{
+    const int nb = (n + FEW2_T - 1) / FEW2_T;
+    int r = r0;
+    for (; r + FEW2_R <= r1; r += FEW2_R) {
+        const char *pf = r + 2 * FEW2_R <= r1 ? (const char *)w->data + (size_t)(r + FEW2_R) * w->row_bytes : NULL;
+        for (int b = 0, t0 = 0; b < nb; b++) {
+            const int tn = n / nb + (b < n % nb);
+            few_tokens256(dt, FEW2_R, w, r, x, t0, tn, y, b ? NULL : pf);
+            t0 += tn;
+        }
+    }
+    for (; r < r1; r++)
+        for (int b = 0, t0 = 0; b < nb; b++) {
+            const int tn = n / nb + (b < n % nb);
+            few_tokens256(dt, 1, w, r, x, t0, tn, y, NULL);
+            t0 += tn;
+        }
+}
+
+/* Instrumented under ASan like rows_few: GCC marks the blocks' vector arrays in and out of
+ * scope even inlined into an uninstrumented function (ENG_HOT_LOOP), whose frame then left
+ * that poison behind for the next instrumented frame on the same stack (false reports of
+ * use after scope in the integer kernels). */
+static void rows_few256(const eng_w *w, int r0, int r1, const float *x, int n, float *y)
+{
+    if (w->dt == VX_BF16) few_rows256(VX_BF16, w, r0, r1, x, n, y);
+    else if (w->dt == VX_F16) few_rows256(VX_F16, w, r0, r1, x, n, y);
+    else few_rows256(VX_F32, w, r0, r1, x, n, y);
+}
+
 /* Decode (one x row) of f32/f16/bf16 rows on an Intel CPU: each row is dotted while the
  * bytes AHEAD further on are fetched into L2. On a Sapphire Rapids-class Xeon (2 vCPUs,
  * 2026-12-06) the stack's products streamed 0.93 (bf16) and 0.78-0.83 (f16) of a plain
@@ -509,6 +586,10 @@ static void rows_dot(const eng_w *w, int r0, int r1, const float *x, const float
     }
     if (n > 1 && n <= FEW_N && wide && !is_block(w->dt) && (w->dt != VX_BF16 || xp)) {
         rows_few(w, r0, r1, x, xp, n, y);
+        return;
+    }
+    if (n > 1 && n <= FEW_N && !wide && !is_block(w->dt)) {
+        rows_few256(w, r0, r1, x, n, y);
         return;
     }
     for (int r = r0; r < r1; r++) {
@@ -716,11 +797,18 @@ static int amx_takes(const eng_w *w)
  * (the bf16 opt-in's where it applies); wide is the product's eng_avx512(). AMX's GEMM
  * does not take 9-16 rows either: it pads them to 32 tokens and runs 3 activation parts,
  * and on a Sapphire Rapids-class Xeon the stream ran 1.3-3.7x faster there (ENGINE.md,
- * session 38). */
+ * session 38). Without AVX-512, f16 and bf16 stream up to FEW_N rows too, f32 up to
+ * FEW_N_F32_AVX2: on an AVX2-only Zen 3 (one thread, 5632 × 2048 and 2048 × 5632 from
+ * cache) the stream ran 57-76 GFLOP/s at 10-12 tokens against the GEMM's 40-53, and the
+ * 1.1B prompt of 16 f16 tokens 61.6-64.1 against 57.0-57.7 tokens/s; f32 rows, twice as
+ * wide, fall out of L1 between token blocks: 37 against 48 GFLOP/s at 16 (ENGINE.md
+ * session 48). */
+#define FEW_N_F32_AVX2 12
 static int streamed(const eng_w *w, int n, int wide)
 {
     if (n <= SMALL_N) return 1;
-    return n <= FEW_N && wide && (w->dt == VX_F32 || w->dt == VX_F16 || w->dt == VX_BF16) &&
+    if (w->dt == VX_F32 && !wide && n > FEW_N_F32_AVX2) return 0;
+    return n <= FEW_N && (w->dt == VX_F32 || w->dt == VX_F16 || w->dt == VX_BF16) &&
            !(w->dt == VX_BF16 && eng_prefill_bf16_optin());
 }
 

@@ -80,8 +80,9 @@ static void test_matmul(void)
             CHECK_MSG(a < 1e-6 && e < 1e-4, "%s rows %d cols %d n %d: err / sum|w x| %g, / (1 + |exact|) %g",
                       vx_dtype_name(dts[d]), shapes[s][0], shapes[s][1], shapes[s][2], a, e);
         }
-    /* 2-16 tokens in blocks of 4 rows by 4 tokens (a last row alone; x in pairs' order for bf16),
-     * also past the split's width and with a tail, against Σ|w·x| as above */
+    /* 2-16 tokens in blocks of 4 rows by 4 tokens with AVX-512 (a last row alone; x in pairs'
+     * order for bf16), 3 rows by up to 3 tokens with AVX2 (a last row or two alone), also past
+     * the split's width and with a tail, against Σ|w·x| as above */
     const int few[][3] = {{97, 512, 5}, {64, 5632, 7}, {33, 4100, 2}, {18, 64, 8}, {3, 96, 3},
                           {97, 512, 9}, {64, 2048, 14}, {33, 4100, 16}, {131, 96, 11}};
     for (int d = 0; d < 3; d++)
@@ -90,6 +91,28 @@ static void test_matmul(void)
             matmul_err(dts[d], few[s][0], few[s][1], few[s][2], &a);
             CHECK_MSG(a < 1e-6, "%s rows %d cols %d n %d: err / sum|w x| %g", vx_dtype_name(dts[d]),
                       few[s][0], few[s][1], few[s][2], a);
+        }
+    /* a row's value does not depend on the block or chunk that holds it: the same rows
+     * through a view one row further on (the blocks shifted by one) are bit for bit equal */
+    for (int d = 0; d < 3; d++)
+        for (int n = 2; n <= 16; n += 7) {
+            const int rows = 50, cols = 300;
+            float *m = malloc((size_t)rows * cols * 4), *xx = malloc((size_t)n * cols * 4);
+            float *y0 = malloc((size_t)n * rows * 4), *y1 = malloc((size_t)n * rows * 4);
+            void *buf = malloc((size_t)rows * cols * 4);
+            for (size_t i = 0; i < (size_t)rows * cols; i++) m[i] = rnd();
+            for (size_t i = 0; i < (size_t)n * cols; i++) xx[i] = rnd();
+            eng_w w0 = store(dts[d], m, rows, cols, buf), w1 = w0;
+            w1.data = (const char *)w0.data + w0.row_bytes;
+            w1.rows = rows - 1;
+            eng_matmul(&w0, xx, n, y0);
+            eng_matmul(&w1, xx, n, y1);
+            int same = 1;
+            for (int t = 0; t < n; t++)
+                for (int r = 0; r < rows - 1; r++)
+                    same &= y0[(size_t)t * rows + r + 1] == y1[(size_t)t * (rows - 1) + r];
+            CHECK_MSG(same, "%s n %d: rows 1.. through a shifted view differ", vx_dtype_name(dts[d]), n);
+            free(m); free(xx); free(y0); free(y1); free(buf);
         }
     /* transposed f32 view: W stored [cols, rows] */
     float st[3 * 2] = {1, 2, 3, 4, 5, 6};     /* [cols=3, rows=2] */
