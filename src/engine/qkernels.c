@@ -391,6 +391,45 @@ static float dot_q8_0(const unsigned char *w, const float *d, const int8_t *q, i
     return dot_blocks32(VX_Q8_0, w, d, q, NULL, nb);
 }
 
+/* One Q8_0 row against T activation rows of a from t0 (a short prompt): dot_q8_0 of each,
+ * bit for bit (the same integers, scale products and accumulation order), with the row's
+ * values, their absolute values and its scales read and made once for the T rows rather
+ * than once per row. */
+static inline __attribute__((always_inline)) void dot_q8_0_rows(const unsigned char *w, const acts *a, int t0,
+                                                                int T, float *out)
+{
+    enum { TMAX = 3 };
+    const int bb = 34, nb = a->nb, cols = nb * 32;
+    __m256 acc[TMAX][2];
+    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    int b = 0;
+    for (; b + 8 <= nb; b += 8, w += 8 * bb) {
+        ahead(w, 8 * bb);
+        const __m128i h = _mm_setr_epi16(f16_at(w), f16_at(w + bb), f16_at(w + 2 * bb), f16_at(w + 3 * bb),
+                                         f16_at(w + 4 * bb), f16_at(w + 5 * bb), f16_at(w + 6 * bb),
+                                         f16_at(w + 7 * bb));
+        const __m256 sw = _mm256_cvtph_ps(h);
+        __m256 sc[TMAX];
+        for (int t = 0; t < T; t++) sc[t] = _mm256_mul_ps(sw, _mm256_loadu_ps(a->d + (size_t)(t0 + t) * nb + b));
+        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+            const __m256i v = q8_0_values(w + bb * i), av = _mm256_sign_epi8(v, v);
+            for (int t = 0; t < T; t++) {
+                const __m256i x = load32(a->q + (size_t)(t0 + t) * cols + 32 * (b + i));
+                const __m256 p = _mm256_cvtepi32_ps(sums4(av, _mm256_sign_epi8(x, v)));
+                acc[t][i & 1] = _mm256_fmadd_ps(lane(sc[t], i), p, acc[t][i & 1]);
+            }
+        }
+    }
+    for (; b < nb; b++, w += bb) {
+        const float sw = h2f(w);
+        for (int t = 0; t < T; t++) {
+            const __m256 p = mul_i8(q8_0_values(w), load32(a->q + (size_t)(t0 + t) * cols + 32 * b));
+            acc[t][b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(sw * a->d[(size_t)(t0 + t) * nb + b]), p, acc[t][b & 1]);
+        }
+    }
+    for (int t = 0; t < T; t++) out[t] = eng_hsum256(_mm256_add_ps(acc[t][0], acc[t][1]));
+}
+
 static float dot_q4_0(const unsigned char *w, const float *d, const int8_t *q, const int32_t *c, int nb)
 {
     return dot_blocks32(VX_Q4_0, w, d, q, c, nb);
@@ -1040,12 +1079,35 @@ typedef struct job {
     atomic_int next;          /* eng_gemm_part's first unclaimed row */
 } job;
 
+#ifdef __AVX2__
+/* A Q8_0 row against every activation row, up to 3 at a time (8 as 3 + 3 + 2). */
+static void q8_0_rows(const job *j, const unsigned char *w, int r)
+{
+    const int n = j->n, nb = (n + 2) / 3;
+    float out[3];
+    for (int k = 0, t0 = 0; k < nb; k++) {
+        const int tn = n / nb + (k < n % nb);
+        if (tn == 3) dot_q8_0_rows(w, j->a, t0, 3, out);
+        else if (tn == 2) dot_q8_0_rows(w, j->a, t0, 2, out);
+        else dot_q8_0_rows(w, j->a, t0, 1, out);
+        for (int t = 0; t < tn; t++) j->Y[(size_t)(t0 + t) * j->rows + r] = out[t];
+        t0 += tn;
+    }
+}
+#endif
+
 /* The streaming path: each weight row is read once and dotted with every activation row
  * while it sits in L1. */
 static void run_rows(const job *j, int r0, int r1)
 {
     for (int r = r0; r < r1; r++) {
         const unsigned char *w = j->W + (size_t)r * j->row_bytes;
+#ifdef __AVX2__
+        if (j->a && j->n > 1 && j->dt == VX_Q8_0 && !j->a->wide) {
+            q8_0_rows(j, w, r);
+            continue;
+        }
+#endif
         for (int t = 0; t < j->n; t++) {
             float *y = j->Y + (size_t)t * j->rows + r;
 #ifdef __AVX2__

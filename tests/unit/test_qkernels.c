@@ -137,6 +137,18 @@ static void one(vx_dtype dt, int rows, int cols, int n)
         CHECK_MSG(check_rows(dt, ref, 0, rows, cols, X + (size_t)t * cols, Y + (size_t)t * rows, 1,
                              int_block(dt, n, 1)),
                   "%s gemm row %d", vx_quant_name(dt), t);
+    if (n <= 8 && int_block(dt, n, 1)) {
+        /* a short prompt streams each row against every token (Q8_0 up to 3 tokens at a
+         * time with AVX2): each token's row is its own GEMV bit for bit */
+        float *y1 = malloc(sizeof(float) * (size_t)rows);
+        for (int t = 0; t < n; t++) {
+            eng_qgemv(dt, w, rows, cols, X + (size_t)t * cols, y1);
+            int same = 1;
+            for (int r = 0; r < rows; r++) same &= Y[(size_t)t * rows + r] == y1[r];
+            CHECK_MSG(same, "%s short prompt token %d of %d differs from its GEMV", vx_quant_name(dt), t, n);
+        }
+        free(y1);
+    }
     if (n > 8 && int_block(dt, n, 1)) {
         /* the prefill GEMM takes decode's integer products: each token's row agrees with
          * its own GEMV up to the order of the f32 sums, far inside the quantisation bound */
@@ -288,10 +300,13 @@ static void every_codec(void)
         CHECK(eng_qsupported(all[i]));
         one(all[i], 37, 512, 3);     /* serial (small) */
         one(all[i], 300, 1024, 3);   /* threaded */
+        one(all[i], 61, 512, 8);     /* a short prompt: 3 + 3 + 2 tokens */
+        one(all[i], 20, 256, 4);     /* 2 + 2 */
         one(all[i], 40, 256, 70);    /* prefill: exact f32 tiles, Q8_0's integer GEMM */
         one(all[i], 300, 512, 20);   /* the same, threaded */
         if (act_block(all[i]) == 32) {
             one(all[i], 37, 32 * 13, 3);  /* 8-block steps and a 5-block tail */
+            one(all[i], 37, 32 * 13, 7);  /* the same in a short prompt: 3 + 2 + 2 tokens */
             one(all[i], 37, 32 * 13, 21); /* the same in prefill, and a token-vector tail */
             one(all[i], 43, 32 * 21, 21); /* prefill: 16-block steps and a tail */
         }
