@@ -20,7 +20,9 @@
  * suite's edit tests (and in the fuzz build, a traced comparison per loop step was most of
  * an input's time). ENG_HOT_LOOP leaves such a loop uninstrumented; the kernel then checks
  * every range it reads or writes once per call (eng_asan_range), so an overrun is still
- * reported. */
+ * reported. The files holding such loops are built without ASan's scope checks
+ * (CMakeLists.txt): GCC keeps the scope marks of the helpers they inline, and the frame
+ * would return with them still poisoned. */
 #if defined(__SANITIZE_ADDRESS__)
 #define ENG_ASAN 1
 #elif defined(__has_feature)

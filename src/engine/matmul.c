@@ -526,10 +526,8 @@ static inline AI void few_rows256(vx_dtype dt, const eng_w *w, int r0, int r1, c
         }
 }
 
-/* Instrumented under ASan like rows_few: GCC marks the blocks' vector arrays in and out of
- * scope even inlined into an uninstrumented function (ENG_HOT_LOOP), whose frame then left
- * that poison behind for the next instrumented frame on the same stack (false reports of
- * use after scope in the integer kernels). */
+/* Instrumented under ASan, like rows_few (short prompts are not where the sanitizer suite
+ * spends its time). */
 static void rows_few256(const eng_w *w, int r0, int r1, const float *x, int n, float *y)
 {
     if (w->dt == VX_BF16) few_rows256(VX_BF16, w, r0, r1, x, n, y);
