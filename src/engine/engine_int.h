@@ -174,6 +174,9 @@ int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols);
  * large enough, given back for the next product (gemm.c says why). */
 void *eng_buf_take(size_t bytes);
 void eng_buf_give(void *p, size_t bytes);
+/* Whether the AVX-512 f32 GEMM reads rows of dt where they are stored and widens each
+ * weight exactly in registers (bf16; f16 off Intel), rather than through an f32 tile. */
+int eng_gemm_widens(vx_dtype dt);
 /* y[t · ys + i] = c[i · 64 + t] for i < nr, t < tn: a C tile of nr rows of 64 tokens
  * (its buffer a multiple of 16 rows long) into [token][row] output; wide: the caller's
  * eng_avx512(), read once per product (16 × 16 blocks, else 8 × 8). */

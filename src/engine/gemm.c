@@ -1,10 +1,11 @@
 /*
  * gemm.c — the prefill GEMM at f32 accuracy with AVX-512: y[t, r] = Σ_k W[r, k] · x[t, k]
  * for many activation rows, products and sums in f32 FMA. bf16 weights are read where they
- * are stored and widened exactly in registers (a broadcast and a shift); other dtypes, f16
- * included, are converted exactly to f32 a tile of rows at a time (the caller's row
- * converter): widening f16 in registers takes vcvtph2ps, two uops on the ports Intel's
- * cores run the FMAs on (ENGINE.md, session 41).
+ * are stored and widened exactly in registers (a broadcast and a shift), and so are f16
+ * weights off Intel (a broadcast and vcvtph2ps): other dtypes are converted exactly to f32
+ * a tile of rows at a time (the caller's row converter). On Intel's cores vcvtph2ps is two
+ * uops on the ports that run the FMAs, and f16 tiles ran faster (ENGINE.md, session 41);
+ * on a Zen 5 the widening is free and the tile's conversion is not (session 49).
  *
  * Why not sgemm: Debian's OpenBLAS picks its AVX2 (Haswell) kernels on CPUs it does not
  * know, such as Zen 5, which halves the FMA rate (measured 108 vs 157 GFLOP/s for the same
@@ -57,15 +58,23 @@ int eng_avx512(void)
     return cpu && !(e && *e == '1');
 }
 
-/* Whether the GEMM reads the weight rows where they are stored as bf16 (the other float
- * dtypes go through an f32 tile; the integer paths have their own rule). With AVX2 a
- * widening broadcast is four uops against vbroadcastss's one, so bf16 takes the tile too. */
-static int bf16_in_place(const eng_xpack *xp, const void *src, vx_dtype src_dt)
+int eng_gemm_widens(vx_dtype dt)
 {
-    return !xp->q8 && !xp->v256 && src && src_dt == VX_BF16;
+    static int intel = -1;
+    if (intel < 0) intel = __builtin_cpu_is("intel");
+    return dt == VX_BF16 || (dt == VX_F16 && !intel);
 }
 
-/* bf16 rows read in place need no tile in L2, only C: their chunks take this many
+/* Whether the GEMM reads the weight rows where they are stored, widening each weight as it
+ * broadcasts it (eng_gemm_widens; the other float dtypes go through an f32 tile, the
+ * integer paths have their own rule). With AVX2 a widening broadcast is four uops against
+ * vbroadcastss's one, so every dtype takes the tile there. */
+static int in_place(const eng_xpack *xp, const void *src, vx_dtype src_dt)
+{
+    return !xp->q8 && !xp->v256 && src && eng_gemm_widens(src_dt);
+}
+
+/* Rows read in place need no tile in L2, only C: their chunks take this many
  * rows (a multiple of MR and of store_t16's 16) whatever the width. Capped at the f32
  * tile's rows, a 5632-wide product ran 6-row chunks, each C transposed from a sixth of a
  * 16-row block: 300 against 333 GFLOP/s (bf16 2048 × 5632, 64 tokens, 2 threads). */
@@ -346,7 +355,7 @@ void eng_xpack_free(eng_xpack *xp)
 /* C[MR][NV · 16] (+)= W[MR rows, stride ldw][kn] · X[kn][64]: NV token vectors, W of
  * element type WT, each weight made an exact f32 broadcast by BCAST (bf16 widened in
  * registers: even with f32 tiles on Zen 5, within 7 % either way of them on an Emerald
- * Rapids Xeon). */
+ * Rapids Xeon; f16 by vcvtph2ps, eng_gemm_widens). */
 #define MICRO(NAME, NV, WT, BCAST)                                                             \
 T512 ENG_HOT_LOOP static void NAME##_##NV(const WT *w, size_t ldw, const float *x, int kn,  \
                                           float *c, int first)                                 \
@@ -379,6 +388,8 @@ T512 ENG_HOT_LOOP static void NAME##_##NV(const WT *w, size_t ldw, const float *
     MICRO(NAME, 1, WT, BCAST) MICRO(NAME, 2, WT, BCAST) MICRO(NAME, 3, WT, BCAST) MICRO(NAME, 4, WT, BCAST)
 MICROS(micro, float, BC_F32)
 MICROS(micro_bf16, uint16_t, BC_BF16)
+#define BC_F16(e) _mm512_cvtph_ps(_mm256_set1_epi16((short)(e)))
+MICROS(micro_f16, uint16_t, BC_F16)
 
 /* The AVX2 micro-kernel: C[MR][16] (+)= W[MR rows, stride ldw][kn] (f32) · X[kn][16] (a
  * 16-token slice, pack256). C takes 12 of AVX2's 16 registers, the two token vectors and the
@@ -418,6 +429,7 @@ static void micro_run(vx_dtype dt, const void *w, size_t ldw, const float *x, in
     default: NAME##_4((const WT *)w, ldw, x, kn, c, first); break;                             \
     }
     if (dt == VX_BF16) MICRO_NV(micro_bf16, uint16_t)
+    else if (dt == VX_F16) MICRO_NV(micro_f16, uint16_t)
     else MICRO_NV(micro, float)
 #undef MICRO_NV
 }
@@ -622,9 +634,9 @@ static inline void fetch_ahead(ahead *a)
     for (; a->p < stop; a->p += 64) _mm_prefetch(a->p, _MM_HINT_T0);
 }
 
-/* y for weight rows [r0, r1) (at most tile_rows(cols), or DIRECT_ROWS for bf16 read in
- * place), with the part's scratch. The rows are read where they are stored when src_dt is
- * bf16, or Q8_0 against activations packed by eng_xpack_make_q8 (a short last block
+/* y for weight rows [r0, r1) (at most tile_rows(cols), or DIRECT_ROWS for rows read in
+ * place), with the part's scratch. The rows are read where they are stored when
+ * eng_gemm_widens(src_dt), or Q8_0 against activations packed by eng_xpack_make_q8 (a short last block
  * from a zero-padded copy in wt); the other integer formats are unpacked to an int8 tile in
  * wt by xp->row_i8; everything else is converted to an f32 tile in wt by row(). With
  * xp->amx the integer block products run on AMX-INT8 tiles, which need no corrections. */
@@ -637,7 +649,7 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
     const int q8 = xp->q8 != NULL, unpacked = q8 && xp->row_i8;
     const int pr = amx ? 16 : MR;   /* rows per micro-kernel block */
     const int tr = r1 - r0, trp = (tr + pr - 1) / pr * pr;
-    const int direct = q8 || bf16_in_place(xp, src, src_dt);
+    const int direct = q8 || in_place(xp, src, src_dt);
     /* read in place: the last block's rows, zero-padded to pr (zero Q8_0 blocks add nothing) */
     char *pad = (char *)wt;
     const size_t pad_rb = q8 ? src_rb : (size_t)cols * sizeof(uint16_t);
@@ -763,7 +775,7 @@ void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, fl
     float *cb = wt + ((size_t)rt * xp->cols + 15) / 16 * 16;
     /* chunks of at most one tile, small enough that a delayed thread's share (its chunk and
      * the one it claimed ahead) is taken over */
-    const int cap = bf16_in_place(xp, src, src_dt) && rt < DIRECT_ROWS ? DIRECT_ROWS : rt;
+    const int cap = in_place(xp, src, src_dt) && rt < DIRECT_ROWS ? DIRECT_ROWS : rt;
     int chunk = rows / (xp->parts * 4) / MR * MR;
     chunk = chunk < MR ? MR : chunk > cap ? cap : chunk;
     if (xp->amx) chunk = 16;      /* one block of AMX's rows (gemm_tile's scratch holds one) */

@@ -9,8 +9,9 @@
  *    dots it with every x row while the weight row is in L1. Rows are split over the
  *    pool's threads. Decode is memory bound, so this reads each weight byte once per token.
  *  - many rows (prefill): bf16 weights on AMX tiles where the CPU has them (amx.c), else
- *    the f32 GEMM (gemm.c: with AVX-512 bf16 read in place, other dtypes through f32
- *    tiles that stay in L2; with AVX2 only, every dtype through the tiles).
+ *    the f32 GEMM (gemm.c: with AVX-512 bf16 read in place, f16 too off Intel, other
+ *    dtypes through f32 tiles that stay in L2; with AVX2 only, every dtype through the
+ *    tiles).
  * Block-quantised dtypes (q8_0, q4_k, ...) go to qkernels.c (eng_qgemv / eng_qgemm), which
  * computes on the blocks in place, except a source-exact MXFP4 matrix, which runs as the
  * bf16 matrix it decodes to (runs_as_bf16); a dtype no path executes is refused at bind.
@@ -916,6 +917,7 @@ const char *eng_prefill_path(vx_dtype dt)
         return amx ? "AMX-INT8 block products on int8 tiles, activations quantised as in decode"
                    : "AVX-512 VNNI int8 GEMM on int8 tiles, activations quantised as in decode";
     }
+    if (eng_avx512() && eng_gemm_widens(dt)) return "AVX-512 f32 GEMM, weights widened exactly in registers";
     if (eng_avx512()) return "AVX-512 f32 GEMM on exact f32 weight tiles";
     return "AVX2 f32 GEMM on exact f32 weight tiles";
 }

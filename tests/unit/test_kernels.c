@@ -114,6 +114,25 @@ static void test_matmul(void)
             CHECK_MSG(same, "%s n %d: rows 1.. through a shifted view differ", vx_dtype_name(dts[d]), n);
             free(m); free(xx); free(y0); free(y1); free(buf);
         }
+    /* f16 and bf16 rows give the bits of the f32 rows of their values on every path: the
+     * prefill GEMM widens them in registers or converts a tile first (eng_gemm_widens),
+     * the same products in the same order either way */
+    for (int d = 1; d < 3; d++)
+        for (int n = 17; n <= 130; n += 56) {
+            const int rows = 61, cols = 520;
+            float *m = malloc((size_t)rows * cols * 4), *xx = malloc((size_t)n * cols * 4);
+            float *y0 = malloc((size_t)n * rows * 4), *y1 = malloc((size_t)n * rows * 4);
+            void *buf = malloc((size_t)rows * cols * 4);
+            for (size_t i = 0; i < (size_t)rows * cols; i++) m[i] = rnd();
+            for (size_t i = 0; i < (size_t)n * cols; i++) xx[i] = rnd();
+            eng_w wh = store(dts[d], m, rows, cols, buf);
+            eng_w wf = {VX_F32, m, rows, cols, (size_t)cols * 4, 0, 0};
+            eng_matmul(&wh, xx, n, y0);
+            eng_matmul(&wf, xx, n, y1);
+            CHECK_MSG(!memcmp(y0, y1, (size_t)n * rows * 4), "%s n %d: not the f32 rows' bits (%s)",
+                      vx_dtype_name(dts[d]), n, eng_prefill_path(dts[d]));
+            free(m); free(xx); free(y0); free(y1); free(buf);
+        }
     /* transposed f32 view: W stored [cols, rows] */
     float st[3 * 2] = {1, 2, 3, 4, 5, 6};     /* [cols=3, rows=2] */
     eng_w w = {VX_F32, st, 2, 3, 0, 1, 0};
