@@ -617,11 +617,14 @@ void eng_store_t(const uint32_t *c, int nr, int tn, uint32_t *y, size_t ys, int 
     else store_t8((const float *)(const void *)c, nr, tn, (float *)(void *)y, ys);
 }
 
-/* The next chunk's stored rows, fetched into the caches a few lines at a time while this
- * chunk computes: its conversion (or first pass) then reads them from cache instead of
+/* Without AVX-512, the next chunk's stored rows, fetched into the caches a few lines at a
+ * time while this chunk computes: its conversion then reads them from cache instead of
  * waiting on memory. On a Zen 3 without AVX-512 a 64-token f16 prompt spent a tenth of its
  * GEMM's samples converting tiles, stalled on the loads; fetched ahead, the conversion's
- * samples halved and the fetches took back a quarter of that (perf, ENGINE.md session 48). */
+ * samples halved and the fetches took back a quarter of that (perf, ENGINE.md session 48).
+ * The AVX-512 kernels ran 5-10 % slower with the same fetches on a Zen 5 (bf16 5632 × 2048
+ * at 64 tokens 316-321 against 343-350 GFLOP/s, session 49), as a fetch into L2 did there
+ * in 2026-12-02. */
 typedef struct ahead {
     const char *p, *end;
     size_t step;   /* bytes per fetch call: the range spread over the chunk's kernel calls */
@@ -694,7 +697,6 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
     for (int g = 0; g < groups; g++) {
         const int t0 = g * GT, tn = xp->n - t0 < GT ? xp->n - t0 : GT, nv = (tn + 15) / 16;
         if (amx) {
-            fetch_ahead(next);
             const size_t vo = (size_t)(4 * g) * nb;
             const uint8_t *xq = xp->q8 + vo * 512;
             const float *xd = xp->q8d + vo * 16, *xs = xp->q8s ? xp->q8s + vo * 16 : NULL;
@@ -732,7 +734,6 @@ static void gemm_tile(const eng_xpack *xp, int r0, int r1, float *y, int ldy, fl
         for (int k0 = 0; k0 < cols; k0 += KC) {
             const int kn = cols - k0 < KC ? cols - k0 : KC;
             for (int b = 0; b < trp; b += MR) {
-                fetch_ahead(next);
                 float *c = cb + (size_t)b * GT;
                 const char *ws = b < full ? src + (size_t)(r0 + b) * src_rb : pad;
                 const size_t wrb = b < full ? src_rb : pad_rb;
@@ -779,17 +780,16 @@ void eng_gemm_part(const eng_xpack *xp, int part, atomic_int *next, int rows, fl
     int chunk = rows / (xp->parts * 4) / MR * MR;
     chunk = chunk < MR ? MR : chunk > cap ? cap : chunk;
     if (xp->amx) chunk = 16;      /* one block of AMX's rows (gemm_tile's scratch holds one) */
-    /* the kernel calls a chunk makes (gemm_tile's loops), over which the next chunk's rows
-     * are fetched */
-    const int groups = (xp->n + GT - 1) / GT, kcs = (xp->cols + KC - 1) / KC;
-    const int calls = xp->amx ? groups : kcs * ((chunk + MR - 1) / MR) * (xp->v256 ? (xp->n + 15) / 16 : groups);
+    /* the AVX2 kernel calls a chunk makes (gemm_tile's loops), over which the next chunk's
+     * rows are fetched */
+    const int calls = (xp->cols + KC - 1) / KC * ((chunk + MR - 1) / MR) * ((xp->n + 15) / 16);
     /* each chunk claimed one ahead, so its rows can be fetched while the one before computes */
     int lo = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
     while (lo < rows) {
         const int hi = lo + chunk < rows ? lo + chunk : rows;
         const int nlo = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
         ahead a = { NULL, NULL, 0 };
-        if (src && nlo < rows) {
+        if (src && nlo < rows && xp->v256) {
             const int nhi = nlo + chunk < rows ? nlo + chunk : rows;
             a.p = (const char *)src + (size_t)nlo * src_rb;
             a.end = (const char *)src + (size_t)nhi * src_rb;
