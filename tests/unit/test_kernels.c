@@ -65,6 +65,27 @@ static double matmul_err(vx_dtype dt, int rows, int cols, int n, double *vs_abs)
     return worst;
 }
 
+/* A random [rows, cols] matrix m (with room to store it as any dtype), n random x rows and
+ * two outputs, for tests that compare two products bit for bit. */
+typedef struct pair {
+    float *m, *x, *y0, *y1;
+    void *buf;
+} pair;
+
+static pair pair_make(int rows, int cols, int n)
+{
+    pair p = {malloc((size_t)rows * cols * 4), malloc((size_t)n * cols * 4), malloc((size_t)n * rows * 4),
+              malloc((size_t)n * rows * 4), malloc((size_t)rows * cols * 4)};
+    for (size_t i = 0; i < (size_t)rows * cols; i++) p.m[i] = rnd();
+    for (size_t i = 0; i < (size_t)n * cols; i++) p.x[i] = rnd();
+    return p;
+}
+
+static void pair_free(pair *p)
+{
+    free(p->m); free(p->x); free(p->y0); free(p->y1); free(p->buf);
+}
+
 static void test_matmul(void)
 {
     const vx_dtype dts[3] = {VX_F32, VX_F16, VX_BF16};
@@ -97,22 +118,18 @@ static void test_matmul(void)
     for (int d = 0; d < 3; d++)
         for (int n = 2; n <= 16; n += 7) {
             const int rows = 50, cols = 300;
-            float *m = malloc((size_t)rows * cols * 4), *xx = malloc((size_t)n * cols * 4);
-            float *y0 = malloc((size_t)n * rows * 4), *y1 = malloc((size_t)n * rows * 4);
-            void *buf = malloc((size_t)rows * cols * 4);
-            for (size_t i = 0; i < (size_t)rows * cols; i++) m[i] = rnd();
-            for (size_t i = 0; i < (size_t)n * cols; i++) xx[i] = rnd();
-            eng_w w0 = store(dts[d], m, rows, cols, buf), w1 = w0;
+            pair p = pair_make(rows, cols, n);
+            eng_w w0 = store(dts[d], p.m, rows, cols, p.buf), w1 = w0;
             w1.data = (const char *)w0.data + w0.row_bytes;
             w1.rows = rows - 1;
-            eng_matmul(&w0, xx, n, y0);
-            eng_matmul(&w1, xx, n, y1);
+            eng_matmul(&w0, p.x, n, p.y0);
+            eng_matmul(&w1, p.x, n, p.y1);
             int same = 1;
             for (int t = 0; t < n; t++)
                 for (int r = 0; r < rows - 1; r++)
-                    same &= y0[(size_t)t * rows + r + 1] == y1[(size_t)t * (rows - 1) + r];
+                    same &= p.y0[(size_t)t * rows + r + 1] == p.y1[(size_t)t * (rows - 1) + r];
             CHECK_MSG(same, "%s n %d: rows 1.. through a shifted view differ", vx_dtype_name(dts[d]), n);
-            free(m); free(xx); free(y0); free(y1); free(buf);
+            pair_free(&p);
         }
     /* f16 and bf16 rows give the bits of the f32 rows of their values on every path: the
      * prefill GEMM widens them in registers or converts a tile first (eng_gemm_widens),
@@ -120,18 +137,14 @@ static void test_matmul(void)
     for (int d = 1; d < 3; d++)
         for (int n = 17; n <= 130; n += 56) {
             const int rows = 61, cols = 520;
-            float *m = malloc((size_t)rows * cols * 4), *xx = malloc((size_t)n * cols * 4);
-            float *y0 = malloc((size_t)n * rows * 4), *y1 = malloc((size_t)n * rows * 4);
-            void *buf = malloc((size_t)rows * cols * 4);
-            for (size_t i = 0; i < (size_t)rows * cols; i++) m[i] = rnd();
-            for (size_t i = 0; i < (size_t)n * cols; i++) xx[i] = rnd();
-            eng_w wh = store(dts[d], m, rows, cols, buf);
-            eng_w wf = {VX_F32, m, rows, cols, (size_t)cols * 4, 0, 0};
-            eng_matmul(&wh, xx, n, y0);
-            eng_matmul(&wf, xx, n, y1);
-            CHECK_MSG(!memcmp(y0, y1, (size_t)n * rows * 4), "%s n %d: not the f32 rows' bits (%s)",
+            pair p = pair_make(rows, cols, n);
+            eng_w wh = store(dts[d], p.m, rows, cols, p.buf);
+            eng_w wf = {VX_F32, p.m, rows, cols, (size_t)cols * 4, 0, 0};
+            eng_matmul(&wh, p.x, n, p.y0);
+            eng_matmul(&wf, p.x, n, p.y1);
+            CHECK_MSG(!memcmp(p.y0, p.y1, (size_t)n * rows * 4), "%s n %d: not the f32 rows' bits (%s)",
                       vx_dtype_name(dts[d]), n, eng_prefill_path(dts[d]));
-            free(m); free(xx); free(y0); free(y1); free(buf);
+            pair_free(&p);
         }
     /* transposed f32 view: W stored [cols, rows] */
     float st[3 * 2] = {1, 2, 3, 4, 5, 6};     /* [cols=3, rows=2] */
