@@ -174,6 +174,9 @@ int eng_xpack_make(eng_xpack *xp, const float *x, int n, int cols);
  * large enough, given back for the next product (gemm.c says why). */
 void *eng_buf_take(size_t bytes);
 void eng_buf_give(void *p, size_t bytes);
+/* Whether the CPU is Intel's: where a kernel's best form was measured to differ by vendor
+ * (the decode's fetch ahead, f16's widening in the GEMM). */
+int eng_intel(void);
 /* Whether the AVX-512 f32 GEMM reads rows of dt where they are stored and widens each
  * weight exactly in registers (bf16; f16 off Intel), rather than through an f32 tile. */
 int eng_gemm_widens(vx_dtype dt);

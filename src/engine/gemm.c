@@ -58,11 +58,16 @@ int eng_avx512(void)
     return cpu && !(e && *e == '1');
 }
 
-int eng_gemm_widens(vx_dtype dt)
+int eng_intel(void)
 {
     static int intel = -1;
     if (intel < 0) intel = __builtin_cpu_is("intel");
-    return dt == VX_BF16 || (dt == VX_F16 && !intel);
+    return intel;
+}
+
+int eng_gemm_widens(vx_dtype dt)
+{
+    return dt == VX_BF16 || (dt == VX_F16 && !eng_intel());
 }
 
 /* Whether the GEMM reads the weight rows where they are stored, widening each weight as it

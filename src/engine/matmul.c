@@ -505,26 +505,28 @@ static inline AI void few_tokens256(vx_dtype dt, int R, const eng_w *w, int r, c
     else few_block256(dt, R, w, r, x, t0, 1, y, pf);
 }
 
-/* Rows [r0, r1) against n tokens, the tokens in nearly equal blocks of at most FEW2_T (8 as
- * 3 + 3 + 2, 4 as 2 + 2: a block of one token loads a weight vector per multiply-add). */
-static inline AI void few_rows256(vx_dtype dt, const eng_w *w, int r0, int r1, const float *x, int n, float *y)
+/* R rows from r against n tokens, the tokens in nearly equal blocks of at most FEW2_T (8 as
+ * 2 + 3 + 3, 4 as 2 + 2: a block of one token loads a weight vector per multiply-add); pf
+ * is fetched with the first block. */
+static inline AI void few_tokens_all256(vx_dtype dt, int R, const eng_w *w, int r, const float *x, int n,
+                                        float *y, const char *pf)
 {
     const int nb = (n + FEW2_T - 1) / FEW2_T;
-    int r = r0;
-    for (; r + FEW2_R <= r1; r += FEW2_R) {
-        const char *pf = r + 2 * FEW2_R <= r1 ? (const char *)w->data + (size_t)(r + FEW2_R) * w->row_bytes : NULL;
-        for (int b = 0, t0 = 0; b < nb; b++) {
-            const int tn = n / nb + (b < n % nb);
-            few_tokens256(dt, FEW2_R, w, r, x, t0, tn, y, b ? NULL : pf);
-            t0 += tn;
-        }
+    for (int b = 0; b < nb; b++) {
+        int t0, t1;
+        eng_split(n, b, nb, 1, &t0, &t1);
+        few_tokens256(dt, R, w, r, x, t0, t1 - t0, y, b ? NULL : pf);
     }
-    for (; r < r1; r++)
-        for (int b = 0, t0 = 0; b < nb; b++) {
-            const int tn = n / nb + (b < n % nb);
-            few_tokens256(dt, 1, w, r, x, t0, tn, y, NULL);
-            t0 += tn;
-        }
+}
+
+/* Rows [r0, r1) against n tokens: blocks of FEW2_R rows, then the last rows one at a time. */
+static inline AI void few_rows256(vx_dtype dt, const eng_w *w, int r0, int r1, const float *x, int n, float *y)
+{
+    int r = r0;
+    for (; r + FEW2_R <= r1; r += FEW2_R)
+        few_tokens_all256(dt, FEW2_R, w, r, x, n, y,
+                          r + 2 * FEW2_R <= r1 ? (const char *)w->data + (size_t)(r + FEW2_R) * w->row_bytes : NULL);
+    for (; r < r1; r++) few_tokens_all256(dt, 1, w, r, x, n, y, NULL);
 }
 
 /* Instrumented under ASan, like rows_few (short prompts are not where the sanitizer suite
@@ -547,13 +549,6 @@ static void rows_few256(const eng_w *w, int r0, int r1, const float *x, int n, f
  * then streamed 34.3 against 29.1 GB/s (medians of 4 alternated runs; ENGINE.md session
  * 42). The same products in the same order as row_dot_k and dot_pairs_perm. */
 #define AHEAD 8192
-
-static int prefetch_ahead(void)
-{
-    static int intel = -1;
-    if (intel < 0) intel = __builtin_cpu_is("intel");
-    return intel;
-}
 
 T512 static void rows_ahead(const eng_w *w, int r0, int r1, const float *x, const float *xp, float *y)
 {
@@ -579,7 +574,7 @@ static void rows_dot(const eng_w *w, int r0, int r1, const float *x, const float
         rows_split(w, r0, r1, x, xp, y);
         return;
     }
-    if (n == 1 && wide && w->cols >= 64 && !is_block(w->dt) && prefetch_ahead()) {
+    if (n == 1 && wide && w->cols >= 64 && !is_block(w->dt) && eng_intel()) {
         rows_ahead(w, r0, r1, x, xp, y);
         return;
     }

@@ -1080,18 +1080,19 @@ typedef struct job {
 } job;
 
 #ifdef __AVX2__
-/* A Q8_0 row against every activation row, up to 3 at a time (8 as 3 + 3 + 2). */
+/* A Q8_0 row against every activation row, up to 3 at a time (8 as 2 + 3 + 3). */
 static void q8_0_rows(const job *j, const unsigned char *w, int r)
 {
     const int n = j->n, nb = (n + 2) / 3;
     float out[3];
-    for (int k = 0, t0 = 0; k < nb; k++) {
-        const int tn = n / nb + (k < n % nb);
+    for (int k = 0; k < nb; k++) {
+        int t0, t1;
+        eng_split(n, k, nb, 1, &t0, &t1);
+        const int tn = t1 - t0;
         if (tn == 3) dot_q8_0_rows(w, j->a, t0, 3, out);
         else if (tn == 2) dot_q8_0_rows(w, j->a, t0, 2, out);
         else dot_q8_0_rows(w, j->a, t0, 1, out);
         for (int t = 0; t < tn; t++) j->Y[(size_t)(t0 + t) * j->rows + r] = out[t];
-        t0 += tn;
     }
 }
 #endif
