@@ -43,6 +43,7 @@ struct vx_segw {
     uint64_t pos;                /* payload bytes emitted so far (incl. padding) */
     uint64_t done;               /* bytes of tensor `cur` written */
     vx_sha256_ctx th;            /* hash of tensor `cur` */
+    vx_hasher *hs;               /* feeds th beside the write, or NULL (inline) */
     char (*hex)[65];
     unsigned char *buf;
     size_t nbuf;
@@ -180,6 +181,7 @@ void vx_segw_abort(vx_segw *w)
 {
     if (!w)
         return;
+    vx_hasher_stop(w->hs);   /* a SIGBUS jump out of a write may have left it hashing */
     if (w->fd >= 0)
         close(w->fd);
     vx_sha256_free(&w->th);
@@ -291,6 +293,7 @@ int vx_segw_open(vx_segw **out, const char *path, const char *object, const char
         vx_segw_abort(w);
         return -1;
     }
+    w->hs = vx_hasher_start();
     *out = w;
     return 0;
 }
@@ -308,8 +311,13 @@ int vx_segw_write(vx_segw *w, const void *data, size_t n, vx_err *err)
                            w->path, n);
         uint64_t room = w->len[w->cur] - w->done;
         size_t k = room < n ? (size_t)room : n;
-        vx_sha256_update(&w->th, p, k);
-        if (put(w, p, k, err) < 0)
+        /* the tensor's hash on the hasher's thread while this one copies and writes */
+        vx_hasher_post(w->hs, &w->th, p, k);
+        const int rc = put(w, p, k, err);
+        if (vx_hasher_wait(w->hs) < 0 && rc == 0)
+            return vx_errf(err, VX_EIO, "segment '%s': the bytes being written shrank under "
+                           "their mapping (SIGBUS) while they were hashed", w->path);
+        if (rc < 0)
             return -1;
         w->done += k;
         w->pos += k;

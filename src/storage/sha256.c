@@ -8,7 +8,9 @@
 
 #include <errno.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void to_hex(const unsigned char *md, char hex[65])
@@ -109,6 +111,102 @@ int vx_sha256_mapped(vx_sha256_ctx *ctx, const void *p, uint64_t n, int release,
             st_release(b + at, len);
     }
     return 0;
+}
+
+struct vx_hasher {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    vx_sha256_ctx *ctx;      /* the posted job; NULL when none is pending or running */
+    const void *data;
+    size_t n;
+    int quit, fault;
+};
+
+static void *hasher_main(void *arg)
+{
+    vx_hasher *h = arg;
+    pthread_mutex_lock(&h->mu);
+    for (;;) {
+        while (!h->ctx && !h->quit)
+            pthread_cond_wait(&h->cv, &h->mu);
+        if (!h->ctx)
+            break;
+        pthread_mutex_unlock(&h->mu);
+        /* volatile: it is read after the jump back */
+        volatile int fault = 0;
+        sigjmp_buf bus;
+        if (sigsetjmp(bus, 1) == 0) {
+            vx_bus_arm(&bus);
+            vx_sha256_update(h->ctx, h->data, h->n);
+        } else {
+            fault = 1;
+        }
+        vx_bus_disarm();
+        pthread_mutex_lock(&h->mu);
+        h->fault |= fault;
+        h->ctx = NULL;
+        pthread_cond_broadcast(&h->cv);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+vx_hasher *vx_hasher_start(void)
+{
+    vx_hasher *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    if (pthread_create(&h->th, NULL, hasher_main, h) != 0) {
+        pthread_cond_destroy(&h->cv);
+        pthread_mutex_destroy(&h->mu);
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+void vx_hasher_post(vx_hasher *h, vx_sha256_ctx *ctx, const void *data, size_t n)
+{
+    if (!h) {
+        vx_sha256_update(ctx, data, n);
+        return;
+    }
+    vx_hasher_wait(h);
+    pthread_mutex_lock(&h->mu);
+    h->data = data;
+    h->n = n;
+    h->ctx = ctx;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+int vx_hasher_wait(vx_hasher *h)
+{
+    if (!h)
+        return 0;
+    pthread_mutex_lock(&h->mu);
+    while (h->ctx)
+        pthread_cond_wait(&h->cv, &h->mu);
+    const int fault = h->fault;
+    pthread_mutex_unlock(&h->mu);
+    return fault ? -1 : 0;
+}
+
+void vx_hasher_stop(vx_hasher *h)
+{
+    if (!h)
+        return;
+    pthread_mutex_lock(&h->mu);
+    h->quit = 1;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    pthread_join(h->th, NULL);   /* a posted job finishes first: the loop takes it before quit */
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
 }
 
 int vx_is_sha256(const char *s)

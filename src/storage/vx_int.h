@@ -31,6 +31,18 @@ void vx_sha256_free(vx_sha256_ctx *ctx);
 int vx_sha256_mapped(vx_sha256_ctx *ctx, const void *p, uint64_t n, int release,
                      const char *what, vx_err *err);
 
+/* A second thread that feeds one context while the caller does other work with the same
+ * bytes (the encoder hashes its payload beside the segment write: one core, not two, of
+ * the three sha256 passes a written byte takes). vx_hasher_start gives NULL when no
+ * thread can start; then vx_hasher_post hashes inline. Post, work, then wait before the
+ * bytes change or the context is read; a shrunk mapping (SIGBUS) in the thread's read
+ * makes vx_hasher_wait return -1. vx_hasher_stop waits for a posted job and joins. */
+typedef struct vx_hasher vx_hasher;
+vx_hasher *vx_hasher_start(void);
+void vx_hasher_post(vx_hasher *h, vx_sha256_ctx *ctx, const void *data, size_t n);
+int vx_hasher_wait(vx_hasher *h);
+void vx_hasher_stop(vx_hasher *h);
+
 /* ---- SIGBUS on mapped reads (sigbus.c) ----
  * A mapped file that shrinks while it is read raises SIGBUS. Between vx_bus_arm(&jb) and
  * vx_bus_disarm() on this thread, it returns to `sigsetjmp(jb, 1)` with 1 instead: take

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -184,6 +186,38 @@ static void test_sha(void)
     snprintf(want, sizeof want, "cannot open the file to hash ('%s'): No such file or directory",
              missing);
     CHECK_STR(err.msg, want);
+
+    /* The hasher's thread: the same digest as inline, posted in pieces; NULL hashes inline. */
+    for (int threaded = 0; threaded < 2; threaded++) {
+        vx_hasher *h = threaded ? vx_hasher_start() : NULL;
+        CHECK(!threaded || h != NULL);
+        CHECK(vx_sha256_init(&ctx, NULL) == 0);
+        vx_hasher_post(h, &ctx, "a", 1);
+        vx_hasher_post(h, &ctx, "bc", 2);   /* waits for the first */
+        CHECK(vx_hasher_wait(h) == 0);
+        vx_sha256_final(&ctx, hex);
+        CHECK_STR(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        vx_hasher_stop(h);
+    }
+    /* A mapping cut short under the thread's read: SIGBUS is a failed wait, not a dead
+     * process. */
+    vx_hasher *h = vx_hasher_start();
+    CHECK(h != NULL);
+    const long pg = sysconf(_SC_PAGESIZE);
+    fp = fopen(path, "wb");
+    for (long i = 0; i < 4 * pg; i++) fputc('x', fp);
+    fclose(fp);
+    int fd = open(path, O_RDONLY);
+    void *map = mmap(NULL, (size_t)(4 * pg), PROT_READ, MAP_SHARED, fd, 0);
+    CHECK(map != MAP_FAILED);
+    CHECK(truncate(path, pg) == 0);
+    CHECK(vx_sha256_init(&ctx, NULL) == 0);
+    vx_hasher_post(h, &ctx, map, (size_t)(4 * pg));
+    CHECK(vx_hasher_wait(h) == -1);
+    vx_sha256_free(&ctx);
+    munmap(map, (size_t)(4 * pg));
+    close(fd);
+    vx_hasher_stop(h);
     unlink(path);
     rmdir(dir);
 }
