@@ -57,7 +57,7 @@ static int cpu_has_amx(void)
 
 int eng_amx_ready(void)
 {
-    static int ready = -1;
+    static _Atomic int ready = -1;
     if (ready < 0) {
         const char *e = getenv("LQL_NO_AMX");
         ready = !(e && *e == '1') && cpu_has_amx() &&
@@ -275,7 +275,7 @@ int eng_amx_matmul(const eng_w *w, const float *x, int n, float *y)
  * per call here, so a test can compare the two integer kernels in one process. */
 int eng_amx_i8_ready(void)
 {
-    static int cpu = -1;
+    static _Atomic int cpu = -1;
     if (cpu < 0) {
         unsigned a, b, c, d;
         cpu = __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 25) & 1) && eng_amx_ready();

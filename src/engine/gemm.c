@@ -48,9 +48,12 @@
 #define MRQ 3         /* rows per integer micro-kernel call (two per MR block) */
 #define T256 __attribute__((target("avx2,fma")))
 
+/* The CPU checks here and in amx.c, gemm_bf16.c and qkernels.c cache their answer in an
+ * atomic: pool threads can ask first at the same time (ThreadSanitizer saw eng_intel's
+ * plain int written by two), and all of them write the same value. */
 int eng_avx512(void)
 {
-    static int cpu = -1;
+    static _Atomic int cpu = -1;
     if (cpu < 0)
         cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
               __builtin_cpu_supports("avx512vl");
@@ -60,7 +63,7 @@ int eng_avx512(void)
 
 int eng_intel(void)
 {
-    static int intel = -1;
+    static _Atomic int intel = -1;
     if (intel < 0) intel = __builtin_cpu_is("intel");
     return intel;
 }

@@ -39,14 +39,14 @@
 
 int eng_bf16_dot_ready(void)
 {
-    static int cpu = -1;
+    static _Atomic int cpu = -1;
     if (cpu < 0) cpu = __builtin_cpu_supports("avx512bf16");
     return cpu && eng_avx512();
 }
 
 static int vnni(void)
 {
-    static int cpu = -1;
+    static _Atomic int cpu = -1;
     if (cpu < 0) cpu = __builtin_cpu_supports("avx512vnni");
     return cpu && eng_avx512();
 }

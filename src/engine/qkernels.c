@@ -611,7 +611,7 @@ static float dot_q6_k(const unsigned char *w, const float *d, const int8_t *q,
  * test can cover both paths in one process). */
 static int wide_ok(void)
 {
-    static int vnni = -1;
+    static _Atomic int vnni = -1;
     if (vnni < 0) vnni = __builtin_cpu_supports("avx512vnni");
     return vnni && eng_avx512();
 }
