@@ -645,7 +645,9 @@ static enum MHD_Result route(srv *S, struct MHD_Connection *c, const char *url,
     return answer_error(c, 404, "no such route", "not_found", NULL);
 }
 
-typedef struct daemon_ctx { srv *S; int port; } daemon_ctx;
+/* port: the bound port, known once MHD_start_daemon returns, while its threads may already
+ * be reading it (0 until then: no client can name that port yet) */
+typedef struct daemon_ctx { srv *S; _Atomic int port; } daemon_ctx;
 
 /* The URL's %HH escapes decoded, except that one holding an escaped NUL is left as sent: a
  * decoded NUL would cut the path short ("files/a%00b" naming "a"), while a '%' fails the

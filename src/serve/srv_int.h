@@ -74,7 +74,8 @@ struct srv_job {
     size_t sent;
     /* control, under srv.mu */
     int state;
-    volatile int cancel;                  /* SRV_LIVE or why it was stopped */
+    _Atomic int cancel;                   /* SRV_LIVE or why it was stopped (written under
+                                           * srv.mu, read by the compute thread without) */
     int refs;                             /* the waiter's and the queue's/compute's */
     srv_job *next;
 };

@@ -21,4 +21,4 @@ int vx_errf(vx_err *err, int code, const char *fmt, ...)
 }
 
 /* Raised by the shell on Ctrl-C; long-running storage work polls it. */
-volatile int vx_cancel_flag;
+_Atomic int vx_cancel_flag;

@@ -559,7 +559,9 @@ int vx_bank_import(const char *src_dir, const char *out_dir, unsigned flags, vx_
 /* ---------------------------------------------------------------- cancellation */
 
 /* Long-running work (encode, COMPILE, forward passes) polls this flag; the shell sets it
- * on Ctrl-C. Work that sees it set stops and returns VX_ECANCEL. */
-extern volatile int vx_cancel_flag;
+ * on Ctrl-C. Work that sees it set stops and returns VX_ECANCEL. Atomic, not volatile: the
+ * server's threads raise it for the compute thread (ThreadSanitizer reported the volatile
+ * int as a race); a lock-free atomic may still be set from a signal handler. */
+extern _Atomic int vx_cancel_flag;
 
 #endif
