@@ -121,6 +121,7 @@ struct vx_hasher {
     const void *data;
     size_t n;
     int quit, fault;
+    int posted;              /* the caller's own: a job handed over since its last wait */
 };
 
 static void *hasher_main(void *arg)
@@ -186,16 +187,21 @@ void vx_hasher_post(vx_hasher *h, vx_sha256_ctx *ctx, const void *data, size_t n
     h->ctx = ctx;
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
+    h->posted = 1;
 }
 
+/* Only the caller posts, so it knows without the lock whether there is a job to wait for:
+ * a piece hashed inline takes no lock. A fault is the waited job's, reported once. */
 int vx_hasher_wait(vx_hasher *h)
 {
-    if (!h)
+    if (!h || !h->posted)
         return 0;
+    h->posted = 0;
     pthread_mutex_lock(&h->mu);
     while (h->ctx)
         pthread_cond_wait(&h->cv, &h->mu);
     const int fault = h->fault;
+    h->fault = 0;
     pthread_mutex_unlock(&h->mu);
     return fault ? -1 : 0;
 }

@@ -36,7 +36,7 @@ int vx_sha256_mapped(vx_sha256_ctx *ctx, const void *p, uint64_t n, int release,
  * the three sha256 passes a written byte takes). vx_hasher_start gives NULL when no
  * thread can start; then vx_hasher_post hashes inline, as it does a piece under 64 KiB. Post, work, then wait before the
  * bytes change or the context is read; a shrunk mapping (SIGBUS) in the thread's read
- * makes vx_hasher_wait return -1. vx_hasher_stop waits for a posted job and joins. */
+ * makes that job's vx_hasher_wait return -1 (its context's digest is then not the bytes'). vx_hasher_stop waits for a posted job and joins. */
 typedef struct vx_hasher vx_hasher;
 vx_hasher *vx_hasher_start(void);
 void vx_hasher_post(vx_hasher *h, vx_sha256_ctx *ctx, const void *data, size_t n);
