@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
+#include <poll.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -832,9 +833,14 @@ int srv_run(const srv_opts *o)
     /* the main thread takes the stop signals again and waits for one (here, or in any
      * thread that has them unblocked) */
     pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
-    unsigned char sig;
-    while (read(stop_fd[0], &sig, 1) < 0 && errno == EINTR)
-        ;
+    /* poll with a timeout, not a blocking read: ThreadSanitizer (GCC 12's) defers a handler
+     * whose signal lands in read() on a pipe to the thread's next intercepted call, which a
+     * blocked read never makes, so a TSan build never stopped; the timeout makes one a second */
+    struct pollfd pf = {.fd = stop_fd[0], .events = POLLIN};
+    for (;;) {
+        int r = poll(&pf, 1, 1000);
+        if (r > 0 || (r < 0 && errno != EINTR)) break;
+    }
     status = 0;
 out:
     if (daemon) MHD_stop_daemon(daemon);

@@ -2,7 +2,8 @@
 // with the ChatML template fixture (--chat-template), streaming with usage, and errors as
 // the client's typed exceptions.
 // usage: node openai_client.js LQL_BINARY WORK_DIR NPM_DIR. Bounded: the server is killed
-// at the end, every request has a 60 s timeout. Prints "N passed, M failed".
+// at the end, every request has a 60 s timeout (times LQL_TEST_SLOW, for an instrumented
+// server). Prints "N passed, M failed".
 'use strict';
 const { spawn, execFileSync } = require('child_process');
 const fs = require('fs');
@@ -17,6 +18,7 @@ try {
   process.exit(1);
 }
 const root = path.resolve(__dirname, '..', '..');
+const slow = Number(process.env.LQL_TEST_SLOW || '1');
 let passed = 0, failed = 0;
 const check = (ok, what) => { if (ok) passed++; else { failed++; console.log('FAIL:', what); } };
 
@@ -25,11 +27,11 @@ fs.mkdirSync(work, { recursive: true });
 const cont = path.join(work, 'tiny.vindex3');
 execFileSync(lql, ['-c', `EXTRACT MODEL "${root}/tests/fixtures/models/tinyllama" INTO "${cont}";`], { stdio: 'ignore' });
 const srv = spawn(lql, [cont, '--serve', '127.0.0.1:0', '--chat-template', path.join(root, 'tests/fixtures/chatml.jinja')], { env: { ...process.env, TMPDIR: work } });
-const killer = setTimeout(() => { srv.kill('SIGKILL'); process.exit(1); }, 240000);
+const killer = setTimeout(() => { srv.kill('SIGKILL'); process.exit(1); }, 240000 * slow);
 
 srv.stderr.once('data', async (line) => {
   const port = Number(String(line).trim().split(':').pop());
-  const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'unused', timeout: 60000, maxRetries: 0 });
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'unused', timeout: 60000 * slow, maxRetries: 0 });
   try {
     const models = await client.models.list();
     const m = models.data[0];

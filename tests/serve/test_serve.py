@@ -9,9 +9,11 @@ every route and status code: /v1/query bodies equal the CLI's output, session is
 equals the non-streamed text, a client hang-up stops the running statement, a 1 s deadline
 answers 504 within 1.5 s, the queue answers 503 when full. --soak adds 8 threads x 50 mixed
 requests (answers equal serial ones) and anonymous RSS after 200 session cycles. Every loop is
-bounded; the server is killed at the end whatever happens. --sanitized (an ASan build): the
-session cycles are checked by LeakSanitizer at the server's clean exit instead of by RSS,
-which ASan's quarantine and thread registry grow by themselves. Prints `N passed, M failed`.
+bounded; the server is killed at the end whatever happens. --sanitized (an ASan or TSan
+build): no RSS check, since the sanitizer's own memory grows by itself; under ASan the session
+cycles are checked by LeakSanitizer at the server's clean exit instead (TSan has no leak check).
+LQL_TEST_SLOW=F multiplies every client timeout, wait and time bound by F, for an instrumented
+server (the LQL_TSAN build sets 10). Prints `N passed, M failed`.
 """
 import glob
 import array
@@ -34,6 +36,12 @@ SOAK = "--soak" in sys.argv
 SANITIZED = "--sanitized" in sys.argv
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 passed = failed = 0
+SLOW = float(os.environ.get("LQL_TEST_SLOW", "1"))
+
+
+def stretch(seconds):
+    """A timeout, wait or bound, stretched for an instrumented server."""
+    return seconds * SLOW
 
 
 def check(ok, what):
@@ -46,7 +54,7 @@ def check(ok, what):
 
 
 def req(method, path, body=None, headers=None, timeout=60, raw=False):
-    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=stretch(timeout))
     h = {"Content-Type": "application/json"} if body is not None else {}
     h.update(headers or {})
     if isinstance(body, (dict, list)):
@@ -71,7 +79,7 @@ def query(lql, **kw):
 
 def raw_http(data, until=None, timeout=30):
     """Send data on a raw socket; what comes back, up to `until` or the close."""
-    sk = socket.create_connection(("127.0.0.1", PORT), timeout=timeout)
+    sk = socket.create_connection(("127.0.0.1", PORT), timeout=stretch(timeout))
     sk.sendall(data)
     got = b""
     while until is None or until not in got:
@@ -87,7 +95,7 @@ def cli(stmt, mode):
     """What the shell prints on stdout for stmt (its notes go to stderr in the program
     modes), without the frame that answers `.mode json`."""
     out = subprocess.run([LQL, CONT, "-c", ".mode %s\n%s" % (mode, stmt)], cwd=WORK,
-                         capture_output=True, timeout=120).stdout.decode()
+                         capture_output=True, timeout=stretch(120)).stdout.decode()
     if mode == "json":
         first, out = out.split("\n", 1)
         assert json.loads(first)["statement"] == ".mode json", first
@@ -107,10 +115,10 @@ def tree_digest(d):
 
 
 def stop(p):
-    """SIGTERM, then SIGKILL if the server has not stopped within 20 s."""
+    """SIGTERM, then SIGKILL if the server has not stopped within 20 s (stretched)."""
     p.terminate()
     try:
-        p.wait(20)
+        p.wait(stretch(20))
     except subprocess.TimeoutExpired:
         p.kill()
         p.wait()
@@ -478,7 +486,7 @@ try:
                 for k in range(len(bodies))]
         th_ += [threading.Thread(target=f) for f in extra]
         th_[0].start()
-        time.sleep(0.1)
+        time.sleep(stretch(0.1))
         for t in th_[1:]:
             t.start()
         all_ = False
@@ -487,9 +495,9 @@ try:
             all_ = h_["busy"] == len(th_)
             if all_ or h_["busy"] == 0:
                 break
-            time.sleep(0.01)
+            time.sleep(stretch(0.01))
         for t in th_:
-            t.join(120)
+            t.join(stretch(120))
         return [outcome(r) if r else None for r in got_], all_
     alone = [outcome(req("POST", "/v1/completions", b_, raw=True)) for b_ in together]
     _, h0, _ = req("GET", "/health")
@@ -515,7 +523,7 @@ try:
             _, h1, _ = req("GET", "/health")
             if h1["busy"] == 0:
                 break
-            time.sleep(0.025)
+            time.sleep(stretch(0.025))
         every = every and got == alone
         if h1["cancelled"] > h0["cancelled"]:
             break
@@ -620,7 +628,7 @@ try:
     for _ in range(50):
         if not sandboxes(A):
             break
-        time.sleep(0.1)
+        time.sleep(stretch(0.1))
     check(not sandboxes(A), "a deleted session's files are removed %r" % sandboxes(A))
     # deleting a session stops its running statement
     # long on any machine: a lens over every position and layer of a ~200-token prompt, 64 times
@@ -628,7 +636,7 @@ try:
     got = []
     th = threading.Thread(target=lambda: got.append(req("POST", "/v1/query", {"lql": slow, "session": B})))
     th.start()
-    time.sleep(0.5)
+    time.sleep(stretch(0.5))
     # and drops its queued requests, streamed or not, with the same answer
     queued = {}
     qth = [threading.Thread(target=lambda k=k, p_=p_, b_=b_: queued.__setitem__(k, req("POST", p_, dict(b_, session=B))))
@@ -636,14 +644,14 @@ try:
                                          ("/v1/completions", {"prompt": P, "stream": True})))]
     for t in qth:
         t.start()
-    time.sleep(0.3)
+    time.sleep(stretch(0.3))
     t0 = time.time()
     s, b, _ = req("DELETE", "/v1/sessions/%s" % B)
-    th.join(30)
+    th.join(stretch(30))
     dt = time.time() - t0
     for t in qth:
-        t.join(30)
-    check(s == 200 and got and got[0][0] == 409 and got[0][1]["error"]["code"] == "session_deleted" and dt < 1.0,
+        t.join(stretch(30))
+    check(s == 200 and got and got[0][0] == 409 and got[0][1]["error"]["code"] == "session_deleted" and dt < stretch(1.0),
           "session deletion stops its statement (%.2f s): %s" % (dt, got and got[0][:2]))
     check(len(queued) == 2 and all(r[0] == 409 and r[1]["error"]["code"] == "session_deleted" for r in queued.values()),
           "session deletion drops its queued requests %s" % [r[:2] for r in queued.values()])
@@ -659,7 +667,7 @@ try:
     t0 = time.time()
     s, b, _ = req("POST", "/v1/query", {"lql": slow}, headers={"X-Deadline-Ms": "1000"})
     dt = time.time() - t0
-    check(s == 504 and dt < 1.5, "1 s deadline: %s after %.2f s" % (s, dt))
+    check(s == 504 and dt < 1.0 + stretch(0.5), "1 s deadline: %s after %.2f s" % (s, dt))
     # a deadline shorter than the watch's 20 ms nap: the answer is checked against it too
     # (a ~200-token prompt: its prefill alone outlasts 1 ms, the whole well within 20 ms)
     s, b, _ = req("POST", "/v1/completions", {"prompt": " x" * 100, "max_tokens": 4, "temperature": 0},
@@ -669,16 +677,16 @@ try:
     # the same 504, not a 200 stream holding only an error
     th = threading.Thread(target=lambda: req("POST", "/v1/query", {"lql": slow}, headers={"X-Deadline-Ms": "500"}))
     th.start()
-    time.sleep(0.1)
+    time.sleep(stretch(0.1))
     s, b, _ = req("POST", "/v1/completions", {"prompt": P, "max_tokens": 4, "temperature": 0, "stream": True},
                   headers={"X-Deadline-Ms": "1"})
-    th.join(30)
+    th.join(stretch(30))
     check(s == 504 and b["error"]["code"] == "deadline_exceeded", "1 ms deadline, streamed: %s %s" % (s, b))
     hang_up("/v1/query", {"lql": slow, "stream": True})
     t0 = time.time()
     s, b, _ = req("POST", "/v1/tokenize", {"text": "x"})
     dt = time.time() - t0
-    check(s == 200 and dt < 0.5, "a hang-up stops the running statement (next answer after %.2f s)" % dt)
+    check(s == 200 and dt < stretch(0.5), "a hang-up stops the running statement (next answer after %.2f s)" % dt)
     # a client killed mid-stream: generation stops within a token. /health counts the
     # completion tokens generated and the tokens any completion produced after its cancel
     # (greedy, this prompt runs 75 tokens to the end of text uncancelled)
@@ -694,7 +702,7 @@ try:
             _, h1, _ = req("GET", "/health")
             if h1["busy"] == 0:
                 break
-            time.sleep(0.025)
+            time.sleep(stretch(0.025))
         ngen = h1["completion_tokens"] - h0["completion_tokens"]
         if h1["cancelled"] > h0["cancelled"]:
             break
@@ -710,7 +718,7 @@ try:
         results.append(req("POST", "/v1/query", {"lql": st}, headers={"X-Deadline-Ms": "4000"}))
     th = [threading.Thread(target=one, args=(0,))]
     th[0].start()
-    time.sleep(0.2)
+    time.sleep(stretch(0.2))
     th += [threading.Thread(target=one, args=(k,)) for k in range(1, 20)]
     for t in th[1:]:
         t.start()
@@ -720,9 +728,9 @@ try:
         if any(r[0] == 503 for r in results):
             never = [req("GET", "/health")[:2], req("GET", "/v1/models")[0]]
             break
-        time.sleep(0.02)
+        time.sleep(stretch(0.02))
     for t in th:
-        t.join(30)
+        t.join(stretch(30))
     busy = [r for r in results if r[0] == 503]
     check(busy and all(r[2].getheader("Retry-After") == "1" for r in busy),
           "full queue answers 503 with Retry-After (%s)" % sorted(r[0] for r in results))
@@ -759,7 +767,7 @@ try:
         for t in th:
             t.start()
         for t in th:
-            t.join(600)
+            t.join(stretch(600))
         check(not errors, "soak 8 x 50: %d errors %s" % (len(errors), errors[:5]))
 
         # RssAnon, not VmRSS: VmRSS also counts the container's file pages, which the kernel
@@ -831,7 +839,7 @@ try:
     check(s == 200, "serves beside a journal")
     # a closed terminal's SIGHUP stops it as cleanly as SIGTERM (sandbox under TMPDIR removed)
     srv3.send_signal(signal.SIGHUP)
-    srv3.wait(20)
+    srv3.wait(stretch(20))
     check(srv3.returncode == 0, "clean stop on SIGHUP (%s)" % srv3.returncode)
     check(not glob.glob(os.path.join(WORK, "lql-serve-*")), "SIGHUP left the server's sandbox")
 finally:
