@@ -370,7 +370,8 @@ static int check_layer(const brw_model *m, int layer, vx_err *err)
 
 /* A layer or feature condition names indices that exist (0..count-1, `note` says which):
  * = != IN values outside them are refused (a layer with the message every other statement
- * gives for a bad layer), as is a fraction, and an ordering no index satisfies. */
+ * gives for a bad layer), as is a fraction, and an ordering no index satisfies. The value
+ * is echoed to 15 significant digits, as typed (%g wrote feature 99999999 as 1e+08). */
 static int check_index_cond(const brw_cond *c, int64_t count, const char *note, vx_err *err)
 {
     static const char *const ops[] = {"=", "!=", ">", "<", ">=", "<="};
@@ -379,12 +380,12 @@ static int check_index_cond(const brw_cond *c, int64_t count, const char *note, 
         double v = c->vals[j].num;
         if (c->op == BRW_EQ || c->op == BRW_NE || c->op == BRW_IN) {
             if (v != floor(v))
-                return vx_errf(err, VX_EARG, "%s %g is not a %s number (%s)", f, v, f, note);
+                return vx_errf(err, VX_EARG, "%s %.15g is not a %s number (%s)", f, v, f, note);
             if (v < 0 || v >= (double)count)
-                return vx_errf(err, VX_EARG, "%s %g is out of range (%s)", f, v, note);
+                return vx_errf(err, VX_EARG, "%s %.15g is out of range (%s)", f, v, note);
         } else if (!cmp_num(0, c->op, v) && !cmp_num((double)count - 1, c->op, v)) {
             /* monotone: an ordering holds somewhere in 0..count-1 iff at an end */
-            return vx_errf(err, VX_EARG, "%s %s %g matches no %s (%s)", f, ops[c->op], v, f,
+            return vx_errf(err, VX_EARG, "%s %s %.15g matches no %s (%s)", f, ops[c->op], v, f,
                            note);
         }
     }
