@@ -121,7 +121,8 @@ struct vx_hasher {
     const void *data;
     size_t n;
     int quit, fault;
-    int posted;              /* the caller's own: a job handed over since its last wait */
+    int posted, failed;      /* the caller's own: a job handed over since its last wait, and
+                              * a fault of a job waited for but not yet reported */
 };
 
 static void *hasher_main(void *arg)
@@ -174,9 +175,26 @@ vx_hasher *vx_hasher_start(void)
  * 1.5 KB each, millions of them in a large MoE. */
 #define POST_MIN (64u << 10)
 
+/* Only the caller posts, so it knows without the lock whether there is a job to wait for:
+ * a piece hashed inline takes no lock. The job's fault becomes the caller's, kept until
+ * vx_hasher_wait reports it (a post's own wait does not drop it). */
+static void settle(vx_hasher *h)
+{
+    if (!h->posted)
+        return;
+    h->posted = 0;
+    pthread_mutex_lock(&h->mu);
+    while (h->ctx)
+        pthread_cond_wait(&h->cv, &h->mu);
+    h->failed |= h->fault;
+    h->fault = 0;
+    pthread_mutex_unlock(&h->mu);
+}
+
 void vx_hasher_post(vx_hasher *h, vx_sha256_ctx *ctx, const void *data, size_t n)
 {
-    vx_hasher_wait(h);   /* a context takes its bytes in order */
+    if (h)
+        settle(h);   /* a context takes its bytes in order */
     if (!h || n < POST_MIN) {
         vx_sha256_update(ctx, data, n);
         return;
@@ -190,20 +208,14 @@ void vx_hasher_post(vx_hasher *h, vx_sha256_ctx *ctx, const void *data, size_t n
     h->posted = 1;
 }
 
-/* Only the caller posts, so it knows without the lock whether there is a job to wait for:
- * a piece hashed inline takes no lock. A fault is the waited job's, reported once. */
 int vx_hasher_wait(vx_hasher *h)
 {
-    if (!h || !h->posted)
+    if (!h)
         return 0;
-    h->posted = 0;
-    pthread_mutex_lock(&h->mu);
-    while (h->ctx)
-        pthread_cond_wait(&h->cv, &h->mu);
-    const int fault = h->fault;
-    h->fault = 0;
-    pthread_mutex_unlock(&h->mu);
-    return fault ? -1 : 0;
+    settle(h);
+    const int failed = h->failed;
+    h->failed = 0;
+    return failed ? -1 : 0;
 }
 
 void vx_hasher_stop(vx_hasher *h)

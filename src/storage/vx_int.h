@@ -34,9 +34,11 @@ int vx_sha256_mapped(vx_sha256_ctx *ctx, const void *p, uint64_t n, int release,
 /* A second thread that feeds one context while the caller does other work with the same
  * bytes (the encoder hashes its payload beside the segment write: one core, not two, of
  * the three sha256 passes a written byte takes). vx_hasher_start gives NULL when no
- * thread can start; then vx_hasher_post hashes inline, as it does a piece under 64 KiB. Post, work, then wait before the
- * bytes change or the context is read; a shrunk mapping (SIGBUS) in the thread's read
- * makes that job's vx_hasher_wait return -1 (its context's digest is then not the bytes'). vx_hasher_stop waits for a posted job and joins. */
+ * thread can start; then vx_hasher_post hashes inline, as it does a piece under 64 KiB.
+ * Post, work, then wait before the bytes change or the context is read; a shrunk mapping
+ * (SIGBUS) in the thread's read makes the next vx_hasher_wait return -1, once (its
+ * context's digest is then not the bytes'), even if a post waited for that job first.
+ * vx_hasher_stop waits for a posted job and joins. */
 typedef struct vx_hasher vx_hasher;
 vx_hasher *vx_hasher_start(void);
 void vx_hasher_post(vx_hasher *h, vx_sha256_ctx *ctx, const void *data, size_t n);
