@@ -429,7 +429,7 @@ static int select_check(const brw_model *m, brw_from from, const brw_select_opts
                 return vx_errf(err, VX_EARG, "%s %s compares numbers, got \"%s\"",
                                brw_field_name(c->field), ops[c->op], c->vals[j].str);
             if (!numeric(c->field) && !c->vals[j].is_str)
-                return vx_errf(err, VX_EARG, "%s %s compares text, got %g",
+                return vx_errf(err, VX_EARG, "%s %s compares text, got %.15g",
                                brw_field_name(c->field), ops[c->op], c->vals[j].num);
         }
         if (numeric(c->field) && c->op == BRW_LIKE)

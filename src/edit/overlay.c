@@ -61,7 +61,7 @@ int ed_check_op(const brw_model *m, const vx_op *op, const char *where, vx_err *
                        "layers: 0-%d)", where, kind, op->layer, L, L - 1);
     /* what the statements refuse, a hand-edited patch may not bring in either */
     if (!isnan(op->confidence) && !(op->confidence >= 0 && op->confidence <= 1))
-        return vx_errf(err, VX_EARG, "%s (%s): confidence must be between 0 and 1 (got %g)",
+        return vx_errf(err, VX_EARG, "%s (%s): confidence must be between 0 and 1 (got %.15g)",
                        where, kind, op->confidence);
     if (op->has_meta && (op->meta_id < -1 || op->meta_id >= brw_vocab(m)))
         return vx_errf(err, VX_EARG, "%s (%s): down_meta token id %lld is out of range "

@@ -300,7 +300,7 @@ int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
                 return lql_errf(e, LQL_EEXEC, &a->val.at, "%s takes a number", a->field);
             if (!(a->val.f >= 0 && a->val.f <= 1))
                 return lql_errf(e, LQL_EEXEC, &a->val.at, "%s must be between 0 and 1 (got "
-                                "%g)", a->field, a->val.f);
+                                "%.15g)", a->field, a->val.f);
             conf = a->val.f;
         } else {
             return lql_errf(e, LQL_EEXEC, &a->field_at, "cannot SET \"%s\": UPDATE EDGES sets "

@@ -157,7 +157,7 @@ static int sampler_of(const lql_stmt *st, eng_model *m, size_t n, eng_sampler *s
     }
     if (lql_has(st, LQL_C_TOP_P)) {
         if (!(st->top_p > 0 && st->top_p <= 1))
-            return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_TOP_P], "TOP_P must be in (0, 1], got %g", st->top_p);
+            return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_TOP_P], "TOP_P must be in (0, 1], got %.15g", st->top_p);
         sp->top_p = eng_sampler_param(st->top_p);
     }
     if (lql_has(st, LQL_C_SEED)) sp->seed = st->seed;

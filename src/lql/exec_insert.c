@@ -131,12 +131,12 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     if (lql_has(st, LQL_C_CONFIDENCE) && !(st->confidence >= 0 && st->confidence <= 1))
         return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_CONFIDENCE], "CONFIDENCE must be "
-                        "between 0 and 1 (got %g)", st->confidence);
+                        "between 0 and 1 (got %.15g)", st->confidence);
     ed_insert_mode mode = st->mode == LQL_MODE_KNN && !lql_has(st, LQL_C_ALPHA) ? ED_KNN
                         : st->mode == LQL_MODE_COMPOSE ? ED_COMPOSE : ED_MEMIT;
     if (mode == ED_COMPOSE && lql_has(st, LQL_C_ALPHA) && !(st->alpha >= 0.05 && st->alpha <= 0.30))
         return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_ALPHA], "ALPHA must be between "
-                        "0.05 and 0.30 (got %g)", st->alpha);
+                        "0.05 and 0.30 (got %.15g)", st->alpha);
     if (mode == ED_MEMIT && lql_has(st, LQL_C_ALPHA))
         return lql_refuse_clause(e, st, LQL_C_ALPHA, "ALPHA scales MODE COMPOSE installs; a "
                                  "MEMIT insert finds its own strength (set CONFIDENCE)");
