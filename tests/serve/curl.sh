@@ -9,17 +9,19 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$WORK"; mkdir -p "$WORK"; WORK=$(realpath "$WORK")
 pass=0; fail=0; pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done' EXIT
-slow() { awk -v f="${LQL_TEST_SLOW:-1}" -v s="$1" 'BEGIN { print s * f }'; }
+# stretched once, as test_serve.py's stretch(): the start wait's tries and curl's limit
+stretch() { awk -v f="${LQL_TEST_SLOW:-1}" -v s="$1" 'BEGIN { print s * f }'; }
+tries=$(stretch 50) max_time=$(stretch 30)
 ok() { if [ "$1" = "$2" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $3: got $1, want $2"; fi; }
 
 "$LQL" -c "EXTRACT MODEL \"$ROOT/tests/fixtures/models/tinyllama\" INTO \"$WORK/tiny.vindex3\";" >/dev/null 2>&1 || exit 1
 
 start() {   # start ARGS...: sets PORT
   TMPDIR=$WORK "$LQL" "$WORK/tiny.vindex3" --serve "$@" 2>"$WORK/err" & pids+=($!)
-  for _ in $(seq "$(slow 50)"); do grep -q serving "$WORK/err" && break; sleep 0.1; done
+  for _ in $(seq "$tries"); do grep -q serving "$WORK/err" && break; sleep 0.1; done
   PORT=$(grep -o '[0-9]*$' "$WORK/err" | head -1)
 }
-code() { curl -s -o "$WORK/body" -w '%{http_code}' --max-time "$(slow 30)" "$@"; }
+code() { curl -s -o "$WORK/body" -w '%{http_code}' --max-time "$max_time" "$@"; }
 J=(-H 'Content-Type: application/json')
 
 start 127.0.0.1:0
@@ -83,7 +85,7 @@ cp "$ROOT/tests/fixtures/chatml.jinja" "$WORK/ckpt/chat_template.jinja"
 "$LQL" -c "EXTRACT MODEL \"$WORK/ckpt\" INTO \"$WORK/chat.vindex3\";" >/dev/null 2>&1
 cmp -s "$WORK/chat.vindex3/chat_template.jinja" "$ROOT/tests/fixtures/chatml.jinja"; ok $? 0 snapshot
 TMPDIR=$WORK "$LQL" "$WORK/chat.vindex3" --serve 127.0.0.1:0 2>"$WORK/err" & pids+=($!)
-for _ in $(seq "$(slow 50)"); do grep -q serving "$WORK/err" && break; sleep 0.1; done
+for _ in $(seq "$tries"); do grep -q serving "$WORK/err" && break; sleep 0.1; done
 PORT=$(grep -o '[0-9]*$' "$WORK/err" | head -1); U=http://127.0.0.1:$PORT
 code $U/v1/models >/dev/null
 grep -q '"chat_template":"ok"' "$WORK/body"; ok $? 0 template-from-container
