@@ -53,9 +53,10 @@ int ed_insert_setup(ed_model *es, eng_model *m, const ed_insert_req *st, insert_
                     edit_site edits, int *layer, int32_t *tid, ed_err *e);
 /* An INSERT whose fact the effective model already answers — every target token above conf
  * after the prompt and the target's tokens before it — would still take a slot (a base
- * feature's weights) and journal an operation: 1 then, with r->answered, p_before,
+ * feature's weights) and journal an operation: 1 then, with r->answered, p_after,
  * confidence and prompt set, and nothing may be recorded; 0 when the fact needs writing;
- * -1 on error (e set). */
+ * -1 on error (e set). r->p_before (the whole target's p, the product over its tokens) and
+ * r->n_tokens are set either way. */
 int ed_insert_answered(eng_model *m, const ed_insert_req *st, double conf, ed_insert_res *r,
                        ed_err *e);
 /* INSERT … MODE COMPOSE (compose.c). */

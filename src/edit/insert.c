@@ -245,19 +245,49 @@ int ed_insert_setup(ed_model *es, eng_model *m, const ed_insert_req *st,
     return 0;
 }
 
+/* p(t_j) after ids[0..n) and the target's tokens before t_j, for every target token, through
+ * m as its overlay stands: one session appending the next target token, as greedy
+ * generation reads them. p [nt] out. */
+static int target_ps(eng_model *m, const int32_t *ids, size_t n, const int32_t *tids, size_t nt,
+                     double *p, vx_err *e)
+{
+    const int V = eng_model_vocab(m);
+    int32_t *seq = malloc((n + nt) * sizeof *seq);
+    float *lg = malloc((size_t)V * sizeof *lg);
+    eng_session *ss = NULL;
+    int rc = -1;
+    if (!seq || !lg) {
+        vx_errf(e, VX_ENOMEM, "out of memory");
+        goto done;
+    }
+    memcpy(seq, ids, n * sizeof *seq);
+    memcpy(seq + n, tids, nt * sizeof *seq);
+    if (eng_session_new(m, (int)(n + nt), &ss, e))
+        goto done;
+    for (size_t j = 0; j < nt; j++) {
+        if (j ? eng_forward(ss, seq + n + j - 1, 1, lg, NULL, e)
+              : eng_forward(ss, seq, (int)n, lg, NULL, e))
+            goto done;
+        p[j] = eng_edit_p(lg, V, tids[j]);
+    }
+    rc = 0;
+done:
+    eng_session_free(ss);
+    free(seq);
+    free(lg);
+    return rc;
+}
+
 int ed_insert_answered(eng_model *m, const ed_insert_req *st, double conf, ed_insert_res *r,
                        ed_err *e)
 {
     const eng_tokenizer *tok = eng_model_tokenizer(m);
-    const int V = eng_model_vocab(m);
     char *prompt = eng_edit_prompt(st->relation, st->entity);
-    int32_t *ids = NULL, *tids = NULL, *seq = NULL;
+    int32_t *ids = NULL, *tids = NULL;
     size_t n = 0, nt = 0;
-    float *lg = malloc((size_t)V * sizeof *lg);
-    eng_session *ss = NULL;
-    double p = 1;
+    double *pj = NULL, p = 1;
     int above = 1, rc = -1;
-    if (!prompt || !lg) {
+    if (!prompt) {
         vx_errf(&e->vx, VX_ENOMEM, "out of memory");
         goto done;
     }
@@ -269,38 +299,31 @@ int ed_insert_answered(eng_model *m, const ed_insert_req *st, double conf, ed_in
         e->at = ED_AT_TARGET;
         goto done;
     }
-    if (!(seq = malloc((n + nt) * sizeof *seq))) {
+    if (!(pj = malloc(nt * sizeof *pj))) {
         vx_errf(&e->vx, VX_ENOMEM, "out of memory");
         goto done;
     }
-    memcpy(seq, ids, n * sizeof *seq);
-    memcpy(seq + n, tids, nt * sizeof *seq);
-    /* token by token, as INSERT writes them, one session appending the next target token;
-     * the first below conf settles it */
-    if (eng_session_new(m, (int)(n + nt), &ss, &e->vx))
+    if (target_ps(m, ids, n, tids, nt, pj, &e->vx))
         goto done;
-    for (size_t j = 0; j < nt && above; j++) {
-        if (j ? eng_forward(ss, seq + n + j - 1, 1, lg, NULL, &e->vx)
-              : eng_forward(ss, seq, (int)n, lg, NULL, &e->vx))
-            goto done;
-        const double pj = eng_edit_p(lg, V, tids[j]);
-        p *= pj;
-        above = pj > conf;
+    for (size_t j = 0; j < nt; j++) {
+        p *= pj[j];
+        above = above && pj[j] > conf;
     }
     rc = above;
+    /* the whole target's p before the statement, whether or not it is written */
+    r->p_before = p;
+    r->n_tokens = nt;
     if (above) {
         r->answered = 1;
-        r->p_before = r->p_after = p;
+        r->p_after = p;
         r->confidence = conf;
         r->prompt = prompt;
         prompt = NULL;
     }
 done:
-    eng_session_free(ss);
-    free(seq);
+    free(pj);
     free(tids);
     free(ids);
-    free(lg);
     free(prompt);
     return rc;
 }
@@ -364,6 +387,169 @@ done:
 }
 /* INSERT (MODE MEMIT, the default): one rank-1 covariance-whitened down_proj update per
  * target token (engine/edit_memit.h), journaled as a low-rank insert per edit site. */
+/* An edit site's inputs to the δ optimisation: its covariance (cached per binding), the keys
+ * of the active inserts there with room for `extra` more, and its template and frame
+ * decoys. *keys and *decoys are replaced (the caller frees them, also on failure). */
+static int site_inputs(ed_model *es, eng_model *m, const ed_insert_req *st, int layer, int site,
+                       size_t extra, ed_insert_res *r, const edit_site_cache **sc, int *F,
+                       float **keys, int *nk, float **decoys, int *nd, vx_err *e)
+{
+    free(*keys);
+    free(*decoys);
+    *keys = *decoys = NULL;
+    *nk = *nd = 0;
+    *F = site >= 0 ? eng_model_expert_features(m) : eng_model_ffn_features(m, layer);
+    if (layer_cov(es, m, layer, site, r, e, sc) || layer_keys(es, layer, site, *F, keys, nk, e) ||
+        eng_edit_decoys(m, layer, site, st->relation, st->entity, DECOYS, decoys, nd, e))
+        return -1;
+    float *all = realloc(*decoys, (size_t)(*nd + (*sc)->n_frame + 1) * *F * sizeof *all);
+    if (all)
+        *decoys = all;
+    float *grown = realloc(*keys, (*nk + extra + 1) * (size_t)*F * sizeof *grown);
+    if (grown)
+        *keys = grown;
+    if (!all || !grown)
+        return vx_errf(e, VX_ENOMEM, "out of memory");
+    memcpy(*decoys + (size_t)*nd * *F, (*sc)->frame, (size_t)(*sc)->n_frame * *F * sizeof **decoys);
+    *nd += (*sc)->n_frame;
+    return 0;
+}
+
+/* The δ optimisation's options for target token tid at a site; g: the token's gated slot
+ * (its paraphrase-style positives share δ), NULL for a rank-1 update. */
+static eng_insert_opts memit_opts(const ed_model *es, int layer, int site, int32_t tid,
+                                  const edit_site_cache *sc, const float *keys, int nk,
+                                  const float *decoys, int nd, double conf,
+                                  const eng_gate_slot *g)
+{
+    eng_insert_opts io = {layer, site, tid, sc->cov, keys, nk, decoys, nd, DECOY_WEIGHT,
+                          1e-2, 100, (float)conf, 0.02f, 4.0f, es->pres_ids, es->pres_lens,
+                          es->n_pres, g ? 0 : KL_WEIGHT, NULL, NULL, NULL, 0};
+    if (g) {
+        io.aux_ids = g->para_ids;
+        io.aux_lens = g->para_lens;
+        io.aux_ratio = g->para_ratio;
+        io.n_aux = g->n_para;
+    }
+    return io;
+}
+
+/* The edits one MEMIT statement writes, one per target token, over the journal's. */
+typedef struct {
+    int layer, gated, K;
+    double conf;
+    const int32_t *seq;         /* the prompt (n ids), then the target's tokens but the last */
+    size_t n;
+    const int32_t *tids;        /* the target's nt ids */
+    size_t nt;
+    const int *experts;         /* [nt × (K + 1)]: [K] each token's edit site */
+    eng_insert_fact *fx;        /* [nt] each token's δ (a rank-1 update's v and key too) */
+    eng_gate_slot *gs;          /* [nt] gated: each token's slot */
+    eng_feature_edit *eds;      /* the journal's nbe feature edits, then the tokens' slots */
+    size_t nbe;
+    eng_lowrank *lrs;           /* the journal's nbase low-rank updates, then the tokens' */
+    size_t nbase;
+    const eng_overlay *base;    /* the journal's overlay, restored after each trial */
+} memit_edits;
+
+#define SETTLE_ROUNDS 3
+
+/* Each token reached CONFIDENCE with the edits of the tokens before it; the later ones reach
+ * its position a little too (a gated slot is SiLU(≤ −4) off its prompt, not 0; a rank-1
+ * update by its key's overlap), which left a token of "Buenos Aires" at p 0.4986 after an
+ * insert that claimed 0.5. So the whole target is read through the statement's complete
+ * overlay, and a token below CONFIDENCE is fitted again (its δ; a slot keeps its gate and
+ * up rows) with every other token's edit present, for a few rounds. pj [nt] out: each
+ * token's p as written. */
+static int settle(ed_model *es, eng_model *m, const ed_insert_req *st, ed_insert_res *r,
+                  const memit_edits *x, double *pj, int *steps, ed_err *e)
+{
+    const size_t nt = x->nt;
+    const int gated = x->gated;
+    float *keys = NULL, *decoys = NULL;
+    int nk = 0, nd = 0, F = 0, rc = -1;
+    const edit_site_cache *sc = NULL;
+    eng_feature_edit *eds = malloc((x->nbe + nt + 1) * sizeof *eds);
+    eng_lowrank *lrs = malloc((x->nbase + nt + 1) * sizeof *lrs);
+    if (!eds || !lrs) {
+        vx_errf(&e->vx, VX_ENOMEM, "out of memory");
+        goto done;
+    }
+    memcpy(eds, x->eds, x->nbe * sizeof *eds);
+    memcpy(lrs, x->lrs, x->nbase * sizeof *lrs);
+    for (int round = 0;; round++) {
+        const eng_overlay all = {x->eds, x->nbe + (gated ? nt : 0), x->lrs,
+                                 x->nbase + (gated ? 0 : nt), NULL, 0};
+        eng_model_set_overlay(m, &all);
+        const int prc = target_ps(m, x->seq, x->n, x->tids, nt, pj, &e->vx);
+        eng_model_set_overlay(m, x->base);
+        if (prc)
+            goto done;
+        size_t low = 0;
+        while (low < nt && pj[low] > x->conf)
+            low++;
+        if (low == nt)
+            break;
+        if (round == SETTLE_ROUNDS) {
+            const char *piece = eng_tok_piece(eng_model_tokenizer(m), x->tids[low]);
+            char *prompt = eng_edit_prompt(st->relation, st->entity);
+            e->at = ED_AT_TARGET;
+            vx_errf(&e->vx, VX_EARG, "could not make \"%s\" reach p %.2f after \"%s\" at "
+                    "layer %d: token %zu of %zu, '%s', stays at p %.4f once the target's other "
+                    "tokens are written; nothing inserted", st->target, x->conf,
+                    prompt ? prompt : "?", x->layer, low + 1, nt, piece ? piece : "?", pj[low]);
+            free(prompt);
+            goto done;
+        }
+        for (size_t j = low; j < nt; j++) {
+            if (pj[j] > x->conf)
+                continue;
+            const int site = x->experts[j * (size_t)(x->K + 1) + x->K];
+            if (site_inputs(es, m, st, x->layer, site, nt, r, &sc, &F, &keys, &nk, &decoys, &nd,
+                            &e->vx))
+                goto done;
+            /* every other token: its key protected at this site, its edit on the overlay */
+            size_t ne = x->nbe, nl = x->nbase;
+            for (size_t i = 0; i < nt; i++) {
+                if (i == j)
+                    continue;
+                if (x->experts[i * (size_t)(x->K + 1) + x->K] == site)
+                    memcpy(keys + (size_t)nk++ * F, x->fx[i].key, (size_t)F * sizeof *keys);
+                if (gated)
+                    eds[ne++] = x->eds[x->nbe + i];
+                else
+                    lrs[nl++] = x->lrs[x->nbase + i];
+            }
+            const eng_overlay trial = {eds, ne, lrs, nl, NULL, 0};
+            const eng_insert_opts io = memit_opts(es, x->layer, site, x->tids[j], sc, keys, nk,
+                                                  decoys, nd, x->conf,
+                                                  gated ? &x->gs[j] : NULL);
+            eng_insert_fact nf = {0};
+            eng_model_set_overlay(m, &trial);
+            const int ir = eng_edit_insert(m, x->seq, (int)(x->n + j), &io, &nf, &e->vx);
+            eng_model_set_overlay(m, x->base);
+            if (ir) {
+                eng_insert_fact_free(&nf);
+                goto done;
+            }
+            if (gated)
+                eng_edit_gate_down(m, x->layer, &x->gs[j], nf.u);
+            else
+                x->lrs[x->nbase + j] = (eng_lowrank){x->layer, 1, nf.u, nf.v, site};
+            *steps += nf.steps;
+            eng_insert_fact_free(&x->fx[j]);
+            x->fx[j] = nf;
+        }
+    }
+    rc = 0;
+done:
+    free(keys);
+    free(decoys);
+    free(eds);
+    free(lrs);
+    return rc;
+}
+
 static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_insert_res *r,
                         ed_err *e)
 {
@@ -387,6 +573,7 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
     size_t nt = 0, nops = 0;
     eng_insert_fact *fx = NULL;
     eng_lowrank *lrs = NULL;
+    double *pj = NULL;
     int *experts = NULL;
     float *wroute = NULL;
     /* the overlay the statement starts from (the journal's), restored after each trial */
@@ -441,7 +628,7 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
         memcpy(eds, base->edits, nbe * sizeof *eds);
     if (gated && fact_prompts(es, layer, prompt, &others, &nothers, &e->vx))
         goto done;
-    double p_before = 1, p_after = 1;
+    double p_after = 1;
     int steps = 0;
     for (size_t j = 0; j < nt; j++) {
         /* the edit site: the layer, or on a MoE layer the top-1 expert the token's key
@@ -457,39 +644,16 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
         ex[K] = nr > 0 ? ex[0] : -1;
         const int want = ex[K];
         if (want != site) {
-            free(keys);
-            free(decoys);
-            keys = decoys = NULL;
-            nk = nd = 0;
             site = want;
-            F = site >= 0 ? eng_model_expert_features(m) : eng_model_ffn_features(m, layer);
-            if (layer_cov(es, m, layer, site, r, &e->vx, &sc) ||
-                layer_keys(es, layer, site, F, &keys, &nk, &e->vx))
+            if (site_inputs(es, m, st, layer, site, nt, r, &sc, &F, &keys, &nk, &decoys, &nd,
+                            &e->vx))
                 goto done;
-            if (eng_edit_decoys(m, layer, site, st->relation, st->entity, DECOYS, &decoys,
-                                &nd, &ve)) {
-                e->vx = ve;
-                goto done;
-            }
-            float *all = realloc(decoys, (size_t)(nd + sc->n_frame + 1) * F * sizeof *all);
-            float *grown = realloc(keys, (size_t)(nk + (int)nt + 1) * F * sizeof *keys);
-            decoys = all ? all : decoys;
-            keys = grown ? grown : keys;
-            if (!all || !grown) {
-                vx_errf(&e->vx, VX_ENOMEM, "out of memory");
-                goto done;
-            }
-            memcpy(decoys + (size_t)nd * F, sc->frame, (size_t)sc->n_frame * F * sizeof *decoys);
-            nd += sc->n_frame;
             /* the statement's earlier tokens written at this site are protected too */
             for (size_t i = 0; i < j; i++)
                 if (experts[i * (size_t)(K + 1) + K] == site)
                     memcpy(keys + (size_t)nk++ * F, fx[i].key, (size_t)F * sizeof *keys);
         }
         eng_overlay trial = {eds, nbe + (gated ? j : 0), lrs, nbase + (gated ? 0 : j), NULL, 0};
-        eng_insert_opts io = {layer, site, tids[j], sc->cov, keys, nk, decoys, nd, DECOY_WEIGHT,
-                              1e-2, 100, (float)conf, 0.02f, 4.0f, es->pres_ids, es->pres_lens,
-                              es->n_pres, gated ? 0 : KL_WEIGHT, NULL, NULL, NULL, 0};
         eng_model_set_overlay(m, &trial);
         /* gated: the gate first, so that δ can also raise the target on the fact's other
          * wordings (each receives its share of δ) */
@@ -499,11 +663,9 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
                                 DECOYS, (const char *const *)others, nothers, GATE_MARGIN,
                                 (int)j, 1};
             ir = eng_edit_gate_fit(m, seq, (int)(n + j), &go, &gs[j], &ve);
-            io.aux_ids = gs[j].para_ids;
-            io.aux_lens = gs[j].para_lens;
-            io.aux_ratio = gs[j].para_ratio;
-            io.n_aux = gs[j].n_para;
         }
+        const eng_insert_opts io = memit_opts(es, layer, site, tids[j], sc, keys, nk, decoys, nd,
+                                              conf, gated ? &gs[j] : NULL);
         if (!ir)
             ir = eng_edit_insert(m, seq, (int)(n + j), &io, &fx[j], &ve);
         if (!ir && gated && fx[j].p_after > conf)
@@ -537,10 +699,18 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
         if (gated)
             eds[nbe + j] = (eng_feature_edit){layer, gs[j].feature, 0, gs[j].gate, gs[j].up,
                                               gs[j].down};
-        p_before *= fx[j].p_before;
-        p_after *= fx[j].p_after;
         steps += fx[j].steps;
     }
+    const memit_edits sm = {layer, gated, K, conf, seq, n, tids, nt, experts, fx, gs, eds, nbe,
+                            lrs, nbase, base};
+    if (!(pj = malloc(nt * sizeof *pj))) {
+        vx_errf(&e->vx, VX_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (settle(es, m, st, r, &sm, pj, &steps, e))
+        goto done;
+    for (size_t j = 0; j < nt; j++)
+        p_after *= pj[j];
     /* gated: one slot insert per target token, mode "gated" (replayed as the slot's rows) */
     for (size_t j = 0; gated && j < nt; j++) {
         vx_op *op = &ops[nops++];
@@ -619,7 +789,6 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
         }
     }
     r->feature = -1;
-    r->p_before = p_before;
     r->p_after = p_after;
     r->steps = steps;
     r->n_tokens = nt;
@@ -649,6 +818,7 @@ done:
     free(eds);
     free(fx);
     free(lrs);
+    free(pj);
     free(seq);
     free(tids);
     free(experts);

@@ -183,6 +183,12 @@ int lql_h_insert(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     }
     if (rc)
         insert_err(st, &ee, e);     /* no 'inserted' row: nothing was journaled */
+    else if (x.answered && x.n_tokens > 1)
+        /* each token clears CONFIDENCE; their product, the target's p, need not */
+        lql_result_note(r, "already answered: \"%s\" gives \"%s\", each of its %zu tokens "
+                        "above CONFIDENCE %.2f (the whole target at p %.4f): nothing inserted "
+                        "(nothing journaled)", x.prompt, st->target, x.n_tokens, x.confidence,
+                        x.p_before);
     else if (x.answered)
         lql_result_note(r, "already answered: \"%s\" gives \"%s\" at p %.4f, above CONFIDENCE "
                         "%.2f: nothing inserted (nothing journaled)", x.prompt, st->target,
