@@ -394,9 +394,14 @@ int lql_h_show_models(lql_session *s, const lql_stmt *st, lql_result *r, lql_err
         snprintf(path, sizeof path, "%s/index.json", de->d_name);
         if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
         char **nn = realloc(names, (n + 1) * sizeof *nn);
-        if (!nn) break;
-        names = nn;
-        if ((names[n] = sdup(de->d_name))) n++;
+        if (nn) names = nn;
+        if (!nn || !(names[n] = sdup(de->d_name))) {
+            closedir(d);
+            for (size_t i = 0; i < n; i++) free(names[i]);
+            free(names);
+            return lql_errf(e, LQL_ENOMEM, &st->at, "out of memory listing the current directory");
+        }
+        n++;
     }
     closedir(d);
     if (n) qsort(names, n, sizeof *names, cmp_names);
