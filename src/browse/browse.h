@@ -340,6 +340,9 @@ typedef struct brw_cond {
     size_t n_vals;
 } brw_cond;
 
+/* Does some token of m's vocabulary read text — its trimmed text equal to trimmed text, as a
+ * condition compares them? A feature's token is one token: no other text can equal it. */
+int brw_vocab_reads(const brw_model *m, const char *text);
 /* Field name → a column of the table (SELECT's list, ORDER BY); -1 with an error naming
  * the field and the table's fields when unknown. */
 int brw_field_parse(brw_from from, const char *name, brw_field *out, vx_err *err);

@@ -186,6 +186,18 @@ int brw_fold_cmp(const char *a, const char *b)
     return (*a != 0) - (*b != 0);
 }
 
+int brw_vocab_reads(const brw_model *m, const char *text)
+{
+    char want[256], buf[256];
+    brw_trim(text, want, sizeof want);
+    for (int32_t id = 0; id < brw_vocab(m); id++) {
+        brw_trim(brw_token_text(m, id), buf, sizeof buf);
+        if (brw_fold_cmp(buf, want) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* Greedy with one backtrack point (the last %), so each pattern position costs at most one
  * pass over the text: "%a%a%a…" cannot make it exponential. */
 int brw_like(const char *s, const char *p)

@@ -680,6 +680,57 @@ const lql_span *lql_cond_span(const lql_cond *where, brw_from from, const vx_err
     return other;
 }
 
+void lql_note_unread_token(const brw_model *m, brw_from from, const brw_cond *conds, size_t n,
+                           lql_result *r)
+{
+    const brw_field tf = from == BRW_EDGES ? BRW_F_TARGET
+                       : from == BRW_ENTITIES ? BRW_F_ENTITY : BRW_F_TOKEN;
+    for (size_t i = 0; i < n; i++) {
+        const brw_cond *c = &conds[i];
+        if (c->field != tf || !(c->op == BRW_EQ || (c->op == BRW_IN && c->n_vals == 1)) ||
+            !c->vals[0].is_str || brw_vocab_reads(m, c->vals[0].str))
+            continue;
+        /* the value as conditions compare it (trimmed), tokenised as INSERT and UPDATE read
+         * a target: after a space */
+        char text[257] = " ", pieces[512] = "", first[256] = "";
+        brw_trim(c->vals[0].str, text + 1, sizeof text - 1);
+        const char *value = text + 1;
+        if (!value[0])
+            continue;
+        int32_t *ids = NULL;
+        size_t k = 0;
+        vx_err ve = {0};
+        if (eng_tok_encode(brw_tokenizer(m), text, strlen(text), 0, &ids, &k, &ve) == 0) {
+            size_t used = 0;
+            for (size_t j = 0; j < k && used + 8 < sizeof pieces; j++) {
+                int w = snprintf(pieces + used, sizeof pieces - used, "%s\"%s\"", j ? " " : "",
+                                 brw_token_text(m, ids[j]));
+                used += w > 0 ? (size_t)w : 0;
+            }
+            /* the first token that is text, offered as a LIKE prefix only when the value
+             * starts with it (a byte of a character shows as its piece, which it does not)
+             * and it holds no wildcard */
+            size_t f = 0;
+            while (f < k && brw_token_blank(m, ids[f]))
+                f++;
+            if (f < k) {
+                brw_trim(brw_token_text(m, ids[f]), first, sizeof first);
+                if (strncmp(value, first, strlen(first)) || strpbrk(first, "%_\\"))
+                    first[0] = 0;
+            }
+        }
+        free(ids);
+        if (first[0])
+            lql_result_note(r, "no token of this vocabulary reads \"%s\" (%s): a feature's token "
+                            "is one token, so none equals it; LIKE \"%s%%\" matches its first",
+                            value, pieces, first);
+        else
+            lql_result_note(r, "no token of this vocabulary reads \"%s\": a feature's token is "
+                            "one token, so none equals it", value);
+        return;
+    }
+}
+
 static void rows_table(const brw_rows *rows, const brw_field *f, int nf, lql_table *t)
 {
     for (size_t i = 0; i < rows->n; i++) {
@@ -772,6 +823,8 @@ static int run_rows(const lql_stmt *st, const brw_model *m, brw_from from, int s
                        r, e);
         if (rc == 0)
             cut_note(st, &rows, r);
+        if (rc == 0 && rows.total == 0)
+            lql_note_unread_token(m, from, conds, o->n_conds, r);
         brw_rows_free(&rows);
     }
     free(conds);

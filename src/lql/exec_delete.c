@@ -122,7 +122,8 @@ static const char *feature_alias(const char *name)
 }
 
 /* Every live feature matching the WHERE conditions, as SELECT … FROM FEATURES sees them. */
-static int select_features(const lql_stmt *st, const ed_model *es, fvec *out, lql_err *e)
+static int select_features(const lql_stmt *st, const ed_model *es, fvec *out, lql_result *r,
+                           lql_err *e)
 {
     size_t nc = 0;
     int slots_only = 1;
@@ -149,10 +150,12 @@ static int select_features(const lql_stmt *st, const ed_model *es, fvec *out, lq
         goto done;
     }
     rc = 0;
-    for (size_t r = 0; r < rows.n && rc == 0; r++)
-        if (!ed_is_tombstone(ed_current(es), rows.rows[r].layer, rows.rows[r].feature) &&
-            push(out, rows.rows[r].layer, rows.rows[r].feature))
+    for (size_t i = 0; i < rows.n && rc == 0; i++)
+        if (!ed_is_tombstone(ed_current(es), rows.rows[i].layer, rows.rows[i].feature) &&
+            push(out, rows.rows[i].layer, rows.rows[i].feature))
             rc = lql_errf(e, LQL_ENOMEM, NULL, "out of memory selecting features");
+    if (rows.n == 0)
+        lql_note_unread_token(ed_model_browse(es), BRW_FEATURES, conds, nc, r);
     brw_rows_free(&rows);
 done:
     free(conds);
@@ -164,10 +167,11 @@ done:
 /* DELETE and UPDATE start alike: the effective model with browse, the journal if it exists,
  * and the live features the WHERE conditions select; when some are, the journal is opened
  * (created) before anything is reported, so an edit that cannot be recorded reports none. */
-static int select_live(lql_session *s, const lql_stmt *st, ed_model **ed, fvec *sel, lql_err *e)
+static int select_live(lql_session *s, const lql_stmt *st, ed_model **ed, fvec *sel,
+                       lql_result *r, lql_err *e)
 {
     return lql_edit_model(s, st, 1, ed, e) || lql_edit_journal(st, *ed, 0, e) ||
-                   select_features(st, *ed, sel, e) ||
+                   select_features(st, *ed, sel, r, e) ||
                    (sel->n && lql_edit_journal(st, *ed, 1, e)) ? -1 : 0;
 }
 
@@ -190,7 +194,7 @@ int lql_h_delete(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
 {
     ed_model *ed = NULL;
     fvec sel = {0};
-    if (select_live(s, st, &ed, &sel, e)) {
+    if (select_live(s, st, &ed, &sel, r, e)) {
         free(sel.v);
         return -1;
     }
@@ -312,7 +316,7 @@ int lql_h_update(lql_session *s, const lql_stmt *st, lql_result *r, lql_err *e)
     if (target && target_id(brw_tokenizer(bm), target->val.s, &target->val.at, &tid, e))
         return -1;
     fvec sel = {0};
-    if (select_live(s, st, &ed, &sel, e)) {
+    if (select_live(s, st, &ed, &sel, r, e)) {
         free(sel.v);
         return -1;
     }
