@@ -692,11 +692,17 @@ void lql_note_unread_token(const brw_model *m, brw_from from, const brw_cond *co
             continue;
         /* the value as conditions compare it (trimmed), tokenised as INSERT and UPDATE read
          * a target: after a space */
-        char text[257] = " ", pieces[512] = "", first[256] = "";
-        brw_trim(c->vals[0].str, text + 1, sizeof text - 1);
+        const size_t len = strlen(c->vals[0].str);
+        char *text = malloc(len + 2), pieces[512] = "", first[256] = "";
+        if (!text)
+            return;
+        text[0] = ' ';
+        brw_trim(c->vals[0].str, text + 1, len + 1);
         const char *value = text + 1;
-        if (!value[0])
+        if (!value[0]) {
+            free(text);
             continue;
+        }
         int32_t *ids = NULL;
         size_t k = 0;
         vx_err ve = {0};
@@ -727,6 +733,7 @@ void lql_note_unread_token(const brw_model *m, brw_from from, const brw_cond *co
         else
             lql_result_note(r, "no token of this vocabulary reads \"%s\": a feature's token is "
                             "one token, so none equals it", value);
+        free(text);
         return;
     }
 }
