@@ -507,11 +507,12 @@ static cJSON *make_index(const hf_plan *p, const char *model, const char *source
 
 int vx_encode_dtype_check(int dtype, vx_err *err)
 {
-    if (dtype >= 0 && dtype != VX_F32 && dtype != VX_F16 && dtype != VX_BF16)
-        return vx_errf(err, VX_EARG, "encode: dtype '%s' is not an encode target (f32, f16 or bf16; "
-                       "quantised representations are made from a container)",
-                       vx_dtype_name((vx_dtype)dtype) ? vx_dtype_name((vx_dtype)dtype) : "?");
-    return 0;
+    if (dtype < 0 || dtype == VX_F32 || dtype == VX_F16 || dtype == VX_BF16)
+        return 0;
+    const char *name = vx_dtype_name((vx_dtype)dtype) ? vx_dtype_name((vx_dtype)dtype) : "?";
+    return vx_errf(err, VX_EARG, "encode: dtype '%s' is not an encode target (f32, f16 or bf16; "
+                   "quantised representations are made from a container: encode, then "
+                   "REPRESENT \"object\" AS %s in lql, or vindex represent)", name, name);
 }
 
 /* Everything an encode holds, on the heap: a SIGBUS jump out of the middle of it loses

@@ -48,8 +48,14 @@ VINDEX_HANDLER(encode)
     vx_encode_opts_init(&o);
     if (dt) {
         vx_dtype d;
-        if (vx_dtype_parse(dt, &d) < 0 || (d != VX_F32 && d != VX_F16 && d != VX_BF16)) {
+        if (vx_dtype_parse(dt, &d) < 0) {
             fprintf(stderr, "vindex encode: --dtype must be f32, f16 or bf16 (got '%s')\n", dt);
+            return VINDEX_USAGE;
+        }
+        if (d != VX_F32 && d != VX_F16 && d != VX_BF16) {
+            fprintf(stderr, "vindex encode: --dtype must be f32, f16 or bf16 (got '%s': a "
+                    "quantised representation is added to an encoded container with 'vindex "
+                    "represent')\n", dt);
             return VINDEX_USAGE;
         }
         o.dtype = (int)d;

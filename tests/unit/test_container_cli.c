@@ -135,7 +135,8 @@ int main(void)
     CHECK(run("encode x") == 2);
     CHECK_HAS(errtxt, "vindex encode: missing -o OUT\n");
     CHECK(run("encode x -o y --dtype q4_k") == 2);
-    CHECK_HAS(errtxt, "vindex encode: --dtype must be f32, f16 or bf16 (got 'q4_k')\n");
+    CHECK_HAS(errtxt, "vindex encode: --dtype must be f32, f16 or bf16 (got 'q4_k': a quantised "
+                      "representation is added to an encoded container with 'vindex represent')\n");
     CHECK(run("help verify") == 0);
     CHECK_HAS(out, "usage: vindex verify PATH [--source DIR] [--json]\n");
 

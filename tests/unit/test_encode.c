@@ -666,7 +666,8 @@ static void conversion(void)
     o.dtype = VX_Q4_K;
     CHECK(vx_encode(FAM "llama-gqa", out_path("q4k"), &o, &err) == -1);
     CHECK_STR(err.msg, "encode: dtype 'q4_k' is not an encode target (f32, f16 or bf16; quantised "
-              "representations are made from a container)");
+              "representations are made from a container: encode, then REPRESENT \"object\" AS "
+              "q4_k in lql, or vindex represent)");
 }
 
 static void synthetic(void)
