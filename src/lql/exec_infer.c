@@ -94,8 +94,8 @@ static int predictions(lql_session *s, const lql_stmt *st, eng_model *m, const i
     int vocab = eng_model_vocab(m);
     int k = lql_has(st, LQL_C_TOP) ? (int)st->top : DEFAULT_TOP;
     if (k < 1 || k > vocab)
-        return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_TOP], "TOP must be 1-%d (the vocabulary size), got %d",
-                        vocab, k);
+        return lql_errf(e, LQL_EEXEC, &st->clause_at[LQL_C_TOP], "TOP must be between 1 and %d (the vocabulary "
+                        "size; got %d)", vocab, k);
     int compare = lql_has(st, LQL_C_COMPARE);
     float *probs = malloc((size_t)vocab * sizeof *probs * 2);
     scored *top = malloc((size_t)k * sizeof *top * 2);
