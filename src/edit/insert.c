@@ -385,8 +385,6 @@ done:
     free(res);
     return rc;
 }
-/* INSERT (MODE MEMIT, the default): one rank-1 covariance-whitened down_proj update per
- * target token (engine/edit_memit.h), journaled as a low-rank insert per edit site. */
 /* An edit site's inputs to the δ optimisation: its covariance (cached per binding), the keys
  * of the active inserts there with room for `extra` more, and its template and frame
  * decoys. *keys and *decoys are replaced (the caller frees them, also on failure). */
@@ -434,6 +432,13 @@ static eng_insert_opts memit_opts(const ed_model *es, int layer, int site, int32
     return io;
 }
 
+/* The edit site of target token j: its top-1 expert, -1 a dense layer (experts [nt × (K + 1)],
+ * [K] of each row). */
+static int token_site(const int *experts, int K, size_t j)
+{
+    return experts[j * (size_t)(K + 1) + K];
+}
+
 /* The edits one MEMIT statement writes, one per target token, over the journal's. */
 typedef struct {
     int layer, gated, K;
@@ -459,19 +464,20 @@ typedef struct {
  * update by its key's overlap), which left a token of "Buenos Aires" at p 0.4986 after an
  * insert that claimed 0.5. So the whole target is read through the statement's complete
  * overlay, and a token below CONFIDENCE is fitted again (its δ; a slot keeps its gate and
- * up rows) with every other token's edit present, for a few rounds. pj [nt] out: each
- * token's p as written. */
+ * up rows) with every other token's edit present, for a few rounds. *p_after: the whole
+ * target's p as written (the product over its tokens). */
 static int settle(ed_model *es, eng_model *m, const ed_insert_req *st, ed_insert_res *r,
-                  const memit_edits *x, double *pj, int *steps, ed_err *e)
+                  const memit_edits *x, double *p_after, int *steps, ed_err *e)
 {
     const size_t nt = x->nt;
     const int gated = x->gated;
     float *keys = NULL, *decoys = NULL;
-    int nk = 0, nd = 0, F = 0, rc = -1;
+    int nk = 0, nd = 0, F = 0, rc = -1, loaded = -2, nk0 = 0;
     const edit_site_cache *sc = NULL;
     eng_feature_edit *eds = malloc((x->nbe + nt + 1) * sizeof *eds);
     eng_lowrank *lrs = malloc((x->nbase + nt + 1) * sizeof *lrs);
-    if (!eds || !lrs) {
+    double *pj = malloc(nt * sizeof *pj);
+    if (!eds || !lrs || !pj) {
         vx_errf(&e->vx, VX_ENOMEM, "out of memory");
         goto done;
     }
@@ -488,8 +494,12 @@ static int settle(ed_model *es, eng_model *m, const ed_insert_req *st, ed_insert
         size_t low = 0;
         while (low < nt && pj[low] > x->conf)
             low++;
-        if (low == nt)
+        if (low == nt) {
+            *p_after = 1;
+            for (size_t j = 0; j < nt; j++)
+                *p_after *= pj[j];
             break;
+        }
         if (round == SETTLE_ROUNDS) {
             const char *piece = eng_tok_piece(eng_model_tokenizer(m), x->tids[low]);
             char *prompt = eng_edit_prompt(st->relation, st->entity);
@@ -504,16 +514,23 @@ static int settle(ed_model *es, eng_model *m, const ed_insert_req *st, ed_insert
         for (size_t j = low; j < nt; j++) {
             if (pj[j] > x->conf)
                 continue;
-            const int site = x->experts[j * (size_t)(x->K + 1) + x->K];
-            if (site_inputs(es, m, st, x->layer, site, nt, r, &sc, &F, &keys, &nk, &decoys, &nd,
-                            &e->vx))
-                goto done;
+            const int site = token_site(x->experts, x->K, j);
+            /* a site's inputs once (its decoys are forward passes), its journal keys kept
+             * and the other tokens' appended afresh for each token */
+            if (site != loaded) {
+                if (site_inputs(es, m, st, x->layer, site, nt, r, &sc, &F, &keys, &nk, &decoys,
+                                &nd, &e->vx))
+                    goto done;
+                loaded = site;
+                nk0 = nk;
+            }
+            nk = nk0;
             /* every other token: its key protected at this site, its edit on the overlay */
             size_t ne = x->nbe, nl = x->nbase;
             for (size_t i = 0; i < nt; i++) {
                 if (i == j)
                     continue;
-                if (x->experts[i * (size_t)(x->K + 1) + x->K] == site)
+                if (token_site(x->experts, x->K, i) == site)
                     memcpy(keys + (size_t)nk++ * F, x->fx[i].key, (size_t)F * sizeof *keys);
                 if (gated)
                     eds[ne++] = x->eds[x->nbe + i];
@@ -547,9 +564,12 @@ done:
     free(decoys);
     free(eds);
     free(lrs);
+    free(pj);
     return rc;
 }
 
+/* INSERT (MODE MEMIT, the default): one rank-1 covariance-whitened down_proj update per
+ * target token (engine/edit_memit.h), journaled as a low-rank insert per edit site. */
 static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_insert_res *r,
                         ed_err *e)
 {
@@ -573,7 +593,6 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
     size_t nt = 0, nops = 0;
     eng_insert_fact *fx = NULL;
     eng_lowrank *lrs = NULL;
-    double *pj = NULL;
     int *experts = NULL;
     float *wroute = NULL;
     /* the overlay the statement starts from (the journal's), restored after each trial */
@@ -628,7 +647,7 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
         memcpy(eds, base->edits, nbe * sizeof *eds);
     if (gated && fact_prompts(es, layer, prompt, &others, &nothers, &e->vx))
         goto done;
-    double p_after = 1;
+    double p_after = 0;
     int steps = 0;
     for (size_t j = 0; j < nt; j++) {
         /* the edit site: the layer, or on a MoE layer the top-1 expert the token's key
@@ -650,7 +669,7 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
                 goto done;
             /* the statement's earlier tokens written at this site are protected too */
             for (size_t i = 0; i < j; i++)
-                if (experts[i * (size_t)(K + 1) + K] == site)
+                if (token_site(experts, K, i) == site)
                     memcpy(keys + (size_t)nk++ * F, fx[i].key, (size_t)F * sizeof *keys);
         }
         eng_overlay trial = {eds, nbe + (gated ? j : 0), lrs, nbase + (gated ? 0 : j), NULL, 0};
@@ -703,14 +722,8 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
     }
     const memit_edits sm = {layer, gated, K, conf, seq, n, tids, nt, experts, fx, gs, eds, nbe,
                             lrs, nbase, base};
-    if (!(pj = malloc(nt * sizeof *pj))) {
-        vx_errf(&e->vx, VX_ENOMEM, "out of memory");
+    if (settle(es, m, st, r, &sm, &p_after, &steps, e))
         goto done;
-    }
-    if (settle(es, m, st, r, &sm, pj, &steps, e))
-        goto done;
-    for (size_t j = 0; j < nt; j++)
-        p_after *= pj[j];
     /* gated: one slot insert per target token, mode "gated" (replayed as the slot's rows) */
     for (size_t j = 0; gated && j < nt; j++) {
         vx_op *op = &ops[nops++];
@@ -741,15 +754,15 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
     /* rank-1: one insert per edit site, its columns the site's tokens in order (a dense
      * layer, or every token routed to the same expert: one op of rank nt) */
     for (size_t j = 0; !gated && j < nt; j++) {
-        const int sj = experts[j * (size_t)(K + 1) + K];
+        const int sj = token_site(experts, K, j);
         int done_site = 0;
         for (size_t i = 0; i < j && !done_site; i++)
-            done_site = experts[i * (size_t)(K + 1) + K] == sj;
+            done_site = token_site(experts, K, i) == sj;
         if (done_site)
             continue;
         size_t cols = 0;
         for (size_t i = j; i < nt; i++)
-            cols += experts[i * (size_t)(K + 1) + K] == sj;
+            cols += token_site(experts, K, i) == sj;
         const int Fs = fx[j].features;
         float *U = malloc((size_t)H * cols * sizeof *U), *Vm = malloc((size_t)Fs * cols * sizeof *Vm);
         float *Km = malloc((size_t)Fs * cols * sizeof *Km);
@@ -757,7 +770,7 @@ static int insert_memit(ed_model *es, eng_model *m, const ed_insert_req *st, ed_
         vx_err oe = {0};
         int bad = !U || !Vm || !Km;
         for (size_t i = j, c = 0; i < nt && !bad; i++) {
-            if (experts[i * (size_t)(K + 1) + K] != sj)
+            if (token_site(experts, K, i) != sj)
                 continue;
             for (int h = 0; h < H; h++)
                 U[(size_t)h * cols + c] = fx[i].u[h];
@@ -818,7 +831,6 @@ done:
     free(eds);
     free(fx);
     free(lrs);
-    free(pj);
     free(seq);
     free(tids);
     free(experts);
