@@ -690,37 +690,31 @@ void lql_note_unread_token(const brw_model *m, brw_from from, const brw_cond *co
         if (c->field != tf || !(c->op == BRW_EQ || (c->op == BRW_IN && c->n_vals == 1)) ||
             !c->vals[0].is_str || brw_vocab_reads(m, c->vals[0].str))
             continue;
-        /* the value as conditions compare it (trimmed), tokenised as INSERT and UPDATE read
-         * a target: after a space */
-        const size_t len = strlen(c->vals[0].str);
-        char *text = malloc(len + 2), pieces[512] = "", first[256] = "";
-        if (!text)
+        /* the value as conditions compare it (trimmed), read as INSERT and UPDATE read a
+         * target */
+        char *value = malloc(strlen(c->vals[0].str) + 1), pieces[512] = "", first[256] = "";
+        if (!value)
             return;
-        text[0] = ' ';
-        brw_trim(c->vals[0].str, text + 1, len + 1);
-        const char *value = text + 1;
+        brw_trim(c->vals[0].str, value, strlen(c->vals[0].str) + 1);
         if (!value[0]) {
-            free(text);
+            free(value);
             continue;
         }
         int32_t *ids = NULL;
         size_t k = 0;
         vx_err ve = {0};
-        if (eng_tok_encode(brw_tokenizer(m), text, strlen(text), 0, &ids, &k, &ve) == 0) {
+        if (eng_tok_answer_ids(brw_tokenizer(m), value, &ids, &k, &ve) == 0) {
             size_t used = 0;
             for (size_t j = 0; j < k && used + 8 < sizeof pieces; j++) {
                 int w = snprintf(pieces + used, sizeof pieces - used, "%s\"%s\"", j ? " " : "",
                                  brw_token_text(m, ids[j]));
                 used += w > 0 ? (size_t)w : 0;
             }
-            /* the first token that is text, offered as a LIKE prefix only when the value
-             * starts with it (a byte of a character shows as its piece, which it does not)
-             * and it holds no wildcard */
-            size_t f = 0;
-            while (f < k && brw_token_blank(m, ids[f]))
-                f++;
-            if (f < k) {
-                brw_trim(brw_token_text(m, ids[f]), first, sizeof first);
+            /* the first token offered as a LIKE prefix only when the value starts with its
+             * text (a byte of a character shows as its piece, which it does not) and that
+             * holds no wildcard */
+            if (k) {
+                brw_trim(brw_token_text(m, ids[0]), first, sizeof first);
                 if (strncmp(value, first, strlen(first)) || strpbrk(first, "%_\\"))
                     first[0] = 0;
             }
@@ -733,7 +727,7 @@ void lql_note_unread_token(const brw_model *m, brw_from from, const brw_cond *co
         else
             lql_result_note(r, "no token of this vocabulary reads \"%s\": a feature's token is "
                             "one token, so none equals it", value);
-        free(text);
+        free(value);
         return;
     }
 }
