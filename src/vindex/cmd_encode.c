@@ -52,7 +52,8 @@ VINDEX_HANDLER(encode)
             fprintf(stderr, "vindex encode: --dtype must be f32, f16 or bf16 (got '%s')\n", dt);
             return VINDEX_USAGE;
         }
-        if (d != VX_F32 && d != VX_F16 && d != VX_BF16) {
+        vx_err quant;   /* the encoder's rule; this message names the CLI's way */
+        if (vx_encode_dtype_check((int)d, &quant)) {
             fprintf(stderr, "vindex encode: --dtype must be f32, f16 or bf16 (got '%s': a "
                     "quantised representation is added to an encoded container with 'vindex "
                     "represent')\n", dt);
